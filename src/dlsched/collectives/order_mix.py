@@ -1,0 +1,31 @@
+"""The best mix of dimension orders: minimise the most-loaded dimension (a small LP).
+
+Each column is the per-dimension load (seconds per byte of buffer) of one way of routing a
+chunk; columns are split into groups (e.g. RS orders and AG orders) whose weights each sum to 1.
+HiGHS (through scipy) solves it exactly; with D dimensions there are D! columns per group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.optimize import linprog
+
+
+def min_max_mix(columns: Sequence[np.ndarray],
+                groups: Sequence[Sequence[int]]) -> tuple[np.ndarray, float]:
+    """Weights per column and the minimal max over dimensions of the weighted load."""
+    num = len(columns)
+    cost = np.zeros(num + 1)
+    cost[-1] = 1.0
+    load_matrix = np.column_stack(columns)
+    a_ub = np.hstack([load_matrix, -np.ones((load_matrix.shape[0], 1))])
+    a_eq = np.zeros((len(groups), num + 1))
+    for row, group in enumerate(groups):
+        a_eq[row, list(group)] = 1.0
+    result = linprog(cost, A_ub=a_ub, b_ub=np.zeros(load_matrix.shape[0]), A_eq=a_eq,
+                     b_eq=np.ones(len(groups)), bounds=[(0, None)] * (num + 1), method="highs")
+    if result.status != 0:
+        raise RuntimeError(f"order-mix LP failed: {result.message}")
+    return np.clip(result.x[:-1], 0.0, None), float(result.x[-1])

@@ -1,0 +1,58 @@
+"""Themis (Rashidi et al., ISCA 2022): per-chunk dimension orders from a dimension load tracker.
+
+The tracker starts each collective with every dimension's fixed latency cost (steps x step
+latency of one stage). For each chunk, if the spread between the most and least loaded
+dimension is below the threshold — the latency-model time of a chunkSize/16 stage on the least
+loaded dimension — the chunk takes the baseline order; otherwise its RS goes least-loaded
+dimension first (that dimension gets the largest data), a standalone AG most-loaded first, and
+an All-Reduce's AG retraces the RS order in reverse. The chunk's predicted transfer time on
+each dimension (bytes sent / bandwidth) is then added to the tracker.
+"""
+
+from __future__ import annotations
+
+from dlsched.collectives.algorithms import stage_bytes, stage_data, stage_latency
+from dlsched.collectives.plan import (
+    ChunkRoute,
+    CollectiveOp,
+    CollectivePlan,
+    equal_chunks,
+    initial_data,
+    route_from_order,
+    route_stage_data,
+)
+from dlsched.collectives.policies.baseline import baseline_order
+from dlsched.collectives.request import CollectiveRequest
+from dlsched.hardware.topology import Topology
+
+
+def themis_orders(topology: Topology, op: CollectiveOp,
+                  chunk_sizes: list[int]) -> list[tuple[int, ...]]:
+    """The dimension order Themis gives each chunk, in chunk order."""
+    dims = topology.dims
+    first_phase = route_from_order(op, (0,))[0].phase
+    load = [stage_latency(d, first_phase) for d in dims]
+    fallback = baseline_order(len(dims), op)
+    orders = []
+    for size in chunk_sizes:
+        least = min(range(len(dims)), key=lambda d: (load[d], d))
+        piece = initial_data(topology, op, size / 16)
+        data = stage_data(dims[least], first_phase, piece)
+        threshold = stage_bytes(dims[least], first_phase, data) / dims[least].bandwidth
+        if max(load) - min(load) < threshold:
+            order = fallback
+        else:
+            descending = op is CollectiveOp.ALL_GATHER
+            order = tuple(sorted(range(len(dims)), key=lambda d: (load[d], d),
+                                 reverse=descending))
+        for stage, _, sent in route_stage_data(topology, op, ChunkRoute(0, size,
+                                               route_from_order(op, order))):
+            load[stage.dim] += sent / dims[stage.dim].bandwidth
+        orders.append(order)
+    return orders
+
+
+def themis_plan(request: CollectiveRequest) -> CollectivePlan:
+    """Equal chunks with Themis's per-chunk orders."""
+    sizes = equal_chunks(request.size, request.num_chunks)
+    return request.plan("themis", sizes, themis_orders(request.topology, request.op, sizes))

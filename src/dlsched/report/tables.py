@@ -1,0 +1,79 @@
+"""Tables for the terminal (rich) and for files (CSV, JSON).
+
+A table is a list of rows (dicts with the same keys) plus column specs that say how each value
+is shown and in which unit, so every printed table names its units in the header.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+@dataclass(frozen=True)
+class Column:
+    """How one row key is shown: header text (with its unit) and a formatter."""
+
+    key: str
+    header: str
+    fmt: Callable[[Any], str] = str
+    justify: str = "right"
+
+
+def seconds_as_ms(value: float) -> str:
+    """Format seconds as milliseconds with 3 decimals."""
+    return f"{value * 1e3:.3f}"
+
+
+def as_percent(value: float) -> str:
+    """Format a fraction (0..1) as a percentage with 2 decimals."""
+    return f"{value * 100:.2f}"
+
+
+def as_ratio(value: float) -> str:
+    """Format a ratio such as a speedup, e.g. 1.72x."""
+    return f"{value:.2f}x"
+
+
+def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str = "",
+                 console: Console | None = None) -> None:
+    """Print rows as a rich table with the given columns."""
+    table = Table(title=title or None)
+    for column in columns:
+        table.add_column(column.header, justify=column.justify)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*[column.fmt(row[column.key]) if row.get(column.key) is not None else "-"
+                        for column in columns])
+    (console or Console()).print(table)
+
+
+def rows_to_csv(rows: Sequence[dict[str, Any]]) -> str:
+    """CSV text with a header row taken from the keys of the first row (SI units, raw values)."""
+    if not rows:
+        return ""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0].keys()), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write text to ``path`` (creating folders) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def to_json(payload: Any) -> str:
+    """Pretty JSON for results (floats kept at full precision)."""
+    return json.dumps(payload, indent=2, sort_keys=False)

@@ -1,0 +1,49 @@
+"""A lean deterministic discrete-event engine: a heap of (time, sequence, callback).
+
+A bare ``heapq`` loop runs about twice as many events per second as SimPy on this project's
+machines (see ``../shared`` ecosystem notes and BENCHMARKS.md), which matters because every
+planner in dlsched calls the simulator in its inner loop. Ties in time are broken by the order
+in which events were scheduled, so the same inputs always give the same timeline.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from typing import Any
+
+
+class Engine:
+    """Runs callbacks in time order; ``now`` is the current simulated time in seconds."""
+
+    __slots__ = ("_heap", "_sequence", "events_processed", "now")
+
+    def __init__(self) -> None:
+        self.now: float = 0.0
+        self.events_processed: int = 0
+        self._heap: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._sequence = 0
+
+    def at(self, time: float, callback: Callable[..., None], *args: Any) -> None:
+        """Schedule ``callback(*args)`` at absolute time ``time`` (seconds, >= now)."""
+        if time < self.now:
+            raise ValueError(f"cannot schedule an event in the past ({time} < now={self.now})")
+        self._sequence += 1
+        heapq.heappush(self._heap, (time, self._sequence, callback, args))
+
+    def after(self, delay: float, callback: Callable[..., None], *args: Any) -> None:
+        """Schedule ``callback(*args)`` ``delay`` seconds from now."""
+        self.at(self.now + delay, callback, *args)
+
+    def run(self, until: float | None = None) -> float:
+        """Process events until none remain (or the next is after ``until``); return ``now``."""
+        heap = self._heap
+        while heap:
+            if until is not None and heap[0][0] > until:
+                self.now = until
+                break
+            time, _, callback, args = heapq.heappop(heap)
+            self.now = time
+            self.events_processed += 1
+            callback(*args)
+        return self.now
