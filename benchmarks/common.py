@@ -1,0 +1,46 @@
+"""Shared helpers for the benchmark scripts: machine description and BENCHMARKS.md sections.
+
+Each benchmark script owns one section of BENCHMARKS.md, delimited by HTML comments, and
+rewrites only that section, so scripts can be run independently.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+BENCHMARKS_FILE = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
+_HEADER = "# dlsched benchmarks\n\nRegenerate a section with `python benchmarks/<script>.py`.\n"
+
+
+def machine_note() -> str:
+    """One line naming the machine the numbers were taken on."""
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+
+
+def best_of(function: Callable[[], object], repeats: int = 3) -> float:
+    """Fastest wall time of ``repeats`` calls, seconds."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def write_section(name: str, markdown: str) -> None:
+    """Replace (or append) the section ``name`` of BENCHMARKS.md with ``markdown``."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    text = BENCHMARKS_FILE.read_text() if BENCHMARKS_FILE.exists() else _HEADER
+    block = f"{start}\n{markdown.rstrip()}\n\n_Machine: {machine_note()}_\n{end}"
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        text = before + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    BENCHMARKS_FILE.write_text(text)
+    print(markdown)
