@@ -1,0 +1,103 @@
+"""Plan, simulate and score a collective in one call: the public entry point of the domain."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlsched.collectives.bounds import bytes_per_npu, ideal_time, order_mix_bound
+from dlsched.collectives.plan import CollectiveOp, CollectivePlan, IntraPolicy, validate_plan
+from dlsched.collectives.policies import POLICIES
+from dlsched.collectives.request import CollectiveRequest
+from dlsched.collectives.simulate import dim_resource, execute_plan
+from dlsched.errors import ConfigError
+from dlsched.hardware.topology import Topology
+from dlsched.sim.timeline import Timeline
+
+
+@dataclass(frozen=True)
+class DimensionStats:
+    """One dimension's share of the work: bytes sent per NPU, busy fraction (any stage active,
+    latency included) and bandwidth utilization (bytes / (bandwidth x time))."""
+
+    name: str
+    num_bytes: int
+    busy_fraction: float
+    bandwidth_utilization: float
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """Outcome of one collective: times in seconds, utilization as a fraction."""
+
+    plan: CollectivePlan
+    timeline: Timeline
+    time_s: float
+    ideal_s: float
+    bound_s: float
+    bytes_per_npu: float
+    dims: tuple[DimensionStats, ...]
+    events: int
+
+    @property
+    def utilization(self) -> float:
+        """Bandwidth utilization: ideal time / actual time (the Themis paper's metric)."""
+        return self.ideal_s / self.time_s
+
+    @property
+    def time_over_bound(self) -> float:
+        """Actual time / the provable order-mix lower bound (>= 1)."""
+        return self.time_s / self.bound_s
+
+
+def _choice(value: str, enum: type, field: str) -> object:
+    try:
+        return enum(value)
+    except ValueError:
+        accepted = ", ".join(repr(m.value) for m in enum)
+        raise ConfigError(f"{field}: unknown value {value!r}; accepted: {accepted}") from None
+
+
+def make_request(topology: Topology, op: str | CollectiveOp, size: int, num_chunks: int = 64,
+                 intra: str | IntraPolicy = IntraPolicy.SCF,
+                 concurrency: int = 1) -> CollectiveRequest:
+    """Validate user-facing arguments (ConfigError naming the field) and build a request."""
+    if size < 1:
+        raise ConfigError(f"size: must be at least 1 byte (got {size})")
+    if not 1 <= num_chunks <= size:
+        raise ConfigError(f"chunks: must be between 1 and the size in bytes (got {num_chunks})")
+    if concurrency < 1:
+        raise ConfigError(f"concurrency: must be >= 1 chunk per dimension (got {concurrency})")
+    return CollectiveRequest(topology, _choice(op, CollectiveOp, "op"), size, num_chunks,
+                             _choice(intra, IntraPolicy, "intra"), concurrency)
+
+
+def score_plan(plan: CollectivePlan) -> CollectiveResult:
+    """Validate and simulate a plan and compute its metrics."""
+    validate_plan(plan)
+    execution = execute_plan(plan)
+    timeline, time_s = execution.timeline, execution.time
+    sent = timeline.bytes_by_resource()
+    dims = []
+    for index, dim in enumerate(plan.topology.dims):
+        name = dim_resource(plan, index)
+        num_bytes = sent.get(name, 0)
+        dims.append(DimensionStats(name, num_bytes, timeline.busy_fraction(name),
+                                   num_bytes / (dim.bandwidth * time_s)))
+    return CollectiveResult(
+        plan=plan, timeline=timeline, time_s=time_s,
+        ideal_s=ideal_time(plan.topology, plan.op, plan.size),
+        bound_s=order_mix_bound(plan.topology, plan.op, plan.size),
+        bytes_per_npu=bytes_per_npu(plan.topology, plan.op, plan.size),
+        dims=tuple(dims), events=execution.events,
+    )
+
+
+def run_collective(topology: Topology, op: str | CollectiveOp, size: int, num_chunks: int = 64,
+                   policy: str = "themis", intra: str | IntraPolicy = IntraPolicy.SCF,
+                   concurrency: int = 1) -> CollectiveResult:
+    """Plan a collective of ``size`` bytes per NPU with ``policy``, simulate it and score it."""
+    if policy not in POLICIES:
+        raise ConfigError(f"policy: unknown collective policy {policy!r}; accepted: "
+                          + ", ".join(repr(p) for p in POLICIES))
+    request = make_request(topology, op, size, num_chunks, intra, concurrency)
+    return score_plan(POLICIES[policy](request))
