@@ -70,12 +70,12 @@ def parse_bytes(value: str | int | float) -> int:
         number, unit = _split(str(value), "data size", "'100 MB', '1 GiB', '4096 B'")
     factor = _data_factor(unit or "B")
     if factor is None:
-        raise UnitError(f"unknown data-size unit {unit!r} in {value!r}; accepted: B, kB, MB, GB, TB, "
-                        "KiB, MiB, GiB, TiB (and bits: b, Mb, Gb)")
+        raise UnitError(f"unknown data-size unit {unit!r} in {value!r}; accepted: B, kB, MB, GB, "
+                        "TB, KiB, MiB, GiB, TiB (and bits: b, Mb, Gb)")
     result = number * factor
     if not math.isfinite(result):
         raise UnitError(f"data size {value!r} is not finite")
-    return int(round(result))
+    return round(result)
 
 
 def parse_bandwidth(value: str | int | float) -> float:

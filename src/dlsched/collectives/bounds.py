@@ -17,13 +17,13 @@ from functools import cache
 
 import numpy as np
 
+from dlsched.collectives.order_mix import min_max_mix
 from dlsched.collectives.plan import (
     ChunkRoute,
     CollectiveOp,
     route_from_order,
     route_stage_data,
 )
-from dlsched.collectives.order_mix import min_max_mix
 from dlsched.hardware.topology import Topology
 
 

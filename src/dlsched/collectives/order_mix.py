@@ -13,9 +13,12 @@ import numpy as np
 from scipy.optimize import linprog
 
 
-def min_max_mix(columns: Sequence[np.ndarray],
-                groups: Sequence[Sequence[int]]) -> tuple[np.ndarray, float]:
-    """Weights per column and the minimal max over dimensions of the weighted load."""
+def min_max_mix(columns: Sequence[np.ndarray], groups: Sequence[Sequence[int]],
+                offset: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """Weights per column and the minimal max over dimensions of ``offset`` + weighted load.
+
+    ``offset`` (seconds per dimension, default 0) is load every mix pays, such as step latency.
+    """
     num = len(columns)
     cost = np.zeros(num + 1)
     cost[-1] = 1.0
@@ -24,7 +27,8 @@ def min_max_mix(columns: Sequence[np.ndarray],
     a_eq = np.zeros((len(groups), num + 1))
     for row, group in enumerate(groups):
         a_eq[row, list(group)] = 1.0
-    result = linprog(cost, A_ub=a_ub, b_ub=np.zeros(load_matrix.shape[0]), A_eq=a_eq,
+    b_ub = np.zeros(load_matrix.shape[0]) if offset is None else -np.asarray(offset, float)
+    result = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq,
                      b_eq=np.ones(len(groups)), bounds=[(0, None)] * (num + 1), method="highs")
     if result.status != 0:
         raise RuntimeError(f"order-mix LP failed: {result.message}")

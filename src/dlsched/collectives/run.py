@@ -48,6 +48,22 @@ class CollectiveResult:
         """Actual time / the provable order-mix lower bound (>= 1)."""
         return self.time_s / self.bound_s
 
+    def row(self) -> dict[str, object]:
+        """A flat record for tables, CSV and JSON (seconds, bytes, fractions)."""
+        plan = self.plan
+        record: dict[str, object] = {
+            "topology": plan.topology.name, "op": plan.op.value, "size_bytes": plan.size,
+            "chunks": len(plan.routes), "policy": plan.policy, "intra": plan.intra.value,
+            "concurrency": plan.concurrency, "time_s": self.time_s, "ideal_s": self.ideal_s,
+            "bound_s": self.bound_s, "utilization": self.utilization,
+            "time_over_bound": self.time_over_bound, "bytes_per_npu": self.bytes_per_npu,
+        }
+        for index, dim in enumerate(self.dims, start=1):
+            record[f"dim{index}_bytes"] = dim.num_bytes
+            record[f"dim{index}_busy"] = dim.busy_fraction
+            record[f"dim{index}_bw_util"] = dim.bandwidth_utilization
+        return record
+
 
 def _choice(value: str, enum: type, field: str) -> object:
     try:

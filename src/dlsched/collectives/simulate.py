@@ -5,7 +5,8 @@ slot for its fixed latency (steps x step latency, no bandwidth used) and then fo
 which shares the dimension's bandwidth equally with the other transfers in flight. When a slot
 is free the dimension takes the next waiting stage: FIFO by arrival, or SCF (smallest chunk
 first: the stage with the fewest bytes to send on this dimension, i.e. the smallest of the
-stage's larger side, input or output; ties by arrival). All chunks are ready at time 0, in chunk order.
+stage's larger side, input or output; ties by arrival). All chunks are ready at time 0, in
+chunk order.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ class _Dimension:
 class _Run:
     """State of one simulation; ``run()`` executes the plan."""
 
-    def __init__(self, plan: CollectivePlan) -> None:
+    def __init__(self, plan: CollectivePlan, record: bool) -> None:
         self.plan = plan
+        self.record = record
         self.engine = Engine()
         self.dims = [_Dimension(self.engine, plan, d) for d in range(len(plan.topology.dims))]
         self.stage_data = [route_stage_data(plan.topology, plan.op, r) for r in plan.routes]
@@ -89,11 +91,12 @@ class _Run:
     def _finish(self, chunk: int, start: float) -> None:
         stage, _, sent = self.stage_data[chunk][self.position[chunk]]
         dim = self.dims[stage.dim]
-        self.spans.append(Span(
-            resource=dim.resource, start=start, end=self.engine.now, kind=stage.phase.value,
-            label=f"c{chunk} {stage.phase.value}", num_bytes=round(sent), group="network",
-            args={"chunk": chunk, "stage": self.position[chunk], "phase": stage.phase.value},
-        ))
+        if self.record:
+            self.spans.append(Span(
+                resource=dim.resource, start=start, end=self.engine.now, kind=stage.phase.value,
+                label=f"c{chunk} {stage.phase.value}", num_bytes=round(sent), group="network",
+                args={"chunk": chunk, "stage": self.position[chunk], "phase": stage.phase.value},
+            ))
         dim.free += 1
         self.position[chunk] += 1
         if self.position[chunk] < len(self.stage_data[chunk]):
@@ -103,6 +106,7 @@ class _Run:
         self._dispatch(stage.dim)
 
 
-def execute_plan(plan: CollectivePlan) -> Execution:
-    """Simulate ``plan`` (assumed valid) and return its timeline and completion time (s)."""
-    return _Run(plan).run()
+def execute_plan(plan: CollectivePlan, record: bool = True) -> Execution:
+    """Simulate ``plan`` (assumed valid) and return its timeline and completion time (s);
+    ``record=False`` skips building the timeline (for searches that only need the time)."""
+    return _Run(plan, record).run()

@@ -3,8 +3,8 @@
 from dlsched.hardware.topology import (
     DEFAULT_ALGORITHM,
     DimAlgorithm,
-    DimKind,
     Dimension,
+    DimKind,
     Topology,
 )
 from dlsched.hardware.topology_config import (

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
-from dlsched.hardware.topology import DimAlgorithm, DimKind, Dimension, Topology
+from dlsched.hardware.topology import DimAlgorithm, Dimension, DimKind, Topology
 from dlsched.units import parse_bandwidth, parse_time
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from dlsched.sim.timeline import Timeline  # noqa: E402
-from dlsched.units import format_time  # noqa: E402
+from dlsched.sim.timeline import Timeline
+from dlsched.units import format_time
 
 _TIME_SCALES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
 

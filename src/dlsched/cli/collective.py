@@ -1,0 +1,112 @@
+"""``dlsched collective``, ``dlsched topologies`` and ``dlsched reproduce themis``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from dlsched.cli.options import console, emit_rows, suffixed
+from dlsched.cli.themis_reproduction import reproduce_themis
+from dlsched.collectives import POLICIES, CollectiveResult, run_collective
+from dlsched.errors import ConfigError
+from dlsched.hardware import load_topology, preset_description, preset_names
+from dlsched.report import Column, plot_timeline, render_table, write_chrome_trace
+from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
+from dlsched.units import format_bandwidth, format_bytes, format_time, parse_bytes
+
+DEFAULT_TOPOLOGY = "4D-Ring_FC_Ring_SW"
+
+SUMMARY_COLUMNS = [
+    Column("policy", "policy", justify="left"),
+    Column("intra", "intra", justify="left"),
+    Column("chunks", "chunks"),
+    Column("time_s", "time (ms)", seconds_as_ms),
+    Column("ideal_s", "ideal (ms)", seconds_as_ms),
+    Column("bound_s", "bound (ms)", seconds_as_ms),
+    Column("utilization", "BW util (%)", as_percent),
+    Column("time_over_bound", "time/bound", as_ratio),
+    Column("speedup", "speedup vs first", as_ratio),
+]
+
+
+def _dimension_table(result: CollectiveResult) -> Table:
+    table = Table(title=f"{result.plan.policy}: per dimension")
+    for header in ("dimension", "bytes sent per NPU (MB)", "busy (%)", "BW util (%)"):
+        table.add_column(header, justify="right")
+    for dim in result.dims:
+        table.add_row(dim.name, f"{dim.num_bytes / 1e6:.2f}", as_percent(dim.busy_fraction),
+                      as_percent(dim.bandwidth_utilization))
+    return table
+
+
+def _policies(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in POLICIES]
+    if unknown or not names:
+        raise ConfigError(f"policy: unknown {unknown or text!r}; accepted: "
+                          + ", ".join(POLICIES) + " (comma-separated for several)")
+    return names
+
+
+def collective(
+    topology: Annotated[str, typer.Option(help="Preset name or YAML/JSON file.")]
+    = DEFAULT_TOPOLOGY,
+    op: Annotated[str, typer.Option(help="all-reduce, reduce-scatter, all-gather, all-to-all")]
+    = "all-reduce",
+    size: Annotated[str, typer.Option(help="Buffer per NPU, e.g. '1 GB', '256 MiB'.")] = "1 GB",
+    chunks: Annotated[int, typer.Option(help="Number of chunks.")] = 64,
+    policy: Annotated[str, typer.Option(help="Policies, comma-separated: "
+                                        + ", ".join(POLICIES))] = "baseline,themis,balanced",
+    intra: Annotated[str, typer.Option(help="Intra-dimension order: fifo or scf.")] = "scf",
+    concurrency: Annotated[int, typer.Option(help="Chunks a dimension runs at once.")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+    = False,
+    csv: Annotated[Path | None, typer.Option(help="Write result rows as CSV.")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Chrome-trace JSON (Perfetto).")] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG of per-dimension activity.")] = None,
+) -> None:
+    """Simulate one chunked collective under one or more policies and compare them."""
+    net = load_topology(topology)
+    names = _policies(policy)
+    results = [run_collective(net, op, parse_bytes(size), chunks, name, intra, concurrency)
+               for name in names]
+    rows = [r.row() | {"speedup": results[0].time_s / r.time_s} for r in results]
+    for result in results:
+        many = len(results) > 1
+        if trace is not None:
+            write_chrome_trace(result.timeline, suffixed(trace, result.plan.policy, many))
+        if plot is not None:
+            title = f"{net.name} {op} {size}, {result.plan.policy}"
+            plot_timeline(result.timeline, suffixed(plot, result.plan.policy, many), title,
+                          color_by="chunk")
+    if not json_out:
+        title = (f"{op} of {format_bytes(parse_bytes(size))} per NPU on {net.name} "
+                 f"({net.shape}, {net.num_npus} NPUs)")
+        render_table(rows, SUMMARY_COLUMNS, title, console)
+        for result in results:
+            console.print(_dimension_table(result))
+    emit_rows(rows, json_out, csv)
+
+
+def topologies() -> None:
+    """List the bundled topology presets (bandwidth per NPU, latency per step)."""
+    table = Table(title="topology presets (bandwidth: aggregate per NPU; latency: per step)")
+    for header in ("name", "shape", "NPUs", "dimensions (kind bandwidth latency algorithm)",
+                   "description"):
+        table.add_column(header)
+    for name in preset_names():
+        net = load_topology(name)
+        dims = "\n".join(f"{d.kind.value} {format_bandwidth(d.bandwidth)} "
+                         f"{format_time(d.latency)} {d.algorithm.value}" for d in net.dims)
+        table.add_row(name, net.shape, str(net.num_npus), dims, preset_description(name))
+    console.print(table)
+
+
+def register(app: typer.Typer, reproduce: typer.Typer) -> None:
+    """Add this module's commands to the CLI."""
+    app.command()(collective)
+    app.command()(topologies)
+    reproduce.command("themis")(reproduce_themis)

@@ -1,0 +1,78 @@
+"""``dlsched reproduce themis``: the Themis paper's single All-Reduce results beside ours."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+from statistics import mean
+from typing import Annotated, Any
+
+import typer
+
+from dlsched.cli.options import console, emit_rows
+from dlsched.cli.progress import progress_bar
+from dlsched.experiments import themis
+from dlsched.report import Column, render_table
+from dlsched.report.tables import as_percent, as_ratio
+
+SUMMARY_COLUMNS = [
+    Column("policy", "policy", justify="left"),
+    Column("utilization", "avg BW util (%)", as_percent),
+    Column("paper_utilization", "paper (%)", as_percent),
+    Column("speedup", "avg speedup vs baseline", as_ratio),
+    Column("paper_speedup", "paper", as_ratio),
+    Column("max_speedup", "max speedup", as_ratio),
+    Column("worst_vs_themis_scf", "worst vs Themis+SCF", as_ratio),
+]
+
+LATENCY_TITLES = {
+    "table": "with the step latencies of the paper's Table 2",
+    "zero": "with zero step latency (as the published artifact's ~1 ns links)",
+}
+
+
+def _pivot(rows: list[dict[str, Any]], sweep: str, latency: str,
+           key: str | None) -> list[dict[str, Any]]:
+    """One row per topology (and ``key`` value), one utilization column per policy (mean)."""
+    cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row["sweep"] == sweep and row["latency"] == latency:
+            group = (row["topology"], row[key] if key else None)
+            cells[group][row["policy"]].append(row["utilization"])
+    return [{"topology": topo, "value": value} | {p: mean(u) for p, u in policies.items()}
+            for (topo, value), policies in cells.items()]
+
+
+def _policy_columns(first: list[Column]) -> list[Column]:
+    labels = [label for label, *_ in themis.VARIANTS]
+    return [Column("topology", "topology", justify="left"), *first] + [
+        Column(label, f"{label} (%)", as_percent) for label in labels]
+
+
+def _print_tables(rows: list[dict[str, Any]]) -> None:
+    summary = themis.summarize(rows)
+    for latency, description in LATENCY_TITLES.items():
+        render_table([s for s in summary if s["latency"] == latency], SUMMARY_COLUMNS,
+                     f"All-Reduce 100 MB-1 GB, 64 chunks, 6 topologies x {len(themis.SIZES)} "
+                     f"sizes, {description}", console)
+        render_table(_pivot(rows, "size", latency, None), _policy_columns([]),
+                     f"bandwidth utilization per topology (mean over sizes), {latency} latency",
+                     console)
+        render_table(_pivot(rows, "chunks", latency, "chunks"),
+                     _policy_columns([Column("value", "chunks")]),
+                     f"chunk sweep, 100 MB All-Reduce, {latency} latency: bandwidth utilization",
+                     console)
+
+
+def reproduce_themis(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
+    csv: Annotated[Path | None, typer.Option(help="Write all rows as CSV.")] = None,
+    workers: Annotated[int, typer.Option(help="Processes to run scenarios in.")]
+    = min(2, os.cpu_count() or 1),
+) -> None:
+    """Six topologies x All-Reduce 100 MB-1 GB and the chunk sweep, with and without latency."""
+    rows = themis.reproduce(workers, progress_bar("simulating", json_out))
+    if not json_out:
+        _print_tables(rows)
+    emit_rows(rows, json_out, csv, {"summary": themis.summarize(rows)} if json_out else None)

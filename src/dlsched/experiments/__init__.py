@@ -1,0 +1,1 @@
+"""Reproductions of the papers' tables: each returns rows plus the published numbers."""
