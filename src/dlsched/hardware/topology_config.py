@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
@@ -29,6 +29,11 @@ class DimensionSpec(BaseModel):
     _bandwidth = field_validator("bandwidth", mode="before")(lambda v: parse_bandwidth(v))
     _latency = field_validator("latency", mode="before")(lambda v: parse_time(v))
 
+    @model_validator(mode="after")
+    def _check(self) -> DimensionSpec:
+        self.build()
+        return self
+
     def build(self) -> Dimension:
         """The validated Dimension."""
         return Dimension(self.kind, self.size, self.bandwidth, self.latency, self.algorithm)
@@ -46,8 +51,6 @@ class TopologySpec(BaseModel):
     def _check_dims(cls, dims: list[DimensionSpec]) -> list[DimensionSpec]:
         if not dims:
             raise ValueError("a topology needs at least one dimension")
-        for dim in dims:
-            dim.build()
         return dims
 
     def build(self) -> Topology:
