@@ -2,6 +2,7 @@
 
 import csv
 import io
+import itertools
 import json
 
 from dlsched.collectives import run_collective
@@ -30,7 +31,7 @@ def test_trace_has_a_track_per_dimension_and_lane_without_overlaps(tmp_path):
         tracks.setdefault((event["pid"], event["tid"]), []).append(event)
     for events in tracks.values():
         events.sort(key=lambda e: e["ts"])
-        for a, b in zip(events, events[1:], strict=False):
+        for a, b in itertools.pairwise(events):
             assert a["ts"] + a["dur"] <= b["ts"] + 1e-6
     end_us = max(e["ts"] + e["dur"] for e in spans)
     assert abs(end_us - result.time_s * 1e6) < 1e-3
