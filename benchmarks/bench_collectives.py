@@ -1,24 +1,19 @@
 """Collective simulator speed: one 1 GB All-Reduce, engine events/s, and `reproduce themis`.
 
-Run: ``python benchmarks/bench_collectives.py`` (rewrites its section of BENCHMARKS.md).
+Run: ``python -m benchmarks.bench_collectives`` (rewrites its section of BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import best_of, write_section  # noqa: E402
-
-from dlsched.collectives import run_collective  # noqa: E402
-from dlsched.collectives.policies import POLICIES  # noqa: E402
-from dlsched.collectives.run import make_request  # noqa: E402
-from dlsched.collectives.simulate import execute_plan  # noqa: E402
-from dlsched.experiments import themis  # noqa: E402
-from dlsched.hardware import load_topology  # noqa: E402
+from benchmarks.common import best_of, write_section
+from dlsched.collectives import run_collective
+from dlsched.collectives.policies import POLICIES
+from dlsched.collectives.run import make_request
+from dlsched.collectives.simulate import execute_plan
+from dlsched.experiments import themis
+from dlsched.hardware import load_topology
 
 TOPOLOGY = "4D-Ring_FC_Ring_SW"
 

@@ -16,7 +16,7 @@ def test_collective_json_compares_policies(run_cli, tmp_path):
         assert row["time_s"] >= row["bound_s"] >= row["ideal_s"] * (1 - 1e-12)
         assert 0 < row["utilization"] <= 1
     assert (tmp_path / "t-themis.json").exists()
-    assert (tmp_path / "p-balanced.png").exists()
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_collective_table_names_units(run_cli, tmp_path):

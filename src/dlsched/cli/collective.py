@@ -13,7 +13,7 @@ from dlsched.cli.themis_reproduction import reproduce_themis
 from dlsched.collectives import POLICIES, CollectiveResult, run_collective
 from dlsched.errors import ConfigError
 from dlsched.hardware import load_topology, preset_description, preset_names
-from dlsched.report import Column, plot_timeline, render_table, write_chrome_trace
+from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
 from dlsched.units import format_bandwidth, format_bytes, format_time, parse_bytes
 
@@ -66,7 +66,9 @@ def collective(
     = False,
     csv: Annotated[Path | None, typer.Option(help="Write result rows as CSV.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Chrome-trace JSON (Perfetto).")] = None,
-    plot: Annotated[Path | None, typer.Option(help="PNG of per-dimension activity.")] = None,
+    plot: Annotated[Path | None,
+                    typer.Option(help="PNG of per-dimension activity, a panel per policy.")]
+    = None,
 ) -> None:
     """Simulate one chunked collective under one or more policies and compare them."""
     net = load_topology(topology)
@@ -74,14 +76,14 @@ def collective(
     results = [run_collective(net, op, parse_bytes(size), chunks, name, intra, concurrency)
                for name in names]
     rows = [r.row() | {"speedup": results[0].time_s / r.time_s} for r in results]
-    for result in results:
-        many = len(results) > 1
-        if trace is not None:
-            write_chrome_trace(result.timeline, suffixed(trace, result.plan.policy, many))
-        if plot is not None:
-            title = f"{net.name} {op} {size}, {result.plan.policy}"
-            plot_timeline(result.timeline, suffixed(plot, result.plan.policy, many), title,
-                          color_by="chunk")
+    if trace is not None:
+        for result in results:
+            write_chrome_trace(result.timeline,
+                               suffixed(trace, result.plan.policy, len(results) > 1))
+    if plot is not None:
+        plot_timelines([(f"{net.name} {op} {size}: {r.plan.policy}, {len(r.plan.routes)} chunks, "
+                         f"{r.plan.concurrency} per dimension", r.timeline) for r in results],
+                       plot, color_by="chunk")
     if not json_out:
         title = (f"{op} of {format_bytes(parse_bytes(size))} per NPU on {net.name} "
                  f"({net.shape}, {net.num_npus} NPUs)")

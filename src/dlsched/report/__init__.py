@@ -1,12 +1,13 @@
 """Reports computed from Timelines and result rows: tables, CSV/JSON, Chrome traces, PNG plots."""
 
 from dlsched.report.chrome_trace import trace_events, write_chrome_trace
-from dlsched.report.plots import plot_timeline
+from dlsched.report.plots import plot_timeline, plot_timelines
 from dlsched.report.tables import Column, render_table, rows_to_csv, to_json, write_text
 
 __all__ = [
     "Column",
     "plot_timeline",
+    "plot_timelines",
     "render_table",
     "rows_to_csv",
     "to_json",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 
 from dlsched.sim.timeline import Timeline
 from dlsched.units import format_time
@@ -22,25 +24,21 @@ def _time_scale(seconds: float) -> tuple[float, str]:
     return _TIME_SCALES[-1]
 
 
-def plot_timeline(timeline: Timeline, path: str | Path, title: str = "",
-                  color_by: str = "kind") -> Path:
-    """Draw a Gantt chart, one row per (resource, lane), and save it as PNG at ``path``.
+def _rows(timeline: Timeline, lanes: list[int]) -> dict[tuple[str, int], int]:
+    """Row index of each (resource, lane): resources in order of appearance, lanes ascending."""
+    used: dict[str, set[int]] = {}
+    for span, lane in zip(timeline.spans, lanes, strict=True):
+        used.setdefault(span.resource, set()).add(lane)
+    keys = [(resource, lane) for resource in timeline.resources()
+            for lane in sorted(used[resource])]
+    return {key: index for index, key in enumerate(keys)}
 
-    ``color_by`` is ``"kind"`` or an ``args`` key (e.g. ``"chunk"``) that picks each bar's
-    color. The x axis is simulated time in an automatically chosen unit (stated on the axis).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+
+def _draw(axes: Axes, timeline: Timeline, title: str, color_by: str, scale: float,
+          keys: dict[object, int]) -> None:
     lanes = timeline.lanes()
-    rows: dict[tuple[str, int], int] = {}
-    for resource in timeline.resources():
-        for span, lane in zip(timeline.spans, lanes, strict=True):
-            if span.resource == resource:
-                rows.setdefault((resource, lane), len(rows))
-    scale, unit = _time_scale(max(timeline.end, 1e-12))
+    rows = _rows(timeline, lanes)
     cmap = plt.get_cmap("tab20")
-    keys: dict[object, int] = {}
-    figure, axes = plt.subplots(figsize=(11, 1.2 + 0.45 * max(len(rows), 1)))
     for span, lane in zip(timeline.spans, lanes, strict=True):
         key = span.kind if color_by == "kind" else span.args.get(color_by, span.kind)
         color = cmap(keys.setdefault(key, len(keys)) % 20)
@@ -49,11 +47,36 @@ def plot_timeline(timeline: Timeline, path: str | Path, title: str = "",
     axes.set_yticks(list(rows.values()))
     axes.set_yticklabels([r if lane == 0 else f"{r} #{lane}" for r, lane in rows])
     axes.invert_yaxis()
-    axes.set_xlabel(f"time ({unit})")
-    heading = title or "timeline"
-    axes.set_title(f"{heading}  (makespan {format_time(timeline.makespan)})")
+    axes.set_title(f"{title or 'timeline'}  (makespan {format_time(timeline.makespan)})")
     axes.grid(axis="x", alpha=0.3)
+
+
+def plot_timelines(panels: Sequence[tuple[str, Timeline]], path: str | Path,
+                   color_by: str = "kind") -> Path:
+    """Draw one Gantt chart per (title, timeline), stacked on a shared time axis, as PNG.
+
+    Each row is a (resource, lane); ``color_by`` is ``"kind"`` or an ``args`` key (e.g.
+    ``"chunk"``) that picks each bar's color. The time unit is chosen automatically and stated
+    on the axis.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scale, unit = _time_scale(max(max(t.end for _, t in panels), 1e-12))
+    heights = [max(len(_rows(t, t.lanes())), 1) for _, t in panels]
+    figure, axes_list = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
+                                     figsize=(11, 1.0 + 0.4 * sum(heights) + 0.6 * len(panels)),
+                                     gridspec_kw={"height_ratios": heights})
+    keys: dict[object, int] = {}
+    for axes, (title, timeline) in zip(axes_list[:, 0], panels, strict=True):
+        _draw(axes, timeline, title, color_by, scale, keys)
+    axes_list[-1, 0].set_xlabel(f"time ({unit})")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def plot_timeline(timeline: Timeline, path: str | Path, title: str = "",
+                  color_by: str = "kind") -> Path:
+    """Draw one timeline as a Gantt chart PNG (see ``plot_timelines``)."""
+    return plot_timelines([(title, timeline)], path, color_by)
