@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 BENCHMARKS_FILE = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
-_HEADER = "# dlsched benchmarks\n\nRegenerate a section with `python -m benchmarks.<script>` from the repository root.\n"
+_HEADER = ("# dlsched benchmarks\n\nRegenerate a section with `python -m benchmarks.<script>` "
+           "from the repository root.\n")
 
 
 def machine_note() -> str:
