@@ -4,23 +4,29 @@ Themis balances dimensions greedily, one chunk at a time, from predicted loads. 
 instead solves for the mix of dimension orders that minimises the most-loaded dimension exactly
 (an LP over the D! orders, see ``order_mix``), then hands orders to chunks so that every prefix
 of the chunk sequence follows that mix as closely as possible (largest deficit first), which
-also starts different chunks on different dimensions and fills the pipeline quickly.
+also starts different chunks on different dimensions and fills the pipeline quickly. With step
+latency, a second mix also counts each dimension's latency as fixed load, which moves transfer
+work off latency-heavy dimensions.
 
-Load balance is not the whole story: pipeline fill and drain, and the step latency every
-chunk-stage pays, cost time too. So the policy builds a handful of candidate plans — order
-source (the exact mix, or Themis's greedy orders) x chunking (the requested count, and with
-step latency also 1/2 and 1/4 as many chunks; equal sizes or sizes tapered at both ends so
-fill and drain are short) x concurrency (the requested one, and with step latency 2x and 4x
-as many chunks per dimension, so one chunk's latency overlaps another's transfer) x, with step
-latency, a third order source: the exact mix that also counts each dimension's step latency
-as fixed load, which moves transfer work off latency-heavy dimensions — simulates
-each and keeps the fastest. Themis's own plan is among the candidates, so "balanced" is never
-slower than Themis under the same intra-dimension order.
-"""
+Load balance is not the whole story: pipeline fill and drain, and the step latency that every
+chunk-stage pays, cost time too. So the policy searches, scoring each candidate by simulation:
+
+1. the baseline's and Themis's own plans (so "balanced" is never slower than either under the
+   same intra-dimension order);
+2. the exact mix at the requested concurrency and, with step latency, at 2x and 4x as many
+   chunks per dimension (one chunk's latency then overlaps another's transfer); the fastest
+   concurrency is kept for step 3;
+3. at that concurrency, every chunking — the requested count, 2x and 4x as many while that
+   stays within 64 chunks, and with step latency 1/2 and 1/4 as many; equal sizes, or sizes
+   tapered at both ends so fill and drain are short — with every order source (baseline,
+   Themis, exact mix, latency-aware mix).
+
+The fastest plan wins (ties: the first found)."""
 
 from __future__ import annotations
 
 import itertools
+import math
 from functools import cache
 
 import numpy as np
@@ -35,6 +41,7 @@ from dlsched.collectives.plan import (
     route_from_order,
     weighted_chunks,
 )
+from dlsched.collectives.policies.baseline import baseline_order, baseline_plan
 from dlsched.collectives.policies.themis import themis_orders
 from dlsched.collectives.request import CollectiveRequest
 from dlsched.collectives.simulate import execute_plan
@@ -42,6 +49,8 @@ from dlsched.hardware.topology import Topology
 
 # Relative chunk weights at each end of a tapered chunking (the middle chunks weigh 1).
 TAPER = (0.25, 0.5)
+# Requests for fewer chunks than this also try 2x and 4x as many (up to this count).
+MORE_CHUNKS_UP_TO = 64
 
 
 @cache
@@ -81,6 +90,8 @@ def mix_orders(topology: Topology, op: CollectiveOp, chunk_sizes: list[int],
 
 def _chunkings(request: CollectiveRequest, has_latency: bool) -> list[list[int]]:
     counts = [request.num_chunks]
+    more = (2 * request.num_chunks, 4 * request.num_chunks)
+    counts += [c for c in more if c <= MORE_CHUNKS_UP_TO]
     if has_latency:
         counts += [c for c in (request.num_chunks // 2, request.num_chunks // 4) if c >= 2]
     chunkings = []
@@ -92,28 +103,50 @@ def _chunkings(request: CollectiveRequest, has_latency: bool) -> list[list[int]]
     return [c for c in chunkings if min(c) > 0]
 
 
-def candidate_plans(request: CollectiveRequest) -> list[CollectivePlan]:
-    """Every distinct plan the search compares, Themis's equal-chunk plan first."""
+def _order_sets(request: CollectiveRequest, sizes: list[int],
+                concurrency: int) -> list[list[tuple[int, ...]]]:
     topology, op = request.topology, request.op
-    has_latency = any(d.latency > 0 for d in topology.dims)
-    concurrencies = [request.concurrency]
-    if has_latency:
-        concurrencies += [2 * request.concurrency, 4 * request.concurrency]
-    plans: dict[tuple, CollectivePlan] = {}
-    for sizes in _chunkings(request, has_latency):
-        for concurrency in concurrencies:
-            order_sets = [themis_orders(topology, op, sizes), mix_orders(topology, op, sizes)]
-            if has_latency:
-                offset = latency_load(topology, op, len(sizes), concurrency)
-                order_sets.append(mix_orders(topology, op, sizes, offset))
-            for orders in order_sets:
-                key = (tuple(sizes), tuple(orders), concurrency)
-                plans.setdefault(key, request.plan("balanced", sizes, orders, concurrency))
-    return list(plans.values())
+    sets = [[baseline_order(len(topology.dims), op)] * len(sizes),
+            themis_orders(topology, op, sizes), mix_orders(topology, op, sizes)]
+    if any(d.latency > 0 for d in topology.dims):
+        offset = latency_load(topology, op, len(sizes), concurrency)
+        sets.append(mix_orders(topology, op, sizes, offset))
+    return sets
+
+
+class _Search:
+    """Simulates candidate plans once each and remembers the fastest."""
+
+    def __init__(self, request: CollectiveRequest) -> None:
+        self.request = request
+        self.times: dict[tuple, float] = {}
+        self.best_time = math.inf
+        self.best_plan = baseline_plan(request)
+
+    def consider(self, sizes: list[int], orders: list[tuple[int, ...]],
+                 concurrency: int) -> float:
+        key = (tuple(sizes), tuple(orders), concurrency)
+        if key not in self.times:
+            plan = self.request.plan("balanced", sizes, orders, concurrency)
+            self.times[key] = execute_plan(plan, record=False).time
+            if self.times[key] < self.best_time:
+                self.best_time, self.best_plan = self.times[key], plan
+        return self.times[key]
 
 
 def balanced_plan(request: CollectiveRequest) -> CollectivePlan:
-    """The fastest candidate plan (ties: the earliest candidate)."""
-    plans = candidate_plans(request)
-    times = [execute_plan(plan, record=False).time for plan in plans]
-    return plans[int(np.argmin(times))]
+    """The fastest plan found by the three-step search described in the module docstring."""
+    has_latency = any(d.latency > 0 for d in request.topology.dims)
+    search = _Search(request)
+    equal = equal_chunks(request.size, request.num_chunks)
+    for orders in _order_sets(request, equal, request.concurrency)[:2]:
+        search.consider(equal, orders, request.concurrency)
+    concurrencies = [request.concurrency]
+    if has_latency:
+        concurrencies += [2 * request.concurrency, 4 * request.concurrency]
+    best_concurrency = min(concurrencies, key=lambda c: search.consider(
+        equal, _order_sets(request, equal, c)[-1], c))
+    for sizes in _chunkings(request, has_latency):
+        for orders in _order_sets(request, sizes, best_concurrency):
+            search.consider(sizes, orders, best_concurrency)
+    return search.best_plan
