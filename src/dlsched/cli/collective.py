@@ -66,6 +66,8 @@ def collective(
     = False,
     csv: Annotated[Path | None, typer.Option(help="Write result rows as CSV.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Chrome-trace JSON (Perfetto).")] = None,
+    show_plan: Annotated[bool, typer.Option(help="Print each chunk's size and stage order.")]
+    = False,
     plot: Annotated[Path | None,
                     typer.Option(help="PNG of per-dimension activity, a panel per policy.")]
     = None,
@@ -90,6 +92,9 @@ def collective(
         render_table(rows, SUMMARY_COLUMNS, title, console)
         for result in results:
             console.print(_dimension_table(result))
+            if show_plan:
+                console.print(f"{result.plan.policy} plan (stage = phase + 0-based dimension):\n"
+                              f"{result.plan}", highlight=False)
     emit_rows(rows, json_out, csv)
 
 
