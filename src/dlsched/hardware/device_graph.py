@@ -1,0 +1,165 @@
+"""Device graphs: arbitrary GPUs and the links between every pair, for pipeline mapping.
+
+Units: ``flops`` is a GPU's sustained FLOP/s, ``memory`` bytes, ``bandwidth[i][j]`` bytes/s
+from GPU ``i`` to GPU ``j`` and ``latency[i][j]`` seconds per transfer. A graph is built from
+per-server groups (NVLink/PCIe inside, a NIC between servers), from a full matrix, or from a
+multi-dimensional ``Topology`` of the Themis issue; all three load from YAML/JSON.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from dlsched.config import load_document
+from dlsched.errors import ConfigError
+from dlsched.hardware.topology import Topology
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU: sustained compute ``flops`` (FLOP/s), ``memory`` (bytes), its ``server`` index."""
+
+    name: str
+    flops: float
+    memory: int
+    server: int = 0
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceGraph:
+    """GPUs and a full pairwise link matrix (bandwidth B/s, latency s; the diagonal is unused)."""
+
+    name: str
+    devices: tuple[Device, ...]
+    bandwidth: np.ndarray
+    latency: np.ndarray
+
+    def __post_init__(self) -> None:
+        n = len(self.devices)
+        if n == 0:
+            raise ConfigError("devices: a device graph needs at least one GPU")
+        for field, matrix in (("bandwidth", self.bandwidth), ("latency", self.latency)):
+            if matrix.shape != (n, n):
+                raise ConfigError(f"{field}: expected a {n}x{n} matrix, got shape {matrix.shape}")
+        off = ~np.eye(n, dtype=bool)
+        if n > 1 and not (self.bandwidth[off] > 0).all():
+            raise ConfigError("bandwidth: every pair of distinct GPUs needs bandwidth > 0")
+        if (self.latency < 0).any():
+            raise ConfigError("latency: must be >= 0 s")
+        for device in self.devices:
+            if device.flops <= 0 or device.memory <= 0:
+                raise ConfigError(f"devices: {device.name} needs flops > 0 and memory > 0")
+
+    @property
+    def num_devices(self) -> int:
+        """Number of GPUs."""
+        return len(self.devices)
+
+    @property
+    def flops(self) -> np.ndarray:
+        """Per-GPU sustained FLOP/s as an array."""
+        return np.array([d.flops for d in self.devices])
+
+    def transfer_time(self, src: int, dst: int, num_bytes: float) -> float:
+        """Seconds to move ``num_bytes`` alone on the link ``src -> dst`` (0 on the same GPU)."""
+        if src == dst:
+            return 0.0
+        return float(self.latency[src, dst] + num_bytes / self.bandwidth[src, dst])
+
+    def describe(self) -> str:
+        """One line: GPU count, servers, FLOP/s and link bandwidth range."""
+        n = self.num_devices
+        servers = len({d.server for d in self.devices})
+        off = self.bandwidth[~np.eye(n, dtype=bool)] if n > 1 else np.array([0.0])
+        return (f"{self.name}: {n} GPUs in {servers} server(s), "
+                f"{min(self.flops) / 1e12:.4g}-{max(self.flops) / 1e12:.4g} TFLOP/s, "
+                f"links {off.min() / 1e9:.4g}-{off.max() / 1e9:.4g} GB/s")
+
+
+def server_graph(name: str, servers: list[tuple[int, float, int, float, float]],
+                 inter_bandwidth: float, inter_latency: float) -> DeviceGraph:
+    """GPUs grouped in servers: ``servers`` lists (count, flops, memory, intra bandwidth B/s,
+    intra latency s); GPUs of different servers talk over ``inter_bandwidth``/``inter_latency``."""
+    devices, owner = [], []
+    for index, (count, flops, memory, _, _) in enumerate(servers):
+        for local in range(count):
+            devices.append(Device(f"s{index}g{local}", flops, memory, index))
+            owner.append(index)
+    server_of = np.array(owner)
+    same = server_of[:, None] == server_of[None, :]
+    intra_bw = np.array([s[3] for s in servers])[server_of]
+    intra_lat = np.array([s[4] for s in servers])[server_of]
+    bandwidth = np.where(same, intra_bw[:, None], inter_bandwidth).astype(float)
+    latency = np.where(same, intra_lat[:, None], inter_latency).astype(float)
+    return DeviceGraph(name, tuple(devices), bandwidth, latency)
+
+
+def cluster_graph(num_servers: int, gpus_per_server: int, flops: float = 125e12,
+                  memory: int = 80 * 2**30, intra: tuple[float, float] = (300e9, 5e-6),
+                  inter: tuple[float, float] = (12.5e9, 10e-6)) -> DeviceGraph:
+    """A homogeneous cluster of ``num_servers`` x ``gpus_per_server`` GPUs (B/s, s per link)."""
+    spec = (gpus_per_server, flops, memory, *intra)
+    return server_graph(f"{num_servers}x{gpus_per_server}", [spec] * num_servers, *inter)
+
+
+def graph_from_topology(topology: Topology, count: int | None = None, flops: float = 400e12,
+                        memory: int = 80 * 2**30) -> DeviceGraph:
+    """The first ``count`` NPUs of a multi-dimensional topology: two NPUs talk over the
+    outermost dimension in which their coordinates differ (its per-NPU bandwidth and latency)."""
+    total = topology.num_npus
+    n = total if count is None else count
+    if not 1 <= n <= total:
+        raise ConfigError(f"count: {n} is outside 1..{total} NPUs of {topology.name}")
+    coords = np.array([_coordinates(rank, [d.size for d in topology.dims]) for rank in range(n)])
+    differs = coords[:, None, :] != coords[None, :, :]
+    outer = np.where(differs.any(axis=2),
+                     len(topology.dims) - 1 - np.argmax(differs[:, :, ::-1], axis=2), 0)
+    bandwidth = np.array([d.bandwidth for d in topology.dims])[outer]
+    latency = np.array([d.latency for d in topology.dims])[outer]
+    first = topology.dims[0].size
+    devices = tuple(Device(f"npu{rank}", flops, memory, rank // first) for rank in range(n))
+    return DeviceGraph(f"{topology.name}[{n}]", devices, bandwidth, latency)
+
+
+def _coordinates(rank: int, sizes: list[int]) -> list[int]:
+    coords = []
+    for size in sizes:
+        coords.append(rank % size)
+        rank //= size
+    return coords
+
+
+@cache
+def _preset_documents() -> dict:
+    text = resources.files("dlsched").joinpath("presets/devices.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def device_preset_names() -> list[str]:
+    """Names of the bundled device-graph presets."""
+    return list(_preset_documents())
+
+
+def device_preset_description(name: str) -> str:
+    """The one-line description of a preset."""
+    return str(_preset_documents()[name].get("description", ""))
+
+
+def load_devices(name_or_path: str | Path) -> DeviceGraph:
+    """A device-graph preset by name, or a YAML/JSON device-graph file by path."""
+    from dlsched.hardware.device_config import devices_from_data
+
+    presets = _preset_documents()
+    key = str(name_or_path)
+    if key in presets:
+        return devices_from_data({"name": key, **presets[key]}, f"preset {key}")
+    if Path(key).suffix.lower() in {".yaml", ".yml", ".json"}:
+        return devices_from_data(load_document(key), key)
+    raise ConfigError(f"devices: {key!r} is neither a preset nor a .yaml/.json file; presets: "
+                      + ", ".join(presets))

@@ -1,0 +1,131 @@
+"""Pipeline plans: stages (layer ranges and their GPUs) plus per-GPU action orders.
+
+A stage on ``r`` GPUs replicates its layers data-parallel; microbatch ``j`` runs on
+``devices[j % r]``. One GPU may host several stages (interleaved schedules). ``validate_plan``
+is the one checker every planner's output goes through; its error prints the whole grid with the
+failing action marked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dlsched.errors import ConfigError
+from dlsched.pipeline.actions import Action, format_orders
+
+
+class PlanError(ConfigError):
+    """A plan that breaks a rule; the message shows the per-GPU grid."""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Blocks ``first..last-1`` run on ``devices`` (several = data-parallel replicas)."""
+
+    first: int
+    last: int
+    devices: tuple[int, ...]
+
+    def device_for(self, microbatch: int) -> int:
+        """The replica that runs ``microbatch``."""
+        return self.devices[microbatch % len(self.devices)]
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """A complete plan: ``orders[k]`` is GPU ``k``'s action order (empty when unused)."""
+
+    planner: str
+    stages: tuple[Stage, ...]
+    orders: tuple[tuple[Action, ...], ...]
+    num_microbatches: int
+    notes: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def num_stages(self) -> int:
+        """Number of pipeline stages."""
+        return len(self.stages)
+
+    @property
+    def split_backward(self) -> bool:
+        """True when the schedule splits backwards into I and W."""
+        return any(a.kind == "I" for order in self.orders for a in order)
+
+    def schedule_text(self) -> str:
+        """The per-GPU orders as text (see ``actions.format_orders``)."""
+        return format_orders(self.orders)
+
+    def stages_text(self) -> str:
+        """One line per stage: blocks and GPUs."""
+        return "\n".join(f"stage {s}: blocks {st.first}..{st.last - 1} on GPUs "
+                         f"{','.join(map(str, st.devices))}" for s, st in enumerate(self.stages))
+
+
+def grid(orders: tuple[tuple[Action, ...], ...], mark: tuple[int, int] | None = None) -> str:
+    """The per-GPU grid; ``mark=(gpu, index)`` wraps that cell as ``>>2F0<<``."""
+    lines = []
+    for k, order in enumerate(orders):
+        cells = [f">>{a}<<" if mark == (k, i) else str(a) for i, a in enumerate(order)]
+        lines.append(f"gpu{k:<3}| " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def _fail(plan: PipelinePlan, message: str, mark: tuple[int, int] | None = None) -> PlanError:
+    return PlanError(f"invalid plan ({plan.planner}): {message}\n{grid(plan.orders, mark)}")
+
+
+def _check_stages(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None:
+    expected = 0
+    for s, stage in enumerate(plan.stages):
+        if stage.first != expected or stage.last <= stage.first:
+            raise _fail(plan, f"stage {s} covers blocks {stage.first}..{stage.last - 1}; "
+                        f"stages must cover blocks 0..{num_blocks - 1} in order, each non-empty")
+        bad = [d for d in stage.devices if not 0 <= d < num_devices]
+        if not stage.devices or bad or len(set(stage.devices)) != len(stage.devices):
+            raise _fail(plan, f"stage {s} devices {stage.devices}: need distinct GPUs in "
+                        f"0..{num_devices - 1}")
+        expected = stage.last
+    if expected != num_blocks:
+        raise _fail(plan, f"stages end at block {expected - 1}, the model has {num_blocks}")
+    if len(plan.orders) != num_devices:
+        raise _fail(plan, f"{len(plan.orders)} GPU orders for {num_devices} GPUs")
+
+
+def _required(plan: PipelinePlan, split: bool) -> dict[Action, int]:
+    kinds = ("F", "I", "W") if split else ("F", "B")
+    return {Action(s, kind, j): stage.device_for(j)
+            for s, stage in enumerate(plan.stages)
+            for j in range(plan.num_microbatches) for kind in kinds}
+
+
+def validate_plan(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None:
+    """Check a plan: stages cover the chain; each GPU runs exactly the actions of the
+    microbatches it owns, each once; F before B/I and I before W on every GPU."""
+    if plan.num_microbatches < 1:
+        raise PlanError(f"num_microbatches: {plan.num_microbatches} must be >= 1")
+    _check_stages(plan, num_blocks, num_devices)
+    required = _required(plan, plan.split_backward)
+    seen: set[Action] = set()
+    for k, order in enumerate(plan.orders):
+        for i, action in enumerate(order):
+            owner = required.get(action)
+            if owner != k or action in seen:
+                why = ("appears twice" if action in seen else "is not this GPU's work"
+                       if owner is not None else "is not part of this plan (stage, kind or "
+                       "microbatch out of range, or B mixed with I/W)")
+                raise _fail(plan, f"gpu{k} action {action} {why}", (k, i))
+            needs = _predecessor(action, plan.split_backward)
+            if needs is not None and needs not in seen:
+                raise _fail(plan, f"gpu{k} runs {action} before {needs}", (k, i))
+            seen.add(action)
+    missing = sorted(set(required) - seen)
+    if missing:
+        raise _fail(plan, "missing actions: " + " ".join(map(str, missing[:12])))
+
+
+def _predecessor(action: Action, split: bool) -> Action | None:
+    if action.kind in ("B", "I"):
+        return Action(action.stage, "F", action.microbatch)
+    if action.kind == "W":
+        return Action(action.stage, "I", action.microbatch)
+    return None

@@ -1,0 +1,54 @@
+"""What a pipeline planner is given: a chain, a device graph and the number of microbatches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlsched.errors import ConfigError
+from dlsched.hardware.device_graph import DeviceGraph
+from dlsched.pipeline.chain import Chain
+from dlsched.pipeline.plan import Stage
+
+
+@dataclass(frozen=True, eq=False)
+class PipelineProblem:
+    """One planning instance; ``num_microbatches`` microbatches per iteration."""
+
+    chain: Chain
+    graph: DeviceGraph
+    num_microbatches: int
+
+    def __post_init__(self) -> None:
+        if self.num_microbatches < 1:
+            raise ConfigError(f"microbatches: {self.num_microbatches} must be >= 1")
+
+    def stage_flops(self, stage: Stage) -> tuple[float, float]:
+        """(forward, backward) FLOP per microbatch of a stage."""
+        chain = self.chain
+        return (float(chain.forward_flops[stage.first:stage.last].sum()),
+                float(chain.backward_flops[stage.first:stage.last].sum()))
+
+    def allreduce_time(self, stage: Stage) -> float:
+        """Seconds of a ring all-reduce of the stage's gradients over its replicas.
+
+        The ring visits the replicas in listed order; every one of its 2(r-1) steps moves
+        1/r of the gradient over every ring link at once, so each step is priced on the
+        slowest link of the ring (its bandwidth and the largest latency). 0 for one replica.
+        """
+        devices = stage.devices
+        r = len(devices)
+        if r == 1:
+            return 0.0
+        size = float(self.chain.param_bytes[stage.first:stage.last].sum())
+        ring = [(devices[i], devices[(i + 1) % r]) for i in range(r)]
+        bandwidth = min(self.graph.bandwidth[a, b] for a, b in ring)
+        latency = max(self.graph.latency[a, b] for a, b in ring)
+        return 2 * (r - 1) * (latency + size / r / bandwidth)
+
+    def stage_times(self, stage: Stage) -> np.ndarray:
+        """Seconds of (forward, backward) of one microbatch on each replica: shape (r, 2)."""
+        forward, backward = self.stage_flops(stage)
+        flops = self.graph.flops[list(stage.devices)]
+        return np.stack([forward / flops, backward / flops], axis=1)

@@ -1,0 +1,118 @@
+"""Microbatch schedules: per-GPU action orders for a given partition and mapping.
+
+Fixed generators (GPipe, 1F1B / PipeDream-Flush, interleaved 1F1B) write the orders directly;
+list-scheduling rules (``Dispatch``) let the simulator build the order: ZB-H1 and the planner's
+own rules. All stages' replicas follow their stage's order on their own microbatches.
+"""
+
+from __future__ import annotations
+
+from dlsched.pipeline.actions import Action
+from dlsched.pipeline.plan import Stage
+from dlsched.pipeline.simulate import Dispatch
+
+
+def _local(stage: Stage, replica: int, num_microbatches: int) -> list[int]:
+    r = len(stage.devices)
+    return [j for j in range(num_microbatches) if j % r == replica]
+
+
+def _assemble(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
+              order_of: callable) -> tuple[tuple[Action, ...], ...]:
+    orders: list[list[Action]] = [[] for _ in range(num_devices)]
+    for s, stage in enumerate(stages):
+        for replica, device in enumerate(stage.devices):
+            orders[device].extend(order_of(s, _local(stage, replica, num_microbatches)))
+    return tuple(tuple(order) for order in orders)
+
+
+def gpipe_orders(stages: tuple[Stage, ...], num_devices: int,
+                 num_microbatches: int) -> tuple[tuple[Action, ...], ...]:
+    """GPipe (Huang et al., NeurIPS 2019): every forward, then every backward, in order."""
+    def order(s: int, mbs: list[int]) -> list[Action]:
+        return [Action(s, "F", j) for j in mbs] + [Action(s, "B", j) for j in mbs]
+    return _assemble(stages, num_devices, num_microbatches, order)
+
+
+def one_f_one_b_orders(stages: tuple[Stage, ...], num_devices: int,
+                       num_microbatches: int) -> tuple[tuple[Action, ...], ...]:
+    """1F1B / PipeDream-Flush (Narayanan et al., ICML 2021): stage ``s`` of ``p`` runs
+    ``p - s`` warm-up forwards, then alternates one backward and one forward, then drains."""
+    p = len(stages)
+
+    def order(s: int, mbs: list[int]) -> list[Action]:
+        warm = min(len(mbs), p - s)
+        actions = [Action(s, "F", j) for j in mbs[:warm]]
+        for i, j in enumerate(mbs):
+            actions.append(Action(s, "B", j))
+            if warm + i < len(mbs):
+                actions.append(Action(s, "F", mbs[warm + i]))
+        return actions
+    return _assemble(stages, num_devices, num_microbatches, order)
+
+
+def interleaved_orders(chunks: int, num_microbatches: int, devices: tuple[int, ...],
+                       num_devices: int) -> tuple[tuple[Action, ...], ...]:
+    """Interleaved 1F1B (Narayanan et al., SC 2021): GPU ``k`` holds stages ``k, k+p, ...``;
+    forwards visit chunks in groups of ``p`` microbatches, warm-up ``2(p-k-1) + (v-1)p``."""
+    p, v, m = len(devices), chunks, num_microbatches
+    total = m * v
+    orders: list[tuple[Action, ...]] = []
+    for k in range(p):
+        forwards = [_virtual(k, p, v, i, forward=True) for i in range(total)]
+        backwards = [_virtual(k, p, v, i, forward=False) for i in range(total)]
+        warm = min(total, 2 * (p - k - 1) + (v - 1) * p + 1)
+        actions = forwards[:warm]
+        for i in range(total):
+            actions.append(backwards[i])
+            if warm + i < total:
+                actions.append(forwards[warm + i])
+        orders.append(tuple(actions))
+    full: list[tuple[Action, ...]] = [()] * num_devices
+    for k, device in enumerate(devices):
+        full[device] = orders[k]
+    return tuple(full)
+
+
+def _virtual(rank: int, p: int, v: int, index: int, forward: bool) -> Action:
+    chunk = (index // p) % v
+    if not forward:
+        chunk = v - 1 - chunk
+    microbatch = (index // (p * v)) * p + index % p
+    return Action(chunk * p + rank, "F" if forward else "B", microbatch)
+
+
+def zb_h1_dispatch(num_stages: int) -> Dispatch:
+    """ZB-H1 (Qi et al., ICLR 2024): backward split into input gradient ``I`` (on the
+    critical path, run first) and weight gradient ``W`` (deferred into bubbles); stage ``s``
+    keeps at most ``p - s`` microbatches in flight, the memory of 1F1B."""
+    return Dispatch("zb-h1", _kind_first(("I", "F", "W")),
+                    tuple(num_stages - s for s in range(num_stages)), True)
+
+
+def _kind_first(kinds: tuple[str, ...]) -> callable:
+    rank = {kind: i for i, kind in enumerate(kinds)}
+
+    def priority(action: Action) -> tuple:
+        deeper = -action.stage if action.kind != "F" else action.stage
+        return (rank[action.kind], action.microbatch, deeper)
+    return priority
+
+
+def backward_first_dispatch(num_stages: int, caps: tuple[int, ...], split: bool) -> Dispatch:
+    """List scheduling, ready backwards (I or B) before forwards before weight gradients,
+    oldest microbatch first; at most ``caps[s]`` microbatches in flight on stage ``s``."""
+    kinds = ("I", "F", "W") if split else ("B", "F")
+    return Dispatch(f"list-bwd-first{'-split' if split else ''}", _kind_first(kinds),
+                    caps, split)
+
+
+def critical_path_dispatch(remaining: list[tuple[float, float]], caps: tuple[int, ...],
+                           split: bool) -> Dispatch:
+    """List scheduling by highest remaining path (HLF): ``remaining[s]`` is (seconds left
+    after stage ``s``'s forward, after its backward) along the chain; ties: oldest microbatch."""
+    def priority(action: Action) -> tuple:
+        after_forward, after_backward = remaining[action.stage]
+        level = {"F": after_forward, "B": after_backward, "I": after_backward, "W": 0.0}
+        return (-level[action.kind], action.microbatch)
+    return Dispatch(f"list-critical-path{'-split' if split else ''}", priority, caps, split)

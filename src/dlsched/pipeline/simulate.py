@@ -1,0 +1,263 @@
+"""Execute a pipeline plan on the device graph and produce the common Timeline.
+
+Compute runs one action at a time per GPU. An activation (after F) or gradient (after B or I)
+that crosses GPUs waits the link latency, then shares the directed link ``src -> dst`` with the
+other transfers on it (processor sharing, ``SharedChannel``). When every microbatch's backward
+of a replicated stage is done, its replicas all-reduce the stage's gradients (ring, priced by
+``PipelineProblem.allreduce_time``, on a per-GPU sync resource). The iteration ends at the
+barrier: the last compute, transfer or all-reduce. Two ways to pick each GPU's next action:
+
+* a fixed order (the plan's ``orders``): the GPU waits for its next action's inputs;
+* list scheduling (``Dispatch``): the GPU runs the ready action of best priority, subject to a
+  per-stage in-flight cap and its memory; the executed orders become a fixed plan.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dlsched.pipeline.actions import Action
+from dlsched.pipeline.memory import check_memory, peak_memory, static_memory
+from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, grid, validate_plan
+from dlsched.pipeline.problem import PipelineProblem
+from dlsched.sim import Engine, SharedChannel, Span, Timeline
+
+KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A list-scheduling rule: ``priority(action)`` (smaller runs first), ``caps[s]`` the most
+    microbatches of stage ``s`` a GPU may hold activations for, ``split`` I/W backwards."""
+
+    name: str
+    priority: Callable[[Action], tuple]
+    caps: tuple[int, ...]
+    split: bool
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    """A simulated iteration: time (s), timeline, peak memory per GPU (bytes), the plan run."""
+
+    plan: PipelinePlan
+    iteration_s: float
+    timeline: Timeline
+    peak_memory: tuple[float, ...]
+    busy_s: tuple[float, ...]
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of the used GPUs' time: 1 - busy / (GPUs used x iteration)."""
+        used = [b for b, order in zip(self.busy_s, self.plan.orders, strict=True) if order]
+        if not used or self.iteration_s <= 0:
+            return 0.0
+        return 1.0 - sum(used) / (len(used) * self.iteration_s)
+
+
+class _Run:
+    """State of one simulation (see the module docstring)."""
+
+    def __init__(self, problem: PipelineProblem, stages: tuple[Stage, ...],
+                 orders: tuple[tuple[Action, ...], ...] | None, dispatch: Dispatch | None):
+        self.problem, self.stages, self.dispatch = problem, stages, dispatch
+        self.engine = Engine()
+        n = problem.graph.num_devices
+        self.split = dispatch.split if dispatch else any(
+            a.kind == "I" for order in orders for a in order)
+        self.orders = orders
+        self.pointer = [0] * n
+        self.executed: list[list[Action]] = [[] for _ in range(n)]
+        self.ready: list[set[Action]] = [set() for _ in range(n)]
+        self.heaps: list[list] = [[] for _ in range(n)]
+        self.busy = [False] * n
+        self.busy_s = [0.0] * n
+        self.static = static_memory(problem.chain, stages, n)
+        self.memory = list(self.static)
+        self.peak = list(self.static)
+        self.in_flight: dict[tuple[int, int], int] = {}
+        self.backward_done = [0] * len(stages)
+        self.channels: dict[tuple[int, int], SharedChannel] = {}
+        self.spans: list[Span] = []
+        self.times = [problem.stage_flops(stage) for stage in stages]
+        self.stash = [float(problem.chain.stash_bytes[st.first:st.last].sum()) for st in stages]
+        self.total = self._total_actions()
+
+    def _total_actions(self) -> int:
+        per = 3 if self.split else 2
+        return per * len(self.stages) * self.problem.num_microbatches
+
+    def run(self) -> None:
+        for j in range(self.problem.num_microbatches):
+            self._make_ready(Action(0, "F", j))
+        self.engine.run()
+        if sum(len(e) for e in self.executed) != self.total:
+            self._deadlock()
+
+    def _device(self, action: Action) -> int:
+        return self.stages[action.stage].device_for(action.microbatch)
+
+    def _make_ready(self, action: Action) -> None:
+        device = self._device(action)
+        self.ready[device].add(action)
+        if self.dispatch is not None:
+            heapq.heappush(self.heaps[device], (self.dispatch.priority(action), action))
+        self._try_start(device)
+
+    def _pick(self, device: int) -> Action | None:
+        if self.dispatch is None:
+            order = self.orders[device]
+            pointer = self.pointer[device]
+            if pointer < len(order) and order[pointer] in self.ready[device]:
+                self.pointer[device] += 1
+                return order[pointer]
+            return None
+        heap, blocked, chosen = self.heaps[device], [], None
+        while heap:
+            entry = heapq.heappop(heap)
+            if entry[1].kind == "F" and not self._fits(device, entry[1]):
+                blocked.append(entry)
+                continue
+            chosen = entry[1]
+            break
+        for entry in blocked:
+            heapq.heappush(heap, entry)
+        return chosen
+
+    def _fits(self, device: int, action: Action) -> bool:
+        count = self.in_flight.get((device, action.stage), 0)
+        budget = self.problem.graph.devices[device].memory
+        return (count < self.dispatch.caps[action.stage]
+                and self.memory[device] + self.stash[action.stage] <= budget)
+
+    def _try_start(self, device: int) -> None:
+        if self.busy[device]:
+            return
+        action = self._pick(device)
+        if action is None:
+            return
+        self.ready[device].discard(action)
+        self.busy[device] = True
+        if action.kind == "F":
+            key = (device, action.stage)
+            self.in_flight[key] = self.in_flight.get(key, 0) + 1
+            self.memory[device] += self.stash[action.stage]
+            self.peak[device] = max(self.peak[device], self.memory[device])
+        duration = self._duration(action, device)
+        self.engine.after(duration, self._finish, device, action, self.engine.now)
+
+    def _duration(self, action: Action, device: int) -> float:
+        forward, backward = self.times[action.stage]
+        flops = self.problem.graph.devices[device].flops
+        fraction = self.problem.chain.input_grad_fraction or 1.0
+        work = {"F": forward, "B": backward, "I": backward * fraction,
+                "W": backward * (1.0 - fraction)}[action.kind]
+        return work / flops
+
+    def _finish(self, device: int, action: Action, start: float) -> None:
+        now = self.engine.now
+        name = self.problem.graph.devices[device].name
+        self.spans.append(Span(name, start, now, KIND_NAMES[action.kind], str(action),
+                               group=name, args={"stage": action.stage,
+                                                 "microbatch": action.microbatch}))
+        self.busy_s[device] += now - start
+        self.busy[device] = False
+        self.executed[device].append(action)
+        self._consequences(device, action)
+        self._try_start(device)
+
+    def _consequences(self, device: int, action: Action) -> None:
+        s, j, last = action.stage, action.microbatch, len(self.stages) - 1
+        backward = "I" if self.split else "B"
+        if action.kind == "F":
+            if s == last:
+                self._make_ready(Action(s, backward, j))
+            else:
+                self._send(device, Action(s + 1, "F", j), self.problem.chain.activation_bytes[
+                    self.stages[s].last - 1], "activation")
+        if action.kind in ("B", "I") and s > 0:
+            self._send(device, Action(s - 1, backward, j), self.problem.chain.activation_bytes[
+                self.stages[s - 1].last - 1], "gradient")
+        if action.kind == "I":
+            self._make_ready(Action(s, "W", j))
+        if action.frees:
+            self._release(device, action)
+
+    def _release(self, device: int, action: Action) -> None:
+        self.in_flight[(device, action.stage)] -= 1
+        self.memory[device] -= self.stash[action.stage]
+        self.backward_done[action.stage] += 1
+        if self.backward_done[action.stage] == self.problem.num_microbatches:
+            self._sync(action.stage)
+
+    def _send(self, src: int, target: Action, num_bytes: float, kind: str) -> None:
+        dst = self._device(target)
+        if src == dst:
+            self._make_ready(target)
+            return
+        start = self.engine.now
+        channel = self.channels.get((src, dst))
+        if channel is None:
+            channel = SharedChannel(self.engine, float(self.problem.graph.bandwidth[src, dst]))
+            self.channels[(src, dst)] = channel
+
+        def arrived() -> None:
+            self.spans.append(Span(f"link {src}->{dst}", start, self.engine.now, kind,
+                                   f"{kind} {target}", int(num_bytes), "network",
+                                   {"stage": target.stage, "microbatch": target.microbatch}))
+            self._make_ready(target)
+
+        self.engine.after(float(self.problem.graph.latency[src, dst]), channel.start,
+                          num_bytes, arrived)
+
+    def _sync(self, s: int) -> None:
+        stage = self.stages[s]
+        duration = self.problem.allreduce_time(stage)
+        if duration <= 0:
+            return
+        now = self.engine.now
+        for device in stage.devices:
+            name = self.problem.graph.devices[device].name
+            self.spans.append(Span(f"{name} sync", now, now + duration, "allreduce",
+                                   f"all-reduce stage {s}", group=name, args={"stage": s}))
+
+    def _deadlock(self) -> None:
+        orders = self.orders if self.orders is not None else tuple(map(tuple, self.executed))
+        stuck = next(k for k, order in enumerate(orders) if self.pointer[k] < len(order)) \
+            if self.orders is not None else 0
+        raise PlanError(f"the plan deadlocks: gpu{stuck} waits forever on "
+                        f"{orders[stuck][self.pointer[stuck]] if self.orders else 'its inputs'}"
+                        f"\n{grid(orders, (stuck, self.pointer[stuck]))}")
+
+
+def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
+    """Run ``plan`` (fixed per-GPU orders) and return its timeline (times in seconds).
+
+    The plan is validated first; a plan whose peak memory exceeds a GPU's is refused with a
+    ConfigError naming the GPU and the shortfall."""
+    graph = problem.graph
+    validate_plan(plan, problem.chain.num_blocks, graph.num_devices)
+    check_memory(peak_memory(problem.chain, plan, graph.num_devices),
+                 [d.name for d in graph.devices], [d.memory for d in graph.devices])
+    run = _Run(problem, plan.stages, plan.orders, None)
+    run.run()
+    return _result(run, plan)
+
+
+def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch: Dispatch,
+                  planner: str) -> SimResult:
+    """List-schedule ``stages`` with ``dispatch`` and return the simulated result; its plan
+    holds the executed orders, so ``simulate`` of that plan reproduces the same timeline."""
+    run = _Run(problem, stages, None, dispatch)
+    run.run()
+    orders = tuple(tuple(order) for order in run.executed)
+    plan = PipelinePlan(planner, stages, orders, problem.num_microbatches,
+                        {"schedule": dispatch.name})
+    return _result(run, plan)
+
+
+def _result(run: _Run, plan: PipelinePlan) -> SimResult:
+    timeline = Timeline(run.spans)
+    return SimResult(plan, timeline.end, timeline, tuple(run.peak), tuple(run.busy_s))
