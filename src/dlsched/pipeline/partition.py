@@ -1,0 +1,194 @@
+"""Partition and mapping kernels: dynamic programs over (block prefix, device prefix).
+
+Devices are taken in a given order and split into ``U`` units of ``g`` GPUs (``g = 1`` up to
+64 GPUs; larger graphs use the smallest power of two giving at most 64 units). A stage takes a
+contiguous block range and a contiguous run of units; its GPUs replicate it. Costs, per
+microbatch: a stage's latency is its forward+backward FLOP over its slowest replica's FLOP/s
+(or over the graph's mean FLOP/s for planners that assume identical GPUs), its period is the
+latency x ceil(m / r) / m with ``r`` replicas, the transfer after it crosses the link between its
+last unit and the next stage's first unit (activation forward, gradient back), and its ring
+all-reduce uses the slowest link of its run. A stage must fit its static memory plus one
+microbatch's activations on its smallest GPU.
+
+``sync_dp`` (Alpa-style) minimises the sum of latencies and transfers over stages whose
+period is <= ``t_max``; ``throughput_dp`` (PipeDream) minimises the largest period. Both are
+pure numpy min-plus (min-max) products: O(U |Z| L^2) per call, ``Z`` the allowed run lengths.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlsched.pipeline.plan import Stage
+from dlsched.pipeline.problem import PipelineProblem
+
+MAX_UNITS = 64
+
+
+@dataclass(frozen=True, eq=False)
+class RangeCosts:
+    """Precomputed per-run cost matrices (index ``[i0, i1]``: blocks ``i0..i1-1``)."""
+
+    order: tuple[int, ...]
+    unit: int
+    runs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+    @property
+    def num_units(self) -> int:
+        """Number of device units."""
+        return len(self.order) // self.unit
+
+
+def unit_size(num_devices: int) -> int:
+    """GPUs per unit: the smallest power of two giving at most ``MAX_UNITS`` units."""
+    g = 1
+    while num_devices // g > MAX_UNITS:
+        g *= 2
+    return g
+
+
+def run_lengths(num_units: int) -> list[int]:
+    """Allowed units per stage: all up to 16 units, then 1..8 and powers of two."""
+    if num_units <= 16:
+        return list(range(1, num_units + 1))
+    powers = [2**k for k in range(4, int(math.log2(num_units)) + 1)]
+    return sorted(set(range(1, 9)) | set(powers))
+
+
+def range_costs(problem: PipelineProblem, order: list[int], identical: bool) -> RangeCosts:
+    """Cost matrices (latency, period, all-reduce, transfers) for every run of the units."""
+    g = unit_size(len(order))
+    units = len(order) // g
+    order = tuple(order[: units * g])
+    chain, m, graph = problem.chain, problem.num_microbatches, problem.graph
+    work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
+    params = np.concatenate([[0.0], np.cumsum(chain.param_bytes)])
+    stash = np.concatenate([[0.0], np.cumsum(chain.stash_bytes)])
+    span = work[None, :] - work[:, None]
+    param_span = params[None, :] - params[:, None]
+    memory_need = param_span * chain.state_factor + (stash[None, :] - stash[:, None])
+    valid = np.triu(np.ones_like(span, dtype=bool), 1)
+    runs = {}
+    for u0 in range(units):
+        for z in run_lengths(units):
+            if u0 + z > units:
+                continue
+            devices = list(order[u0 * g:(u0 + z) * g])
+            flops = graph.flops.mean() if identical else graph.flops[devices].min()
+            r = len(devices)
+            latency = np.where(valid, span / flops, np.inf)
+            period = latency * math.ceil(m / r) / m
+            sync = _ring(problem, devices, param_span)
+            fits = memory_need <= min(graph.devices[d].memory for d in devices)
+            latency = np.where(fits, latency, np.inf)
+            runs[(u0, z)] = (latency, period, sync, _hops(problem, order, g, u0 + z, span))
+    return RangeCosts(order, g, runs)
+
+
+def _ring(problem: PipelineProblem, devices: list[int], param_span: np.ndarray) -> np.ndarray:
+    r = len(devices)
+    if r == 1:
+        return np.zeros_like(param_span)
+    pairs = [(devices[i], devices[(i + 1) % r]) for i in range(r)]
+    bandwidth = min(problem.graph.bandwidth[a, b] for a, b in pairs)
+    latency = max(problem.graph.latency[a, b] for a, b in pairs)
+    return 2 * (r - 1) * (latency + np.maximum(param_span, 0) / r / bandwidth)
+
+
+def _hops(problem: PipelineProblem, order: tuple[int, ...], g: int, u1: int,
+          span: np.ndarray) -> np.ndarray:
+    """Activation + gradient transfer after a stage ending at unit ``u1``, per end block."""
+    hops = np.zeros_like(span)
+    if u1 * g >= len(order):
+        return hops
+    left, right = list(order[(u1 - 1) * g:u1 * g]), list(order[u1 * g:(u1 + 1) * g])
+    graph = problem.graph
+    bandwidth = graph.bandwidth[np.ix_(left, right)].min()
+    latency = graph.latency[np.ix_(left, right)].max()
+    act = problem.chain.activation_bytes
+    per_end = np.concatenate([[0.0], 2 * (latency + act / bandwidth)])
+    per_end[-1] = 0.0
+    hops[:, :] = per_end[None, :]
+    return hops
+
+
+def sync_dp(costs: RangeCosts, num_blocks: int, t_max: float,
+            sync_weight: float) -> tuple[Stage, ...] | None:
+    """Stages minimising sum(latency + transfers + ``sync_weight`` x all-reduce) with every
+    stage period <= ``t_max`` seconds; None when no partition meets ``t_max``."""
+    def cost(latency: np.ndarray, period: np.ndarray, sync: np.ndarray,
+             hops: np.ndarray) -> np.ndarray:
+        return np.where(period <= t_max, latency + hops + sync_weight * sync, np.inf)
+    return _dp(costs, num_blocks, cost, np.add)
+
+
+def throughput_dp(costs: RangeCosts, num_blocks: int, num_microbatches: int) -> tuple[Stage, ...]:
+    """PipeDream's objective: the partition whose largest per-microbatch stage time (period,
+    transfer, all-reduce amortised over the microbatches) is smallest."""
+    def cost(latency: np.ndarray, period: np.ndarray, sync: np.ndarray,
+             hops: np.ndarray) -> np.ndarray:
+        per_microbatch = np.maximum(period + sync / num_microbatches, hops / 2)
+        return np.where(np.isfinite(latency), per_microbatch, np.inf)
+    return _dp(costs, num_blocks, cost, np.maximum)
+
+
+def _dp(costs: RangeCosts, num_blocks: int, cost_of: object,
+        combine: object) -> tuple[Stage, ...] | None:
+    units, size = costs.num_units, num_blocks + 1
+    best = np.full((units + 1, size), np.inf)
+    best[0, 0] = 0.0
+    parent = np.zeros((units + 1, size, 2), dtype=int)
+    columns = np.arange(size)
+    for (u0, z), matrices in sorted(costs.runs.items(), key=lambda item: sum(item[0])):
+        if not np.isfinite(best[u0]).any():
+            continue
+        matrix = cost_of(*matrices)
+        candidate = combine(best[u0][:, None], matrix)
+        start = np.argmin(candidate, axis=0)
+        value = candidate[start, columns]
+        u1 = u0 + z
+        better = value < best[u1]
+        best[u1][better] = value[better]
+        parent[u1][better] = np.stack([np.full(size, z), start], axis=1)[better]
+    finals = best[:, num_blocks]
+    if not np.isfinite(finals).any():
+        return None
+    return _backtrack(costs, parent, int(np.argmin(finals)), num_blocks)
+
+
+def _backtrack(costs: RangeCosts, parent: np.ndarray, u: int, i: int) -> tuple[Stage, ...]:
+    stages = []
+    g = costs.unit
+    while i > 0:
+        z, start = parent[u, i]
+        devices = costs.order[(u - z) * g:u * g]
+        stages.append(Stage(int(start), int(i), tuple(devices)))
+        u, i = u - z, int(start)
+    return tuple(reversed(stages))
+
+
+def balanced_stages(problem: PipelineProblem, devices: list[int]) -> tuple[Stage, ...]:
+    """One stage per GPU of ``devices`` (in order; as many as there are blocks at most),
+    cut to minimise the slowest stage's forward+backward time on that GPU (min-max DP)."""
+    chain = problem.chain
+    p = min(len(devices), chain.num_blocks)
+    work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
+    span = work[None, :] - work[:, None]
+    span = np.where(np.triu(np.ones_like(span, dtype=bool), 1), span, np.inf)
+    best = np.full(chain.num_blocks + 1, np.inf)
+    best[0] = 0.0
+    starts = []
+    for k in range(p):
+        candidate = np.maximum(best[:, None], span / problem.graph.devices[devices[k]].flops)
+        start = np.argmin(candidate, axis=0)
+        best = candidate[start, np.arange(len(best))]
+        starts.append(start)
+    stages, i = [], chain.num_blocks
+    for k in range(p - 1, -1, -1):
+        first = int(starts[k][i])
+        stages.append(Stage(first, i, (devices[k],)))
+        i = first
+    return tuple(reversed(stages))

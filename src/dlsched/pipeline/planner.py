@@ -1,0 +1,134 @@
+"""The dlsched planner: synchronous pipeline planning after Luo et al., "Efficient Pipeline
+Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
+
+1. Device mapping: order the GPUs by recursive bisection along the weakest cuts
+   (``ordering.device_order``), so that contiguous runs are well connected; on graphs of at most
+   ``EXHAUSTIVE_ORDER_GPUS`` GPUs every ordering is tried as well.
+2. Partition: for each ordering, ``sync_dp`` over (block prefix, unit prefix) with the actual
+   FLOP/s of each run's slowest GPU, for every candidate bottleneck time and with the
+   all-reduce counted or not; the ``KEEP_PARTITIONS`` partitions of lowest ``estimate`` go on.
+3. Scheduling: for each kept partition, list scheduling in the simulator with several priority
+   rules (backward first, highest remaining path first; split or full backwards; in-flight caps
+   of unbounded-but-memory, 1F1B's ``p - s``) plus the fixed 1F1B and GPipe orders.
+4. Every baseline planner's plan is a candidate too; the simulated fastest plan wins, so the
+   result is never slower than any baseline on the same instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from itertools import permutations
+
+from dlsched.errors import ConfigError
+from dlsched.pipeline.estimate import best_sync_partitions
+from dlsched.pipeline.ordering import device_order
+from dlsched.pipeline.partition import range_costs
+from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.schedules import (
+    backward_first_dispatch,
+    critical_path_dispatch,
+    gpipe_orders,
+    one_f_one_b_orders,
+)
+from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, simulate
+
+KEEP_PARTITIONS = 3
+EXHAUSTIVE_ORDER_GPUS = 4
+
+
+def _orders(problem: PipelineProblem) -> list[list[int]]:
+    first = device_order(problem.graph)
+    n = problem.graph.num_devices
+    if n > EXHAUSTIVE_ORDER_GPUS:
+        return [first]
+    return [first] + [list(p) for p in permutations(range(n)) if list(p) != first]
+
+
+def propose_partitions(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
+    """Candidate partitions and mappings (steps 1-2 of the module docstring)."""
+    found: list[tuple[Stage, ...]] = []
+    for order in _orders(problem):
+        costs = range_costs(problem, order, identical=False)
+        for stages in best_sync_partitions(problem, costs, KEEP_PARTITIONS):
+            if stages not in found:
+                found.append(stages)
+    return found
+
+
+def _remaining(problem: PipelineProblem, stages: tuple[Stage, ...]) -> list[tuple[float, float]]:
+    times = [problem.stage_times(stage).max(axis=0) for stage in stages]
+    after_backward, result = 0.0, []
+    for s in range(len(stages)):
+        result.append((0.0, after_backward))
+        after_backward += times[s][1]
+    total_forward = 0.0
+    for s in range(len(stages) - 1, -1, -1):
+        result[s] = (total_forward + times[s][1] + result[s][1], result[s][1])
+        total_forward += times[s][0]
+    return result
+
+
+def dispatch_rules(problem: PipelineProblem, stages: tuple[Stage, ...]) -> list[Dispatch]:
+    """The list-scheduling rules tried on a partition (step 3)."""
+    p, m = len(stages), problem.num_microbatches
+    splits = (False, True) if problem.chain.input_grad_fraction is not None else (False,)
+    rules = []
+    for split in splits:
+        for caps in ((m,) * p, tuple(p - s for s in range(p))):
+            rules.append(backward_first_dispatch(p, caps, split))
+        rules.append(critical_path_dispatch(_remaining(problem, stages), (m,) * p, split))
+    return rules
+
+
+def _attempt(run: Callable[[], SimResult]) -> SimResult | None:
+    try:
+        return run()
+    except ConfigError:
+        return None
+
+
+def schedule_candidates(problem: PipelineProblem,
+                        stages: tuple[Stage, ...]) -> Iterator[SimResult]:
+    """Simulated schedules of one partition: list-scheduling rules, 1F1B and GPipe orders."""
+    n, m = problem.graph.num_devices, problem.num_microbatches
+    for rule in dispatch_rules(problem, stages):
+        result = _attempt(lambda rule=rule: list_schedule(problem, stages, rule, "dlsched"))
+        if result is not None and max(
+                a - d.memory for a, d in zip(result.peak_memory, problem.graph.devices,
+                                             strict=True)) <= 0:
+            yield result
+    for orders in (one_f_one_b_orders, gpipe_orders):
+        plan = PipelinePlan("dlsched", stages, orders(stages, n, m), m,
+                            {"schedule": orders.__name__.removesuffix("_orders")})
+        result = _attempt(lambda plan=plan: simulate(problem, plan))
+        if result is not None:
+            yield result
+
+
+def plan_dlsched(problem: PipelineProblem,
+                 baselines: dict[str, Callable[[PipelineProblem], PipelinePlan]] | None = None
+                 ) -> PipelinePlan:
+    """The fastest simulated plan among our partitions x schedules and the baselines' plans."""
+    best: SimResult | None = None
+    candidates = (result for stages in propose_partitions(problem)
+                  for result in schedule_candidates(problem, stages))
+    for result in _with_baselines(problem, candidates, baselines or {}):
+        if best is None or result.iteration_s < best.iteration_s * (1 - 1e-12):
+            best = result
+    if best is None:
+        raise ConfigError("dlsched: no plan fits the GPUs' memory")
+    notes = dict(best.plan.notes) | {"origin": best.plan.planner}
+    return PipelinePlan("dlsched", best.plan.stages, best.plan.orders,
+                        best.plan.num_microbatches, notes)
+
+
+def _with_baselines(problem: PipelineProblem, candidates: Iterator[SimResult],
+                    baselines: dict[str, Callable[[PipelineProblem], PipelinePlan]]
+                    ) -> Iterator[SimResult]:
+    yield from candidates
+    for planner in baselines.values():
+        plan = _attempt(lambda planner=planner: planner(problem))
+        result = None if plan is None else _attempt(lambda plan=plan: simulate(problem, plan))
+        if result is not None:
+            yield result

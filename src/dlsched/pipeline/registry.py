@@ -1,0 +1,92 @@
+"""Planners by name, one signature ``(problem) -> PipelinePlan``, and ``run_planner``, which
+scores a planner's plan: simulated time, peak memory, bubble, bounds."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dlsched.errors import ConfigError
+from dlsched.pipeline.baselines import (
+    plan_1f1b,
+    plan_dapple,
+    plan_gpipe,
+    plan_interleaved,
+    plan_pipedream,
+    plan_zb_h1,
+)
+from dlsched.pipeline.bounds import instance_bound, plan_bound
+from dlsched.pipeline.plan import PipelinePlan
+from dlsched.pipeline.planner import plan_dlsched
+from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.simulate import SimResult, simulate
+
+Planner = Callable[[PipelineProblem], PipelinePlan]
+
+BASELINES: dict[str, Planner] = {
+    "gpipe": plan_gpipe,
+    "1f1b": plan_1f1b,
+    "pipedream": plan_pipedream,
+    "dapple": plan_dapple,
+    "interleaved": plan_interleaved,
+    "zb-h1": plan_zb_h1,
+}
+
+
+def _dlsched(problem: PipelineProblem) -> PipelinePlan:
+    return plan_dlsched(problem, BASELINES)
+
+
+_dlsched.__doc__ = plan_dlsched.__doc__
+PLANNERS: dict[str, Planner] = {"dlsched": _dlsched, **BASELINES}
+DEFAULT_PLANNER = "dlsched"
+
+
+def get_planner(name: str) -> Planner:
+    """The planner called ``name``; ConfigError listing the names otherwise."""
+    if name not in PLANNERS:
+        raise ConfigError(f"planner: unknown {name!r}; accepted: " + ", ".join(PLANNERS))
+    return PLANNERS[name]
+
+
+@dataclass(frozen=True, eq=False)
+class PipelineResult:
+    """A scored plan: ``sim`` (timeline, memory), ``bound_s`` for this partition and mapping,
+    ``instance_bound_s`` for any plan, ``planning_s`` wall seconds spent planning."""
+
+    problem: PipelineProblem
+    sim: SimResult
+    bound_s: float
+    instance_bound_s: float
+    planning_s: float
+
+    @property
+    def plan(self) -> PipelinePlan:
+        """The plan that was simulated."""
+        return self.sim.plan
+
+    def row(self) -> dict:
+        """Flat summary (seconds, bytes, fractions)."""
+        plan, sim = self.plan, self.sim
+        return {"model": self.problem.chain.name, "devices": self.problem.graph.name,
+                "planner": plan.planner, "microbatches": plan.num_microbatches,
+                "stages": plan.num_stages,
+                "gpus_used": sum(1 for order in plan.orders if order),
+                "schedule": plan.notes.get("schedule", plan.planner),
+                "iteration_s": sim.iteration_s, "bound_s": self.bound_s,
+                "instance_bound_s": self.instance_bound_s,
+                "time_over_bound": sim.iteration_s / self.bound_s,
+                "bubble": sim.bubble_fraction, "peak_memory_bytes": max(sim.peak_memory),
+                "planning_s": self.planning_s}
+
+
+def run_planner(problem: PipelineProblem, name: str) -> PipelineResult:
+    """Plan with ``name``, simulate the plan and bound it."""
+    planner = get_planner(name)
+    start = time.perf_counter()
+    plan = planner(problem)
+    elapsed = time.perf_counter() - start
+    sim = simulate(problem, plan)
+    return PipelineResult(problem, sim, plan_bound(problem, plan), instance_bound(problem),
+                          elapsed)
