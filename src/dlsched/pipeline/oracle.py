@@ -1,0 +1,152 @@
+"""Exact oracle for small instances: every partition and every mapping of stages to disjoint
+GPU sets, and for each an optimal schedule from a MILP (``scipy.optimize.milp``, HiGHS).
+
+The MILP is the disjunctive job-shop model of one iteration: a start time per action, one
+binary per pair of actions on the same GPU (which runs first), precedence along each
+microbatch's forward and backward path with the uncontended transfer time between GPUs, and the
+makespan after every action and after each replicated stage's all-reduce. Transfers never slow
+each other down in it, so its optimum is a lower bound on the best simulated schedule of that
+mapping (equal when links are not shared). Memory limits are not modelled: use instances whose
+GPUs have room for every microbatch. Mappings are visited in order of ``plan_bound`` and
+pruned once their bound reaches the best makespan found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations, product
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+
+from dlsched.pipeline.actions import Action
+from dlsched.pipeline.bounds import plan_bound
+from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.schedules import gpipe_orders
+
+
+@dataclass(frozen=True)
+class OracleResult:
+    """Optimal makespan (seconds) of the contention-free model, its plan, mappings solved."""
+
+    iteration_s: float
+    plan: PipelinePlan
+    solved: int
+
+
+def _cuts(num_blocks: int, max_stages: int) -> list[tuple[int, ...]]:
+    result = []
+    for p in range(1, min(num_blocks, max_stages) + 1):
+        for inner in combinations(range(1, num_blocks), p - 1):
+            result.append((0, *inner, num_blocks))
+    return result
+
+
+def _mappings(num_stages: int, num_devices: int) -> list[tuple[tuple[int, ...], ...]]:
+    """Every assignment of disjoint non-empty GPU sets to the stages."""
+    result = []
+    for owner in product(range(num_stages + 1), repeat=num_devices):
+        groups = [tuple(d for d in range(num_devices) if owner[d] == s + 1)
+                  for s in range(num_stages)]
+        if all(groups):
+            result.append(tuple(groups))
+    return result
+
+
+def _candidates(problem: PipelineProblem) -> list[tuple[float, tuple[Stage, ...]]]:
+    n, m = problem.graph.num_devices, problem.num_microbatches
+    found = []
+    for cuts in _cuts(problem.chain.num_blocks, n):
+        for groups in _mappings(len(cuts) - 1, n):
+            stages = tuple(Stage(cuts[s], cuts[s + 1], groups[s]) for s in range(len(groups)))
+            plan = PipelinePlan("oracle", stages, gpipe_orders(stages, n, m), m)
+            found.append((plan_bound(problem, plan), stages))
+    return sorted(found, key=lambda item: item[0])
+
+
+def oracle(problem: PipelineProblem, time_limit_s: float = 20.0) -> OracleResult:
+    """The optimum over all partitions, mappings and (full-backward) schedules."""
+    best_time, best_plan, solved = np.inf, None, 0
+    for bound, stages in _candidates(problem):
+        if bound >= best_time * (1 - 1e-9):
+            break
+        makespan, orders = schedule_milp(problem, stages, time_limit_s)
+        solved += 1
+        if makespan < best_time:
+            best_time = makespan
+            best_plan = PipelinePlan("oracle", stages, orders, problem.num_microbatches)
+    return OracleResult(float(best_time), best_plan, solved)
+
+
+def _actions(problem: PipelineProblem, stages: tuple[Stage, ...]) -> dict[Action, tuple]:
+    """Each action -> (device, duration in seconds)."""
+    result = {}
+    for s, stage in enumerate(stages):
+        forward, backward = problem.stage_flops(stage)
+        for j in range(problem.num_microbatches):
+            device = stage.device_for(j)
+            flops = problem.graph.devices[device].flops
+            result[Action(s, "F", j)] = (device, forward / flops)
+            result[Action(s, "B", j)] = (device, backward / flops)
+    return result
+
+
+def _edges(problem: PipelineProblem, stages: tuple[Stage, ...],
+           actions: dict[Action, tuple]) -> list[tuple[Action, Action, float]]:
+    """Precedences (before, after, delay seconds) along every microbatch's path."""
+    edges, last = [], len(stages) - 1
+    for j in range(problem.num_microbatches):
+        edges.append((Action(last, "F", j), Action(last, "B", j), 0.0))
+        for s in range(last):
+            size = float(problem.chain.activation_bytes[stages[s].last - 1])
+            a, b = actions[Action(s, "F", j)][0], actions[Action(s + 1, "F", j)][0]
+            edges.append((Action(s, "F", j), Action(s + 1, "F", j),
+                          problem.graph.transfer_time(a, b, size)))
+            edges.append((Action(s + 1, "B", j), Action(s, "B", j),
+                          problem.graph.transfer_time(b, a, size)))
+    return edges
+
+
+def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
+                  time_limit_s: float = 20.0) -> tuple[float, tuple[tuple[Action, ...], ...]]:
+    """Optimal makespan (s) of one mapping in the contention-free model, and its orders."""
+    actions = _actions(problem, stages)
+    names = list(actions)
+    index = {a: i for i, a in enumerate(names)}
+    pairs = [(a, b) for a, b in combinations(names, 2) if actions[a][0] == actions[b][0]]
+    n_start, n_var = len(names), len(names) + 1 + len(pairs)
+    big = sum(d for _, d in actions.values()) + sum(
+        delay for _, _, delay in _edges(problem, stages, actions)) + 1.0
+    rows, lower, upper = [], [], []
+
+    def add(coefficients: dict[int, float], low: float, high: float) -> None:
+        row = np.zeros(n_var)
+        for k, v in coefficients.items():
+            row[k] += v
+        rows.append(row)
+        lower.append(low)
+        upper.append(high)
+
+    for a, b, delay in _edges(problem, stages, actions):
+        add({index[b]: 1, index[a]: -1}, actions[a][1] + delay, np.inf)
+    for k, (a, b) in enumerate(pairs):
+        y = n_start + 1 + k
+        add({index[b]: 1, index[a]: -1, y: -big}, actions[a][1] - big, np.inf)
+        add({index[a]: 1, index[b]: -1, y: big}, actions[b][1], np.inf)
+    for a in names:
+        tail = actions[a][1] + (problem.allreduce_time(stages[a.stage]) if a.kind == "B" else 0)
+        add({n_start: 1, index[a]: -1}, tail, np.inf)
+    cost = np.zeros(n_var)
+    cost[n_start] = 1.0
+    integrality = np.r_[np.zeros(n_start + 1), np.ones(len(pairs))]
+    result = milp(cost, constraints=LinearConstraint(np.array(rows), lower, upper),
+                  integrality=integrality,
+                  bounds=Bounds(np.zeros(n_var), np.r_[np.full(n_start + 1, big),
+                                                       np.ones(len(pairs))]),
+                  options={"time_limit": time_limit_s, "mip_rel_gap": 1e-7})
+    starts = result.x[:n_start]
+    orders: list[list[Action]] = [[] for _ in range(problem.graph.num_devices)]
+    for a in sorted(names, key=lambda a: (starts[index[a]], a.kind != "F", a)):
+        orders[actions[a][0]].append(a)
+    return float(result.x[n_start]), tuple(tuple(o) for o in orders)
