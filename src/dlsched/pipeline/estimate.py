@@ -1,17 +1,16 @@
 """Fast estimates that rank candidate partitions before the simulator scores them.
 
 ``estimate`` is the chain bound of a partition with each stage on its slowest replica:
-max over stages of (forwards before it + transfers) + ceil(m / r) x its forward+backward +
+max over stages of (forwards before it + transfers) + its busiest replica's forward+backward
+work (``replica_load``) +
 (backwards before it + transfers), and the all-reduce that follows the stage's last backward.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from dlsched.pipeline.partition import RangeCosts, sync_dp
+from dlsched.pipeline.partition import RangeCosts, replica_load, sync_dp
 from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.problem import PipelineProblem
 
@@ -26,10 +25,11 @@ def estimate(problem: PipelineProblem, stages: tuple[Stage, ...],
     head = tail = 0.0
     best = 0.0
     for s, stage in enumerate(stages):
-        flops = graph.flops.mean() if identical else graph.flops[list(stage.devices)].min()
-        forward, backward = (x / flops for x in problem.stage_flops(stage))
-        r = len(stage.devices)
-        end = head + math.ceil(m / r) * (forward + backward)
+        speeds = graph.flops[list(stage.devices)]
+        if identical:
+            speeds = np.full(len(speeds), graph.flops.mean())
+        forward, backward = (x / speeds.min() for x in problem.stage_flops(stage))
+        end = head + sum(problem.stage_flops(stage)) * replica_load(speeds, m) * m
         best = max(best, end + max(tail, problem.allreduce_time(stage)))
         if s + 1 < len(stages):
             size = float(problem.chain.activation_bytes[stage.last - 1])

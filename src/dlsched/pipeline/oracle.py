@@ -119,13 +119,14 @@ def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
     big = sum(d for _, d in actions.values()) + sum(
         delay for _, _, delay in _edges(problem, stages, actions)) + 1.0
     rows, lower, upper = [], [], []
+    unit = big / 1000.0  # times in the MILP are in units of big/1000 for solver tolerances
 
     def add(coefficients: dict[int, float], low: float, high: float) -> None:
         row = np.zeros(n_var)
         for k, v in coefficients.items():
-            row[k] += v
+            row[k] += v / unit if k > n_start else v
         rows.append(row)
-        lower.append(low)
+        lower.append(low / unit)
         upper.append(high)
 
     for a, b, delay in _edges(problem, stages, actions):
@@ -142,11 +143,11 @@ def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
     integrality = np.r_[np.zeros(n_start + 1), np.ones(len(pairs))]
     result = milp(cost, constraints=LinearConstraint(np.array(rows), lower, upper),
                   integrality=integrality,
-                  bounds=Bounds(np.zeros(n_var), np.r_[np.full(n_start + 1, big),
+                  bounds=Bounds(np.zeros(n_var), np.r_[np.full(n_start + 1, 1000.0),
                                                        np.ones(len(pairs))]),
                   options={"time_limit": time_limit_s, "mip_rel_gap": 1e-7})
     starts = result.x[:n_start]
     orders: list[list[Action]] = [[] for _ in range(problem.graph.num_devices)]
     for a in sorted(names, key=lambda a: (starts[index[a]], a.kind != "F", a)):
         orders[actions[a][0]].append(a)
-    return float(result.x[n_start]), tuple(tuple(o) for o in orders)
+    return float(result.x[n_start] * unit), tuple(tuple(o) for o in orders)

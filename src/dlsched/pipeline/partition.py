@@ -33,6 +33,7 @@ class RangeCosts:
     """Precomputed per-run cost matrices (index ``[i0, i1]``: blocks ``i0..i1-1``)."""
 
     order: tuple[int, ...]
+    speeds: tuple[float, ...]
     unit: int
     runs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
@@ -77,15 +78,24 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool) -> 
             if u0 + z > units:
                 continue
             devices = list(order[u0 * g:(u0 + z) * g])
-            flops = graph.flops.mean() if identical else graph.flops[devices].min()
-            r = len(devices)
-            latency = np.where(valid, span / flops, np.inf)
-            period = latency * math.ceil(m / r) / m
+            speeds = np.full(len(devices), graph.flops.mean()) if identical else \
+                graph.flops[devices]
+            latency = np.where(valid, span / speeds.min(), np.inf)
+            period = np.where(valid, span * replica_load(speeds, m), np.inf)
             sync = _ring(problem, devices, param_span)
             fits = memory_need <= min(graph.devices[d].memory for d in devices)
             latency = np.where(fits, latency, np.inf)
             runs[(u0, z)] = (latency, period, sync, _hops(problem, order, g, u0 + z, span))
-    return RangeCosts(order, g, runs)
+    return RangeCosts(order, tuple(graph.flops.tolist()), g, runs)
+
+
+def replica_load(speeds: np.ndarray, num_microbatches: int) -> float:
+    """Seconds per FLOP per microbatch of a replicated stage: replicas sorted fastest first
+    take microbatches round-robin; the busiest one (count / FLOP/s) sets the pace."""
+    ordered = np.sort(speeds)[::-1]
+    r = len(ordered)
+    counts = np.array([len(range(k, num_microbatches, r)) for k in range(r)])
+    return float((counts / ordered).max()) / num_microbatches
 
 
 def _ring(problem: PipelineProblem, devices: list[int], param_span: np.ndarray) -> np.ndarray:
@@ -164,7 +174,7 @@ def _backtrack(costs: RangeCosts, parent: np.ndarray, u: int, i: int) -> tuple[S
     g = costs.unit
     while i > 0:
         z, start = parent[u, i]
-        devices = costs.order[(u - z) * g:u * g]
+        devices = sorted(costs.order[(u - z) * g:u * g], key=lambda d: -costs.speeds[d])
         stages.append(Stage(int(start), int(i), tuple(devices)))
         u, i = u - z, int(start)
     return tuple(reversed(stages))

@@ -36,19 +36,23 @@ def gpipe_orders(stages: tuple[Stage, ...], num_devices: int,
 
 def one_f_one_b_orders(stages: tuple[Stage, ...], num_devices: int,
                        num_microbatches: int) -> tuple[tuple[Action, ...], ...]:
-    """1F1B / PipeDream-Flush (Narayanan et al., ICML 2021): stage ``s`` of ``p`` runs
-    ``p - s`` warm-up forwards, then alternates one backward and one forward, then drains."""
-    p = len(stages)
-
-    def order(s: int, mbs: list[int]) -> list[Action]:
-        warm = min(len(mbs), p - s)
-        actions = [Action(s, "F", j) for j in mbs[:warm]]
-        for i, j in enumerate(mbs):
-            actions.append(Action(s, "B", j))
-            if warm + i < len(mbs):
-                actions.append(Action(s, "F", mbs[warm + i]))
-        return actions
-    return _assemble(stages, num_devices, num_microbatches, order)
+    """1F1B / PipeDream-Flush (Narayanan et al., ICML 2021): stage ``s`` runs ``w_s`` warm-up
+    forwards, then alternates one backward and one forward, then drains. ``w_s`` is the number
+    of GPUs from stage ``s`` to the end (``p - s`` without replication); it never grows along
+    the pipeline, which keeps the schedule deadlock-free. A replicated stage writes this global
+    sequence once and each replica keeps its own microbatches, in the same order."""
+    m = num_microbatches
+    orders: list[list[Action]] = [[] for _ in range(num_devices)]
+    for s, stage in enumerate(stages):
+        warm = min(m, sum(len(st.devices) for st in stages[s:]))
+        sequence = [Action(s, "F", j) for j in range(warm)]
+        for j in range(m):
+            sequence.append(Action(s, "B", j))
+            if warm + j < m:
+                sequence.append(Action(s, "F", warm + j))
+        for action in sequence:
+            orders[stage.device_for(action.microbatch)].append(action)
+    return tuple(tuple(order) for order in orders)
 
 
 def interleaved_orders(chunks: int, num_microbatches: int, devices: tuple[int, ...],

@@ -1,0 +1,104 @@
+"""Every planner passes the same conformance checks; dlsched beats the baselines and is within
+5% of the exact oracle on small random instances; no plan beats its bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlsched.errors import ConfigError
+from dlsched.hardware.device_graph import load_devices, server_graph
+from dlsched.pipeline import (
+    BASELINES,
+    PLANNERS,
+    PipelineProblem,
+    get_planner,
+    plan_bound,
+    run_planner,
+    simulate,
+    synthetic_chain,
+)
+from dlsched.pipeline.oracle import oracle
+from dlsched.pipeline.plan import validate_plan
+
+
+def _chain(seed: int, blocks: int, split: bool = True, act: float = 4e6):
+    rng = np.random.default_rng(seed)
+    return synthetic_chain(list(rng.uniform(1e-3, 3e-3, blocks)),
+                           list(rng.uniform(2e-3, 6e-3, blocks)), [act] * blocks,
+                           list(rng.uniform(1e7, 1e8, blocks)), [2e7] * blocks, split=split)
+
+
+MEDIUM = PipelineProblem(_chain(1, 16), load_devices("hetero-islands"), 8)
+
+
+@pytest.mark.parametrize("name", list(PLANNERS))
+def test_planner_conformance(name: str) -> None:
+    """Valid plan, fits memory, not faster than its bound, deterministic."""
+    result = run_planner(MEDIUM, name)
+    graph = MEDIUM.graph
+    validate_plan(result.plan, MEDIUM.chain.num_blocks, graph.num_devices)
+    assert all(peak <= d.memory for peak, d in zip(result.sim.peak_memory, graph.devices,
+                                                   strict=True))
+    assert result.sim.iteration_s >= result.bound_s * (1 - 1e-9)
+    assert result.bound_s >= result.instance_bound_s * (1 - 1e-9)
+    assert get_planner(name)(MEDIUM).orders == result.plan.orders
+
+
+@pytest.mark.parametrize("devices", ["2x8-NVLink-100Gb", "hetero-NVLink-PCIe"])
+def test_dlsched_never_slower_than_a_baseline(devices: str) -> None:
+    """The dlsched plan is at least as fast as every baseline's on the same instance."""
+    problem = PipelineProblem(_chain(2, 24, act=2e7), load_devices(devices), 16)
+    ours = run_planner(problem, "dlsched").sim.iteration_s
+    for name in BASELINES:
+        assert ours <= run_planner(problem, name).sim.iteration_s * (1 + 1e-9), name
+
+
+def test_unknown_planner() -> None:
+    """A bad name lists the accepted ones."""
+    with pytest.raises(ConfigError, match="accepted: dlsched, gpipe"):
+        get_planner("fastest")
+
+
+@st.composite
+def small_problems(draw) -> PipelineProblem:
+    blocks = draw(st.integers(2, 4))
+    gpus = draw(st.integers(2, 3))
+    seed = draw(st.integers(0, 10**6))
+    rng = np.random.default_rng(seed)
+    speeds = [float(rng.choice([1e12, 2e12])) for _ in range(gpus)]
+    bandwidth = rng.choice([2e9, 2e10, 2e11], size=(gpus, gpus))
+    bandwidth = np.maximum(bandwidth, bandwidth.T)
+    graph = server_graph("random", [(1, s, 2**40, 1e9, 0.0) for s in speeds], 1e10, 2e-6)
+    graph = type(graph)("random", graph.devices, bandwidth, graph.latency)
+    chain = synthetic_chain(list(rng.uniform(1e-3, 4e-3, blocks)),
+                            list(rng.uniform(2e-3, 8e-3, blocks)),
+                            list(rng.uniform(1e6, 3e7, blocks)),
+                            list(rng.uniform(1e6, 1e8, blocks)))
+    return PipelineProblem(chain, graph, draw(st.integers(1, 3)))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_problems())
+def test_dlsched_within_five_percent_of_oracle(problem: PipelineProblem) -> None:
+    """Exhaustive partitions x mappings x MILP schedules (contention-free, so a lower bound on
+    the simulated optimum): dlsched is within 5%; the oracle's own plan respects its bound."""
+    best = oracle(problem)
+    ours = run_planner(problem, "dlsched")
+    assert ours.sim.iteration_s <= 1.05 * best.iteration_s
+    assert best.iteration_s >= plan_bound(problem, best.plan) * (1 - 1e-6)
+    assert simulate(problem, best.plan).iteration_s >= best.iteration_s * (1 - 1e-6)
+
+
+def test_dlsched_respects_tight_memory() -> None:
+    """With room for only a few stashed microbatches, dlsched's plan still fits, while
+    GPipe's all-forwards-first schedule is refused."""
+    chain = synthetic_chain([1e-3] * 8, [2e-3] * 8, [1e6] * 8, [1e8] * 8, [2e9] * 8)
+    graph = server_graph("tight", [(4, 1e12, 12 * 10**9, 1e11, 1e-6)], 1e10, 1e-5)
+    problem = PipelineProblem(chain, graph, 16)
+    result = run_planner(problem, "dlsched")
+    assert max(result.sim.peak_memory) <= 12 * 10**9
+    with pytest.raises(ConfigError, match="short by"):
+        run_planner(problem, "gpipe")

@@ -1,0 +1,116 @@
+"""The simulator: hand-checked timelines, closed forms, link sharing, all-reduce, memory."""
+
+from __future__ import annotations
+
+import pytest
+from pipeline_cases import one_gpu_stages, uniform_problem
+
+from dlsched.errors import ConfigError
+from dlsched.hardware.device_graph import server_graph
+from dlsched.pipeline import Action, PipelinePlan, PipelineProblem, PlanError, simulate
+from dlsched.pipeline import Stage, synthetic_chain
+from dlsched.pipeline.schedules import gpipe_orders, one_f_one_b_orders
+
+
+def _spans(result, resource: str) -> list[tuple[str, float, float]]:
+    return [(s.label, round(s.start, 9), round(s.end, 9)) for s in result.timeline.on(resource)]
+
+
+def _plan(problem: PipelineProblem, make, p: int) -> PipelinePlan:
+    stages = one_gpu_stages(p)
+    return PipelinePlan("test", stages, make(stages, p, problem.num_microbatches),
+                        problem.num_microbatches)
+
+
+def test_two_stage_two_microbatch_gpipe_by_hand() -> None:
+    """F=1 s, B=2 s per stage, 1 s transfers: worked out on paper, iteration 11 s."""
+    problem = uniform_problem(2, 2, act=1e9)
+    result = simulate(problem, _plan(problem, gpipe_orders, 2))
+    gpu0, gpu1 = (d.name for d in problem.graph.devices)
+    assert _spans(result, gpu0) == [("0F0", 0, 1), ("0F1", 1, 2), ("0B0", 7, 9), ("0B1", 9, 11)]
+    assert _spans(result, gpu1) == [("1F0", 2, 3), ("1F1", 3, 4), ("1B0", 4, 6), ("1B1", 6, 8)]
+    assert _spans(result, "link 1->0") == [("gradient 0B0", 6, 7), ("gradient 0B1", 8, 9)]
+    assert result.iteration_s == pytest.approx(11.0)
+
+
+def test_two_stage_two_microbatch_1f1b_by_hand() -> None:
+    """1F1B: the last stage runs 1B0 before 1F1; same 11 s, different order."""
+    problem = uniform_problem(2, 2, act=1e9)
+    result = simulate(problem, _plan(problem, one_f_one_b_orders, 2))
+    gpu0, gpu1 = (d.name for d in problem.graph.devices)
+    assert _spans(result, gpu1) == [("1F0", 2, 3), ("1B0", 3, 5), ("1F1", 5, 6), ("1B1", 6, 8)]
+    assert _spans(result, gpu0) == [("0F0", 0, 1), ("0F1", 1, 2), ("0B0", 6, 8), ("0B1", 9, 11)]
+    assert result.iteration_s == pytest.approx(11.0)
+
+
+def test_transfers_share_a_link() -> None:
+    """Two activations overlapping on one link each get half its bandwidth."""
+    problem = uniform_problem(2, 2, f=0.5, act=1e9)
+    result = simulate(problem, _plan(problem, gpipe_orders, 2))
+    assert _spans(result, "link 0->1") == [("activation 1F0", 0.5, 2.0),
+                                           ("activation 1F1", 1.0, 2.5)]
+
+
+@pytest.mark.parametrize("make", [gpipe_orders, one_f_one_b_orders])
+@pytest.mark.parametrize(("p", "m"), [(2, 2), (4, 8), (4, 3), (6, 16)])
+def test_closed_form_on_uniform_stages(make, p: int, m: int) -> None:
+    """Uniform stages, free links: iteration (m+p-1)(f+b), bubble (p-1)/(m+p-1)."""
+    problem = uniform_problem(p, m)
+    result = simulate(problem, _plan(problem, make, p))
+    assert result.iteration_s == pytest.approx((m + p - 1) * 3.0)
+    assert result.bubble_fraction == pytest.approx((p - 1) / (m + p - 1))
+
+
+def test_one_f_one_b_holds_fewer_microbatches() -> None:
+    """Peak activation memory: GPipe stashes m microbatches on stage 0, 1F1B only p."""
+    chain = synthetic_chain([1.0] * 3, [2.0] * 3, [0.0] * 3, stash_bytes=[100.0] * 3)
+    graph = server_graph("g", [(3, 1e12, 2**30, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 8)
+    gpipe = simulate(problem, _plan(problem, gpipe_orders, 3))
+    ofob = simulate(problem, _plan(problem, one_f_one_b_orders, 3))
+    assert gpipe.peak_memory == (800.0, 800.0, 800.0)
+    assert ofob.peak_memory == (300.0, 200.0, 100.0)
+
+
+def test_replicated_stage_all_reduce() -> None:
+    """One stage on two GPUs: microbatches alternate, then a ring all-reduce of the
+    parameters: 2(r-1)(latency + P/r/bandwidth) = 2 x (1 + 1) s after the last backward."""
+    chain = synthetic_chain([1.0], [2.0], [0.0], param_bytes=[2e9])
+    graph = server_graph("g", [(2, 1e12, 2**40, 1e9, 1.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 4)
+    stages = (Stage(0, 1, (0, 1)),)
+    plan = PipelinePlan("test", stages, gpipe_orders(stages, 2, 4), 4)
+    result = simulate(problem, plan)
+    assert [a.microbatch for a in plan.orders[1]] == [1, 3, 1, 3]
+    assert _spans(result, "s0g0 sync") == [("all-reduce stage 0", 6.0, 10.0)]
+    assert result.iteration_s == pytest.approx(10.0)
+
+
+def test_over_memory_plan_is_refused() -> None:
+    """GPipe's 4 stashed microbatches do not fit: the error names the GPU and shortfall."""
+    chain = synthetic_chain([1.0] * 2, [2.0] * 2, [0.0] * 2, stash_bytes=[1e9] * 2)
+    graph = server_graph("g", [(2, 1e12, 3 * 10**9, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 4)
+    with pytest.raises(ConfigError, match=r"GPU s0g0 needs 4 GB but has 3 GB \(short by 1 GB\)"):
+        simulate(problem, _plan(problem, gpipe_orders, 2))
+    assert simulate(problem, _plan(problem, one_f_one_b_orders, 2)).iteration_s > 0
+
+
+def test_deadlock_is_reported_with_the_grid() -> None:
+    """Stage 0 waits for 0B1 while stage 1 insists on 1F1 first... a cycle: reported."""
+    problem = uniform_problem(2, 2)
+    stages = one_gpu_stages(2)
+    orders = (
+        (Action(0, "F", 0), Action(0, "B", 0), Action(0, "F", 1), Action(0, "B", 1)),
+        (Action(1, "F", 1), Action(1, "B", 1), Action(1, "F", 0), Action(1, "B", 0)),
+    )
+    with pytest.raises(PlanError, match="deadlocks") as error:
+        simulate(problem, PipelinePlan("cycle", stages, orders, 2))
+    assert ">>" in str(error.value)
+
+
+def test_same_inputs_same_timeline() -> None:
+    """Determinism: two runs give identical spans."""
+    problem = uniform_problem(3, 5, act=3e8)
+    plan = _plan(problem, one_f_one_b_orders, 3)
+    assert simulate(problem, plan).timeline.spans == simulate(problem, plan).timeline.spans
