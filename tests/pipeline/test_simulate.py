@@ -7,8 +7,15 @@ from pipeline_cases import one_gpu_stages, uniform_problem
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import server_graph
-from dlsched.pipeline import Action, PipelinePlan, PipelineProblem, PlanError, simulate
-from dlsched.pipeline import Stage, synthetic_chain
+from dlsched.pipeline import (
+    Action,
+    PipelinePlan,
+    PipelineProblem,
+    PlanError,
+    Stage,
+    simulate,
+    synthetic_chain,
+)
 from dlsched.pipeline.schedules import gpipe_orders, one_f_one_b_orders
 
 
