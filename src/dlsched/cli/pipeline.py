@@ -1,0 +1,177 @@
+"""``dlsched pipeline plan``, ``dlsched pipeline devices`` and ``dlsched reproduce pipeline``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from dlsched.cli.options import console, emit_rows, suffixed
+from dlsched.errors import ConfigError
+from dlsched.experiments import pipeline as experiment
+from dlsched.hardware.device_graph import device_preset_description, device_preset_names
+from dlsched.hardware.device_graph import load_devices as load_graph
+from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
+from dlsched.pipeline.model_source import load_chain
+from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
+from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
+
+SUMMARY_COLUMNS = [
+    Column("planner", "planner", justify="left"),
+    Column("schedule", "schedule", justify="left"),
+    Column("stages", "stages"),
+    Column("gpus_used", "GPUs"),
+    Column("iteration_s", "iteration (ms)", seconds_as_ms),
+    Column("bound_s", "bound (ms)", seconds_as_ms),
+    Column("time_over_bound", "time/bound", as_ratio),
+    Column("bubble", "bubble (%)", as_percent),
+    Column("peak_memory_gib", "peak mem (GiB)", lambda v: f"{v:.2f}"),
+    Column("planning_s", "planning (s)", lambda v: f"{v:.3f}"),
+    Column("speedup_of_first", "first's speedup", as_ratio),
+]
+ORDER_PREVIEW = 16
+
+pipeline_app = typer.Typer(help="Synchronous pipeline planning (partition, mapping, schedule).",
+                           no_args_is_help=True)
+
+
+def _planners(text: str) -> list[str]:
+    names = list(PLANNERS) if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PLANNERS]
+    if unknown or not names:
+        raise ConfigError(f"planner: unknown {unknown or text!r}; accepted: "
+                          + ", ".join(PLANNERS) + ", all (comma-separated for several)")
+    return names
+
+
+def _stage_table(result: PipelineResult) -> Table:
+    problem, plan = result.problem, result.plan
+    table = Table(title=f"{plan.planner}: stages")
+    for header in ("stage", "blocks", "GPUs", "forward (ms)", "backward (ms)", "params (MB)",
+                   "all-reduce (ms)"):
+        table.add_column(header, justify="right")
+    names = problem.chain.block_names
+    for s, stage in enumerate(plan.stages):
+        times = problem.stage_times(stage).max(axis=0)
+        params = problem.chain.param_bytes[stage.first:stage.last].sum()
+        gpus = ",".join(problem.graph.devices[d].name for d in stage.devices)
+        table.add_row(str(s), f"{names[stage.first]}..{names[stage.last - 1]} "
+                      f"({stage.last - stage.first})", gpus, f"{times[0] * 1e3:.3f}",
+                      f"{times[1] * 1e3:.3f}", f"{params / 1e6:.1f}",
+                      f"{problem.allreduce_time(stage) * 1e3:.3f}")
+    return table
+
+
+def _order_table(result: PipelineResult) -> Table:
+    table = Table(title=f"{result.plan.planner}: per-GPU order (first {ORDER_PREVIEW} actions; "
+                  "2F0 = stage 2 forward of microbatch 0, B backward, I/W split backward)")
+    table.add_column("GPU")
+    table.add_column("actions", justify="left")
+    for device, order in enumerate(result.plan.orders):
+        if order:
+            more = f" … ({len(order)} in all)" if len(order) > ORDER_PREVIEW else ""
+            table.add_row(result.problem.graph.devices[device].name,
+                          " ".join(map(str, order[:ORDER_PREVIEW])) + more)
+    return table
+
+
+def _rows(results: list[PipelineResult]) -> list[dict]:
+    first = results[0].sim.iteration_s
+    return [r.row() | {"peak_memory_gib": r.row()["peak_memory_bytes"] / 2**30,
+                       "speedup_of_first": r.sim.iteration_s / first} for r in results]
+
+
+def _write_outputs(results: list[PipelineResult], trace: Path | None, plot: Path | None) -> None:
+    many = len(results) > 1
+    if trace is not None:
+        for result in results:
+            write_chrome_trace(result.sim.timeline, suffixed(trace, result.plan.planner, many))
+    if plot is not None:
+        plot_timelines([(f"{r.problem.chain.name} on {r.problem.graph.name}: {r.plan.planner}, "
+                         f"{r.sim.iteration_s * 1e3:.2f} ms", r.sim.timeline) for r in results],
+                       plot, color_by="kind")
+
+
+def plan(
+    model: Annotated[str, typer.Option(help="Zoo model name or chain YAML/JSON file.")]
+    = "gpt2-xl",
+    devices: Annotated[str, typer.Option(help="Device preset or YAML/JSON file.")]
+    = "2x8-NVLink-100Gb",
+    microbatches: Annotated[int, typer.Option(help="Microbatches per iteration.")] = 16,
+    microbatch_size: Annotated[int, typer.Option(help="Samples per microbatch.")] = 1,
+    planner: Annotated[str, typer.Option(help="Planner(s), comma-separated, or all: "
+                                         + ", ".join(PLANNERS))] = "dlsched",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+    = False,
+    csv: Annotated[Path | None, typer.Option(help="Write result rows as CSV.")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Chrome-trace JSON (Perfetto).")] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG timeline, a panel per planner.")]
+    = None,
+) -> None:
+    """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound."""
+    names = _planners(planner)
+    problem = PipelineProblem(load_chain(model, microbatch_size), load_graph(devices),
+                              microbatches)
+    results = [run_planner(problem, name) for name in names]
+    rows = _rows(results)
+    _write_outputs(results, trace, plot)
+    if json_out:
+        emit_rows(rows, True, csv, {"stages": results[0].plan.stages_text(),
+                                    "orders": results[0].plan.schedule_text()})
+        return
+    render_table(rows, SUMMARY_COLUMNS, f"{problem.chain.name} ({problem.chain.num_blocks} "
+                 f"blocks), {microbatches} microbatches of {microbatch_size}, on "
+                 f"{problem.graph.describe()}", console)
+    console.print(_stage_table(results[0]))
+    console.print(_order_table(results[0]))
+    emit_rows(rows, False, csv)
+
+
+def devices_command() -> None:
+    """List the bundled device-graph presets."""
+    table = Table(title="device presets (link bandwidth one direction, GPU sustained FLOP/s)")
+    for header in ("name", "summary", "description"):
+        table.add_column(header)
+    for name in device_preset_names():
+        table.add_row(name, load_graph(name).describe(), device_preset_description(name))
+    console.print(table)
+
+
+REPRODUCE_COLUMNS = [
+    Column("model", "model", justify="left"),
+    Column("devices", "devices", justify="left"),
+    Column("planner", "planner", justify="left"),
+    Column("stages", "stages"),
+    Column("gpus_used", "GPUs"),
+    Column("iteration_s", "iteration (ms)", seconds_as_ms),
+    Column("bound_s", "bound (ms)", seconds_as_ms),
+    Column("time_over_bound", "time/bound", as_ratio),
+    Column("speedup", "dlsched speedup", as_ratio),
+]
+
+
+def reproduce_pipeline(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
+    csv: Annotated[Path | None, typer.Option(help="Write all rows as CSV.")] = None,
+) -> None:
+    """Zoo models on homogeneous and heterogeneous GPUs, every planner, speedup of dlsched
+    over each baseline beside the paper's "up to 157%" (2.57x)."""
+    rows = experiment.reproduce()
+    summary = experiment.summarize(rows)
+    if not json_out:
+        render_table(rows, REPRODUCE_COLUMNS, "synchronous pipeline planning: iteration time "
+                     "per planner (speedup = baseline time / dlsched time)", console)
+        render_table(summary, experiment.SUMMARY_COLUMNS,
+                     "dlsched speedup over each baseline (paper: up to 2.57x, i.e. +157%)",
+                     console)
+    emit_rows(rows, json_out, csv, {"summary": summary} if json_out else None)
+
+
+def register(app: typer.Typer, reproduce: typer.Typer) -> None:
+    """Add this module's commands to the CLI."""
+    pipeline_app.command("plan")(plan)
+    pipeline_app.command("devices")(devices_command)
+    app.add_typer(pipeline_app, name="pipeline")
+    reproduce.command("pipeline")(reproduce_pipeline)

@@ -1,0 +1,80 @@
+"""Where a chain comes from: a zoo model by name (coarsened into blocks) or a chain file.
+
+A chain file (YAML/JSON) lists blocks with per-microbatch costs::
+
+    name: my-net
+    input_grad_fraction: 0.5          # optional; omit to forbid split backwards
+    blocks:
+      - {name: embed, forward_flops: 2e12, backward_flops: 4e12, activation: 8 MB,
+         params: 200 MB, stash: 64 MB}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from dlsched.config import load_document, validate
+from dlsched.errors import ConfigError
+from dlsched.pipeline.chain import Chain, chain_from_model
+from dlsched.units import parse_bytes
+
+
+class BlockSpec(BaseModel):
+    """One block: FLOP per microbatch, bytes of output activation, parameters and stash."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    forward_flops: float
+    backward_flops: float | None = None
+    activation: int = 0
+    params: int = 0
+    stash: int = 0
+    _bytes = field_validator("activation", "params", "stash", mode="before")(
+        lambda v: parse_bytes(v))
+
+
+class ChainSpec(BaseModel):
+    """A chain file."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "chain"
+    input_grad_fraction: float | None = 0.5
+    blocks: list[BlockSpec]
+
+    def build(self) -> Chain:
+        """The validated chain (backward defaults to 2 x forward)."""
+        blocks = self.blocks
+        backward = [b.backward_flops if b.backward_flops is not None else 2 * b.forward_flops
+                    for b in blocks]
+        return Chain(self.name, tuple(b.name for b in blocks),
+                     np.array([b.forward_flops for b in blocks]), np.array(backward),
+                     np.array([b.activation for b in blocks]), np.array([b.params for b in blocks]),
+                     np.array([b.stash for b in blocks]), self.input_grad_fraction)
+
+
+def zoo_names() -> list[str]:
+    """Model names the zoo offers (empty when the zoo is not installed)."""
+    try:
+        from dlsched.models import zoo
+    except ImportError:
+        return []
+    names = getattr(zoo, "model_names", None) or getattr(zoo, "names", None)
+    if callable(names):
+        return list(names())
+    return list(getattr(zoo, "MODELS", {}))
+
+
+def load_chain(name_or_path: str | Path, microbatch_size: int) -> Chain:
+    """A chain file by path, or the zoo model ``name`` at ``microbatch_size`` samples."""
+    key = str(name_or_path)
+    if Path(key).suffix.lower() in {".yaml", ".yml", ".json"}:
+        return validate(ChainSpec, load_document(key), key).build()
+    try:
+        from dlsched.models.zoo import get_model
+    except ImportError as error:
+        raise ConfigError(f"model: {key!r} is not a .yaml/.json chain file and the model zoo "
+                          "is not available") from error
+    return chain_from_model(get_model(key), microbatch_size)
