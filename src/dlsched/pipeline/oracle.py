@@ -14,7 +14,7 @@ pruned once their bound reaches the best makespan found.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations, product
+from itertools import combinations, permutations, product
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -44,13 +44,14 @@ def _cuts(num_blocks: int, max_stages: int) -> list[tuple[int, ...]]:
 
 
 def _mappings(num_stages: int, num_devices: int) -> list[tuple[tuple[int, ...], ...]]:
-    """Every assignment of disjoint non-empty GPU sets to the stages."""
+    """Every assignment of disjoint non-empty GPU sets to the stages, each set in every order
+    (the order decides which replica takes which microbatches)."""
     result = []
     for owner in product(range(num_stages + 1), repeat=num_devices):
         groups = [tuple(d for d in range(num_devices) if owner[d] == s + 1)
                   for s in range(num_stages)]
         if all(groups):
-            result.append(tuple(groups))
+            result.extend(product(*(permutations(group) for group in groups)))
     return result
 
 
@@ -117,7 +118,8 @@ def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
     pairs = [(a, b) for a, b in combinations(names, 2) if actions[a][0] == actions[b][0]]
     n_start, n_var = len(names), len(names) + 1 + len(pairs)
     big = sum(d for _, d in actions.values()) + sum(
-        delay for _, _, delay in _edges(problem, stages, actions)) + 1.0
+        delay for _, _, delay in _edges(problem, stages, actions))
+    big = big * 1.01 + max(problem.allreduce_time(stage) for stage in stages) + 1e-9
     rows, lower, upper = [], [], []
     unit = big / 1000.0  # times in the MILP are in units of big/1000 for solver tolerances
 
@@ -141,11 +143,16 @@ def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
     cost = np.zeros(n_var)
     cost[n_start] = 1.0
     integrality = np.r_[np.zeros(n_start + 1), np.ones(len(pairs))]
-    result = milp(cost, constraints=LinearConstraint(np.array(rows), lower, upper),
-                  integrality=integrality,
-                  bounds=Bounds(np.zeros(n_var), np.r_[np.full(n_start + 1, 1000.0),
-                                                       np.ones(len(pairs))]),
-                  options={"time_limit": time_limit_s, "mip_rel_gap": 1e-7})
+    problem_data = {"c": cost, "integrality": integrality,
+                    "constraints": LinearConstraint(np.array(rows), lower, upper),
+                    "bounds": Bounds(np.zeros(n_var), np.r_[np.full(n_start + 1, 1000.0),
+                                                            np.ones(len(pairs))])}
+    options = {"time_limit": time_limit_s, "mip_rel_gap": 1e-7}
+    result = milp(**problem_data, options=options)
+    if result.x is None:  # HiGHS occasionally fails in presolve; solve again without it
+        result = milp(**problem_data, options=options | {"presolve": False})
+    if result.x is None:
+        raise RuntimeError(f"oracle MILP failed: {result.message}")
     starts = result.x[:n_start]
     orders: list[list[Action]] = [[] for _ in range(problem.graph.num_devices)]
     for a in sorted(names, key=lambda a: (starts[index[a]], a.kind != "F", a)):

@@ -6,7 +6,8 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
    ``EXHAUSTIVE_ORDER_GPUS`` GPUs every ordering is tried as well.
 2. Partition: for each ordering, ``sync_dp`` over (block prefix, unit prefix) with the actual
    FLOP/s of each run's slowest GPU, for every candidate bottleneck time and with the
-   all-reduce counted or not; the ``KEEP_PARTITIONS`` partitions of lowest ``estimate`` go on.
+   all-reduce counted or not; the ``KEEP_PARTITIONS`` partitions of lowest ``estimate`` go on
+   (``KEEP_PARTITIONS_SMALL`` on graphs of at most ``SMALL_GPUS`` GPUs).
 3. Scheduling: for each kept partition, list scheduling in the simulator with several priority
    rules (backward first, highest remaining path first; split or full backwards; in-flight caps
    of unbounded-but-memory, 1F1B's ``p - s``) plus the fixed 1F1B and GPipe orders.
@@ -34,6 +35,8 @@ from dlsched.pipeline.schedules import (
 from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, simulate
 
 KEEP_PARTITIONS = 3
+KEEP_PARTITIONS_SMALL = 8
+SMALL_GPUS = 16
 EXHAUSTIVE_ORDER_GPUS = 4
 
 
@@ -50,7 +53,8 @@ def propose_partitions(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
     found: list[tuple[Stage, ...]] = []
     for order in _orders(problem):
         costs = range_costs(problem, order, identical=False)
-        for stages in best_sync_partitions(problem, costs, KEEP_PARTITIONS):
+        keep = KEEP_PARTITIONS_SMALL if len(order) <= SMALL_GPUS else KEEP_PARTITIONS
+        for stages in best_sync_partitions(problem, costs, keep):
             if stages not in found:
                 found.append(stages)
     return found
