@@ -57,7 +57,7 @@ def best_sync_partitions(problem: PipelineProblem, costs: RangeCosts, keep: int,
     seen: dict[tuple[Stage, ...], float] = {}
     for t_max in candidate_periods(costs):
         for weight in SYNC_WEIGHTS:
-            stages = sync_dp(costs, problem.chain.num_blocks, t_max, weight)
-            if stages is not None and stages not in seen:
-                seen[stages] = estimate(problem, stages, identical)
+            for stages in sync_dp(costs, problem.chain.num_blocks, t_max, weight):
+                if stages not in seen:
+                    seen[stages] = estimate(problem, stages, identical)
     return sorted(seen, key=lambda st: seen[st])[:keep]

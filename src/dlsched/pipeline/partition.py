@@ -126,27 +126,31 @@ def _hops(problem: PipelineProblem, order: tuple[int, ...], g: int, u1: int,
 
 
 def sync_dp(costs: RangeCosts, num_blocks: int, t_max: float,
-            sync_weight: float) -> tuple[Stage, ...] | None:
+            sync_weight: float) -> list[tuple[Stage, ...]]:
     """Stages minimising sum(latency + transfers + ``sync_weight`` x all-reduce) with every
-    stage period <= ``t_max`` seconds; None when no partition meets ``t_max``."""
+    stage period <= ``t_max`` seconds: the best partition for each number of units used (all
+    of them up to 16 units, else the overall best and the one using every unit), since the
+    sum alone does not reward replicas that shorten fill and drain; empty when none fits."""
     def cost(latency: np.ndarray, period: np.ndarray, sync: np.ndarray,
              hops: np.ndarray) -> np.ndarray:
         return np.where(period <= t_max, latency + hops + sync_weight * sync, np.inf)
-    return _dp(costs, num_blocks, cost, np.add)
+    return _dp(costs, num_blocks, cost, np.add, every_end=True)
 
 
-def throughput_dp(costs: RangeCosts, num_blocks: int, num_microbatches: int) -> tuple[Stage, ...]:
+def throughput_dp(costs: RangeCosts, num_blocks: int,
+                  num_microbatches: int) -> tuple[Stage, ...] | None:
     """PipeDream's objective: the partition whose largest per-microbatch stage time (period,
     transfer, all-reduce amortised over the microbatches) is smallest."""
     def cost(latency: np.ndarray, period: np.ndarray, sync: np.ndarray,
              hops: np.ndarray) -> np.ndarray:
         per_microbatch = np.maximum(period + sync / num_microbatches, hops / 2)
         return np.where(np.isfinite(latency), per_microbatch, np.inf)
-    return _dp(costs, num_blocks, cost, np.maximum)
+    found = _dp(costs, num_blocks, cost, np.maximum, every_end=False)
+    return found[0] if found else None
 
 
-def _dp(costs: RangeCosts, num_blocks: int, cost_of: object,
-        combine: object) -> tuple[Stage, ...] | None:
+def _dp(costs: RangeCosts, num_blocks: int, cost_of: object, combine: object,
+        every_end: bool) -> list[tuple[Stage, ...]]:
     units, size = costs.num_units, num_blocks + 1
     best = np.full((units + 1, size), np.inf)
     best[0, 0] = 0.0
@@ -165,8 +169,12 @@ def _dp(costs: RangeCosts, num_blocks: int, cost_of: object,
         parent[u1][better] = np.stack([np.full(size, z), start], axis=1)[better]
     finals = best[:, num_blocks]
     if not np.isfinite(finals).any():
-        return None
-    return _backtrack(costs, parent, int(np.argmin(finals)), num_blocks)
+        return []
+    ends = [int(np.argmin(finals))]
+    if every_end:
+        ends += list(range(units + 1)) if units <= 16 else [units]
+    ends = [u for u in dict.fromkeys(ends) if np.isfinite(finals[u])]
+    return [_backtrack(costs, parent, u, num_blocks) for u in ends]
 
 
 def _backtrack(costs: RangeCosts, parent: np.ndarray, u: int, i: int) -> tuple[Stage, ...]:
