@@ -2,11 +2,14 @@
 
 ``estimate`` is the chain bound of a partition with each stage on its slowest replica:
 max over stages of (forwards before it + transfers) + its busiest replica's forward+backward
-work (``replica_load``) +
+work (``replica_load``) — or, when memory lets each replica hold only ``k`` microbatches, the
+ceil(m / (k r)) round trips through the rest of the pipeline that this forces — +
 (backwards before it + transfers), and the all-reduce that follows the stage's last backward.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -21,22 +24,54 @@ MAX_CANDIDATE_PERIODS = 40
 def estimate(problem: PipelineProblem, stages: tuple[Stage, ...],
              identical: bool = False) -> float:
     """Estimated iteration seconds of a partition (see the module docstring)."""
-    graph, m = problem.graph, problem.num_microbatches
-    head = tail = 0.0
-    best = 0.0
+    m = problem.num_microbatches
+    times, hops = _stage_times(problem, stages, identical), _hop_times(problem, stages)
+    head = tail = best = 0.0
     for s, stage in enumerate(stages):
+        forward, backward, busy = times[s]
+        round_trip = sum(f + b for f, b, _ in times[s:]) + 2 * sum(hops[s:])
+        slots = _slots(problem, stage) * len(stage.devices)
+        paced = max(busy, math.ceil(m / slots) * round_trip) if slots else math.inf
+        best = max(best, head + paced + max(tail, problem.allreduce_time(stage)))
+        if s + 1 < len(stages):
+            head += forward + hops[s]
+            tail += backward + hops[s]
+    return best
+
+
+def _stage_times(problem: PipelineProblem, stages: tuple[Stage, ...],
+                 identical: bool) -> list[tuple[float, float, float]]:
+    """(forward, backward) on the slowest replica and the busiest replica's total, seconds."""
+    graph, m, result = problem.graph, problem.num_microbatches, []
+    for stage in stages:
         speeds = graph.flops[list(stage.devices)]
         if identical:
             speeds = np.full(len(speeds), graph.flops.mean())
-        forward, backward = (x / speeds.min() for x in problem.stage_flops(stage))
-        end = head + sum(problem.stage_flops(stage)) * replica_load(speeds, m) * m
-        best = max(best, end + max(tail, problem.allreduce_time(stage)))
-        if s + 1 < len(stages):
-            size = float(problem.chain.activation_bytes[stage.last - 1])
-            hop = graph.transfer_time(stage.devices[-1], stages[s + 1].devices[0], size)
-            head += forward + hop
-            tail += backward + hop
-    return best
+        forward, backward = problem.stage_flops(stage)
+        busy = (forward + backward) * replica_load(speeds, m) * m
+        result.append((forward / speeds.min(), backward / speeds.min(), busy))
+    return result
+
+
+def _hop_times(problem: PipelineProblem, stages: tuple[Stage, ...]) -> list[float]:
+    hops = []
+    for s in range(len(stages) - 1):
+        size = float(problem.chain.activation_bytes[stages[s].last - 1])
+        hops.append(problem.graph.transfer_time(stages[s].devices[-1],
+                                                stages[s + 1].devices[0], size))
+    return [*hops, 0.0]
+
+
+def _slots(problem: PipelineProblem, stage: Stage) -> int:
+    """Microbatches one replica can hold in flight within its memory."""
+    chain = problem.chain
+    free = min(problem.graph.devices[d].memory for d in stage.devices) - chain.static_bytes(
+        stage.first, stage.last)
+    stash = float(chain.stash_bytes[stage.first:stage.last].sum())
+    if free < stash:
+        return 0
+    return problem.num_microbatches if stash <= 0 else int(min(free // stash,
+                                                               problem.num_microbatches))
 
 
 def candidate_periods(costs: RangeCosts) -> list[float]:

@@ -104,7 +104,8 @@ def validate_plan(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None
     if plan.num_microbatches < 1:
         raise PlanError(f"num_microbatches: {plan.num_microbatches} must be >= 1")
     _check_stages(plan, num_blocks, num_devices)
-    required = _required(plan, plan.split_backward)
+    split = plan.split_backward
+    required = _required(plan, split)
     seen: set[Action] = set()
     for k, order in enumerate(plan.orders):
         for i, action in enumerate(order):
@@ -114,7 +115,7 @@ def validate_plan(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None
                        if owner is not None else "is not part of this plan (stage, kind or "
                        "microbatch out of range, or B mixed with I/W)")
                 raise _fail(plan, f"gpu{k} action {action} {why}", (k, i))
-            needs = _predecessor(action, plan.split_backward)
+            needs = _predecessor(action)
             if needs is not None and needs not in seen:
                 raise _fail(plan, f"gpu{k} runs {action} before {needs}", (k, i))
             seen.add(action)
@@ -123,7 +124,7 @@ def validate_plan(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None
         raise _fail(plan, "missing actions: " + " ".join(map(str, missing[:12])))
 
 
-def _predecessor(action: Action, split: bool) -> Action | None:
+def _predecessor(action: Action) -> Action | None:
     if action.kind in ("B", "I"):
         return Action(action.stage, "F", action.microbatch)
     if action.kind == "W":
