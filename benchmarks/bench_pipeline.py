@@ -1,0 +1,73 @@
+"""Pipeline planner speed: planning a 96-layer GPT-3-like model on 64 and 512 GPUs, and
+simulating one iteration with 64 microbatches.
+
+Run: ``python -m benchmarks.bench_pipeline`` (rewrites its section of BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from benchmarks.common import best_of, write_section
+from dlsched.hardware.device_graph import cluster_graph
+from dlsched.pipeline import Chain, PipelineProblem, get_planner, plan_bound, simulate
+
+LAYERS, HIDDEN, SEQUENCE = 96, 12288, 2048
+
+
+def gpt3_like_chain() -> Chain:
+    """96 identical GPT-3-175B-like transformer layers, one sequence of 2048 tokens per
+    microbatch, fp16 (2-byte) weights and activations; stash of about 34 x s x h bytes."""
+    forward = 24 * SEQUENCE * HIDDEN**2 + 4 * SEQUENCE**2 * HIDDEN
+    return Chain("gpt3-like-96 (synthetic)", tuple(f"layer{i}" for i in range(LAYERS)),
+                 np.full(LAYERS, float(forward)), np.full(LAYERS, 2.0 * forward),
+                 np.full(LAYERS, 2.0 * SEQUENCE * HIDDEN), np.full(LAYERS, 24.0 * HIDDEN**2),
+                 np.full(LAYERS, 34.0 * SEQUENCE * HIDDEN), 0.5)
+
+
+def _planning_rows(chain: Chain) -> list[str]:
+    rows = []
+    for servers in (8, 64):
+        graph = cluster_graph(servers, 8, flops=400e12)
+        problem = PipelineProblem(chain, graph, 16)
+        for name in ("dlsched", "dapple", "pipedream", "gpipe"):
+            planner = get_planner(name)
+            seconds = best_of(lambda p=planner, q=problem: p(q), repeats=1)
+            plan = planner(problem)
+            iteration = simulate(problem, plan).iteration_s
+            rows.append(f"| {graph.num_devices} | {name} | {seconds:.2f} | {plan.num_stages} "
+                        f"| {iteration:.3f} | {iteration / plan_bound(problem, plan):.3f} |")
+    return rows
+
+
+def _simulation_row(chain: Chain) -> str:
+    problem = PipelineProblem(chain, cluster_graph(8, 8, flops=400e12), 64)
+    plan = get_planner("dlsched")(problem)
+    start = time.perf_counter()
+    result = simulate(problem, plan)
+    seconds = time.perf_counter() - start
+    actions = sum(len(order) for order in plan.orders)
+    return (f"| 64 | 64 | {plan.num_stages} | {actions} | {len(result.timeline)} "
+            f"| {seconds:.3f} |")
+
+
+def main() -> None:
+    """Measure and write the pipeline section of BENCHMARKS.md."""
+    chain = gpt3_like_chain()
+    lines = ["## Pipeline planning", "",
+             f"Planning {chain.name}, 16 microbatches, on homogeneous clusters of 8-GPU servers "
+             "(400 TFLOP/s, 80 GiB, NVLink 300 GB/s inside, 100 Gb/s between); wall seconds "
+             "of one call (`dlsched` includes evaluating every baseline's plan as a candidate):",
+             "", "| GPUs | planner | planning (s) | stages | iteration (s) | time/bound |",
+             "|---:|---|---:|---:|---:|---:|", *_planning_rows(chain), "",
+             "Simulating one iteration of the dlsched plan (validation, memory check and "
+             "event simulation) with 64 microbatches:", "",
+             "| GPUs | microbatches | stages | actions | spans | simulate (s) |",
+             "|---:|---:|---:|---:|---:|---:|", _simulation_row(chain)]
+    write_section("pipeline", "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
