@@ -13,6 +13,9 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
    of unbounded-but-memory, 1F1B's ``p - s``) plus the fixed 1F1B and GPipe orders.
 4. Every baseline planner's plan is a candidate too; the simulated fastest plan wins, so the
    result is never slower than any baseline on the same instance.
+5. Refinement on small instances (stages x microbatches <= ``REFINE_ACTIONS``): hill-climb
+   on the simulated time by moving one cut between adjacent stages by one block, re-running
+   step 3 for each neighbour, for at most ``REFINE_PASSES`` improving passes.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from dlsched.pipeline.schedules import (
 from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, simulate
 
 KEEP_PARTITIONS = 3
+REFINE_ACTIONS = 256
+REFINE_PASSES = 4
 KEEP_PARTITIONS_SMALL = 8
 SMALL_GPUS = 16
 EXHAUSTIVE_ORDER_GPUS = 4
@@ -122,6 +127,8 @@ def plan_dlsched(problem: PipelineProblem,
             best = result
     if best is None:
         raise ConfigError("dlsched: no plan fits the GPUs' memory")
+    if best.plan.num_stages * problem.num_microbatches <= REFINE_ACTIONS:
+        best = refine(problem, best)
     notes = dict(best.plan.notes) | {"origin": best.plan.planner}
     return PipelinePlan("dlsched", best.plan.stages, best.plan.orders,
                         best.plan.num_microbatches, notes)
@@ -136,3 +143,26 @@ def _with_baselines(problem: PipelineProblem, candidates: Iterator[SimResult],
         result = None if plan is None else _attempt(lambda plan=plan: simulate(problem, plan))
         if result is not None:
             yield result
+
+
+def _cut_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]:
+    """Partitions that move one cut between adjacent stages by one block."""
+    for s in range(len(stages) - 1):
+        left, right = stages[s], stages[s + 1]
+        for cut in (left.last - 1, left.last + 1):
+            if left.first < cut < right.last:
+                yield (*stages[:s], Stage(left.first, cut, left.devices),
+                       Stage(cut, right.last, right.devices), *stages[s + 2:])
+
+
+def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
+    """Hill-climb on simulated time over one-block cut moves (step 5)."""
+    for _ in range(REFINE_PASSES):
+        start = best
+        for stages in _cut_moves(start.plan.stages):
+            for result in schedule_candidates(problem, stages):
+                if result.iteration_s < best.iteration_s * (1 - 1e-12):
+                    best = result
+        if best is start:
+            break
+    return best
