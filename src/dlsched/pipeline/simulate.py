@@ -30,7 +30,8 @@ KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward-input", "W": "back
 @dataclass(frozen=True)
 class Dispatch:
     """A list-scheduling rule: ``priority(action)`` (smaller runs first), ``caps[s]`` the most
-    microbatches of stage ``s`` a GPU may hold activations for, ``split`` I/W backwards."""
+    microbatches of stage ``s`` a GPU may have between their F and their B (or I), ``split``
+    I/W backwards. Memory is checked separately: activations stay until B (or W)."""
 
     name: str
     priority: Callable[[Action], tuple]
@@ -182,11 +183,12 @@ class _Run:
                 self.stages[s - 1].last - 1], "gradient")
         if action.kind == "I":
             self._make_ready(Action(s, "W", j))
+        if action.is_backward:
+            self.in_flight[(device, s)] -= 1
         if action.frees:
             self._release(device, action)
 
     def _release(self, device: int, action: Action) -> None:
-        self.in_flight[(device, action.stage)] -= 1
         self.memory[device] -= self.stash[action.stage]
         self.backward_done[action.stage] += 1
         if self.backward_done[action.stage] == self.problem.num_microbatches:
