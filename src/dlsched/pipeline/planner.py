@@ -14,14 +14,16 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
 4. Every baseline planner's plan is a candidate too; the simulated fastest plan wins, so the
    result is never slower than any baseline on the same instance.
 5. Refinement on small instances (stages x microbatches <= ``REFINE_ACTIONS``): hill-climb
-   on the simulated time by moving one cut between adjacent stages by one block, re-running
-   step 3 for each neighbour, for at most ``REFINE_PASSES`` improving passes.
+   on the simulated time over neighbouring partitions — one cut moved by one block, a
+   replicated stage split in two (its GPUs halved, at every block cut), two adjacent stages
+   merged into one replicated stage — re-running step 3 for each, for at most
+   ``REFINE_PASSES`` improving passes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import permutations
+from itertools import chain, permutations
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline.estimate import best_sync_partitions
@@ -155,11 +157,25 @@ def _cut_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]:
                        Stage(cut, right.last, right.devices), *stages[s + 2:])
 
 
+def _split_merge_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]:
+    """Partitions that split one replicated stage in two or merge two adjacent stages."""
+    for s, stage in enumerate(stages):
+        half = len(stage.devices) // 2
+        for cut in range(stage.first + 1, stage.last) if half else ():
+            yield (*stages[:s], Stage(stage.first, cut, stage.devices[:half]),
+                   Stage(cut, stage.last, stage.devices[half:]), *stages[s + 1:])
+        if s + 1 < len(stages):
+            merged = Stage(stage.first, stages[s + 1].last,
+                           stage.devices + stages[s + 1].devices)
+            yield (*stages[:s], merged, *stages[s + 2:])
+
+
 def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
-    """Hill-climb on simulated time over one-block cut moves (step 5)."""
+    """Hill-climb on simulated time over neighbouring partitions (step 5)."""
     for _ in range(REFINE_PASSES):
         start = best
-        for stages in _cut_moves(start.plan.stages):
+        moves = chain(_cut_moves(start.plan.stages), _split_merge_moves(start.plan.stages))
+        for stages in moves:
             for result in schedule_candidates(problem, stages):
                 if result.iteration_s < best.iteration_s * (1 - 1e-12):
                     best = result
