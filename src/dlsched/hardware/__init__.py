@@ -1,5 +1,14 @@
 """What the cluster is: multi-dimensional network topologies and their presets."""
 
+from dlsched.hardware.device_graph import (
+    Device,
+    DeviceGraph,
+    cluster_graph,
+    device_preset_names,
+    graph_from_topology,
+    load_devices,
+    server_graph,
+)
 from dlsched.hardware.topology import (
     DEFAULT_ALGORITHM,
     DimAlgorithm,
@@ -16,12 +25,19 @@ from dlsched.hardware.topology_config import (
 
 __all__ = [
     "DEFAULT_ALGORITHM",
+    "Device",
+    "DeviceGraph",
     "DimAlgorithm",
     "DimKind",
     "Dimension",
     "Topology",
+    "cluster_graph",
+    "device_preset_names",
+    "graph_from_topology",
+    "load_devices",
     "load_topology",
     "preset_description",
     "preset_names",
+    "server_graph",
     "topology_from_data",
 ]

@@ -74,11 +74,12 @@ class PipelineResult:
                 "stages": plan.num_stages,
                 "gpus_used": sum(1 for order in plan.orders if order),
                 "schedule": plan.notes.get("schedule", plan.planner),
-                "iteration_s": sim.iteration_s, "bound_s": self.bound_s,
-                "instance_bound_s": self.instance_bound_s,
-                "time_over_bound": sim.iteration_s / self.bound_s,
-                "bubble": sim.bubble_fraction, "peak_memory_bytes": max(sim.peak_memory),
-                "planning_s": self.planning_s}
+                "iteration_s": float(sim.iteration_s), "bound_s": float(self.bound_s),
+                "instance_bound_s": float(self.instance_bound_s),
+                "time_over_bound": float(sim.iteration_s / self.bound_s),
+                "bubble": float(sim.bubble_fraction),
+                "peak_memory_bytes": int(max(sim.peak_memory)),
+                "planning_s": float(self.planning_s)}
 
 
 def run_planner(problem: PipelineProblem, name: str) -> PipelineResult:
