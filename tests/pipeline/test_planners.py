@@ -13,8 +13,11 @@ from dlsched.hardware.device_graph import load_devices, server_graph
 from dlsched.pipeline import (
     BASELINES,
     PLANNERS,
+    PipelinePlan,
     PipelineProblem,
+    Stage,
     get_planner,
+    instance_bound,
     plan_bound,
     run_planner,
     simulate,
@@ -22,6 +25,8 @@ from dlsched.pipeline import (
 )
 from dlsched.pipeline.oracle import oracle
 from dlsched.pipeline.plan import validate_plan
+from dlsched.pipeline.schedules import backward_first_dispatch, gpipe_orders, one_f_one_b_orders
+from dlsched.pipeline.simulate import list_schedule
 
 
 def _chain(seed: int, blocks: int, split: bool = True, act: float = 4e6):
@@ -102,3 +107,26 @@ def test_dlsched_respects_tight_memory() -> None:
     assert max(result.sim.peak_memory) <= 12 * 10**9
     with pytest.raises(ConfigError, match="short by"):
         run_planner(problem, "gpipe")
+
+
+@settings(max_examples=30, deadline=None)
+@given(small_problems(), st.integers(0, 10**6), st.sampled_from(["gpipe", "1f1b", "list"]))
+def test_no_plan_beats_its_bound(problem: PipelineProblem, seed: int, schedule: str) -> None:
+    """Random partitions and mappings under three schedules never beat plan_bound, and the
+    bound never falls below the instance bound."""
+    rng = np.random.default_rng(seed)
+    n, blocks, m = problem.graph.num_devices, problem.chain.num_blocks, problem.num_microbatches
+    p = int(rng.integers(1, min(n, blocks) + 1))
+    cuts = [0, *sorted(rng.choice(np.arange(1, blocks), p - 1, replace=False).tolist()), blocks]
+    owners = rng.permutation(np.r_[np.arange(p), rng.integers(0, p, n - p)])
+    stages = tuple(Stage(cuts[s], cuts[s + 1], tuple(int(d) for d in np.flatnonzero(owners == s)))
+                   for s in range(p))
+    if schedule == "list":
+        plan = list_schedule(problem, stages, backward_first_dispatch(p, (m,) * p, False),
+                             "x").plan
+    else:
+        make = gpipe_orders if schedule == "gpipe" else one_f_one_b_orders
+        plan = PipelinePlan("x", stages, make(stages, n, m), m)
+    bound = plan_bound(problem, plan)
+    assert simulate(problem, plan).iteration_s >= bound * (1 - 1e-9)
+    assert bound >= instance_bound(problem) * (1 - 1e-9)
