@@ -7,6 +7,8 @@ own rules. All stages' replicas follow their stage's order on their own microbat
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.simulate import Dispatch
@@ -18,7 +20,7 @@ def _local(stage: Stage, replica: int, num_microbatches: int) -> list[int]:
 
 
 def _assemble(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
-              order_of: callable) -> tuple[tuple[Action, ...], ...]:
+              order_of: Callable[[int, list[int]], list[Action]]) -> tuple[tuple[Action, ...], ...]:
     orders: list[list[Action]] = [[] for _ in range(num_devices)]
     for s, stage in enumerate(stages):
         for replica, device in enumerate(stage.devices):
@@ -94,7 +96,7 @@ def zb_h1_dispatch(num_stages: int) -> Dispatch:
                     tuple(num_stages - s for s in range(num_stages)), True)
 
 
-def _kind_first(kinds: tuple[str, ...]) -> callable:
+def _kind_first(kinds: tuple[str, ...]) -> Callable[[Action], tuple]:
     rank = {kind: i for i, kind in enumerate(kinds)}
 
     def priority(action: Action) -> tuple:

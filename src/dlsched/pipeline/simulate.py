@@ -226,12 +226,14 @@ class _Run:
                                    f"all-reduce stage {s}", group=name, args={"stage": s}))
 
     def _deadlock(self) -> None:
-        orders = self.orders if self.orders is not None else tuple(map(tuple, self.executed))
-        stuck = next(k for k, order in enumerate(orders) if self.pointer[k] < len(order)) \
-            if self.orders is not None else 0
-        raise PlanError(f"the plan deadlocks: gpu{stuck} waits forever on "
-                        f"{orders[stuck][self.pointer[stuck]] if self.orders else 'its inputs'}"
-                        f"\n{grid(orders, (stuck, self.pointer[stuck]))}")
+        if self.orders is None:
+            executed = tuple(map(tuple, self.executed))
+            raise PlanError("list scheduling stalled: in-flight caps or memory leave no ready "
+                            f"action runnable; executed so far:\n{grid(executed)}")
+        stuck = next(k for k, order in enumerate(self.orders) if self.pointer[k] < len(order))
+        waiting = self.orders[stuck][self.pointer[stuck]]
+        raise PlanError(f"the plan deadlocks: gpu{stuck} waits forever on {waiting}\n"
+                        f"{grid(self.orders, (stuck, self.pointer[stuck]))}")
 
 
 def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
