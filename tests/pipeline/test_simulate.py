@@ -16,7 +16,7 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.schedules import gpipe_orders, one_f_one_b_orders
+from dlsched.pipeline.schedules import gpipe_orders, one_f_one_b_orders, zb_h1_orders
 
 
 def _spans(result, resource: str) -> list[tuple[str, float, float]]:
@@ -121,3 +121,15 @@ def test_same_inputs_same_timeline() -> None:
     problem = uniform_problem(3, 5, act=3e8)
     plan = _plan(problem, one_f_one_b_orders, 3)
     assert simulate(problem, plan).timeline.spans == simulate(problem, plan).timeline.spans
+
+
+@pytest.mark.parametrize(("p", "m"), [(4, 8), (8, 16), (4, 4)])
+def test_zb_h1_closed_form(p: int, m: int) -> None:
+    """ZB-H1 with F = I = W = 1 s: m(F+I+W) + (p-1)(F+I-W), and no stage holds more than
+    p microbatches (1F1B's first-stage memory)."""
+    chain = synthetic_chain([1.0] * p, [2.0] * p, [0.0] * p, stash_bytes=[1.0] * p, split=True)
+    graph = server_graph("g", [(p, 1e12, 2**30, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, m)
+    result = simulate(problem, _plan(problem, zb_h1_orders, p))
+    assert result.iteration_s == pytest.approx(3.0 * m + (p - 1))
+    assert max(result.peak_memory) == p

@@ -10,7 +10,7 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
    (``KEEP_PARTITIONS_SMALL`` on graphs of at most ``SMALL_GPUS`` GPUs).
 3. Scheduling: for each kept partition, list scheduling in the simulator with several priority
    rules (backward first, highest remaining path first; split or full backwards; in-flight caps
-   of unbounded-but-memory, 1F1B's ``p - s``) plus the fixed 1F1B and GPipe orders.
+   of unbounded-but-memory, 1F1B's ``p - s``) plus the fixed 1F1B, GPipe and ZB-H1 orders.
 4. Every baseline planner's plan is a candidate too; the simulated fastest plan wins, so the
    result is never slower than any baseline on the same instance.
 5. Refinement on small instances (stages x microbatches <= ``REFINE_ACTIONS``): hill-climb
@@ -36,6 +36,7 @@ from dlsched.pipeline.schedules import (
     critical_path_dispatch,
     gpipe_orders,
     one_f_one_b_orders,
+    zb_h1_orders,
 )
 from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, simulate
 
@@ -109,7 +110,10 @@ def schedule_candidates(problem: PipelineProblem,
                 a - d.memory for a, d in zip(result.peak_memory, problem.graph.devices,
                                              strict=True)) <= 0:
             yield result
-    for orders in (one_f_one_b_orders, gpipe_orders):
+    fixed = [one_f_one_b_orders, gpipe_orders]
+    if problem.chain.input_grad_fraction is not None:
+        fixed.append(zb_h1_orders)
+    for orders in fixed:
         plan = PipelinePlan("dlsched", stages, orders(stages, n, m), m,
                             {"schedule": orders.__name__.removesuffix("_orders")})
         result = _attempt(lambda plan=plan: simulate(problem, plan))

@@ -88,12 +88,28 @@ def _virtual(rank: int, p: int, v: int, index: int, forward: bool) -> Action:
     return Action(chunk * p + rank, "F" if forward else "B", microbatch)
 
 
-def zb_h1_dispatch(num_stages: int) -> Dispatch:
-    """ZB-H1 (Qi et al., ICLR 2024): backward split into input gradient ``I`` (on the
-    critical path, run first) and weight gradient ``W`` (deferred into bubbles); stage ``s``
-    keeps at most ``p - s`` microbatches in flight, the memory of 1F1B."""
-    return Dispatch("zb-h1", _kind_first(("I", "F", "W")),
-                    tuple(num_stages - s for s in range(num_stages)), True)
+def zb_h1_orders(stages: tuple[Stage, ...], num_devices: int,
+                 num_microbatches: int) -> tuple[tuple[Action, ...], ...]:
+    """ZB-H1 (Qi et al., ICLR 2024, section 2.1 and Figure 3 top): the 1F1B order with the
+    backward split into input gradient ``I`` (in B's place) and weight gradient ``W``; stage
+    ``s`` runs ``W`` of microbatch ``i`` right after ``I`` of microbatch ``i + s`` and its last
+    ``s`` W's after its final I, so every stage keeps the same number of microbatches in flight
+    and the tail bubbles fill with W's. Replicated stages keep their microbatches of it."""
+    m = num_microbatches
+    orders: list[list[Action]] = [[] for _ in range(num_devices)]
+    for s, stage in enumerate(stages):
+        warm = min(m, sum(len(st.devices) for st in stages[s:]))
+        sequence = [Action(s, "F", j) for j in range(warm)]
+        for j in range(m):
+            sequence.append(Action(s, "I", j))
+            if j - s >= 0:
+                sequence.append(Action(s, "W", j - s))
+            if warm + j < m:
+                sequence.append(Action(s, "F", warm + j))
+        sequence += [Action(s, "W", j) for j in range(max(0, m - s), m)]
+        for action in sequence:
+            orders[stage.device_for(action.microbatch)].append(action)
+    return tuple(tuple(order) for order in orders)
 
 
 def _kind_first(kinds: tuple[str, ...]) -> Callable[[Action], tuple]:
