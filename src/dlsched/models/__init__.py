@@ -1,0 +1,17 @@
+"""What is trained: layers, models, the zoo, compute models and profiles."""
+
+from dlsched.models.compute import DEVICE_PEAKS, ComputeModel, device_compute
+from dlsched.models.layer import Layer, Model
+from dlsched.models.profile_io import load_profile
+from dlsched.models.zoo import get_model, model_names
+
+__all__ = [
+    "DEVICE_PEAKS",
+    "ComputeModel",
+    "Layer",
+    "Model",
+    "device_compute",
+    "get_model",
+    "load_profile",
+    "model_names",
+]

@@ -1,0 +1,61 @@
+"""Per-layer profiles (CSV or JSON): measured forward/backward times, the format the torch
+profiler writes.
+
+CSV columns (header required): ``name, params, forward_time_s, backward_time_s`` and optionally
+``activation_bytes, block, forward_flops``. JSON: ``{"name": ..., "dtype_bytes": 4, "layers":
+[{...same keys...}]}``. Times are seconds for the profiled batch.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+
+from dlsched.config import load_document, validate
+from dlsched.errors import ConfigError
+from dlsched.models.layer import Layer, Model
+
+
+class LayerProfile(BaseModel):
+    """One profiled layer."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    params: NonNegativeInt
+    forward_time_s: NonNegativeFloat
+    backward_time_s: NonNegativeFloat
+    activation_bytes: NonNegativeInt = 0
+    forward_flops: NonNegativeFloat = 0.0
+    block: str = ""
+
+
+class ModelProfile(BaseModel):
+    """A profiled model: layers in forward order."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = "profiled"
+    dtype_bytes: int = Field(4, ge=1, le=8)
+    layers: list[LayerProfile] = Field(min_length=1)
+
+    def build(self) -> Model:
+        """The Model with measured times on every layer."""
+        return Model(self.name, tuple(
+            Layer(p.name, p.params, p.forward_flops, p.activation_bytes, p.block,
+                  p.forward_time_s, p.backward_time_s) for p in self.layers), self.dtype_bytes)
+
+
+def load_profile(path: str | Path) -> Model:
+    """Read a CSV or JSON/YAML profile; ConfigError names the row and field of bad values."""
+    path = Path(path)
+    if path.suffix.lower() == ".csv":
+        if not path.is_file():
+            raise ConfigError(f"file {str(path)!r} does not exist")
+        with path.open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        data = {"name": path.stem, "layers": [
+            {k: v for k, v in row.items() if v not in ("", None)} for row in rows]}
+    else:
+        data = load_document(path)
+    return validate(ModelProfile, data, f"profile {path}").build()
