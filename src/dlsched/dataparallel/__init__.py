@@ -1,0 +1,33 @@
+"""Gradient block scheduling for data-parallel training (US-Byte and its baselines)."""
+
+from dlsched.dataparallel.bounds import lower_bound
+from dlsched.dataparallel.comm import (
+    PRESETS,
+    AlphaBeta,
+    TopologyPriced,
+    parse_network,
+    ring_allreduce,
+)
+from dlsched.dataparallel.plan import Block, DPPlan, Message, PlanError, validate_plan
+from dlsched.dataparallel.policies import POLICIES
+from dlsched.dataparallel.problem import DPProblem, problem_from_model
+from dlsched.dataparallel.run import DPResult, run_dataparallel
+
+__all__ = [
+    "POLICIES",
+    "PRESETS",
+    "AlphaBeta",
+    "Block",
+    "DPPlan",
+    "DPProblem",
+    "DPResult",
+    "Message",
+    "PlanError",
+    "TopologyPriced",
+    "lower_bound",
+    "parse_network",
+    "problem_from_model",
+    "ring_allreduce",
+    "run_dataparallel",
+    "validate_plan",
+]

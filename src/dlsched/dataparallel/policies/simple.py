@@ -1,0 +1,85 @@
+"""Per-layer and fusion baselines: WFBP, MG-WFBP, PyTorch DDP buckets and Horovod fusion."""
+
+from __future__ import annotations
+
+from dlsched.dataparallel.plan import DPPlan, Message, message, whole_layer
+from dlsched.dataparallel.problem import DPProblem
+
+MiB = 2**20
+
+
+def _backward_order(problem: DPProblem) -> list[int]:
+    return [layer for layer in reversed(range(problem.num_layers))
+            if problem.grad_bytes[layer] > 0]
+
+
+def wfbp_plan(problem: DPProblem) -> DPPlan:
+    """Wait-free backprop (Poseidon/PS-style): one all-reduce per layer as soon as its gradient
+    is ready, FIFO in backward order; the next forward waits for all of them."""
+    msgs = [message(problem, [whole_layer(problem, layer)]) for layer in _backward_order(problem)]
+    return DPPlan(tuple(msgs), barrier=True, policy="wfbp")
+
+
+def mgwfbp_plan(problem: DPProblem) -> DPPlan:
+    """MG-WFBP (Shi et al., INFOCOM 2019): walk the layers in backward order and merge the next
+    layer into the current message when the message could only start after that layer is ready
+    anyway, or when waiting for it costs less than one startup (``cost(0)``)."""
+    order = _backward_order(problem)
+    startup = problem.comm.cost(0)
+    msgs: list[Message] = []
+    group: list[int] = []
+    free = 0.0
+    for position, layer in enumerate(order):
+        group.append(layer)
+        start = max(free, problem.ready[layer])
+        following = order[position + 1] if position + 1 < len(order) else None
+        if following is not None and problem.ready[following] - start < startup:
+            continue
+        msgs.append(message(problem, [whole_layer(problem, g) for g in group]))
+        free = max(free, msgs[-1].launch) + problem.comm.cost(msgs[-1].num_bytes)
+        group = []
+    return DPPlan(tuple(msgs), barrier=True, policy="mgwfbp")
+
+
+def bucket_plan(problem: DPProblem, bucket_bytes: int = 25 * MiB,
+                first_bucket_bytes: int = 1 * MiB) -> DPPlan:
+    """PyTorch DDP: tensors in reverse parameter order fill buckets until a bucket reaches its
+    cap (the first bucket 1 MiB, then 25 MiB); a bucket is all-reduced when all its tensors are
+    ready, buckets in order; the optimizer step (and so the next forward) waits for all."""
+    msgs: list[Message] = []
+    bucket: list[int] = []
+    size, cap = 0, first_bucket_bytes
+    for layer in _backward_order(problem):
+        bucket.append(layer)
+        size += problem.grad_bytes[layer]
+        if size >= cap:
+            msgs.append(message(problem, [whole_layer(problem, g) for g in bucket]))
+            bucket, size, cap = [], 0, bucket_bytes
+    if bucket:
+        msgs.append(message(problem, [whole_layer(problem, g) for g in bucket]))
+    return DPPlan(tuple(msgs), barrier=True, policy="ddp")
+
+
+def horovod_plan(problem: DPProblem, fusion_bytes: int = 64 * MiB,
+                 cycle: float = 5e-3) -> DPPlan:
+    """Horovod tensor fusion: every ``cycle`` seconds the background thread fuses the tensors
+    that became ready (in readiness order) into messages of up to ``fusion_bytes``; the
+    optimizer step waits for all."""
+    pending = _backward_order(problem)
+    msgs: list[Message] = []
+    tick = 0.0
+    while pending:
+        tick += cycle
+        ready = [layer for layer in pending if problem.ready[layer] <= tick + 1e-15]
+        pending = pending[len(ready):]
+        group: list[int] = []
+        size = 0
+        for layer in ready:
+            if group and size + problem.grad_bytes[layer] > fusion_bytes:
+                msgs.append(message(problem, [whole_layer(problem, g) for g in group], tick))
+                group, size = [], 0
+            group.append(layer)
+            size += problem.grad_bytes[layer]
+        if group:
+            msgs.append(message(problem, [whole_layer(problem, g) for g in group], tick))
+    return DPPlan(tuple(msgs), barrier=True, policy="horovod")

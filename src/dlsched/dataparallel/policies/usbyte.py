@@ -1,0 +1,101 @@
+"""US-Byte (Gao et al., IEEE TPDS 2024): unequal-sized gradient blocks in a near-optimal order.
+
+Gradients are counted in units of ``unit_bytes`` (the reference: 1M fp32 elements). Phase 1,
+while backward still produces gradients, is greedy gap filling: whenever the network frees up
+at time tau and the next gradient appears at r, it takes the ready layer of highest priority
+that still has units; with gap g = r - tau it sends one unit if g is shorter than a startup,
+just enough units to reach r if the rest of the layer does not fit in g, and otherwise the whole
+rest — so block boundaries fall where a more urgent gradient may arrive. Phase 2, once every
+gradient exists, sends each layer's remainder as one message in forward order, which makes every
+prefix of layers finish as early as possible. Priorities start input-first and are refined: for
+l = L-1 .. 1, if layers become ready while l would still be sending whole, l is tried ahead of
+them and kept there if the simulated iteration gets shorter. Each unit is sent exactly once
+(the reference planner could drop units when it picked the same layer twice in a row; the
+validator in ``plan.py`` checks every plan).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+from dlsched.dataparallel.plan import Block, DPPlan, Message, message
+from dlsched.dataparallel.problem import DPProblem
+from dlsched.dataparallel.simulate import iteration_time
+
+UNIT_BYTES = 2**20 * 4  # 1M fp32 elements
+
+
+def _units_to_reach(problem: DPProblem, gap: float, unit: int, rest: int) -> int:
+    """Fewest units whose message lasts at least ``gap`` seconds (at most all of ``rest``)."""
+    low, high = 1, math.ceil(rest / unit)
+    while low < high:
+        middle = (low + high) // 2
+        if problem.comm.cost(min(middle * unit, rest)) >= gap:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def usbyte_schedule(problem: DPProblem, order: list[int], unit: int = UNIT_BYTES) -> DPPlan:
+    """The two-phase plan for a priority ``order`` (layers, most urgent first)."""
+    rank = {layer: position for position, layer in enumerate(order)}
+    sent = [0] * problem.num_layers
+    startup = problem.comm.cost(0)
+    msgs: list[Message] = []
+    waiting: list[tuple[int, int]] = []  # (rank, layer) of ready layers with bytes left
+    pending, tau = problem.num_layers - 1, 0.0  # layers <= pending are not ready yet
+    while True:
+        while pending >= 0 and problem.ready[pending] <= tau:
+            if problem.grad_bytes[pending] > 0:
+                heapq.heappush(waiting, (rank[pending], pending))
+            pending -= 1
+        if pending < 0:
+            break
+        if not waiting:
+            tau = problem.ready[pending]
+            continue
+        layer = waiting[0][1]
+        rest = problem.grad_bytes[layer] - sent[layer]
+        gap = problem.ready[pending] - tau
+        if gap < startup:
+            size = min(unit, rest)
+        elif problem.comm.cost(rest) > gap:
+            size = min(_units_to_reach(problem, gap, unit, rest) * unit, rest)
+        else:
+            size = rest
+        msgs.append(Message((Block(layer, sent[layer], size),), tau))
+        sent[layer] += size
+        tau += problem.comm.cost(size)
+        if sent[layer] == problem.grad_bytes[layer]:
+            heapq.heappop(waiting)
+    for layer in range(problem.num_layers):
+        rest = problem.grad_bytes[layer] - sent[layer]
+        if rest > 0:
+            msgs.append(message(problem, [Block(layer, sent[layer], rest)]))
+    return DPPlan(tuple(msgs), barrier=False, policy="usbyte")
+
+
+def refine_priority(problem: DPProblem, unit: int = UNIT_BYTES) -> list[int]:
+    """Input-first priority improved by moving layers ahead of those that become ready while
+    they would be sending (kept only when the simulated iteration gets shorter)."""
+    order = list(range(problem.num_layers))
+    best = iteration_time(problem, usbyte_schedule(problem, order, unit))
+    for layer in range(problem.num_layers - 1, 0, -1):
+        finish = problem.ready[layer] + problem.comm.cost(problem.grad_bytes[layer])
+        meanwhile = {k for k in range(layer) if problem.ready[k] < finish}
+        if not meanwhile:
+            continue
+        trial = [k for k in order if k != layer]
+        first = next(i for i, k in enumerate(trial) if k in meanwhile)
+        trial.insert(first, layer)
+        time = iteration_time(problem, usbyte_schedule(problem, trial, unit))
+        if time < best:
+            best, order = time, trial
+    return order
+
+
+def usbyte_plan(problem: DPProblem, unit: int = UNIT_BYTES) -> DPPlan:
+    """US-Byte with refined priorities."""
+    return usbyte_schedule(problem, refine_priority(problem, unit), unit)

@@ -1,0 +1,69 @@
+"""A data-parallel iteration to schedule: per-layer times and gradient sizes, and the network.
+
+Layers are in forward order (0 nearest the input). Backward runs L-1 -> 0, so layer l's
+gradient is ready at ``ready[l] = sum of backward[j] for j >= l`` seconds after backward starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from dlsched.dataparallel.comm import CommModel
+from dlsched.errors import ConfigError
+from dlsched.models.compute import ComputeModel
+from dlsched.models.layer import Model
+
+
+@dataclass(frozen=True)
+class DPProblem:
+    """Forward/backward seconds and gradient bytes per layer, plus the all-reduce cost model."""
+
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    grad_bytes: tuple[int, ...]
+    comm: CommModel
+    names: tuple[str, ...] = ()
+    model: str = "custom"
+
+    def __post_init__(self) -> None:
+        size = len(self.grad_bytes)
+        if size == 0 or len(self.forward) != size or len(self.backward) != size:
+            raise ConfigError("layers: forward, backward and grad_bytes need one entry per "
+                              f"layer (got {len(self.forward)}, {len(self.backward)}, {size})")
+        for field, values in (("forward", self.forward), ("backward", self.backward),
+                              ("grad_bytes", self.grad_bytes)):
+            bad = [i for i, v in enumerate(values) if v < 0]
+            if bad:
+                raise ConfigError(f"{field}[{bad[0]}]: must be >= 0 (got {values[bad[0]]!r})")
+        if not self.names:
+            object.__setattr__(self, "names", tuple(f"layer{i}" for i in range(size)))
+
+    @property
+    def num_layers(self) -> int:
+        """Number of layers."""
+        return len(self.grad_bytes)
+
+    @cached_property
+    def ready(self) -> tuple[float, ...]:
+        """Seconds after backward starts at which each layer's gradient is ready."""
+        ready, total = [0.0] * self.num_layers, 0.0
+        for layer in reversed(range(self.num_layers)):
+            total += self.backward[layer]
+            ready[layer] = total
+        return tuple(ready)
+
+    @property
+    def backward_end(self) -> float:
+        """Seconds of the whole backward pass."""
+        return self.ready[0]
+
+
+def problem_from_model(model: Model, compute: ComputeModel, batch_size: int,
+                       comm: CommModel) -> DPProblem:
+    """Times from ``compute`` at ``batch_size`` samples per worker; gradients from the model."""
+    if batch_size < 1:
+        raise ConfigError(f"batch_size: must be >= 1 sample per worker (got {batch_size})")
+    forward, backward = compute.layer_times(model, batch_size)
+    return DPProblem(tuple(forward), tuple(backward), tuple(model.gradient_bytes()), comm,
+                     tuple(layer.name for layer in model.layers), model.name)

@@ -1,0 +1,83 @@
+"""Execute a data-parallel plan: backward, serialized all-reduces, then the next forward.
+
+Backward runs layers L-1 -> 0 back to back from time 0. Messages use the network one at a time
+in plan order; each starts at max(network free, its launch time) and costs the comm model's
+time for its bytes. The next forward runs layers 0 -> L-1 on the GPU after backward; layer l
+starts when layer l-1's forward is done and its own last block has arrived (with a barrier:
+when every message has arrived). The iteration time is the end of the last forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlsched.dataparallel.plan import DPPlan
+from dlsched.dataparallel.problem import DPProblem
+from dlsched.sim.timeline import Span, Timeline
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Iteration time (s), the timeline, and when each layer's gradient was fully reduced."""
+
+    time: float
+    timeline: Timeline
+    reduced: tuple[float, ...]
+
+
+def comm_finish_times(problem: DPProblem, plan: DPPlan) -> tuple[list[float], list[float]]:
+    """Start and end seconds of every message in plan order (serial network)."""
+    starts, ends, free = [], [], 0.0
+    for msg in plan.messages:
+        start = max(free, msg.launch)
+        free = start + problem.comm.cost(msg.num_bytes)
+        starts.append(start)
+        ends.append(free)
+    return starts, ends
+
+
+def iteration_time(problem: DPProblem, plan: DPPlan) -> float:
+    """Seconds from the start of backward to the end of the next forward (no timeline)."""
+    return _forward(problem, plan, *comm_finish_times(problem, plan))[0]
+
+
+def _reduced(problem: DPProblem, plan: DPPlan, ends: list[float]) -> list[float]:
+    reduced = [0.0] * problem.num_layers
+    for msg, end in zip(plan.messages, ends, strict=True):
+        for block in msg.blocks:
+            reduced[block.layer] = max(reduced[block.layer], end)
+    if plan.barrier:
+        reduced = [max(ends, default=0.0)] * problem.num_layers
+    return reduced
+
+
+def _forward(problem: DPProblem, plan: DPPlan, starts: list[float],
+             ends: list[float]) -> tuple[float, list[float], list[float]]:
+    reduced = _reduced(problem, plan, ends)
+    clock, forward_starts = problem.backward_end, []
+    for layer in range(problem.num_layers):
+        clock = max(clock, reduced[layer])
+        forward_starts.append(clock)
+        clock += problem.forward[layer]
+    return clock, forward_starts, reduced
+
+
+def execute(problem: DPProblem, plan: DPPlan) -> Execution:
+    """Simulate ``plan`` (assumed valid) and build its timeline: "backward"/"forward" spans on
+    resource ``gpu`` and "allreduce" spans on ``network`` (group ``worker``)."""
+    starts, ends = comm_finish_times(problem, plan)
+    time, forward_starts, reduced = _forward(problem, plan, starts, ends)
+    spans = []
+    for layer in range(problem.num_layers):
+        ready, name = problem.ready[layer], problem.names[layer]
+        spans.append(Span("gpu", ready - problem.backward[layer], ready, "backward",
+                          f"B {name}", group="worker", args={"layer": layer}))
+        spans.append(Span("gpu", forward_starts[layer],
+                          forward_starts[layer] + problem.forward[layer], "forward",
+                          f"F {name}", group="worker", args={"layer": layer}))
+    for index, (msg, start, end) in enumerate(zip(plan.messages, starts, ends, strict=True)):
+        layers = sorted({b.layer for b in msg.blocks})
+        spans.append(Span("network", start, end, "allreduce", f"m{index} L{layers[0]}"
+                          + (f"-{layers[-1]}" if len(layers) > 1 else ""), msg.num_bytes,
+                          "worker", {"message": index, "layers": layers}))
+    return Execution(time, Timeline(spans), tuple(reduced))
