@@ -36,12 +36,12 @@ class Scenario:
 SCENARIOS = (
     Scenario("vgg19", 32, "1x8-NVLink", 16),
     Scenario("vgg19", 32, "hetero-islands", 16),
-    Scenario("bert-large", 8, "2x8-NVLink-100Gb", 16),
-    Scenario("bert-large", 8, "hetero-NVLink-PCIe", 16),
+    Scenario("bert-large", 32, "2x8-NVLink-100Gb", 16),
+    Scenario("bert-large", 32, "hetero-NVLink-PCIe", 16),
     Scenario("gpt2-xl", 4, "2x8-NVLink-100Gb", 16),
     Scenario("gpt2-xl", 4, "4x4-PCIe-25Gb", 16),
     Scenario("gpt2-xl", 4, "hetero-NVLink-PCIe", 32),
-    Scenario("gpt3-96", 1, "8x8-NVLink-200Gb", 32),
+    Scenario("gpt3-175b", 1, "8x8-NVLink-200Gb", 32),
 )
 
 SUMMARY_COLUMNS = [
