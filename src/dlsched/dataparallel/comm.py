@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from dlsched.collectives import CollectiveOp, ideal_time, run_collective
 from dlsched.errors import ConfigError
-from dlsched.hardware.topology import Topology
+from dlsched.hardware import Topology, load_topology
 from dlsched.units import parse_bandwidth, parse_time
 
 FP32 = 4  # bytes per element of the reference's per-element constants
@@ -72,15 +73,11 @@ class TopologyPriced:
 
     def lower(self, total_bytes: float) -> float:
         """The collective's ideal time (bytes / sum of bandwidths) is a bound for any split."""
-        from dlsched.collectives.bounds import ideal_time
-
-        return ideal_time(self.topology, "all-reduce", max(1, round(total_bytes)))
+        return ideal_time(self.topology, CollectiveOp.ALL_REDUCE, max(1, round(total_bytes)))
 
 
 @lru_cache(maxsize=65536)
 def _priced(topology: Topology, policy: str, num_chunks: int, num_bytes: int) -> float:
-    from dlsched.collectives import run_collective
-
     chunks = max(1, min(num_chunks, num_bytes))
     return run_collective(topology, "all-reduce", num_bytes, chunks, policy, "scf").time_s
 
@@ -98,8 +95,6 @@ def parse_network(text: str, workers: int) -> CommModel:
         bandwidth, _, latency = text[5:].partition(",")
         return ring_allreduce(workers, parse_bandwidth(bandwidth), parse_time(latency or 0.0))
     if text.startswith("topology:"):
-        from dlsched.hardware import load_topology
-
         return TopologyPriced(load_topology(text[9:]), name=text)
     alpha, comma, beta = text.partition(",")
     if comma:

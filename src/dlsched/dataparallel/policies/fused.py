@@ -6,13 +6,16 @@ so US-Byte can lose to MG-WFBP there. This policy first fuses runs of adjacent l
 groups — MG-WFBP's merge groups, or groups that grow until they hold ``threshold`` bytes —
 runs US-Byte (gap filling, forward-order phase 2, priority refinement) on the groups as if each
 were one layer, and maps every block back to the original tensors (a block crossing a group's
-tensors becomes one fused message). It scores every grouping, plus each baseline's message
-order with its barrier removed, by simulation and keeps the fastest, so it is never slower
-than US-Byte or any baseline.
+tensors becomes one fused message). On the best grouping and per layer it also tries stopping
+gap filling early: a block of a later layer sent into a short gap can hold up the first
+layers, which the next forward needs first. Every candidate, plus each baseline's message
+order with its barrier removed, is scored by simulation and the fastest kept, so it is never
+slower than US-Byte (the one-layer-per-group candidate) or any baseline.
 """
 
 from __future__ import annotations
 
+import math
 from itertools import accumulate
 
 from dlsched.dataparallel.plan import Block, DPPlan, Message
@@ -29,6 +32,8 @@ from dlsched.dataparallel.simulate import iteration_time
 
 MB = 10**6
 THRESHOLDS = (1 * MB, 2 * MB, 4 * MB, 8 * MB, 16 * MB, 32 * MB, 64 * MB)
+# Fractions of the backward time after which gap filling stops (step 2).
+PHASE1_CUTOFFS = (0.0, 0.25, 0.5, 0.75, 0.9)
 
 Groups = list[list[int]]  # runs of adjacent layers, in forward order
 
@@ -87,18 +92,31 @@ def _ungroup(problem: DPProblem, groups: Groups, plan: DPPlan) -> DPPlan:
     return DPPlan(tuple(msgs), barrier=False, policy="dlsched")
 
 
-def candidate_plans(problem: DPProblem) -> list[DPPlan]:
-    """US-Byte on every grouping, and the baselines' orders without their barriers."""
-    groupings = [mgwfbp_groups(problem), *(threshold_groups(problem, t) for t in THRESHOLDS)]
-    plans = [DPPlan(usbyte_plan(problem).messages, False, "dlsched")]
-    for groups in groupings:
-        grouped = usbyte_plan(grouped_problem(problem, groups))
-        plans.append(_ungroup(problem, groups, grouped))
-    for baseline in (wfbp_plan, mgwfbp_plan, bucket_plan, horovod_plan, bytescheduler_plan):
-        plans.append(DPPlan(baseline(problem).messages, False, "dlsched"))
-    return plans
+def _fastest(problem: DPProblem, plans: list[DPPlan]) -> DPPlan:
+    return min(plans, key=lambda plan: iteration_time(problem, plan))
+
+
+def _grouped_usbyte(problem: DPProblem, groups: Groups, phase1_until: float) -> DPPlan:
+    return _ungroup(problem, groups,
+                    usbyte_plan(grouped_problem(problem, groups), phase1_until=phase1_until))
+
+
+def _unique(groupings: list[Groups]) -> list[Groups]:
+    return [g for i, g in enumerate(groupings) if g not in groupings[:i]]
 
 
 def dlsched_plan(problem: DPProblem) -> DPPlan:
-    """The fastest candidate (ties: the earliest)."""
-    return min(candidate_plans(problem), key=lambda plan: iteration_time(problem, plan))
+    """Step 1: US-Byte on each grouping (one group per layer, MG-WFBP's, the thresholds).
+    Step 2: on the best grouping and on one group per layer, gap filling cut off early (at
+    fractions of the backward time), so the urgent first layers are not queued behind blocks
+    of later ones. Step 3: the
+    baselines' orders without barriers. The fastest plan of all wins (ties: the earliest)."""
+    groupings = [[[layer] for layer in range(problem.num_layers)], mgwfbp_groups(problem),
+                 *(threshold_groups(problem, t) for t in THRESHOLDS)]
+    by_grouping = [(_grouped_usbyte(problem, g, math.inf), g) for g in groupings]
+    best_plan, best_groups = min(by_grouping, key=lambda pg: iteration_time(problem, pg[0]))
+    cutoffs = [_grouped_usbyte(problem, groups, f * problem.backward_end)
+               for groups in _unique([best_groups, groupings[0]]) for f in PHASE1_CUTOFFS]
+    baselines = [DPPlan(b(problem).messages, False, "dlsched") for b in
+                 (wfbp_plan, mgwfbp_plan, bucket_plan, horovod_plan, bytescheduler_plan)]
+    return _fastest(problem, [best_plan, *cutoffs, *baselines])

@@ -38,8 +38,11 @@ def _units_to_reach(problem: DPProblem, gap: float, unit: int, rest: int) -> int
     return low
 
 
-def usbyte_schedule(problem: DPProblem, order: list[int], unit: int = UNIT_BYTES) -> DPPlan:
-    """The two-phase plan for a priority ``order`` (layers, most urgent first)."""
+def usbyte_schedule(problem: DPProblem, order: list[int], unit: int = UNIT_BYTES,
+                    phase1_until: float = math.inf) -> DPPlan:
+    """The two-phase plan for a priority ``order`` (layers, most urgent first); gap filling
+    stops once the network would start later than ``phase1_until`` seconds (default: never
+    before all gradients exist, as in US-Byte)."""
     rank = {layer: position for position, layer in enumerate(order)}
     sent = [0] * problem.num_layers
     startup = problem.comm.cost(0)
@@ -51,7 +54,7 @@ def usbyte_schedule(problem: DPProblem, order: list[int], unit: int = UNIT_BYTES
             if problem.grad_bytes[pending] > 0:
                 heapq.heappush(waiting, (rank[pending], pending))
             pending -= 1
-        if pending < 0:
+        if pending < 0 or tau >= phase1_until:
             break
         if not waiting:
             tau = problem.ready[pending]
@@ -77,11 +80,12 @@ def usbyte_schedule(problem: DPProblem, order: list[int], unit: int = UNIT_BYTES
     return DPPlan(tuple(msgs), barrier=False, policy="usbyte")
 
 
-def refine_priority(problem: DPProblem, unit: int = UNIT_BYTES) -> list[int]:
+def refine_priority(problem: DPProblem, unit: int = UNIT_BYTES,
+                    phase1_until: float = math.inf) -> list[int]:
     """Input-first priority improved by moving layers ahead of those that become ready while
     they would be sending (kept only when the simulated iteration gets shorter)."""
     order = list(range(problem.num_layers))
-    best = iteration_time(problem, usbyte_schedule(problem, order, unit))
+    best = iteration_time(problem, usbyte_schedule(problem, order, unit, phase1_until))
     for layer in range(problem.num_layers - 1, 0, -1):
         finish = problem.ready[layer] + problem.comm.cost(problem.grad_bytes[layer])
         meanwhile = {k for k in range(layer) if problem.ready[k] < finish}
@@ -90,12 +94,14 @@ def refine_priority(problem: DPProblem, unit: int = UNIT_BYTES) -> list[int]:
         trial = [k for k in order if k != layer]
         first = next(i for i, k in enumerate(trial) if k in meanwhile)
         trial.insert(first, layer)
-        time = iteration_time(problem, usbyte_schedule(problem, trial, unit))
+        time = iteration_time(problem, usbyte_schedule(problem, trial, unit, phase1_until))
         if time < best:
             best, order = time, trial
     return order
 
 
-def usbyte_plan(problem: DPProblem, unit: int = UNIT_BYTES) -> DPPlan:
+def usbyte_plan(problem: DPProblem, unit: int = UNIT_BYTES,
+                phase1_until: float = math.inf) -> DPPlan:
     """US-Byte with refined priorities."""
-    return usbyte_schedule(problem, refine_priority(problem, unit), unit)
+    order = refine_priority(problem, unit, phase1_until)
+    return usbyte_schedule(problem, order, unit, phase1_until)
