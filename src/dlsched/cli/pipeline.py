@@ -149,6 +149,8 @@ REPRODUCE_COLUMNS = [
     Column("bound_s", "bound (ms)", seconds_as_ms),
     Column("time_over_bound", "time/bound", as_ratio),
     Column("speedup", "dlsched speedup", as_ratio),
+    Column("error", "note", lambda e: "out of memory" if "memory" in e else e[:40],
+           justify="left"),
 ]
 
 
