@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from dlsched.experiments import pipeline as experiment
 from dlsched.experiments.pipeline import Scenario, run_scenario, summarize
 from dlsched.pipeline import PLANNERS
 
@@ -76,3 +77,17 @@ def test_reproduction_rows_on_a_chain_file(chain_file: Path) -> None:
     summary = summarize(rows)
     assert {s["baseline"] for s in summary} <= set(PLANNERS) - {"dlsched"}
     assert all(s["paper_max_speedup"] == 2.57 for s in summary)
+
+
+def test_reproduce_pipeline_json(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`reproduce pipeline --json` on two zoo scenarios: required keys, dlsched never slower."""
+    monkeypatch.setattr(experiment, "SCENARIOS", experiment.SCENARIOS[:2])
+    code, out, _ = run_cli("reproduce", "pipeline", "--json")
+    assert code == 0
+    payload = json.loads(out)
+    assert len(payload["rows"]) == 2 * len(PLANNERS)
+    for row in payload["rows"]:
+        assert {"model", "devices", "planner", "iteration_s", "bound_s"} <= set(row)
+        if row["iteration_s"] is not None:
+            assert row["speedup"] >= 1 - 1e-9 and row["iteration_s"] >= row["bound_s"]
+    assert {s["baseline"] for s in payload["summary"]} == set(PLANNERS) - {"dlsched"}

@@ -73,9 +73,10 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
     return rows
 
 
-def reproduce(scenarios: tuple[Scenario, ...] = SCENARIOS) -> list[dict[str, Any]]:
-    """All rows of all scenarios."""
-    return [row for scenario in scenarios for row in run_scenario(scenario)]
+def reproduce(scenarios: tuple[Scenario, ...] | None = None) -> list[dict[str, Any]]:
+    """All rows of ``scenarios`` (default: ``SCENARIOS``)."""
+    chosen = SCENARIOS if scenarios is None else scenarios
+    return [row for scenario in chosen for row in run_scenario(scenario)]
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
