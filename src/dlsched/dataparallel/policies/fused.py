@@ -3,12 +3,12 @@
 US-Byte plans per parameter tensor, and a model such as ResNet-50 has 161 tensors, most of them
 a few kB: every one pays a full all-reduce startup (1.3 ms on the reference 8-worker cluster),
 so US-Byte can lose to MG-WFBP there. This policy first fuses runs of adjacent layers into
-groups — MG-WFBP's merge groups, or groups that grow until they hold ``threshold`` bytes —
-runs US-Byte (gap filling, forward-order phase 2, priority refinement) on the groups as if each
-were one layer, and maps every block back to the original tensors (a block crossing a group's
-tensors becomes one fused message). On the best grouping and per layer it also tries stopping
-gap filling early: a block of a later layer sent into a short gap can hold up the first
-layers, which the next forward needs first. Every candidate, plus each baseline's message
+groups — MG-WFBP's merge groups, or groups that grow until they hold ``threshold`` bytes,
+walked from the output or from the input end — runs US-Byte (gap filling, forward-order
+phase 2, priority refinement) on the groups as if each were one layer, and maps every block
+back to the original tensors (a block crossing a group's tensors becomes one fused message).
+On every grouping it also tries stopping gap filling early: a block of a later layer sent into
+a short gap can hold up the first layers, which the next forward needs first. Every candidate, plus each baseline's message
 order with its barrier removed, is scored by simulation and the fastest kept — so it is never
 slower than US-Byte (the one-layer-per-group candidate) or any baseline — and finally
 neighbouring messages are fused while that shortens the iteration.
@@ -27,7 +27,7 @@ from dlsched.dataparallel.policies.simple import (
     mgwfbp_plan,
     wfbp_plan,
 )
-from dlsched.dataparallel.policies.usbyte import usbyte_plan
+from dlsched.dataparallel.policies.usbyte import usbyte_plan, usbyte_schedule
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.simulate import iteration_time
 
@@ -39,20 +39,22 @@ PHASE1_CUTOFFS = (0.0, 0.25, 0.5, 0.75, 0.9)
 Groups = list[list[int]]  # runs of adjacent layers, in forward order
 
 
-def threshold_groups(problem: DPProblem, threshold: int) -> Groups:
-    """Adjacent layers fused, in backward order, until a group holds >= ``threshold`` bytes."""
+def threshold_groups(problem: DPProblem, threshold: int, from_input: bool = False) -> Groups:
+    """Adjacent layers fused until a group holds >= ``threshold`` bytes, walking from the
+    output (backward order) or, with ``from_input``, from the input layers."""
+    order = range(problem.num_layers) if from_input else reversed(range(problem.num_layers))
     groups: Groups = []
     current: list[int] = []
     size = 0
-    for layer in reversed(range(problem.num_layers)):
-        current.insert(0, layer)
+    for layer in order:
+        current.append(layer)
         size += problem.grad_bytes[layer]
         if size >= threshold:
-            groups.insert(0, current)
+            groups.append(sorted(current))
             current, size = [], 0
     if current:
-        groups.insert(0, current)
-    return groups
+        groups.append(sorted(current))
+    return sorted(groups)
 
 
 def mgwfbp_groups(problem: DPProblem) -> Groups:
@@ -97,9 +99,14 @@ def _fastest(problem: DPProblem, plans: list[DPPlan]) -> DPPlan:
     return min(plans, key=lambda plan: iteration_time(problem, plan))
 
 
-def _grouped_usbyte(problem: DPProblem, groups: Groups, phase1_until: float) -> DPPlan:
-    return _ungroup(problem, groups,
-                    usbyte_plan(grouped_problem(problem, groups), phase1_until=phase1_until))
+def _grouped_usbyte(problem: DPProblem, groups: Groups, phase1_until: float,
+                    refine: bool) -> DPPlan:
+    grouped = grouped_problem(problem, groups)
+    if refine:
+        plan = usbyte_plan(grouped, phase1_until=phase1_until)
+    else:
+        plan = usbyte_schedule(grouped, list(range(len(groups))), phase1_until=phase1_until)
+    return _ungroup(problem, groups, plan)
 
 
 def _unique(groupings: list[Groups]) -> list[Groups]:
@@ -107,20 +114,22 @@ def _unique(groupings: list[Groups]) -> list[Groups]:
 
 
 def dlsched_plan(problem: DPProblem) -> DPPlan:
-    """Step 1: US-Byte on each grouping (one group per layer, MG-WFBP's, the thresholds).
-    Step 2: on the best grouping and on one group per layer, gap filling cut off early (at
-    fractions of the backward time), so the urgent first layers are not queued behind blocks
-    of later ones. Step 3: the baselines' orders without barriers. The fastest plan of all
-    (ties: the earliest) then goes through step 4, ``merge_adjacent``."""
-    groupings = [[[layer] for layer in range(problem.num_layers)], mgwfbp_groups(problem),
-                 *(threshold_groups(problem, t) for t in THRESHOLDS)]
-    by_grouping = [(_grouped_usbyte(problem, g, math.inf), g) for g in groupings]
-    best_plan, best_groups = min(by_grouping, key=lambda pg: iteration_time(problem, pg[0]))
-    cutoffs = [_grouped_usbyte(problem, groups, f * problem.backward_end)
-               for groups in _unique([best_groups, groupings[0]]) for f in PHASE1_CUTOFFS]
+    """Step 1: US-Byte (with priority refinement) on each grouping — one group per layer,
+    MG-WFBP's, and size thresholds walked from either end. Step 2: on every grouping, gap
+    filling cut off early (at fractions of the backward time) with input-first priority, so
+    the urgent first layers are not queued behind blocks of later ones. Step 3: the
+    baselines' orders without barriers. The fastest plan of all (ties: the earliest) then goes
+    through step 4, ``merge_adjacent``."""
+    groupings = _unique([[[layer] for layer in range(problem.num_layers)],
+                         mgwfbp_groups(problem),
+                         *(threshold_groups(problem, t, end) for t in THRESHOLDS
+                           for end in (False, True))])
+    refined = [_grouped_usbyte(problem, g, math.inf, True) for g in groupings]
+    cutoffs = [_grouped_usbyte(problem, g, f * problem.backward_end, False)
+               for g in groupings for f in PHASE1_CUTOFFS]
     baselines = [DPPlan(b(problem).messages, False, "dlsched") for b in
                  (wfbp_plan, mgwfbp_plan, bucket_plan, horovod_plan, bytescheduler_plan)]
-    return merge_adjacent(problem, _fastest(problem, [best_plan, *cutoffs, *baselines]))
+    return merge_adjacent(problem, _fastest(problem, [*refined, *cutoffs, *baselines]))
 
 
 def merge_adjacent(problem: DPProblem, plan: DPPlan) -> DPPlan:
