@@ -8,10 +8,10 @@ walked from the output or from the input end — runs US-Byte (gap filling, forw
 phase 2, priority refinement) on the groups as if each were one layer, and maps every block
 back to the original tensors (a block crossing a group's tensors becomes one fused message).
 On every grouping it also tries stopping gap filling early: a block of a later layer sent into
-a short gap can hold up the first layers, which the next forward needs first. Every candidate, plus each baseline's message
-order with its barrier removed, is scored by simulation and the fastest kept — so it is never
-slower than US-Byte (the one-layer-per-group candidate) or any baseline — and finally
-neighbouring messages are fused while that shortens the iteration.
+a short gap can hold up the first layers, which the next forward needs first. Every candidate,
+plus each baseline's message order with its barrier removed, is scored by simulation and the
+fastest kept — so it is never slower than US-Byte (the one-layer-per-group candidate) or any
+baseline — and finally neighbouring messages are fused while that shortens the iteration.
 """
 
 from __future__ import annotations
