@@ -69,6 +69,9 @@ def test_unknown_planner() -> None:
 
 @st.composite
 def small_problems(draw) -> PipelineProblem:
+    """2-4 blocks, 2-3 GPUs of two speeds, random links; activations sized so that every
+    transfer (latency included) is shorter than any single block's forward or backward on the
+    fastest GPU: no two transfers ever share a link at once, whatever the plan."""
     blocks = draw(st.integers(2, 4))
     gpus = draw(st.integers(2, 3))
     seed = draw(st.integers(0, 10**6))
@@ -78,9 +81,11 @@ def small_problems(draw) -> PipelineProblem:
     bandwidth = np.maximum(bandwidth, bandwidth.T)
     graph = server_graph("random", [(1, s, 2**40, 1e9, 0.0) for s in speeds], 1e10, 2e-6)
     graph = type(graph)("random", graph.devices, bandwidth, graph.latency)
-    chain = synthetic_chain(list(rng.uniform(1e-3, 4e-3, blocks)),
-                            list(rng.uniform(2e-3, 8e-3, blocks)),
-                            list(rng.uniform(1e6, 3e7, blocks)),
+    forward = rng.uniform(1e-3, 4e-3, blocks)
+    backward = rng.uniform(2e-3, 8e-3, blocks)
+    shortest = min(forward.min(), backward.min()) * 1e12 / max(speeds) - 2e-6
+    activation = rng.uniform(0.2, 1.0, blocks) * shortest * bandwidth.min()
+    chain = synthetic_chain(list(forward), list(backward), list(activation),
                             list(rng.uniform(1e6, 1e8, blocks)))
     return PipelineProblem(chain, graph, draw(st.integers(1, 3)))
 
@@ -88,13 +93,14 @@ def small_problems(draw) -> PipelineProblem:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_dlsched_within_five_percent_of_oracle(problem: PipelineProblem) -> None:
-    """Exhaustive partitions x mappings x MILP schedules (contention-free, so a lower bound on
-    the simulated optimum): dlsched is within 5%; the oracle's own plan respects its bound."""
+    """Exhaustive partitions x mappings x MILP schedules (exact here: transfers never contend
+    on these instances): dlsched is within 5%; the oracle's own plan respects its bound and
+    simulates to the oracle's time."""
     best = oracle(problem)
     ours = run_planner(problem, "dlsched")
     assert ours.sim.iteration_s <= 1.05 * best.iteration_s
     assert best.iteration_s >= plan_bound(problem, best.plan) * (1 - 1e-6)
-    assert simulate(problem, best.plan).iteration_s >= best.iteration_s * (1 - 1e-6)
+    assert simulate(problem, best.plan).iteration_s == pytest.approx(best.iteration_s, rel=1e-6)
 
 
 def test_dlsched_respects_tight_memory() -> None:

@@ -14,13 +14,14 @@ pruned once their bound reaches the best makespan found.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations, permutations, product
+from itertools import combinations
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.bounds import plan_bound
+from dlsched.pipeline.enumeration import all_partitions
 from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.schedules import gpipe_orders
@@ -35,34 +36,12 @@ class OracleResult:
     solved: int
 
 
-def _cuts(num_blocks: int, max_stages: int) -> list[tuple[int, ...]]:
-    result = []
-    for p in range(1, min(num_blocks, max_stages) + 1):
-        for inner in combinations(range(1, num_blocks), p - 1):
-            result.append((0, *inner, num_blocks))
-    return result
-
-
-def _mappings(num_stages: int, num_devices: int) -> list[tuple[tuple[int, ...], ...]]:
-    """Every assignment of disjoint non-empty GPU sets to the stages, each set in every order
-    (the order decides which replica takes which microbatches)."""
-    result = []
-    for owner in product(range(num_stages + 1), repeat=num_devices):
-        groups = [tuple(d for d in range(num_devices) if owner[d] == s + 1)
-                  for s in range(num_stages)]
-        if all(groups):
-            result.extend(product(*(permutations(group) for group in groups)))
-    return result
-
-
 def _candidates(problem: PipelineProblem) -> list[tuple[float, tuple[Stage, ...]]]:
     n, m = problem.graph.num_devices, problem.num_microbatches
     found = []
-    for cuts in _cuts(problem.chain.num_blocks, n):
-        for groups in _mappings(len(cuts) - 1, n):
-            stages = tuple(Stage(cuts[s], cuts[s + 1], groups[s]) for s in range(len(groups)))
-            plan = PipelinePlan("oracle", stages, gpipe_orders(stages, n, m), m)
-            found.append((plan_bound(problem, plan), stages))
+    for stages in all_partitions(problem.chain.num_blocks, n, every_order=True):
+        plan = PipelinePlan("oracle", stages, gpipe_orders(stages, n, m), m)
+        found.append((plan_bound(problem, plan), stages))
     return sorted(found, key=lambda item: item[0])
 
 

@@ -3,7 +3,8 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
 
 1. Device mapping: order the GPUs by recursive bisection along the weakest cuts
    (``ordering.device_order``), so that contiguous runs are well connected; on graphs of at most
-   ``EXHAUSTIVE_ORDER_GPUS`` GPUs every ordering is tried as well.
+   ``EXHAUSTIVE_ORDER_GPUS`` GPUs every ordering is tried as well, and with at most
+   ``EXHAUSTIVE_BLOCKS`` blocks too every partition and mapping is ranked by ``estimate``.
 2. Partition: for each ordering, ``sync_dp`` over (block prefix, unit prefix) with the actual
    FLOP/s of each run's slowest GPU, for every candidate bottleneck time and with the
    all-reduce counted or not; the ``KEEP_PARTITIONS`` partitions of lowest ``estimate`` go on
@@ -16,7 +17,9 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
 5. Refinement on small instances (stages x microbatches <= ``REFINE_ACTIONS``): hill-climb
    on the simulated time over neighbouring partitions — one cut moved by one block, a
    replicated stage split in two (its GPUs halved, at every block cut), two adjacent stages
-   merged into one replicated stage — re-running step 3 for each, for at most
+   merged into one replicated stage, an unused GPU added as a replica or running the second
+   part of a split stage (graphs of at most ``GROW_GPUS`` GPUs) — re-running step 3 for
+   each, for at most
    ``REFINE_PASSES`` improving passes.
 """
 
@@ -26,7 +29,8 @@ from collections.abc import Callable, Iterator
 from itertools import chain, permutations
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.estimate import best_sync_partitions
+from dlsched.pipeline.enumeration import all_partitions
+from dlsched.pipeline.estimate import best_sync_partitions, estimate
 from dlsched.pipeline.ordering import device_order
 from dlsched.pipeline.partition import range_costs
 from dlsched.pipeline.plan import PipelinePlan, Stage
@@ -43,9 +47,11 @@ from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, simula
 KEEP_PARTITIONS = 3
 REFINE_ACTIONS = 256
 REFINE_PASSES = 4
+GROW_GPUS = 8
 KEEP_PARTITIONS_SMALL = 8
 SMALL_GPUS = 16
 EXHAUSTIVE_ORDER_GPUS = 4
+EXHAUSTIVE_BLOCKS = 8
 
 
 def _orders(problem: PipelineProblem) -> list[list[int]]:
@@ -56,9 +62,24 @@ def _orders(problem: PipelineProblem) -> list[list[int]]:
     return [first] + [list(p) for p in permutations(range(n)) if list(p) != first]
 
 
+def _small_space(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
+    """On tiny instances, every partition and mapping (replicas fastest first), ranked by
+    ``estimate``; the best ``KEEP_PARTITIONS_SMALL`` are kept."""
+    graph, chain = problem.graph, problem.chain
+    if graph.num_devices > EXHAUSTIVE_ORDER_GPUS or chain.num_blocks > EXHAUSTIVE_BLOCKS:
+        return []
+    speeds = graph.flops
+    ranked = sorted(
+        (tuple(Stage(st.first, st.last, tuple(sorted(st.devices, key=lambda d: -speeds[d])))
+               for st in stages)
+         for stages in all_partitions(chain.num_blocks, graph.num_devices, every_order=False)),
+        key=lambda stages: estimate(problem, stages))
+    return ranked[:KEEP_PARTITIONS_SMALL]
+
+
 def propose_partitions(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
     """Candidate partitions and mappings (steps 1-2 of the module docstring)."""
-    found: list[tuple[Stage, ...]] = []
+    found: list[tuple[Stage, ...]] = _small_space(problem)
     for order in _orders(problem):
         costs = range_costs(problem, order, identical=False)
         keep = KEEP_PARTITIONS_SMALL if len(order) <= SMALL_GPUS else KEEP_PARTITIONS
@@ -174,11 +195,27 @@ def _split_merge_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]
             yield (*stages[:s], merged, *stages[s + 2:])
 
 
+def _grow_moves(stages: tuple[Stage, ...], num_devices: int) -> Iterator[tuple[Stage, ...]]:
+    """Partitions that bring in one unused GPU: as an extra replica of a stage, or running
+    the second part of a stage split at any block cut."""
+    used = {d for stage in stages for d in stage.devices}
+    for device in (d for d in range(num_devices) if d not in used):
+        for s, stage in enumerate(stages):
+            yield (*stages[:s], Stage(stage.first, stage.last, (*stage.devices, device)),
+                   *stages[s + 1:])
+            for cut in range(stage.first + 1, stage.last):
+                yield (*stages[:s], Stage(stage.first, cut, stage.devices),
+                       Stage(cut, stage.last, (device,)), *stages[s + 1:])
+
+
 def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
     """Hill-climb on simulated time over neighbouring partitions (step 5)."""
     for _ in range(REFINE_PASSES):
         start = best
-        moves = chain(_cut_moves(start.plan.stages), _split_merge_moves(start.plan.stages))
+        stages = start.plan.stages
+        n = problem.graph.num_devices
+        moves = chain(_cut_moves(stages), _split_merge_moves(stages),
+                      _grow_moves(stages, n) if n <= GROW_GPUS else ())
         for stages in moves:
             for result in schedule_candidates(problem, stages):
                 if result.iteration_s < best.iteration_s * (1 - 1e-12):
