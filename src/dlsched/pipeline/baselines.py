@@ -6,6 +6,8 @@
 * ``pipedream`` — PipeDream's planner (Narayanan et al., SOSP 2019): DP over block ranges and
   GPU counts (GPUs taken in index order, identical GPUs assumed) minimising the slowest stage
   including transfers and amortised all-reduce, run synchronously with PipeDream-Flush.
+  Like DAPPLE's, its DP re-runs with room for 2, 4, ... in-flight microbatches per stage until
+  the plan fits memory.
 * ``dapple`` — DAPPLE (Fan et al., PPoPP 2021): DP over block ranges and GPU runs in index
   order (identical GPUs assumed) choosing stages and replication for the synchronous latency
   model, enumerating the bottleneck stage time; early-backward (1F1B) schedule.
@@ -17,10 +19,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dlsched.errors import ConfigError
 from dlsched.pipeline.estimate import best_sync_partitions
-from dlsched.pipeline.partition import balanced_stages, range_costs, throughput_dp
-from dlsched.pipeline.plan import PipelinePlan
+from dlsched.pipeline.memory import peak_memory
+from dlsched.pipeline.partition import RangeCosts, balanced_stages, range_costs, throughput_dp
+from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.schedules import (
     gpipe_orders,
@@ -48,24 +53,36 @@ def plan_1f1b(problem: PipelineProblem) -> PipelinePlan:
     return PipelinePlan("1f1b", stages, orders, problem.num_microbatches)
 
 
+def _memory_aware(problem: PipelineProblem, name: str,
+                  partition: Callable[[RangeCosts], tuple[Stage, ...] | None]) -> PipelinePlan:
+    """Both planners check memory: partition assuming 1, 2, 4, ... microbatches in flight
+    per stage until the 1F1B plan fits every GPU."""
+    graph, m, in_flight = problem.graph, problem.num_microbatches, 1
+    while True:
+        costs = range_costs(problem, _index_order(problem), identical=True, in_flight=in_flight)
+        stages = partition(costs)
+        if stages is None:
+            raise ConfigError(f"{name}: no partition fits the GPUs' memory")
+        plan = PipelinePlan(name, stages, one_f_one_b_orders(stages, graph.num_devices, m), m)
+        peaks = peak_memory(problem.chain, plan, graph.num_devices)
+        if all(peak <= d.memory for peak, d in zip(peaks, graph.devices, strict=True)) \
+                or in_flight >= m:
+            return plan
+        in_flight = min(2 * in_flight, m)
+
+
 def plan_pipedream(problem: PipelineProblem) -> PipelinePlan:
     """PipeDream's throughput DP (identical GPUs, index order) with PipeDream-Flush."""
-    costs = range_costs(problem, _index_order(problem), identical=True)
-    stages = throughput_dp(costs, problem.chain.num_blocks, problem.num_microbatches)
-    if stages is None:
-        raise ConfigError("pipedream: no partition fits the GPUs' memory")
-    orders = one_f_one_b_orders(stages, problem.graph.num_devices, problem.num_microbatches)
-    return PipelinePlan("pipedream", stages, orders, problem.num_microbatches)
+    return _memory_aware(problem, "pipedream", lambda costs: throughput_dp(
+        costs, problem.chain.num_blocks, problem.num_microbatches))
 
 
 def plan_dapple(problem: PipelineProblem) -> PipelinePlan:
     """DAPPLE: synchronous-latency DP (identical GPUs, index order) with early backward."""
-    costs = range_costs(problem, _index_order(problem), identical=True)
-    ranked = best_sync_partitions(problem, costs, keep=1, identical=True)
-    if not ranked:
-        raise ConfigError("dapple: no partition fits the GPUs' memory")
-    orders = one_f_one_b_orders(ranked[0], problem.graph.num_devices, problem.num_microbatches)
-    return PipelinePlan("dapple", ranked[0], orders, problem.num_microbatches)
+    def best(costs: RangeCosts) -> tuple[Stage, ...] | None:
+        ranked = best_sync_partitions(problem, costs, keep=1, identical=True)
+        return ranked[0] if ranked else None
+    return _memory_aware(problem, "dapple", best)
 
 
 def plan_interleaved(problem: PipelineProblem, chunks: int = 2) -> PipelinePlan:

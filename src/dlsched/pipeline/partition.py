@@ -7,8 +7,8 @@ microbatch: a stage's latency is its forward+backward FLOP over its slowest repl
 (or over the graph's mean FLOP/s for planners that assume identical GPUs), its period is the
 latency x ceil(m / r) / m with ``r`` replicas, the transfer after it crosses the link between its
 last unit and the next stage's first unit (activation forward, gradient back), and its ring
-all-reduce uses the slowest link of its run. A stage must fit its static memory plus one
-microbatch's activations on its smallest GPU.
+all-reduce uses the slowest link of its run. A stage must fit its static memory plus
+``in_flight`` microbatches' activations (default one) on its smallest GPU.
 
 ``sync_dp`` (Alpa-style) minimises the sum of latencies and transfers over stages whose
 period is <= ``t_max``; ``throughput_dp`` (PipeDream) minimises the largest period. Both are
@@ -59,8 +59,10 @@ def run_lengths(num_units: int) -> list[int]:
     return sorted(set(range(1, 9)) | set(powers))
 
 
-def range_costs(problem: PipelineProblem, order: list[int], identical: bool) -> RangeCosts:
-    """Cost matrices (latency, period, all-reduce, transfers) for every run of the units."""
+def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
+                in_flight: int = 1) -> RangeCosts:
+    """Cost matrices (latency, period, all-reduce, transfers) for every run of the units;
+    a stage must fit its static memory plus ``in_flight`` microbatches' activations."""
     g = unit_size(len(order))
     units = len(order) // g
     order = tuple(order[: units * g])
@@ -70,7 +72,7 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool) -> 
     stash = np.concatenate([[0.0], np.cumsum(chain.stash_bytes)])
     span = work[None, :] - work[:, None]
     param_span = params[None, :] - params[:, None]
-    memory_need = param_span * chain.state_factor + (stash[None, :] - stash[:, None])
+    memory_need = param_span * chain.state_factor + in_flight * (stash[None, :] - stash[:, None])
     valid = np.triu(np.ones_like(span, dtype=bool), 1)
     runs = {}
     for u0 in range(units):
