@@ -8,10 +8,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dlsched.cli.options import console, emit_rows, suffixed
+from dlsched.cli.options import console, emit_rows, parse_names, suffixed
 from dlsched.cli.themis_reproduction import reproduce_themis
 from dlsched.collectives import POLICIES, CollectiveResult, run_collective
-from dlsched.errors import ConfigError
 from dlsched.hardware import load_topology, preset_description, preset_names
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
@@ -42,15 +41,6 @@ def _dimension_table(result: CollectiveResult) -> Table:
     return table
 
 
-def _policies(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in POLICIES]
-    if unknown or not names:
-        raise ConfigError(f"policy: unknown {unknown or text!r}; accepted: "
-                          + ", ".join(POLICIES) + " (comma-separated for several)")
-    return names
-
-
 def collective(
     topology: Annotated[str, typer.Option(help="Preset name or YAML/JSON file.")]
     = DEFAULT_TOPOLOGY,
@@ -74,7 +64,7 @@ def collective(
 ) -> None:
     """Simulate one chunked collective under one or more policies and compare them."""
     net = load_topology(topology)
-    names = _policies(policy)
+    names = parse_names(policy, POLICIES, "policy")
     results = [run_collective(net, op, parse_bytes(size), chunks, name, intra, concurrency)
                for name in names]
     rows = [r.row() | {"speedup": results[0].time_s / r.time_s} for r in results]

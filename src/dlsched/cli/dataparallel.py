@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dlsched.cli.options import console, emit_rows
+from dlsched.cli.options import console, emit_rows, parse_names
 from dlsched.cli.progress import progress_bar
 from dlsched.dataparallel import POLICIES, parse_network, problem_from_model, run_dataparallel
 from dlsched.errors import ConfigError
@@ -25,15 +25,6 @@ COLUMNS = [
     Column("messages", "all-reduces"),
     Column("comm_busy_s", "network busy (ms)", seconds_as_ms),
 ]
-
-
-def _policies(text: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POLICIES]
-    if unknown or not names:
-        raise ConfigError(f"policy: unknown {unknown or text!r}; accepted: "
-                          + ", ".join(POLICIES) + " (comma-separated for several)")
-    return names
 
 
 def _load_model(model: str, profile: Path | None) -> Any:
@@ -63,7 +54,7 @@ def dataparallel(
     compute: ComputeModel = device_compute(device, efficiency)
     comm = parse_network(network, workers)
     problem = problem_from_model(_load_model(model, profile), compute, batch_size, comm)
-    results = [run_dataparallel(problem, name) for name in _policies(policy)]
+    results = [run_dataparallel(problem, name) for name in parse_names(policy, POLICIES, "policy")]
     wfbp = run_dataparallel(problem, "wfbp").time_s
     rows = [r.row() | {"workers": workers, "network": network,
                        "speedup_vs_wfbp": wfbp / r.time_s} for r in results]

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from dlsched.errors import ConfigError
 from dlsched.report import rows_to_csv, to_json, write_text
 
 # Piped output (CI logs, files) gets a wide fixed width so tables are not squeezed.
 console = Console(width=None if sys.stdout.isatty() else 140)
+
+
+def parse_names(text: str, accepted: Iterable[str], field: str) -> list[str]:
+    """Comma-separated names, each one of ``accepted``; ConfigError naming ``field`` otherwise."""
+    choices = list(accepted)
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in choices]
+    if unknown or not names:
+        raise ConfigError(f"{field}: unknown {unknown or text!r}; accepted: "
+                          + ", ".join(choices) + " (comma-separated for several)")
+    return names
 
 
 def suffixed(path: Path, suffix: str, many: bool) -> Path:
