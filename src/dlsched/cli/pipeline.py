@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dlsched.cli.options import console, emit_rows, suffixed
-from dlsched.errors import ConfigError
+from dlsched.cli.options import console, emit_rows, parse_names, suffixed
 from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_graph import device_preset_description, device_preset_names
 from dlsched.hardware.device_graph import load_devices as load_graph
@@ -35,15 +34,6 @@ ORDER_PREVIEW = 16
 
 pipeline_app = typer.Typer(help="Synchronous pipeline planning (partition, mapping, schedule).",
                            no_args_is_help=True)
-
-
-def _planners(text: str) -> list[str]:
-    names = list(PLANNERS) if text == "all" else [n.strip() for n in text.split(",") if n.strip()]
-    unknown = [n for n in names if n not in PLANNERS]
-    if unknown or not names:
-        raise ConfigError(f"planner: unknown {unknown or text!r}; accepted: "
-                          + ", ".join(PLANNERS) + ", all (comma-separated for several)")
-    return names
 
 
 def _stage_table(result: PipelineResult) -> Table:
@@ -111,7 +101,7 @@ def plan(
     = None,
 ) -> None:
     """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound."""
-    names = _planners(planner)
+    names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "planner")
     problem = PipelineProblem(load_chain(model, microbatch_size), load_graph(devices),
                               microbatches)
     results = [run_planner(problem, name) for name in names]
