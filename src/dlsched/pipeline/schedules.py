@@ -28,6 +28,31 @@ def _assemble(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int
     return tuple(tuple(order) for order in orders)
 
 
+def _warmup(stages: tuple[Stage, ...], s: int, num_microbatches: int) -> int:
+    """1F1B warm-up forwards of stage ``s``: the GPUs from ``s`` to the end (at most m)."""
+    return min(num_microbatches, sum(len(stage.devices) for stage in stages[s:]))
+
+
+def _steady_state(forwards: list[Action], steps: list[list[Action]], warm: int) -> list[Action]:
+    """``warm`` forwards, then each step's backward actions followed by the next forward."""
+    sequence = forwards[:warm]
+    for index, step in enumerate(steps):
+        sequence.extend(step)
+        if warm + index < len(forwards):
+            sequence.append(forwards[warm + index])
+    return sequence
+
+
+def _distribute(stages: tuple[Stage, ...], sequences: list[list[Action]],
+                num_devices: int) -> tuple[tuple[Action, ...], ...]:
+    """Each stage's global sequence split onto its replicas by microbatch."""
+    orders: list[list[Action]] = [[] for _ in range(num_devices)]
+    for stage, sequence in zip(stages, sequences, strict=True):
+        for action in sequence:
+            orders[stage.device_for(action.microbatch)].append(action)
+    return tuple(tuple(order) for order in orders)
+
+
 def gpipe_orders(stages: tuple[Stage, ...], num_devices: int,
                  num_microbatches: int) -> tuple[tuple[Action, ...], ...]:
     """GPipe (Huang et al., NeurIPS 2019): every forward, then every backward, in order."""
@@ -44,17 +69,10 @@ def one_f_one_b_orders(stages: tuple[Stage, ...], num_devices: int,
     the pipeline, which keeps the schedule deadlock-free. A replicated stage writes this global
     sequence once and each replica keeps its own microbatches, in the same order."""
     m = num_microbatches
-    orders: list[list[Action]] = [[] for _ in range(num_devices)]
-    for s, stage in enumerate(stages):
-        warm = min(m, sum(len(st.devices) for st in stages[s:]))
-        sequence = [Action(s, "F", j) for j in range(warm)]
-        for j in range(m):
-            sequence.append(Action(s, "B", j))
-            if warm + j < m:
-                sequence.append(Action(s, "F", warm + j))
-        for action in sequence:
-            orders[stage.device_for(action.microbatch)].append(action)
-    return tuple(tuple(order) for order in orders)
+    sequences = [_steady_state([Action(s, "F", j) for j in range(m)],
+                               [[Action(s, "B", j)] for j in range(m)], _warmup(stages, s, m))
+                 for s in range(len(stages))]
+    return _distribute(stages, sequences, num_devices)
 
 
 def interleaved_orders(chunks: int, num_microbatches: int, devices: tuple[int, ...],
@@ -68,12 +86,7 @@ def interleaved_orders(chunks: int, num_microbatches: int, devices: tuple[int, .
         forwards = [_virtual(k, p, v, i, forward=True) for i in range(total)]
         backwards = [_virtual(k, p, v, i, forward=False) for i in range(total)]
         warm = min(total, 2 * (p - k - 1) + (v - 1) * p + 1)
-        actions = forwards[:warm]
-        for i in range(total):
-            actions.append(backwards[i])
-            if warm + i < total:
-                actions.append(forwards[warm + i])
-        orders.append(tuple(actions))
+        orders.append(tuple(_steady_state(forwards, [[b] for b in backwards], warm)))
     full: list[tuple[Action, ...]] = [()] * num_devices
     for k, device in enumerate(devices):
         full[device] = orders[k]
@@ -96,20 +109,14 @@ def zb_h1_orders(stages: tuple[Stage, ...], num_devices: int,
     ``s`` W's after its final I, so every stage keeps the same number of microbatches in flight
     and the tail bubbles fill with W's. Replicated stages keep their microbatches of it."""
     m = num_microbatches
-    orders: list[list[Action]] = [[] for _ in range(num_devices)]
-    for s, stage in enumerate(stages):
-        warm = min(m, sum(len(st.devices) for st in stages[s:]))
-        sequence = [Action(s, "F", j) for j in range(warm)]
-        for j in range(m):
-            sequence.append(Action(s, "I", j))
-            if j - s >= 0:
-                sequence.append(Action(s, "W", j - s))
-            if warm + j < m:
-                sequence.append(Action(s, "F", warm + j))
-        sequence += [Action(s, "W", j) for j in range(max(0, m - s), m)]
-        for action in sequence:
-            orders[stage.device_for(action.microbatch)].append(action)
-    return tuple(tuple(order) for order in orders)
+    sequences = []
+    for s in range(len(stages)):
+        steps = [[Action(s, "I", j)] + ([Action(s, "W", j - s)] if j >= s else [])
+                 for j in range(m)]
+        sequence = _steady_state([Action(s, "F", j) for j in range(m)], steps,
+                                 _warmup(stages, s, m))
+        sequences.append(sequence + [Action(s, "W", j) for j in range(max(0, m - s), m)])
+    return _distribute(stages, sequences, num_devices)
 
 
 def _kind_first(kinds: tuple[str, ...]) -> Callable[[Action], tuple]:
