@@ -1,8 +1,8 @@
 """What one gradient all-reduce costs: alpha-beta presets, a ring formula, or a Topology.
 
-Every model maps a message of ``num_bytes`` bytes to seconds and gives ``lower(total)``, a
-lower bound on the time of *any* set of messages (at least one) that together carry ``total``
-bytes — what the scheduling lower bound needs.
+Every model maps a message of ``num_bytes`` bytes to seconds and gives ``lower(total, n)``, a
+lower bound on the time of any n or more messages that together carry ``total`` bytes — what
+the scheduling lower bound needs.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ class AlphaBeta:
         """Seconds to all-reduce one message of ``num_bytes`` bytes."""
         return self.alpha + self.beta * num_bytes
 
-    def lower(self, total_bytes: float) -> float:
-        """Fewest seconds any >= 1 messages carrying ``total_bytes`` can take."""
-        return self.cost(total_bytes)
+    def lower(self, total_bytes: float, messages: int = 1) -> float:
+        """Fewest seconds ``messages`` or more messages carrying ``total_bytes`` can take."""
+        return messages * self.alpha + self.beta * total_bytes
 
 
 def ring_allreduce(workers: int, link_bandwidth: float, link_latency: float) -> AlphaBeta:
@@ -71,8 +71,9 @@ class TopologyPriced:
         """Simulated seconds of an All-Reduce of ``num_bytes`` bytes."""
         return _priced(self.topology, self.policy, self.num_chunks, max(1, round(num_bytes)))
 
-    def lower(self, total_bytes: float) -> float:
-        """The collective's ideal time (bytes / sum of bandwidths) is a bound for any split."""
+    def lower(self, total_bytes: float, messages: int = 1) -> float:
+        """The collective's ideal time (bytes / sum of bandwidths) is a bound for any split
+        into any number of messages."""
         return ideal_time(self.topology, CollectiveOp.ALL_REDUCE, max(1, round(total_bytes)))
 
 

@@ -34,7 +34,7 @@ from dlsched.dataparallel.simulate import iteration_time
 MB = 10**6
 THRESHOLDS = (1 * MB, 2 * MB, 4 * MB, 8 * MB, 16 * MB, 32 * MB, 64 * MB)
 # Fractions of the backward time after which gap filling stops (step 2).
-PHASE1_CUTOFFS = (0.0, 0.25, 0.5, 0.75, 0.9)
+PHASE1_CUTOFFS = (0.0, 0.25, 0.5, 0.75, 0.9, math.inf)
 
 Groups = list[list[int]]  # runs of adjacent layers, in forward order
 
@@ -100,12 +100,13 @@ def _fastest(problem: DPProblem, plans: list[DPPlan]) -> DPPlan:
 
 
 def _grouped_usbyte(problem: DPProblem, groups: Groups, phase1_until: float,
-                    refine: bool) -> DPPlan:
+                    refine: bool, overshoot: bool = True) -> DPPlan:
     grouped = grouped_problem(problem, groups)
     if refine:
         plan = usbyte_plan(grouped, phase1_until=phase1_until)
     else:
-        plan = usbyte_schedule(grouped, list(range(len(groups))), phase1_until=phase1_until)
+        plan = usbyte_schedule(grouped, list(range(len(groups))), phase1_until=phase1_until,
+                               overshoot=overshoot)
     return _ungroup(problem, groups, plan)
 
 
@@ -116,8 +117,9 @@ def _unique(groupings: list[Groups]) -> list[Groups]:
 def dlsched_plan(problem: DPProblem) -> DPPlan:
     """Step 1: US-Byte (with priority refinement) on each grouping — one group per layer,
     MG-WFBP's, and size thresholds walked from either end. Step 2: on every grouping, gap
-    filling cut off early (at fractions of the backward time) with input-first priority, so
-    the urgent first layers are not queued behind blocks of later ones. Step 3: the
+    filling cut off early (at fractions of the backward time, or never) with input-first
+    priority, so the urgent first layers are not queued behind blocks of later ones, with gap
+    blocks ending just past or just before the next gradient. Step 3: the
     baselines' orders without barriers. The fastest plan of all (ties: the earliest) then goes
     through step 4, ``merge_adjacent``."""
     groupings = _unique([[[layer] for layer in range(problem.num_layers)],
@@ -125,8 +127,8 @@ def dlsched_plan(problem: DPProblem) -> DPPlan:
                          *(threshold_groups(problem, t, end) for t in THRESHOLDS
                            for end in (False, True))])
     refined = [_grouped_usbyte(problem, g, math.inf, True) for g in groupings]
-    cutoffs = [_grouped_usbyte(problem, g, f * problem.backward_end, False)
-               for g in groupings for f in PHASE1_CUTOFFS]
+    cutoffs = [_grouped_usbyte(problem, g, f * problem.backward_end, False, overshoot)
+               for g in groupings for f in PHASE1_CUTOFFS for overshoot in (True, False)]
     baselines = [DPPlan(b(problem).messages, False, "dlsched") for b in
                  (wfbp_plan, mgwfbp_plan, bucket_plan, horovod_plan, bytescheduler_plan)]
     return merge_adjacent(problem, _fastest(problem, [*refined, *cutoffs, *baselines]))

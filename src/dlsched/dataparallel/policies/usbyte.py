@@ -39,10 +39,12 @@ def _units_to_reach(problem: DPProblem, gap: float, unit: int, rest: int) -> int
 
 
 def usbyte_schedule(problem: DPProblem, order: list[int], unit: int = UNIT_BYTES,
-                    phase1_until: float = math.inf) -> DPPlan:
+                    phase1_until: float = math.inf, overshoot: bool = True) -> DPPlan:
     """The two-phase plan for a priority ``order`` (layers, most urgent first); gap filling
     stops once the network would start later than ``phase1_until`` seconds (default: never
-    before all gradients exist, as in US-Byte)."""
+    before all gradients exist, as in US-Byte). A block cut to fill a gap ends at the next
+    gradient or just past it (``overshoot``, US-Byte's "just enough units to reach r"), or with
+    ``overshoot=False`` just before it (at least one unit)."""
     rank = {layer: position for position, layer in enumerate(order)}
     sent = [0] * problem.num_layers
     startup = problem.comm.cost(0)
@@ -65,7 +67,10 @@ def usbyte_schedule(problem: DPProblem, order: list[int], unit: int = UNIT_BYTES
         if gap < startup:
             size = min(unit, rest)
         elif problem.comm.cost(rest) > gap:
-            size = min(_units_to_reach(problem, gap, unit, rest) * unit, rest)
+            units = _units_to_reach(problem, gap, unit, rest)
+            if not overshoot and units > 1 and problem.comm.cost(units * unit) > gap:
+                units -= 1
+            size = min(units * unit, rest)
         else:
             size = rest
         msgs.append(Message((Block(layer, sent[layer], size),), tau))
