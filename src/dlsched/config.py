@@ -2,31 +2,25 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from dlsched.errors import ConfigError
+from dlsched.validation import load_document_safely
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
 
 def load_document(path: str | Path) -> Any:
-    """Read a YAML (``.yaml``/``.yml``) or JSON file into plain Python data."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"file {str(path)!r} does not exist")
-    text = path.read_text()
-    try:
-        if path.suffix.lower() == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
-        raise ConfigError(f"{path}: not valid {path.suffix.lstrip('.').upper() or 'YAML'}: "
-                          f"{error}") from error
+    """Read a YAML (``.yaml``/``.yml``) or JSON file into plain Python data.
+
+    Guarded by ``dlsched.validation``: the file must be UTF-8 text of at most
+    ``MAX_FILE_BYTES``, nested at most ``MAX_NESTING_DEPTH`` deep, without YAML alias bombs or
+    NaN/infinite numbers; every refusal is a ConfigError naming the file.
+    """
+    return load_document_safely(path)
 
 
 def _location(loc: tuple[Any, ...]) -> str:

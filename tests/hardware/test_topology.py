@@ -64,7 +64,7 @@ def test_topology_file_with_units(tmp_path):
     ({"kind": "Torus", "size": 4, "bandwidth": "1 GB/s"}, "kind", "Ring"),
     ({"kind": "Ring", "size": 1, "bandwidth": "1 GB/s"}, "size", ">= 2"),
     ({"kind": "Switch", "size": 6, "bandwidth": "1 GB/s"}, "size", "power-of-two"),
-    ({"kind": "Ring", "size": 4, "bandwidth": "0 GB/s"}, "bandwidth", "> 0"),
+    ({"kind": "Ring", "size": 4, "bandwidth": "0 GB/s"}, "bandwidth", ">= 1 B/s"),
     ({"kind": "Ring", "size": 4, "bandwidth": "1 GB/s", "latency": "-5 ns"}, "latency", ">= 0"),
     ({"kind": "Ring", "size": 4, "bandwidth": "fast"}, "bandwidth", "GB/s"),
     ({"kind": "Ring", "size": 4, "bandwidth": "1 GB/s", "algorithm": "tree"}, "algorithm",

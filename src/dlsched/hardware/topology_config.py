@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -13,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import DimAlgorithm, Dimension, DimKind, Topology
-from dlsched.units import parse_bandwidth, parse_time
+from dlsched.validation import MAX_DIMS, NPUS, Bandwidth, DimSize, Seconds
 
 
 class DimensionSpec(BaseModel):
@@ -21,13 +22,10 @@ class DimensionSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     kind: DimKind
-    size: int
-    bandwidth: float
-    latency: float = 0.0
+    size: DimSize
+    bandwidth: Bandwidth
+    latency: Seconds = 0.0
     algorithm: DimAlgorithm | None = None
-
-    _bandwidth = field_validator("bandwidth", mode="before")(lambda v: parse_bandwidth(v))
-    _latency = field_validator("latency", mode="before")(lambda v: parse_time(v))
 
     @model_validator(mode="after")
     def _check(self) -> DimensionSpec:
@@ -51,6 +49,9 @@ class TopologySpec(BaseModel):
     def _check_dims(cls, dims: list[DimensionSpec]) -> list[DimensionSpec]:
         if not dims:
             raise ValueError("a topology needs at least one dimension")
+        if len(dims) > MAX_DIMS:
+            raise ValueError(f"{len(dims)} dimensions; accepted: at most {MAX_DIMS}")
+        NPUS.check(math.prod(d.size for d in dims), "dims (product of the sizes)")
         return dims
 
     def build(self) -> Topology:

@@ -9,13 +9,14 @@ CSV columns (header required): ``name, params, forward_time_s, backward_time_s``
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from dlsched.config import load_document, validate
-from dlsched.errors import ConfigError
 from dlsched.models.layer import Layer, Model
+from dlsched.validation import MAX_LAYERS, ByteSize, Duration, FlopCount, read_text_file
 
 
 class LayerProfile(BaseModel):
@@ -23,11 +24,11 @@ class LayerProfile(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str
-    params: NonNegativeInt
-    forward_time_s: NonNegativeFloat
-    backward_time_s: NonNegativeFloat
-    activation_bytes: NonNegativeInt = 0
-    forward_flops: NonNegativeFloat = 0.0
+    params: int = Field(ge=0, le=2**50)
+    forward_time_s: Duration
+    backward_time_s: Duration
+    activation_bytes: ByteSize = 0
+    forward_flops: FlopCount = 0.0
     block: str = ""
 
 
@@ -37,7 +38,7 @@ class ModelProfile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = "profiled"
     dtype_bytes: int = Field(4, ge=1, le=8)
-    layers: list[LayerProfile] = Field(min_length=1)
+    layers: list[LayerProfile] = Field(min_length=1, max_length=MAX_LAYERS)
 
     def build(self) -> Model:
         """The Model with measured times on every layer."""
@@ -50,10 +51,7 @@ def load_profile(path: str | Path) -> Model:
     """Read a CSV or JSON/YAML profile; ConfigError names the row and field of bad values."""
     path = Path(path)
     if path.suffix.lower() == ".csv":
-        if not path.is_file():
-            raise ConfigError(f"file {str(path)!r} does not exist")
-        with path.open(newline="") as handle:
-            rows = list(csv.DictReader(handle))
+        rows = list(csv.DictReader(io.StringIO(read_text_file(path, "profile"), newline="")))
         data = {"name": path.stem, "layers": [
             {k: v for k, v in row.items() if v not in ("", None)} for row in rows]}
     else:
