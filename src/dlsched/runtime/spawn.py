@@ -1,0 +1,180 @@
+"""Run a function on N ranks of a torch.distributed process group, with bounded time.
+
+Each rank is a fresh Python process (``python -m dlsched.runtime.spawn``) so it can also be
+started inside another network namespace (``prefix``) with its own environment (``env``).
+Ranks meet through a ``FileStore`` in a temporary directory; every collective has the
+process-group ``timeout_s``; the parent waits at most ``deadline_s`` in all. When a rank fails
+or dies, the others get ``grace_s`` to fail on their own, then every rank is killed and
+``RankFailure`` names the first failing rank with its error. Nothing is left running.
+
+The function is called as ``fn(rank, world_size, *args)`` after the process group is up and
+must be importable by name (module-level); its return value comes back pickled.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from dlsched.errors import ConfigError
+
+
+class RankFailure(RuntimeError):
+    """A rank raised, died or ran out of time; the message names it and shows its error."""
+
+
+@dataclass(frozen=True)
+class SpawnOptions:
+    """How ranks start: backend; ``timeout_s`` per collective, ``deadline_s`` for the whole run,
+    ``grace_s`` for the others after one rank fails (seconds); ``threads`` for torch and gloo
+    per rank; a per-rank command ``prefix`` (e.g. ``ip netns exec ns0``) and extra ``env``."""
+
+    backend: str = "gloo"
+    timeout_s: float = 60.0
+    deadline_s: float = 600.0
+    grace_s: float = 10.0
+    threads: int = 1
+    prefix: Callable[[int], Sequence[str]] | None = None
+    env: Callable[[int], dict[str, str]] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "deadline_s", "grace_s"):
+            value = getattr(self, name)
+            if not 0 < value < 1e6:
+                raise ConfigError(f"{name}: must be in (0, 1e6) seconds (got {value!r})")
+        if self.backend not in ("gloo", "nccl"):
+            raise ConfigError(f"backend: {self.backend!r} is not supported; accepted: gloo, "
+                              "nccl")
+
+
+def spawn(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (),
+          options: SpawnOptions | None = None) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` ranks; their results by rank."""
+    options = options or SpawnOptions()
+    if world_size < 1:
+        raise ConfigError(f"world_size: must be >= 1 rank (got {world_size})")
+    with tempfile.TemporaryDirectory(prefix="dlsched-spawn-") as tmp:
+        folder = Path(tmp)
+        procs = [_start(folder, rank, world_size, fn, args, options)
+                 for rank in range(world_size)]
+        try:
+            _wait(procs, folder, options)
+        finally:
+            _kill_all(procs)
+        return [_result(folder, rank) for rank in range(world_size)]
+
+
+def _start(folder: Path, rank: int, world_size: int, fn: Callable[..., Any],
+           args: Sequence[Any], options: SpawnOptions) -> subprocess.Popen[bytes]:
+    spec = {"path": list(sys.path), "rank": rank, "world_size": world_size,
+            "store": str(folder / "store"), "backend": options.backend,
+            "timeout_s": options.timeout_s, "threads": options.threads,
+            "call": pickle.dumps((fn, tuple(args)))}
+    spec_path = folder / f"spec-{rank}.pkl"
+    spec_path.write_bytes(pickle.dumps(spec))
+    env = dict(os.environ) | (options.env(rank) if options.env else {})
+    command = [*(options.prefix(rank) if options.prefix else ()), sys.executable, "-m",
+               "dlsched.runtime.spawn", str(spec_path)]
+    log = (folder / f"log-{rank}.txt").open("wb")
+    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], folder: Path, options: SpawnOptions) -> None:
+    deadline = time.monotonic() + options.deadline_s
+    failed_at: float | None = None
+    first: int | None = None
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if bad and first is None:
+            first, failed_at = bad[0], now
+        if failed_at is not None and now - failed_at > options.grace_s:
+            break
+        if now > deadline:
+            running = [r for r, p in enumerate(procs) if p.poll() is None]
+            raise RankFailure(f"ranks did not finish within deadline_s={options.deadline_s:g} "
+                              f"s; still running: {running}" + _logs(folder, len(procs)))
+        time.sleep(0.05)
+    bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+    if bad or first is not None:
+        rank = first if first is not None else bad[0]
+        raise RankFailure(f"rank {rank} failed (exit code {procs[rank].poll()}); "
+                          f"failed ranks: {bad}" + _logs(folder, len(procs)))
+
+
+def _logs(folder: Path, world_size: int, tail: int = 2000) -> str:
+    parts = []
+    for rank in range(world_size):
+        error = folder / f"error-{rank}.txt"
+        log = folder / f"log-{rank}.txt"
+        text = error.read_text() if error.exists() else (log.read_text(errors="replace")
+                                                          if log.exists() else "")
+        if text.strip():
+            parts.append(f"\n--- rank {rank} ---\n{text[-tail:].rstrip()}")
+    return "".join(parts)
+
+
+def _kill_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    for proc in procs:
+        proc.wait()
+
+
+def _result(folder: Path, rank: int) -> Any:
+    return pickle.loads((folder / f"result-{rank}.pkl").read_bytes())
+
+
+def init_process_group(backend: str, store_path: str, rank: int, world_size: int,
+                       timeout_s: float, threads: int = 1) -> None:
+    """Join the group through a FileStore; gloo gets ``threads`` worker threads."""
+    import torch.distributed as dist
+
+    store = dist.FileStore(store_path, world_size)
+    kwargs: dict[str, Any] = {}
+    if backend == "gloo":
+        gloo_options = dist.ProcessGroupGloo._Options()
+        gloo_options._threads = threads
+        gloo_options._timeout = timedelta(seconds=timeout_s)
+        kwargs["pg_options"] = gloo_options
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout_s), **kwargs)
+
+
+def _worker(spec_path: str) -> int:
+    spec = pickle.loads(Path(spec_path).read_bytes())
+    sys.path[:0] = [p for p in spec["path"] if p not in sys.path]
+    folder = Path(spec_path).parent
+    rank = spec["rank"]
+    try:
+        import torch
+        import torch.distributed as dist
+
+        torch.set_num_threads(spec["threads"])
+        init_process_group(spec["backend"], spec["store"], rank, spec["world_size"],
+                           spec["timeout_s"], spec["threads"])
+        fn, args = pickle.loads(spec["call"])
+        result = fn(rank, spec["world_size"], *args)
+        (folder / f"result-{rank}.pkl").write_bytes(pickle.dumps(result))
+        dist.destroy_process_group()
+    except BaseException:
+        (folder / f"error-{rank}.txt").write_text(traceback.format_exc())
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(sys.argv[1]))
