@@ -8,12 +8,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from dlsched.cli import pipeline_runtime
 from dlsched.cli.options import console, emit_rows, parse_names, suffixed
 from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_graph import device_preset_description, device_preset_names
 from dlsched.hardware.device_graph import load_devices as load_graph
 from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
 from dlsched.pipeline.model_source import load_chain
+from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
 
@@ -99,6 +101,8 @@ def plan(
     trace: Annotated[Path | None, typer.Option(help="Chrome-trace JSON (Perfetto).")] = None,
     plot: Annotated[Path | None, typer.Option(help="PNG timeline, a panel per planner.")]
     = None,
+    save: Annotated[Path | None, typer.Option(help="Save the plan(s) as JSON (pipeline export/"
+                                              "run read it).")] = None,
 ) -> None:
     """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound."""
     names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "planner")
@@ -107,6 +111,9 @@ def plan(
     results = [run_planner(problem, name) for name in names]
     rows = _rows(results)
     _write_outputs(results, trace, plot)
+    for result in results if save is not None else []:
+        save_plan(saved_from_result(result, microbatch_size),
+                  suffixed(save, result.plan.planner, len(results) > 1))
     if json_out:
         emit_rows(rows, True, csv, {"stages": results[0].plan.stages_text(),
                                     "orders": results[0].plan.schedule_text()})
@@ -165,5 +172,6 @@ def register(app: typer.Typer, reproduce: typer.Typer) -> None:
     """Add this module's commands to the CLI."""
     pipeline_app.command("plan")(plan)
     pipeline_app.command("devices")(devices_command)
+    pipeline_runtime.register(pipeline_app)
     app.add_typer(pipeline_app, name="pipeline")
     reproduce.command("pipeline")(reproduce_pipeline)

@@ -1,0 +1,200 @@
+"""``dlsched pipeline profile``, ``export`` and ``run``: pipeline plans on real torch ranks.
+
+torch is imported only inside these commands (``dlsched[torch]``), never at CLI start.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+from rich.table import Table
+
+from dlsched.cli.options import console, emit_rows
+from dlsched.errors import ConfigError
+from dlsched.pipeline.plan_file import load_plan
+from dlsched.pipeline.torch_export import (
+    mapping_path_for,
+    read_torch_export,
+    to_torch,
+    write_torch_export,
+)
+from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace, write_text
+from dlsched.report.tables import seconds_as_ms
+from dlsched.units import parse_bytes
+
+
+def _torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError as error:
+        raise ConfigError("this command needs torch: pip install 'dlsched[torch]'") from error
+
+
+def _check_output(path: Path | None, option: str) -> None:
+    if path is not None and path.exists() and path.is_dir():
+        raise ConfigError(f"{option}: {str(path)!r} is a directory, expected a file path")
+
+
+PROFILE_COLUMNS = [
+    Column("block", "block", justify="left"),
+    Column("forward_s", "forward (ms)", seconds_as_ms),
+    Column("backward_s", "backward (ms)", seconds_as_ms),
+    Column("backward_input_s", "backward-input (ms)", seconds_as_ms),
+    Column("backward_weight_s", "backward-weight (ms)", seconds_as_ms),
+    Column("activation_bytes", "activation (B)"),
+    Column("param_bytes", "params (B)"),
+    Column("stash_bytes", "stash (B)"),
+]
+
+
+def profile(
+    model: Annotated[str, typer.Option(help="Built-in model (gpt-tiny, gpt-small) or "
+                                       "package.module:function.")] = "gpt-small",
+    microbatch_size: Annotated[int, typer.Option(help="Samples per microbatch.")] = 2,
+    chain: Annotated[Path, typer.Option(help="Chain YAML to write (pipeline plan --model).")]
+    = Path("chain.yaml"),
+    repeats: Annotated[int, typer.Option(help="Timed runs per block (median).")] = 5,
+    threads: Annotated[int, typer.Option(help="torch threads (1 = as each rank runs).")] = 1,
+    devices_out: Annotated[Path | None, typer.Option(
+        help="Also calibrate the rank-to-rank link and write a device graph here.")] = None,
+    ranks: Annotated[int, typer.Option(help="Ranks in the written device graph.")] = 2,
+    memory: Annotated[str, typer.Option(help="Memory per rank in the device graph.")]
+    = "16 GiB",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """Measure forward, backward(-input/-weight) time and bytes per block into a chain file."""
+    _check_output(chain, "chain")
+    _check_output(devices_out, "devices-out")
+    memory_bytes = parse_bytes(memory)
+    if not 1 <= threads <= 256 or not 1 <= ranks <= 64:
+        raise ConfigError(f"threads: {threads} must be in 1..256 and ranks: {ranks} in 1..64")
+    _torch()
+    import torch
+
+    from dlsched.runtime.pipeline_model import load_model
+    from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
+
+    torch.set_num_threads(threads)
+    built = load_model(model)
+    profiles = profile_blocks(built, microbatch_size, repeats)
+    write_text(chain, yaml.safe_dump(chain_document(model, profiles), sort_keys=False))
+    rows = [{"block": p.name, **{k: v for k, v in vars(p).items() if k != "name"}}
+            for p in profiles]
+    extra = {"chain": str(chain)}
+    if devices_out is not None:
+        from dlsched.runtime.pipeline_calibrate import calibrate_link, cpu_devices_document
+
+        latency, bandwidth, _ = calibrate_link()
+        write_text(devices_out, yaml.safe_dump(
+            cpu_devices_document(ranks, latency, bandwidth, memory_bytes), sort_keys=False))
+        extra |= {"devices": str(devices_out), "latency_s": latency, "bandwidth": bandwidth}
+    if json_out:
+        emit_rows(rows, True, None, extra)
+        return
+    render_table(rows, PROFILE_COLUMNS, f"{model}: one microbatch of {microbatch_size} "
+                 f"samples, {threads} thread(s)", console)
+    console.print(f"wrote {chain} (plan with --microbatch-size {microbatch_size})")
+    if devices_out is not None:
+        console.print(f"wrote {devices_out}: link latency {extra['latency_s'] * 1e6:.0f} us, "
+                      f"bandwidth {extra['bandwidth'] / 1e9:.3g} GB/s (loopback, measured)")
+
+
+def export(
+    plan: Annotated[Path, typer.Argument(help="Plan file (pipeline plan --save).")],
+    torch_csv: Annotated[Path, typer.Option(help="Per-rank action table to write (CSV).")],
+    mapping: Annotated[Path | None, typer.Option(
+        help="Stage-to-rank mapping JSON (default: <csv stem>.stages.json).")] = None,
+) -> None:
+    """Write a plan as torch.distributed.pipelining's per-rank action table + stage mapping."""
+    _check_output(torch_csv, "torch-csv")
+    saved = load_plan(plan)
+    schedule = to_torch(saved.plan)
+    written = write_torch_export(schedule, saved.device_names, torch_csv, mapping)
+    table = Table(title=f"{saved.plan.planner}: {schedule.world_size} torch ranks, "
+                  f"{len(schedule.stage_blocks)} stages, {schedule.num_microbatches} "
+                  "microbatches")
+    for header in ("stage", "blocks", "rank", "GPU"):
+        table.add_column(header)
+    for s, ((first, last), rank) in enumerate(zip(schedule.stage_blocks, schedule.stage_ranks,
+                                                  strict=True)):
+        table.add_row(str(s), f"{saved.block_names[first]}..{saved.block_names[last - 1]}",
+                      str(rank), saved.device_names[schedule.rank_devices[rank]])
+    console.print(table)
+    console.print(f"wrote {torch_csv} and {written}")
+
+
+RUN_COLUMNS = [
+    Column("planner", "planner", justify="left"),
+    Column("ranks", "ranks"),
+    Column("predicted_s", "predicted (ms)", seconds_as_ms),
+    Column("measured_median_s", "measured median (ms)", seconds_as_ms),
+    Column("measured_min_s", "min (ms)", seconds_as_ms),
+    Column("measured_max_s", "max (ms)", seconds_as_ms),
+    Column("error", "error (%)", lambda v: f"{v * 100:+.1f}"),
+    Column("final_loss", "loss", lambda v: "-" if v is None else f"{v:.4f}"),
+]
+
+
+def run(
+    plan: Annotated[Path, typer.Argument(help="Plan file (pipeline plan --save).")],
+    torch_csv: Annotated[Path | None, typer.Option(
+        help="Run this exported table (with its .stages.json) instead of the plan's orders.")]
+    = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model to train (default: the plan's model name).")] = None,
+    iterations: Annotated[int, typer.Option(help="Measured iterations.")] = 5,
+    warmup: Annotated[int, typer.Option(help="Unmeasured first iterations.")] = 1,
+    seed: Annotated[int, typer.Option(help="Seed of weights and batches.")] = 0,
+    timeout: Annotated[float, typer.Option(help="Seconds any one communication may wait.")]
+    = 120.0,
+    deadline: Annotated[float, typer.Option(help="Seconds for the whole run.")] = 600.0,
+    trace: Annotated[Path | None, typer.Option(help="Chrome-trace JSON of the run.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG of the median iteration.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """Train with a plan on one CPU gloo process per rank; measured vs predicted iteration."""
+    for path, option in ((trace, "trace"), (plot, "plot")):
+        _check_output(path, option)
+    saved = load_plan(plan)
+    schedule = None
+    if torch_csv is not None:
+        schedule = read_torch_export(torch_csv, mapping_path_for(torch_csv))
+        if schedule.stage_blocks != to_torch(saved.plan).stage_blocks:
+            raise ConfigError(f"torch-csv: {torch_csv} cuts the blocks differently from {plan}")
+    _torch()
+    from dlsched.runtime.pipeline_run import run_pipeline
+    from dlsched.runtime.spawn import SpawnOptions
+
+    options = SpawnOptions(timeout_s=timeout, deadline_s=deadline)
+    result = run_pipeline(saved, model or saved.model, iterations, warmup, seed,
+                          schedule=schedule, options=options)
+    measured = result.median_iteration_s
+    rows = [{"planner": saved.plan.planner, "ranks": (schedule or to_torch(saved.plan))
+             .world_size, "predicted_s": saved.predicted_iteration_s,
+             "measured_median_s": measured, "measured_min_s": min(result.iteration_s),
+             "measured_max_s": max(result.iteration_s),
+             "error": saved.predicted_iteration_s / measured - 1.0,
+             "final_loss": result.losses[-1] if result.losses else None}]
+    if trace is not None:
+        write_chrome_trace(result.timeline, trace)
+    if plot is not None:
+        index = sorted(range(iterations), key=lambda k: result.iteration_s[k])[iterations // 2]
+        plot_timelines([(f"{saved.plan.planner} measured on CPU ranks, iteration {index}: "
+                         f"{result.iteration_s[index] * 1e3:.1f} ms",
+                         result.iteration_timeline(index))], plot, color_by="kind")
+    if json_out:
+        emit_rows(rows, True, None, {"iteration_s": list(result.iteration_s)})
+        return
+    render_table(rows, RUN_COLUMNS, f"{saved.model}: {iterations} iterations of "
+                 f"{saved.plan.num_microbatches} microbatches of {saved.microbatch_size} "
+                 "(error = predicted / measured - 1)", console)
+
+
+def register(pipeline_app: typer.Typer) -> None:
+    """Add the runtime commands to ``dlsched pipeline``."""
+    pipeline_app.command("profile")(profile)
+    pipeline_app.command("export")(export)
+    pipeline_app.command("run")(run)

@@ -1,0 +1,70 @@
+"""Calibrate the links between CPU pipeline ranks and write them as a device graph.
+
+On one CPU machine, gloo's "link" between ranks is loopback TCP plus copies: its nominal
+bandwidth means nothing, so it is measured. Two ranks bounce tensors of several sizes (the
+activations a pipeline sends); half the median round trip is one transfer, and a least-squares
+line ``latency + bytes / bandwidth`` through those times gives the link. The device graph has
+one "GPU" per rank at ``REFERENCE_FLOPS`` (profiled chains store seconds as FLOP on that
+device), the calibrated link between every pair (loopback is the same for every pair), and the
+memory given.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from dlsched.errors import ConfigError
+from dlsched.pipeline.chain import REFERENCE_FLOPS
+from dlsched.runtime.spawn import SpawnOptions, spawn
+
+SIZES = (4 * 2**10, 64 * 2**10, 2**20, 4 * 2**20)
+
+
+def _ping_pong(rank: int, world_size: int, sizes: tuple[int, ...], repeats: int) -> list[float]:
+    """Median one-way seconds per size, measured on rank 0 (rank 1 echoes)."""
+    times = []
+    for size in sizes:
+        buffer = torch.zeros(size // 4, dtype=torch.float32)
+        samples = []
+        for _ in range(repeats + 2):
+            start = time.perf_counter()
+            if rank == 0:
+                dist.send(buffer, 1)
+                dist.recv(buffer, 1)
+            elif rank == 1:
+                dist.recv(buffer, 0)
+                dist.send(buffer, 0)
+            samples.append((time.perf_counter() - start) / 2)
+        times.append(statistics.median(samples[2:]))
+    return times
+
+
+def calibrate_link(sizes: tuple[int, ...] = SIZES, repeats: int = 20,
+                   options: SpawnOptions | None = None) -> tuple[float, float, list[float]]:
+    """(latency s, bandwidth B/s, measured one-way seconds per size) of the rank-to-rank link."""
+    if len(sizes) < 2 or not 1 <= repeats <= 10_000:
+        raise ConfigError(f"sizes: need at least 2 (got {len(sizes)}); repeats: {repeats} "
+                          "must be in 1..10000")
+    times = spawn(_ping_pong, 2, (tuple(sizes), repeats), options or SpawnOptions())[0]
+    slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(times), 1)
+    if slope <= 0:
+        raise ConfigError(f"calibration: transfer times {times} do not grow with size; the "
+                          "machine is too loaded to calibrate, try again")
+    return max(float(intercept), 0.0), float(1.0 / slope), list(times)
+
+
+def cpu_devices_document(ranks: int, latency_s: float, bandwidth: float, memory: int,
+                         name: str = "cpu-ranks") -> dict:
+    """A device-graph file (servers form): ``ranks`` devices at ``REFERENCE_FLOPS`` with
+    ``memory`` bytes each, the calibrated link between every pair."""
+    if ranks < 1 or memory <= 0:
+        raise ConfigError(f"ranks: {ranks} must be >= 1 and memory: {memory} > 0 bytes")
+    link = {"bandwidth": f"{bandwidth:.6g} B/s", "latency": f"{latency_s:.6g} s"}
+    return {"name": name, "description": f"{ranks} CPU gloo ranks, link calibrated by ping-pong",
+            "servers": [{"count": ranks, "gpu": {"flops": f"{REFERENCE_FLOPS:g} FLOP/s",
+                                                 "memory": f"{memory} B"}, "link": link}]}

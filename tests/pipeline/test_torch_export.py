@@ -1,0 +1,122 @@
+"""Plan files and torch action tables: round trips, refusals, CLI (no torch needed)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from pipeline_cases import uniform_problem
+
+from dlsched.errors import ConfigError
+from dlsched.pipeline import PipelinePlan, Stage, parse_orders, run_planner
+from dlsched.pipeline.plan_file import load_plan, save_plan, saved_from_result
+from dlsched.pipeline.schedules import backward_first_dispatch
+from dlsched.pipeline.simulate import list_schedule
+from dlsched.pipeline.torch_export import read_torch_export, to_plan, to_torch, write_torch_export
+
+KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1")
+
+
+def _plans() -> list[PipelinePlan]:
+    problem = uniform_problem(4, 8, split=True)
+    plans = [run_planner(problem, name).plan for name in KINDS]
+    stages = tuple(Stage(s, s + 1, (3 - s,)) for s in range(4))
+    plans.append(list_schedule(problem, stages, backward_first_dispatch(4, (4,) * 4, True),
+                               "dlsched").plan)
+    return plans
+
+
+@pytest.mark.parametrize("plan", _plans(), ids=[*KINDS, "list-reversed-gpus"])
+def test_exported_table_loads_back_into_the_same_plan(plan: PipelinePlan,
+                                                      tmp_path: Path) -> None:
+    """Every schedule kind: plan -> CSV + mapping -> plan is the identity; rows are the used
+    GPUs in index order and each cell is the action's text."""
+    schedule = to_torch(plan)
+    names = tuple(f"g{k}" for k in range(len(plan.orders)))
+    mapping = write_torch_export(schedule, names, tmp_path / "order.csv")
+    assert mapping == tmp_path / "order.stages.json"
+    back = read_torch_export(tmp_path / "order.csv")
+    assert back == schedule and to_plan(back) == plan
+    rows = (tmp_path / "order.csv").read_text().splitlines()
+    assert rows[0].split(",") == [str(a) for a in plan.orders[schedule.rank_devices[0]]]
+
+
+def test_interleaved_and_split_plans_keep_their_shape() -> None:
+    """Interleaved: 2p stages on p ranks, rank k holds k and k+p; ZB-H1 keeps I and W."""
+    interleaved, zb = (p for p in _plans() if p.planner in ("interleaved", "zb-h1"))
+    schedule = to_torch(interleaved)
+    p = schedule.world_size
+    assert p >= 2 and len(schedule.stage_ranks) == 2 * p
+    assert all(schedule.stages_of(k) == [k, k + p] for k in range(p))
+    kinds = {a.kind for row in to_torch(zb).rows for a in row}
+    assert kinds == {"F", "I", "W"}
+
+
+def test_unused_gpus_and_reversed_mapping() -> None:
+    """Stages on GPUs 3,2,1,0: rank r is GPU r, stage s is on rank 3 - s."""
+    plan = _plans()[-1]
+    schedule = to_torch(plan)
+    assert schedule.rank_devices == (0, 1, 2, 3) and schedule.stage_ranks == (3, 2, 1, 0)
+
+
+def test_replicated_stage_is_refused() -> None:
+    """torch runs one rank per stage: a replicated stage is a ConfigError naming it."""
+    plan = PipelinePlan("x", (Stage(0, 2, (0, 1)),), ((), ()), 2)
+    with pytest.raises(ConfigError, match=r"stage 0 is replicated on GPUs \[0, 1\]"):
+        to_torch(plan)
+
+
+def test_tampered_table_is_refused(tmp_path: Path) -> None:
+    """A table whose action sits on the wrong rank fails dlsched's plan validator."""
+    plan = _plans()[1]
+    write_torch_export(to_torch(plan), ("a", "b", "c", "d"), tmp_path / "t.csv")
+    rows = (tmp_path / "t.csv").read_text().splitlines()
+    rows[0], rows[1] = rows[1], rows[0]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(ConfigError, match="not this GPU's work"):
+        read_torch_export(tmp_path / "t.csv")
+
+
+def test_plan_file_round_trip(tmp_path: Path) -> None:
+    """save_plan then load_plan gives the same plan, blocks and prediction."""
+    result = run_planner(uniform_problem(3, 4, act=1e6), "1f1b")
+    saved = saved_from_result(result, 2)
+    save_plan(saved, tmp_path / "plan.json")
+    assert load_plan(tmp_path / "plan.json") == saved
+
+
+def test_plan_file_with_bad_order_names_the_field(tmp_path: Path) -> None:
+    """An unparsable action is refused with the field and the value."""
+    saved = saved_from_result(run_planner(uniform_problem(2, 2), "gpipe"), 1)
+    save_plan(saved, tmp_path / "plan.json")
+    document = json.loads((tmp_path / "plan.json").read_text())
+    document["orders"][0] = "0F0 0X1"
+    (tmp_path / "plan.json").write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=r"orders: gpu0: action: '0X1'"):
+        load_plan(tmp_path / "plan.json")
+
+
+def test_cli_plan_save_then_export(run_cli, tmp_path: Path) -> None:
+    """``plan --save`` writes a loadable plan; ``export --torch-csv`` writes table + mapping;
+    a replicated plan exits 2 with the reason."""
+    chain = tmp_path / "chain.yaml"
+    chain.write_text("name: c\nblocks:\n" + "".join(
+        f"  - {{name: b{i}, forward_flops: 1e9, activation: 1 MB, params: 1 MB}}\n"
+        for i in range(4)))
+    plan = tmp_path / "plan.json"
+    code, _, err = run_cli("pipeline", "plan", "--model", str(chain), "--devices",
+                           "1x8-NVLink", "--microbatches", "4", "--planner", "1f1b",
+                           "--save", str(plan))
+    assert code == 0, err
+    table = tmp_path / "out" / "order.csv"
+    code, out, err = run_cli("pipeline", "export", str(plan), "--torch-csv", str(table))
+    assert code == 0, err
+    assert to_plan(read_torch_export(table)) == load_plan(plan).plan
+    replicated = replace(saved_from_result(run_planner(uniform_problem(2, 2), "gpipe"), 1),
+                         plan=PipelinePlan("x", (Stage(0, 2, (0, 1)),),
+                                           parse_orders("g0: 0F0 0B0\ng1: 0F1 0B1"), 2))
+    save_plan(replicated, plan)
+    code, _, err = run_cli("pipeline", "export", str(plan), "--torch-csv", str(table))
+    assert code == 2 and "replicated" in err

@@ -1,0 +1,148 @@
+"""dlsched pipeline plans on torch.distributed.pipelining: same gradients as unpipelined
+training for every schedule kind, torch's own validator agrees with the export, mismatched
+models are refused before any process starts, and a dying rank ends the run."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+from torch.distributed.pipelining.schedules import _Action, _validate_schedule  # noqa: E402
+
+from dlsched.errors import ConfigError  # noqa: E402
+from dlsched.hardware.device_graph import server_graph  # noqa: E402
+from dlsched.pipeline import PipelinePlan, PipelineProblem, Stage, synthetic_chain  # noqa: E402
+from dlsched.pipeline.schedules import (  # noqa: E402
+    backward_first_dispatch,
+    critical_path_dispatch,
+    gpipe_orders,
+    interleaved_orders,
+    one_f_one_b_orders,
+    zb_h1_orders,
+)
+from dlsched.pipeline.simulate import list_schedule  # noqa: E402
+from dlsched.pipeline.torch_export import to_torch  # noqa: E402
+from dlsched.runtime import pipeline_run  # noqa: E402
+from dlsched.runtime.pipeline_model import PipelineModel, load_model  # noqa: E402
+from dlsched.runtime.pipeline_run import (  # noqa: E402
+    reference_gradients,
+    run_pipeline,
+    run_pipelines,
+    saved_for_model,
+)
+from dlsched.runtime.spawn import RankFailure, SpawnOptions  # noqa: E402
+
+MODEL = "gpt-tiny"  # 6 blocks: embed, layer0..3, head
+MICROBATCHES, MICROBATCH_SIZE = 4, 2
+NAMES = ("cpu0", "cpu1")
+OPTIONS = SpawnOptions(timeout_s=120, deadline_s=480, grace_s=10)
+
+
+def _plans() -> list[PipelinePlan]:
+    """Every schedule kind on 2 ranks over gpt-tiny's 6 blocks."""
+    two = (Stage(0, 3, (0,)), Stage(3, 6, (1,)))
+    m = MICROBATCHES
+    four = (Stage(0, 2, (0,)), Stage(2, 3, (1,)), Stage(3, 4, (0,)), Stage(4, 6, (1,)))
+    problem = PipelineProblem(synthetic_chain([1.0] * 6, [2.0] * 6, [1e3] * 6, split=True),
+                              server_graph("two", [(2, 1e12, 2**40, 1e9, 0.0)], 1e9, 0.0), m)
+    remaining = [(6.0 - 3 * s, 6.0 - 3 * s) for s in range(2)]
+    return [PipelinePlan("gpipe", two, gpipe_orders(two, 2, m), m),
+            PipelinePlan("1f1b", two, one_f_one_b_orders(two, 2, m), m),
+            PipelinePlan("interleaved", four, interleaved_orders(2, m, (0, 1), 2), m),
+            PipelinePlan("zb-h1", two, zb_h1_orders(two, 2, m), m),
+            list_schedule(problem, two, backward_first_dispatch(2, (m, m), True),
+                          "dlsched-bwd-first-split").plan,
+            list_schedule(problem, two, critical_path_dispatch(remaining, (2, 1), False),
+                          "dlsched-critical-path").plan]
+
+
+def test_torch_validator_infers_our_stage_to_rank_mapping() -> None:
+    """torch's own ``_validate_schedule`` accepts every exported table and infers the same
+    stage-to-rank mapping we write."""
+    for plan in _plans():
+        schedule = to_torch(plan)
+        actions = {r: [_Action.from_str(cell) for cell in row.split(",")]
+                   for r, row in enumerate(schedule.csv_text().splitlines())}
+        mapping = _validate_schedule(actions, schedule.world_size, len(schedule.stage_blocks),
+                                     plan.num_microbatches)
+        assert mapping == dict(enumerate(schedule.stage_ranks)), plan.planner
+
+
+def test_every_schedule_kind_gives_the_unpipelined_gradients() -> None:
+    """One pipelined step per schedule kind (GPipe, 1F1B, interleaved, ZB-H1 with split
+    backward, two dlsched list-scheduled orders) gives the gradients of the same model trained
+    without pipelining on the same batch; the measured timeline has every action once."""
+    model = load_model(MODEL)
+    plans = _plans()
+    saved = [saved_for_model(plan, model, MICROBATCH_SIZE, NAMES) for plan in plans]
+    runs = run_pipelines(saved, MODEL, iterations=1, warmup=0, keep_gradients=True,
+                         options=OPTIONS)
+    inputs, targets = model.make_batch(MICROBATCHES * MICROBATCH_SIZE, 0)
+    expected = reference_gradients(load_model(MODEL), inputs, targets)
+    for plan, result in zip(plans, runs, strict=True):
+        assert result.gradients.keys() == expected.keys(), plan.planner
+        for name, grad in expected.items():
+            torch.testing.assert_close(result.gradients[name], grad, rtol=1e-4, atol=1e-6,
+                                       msg=lambda m, p=plan, n=name: f"{p.planner} {n}: {m}")
+        labels = sorted(s.label for s in result.timeline.spans)
+        assert labels == sorted(str(a) for order in plan.orders for a in order), plan.planner
+        assert {s.resource for s in result.timeline.spans} == set(NAMES)
+        assert len(result.iteration_s) == 1 and result.iteration_s[0] > 0
+
+
+def test_plan_for_another_model_is_refused_before_any_process(monkeypatch) -> None:
+    """Wrong block count, or a plan made for another microbatch size, is a ConfigError
+    raised before spawning (spawn is replaced by a function that fails the test)."""
+    def no_spawn(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(pipeline_run, "spawn", no_spawn)
+    model = load_model(MODEL)
+    plan = _plans()[1]
+    saved = saved_for_model(plan, model, MICROBATCH_SIZE, NAMES)
+    short = PipelinePlan("1f1b", (Stage(0, 3, (0,)), Stage(3, 5, (1,))), plan.orders, 4)
+    wrong_blocks = saved_for_model(short, model, MICROBATCH_SIZE, NAMES)
+    wrong_blocks = type(saved)(**{**vars(wrong_blocks), "block_names": model.block_names[:5],
+                                  "activation_bytes": saved.activation_bytes[:5],
+                                  "param_bytes": saved.param_bytes[:5]})
+    with pytest.raises(ConfigError, match=r"model: gpt-tiny has 6 blocks .* cuts 5 blocks"):
+        run_pipeline(wrong_blocks, MODEL, iterations=1)
+    other_size = type(saved)(**{**vars(saved), "microbatch_size": MICROBATCH_SIZE + 1})
+    with pytest.raises(ConfigError, match=r"block embed outputs .* another --microbatch-size"):
+        run_pipeline(other_size, MODEL, iterations=1)
+    with pytest.raises(ConfigError, match="neither a built-in model"):
+        run_pipeline(saved, "no-such-model", iterations=1)
+
+
+class _DieOnRankOne(torch.nn.Module):
+    """Identity, except that it kills the process when run on rank 1 of a process group."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if dist.is_initialized() and dist.get_rank() == 1:
+            os._exit(7)
+        return x
+
+
+def dying_gpt(seed: int) -> PipelineModel:
+    """gpt-tiny whose head dies on rank 1 (used by the dead-rank test, by import path)."""
+    model = load_model(MODEL, seed)
+    model.blocks.head = torch.nn.Sequential(model.blocks.head, _DieOnRankOne())
+    return model
+
+
+def test_a_dying_rank_ends_the_run_with_an_error() -> None:
+    """Rank 1 exits in its first forward while rank 0 waits for its gradient: the run ends
+    with RankFailure naming rank 1, within the deadline (no hang)."""
+    model = dying_gpt(0)
+    saved = saved_for_model(_plans()[1], model, MICROBATCH_SIZE, NAMES)
+    saved = type(saved)(**{**vars(saved), "model": f"{__name__}:dying_gpt"})
+    start = time.monotonic()
+    with pytest.raises(RankFailure, match=r"rank 1 failed \(exit code 7\)"):
+        run_pipeline(saved, f"{__name__}:dying_gpt", iterations=1,
+                     options=SpawnOptions(timeout_s=30, deadline_s=180, grace_s=3))
+    assert time.monotonic() - start < 180
