@@ -113,6 +113,7 @@ def test_cli_plan_save_then_export(run_cli, tmp_path: Path) -> None:
     table = tmp_path / "out" / "order.csv"
     code, out, err = run_cli("pipeline", "export", str(plan), "--torch-csv", str(table))
     assert code == 0, err
+    assert "order.stages.json" in out
     assert to_plan(read_torch_export(table)) == load_plan(plan).plan
     replicated = replace(saved_from_result(run_planner(uniform_problem(2, 2), "gpipe"), 1),
                          plan=PipelinePlan("x", (Stage(0, 2, (0, 1)),),

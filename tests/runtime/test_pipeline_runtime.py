@@ -146,3 +146,46 @@ def test_a_dying_rank_ends_the_run_with_an_error() -> None:
         run_pipeline(saved, f"{__name__}:dying_gpt", iterations=1,
                      options=SpawnOptions(timeout_s=30, deadline_s=180, grace_s=3))
     assert time.monotonic() - start < 180
+
+
+def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
+    """The profile's chain file loads as a chain with the model's exact bytes, positive
+    times, a stash per block, and an input-gradient share in (0, 1); the calibrated device
+    graph document loads as a device graph of CPU ranks."""
+    import yaml
+
+    from dlsched.hardware.device_graph import load_devices
+    from dlsched.pipeline.chain import REFERENCE_FLOPS
+    from dlsched.pipeline.model_source import load_chain
+    from dlsched.runtime.pipeline_calibrate import cpu_devices_document
+    from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
+    from dlsched.runtime.pipeline_run import block_bytes
+
+    model = load_model(MODEL)
+    profiles = profile_blocks(model, MICROBATCH_SIZE, repeats=1, warmup=0)
+    path = tmp_path / "chain.yaml"
+    path.write_text(yaml.safe_dump(chain_document(MODEL, profiles)))
+    chain = load_chain(path, 1)
+    activations, params = block_bytes(model, MICROBATCH_SIZE)
+    assert chain.block_names == model.block_names
+    assert chain.activation_bytes.tolist() == activations
+    assert chain.param_bytes.tolist() == params
+    assert (chain.forward_flops > 0).all() and (chain.backward_flops > 0).all()
+    assert (chain.stash_bytes > 0).all() and 0 < chain.input_grad_fraction < 1
+    assert profiles[0].backward_input_s == 0.0  # token ids have no gradient
+    devices = tmp_path / "cpu.yaml"
+    devices.write_text(yaml.safe_dump(cpu_devices_document(3, 1e-4, 1e9, 2**30)))
+    graph = load_devices(devices)
+    assert graph.num_devices == 3 and (graph.flops == REFERENCE_FLOPS).all()
+    assert graph.transfer_time(0, 2, 1e9) == pytest.approx(1.0001)
+
+
+def test_cli_run_refuses_a_plan_for_another_model(run_cli, tmp_path) -> None:
+    """``pipeline run`` with a model whose blocks differ from the plan's exits 2 at once."""
+    from dlsched.pipeline.plan_file import save_plan
+
+    saved = saved_for_model(_plans()[0], load_model(MODEL), MICROBATCH_SIZE, NAMES)
+    save_plan(saved, tmp_path / "plan.json")
+    code, _, err = run_cli("pipeline", "run", str(tmp_path / "plan.json"), "--model",
+                           "gpt-small")
+    assert code == 2 and "has 10 blocks" in err

@@ -18,6 +18,7 @@ from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
+from dlsched.validation import check_output_path
 
 SUMMARY_COLUMNS = [
     Column("planner", "planner", justify="left"),
@@ -105,6 +106,8 @@ def plan(
                                               "run read it).")] = None,
 ) -> None:
     """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound."""
+    if save is not None:
+        check_output_path(save, "save", (".json",))
     names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "planner")
     problem = PipelineProblem(load_chain(model, microbatch_size), load_graph(devices),
                               microbatches)

@@ -23,7 +23,14 @@ from dlsched.pipeline.torch_export import (
 )
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace, write_text
 from dlsched.report.tables import seconds_as_ms
-from dlsched.units import parse_bytes
+from dlsched.validation import BATCH, DATA_SIZE, Limit, check_output_paths, count
+
+REPEATS = count("repeat count", 1, 1000)
+THREADS = count("thread count", 1, 256)
+RANKS = count("rank count", 1, 64)
+ITERATIONS = count("iteration count", 1, 10_000)
+WARMUP = count("warm-up iteration count", 0, 100)
+TIMEOUT = Limit("time limit", 0.0, 86_400.0, low_open=True, show=lambda v: f"{v:g} s")
 
 
 def _torch() -> None:
@@ -31,11 +38,6 @@ def _torch() -> None:
         import torch  # noqa: F401
     except ImportError as error:
         raise ConfigError("this command needs torch: pip install 'dlsched[torch]'") from error
-
-
-def _check_output(path: Path | None, option: str) -> None:
-    if path is not None and path.exists() and path.is_dir():
-        raise ConfigError(f"{option}: {str(path)!r} is a directory, expected a file path")
 
 
 PROFILE_COLUMNS = [
@@ -66,11 +68,13 @@ def profile(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
     """Measure forward, backward(-input/-weight) time and bytes per block into a chain file."""
-    _check_output(chain, "chain")
-    _check_output(devices_out, "devices-out")
-    memory_bytes = parse_bytes(memory)
-    if not 1 <= threads <= 256 or not 1 <= ranks <= 64:
-        raise ConfigError(f"threads: {threads} must be in 1..256 and ranks: {ranks} in 1..64")
+    check_output_paths({"chain": (chain, (".yaml", ".yml", ".json")),
+                        "devices-out": (devices_out, (".yaml", ".yml", ".json"))})
+    memory_bytes = DATA_SIZE.parse(memory, "memory")
+    BATCH.check(microbatch_size, "microbatch-size")
+    REPEATS.check(repeats, "repeats")
+    THREADS.check(threads, "threads")
+    RANKS.check(ranks, "ranks")
     _torch()
     import torch
 
@@ -109,7 +113,7 @@ def export(
         help="Stage-to-rank mapping JSON (default: <csv stem>.stages.json).")] = None,
 ) -> None:
     """Write a plan as torch.distributed.pipelining's per-rank action table + stage mapping."""
-    _check_output(torch_csv, "torch-csv")
+    check_output_paths({"torch-csv": (torch_csv, (".csv",)), "mapping": (mapping, (".json",))})
     saved = load_plan(plan)
     schedule = to_torch(saved.plan)
     written = write_torch_export(schedule, saved.device_names, torch_csv, mapping)
@@ -156,8 +160,11 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
     """Train with a plan on one CPU gloo process per rank; measured vs predicted iteration."""
-    for path, option in ((trace, "trace"), (plot, "plot")):
-        _check_output(path, option)
+    check_output_paths({"trace": (trace, (".json",)), "plot": (plot, (".png",))})
+    ITERATIONS.check(iterations, "iterations")
+    WARMUP.check(warmup, "warmup")
+    TIMEOUT.check(timeout, "timeout")
+    TIMEOUT.check(deadline, "deadline")
     saved = load_plan(plan)
     schedule = None
     if torch_csv is not None:

@@ -2,8 +2,10 @@
 
 On one CPU machine, gloo's "link" between ranks is loopback TCP plus copies: its nominal
 bandwidth means nothing, so it is measured. Two ranks bounce tensors of several sizes (the
-activations a pipeline sends); half the median round trip is one transfer, and a least-squares
-line ``latency + bytes / bandwidth`` through those times gives the link. The device graph has
+activations a pipeline sends); half the median round trip is one transfer. The smallest
+message's time is the latency, and the extra time of the largest message over it, per extra
+byte, gives the bandwidth (two measured points: robust on a loaded machine, where a
+least-squares line through noisy points can give a negative latency). The device graph has
 one "GPU" per rank at ``REFERENCE_FLOPS`` (profiled chains store seconds as FLOP on that
 device), the calibrated link between every pair (loopback is the same for every pair), and the
 memory given.
@@ -14,7 +16,6 @@ from __future__ import annotations
 import statistics
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -23,6 +24,7 @@ from dlsched.pipeline.chain import REFERENCE_FLOPS
 from dlsched.runtime.spawn import SpawnOptions, spawn
 
 SIZES = (4 * 2**10, 64 * 2**10, 2**20, 4 * 2**20)
+"""Message sizes (bytes) bounced between two ranks."""
 
 
 def _ping_pong(rank: int, world_size: int, sizes: tuple[int, ...], repeats: int) -> list[float]:
@@ -50,12 +52,13 @@ def calibrate_link(sizes: tuple[int, ...] = SIZES, repeats: int = 20,
     if len(sizes) < 2 or not 1 <= repeats <= 10_000:
         raise ConfigError(f"sizes: need at least 2 (got {len(sizes)}); repeats: {repeats} "
                           "must be in 1..10000")
-    times = spawn(_ping_pong, 2, (tuple(sizes), repeats), options or SpawnOptions())[0]
-    slope, intercept = np.polyfit(np.array(sizes, dtype=float), np.array(times), 1)
-    if slope <= 0:
+    sizes = tuple(sorted(sizes))
+    times = spawn(_ping_pong, 2, (sizes, repeats), options or SpawnOptions())[0]
+    extra = times[-1] - times[0]
+    if extra <= 0:
         raise ConfigError(f"calibration: transfer times {times} do not grow with size; the "
                           "machine is too loaded to calibrate, try again")
-    return max(float(intercept), 0.0), float(1.0 / slope), list(times)
+    return float(times[0]), (sizes[-1] - sizes[0]) / extra, list(times)
 
 
 def cpu_devices_document(ranks: int, latency_s: float, bandwidth: float, memory: int,
