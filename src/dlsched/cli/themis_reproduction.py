@@ -24,6 +24,8 @@ SUMMARY_COLUMNS = [
     Column("paper_speedup", "paper", as_ratio),
     Column("max_speedup", "max speedup", as_ratio),
     Column("worst_vs_themis_scf", "worst vs Themis+SCF", as_ratio),
+    Column("time_over_bound", "avg time/bound", lambda v: f"{v:.3f}"),
+    Column("max_time_over_bound", "max time/bound", lambda v: f"{v:.3f}"),
 ]
 
 LATENCY_TITLES = {
@@ -32,22 +34,24 @@ LATENCY_TITLES = {
 }
 
 
-def _pivot(rows: list[dict[str, Any]], sweep: str, latency: str,
-           key: str | None) -> list[dict[str, Any]]:
-    """One row per topology (and ``key`` value), one utilization column per policy (mean)."""
+def _pivot(rows: list[dict[str, Any]], sweep: str, latency: str, key: str | None,
+           metric: str = "utilization", combine: Any = mean) -> list[dict[str, Any]]:
+    """One row per topology (and ``key`` value), one ``metric`` column per policy, combined
+    over the group's rows with ``combine`` (mean by default)."""
     cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if row["sweep"] == sweep and row["latency"] == latency:
             group = (row["topology"], row[key] if key else None)
-            cells[group][row["policy"]].append(row["utilization"])
-    return [{"topology": topo, "value": value} | {p: mean(u) for p, u in policies.items()}
+            cells[group][row["policy"]].append(row[metric])
+    return [{"topology": topo, "value": value} | {p: combine(u) for p, u in policies.items()}
             for (topo, value), policies in cells.items()]
 
 
-def _policy_columns(first: list[Column]) -> list[Column]:
+def _policy_columns(first: list[Column], unit: str = "%",
+                    formatter: Any = as_percent) -> list[Column]:
     labels = [label for label, *_ in themis.VARIANTS]
     return [Column("topology", "topology", justify="left"), *first] + [
-        Column(label, f"{label} (%)", as_percent) for label in labels]
+        Column(label, f"{label} ({unit})", formatter) for label in labels]
 
 
 def _print_tables(rows: list[dict[str, Any]]) -> None:
@@ -59,6 +63,10 @@ def _print_tables(rows: list[dict[str, Any]]) -> None:
         render_table(_pivot(rows, "size", latency, None), _policy_columns([]),
                      f"bandwidth utilization per topology (mean over sizes), {latency} latency",
                      console)
+        render_table(_pivot(rows, "size", latency, None, "time_over_bound", max),
+                     _policy_columns([], "max", lambda v: f"{v:.3f}"),
+                     f"time / latency-aware lower bound per topology (worst over sizes), "
+                     f"{latency} latency", console)
         render_table(_pivot(rows, "chunks", latency, "chunks"),
                      _policy_columns([Column("value", "chunks")]),
                      f"chunk sweep, 100 MB All-Reduce, {latency} latency: bandwidth utilization",

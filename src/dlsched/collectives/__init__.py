@@ -1,7 +1,7 @@
 """Chunked collectives over multi-dimensional networks: plans, policies, simulation, bounds."""
 
 from dlsched.collectives.algorithms import Phase
-from dlsched.collectives.bounds import ideal_time, order_mix_bound
+from dlsched.collectives.bounds import ideal_time, latency_bound, order_mix_bound
 from dlsched.collectives.plan import (
     ChunkRoute,
     CollectiveOp,
@@ -34,6 +34,7 @@ __all__ = [
     "PlanError",
     "Stage",
     "ideal_time",
+    "latency_bound",
     "make_request",
     "order_mix_bound",
     "run_collective",

@@ -74,13 +74,17 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
         result = run_collective(topology, "all-reduce", scenario.size, scenario.chunks, policy,
                                 intra)
         rows.append(common | {"policy": label, "time_s": result.time_s,
-                              "ideal_s": result.ideal_s, "bound_s": result.bound_s,
-                              "utilization": result.utilization,
+                              "ideal_s": result.ideal_s,
+                              "bandwidth_bound_s": result.bandwidth_bound_s,
+                              "bound_s": result.bound_s, "utilization": result.utilization,
+                              "time_over_bound": result.time_over_bound,
                               "plan_chunks": len(result.plan.routes),
                               "plan_concurrency": result.plan.concurrency})
     ideal = rows[0]["ideal_s"]
     rows.append(common | {"policy": "ideal", "time_s": ideal, "ideal_s": ideal,
+                          "bandwidth_bound_s": rows[0]["bandwidth_bound_s"],
                           "bound_s": rows[0]["bound_s"], "utilization": 1.0,
+                          "time_over_bound": ideal / rows[0]["bound_s"],
                           "plan_chunks": scenario.chunks, "plan_concurrency": 1})
     return rows
 
@@ -103,12 +107,14 @@ def reproduce(workers: int = 1, progress: Callable[[Iterable[Any], int], Iterabl
 
 def summarize(rows: list[dict[str, Any]], sweep: str = "size") -> list[dict[str, Any]]:
     """Per latency setting and variant: average utilization, average and max speedup over the
-    baseline, and the worst ratio of ours to Themis+SCF (time of Themis+SCF / time of ours)."""
+    baseline, the worst ratio of ours to Themis+SCF (time of Themis+SCF / time of ours), and the
+    average and largest time / latency-aware bound."""
     times: dict[tuple, dict[str, float]] = defaultdict(dict)
     for row in rows:
         if row["sweep"] == sweep:
             key = (row["latency"], row["topology"], row["size_bytes"], row["chunks"])
             times[key][row["policy"]] = row["time_s"]
+            times[key]["bound"] = row["bound_s"]
     summary = []
     for latency in LATENCY_SETTINGS:
         cases = [v | {"ideal_s": v["ideal"]} for k, v in times.items() if k[0] == latency]
@@ -121,5 +127,7 @@ def summarize(rows: list[dict[str, Any]], sweep: str = "size") -> list[dict[str,
                 "speedup": mean(speedups), "paper_speedup": PAPER_SPEEDUP.get(label),
                 "max_speedup": max(speedups),
                 "worst_vs_themis_scf": min(case["themis+scf"] / case[label] for case in cases),
+                "time_over_bound": mean(case[label] / case["bound"] for case in cases),
+                "max_time_over_bound": max(case[label] / case["bound"] for case in cases),
             })
     return summary
