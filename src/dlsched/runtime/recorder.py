@@ -57,12 +57,14 @@ class Recorder:
 
     def add_seconds(self, resource: str, kind: str, label: str, start: float, end: float,
                     num_bytes: int = 0, **args: Any) -> None:
-        """A span given directly in seconds on this clock."""
+        """A span given directly in seconds (on the scale of ``timeline``'s ``origin``, e.g.
+        host ``time.perf_counter()`` values with a perf-counter origin)."""
         self._resolved.append(Span(resource, start, end, kind, label, num_bytes, self.group,
                                    args))
 
     def timeline(self, origin: float = 0.0) -> Timeline:
-        """Every span so far, in seconds after ``origin`` (a value of ``clock.seconds``)."""
+        """Every span so far, in seconds after ``origin``: stamped spans are measured from the
+        clock's creation, ``add_seconds`` spans keep their own scale; both then minus origin."""
         spans = [Span(p["resource"], self.clock.seconds(s) - origin,
                       self.clock.seconds(e) - origin, p["kind"], p["label"], p["num_bytes"],
                       self.group, p["args"]) for s, e, p in self._pending]

@@ -64,6 +64,9 @@ def spawn(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (),
     options = options or SpawnOptions()
     if world_size < 1:
         raise ConfigError(f"world_size: must be >= 1 rank (got {world_size})")
+    if getattr(fn, "__module__", "__main__") == "__main__" or "<" in fn.__qualname__:
+        raise ConfigError(f"fn: {fn!r} must be a module-level function importable by name "
+                          "(not defined in __main__, not a lambda or a nested function)")
     with tempfile.TemporaryDirectory(prefix="dlsched-spawn-") as tmp:
         folder = Path(tmp)
         procs = [_start(folder, rank, world_size, fn, args, options)

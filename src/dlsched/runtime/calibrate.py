@@ -1,0 +1,127 @@
+"""Calibrate the network between ranks: time all-reduces of a range of sizes and fit them.
+
+Each size is all-reduced ``warmup`` + ``repeats`` times after a barrier; a sample is the
+slowest rank's time (the operation ends when the last rank has its result), the size's value
+the median of the repeats. Three fits, all least squares on relative error (each sample
+weighted by 1/time, so small messages count as much as large ones):
+
+- alpha-beta: t = alpha + bytes / bandwidth;
+- ring: the same line read as 2(N-1) latency + 2(N-1)/N bytes / bandwidth (link bandwidth and
+  per-step latency of a ring all-reduce over N ranks);
+- piecewise: two alpha-beta segments split at the sample size that fits best.
+
+The result is the network file format ``dlsched dataparallel --network FILE`` reads
+(``kind: allreduce-cost``; seconds, bytes and bytes/s).
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dlsched.errors import ConfigError
+from dlsched.report import write_text
+
+MiB = 2**20
+DEFAULT_SIZES = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
+
+
+def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 2,
+                    repeats: int = 5) -> list[tuple[int, float]]:
+    """Run on every rank of an initialized group: (bytes, median seconds) per size."""
+    import torch
+    import torch.distributed as dist
+
+    samples = []
+    for size in sizes:
+        buffer = torch.zeros(max(1, size // 4), dtype=torch.float32)
+        times = []
+        for repeat in range(warmup + repeats):
+            dist.barrier()
+            start = time.perf_counter()
+            dist.all_reduce(buffer)
+            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+            if repeat >= warmup:
+                times.append(float(elapsed.item()))
+        samples.append((buffer.numel() * 4, statistics.median(times)))
+    return samples
+
+
+def _line(sizes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """Weighted least squares t = alpha + beta x on relative error; alpha, beta >= 0."""
+    weights = 1.0 / seconds
+    design = np.stack([np.ones_like(sizes), sizes], axis=1) * weights[:, None]
+    (alpha, beta), *_ = np.linalg.lstsq(design, seconds * weights, rcond=None)
+    if beta <= 0:
+        return float(np.median(seconds)), 1e-15
+    if alpha < 0:
+        beta = float(np.sum(seconds * sizes * weights**2) / np.sum((sizes * weights) ** 2))
+        alpha = 0.0
+    return float(alpha), float(beta)
+
+
+def _relative_error(sizes: np.ndarray, seconds: np.ndarray, alpha: float, beta: float) -> float:
+    return float(np.sum(((alpha + beta * sizes) / seconds - 1.0) ** 2))
+
+
+def fit(samples: Sequence[tuple[int, float]], workers: int) -> dict[str, Any]:
+    """The three fits of (bytes, seconds) samples as network-file blocks (SI units)."""
+    if len(samples) < 2 or any(not s > 0 or not b > 0 for b, s in samples):
+        raise ConfigError(f"samples: need >= 2 positive (bytes, seconds) pairs (got {samples})")
+    ordered = sorted(samples)
+    sizes = np.array([b for b, _ in ordered], dtype=float)
+    seconds = np.array([s for _, s in ordered], dtype=float)
+    alpha, beta = _line(sizes, seconds)
+    steps = 2 * (workers - 1) if workers > 1 else 1
+    result: dict[str, Any] = {
+        "alpha_beta": {"alpha": alpha, "bandwidth": 1.0 / beta},
+        "ring": {"latency": alpha / steps,
+                 "bandwidth": (steps / workers if workers > 1 else 1.0) / beta},
+    }
+    best: tuple[float, list[dict[str, Any]]] = (
+        _relative_error(sizes, seconds, alpha, beta),
+        [{"alpha": alpha, "bandwidth": 1.0 / beta}])
+    for split in range(2, len(sizes) - 1):
+        low = _line(sizes[:split], seconds[:split])
+        high = _line(sizes[split:], seconds[split:])
+        error = (_relative_error(sizes[:split], seconds[:split], *low)
+                 + _relative_error(sizes[split:], seconds[split:], *high))
+        if error < best[0]:
+            best = (error, [{"up_to": int(sizes[split - 1]), "alpha": low[0],
+                             "bandwidth": 1.0 / low[1]},
+                            {"alpha": high[0], "bandwidth": 1.0 / high[1]}])
+    result["piecewise"] = best[1]
+    return result
+
+
+def network_document(samples: Sequence[tuple[int, float]], workers: int, name: str,
+                     backend: str, model: str = "piecewise") -> dict[str, Any]:
+    """The ``kind: allreduce-cost`` document of these samples, using fit ``model``."""
+    if model not in ("alpha-beta", "ring", "piecewise"):
+        raise ConfigError(f"model: {model!r} is not a fit; accepted: alpha-beta, ring, "
+                          "piecewise")
+    return {"kind": "allreduce-cost", "name": name, "workers": workers, "model": model,
+            **fit(samples, workers),
+            "samples": [{"bytes": int(b), "seconds": float(s)} for b, s in samples],
+            "measured_with": {"backend": backend, "host": platform.node(),
+                              "date": datetime.date.today().isoformat()}}
+
+
+def write_network(document: dict[str, Any], path: str | Path) -> None:
+    """Write the document as YAML (``.yaml``/``.yml``) or JSON."""
+    import json
+
+    import yaml
+
+    path = Path(path)
+    text = (yaml.safe_dump(document, sort_keys=False)
+            if path.suffix.lower() in (".yaml", ".yml") else json.dumps(document, indent=1))
+    write_text(path, text)

@@ -1,0 +1,182 @@
+"""Profile a torch module into dlsched layers: one layer per parameter tensor, in
+``named_parameters()`` order, with forward and backward seconds and gradient sizes.
+
+Timing (warm-up iterations, then the median of ``repeats``; perf counters on the CPU, CUDA
+events on a GPU) uses the points a data-parallel executor sees:
+
+- backward: a post-accumulate-grad hook stamps when each parameter's gradient is ready (its
+  last accumulation, for a parameter used twice such as a tied embedding);
+  ready[l] (seconds after ``loss.backward()`` starts, made non-increasing in l as the
+  simulator's chain assumes) gives ``backward[l] = ready[l] - ready[l+1]``;
+- forward: each module owning parameters starts when its forward pre-hook fires and lasts until
+  the next owner starts (the last one until backward starts, so the loss is included). The
+  whole time goes to the module's last parameter and 0 to the others, because the module can
+  only start once all of its parameters are updated. With an optimizer, the owner's optimizer
+  step (which the executor runs right before that forward) is added to it.
+
+The loss is ``loss_fn(output)``, by default the mean of the squared output.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dlsched.errors import ConfigError
+from dlsched.models.profile_io import LayerProfile, ModelProfile
+from dlsched.report import write_text
+from dlsched.runtime.recorder import Clock
+
+OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+
+
+def default_loss(output: torch.Tensor) -> torch.Tensor:
+    """Mean of the squared output (any output shape)."""
+    return output.float().pow(2).mean()
+
+
+def parameter_owners(module: nn.Module) -> list[tuple[nn.Module, list[int]]]:
+    """Modules owning parameters directly, each with its parameters' layer indices (a tied
+    parameter belongs to the first module holding it), in ``named_modules()`` order."""
+    index = {id(p): i for i, (_, p) in enumerate(module.named_parameters())}
+    owners, seen = [], set()
+    for _, sub in module.named_modules():
+        mine = [index[id(p)] for p in sub.parameters(recurse=False)
+                if id(p) in index and id(p) not in seen]
+        seen.update(id(p) for p in sub.parameters(recurse=False))
+        if mine:
+            owners.append((sub, mine))
+    return owners
+
+
+def _stamper(stamps: dict[int, Any], key: int, clock: Clock,
+             first: bool) -> Callable[..., None]:
+    """A hook recording under ``key`` the first (or last) time it fires in a pass."""
+
+    def hook(*_: Any) -> None:
+        if not first or key not in stamps:
+            stamps[key] = clock.stamp()
+
+    return hook
+
+
+def _one_pass(module: nn.Module, example_input: Any, loss_fn: Callable[..., torch.Tensor],
+              clock: Clock, owners: list[tuple[nn.Module, list[int]]],
+              starts: dict[int, Any], ready: dict[int, Any]) -> tuple[list[float], list[float]]:
+    starts.clear()
+    ready.clear()
+    module.zero_grad(set_to_none=True)
+    first = clock.stamp()
+    loss = loss_fn(module(example_input))
+    backward_start = clock.stamp()
+    loss.backward()
+    clock.seconds(clock.stamp())
+    order = sorted(range(len(owners)), key=lambda o: clock.seconds(starts.get(o, first)))
+    forward = [0.0] * len(owners)
+    for position, owner in enumerate(order):
+        end = (starts[order[position + 1]] if position + 1 < len(order) else backward_start)
+        forward[owner] = clock.seconds(end) - clock.seconds(starts.get(owner, first))
+    origin = clock.seconds(backward_start)
+    num_layers = sum(len(layers) for _, layers in owners)
+    missing = [layer for layer in range(num_layers) if layer not in ready]
+    if missing:
+        raise ConfigError(f"module: parameter {missing[0]} (0-based, named_parameters order) "
+                          "gets no gradient from the loss; every parameter must take part")
+    return forward, [clock.seconds(ready[layer]) - origin for layer in range(num_layers)]
+
+
+def _time_updates(owners: list[tuple[nn.Module, list[int]]], parameters: list[nn.Parameter],
+                  optimizer: OptimizerFactory, clock: Clock, repeats: int) -> list[float]:
+    steps = []
+    for _, layers in owners:
+        group = optimizer([parameters[i] for i in layers])
+        samples = []
+        for _ in range(repeats + 1):
+            start = clock.stamp()
+            group.step()
+            samples.append(clock.seconds(clock.stamp()) - clock.seconds(start))
+        steps.append(float(np.median(samples[1:])))
+    return steps
+
+
+def profile(module: nn.Module, example_input: Any, *, loss_fn: Callable[..., torch.Tensor]
+            = default_loss, warmup: int = 3, repeats: int = 10,
+            optimizer: OptimizerFactory | None = None, name: str = "profiled") -> ModelProfile:
+    """Per-parameter forward/backward seconds (medians of ``repeats`` after ``warmup``) and
+    parameter counts; the module's parameters change only if ``optimizer`` is given (the
+    timed optimizer steps are applied)."""
+    if warmup < 0 or repeats < 1:
+        raise ConfigError(f"repeats: need warmup >= 0 and repeats >= 1 (got {warmup}, "
+                          f"{repeats})")
+    named = list(module.named_parameters())
+    if not named:
+        raise ConfigError("module: has no parameters to profile")
+    parameters = [p for _, p in named]
+    clock = Clock(cuda=parameters[0].is_cuda)
+    owners = parameter_owners(module)
+    starts: dict[int, Any] = {}
+    ready: dict[int, Any] = {}
+    handles = [sub.register_forward_pre_hook(_stamper(starts, o, clock, first=True))
+               for o, (sub, _) in enumerate(owners)]
+    handles += [p.register_post_accumulate_grad_hook(_stamper(ready, i, clock, first=False))
+                for i, p in enumerate(parameters)]
+    try:
+        runs = [_one_pass(module, example_input, loss_fn, clock, owners, starts, ready)
+                for _ in range(warmup + repeats)][warmup:]
+    finally:
+        for handle in handles:
+            handle.remove()
+    forward_owner = np.median([r[0] for r in runs], axis=0)
+    ready_s = np.median([np.maximum.accumulate(np.asarray(r[1])[::-1])[::-1] for r in runs],
+                        axis=0)
+    if optimizer is not None:
+        forward_owner = forward_owner + _time_updates(owners, parameters, optimizer, clock,
+                                                      repeats)
+    forward = np.zeros(len(parameters))
+    for (_, layers), seconds in zip(owners, forward_owner, strict=True):
+        forward[max(layers)] += seconds
+    backward = ready_s - np.append(ready_s[1:], 0.0)
+    names = dict(module.named_modules(remove_duplicate=False))
+    block = {i: next(n for n, m in names.items() if m is sub)
+             for sub, layers in owners for i in layers}
+    return ModelProfile(name=name, dtype_bytes=parameters[0].element_size(), layers=[
+        LayerProfile(name=param_name, params=p.numel(), forward_time_s=float(forward[i]),
+                     backward_time_s=float(backward[i]), block=block.get(i, ""))
+        for i, (param_name, p) in enumerate(named)])
+
+
+def profile_csv(model: ModelProfile) -> str:
+    """The profile as CSV: ``name, params, forward_time_s, backward_time_s, block``."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["name", "params", "forward_time_s", "backward_time_s", "block"])
+    for layer in model.layers:
+        writer.writerow([layer.name, layer.params, repr(layer.forward_time_s),
+                         repr(layer.backward_time_s), layer.block])
+    return out.getvalue()
+
+
+def write_profile(model: ModelProfile, path: str | Path) -> None:
+    """Write the profile as CSV (``.csv``) or JSON (any other suffix)."""
+    path = Path(path)
+    text = (profile_csv(model) if path.suffix.lower() == ".csv"
+            else model.model_dump_json(indent=1))
+    write_text(path, text)
+
+
+def median_profile(profiles: list[ModelProfile]) -> ModelProfile:
+    """Element-wise median of several ranks' profiles of the same module (deterministic, so
+    every rank derives the same plan from it)."""
+    first = profiles[0]
+    forward = np.median([[x.forward_time_s for x in p.layers] for p in profiles], axis=0)
+    backward = np.median([[x.backward_time_s for x in p.layers] for p in profiles], axis=0)
+    return first.model_copy(update={"layers": [
+        layer.model_copy(update={"forward_time_s": float(f), "backward_time_s": float(b)})
+        for layer, f, b in zip(first.layers, forward, backward, strict=True)]})

@@ -1,0 +1,232 @@
+"""Train with every data-parallel policy on spawned ranks and compare measured iteration times
+with the simulator's predictions.
+
+On every rank: build the module (same seed everywhere, a different data batch per rank),
+profile it in place (all ranks at once, so the profile sees the same CPU sharing as training;
+the element-wise median over ranks is used, so every rank derives the same plans), then for
+each policy train ``iterations`` steps from the same initial parameters through the
+``PlanExecutor`` — and with ``torch-ddp``, real ``DistributedDataParallel`` as the reference.
+An iteration is measured as the time between the ends of consecutive forwards (backward, the
+communication the next forward waits for, and that forward with its updates): the simulator's
+iteration. Its median after ``warmup`` iterations is compared with the prediction from the
+profile and the network model.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dlsched.dataparallel import POLICIES, DPProblem, parse_network, run_dataparallel
+from dlsched.dataparallel.plan import DPPlan
+from dlsched.errors import ConfigError
+from dlsched.models.profile_io import ModelProfile
+from dlsched.sim.timeline import Span, Timeline
+
+REFERENCE = "torch-ddp"
+OPTIMIZERS = ("sgd", "adam")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What to train and how: ``model`` is ``resnet``, ``gpt`` or ``package.module:factory``
+    (then ``input_shape`` gives a float batch); sizes are keyword arguments of the factory."""
+
+    model: str = "resnet"
+    batch_size: int = 8
+    input_shape: tuple[int, ...] = ()
+    model_sizes: dict[str, Any] = field(default_factory=dict)
+    policies: tuple[str, ...] = (*POLICIES, REFERENCE)
+    network: str = "ring:10Gb/s,0us"
+    iterations: int = 12
+    warmup: int = 4
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    profile_repeats: int = 8
+    seed: int = 0
+    return_parameters: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.policies if p not in POLICIES and p != REFERENCE]
+        if unknown or not self.policies:
+            raise ConfigError(f"policy: unknown {unknown}; accepted: "
+                              + ", ".join([*POLICIES, REFERENCE]))
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"optimizer: {self.optimizer!r}; accepted: "
+                              + ", ".join(OPTIMIZERS))
+        if not 0 <= self.warmup < self.iterations - 1:
+            raise ConfigError(f"iterations: need warmup ({self.warmup}) < iterations - 1 "
+                              f"(got {self.iterations})")
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size: must be >= 1 (got {self.batch_size})")
+
+
+@dataclass(frozen=True)
+class PolicyRun:
+    """One policy measured on the ranks: iteration times (s) on rank 0, its plan, timeline."""
+
+    policy: str
+    iteration_s: tuple[float, ...]
+    plan: DPPlan | None
+    timeline: Timeline
+    parameters: dict[str, Any] | None = None
+
+    @property
+    def measured_s(self) -> float:
+        """Median measured iteration time, seconds."""
+        return statistics.median(self.iteration_s)
+
+
+def build_module(config: TrainConfig) -> Any:
+    """The module, its parameters seeded by ``config.seed``."""
+    import torch
+
+    from dlsched.runtime import models
+
+    torch.manual_seed(config.seed)
+    if config.model in models.MODELS:
+        return models.MODELS[config.model](**config.model_sizes)
+    path, colon, name = config.model.partition(":")
+    if not colon or not config.input_shape:
+        raise ConfigError(f"module: {config.model!r} is not one of {list(models.MODELS)} nor "
+                          "'package.module:factory' with --input-shape")
+    try:
+        factory = getattr(importlib.import_module(path), name)
+    except (ImportError, AttributeError) as error:
+        raise ConfigError(f"module: cannot load {config.model!r}: {error}") from None
+    return factory(**config.model_sizes)
+
+
+def optimizer_factory(name: str, lr: float) -> Callable[[list[Any]], Any]:
+    """SGD with momentum 0.9, or Adam, at learning rate ``lr``."""
+    import torch
+
+    if name == "sgd":
+        return lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return lambda params: torch.optim.Adam(params, lr=lr)
+
+
+def problem_from_profile(profile: ModelProfile, network: str, workers: int) -> DPProblem:
+    """The data-parallel problem of a profiled module on ``network`` over ``workers`` ranks."""
+    model = profile.build()
+    return DPProblem(tuple(layer.forward_time or 0.0 for layer in model.layers),
+                     tuple(layer.backward_time or 0.0 for layer in model.layers),
+                     tuple(model.gradient_bytes()), parse_network(network, workers),
+                     tuple(layer.name for layer in model.layers), model.name)
+
+
+def _window(timeline: Timeline, start: float, end: float) -> Timeline:
+    """The spans of one iteration, shifted so the iteration starts at 0."""
+    return Timeline(Span(s.resource, s.start - start, s.end - start, s.kind, s.label,
+                         s.num_bytes, s.group, s.args)
+                    for s in timeline.spans if start - 1e-9 <= s.start < end)
+
+
+def _train(module: Any, batch: Any, config: TrainConfig, step: Callable[[], None],
+           ends: list[float]) -> list[float]:
+    from dlsched.runtime.profile import default_loss
+
+    for _ in range(config.iterations):
+        default_loss(module(batch)).backward()
+        step()
+    module(batch)
+    return [b - a for a, b in zip(ends, ends[1:], strict=False)][config.warmup:]
+
+
+def _run_policy(policy: str, initial: Any, batch: Any, problem: DPProblem,
+                config: TrainConfig) -> PolicyRun:
+    from dlsched.runtime.executor import PlanExecutor
+
+    module = copy.deepcopy(initial)
+    plan = POLICIES[policy](problem)
+    executor = PlanExecutor(module, problem, plan, optimizer_factory(config.optimizer, config.lr),
+                            record=True)
+    periods = _train(module, batch, config, lambda: None, executor.forward_ends)
+    executor.finish()
+    executor.close()
+    ends = executor.forward_ends
+    last = _window(executor.timeline(), ends[-2] - ends[0], ends[-1] - ends[0])
+    return PolicyRun(policy, tuple(periods), plan, last, _state(module, config))
+
+
+def _run_reference(initial: Any, batch: Any, config: TrainConfig) -> PolicyRun:
+    import time
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    module = copy.deepcopy(initial)
+    ddp = DistributedDataParallel(module)
+    optimizer = optimizer_factory(config.optimizer, config.lr)(list(ddp.parameters()))
+    ends: list[float] = []
+    handle = module.register_forward_hook(lambda *_: ends.append(time.perf_counter()))
+
+    def step() -> None:
+        optimizer.step()
+        optimizer.zero_grad()
+
+    periods = _train(ddp, batch, config, step, ends)
+    handle.remove()
+    return PolicyRun(REFERENCE, tuple(periods), None, Timeline([]), _state(module, config))
+
+
+def _state(module: Any, config: TrainConfig) -> dict[str, Any] | None:
+    if not config.return_parameters:
+        return None
+    return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+def train_rank(rank: int, world_size: int, config: TrainConfig) -> dict[str, Any] | None:
+    """Run on every rank: profile, then every policy; rank 0 returns the results."""
+    import torch
+    import torch.distributed as dist
+
+    from dlsched.runtime.profile import median_profile, profile
+
+    initial = build_module(config)
+    generator = torch.Generator().manual_seed(config.seed + 1 + rank)
+    batch = make_batch(initial, config, generator)
+    own = profile(copy.deepcopy(initial), batch, repeats=config.profile_repeats,
+                  optimizer=optimizer_factory(config.optimizer, config.lr), name=config.model)
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, own)
+    agreed = median_profile(gathered)
+    problem = problem_from_profile(agreed, config.network, world_size)
+    runs = [(_run_reference(initial, batch, config) if policy == REFERENCE
+             else _run_policy(policy, initial, batch, problem, config))
+            for policy in config.policies]
+    if rank != 0:
+        return None
+    timelines = [Timeline(Span(s.resource, s.start, s.end, s.kind, s.label, s.num_bytes,
+                               "rank0", s.args) for s in run.timeline.spans) for run in runs]
+    runs = [PolicyRun(r.policy, r.iteration_s, r.plan, t, r.parameters)
+            for r, t in zip(runs, timelines, strict=True)]
+    return {"profile": agreed, "runs": runs}
+
+
+def make_batch(module: Any, config: TrainConfig, generator: Any = None) -> Any:
+    """A random batch of ``config.batch_size`` samples the module accepts."""
+    import torch
+
+    from dlsched.runtime import models
+
+    if config.model in models.MODELS:
+        return models.example_input(module, config.batch_size, generator=generator)
+    return torch.randn(config.batch_size, *config.input_shape, generator=generator)
+
+
+def compare(result: dict[str, Any], config: TrainConfig, workers: int) -> list[dict[str, Any]]:
+    """Rows: measured and predicted iteration time (s) per policy and the relative error."""
+    problem = problem_from_profile(result["profile"], config.network, workers)
+    rows = []
+    for run in result["runs"]:
+        predicted = run_dataparallel(problem, "ddp" if run.policy == REFERENCE else run.policy)
+        rows.append({"model": config.model, "workers": workers, "network": config.network,
+                     "policy": run.policy, "measured_s": run.measured_s,
+                     "predicted_s": predicted.time_s, "bound_s": predicted.bound_s,
+                     "error": predicted.time_s / run.measured_s - 1.0,
+                     "messages": len(predicted.plan.messages)})
+    return rows
