@@ -1,14 +1,22 @@
-"""The runtime's process plumbing: lazy torch import, spawned ranks, failures never hang."""
+"""The runtime's process plumbing: lazy torch import; a rank dying mid-training never hangs."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+from dlsched.errors import ConfigError
 from dlsched.runtime.spawn import RankFailure, SpawnOptions, spawn
+from dlsched.runtime.train import (
+    TrainConfig,
+    module_and_batch,
+    optimizer_factory,
+    problem_from_profile,
+)
 
 
 def test_import_dlsched_does_not_import_torch() -> None:
@@ -20,30 +28,33 @@ def test_import_dlsched_does_not_import_torch() -> None:
     assert out.stdout.strip() == "False"
 
 
-def _sum_ranks(rank: int, world_size: int, scale: float) -> float:
-    import torch
-    import torch.distributed as dist
+def _die_while_training(rank: int, world_size: int) -> None:
+    from dlsched.dataparallel import POLICIES
+    from dlsched.runtime.executor import PlanExecutor
+    from dlsched.runtime.profile import default_loss, profile
 
-    value = torch.tensor([float(rank + 1) * scale])
-    dist.all_reduce(value)
-    return float(value.item())
-
-
-def _die_on_rank_one(rank: int, world_size: int) -> None:
-    import torch
-    import torch.distributed as dist
-
-    if rank == 1:
-        os._exit(3)
-    dist.all_reduce(torch.ones(4))
+    config = TrainConfig(model="resnet", model_sizes={"widths": (4,)}, batch_size=2)
+    module, batch = module_and_batch(config, rank)
+    problem = problem_from_profile(profile(module, batch, warmup=0, repeats=1),
+                                   "ring:1Gb/s,10us", world_size)
+    PlanExecutor(module, problem, POLICIES["usbyte"](problem), optimizer_factory("sgd", 0.1))
+    for step in range(5):
+        if rank == 1 and step == 2:
+            os._exit(3)
+        default_loss(module(batch)).backward()
 
 
-def test_spawned_ranks_all_reduce_and_return_results() -> None:
-    """Two gloo ranks sum 1 and 2 (times 1.5): both return 4.5."""
-    assert spawn(_sum_ranks, 2, (1.5,), SpawnOptions(timeout_s=60)) == [4.5, 4.5]
-
-
-def test_dead_rank_fails_the_run_instead_of_hanging() -> None:
-    """Rank 1 exits mid-run: RankFailure names it, well before the deadline."""
+def test_rank_dying_mid_training_fails_the_run_instead_of_hanging() -> None:
+    """Rank 1 exits in its third step: RankFailure names it (and rank 0's own error shows
+    up or rank 0 is stopped), long before the deadline."""
+    start = time.monotonic()
     with pytest.raises(RankFailure, match=r"rank 1 failed \(exit code 3\)"):
-        spawn(_die_on_rank_one, 2, (), SpawnOptions(timeout_s=20, grace_s=5, deadline_s=120))
+        spawn(_die_while_training, 2, (), SpawnOptions(timeout_s=30, grace_s=5,
+                                                       deadline_s=300))
+    assert time.monotonic() - start < 200
+
+
+def test_functions_that_cannot_be_imported_by_name_are_refused() -> None:
+    """A lambda cannot run on a spawned rank: refused before anything starts."""
+    with pytest.raises(ConfigError, match="module-level function"):
+        spawn(lambda rank, world: None, 2)

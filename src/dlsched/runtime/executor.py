@@ -22,6 +22,7 @@ use the counts. Times are host perf counters (exact on the CPU).
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -127,7 +128,7 @@ class PlanExecutor:
 
     def _message(self, ranges: list[tuple[int, int]], layers: set[int],
                  num_bytes: int) -> _Message:
-        contiguous = all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        contiguous = all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
         if contiguous:
             return _Message(ranges, layers, num_bytes, self.flat[ranges[0][0]:ranges[-1][1]])
         views = [self.flat[a:b] for a, b in ranges]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import itertools
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -134,15 +135,15 @@ def _train(module: Any, batch: Any, config: TrainConfig, step: Callable[[], None
         default_loss(module(batch)).backward()
         step()
     module(batch)
-    return [b - a for a, b in zip(ends, ends[1:], strict=False)][config.warmup:]
+    return [b - a for a, b in itertools.pairwise(ends)][config.warmup:]
 
 
-def _run_policy(policy: str, initial: Any, batch: Any, problem: DPProblem,
-                config: TrainConfig) -> PolicyRun:
+def run_plan(plan: DPPlan, initial: Any, batch: Any, problem: DPProblem,
+             config: TrainConfig) -> PolicyRun:
+    """Train a copy of ``initial`` with ``plan`` through the executor (on every rank)."""
     from dlsched.runtime.executor import PlanExecutor
 
     module = copy.deepcopy(initial)
-    plan = POLICIES[policy](problem)
     executor = PlanExecutor(module, problem, plan, optimizer_factory(config.optimizer, config.lr),
                             record=True)
     periods = _train(module, batch, config, lambda: None, executor.forward_ends)
@@ -150,10 +151,10 @@ def _run_policy(policy: str, initial: Any, batch: Any, problem: DPProblem,
     executor.close()
     ends = executor.forward_ends
     last = _window(executor.timeline(), ends[-2] - ends[0], ends[-1] - ends[0])
-    return PolicyRun(policy, tuple(periods), plan, last, _state(module, config))
+    return PolicyRun(plan.policy, tuple(periods), plan, last, _state(module, config))
 
 
-def _run_reference(initial: Any, batch: Any, config: TrainConfig) -> PolicyRun:
+def run_reference(initial: Any, batch: Any, config: TrainConfig) -> PolicyRun:
     import time
 
     from torch.nn.parallel import DistributedDataParallel
@@ -179,32 +180,37 @@ def _state(module: Any, config: TrainConfig) -> dict[str, Any] | None:
     return {name: p.detach().clone() for name, p in module.named_parameters()}
 
 
-def train_rank(rank: int, world_size: int, config: TrainConfig) -> dict[str, Any] | None:
-    """Run on every rank: profile, then every policy; rank 0 returns the results."""
+def module_and_batch(config: TrainConfig, rank: int) -> tuple[Any, Any]:
+    """The seeded module (same on every rank) and this rank's own seeded batch."""
     import torch
+
+    initial = build_module(config)
+    return initial, make_batch(initial, config, torch.Generator().manual_seed(config.seed + 1
+                                                                              + rank))
+
+
+def agreed_profile(initial: Any, batch: Any, config: TrainConfig, world_size: int) -> Any:
+    """Profile on every rank at once; all ranks get the element-wise median."""
     import torch.distributed as dist
 
     from dlsched.runtime.profile import median_profile, profile
 
-    initial = build_module(config)
-    generator = torch.Generator().manual_seed(config.seed + 1 + rank)
-    batch = make_batch(initial, config, generator)
     own = profile(copy.deepcopy(initial), batch, repeats=config.profile_repeats,
                   optimizer=optimizer_factory(config.optimizer, config.lr), name=config.model)
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, own)
-    agreed = median_profile(gathered)
+    return median_profile(gathered)
+
+
+def train_rank(rank: int, world_size: int, config: TrainConfig) -> dict[str, Any] | None:
+    """Run on every rank: profile, then every policy; rank 0 returns the results."""
+    initial, batch = module_and_batch(config, rank)
+    agreed = agreed_profile(initial, batch, config, world_size)
     problem = problem_from_profile(agreed, config.network, world_size)
-    runs = [(_run_reference(initial, batch, config) if policy == REFERENCE
-             else _run_policy(policy, initial, batch, problem, config))
+    runs = [(run_reference(initial, batch, config) if policy == REFERENCE
+             else run_plan(POLICIES[policy](problem), initial, batch, problem, config))
             for policy in config.policies]
-    if rank != 0:
-        return None
-    timelines = [Timeline(Span(s.resource, s.start, s.end, s.kind, s.label, s.num_bytes,
-                               "rank0", s.args) for s in run.timeline.spans) for run in runs]
-    runs = [PolicyRun(r.policy, r.iteration_s, r.plan, t, r.parameters)
-            for r, t in zip(runs, timelines, strict=True)]
-    return {"profile": agreed, "runs": runs}
+    return {"profile": agreed, "runs": runs} if rank == 0 else None
 
 
 def make_batch(module: Any, config: TrainConfig, generator: Any = None) -> Any:

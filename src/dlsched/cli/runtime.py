@@ -1,0 +1,215 @@
+"""``dlsched profile``, ``dlsched calibrate`` and ``dlsched train dataparallel``: the torch
+runtime (optional extra ``dlsched[torch]``; torch is imported only when these commands run).
+
+``train`` is a group named after what it does, with one subcommand per domain, like
+``reproduce``: ``dlsched dataparallel`` plans and simulates, ``dlsched train dataparallel``
+executes the same plans on torch.distributed and compares.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dlsched.cli.options import console, emit_rows, parse_names
+from dlsched.dataparallel import POLICIES
+from dlsched.errors import ConfigError
+from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
+from dlsched.report.tables import as_percent, seconds_as_ms
+from dlsched.units import parse_bytes
+from dlsched.validation import BATCH, WORKERS, check_output_paths
+
+train_app = typer.Typer(help="Train on spawned torch.distributed ranks with dlsched plans and "
+                        "compare measured with predicted times.", no_args_is_help=True)
+
+ModuleOption = Annotated[str, typer.Option(
+    "--module", help="resnet, gpt, or package.module:factory (then give --input-shape).")]
+ShapeOption = Annotated[str, typer.Option(
+    help="Input batch shape of a factory module, e.g. 8,3,32,32 (float inputs).")]
+BatchOption = Annotated[int, typer.Option(help="Samples per rank (built-in models).")]
+
+COLUMNS = [
+    Column("policy", "policy", justify="left"),
+    Column("measured_s", "measured (ms)", seconds_as_ms),
+    Column("predicted_s", "predicted (ms)", seconds_as_ms),
+    Column("error", "error (%)", as_percent),
+    Column("bound_s", "bound (ms)", seconds_as_ms),
+    Column("messages", "all-reduces"),
+]
+
+
+def _require_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise ConfigError("torch: not installed; the runtime commands need the optional "
+                          "extra: pip install 'dlsched[torch]' (CPU: pip install torch==2.13.0)")
+
+
+def _shape(text: str) -> tuple[int, ...]:
+    if not text:
+        return ()
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or any(not 1 <= n <= 2**20 for n in shape):
+        raise ConfigError(f"input-shape: {text!r} is not understood; accepted: comma-separated "
+                          "sizes from 1 to 1048576, e.g. 8,3,32,32")
+    return shape
+
+
+def _config(module: str, input_shape: str, batch_size: int, **rest: Any) -> Any:
+    from dlsched.runtime.train import TrainConfig
+
+    return TrainConfig(model=module, input_shape=_shape(input_shape),
+                       batch_size=BATCH.check(batch_size, "batch-size"), **rest)
+
+
+def profile_command(
+    module: ModuleOption = "resnet",
+    input_shape: ShapeOption = "",
+    batch_size: BatchOption = 8,
+    out: Annotated[Path, typer.Option(help="Profile to write (.csv or .json).")]
+    = Path("profile.csv"),
+    warmup: Annotated[int, typer.Option(help="Untimed iterations first.")] = 3,
+    repeats: Annotated[int, typer.Option(help="Timed iterations (median).")] = 10,
+    optimizer: Annotated[str, typer.Option(help="Optimizer whose per-module step is added to "
+                                           "the forward: sgd, adam, none.")] = "sgd",
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
+) -> None:
+    """Profile a torch module: per-parameter forward/backward seconds and gradient sizes, in
+    the format ``dlsched dataparallel --profile`` reads."""
+    check_output_paths({"--out": (out, (".csv", ".json"))})
+    if not 0 <= warmup <= 1000 or not 1 <= repeats <= 1000:
+        raise ConfigError(f"repeats: need 0 <= warmup <= 1000 and 1 <= repeats <= 1000 (got "
+                          f"{warmup}, {repeats})")
+    if optimizer not in ("sgd", "adam", "none"):
+        raise ConfigError(f"optimizer: {optimizer!r}; accepted: sgd, adam, none")
+    _require_torch()
+    import torch
+
+    from dlsched.runtime.profile import profile, write_profile
+    from dlsched.runtime.train import build_module, make_batch, optimizer_factory
+
+    torch.set_num_threads(threads)
+    config = _config(module, input_shape, batch_size)
+    model = build_module(config)
+    result = profile(model, make_batch(model, config), warmup=warmup, repeats=repeats,
+                     optimizer=None if optimizer == "none" else optimizer_factory(optimizer,
+                                                                                   0.0),
+                     name=module.rpartition(":")[2])
+    write_profile(result, out)
+    forward = sum(layer.forward_time_s for layer in result.layers)
+    backward = sum(layer.backward_time_s for layer in result.layers)
+    console.print(f"wrote {out}: {len(result.layers)} parameter tensors, "
+                  f"{sum(layer.params for layer in result.layers):,} parameters, forward "
+                  f"{forward * 1e3:.3f} ms, backward {backward * 1e3:.3f} ms (medians of "
+                  f"{repeats}, batch {batch_size})", highlight=False)
+
+
+def calibrate_command(
+    workers: Annotated[int, typer.Option(help="Ranks to spawn.")] = 2,
+    out: Annotated[Path, typer.Option(help="Network file to write (.yaml or .json).")]
+    = Path("network.yaml"),
+    min_size: Annotated[str, typer.Option(help="Smallest all-reduce.")] = "4 KiB",
+    max_size: Annotated[str, typer.Option(help="Largest all-reduce.")] = "64 MiB",
+    points: Annotated[int, typer.Option(help="Sizes, geometric from min to max.")] = 8,
+    repeats: Annotated[int, typer.Option(help="Timed all-reduces per size (median).")] = 5,
+    model: Annotated[str, typer.Option(help="Fit --network uses: alpha-beta, ring, "
+                                       "piecewise.")] = "piecewise",
+    backend: Annotated[str, typer.Option(help="gloo (CPU) or nccl (CUDA).")] = "gloo",
+    timeout: Annotated[float, typer.Option(help="Seconds per collective before failing.")]
+    = 120.0,
+) -> None:
+    """Time all-reduces across spawned ranks and fit alpha-beta, ring and piecewise models;
+    write the network file ``dlsched dataparallel --network`` reads."""
+    check_output_paths({"--out": (out, (".yaml", ".yml", ".json"))})
+    WORKERS.check(workers, "workers")
+    low, high = parse_bytes(min_size), parse_bytes(max_size)
+    if not 4 <= low < high <= 2**32 or not 2 <= points <= 64 or not 1 <= repeats <= 1000:
+        raise ConfigError(f"sizes: need 4 B <= min-size < max-size <= 4 GiB, 2 <= points <= 64 "
+                          f"and 1 <= repeats <= 1000 (got {low}, {high}, {points}, {repeats})")
+    _require_torch()
+    from dlsched.runtime.calibrate import network_document, time_allreduces, write_network
+    from dlsched.runtime.spawn import SpawnOptions, spawn
+
+    sizes = sorted({round(low * (high / low) ** (k / (points - 1)) / 4) * 4
+                    for k in range(points)})
+    samples = spawn(time_allreduces, workers, (sizes, 2, repeats),
+                    SpawnOptions(backend=backend, timeout_s=timeout))[0]
+    document = network_document(samples, workers, f"{backend}-{workers}ranks", backend, model)
+    write_network(document, out)
+    fit = document["alpha_beta"]
+    console.print(f"wrote {out}: {len(samples)} sizes on {workers} ranks; alpha-beta fit "
+                  f"alpha {fit['alpha'] * 1e6:.1f} us, bandwidth {fit['bandwidth'] / 1e9:.3f} "
+                  f"GB/s; --network uses the {model} fit", highlight=False)
+
+
+def train_dataparallel(
+    module: ModuleOption = "resnet",
+    input_shape: ShapeOption = "",
+    batch_size: BatchOption = 8,
+    workers: Annotated[int, typer.Option(help="Ranks to spawn.")] = 2,
+    network: Annotated[str, typer.Option(help="Network model for the prediction: a file from "
+                                         "`dlsched calibrate` or any `dataparallel --network` "
+                                         "value.")] = "network.yaml",
+    policy: Annotated[str, typer.Option(help="Policies, comma-separated: "
+                                        + ", ".join([*POLICIES, "torch-ddp"]))]
+    = ",".join([*POLICIES, "torch-ddp"]),
+    iterations: Annotated[int, typer.Option(help="Training iterations per policy.")] = 12,
+    warmup: Annotated[int, typer.Option(help="Iterations not measured.")] = 4,
+    optimizer: Annotated[str, typer.Option(help="sgd (momentum 0.9) or adam.")] = "sgd",
+    lr: Annotated[float, typer.Option(help="Learning rate.")] = 0.01,
+    timeout: Annotated[float, typer.Option(help="Seconds per collective before failing.")]
+    = 120.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+    csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Chrome trace of the last policy's "
+                                               "measured iteration (rank 0).")] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG: measured and predicted timeline per "
+                                              "policy.")] = None,
+) -> None:
+    """Train ITERATIONS steps per policy through the plan executor (and real DDP as
+    torch-ddp) on spawned gloo ranks; print measured vs predicted iteration time."""
+    check_output_paths({"--csv": (csv, (".csv",)), "--trace": (trace, (".json",)),
+                        "--plot": (plot, (".png",))})
+    WORKERS.check(workers, "workers")
+    names = tuple(parse_names(policy, [*POLICIES, "torch-ddp"], "policy"))
+    _require_torch()
+    from dlsched.dataparallel import parse_network, run_dataparallel
+    from dlsched.runtime.spawn import SpawnOptions, spawn
+    from dlsched.runtime.train import compare, problem_from_profile, train_rank
+
+    parse_network(network, workers)
+    config = _config(module, input_shape, batch_size, policies=names, network=network,
+                     iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr)
+    result = spawn(train_rank, workers, (config,), SpawnOptions(timeout_s=timeout,
+                                                                 deadline_s=3600))[0]
+    rows = compare(result, config, workers)
+    runs = result["runs"]
+    if trace is not None:
+        write_chrome_trace(runs[-1].timeline, trace)
+    if plot is not None:
+        problem = problem_from_profile(result["profile"], network, workers)
+        panels = []
+        for run in runs:
+            if run.plan is not None:
+                panels.append((f"{run.policy}: measured (rank 0)", run.timeline))
+                panels.append((f"{run.policy}: predicted",
+                               run_dataparallel(problem, run.policy).timeline))
+        plot_timelines(panels, plot)
+    if not json_out:
+        render_table(rows, COLUMNS, f"{module}: data-parallel iteration on {workers} ranks "
+                     f"(backward + next forward; median of {iterations - warmup}), "
+                     f"predicted on {network}; error = predicted / measured - 1", console)
+    emit_rows(rows, json_out, csv)
+
+
+def register(app: typer.Typer, reproduce: typer.Typer) -> None:
+    """Add this module's commands to the CLI."""
+    app.command("profile")(profile_command)
+    app.command("calibrate")(calibrate_command)
+    train_app.command("dataparallel")(train_dataparallel)
+    app.add_typer(train_app, name="train")

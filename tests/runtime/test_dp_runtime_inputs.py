@@ -1,0 +1,106 @@
+"""Runtime pieces that need no process group: plan refusal, profiles, calibration fits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dlsched.dataparallel import POLICIES, PlanError
+from dlsched.dataparallel.plan import Block, DPPlan, Message
+from dlsched.runtime.calibrate import fit, network_document, write_network
+from dlsched.runtime.executor import PlanExecutor
+from dlsched.runtime.models import example_input, gpt, resnet_cnn
+from dlsched.runtime.profile import profile, write_profile
+from dlsched.runtime.train import optimizer_factory, problem_from_profile
+
+
+@pytest.fixture(scope="module")
+def tiny() -> tuple:
+    import torch
+
+    torch.manual_seed(0)
+    module = resnet_cnn(widths=(4, 8))
+    return module, profile(module, example_input(module, 2), warmup=1, repeats=2,
+                           optimizer=optimizer_factory("sgd", 0.0))
+
+
+def test_profile_has_one_layer_per_parameter_in_order(tiny: tuple) -> None:
+    """named_parameters() order, parameter counts, non-negative times, forward time only on
+    each module's last parameter (weight of a BatchNorm: 0, its bias: the module's time)."""
+    module, result = tiny
+    named = list(module.named_parameters())
+    assert [layer.name for layer in result.layers] == [n for n, _ in named]
+    assert [layer.params for layer in result.layers] == [p.numel() for _, p in named]
+    by_name = {layer.name: layer for layer in result.layers}
+    assert by_name["stem_bn.weight"].forward_time_s == 0.0
+    assert by_name["stem_bn.bias"].forward_time_s > 0.0
+    assert sum(layer.backward_time_s for layer in result.layers) > 0
+
+
+def test_profile_loads_in_dataparallel_cli(tiny: tuple, tmp_path, run_cli) -> None:
+    """The profiler's CSV is accepted by ``dlsched dataparallel --profile``."""
+    path = tmp_path / "tiny.csv"
+    write_profile(tiny[1], path)
+    code, out, err = run_cli("dataparallel", "--profile", str(path), "--workers", "2",
+                             "--network", "ring:10Gb/s,5us", "--policy", "wfbp,dlsched",
+                             "--json")
+    assert code == 0, err
+    assert '"policy": "dlsched"' in out
+
+
+def test_invalid_plan_is_refused_before_training(tiny: tuple) -> None:
+    """A plan that loses a layer's bytes fails with the validator's message (the plan printed
+    with the bad message marked), before any process-group call."""
+    module, result = tiny
+    problem = problem_from_profile(result, "ring:10Gb/s,5us", 2)
+    plan = POLICIES["wfbp"](problem)
+    broken = DPPlan(plan.messages[:-1], plan.barrier, "broken")
+    with pytest.raises(PlanError, match=r"invalid data-parallel plan \(broken\)[\s\S]*lost"):
+        PlanExecutor(module, problem, broken, optimizer_factory("sgd", 0.1))
+    duplicated = DPPlan((*plan.messages, Message((Block(0, 0, 4),), plan.messages[-1].launch)),
+                        plan.barrier, "duplicated")
+    with pytest.raises(PlanError, match="duplicated"):
+        PlanExecutor(module, problem, duplicated, optimizer_factory("sgd", 0.1))
+
+
+def test_fits_recover_hand_made_alpha_beta_and_ring() -> None:
+    """Samples on t = 100 us + x / 1 GB/s give alpha = 100 us, bandwidth = 1 GB/s; over 4
+    ranks the ring reading is latency alpha / 6 and link bandwidth 6/4 x 1 GB/s."""
+    samples = [(x, 100e-6 + x / 1e9) for x in (4096, 65536, 2**20, 2**24)]
+    result = fit(samples, 4)
+    assert math.isclose(result["alpha_beta"]["alpha"], 100e-6, rel_tol=1e-6)
+    assert math.isclose(result["alpha_beta"]["bandwidth"], 1e9, rel_tol=1e-6)
+    assert math.isclose(result["ring"]["latency"], 100e-6 / 6, rel_tol=1e-6)
+    assert math.isclose(result["ring"]["bandwidth"], 1.5e9, rel_tol=1e-6)
+
+
+def test_piecewise_fit_finds_two_regimes() -> None:
+    """Small messages on t = 50 us + x / 0.5 GB/s, large on t = 1 ms + x / 2 GB/s: the split
+    falls between them and each segment recovers its own line."""
+    small = [(x, 50e-6 + x / 0.5e9) for x in (1024, 4096, 16384)]
+    large = [(x, 1e-3 + x / 2e9) for x in (2**22, 2**24, 2**26)]
+    segments = fit(small + large, 2)["piecewise"]
+    assert segments[0]["up_to"] == 16384
+    assert math.isclose(segments[0]["alpha"], 50e-6, rel_tol=1e-6)
+    assert math.isclose(segments[1]["bandwidth"], 2e9, rel_tol=1e-6)
+
+
+def test_network_file_round_trips(tmp_path) -> None:
+    """The written file is the agreed ``kind: allreduce-cost`` document."""
+    import yaml
+
+    path = tmp_path / "net.yaml"
+    write_network(network_document([(4096, 1e-4), (2**20, 1.1e-3)], 2, "t", "gloo",
+                                   "alpha-beta"), path)
+    document = yaml.safe_load(path.read_text())
+    assert document["kind"] == "allreduce-cost" and document["model"] == "alpha-beta"
+    assert document["workers"] == 2 and len(document["samples"]) == 2
+
+
+def test_gpt_ties_embedding_and_head() -> None:
+    """The GPT's head reuses the token embedding (one parameter, counted once)."""
+    module = gpt(vocab=32, width=8, depth=1, heads=2, context=4)
+    names = [n for n, _ in module.named_parameters()]
+    assert names[0] == "wte.weight" and not any("head" in n for n in names)
+    assert example_input(module, 3).shape == (3, 4)
