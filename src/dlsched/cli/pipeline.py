@@ -16,6 +16,7 @@ from dlsched.hardware.device_graph import load_devices as load_graph
 from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
+from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
 from dlsched.validation import check_output_path
@@ -104,6 +105,8 @@ def plan(
     = None,
     save: Annotated[Path | None, typer.Option(help="Save the plan(s) as JSON (pipeline export/"
                                               "run read it).")] = None,
+    for_torch: Annotated[bool, typer.Option(help="Keep dlsched to one GPU per stage, as "
+                                            "torch.distributed.pipelining runs.")] = False,
 ) -> None:
     """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound."""
     if save is not None:
@@ -111,7 +114,8 @@ def plan(
     names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "planner")
     problem = PipelineProblem(load_chain(model, microbatch_size), load_graph(devices),
                               microbatches)
-    results = [run_planner(problem, name) for name in names]
+    results = [run_planner(problem, name, plan_dlsched_for_torch
+                           if for_torch and name == "dlsched" else None) for name in names]
     rows = _rows(results)
     _write_outputs(results, trace, plot)
     for result in results if save is not None else []:

@@ -82,9 +82,10 @@ class PipelineResult:
                 "planning_s": float(self.planning_s)}
 
 
-def run_planner(problem: PipelineProblem, name: str) -> PipelineResult:
-    """Plan with ``name``, simulate the plan and bound it."""
-    planner = get_planner(name)
+def run_planner(problem: PipelineProblem, name: str,
+                planner: Planner | None = None) -> PipelineResult:
+    """Plan with ``name`` (or with ``planner`` when given), simulate the plan and bound it."""
+    planner = planner or get_planner(name)
     start = time.perf_counter()
     plan = planner(problem)
     elapsed = time.perf_counter() - start

@@ -1,5 +1,6 @@
 """The torch runtime (optional extra ``dlsched[torch]``): profile modules, calibrate the
-network, execute data-parallel plans on torch.distributed and record measured timelines.
+network, execute data-parallel plans on torch.distributed and pipeline plans on
+torch.distributed.pipelining, and record measured timelines.
 
 Importing this package does not import torch; each name below loads its module on first use.
 """
@@ -15,6 +16,13 @@ _EXPORTS = {
     "RankFailure": "spawn",
     "SpawnOptions": "spawn",
     "spawn": "spawn",
+    "PipelineModel": "pipeline_model",
+    "PipelineRun": "pipeline_run",
+    "calibrate_link": "pipeline_calibrate",
+    "profile_blocks": "pipeline_profile",
+    "retimed_chain": "pipeline_replay",
+    "run_pipeline": "pipeline_run",
+    "run_pipelines": "pipeline_run",
 }
 
 __all__ = sorted(_EXPORTS)

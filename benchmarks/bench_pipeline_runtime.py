@@ -1,0 +1,127 @@
+"""Pipeline runtime: predicted vs measured iteration time of pipeline plans executed by
+torch.distributed.pipelining on CPU gloo ranks (dlsched's plan, GPipe, 1F1B, interleaved 1F1B,
+ZB-H1; 2 and 4 ranks; our GPT-style ``gpt-small``).
+
+Run: ``python -m benchmarks.bench_pipeline_runtime`` (rewrites its section of BENCHMARKS.md;
+about 5 minutes on 2 cores). Needs torch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import torch
+
+from benchmarks.common import write_section
+from dlsched.hardware.device_config import devices_from_data
+from dlsched.pipeline import PipelineProblem, PipelineResult, run_planner, simulate
+from dlsched.pipeline.model_source import ChainSpec
+from dlsched.pipeline.plan_file import saved_from_result
+from dlsched.pipeline.torch_export import to_torch
+from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
+from dlsched.runtime.pipeline_calibrate import calibrate_link, cpu_devices_document
+from dlsched.runtime.pipeline_model import GPT_PRESETS, load_model
+from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
+from dlsched.runtime.pipeline_replay import retimed_chain
+from dlsched.runtime.pipeline_run import PipelineRun, run_pipelines
+from dlsched.runtime.spawn import SpawnOptions
+
+MODEL, MICROBATCH_SIZE, MICROBATCHES = "gpt-small", 2, 8
+PLANNERS = ("dlsched", "gpipe", "1f1b", "interleaved", "zb-h1")
+RANKS = (2, 4)
+ITERATIONS, WARMUP = 5, 1
+MEMORY = 16 * 2**30
+OPTIONS = SpawnOptions(timeout_s=300, deadline_s=1800, grace_s=10)
+
+
+def _plans(problem: PipelineProblem) -> list[PipelineResult]:
+    return [run_planner(problem, name, plan_dlsched_for_torch if name == "dlsched" else None)
+            for name in PLANNERS]
+
+
+def _run_all(results: list[PipelineResult]) -> list[PipelineRun]:
+    """Run the plans, one process start per number of ranks they use."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for index, result in enumerate(results):
+        groups[to_torch(result.plan).world_size].append(index)
+    runs: dict[int, PipelineRun] = {}
+    for indices in groups.values():
+        saved = [saved_from_result(results[i], MICROBATCH_SIZE) for i in indices]
+        for index, run in zip(indices, run_pipelines(saved, MODEL, ITERATIONS, WARMUP,
+                                                     options=OPTIONS), strict=True):
+            runs[index] = run
+    return [runs[i] for i in range(len(results))]
+
+
+def _row(ranks: int, result: PipelineResult, run: PipelineRun) -> str:
+    problem, plan = result.problem, result.plan
+    replay = simulate(PipelineProblem(retimed_chain(problem.chain, plan, run.timeline),
+                                      problem.graph, problem.num_microbatches), plan)
+    measured = run.median_iteration_s
+    predicted = result.sim.iteration_s
+    schedule = plan.notes.get("schedule", plan.planner)
+    return (f"| {ranks} | {plan.planner} | {to_torch(plan).world_size} | {plan.num_stages} "
+            f"| {schedule} | {predicted * 1e3:.0f} | {measured * 1e3:.0f} "
+            f"({min(run.iteration_s) * 1e3:.0f}-{max(run.iteration_s) * 1e3:.0f}) "
+            f"| {(predicted / measured - 1) * 100:+.0f}% | {replay.iteration_s * 1e3:.0f} "
+            f"| {(replay.iteration_s / measured - 1) * 100:+.0f}% |")
+
+
+def main() -> None:
+    """Profile, calibrate, plan, run and write the table."""
+    torch.set_num_threads(1)
+    profiles = profile_blocks(load_model(MODEL), MICROBATCH_SIZE, repeats=7)
+    chain = ChainSpec.model_validate(chain_document(MODEL, profiles)).build()
+    latency, bandwidth, _ = calibrate_link()
+    rows, notes = [], []
+    for ranks in RANKS:
+        graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY),
+                                  "benchmark")
+        problem = PipelineProblem(chain, graph, MICROBATCHES)
+        results = _plans(problem)
+        for result, run in zip(results, _run_all(results), strict=True):
+            rows.append(_row(ranks, result, run))
+        free = run_planner(problem, "dlsched")
+        notes.append(f"{ranks} ranks: unrestricted dlsched plan {free.sim.iteration_s * 1e3:.0f}"
+                     f" ms predicted, stages {free.plan.stages_text().replace(chr(10), '; ')}")
+    config = GPT_PRESETS[MODEL]
+    forward = sum(p.forward_s for p in profiles)
+    backward = sum(p.backward_s for p in profiles)
+    split = sum(p.backward_input_s + p.backward_weight_s for p in profiles)
+    markdown = "\n".join([
+        "## Pipeline runtime: predicted vs measured (torch.distributed.pipelining, CPU)",
+        "",
+        f"`{MODEL}` (ours: {config.layers} decoder layers, hidden {config.hidden}, "
+        f"{config.heads} heads, {config.sequence} tokens, vocabulary {config.vocab}; 10 blocks "
+        f"= embedding, layers, head), {MICROBATCHES} microbatches of {MICROBATCH_SIZE} "
+        f"sequences, one gloo process per rank with 1 torch thread, {WARMUP} warm-up and "
+        f"{ITERATIONS} measured iterations (median, min-max). Plans are made from a profile "
+        "of the blocks in one idle process (`dlsched pipeline profile`: forward "
+        f"{forward * 1e3:.1f} ms, backward {backward * 1e3:.1f} ms, split backward I+W "
+        f"{split * 1e3:.1f} ms per microbatch over all blocks) on CPU 'devices' whose link is "
+        f"calibrated by gloo ping-pong between two ranks: latency {latency * 1e6:.0f} us, "
+        f"bandwidth {bandwidth / 1e9:.2f} GB/s (loopback TCP; a nominal bandwidth would mean "
+        "nothing here). `dlsched` is the planner kept to one GPU per stage "
+        "(`--for-torch`: torch runs one rank per stage); error = predicted / measured - 1. "
+        "*replayed* simulates the same plan with the run's own median action times, which "
+        "separates compute-time misprediction from what the schedule and link model miss.",
+        "",
+        "| ranks | planner | ranks used | stages | schedule | predicted (ms) "
+        "| measured (ms) | error | replayed (ms) | replay error |",
+        "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        *rows,
+        "",
+        *[f"- {note} (replicated stages: not runnable by torch.distributed.pipelining)"
+          for note in notes],
+        f"- The machine has {os.cpu_count()} cores shared with other engineers' jobs while "
+        "this ran: 4 ranks time-share 2 cores, so ranks that the plan runs in parallel are "
+        "partly serialised, and every number here is disturbed by foreign load. Per-action "
+        "overheads of the torch runtime (Python, send/recv posting, loss) are not in the "
+        "profile; the replay includes them only inside the actions.",
+    ])
+    write_section("pipeline-runtime", markdown)
+
+
+if __name__ == "__main__":
+    main()
