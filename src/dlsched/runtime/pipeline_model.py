@@ -4,9 +4,10 @@ A ``PipelineModel`` is an ``nn.Sequential`` of named blocks (each takes and retu
 so any contiguous range of blocks is a stage module), ``make_batch(samples, seed)`` giving
 (inputs, targets) and ``loss_fn(output, targets)`` (a mean over the samples, so the mean of the
 microbatches' losses is the whole batch's). Built-in: small GPT-style decoders defined here
-(token and position embedding, pre-LayerNorm causal self-attention and MLP blocks, a
-LayerNorm + linear head; no dropout, so runs are deterministic), by preset name. A user's
-model is ``"package.module:function"``, a function ``(seed) -> PipelineModel``.
+(token and position embedding, the pre-LayerNorm causal self-attention + MLP
+``DecoderBlock`` of ``runtime.models``, a LayerNorm + linear head not tied to the embedding, so
+every block is its own stage-able module; no dropout, so runs are deterministic), by preset
+name. A user's model is ``"package.module:function"``, a function ``(seed) -> PipelineModel``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch.nn.functional as functional
 from torch import Tensor, nn
 
 from dlsched.errors import ConfigError
+from dlsched.runtime.models import DecoderBlock
 
 
 @dataclass(frozen=True)
@@ -68,29 +70,6 @@ class Embedding(nn.Module):
         return self.token(ids) + self.position[: ids.shape[1]]
 
 
-class DecoderBlock(nn.Module):
-    """Pre-LayerNorm block: x + causal self-attention(LN x), then x + MLP(LN x) (4h, GELU)."""
-
-    def __init__(self, config: GptConfig) -> None:
-        super().__init__()
-        self.heads = config.heads
-        self.norm1 = nn.LayerNorm(config.hidden)
-        self.qkv = nn.Linear(config.hidden, 3 * config.hidden)
-        self.proj = nn.Linear(config.hidden, config.hidden)
-        self.norm2 = nn.LayerNorm(config.hidden)
-        self.mlp = nn.Sequential(nn.Linear(config.hidden, 4 * config.hidden), nn.GELU(),
-                                 nn.Linear(4 * config.hidden, config.hidden))
-
-    def forward(self, x: Tensor) -> Tensor:
-        """One decoder layer on (samples, tokens, h)."""
-        samples, tokens, hidden = x.shape
-        q, k, v = self.qkv(self.norm1(x)).split(hidden, dim=2)
-        q, k, v = (t.view(samples, tokens, self.heads, -1).transpose(1, 2) for t in (q, k, v))
-        attended = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(attended.transpose(1, 2).reshape(samples, tokens, hidden))
-        return x + self.mlp(self.norm2(x))
-
-
 class Head(nn.Module):
     """Final LayerNorm and the vocabulary projection: (samples, tokens, h) -> logits."""
 
@@ -113,7 +92,8 @@ def gpt_model(name: str, config: GptConfig, seed: int = 0) -> PipelineModel:
     """A GPT-style decoder with weights drawn from ``seed`` (same seed, same weights)."""
     torch.manual_seed(seed)
     blocks = [("embed", Embedding(config))]
-    blocks += [(f"layer{i}", DecoderBlock(config)) for i in range(config.layers)]
+    blocks += [(f"layer{i}", DecoderBlock(config.hidden, config.heads))
+               for i in range(config.layers)]
     blocks.append(("head", Head(config)))
 
     def make_batch(samples: int, batch_seed: int) -> tuple[Tensor, Tensor]:
