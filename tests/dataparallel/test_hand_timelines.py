@@ -42,7 +42,7 @@ SLOW_START = _problem((2.0, 2.0), (4, 4), 3.0)
     ("wfbp", 12.0),     # L1 2..6, L0 6..10, barrier, forward 10..12
     ("ddp", 12.0),      # buckets [L1] (first cap 1 MiB) and [L0]: as WFBP
     ("mgwfbp", 11.0),   # L0 ready 2 ms after L1 would start < 3 ms startup: fuse, 4..9, fwd 9..11
-    ("horovod", 12.0),  # first 5 ms cycle fuses both: 5..10, forward 10..12
+    ("horovod", 13.5),  # ticks at 2.5, 7.5 ms (phase: half a cycle): L1 2.5..6.5, L0 7.5..11.5
 ])
 def test_slow_startup_case(policy, expected_ms):
     """Merging saves a startup only when the wait for the next layer is shorter."""
@@ -55,9 +55,12 @@ def test_slow_startup_bound():
 
 
 def test_horovod_cycle_delays_launch():
-    """A 1 ms cycle launches layer 1 at the 2 ms tick and layer 0 at the 4 ms tick."""
-    plan = horovod_plan(BASE, cycle=1 * MS)
+    """A 1 ms cycle at phase 0 launches layer 1 at the 2 ms tick and layer 0 at the 4 ms tick;
+    at the default phase (half a cycle) at the 2.5 and 4.5 ms ticks."""
+    plan = horovod_plan(BASE, cycle=1 * MS, phase=0.0)
     assert [m.launch for m in plan.messages] == pytest.approx([2 * MS, 4 * MS])
+    plan = horovod_plan(BASE, cycle=1 * MS)
+    assert [m.launch for m in plan.messages] == pytest.approx([2.5 * MS, 4.5 * MS])
 
 
 def test_usbyte_gap_filling_and_forward_order():

@@ -32,6 +32,25 @@ def test_bad_compute_model(kwargs, field):
         ComputeModel(**kwargs)
 
 
+@pytest.mark.parametrize(("device", "images_per_s"), [("v100-fp32", 356), ("v100-amp", 1156)])
+def test_calibrated_devices_reproduce_their_published_throughput(device, images_per_s):
+    """ResNet-50 trains at the preset's quoted img/s: batch / (forward + backward)."""
+    from dlsched.models import get_model
+
+    forward, backward = device_compute(device).layer_times(get_model("resnet50"), 64)
+    assert 64 / (sum(forward) + sum(backward)) == pytest.approx(images_per_s)
+
+
+def test_backward_ratio_keeps_the_calibrated_throughput():
+    """A different backward/forward ratio moves time between the passes, not the total."""
+    from dlsched.models import get_model
+
+    model = get_model("resnet50")
+    forward, backward = device_compute("v100-fp32", backward_ratio=1.5).layer_times(model, 32)
+    assert sum(backward) == pytest.approx(1.5 * sum(forward))
+    assert 32 / (sum(forward) + sum(backward)) == pytest.approx(356)
+
+
 def test_named_device():
     """Named accelerators; unknown ones list the accepted names."""
     assert device_compute("a100").peak_flops == 312e12

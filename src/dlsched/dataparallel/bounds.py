@@ -12,7 +12,9 @@ C_l = max over k <= l of R_k, the earliest time layers 0..l can all be reduced, 
 layer l starts no earlier than C_l nor before the forwards below it, and the first forward not
 before the end of backward: f_0 = max(T_b, C_0), f_l = max(f_{l-1} + t_f[l-1], C_l),
 LB = f_{L-1} + t_f[L-1]. (The US-Byte reference uses r_k + a + b S_k; the two-message case
-makes the bound tighter where startups are large.)
+makes the bound tighter where startups are large.) On a network carrying k > 1 messages at
+once, ``lower(x, n, k)`` counts one latency only (concurrent messages overlap them), so the
+two-message case adds nothing there.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ def lower_bound(problem: DPProblem) -> float:
         if prefix > 0:
             if first_ready is None:
                 first_ready = problem.ready[layer]
-            late = first_ready + problem.comm.lower(prefix, 1)
-            split = problem.ready[layer] + problem.comm.lower(prefix, 2)
+            late = first_ready + problem.comm.lower(prefix, 1, problem.in_flight)
+            split = problem.ready[layer] + problem.comm.lower(prefix, 2, problem.in_flight)
             reduced_by = max(reduced_by, min(late, split))
         clock = max(clock, reduced_by)
         clock += problem.forward[layer]

@@ -1,12 +1,17 @@
-"""What one gradient all-reduce costs: alpha-beta presets, a ring formula, or a Topology.
+"""What one gradient all-reduce costs: alpha-beta, size-dependent piecewise, ring/tree
+formulas with per-step latency, a fitted network file, or a Topology.
 
-Every model maps a message of ``num_bytes`` bytes to seconds and gives ``lower(total, n)``, a
-lower bound on the time of any n or more messages that together carry ``total`` bytes — what
-the scheduling lower bound needs.
+Every model maps a message of ``num_bytes`` bytes to seconds (``cost``), splits that time into
+a latency part, which concurrent messages overlap, and a transfer part, which they share the
+bandwidth for (``split``), and gives ``lower(total, n, in_flight)``, a lower bound on the time
+of any n or more messages that together carry ``total`` bytes when at most ``in_flight`` of
+them run at once — what the scheduling lower bound needs.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -27,25 +32,144 @@ class AlphaBeta:
     name: str = "alpha-beta"
 
     def __post_init__(self) -> None:
-        if self.alpha < 0 or self.beta < 0 or self.alpha + self.beta <= 0:
-            raise ConfigError(f"network: alpha and beta must be >= 0 and not both 0 (got "
+        if not (math.isfinite(self.alpha) and math.isfinite(self.beta)) or self.alpha < 0 \
+                or self.beta < 0 or self.alpha + self.beta <= 0:
+            raise ConfigError(f"network: alpha and beta must be finite, >= 0 and not both 0 (got "
                               f"alpha={self.alpha!r} s, beta={self.beta!r} s/B)")
 
     def cost(self, num_bytes: float) -> float:
         """Seconds to all-reduce one message of ``num_bytes`` bytes."""
         return self.alpha + self.beta * num_bytes
 
-    def lower(self, total_bytes: float, messages: int = 1) -> float:
-        """Fewest seconds ``messages`` or more messages carrying ``total_bytes`` can take."""
-        return messages * self.alpha + self.beta * total_bytes
+    def split(self, num_bytes: float) -> tuple[float, float]:
+        """(latency s, transfer s at the full bandwidth) of one message; they sum to cost."""
+        return self.alpha, self.beta * num_bytes
+
+    def lower(self, total_bytes: float, messages: int = 1, in_flight: int = 1) -> float:
+        """Fewest seconds ``messages`` or more messages carrying ``total_bytes`` can take when
+        at most ``in_flight`` run at once (their latencies may then overlap)."""
+        return _lower_lines([(self.alpha, self.beta)], total_bytes, messages, in_flight)
+
+
+def _lower_lines(lines: list[tuple[float, float]], total: float, messages: int,
+                 in_flight: int) -> float:
+    """Bound for costs that are >= each ``alpha + beta x`` line given (alpha >= 0).
+
+    Serial: each message costs >= alpha + beta x_i, summing to messages x alpha + beta x total.
+    Concurrent: all transfer happens after the first latency ends, at no more than the full
+    bandwidth, and each of k slots holds a message for at least its latency."""
+    if in_flight <= 1:
+        return max(messages * alpha + beta * total for alpha, beta in lines)
+    alpha = min(a for a, _ in lines)
+    beta = min(b for _, b in lines)
+    return max(alpha + beta * total, math.ceil(messages / in_flight) * alpha)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One size range of a piecewise model: messages of at most ``up_to`` bytes (the last
+    segment: any size) cost ``alpha + bytes / bandwidth`` seconds."""
+
+    up_to: float
+    alpha: float
+    beta: float
+
+
+@dataclass(frozen=True)
+class Piecewise:
+    """Size-dependent all-reduce cost: alpha-beta segments ordered by ``up_to`` (bytes); a
+    message uses the first segment whose ``up_to`` it does not exceed (the last is unbounded).
+    Models the small-message latency regime and the bandwidth regime of real all-reduces, e.g.
+    NCCL's choice between tree and ring, or a fit of timed all-reduces."""
+
+    segments: tuple[Segment, ...]
+    name: str = "piecewise"
+
+    def __post_init__(self) -> None:
+        if not self.segments or self.segments[-1].up_to != math.inf:
+            raise ConfigError("network: a piecewise model needs >= 1 segment and its last "
+                              "segment must be unbounded (no up_to)")
+        bounds = [s.up_to for s in self.segments]
+        if any(b >= c for b, c in itertools.pairwise(bounds)) or bounds[0] <= 0:
+            raise ConfigError(f"network: piecewise up_to values must be > 0 and strictly "
+                              f"ascending (got {bounds[:-1]})")
+        for segment in self.segments:
+            AlphaBeta(segment.alpha, segment.beta)
+
+    def _segment(self, num_bytes: float) -> Segment:
+        return next(s for s in self.segments if num_bytes <= s.up_to)
+
+    def cost(self, num_bytes: float) -> float:
+        """Seconds to all-reduce one message of ``num_bytes`` bytes."""
+        segment = self._segment(num_bytes)
+        return segment.alpha + segment.beta * num_bytes
+
+    def split(self, num_bytes: float) -> tuple[float, float]:
+        """(latency s, transfer s) of one message: its segment's alpha and beta x bytes."""
+        segment = self._segment(num_bytes)
+        return segment.alpha, segment.beta * num_bytes
+
+    def lower(self, total_bytes: float, messages: int = 1, in_flight: int = 1) -> float:
+        """A valid lower bound: the best of the supporting lines ``c + s x`` below the cost
+        curve with c >= 0 (one per segment slope), serial or concurrent as in AlphaBeta."""
+        return _lower_lines(self.supporting_lines(), total_bytes, messages, in_flight)
+
+    def supporting_lines(self) -> list[tuple[float, float]]:
+        """Lines ``(c, s)`` with ``c + s x <= cost(x)`` for all x >= 0 and c >= 0: for each
+        segment slope s, c is the least of ``alpha_i + (beta_i - s) x`` over every segment's
+        size range (its ends suffice, the terms being linear), plus min alpha / min beta."""
+        lines = [(min(s.alpha for s in self.segments), min(s.beta for s in self.segments))]
+        last = self.segments[-1].beta
+        for slope in sorted({s.beta for s in self.segments if s.beta <= last}):
+            low, lowest = 0.0, math.inf
+            for segment in self.segments:
+                ends = [low] + ([segment.up_to] if segment.up_to != math.inf else [])
+                lowest = min(lowest, *(segment.alpha + (segment.beta - slope) * x for x in ends))
+                low = segment.up_to
+            if lowest >= 0:
+                lines.append((lowest, slope))
+        return lines
 
 
 def ring_allreduce(workers: int, link_bandwidth: float, link_latency: float) -> AlphaBeta:
     """Ring all-reduce over ``workers``: 2(N-1) steps of latency, 2(N-1)/N x bytes per link."""
     if workers < 2:
         raise ConfigError(f"workers: a ring all-reduce needs >= 2 workers (got {workers})")
+    _check_link(link_bandwidth, link_latency)
     return AlphaBeta(2 * (workers - 1) * link_latency,
                      2 * (workers - 1) / workers / link_bandwidth, f"ring-{workers}")
+
+
+def tree_allreduce(workers: int, link_bandwidth: float, link_latency: float) -> AlphaBeta:
+    """Pipelined (double binary) tree all-reduce: reduce up and broadcast down a tree of depth
+    ceil(log2 N), 2 ceil(log2 N) steps of latency; every byte crosses a link twice."""
+    if workers < 2:
+        raise ConfigError(f"workers: a tree all-reduce needs >= 2 workers (got {workers})")
+    _check_link(link_bandwidth, link_latency)
+    return AlphaBeta(2 * math.ceil(math.log2(workers)) * link_latency, 2 / link_bandwidth,
+                     f"tree-{workers}")
+
+
+def nccl_allreduce(workers: int, link_bandwidth: float,
+                   link_latency: float) -> Piecewise | AlphaBeta:
+    """The faster of tree and ring for each size, as NCCL chooses: tree for small messages
+    (fewer latency steps), ring above the size where the two meet (less traffic per byte)."""
+    ring = ring_allreduce(workers, link_bandwidth, link_latency)
+    tree = tree_allreduce(workers, link_bandwidth, link_latency)
+    name = f"nccl-{workers}"
+    if tree.alpha >= ring.alpha or tree.beta <= ring.beta:
+        best = ring if ring.cost(2**30) <= tree.cost(2**30) else tree
+        return AlphaBeta(best.alpha, best.beta, name)
+    crossover = (ring.alpha - tree.alpha) / (tree.beta - ring.beta)
+    return Piecewise((Segment(crossover, tree.alpha, tree.beta),
+                      Segment(math.inf, ring.alpha, ring.beta)), name)
+
+
+def _check_link(bandwidth: float, latency: float) -> None:
+    if not (math.isfinite(bandwidth) and bandwidth > 0):
+        raise ConfigError(f"network: link bandwidth must be finite and > 0 B/s (got {bandwidth!r})")
+    if not (math.isfinite(latency) and latency >= 0):
+        raise ConfigError(f"network: link latency must be finite and >= 0 s (got {latency!r})")
 
 
 # The US-Byte reference constants (per fp32 element) and MG-WFBP's 10 GbE cluster (per byte).
@@ -71,9 +195,13 @@ class TopologyPriced:
         """Simulated seconds of an All-Reduce of ``num_bytes`` bytes."""
         return _priced(self.topology, self.policy, self.num_chunks, max(1, round(num_bytes)))
 
-    def lower(self, total_bytes: float, messages: int = 1) -> float:
+    def split(self, num_bytes: float) -> tuple[float, float]:
+        """All of the simulated time is transfer (concurrent messages share it)."""
+        return 0.0, self.cost(num_bytes)
+
+    def lower(self, total_bytes: float, messages: int = 1, in_flight: int = 1) -> float:
         """The collective's ideal time (bytes / sum of bandwidths) is a bound for any split
-        into any number of messages."""
+        into any number of messages, serial or concurrent."""
         return ideal_time(self.topology, CollectiveOp.ALL_REDUCE, max(1, round(total_bytes)))
 
 
@@ -83,26 +211,35 @@ def _priced(topology: Topology, policy: str, num_chunks: int, num_bytes: int) ->
     return run_collective(topology, "all-reduce", num_bytes, chunks, policy, "scf").time_s
 
 
-CommModel = AlphaBeta | TopologyPriced
+CommModel = AlphaBeta | Piecewise | TopologyPriced
+
+FORMULAS = {"ring": ring_allreduce, "tree": tree_allreduce, "nccl": nccl_allreduce}
+ACCEPTED = (", ".join(PRESETS) + ", 'ALPHA,BETA' (e.g. '1.3ms,6e-11'), 'ring|tree|nccl:"
+            "BANDWIDTH,LATENCY' (e.g. 'nccl:100Gb/s,5us', per-step latency), "
+            "'topology:PRESET', or a fitted network file (.yaml/.json, kind: allreduce-cost)")
 
 
 def parse_network(text: str, workers: int) -> CommModel:
-    """``--network``: a preset (usbyte-2/4/8, 10gbe-8), ``ALPHA,BETA`` (e.g. ``1.3ms,6e-11``:
-    startup and seconds per byte), ``ring:BANDWIDTH,LATENCY`` (e.g. ``ring:100Gb/s,5us``, over
-    ``workers``) or ``topology:PRESET`` (a collective topology preset or file)."""
+    """``--network``: a preset (usbyte-2/4/8, 10gbe-8), ``ALPHA,BETA`` (startup and seconds per
+    byte), ``ring:``/``tree:``/``nccl:BANDWIDTH,LATENCY`` (link bandwidth, per-step latency, over
+    ``workers``; nccl = the faster of tree and ring per size), ``topology:PRESET`` (a collective
+    topology preset or file), or a fitted network file (``dlsched calibrate``'s output)."""
     if text in PRESETS:
         return PRESETS[text]
-    if text.startswith("ring:"):
-        bandwidth, _, latency = text[5:].partition(",")
-        return ring_allreduce(workers, parse_bandwidth(bandwidth), parse_time(latency or 0.0))
-    if text.startswith("topology:"):
-        return TopologyPriced(load_topology(text[9:]), name=text)
+    formula, colon, rest = text.partition(":")
+    if colon and formula in FORMULAS:
+        bandwidth, _, latency = rest.partition(",")
+        return FORMULAS[formula](workers, parse_bandwidth(bandwidth), parse_time(latency or 0.0))
+    if colon and formula == "topology":
+        return TopologyPriced(load_topology(rest), name=text)
+    if text.lower().endswith((".yaml", ".yml", ".json")):
+        from dlsched.dataparallel.netfile import load_network_file
+
+        return load_network_file(text, workers)
     alpha, comma, beta = text.partition(",")
     if comma:
         try:
             return AlphaBeta(parse_time(alpha), float(beta), text)
         except ValueError as error:
             raise ConfigError(f"network: {error}") from None
-    raise ConfigError(f"network: {text!r} is not understood; accepted: "
-                      + ", ".join(PRESETS) + ", 'ALPHA,BETA' (e.g. '1.3ms,6e-11'), "
-                      "'ring:BANDWIDTH,LATENCY' (e.g. 'ring:100Gb/s,5us'), 'topology:PRESET'")
+    raise ConfigError(f"network: {text!r} is not understood; accepted: {ACCEPTED}")

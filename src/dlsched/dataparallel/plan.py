@@ -40,11 +40,15 @@ class Message:
 
 @dataclass(frozen=True)
 class DPPlan:
-    """Messages in network order; ``barrier``: the next forward waits for all of them."""
+    """Messages in network order; ``barrier``: the next forward waits for all of them;
+    ``in_flight``: how many of them the policy lets run at once (admitted in order);
+    ``settings``: the knob values the plan was made with, for tables (e.g. "bucket 25 MiB")."""
 
     messages: tuple[Message, ...]
     barrier: bool
     policy: str
+    in_flight: int = 1
+    settings: str = ""
 
     def __str__(self) -> str:
         return "\n".join(f"m{i} @{m.launch * 1e3:.3f}ms: " + " ".join(map(str, m.blocks))
@@ -98,6 +102,9 @@ def _coverage_problems(problem: DPProblem, plan: DPPlan) -> dict[int, str]:
 
 def validate_plan(problem: DPProblem, plan: DPPlan) -> None:
     """Raise PlanError naming and marking each bad message (lost, duplicated, early bytes)."""
+    if not 1 <= plan.in_flight <= problem.in_flight:
+        raise PlanError(f"invalid data-parallel plan ({plan.policy}): {plan.in_flight} messages "
+                        f"in flight, the network carries 1 to {problem.in_flight}")
     problems = _coverage_problems(problem, plan)
     if problems:
         lines = [("-> " if i in problems else "   ") + f"m{i} @{m.launch * 1e3:.3f}ms: "

@@ -17,7 +17,9 @@ from dlsched.models.layer import Model
 
 @dataclass(frozen=True)
 class DPProblem:
-    """Forward/backward seconds and gradient bytes per layer, plus the all-reduce cost model."""
+    """Forward/backward seconds and gradient bytes per layer, the all-reduce cost model, and
+    ``in_flight``: how many all-reduces the network can carry at once, sharing its bandwidth
+    (1: the serial network of the US-Byte reference model)."""
 
     forward: tuple[float, ...]
     backward: tuple[float, ...]
@@ -25,6 +27,7 @@ class DPProblem:
     comm: CommModel
     names: tuple[str, ...] = ()
     model: str = "custom"
+    in_flight: int = 1
 
     def __post_init__(self) -> None:
         size = len(self.grad_bytes)
@@ -36,6 +39,9 @@ class DPProblem:
             bad = [i for i, v in enumerate(values) if v < 0]
             if bad:
                 raise ConfigError(f"{field}[{bad[0]}]: must be >= 0 (got {values[bad[0]]!r})")
+        if not 1 <= self.in_flight <= 1024:
+            raise ConfigError(f"in_flight: must be between 1 and 1024 messages (got "
+                              f"{self.in_flight!r})")
         if not self.names:
             object.__setattr__(self, "names", tuple(f"layer{i}" for i in range(size)))
 
@@ -60,10 +66,11 @@ class DPProblem:
 
 
 def problem_from_model(model: Model, compute: ComputeModel, batch_size: int,
-                       comm: CommModel) -> DPProblem:
-    """Times from ``compute`` at ``batch_size`` samples per worker; gradients from the model."""
+                       comm: CommModel, in_flight: int = 1) -> DPProblem:
+    """Times from ``compute`` at ``batch_size`` samples per worker; gradients from the model;
+    ``in_flight``: messages the network carries at once."""
     if batch_size < 1:
         raise ConfigError(f"batch_size: must be >= 1 sample per worker (got {batch_size})")
     forward, backward = compute.layer_times(model, batch_size)
     return DPProblem(tuple(forward), tuple(backward), tuple(model.gradient_bytes()), comm,
-                     tuple(layer.name for layer in model.layers), model.name)
+                     tuple(layer.name for layer in model.layers), model.name, in_flight)

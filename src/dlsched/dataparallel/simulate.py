@@ -1,8 +1,10 @@
-"""Execute a data-parallel plan: backward, serialized all-reduces, then the next forward.
+"""Execute a data-parallel plan: backward, the all-reduces, then the next forward.
 
-Backward runs layers L-1 -> 0 back to back from time 0. Messages use the network one at a time
-in plan order; each starts at max(network free, its launch time) and costs the comm model's
-time for its bytes. The next forward runs layers 0 -> L-1 on the GPU after backward; layer l
+Backward runs layers L-1 -> 0 back to back from time 0. Messages enter the network in plan
+order; with ``in_flight`` 1 (serial) each starts at max(network free, its launch time) and costs
+the comm model's time for its bytes; with k > 1 up to k run at once, overlapping their latencies
+and sharing the bandwidth (``network.py``). The next forward runs layers 0 -> L-1 on the GPU
+after backward; layer l
 starts when layer l-1's forward is done and its own last block has arrived (with a barrier:
 when every message has arrived). The iteration time is the end of the last forward.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlsched.dataparallel.network import shared_times
 from dlsched.dataparallel.plan import DPPlan
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.sim.timeline import Span, Timeline
@@ -26,7 +29,10 @@ class Execution:
 
 
 def comm_finish_times(problem: DPProblem, plan: DPPlan) -> tuple[list[float], list[float]]:
-    """Start and end seconds of every message in plan order (serial network)."""
+    """Start and end seconds of every message in plan order."""
+    if plan.in_flight > 1:
+        return shared_times([(msg.launch, *problem.comm.split(msg.num_bytes))
+                             for msg in plan.messages], plan.in_flight)
     starts, ends, free = [], [], 0.0
     for msg in plan.messages:
         start = max(free, msg.launch)

@@ -1,11 +1,13 @@
 """What is trained: layers, models, the zoo, compute models and profiles."""
 
-from dlsched.models.compute import DEVICE_PEAKS, ComputeModel, device_compute
+from dlsched.models.compute import CALIBRATED, DEVICE_PEAKS, DEVICES, ComputeModel, device_compute
 from dlsched.models.layer import Layer, Model
 from dlsched.models.profile_io import load_profile
 from dlsched.models.zoo import get_model, model_names
 
 __all__ = [
+    "CALIBRATED",
+    "DEVICES",
     "DEVICE_PEAKS",
     "ComputeModel",
     "Layer",

@@ -1,5 +1,8 @@
-"""Per-layer profiles (CSV or JSON): measured forward/backward times, the format the torch
-profiler writes.
+"""Per-layer profiles (CSV or JSON): measured forward/backward times per layer.
+
+This is dlsched's own format, not the torch profiler's output (torch.profiler writes Chrome-trace
+JSON and operator tables, keyed by operator, not by layer): the torch runtime (``dlsched
+profile``) measures each layer and writes this format, and any other tool can write it too.
 
 CSV columns (header required): ``name, params, forward_time_s, backward_time_s`` and optionally
 ``activation_bytes, block, forward_flops``. JSON: ``{"name": ..., "dtype_bytes": 4, "layers":

@@ -3,24 +3,28 @@
 Every gradient is cut into partitions of ``partition_bytes``; ready partitions wait in a
 priority queue, layers nearest the input first. A partition is handed to the network while the
 bytes in flight stay within ``credit_bytes`` (one is always allowed when nothing is in flight);
-credit returns when a partition finishes. The network sends handed-over partitions in order, and
-each layer's next forward waits only for its own partitions (no barrier). The original tunes
-partition and credit online by Bayesian optimisation; here a deterministic grid search over
-powers of two picks the pair with the shortest simulated iteration.
+credit returns when a partition finishes. On a network that carries several all-reduces at once
+(``DPProblem.in_flight``) the handed-over partitions run concurrently, sharing the bandwidth;
+on the serial network they queue. Each layer's next forward waits only for its own partitions
+(no barrier). As shipped, ByteScheduler's partition is a fixed setting (1M elements) and its
+credit is auto-tuned online by Bayesian optimisation; here ``bytescheduler`` keeps the default
+partition and grid-searches the credit, and ``bytescheduler-tuned`` searches both on the grid
+every tuned policy shares (``tuning.py``).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import deque
+import math
 
+from dlsched.dataparallel.network import SharedNetwork
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.problem import DPProblem
-from dlsched.dataparallel.simulate import iteration_time
+from dlsched.dataparallel.tuning import CREDIT_MULTIPLES, SIZES, grid_search, size_text
 
 ELEMENT = 4  # bytes per fp32 element; ByteScheduler's knobs are in elements
-PARTITIONS = tuple(e * ELEMENT for e in (2**18, 2**19, 2**20, 2**21, 2**22, 2**23, 2**24))
-CREDIT_MULTIPLES = (1, 2, 4, 8)
+DEFAULT_PARTITION = 2**20 * ELEMENT  # 1M elements
+DEFAULT_CREDIT_MULTIPLE = 4  # credit 4M elements = 4 default partitions
 
 
 def partitions(problem: DPProblem, layer: int, size: int) -> list[Block]:
@@ -35,34 +39,51 @@ def bytescheduler_schedule(problem: DPProblem, partition_bytes: int,
     arrivals = sorted((problem.ready[k], k) for k in range(problem.num_layers)
                       if problem.grad_bytes[k] > 0)
     queue: list[tuple[int, int, Block]] = []
-    in_flight: deque[tuple[float, int]] = deque()
+    network = SharedNetwork(problem.in_flight)
     msgs: list[Message] = []
-    now, free, credit_used, next_arrival = 0.0, 0.0, 0, 0
-    while next_arrival < len(arrivals) or queue:
+    in_flight: dict[int, int] = {}  # message index -> bytes holding credit
+    now, next_arrival = 0.0, 0
+    while next_arrival < len(arrivals) or queue or network.busy:
         while next_arrival < len(arrivals) and arrivals[next_arrival][0] <= now + 1e-15:
             layer = arrivals[next_arrival][1]
             for block in partitions(problem, layer, partition_bytes):
                 heapq.heappush(queue, (layer, block.offset, block))
             next_arrival += 1
-        while in_flight and in_flight[0][0] <= now + 1e-15:
-            credit_used -= in_flight.popleft()[1]
-        while queue and (not in_flight or credit_used + queue[0][2].length <= credit_bytes):
+        for index, _, _ in network.advance(now):
+            del in_flight[index]
+        while queue and (not in_flight
+                         or sum(in_flight.values()) + queue[0][2].length <= credit_bytes):
             block = heapq.heappop(queue)[2]
+            in_flight[len(msgs)] = block.length
+            network.submit(len(msgs), now, *problem.comm.split(block.length))
             msgs.append(Message((block,), now))
-            free = max(free, now) + problem.comm.cost(block.length)
-            in_flight.append((free, block.length))
-            credit_used += block.length
-        upcoming = [t for t in (arrivals[next_arrival][0] if next_arrival < len(arrivals)
-                                else None, in_flight[0][0] if in_flight else None) if t is not None]
-        if not upcoming:
+        upcoming = min(arrivals[next_arrival][0] if next_arrival < len(arrivals) else math.inf,
+                       network.next_event())
+        if upcoming == math.inf:
             break
-        now = max(now, min(upcoming))
-    return DPPlan(tuple(msgs), barrier=False, policy="bytescheduler")
+        now = max(now, upcoming)
+    return DPPlan(tuple(msgs), barrier=False, policy="bytescheduler",
+                  in_flight=problem.in_flight,
+                  settings=f"partition {size_text(partition_bytes)}, credit "
+                           f"{size_text(credit_bytes)}")
+
+
+def _schedule(problem: DPProblem, partition: int, credit_multiple: int) -> DPPlan:
+    return bytescheduler_schedule(problem, partition, partition * credit_multiple)
 
 
 def bytescheduler_plan(problem: DPProblem) -> DPPlan:
-    """ByteScheduler with partition and credit tuned by grid search (fastest simulated; ties:
-    the smaller partition, then the smaller credit)."""
-    candidates = [bytescheduler_schedule(problem, partition, partition * multiple)
-                  for partition in PARTITIONS for multiple in CREDIT_MULTIPLES]
-    return min(candidates, key=lambda plan: iteration_time(problem, plan))
+    """ByteScheduler as shipped: the default 1M-element partition, credit tuned (the
+    credit grid shared by every tuned policy)."""
+    return grid_search(problem, _schedule, {"partition": (DEFAULT_PARTITION,),
+                                            "credit_multiple": CREDIT_MULTIPLES},
+                       {"partition": DEFAULT_PARTITION,
+                        "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "bytescheduler")
+
+
+def bytescheduler_tuned_plan(problem: DPProblem) -> DPPlan:
+    """ByteScheduler with partition and credit both tuned on the shared grid."""
+    return grid_search(problem, _schedule, {"partition": SIZES,
+                                            "credit_multiple": CREDIT_MULTIPLES},
+                       {"partition": DEFAULT_PARTITION,
+                        "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "bytescheduler-tuned")

@@ -17,17 +17,18 @@ baseline — and finally neighbouring messages are fused while that shortens the
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from itertools import accumulate
 
 from dlsched.dataparallel.plan import Block, DPPlan, Message
-from dlsched.dataparallel.policies.bytescheduler import bytescheduler_plan
+from dlsched.dataparallel.policies.bytescheduler import bytescheduler_tuned_plan
 from dlsched.dataparallel.policies.simple import (
-    bucket_plan,
-    horovod_plan,
+    ddp_tuned_plan,
+    horovod_tuned_plan,
     mgwfbp_plan,
     wfbp_plan,
 )
-from dlsched.dataparallel.policies.usbyte import usbyte_plan, usbyte_schedule
+from dlsched.dataparallel.policies.usbyte import usbyte_plan, usbyte_schedule, usbyte_tuned_plan
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.simulate import iteration_time
 
@@ -129,9 +130,13 @@ def dlsched_plan(problem: DPProblem) -> DPPlan:
     refined = [_grouped_usbyte(problem, g, math.inf, True) for g in groupings]
     cutoffs = [_grouped_usbyte(problem, g, f * problem.backward_end, False, overshoot)
                for g in groupings for f in PHASE1_CUTOFFS for overshoot in (True, False)]
-    baselines = [DPPlan(b(problem).messages, False, "dlsched") for b in
-                 (wfbp_plan, mgwfbp_plan, bucket_plan, horovod_plan, bytescheduler_plan)]
-    return merge_adjacent(problem, _fastest(problem, [*refined, *cutoffs, *baselines]))
+    baselines = [replace(b(problem), barrier=False, policy="dlsched", settings="")
+                 for b in (wfbp_plan, mgwfbp_plan, ddp_tuned_plan, horovod_tuned_plan,
+                           bytescheduler_tuned_plan, usbyte_tuned_plan)]
+    candidates = [*refined, *cutoffs, *baselines]
+    if problem.in_flight > 1:
+        candidates += [replace(plan, in_flight=problem.in_flight) for plan in candidates]
+    return merge_adjacent(problem, _fastest(problem, candidates))
 
 
 def merge_adjacent(problem: DPProblem, plan: DPPlan) -> DPPlan:
@@ -144,9 +149,9 @@ def merge_adjacent(problem: DPProblem, plan: DPPlan) -> DPPlan:
         fused = Message(msgs[index].blocks + msgs[index + 1].blocks,
                         max(msgs[index].launch, msgs[index + 1].launch))
         trial = [*msgs[:index], fused, *msgs[index + 2:]]
-        time = iteration_time(problem, DPPlan(tuple(trial), False, plan.policy))
+        time = iteration_time(problem, replace(plan, messages=tuple(trial)))
         if time < best:
             msgs, best, index = trial, time, max(index - 1, 0)
         else:
             index += 1
-    return DPPlan(tuple(msgs), False, plan.policy)
+    return replace(plan, messages=tuple(msgs))

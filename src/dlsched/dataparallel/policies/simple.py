@@ -1,11 +1,23 @@
-"""Per-layer and fusion baselines: WFBP, MG-WFBP, PyTorch DDP buckets and Horovod fusion."""
+"""Per-layer and fusion baselines: WFBP, MG-WFBP, PyTorch DDP buckets and Horovod fusion.
+
+DDP and Horovod run one all-reduce at a time (DDP's buckets go to one process group's stream in
+order; Horovod's background thread performs its fused operations one after another), so their
+plans have ``in_flight`` 1 on any network. ``ddp``/``horovod`` are the shipped defaults,
+``ddp-tuned``/``horovod-tuned`` search bucket size, fusion threshold and cycle on the grid
+shared by every tuned policy (``tuning.py``).
+"""
 
 from __future__ import annotations
 
 from dlsched.dataparallel.plan import DPPlan, Message, message, whole_layer
 from dlsched.dataparallel.problem import DPProblem
+from dlsched.dataparallel.tuning import CYCLES, SIZES, grid_search, size_text
 
 MiB = 2**20
+DDP_BUCKET = 25 * MiB
+DDP_FIRST_BUCKET = 1 * MiB
+HOROVOD_FUSION = 64 * MiB
+HOROVOD_CYCLE = 5e-3
 
 
 def _backward_order(problem: DPProblem) -> list[int]:
@@ -41,8 +53,8 @@ def mgwfbp_plan(problem: DPProblem) -> DPPlan:
     return DPPlan(tuple(msgs), barrier=True, policy="mgwfbp")
 
 
-def bucket_plan(problem: DPProblem, bucket_bytes: int = 25 * MiB,
-                first_bucket_bytes: int = 1 * MiB) -> DPPlan:
+def bucket_plan(problem: DPProblem, bucket_bytes: int = DDP_BUCKET,
+                first_bucket_bytes: int = DDP_FIRST_BUCKET) -> DPPlan:
     """PyTorch DDP: tensors in reverse parameter order fill buckets until a bucket reaches its
     cap (the first bucket 1 MiB, then 25 MiB); a bucket is all-reduced when all its tensors are
     ready, buckets in order; the optimizer step (and so the next forward) waits for all."""
@@ -57,19 +69,31 @@ def bucket_plan(problem: DPProblem, bucket_bytes: int = 25 * MiB,
             bucket, size, cap = [], 0, bucket_bytes
     if bucket:
         msgs.append(message(problem, [whole_layer(problem, g) for g in bucket]))
-    return DPPlan(tuple(msgs), barrier=True, policy="ddp")
+    return DPPlan(tuple(msgs), barrier=True, policy="ddp",
+                  settings=f"bucket {size_text(bucket_bytes)}, first "
+                           f"{size_text(first_bucket_bytes)}")
 
 
-def horovod_plan(problem: DPProblem, fusion_bytes: int = 64 * MiB,
-                 cycle: float = 5e-3) -> DPPlan:
+def ddp_tuned_plan(problem: DPProblem) -> DPPlan:
+    """DDP with its bucket size (``bucket_cap_mb``) tuned on the shared size grid."""
+    return grid_search(problem, bucket_plan, {"bucket_bytes": SIZES},
+                       {"bucket_bytes": DDP_BUCKET}, "ddp-tuned")
+
+
+def horovod_plan(problem: DPProblem, fusion_bytes: int = HOROVOD_FUSION,
+                 cycle: float = HOROVOD_CYCLE, phase: float | None = None) -> DPPlan:
     """Horovod tensor fusion: every ``cycle`` seconds the background thread fuses the tensors
     that became ready (in readiness order) into messages of up to ``fusion_bytes``; the
-    optimizer step waits for all."""
+    optimizer step waits for all. The thread's cycle is not aligned with backward: its ticks
+    fall at ``phase``, phase + cycle, ... seconds after backward starts; the default phase,
+    half a cycle, is the mean of a uniformly random one."""
+    offset = cycle / 2 if phase is None else phase
     pending = _backward_order(problem)
     msgs: list[Message] = []
-    tick = 0.0
+    cycles = 0
     while pending:
-        tick += cycle
+        tick = offset + cycles * cycle
+        cycles += 1
         ready = [layer for layer in pending if problem.ready[layer] <= tick + 1e-15]
         pending = pending[len(ready):]
         group: list[int] = []
@@ -82,4 +106,13 @@ def horovod_plan(problem: DPProblem, fusion_bytes: int = 64 * MiB,
             size += problem.grad_bytes[layer]
         if group:
             msgs.append(message(problem, [whole_layer(problem, g) for g in group], tick))
-    return DPPlan(tuple(msgs), barrier=True, policy="horovod")
+    return DPPlan(tuple(msgs), barrier=True, policy="horovod",
+                  settings=f"fusion {size_text(fusion_bytes)}, cycle {cycle * 1e3:g} ms, "
+                           f"phase {offset * 1e3:g} ms")
+
+
+def horovod_tuned_plan(problem: DPProblem) -> DPPlan:
+    """Horovod with fusion threshold and cycle time tuned on the shared grid (the phase stays
+    half a cycle: users cannot align the cycle with backward)."""
+    return grid_search(problem, horovod_plan, {"fusion_bytes": SIZES, "cycle": CYCLES},
+                       {"fusion_bytes": HOROVOD_FUSION, "cycle": HOROVOD_CYCLE}, "horovod-tuned")

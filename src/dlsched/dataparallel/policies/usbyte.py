@@ -9,7 +9,8 @@ rest — so block boundaries fall where a more urgent gradient may arrive. Phase
 gradient exists, sends each layer's remainder as one message in forward order, which makes every
 prefix of layers finish as early as possible. Priorities start input-first and are refined: for
 l = L-1 .. 1, if layers become ready while l would still be sending whole, l is tried ahead of
-them and kept there if the simulated iteration gets shorter. Each unit is sent exactly once
+them and kept there if the simulated iteration gets shorter. US-Byte sends one message at a
+time (``in_flight`` 1). Each unit is sent exactly once
 (the reference planner could drop units when it picked the same layer twice in a row; the
 validator in ``plan.py`` checks every plan).
 """
@@ -22,6 +23,7 @@ import math
 from dlsched.dataparallel.plan import Block, DPPlan, Message, message
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.simulate import iteration_time
+from dlsched.dataparallel.tuning import SIZES, grid_search, size_text
 
 UNIT_BYTES = 2**20 * 4  # 1M fp32 elements
 
@@ -82,7 +84,7 @@ def usbyte_schedule(problem: DPProblem, order: list[int], unit: int = UNIT_BYTES
         rest = problem.grad_bytes[layer] - sent[layer]
         if rest > 0:
             msgs.append(message(problem, [Block(layer, sent[layer], rest)]))
-    return DPPlan(tuple(msgs), barrier=False, policy="usbyte")
+    return DPPlan(tuple(msgs), barrier=False, policy="usbyte", settings=f"unit {size_text(unit)}")
 
 
 def refine_priority(problem: DPProblem, unit: int = UNIT_BYTES,
@@ -107,6 +109,12 @@ def refine_priority(problem: DPProblem, unit: int = UNIT_BYTES,
 
 def usbyte_plan(problem: DPProblem, unit: int = UNIT_BYTES,
                 phase1_until: float = math.inf) -> DPPlan:
-    """US-Byte with refined priorities."""
+    """US-Byte with refined priorities (the authors' default unit: 1M fp32 elements)."""
     order = refine_priority(problem, unit, phase1_until)
     return usbyte_schedule(problem, order, unit, phase1_until)
+
+
+def usbyte_tuned_plan(problem: DPProblem) -> DPPlan:
+    """US-Byte with its unit tuned on the shared size grid (in the authors' code the unit is
+    the same setting as ByteScheduler's partition)."""
+    return grid_search(problem, usbyte_plan, {"unit": SIZES}, {"unit": UNIT_BYTES}, "usbyte-tuned")

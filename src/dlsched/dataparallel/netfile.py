@@ -1,0 +1,142 @@
+"""Fitted all-reduce cost files (``kind: allreduce-cost``): schema and loader.
+
+The format, agreed with the torch runtime's ``dlsched calibrate`` which writes it, is described
+in docs/dataparallel.md. Plain numbers are seconds, bytes and bytes/s; strings with units
+("120 us", "1.1 GB/s", "64 KiB") are accepted. ``model`` names which fit ``--network`` uses:
+
+* ``alpha-beta``: ``{alpha, bandwidth}``, t = alpha + bytes / bandwidth;
+* ``ring``: ``{latency, bandwidth}``, t = 2(N-1) latency + 2(N-1)/N bytes / bandwidth;
+* ``piecewise``: segments ``{up_to, alpha, bandwidth}`` ascending, the last without ``up_to``.
+
+Only the block named by ``model`` is required. ``samples`` (the timed all-reduces) and
+``measured_with`` (provenance) are optional and not used for planning.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dlsched.config import load_document, validate
+from dlsched.dataparallel.comm import AlphaBeta, CommModel, Piecewise, Segment, ring_allreduce
+from dlsched.errors import ConfigError
+from dlsched.units import parse_bandwidth, parse_bytes, parse_time
+
+
+def _finite(value: float, what: str, low: float, low_open: bool) -> float:
+    if not math.isfinite(value) or value < low or (low_open and value == low):
+        sign = ">" if low_open else ">="
+        raise ValueError(f"{what} must be finite and {sign} {low:g} (got {value!r})")
+    return value
+
+
+def _time(value: Any) -> float:
+    return _finite(parse_time(value), "a duration in seconds", 0.0, False)
+
+
+def _bandwidth(value: Any) -> float:
+    return _finite(parse_bandwidth(value), "a bandwidth in B/s", 0.0, True)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AlphaBetaFit(_Strict):
+    """t = alpha + bytes / bandwidth."""
+
+    alpha: float
+    bandwidth: float
+    _alpha = field_validator("alpha", mode="before")(lambda v: _time(v))
+    _bandwidth = field_validator("bandwidth", mode="before")(lambda v: _bandwidth(v))
+
+
+class RingFit(_Strict):
+    """t = 2(N-1) latency + 2(N-1)/N bytes / bandwidth."""
+
+    latency: float
+    bandwidth: float
+    _latency = field_validator("latency", mode="before")(lambda v: _time(v))
+    _bandwidth = field_validator("bandwidth", mode="before")(lambda v: _bandwidth(v))
+
+
+class SegmentFit(AlphaBetaFit):
+    """One size range of a piecewise fit: messages of at most ``up_to`` bytes."""
+
+    up_to: int | None = None
+    _up_to = field_validator("up_to", mode="before")(
+        lambda v: None if v is None else int(_finite(parse_bytes(v), "a size in bytes", 0, True)))
+
+
+class Sample(_Strict):
+    """One timed all-reduce."""
+
+    bytes: int = Field(ge=0)
+    seconds: float
+    _seconds = field_validator("seconds", mode="before")(lambda v: _time(v))
+
+
+class NetworkFile(_Strict):
+    """A fitted all-reduce cost file."""
+
+    kind: Literal["allreduce-cost"]
+    name: str = Field("fitted", min_length=1)
+    workers: int = Field(ge=2, le=65_536)
+    model: Literal["alpha-beta", "ring", "piecewise"]
+    alpha_beta: AlphaBetaFit | None = None
+    ring: RingFit | None = None
+    piecewise: list[SegmentFit] | None = Field(None, min_length=1)
+    samples: list[Sample] = []
+    measured_with: dict[str, Any] = {}
+
+    @field_validator("piecewise")
+    @classmethod
+    def _ascending(cls, segments: list[SegmentFit] | None) -> list[SegmentFit] | None:
+        if segments is None:
+            return None
+        limits = [s.up_to for s in segments]
+        if limits[-1] is not None or None in limits[:-1]:
+            raise ValueError("every segment but the last needs up_to (bytes); the last has none")
+        if any(a >= b for a, b in itertools.pairwise(limits[:-1])):
+            raise ValueError(f"up_to must be strictly ascending (got {limits[:-1]})")
+        return segments
+
+    @model_validator(mode="after")
+    def _named_block(self) -> NetworkFile:
+        if getattr(self, self.model.replace("-", "_")) is None:
+            raise ValueError(f"model is {self.model!r} but the file has no "
+                             f"{self.model.replace('-', '_')!r} block")
+        return self
+
+    def build(self, workers: int | None = None) -> CommModel:
+        """The cost model ``model`` names. ``workers``: the job's ranks; a ring fit is
+        re-evaluated for them, the other fits are valid only for the file's ``workers``."""
+        ranks = self.workers if workers is None else workers
+        if ranks != self.workers and self.model != "ring":
+            raise ConfigError(f"workers: the network file {self.name!r} was fitted on "
+                              f"{self.workers} ranks and its {self.model} model holds only for "
+                              f"them (got --workers {ranks}); accepted: {self.workers}, or a "
+                              "ring fit")
+        name = f"{self.name} ({self.model})"
+        if self.model == "alpha-beta" and self.alpha_beta is not None:
+            return AlphaBeta(self.alpha_beta.alpha, 1 / self.alpha_beta.bandwidth, name)
+        if self.model == "ring" and self.ring is not None:
+            ring = ring_allreduce(ranks, self.ring.bandwidth, self.ring.latency)
+            return AlphaBeta(ring.alpha, ring.beta, name)
+        assert self.piecewise is not None
+        return Piecewise(tuple(Segment(math.inf if s.up_to is None else float(s.up_to),
+                                       s.alpha, 1 / s.bandwidth) for s in self.piecewise), name)
+
+
+def read_network_file(path: str | Path) -> NetworkFile:
+    """Read and validate a fitted network file; ConfigError names the bad field."""
+    return validate(NetworkFile, load_document(path), f"network file {path}")
+
+
+def load_network_file(path: str | Path, workers: int | None = None) -> CommModel:
+    """The cost model of a fitted network file, for ``workers`` ranks (default: the file's)."""
+    return read_network_file(path).build(workers)

@@ -1,0 +1,99 @@
+"""A network that holds up to k all-reduces in flight, sharing its bandwidth.
+
+Messages are admitted in submission order (FIFO), each no earlier than its launch time and only
+while fewer than ``slots`` are running. A running message first spends its latency (startup,
+per-step latencies: concurrent messages overlap these), then its transfer: ``transfer`` seconds
+of the full bandwidth, which the messages transferring at the same moment share equally
+(processor sharing). With one slot this is the serial network of the reference model: each
+message starts when the previous one ends and its launch time has come, and lasts its cost.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+EPSILON = 1e-15  # seconds of transfer below which a message counts as done
+
+
+@dataclass
+class _Running:
+    index: int
+    start: float
+    latency_end: float
+    remaining: float  # seconds of transfer at the full bandwidth still to do
+
+
+class SharedNetwork:
+    """Event-driven k-slot network; ``submit`` messages, ``advance`` time, read completions."""
+
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"in_flight: the network needs >= 1 slot (got {slots})")
+        self.slots = slots
+        self.now = 0.0
+        self.waiting: deque[tuple[int, float, float, float]] = deque()
+        self.running: list[_Running] = []
+
+    def submit(self, index: int, launch: float, latency: float, transfer: float) -> None:
+        """Queue message ``index``: launch (s), latency (s) and transfer (s at full rate)."""
+        self.waiting.append((index, launch, latency, transfer))
+
+    @property
+    def busy(self) -> bool:
+        """Whether any message is waiting or running."""
+        return bool(self.waiting or self.running)
+
+    def next_event(self) -> float:
+        """Time of the next admission, latency end or completion (inf when idle)."""
+        events = [math.inf]
+        if self.waiting and len(self.running) < self.slots:
+            events.append(max(self.now, self.waiting[0][1]))
+        transferring = [r for r in self.running if r.latency_end <= self.now]
+        events.extend(r.latency_end for r in self.running if r.latency_end > self.now)
+        if transferring:
+            events.append(self.now + min(r.remaining for r in transferring) * len(transferring))
+        return min(events)
+
+    def advance(self, until: float) -> list[tuple[int, float, float]]:
+        """Run events up to time ``until`` (s); ``(index, start, end)`` of messages that ended."""
+        done: list[tuple[int, float, float]] = []
+        while True:
+            event = self.next_event()
+            if event > until or event == math.inf:
+                if math.isfinite(until):
+                    self._progress(until)
+                return done
+            self._progress(event)
+            sharing = sum(1 for r in self.running if r.latency_end <= self.now)
+            for running in [r for r in self.running if r.latency_end <= self.now and (
+                    r.remaining <= EPSILON or self.now + r.remaining * sharing <= self.now)]:
+                self.running.remove(running)
+                done.append((running.index, running.start, self.now))
+            while self.waiting and len(self.running) < self.slots \
+                    and self.waiting[0][1] <= self.now:
+                index, _, latency, transfer = self.waiting.popleft()
+                self.running.append(_Running(index, self.now, self.now + latency, transfer))
+
+    def _progress(self, time: float) -> None:
+        """Move the clock to ``time``, sharing the bandwidth among transferring messages."""
+        if time <= self.now:
+            return
+        transferring = [r for r in self.running if r.latency_end <= self.now]
+        for running in transferring:
+            running.remaining -= (time - self.now) / len(transferring)
+        self.now = time
+
+
+def shared_times(messages: list[tuple[float, float, float]],
+                 slots: int) -> tuple[list[float], list[float]]:
+    """Start and end seconds of messages ``(launch, latency, transfer)`` in order on a
+    ``slots``-message network (FIFO admission, shared bandwidth)."""
+    network = SharedNetwork(slots)
+    for index, (launch, latency, transfer) in enumerate(messages):
+        network.submit(index, launch, latency, transfer)
+    starts, ends = [0.0] * len(messages), [0.0] * len(messages)
+    for index, start, end in network.advance(math.inf):
+        starts[index], ends[index] = start, end
+    return starts, ends
