@@ -159,3 +159,15 @@ def test_network_file_on_the_cli(run_cli, tmp_path):
     assert rows[0]["workers"] == 4 and rows[1]["in_flight"] == 2
     code, _, err = run_cli("dataparallel", "--network", str(path), "--workers", "8")
     assert code == 2 and "workers" in err
+
+
+def test_bad_model_options_exit_2(run_cli):
+    """In-flight count, backward ratio, efficiency and output suffixes are checked first."""
+    for args, needle in ((("--in-flight", "0"), "in-flight"),
+                         (("--backward-ratio", "nan"), "backward-ratio"),
+                         (("--efficiency", "1.5"), "efficiency"),
+                         (("--device", "tpu9"), "v100-fp32"),
+                         (("--csv", "out.txt"), "--csv")):
+        code, _, err = run_cli("dataparallel", "--model", "vgg16", "--policy", "wfbp", *args)
+        assert code == 2, args
+        assert needle in err, args

@@ -12,7 +12,6 @@ from dlsched.cli.progress import progress_bar
 from dlsched.dataparallel import POLICIES, parse_network, problem_from_model, run_dataparallel
 from dlsched.dataparallel.comm import CommModel
 from dlsched.dataparallel.netfile import read_network_file
-from dlsched.errors import ConfigError
 from dlsched.experiments import usbyte
 from dlsched.models import (
     CALIBRATED,
@@ -25,6 +24,9 @@ from dlsched.models import (
 )
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_ratio, seconds_as_ms
+from dlsched.validation import BATCH, FRACTION, RATIO, WORKERS, check_output_paths, count
+
+IN_FLIGHT = count("messages in flight", 1, 64)
 
 COLUMNS = [
     Column("policy", "policy", justify="left"),
@@ -48,9 +50,7 @@ def _network(network: str, workers: int | None) -> tuple[CommModel, int]:
         fitted = read_network_file(network)
         ranks = fitted.workers if workers is None else workers
         return fitted.build(ranks), ranks
-    ranks = 8 if workers is None else workers
-    if ranks < 1:
-        raise ConfigError(f"workers: must be >= 1 (got {ranks})")
+    ranks = 8 if workers is None else WORKERS.check(workers, "workers")
     return parse_network(network, ranks), ranks
 
 
@@ -80,6 +80,13 @@ def dataparallel(
 ) -> None:
     """Schedule one data-parallel iteration's gradient all-reduces under each policy."""
     names = parse_names(policy, POLICIES, "policy")
+    check_output_paths({"--csv": (csv, (".csv",)), "--trace": (trace, (".json",)),
+                        "--plot": (plot, (".png",))})
+    IN_FLIGHT.check(in_flight, "in-flight")
+    BATCH.check(batch_size, "batch-size")
+    RATIO.check(backward_ratio, "backward-ratio")
+    if efficiency is not None:
+        FRACTION.check(efficiency, "efficiency")
     compute: ComputeModel = device_compute(device, efficiency, backward_ratio)
     comm, workers = _network(network, workers)
     problem = problem_from_model(_load_model(model, profile), compute, batch_size, comm,
@@ -135,6 +142,7 @@ def reproduce_usbyte(
     """US-Byte's claims next to our reproduction: every policy at shipped defaults and tuned,
     8 nodes (10 GbE, 25 Gb) and 128 GPUs, V100 FP32, both all-reduce cost models."""
     names = parse_names(models, model_names(), "models")
+    check_output_paths({"--csv": (csv, (".csv",))})
     rows = usbyte.reproduce(usbyte.default_scenarios(names), progress_bar("scheduling",
                                                                           json_out))
     summary = usbyte.summarize(rows)

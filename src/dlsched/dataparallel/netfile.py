@@ -21,25 +21,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dlsched.config import load_document, validate
+from dlsched.config import validate
 from dlsched.dataparallel.comm import AlphaBeta, CommModel, Piecewise, Segment, ring_allreduce
 from dlsched.errors import ConfigError
-from dlsched.units import parse_bandwidth, parse_bytes, parse_time
-
-
-def _finite(value: float, what: str, low: float, low_open: bool) -> float:
-    if not math.isfinite(value) or value < low or (low_open and value == low):
-        sign = ">" if low_open else ">="
-        raise ValueError(f"{what} must be finite and {sign} {low:g} (got {value!r})")
-    return value
-
-
-def _time(value: Any) -> float:
-    return _finite(parse_time(value), "a duration in seconds", 0.0, False)
-
-
-def _bandwidth(value: Any) -> float:
-    return _finite(parse_bandwidth(value), "a bandwidth in B/s", 0.0, True)
+from dlsched.validation import (
+    MAX_WORKERS,
+    Bandwidth,
+    ByteSize,
+    Duration,
+    Seconds,
+    load_document_safely,
+)
 
 
 class _Strict(BaseModel):
@@ -49,35 +41,28 @@ class _Strict(BaseModel):
 class AlphaBetaFit(_Strict):
     """t = alpha + bytes / bandwidth."""
 
-    alpha: float
-    bandwidth: float
-    _alpha = field_validator("alpha", mode="before")(lambda v: _time(v))
-    _bandwidth = field_validator("bandwidth", mode="before")(lambda v: _bandwidth(v))
+    alpha: Seconds
+    bandwidth: Bandwidth
 
 
 class RingFit(_Strict):
     """t = 2(N-1) latency + 2(N-1)/N bytes / bandwidth."""
 
-    latency: float
-    bandwidth: float
-    _latency = field_validator("latency", mode="before")(lambda v: _time(v))
-    _bandwidth = field_validator("bandwidth", mode="before")(lambda v: _bandwidth(v))
+    latency: Seconds
+    bandwidth: Bandwidth
 
 
 class SegmentFit(AlphaBetaFit):
-    """One size range of a piecewise fit: messages of at most ``up_to`` bytes."""
+    """One size range of a piecewise fit: messages of at most ``up_to`` bytes (> 0)."""
 
-    up_to: int | None = None
-    _up_to = field_validator("up_to", mode="before")(
-        lambda v: None if v is None else int(_finite(parse_bytes(v), "a size in bytes", 0, True)))
+    up_to: ByteSize | None = Field(None, gt=0)
 
 
 class Sample(_Strict):
     """One timed all-reduce."""
 
-    bytes: int = Field(ge=0)
-    seconds: float
-    _seconds = field_validator("seconds", mode="before")(lambda v: _time(v))
+    bytes: ByteSize
+    seconds: Duration
 
 
 class NetworkFile(_Strict):
@@ -85,7 +70,7 @@ class NetworkFile(_Strict):
 
     kind: Literal["allreduce-cost"]
     name: str = Field("fitted", min_length=1)
-    workers: int = Field(ge=2, le=65_536)
+    workers: int = Field(ge=2, le=MAX_WORKERS)
     model: Literal["alpha-beta", "ring", "piecewise"]
     alpha_beta: AlphaBetaFit | None = None
     ring: RingFit | None = None
@@ -134,7 +119,8 @@ class NetworkFile(_Strict):
 
 def read_network_file(path: str | Path) -> NetworkFile:
     """Read and validate a fitted network file; ConfigError names the bad field."""
-    return validate(NetworkFile, load_document(path), f"network file {path}")
+    return validate(NetworkFile, load_document_safely(path, "network file"),
+                    f"network file {path}")
 
 
 def load_network_file(path: str | Path, workers: int | None = None) -> CommModel:
