@@ -189,3 +189,30 @@ def test_cli_run_refuses_a_plan_for_another_model(run_cli, tmp_path) -> None:
     code, _, err = run_cli("pipeline", "run", str(tmp_path / "plan.json"), "--model",
                            "gpt-small")
     assert code == 2 and "has 10 blocks" in err
+
+
+def test_cli_export_then_run_writes_trace_and_plot(run_cli, tmp_path) -> None:
+    """``pipeline export`` then ``pipeline run --torch-csv``: a JSON row with the measured
+    iteration beside the plan's prediction, a Chrome trace with every action, a PNG."""
+    import json
+
+    from dlsched.pipeline.plan_file import save_plan
+
+    plan = _plans()[3]
+    save_plan(saved_for_model(plan, load_model(MODEL), MICROBATCH_SIZE, NAMES, 1.0),
+              tmp_path / "plan.json")
+    code, _, err = run_cli("pipeline", "export", str(tmp_path / "plan.json"), "--torch-csv",
+                           str(tmp_path / "order.csv"))
+    assert code == 0, err
+    code, out, err = run_cli("pipeline", "run", str(tmp_path / "plan.json"), "--torch-csv",
+                             str(tmp_path / "order.csv"), "--iterations", "1", "--warmup", "0",
+                             "--trace", str(tmp_path / "t.json"), "--plot",
+                             str(tmp_path / "p.png"), "--json")
+    assert code == 0, err
+    row = json.loads(out)["rows"][0]
+    assert row["planner"] == "zb-h1" and row["predicted_s"] == 1.0
+    assert row["measured_median_s"] > 0 and row["error"] == 1.0 / row["measured_median_s"] - 1
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    labels = sorted(e["name"] for e in events if e.get("ph") == "X")
+    assert labels == sorted(str(a) for order in plan.orders for a in order)
+    assert (tmp_path / "p.png").stat().st_size > 0

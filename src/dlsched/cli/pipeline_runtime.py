@@ -18,6 +18,7 @@ from dlsched.pipeline.plan_file import load_plan
 from dlsched.pipeline.torch_export import (
     mapping_path_for,
     read_torch_export,
+    to_plan,
     to_torch,
     write_torch_export,
 )
@@ -133,11 +134,11 @@ def export(
 RUN_COLUMNS = [
     Column("planner", "planner", justify="left"),
     Column("ranks", "ranks"),
-    Column("predicted_s", "predicted (ms)", seconds_as_ms),
+    Column("predicted_s", "predicted (ms)", lambda v: "-" if v is None else seconds_as_ms(v)),
     Column("measured_median_s", "measured median (ms)", seconds_as_ms),
     Column("measured_min_s", "min (ms)", seconds_as_ms),
     Column("measured_max_s", "max (ms)", seconds_as_ms),
-    Column("error", "error (%)", lambda v: f"{v * 100:+.1f}"),
+    Column("error", "error (%)", lambda v: "-" if v is None else f"{v * 100:+.1f}"),
     Column("final_loss", "loss", lambda v: "-" if v is None else f"{v:.4f}"),
 ]
 
@@ -171,6 +172,8 @@ def run(
         schedule = read_torch_export(torch_csv, mapping_path_for(torch_csv))
         if schedule.stage_blocks != to_torch(saved.plan).stage_blocks:
             raise ConfigError(f"torch-csv: {torch_csv} cuts the blocks differently from {plan}")
+    edited = schedule is not None and to_plan(schedule) != saved.plan
+    predicted = None if edited else saved.predicted_iteration_s
     _torch()
     from dlsched.runtime.pipeline_run import run_pipeline
     from dlsched.runtime.spawn import SpawnOptions
@@ -180,10 +183,10 @@ def run(
                           schedule=schedule, options=options)
     measured = result.median_iteration_s
     rows = [{"planner": saved.plan.planner, "ranks": (schedule or to_torch(saved.plan))
-             .world_size, "predicted_s": saved.predicted_iteration_s,
+             .world_size, "predicted_s": predicted,
              "measured_median_s": measured, "measured_min_s": min(result.iteration_s),
              "measured_max_s": max(result.iteration_s),
-             "error": saved.predicted_iteration_s / measured - 1.0,
+             "error": None if predicted is None else predicted / measured - 1.0,
              "final_loss": result.losses[-1] if result.losses else None}]
     if trace is not None:
         write_chrome_trace(result.timeline, trace)
@@ -198,6 +201,9 @@ def run(
     render_table(rows, RUN_COLUMNS, f"{saved.model}: {iterations} iterations of "
                  f"{saved.plan.num_microbatches} microbatches of {saved.microbatch_size} "
                  "(error = predicted / measured - 1)", console)
+    if edited:
+        console.print(f"{torch_csv} differs from the plan's orders: no prediction for it "
+                      "(the plan file's prediction is for its own orders)")
 
 
 def register(pipeline_app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ from dlsched.pipeline.actions import Action, format_orders, parse_orders
 from dlsched.pipeline.bounds import instance_bound, plan_bound
 from dlsched.pipeline.chain import Chain, chain_from_model, synthetic_chain
 from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, validate_plan
+from dlsched.pipeline.plan_file import SavedPlan, load_plan, save_plan, saved_from_result
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.registry import (
     BASELINES,
@@ -18,6 +19,14 @@ from dlsched.pipeline.registry import (
     run_planner,
 )
 from dlsched.pipeline.simulate import SimResult, simulate
+from dlsched.pipeline.torch_export import (
+    TorchSchedule,
+    read_torch_export,
+    to_plan,
+    to_torch,
+    write_torch_export,
+)
+from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
 
 __all__ = [
     "BASELINES",
@@ -29,16 +38,26 @@ __all__ = [
     "PipelineProblem",
     "PipelineResult",
     "PlanError",
+    "SavedPlan",
     "SimResult",
     "Stage",
+    "TorchSchedule",
     "chain_from_model",
     "format_orders",
     "get_planner",
     "instance_bound",
+    "load_plan",
     "parse_orders",
     "plan_bound",
+    "plan_dlsched_for_torch",
+    "read_torch_export",
     "run_planner",
+    "save_plan",
+    "saved_from_result",
     "simulate",
     "synthetic_chain",
+    "to_plan",
+    "to_torch",
     "validate_plan",
+    "write_torch_export",
 ]
