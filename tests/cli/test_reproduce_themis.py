@@ -44,6 +44,17 @@ def test_with_latency_ours_keeps_95_percent(reproduction):
     assert summary[("table", "ours")]["worst_vs_themis_scf"] >= 0.99
 
 
+def test_ours_is_within_two_percent_of_the_latency_aware_bound(reproduction):
+    """Every row, zero and table latency, size and chunk sweeps: ours <= 1.02 x the bound, and
+    no policy beats the bound."""
+    rows, _ = reproduction
+    for row in rows:
+        if row["policy"] != "ideal":
+            assert row["time_s"] >= row["bound_s"] * (1 - 1e-9)
+    worst = max(row["time_over_bound"] for row in rows if row["policy"] == "ours")
+    assert worst <= 1.02
+
+
 def test_cli_json_is_one_object_with_rows(run_cli, monkeypatch):
     """--json prints one object with `rows` and `summary` (checked on a reduced sweep)."""
     from dlsched.experiments import themis

@@ -10,8 +10,9 @@ from rich.table import Table
 
 from dlsched.cli.options import console, emit_rows, parse_names, suffixed
 from dlsched.cli.themis_reproduction import reproduce_themis
-from dlsched.collectives import POLICIES, CollectiveResult, run_collective
+from dlsched.collectives import POLICIES, CollectiveOp, CollectiveResult, run_collective
 from dlsched.hardware import load_topology, preset_description, preset_names
+from dlsched.interop import read_astra_network, read_astra_system
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, as_ratio
 from dlsched.units import format_bandwidth, format_bytes, format_time, parse_bytes
@@ -67,10 +68,24 @@ def collective(
     plot: Annotated[Path | None,
                     typer.Option(help="PNG of per-dimension activity, a panel per policy.")]
     = None,
+    astra_network: Annotated[Path | None, typer.Option(
+        help="ASTRA-sim network YAML; replaces --topology (docs/interop.md).")] = None,
+    astra_system: Annotated[Path | None, typer.Option(
+        help="ASTRA-sim system JSON: sets --chunks, --concurrency, --intra and each dimension's "
+             "algorithm; its inter-dimension policy runs first.")] = None,
 ) -> None:
     """Simulate one chunked collective under one or more policies and compare them."""
-    net = load_topology(topology)
+    net = load_topology(topology) if astra_network is None else read_astra_network(astra_network)
     names = parse_names(policy, POLICIES, "policy")
+    if astra_system is not None:
+        system = read_astra_system(astra_system)
+        if op in set(CollectiveOp):
+            net = system.apply(net, CollectiveOp(op))
+        chunks, concurrency, intra = system.chunks, system.concurrency, system.intra.value
+        names = [system.policy] + [n for n in names if n != system.policy]
+        if not json_out:
+            for note in system.notes():
+                console.print(f"note: {astra_system}: {note}", highlight=False)
     results = [run_collective(net, op, parse_bytes(size), chunks, name, intra, concurrency)
                for name in names]
     rows = [r.row() | {"speedup": results[0].time_s / r.time_s} for r in results]

@@ -1,44 +1,48 @@
-"""dlsched's own policy, "balanced": an exact order mix plus a simulated search over chunking.
+"""dlsched's own collective policy: order mixes and greedy orders, searched by simulation.
 
-Themis balances dimensions greedily, one chunk at a time, from predicted loads. "balanced"
-instead solves for the mix of dimension orders that minimises the most-loaded dimension exactly
-(an LP over the D! orders, see ``order_mix``), then hands orders to chunks so that every prefix
-of the chunk sequence follows that mix as closely as possible (largest deficit first), which
-also starts different chunks on different dimensions and fills the pipeline quickly. With step
-latency, a second mix also counts each dimension's latency as fixed load, which moves transfer
-work off latency-heavy dimensions.
+Themis balances dimensions greedily from predicted loads, one chunk at a time, with the chunk
+count and concurrency it is given. This policy treats the chunk count, chunk shapes and the
+chunks per dimension as its own choices (as a runtime that owns its communication library
+would) and scores every candidate by simulating it:
 
-Load balance is not the whole story: pipeline fill and drain, and the step latency that every
-chunk-stage pays, cost time too. So the policy searches, scoring each candidate by simulation:
+1. the baseline's and Themis's own plans at the requested chunks and concurrency (so it is
+   never slower than either under the same intra-dimension order);
+2. with step latency, the number of chunks a dimension runs at once: one chunk's step latency
+   then overlaps another's transfer. Concurrencies 1x the request and 4, 8, 12, 16, 24 are
+   tried on a tapered 64-chunk plan with latency-weighted greedy orders;
+3. at the two best concurrencies, every chunking — the requested count and 64 chunks with
+   equal sizes, and 32, 64 and 96 chunks with sizes tapered at both ends (1/4, 1/2, 1, ...,
+   1, 1/2, 1/4: short fill and drain) — with every order
+   source: Themis's tracker, the exact order mix that minimises the most-loaded dimension (an
+   LP over the D! orders, handed out largest deficit first), and a latency-weighted greedy
+   tracker (each chunk's RS goes least-loaded dimension first, its AG retraces it; the tracker
+   adds bytes / bandwidth plus lambda x the stage's step latency, lambda in 0, 0.05, 0.1, 0.2);
+4. a local search on the best plan: a fixed-seed sequence of up to 80 single-chunk order
+   changes, each kept if the simulated time drops, stopping once the plan is within 1% of the
+   latency-aware lower bound (``bounds.latency_bound``).
 
-1. the baseline's and Themis's own plans (so "balanced" is never slower than either under the
-   same intra-dimension order);
-2. the exact mix at the requested concurrency and, with step latency, at 2x and 4x as many
-   chunks per dimension (one chunk's latency then overlaps another's transfer); the fastest
-   concurrency is kept for step 3;
-3. at that concurrency, every chunking — the requested count, 2x and 4x as many while that
-   stays within 64 chunks, and with step latency 1/2 and 1/4 as many; equal sizes, or sizes
-   tapered at both ends so fill and drain are short — with every order source (baseline,
-   Themis, exact mix, latency-aware mix).
-
-The fastest plan wins (ties: the first found)."""
+The fastest plan wins (ties: the first found). The search is deterministic.
+"""
 
 from __future__ import annotations
 
 import itertools
 import math
+import random
 from functools import cache
 
 import numpy as np
 
 from dlsched.collectives.algorithms import stage_latency
-from dlsched.collectives.bounds import order_loads
+from dlsched.collectives.bounds import latency_bound, order_loads
 from dlsched.collectives.order_mix import min_max_mix
 from dlsched.collectives.plan import (
+    ChunkRoute,
     CollectiveOp,
     CollectivePlan,
     equal_chunks,
     route_from_order,
+    route_stage_data,
     weighted_chunks,
 )
 from dlsched.collectives.policies.baseline import baseline_order, baseline_plan
@@ -49,8 +53,16 @@ from dlsched.hardware.topology import Topology
 
 # Relative chunk weights at each end of a tapered chunking (the middle chunks weigh 1).
 TAPER = (0.25, 0.5)
-# Requests for fewer chunks than this also try 2x and 4x as many (up to this count).
-MORE_CHUNKS_UP_TO = 64
+# Chunk counts tried besides the requested one.
+CHUNK_COUNTS = (32, 64, 96)
+# Chunks per dimension tried when dimensions have step latency (besides the requested one).
+CONCURRENCIES = (4, 8, 12, 16, 24)
+# Weights of a stage's step latency in the greedy load tracker.
+LATENCY_WEIGHTS = (0.0, 0.05, 0.1, 0.2)
+# Single-chunk order changes tried at most by the final local search, which stops early once
+# the plan is within GAP_TARGET of the latency-aware lower bound.
+LOCAL_STEPS = 80
+GAP_TARGET = 0.01
 
 
 @cache
@@ -59,24 +71,13 @@ def _order_loads(topology: Topology, op: CollectiveOp) -> tuple[list[tuple[int, 
     return orders, np.column_stack([order_loads(topology, op, order) for order in orders])
 
 
-def latency_load(topology: Topology, op: CollectiveOp, num_chunks: int,
-                 concurrency: int) -> np.ndarray:
-    """Seconds each dimension spends in step latency for ``num_chunks`` chunks, divided by the
-    chunks it runs at once (latency is the same whatever a chunk's dimension order)."""
-    route = route_from_order(op, tuple(range(len(topology.dims))))
-    load = np.zeros(len(topology.dims))
-    for stage in route:
-        load[stage.dim] += stage_latency(topology.dims[stage.dim], stage.phase)
-    return load * num_chunks / concurrency
-
-
-def mix_orders(topology: Topology, op: CollectiveOp, chunk_sizes: list[int],
-               offset: np.ndarray | None = None) -> list[tuple[int, ...]]:
-    """Orders for each chunk following the order mix that minimises the most-loaded dimension
-    (``offset``: seconds of fixed load per dimension), handed out largest deficit first."""
+def mix_orders(topology: Topology, op: CollectiveOp,
+               chunk_sizes: list[int]) -> list[tuple[int, ...]]:
+    """Orders for each chunk following the order mix that minimises the most-loaded dimension,
+    handed out largest deficit first (every prefix of chunks follows the mix closely)."""
     orders, loads = _order_loads(topology, op)
     columns = list((loads * sum(chunk_sizes)).T)
-    weights, _ = min_max_mix(columns, [range(len(orders))], offset)
+    weights, _ = min_max_mix(columns, [range(len(orders))])
     assigned = np.zeros(len(orders))
     total = 0.0
     result = []
@@ -88,30 +89,49 @@ def mix_orders(topology: Topology, op: CollectiveOp, chunk_sizes: list[int],
     return result
 
 
-def _chunkings(request: CollectiveRequest, has_latency: bool) -> list[list[int]]:
-    counts = [request.num_chunks]
-    more = (2 * request.num_chunks, 4 * request.num_chunks)
-    counts += [c for c in more if c <= MORE_CHUNKS_UP_TO]
-    if has_latency:
-        counts += [c for c in (request.num_chunks // 2, request.num_chunks // 4) if c >= 2]
-    chunkings = []
-    for count in counts:
-        chunkings.append(equal_chunks(request.size, count))
-        if count > 2 * len(TAPER) + 1:
-            weights = [*TAPER, *([1.0] * (count - 2 * len(TAPER))), *reversed(TAPER)]
-            chunkings.append(weighted_chunks(request.size, weights))
-    return [c for c in chunkings if min(c) > 0]
+def greedy_orders(topology: Topology, op: CollectiveOp, chunk_sizes: list[int],
+                  latency_weight: float) -> list[tuple[int, ...]]:
+    """Per chunk: dimensions by ascending tracked load (a standalone All-Gather descending);
+    the tracker adds each stage's bytes / bandwidth plus ``latency_weight`` x its step
+    latency (s)."""
+    dims = topology.dims
+    load = [0.0] * len(dims)
+    result = []
+    for size in chunk_sizes:
+        order = tuple(sorted(range(len(dims)), key=lambda d: (load[d], d),
+                             reverse=op is CollectiveOp.ALL_GATHER))
+        route = ChunkRoute(0, size, route_from_order(op, order))
+        for stage, _, sent in route_stage_data(topology, op, route):
+            dim = dims[stage.dim]
+            load[stage.dim] += sent / dim.bandwidth + latency_weight * stage_latency(
+                dim, stage.phase)
+        result.append(order)
+    return result
+
+
+def tapered_chunks(size: int, count: int) -> list[int]:
+    """``count`` chunk sizes with the ends tapered by TAPER (equal sizes if too few chunks)."""
+    if count <= 2 * len(TAPER) + 1:
+        return equal_chunks(size, count)
+    weights = [*TAPER, *([1.0] * (count - 2 * len(TAPER))), *reversed(TAPER)]
+    return weighted_chunks(size, weights)
+
+
+def _chunkings(request: CollectiveRequest) -> list[list[int]]:
+    chunkings = [equal_chunks(request.size, request.num_chunks)]
+    if request.size >= 64:
+        chunkings.append(equal_chunks(request.size, 64))
+    chunkings += [tapered_chunks(request.size, c) for c in CHUNK_COUNTS if c <= request.size]
+    unique = {tuple(c): c for c in chunkings if min(c) > 0}
+    return list(unique.values())
 
 
 def _order_sets(request: CollectiveRequest, sizes: list[int],
-                concurrency: int) -> list[list[tuple[int, ...]]]:
+                has_latency: bool) -> list[list[tuple[int, ...]]]:
     topology, op = request.topology, request.op
-    sets = [[baseline_order(len(topology.dims), op)] * len(sizes),
-            themis_orders(topology, op, sizes), mix_orders(topology, op, sizes)]
-    if any(d.latency > 0 for d in topology.dims):
-        offset = latency_load(topology, op, len(sizes), concurrency)
-        sets.append(mix_orders(topology, op, sizes, offset))
-    return sets
+    weights = LATENCY_WEIGHTS if has_latency else LATENCY_WEIGHTS[:1]
+    return [themis_orders(topology, op, sizes), mix_orders(topology, op, sizes),
+            *(greedy_orders(topology, op, sizes, w) for w in weights)]
 
 
 class _Search:
@@ -121,6 +141,7 @@ class _Search:
         self.request = request
         self.times: dict[tuple, float] = {}
         self.best_time = math.inf
+        self.best: tuple[list[int], list[tuple[int, ...]], int] | None = None
         self.best_plan = baseline_plan(request)
 
     def consider(self, sizes: list[int], orders: list[tuple[int, ...]],
@@ -131,22 +152,53 @@ class _Search:
             self.times[key] = execute_plan(plan, record=False).time
             if self.times[key] < self.best_time:
                 self.best_time, self.best_plan = self.times[key], plan
+                self.best = (sizes, orders, concurrency)
         return self.times[key]
+
+    def local_search(self, steps: int, good_enough: float) -> None:
+        """Try up to ``steps`` single-chunk order changes (fixed seed) on the best plan so far,
+        keeping each change that lowers the simulated time; stop once the best time is at most
+        ``good_enough`` seconds."""
+        if self.best is None:
+            return
+        sizes, orders, concurrency = self.best
+        choices = list(itertools.permutations(range(len(self.request.topology.dims))))
+        rng = random.Random(0)
+        for _ in range(steps):
+            if self.best_time <= good_enough:
+                return
+            changed = list(orders)
+            changed[rng.randrange(len(changed))] = rng.choice(choices)
+            before = self.best_time
+            if self.consider(sizes, changed, concurrency) < before:
+                orders = changed
+
+
+def _concurrencies(request: CollectiveRequest, search: _Search, has_latency: bool) -> list[int]:
+    """The concurrencies to search chunkings at: the request's without latency; with latency the
+    two best on a tapered 64-chunk greedy plan."""
+    if not has_latency:
+        return [request.concurrency]
+    tried = sorted({request.concurrency, *CONCURRENCIES})
+    sizes = tapered_chunks(request.size, min(64, request.size))
+    orders = greedy_orders(request.topology, request.op, sizes, LATENCY_WEIGHTS[2])
+    times = {c: search.consider(sizes, orders, c) for c in tried}
+    return sorted(tried, key=times.__getitem__)[:2]
 
 
 def balanced_plan(request: CollectiveRequest) -> CollectivePlan:
-    """The fastest plan found by the three-step search described in the module docstring."""
+    """The fastest plan found by the search described in the module docstring."""
     has_latency = any(d.latency > 0 for d in request.topology.dims)
     search = _Search(request)
     equal = equal_chunks(request.size, request.num_chunks)
-    for orders in _order_sets(request, equal, request.concurrency)[:2]:
-        search.consider(equal, orders, request.concurrency)
-    concurrencies = [request.concurrency]
-    if has_latency:
-        concurrencies += [2 * request.concurrency, 4 * request.concurrency]
-    best_concurrency = min(concurrencies, key=lambda c: search.consider(
-        equal, _order_sets(request, equal, c)[-1], c))
-    for sizes in _chunkings(request, has_latency):
-        for orders in _order_sets(request, sizes, best_concurrency):
-            search.consider(sizes, orders, best_concurrency)
+    search.consider(equal, [baseline_order(len(request.topology.dims), request.op)] * len(equal),
+                    request.concurrency)
+    search.consider(equal, themis_orders(request.topology, request.op, equal),
+                    request.concurrency)
+    for concurrency in _concurrencies(request, search, has_latency):
+        for sizes in _chunkings(request):
+            for orders in _order_sets(request, sizes, has_latency):
+                search.consider(sizes, orders, concurrency)
+    bound = latency_bound(request.topology, request.op, request.size)
+    search.local_search(LOCAL_STEPS, (1 + GAP_TARGET) * bound)
     return search.best_plan
