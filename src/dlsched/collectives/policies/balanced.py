@@ -18,10 +18,11 @@ would) and scores every candidate by simulating it:
    tracker (each chunk's RS goes least-loaded dimension first, its AG retraces it; the tracker
    adds bytes / bandwidth plus lambda x the stage's step latency, lambda in 0, 0.05, 0.1, 0.2);
 4. a local search on the best plan: a fixed-seed sequence of up to 80 single-chunk order
-   changes, each kept if the simulated time drops, stopping once the plan is within 1% of the
-   latency-aware lower bound (``bounds.latency_bound``).
+   changes, each kept if the simulated time drops.
 
-The fastest plan wins (ties: the first found). The search is deterministic.
+Steps 3 and 4 stop as soon as a plan is within 1% of the latency-aware lower bound
+(``bounds.latency_bound``): nothing much is left to gain. The fastest plan wins (ties: the
+first found). The search is deterministic.
 """
 
 from __future__ import annotations
@@ -59,8 +60,8 @@ CHUNK_COUNTS = (32, 64, 96)
 CONCURRENCIES = (4, 8, 12, 16, 24)
 # Weights of a stage's step latency in the greedy load tracker.
 LATENCY_WEIGHTS = (0.0, 0.05, 0.1, 0.2)
-# Single-chunk order changes tried at most by the final local search, which stops early once
-# the plan is within GAP_TARGET of the latency-aware lower bound.
+# Single-chunk order changes tried at most by the final local search; the search stops once
+# a plan is within GAP_TARGET of the latency-aware lower bound.
 LOCAL_STEPS = 80
 GAP_TARGET = 0.01
 
@@ -139,6 +140,8 @@ class _Search:
 
     def __init__(self, request: CollectiveRequest) -> None:
         self.request = request
+        self.good_enough = (1 + GAP_TARGET) * latency_bound(request.topology, request.op,
+                                                            request.size)
         self.times: dict[tuple, float] = {}
         self.best_time = math.inf
         self.best: tuple[list[int], list[tuple[int, ...]], int] | None = None
@@ -155,17 +158,21 @@ class _Search:
                 self.best = (sizes, orders, concurrency)
         return self.times[key]
 
-    def local_search(self, steps: int, good_enough: float) -> None:
+    @property
+    def done(self) -> bool:
+        """True once the best plan is within GAP_TARGET of the latency-aware lower bound."""
+        return self.best_time <= self.good_enough
+
+    def local_search(self, steps: int) -> None:
         """Try up to ``steps`` single-chunk order changes (fixed seed) on the best plan so far,
-        keeping each change that lowers the simulated time; stop once the best time is at most
-        ``good_enough`` seconds."""
+        keeping each change that lowers the simulated time, until ``done``."""
         if self.best is None:
             return
         sizes, orders, concurrency = self.best
         choices = list(itertools.permutations(range(len(self.request.topology.dims))))
         rng = random.Random(0)
         for _ in range(steps):
-            if self.best_time <= good_enough:
+            if self.done:
                 return
             changed = list(orders)
             changed[rng.randrange(len(changed))] = rng.choice(choices)
@@ -198,7 +205,8 @@ def balanced_plan(request: CollectiveRequest) -> CollectivePlan:
     for concurrency in _concurrencies(request, search, has_latency):
         for sizes in _chunkings(request):
             for orders in _order_sets(request, sizes, has_latency):
+                if search.done:
+                    return search.best_plan
                 search.consider(sizes, orders, concurrency)
-    bound = latency_bound(request.topology, request.op, request.size)
-    search.local_search(LOCAL_STEPS, (1 + GAP_TARGET) * bound)
+    search.local_search(LOCAL_STEPS)
     return search.best_plan
