@@ -150,6 +150,8 @@ NETWORK = "topology: [Ring, Switch]\nnpus_count: [4, 8]\nbandwidth: [100, 50]\nl
     ("latency: [5, 10]", "latency: [5]", 2, "npus_count"),
     ("latency: [5, 10]", "latency: [5, 10]\nlinks: [1]", 5, "links"),
     ("[4, 8]", "[4, 6]", 2, "dimension 2"),
+    ("latency: [5, 10]", "latency: [[5], 10]", 4, "latency"),
+    ("[4, 8]", "[4, 8192]", 2, "npus_count[1]"),
 ])
 def test_bad_network_names_file_line_field(tmp_path: Path, old: str, new: str, line: int,
                                            field: str) -> None:
@@ -169,6 +171,7 @@ def test_bad_network_names_file_line_field(tmp_path: Path, old: str, new: str, l
      "all-reduce-implementation"),
     ('{\n  "intra-dimension-scheduling": "RG"\n}', 2, "intra-dimension-scheduling"),
     ('{\n  "endpoint-delay": 1,\n}', 3, "<document>"),
+    ('{\n  "active-chunks-per-dimension": 100000\n}', 2, "active-chunks-per-dimension"),
 ])
 def test_bad_system_names_file_line_field(tmp_path: Path, text: str, line: int,
                                           field: str) -> None:
@@ -204,5 +207,5 @@ def test_bad_workload_names_file_line_field(tmp_path: Path, old: str, new: str, 
 
 
 def test_missing_file_names_the_option(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="astra-network: file"):
+    with pytest.raises(ConfigError, match="astra-network .*does not exist"):
         read_astra_network(tmp_path / "none.yml")

@@ -27,8 +27,10 @@ from typing import Any
 
 import yaml
 
+from dlsched.errors import ConfigError
 from dlsched.hardware.topology import Dimension, DimKind, Topology
 from dlsched.interop.source import file_error, read_text, yaml_mapping_lines
+from dlsched.validation import BANDWIDTH, LATENCY, MAX_DIMS, NPUS, NPUS_PER_DIM
 
 GIB = 2**30
 NS = 1e-9
@@ -58,9 +60,10 @@ def _kind(value: Any, path: Path, line: int, field: str) -> DimKind:
 
 
 def _size(value: Any, path: Path, line: int, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-        raise file_error(path, line, field, f"must be an integer >= 2 (got {value!r})")
-    return value
+    try:
+        return NPUS_PER_DIM.check(value)
+    except ConfigError as error:
+        raise file_error(path, line, field, str(error)) from None
 
 
 def parse_astra_network(text: str, path: str | Path = "<network>",
@@ -84,6 +87,9 @@ def parse_astra_network(text: str, path: str | Path = "<network>",
         if not lists[key]:
             raise file_error(path, lines[key][0], key, "needs at least one dimension")
     counts = {key: len(values) for key, values in lists.items()}
+    if counts["topology"] > MAX_DIMS:
+        raise file_error(path, lines["topology"][0], "topology", f"{counts['topology']} "
+                         f"dimensions; accepted: at most {MAX_DIMS}")
     if len(set(counts.values())) != 1:
         raise file_error(path, lines["npus_count"][0], "npus_count", "topology, npus_count, "
                          f"bandwidth and latency need one entry per dimension (got {counts})")
@@ -97,12 +103,17 @@ def parse_astra_network(text: str, path: str | Path = "<network>",
         bandwidth = _number(lists["bandwidth"][index], path, *where("bandwidth"), 0.0, True)
         latency = _number(lists["latency"][index], path, *where("latency"), 0.0, False)
         try:
-            dims.append(Dimension(kind, size, bandwidth * GIB,
-                                  HOPS_PER_STEP[kind] * latency * NS))
+            dims.append(Dimension(kind, size, BANDWIDTH.check(bandwidth * GIB),
+                                  LATENCY.check(HOPS_PER_STEP[kind] * latency * NS)))
         except ValueError as error:
             raise file_error(path, where("npus_count")[0], f"dimension {index + 1}",
                              str(error)) from None
-    return Topology(name or path.stem, tuple(dims))
+    topology = Topology(name or path.stem, tuple(dims))
+    try:
+        NPUS.check(topology.num_npus)
+    except ConfigError as error:
+        raise file_error(path, lines["npus_count"][0], "npus_count", str(error)) from None
+    return topology
 
 
 def read_astra_network(path: str | Path) -> Topology:

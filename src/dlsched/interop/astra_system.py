@@ -34,6 +34,7 @@ from dlsched.collectives.plan import CollectiveOp, IntraPolicy
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import DimAlgorithm, Dimension, Topology
 from dlsched.interop.source import file_error, json_key_line, read_text
+from dlsched.validation import MAX_CHUNKS, MAX_CONCURRENCY
 
 IGNORED_KEYS = frozenset({
     "local-mem-bw", "boost-mode", "roofline-enabled", "peak-perf", "local-reduction-delay",
@@ -78,11 +79,11 @@ class AstraSystem(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True,
                               allow_inf_nan=False)
     scheduling_policy: str = Field("LIFO", alias="scheduling-policy")
-    endpoint_delay_ns: float = Field(0.0, alias="endpoint-delay", ge=0)
+    endpoint_delay_ns: float = Field(0.0, alias="endpoint-delay", ge=0, le=1e12)
     active_chunks_per_dimension: int = Field(1, alias="active-chunks-per-dimension", ge=1,
-                                             le=4096)
+                                             le=MAX_CONCURRENCY)
     preferred_dataset_splits: int = Field(64, alias="preferred-dataset-splits", ge=1,
-                                          le=1_000_000)
+                                          le=MAX_CHUNKS)
     all_reduce_implementation: tuple[str, ...] | None = Field(
         None, alias="all-reduce-implementation")
     reduce_scatter_implementation: tuple[str, ...] | None = Field(

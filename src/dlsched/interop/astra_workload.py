@@ -31,6 +31,7 @@ from pathlib import Path
 
 from dlsched.collectives.plan import CollectiveOp
 from dlsched.interop.source import file_error, read_text
+from dlsched.validation import DATA_SIZE, DURATION, MAX_LAYERS
 
 DEFAULT_CYCLE_S = 1e-9
 DLRM_BOTTOM_KEY = "DLRM_LAST_BOTTOM_LAYER"
@@ -204,9 +205,9 @@ def _cycles(token: str, path: Path, line: int, field: str, cycle_s: float) -> fl
         value = float(token)
     except ValueError:
         value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise file_error(path, line, field, f"must be a finite number of cycles >= 0 "
-                         f"(got {token!r})")
+    if not math.isfinite(value) or value < 0 or value * cycle_s > DURATION.high:
+        raise file_error(path, line, field, f"must be a finite number of cycles >= 0 and at "
+                         f"most {DURATION.high:g} s (got {token!r})")
     return value * cycle_s
 
 
@@ -216,9 +217,9 @@ def _comm(kind: str, size: str, path: Path, line: int, field: str) -> AstraComm:
     except ValueError:
         raise file_error(path, line, f"{field} comm type", f"unknown value {kind!r}; accepted: "
                          + ", ".join(o.value for o in AstraCommOp)) from None
-    if not size.isdigit():
-        raise file_error(path, line, f"{field} comm size", f"must be a non-negative integer "
-                         f"number of bytes (got {size!r})")
+    if not size.isdigit() or int(size) > DATA_SIZE.high:
+        raise file_error(path, line, f"{field} comm size", f"must be an integer number of "
+                         f"bytes >= 0 and <= {DATA_SIZE.high:g} (got {size!r})")
     return AstraComm(op, int(size))
 
 
@@ -277,6 +278,9 @@ def parse_astra_workload(text: str, path: str | Path = "<workload>",
         raise file_error(path, line, "layer count", "the second line must be the number of "
                          "layers (a non-negative integer)")
     count_line, count = body[0][0], int(body[0][1][0])
+    if count > MAX_LAYERS:
+        raise file_error(path, count_line, "layer count", f"{count} layers; accepted: at most "
+                         f"{MAX_LAYERS}")
     layer_lines = body[1:]
     if len(layer_lines) != count:
         raise file_error(path, count_line, "layer count", f"says {count} layers but the file "

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from dlsched.errors import ConfigError
+from dlsched.validation import read_text_file
 
 
 def file_error(path: str | Path, line: int | None, field: str, message: str) -> ConfigError:
@@ -17,19 +18,15 @@ def file_error(path: str | Path, line: int | None, field: str, message: str) -> 
 
 
 def read_text(path: str | Path, what: str) -> str:
-    """The file's text; ConfigError if it is missing or not UTF-8 text."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{what}: file {str(path)!r} does not exist")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise file_error(path, None, what, f"not a UTF-8 text file ({error})") from None
+    """The file's UTF-8 text, with the shared input-file guards (missing, directory, binary,
+    too large: ConfigError naming ``what`` and the path)."""
+    return read_text_file(path, what)
 
 
 def yaml_mapping_lines(text: str, path: str | Path) -> dict[str, list[int]]:
     """For each top-level key of a YAML mapping: the 1-based line of the key, then of each item
-    of its value when the value is a list (or the value's own line otherwise)."""
+    of its value when the value is a list (or the value's own line otherwise). Values must be
+    scalars or flat lists of scalars, so loading the text afterwards cannot blow up."""
     try:
         node = yaml.compose(text)
     except yaml.YAMLError as error:
@@ -41,6 +38,10 @@ def yaml_mapping_lines(text: str, path: str | Path) -> dict[str, list[int]]:
     lines: dict[str, list[int]] = {}
     for key, value in node.value:
         items = value.value if isinstance(value, yaml.SequenceNode) else [value]
+        for item in items:
+            if not isinstance(item, yaml.ScalarNode):
+                raise file_error(path, item.start_mark.line + 1, str(key.value),
+                                 "expected a value or a list of values")
         lines[str(key.value)] = [key.start_mark.line + 1] + [i.start_mark.line + 1 for i in items]
     return lines
 
