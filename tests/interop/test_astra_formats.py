@@ -207,5 +207,5 @@ def test_bad_workload_names_file_line_field(tmp_path: Path, old: str, new: str, 
 
 
 def test_missing_file_names_the_option(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="astra-network .*does not exist"):
+    with pytest.raises(ConfigError, match=r"astra-network .*does not exist"):
         read_astra_network(tmp_path / "none.yml")
