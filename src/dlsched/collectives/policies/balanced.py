@@ -18,9 +18,12 @@ would) and scores every candidate by simulating it:
    tracker (each chunk's RS goes least-loaded dimension first, its AG retraces it; the tracker
    adds bytes / bandwidth plus lambda x the stage's step latency, lambda in 0, 0.05, 0.1, 0.2);
 4. a local search on the best plan: a fixed-seed sequence of up to 80 single-chunk order
-   changes, each kept if the simulated time drops.
+   changes, each kept if the simulated time drops;
+5. for small collectives, where step latency dominates: 4, 8 and 16 chunks (equal and
+   tapered) with every order source at the same concurrencies. Tried last, so this step can
+   only lower the time found by steps 1-4.
 
-Steps 3 and 4 stop as soon as a plan is within 1% of the latency-aware lower bound
+Steps 3 to 5 stop as soon as a plan is within 1% of the latency-aware lower bound
 (``bounds.latency_bound``): nothing much is left to gain. The fastest plan wins (ties: the
 first found). The search is deterministic.
 """
@@ -54,8 +57,9 @@ from dlsched.hardware.topology import Topology
 
 # Relative chunk weights at each end of a tapered chunking (the middle chunks weigh 1).
 TAPER = (0.25, 0.5)
-# Chunk counts tried besides the requested one.
+# Chunk counts tried besides the requested one, and (last, for small collectives) fewer.
 CHUNK_COUNTS = (32, 64, 96)
+FEW_CHUNKS = (4, 8, 16)
 # Chunks per dimension tried when dimensions have step latency (besides the requested one).
 CONCURRENCIES = (4, 8, 12, 16, 24)
 # Weights of a stage's step latency in the greedy load tracker.
@@ -118,11 +122,17 @@ def tapered_chunks(size: int, count: int) -> list[int]:
     return weighted_chunks(size, weights)
 
 
-def _chunkings(request: CollectiveRequest) -> list[list[int]]:
-    chunkings = [equal_chunks(request.size, request.num_chunks)]
-    if request.size >= 64:
-        chunkings.append(equal_chunks(request.size, 64))
-    chunkings += [tapered_chunks(request.size, c) for c in CHUNK_COUNTS if c <= request.size]
+def _chunkings(request: CollectiveRequest, few: bool = False) -> list[list[int]]:
+    """Step 3's chunkings, or (``few``) step 5's: FEW_CHUNKS with equal and tapered sizes."""
+    if few:
+        counts = [c for c in FEW_CHUNKS if c <= request.size]
+        chunkings = [equal_chunks(request.size, c) for c in counts]
+        chunkings += [tapered_chunks(request.size, c) for c in counts]
+    else:
+        chunkings = [equal_chunks(request.size, request.num_chunks)]
+        if request.size >= 64:
+            chunkings.append(equal_chunks(request.size, 64))
+        chunkings += [tapered_chunks(request.size, c) for c in CHUNK_COUNTS if c <= request.size]
     unique = {tuple(c): c for c in chunkings if min(c) > 0}
     return list(unique.values())
 
@@ -202,11 +212,14 @@ def balanced_plan(request: CollectiveRequest) -> CollectivePlan:
                     request.concurrency)
     search.consider(equal, themis_orders(request.topology, request.op, equal),
                     request.concurrency)
-    for concurrency in _concurrencies(request, search, has_latency):
-        for sizes in _chunkings(request):
-            for orders in _order_sets(request, sizes, has_latency):
-                if search.done:
-                    return search.best_plan
-                search.consider(sizes, orders, concurrency)
-    search.local_search(LOCAL_STEPS)
+    concurrencies = _concurrencies(request, search, has_latency)
+    for few in (False, True):
+        for concurrency in concurrencies:
+            for sizes in _chunkings(request, few):
+                for orders in _order_sets(request, sizes, has_latency):
+                    if search.done:
+                        return search.best_plan
+                    search.consider(sizes, orders, concurrency)
+        if not few:
+            search.local_search(LOCAL_STEPS)
     return search.best_plan
