@@ -11,6 +11,8 @@ each dimension (bytes sent / bandwidth) is then added to the tracker.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dlsched.collectives.algorithms import stage_bytes, stage_data, stage_latency
 from dlsched.collectives.plan import (
     ChunkRoute,
@@ -26,12 +28,17 @@ from dlsched.collectives.request import CollectiveRequest
 from dlsched.hardware.topology import Topology
 
 
-def themis_orders(topology: Topology, op: CollectiveOp,
-                  chunk_sizes: list[int]) -> list[tuple[int, ...]]:
-    """The dimension order Themis gives each chunk, in chunk order."""
+def themis_orders(topology: Topology, op: CollectiveOp, chunk_sizes: list[int],
+                  offset: Sequence[float] | None = None) -> list[tuple[int, ...]]:
+    """The dimension order Themis gives each chunk, in chunk order. ``offset`` (seconds per
+    dimension, default none) is load already on the dimensions when the collective is planned:
+    the published tracker starts from zero for every collective; the training layer's
+    in-flight-aware variant passes the work other collectives still have queued."""
     dims = topology.dims
     first_phase = route_from_order(op, (0,))[0].phase
     load = [stage_latency(d, first_phase) for d in dims]
+    if offset is not None:
+        load = [own + other for own, other in zip(load, offset, strict=True)]
     fallback = baseline_order(len(dims), op)
     orders = []
     for size in chunk_sizes:

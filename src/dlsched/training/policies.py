@@ -1,0 +1,160 @@
+"""How each training policy plans the collectives of an iteration while they are issued.
+
+One mechanism with four parameters (``TrainingPolicy``): where each chunk's dimension order
+comes from, the intra-dimension service order, whether the planner sees the work already queued
+on the network, and whether collectives are prioritised by when their result is needed.
+
+* ``baseline`` — hierarchical orders (RS dim 1..D, AG D..1), FIFO service, no priorities.
+* ``themis`` — Rashidi et al., ISCA 2022, as published: the per-collective load tracker, reset
+  for every collective (it does not see other collectives in flight), SCF service.
+* ``themis-inflight`` — the same tracker started from the predicted work every queued or running
+  collective still has on each dimension.
+* ``dlsched`` — ours: for every chunk, the dimension order (of all D! orders) that minimises the
+  most-loaded dimension given the work already queued, in-flight-aware like the variant above;
+  and collectives served by the position of the compute task that waits for them (the layer
+  that waits first goes first: blocking model-parallel collectives, then the gradients of the
+  first layers, as in data-parallel priority scheduling such as ByteScheduler), SCF within a
+  priority.
+* ``ideal`` — the paper's Ideal: every collective moves its bytes at the summed bandwidth of
+  its dimensions (each dimension carries a share proportional to its bandwidth, no step
+  latency), served by need like ``dlsched``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+
+import numpy as np
+
+from dlsched.collectives.bounds import bytes_per_npu, order_loads
+from dlsched.collectives.network import FlowStage
+from dlsched.collectives.plan import (
+    ChunkRoute,
+    CollectiveOp,
+    CollectivePlan,
+    IntraPolicy,
+    equal_chunks,
+    route_from_order,
+)
+from dlsched.collectives.policies.baseline import baseline_order
+from dlsched.collectives.policies.themis import themis_orders
+from dlsched.collectives.simulate import plan_flows
+from dlsched.hardware.topology import Topology
+from dlsched.training.groups import SubTopology
+
+OrderSource = Callable[[Topology, CollectiveOp, list[int], np.ndarray | None],
+                       list[tuple[int, ...]]]
+
+
+def _baseline_orders(topology: Topology, op: CollectiveOp, sizes: list[int],
+                     offset: np.ndarray | None) -> list[tuple[int, ...]]:
+    return [baseline_order(len(topology.dims), op)] * len(sizes)
+
+
+@cache
+def _order_matrix(topology: Topology, op: CollectiveOp) -> tuple[list[tuple[int, ...]],
+                                                               np.ndarray]:
+    orders = [baseline_order(len(topology.dims), op)]
+    orders += [o for o in itertools.permutations(range(len(topology.dims))) if o != orders[0]]
+    return orders, np.column_stack([order_loads(topology, op, order) for order in orders])
+
+
+def min_max_orders(topology: Topology, op: CollectiveOp, sizes: list[int],
+                   offset: np.ndarray | None) -> list[tuple[int, ...]]:
+    """Per chunk, the order whose transfer load (seconds per dimension) added to the current
+    load minimises the most-loaded dimension; ties go to the baseline order, then to the
+    smallest total load. ``offset``: seconds already queued per dimension."""
+    orders, per_byte = _order_matrix(topology, op)
+    load = np.zeros(len(topology.dims)) if offset is None else np.array(offset, float)
+    totals = per_byte.sum(axis=0)
+    result = []
+    for size in sizes:
+        candidates = load[:, None] + per_byte * size
+        peak = candidates.max(axis=0)
+        best = np.flatnonzero(peak <= peak.min() * (1 + 1e-12))
+        pick = int(best[np.argmin(totals[best])]) if best.size > 1 else int(best[0])
+        load = candidates[:, pick]
+        result.append(orders[pick])
+    return result
+
+
+@dataclass(frozen=True)
+class TrainingPolicy:
+    """A collective policy for whole iterations (see the module docstring)."""
+
+    name: str
+    orders: OrderSource | None
+    intra: IntraPolicy
+    inflight: bool
+    prioritized: bool
+
+    def flows(self, sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
+              load: np.ndarray) -> list[list[FlowStage]]:
+        """Chunk flows of one collective of ``size`` bytes per NPU over ``sub`` split into
+        ``chunks`` chunks; ``load``: seconds of queued work per physical dimension."""
+        assert sub.topology is not None
+        if self.orders is None:
+            return _ideal_flows(sub, op, size, chunks)
+        if not self.inflight:
+            return _static_flows(self, sub, op, size, chunks)
+        offset = load[list(sub.dim_map)]
+        return _plan_flows(sub, op, size, chunks, self.orders, offset)
+
+    def priority(self, need: float) -> float:
+        """Queue priority of a collective whose result is first needed by compute task
+        ``need`` (its position in the run's compute order; lower is served first)."""
+        return need if self.prioritized else 0.0
+
+
+def _plan_flows(sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
+                source: OrderSource, offset: np.ndarray | None) -> list[list[FlowStage]]:
+    topology = sub.topology
+    assert topology is not None
+    sizes = equal_chunks(size, max(1, min(chunks, size)))
+    orders = source(topology, op, sizes, offset)
+    routes = tuple(ChunkRoute(i, s, route_from_order(op, o))
+                   for i, (s, o) in enumerate(zip(sizes, orders, strict=True)))
+    return plan_flows(CollectivePlan(topology, op, size, routes), sub.dim_map)
+
+
+@cache
+def _static_flows(policy: TrainingPolicy, sub: SubTopology, op: CollectiveOp, size: int,
+                  chunks: int) -> list[list[FlowStage]]:
+    assert policy.orders is not None
+    return _plan_flows(sub, op, size, chunks, policy.orders, None)
+
+
+@cache
+def _ideal_flows(sub: SubTopology, op: CollectiveOp, size: int,
+                 chunks: int) -> list[list[FlowStage]]:
+    topology = sub.topology
+    assert topology is not None
+    total = bytes_per_npu(topology, op, size)
+    flows = []
+    for index, dim in zip(sub.dim_map, topology.dims, strict=True):
+        share = total * dim.bandwidth / topology.total_bandwidth
+        flows += [[FlowStage(index, 0.0, share / chunks, "ideal")] for _ in range(chunks)]
+    return flows
+
+
+def _themis(topology: Topology, op: CollectiveOp, sizes: list[int],
+            offset: np.ndarray | None) -> list[tuple[int, ...]]:
+    return themis_orders(topology, op, sizes, None if offset is None else list(offset))
+
+
+TRAINING_POLICIES: dict[str, TrainingPolicy] = {
+    "baseline": TrainingPolicy("baseline", _baseline_orders, IntraPolicy.FIFO, False, False),
+    "themis": TrainingPolicy("themis", _themis, IntraPolicy.SCF, False, False),
+    "themis-inflight": TrainingPolicy("themis-inflight", _themis, IntraPolicy.SCF, True, False),
+    "dlsched": TrainingPolicy("dlsched", min_max_orders, IntraPolicy.SCF, True, True),
+    "ideal": TrainingPolicy("ideal", None, IntraPolicy.FIFO, False, True),
+}
+POLICY_ALIASES = {"ours": "dlsched"}
+
+
+def policy_names(names: Sequence[str]) -> list[str]:
+    """Canonical names (``ours`` becomes ``dlsched``)."""
+    return [POLICY_ALIASES.get(name, name) for name in names]
