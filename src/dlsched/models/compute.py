@@ -11,6 +11,7 @@ about 2,000 img/s, against 356 img/s published in FP32 and 1,156 img/s with mixe
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
@@ -103,3 +104,23 @@ def device_compute(name: str, efficiency: float | None = None,
         raise ConfigError(f"device: unknown accelerator {name!r}; accepted: " + ", ".join(DEVICES))
     return ComputeModel(DEVICE_PEAKS[name], 0.5 if efficiency is None else efficiency,
                         backward_ratio)
+
+
+@dataclass(frozen=True)
+class Roofline:
+    """A device roofline: an op takes max(FLOP / ``peak_flops``, bytes moved /
+    ``memory_bandwidth``) seconds. The default is an A100-like FP16 device (312 TFLOP/s dense
+    tensor cores, 2.039 TB/s HBM2e of the 80 GB SXM part)."""
+
+    peak_flops: float = 312e12
+    memory_bandwidth: float = 2.039e12
+
+    def __post_init__(self) -> None:
+        for field in ("peak_flops", "memory_bandwidth"):
+            value = getattr(self, field)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"{field}: must be a finite number > 0 (got {value!r})")
+
+    def op_time(self, flops: float, num_bytes: float) -> float:
+        """Seconds of one op of ``flops`` FLOP touching ``num_bytes`` bytes of memory."""
+        return max(flops / self.peak_flops, num_bytes / self.memory_bandwidth)

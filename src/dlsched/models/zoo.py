@@ -138,16 +138,23 @@ def bert(name: str, dtype_bytes: int = 4) -> Model:
 GPT_SHAPES = {  # hidden, layers, sequence length
     "gpt2": (768, 12, 1024), "gpt2-medium": (1024, 24, 1024), "gpt2-large": (1280, 36, 1024),
     "gpt2-xl": (1600, 48, 1024), "gpt3-175b": (12288, 96, 2048),
+    "transformer-1t": (25600, 128, 2048),
 }
 GPT_VOCAB = 50257
+# Megatron-LM's 1T configuration (Narayanan et al., SC 2021, Table 1) pads its vocabulary
+# to 51,200 entries: 1,008,038,758,400 parameters.
+GPT_VOCABS = {"transformer-1t": 51200}
 
 
 def gpt(name: str, dtype_bytes: int = 4) -> Model:
     """Hugging Face GPT2Model shape (Conv1D layers, tied LM head); GPT-3 175B uses the same
-    block structure with d_model 12288, 96 layers and a 2048-token context."""
+    block structure with d_model 12288, 96 layers and a 2048-token context, and the Themis
+    paper's Transformer-1T that of Megatron-LM's 1T model (d_model 25600, 128 layers, 2048
+    tokens, vocabulary 51200)."""
     hidden, depth, seq = GPT_SHAPES[name]
+    vocab = GPT_VOCABS.get(name, GPT_VOCAB)
     out = _Layers(dtype_bytes)
-    out.add("wte.weight", GPT_VOCAB * hidden, seq * hidden, seq * hidden, "embed")
+    out.add("wte.weight", vocab * hidden, seq * hidden, seq * hidden, "embed")
     out.add("wpe.weight", seq * hidden, seq * hidden, seq * hidden, "embed")
     for index in range(depth):
         block = f"h.{index}"
@@ -158,9 +165,87 @@ def gpt(name: str, dtype_bytes: int = 4) -> Model:
         out.norm(f"{block}.ln_2", hidden, seq * hidden, block)
         out.linear(f"{block}.mlp.c_fc", hidden, 4 * hidden, seq, block)
         out.linear(f"{block}.mlp.c_proj", 4 * hidden, hidden, seq, block)
-    logits = 2 * hidden * GPT_VOCAB * seq
-    out.add("ln_f.weight", hidden, 5 * seq * hidden + logits, seq * GPT_VOCAB, "ln_f")
+    logits = 2 * hidden * vocab * seq
+    out.add("ln_f.weight", hidden, 5 * seq * hidden + logits, seq * vocab, "ln_f")
     out.add("ln_f.bias", hidden, 0, seq * hidden, "ln_f")
+    return Model(name, tuple(out.layers), dtype_bytes)
+
+
+GNMT_HIDDEN, GNMT_DEPTH, GNMT_VOCAB, GNMT_TOKENS = 1024, 8, 32000, 50
+
+
+def _lstm(out: _Layers, prefix: str, fan_in: int, hidden: int, tokens: int, block: str,
+          directions: int = 1) -> None:
+    """A PyTorch LSTM layer (weight_ih, weight_hh, bias_ih, bias_hh per direction) run over
+    ``tokens`` steps: 2 x 4h x (in + h) FLOP per token and direction for the gates."""
+    for direction in range(directions):
+        suffix = "_reverse" if direction else ""
+        gates = 4 * hidden
+        out.add(f"{prefix}.weight_ih_l0{suffix}", gates * fan_in,
+                2 * gates * (fan_in + hidden) * tokens + 10 * hidden * tokens,
+                hidden * tokens, block)
+        out.add(f"{prefix}.weight_hh_l0{suffix}", gates * hidden, 0, hidden * tokens, block)
+        out.add(f"{prefix}.bias_ih_l0{suffix}", gates, 0, hidden * tokens, block)
+        out.add(f"{prefix}.bias_hh_l0{suffix}", gates, 0, hidden * tokens, block)
+
+
+def gnmt(name: str = "gnmt", dtype_bytes: int = 4) -> Model:
+    """GNMT (Wu et al., 2016): 8 encoder LSTM layers of 1024 (the first bidirectional, the
+    second reading both directions), 8 decoder layers (the first feeds normalized Bahdanau
+    attention, the others read hidden state + attention context), 32,000-wordpiece
+    vocabularies, separate embeddings and a softmax classifier, in the layer layout of the
+    MLPerf PyTorch reference; 50 source and 50 target tokens per sample."""
+    h, depth, vocab, tokens = GNMT_HIDDEN, GNMT_DEPTH, GNMT_VOCAB, GNMT_TOKENS
+    out = _Layers(dtype_bytes)
+    out.add("encoder.embedder.weight", vocab * h, 0, h * tokens, "encoder.embedder")
+    _lstm(out, "encoder.rnn_layers.0", h, h, tokens, "encoder.rnn_layers.0", directions=2)
+    _lstm(out, "encoder.rnn_layers.1", 2 * h, h, tokens, "encoder.rnn_layers.1")
+    for index in range(2, depth):
+        _lstm(out, f"encoder.rnn_layers.{index}", h, h, tokens, f"encoder.rnn_layers.{index}")
+    out.add("decoder.embedder.weight", vocab * h, 0, h * tokens, "decoder.embedder")
+    _lstm(out, "decoder.att_rnn.rnn", h, h, tokens, "decoder.att_rnn")
+    attention = 2 * h * h * tokens * 2 + 5 * h * tokens * tokens
+    out.add("decoder.att_rnn.attn.linear_q.weight", h * h, attention, h * tokens,
+            "decoder.att_rnn")
+    out.add("decoder.att_rnn.attn.linear_k.weight", h * h, 0, h * tokens, "decoder.att_rnn")
+    out.add("decoder.att_rnn.attn.linear_att", h, 0, tokens * tokens, "decoder.att_rnn")
+    out.add("decoder.att_rnn.attn.normalize_scalar", 1, 0, 0, "decoder.att_rnn")
+    out.add("decoder.att_rnn.attn.normalize_bias", h, 0, 0, "decoder.att_rnn")
+    for index in range(1, depth):
+        _lstm(out, f"decoder.rnn_layers.{index - 1}", 2 * h, h, tokens,
+              f"decoder.rnn_layers.{index - 1}")
+    out.linear("decoder.classifier", h, vocab, tokens, "decoder.classifier")
+    return Model(name, tuple(out.layers), dtype_bytes)
+
+
+# MLPerf DLRM on Criteo Terabyte (rows per table capped at 40M), 128-wide embeddings.
+DLRM_TABLE_ROWS = (
+    39884406, 39043, 17289, 7420, 20263, 3, 7120, 1543, 63, 38532951, 2953546, 403346, 10,
+    2208, 11938, 155, 4, 976, 14, 39979771, 25641295, 39664984, 585935, 12972, 108, 36,
+)
+DLRM_DIM, DLRM_DENSE = 128, 13
+DLRM_BOTTOM, DLRM_TOP = (512, 256, 128), (1024, 1024, 512, 256, 1)
+
+
+def dlrm(name: str = "dlrm", dtype_bytes: int = 4) -> Model:
+    """DLRM (Naumov et al., 2019) in the MLPerf Criteo-Terabyte configuration: 26 embedding
+    tables of width 128 (24.0B parameters), bottom MLP 13-512-256-128, dot interaction of the
+    27 vectors (351 pairs) concatenated with the dense vector, top MLP 479-1024-1024-512-256-1.
+    Blocks: ``embeddings``, ``bot_l.<i>``, ``top_l.<i>`` (the interaction runs in ``top_l.0``)."""
+    out = _Layers(dtype_bytes)
+    for index, rows in enumerate(DLRM_TABLE_ROWS):
+        out.add(f"emb_l.{index}.weight", rows * DLRM_DIM, 0, DLRM_DIM, "embeddings")
+    fan_in = DLRM_DENSE
+    for index, width in enumerate(DLRM_BOTTOM):
+        out.linear(f"bot_l.{2 * index}", fan_in, width, 1, f"bot_l.{index}")
+        fan_in = width
+    vectors = len(DLRM_TABLE_ROWS) + 1
+    pairs = vectors * (vectors - 1) // 2
+    fan_in = DLRM_DIM + pairs
+    for index, width in enumerate(DLRM_TOP):
+        extra = 2 * pairs * DLRM_DIM if index == 0 else 0.0
+        out.linear(f"top_l.{2 * index}", fan_in, width, 1, f"top_l.{index}", extra_flops=extra)
+        fan_in = width
     return Model(name, tuple(out.layers), dtype_bytes)
 
 
@@ -169,6 +254,8 @@ MODELS: dict[str, Callable[[int], Model]] = {
     **{name: partial(resnet, name) for name in RESNET_DEPTHS},
     **{name: partial(bert, name) for name in BERT_SHAPES},
     **{name: partial(gpt, name) for name in GPT_SHAPES},
+    "gnmt": partial(gnmt, "gnmt"),
+    "dlrm": partial(dlrm, "dlrm"),
 }
 
 

@@ -61,8 +61,15 @@ class _CommSite:
     consumer: tuple[int, str, int] | None
 
 
+def _ig_issuers(workload: Workload) -> set[int]:
+    """Layers after whose input-gradient compute some collective is issued."""
+    return {workload.index(comm.issuer) if comm.issuer else owner
+            for owner, layer in enumerate(workload.layers)
+            if (comm := layer.input_grad_comm) is not None}
+
+
 def _first_backward(workload: Workload, layer: int) -> str:
-    return "IG" if workload.layers[layer].input_grad_comm is not None else "WG"
+    return "IG" if layer in _ig_issuers(workload) else "WG"
 
 
 def _consumer(workload: Workload, owner: int, phase: str,

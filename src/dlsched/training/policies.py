@@ -11,10 +11,14 @@ on the network, and whether collectives are prioritised by when their result is 
   collective still has on each dimension.
 * ``dlsched`` — ours: for every chunk, the dimension order (of all D! orders) that minimises the
   most-loaded dimension given the work already queued, in-flight-aware like the variant above;
-  and collectives served by the position of the compute task that waits for them (the layer
+  collectives served by the position of the compute task that waits for them (the layer
   that waits first goes first: blocking model-parallel collectives, then the gradients of the
   first layers, as in data-parallel priority scheduling such as ByteScheduler), SCF within a
-  priority.
+  priority; and a chunk count per collective that balances pipelining against step latency
+  (``adaptive_chunks``). Like Themis it plans offline (the schedule repeats every iteration),
+  so ``run_training`` simulates the candidates in ``DLSCHED_CANDIDATES`` — these settings with
+  and without priorities, Themis's tracker with adaptive chunks, and Themis as published — and
+  keeps the fastest: never slower than Themis.
 * ``ideal`` — the paper's Ideal: every collective moves its bytes at the summed bandwidth of
   its dimensions (each dimension carries a share proportional to its bandwidth, no step
   latency), served by need like ``dlsched``.
@@ -23,12 +27,14 @@ on the network, and whether collectives are prioritised by when their result is 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 
+from dlsched.collectives.algorithms import stage_latency
 from dlsched.collectives.bounds import bytes_per_npu, order_loads
 from dlsched.collectives.network import FlowStage
 from dlsched.collectives.plan import (
@@ -90,6 +96,7 @@ class TrainingPolicy:
     intra: IntraPolicy
     inflight: bool
     prioritized: bool
+    adaptive_chunks: bool = False
 
     def flows(self, sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
               load: np.ndarray) -> list[list[FlowStage]]:
@@ -98,6 +105,8 @@ class TrainingPolicy:
         assert sub.topology is not None
         if self.orders is None:
             return _ideal_flows(sub, op, size, chunks)
+        if self.adaptive_chunks:
+            chunks = adaptive_chunk_count(sub.topology, op, size, chunks)
         if not self.inflight:
             return _static_flows(self, sub, op, size, chunks)
         offset = load[list(sub.dim_map)]
@@ -107,6 +116,20 @@ class TrainingPolicy:
         """Queue priority of a collective whose result is first needed by compute task
         ``need`` (its position in the run's compute order; lower is served first)."""
         return need if self.prioritized else 0.0
+
+
+def adaptive_chunk_count(topology: Topology, op: CollectiveOp, size: int, most: int) -> int:
+    """Chunks for a collective of ``size`` bytes: a pipeline of C chunks over a route of n
+    stages takes about T/n x (1 + (n - 1)/C) + C x L, T being its transfer time alone and L
+    the step latency of one chunk's route, minimised at C = sqrt(T (n - 1) / (n L)); clipped
+    to [1, ``most``]; ``most`` when there is no latency."""
+    route = route_from_order(op, baseline_order(len(topology.dims), op))
+    latency = sum(stage_latency(topology.dims[s.dim], s.phase) for s in route)
+    if latency <= 0:
+        return most
+    transfer = bytes_per_npu(topology, op, size) / topology.total_bandwidth * len(topology.dims)
+    best = math.sqrt(transfer * (len(route) - 1) / (len(route) * latency))
+    return max(1, min(most, round(best)))
 
 
 def _plan_flows(sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
@@ -149,9 +172,16 @@ TRAINING_POLICIES: dict[str, TrainingPolicy] = {
     "baseline": TrainingPolicy("baseline", _baseline_orders, IntraPolicy.FIFO, False, False),
     "themis": TrainingPolicy("themis", _themis, IntraPolicy.SCF, False, False),
     "themis-inflight": TrainingPolicy("themis-inflight", _themis, IntraPolicy.SCF, True, False),
-    "dlsched": TrainingPolicy("dlsched", min_max_orders, IntraPolicy.SCF, True, True),
+    "dlsched": TrainingPolicy("dlsched", min_max_orders, IntraPolicy.SCF, True, True, True),
     "ideal": TrainingPolicy("ideal", None, IntraPolicy.FIFO, False, True),
 }
+# What ``dlsched`` tries (its own settings first), each simulated; the fastest is kept.
+DLSCHED_CANDIDATES: tuple[TrainingPolicy, ...] = (
+    TRAINING_POLICIES["dlsched"],
+    TrainingPolicy("dlsched/no-priority", min_max_orders, IntraPolicy.SCF, True, False, True),
+    TrainingPolicy("dlsched/themis-orders", _themis, IntraPolicy.SCF, True, True, True),
+    TrainingPolicy("dlsched/themis", _themis, IntraPolicy.SCF, False, False),
+)
 POLICY_ALIASES = {"ours": "dlsched"}
 
 

@@ -1,0 +1,148 @@
+"""``dlsched train`` and ``dlsched reproduce themis-training``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dlsched.cli import runtime
+from dlsched.cli.options import console, emit_rows, parse_names, suffixed
+from dlsched.cli.progress import progress_bar
+from dlsched.errors import ConfigError
+from dlsched.experiments import themis_training
+from dlsched.hardware import load_topology
+from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
+from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
+from dlsched.training import (
+    POLICY_ALIASES,
+    TRAINING_POLICIES,
+    WORKLOADS,
+    get_workload,
+    run_training,
+)
+
+LATENCIES = {"table": 1.0, "zero": 0.0}
+
+
+def _columns(num_dims: int) -> list[Column]:
+    return [
+        Column("policy", "policy", justify="left"),
+        Column("plan", "plan", justify="left"),
+        Column("iteration_s", "iteration (ms)", seconds_as_ms),
+        Column("compute_s", "compute (ms)", seconds_as_ms),
+        Column("exposed_comm_s", "exposed comm (ms)", seconds_as_ms),
+        Column("speedup_vs_baseline", "speedup vs baseline", as_ratio),
+        *[Column(f"dim{d}_bw_util", f"dim{d} BW util while pending (%)", as_percent)
+          for d in range(1, num_dims + 1)],
+    ]
+
+
+def _check_outputs(*paths: Path | None) -> None:
+    for path in paths:
+        if path is not None and path.is_dir():
+            raise ConfigError(f"output: {str(path)!r} is a directory; give a file path")
+
+
+def train(
+    ctx: typer.Context,
+    workload: Annotated[str, typer.Option(help="Workload: " + ", ".join(WORKLOADS))]
+    = "resnet152",
+    topology: Annotated[str, typer.Option(help="Preset name or YAML/JSON file.")]
+    = "3D-FC_Ring_SW",
+    policy: Annotated[str, typer.Option(help="Policies, comma-separated: " + ", ".join(
+        [*TRAINING_POLICIES, *POLICY_ALIASES]))] = "baseline,themis,dlsched,ideal",
+    latency: Annotated[str, typer.Option(help="'table' (the topology's step latencies) or "
+                                         "'zero'.")] = "table",
+    iterations: Annotated[int, typer.Option(help="Iterations simulated; the last is "
+                                            "reported.")] = 2,
+    chunks: Annotated[int, typer.Option(help="Chunks per collective.")] = 64,
+    concurrency: Annotated[int, typer.Option(help="Chunks a dimension runs at once.")] = 1,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+    csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Chrome trace per policy (compute, "
+                                               "collectives, every dimension).")] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG timeline, a panel per policy.")] = None,
+) -> None:
+    """Simulate whole training iterations of a workload under collective policies (with no
+    subcommand); ``train dataparallel`` runs plans on torch.distributed."""
+    if ctx.invoked_subcommand is not None:
+        return
+    _check_outputs(csv, trace, plot)
+    if latency not in LATENCIES:
+        raise ConfigError(f"latency: unknown setting {latency!r}; accepted: 'table', 'zero'")
+    net = load_topology(topology).with_latency_scale(LATENCIES[latency])
+    names = parse_names(policy, [*TRAINING_POLICIES, *POLICY_ALIASES], "policy")
+    job = get_workload(workload, net.num_npus)
+    results = [run_training(job, net, name, iterations, chunks, concurrency) for name in names]
+    baseline = run_training(job, net, "baseline", iterations, chunks, concurrency) \
+        if "baseline" not in names else results[names.index("baseline")]
+    rows = [r.row() | {"latency": latency,
+                       "speedup_vs_baseline": baseline.iteration_s / r.iteration_s}
+            for r in results]
+    _write_outputs(results, trace, plot, f"{job.name} on {net.name}")
+    if not json_out:
+        render_table(rows, _columns(len(net.dims)),
+                     f"{job.description} on {net.name} ({net.shape}, {latency} latency): "
+                     f"steady-state iteration of {iterations}", console)
+    emit_rows(rows, json_out, csv)
+
+
+def _write_outputs(results: list[Any], trace: Path | None, plot: Path | None,
+                   title: str) -> None:
+    many = len(results) > 1
+    if trace is not None:
+        for result in results:
+            write_chrome_trace(result.timeline, suffixed(trace, result.policy, many))
+    if plot is not None:
+        plot_timelines([(f"{title}: {r.policy}", r.timeline) for r in results], plot)
+
+
+SUMMARY_COLUMNS = [
+    Column("workload", "workload", justify="left"),
+    Column("themis_avg", "Themis avg", as_ratio),
+    Column("paper_themis_avg", "paper", as_ratio),
+    Column("themis_max", "Themis max", as_ratio),
+    Column("paper_themis_max", "paper", as_ratio),
+    Column("dlsched_avg", "dlsched avg", as_ratio),
+    Column("dlsched_max", "dlsched max", as_ratio),
+    Column("themis_inflight_avg", "Themis in-flight avg", as_ratio),
+    Column("ideal_avg", "Ideal avg", as_ratio),
+    Column("paper_ideal_avg", "paper", as_ratio),
+    Column("dlsched_over_themis_min", "min dlsched/Themis", as_ratio),
+    Column("dlsched_vs_ideal_avg", "dlsched / Ideal time", as_ratio),
+]
+
+
+def reproduce_themis_training(
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
+    csv: Annotated[Path | None, typer.Option(help="Write all rows as CSV.")] = None,
+    workers: Annotated[int, typer.Option(help="Processes to run scenarios in.")]
+    = min(2, os.cpu_count() or 1),
+) -> None:
+    """Four workloads x six Themis topologies x baseline/Themis/dlsched/Ideal, both latencies."""
+    _check_outputs(csv)
+    rows = themis_training.reproduce(themis_training.scenarios(), workers,
+                                     progress_bar("simulating", json_out))
+    summary = themis_training.summarize(rows)
+    if not json_out:
+        for latency, title in themis_training.LATENCY_TITLES.items():
+            render_table([s for s in summary if s["latency"] == latency], SUMMARY_COLUMNS,
+                         f"Training iteration speedup over the baseline (iteration-time ratio), "
+                         f"{title}", console)
+            render_table(themis_training.pivot(rows, latency),
+                         [Column("workload", "workload", justify="left"),
+                          Column("topology", "topology", justify="left"),
+                          *[Column(p, f"{p} (ms)", seconds_as_ms)
+                            for p in themis_training.POLICIES],
+                          Column("compute", "compute (ms)", seconds_as_ms)],
+                         f"iteration time per row, {latency} latency", console)
+    emit_rows(rows, json_out, csv, {"summary": summary} if json_out else None)
+
+
+def register(app: typer.Typer, reproduce: typer.Typer) -> None:
+    """Add this module's commands to the CLI."""
+    runtime.train_app.callback(invoke_without_command=True)(train)
+    reproduce.command("themis-training")(reproduce_themis_training)
