@@ -23,6 +23,7 @@ from dlsched.training import (
     get_workload,
     run_training,
 )
+from dlsched.validation import CHUNKS, CONCURRENCY, check_output_paths, count
 
 LATENCIES = {"table": 1.0, "zero": 0.0}
 
@@ -38,12 +39,6 @@ def _columns(num_dims: int) -> list[Column]:
         *[Column(f"dim{d}_bw_util", f"dim{d} BW util while pending (%)", as_percent)
           for d in range(1, num_dims + 1)],
     ]
-
-
-def _check_outputs(*paths: Path | None) -> None:
-    for path in paths:
-        if path is not None and path.is_dir():
-            raise ConfigError(f"output: {str(path)!r} is a directory; give a file path")
 
 
 def train(
@@ -70,7 +65,11 @@ def train(
     subcommand); ``train dataparallel`` runs plans on torch.distributed."""
     if ctx.invoked_subcommand is not None:
         return
-    _check_outputs(csv, trace, plot)
+    check_output_paths({"--csv": (csv, (".csv",)), "--trace": (trace, (".json",)),
+                        "--plot": (plot, (".png",))})
+    CHUNKS.check(chunks, "chunks")
+    CONCURRENCY.check(concurrency, "concurrency")
+    count("iteration count", 1, 1000).check(iterations, "iterations")
     if latency not in LATENCIES:
         raise ConfigError(f"latency: unknown setting {latency!r}; accepted: 'table', 'zero'")
     net = load_topology(topology).with_latency_scale(LATENCIES[latency])
@@ -123,7 +122,7 @@ def reproduce_themis_training(
     = min(2, os.cpu_count() or 1),
 ) -> None:
     """Four workloads x six Themis topologies x baseline/Themis/dlsched/Ideal, both latencies."""
-    _check_outputs(csv)
+    check_output_paths({"--csv": (csv, (".csv",))})
     rows = themis_training.reproduce(themis_training.scenarios(), workers,
                                      progress_bar("simulating", json_out))
     summary = themis_training.summarize(rows)
