@@ -11,7 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
-from dlsched.cli import collective, dataparallel, pipeline, runtime, training
+from dlsched.cli import collective, dataparallel, pipeline, runtime, training, sweep
 from dlsched.errors import ConfigError
 from dlsched.units import UnitError
 
@@ -24,7 +24,7 @@ app = typer.Typer(
 reproduce = typer.Typer(help="Reproduce the published papers' tables.", no_args_is_help=True)
 app.add_typer(reproduce, name="reproduce")
 
-for domain in (collective, dataparallel, pipeline, runtime, training):
+for domain in (collective, dataparallel, pipeline, runtime, training, sweep):
     domain.register(app, reproduce)
 
 

@@ -1,0 +1,285 @@
+"""``dlsched sweep``: run a grid file (``dlsched sweep grid.yaml`` = ``dlsched sweep run``),
+export, summarize and plot its results."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from dlsched.cli.options import console, emit_rows
+from dlsched.cli.progress import progress_bar
+from dlsched.errors import ConfigError
+from dlsched.report import Column, render_table, rows_to_csv, write_text
+from dlsched.report.tables import as_ratio
+from dlsched.sweep import (
+    EXECUTORS,
+    ResultStore,
+    SweepIncomplete,
+    SweepJob,
+    load_grid,
+    open_executor,
+    read_meta,
+    read_rows,
+)
+from dlsched.sweep.executors import default_workers
+from dlsched.sweep.runner import estimate_seconds, iter_sweep, pending_tasks
+from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
+from dlsched.units import format_time
+
+
+class _RunByDefault(TyperGroup):
+    """A group whose first argument, when it is not a subcommand, is run's grid file."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+sweep_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
+                        help="Design-space sweeps: run a grid file (dlsched sweep GRID.yaml), "
+                        "then export, summarize or plot the results file.")
+
+ExecutorOption = Annotated[str, typer.Option(
+    "--executor", help="Where scenarios run: " + ", ".join(EXECUTORS)
+    + " (dask/ray need the dlsched[dask] / dlsched[ray] extra).")]
+WorkersOption = Annotated[int | None, typer.Option(
+    help="Local worker processes (process pool, local Dask/Ray cluster); default: all cores.")]
+AddressOption = Annotated[str | None, typer.Option(
+    help="Existing cluster: Dask scheduler (tcp://host:8786) or Ray (ray://host:10001, auto).")]
+
+
+def check_output(path: Path, field: str) -> Path:
+    """Fail before any work when ``path`` cannot be written (missing folder, a directory)."""
+    if path.is_dir():
+        raise ConfigError(f"{field}: {str(path)!r} is a directory; give a file path")
+    if not path.parent.is_dir():
+        raise ConfigError(f"{field}: folder {str(path.parent)!r} does not exist")
+    return path
+
+
+def _open_store(db: Path, job: SweepJob, resume: bool, overwrite: bool) -> ResultStore:
+    """Open the results file for this job: new, resumed (same domain) or overwritten."""
+    check_output(db, "db")
+    if db.exists() and overwrite:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    if db.exists() and not resume:
+        raise ConfigError(f"db: {str(db)!r} already exists; pass --resume to continue that "
+                          "sweep or --overwrite to start over")
+    if db.exists():
+        domain = read_meta(db).get("domain")
+        if domain != job.domain:
+            raise ConfigError(f"db: {str(db)!r} holds a {domain!r} sweep, the grid is "
+                              f"{job.domain!r}; use another --db")
+    return ResultStore(db, job.columns, job.meta)
+
+
+def _report(store: ResultStore, ran: int, skipped: int, seconds: float) -> None:
+    errors = len(store.keys("error"))
+    rate = f", {ran / seconds:,.1f} scenarios/s" if seconds > 0 and ran else ""
+    console.print(f"ran {ran} scenarios in {seconds:.1f} s{rate}; {skipped} already in the "
+                  f"store were skipped; {store.count()} rows in {store.path} ({errors} errors)",
+                  highlight=False)
+
+
+def run(
+    grid: Annotated[Path, typer.Argument(help="Grid file (YAML or JSON).")],
+    db: Annotated[Path | None, typer.Option(help="Results file (SQLite); default: "
+                                            "GRID's name with .db, in the current folder.")]
+    = None,
+    executor: ExecutorOption = "process",
+    workers: WorkersOption = None,
+    address: AddressOption = None,
+    resume: Annotated[bool, typer.Option(help="Continue: skip scenarios already stored.")]
+    = False,
+    overwrite: Annotated[bool, typer.Option(help="Delete an existing results file first.")]
+    = False,
+    retry_errors: Annotated[bool, typer.Option(help="With --resume, rerun scenarios stored "
+                                               "as errors.")] = False,
+    batch_size: Annotated[int | None, typer.Option(min=1, help="Scenarios per task; default: "
+                                                   "about 8 tasks per worker, at most 64.")]
+    = None,
+    dry_run: Annotated[bool, typer.Option(help="Print the scenario count and an estimated "
+                                          "time (from timing 3 scenarios here); run nothing.")]
+    = False,
+    quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+) -> None:
+    """Run every scenario of a grid file, committing one row per scenario as it finishes."""
+    loaded = load_grid(grid)
+    job = SweepJob.from_grid(loaded)
+    path = db if db is not None else Path(grid.stem + ".db")
+    if dry_run:
+        _dry_run(job, loaded.count, path, workers, resume)
+        return
+    with _open_store(path, job, resume, overwrite) as store:
+        todo = pending_tasks(job, store, retry_errors)
+        skipped = len(job.tasks()) - len(todo)
+        start = time.perf_counter()
+        ran = 0
+        try:
+            if not todo:
+                return
+            with open_executor(executor, workers, address) as engine:
+                console.print(f"{len(todo)} scenarios to run on {engine.description}",
+                              highlight=False)
+                progress = progress_bar("sweeping", quiet)
+                for _ in progress(iter_sweep(job, store, engine, todo, batch_size), len(todo)):
+                    ran += 1
+        except KeyboardInterrupt:
+            console.print(f"interrupted: {store.count()} rows are committed in {path}; rerun "
+                          "with --resume to continue", highlight=False)
+            raise typer.Exit(130) from None
+        except SweepIncomplete as error:
+            console.print(f"[bold red]incomplete:[/] {error}", highlight=False)
+            raise typer.Exit(1) from None
+        finally:
+            _report(store, ran, skipped, time.perf_counter() - start)
+
+
+def _dry_run(job: SweepJob, count: int, path: Path, workers: int | None, resume: bool) -> None:
+    tasks = job.tasks()
+    done: set[str] = set()
+    if resume and path.exists():
+        done = {row["key"] for row in read_rows(path)}
+    todo = [task for task in tasks if task[0] not in done]
+    per = estimate_seconds(job, todo)
+    slots = workers or default_workers()
+    console.print(f"{job.name}: {count} scenarios in the grid ({len(tasks)} distinct), "
+                  f"{len(todo)} to run; about {format_time(per)} each when run alone here, so "
+                  f"about {format_time(per * len(todo) / slots)} on {slots} workers "
+                  "(estimate from up to 3 scenarios spread over the grid)", highlight=False)
+
+
+def export(
+    db: Annotated[Path, typer.Argument(help="Results file of a sweep.")],
+    csv: Annotated[Path | None, typer.Option(help="Write every row as CSV.")] = None,
+    parquet: Annotated[Path | None, typer.Option(help="Write every row as Parquet (needs "
+                                                 "pyarrow).")] = None,
+    where: Annotated[str, typer.Option(help="SQL condition, e.g. \"status = 'ok'\".")] = "",
+) -> None:
+    """Export a results file (one row per scenario, SI units) to CSV and/or Parquet."""
+    if csv is None and parquet is None:
+        raise ConfigError("export: give --csv PATH and/or --parquet PATH")
+    for path, field in ((csv, "csv"), (parquet, "parquet")):
+        if path is not None:
+            check_output(path, field)
+    if parquet is not None:
+        try:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ConfigError("parquet: Parquet export needs the optional package 'pyarrow' "
+                              "(pip install pyarrow); --csv works without it") from None
+    rows = read_rows(db, where)
+    if csv is not None:
+        write_text(csv, rows_to_csv(rows))
+        console.print(f"wrote {len(rows)} rows to {csv}")
+    if parquet is not None:
+        pq.write_table(pa.Table.from_pylist(rows), parquet)
+        console.print(f"wrote {len(rows)} rows to {parquet}")
+
+
+def _split(text: str | None) -> list[str] | None:
+    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _cases(db: Path, baseline: str | None, metric: str | None) -> tuple[Any, str]:
+    meta = read_meta(db)
+    if "policy_param" not in meta:
+        raise ConfigError(f"db: {db} was not written by 'dlsched sweep run'")
+    time_metric = metric or meta["time_metric"]
+    if meta["policy_param"] not in meta["varied"]:
+        raise ConfigError(f"summary: the grid does not vary {meta['policy_param']!r}, so "
+                          "there are no policies to compare")
+    cases = collect_cases(read_rows(db), meta["policy_param"], time_metric, meta["varied"],
+                          baseline or meta.get("baseline"))
+    return cases, time_metric
+
+
+def summary(
+    db: Annotated[Path, typer.Argument(help="Results file of a sweep.")],
+    by: Annotated[str | None, typer.Option(help="Group by these varied parameters "
+                                           "(comma-separated); default: the first one.")]
+    = None,
+    baseline: Annotated[str | None, typer.Option(help="Policy to compare against; default: "
+                                                 "the grid's 'baseline', else the first.")]
+    = None,
+    metric: Annotated[str | None, typer.Option(help="Time metric to compare (lower is "
+                                               "better); default: the domain's time.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    csv: Annotated[Path | None, typer.Option(help="Write the speedup table as CSV.")] = None,
+) -> None:
+    """Best policy per group and speedup tables (speedup_vs_BASELINE = baseline time / time,
+    geometric mean over the group's cases)."""
+    if csv is not None:
+        check_output(csv, "csv")
+    cases, time_metric = _cases(db, baseline, metric)
+    groups = _split(by) if by is not None else list(cases.params[:1])
+    best = best_per_group(cases, groups)
+    pivot = speedup_pivot(cases, groups)
+    if not json_out:
+        group_columns = [Column(name, name, justify="left") for name in groups]
+        column = cases.speedup_column
+        render_table(best, [*group_columns, Column("best", "best policy", justify="left"),
+                            Column(column, f"{column} (x, geo-mean)", as_ratio),
+                            Column("fastest_in", "fastest in (cases)"), Column("cases", "cases")],
+                     f"best {cases.policy_param} per group by {time_metric} (seconds), "
+                     f"baseline {cases.baseline}", console)
+        render_table(pivot, [*group_columns] + [
+            Column(str(p), f"{p} (x)", as_ratio) for p in cases.policies],
+            f"{column} per {cases.policy_param}: geometric mean over each group's cases "
+            "(>1 = faster than the baseline)", console)
+    emit_rows(pivot, json_out, csv, {"best": best, "baseline": cases.baseline,
+                                     "metric": time_metric} if json_out else None)
+
+
+def plot(
+    db: Annotated[Path, typer.Argument(help="Results file of a sweep.")],
+    heatmap: Annotated[Path | None, typer.Option(help="PNG: speedup of each policy over the "
+                                                 "baseline on an --x by --y grid.")] = None,
+    line: Annotated[Path | None, typer.Option(help="PNG: a line per policy over --x.")] = None,
+    x: Annotated[str | None, typer.Option(help="Parameter on the x axis.")] = None,
+    y: Annotated[str | None, typer.Option(help="Parameter on the heat map's y axis.")] = None,
+    quantity: Annotated[str, typer.Option(help="Line plot of 'speedup' or 'time'.")]
+    = "speedup",
+    baseline: Annotated[str | None, typer.Option(help="Policy to compare against.")] = None,
+    metric: Annotated[str | None, typer.Option(help="Time metric (lower is better).")] = None,
+) -> None:
+    """Heat maps and line plots of a sweep's results (PNG)."""
+    from dlsched.sweep.plots import plot_heatmaps, plot_lines
+
+    if heatmap is None and line is None:
+        raise ConfigError("plot: give --heatmap PATH and/or --line PATH")
+    if quantity not in ("speedup", "time"):
+        raise ConfigError(f"quantity: unknown {quantity!r}; accepted: speedup, time")
+    for path, field in ((heatmap, "heatmap"), (line, "line")):
+        if path is not None:
+            check_output(path, field)
+    cases, time_metric = _cases(db, baseline, metric)
+    names = list(cases.params)
+    x_name = x or (names[0] if names else None)
+    if x_name is None:
+        raise ConfigError("x: the sweep varies nothing besides the policy; nothing to plot")
+    if heatmap is not None:
+        y_name = y or next((n for n in names if n != x_name), None)
+        if y_name is None or y_name == x_name:
+            raise ConfigError(f"y: a heat map needs a second varied parameter besides {x_name!r}"
+                              "; accepted: " + ", ".join(n for n in names if n != x_name))
+        console.print(f"wrote {plot_heatmaps(cases, x_name, y_name, heatmap, time_metric)}")
+    if line is not None:
+        console.print(f"wrote {plot_lines(cases, x_name, line, quantity, time_metric)}")
+
+
+def register(app: typer.Typer, reproduce: typer.Typer) -> None:
+    """Add ``dlsched sweep`` and its subcommands."""
+    sweep_app.command("run")(run)
+    sweep_app.command("export")(export)
+    sweep_app.command("summary")(summary)
+    sweep_app.command("plot")(plot)
+    app.add_typer(sweep_app, name="sweep")

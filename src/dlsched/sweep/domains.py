@@ -1,0 +1,213 @@
+"""What a sweep can vary: one parameter schema, one evaluator and one metric list per domain.
+
+Every domain maps a flat dict of parameters (plain numbers and names, SI units: bytes,
+seconds) to a flat dict of metrics. The evaluators are module-level functions, so they travel
+to worker processes (process pool, Dask, Ray) by reference; expensive inputs (topologies,
+models) are cached per worker process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from dlsched.collectives import POLICIES as COLLECTIVE_POLICIES
+from dlsched.collectives import run_collective
+from dlsched.collectives.plan import CollectiveOp, IntraPolicy
+from dlsched.dataparallel import parse_network, problem_from_model, run_dataparallel
+from dlsched.dataparallel.policies import POLICIES as DP_POLICIES
+from dlsched.errors import ConfigError
+from dlsched.hardware import Topology, load_topology
+from dlsched.hardware.device_graph import load_devices
+from dlsched.models import device_compute, get_model
+from dlsched.pipeline import PLANNERS, PipelineProblem, run_planner
+from dlsched.pipeline.model_source import load_chain
+from dlsched.units import parse_bytes
+
+_STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+def _one_of(value: str, accepted: Any, what: str) -> str:
+    if value not in accepted:
+        raise ConfigError(f"unknown {what} {value!r}; accepted: " + ", ".join(map(str, accepted)))
+    return value
+
+
+class CollectiveParams(BaseModel):
+    """One chunked collective: ``size`` in bytes per NPU (unit strings such as "1 GB" accepted),
+    ``latency_scale`` multiplies every step latency of the topology (0 removes it)."""
+
+    model_config = _STRICT
+    topology: str = "4D-Ring_FC_Ring_SW"
+    op: str = "all-reduce"
+    size: int = Field(10**9, ge=1)
+    chunks: int = Field(64, ge=1)
+    policy: str = "themis"
+    intra: str = "scf"
+    concurrency: int = Field(1, ge=1)
+    latency_scale: float = Field(1.0, ge=0.0, le=1e6)
+
+    @field_validator("size", mode="before")
+    @classmethod
+    def _size(cls, value: Any) -> Any:
+        return parse_bytes(value) if isinstance(value, str) else value
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, value: str) -> str:
+        _topology(value, 1.0)
+        return value
+
+    @field_validator("op")
+    @classmethod
+    def _op(cls, value: str) -> str:
+        return _one_of(value, [m.value for m in CollectiveOp], "collective")
+
+    @field_validator("intra")
+    @classmethod
+    def _intra(cls, value: str) -> str:
+        return _one_of(value, [m.value for m in IntraPolicy], "intra-dimension order")
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str) -> str:
+        return _one_of(value, COLLECTIVE_POLICIES, "collective policy")
+
+
+@lru_cache(maxsize=256)
+def _topology(name: str, latency_scale: float) -> Topology:
+    return load_topology(name).with_latency_scale(latency_scale)
+
+
+def run_collective_scenario(params: dict[str, Any]) -> dict[str, Any]:
+    """Plan, simulate and score one collective; times in seconds, bytes per NPU."""
+    p = params
+    result = run_collective(_topology(p["topology"], p["latency_scale"]), p["op"], p["size"],
+                            p["chunks"], p["policy"], p["intra"], p["concurrency"])
+    return {"time_s": result.time_s, "ideal_s": result.ideal_s, "bound_s": result.bound_s,
+            "utilization": result.utilization, "time_over_bound": result.time_over_bound,
+            "bytes_per_npu": result.bytes_per_npu, "events": result.events}
+
+
+class DataParallelParams(BaseModel):
+    """One data-parallel iteration: a zoo model on ``workers`` devices behind ``network``
+    (see ``dlsched dataparallel --network``), ``batch_size`` samples per worker."""
+
+    model_config = _STRICT
+    model: str = "resnet50"
+    workers: int = Field(8, ge=1, le=1_000_000)
+    network: str = "usbyte-8"
+    device: str = "v100"
+    efficiency: float = Field(0.4, gt=0.0, le=1.0)
+    batch_size: int = Field(32, ge=1)
+    policy: str = "usbyte"
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str) -> str:
+        get_model(value)
+        return value
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        device_compute(value)
+        return value
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str) -> str:
+        return _one_of(value, DP_POLICIES, "data-parallel policy")
+
+
+@lru_cache(maxsize=64)
+def _dp_problem(model: str, workers: int, network: str, device: str, efficiency: float,
+                batch_size: int) -> Any:
+    return problem_from_model(get_model(model), device_compute(device, efficiency), batch_size,
+                              parse_network(network, workers))
+
+
+def run_dataparallel_scenario(params: dict[str, Any]) -> dict[str, Any]:
+    """Schedule one data-parallel iteration's all-reduces; times in seconds."""
+    p = params
+    problem = _dp_problem(p["model"], p["workers"], p["network"], p["device"], p["efficiency"],
+                          p["batch_size"])
+    row = run_dataparallel(problem, p["policy"]).row()
+    return {key: row[key] for key in DATAPARALLEL_METRICS}
+
+
+class PipelineParams(BaseModel):
+    """One synchronous pipeline plan: a zoo model (or chain file) on a device preset (or file)."""
+
+    model_config = _STRICT
+    model: str = "gpt2-xl"
+    devices: str = "2x8-NVLink-100Gb"
+    microbatches: int = Field(16, ge=1, le=1_000_000)
+    microbatch_size: int = Field(1, ge=1)
+    planner: str = "dlsched"
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, value: str) -> str:
+        load_devices(value)
+        return value
+
+    @field_validator("planner")
+    @classmethod
+    def _planner(cls, value: str) -> str:
+        return _one_of(value, PLANNERS, "pipeline planner")
+
+
+def run_pipeline_scenario(params: dict[str, Any]) -> dict[str, Any]:
+    """Plan, simulate and bound one pipeline; seconds, bytes, fractions."""
+    p = params
+    problem = PipelineProblem(load_chain(p["model"], p["microbatch_size"]),
+                              load_devices(p["devices"]), p["microbatches"])
+    row = run_planner(problem, p["planner"]).row()
+    return {key: row[key] for key in PIPELINE_METRICS}
+
+
+DATAPARALLEL_METRICS = ("time_s", "bound_s", "time_over_bound", "backward_s", "forward_s",
+                        "messages", "comm_busy_s")
+PIPELINE_METRICS = ("iteration_s", "bound_s", "instance_bound_s", "time_over_bound", "bubble",
+                    "peak_memory_bytes", "stages", "gpus_used", "planning_s")
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A sweepable domain: its parameter schema, evaluator (params -> metrics), the metrics it
+    produces, which parameter names the policy and which metric is the time to compare."""
+
+    name: str
+    params: type[BaseModel]
+    evaluate: Callable[[dict[str, Any]], dict[str, Any]]
+    metrics: tuple[str, ...]
+    policy_param: str
+    time_metric: str
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        """Every parameter of the domain, in schema order."""
+        return tuple(self.params.model_fields)
+
+
+DOMAINS: dict[str, Domain] = {
+    "collective": Domain("collective", CollectiveParams, run_collective_scenario,
+                         ("time_s", "ideal_s", "bound_s", "utilization", "time_over_bound",
+                          "bytes_per_npu", "events"), "policy", "time_s"),
+    "dataparallel": Domain("dataparallel", DataParallelParams, run_dataparallel_scenario,
+                           DATAPARALLEL_METRICS, "policy", "time_s"),
+    "pipeline": Domain("pipeline", PipelineParams, run_pipeline_scenario, PIPELINE_METRICS,
+                       "planner", "iteration_s"),
+}
+
+
+def get_domain(name: str) -> Domain:
+    """The domain called ``name``; ConfigError naming the accepted domains otherwise."""
+    if name not in DOMAINS:
+        raise ConfigError(f"domain: unknown {name!r}; accepted: " + ", ".join(DOMAINS))
+    return DOMAINS[name]

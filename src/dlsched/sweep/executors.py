@@ -1,0 +1,137 @@
+"""Where scenarios run: a local process pool (default), a Dask cluster or a Ray cluster, all
+behind the ``concurrent.futures.Executor`` interface (``submit`` returning a Future).
+
+Dask and Ray are optional extras (``pip install 'dlsched[dask]'`` / ``'dlsched[ray]'``),
+imported only when chosen.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from dlsched.errors import ConfigError
+
+EXECUTORS = ("process", "dask", "ray")
+
+
+@dataclass(frozen=True)
+class Engine:
+    """An open executor, how many tasks it runs at once (``slots``) and a one-line description."""
+
+    executor: Executor
+    slots: int
+    description: str
+
+
+def _missing(extra: str, package: str) -> ConfigError:
+    return ConfigError(f"executor: {extra!r} needs the optional package {package!r}; install it "
+                       f"with: pip install 'dlsched[{extra}]'")
+
+
+def default_workers() -> int:
+    """Local worker processes when none are asked for: the cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+
+
+@contextmanager
+def _process_pool(workers: int, address: str | None) -> Iterator[Engine]:
+    if address is not None:
+        raise ConfigError("address: the 'process' executor runs on this machine; use "
+                          "--executor dask or ray to reach a cluster")
+    method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+    pool = ProcessPoolExecutor(max_workers=workers,
+                               mp_context=multiprocessing.get_context(method))
+    try:
+        yield Engine(pool, workers, f"local process pool, {workers} workers")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _dask(workers: int, address: str | None) -> Iterator[Engine]:
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise _missing("dask", "distributed") from None
+    cluster = None
+    if address is None:
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(address, timeout="20s")
+        except OSError as error:
+            raise ConfigError(f"address: cannot reach the Dask scheduler at {address!r} "
+                              f"({error})") from None
+    executor = client.get_executor(pure=False)
+    slots = max(sum(client.nthreads().values()), 1)
+    where = "LocalCluster" if cluster is not None else address
+    try:
+        yield Engine(executor, slots, f"Dask ({where}), {slots} worker threads")
+    finally:
+        executor.shutdown(wait=False)
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+class RayExecutor(Executor):
+    """``concurrent.futures.Executor`` over Ray tasks (one CPU each); ``ObjectRef.future()``
+    gives the Future."""
+
+    def __init__(self, ray: Any) -> None:
+        self._ray = ray
+        self._remote: dict[Callable[..., Any], Any] = {}
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        """Run ``fn(*args, **kwargs)`` as a Ray task."""
+        if fn not in self._remote:
+            self._remote[fn] = self._ray.remote(num_cpus=1)(fn)
+        return self._remote[fn].remote(*args, **kwargs).future()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Nothing to release here: the Ray connection is closed by ``open_executor``."""
+
+
+@contextmanager
+def _ray(workers: int, address: str | None) -> Iterator[Engine]:
+    try:
+        import ray
+    except ImportError:
+        raise _missing("ray", "ray") from None
+    if address is None:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
+    slots = max(int(ray.cluster_resources().get("CPU", 1)), 1)
+    try:
+        yield Engine(RayExecutor(ray), slots,
+                     f"Ray ({address or 'local'}), {slots} CPUs")
+    finally:
+        ray.shutdown()
+
+
+_FACTORIES = {"process": _process_pool, "dask": _dask, "ray": _ray}
+
+
+@contextmanager
+def open_executor(kind: str = "process", workers: int | None = None,
+                  address: str | None = None) -> Iterator[Engine]:
+    """Start (or connect to) an executor; ``workers`` local processes for ``process`` and for
+    a local Dask/Ray cluster (default: this machine's cores); ``address`` reaches an existing
+    Dask scheduler (``tcp://host:8786``) or Ray cluster (``ray://host:10001`` or ``auto``)."""
+    if kind not in _FACTORIES:
+        raise ConfigError(f"executor: unknown {kind!r}; accepted: " + ", ".join(EXECUTORS))
+    count = default_workers() if workers is None else workers
+    if count < 1:
+        raise ConfigError(f"workers: must be >= 1 (got {count})")
+    with _FACTORIES[kind](count, address) as engine:
+        yield engine

@@ -1,0 +1,175 @@
+"""Run a list of scenarios through an executor in batches, committing each batch's rows to
+the store as it finishes; scenarios already in the store are skipped (resume).
+
+The unit of work is generic: ``evaluate(params) -> metrics`` for any picklable module-level
+function, so grid domains and the paper reproductions share this runner.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from dlsched.sweep.executors import Engine
+from dlsched.sweep.grid import Grid, scenario_key
+from dlsched.sweep.store import ResultStore
+
+Evaluate = Callable[[dict[str, Any]], dict[str, Any]]
+Task = tuple[str, int, dict[str, Any]]
+MAX_BATCH = 64
+BATCHES_PER_SLOT = 8
+
+
+class SweepIncomplete(RuntimeError):
+    """Some scenarios got no row because their worker or executor failed (not the scenario):
+    the rows that did finish are committed; rerun with resume to complete the sweep."""
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What to run: ``scenarios`` (parameter dicts) through ``evaluate``, keeping ``metrics``;
+    ``domain`` names the kind of scenario (part of each scenario's key)."""
+
+    name: str
+    domain: str
+    evaluate: Evaluate
+    scenarios: Sequence[dict[str, Any]]
+    params: tuple[str, ...]
+    metrics: tuple[str, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_grid(cls, grid: Grid) -> SweepJob:
+        """The job of a grid file."""
+        spec = grid.spec
+        return cls(spec.name, grid.domain.name, grid.domain.evaluate, list(grid.scenarios()),
+                   grid.domain.param_names, grid.metrics,
+                   {"name": spec.name, "domain": grid.domain.name,
+                    "grid": spec.model_dump(by_alias=True),
+                    "policy_param": grid.domain.policy_param,
+                    "time_metric": grid.domain.time_metric, "varied": list(grid.varied),
+                    "baseline": spec.baseline})
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Store columns besides the bookkeeping ones: parameters then metrics."""
+        return self.params + self.metrics
+
+    def tasks(self) -> list[Task]:
+        """(key, index, params) of each distinct scenario, in order."""
+        seen: dict[str, Task] = {}
+        for index, params in enumerate(self.scenarios):
+            key = scenario_key(self.domain, params)
+            seen.setdefault(key, (key, index, params))
+        return list(seen.values())
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars to Python numbers (the store takes int, float, str, None)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def evaluate_batch(evaluate: Evaluate, metrics: tuple[str, ...],
+                   batch: list[Task]) -> list[dict[str, Any]]:
+    """Run a batch on a worker: one row per scenario; an exception becomes an 'error' row."""
+    from dlsched import __version__
+
+    rows = []
+    for key, index, params in batch:
+        start = time.perf_counter()
+        try:
+            result = evaluate(params)
+            values, status, error = {m: _plain(result.get(m)) for m in metrics}, "ok", None
+        except Exception as exc:  # recorded in the row; the sweep goes on
+            values, status, error = {}, "error", f"{type(exc).__name__}: {exc}"
+        rows.append({"key": key, "idx": index, **params, **values, "status": status,
+                     "error": error, "wall_s": time.perf_counter() - start,
+                     "dlsched_version": __version__,
+                     "finished_at": datetime.now(UTC).isoformat(timespec="seconds")})
+    return rows
+
+
+def pending_tasks(job: SweepJob, store: ResultStore, retry_errors: bool = False) -> list[Task]:
+    """Tasks with no row in the store (with ``retry_errors``, also those stored as errors)."""
+    done = store.keys("ok") if retry_errors else store.keys()
+    return [task for task in job.tasks() if task[0] not in done]
+
+
+def batch_size_for(count: int, slots: int) -> int:
+    """Scenarios per task: about ``BATCHES_PER_SLOT`` tasks per worker, at most ``MAX_BATCH``
+    (so task overhead is amortized and progress stays smooth)."""
+    return max(1, min(MAX_BATCH, math.ceil(count / (slots * BATCHES_PER_SLOT))))
+
+
+def iter_sweep(job: SweepJob, store: ResultStore, engine: Engine, todo: list[Task],
+               batch_size: int | None = None) -> Iterator[dict[str, Any]]:
+    """Run ``todo`` on ``engine``, committing each finished batch to ``store`` and then
+    yielding its rows; at most two batches per worker slot are in flight. Raises
+    SweepIncomplete at the end when batches were lost to worker failures."""
+    size = batch_size or batch_size_for(len(todo), engine.slots)
+    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    pending: dict[Future, list[Task]] = {}
+    lost: list[str] = []
+    next_batch = 0
+    try:
+        while next_batch < len(batches) or pending:
+            while next_batch < len(batches) and len(pending) < 2 * engine.slots:
+                batch = batches[next_batch]
+                try:
+                    future = engine.executor.submit(evaluate_batch, job.evaluate, job.metrics,
+                                                    batch)
+                except Exception as error:  # the executor itself is broken: stop submitting
+                    lost += [f"{sum(map(len, batches[next_batch:]))} scenarios: {error!r}"]
+                    next_batch = len(batches)
+                    break
+                pending[future] = batch
+                next_batch += 1
+            if not pending:
+                break
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                batch = pending.pop(future)
+                try:
+                    rows = future.result()
+                except Exception as error:  # a worker died: its scenarios stay unrecorded
+                    lost.append(f"{len(batch)} scenarios: {error!r}")
+                    continue
+                store.write(rows)
+                yield from rows
+    finally:
+        for future in pending:
+            future.cancel()
+    if lost:
+        raise SweepIncomplete("some scenarios were not run because their worker failed "
+                              f"({'; '.join(lost[:3])}); the finished rows are committed: "
+                              "rerun with --resume to complete the sweep")
+
+
+def estimate_seconds(job: SweepJob, tasks: list[Task], sample: int = 3) -> float:
+    """Mean wall seconds per scenario, measured by running up to ``sample`` scenarios spread
+    over ``tasks`` here, serially (0 when there is nothing to run)."""
+    if not tasks:
+        return 0.0
+    chosen = [tasks[round(i * (len(tasks) - 1) / max(sample - 1, 1))]
+              for i in range(min(sample, len(tasks)))]
+    start = time.perf_counter()
+    evaluate_batch(job.evaluate, job.metrics, chosen)
+    return (time.perf_counter() - start) / len(chosen)
+
+
+def run_sweep(job: SweepJob, store: ResultStore, engine: Engine, retry_errors: bool = False,
+              batch_size: int | None = None,
+              progress: Callable[[Iterator[Any], int], Iterator[Any]] = lambda items, n: items,
+              ) -> int:
+    """Run every scenario of ``job`` not yet in ``store``; ``progress(rows, total)`` wraps the
+    stream of finished rows. Returns the number of scenarios run."""
+    todo = pending_tasks(job, store, retry_errors)
+    count = 0
+    for _ in progress(iter_sweep(job, store, engine, todo, batch_size), len(todo)):
+        count += 1
+    return count
