@@ -74,5 +74,6 @@ def test_bad_paths_exit_2(run_cli, results, tmp_path) -> None:
     _, db = results
     code, _, err = run_cli("sweep", "summary", str(tmp_path / "none.db"))
     assert code == 2 and "does not exist" in err
-    code, _, err = run_cli("sweep", "export", str(db), "--csv", str(tmp_path / "x" / "y.csv"))
-    assert code == 2 and "folder" in err
+    code, _, err = run_cli("sweep", "export", str(db), "--csv", str(tmp_path / "y.txt"))
+    assert code == 2 and "suffix" in err
+    assert not (tmp_path / "y.txt").exists()

@@ -76,8 +76,8 @@ def test_cli_bad_grid_exits_2(run_cli, tmp_path) -> None:
     code, _, err = run_cli("sweep", "run", str(tmp_path / "missing.yaml"))
     assert code == 2 and "does not exist" in " ".join(err.split())
     path.write_text(json.dumps({"domain": "collective"}))
-    code, _, err = run_cli("sweep", str(path), "--db", str(tmp_path / "no" / "r.db"))
-    assert code == 2 and "folder" in err
+    code, _, err = run_cli("sweep", str(path), "--db", str(tmp_path))
+    assert code == 2 and "is a directory" in " ".join(err.split())
 
 
 def test_dry_run_counts_without_writing(run_cli, tmp_path) -> None:

@@ -30,6 +30,7 @@ from dlsched.sweep.executors import default_workers
 from dlsched.sweep.runner import estimate_seconds, iter_sweep, pending_tasks
 from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
 from dlsched.units import format_time
+from dlsched.validation import check_output_path, check_output_paths
 
 
 class _RunByDefault(TyperGroup):
@@ -54,18 +55,10 @@ AddressOption = Annotated[str | None, typer.Option(
     help="Existing cluster: Dask scheduler (tcp://host:8786) or Ray (ray://host:10001, auto).")]
 
 
-def check_output(path: Path, field: str) -> Path:
-    """Fail before any work when ``path`` cannot be written (missing folder, a directory)."""
-    if path.is_dir():
-        raise ConfigError(f"{field}: {str(path)!r} is a directory; give a file path")
-    if not path.parent.is_dir():
-        raise ConfigError(f"{field}: folder {str(path.parent)!r} does not exist")
-    return path
-
-
 def _open_store(db: Path, job: SweepJob, resume: bool, overwrite: bool) -> ResultStore:
     """Open the results file for this job: new, resumed (same domain) or overwritten."""
-    check_output(db, "db")
+    check_output_path(db, "db")
+    db.parent.mkdir(parents=True, exist_ok=True)
     if db.exists() and overwrite:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
@@ -166,9 +159,7 @@ def export(
     """Export a results file (one row per scenario, SI units) to CSV and/or Parquet."""
     if csv is None and parquet is None:
         raise ConfigError("export: give --csv PATH and/or --parquet PATH")
-    for path, field in ((csv, "csv"), (parquet, "parquet")):
-        if path is not None:
-            check_output(path, field)
+    check_output_paths({"csv": (csv, (".csv",)), "parquet": (parquet, (".parquet",))})
     if parquet is not None:
         try:
             import pyarrow as pa
@@ -217,8 +208,7 @@ def summary(
 ) -> None:
     """Best policy per group and speedup tables (speedup_vs_BASELINE = baseline time / time,
     geometric mean over the group's cases)."""
-    if csv is not None:
-        check_output(csv, "csv")
+    check_output_paths({"csv": (csv, (".csv",))})
     cases, time_metric = _cases(db, baseline, metric)
     groups = _split(by) if by is not None else list(cases.params[:1])
     best = best_per_group(cases, groups)
@@ -258,9 +248,7 @@ def plot(
         raise ConfigError("plot: give --heatmap PATH and/or --line PATH")
     if quantity not in ("speedup", "time"):
         raise ConfigError(f"quantity: unknown {quantity!r}; accepted: speedup, time")
-    for path, field in ((heatmap, "heatmap"), (line, "line")):
-        if path is not None:
-            check_output(path, field)
+    check_output_paths({"heatmap": (heatmap, (".png",)), "line": (line, (".png",))})
     cases, time_metric = _cases(db, baseline, metric)
     names = list(cases.params)
     x_name = x or (names[0] if names else None)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from dlsched.collectives import POLICIES as COLLECTIVE_POLICIES
 from dlsched.collectives import run_collective
@@ -26,9 +26,23 @@ from dlsched.hardware.device_graph import load_devices
 from dlsched.models import device_compute, get_model
 from dlsched.pipeline import PLANNERS, PipelineProblem, run_planner
 from dlsched.pipeline.model_source import load_chain
-from dlsched.units import parse_bytes
+from dlsched.validation import (
+    BATCH,
+    CHUNKS,
+    CONCURRENCY,
+    FRACTION,
+    MESSAGE_SIZE,
+    MICROBATCHES,
+    WORKERS,
+    Limit,
+)
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+def _limited(limit: Limit, kind: type) -> Any:
+    """A pydantic type parsed and range-checked by the shared ``dlsched.validation`` limit."""
+    return Annotated[kind, BeforeValidator(limit.validator)]
 
 
 def _one_of(value: str, accepted: Any, what: str) -> str:
@@ -44,17 +58,12 @@ class CollectiveParams(BaseModel):
     model_config = _STRICT
     topology: str = "4D-Ring_FC_Ring_SW"
     op: str = "all-reduce"
-    size: int = Field(10**9, ge=1)
-    chunks: int = Field(64, ge=1)
+    size: _limited(MESSAGE_SIZE, int) = 10**9
+    chunks: _limited(CHUNKS, int) = 64
     policy: str = "themis"
     intra: str = "scf"
-    concurrency: int = Field(1, ge=1)
+    concurrency: _limited(CONCURRENCY, int) = 1
     latency_scale: float = Field(1.0, ge=0.0, le=1e6)
-
-    @field_validator("size", mode="before")
-    @classmethod
-    def _size(cls, value: Any) -> Any:
-        return parse_bytes(value) if isinstance(value, str) else value
 
     @field_validator("topology")
     @classmethod
@@ -99,11 +108,11 @@ class DataParallelParams(BaseModel):
 
     model_config = _STRICT
     model: str = "resnet50"
-    workers: int = Field(8, ge=1, le=1_000_000)
+    workers: _limited(WORKERS, int) = 8
     network: str = "usbyte-8"
     device: str = "v100"
-    efficiency: float = Field(0.4, gt=0.0, le=1.0)
-    batch_size: int = Field(32, ge=1)
+    efficiency: _limited(FRACTION, float) = 0.4
+    batch_size: _limited(BATCH, int) = 32
     policy: str = "usbyte"
 
     @field_validator("model")
@@ -146,8 +155,8 @@ class PipelineParams(BaseModel):
     model_config = _STRICT
     model: str = "gpt2-xl"
     devices: str = "2x8-NVLink-100Gb"
-    microbatches: int = Field(16, ge=1, le=1_000_000)
-    microbatch_size: int = Field(1, ge=1)
+    microbatches: _limited(MICROBATCHES, int) = 16
+    microbatch_size: _limited(BATCH, int) = 1
     planner: str = "dlsched"
 
     @field_validator("devices")

@@ -20,9 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dlsched.config import load_document, validate
+from dlsched.config import validate
 from dlsched.errors import ConfigError
 from dlsched.sweep.domains import DOMAINS, Domain, get_domain
+from dlsched.validation import load_document_safely
 
 MAX_SCENARIOS = 10_000_000
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -191,7 +192,7 @@ def grid_from_data(data: Any, source: str = "grid") -> Grid:
 
 def load_grid(path: str | Path) -> Grid:
     """Read and validate a YAML or JSON grid file."""
-    return grid_from_data(load_document(path), str(path))
+    return grid_from_data(load_document_safely(path, "grid"), str(path))
 
 
 __all__ = ["DOMAINS", "Grid", "GridSpec", "build_grid", "grid_from_data",
