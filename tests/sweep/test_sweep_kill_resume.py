@@ -62,10 +62,10 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, run_cli) -> None:
     db = tmp_path / "killed.db"
     before = _kill_midway(grid, db)
     assert 3 <= before < TOTAL, f"kill landed at {before} of {TOTAL} rows"
-    code, out, err = run_cli("sweep", str(grid), "--db", str(db), "--workers", "1", "--resume",
+    code, _, err = run_cli("sweep", str(grid), "--db", str(db), "--workers", "1", "--resume",
                              "--quiet")
     assert code == 0, err
-    assert f"{TOTAL - before} scenarios to run" in " ".join(out.split())
+    assert f"{TOTAL - before} scenarios to run" in " ".join(err.split())
     job = SweepJob.from_grid(grid_from_data(GRID))
     with ResultStore(tmp_path / "whole.db", job.columns, job.meta) as store, \
             thread_engine() as engine:

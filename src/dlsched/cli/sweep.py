@@ -4,11 +4,13 @@ export, summarize and plot its results."""
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import click
 import typer
+from rich.console import Console
 from typer.core import TyperGroup
 
 from dlsched.cli.options import console, emit_rows
@@ -27,6 +29,7 @@ from dlsched.sweep import (
     read_rows,
 )
 from dlsched.sweep.executors import default_workers
+from dlsched.sweep.reproduce import RunScenario, collect_rows, reproduction_job
 from dlsched.sweep.runner import estimate_seconds, iter_sweep, pending_tasks
 from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
 from dlsched.units import format_time
@@ -42,6 +45,7 @@ class _RunByDefault(TyperGroup):
         return super().parse_args(ctx, args)
 
 
+status = Console(stderr=True)
 sweep_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
                         help="Design-space sweeps: run a grid file (dlsched sweep GRID.yaml), "
                         "then export, summarize or plot the results file.")
@@ -76,7 +80,7 @@ def _open_store(db: Path, job: SweepJob, resume: bool, overwrite: bool) -> Resul
 def _report(store: ResultStore, ran: int, skipped: int, seconds: float) -> None:
     errors = len(store.keys("error"))
     rate = f", {ran / seconds:,.1f} scenarios/s" if seconds > 0 and ran else ""
-    console.print(f"ran {ran} scenarios in {seconds:.1f} s{rate}; {skipped} already in the "
+    status.print(f"ran {ran} scenarios in {seconds:.1f} s{rate}; {skipped} already in the "
                   f"store were skipped; {store.count()} rows in {store.path} ({errors} errors)",
                   highlight=False)
 
@@ -111,28 +115,35 @@ def run(
         _dry_run(job, loaded.count, path, workers, resume)
         return
     with _open_store(path, job, resume, overwrite) as store:
-        todo = pending_tasks(job, store, retry_errors)
-        skipped = len(job.tasks()) - len(todo)
-        start = time.perf_counter()
-        ran = 0
-        try:
-            if not todo:
-                return
-            with open_executor(executor, workers, address) as engine:
-                console.print(f"{len(todo)} scenarios to run on {engine.description}",
-                              highlight=False)
-                progress = progress_bar("sweeping", quiet)
-                for _ in progress(iter_sweep(job, store, engine, todo, batch_size), len(todo)):
-                    ran += 1
-        except KeyboardInterrupt:
-            console.print(f"interrupted: {store.count()} rows are committed in {path}; rerun "
-                          "with --resume to continue", highlight=False)
-            raise typer.Exit(130) from None
-        except SweepIncomplete as error:
-            console.print(f"[bold red]incomplete:[/] {error}", highlight=False)
-            raise typer.Exit(1) from None
-        finally:
-            _report(store, ran, skipped, time.perf_counter() - start)
+        execute(job, store, pending_tasks(job, store, retry_errors), executor, workers, address,
+                batch_size, quiet)
+
+
+def execute(job: SweepJob, store: ResultStore, todo: list, executor: str, workers: int | None,
+            address: str | None, batch_size: int | None, quiet: bool) -> None:
+    """Run ``todo`` with a progress bar and a closing report on stderr; Ctrl-C exits 130 and
+    lost workers exit 1, both after saying that the committed rows can be resumed."""
+    skipped = len(job.tasks()) - len(todo)
+    start = time.perf_counter()
+    ran = 0
+    try:
+        if not todo:
+            return
+        with open_executor(executor, workers, address) as engine:
+            status.print(f"{job.name}: {len(todo)} scenarios to run on {engine.description}",
+                         highlight=False)
+            progress = progress_bar("sweeping", quiet)
+            for _ in progress(iter_sweep(job, store, engine, todo, batch_size), len(todo)):
+                ran += 1
+    except KeyboardInterrupt:
+        status.print(f"interrupted: {store.count()} rows are committed in {store.path}; rerun "
+                     "with --resume to continue", highlight=False)
+        raise typer.Exit(130) from None
+    except SweepIncomplete as error:
+        status.print(f"[bold red]incomplete:[/] {error}", highlight=False)
+        raise typer.Exit(1) from None
+    finally:
+        _report(store, ran, skipped, time.perf_counter() - start)
 
 
 def _dry_run(job: SweepJob, count: int, path: Path, workers: int | None, resume: bool) -> None:
@@ -262,6 +273,29 @@ def plot(
         console.print(f"wrote {plot_heatmaps(cases, x_name, y_name, heatmap, time_metric)}")
     if line is not None:
         console.print(f"wrote {plot_lines(cases, x_name, line, quantity, time_metric)}")
+
+
+DbOption = Annotated[Path | None, typer.Option(
+    "--db", help="Keep results in this SQLite file (needed for --resume).")]
+ResumeOption = Annotated[bool, typer.Option(help="Skip scenarios already stored in --db.")]
+
+
+def reproduction_rows(name: str, scenarios: Sequence[Any], run_scenario: RunScenario,
+                      executor: str, workers: int | None, address: str | None, db: Path | None,
+                      resume: bool, quiet: bool) -> list[dict[str, Any]]:
+    """Run a reproduction's scenarios through the sweep runner; its table rows in scenario
+    order (failed scenarios are reported on stderr and left out)."""
+    job = reproduction_job(name, scenarios, run_scenario)
+    if resume and db is None:
+        raise ConfigError("resume: --resume needs --db FILE (the results of the earlier run)")
+    store = (_open_store(db, job, resume, overwrite=False) if db is not None
+             else ResultStore(":memory:", job.columns, job.meta))
+    with store:
+        execute(job, store, pending_tasks(job, store), executor, workers, address, None, quiet)
+        rows, errors = collect_rows(job, store)
+    for error in errors:
+        status.print(f"[bold red]scenario failed:[/] {error}", highlight=False)
+    return rows
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

@@ -33,7 +33,9 @@ class SweepIncomplete(RuntimeError):
 @dataclass(frozen=True)
 class SweepJob:
     """What to run: ``scenarios`` (parameter dicts) through ``evaluate``, keeping ``metrics``;
-    ``domain`` names the kind of scenario (part of each scenario's key)."""
+    ``domain`` names the kind of scenario and ``params`` the parameters stored as columns;
+    both make each scenario's key (other entries of a scenario dict only travel to
+    ``evaluate``)."""
 
     name: str
     domain: str
@@ -64,7 +66,7 @@ class SweepJob:
         """(key, index, params) of each distinct scenario, in order."""
         seen: dict[str, Task] = {}
         for index, params in enumerate(self.scenarios):
-            key = scenario_key(self.domain, params)
+            key = scenario_key(self.domain, {name: params[name] for name in self.params})
             seen.setdefault(key, (key, index, params))
         return list(seen.values())
 

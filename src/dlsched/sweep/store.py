@@ -76,6 +76,11 @@ class ResultStore:
         return {k for (k,) in self._db.execute(f"SELECT key FROM {TABLE} WHERE status = ?",
                                                (status,))}
 
+    def results(self, column: str) -> dict[str, tuple[Any, str | None]]:
+        """``{key: (value of column, error text)}`` for every stored scenario."""
+        return {key: (value, error) for key, value, error in self._db.execute(
+            f"SELECT key, {_quote(column)}, error FROM {TABLE}")}
+
     def count(self) -> int:
         """Number of stored scenarios."""
         return self._db.execute(f"SELECT COUNT(*) FROM {TABLE}").fetchone()[0]
