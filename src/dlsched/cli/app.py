@@ -11,7 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
-from dlsched.cli import collective, dataparallel, pipeline, runtime, training, sweep
+from dlsched.cli import collective, dataparallel, pipeline, runtime, sweep, training
 from dlsched.errors import ConfigError
 from dlsched.units import UnitError
 
