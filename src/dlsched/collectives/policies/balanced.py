@@ -17,11 +17,11 @@ would) and scores every candidate by simulating it:
    LP over the D! orders, handed out largest deficit first), and a latency-weighted greedy
    tracker (each chunk's RS goes least-loaded dimension first, its AG retraces it; the tracker
    adds bytes / bandwidth plus lambda x the stage's step latency, lambda in 0, 0.05, 0.1, 0.2);
-4. a local search on the best plan: a fixed-seed sequence of up to 80 single-chunk order
+4. a local search on the best plan: a fixed-seed sequence of up to 50 single-chunk order
    changes, each kept if the simulated time drops;
-5. for small collectives, where step latency dominates: 4, 8 and 16 chunks (equal and
-   tapered) with every order source at the same concurrencies. Tried last, so this step can
-   only lower the time found by steps 1-4.
+5. when steps 1-4 end more than 5% above the latency-aware bound (small collectives, where
+   step latency dominates): 4, 8 and 16 chunks (equal and tapered) with every order source at
+   the same concurrencies. Tried last, so this step can only lower the time found before.
 
 Steps 3 to 5 stop as soon as a plan is within 1% of the latency-aware lower bound
 (``bounds.latency_bound``): nothing much is left to gain. The fastest plan wins (ties: the
@@ -60,13 +60,15 @@ TAPER = (0.25, 0.5)
 # Chunk counts tried besides the requested one, and (last, for small collectives) fewer.
 CHUNK_COUNTS = (32, 64, 96)
 FEW_CHUNKS = (4, 8, 16)
+# ... tried only when steps 1-4 end more than this fraction above the latency-aware bound.
+FEW_CHUNKS_ABOVE = 0.05
 # Chunks per dimension tried when dimensions have step latency (besides the requested one).
 CONCURRENCIES = (4, 8, 12, 16, 24)
 # Weights of a stage's step latency in the greedy load tracker.
 LATENCY_WEIGHTS = (0.0, 0.05, 0.1, 0.2)
 # Single-chunk order changes tried at most by the final local search; the search stops once
 # a plan is within GAP_TARGET of the latency-aware lower bound.
-LOCAL_STEPS = 80
+LOCAL_STEPS = 50
 GAP_TARGET = 0.01
 
 
@@ -214,6 +216,9 @@ def balanced_plan(request: CollectiveRequest) -> CollectivePlan:
                     request.concurrency)
     concurrencies = _concurrencies(request, search, has_latency)
     for few in (False, True):
+        if few and search.best_time <= (1 + FEW_CHUNKS_ABOVE) * search.good_enough / (
+                1 + GAP_TARGET):
+            break
         for concurrency in concurrencies:
             for sizes in _chunkings(request, few):
                 for orders in _order_sets(request, sizes, has_latency):
