@@ -60,17 +60,22 @@ def _row(ranks: int, result: PipelineResult, run: PipelineRun) -> str:
                                       problem.graph, problem.num_microbatches), plan)
     measured = run.median_iteration_s
     predicted = result.sim.iteration_s
+    used = to_torch(plan).world_size
+    busy = sum(span.duration for span in run.timeline.spans)
+    idle = 1 - busy / (used * sum(run.iteration_s))
     schedule = plan.notes.get("schedule", plan.planner)
-    return (f"| {ranks} | {plan.planner} | {to_torch(plan).world_size} | {plan.num_stages} "
+    return (f"| {ranks} | {plan.planner} | {used} | {plan.num_stages} "
             f"| {schedule} | {predicted * 1e3:.0f} | {measured * 1e3:.0f} "
             f"({min(run.iteration_s) * 1e3:.0f}-{max(run.iteration_s) * 1e3:.0f}) "
             f"| {(predicted / measured - 1) * 100:+.0f}% | {replay.iteration_s * 1e3:.0f} "
-            f"| {(replay.iteration_s / measured - 1) * 100:+.0f}% |")
+            f"| {(replay.iteration_s / measured - 1) * 100:+.0f}% "
+            f"| {result.sim.bubble_fraction * 100:.0f}% | {idle * 100:.0f}% |")
 
 
 def main() -> None:
     """Profile, calibrate, plan, run and write the table."""
     torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
     profiles = profile_blocks(load_model(MODEL), MICROBATCH_SIZE, repeats=7)
     chain = ChainSpec.model_validate(chain_document(MODEL, profiles)).build()
     latency, bandwidth, _ = calibrate_link()
@@ -85,6 +90,7 @@ def main() -> None:
         free = run_planner(problem, "dlsched")
         notes.append(f"{ranks} ranks: unrestricted dlsched plan {free.sim.iteration_s * 1e3:.0f}"
                      f" ms predicted, stages {free.plan.stages_text().replace(chr(10), '; ')}")
+    load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
     config = GPT_PRESETS[MODEL]
     forward = sum(p.forward_s for p in profiles)
     backward = sum(p.backward_s for p in profiles)
@@ -105,18 +111,22 @@ def main() -> None:
         "nothing here). `dlsched` is the planner kept to one GPU per stage "
         "(`--for-torch`: torch runs one rank per stage); error = predicted / measured - 1. "
         "*replayed* simulates the same plan with the run's own median action times, which "
-        "separates compute-time misprediction from what the schedule and link model miss.",
+        "separates compute-time misprediction from what the schedule and link model miss. "
+        "*idle* is the share of the used ranks' time outside compute actions (bubble, waits "
+        "for activations and gradients, runtime overhead between actions).",
         "",
         "| ranks | planner | ranks used | stages | schedule | predicted (ms) "
-        "| measured (ms) | error | replayed (ms) | replay error |",
-        "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| measured (ms) | error | replayed (ms) | replay error | predicted idle "
+        "| measured idle |",
+        "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
         *[f"- {note} (replicated stages: not runnable by torch.distributed.pipelining)"
           for note in notes],
         f"- The machine has {os.cpu_count()} cores shared with other engineers' jobs while "
-        "this ran: 4 ranks time-share 2 cores, so ranks that the plan runs in parallel are "
-        "partly serialised, and every number here is disturbed by foreign load. Per-action "
+        f"this ran (1-minute load average {load}): 4 ranks time-share 2 cores, so ranks "
+        "that the plan runs in parallel are partly serialised, and every number here is "
+        "disturbed by foreign load. Per-action "
         "overheads of the torch runtime (Python, send/recv posting, loss) are not in the "
         "profile; the replay includes them only inside the actions.",
     ])
