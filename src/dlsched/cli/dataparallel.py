@@ -8,7 +8,14 @@ from typing import Annotated, Any
 import typer
 
 from dlsched.cli.options import console, emit_rows, parse_names
-from dlsched.cli.progress import progress_bar
+from dlsched.cli.sweep import (
+    AddressOption,
+    DbOption,
+    ExecutorOption,
+    ResumeOption,
+    WorkersOption,
+    reproduction_rows,
+)
 from dlsched.dataparallel import POLICIES, parse_network, problem_from_model, run_dataparallel
 from dlsched.dataparallel.comm import CommModel
 from dlsched.dataparallel.netfile import read_network_file
@@ -138,13 +145,18 @@ def reproduce_usbyte(
     = ",".join(usbyte.MODELS),
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
     csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
+    executor: ExecutorOption = "process",
+    workers: WorkersOption = None,
+    address: AddressOption = None,
+    db: DbOption = None,
+    resume: ResumeOption = False,
 ) -> None:
     """US-Byte's claims next to our reproduction: every policy at shipped defaults and tuned,
     8 nodes (10 GbE, 25 Gb) and 128 GPUs, V100 FP32, both all-reduce cost models."""
     names = parse_names(models, model_names(), "models")
     check_output_paths({"--csv": (csv, (".csv",))})
-    rows = usbyte.reproduce(usbyte.default_scenarios(names), progress_bar("scheduling",
-                                                                          json_out))
+    rows = reproduction_rows("usbyte", usbyte.default_scenarios(names), usbyte.run_scenario,
+                             executor, workers, address, db, resume, json_out)
     summary = usbyte.summarize(rows)
     if not json_out:
         table = _case_rows(rows)

@@ -10,6 +10,14 @@ from rich.table import Table
 
 from dlsched.cli import pipeline_runtime
 from dlsched.cli.options import console, emit_rows, parse_names, suffixed
+from dlsched.cli.sweep import (
+    AddressOption,
+    DbOption,
+    ExecutorOption,
+    ResumeOption,
+    WorkersOption,
+    reproduction_rows,
+)
 from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_graph import device_preset_description, device_preset_names
 from dlsched.hardware.device_graph import load_devices as load_graph
@@ -19,7 +27,7 @@ from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
-from dlsched.validation import check_output_path
+from dlsched.validation import check_output_path, check_output_paths
 
 SUMMARY_COLUMNS = [
     Column("planner", "planner", justify="left"),
@@ -161,10 +169,17 @@ REPRODUCE_COLUMNS = [
 def reproduce_pipeline(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
     csv: Annotated[Path | None, typer.Option(help="Write all rows as CSV.")] = None,
+    executor: ExecutorOption = "process",
+    workers: WorkersOption = None,
+    address: AddressOption = None,
+    db: DbOption = None,
+    resume: ResumeOption = False,
 ) -> None:
     """Zoo models on homogeneous and heterogeneous GPUs, every planner, speedup of dlsched
     over each baseline beside the paper's "up to 157%" (2.57x)."""
-    rows = experiment.reproduce()
+    check_output_paths({"--csv": (csv, (".csv",))})
+    rows = reproduction_rows("pipeline", experiment.SCENARIOS, experiment.run_scenario,
+                             executor, workers, address, db, resume, json_out)
     summary = experiment.summarize(rows)
     if not json_out:
         render_table(rows, REPRODUCE_COLUMNS, "synchronous pipeline planning: iteration time "

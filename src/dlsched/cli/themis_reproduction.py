@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from pathlib import Path
 from statistics import mean
@@ -11,10 +10,18 @@ from typing import Annotated, Any
 import typer
 
 from dlsched.cli.options import console, emit_rows
-from dlsched.cli.progress import progress_bar
+from dlsched.cli.sweep import (
+    AddressOption,
+    DbOption,
+    ExecutorOption,
+    ResumeOption,
+    WorkersOption,
+    reproduction_rows,
+)
 from dlsched.experiments import themis
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio
+from dlsched.validation import check_output_paths
 
 SUMMARY_COLUMNS = [
     Column("policy", "policy", justify="left"),
@@ -76,11 +83,16 @@ def _print_tables(rows: list[dict[str, Any]]) -> None:
 def reproduce_themis(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
     csv: Annotated[Path | None, typer.Option(help="Write all rows as CSV.")] = None,
-    workers: Annotated[int, typer.Option(help="Processes to run scenarios in.")]
-    = min(2, os.cpu_count() or 1),
+    executor: ExecutorOption = "process",
+    workers: WorkersOption = None,
+    address: AddressOption = None,
+    db: DbOption = None,
+    resume: ResumeOption = False,
 ) -> None:
     """Six topologies x All-Reduce 100 MB-1 GB and the chunk sweep, with and without latency."""
-    rows = themis.reproduce(workers, progress_bar("simulating", json_out))
+    check_output_paths({"--csv": (csv, (".csv",))})
+    rows = reproduction_rows("themis", themis.scenarios(), themis.run_scenario, executor,
+                             workers, address, db, resume, json_out)
     if not json_out:
         _print_tables(rows)
     emit_rows(rows, json_out, csv, {"summary": themis.summarize(rows)} if json_out else None)

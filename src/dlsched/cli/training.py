@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,7 +9,14 @@ import typer
 
 from dlsched.cli import runtime
 from dlsched.cli.options import console, emit_rows, parse_names, suffixed
-from dlsched.cli.progress import progress_bar
+from dlsched.cli.sweep import (
+    AddressOption,
+    DbOption,
+    ExecutorOption,
+    ResumeOption,
+    WorkersOption,
+    reproduction_rows,
+)
 from dlsched.errors import ConfigError
 from dlsched.experiments import themis_training
 from dlsched.hardware import load_topology
@@ -118,13 +124,17 @@ SUMMARY_COLUMNS = [
 def reproduce_themis_training(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
     csv: Annotated[Path | None, typer.Option(help="Write all rows as CSV.")] = None,
-    workers: Annotated[int, typer.Option(help="Processes to run scenarios in.")]
-    = min(2, os.cpu_count() or 1),
+    executor: ExecutorOption = "process",
+    workers: WorkersOption = None,
+    address: AddressOption = None,
+    db: DbOption = None,
+    resume: ResumeOption = False,
 ) -> None:
     """Four workloads x six Themis topologies x baseline/Themis/dlsched/Ideal, both latencies."""
     check_output_paths({"--csv": (csv, (".csv",))})
-    rows = themis_training.reproduce(themis_training.scenarios(), workers,
-                                     progress_bar("simulating", json_out))
+    rows = reproduction_rows("themis-training", themis_training.scenarios(),
+                             themis_training.run_scenario, executor, workers, address, db,
+                             resume, json_out)
     summary = themis_training.summarize(rows)
     if not json_out:
         for latency, title in themis_training.LATENCY_TITLES.items():

@@ -101,6 +101,11 @@ def reproduce(scenarios: Sequence[Scenario] | None = None,
     return rows
 
 
+def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
+    """The rows of one scenario (what the sweep runner and ``--executor`` run per task)."""
+    return reproduce([scenario])
+
+
 def _variant(policy: str) -> str:
     if policy in TUNED_DEFAULTS:
         return "tuned"
