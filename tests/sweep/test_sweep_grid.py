@@ -87,3 +87,19 @@ def test_dry_run_counts_without_writing(run_cli, tmp_path) -> None:
     code, out, _ = run_cli("sweep", str(path), "--dry-run", "--db", str(tmp_path / "r.db"))
     assert code == 0 and "16 scenarios in the grid" in out and "16 to run" in out
     assert not (tmp_path / "r.db").exists()
+
+
+def test_training_domain_alias_and_direct_equality() -> None:
+    """'ours' is stored as 'dlsched'; a training scenario's metrics equal run_training's."""
+    from dlsched.hardware import load_topology
+    from dlsched.training import get_workload, run_training
+
+    grid = grid_from_data({"domain": "training", "axes": {"policy": ["baseline", "ours"]},
+                           "fixed": {"workload": "dlrm", "topology": "2D-SW_SW"}})
+    first, second = grid.scenarios()
+    assert second["policy"] == "dlsched"
+    net = load_topology("2D-SW_SW")
+    direct = run_training(get_workload("dlrm", net.num_npus), net, "baseline", 2, 64)
+    assert grid.domain.evaluate(first)["iteration_s"] == direct.iteration_s
+    with pytest.raises(ConfigError, match=r"axes\.workload\[1\]"):
+        grid_from_data({"domain": "training", "axes": {"workload": ["dlrm", "llama"]}})

@@ -26,6 +26,13 @@ from dlsched.hardware.device_graph import load_devices
 from dlsched.models import device_compute, get_model
 from dlsched.pipeline import PLANNERS, PipelineProblem, run_planner
 from dlsched.pipeline.model_source import load_chain
+from dlsched.training import (
+    POLICY_ALIASES,
+    TRAINING_POLICIES,
+    WORKLOADS,
+    get_workload,
+    run_training,
+)
 from dlsched.validation import (
     BATCH,
     CHUNKS,
@@ -180,6 +187,48 @@ def run_pipeline_scenario(params: dict[str, Any]) -> dict[str, Any]:
     return {key: row[key] for key in PIPELINE_METRICS}
 
 
+class TrainingParams(BaseModel):
+    """Whole training iterations of a zoo workload on a multi-dimensional topology (the
+    ``training`` package); ``iterations`` simulated, the last one reported."""
+
+    model_config = _STRICT
+    workload: str = "resnet152"
+    topology: str = "4D-Ring_FC_Ring_SW"
+    latency_scale: float = Field(1.0, ge=0.0, le=1e6)
+    policy: str = "dlsched"
+    chunks: _limited(CHUNKS, int) = 64
+    concurrency: _limited(CONCURRENCY, int) = 1
+    iterations: int = Field(2, ge=2, le=16)
+
+    @field_validator("workload")
+    @classmethod
+    def _workload(cls, value: str) -> str:
+        return _one_of(value, WORKLOADS, "training workload")
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, value: str) -> str:
+        _topology(value, 1.0)
+        return value
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str) -> str:
+        return POLICY_ALIASES.get(value, _one_of(value, [*TRAINING_POLICIES, *POLICY_ALIASES],
+                                                 "training policy"))
+
+
+def run_training_scenario(params: dict[str, Any]) -> dict[str, Any]:
+    """Simulate the iterations and report the last one; seconds and fractions."""
+    p = params
+    net = _topology(p["topology"], p["latency_scale"])
+    result = run_training(get_workload(p["workload"], net.num_npus), net, p["policy"],
+                          p["iterations"], p["chunks"], p["concurrency"])
+    row = result.row()
+    return {key: row[key] for key in TRAINING_METRICS}
+
+
+TRAINING_METRICS = ("iteration_s", "compute_s", "exposed_comm_s", "comm_fraction")
 DATAPARALLEL_METRICS = ("time_s", "bound_s", "time_over_bound", "backward_s", "forward_s",
                         "messages", "comm_busy_s")
 PIPELINE_METRICS = ("iteration_s", "bound_s", "instance_bound_s", "time_over_bound", "bubble",
@@ -212,6 +261,8 @@ DOMAINS: dict[str, Domain] = {
                            DATAPARALLEL_METRICS, "policy", "time_s"),
     "pipeline": Domain("pipeline", PipelineParams, run_pipeline_scenario, PIPELINE_METRICS,
                        "planner", "iteration_s"),
+    "training": Domain("training", TrainingParams, run_training_scenario, TRAINING_METRICS,
+                       "policy", "iteration_s"),
 }
 
 
