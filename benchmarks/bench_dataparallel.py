@@ -11,7 +11,7 @@ from benchmarks.common import best_of, write_section
 from dlsched.dataparallel import PRESETS, problem_from_model
 from dlsched.dataparallel.policies import POLICIES
 from dlsched.experiments import usbyte
-from dlsched.models import ComputeModel, get_model
+from dlsched.models import device_compute, get_model
 
 MODELS = ("gpt2-medium", "gpt2-xl")
 TIMED = ("usbyte", "bytescheduler-tuned", "usbyte-tuned", "dlsched")
@@ -20,12 +20,13 @@ TIMED = ("usbyte", "bytescheduler-tuned", "usbyte-tuned", "dlsched")
 def main() -> None:
     """Measure and write the data-parallel section of BENCHMARKS.md."""
     lines = ["## Data parallel", "", "Planning time (wall seconds, best of 3; 8 workers, "
-             "usbyte-8 constants, V100 at 40%, batch 32). Target: under 1 s for US-Byte and "
+             "usbyte-8 constants, V100 FP32 calibrated, batch 32; machine shared with other "
+             "jobs, so times are upper estimates). Target: under 1 s for US-Byte and "
              "ByteScheduler's tuning.", "", "| model | tensors | " + " | ".join(TIMED) + " |",
              "|---|---:|" + "---:|" * len(TIMED)]
     for name in MODELS:
         model = get_model(name)
-        problem = problem_from_model(model, ComputeModel(125e12, 0.4), 32, PRESETS["usbyte-8"])
+        problem = problem_from_model(model, device_compute("v100-fp32"), 32, PRESETS["usbyte-8"])
         times = [best_of(lambda p=policy, q=problem: POLICIES[p](q)) for policy in TIMED]
         lines.append(f"| {name} ({model.num_params / 1e9:.2f}B params) | {len(model.layers)} | "
                      + " | ".join(f"{t:.3f}" for t in times) + " |")

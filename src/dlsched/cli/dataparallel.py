@@ -196,6 +196,9 @@ def _claims(summary: dict[str, Any]) -> list[dict[str, str]]:
          "ours": f"up to {summary['usbyte_over_bytescheduler_max']:.2f}x vs shipped "
                  f"ByteScheduler, {summary['usbyte_tuned_over_bytescheduler_tuned_max']:.2f}x "
                  "tuned vs tuned"},
+        *({"claim": f"US-Byte (tuned) vs DDP, {kind} cost model", "paper": "-",
+           "ours": f"{span['min']:.2f}x to {span['max']:.2f}x (speedup; < 1 = slower)"}
+          for kind, span in summary["usbyte_over_ddp"].items()),
         {"claim": "128 GPUs, over the state of the art", "paper": "up to 1.69x",
          "ours": "see the 128-GPU rows: fusing baselines (DDP, Horovod) and dlsched win"},
         {"claim": "best policy / lower bound", "paper": "-",

@@ -153,7 +153,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "usbyte_tuned_over_bytescheduler_tuned_max": max(
             c["bytescheduler-tuned"]["time_s"] / c["usbyte-tuned"]["time_s"]
             for c in grouped.values()),
-        "usbyte_over_ddp_max": max(r["speedup_vs_ddp"] for r in tuned),
+        "usbyte_over_ddp": {kind: {"min": min(r["speedup_vs_ddp"] for r in tuned
+                                              if r["cost_model"] == kind),
+                                   "max": max(r["speedup_vs_ddp"] for r in tuned
+                                              if r["cost_model"] == kind)}
+                            for kind in sorted({r["cost_model"] for r in tuned})},
         "best_over_bound_mean": mean(best),
         "best_over_bound_max": max(best),
         "usbyte_never_above_cap": all(
