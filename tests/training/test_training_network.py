@@ -51,3 +51,22 @@ def test_two_concurrent_collectives_on_one_dimension_take_the_sum_of_bytes(concu
         network.submit(plan_flows(CollectivePlan(net, CollectiveOp.ALL_REDUCE, size, (route,))))
     end = engine.run()
     assert end == pytest.approx(sum(2 * s * 3 / 4 for s in sizes) / 1e9)
+
+
+def test_astra_workload_collectives_span_astra_sim_dimensions():
+    """DATA: weight gradients on every dimension; HYBRID_TRANSFORMER: forward collectives on
+    the model-parallel leading dimensions, weight gradients on the rest."""
+    from dlsched.interop import read_astra_network, read_astra_workload
+    from dlsched.training.astra import workload_from_astra
+
+    net = read_astra_network("examples/astra/network_3d.yml")
+    data = workload_from_astra(read_astra_workload("examples/astra/workload_data.txt"), net)
+    assert data.layers[0].weight_grad_comm.dims == tuple(range(len(net.dims)))
+    hybrid = read_astra_workload("examples/astra/workload_transformer.txt")
+    workload = workload_from_astra(hybrid, net)
+    forward = [layer.forward_comm.dims for layer in workload.layers if layer.forward_comm]
+    weights = [layer.weight_grad_comm.dims for layer in workload.layers
+               if layer.weight_grad_comm]
+    assert forward and weights
+    assert set(forward[0]).isdisjoint(weights[0])
+    assert sorted(forward[0] + weights[0]) == list(range(len(net.dims)))

@@ -17,9 +17,11 @@ from dlsched.cli.sweep import (
     WorkersOption,
     reproduction_rows,
 )
+from dlsched.collectives import CollectiveOp
 from dlsched.errors import ConfigError
 from dlsched.experiments import themis_training
 from dlsched.hardware import load_topology
+from dlsched.interop import read_astra_network, read_astra_system, read_astra_workload
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
 from dlsched.training import (
@@ -29,6 +31,7 @@ from dlsched.training import (
     get_workload,
     run_training,
 )
+from dlsched.training.astra import workload_from_astra
 from dlsched.validation import CHUNKS, CONCURRENCY, check_output_paths, count
 
 LATENCIES = {"table": 1.0, "zero": 0.0}
@@ -66,6 +69,12 @@ def train(
     trace: Annotated[Path | None, typer.Option(help="Chrome trace per policy (compute, "
                                                "collectives, every dimension).")] = None,
     plot: Annotated[Path | None, typer.Option(help="PNG timeline, a panel per policy.")] = None,
+    astra_network: Annotated[Path | None, typer.Option(
+        help="ASTRA-sim 2.x network YAML instead of --topology.")] = None,
+    astra_system: Annotated[Path | None, typer.Option(
+        help="ASTRA-sim system JSON: chunks, active chunks per dimension, algorithms.")] = None,
+    astra_workload: Annotated[Path | None, typer.Option(
+        help="ASTRA-sim 1.0 text workload instead of --workload.")] = None,
 ) -> None:
     """Simulate whole training iterations of a workload under collective policies (with no
     subcommand); ``train dataparallel`` runs plans on torch.distributed."""
@@ -78,9 +87,17 @@ def train(
     count("iteration count", 1, 1000).check(iterations, "iterations")
     if latency not in LATENCIES:
         raise ConfigError(f"latency: unknown setting {latency!r}; accepted: 'table', 'zero'")
-    net = load_topology(topology).with_latency_scale(LATENCIES[latency])
+    net = load_topology(topology) if astra_network is None else read_astra_network(astra_network)
+    if astra_system is not None:
+        system = read_astra_system(astra_system)
+        net = system.apply(net, CollectiveOp.ALL_REDUCE)
+        chunks, concurrency = system.chunks, system.concurrency
+        for note in system.notes():
+            typer.echo(f"note: {astra_system}: {note}", err=True)
+    net = net.with_latency_scale(LATENCIES[latency])
     names = parse_names(policy, [*TRAINING_POLICIES, *POLICY_ALIASES], "policy")
-    job = get_workload(workload, net.num_npus)
+    job = get_workload(workload, net.num_npus) if astra_workload is None else \
+        workload_from_astra(read_astra_workload(astra_workload), net, astra_workload.stem)
     results = [run_training(job, net, name, iterations, chunks, concurrency) for name in names]
     baseline = run_training(job, net, "baseline", iterations, chunks, concurrency) \
         if "baseline" not in names else results[names.index("baseline")]

@@ -54,10 +54,17 @@ def group_sizes(topology: Topology, model_parallel: int) -> tuple[list[int], lis
     return mp, dp
 
 
-def subtopology(topology: Topology, group: str, model_parallel: int = 1) -> SubTopology:
+def subtopology(topology: Topology, group: str, model_parallel: int = 1,
+                dims: tuple[int, ...] | None = None) -> SubTopology:
     """The sub-network of ``group`` (``all``, ``mp`` or ``dp``) for a workload with
-    ``model_parallel`` NPUs per model-parallel group."""
-    if group == "all":
+    ``model_parallel`` NPUs per model-parallel group, or of the whole dimensions ``dims``."""
+    if dims is not None:
+        bad = [d for d in dims if not 0 <= d < len(topology.dims)]
+        if bad:
+            raise ConfigError(f"dims: {bad} are not dimensions of {topology.name}; accepted: "
+                              f"0..{len(topology.dims) - 1}")
+        sizes = [d.size if i in dims else 1 for i, d in enumerate(topology.dims)]
+    elif group == "all":
         sizes = [d.size for d in topology.dims]
     else:
         mp, dp = group_sizes(topology, model_parallel)

@@ -94,7 +94,7 @@ def comm_sites(workload: Workload, topology: Topology) -> dict[tuple[str, int], 
     sites: dict[tuple[str, int], list[_CommSite]] = {}
     for owner, layer in enumerate(workload.layers):
         for phase, comm in layer.comms().items():
-            sub = subtopology(topology, comm.group, workload.model_parallel)
+            sub = subtopology(topology, comm.group, workload.model_parallel, comm.dims)
             if sub.num_npus == 1:
                 continue
             issuer = owner if comm.issuer is None else workload.index(comm.issuer)

@@ -30,7 +30,8 @@ class Comm:
     the data (default: the layer that owns the Comm). ``consumer``: the layer whose compute
     waits for it (default: for a forward collective the next layer's forward, for an
     input-gradient collective the previous layer's backward, for a weight-gradient collective
-    the owner's update, for an update collective the owner's next forward).
+    the owner's update, for an update collective the owner's next forward). ``dims``: explicit
+    0-based network dimensions (whole) instead of ``group``, as ASTRA-sim workloads give them.
     """
 
     op: CollectiveOp
@@ -38,6 +39,7 @@ class Comm:
     group: str = "all"
     issuer: str | None = None
     consumer: str | None = None
+    dims: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         try:
