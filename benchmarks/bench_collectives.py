@@ -22,7 +22,7 @@ def main() -> None:
     """Measure and write the collectives section of BENCHMARKS.md."""
     net = load_topology(TOPOLOGY)
     lines = ["## Collectives", "", f"1 GB All-Reduce on {TOPOLOGY} (table latencies), SCF, "
-             "best of 3 (wall seconds; `balanced` includes its candidate search):", "",
+             "best of 3 (wall seconds; `dlsched` includes its candidate search):", "",
              "| chunks | policy | plan + simulate (s) | engine events | events/s |",
              "|---:|---|---:|---:|---:|"]
     for chunks in (64, 512):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import yaml
 from pydantic import BeforeValidator
 
@@ -128,6 +129,16 @@ class Limit:
             value = _number(value, self, field)
         return self.check(value, field)
 
+    def check_array(self, values: Any, field: str) -> None:
+        """Check every entry of an array (any shape); the error names the first bad index."""
+        array = np.asarray(values, dtype=float)
+        low_bad = array <= self.low if self.low_open else array < self.low
+        bad = ~np.isfinite(array) | low_bad | (array > self.high)
+        if bad.any():
+            index = np.unravel_index(int(np.argmax(bad)), array.shape)
+            where = "".join(f"[{int(i)}]" for i in index)
+            raise self.error(f"{field}{where}", float(array[index]))
+
     def validator(self, value: Any) -> Any:
         """Pydantic before-validator: parse and check (the model names the field)."""
         return self.parse(value)
@@ -169,6 +180,8 @@ DATA_SIZE = Limit("data size", 0, 2**50, parse_unit=parse_bytes, integer=True,
 MESSAGE_SIZE = Limit("data size", 1, 2**50, parse_unit=parse_bytes, integer=True,
                      show=DATA_SIZE.show)
 """Bytes of a collective's buffer: 1 B .. 1 PiB."""
+SECONDS_PER_BYTE = Limit("seconds per byte", 0.0, 1.0, show=lambda v: f"{v:g} s/B")
+"""Inverse bandwidth (an alpha-beta model's beta): 0 .. 1 s/B (i.e. at least 1 B/s)."""
 FLOP_RATE = Limit("compute rate", 1.0, 1e21, parse_unit=parse_flops,
                   show=lambda v: f"{v:g} FLOP/s")
 """FLOP/s of one accelerator: 1 .. 10**21."""
@@ -226,13 +239,6 @@ def check_finite(value: float, field: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(f"{field}: {value!r} is not a finite number")
     return float(value)
-
-
-def check_all_finite(values: Any, field: str) -> None:
-    """Raise ConfigError naming ``field[i]`` at the first NaN or infinite entry of ``values``."""
-    for index, value in enumerate(values):
-        if not math.isfinite(float(value)):
-            raise ConfigError(f"{field}[{index}]: {float(value)!r} is not a finite number")
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

@@ -11,11 +11,13 @@ def test_collective_json_compares_policies(run_cli, tmp_path):
                            "--trace", str(tmp_path / "t.json"), "--plot", str(tmp_path / "p.png"))
     assert code == 0
     rows = json.loads(out)["rows"]
-    assert [r["policy"] for r in rows] == ["baseline", "themis", "balanced"]
+    assert [r["policy"] for r in rows] == ["baseline", "themis", "dlsched"]
     for row in rows:
         assert row["time_s"] >= row["bound_s"] >= row["ideal_s"] * (1 - 1e-12)
         assert 0 < row["utilization"] <= 1
-    assert (tmp_path / "t-themis.json").exists()
+    trace = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    processes = {e["args"]["name"] for e in trace if e["name"] == "process_name"}
+    assert processes == {"baseline: network", "themis: network", "dlsched: network"}
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 

@@ -64,7 +64,7 @@ def test_matrix_form_from_json(tmp_path) -> None:
 
 @pytest.mark.parametrize(("data", "message"), [
     ({"servers": [{"count": 0, "gpu": {"flops": 1, "memory": 1},
-                   "link": {"bandwidth": 1}}]}, "count must be >= 1"),
+                   "link": {"bandwidth": 1}}]}, "GPU count 0 is out of range"),
     ({"servers": [{"count": 2, "gpu": {"flops": "fast", "memory": 1},
                    "link": {"bandwidth": 1}}]}, "compute rate"),
     ({"servers": [{"count": 2, "gpu": {"flops": 1, "memory": 1}, "link": {"bandwidth": 1}}] * 2},
@@ -72,7 +72,7 @@ def test_matrix_form_from_json(tmp_path) -> None:
     ({"devices": [{"name": "a", "flops": 1, "memory": 1}], "bandwidth": [[1, 2]]},
      "expected 1 rows of 1 entries"),
     ({"devices": [{"name": "a", "flops": 1, "memory": 1}] * 2, "bandwidth": [[0, 0], [0, 0]]},
-     "bandwidth > 0"),
+     r"bandwidth\[0\]\[1\]: bandwidth 0 is out of range"),
     ({"nodes": 3}, "one of the keys servers, devices, topology"),
     ({"topology": "2D-SW_SW", "count": 5000, "gpu": {"flops": 1, "memory": 1}},
      "outside 1..1024"),

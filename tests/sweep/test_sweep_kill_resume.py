@@ -40,7 +40,7 @@ def _kill_midway(grid: Path, db: Path) -> int:
     """Start the CLI in its own process group, SIGKILL the whole group (driver and workers)
     once a few rows are committed; the number of rows stored at that moment."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "dlsched", "sweep", str(grid), "--db", str(db), "--workers", "1",
+        [sys.executable, "-m", "dlsched", "sweep", str(grid), "--db", str(db), "--jobs", "1",
          "--batch-size", "1", "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
@@ -62,7 +62,7 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, run_cli) -> None:
     db = tmp_path / "killed.db"
     before = _kill_midway(grid, db)
     assert 3 <= before < TOTAL, f"kill landed at {before} of {TOTAL} rows"
-    code, _, err = run_cli("sweep", str(grid), "--db", str(db), "--workers", "1", "--resume",
+    code, _, err = run_cli("sweep", str(grid), "--db", str(db), "--jobs", "1", "--resume",
                              "--quiet")
     assert code == 0, err
     assert f"{TOTAL - before} scenarios to run" in " ".join(err.split())

@@ -7,10 +7,12 @@ Each domain adds its commands from its own module (``cli/<domain>.py``) through 
 from __future__ import annotations
 
 import sys
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from dlsched import __version__
 from dlsched.cli import collective, dataparallel, pipeline, runtime, sweep, training
 from dlsched.errors import ConfigError
 from dlsched.units import UnitError
@@ -28,12 +30,26 @@ for domain in (collective, dataparallel, pipeline, runtime, training, sweep):
     domain.register(app, reproduce)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"dlsched {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option(
+        "--version", help="Print the version and exit.", is_eager=True,
+        callback=_print_version)] = False) -> None:
+    """Plan and simulate distributed deep-learning training schedules."""
+
+
 def main() -> None:
     """Entry point: bad input exits with code 2 and a one-paragraph message on stderr."""
     try:
         app(standalone_mode=False)
     except (ConfigError, UnitError, ValueError) as error:
-        Console(stderr=True).print(f"[bold red]error:[/] {error}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}",
+                                                   highlight=False)
         sys.exit(2)
     except typer.Exit as done:
         sys.exit(done.exit_code)

@@ -8,16 +8,20 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dlsched.cli.options import console, emit_rows, parse_names, suffixed
+from dlsched.cli.options import CSV_HELP, PLOT_HELP, TRACE_HELP, Outputs, console, parse_names
+from dlsched.cli.progress import progress_bar
 from dlsched.cli.themis_reproduction import reproduce_themis
 from dlsched.collectives import POLICIES, CollectiveOp, CollectiveResult, run_collective
 from dlsched.hardware import load_topology, preset_description, preset_names
 from dlsched.interop import read_astra_network, read_astra_system
-from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
+from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio
-from dlsched.units import format_bandwidth, format_bytes, format_time, parse_bytes
+from dlsched.units import format_bandwidth, format_bytes, format_time
+from dlsched.validation import CHUNKS, CONCURRENCY, MAX_CHUNKS, MAX_CONCURRENCY, MESSAGE_SIZE
 
 DEFAULT_TOPOLOGY = "4D-Ring_FC_Ring_SW"
+BASELINE = "baseline"
+
 
 def _ms(seconds: float) -> str:
     """Seconds as milliseconds with 4 decimals (a 1 MB collective takes microseconds)."""
@@ -27,14 +31,15 @@ def _ms(seconds: float) -> str:
 SUMMARY_COLUMNS = [
     Column("policy", "policy", justify="left"),
     Column("intra", "intra", justify="left"),
-    Column("chunks", "chunks"),
+    Column("chunks", "chunks used"),
+    Column("concurrency", "concurrency used"),
     Column("time_s", "time (ms)", _ms),
     Column("ideal_s", "ideal (ms)", _ms),
     Column("bandwidth_bound_s", "BW bound (ms)", _ms),
     Column("bound_s", "bound (ms)", _ms),
     Column("utilization", "BW util (%)", as_percent),
     Column("time_over_bound", "time/bound", lambda v: f"{v:.3f}"),
-    Column("speedup", "speedup vs first", as_ratio),
+    Column(f"speedup_vs_{BASELINE}", f"speedup vs {BASELINE}", as_ratio),
 ]
 
 
@@ -53,20 +58,22 @@ def collective(
     = DEFAULT_TOPOLOGY,
     op: Annotated[str, typer.Option(help="all-reduce, reduce-scatter, all-gather, all-to-all")]
     = "all-reduce",
-    size: Annotated[str, typer.Option(help="Buffer per NPU, e.g. '1 GB', '256 MiB'.")] = "1 GB",
-    chunks: Annotated[int, typer.Option(help="Number of chunks.")] = 64,
+    size: Annotated[str, typer.Option(help="Buffer per NPU, e.g. '1 GB', '256 MiB' (plain "
+                                      "number: bytes; 1 B to 1 PiB).")] = "1 GB",
+    chunks: Annotated[int, typer.Option(help=f"Number of chunks (1..{MAX_CHUNKS}).")] = 64,
     policy: Annotated[str, typer.Option(help="Policies, comma-separated: "
-                                        + ", ".join(POLICIES))] = "baseline,themis,balanced",
+                                        + ", ".join(POLICIES) + " (ours = dlsched)")]
+    = "baseline,themis,dlsched",
     intra: Annotated[str, typer.Option(help="Intra-dimension order: fifo or scf.")] = "scf",
-    concurrency: Annotated[int, typer.Option(help="Chunks a dimension runs at once.")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Chunks a dimension runs at once "
+                                             f"(1..{MAX_CONCURRENCY}).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
     = False,
-    csv: Annotated[Path | None, typer.Option(help="Write result rows as CSV.")] = None,
-    trace: Annotated[Path | None, typer.Option(help="Chrome-trace JSON (Perfetto).")] = None,
+    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
+    trace: Annotated[Path | None, typer.Option(help=TRACE_HELP)] = None,
     show_plan: Annotated[bool, typer.Option(help="Print each chunk's size and stage order.")]
     = False,
-    plot: Annotated[Path | None,
-                    typer.Option(help="PNG of per-dimension activity, a panel per policy.")]
+    plot: Annotated[Path | None, typer.Option(help=PLOT_HELP + " Bars colored by chunk.")]
     = None,
     astra_network: Annotated[Path | None, typer.Option(
         help="ASTRA-sim network YAML; replaces --topology (docs/interop.md).")] = None,
@@ -74,9 +81,20 @@ def collective(
         help="ASTRA-sim system JSON: sets --chunks, --concurrency, --intra and each dimension's "
              "algorithm; its inter-dimension policy runs first.")] = None,
 ) -> None:
-    """Simulate one chunked collective under one or more policies and compare them."""
+    """Simulate one chunked collective under one or more policies and compare them.
+
+    Prints a summary table (times in ms, speedup = baseline time / policy time) and one
+    per-dimension table per policy; --json prints the same rows as JSON. Writes, when asked:
+    --csv (rows), --trace (one Chrome-trace file, one process per policy), --plot (PNG).
+    dlsched may use more chunks or a higher concurrency than given: the table shows the values
+    each policy used.
+    """
+    outputs = Outputs(json_out, csv, trace, plot)
+    num_bytes = MESSAGE_SIZE.parse(size, "--size")
+    CHUNKS.check(chunks, "--chunks")
+    CONCURRENCY.check(concurrency, "--concurrency")
+    names = parse_names(policy, POLICIES, "--policy")
     net = load_topology(topology) if astra_network is None else read_astra_network(astra_network)
-    names = parse_names(policy, POLICIES, "policy")
     if astra_system is not None:
         system = read_astra_system(astra_system)
         if op in set(CollectiveOp):
@@ -86,27 +104,27 @@ def collective(
         if not json_out:
             for note in system.notes():
                 console.print(f"note: {astra_system}: {note}", highlight=False)
-    results = [run_collective(net, op, parse_bytes(size), chunks, name, intra, concurrency)
-               for name in names]
-    rows = [r.row() | {"speedup": results[0].time_s / r.time_s} for r in results]
-    if trace is not None:
-        for result in results:
-            write_chrome_trace(result.timeline,
-                               suffixed(trace, result.plan.policy, len(results) > 1))
-    if plot is not None:
-        plot_timelines([(f"{net.name} {op} {size}: {r.plan.policy}, {len(r.plan.routes)} chunks, "
-                         f"{r.plan.concurrency} per dimension", r.timeline) for r in results],
-                       plot, color_by="chunk")
+    runs = names if BASELINE in names else [*names, BASELINE]
+    progress = progress_bar("simulating policies", json_out)
+    by_name = {name: run_collective(net, op, num_bytes, chunks, name, intra, concurrency)
+               for name in progress(runs, len(runs))}
+    results = [by_name[name] for name in names]
+    reference = by_name[BASELINE].time_s
+    rows = [r.row() | {f"speedup_vs_{BASELINE}": reference / r.time_s} for r in results]
     if not json_out:
-        title = (f"{op} of {format_bytes(parse_bytes(size))} per NPU on {net.name} "
-                 f"({net.shape}, {net.num_npus} NPUs)")
+        title = (f"{op} of {format_bytes(num_bytes)} per NPU on {net.name} "
+                 f"({net.shape}, {net.num_npus} NPUs); given {chunks} chunks, concurrency "
+                 f"{concurrency}; speedup = {BASELINE} time / policy time")
         render_table(rows, SUMMARY_COLUMNS, title, console)
         for result in results:
             console.print(_dimension_table(result))
             if show_plan:
                 console.print(f"{result.plan.policy} plan (stage = phase + 0-based dimension):\n"
                               f"{result.plan}", highlight=False)
-    emit_rows(rows, json_out, csv)
+    outputs.timelines([(r.plan.policy, f"{net.name} {op} {format_bytes(num_bytes)}: "
+                        f"{r.plan.policy}, {len(r.plan.routes)} chunks, {r.plan.concurrency} "
+                        "per dimension", r.timeline) for r in results], color_by="chunk")
+    outputs.rows(rows)
 
 
 def topologies() -> None:

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
-from dlsched.cli.options import console, emit_rows, parse_names
+from dlsched.cli.options import CSV_HELP, PLOT_HELP, TRACE_HELP, Outputs, console, parse_names
+from dlsched.cli.progress import progress_bar
 from dlsched.cli.sweep import (
     AddressOption,
     DbOption,
@@ -17,8 +18,9 @@ from dlsched.cli.sweep import (
     reproduction_rows,
 )
 from dlsched.dataparallel import POLICIES, parse_network, problem_from_model, run_dataparallel
-from dlsched.dataparallel.comm import CommModel
+from dlsched.dataparallel.comm import PRESETS, AlphaBeta, CommModel, TopologyPriced
 from dlsched.dataparallel.netfile import read_network_file
+from dlsched.errors import ConfigError
 from dlsched.experiments import usbyte
 from dlsched.models import (
     CALIBRATED,
@@ -29,11 +31,20 @@ from dlsched.models import (
     load_profile,
     model_names,
 )
-from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
+from dlsched.report import Column, render_table
 from dlsched.report.tables import as_ratio, seconds_as_ms
-from dlsched.validation import BATCH, FRACTION, RATIO, WORKERS, check_output_paths, count
+from dlsched.validation import (
+    BATCH,
+    FRACTION,
+    MAX_BATCH,
+    MAX_WORKERS,
+    RATIO,
+    WORKERS,
+    count,
+)
 
 IN_FLIGHT = count("messages in flight", 1, 64)
+DEFAULT_WORKERS = 8
 
 COLUMNS = [
     Column("policy", "policy", justify="left"),
@@ -51,22 +62,51 @@ def _load_model(model: str, profile: Path | None) -> Any:
     return load_profile(profile) if profile is not None else get_model(model)
 
 
-def _network(network: str, workers: int | None) -> tuple[CommModel, int]:
-    """The cost model and the worker count (a fitted file supplies its own by default)."""
+def _network(network: str, workers: int | None) -> tuple[CommModel, int | None]:
+    """The cost model and the data-parallel rank count it describes, checked against
+    ``--workers`` (one meaning everywhere: data-parallel ranks).
+
+    A fitted file supplies its own count by default. A preset measured at N workers
+    (``usbyte-8``) and a topology of N NPUs fix N: ``--workers`` must be N or omitted.
+    ``ALPHA,BETA`` already prices one all-reduce across every worker, so ``--workers`` is
+    refused there (the count is None). Formulas (``ring:...``) use ``--workers`` (default 8).
+    """
+    if workers is not None:
+        WORKERS.check(workers, "--workers")
     if network.lower().endswith((".yaml", ".yml", ".json")):
         fitted = read_network_file(network)
         ranks = fitted.workers if workers is None else workers
         return fitted.build(ranks), ranks
-    ranks = 8 if workers is None else WORKERS.check(workers, "workers")
-    return parse_network(network, ranks), ranks
+    comm = parse_network(network, DEFAULT_WORKERS if workers is None else workers)
+    fixed: int | None = None
+    if isinstance(comm, TopologyPriced):
+        fixed, what = comm.topology.num_npus, f"topology {comm.topology.name!r} has"
+    elif network in PRESETS:
+        fixed, what = int(network.rsplit("-", 1)[1]), f"preset {network!r} was measured with"
+    elif isinstance(comm, AlphaBeta) and comm.name == network:
+        if workers is not None:
+            raise ConfigError(f"--workers: {workers} is not used by --network {network!r} (its "
+                              "ALPHA,BETA already price one all-reduce across all workers); "
+                              "accepted: omit --workers, or a network that depends on it: "
+                              "ring|tree|nccl:BANDWIDTH,LATENCY, a preset or topology:PRESET")
+        return comm, None
+    if fixed is None:
+        return comm, DEFAULT_WORKERS if workers is None else workers
+    if workers is not None and workers != fixed:
+        raise ConfigError(f"--workers: {workers} does not match --network {network!r} "
+                          f"({what} {fixed} workers); accepted: {fixed} or omit --workers, or "
+                          "ring|tree|nccl:BANDWIDTH,LATENCY for any worker count")
+    return comm, fixed
 
 
 def dataparallel(
     model: Annotated[str, typer.Option(help="Zoo model name.")] = "resnet50",
     profile: Annotated[Path | None, typer.Option(help="Per-layer profile CSV/JSON instead.")]
     = None,
-    workers: Annotated[int | None, typer.Option(help="Data-parallel workers (default 8, or "
-                                                "the network file's).")] = None,
+    workers: Annotated[int | None, typer.Option(
+        help=f"Data-parallel ranks (1..{MAX_WORKERS}); default: the network's own count "
+        "(usbyte-8: 8, topology: its NPUs, a network file's), 8 for ring|tree|nccl:...; "
+        "refused for ALPHA,BETA.", show_default=False)] = None,
     network: Annotated[str, typer.Option(help="usbyte-2/4/8, 10gbe-8, 'ALPHA,BETA', "
                                          "'ring|tree|nccl:BW,LAT', 'topology:PRESET' or a "
                                          "fitted network file (.yaml/.json).")] = "usbyte-8",
@@ -77,18 +117,23 @@ def dataparallel(
     efficiency: Annotated[float | None, typer.Option(
         help="Fraction of peak FLOP/s achieved (default: calibrated, or 0.5).")] = None,
     backward_ratio: Annotated[float, typer.Option(help="Backward time / forward time.")] = 2.0,
-    batch_size: Annotated[int, typer.Option(help="Samples per worker.")] = 32,
+    batch_size: Annotated[int, typer.Option(help=f"Samples per worker (1..{MAX_BATCH}).")] = 32,
     policy: Annotated[str, typer.Option(help="Policies, comma-separated: "
-                                        + ", ".join(POLICIES))] = ",".join(POLICIES),
+                                        + ", ".join(POLICIES) + " (ours = dlsched)")]
+    = ",".join(POLICIES),
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
-    csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
-    trace: Annotated[Path | None, typer.Option(help="Chrome trace of the last policy.")] = None,
-    plot: Annotated[Path | None, typer.Option(help="PNG timeline, a panel per policy.")] = None,
+    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
+    trace: Annotated[Path | None, typer.Option(help=TRACE_HELP)] = None,
+    plot: Annotated[Path | None, typer.Option(help=PLOT_HELP)] = None,
 ) -> None:
-    """Schedule one data-parallel iteration's gradient all-reduces under each policy."""
-    names = parse_names(policy, POLICIES, "policy")
-    check_output_paths({"--csv": (csv, (".csv",)), "--trace": (trace, (".json",)),
-                        "--plot": (plot, (".png",))})
+    """Schedule one data-parallel iteration's gradient all-reduces under each policy.
+
+    Prints one row per policy (times in ms; speedup = WFBP time / policy time); --json prints
+    the rows as JSON. Writes, when asked: --csv (rows), --trace (one Chrome-trace file, one
+    process per policy), --plot (PNG, a panel per policy).
+    """
+    outputs = Outputs(json_out, csv, trace, plot)
+    names = parse_names(policy, POLICIES, "--policy")
     IN_FLIGHT.check(in_flight, "in-flight")
     BATCH.check(batch_size, "batch-size")
     RATIO.check(backward_ratio, "backward-ratio")
@@ -98,21 +143,23 @@ def dataparallel(
     comm, workers = _network(network, workers)
     problem = problem_from_model(_load_model(model, profile), compute, batch_size, comm,
                                  in_flight)
-    results = [run_dataparallel(problem, name) for name in names]
-    wfbp = run_dataparallel(problem, "wfbp").time_s
+    runs = names if "wfbp" in names else [*names, "wfbp"]
+    progress = progress_bar("scheduling policies", json_out)
+    by_name = {name: run_dataparallel(problem, name) for name in progress(runs, len(runs))}
+    results = [by_name[name] for name in names]
+    wfbp = by_name["wfbp"].time_s
     rows = [r.row() | {"workers": workers, "network": comm.name or network,
                        "in_flight": r.plan.in_flight, "settings": r.plan.settings,
                        "speedup_vs_wfbp": wfbp / r.time_s} for r in results]
-    if trace is not None:
-        write_chrome_trace(results[-1].timeline, trace)
-    if plot is not None:
-        plot_timelines([(f"{problem.model}, {workers} workers, {network}: {r.plan.policy}",
-                         r.timeline) for r in results], plot)
+    shown = f"{workers} workers" if workers is not None else "workers as measured"
     if not json_out:
         render_table(rows, COLUMNS, f"{problem.model} data-parallel iteration (backward + next "
-                     f"forward), {workers} workers, network {comm.name or network}, up to "
-                     f"{in_flight} all-reduce(s) in flight, {device}", console)
-    emit_rows(rows, json_out, csv)
+                     f"forward), {shown}, network {comm.name or network}, up to "
+                     f"{in_flight} all-reduce(s) in flight, {device}; speedup = WFBP time / "
+                     "policy time", console)
+    outputs.timelines([(r.plan.policy, f"{problem.model}, {shown}, {network}: {r.plan.policy}",
+                        r.timeline) for r in results], color_by="kind")
+    outputs.rows(rows)
 
 
 # Policy columns of the reproduction table and their short headers (* = tuned variant).
@@ -144,7 +191,7 @@ def reproduce_usbyte(
     models: Annotated[str, typer.Option(help="Models, comma-separated.")]
     = ",".join(usbyte.MODELS),
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
-    csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
+    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
     executor: ExecutorOption = "process",
     workers: WorkersOption = None,
     address: AddressOption = None,
@@ -152,9 +199,12 @@ def reproduce_usbyte(
     resume: ResumeOption = False,
 ) -> None:
     """US-Byte's claims next to our reproduction: every policy at shipped defaults and tuned,
-    8 nodes (10 GbE, 25 Gb) and 128 GPUs, V100 FP32, both all-reduce cost models."""
-    names = parse_names(models, model_names(), "models")
-    check_output_paths({"--csv": (csv, (".csv",))})
+    8 nodes (10 GbE, 25 Gb) and 128 GPUs, V100 FP32, both all-reduce cost models.
+
+    Prints a table per model (times in ms), explanations and the paper's claims beside ours;
+    --json prints {"rows", "summary"}; --csv writes the rows."""
+    names = parse_names(models, model_names(), "--models")
+    outputs = Outputs(json_out, csv)
     rows = reproduction_rows("usbyte", usbyte.default_scenarios(names), usbyte.run_scenario,
                              executor, workers, address, db, resume, json_out)
     summary = usbyte.summarize(rows)
@@ -183,7 +233,7 @@ def reproduce_usbyte(
             Column("claim", "claim", justify="left"), Column("paper", "paper", justify="left"),
             Column("ours", "ours", justify="left")], "US-Byte paper vs this reproduction",
             console)
-    emit_rows(rows, json_out, csv, {"summary": summary} if json_out else None)
+    outputs.rows(rows, {"summary": summary} if json_out else None)
 
 
 def _claims(summary: dict[str, Any]) -> list[dict[str, str]]:

@@ -1,30 +1,50 @@
-"""Argument helpers shared by the CLI modules: output files and unit-bearing options."""
+"""Argument helpers shared by the CLI modules: policy names, numeric options and output files.
+
+Every command checks its outputs before any work (``Outputs``), writes all policies' traces
+into ONE Chrome-trace file (each policy its own process), and prints what it wrote.
+"""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from dlsched.errors import ConfigError
-from dlsched.report import rows_to_csv, to_json, write_text
+from dlsched.report import plot_timelines, rows_to_csv, to_json, write_chrome_traces, write_text
+from dlsched.sim.timeline import Timeline
+from dlsched.validation import check_output_paths
 
 # Piped output (CI logs, files) gets a wide fixed width so tables are not squeezed.
 console = Console(width=None if sys.stdout.isatty() else 140)
+status_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+POLICY_ALIASES = {"ours": "dlsched"}
+"""Input aliases every policy/planner option accepts (``ours`` is dlsched's own)."""
+
+CSV_HELP = "Write the result rows as CSV to this file (raw SI units)."
+TRACE_HELP = ("Write one Chrome-trace JSON file (open in Perfetto) holding every policy as its "
+              "own process.")
+PLOT_HELP = "Write a PNG timeline to this .png file, one panel per policy."
 
 
 def parse_names(text: str, accepted: Iterable[str], field: str) -> list[str]:
-    """Comma-separated names, each one of ``accepted``; ConfigError naming ``field`` otherwise."""
+    """Comma-separated names, each one of ``accepted`` (``ours`` means ``dlsched``), without
+    repeats; ConfigError naming ``field`` otherwise."""
     choices = list(accepted)
-    names = [name.strip() for name in text.split(",") if name.strip()]
+    names = [POLICY_ALIASES.get(name.strip(), name.strip()) for name in text.split(",")
+             if name.strip()]
     unknown = [name for name in names if name not in choices]
     if unknown or not names:
+        aliases = [f"{alias} (= {name})" for alias, name in POLICY_ALIASES.items()
+                   if name in choices]
         raise ConfigError(f"{field}: unknown {unknown or text!r}; accepted: "
-                          + ", ".join(choices) + " (comma-separated for several)")
-    return names
+                          + ", ".join(choices + aliases) + " (comma-separated for several)")
+    return list(dict.fromkeys(names))
 
 
 def suffixed(path: Path, suffix: str, many: bool) -> Path:
@@ -32,12 +52,46 @@ def suffixed(path: Path, suffix: str, many: bool) -> Path:
     return path.with_name(f"{path.stem}-{suffix}{path.suffix}") if many else path
 
 
+def announce(what: str, path: Path, json_out: bool) -> None:
+    """Say that ``what`` was written to ``path`` (on stderr when stdout carries JSON)."""
+    (status_console if json_out else console).print(f"wrote {what}: {path}", highlight=False)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The files one command writes; constructing it checks every path before any work."""
+
+    json_out: bool = False
+    csv: Path | None = None
+    trace: Path | None = None
+    plot: Path | None = None
+
+    def __post_init__(self) -> None:
+        check_output_paths({"--csv": (self.csv, ()), "--trace": (self.trace, (".json",)),
+                            "--plot": (self.plot, (".png",))})
+
+    def timelines(self, named: Sequence[tuple[str, str, Timeline]], color_by: str) -> None:
+        """Write ``(name, plot title, timeline)`` triples: one trace file with a process per
+        name, one PNG with a panel per timeline."""
+        if self.trace is not None:
+            write_chrome_traces([(name, timeline) for name, _, timeline in named], self.trace)
+            announce(f"Chrome trace ({len(named)} timelines, one process each)", self.trace,
+                     self.json_out)
+        if self.plot is not None:
+            plot_timelines([(title, timeline) for _, title, timeline in named], self.plot,
+                           color_by=color_by)
+            announce(f"PNG plot ({len(named)} panels)", self.plot, self.json_out)
+
+    def rows(self, rows: Sequence[dict[str, Any]], extra: dict[str, Any] | None = None) -> None:
+        """Write CSV when asked and print ``{"rows": [...], **extra}`` as JSON with ``--json``."""
+        emit_rows(rows, self.json_out, self.csv, extra)
+
+
 def emit_rows(rows: Sequence[dict[str, Any]], json_out: bool, csv_path: Path | None,
               extra: dict[str, Any] | None = None) -> None:
     """Print ``{"rows": [...], **extra}`` as JSON when asked, and write CSV when a path is given."""
     if csv_path is not None:
         write_text(csv_path, rows_to_csv(rows))
-        if not json_out:
-            console.print(f"wrote {csv_path}")
+        announce(f"CSV ({len(rows)} rows)", csv_path, json_out)
     if json_out:
         print(to_json({"rows": list(rows), **(extra or {})}))

@@ -9,7 +9,17 @@ import typer
 from rich.table import Table
 
 from dlsched.cli import pipeline_runtime
-from dlsched.cli.options import console, emit_rows, parse_names, suffixed
+from dlsched.cli.options import (
+    CSV_HELP,
+    PLOT_HELP,
+    TRACE_HELP,
+    Outputs,
+    announce,
+    console,
+    parse_names,
+    suffixed,
+)
+from dlsched.cli.progress import progress_bar
 from dlsched.cli.sweep import (
     AddressOption,
     DbOption,
@@ -25,9 +35,9 @@ from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_plan
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
-from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
+from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
-from dlsched.validation import check_output_path, check_output_paths
+from dlsched.validation import BATCH, MAX_BATCH, MAX_MICROBATCHES, MICROBATCHES, check_output_path
 
 SUMMARY_COLUMNS = [
     Column("planner", "planner", justify="left"),
@@ -40,7 +50,7 @@ SUMMARY_COLUMNS = [
     Column("bubble", "bubble (%)", as_percent),
     Column("peak_memory_gib", "peak mem (GiB)", lambda v: f"{v:.2f}"),
     Column("planning_s", "planning (s)", lambda v: f"{v:.3f}"),
-    Column("speedup_of_first", "first's speedup", as_ratio),
+    Column("speedup_vs_first", "speedup vs first planner", as_ratio),
 ]
 ORDER_PREVIEW = 16
 
@@ -80,20 +90,16 @@ def _order_table(result: PipelineResult) -> Table:
 
 
 def _rows(results: list[PipelineResult]) -> list[dict]:
+    """Result rows; ``speedup_vs_first`` = the first planner's time / this planner's time."""
     first = results[0].sim.iteration_s
     return [r.row() | {"peak_memory_gib": r.row()["peak_memory_bytes"] / 2**30,
-                       "speedup_of_first": r.sim.iteration_s / first} for r in results]
+                       "speedup_vs_first": first / r.sim.iteration_s} for r in results]
 
 
-def _write_outputs(results: list[PipelineResult], trace: Path | None, plot: Path | None) -> None:
-    many = len(results) > 1
-    if trace is not None:
-        for result in results:
-            write_chrome_trace(result.sim.timeline, suffixed(trace, result.plan.planner, many))
-    if plot is not None:
-        plot_timelines([(f"{r.problem.chain.name} on {r.problem.graph.name}: {r.plan.planner}, "
-                         f"{r.sim.iteration_s * 1e3:.2f} ms", r.sim.timeline) for r in results],
-                       plot, color_by="kind")
+def _write_outputs(results: list[PipelineResult], outputs: Outputs) -> None:
+    outputs.timelines([(r.plan.planner, f"{r.problem.chain.name} on {r.problem.graph.name}: "
+                        f"{r.plan.planner}, {r.sim.iteration_s * 1e3:.2f} ms", r.sim.timeline)
+                       for r in results], color_by="kind")
 
 
 def plan(
@@ -101,44 +107,60 @@ def plan(
     = "gpt2-xl",
     devices: Annotated[str, typer.Option(help="Device preset or YAML/JSON file.")]
     = "2x8-NVLink-100Gb",
-    microbatches: Annotated[int, typer.Option(help="Microbatches per iteration.")] = 16,
-    microbatch_size: Annotated[int, typer.Option(help="Samples per microbatch.")] = 1,
+    microbatches: Annotated[int, typer.Option(
+        help=f"Microbatches per iteration (1..{MAX_MICROBATCHES}).")] = 16,
+    microbatch_size: Annotated[int, typer.Option(
+        help=f"Samples per microbatch (1..{MAX_BATCH}).")] = 1,
     planner: Annotated[str, typer.Option(help="Planner(s), comma-separated, or all: "
-                                         + ", ".join(PLANNERS))] = "dlsched",
+                                         + ", ".join(PLANNERS) + " (ours = dlsched)")]
+    = "dlsched",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
     = False,
-    csv: Annotated[Path | None, typer.Option(help="Write result rows as CSV.")] = None,
-    trace: Annotated[Path | None, typer.Option(help="Chrome-trace JSON (Perfetto).")] = None,
-    plot: Annotated[Path | None, typer.Option(help="PNG timeline, a panel per planner.")]
-    = None,
+    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
+    trace: Annotated[Path | None, typer.Option(help=TRACE_HELP)] = None,
+    plot: Annotated[Path | None, typer.Option(help=PLOT_HELP)] = None,
     save: Annotated[Path | None, typer.Option(help="Save the plan(s) as JSON (pipeline export/"
-                                              "run read it).")] = None,
+                                              "run read it); several planners: one file each, "
+                                              "named <stem>-<planner>.json.")] = None,
     for_torch: Annotated[bool, typer.Option(help="Keep dlsched to one GPU per stage, as "
                                             "torch.distributed.pipelining runs.")] = False,
 ) -> None:
-    """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound."""
+    """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound.
+
+    Prints the summary (times in ms; speedup = first planner's time / this planner's time),
+    the first planner's stages and per-GPU order; --json prints rows, stages and orders.
+    Writes, when asked: --csv (rows), --trace (one Chrome-trace file, one process per planner
+    and GPU), --plot (PNG, a panel per planner), --save (plan JSON).
+    """
+    outputs = Outputs(json_out, csv, trace, plot)
     if save is not None:
-        check_output_path(save, "save", (".json",))
-    names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "planner")
+        check_output_path(save, "--save", (".json",))
+    MICROBATCHES.check(microbatches, "--microbatches")
+    BATCH.check(microbatch_size, "--microbatch-size")
+    names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "--planner")
     problem = PipelineProblem(load_chain(model, microbatch_size), load_graph(devices),
                               microbatches)
+    progress = progress_bar("planning", json_out or len(names) == 1)
     results = [run_planner(problem, name, plan_dlsched_for_torch
-                           if for_torch and name == "dlsched" else None) for name in names]
+                           if for_torch and name == "dlsched" else None)
+               for name in progress(names, len(names))]
     rows = _rows(results)
-    _write_outputs(results, trace, plot)
     for result in results if save is not None else []:
-        save_plan(saved_from_result(result, microbatch_size),
-                  suffixed(save, result.plan.planner, len(results) > 1))
+        path = suffixed(save, result.plan.planner, len(results) > 1)
+        save_plan(saved_from_result(result, microbatch_size), path)
+        announce("plan JSON", path, json_out)
     if json_out:
-        emit_rows(rows, True, csv, {"stages": results[0].plan.stages_text(),
-                                    "orders": results[0].plan.schedule_text()})
+        _write_outputs(results, outputs)
+        outputs.rows(rows, {"stages": results[0].plan.stages_text(),
+                            "orders": results[0].plan.schedule_text()})
         return
     render_table(rows, SUMMARY_COLUMNS, f"{problem.chain.name} ({problem.chain.num_blocks} "
                  f"blocks), {microbatches} microbatches of {microbatch_size}, on "
                  f"{problem.graph.describe()}", console)
     console.print(_stage_table(results[0]))
     console.print(_order_table(results[0]))
-    emit_rows(rows, False, csv)
+    _write_outputs(results, outputs)
+    outputs.rows(rows)
 
 
 def devices_command() -> None:
@@ -160,7 +182,7 @@ REPRODUCE_COLUMNS = [
     Column("iteration_s", "iteration (ms)", seconds_as_ms),
     Column("bound_s", "bound (ms)", seconds_as_ms),
     Column("time_over_bound", "time/bound", as_ratio),
-    Column("speedup", "dlsched speedup", as_ratio),
+    Column("dlsched_speedup", "dlsched speedup (this / dlsched time)", as_ratio),
     Column("error", "note", lambda e: "out of memory" if "memory" in e else e[:40],
            justify="left"),
 ]
@@ -168,7 +190,7 @@ REPRODUCE_COLUMNS = [
 
 def reproduce_pipeline(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
-    csv: Annotated[Path | None, typer.Option(help="Write all rows as CSV.")] = None,
+    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
     executor: ExecutorOption = "process",
     workers: WorkersOption = None,
     address: AddressOption = None,
@@ -176,18 +198,21 @@ def reproduce_pipeline(
     resume: ResumeOption = False,
 ) -> None:
     """Zoo models on homogeneous and heterogeneous GPUs, every planner, speedup of dlsched
-    over each baseline beside the paper's "up to 157%" (2.57x)."""
-    check_output_paths({"--csv": (csv, (".csv",))})
+    over each baseline beside the paper's "up to 157%" (2.57x).
+
+    Prints one row per (scenario, planner) and the per-baseline summary; --json prints
+    {"rows", "summary"}; --csv writes the rows."""
+    outputs = Outputs(json_out, csv)
     rows = reproduction_rows("pipeline", experiment.SCENARIOS, experiment.run_scenario,
                              executor, workers, address, db, resume, json_out)
     summary = experiment.summarize(rows)
     if not json_out:
         render_table(rows, REPRODUCE_COLUMNS, "synchronous pipeline planning: iteration time "
-                     "per planner (speedup = baseline time / dlsched time)", console)
+                     "per planner (dlsched speedup = planner time / dlsched time)", console)
         render_table(summary, experiment.SUMMARY_COLUMNS,
                      "dlsched speedup over each baseline (paper: up to 2.57x, i.e. +157%)",
                      console)
-    emit_rows(rows, json_out, csv, {"summary": summary} if json_out else None)
+    outputs.rows(rows, {"summary": summary} if json_out else None)
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

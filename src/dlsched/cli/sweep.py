@@ -54,6 +54,7 @@ ExecutorOption = Annotated[str, typer.Option(
     "--executor", help="Where scenarios run: " + ", ".join(EXECUTORS)
     + " (dask/ray need the dlsched[dask] / dlsched[ray] extra).")]
 WorkersOption = Annotated[int | None, typer.Option(
+    "--jobs",
     help="Local worker processes (process pool, local Dask/Ray cluster); default: all cores.")]
 AddressOption = Annotated[str | None, typer.Option(
     help="Existing cluster: Dask scheduler (tcp://host:8786) or Ray (ray://host:10001, auto).")]

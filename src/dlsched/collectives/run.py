@@ -12,6 +12,7 @@ from dlsched.collectives.simulate import dim_resource, execute_plan
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import Topology
 from dlsched.sim.timeline import Timeline
+from dlsched.validation import CHUNKS, CONCURRENCY, MESSAGE_SIZE
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,12 @@ def make_request(topology: Topology, op: str | CollectiveOp, size: int, num_chun
                  intra: str | IntraPolicy = IntraPolicy.SCF,
                  concurrency: int = 1) -> CollectiveRequest:
     """Validate user-facing arguments (ConfigError naming the field) and build a request."""
-    if size < 1:
-        raise ConfigError(f"size: must be at least 1 byte (got {size})")
-    if not 1 <= num_chunks <= size:
-        raise ConfigError(f"chunks: must be between 1 and the size in bytes (got {num_chunks})")
-    if concurrency < 1:
-        raise ConfigError(f"concurrency: must be >= 1 chunk per dimension (got {concurrency})")
+    size = MESSAGE_SIZE.check(size, "size")
+    CHUNKS.check(num_chunks, "chunks")
+    if num_chunks > size:
+        raise ConfigError(f"chunks: {num_chunks} chunks of a {size}-byte buffer; accepted: at "
+                          "most one chunk per byte")
+    CONCURRENCY.check(concurrency, "concurrency")
     return CollectiveRequest(topology, _choice(op, CollectiveOp, "op"), size, num_chunks,
                              _choice(intra, IntraPolicy, "intra"), concurrency)
 

@@ -19,6 +19,7 @@ from dlsched.collectives import CollectiveOp, ideal_time, run_collective
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology, load_topology
 from dlsched.units import parse_bandwidth, parse_time
+from dlsched.validation import BANDWIDTH, LATENCY, SECONDS_PER_BYTE
 
 FP32 = 4  # bytes per element of the reference's per-element constants
 
@@ -166,10 +167,8 @@ def nccl_allreduce(workers: int, link_bandwidth: float,
 
 
 def _check_link(bandwidth: float, latency: float) -> None:
-    if not (math.isfinite(bandwidth) and bandwidth > 0):
-        raise ConfigError(f"network: link bandwidth must be finite and > 0 B/s (got {bandwidth!r})")
-    if not (math.isfinite(latency) and latency >= 0):
-        raise ConfigError(f"network: link latency must be finite and >= 0 s (got {latency!r})")
+    BANDWIDTH.check(bandwidth, "network: link bandwidth")
+    LATENCY.check(latency, "network: link latency")
 
 
 # The US-Byte reference constants (per fp32 element) and MG-WFBP's 10 GbE cluster (per byte).
@@ -239,7 +238,8 @@ def parse_network(text: str, workers: int) -> CommModel:
     alpha, comma, beta = text.partition(",")
     if comma:
         try:
-            return AlphaBeta(parse_time(alpha), float(beta), text)
+            return AlphaBeta(LATENCY.parse(alpha.strip(), "network: alpha (startup)"),
+                             SECONDS_PER_BYTE.parse(beta.strip(), "network: beta (s/B)"), text)
         except ValueError as error:
             raise ConfigError(f"network: {error}") from None
     raise ConfigError(f"network: {text!r} is not understood; accepted: {ACCEPTED}")

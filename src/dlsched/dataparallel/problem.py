@@ -6,6 +6,7 @@ gradient is ready at ``ready[l] = sum of backward[j] for j >= l`` seconds after 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -36,9 +37,10 @@ class DPProblem:
                               f"layer (got {len(self.forward)}, {len(self.backward)}, {size})")
         for field, values in (("forward", self.forward), ("backward", self.backward),
                               ("grad_bytes", self.grad_bytes)):
-            bad = [i for i, v in enumerate(values) if v < 0]
+            bad = [i for i, v in enumerate(values) if not 0 <= v < math.inf]
             if bad:
-                raise ConfigError(f"{field}[{bad[0]}]: must be >= 0 (got {values[bad[0]]!r})")
+                raise ConfigError(f"{field}[{bad[0]}]: must be finite and >= 0 (got "
+                                  f"{values[bad[0]]!r})")
         if not 1 <= self.in_flight <= 1024:
             raise ConfigError(f"in_flight: must be between 1 and 1024 messages (got "
                               f"{self.in_flight!r})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dlsched.config import validate
 from dlsched.errors import ConfigError
@@ -23,22 +23,30 @@ from dlsched.hardware.device_graph import (
     server_graph,
 )
 from dlsched.hardware.topology_config import load_topology
-from dlsched.units import parse_bandwidth, parse_bytes, parse_flops, parse_time
+from dlsched.validation import (
+    BANDWIDTH,
+    LATENCY,
+    MAX_DEVICES,
+    Bandwidth,
+    ByteSize,
+    DeviceCount,
+    FlopRate,
+    Limit,
+    Seconds,
+)
 
 
 class GpuSpec(BaseModel):
     """A GPU kind: sustained ``flops`` ("125 TFLOP/s") and ``memory`` ("80 GiB")."""
 
     model_config = ConfigDict(extra="forbid")
-    flops: float
-    memory: int
-    _flops = field_validator("flops", mode="before")(lambda v: parse_flops(v))
-    _memory = field_validator("memory", mode="before")(lambda v: parse_bytes(v))
+    flops: FlopRate
+    memory: ByteSize
 
     @model_validator(mode="after")
     def _positive(self) -> GpuSpec:
-        if self.flops <= 0 or self.memory <= 0:
-            raise ValueError("flops and memory must be > 0")
+        if self.memory <= 0:
+            raise ValueError("memory must be > 0")
         return self
 
 
@@ -46,32 +54,17 @@ class LinkSpec(BaseModel):
     """A link kind: ``bandwidth`` ("300 GB/s", "100 Gb/s") and ``latency`` ("5 us")."""
 
     model_config = ConfigDict(extra="forbid")
-    bandwidth: float
-    latency: float = 0.0
-    _bandwidth = field_validator("bandwidth", mode="before")(lambda v: parse_bandwidth(v))
-    _latency = field_validator("latency", mode="before")(lambda v: parse_time(v))
-
-    @model_validator(mode="after")
-    def _positive(self) -> LinkSpec:
-        if self.bandwidth <= 0 or self.latency < 0:
-            raise ValueError("bandwidth must be > 0 and latency >= 0")
-        return self
+    bandwidth: Bandwidth
+    latency: Seconds = 0.0
 
 
 class ServerSpec(BaseModel):
     """``count`` GPUs of one kind joined by one link kind."""
 
     model_config = ConfigDict(extra="forbid")
-    count: int
+    count: DeviceCount
     gpu: GpuSpec
     link: LinkSpec
-
-    @field_validator("count")
-    @classmethod
-    def _count(cls, value: int) -> int:
-        if value < 1:
-            raise ValueError("count must be >= 1")
-        return value
 
 
 class ServersForm(BaseModel):
@@ -106,16 +99,16 @@ class MatrixForm(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = "devices"
     description: str = ""
-    devices: list[DeviceSpec]
+    devices: list[DeviceSpec] = Field(max_length=MAX_DEVICES)
     bandwidth: list[list[Any]]
     latency: list[list[Any]] | None = None
 
     def build(self) -> DeviceGraph:
         """The device graph (diagonal entries are ignored)."""
         n = len(self.devices)
-        bandwidth = _matrix(self.bandwidth, n, "bandwidth", parse_bandwidth)
+        bandwidth = _matrix(self.bandwidth, n, "bandwidth", BANDWIDTH)
         latency = (np.zeros((n, n)) if self.latency is None
-                   else _matrix(self.latency, n, "latency", parse_time))
+                   else _matrix(self.latency, n, "latency", LATENCY))
         devices = tuple(Device(d.name, d.flops, d.memory, d.server) for d in self.devices)
         return DeviceGraph(self.name, devices, bandwidth, latency)
 
@@ -139,11 +132,11 @@ class TopologyForm(BaseModel):
         return DeviceGraph(self.name, graph.devices, graph.bandwidth, graph.latency)
 
 
-def _matrix(rows: list[list[Any]], n: int, field: str, parse: Any) -> np.ndarray:
+def _matrix(rows: list[list[Any]], n: int, field: str, limit: Limit) -> np.ndarray:
     if len(rows) != n or any(len(row) != n for row in rows):
         raise ConfigError(f"{field}: expected {n} rows of {n} entries (one per GPU)")
-    values = [[0.0 if i == j else parse(v) for j, v in enumerate(row)]
-              for i, row in enumerate(rows)]
+    values = [[0.0 if i == j else limit.parse(v, f"{field}[{i}][{j}]")
+               for j, v in enumerate(row)] for i, row in enumerate(rows)]
     return np.array(values, dtype=float)
 
 

@@ -19,6 +19,7 @@ import yaml
 from dlsched.config import load_document
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import Topology
+from dlsched.validation import BANDWIDTH, DATA_SIZE, DEVICES, FLOP_RATE, LATENCY
 
 
 @dataclass(frozen=True)
@@ -47,14 +48,17 @@ class DeviceGraph:
         for field, matrix in (("bandwidth", self.bandwidth), ("latency", self.latency)):
             if matrix.shape != (n, n):
                 raise ConfigError(f"{field}: expected a {n}x{n} matrix, got shape {matrix.shape}")
+        DEVICES.check(n, "devices")
         off = ~np.eye(n, dtype=bool)
         if n > 1 and not (self.bandwidth[off] > 0).all():
             raise ConfigError("bandwidth: every pair of distinct GPUs needs bandwidth > 0")
-        if (self.latency < 0).any():
-            raise ConfigError("latency: must be >= 0 s")
+        BANDWIDTH.check_array(np.where(off, self.bandwidth, BANDWIDTH.high), "bandwidth")
+        LATENCY.check_array(np.where(off, self.latency, 0.0), "latency")
         for device in self.devices:
-            if device.flops <= 0 or device.memory <= 0:
-                raise ConfigError(f"devices: {device.name} needs flops > 0 and memory > 0")
+            FLOP_RATE.check(device.flops, f"devices: {device.name}: flops")
+            if device.memory <= 0:
+                raise ConfigError(f"devices: {device.name} needs memory > 0")
+            DATA_SIZE.check(device.memory, f"devices: {device.name}: memory")
 
     @property
     def num_devices(self) -> int:

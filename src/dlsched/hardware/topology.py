@@ -10,6 +10,9 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from dlsched.errors import ConfigError
+from dlsched.validation import BANDWIDTH, LATENCY, MAX_DIMS, NPUS, NPUS_PER_DIM
+
 
 class DimKind(StrEnum):
     """Physical shape of one network dimension."""
@@ -62,15 +65,12 @@ class Dimension:
         except ValueError:
             raise ValueError(f"algorithm: unknown algorithm {algorithm!r}; accepted: "
                              f"{_choices(DimAlgorithm)}") from None
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 2:
-            raise ValueError(f"size: must be an integer >= 2 (got {self.size!r})")
+        NPUS_PER_DIM.check(self.size, "size")
         if self.algorithm is DimAlgorithm.HALVING_DOUBLING and self.size & (self.size - 1):
             raise ValueError(f"size: halving-doubling needs a power-of-two size (got {self.size}); "
                              "use algorithm 'ring' or 'direct', or a size such as 8 or 16")
-        if not (math.isfinite(self.bandwidth) and self.bandwidth > 0):
-            raise ValueError(f"bandwidth: must be > 0 bytes/s (got {self.bandwidth!r})")
-        if not (math.isfinite(self.latency) and self.latency >= 0):
-            raise ValueError(f"latency: must be >= 0 seconds (got {self.latency!r})")
+        BANDWIDTH.check(self.bandwidth, "bandwidth")
+        LATENCY.check(self.latency, "latency")
 
     @property
     def short_name(self) -> str:
@@ -89,6 +89,9 @@ class Topology:
         if not self.dims:
             raise ValueError("dims: a topology needs at least one dimension")
         object.__setattr__(self, "dims", tuple(self.dims))
+        if len(self.dims) > MAX_DIMS:
+            raise ConfigError(f"dims: {len(self.dims)} dimensions; accepted: at most {MAX_DIMS}")
+        NPUS.check(self.num_npus, "dims (product of the sizes)")
 
     @property
     def num_npus(self) -> int:

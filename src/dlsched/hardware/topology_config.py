@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -14,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import DimAlgorithm, Dimension, DimKind, Topology
-from dlsched.validation import MAX_DIMS, NPUS, Bandwidth, DimSize, Seconds
+from dlsched.validation import Bandwidth, DimSize, Seconds
 
 
 class DimensionSpec(BaseModel):
@@ -49,9 +48,6 @@ class TopologySpec(BaseModel):
     def _check_dims(cls, dims: list[DimensionSpec]) -> list[DimensionSpec]:
         if not dims:
             raise ValueError("a topology needs at least one dimension")
-        if len(dims) > MAX_DIMS:
-            raise ValueError(f"{len(dims)} dimensions; accepted: at most {MAX_DIMS}")
-        NPUS.check(math.prod(d.size for d in dims), "dims (product of the sizes)")
         return dims
 
     def build(self) -> Topology:

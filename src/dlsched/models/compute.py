@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
 from dlsched.models.layer import Layer, Model
+from dlsched.validation import FLOP_RATE, FRACTION, RATIO
 
 
 @dataclass(frozen=True)
@@ -28,12 +29,9 @@ class ComputeModel:
     backward_ratio: float = 2.0
 
     def __post_init__(self) -> None:
-        if not self.peak_flops > 0:
-            raise ConfigError(f"peak_flops: must be > 0 FLOP/s (got {self.peak_flops!r})")
-        if not 0 < self.efficiency <= 1:
-            raise ConfigError(f"efficiency: must be in (0, 1] (got {self.efficiency!r})")
-        if not self.backward_ratio > 0:
-            raise ConfigError(f"backward_ratio: must be > 0 (got {self.backward_ratio!r})")
+        FLOP_RATE.check(self.peak_flops, "peak_flops")
+        FRACTION.check(self.efficiency, "efficiency")
+        RATIO.check(self.backward_ratio, "backward_ratio")
 
     def forward_time(self, layer: Layer, batch_size: int) -> float:
         """Forward seconds of ``layer`` for ``batch_size`` samples (profiled time if given)."""

@@ -14,12 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
 from dlsched.pipeline.chain import Chain, chain_from_model
-from dlsched.units import parse_bytes
+from dlsched.validation import MAX_LAYERS, ByteSize, FlopCount
 
 
 class BlockSpec(BaseModel):
@@ -27,13 +27,11 @@ class BlockSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str
-    forward_flops: float
-    backward_flops: float | None = None
-    activation: int = 0
-    params: int = 0
-    stash: int = 0
-    _bytes = field_validator("activation", "params", "stash", mode="before")(
-        lambda v: parse_bytes(v))
+    forward_flops: FlopCount
+    backward_flops: FlopCount | None = None
+    activation: ByteSize = 0
+    params: ByteSize = 0
+    stash: ByteSize = 0
 
 
 class ChainSpec(BaseModel):
@@ -42,7 +40,14 @@ class ChainSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = "chain"
     input_grad_fraction: float | None = 0.5
-    blocks: list[BlockSpec]
+    blocks: list[BlockSpec] = Field(min_length=1, max_length=MAX_LAYERS)
+
+    @model_validator(mode="after")
+    def _some_compute(self) -> ChainSpec:
+        if not any(b.forward_flops > 0 for b in self.blocks):
+            raise ValueError("blocks: every forward_flops is 0; accepted: at least one block "
+                             "with forward_flops > 0")
+        return self
 
     def build(self) -> Chain:
         """The validated chain (backward defaults to 2 x forward)."""

@@ -1,6 +1,11 @@
 """Reports computed from Timelines and result rows: tables, CSV/JSON, Chrome traces, PNG plots."""
 
-from dlsched.report.chrome_trace import trace_events, write_chrome_trace
+from dlsched.report.chrome_trace import (
+    trace_events,
+    traces_events,
+    write_chrome_trace,
+    write_chrome_traces,
+)
 from dlsched.report.plots import plot_timeline, plot_timelines
 from dlsched.report.tables import Column, render_table, rows_to_csv, to_json, write_text
 
@@ -12,6 +17,8 @@ __all__ = [
     "rows_to_csv",
     "to_json",
     "trace_events",
+    "traces_events",
     "write_chrome_trace",
+    "write_chrome_traces",
     "write_text",
 ]

@@ -15,5 +15,5 @@ PolicyFunction = Callable[[CollectiveRequest], CollectivePlan]
 POLICIES: dict[str, PolicyFunction] = {
     "baseline": baseline_plan,
     "themis": themis_plan,
-    "balanced": balanced_plan,
+    "dlsched": balanced_plan,
 }

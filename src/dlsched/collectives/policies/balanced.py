@@ -163,7 +163,7 @@ class _Search:
                  concurrency: int) -> float:
         key = (tuple(sizes), tuple(orders), concurrency)
         if key not in self.times:
-            plan = self.request.plan("balanced", sizes, orders, concurrency)
+            plan = self.request.plan("dlsched", sizes, orders, concurrency)
             self.times[key] = execute_plan(plan, record=False).time
             if self.times[key] < self.best_time:
                 self.best_time, self.best_plan = self.times[key], plan
