@@ -67,7 +67,7 @@ class Outputs:
     plot: Path | None = None
 
     def __post_init__(self) -> None:
-        check_output_paths({"--csv": (self.csv, ()), "--trace": (self.trace, (".json",)),
+        check_output_paths({"--csv": (self.csv, (".csv",)), "--trace": (self.trace, (".json",)),
                             "--plot": (self.plot, (".png",))})
 
     def timelines(self, named: Sequence[tuple[str, str, Timeline]], color_by: str) -> None:
