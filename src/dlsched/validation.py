@@ -167,9 +167,9 @@ def count(what: str, low: int, high: int) -> Limit:
 
 
 # --- quantities --------------------------------------------------------------------------------
-BANDWIDTH = Limit("bandwidth", 1.0, 1e18, parse_unit=parse_bandwidth,
+BANDWIDTH = Limit("bandwidth", 1.0, 1e30, parse_unit=parse_bandwidth,
                   show=lambda v: f"{v:g} B/s")
-"""Bytes/s of one link or dimension: 1 B/s .. 1 EB/s."""
+"""Bytes/s of one link or dimension: 1 B/s .. 10**30 B/s (tests model "infinitely fast")."""
 LATENCY = Limit("latency", 0.0, 60.0, parse_unit=parse_time, show=lambda v: f"{v:g} s")
 """Seconds of one step or message start-up: 0 .. 60 s."""
 DURATION = Limit("duration", 0.0, 1e6, parse_unit=parse_time, show=lambda v: f"{v:g} s")
