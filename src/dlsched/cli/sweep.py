@@ -52,7 +52,7 @@ sweep_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
 
 ExecutorOption = Annotated[str, typer.Option(
     "--executor", help="Where scenarios run: " + ", ".join(EXECUTORS)
-    + " (dask/ray need the dlsched[dask] / dlsched[ray] extra).")]
+    + " (dask/ray need the dask / ray extra of dlsched).")]
 WorkersOption = Annotated[int | None, typer.Option(
     "--jobs",
     help="Local worker processes (process pool, local Dask/Ray cluster); default: all cores.")]
