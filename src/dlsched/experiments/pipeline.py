@@ -5,19 +5,25 @@ PipeDream, GPipe) on testbeds and trace-driven simulation; only the abstract is 
 the rows here are our own scenarios: zoo models on homogeneous and heterogeneous device graphs.
 Each row is one planner on one scenario; ``dlsched_speedup`` is that planner's time over
 dlsched's (dlsched's speedup over it, > 1 when dlsched is faster).
+Every baseline searches its own configuration space (``pipeline.baselines``) and its row names
+the configuration it chose; dlsched's candidates include the baselines' plans (so it is never
+slower by construction), which ``run_scenario`` hands it instead of planning them twice.
+Scenarios with ``recompute`` restricted force that recomputation mode on every planner.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import load_devices
-from dlsched.pipeline import BASELINES, PLANNERS, PipelineProblem, run_planner
+from dlsched.pipeline import BASELINES, PipelineProblem, PipelineResult, run_planner
+from dlsched.pipeline.memory_model import RECOMPUTE_MODES
 from dlsched.pipeline.model_source import load_chain
+from dlsched.pipeline.planner import plan_dlsched
 from dlsched.report import Column
 from dlsched.report.tables import as_ratio
 
@@ -32,16 +38,25 @@ class Scenario:
     microbatch_size: int
     devices: str
     microbatches: int
+    recompute: tuple[str, ...] = RECOMPUTE_MODES
+
+    @property
+    def label(self) -> str:
+        """The recomputation modes allowed, for tables."""
+        return "any" if self.recompute == RECOMPUTE_MODES else "/".join(self.recompute)
 
 
 SCENARIOS = (
     Scenario("vgg19", 32, "1x8-NVLink", 16),
     Scenario("vgg19", 32, "hetero-islands", 16),
+    Scenario("vgg19", 32, "hetero-islands", 16, ("full",)),
     Scenario("bert-large", 32, "2x8-NVLink-100Gb", 16),
     Scenario("bert-large", 32, "hetero-NVLink-PCIe", 16),
+    Scenario("bert-large", 32, "2x8-NVLink-100Gb", 16, ("selective",)),
     Scenario("gpt2-xl", 4, "2x8-NVLink-100Gb", 16),
     Scenario("gpt2-xl", 4, "4x4-PCIe-25Gb", 16),
     Scenario("gpt2-xl", 4, "hetero-NVLink-PCIe", 32),
+    Scenario("gpt2-xl", 4, "4x4-PCIe-25Gb", 16, ("full",)),
     Scenario("gpt3-175b", 1, "8x8-NVLink-200Gb", 32),
 )
 
@@ -56,18 +71,28 @@ SUMMARY_COLUMNS = [
 
 
 def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
-    """One row per planner (a planner whose plan does not fit memory gets ``error``)."""
+    """One row per planner, dlsched first (a planner whose plan does not fit memory gets
+    ``error``). dlsched's ``planning_s`` includes the baselines' planning."""
     chain = load_chain(scenario.model, scenario.microbatch_size)
-    problem = PipelineProblem(chain, load_devices(scenario.devices), scenario.microbatches)
-    rows = []
-    for name in PLANNERS:
+    problem = PipelineProblem(chain, load_devices(scenario.devices), scenario.microbatches,
+                              scenario.recompute)
+    results: dict[str, PipelineResult | str] = {}
+    for name in BASELINES:
         try:
-            row = run_planner(problem, name).row()
+            results[name] = run_planner(problem, name)
         except ConfigError as error:
-            row = {"planner": name, "iteration_s": None, "bound_s": None,
-                   "error": str(error).splitlines()[0]}
+            results[name] = str(error).splitlines()[0]
+    found = {name: r for name, r in results.items() if isinstance(r, PipelineResult)}
+    planned = {name: (lambda _, r=r: r.plan) for name, r in found.items()}
+    ours = run_planner(problem, "dlsched", lambda p: plan_dlsched(p, planned))
+    ours = replace(ours, planning_s=ours.planning_s + sum(r.planning_s for r in found.values()))
+    rows = []
+    for name, result in {"dlsched": ours, **results}.items():
+        row = result.row() if isinstance(result, PipelineResult) else {
+            "planner": name, "iteration_s": None, "bound_s": None, "error": result}
         rows.append({"model": scenario.model, "devices": scenario.devices,
-                     "microbatch_size": scenario.microbatch_size} | row)
+                     "microbatch_size": scenario.microbatch_size,
+                     "recompute_allowed": scenario.label, "memory": chain.memory_note} | row)
     ours = rows[0]["iteration_s"]
     for row in rows:
         row["dlsched_speedup"] = row["iteration_s"] / ours if row["iteration_s"] else None

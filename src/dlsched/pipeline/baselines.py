@@ -1,20 +1,27 @@
-"""Baseline planners, each ``(problem) -> PipelinePlan``.
+"""Baseline planners at full strength, each ``(problem) -> PipelinePlan`` searching its own
+space; the chosen configuration is in ``plan.notes`` (schedule, pp, dp, tp, recompute, ...).
 
-* ``gpipe`` — GPipe (Huang et al., NeurIPS 2019): one stage per GPU in index order, balanced
-  compute, all forwards then all backwards.
-* ``1f1b`` — the same partition with 1F1B / PipeDream-Flush (Narayanan et al., ICML 2021).
+* ``gpipe`` — GPipe (Huang et al., NeurIPS 2019): all forwards then all backwards, with
+  re-materialization (full recomputation, the paper's set-up) or without when it fits; PP x DP
+  grid with balanced cuts (``grid``).
+* ``1f1b`` — 1F1B / PipeDream-Flush (Narayanan et al., ICML 2021), Megatron's default: PP x DP
+  grid, balanced cuts, every recomputation mode; when the full warm-up does not fit, the
+  in-flight microbatches are lowered to what memory holds.
 * ``pipedream`` — PipeDream's planner (Narayanan et al., SOSP 2019): DP over block ranges and
   GPU counts (GPUs taken in index order, identical GPUs assumed) minimising the slowest stage
   including transfers and amortised all-reduce, run synchronously with PipeDream-Flush.
-  Like DAPPLE's, its DP re-runs with room for 2, 4, ... in-flight microbatches per stage until
-  the plan fits memory.
+  Memory-aware: its DP re-runs with room for 1, 2, 4, ... in-flight microbatches per stage
+  (lowering 1F1B's warm-up to what memory holds when needed) until the plan fits, without
+  recomputation first, then with selective, then full recomputation.
 * ``dapple`` — DAPPLE (Fan et al., PPoPP 2021): DP over block ranges and GPU runs in index
   order (identical GPUs assumed) choosing stages and replication for the synchronous latency
-  model, enumerating the bottleneck stage time; early-backward (1F1B) schedule.
-* ``interleaved`` — interleaved 1F1B (Narayanan et al., SC 2021), 2 chunks per GPU on the
-  largest GPU count that divides the microbatches.
-* ``zb-h1`` — ZB-H1 (Qi et al., ICLR 2024): balanced stages, split backward, W's deferred
-  by the stage index (the paper's handcrafted order).
+  model, enumerating the bottleneck stage time; early-backward (1F1B) schedule; memory-aware
+  like PipeDream's. Replicas take whole microbatches round-robin (DAPPLE splits each
+  microbatch across them: not modelled, see docs/pipeline.md).
+* ``interleaved`` — interleaved 1F1B (Narayanan et al., SC 2021): 2 or 4 chunks per GPU on
+  the PP x DP grid (every GPU used; microbatches need not be a multiple of PP).
+* ``zb-h1`` — ZB-H1 (Qi et al., ICLR 2024): split backward, W's deferred by the stage index
+  (the paper's handcrafted order), PP x DP grid, warm-up lowered when memory requires.
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ from collections.abc import Callable
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline.estimate import best_sync_partitions
-from dlsched.pipeline.memory import peak_memory
-from dlsched.pipeline.partition import RangeCosts, balanced_stages, range_costs, throughput_dp
+from dlsched.pipeline.grid import GridPoint, Variants, best_plan, grid_points, in_flight_caps
+from dlsched.pipeline.partition import RangeCosts, range_costs, throughput_dp
 from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.schedules import (
@@ -33,76 +40,113 @@ from dlsched.pipeline.schedules import (
     one_f_one_b_orders,
     zb_h1_orders,
 )
+from dlsched.pipeline.simulate import SimResult, simulate
+
+INTERLEAVE_CHUNKS = (2, 4)
+OrdersMaker = Callable[..., tuple]
 
 
 def _index_order(problem: PipelineProblem) -> list[int]:
     return list(range(problem.graph.num_devices))
 
 
+def _fixed(name: str, make: OrdersMaker, capped: bool) -> Variants:
+    """Plans of one fixed-order schedule: as written, then (``capped``) with the warm-up
+    lowered to the microbatches memory holds."""
+    def variants(problem: PipelineProblem, point: GridPoint,
+                 stages: tuple[Stage, ...]) -> list[PipelinePlan]:
+        n, m = problem.graph.num_devices, problem.num_microbatches
+        options = [make(stages, n, m)]
+        if capped:
+            options.append(make(stages, n, m, in_flight_caps(problem, stages)))
+        return [PipelinePlan(name, stages, orders, m, point.notes(name) | {"warm-up": kind},
+                             point.recompute)
+                for orders, kind in zip(options, ("full", "memory-capped"), strict=False)]
+    return variants
+
+
 def plan_gpipe(problem: PipelineProblem) -> PipelinePlan:
-    """GPipe: balanced one-GPU stages in index order, all forwards then all backwards."""
-    stages = balanced_stages(problem, _index_order(problem))
-    orders = gpipe_orders(stages, problem.graph.num_devices, problem.num_microbatches)
-    return PipelinePlan("gpipe", stages, orders, problem.num_microbatches)
+    """GPipe on the PP x DP grid, with or without re-materialization."""
+    return best_plan(problem, "gpipe", grid_points(problem), _fixed("gpipe", gpipe_orders, False))
 
 
 def plan_1f1b(problem: PipelineProblem) -> PipelinePlan:
-    """Balanced one-GPU stages in index order with the 1F1B (PipeDream-Flush) schedule."""
-    stages = balanced_stages(problem, _index_order(problem))
-    orders = one_f_one_b_orders(stages, problem.graph.num_devices, problem.num_microbatches)
-    return PipelinePlan("1f1b", stages, orders, problem.num_microbatches)
+    """1F1B (PipeDream-Flush) on the PP x DP grid, memory-aware."""
+    return best_plan(problem, "1f1b", grid_points(problem),
+                     _fixed("1f1b", one_f_one_b_orders, True))
+
+
+def plan_zb_h1(problem: PipelineProblem) -> PipelinePlan:
+    """ZB-H1 on the PP x DP grid; needs a chain whose backward can be split."""
+    if problem.chain.input_grad_fraction is None:
+        raise ConfigError("zb-h1: the model's backward cannot be split into I and W "
+                          "(input_grad_fraction is unset)")
+    return best_plan(problem, "zb-h1", grid_points(problem), _fixed("zb-h1", zb_h1_orders, True))
+
+
+def plan_interleaved(problem: PipelineProblem) -> PipelinePlan:
+    """Interleaved 1F1B with 2 or 4 chunks per GPU on the PP x DP grid."""
+    def variants(sub: PipelineProblem, point: GridPoint,
+                 stages: tuple[Stage, ...]) -> list[PipelinePlan]:
+        groups = tuple(stage.devices for stage in stages[:point.pp])
+        orders = interleaved_orders(point.chunks, sub.num_microbatches, groups,
+                                    sub.graph.num_devices)
+        return [PipelinePlan("interleaved", stages, orders, sub.num_microbatches,
+                             point.notes("interleaved"), point.recompute)]
+    return best_plan(problem, "interleaved", grid_points(problem, INTERLEAVE_CHUNKS), variants)
 
 
 def _memory_aware(problem: PipelineProblem, name: str,
-                  partition: Callable[[RangeCosts], tuple[Stage, ...] | None]) -> PipelinePlan:
-    """Both planners check memory: partition assuming 1, 2, 4, ... microbatches in flight
-    per stage until the 1F1B plan fits every GPU."""
+                  partition: Callable[[PipelineProblem, RangeCosts], tuple[Stage, ...] | None]
+                  ) -> PipelinePlan:
+    """Partition assuming 1, 2, 4, ... microbatches in flight per stage until the 1F1B plan
+    fits every GPU; without recomputation first, then selective, then full: the first mode
+    that fits. Only when none does, the same again with 1F1B's warm-up lowered to what
+    memory holds."""
+    for capped in (False, True):
+        for mode in problem.recompute_modes:
+            result = _memory_aware_mode(problem.under(mode), name, partition, capped)
+            if result is not None:
+                return result.plan
+    raise ConfigError(f"{name}: no partition fits the GPUs' memory")
+
+
+def _memory_aware_mode(problem: PipelineProblem, name: str,
+                       partition: Callable[[PipelineProblem, RangeCosts],
+                                           tuple[Stage, ...] | None],
+                       capped: bool) -> SimResult | None:
     graph, m, in_flight = problem.graph, problem.num_microbatches, 1
     while True:
         costs = range_costs(problem, _index_order(problem), identical=True, in_flight=in_flight)
-        stages = partition(costs)
+        stages = partition(problem, costs)
         if stages is None:
-            raise ConfigError(f"{name}: no partition fits the GPUs' memory")
-        plan = PipelinePlan(name, stages, one_f_one_b_orders(stages, graph.num_devices, m), m)
-        peaks = peak_memory(problem.chain, plan, graph.num_devices)
-        if all(peak <= d.memory for peak, d in zip(peaks, graph.devices, strict=True)) \
-                or in_flight >= m:
-            return plan
+            return None
+        notes = {"schedule": "1f1b", "pp": len(stages), "dp": "per stage", "tp": 1,
+                 "recompute": problem.chain.recompute}
+        warm_ups = [(in_flight_caps(problem, stages), "memory-capped")] if capped else \
+            [(None, "full")]
+        for caps, kind in warm_ups:
+            orders = one_f_one_b_orders(stages, graph.num_devices, m, caps)
+            plan = PipelinePlan(name, stages, orders, m, notes | {"warm-up": kind},
+                                problem.chain.recompute)
+            try:
+                return simulate(problem, plan)
+            except ConfigError:
+                continue
+        if in_flight >= m:
+            return None
         in_flight = min(2 * in_flight, m)
 
 
 def plan_pipedream(problem: PipelineProblem) -> PipelinePlan:
     """PipeDream's throughput DP (identical GPUs, index order) with PipeDream-Flush."""
-    return _memory_aware(problem, "pipedream", lambda costs: throughput_dp(
-        costs, problem.chain.num_blocks, problem.num_microbatches))
+    return _memory_aware(problem, "pipedream", lambda sub, costs: throughput_dp(
+        costs, sub.chain.num_blocks, sub.num_microbatches))
 
 
 def plan_dapple(problem: PipelineProblem) -> PipelinePlan:
     """DAPPLE: synchronous-latency DP (identical GPUs, index order) with early backward."""
-    def best(costs: RangeCosts) -> tuple[Stage, ...] | None:
-        ranked = best_sync_partitions(problem, costs, keep=1, identical=True)
+    def best(sub: PipelineProblem, costs: RangeCosts) -> tuple[Stage, ...] | None:
+        ranked = best_sync_partitions(sub, costs, keep=1, identical=True)
         return ranked[0] if ranked else None
     return _memory_aware(problem, "dapple", best)
-
-
-def plan_interleaved(problem: PipelineProblem, chunks: int = 2) -> PipelinePlan:
-    """Interleaved 1F1B with ``chunks`` stages per GPU on GPUs 0..p-1 (p divides m)."""
-    m, blocks = problem.num_microbatches, problem.chain.num_blocks
-    limit = max(1, min(problem.graph.num_devices, blocks // chunks))
-    p = max(k for k in range(1, limit + 1) if m % k == 0)
-    devices = list(range(p))
-    stages = balanced_stages(problem, devices * chunks)
-    if len(stages) != p * chunks:
-        raise ConfigError(f"interleaved: needs {p * chunks} blocks, the model has {blocks}")
-    orders = interleaved_orders(chunks, m, tuple(devices), problem.graph.num_devices)
-    return PipelinePlan("interleaved", stages, orders, m)
-
-
-def plan_zb_h1(problem: PipelineProblem) -> PipelinePlan:
-    """ZB-H1 on balanced one-GPU stages; needs a chain whose backward can be split."""
-    if problem.chain.input_grad_fraction is None:
-        raise ConfigError("zb-h1: the model's backward cannot be split into I and W "
-                          "(input_grad_fraction is unset)")
-    stages = balanced_stages(problem, _index_order(problem))
-    orders = zb_h1_orders(stages, problem.graph.num_devices, problem.num_microbatches)
-    return PipelinePlan("zb-h1", stages, orders, problem.num_microbatches)

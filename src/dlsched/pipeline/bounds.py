@@ -8,7 +8,13 @@
   stage must still drain to stage 0 (``tail``, full backwards, or I only when split) and, for a
   replicated stage, its all-reduce must run. With a split backward the last I is followed by the
   I-only tail, which gives a second term over the F and I work only;
-* path bound: one microbatch's forward and backward through all stages with its transfers.
+* path bound: one microbatch's forward and backward through all stages with its transfers;
+* memory (in-flight slots) bound: a GPU that hosts one stage ``s`` and has room for only ``k``
+  of its ``m_d`` microbatches' stashes runs them in ``w = ceil(m_d / k)`` waves: a
+  microbatch's F can start only after the one ``k`` places earlier has freed its stash, a
+  round trip ``R`` (its F, the forwards and input-gradient backwards of every later stage and
+  the transfers, its own full backward), so the last wave starts after ``head + (w - 1) R``
+  and still needs ``R`` (without its W when split) and the tail.
 
 ``instance_bound`` holds for every plan on the graph: all the work spread over all the GPUs'
 FLOP/s with no idle time.
@@ -16,6 +22,9 @@ FLOP/s with no idle time.
 
 from __future__ import annotations
 
+import math
+
+from dlsched.pipeline.memory import static_memory
 from dlsched.pipeline.plan import PipelinePlan
 from dlsched.pipeline.problem import PipelineProblem
 
@@ -35,6 +44,7 @@ def _fastest(problem: PipelineProblem, plan: PipelinePlan) -> list[tuple[float, 
 
 def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     """A lower bound on any schedule of ``plan``'s stages and mapping (seconds)."""
+    problem = problem.under(plan.recompute)
     p = plan.num_stages
     fastest = _fastest(problem, plan)
     hops = [_hop(problem, plan, s) for s in range(p - 1)]
@@ -45,10 +55,39 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
         tail[s] = tail[s - 1] + fastest[s - 1][1] * fraction + hops[s - 1]
     sync = [problem.allreduce_time(stage) for stage in plan.stages]
     path = head[-1] + fastest[-1][0] + fastest[-1][1] * fraction + tail[-1]
-    best = max(path, max(sync[s] + head[s] for s in range(p)))
+    best = max(path, max(sync[s] + head[s] for s in range(p)),
+               _memory_bound(problem, plan, fastest, hops, (head, tail)))
     for device, order in enumerate(plan.orders):
         if order:
             best = max(best, _device_bound(problem, plan, device, (head, tail, sync)))
+    return best
+
+
+def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, fastest: list[tuple[float, float]],
+                  hops: list[float], paths: tuple[list[float], list[float]]) -> float:
+    """The in-flight slots term of the module docstring (0 where memory is not binding)."""
+    head, tail = paths
+    chain, graph, m = problem.chain, problem.graph, problem.num_microbatches
+    fraction = chain.input_grad_fraction if plan.split_backward else 1.0
+    static = static_memory(chain, plan.stages, graph.num_devices)
+    best = 0.0
+    for s, stage in enumerate(plan.stages):
+        stash = float(chain.stash_bytes[stage.first:stage.last].sum())
+        down = sum(f + b * fraction for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
+        forward, backward = problem.stage_flops(stage)
+        for replica, device in enumerate(stage.devices):
+            hosted = {a.stage for a in plan.orders[device]}
+            own = len(range(replica, m, len(stage.devices)))
+            if stash <= 0 or hosted != {s}:
+                continue
+            slots = int((graph.devices[device].memory - static[device]) / stash * (1 + 1e-12))
+            if slots < 1 or slots >= own:
+                continue
+            flops = graph.devices[device].flops
+            trip = (forward + backward) / flops + down
+            last = (forward + backward * fraction) / flops + down
+            waves = math.ceil(own / slots)
+            best = max(best, head[s] + (waves - 1) * trip + last + tail[s])
     return best
 
 

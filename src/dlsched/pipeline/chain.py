@@ -7,17 +7,34 @@ microbatch until its backward. ``state_factor`` x param bytes is the static memo
 (weights, gradients, optimizer state). ``input_grad_fraction`` is the share of the backward that
 computes the input gradient (``I``; the rest is the weight gradient ``W``) when the backward can
 be split as zero-bubble schedules do; ``None`` means it cannot.
+
+Recomputation (``memory_model``): ``stash_bytes`` and ``backward_flops`` are those of the
+``recompute`` mode in force; ``with_recompute(mode)`` derives the chain of another mode from
+the per-block stash under selective recomputation (``selective_stash_bytes``, default: the
+full stash), the layer inputs kept under full recomputation (``input_bytes``, default: the
+previous block's output, 0 for block 0) and the FLOP that selective recomputation runs again
+(``recompute_flops``, default 0); full recomputation adds each block's forward to its
+backward. While a block's activations are recomputed they are held once more: a stage's
+``static_bytes`` counts the largest such transient of its blocks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 
 import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.models.layer import Model
+from dlsched.pipeline.memory_model import (
+    MemoryModel,
+    attention_core_flops,
+    check_recompute,
+    is_transformer_layer,
+    transformer_shape,
+    transformer_stash,
+)
 
 # FLOP/s of the "reference GPU" used to turn profiled per-layer seconds into FLOP.
 REFERENCE_FLOPS = 1e12
@@ -36,17 +53,36 @@ class Chain:
     stash_bytes: np.ndarray
     input_grad_fraction: float | None = 0.5
     state_factor: float = 4.0
+    selective_stash_bytes: np.ndarray | None = None
+    input_bytes: np.ndarray | None = None
+    recompute_flops: np.ndarray | None = None
+    recompute: str = "none"
+    memory_note: str = ""
+    origin: Chain | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         n = len(self.block_names)
         if n == 0:
             raise ConfigError("model: the chain needs at least one block")
-        for field in ("forward_flops", "backward_flops", "activation_bytes", "param_bytes",
-                      "stash_bytes"):
-            values = np.asarray(getattr(self, field), dtype=float)
+        for name in ("forward_flops", "backward_flops", "activation_bytes", "param_bytes",
+                     "stash_bytes"):
+            values = np.asarray(getattr(self, name), dtype=float)
             if values.shape != (n,) or (values < 0).any():
-                raise ConfigError(f"{field}: expected {n} values >= 0, got {values.tolist()}")
-            object.__setattr__(self, field, values)
+                raise ConfigError(f"{name}: expected {n} values >= 0, got {values.tolist()}")
+            object.__setattr__(self, name, values)
+        defaults = {"selective_stash_bytes": self.stash_bytes,
+                    "input_bytes": np.concatenate([[0.0], self.activation_bytes[:-1]]),
+                    "recompute_flops": np.zeros(n)}
+        for name, default in defaults.items():
+            given = getattr(self, name)
+            values = default if given is None else np.asarray(given, dtype=float)
+            if values.shape != (n,) or not np.isfinite(values).all() or (values < 0).any():
+                raise ConfigError(f"{name}: expected {n} finite values >= 0, got "
+                                  f"{values.tolist()}")
+            object.__setattr__(self, name, values)
+        check_recompute(self.recompute)
+        if not np.isfinite(self.state_factor) or self.state_factor < 0:
+            raise ConfigError(f"state_factor: {self.state_factor} must be finite and >= 0")
         fraction = self.input_grad_fraction
         if fraction is not None and not 0.0 < fraction < 1.0:
             raise ConfigError(f"input_grad_fraction: {fraction} is outside (0, 1)")
@@ -57,8 +93,35 @@ class Chain:
         return len(self.block_names)
 
     def static_bytes(self, first: int, last: int) -> float:
-        """Static memory of blocks ``first..last-1`` (bytes)."""
-        return float(self.param_bytes[first:last].sum() * self.state_factor)
+        """Memory of blocks ``first..last-1`` that does not depend on the microbatches in
+        flight (bytes): weights, gradients, optimizer state and the recomputation transient."""
+        working = float(self.transient_bytes[first:last].max()) if last > first else 0.0
+        return float(self.param_bytes[first:last].sum() * self.state_factor) + working
+
+    @property
+    def base(self) -> Chain:
+        """The chain without recomputation this one was derived from (itself if none)."""
+        return self.origin if self.origin is not None else self
+
+    @property
+    def transient_bytes(self) -> np.ndarray:
+        """Per block: bytes held again while its activations are recomputed (0 without)."""
+        return self.base.stash_bytes - self.stash_bytes
+
+    def with_recompute(self, mode: str) -> Chain:
+        """This chain under recomputation ``mode`` (none, selective, full)."""
+        base = self.base
+        if check_recompute(mode) == base.recompute:
+            return base
+        stash = {"selective": base.selective_stash_bytes,
+                 "full": np.minimum(base.input_bytes, base.stash_bytes)}[mode]
+        extra = base.forward_flops if mode == "full" else base.recompute_flops
+        fraction = base.input_grad_fraction
+        if fraction is not None:  # the recomputed forward runs before the input gradient
+            total = float(base.backward_flops.sum())
+            fraction = (float(extra.sum()) + fraction * total) / (total + float(extra.sum()))
+        return replace(base, stash_bytes=stash, backward_flops=base.backward_flops + extra,
+                       input_grad_fraction=fraction, recompute=mode, origin=base)
 
 
 def synthetic_chain(forward_s: list[float], backward_s: list[float],
@@ -76,16 +139,24 @@ def synthetic_chain(forward_s: list[float], backward_s: list[float],
                  0.5 if split else None)
 
 
-def chain_from_model(model: Model, microbatch_size: int, backward_ratio: float = 2.0) -> Chain:
+def chain_from_model(model: Model, microbatch_size: int, backward_ratio: float = 2.0,
+                     memory: MemoryModel | None = None) -> Chain:
     """Coarsen a model into blocks (consecutive layers sharing ``Layer.block``).
 
     Per block: forward FLOP = sum of layers' ``forward_flops`` x ``microbatch_size`` (or the
     profiled ``forward_time`` x ``REFERENCE_FLOPS``); backward = ``backward_ratio`` x forward
-    unless profiled; output activation = the last layer's; stash = all layers' activations.
+    unless profiled; output activation = the last layer's, at ``memory.precision``; stash =
+    the output of every module (a weight and its bias count once), or for the layers of a
+    zoo transformer the Korthikanti et al. stash (``memory_model``); static state =
+    ``memory.state_bytes_per_param`` per parameter. Parameter bytes (the gradients that are
+    all-reduced) stay at the model's dtype.
     """
     if microbatch_size < 1:
         raise ConfigError(f"microbatch_size: {microbatch_size} must be >= 1")
-    names, fwd, bwd, act, params, stash = [], [], [], [], [], []
+    memory = memory or MemoryModel()
+    scale = memory.activation_bytes / model.dtype_bytes
+    shape = transformer_shape(model.name)
+    names, fwd, bwd, act, params, stash, selective, extra = [], [], [], [], [], [], [], []
     for block, group in groupby(model.layers, key=lambda layer: layer.block or layer.name):
         layers = list(group)
         names.append(block)
@@ -93,11 +164,27 @@ def chain_from_model(model: Model, microbatch_size: int, backward_ratio: float =
         fwd.append(forward)
         bwd.append(sum(_backward_flops(layer, microbatch_size, backward_ratio)
                        for layer in layers))
-        act.append(layers[-1].activation_bytes * microbatch_size)
+        act.append(layers[-1].activation_bytes * microbatch_size * scale)
         params.append(sum(layer.params for layer in layers) * model.dtype_bytes)
-        stash.append(sum(layer.activation_bytes for layer in layers) * microbatch_size)
+        modules = {layer.name.removesuffix(".weight").removesuffix(".bias"):
+                   layer.activation_bytes for layer in layers}
+        kept = sum(modules.values()) * microbatch_size * scale
+        if shape is not None and is_transformer_layer(block):
+            seq, hidden, heads = shape
+            stash.append(transformer_stash(seq, microbatch_size, hidden, heads,
+                                           memory.activation_bytes, "none"))
+            selective.append(transformer_stash(seq, microbatch_size, hidden, heads,
+                                               memory.activation_bytes, "selective"))
+            extra.append(attention_core_flops(seq, microbatch_size, hidden))
+        else:
+            stash.append(kept)
+            selective.append(kept)
+            extra.append(0.0)
     return Chain(model.name, tuple(names), np.array(fwd), np.array(bwd), np.array(act),
-                 np.array(params), np.array(stash))
+                 np.array(params), np.array(stash),
+                 state_factor=memory.state_bytes_per_param / model.dtype_bytes,
+                 selective_stash_bytes=np.array(selective), recompute_flops=np.array(extra),
+                 memory_note=memory.describe())
 
 
 def _forward_flops(layer: object, microbatch_size: int) -> float:

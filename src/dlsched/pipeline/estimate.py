@@ -30,7 +30,7 @@ def estimate(problem: PipelineProblem, stages: tuple[Stage, ...],
     for s, stage in enumerate(stages):
         forward, backward, busy = times[s]
         round_trip = sum(f + b for f, b, _ in times[s:]) + 2 * sum(hops[s:])
-        slots = _slots(problem, stage) * len(stage.devices)
+        slots = memory_slots(problem, stage) * len(stage.devices)
         paced = max(busy, math.ceil(m / slots) * round_trip) if slots else math.inf
         best = max(best, head + paced + max(tail, problem.allreduce_time(stage)))
         if s + 1 < len(stages):
@@ -62,7 +62,7 @@ def _hop_times(problem: PipelineProblem, stages: tuple[Stage, ...]) -> list[floa
     return [*hops, 0.0]
 
 
-def _slots(problem: PipelineProblem, stage: Stage) -> int:
+def memory_slots(problem: PipelineProblem, stage: Stage) -> int:
     """Microbatches one replica can hold in flight within its memory."""
     chain = problem.chain
     free = min(problem.graph.devices[d].memory for d in stage.devices) - chain.static_bytes(

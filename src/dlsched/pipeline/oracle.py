@@ -9,6 +9,10 @@ each other down in it, so its optimum is a lower bound on the best simulated sch
 mapping (equal when links are not shared). Memory limits are not modelled: use instances whose
 GPUs have room for every microbatch. Mappings are visited in order of ``plan_bound`` and
 pruned once their bound reaches the best makespan found.
+
+The solver's status is checked: a mapping whose MILP stops at its time limit contributes its
+best schedule and the solver's dual bound, so the result says whether the optimum is proven
+(``proven``) or only the best found, with its lower bound and relative ``gap``.
 """
 
 from __future__ import annotations
@@ -29,11 +33,30 @@ from dlsched.pipeline.schedules import gpipe_orders
 
 @dataclass(frozen=True)
 class OracleResult:
-    """Optimal makespan (seconds) of the contention-free model, its plan, mappings solved."""
+    """Best makespan found (seconds) in the contention-free model, its plan, mappings
+    solved, a proven lower bound on the optimum (seconds) and whether the optimum is proven."""
 
     iteration_s: float
     plan: PipelinePlan
     solved: int
+    lower_bound_s: float
+    proven: bool
+
+    @property
+    def gap(self) -> float:
+        """Relative gap between the best makespan found and the lower bound (0 if proven)."""
+        return 0.0 if self.proven else (self.iteration_s - self.lower_bound_s) / self.iteration_s
+
+
+@dataclass(frozen=True)
+class MilpSchedule:
+    """One mapping's MILP: best makespan (s), its orders, the solver's dual bound (s) and
+    whether HiGHS proved optimality (status 0) rather than stopping at its time limit."""
+
+    makespan: float
+    orders: tuple[tuple[Action, ...], ...]
+    lower_bound: float
+    optimal: bool
 
 
 def _candidates(problem: PipelineProblem) -> list[tuple[float, tuple[Stage, ...]]]:
@@ -46,17 +69,23 @@ def _candidates(problem: PipelineProblem) -> list[tuple[float, tuple[Stage, ...]
 
 
 def oracle(problem: PipelineProblem, time_limit_s: float = 20.0) -> OracleResult:
-    """The optimum over all partitions, mappings and (full-backward) schedules."""
-    best_time, best_plan, solved = np.inf, None, 0
+    """The best schedule over all partitions, mappings and (full-backward) schedules;
+    ``proven`` when every MILP it relied on was solved to optimality."""
+    best_time, best_plan, solved, lower = np.inf, None, 0, np.inf
     for bound, stages in _candidates(problem):
         if bound >= best_time * (1 - 1e-9):
+            lower = min(lower, bound)
             break
-        makespan, orders = schedule_milp(problem, stages, time_limit_s)
+        milp_result = schedule_milp(problem, stages, time_limit_s)
         solved += 1
-        if makespan < best_time:
-            best_time = makespan
-            best_plan = PipelinePlan("oracle", stages, orders, problem.num_microbatches)
-    return OracleResult(float(best_time), best_plan, solved)
+        lower = min(lower, max(bound, milp_result.lower_bound))
+        if milp_result.makespan < best_time:
+            best_time = milp_result.makespan
+            best_plan = PipelinePlan("oracle", stages, milp_result.orders,
+                                     problem.num_microbatches)
+    lower = min(lower, best_time)
+    proven = lower >= best_time * (1 - 1e-6)
+    return OracleResult(float(best_time), best_plan, solved, float(lower), proven)
 
 
 def _actions(problem: PipelineProblem, stages: tuple[Stage, ...]) -> dict[Action, tuple]:
@@ -89,8 +118,9 @@ def _edges(problem: PipelineProblem, stages: tuple[Stage, ...],
 
 
 def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
-                  time_limit_s: float = 20.0) -> tuple[float, tuple[tuple[Action, ...], ...]]:
-    """Optimal makespan (s) of one mapping in the contention-free model, and its orders."""
+                  time_limit_s: float = 20.0) -> MilpSchedule:
+    """Best makespan (s) of one mapping in the contention-free model, its orders and the
+    solver's proof status and dual bound."""
     actions = _actions(problem, stages)
     names = list(actions)
     index = {a: i for i, a in enumerate(names)}
@@ -136,4 +166,9 @@ def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
     orders: list[list[Action]] = [[] for _ in range(problem.graph.num_devices)]
     for a in sorted(names, key=lambda a: (starts[index[a]], a.kind != "F", a)):
         orders[actions[a][0]].append(a)
-    return float(result.x[n_start] * unit), tuple(tuple(o) for o in orders)
+    makespan = float(result.x[n_start] * unit)
+    optimal = result.status == 0
+    dual = getattr(result, "mip_dual_bound", None)
+    lower = makespan if optimal else float(dual * unit) if dual is not None and \
+        np.isfinite(dual) else 0.0
+    return MilpSchedule(makespan, tuple(tuple(o) for o in orders), min(lower, makespan), optimal)

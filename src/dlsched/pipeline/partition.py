@@ -190,11 +190,13 @@ def _backtrack(costs: RangeCosts, parent: np.ndarray, u: int, i: int) -> tuple[S
     return tuple(reversed(stages))
 
 
-def balanced_stages(problem: PipelineProblem, devices: list[int]) -> tuple[Stage, ...]:
-    """One stage per GPU of ``devices`` (in order; as many as there are blocks at most),
-    cut to minimise the slowest stage's forward+backward time on that GPU (min-max DP)."""
-    chain = problem.chain
-    p = min(len(devices), chain.num_blocks)
+def balanced_stages(problem: PipelineProblem,
+                    groups: list[tuple[int, ...]]) -> tuple[Stage, ...]:
+    """One stage per GPU group of ``groups`` (in order; a group's GPUs are data-parallel
+    replicas; as many stages as there are blocks at most), cut to minimise the slowest
+    stage's time: forward+backward FLOP x the busiest replica's load (``replica_load``)."""
+    chain, m = problem.chain, problem.num_microbatches
+    p = min(len(groups), chain.num_blocks)
     work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
     span = work[None, :] - work[:, None]
     span = np.where(np.triu(np.ones_like(span, dtype=bool), 1), span, np.inf)
@@ -202,13 +204,14 @@ def balanced_stages(problem: PipelineProblem, devices: list[int]) -> tuple[Stage
     best[0] = 0.0
     starts = []
     for k in range(p):
-        candidate = np.maximum(best[:, None], span / problem.graph.devices[devices[k]].flops)
+        load = replica_load(problem.graph.flops[list(groups[k])], m)
+        candidate = np.maximum(best[:, None], span * load)
         start = np.argmin(candidate, axis=0)
         best = candidate[start, np.arange(len(best))]
         starts.append(start)
     stages, i = [], chain.num_blocks
     for k in range(p - 1, -1, -1):
         first = int(starts[k][i])
-        stages.append(Stage(first, i, (devices[k],)))
+        stages.append(Stage(first, i, tuple(groups[k])))
         i = first
     return tuple(reversed(stages))

@@ -33,13 +33,15 @@ class Stage:
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """A complete plan: ``orders[k]`` is GPU ``k``'s action order (empty when unused)."""
+    """A complete plan: ``orders[k]`` is GPU ``k``'s action order (empty when unused);
+    ``recompute`` is the activation recomputation it runs with (none, selective, full)."""
 
     planner: str
     stages: tuple[Stage, ...]
     orders: tuple[tuple[Action, ...], ...]
     num_microbatches: int
     notes: dict = field(default_factory=dict, compare=False)
+    recompute: str = "none"
 
     @property
     def num_stages(self) -> int:

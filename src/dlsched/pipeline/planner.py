@@ -26,11 +26,11 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from itertools import chain, permutations
+from itertools import chain, islice, permutations
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline.enumeration import all_partitions
-from dlsched.pipeline.estimate import best_sync_partitions, estimate
+from dlsched.pipeline.estimate import best_sync_partitions, estimate, memory_slots
 from dlsched.pipeline.ordering import device_order
 from dlsched.pipeline.partition import range_costs
 from dlsched.pipeline.plan import PipelinePlan, Stage
@@ -46,7 +46,8 @@ from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, simula
 
 KEEP_PARTITIONS = 3
 REFINE_ACTIONS = 256
-REFINE_PASSES = 4
+REFINE_PASSES = 3
+REFINE_MOVES = 150
 GROW_GPUS = 8
 KEEP_PARTITIONS_SMALL = 8
 SMALL_GPUS = 16
@@ -121,11 +122,14 @@ def _attempt(run: Callable[[], SimResult]) -> SimResult | None:
         return None
 
 
-def schedule_candidates(problem: PipelineProblem,
-                        stages: tuple[Stage, ...]) -> Iterator[SimResult]:
-    """Simulated schedules of one partition: list-scheduling rules, 1F1B and GPipe orders."""
+def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
+                        only: str | None = None) -> Iterator[SimResult]:
+    """Simulated schedules of one partition: list-scheduling rules, 1F1B, GPipe and ZB-H1
+    orders (only the schedule called ``only`` when given)."""
     n, m = problem.graph.num_devices, problem.num_microbatches
     for rule in dispatch_rules(problem, stages):
+        if only is not None and rule.name != only:
+            continue
         result = _attempt(lambda rule=rule: list_schedule(problem, stages, rule, "dlsched"))
         if result is not None and max(
                 a - d.memory for a, d in zip(result.peak_memory, problem.graph.devices,
@@ -135,8 +139,11 @@ def schedule_candidates(problem: PipelineProblem,
     if problem.chain.input_grad_fraction is not None:
         fixed.append(zb_h1_orders)
     for orders in fixed:
+        if only is not None and orders.__name__.removesuffix("_orders") != only:
+            continue
         plan = PipelinePlan("dlsched", stages, orders(stages, n, m), m,
-                            {"schedule": orders.__name__.removesuffix("_orders")})
+                            {"schedule": orders.__name__.removesuffix("_orders")},
+                            problem.chain.recompute)
         result = _attempt(lambda plan=plan: simulate(problem, plan))
         if result is not None:
             yield result
@@ -145,20 +152,41 @@ def schedule_candidates(problem: PipelineProblem,
 def plan_dlsched(problem: PipelineProblem,
                  baselines: dict[str, Callable[[PipelineProblem], PipelinePlan]] | None = None
                  ) -> PipelinePlan:
-    """The fastest simulated plan among our partitions x schedules and the baselines' plans."""
+    """The fastest simulated plan among our partitions x schedules under every allowed
+    recomputation mode and the baselines' plans."""
     best: SimResult | None = None
-    candidates = (result for stages in propose_partitions(problem)
-                  for result in schedule_candidates(problem, stages))
+    candidates = (result for sub, stages in _mode_partitions(problem)
+                  for result in schedule_candidates(sub, stages))
     for result in _with_baselines(problem, candidates, baselines or {}):
         if best is None or result.iteration_s < best.iteration_s * (1 - 1e-12):
             best = result
     if best is None:
         raise ConfigError("dlsched: no plan fits the GPUs' memory")
     if best.plan.num_stages * problem.num_microbatches <= REFINE_ACTIONS:
-        best = refine(problem, best)
+        best = refine(problem.under(best.plan.recompute), best)
     notes = dict(best.plan.notes) | {"origin": best.plan.planner}
     return PipelinePlan("dlsched", best.plan.stages, best.plan.orders,
-                        best.plan.num_microbatches, notes)
+                        best.plan.num_microbatches, notes, best.plan.recompute)
+
+
+def _memory_bound(problem: PipelineProblem, stages: tuple[Stage, ...]) -> bool:
+    """True when some stage cannot hold the microbatches a 1F1B warm-up puts in flight."""
+    return any(memory_slots(problem, stage) * len(stage.devices)
+               < min(problem.num_microbatches, sum(len(st.devices) for st in stages[s:]))
+               for s, stage in enumerate(stages))
+
+
+def _mode_partitions(problem: PipelineProblem) -> Iterator[tuple[PipelineProblem,
+                                                                 tuple[Stage, ...]]]:
+    """Candidate partitions under the allowed recomputation modes, in order (none,
+    selective, full): a further mode is tried only while some candidate of the previous
+    one is memory-bound (recomputation costs compute and only pays where memory binds)."""
+    for mode in problem.recompute_modes:
+        sub = problem.under(mode)
+        found = propose_partitions(sub)
+        yield from ((sub, stages) for stages in found)
+        if found and not any(_memory_bound(sub, stages) for stages in found):
+            return
 
 
 def _with_baselines(problem: PipelineProblem, candidates: Iterator[SimResult],
@@ -208,16 +236,34 @@ def _grow_moves(stages: tuple[Stage, ...], num_devices: int) -> Iterator[tuple[S
                        Stage(cut, stage.last, (device,)), *stages[s + 1:])
 
 
+def _refine_schedule(problem: PipelineProblem, plan: PipelinePlan) -> str:
+    """The schedule refinement re-runs on neighbours: the one that produced ``plan`` when it
+    is one of ours, else backward-first list scheduling."""
+    ours = {rule.name for rule in dispatch_rules(problem, plan.stages)} | {
+        "one_f_one_b", "gpipe", "zb_h1"}
+    name = plan.notes.get("schedule", "")
+    name = {"1f1b": "one_f_one_b", "zb-h1": "zb_h1"}.get(name, name)
+    if name in ours:
+        return name
+    split = problem.chain.input_grad_fraction is not None
+    return backward_first_dispatch(plan.num_stages, (1,), split).name
+
+
 def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
-    """Hill-climb on simulated time over neighbouring partitions (step 5)."""
+    """Hill-climb on simulated time over neighbouring partitions (step 5), each scheduled
+    with the schedule of the current best plan (``_refine_schedule``); at most
+    ``REFINE_PASSES`` passes and ``REFINE_MOVES`` neighbours in all."""
+    budget = REFINE_MOVES
     for _ in range(REFINE_PASSES):
         start = best
         stages = start.plan.stages
         n = problem.graph.num_devices
         moves = chain(_cut_moves(stages), _split_merge_moves(stages),
                       _grow_moves(stages, n) if n <= GROW_GPUS else ())
-        for stages in moves:
-            for result in schedule_candidates(problem, stages):
+        schedule = _refine_schedule(problem, start.plan)
+        for stages in islice(moves, budget):
+            budget -= 1
+            for result in schedule_candidates(problem, stages, schedule):
                 if result.iteration_s < best.iteration_s * (1 - 1e-12):
                     best = result
         if best is start:

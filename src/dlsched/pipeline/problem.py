@@ -2,27 +2,43 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline.chain import Chain
+from dlsched.pipeline.memory_model import RECOMPUTE_MODES, check_recompute
 from dlsched.pipeline.plan import Stage
 
 
 @dataclass(frozen=True, eq=False)
 class PipelineProblem:
-    """One planning instance; ``num_microbatches`` microbatches per iteration."""
+    """One planning instance; ``num_microbatches`` microbatches per iteration;
+    ``recompute_modes`` the activation recomputation modes planners may choose from."""
 
     chain: Chain
     graph: DeviceGraph
     num_microbatches: int
+    recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
 
     def __post_init__(self) -> None:
         if self.num_microbatches < 1:
             raise ConfigError(f"microbatches: {self.num_microbatches} must be >= 1")
+        if not self.recompute_modes:
+            raise ConfigError("recompute: at least one mode is needed; accepted: "
+                              + ", ".join(RECOMPUTE_MODES))
+        for mode in self.recompute_modes:
+            check_recompute(mode)
+        object.__setattr__(self, "_variants", {self.chain.recompute: self})
+
+    def under(self, mode: str) -> PipelineProblem:
+        """This instance with the chain under recomputation ``mode`` (cached)."""
+        variants = self._variants
+        if mode not in variants:
+            variants[mode] = replace(self, chain=self.chain.with_recompute(mode))
+        return variants[mode]
 
     def stage_flops(self, stage: Stage) -> tuple[float, float]:
         """(forward, backward) FLOP per microbatch of a stage."""

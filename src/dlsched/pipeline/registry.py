@@ -73,13 +73,28 @@ class PipelineResult:
                 "planner": plan.planner, "microbatches": plan.num_microbatches,
                 "stages": plan.num_stages,
                 "gpus_used": sum(1 for order in plan.orders if order),
-                "schedule": plan.notes.get("schedule", plan.planner),
+                **configuration(plan),
                 "iteration_s": float(sim.iteration_s), "bound_s": float(self.bound_s),
                 "instance_bound_s": float(self.instance_bound_s),
                 "time_over_bound": float(sim.iteration_s / self.bound_s),
                 "bubble": float(sim.bubble_fraction),
                 "peak_memory_bytes": int(max(sim.peak_memory)),
                 "planning_s": float(self.planning_s)}
+
+
+def configuration(plan: PipelinePlan) -> dict:
+    """The configuration a plan runs: schedule, pipeline degree (stages per replica
+    pipeline), data-parallel degree (replicas per stage; a list when they differ), tensor
+    parallelism (always 1) and recomputation."""
+    notes = plan.notes
+    replicas = sorted({len(stage.devices) for stage in plan.stages})
+    chunks = int(notes.get("chunks", 1))
+    return {"schedule": notes.get("schedule", plan.planner),
+            "pp": plan.num_stages // chunks, "chunks": chunks,
+            "dp": replicas[0] if len(replicas) == 1 else
+            "/".join(str(len(stage.devices)) for stage in plan.stages),
+            "tp": 1, "recompute": plan.recompute,
+            "warm_up": notes.get("warm-up", ""), "mapping": notes.get("mapping", "")}
 
 
 def run_planner(problem: PipelineProblem, name: str,

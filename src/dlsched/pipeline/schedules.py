@@ -28,9 +28,14 @@ def _assemble(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int
     return tuple(tuple(order) for order in orders)
 
 
-def _warmup(stages: tuple[Stage, ...], s: int, num_microbatches: int) -> int:
-    """1F1B warm-up forwards of stage ``s``: the GPUs from ``s`` to the end (at most m)."""
-    return min(num_microbatches, sum(len(stage.devices) for stage in stages[s:]))
+def _warmup(stages: tuple[Stage, ...], s: int, num_microbatches: int,
+            caps: tuple[int, ...] | None) -> int:
+    """1F1B warm-up forwards of stage ``s``: the GPUs from ``s`` to the end (at most m).
+    With ``caps`` (microbatches each stage may hold in flight, from its memory) the warm-up
+    is also at most ``caps[t]`` for every stage ``t <= s``, so it never grows along the
+    pipeline (the 1F1B deadlock-freedom condition)."""
+    natural = min(num_microbatches, sum(len(stage.devices) for stage in stages[s:]))
+    return natural if caps is None else max(1, min(natural, *caps[:s + 1]))
 
 
 def _steady_state(forwards: list[Action], steps: list[list[Action]], warm: int) -> list[Action]:
@@ -61,48 +66,49 @@ def gpipe_orders(stages: tuple[Stage, ...], num_devices: int,
     return _assemble(stages, num_devices, num_microbatches, order)
 
 
-def one_f_one_b_orders(stages: tuple[Stage, ...], num_devices: int,
-                       num_microbatches: int) -> tuple[tuple[Action, ...], ...]:
+def one_f_one_b_orders(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
+                       caps: tuple[int, ...] | None = None) -> tuple[tuple[Action, ...], ...]:
     """1F1B / PipeDream-Flush (Narayanan et al., ICML 2021): stage ``s`` runs ``w_s`` warm-up
     forwards, then alternates one backward and one forward, then drains. ``w_s`` is the number
     of GPUs from stage ``s`` to the end (``p - s`` without replication); it never grows along
     the pipeline, which keeps the schedule deadlock-free. A replicated stage writes this global
-    sequence once and each replica keeps its own microbatches, in the same order."""
+    sequence once and each replica keeps its own microbatches, in the same order. ``caps``
+    lowers the warm-up to what memory holds (see ``_warmup``)."""
     m = num_microbatches
     sequences = [_steady_state([Action(s, "F", j) for j in range(m)],
-                               [[Action(s, "B", j)] for j in range(m)], _warmup(stages, s, m))
+                               [[Action(s, "B", j)] for j in range(m)],
+                               _warmup(stages, s, m, caps))
                  for s in range(len(stages))]
     return _distribute(stages, sequences, num_devices)
 
 
-def interleaved_orders(chunks: int, num_microbatches: int, devices: tuple[int, ...],
+def interleaved_orders(chunks: int, num_microbatches: int,
+                       groups: tuple[tuple[int, ...], ...],
                        num_devices: int) -> tuple[tuple[Action, ...], ...]:
-    """Interleaved 1F1B (Narayanan et al., SC 2021): GPU ``k`` holds stages ``k, k+p, ...``;
-    forwards visit chunks in groups of ``p`` microbatches, warm-up ``2(p-k-1) + (v-1)p``."""
-    p, v, m = len(devices), chunks, num_microbatches
-    total = m * v
-    orders: list[tuple[Action, ...]] = []
-    for k in range(p):
-        forwards = [_virtual(k, p, v, i, forward=True) for i in range(total)]
-        backwards = [_virtual(k, p, v, i, forward=False) for i in range(total)]
-        warm = min(total, 2 * (p - k - 1) + (v - 1) * p + 1)
-        orders.append(tuple(_steady_state(forwards, [[b] for b in backwards], warm)))
+    """Interleaved 1F1B (Narayanan et al., SC 2021) on ``p = len(groups)`` pipeline ranks,
+    each rank a group of ``d`` data-parallel replicas: GPU ``groups[k][i]`` holds stages
+    ``k, k + p, ...`` for the microbatches ``j`` with ``j % d == i``. Each replica pipeline
+    walks its microbatches in groups of ``p`` (the last group may be smaller, so ``m`` need
+    not be a multiple of ``p``) through the chunks in order (backwards in reverse chunk
+    order), with Megatron's warm-up of ``2(p - k - 1) + (v - 1)p`` forwards."""
+    p, v, d = len(groups), chunks, len(groups[0])
     full: list[tuple[Action, ...]] = [()] * num_devices
-    for k, device in enumerate(devices):
-        full[device] = orders[k]
+    for replica in range(d):
+        local = list(range(replica, num_microbatches, d))
+        blocks = [local[i:i + p] for i in range(0, len(local), p)]
+        for k in range(p):
+            forwards = [Action(c * p + k, "F", j) for block in blocks for c in range(v)
+                        for j in block]
+            backwards = [Action(c * p + k, "B", j) for block in blocks
+                         for c in range(v - 1, -1, -1) for j in block]
+            warm = min(len(forwards), 2 * (p - k - 1) + (v - 1) * p + 1)
+            full[groups[k][replica]] = tuple(
+                _steady_state(forwards, [[b] for b in backwards], warm))
     return tuple(full)
 
 
-def _virtual(rank: int, p: int, v: int, index: int, forward: bool) -> Action:
-    chunk = (index // p) % v
-    if not forward:
-        chunk = v - 1 - chunk
-    microbatch = (index // (p * v)) * p + index % p
-    return Action(chunk * p + rank, "F" if forward else "B", microbatch)
-
-
-def zb_h1_orders(stages: tuple[Stage, ...], num_devices: int,
-                 num_microbatches: int) -> tuple[tuple[Action, ...], ...]:
+def zb_h1_orders(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
+                 caps: tuple[int, ...] | None = None) -> tuple[tuple[Action, ...], ...]:
     """ZB-H1 (Qi et al., ICLR 2024, section 2.1 and Figure 3 top): the 1F1B order with the
     backward split into input gradient ``I`` (in B's place) and weight gradient ``W``; stage
     ``s`` runs ``W`` of microbatch ``i`` right after ``I`` of microbatch ``i + s`` and its last
@@ -114,7 +120,7 @@ def zb_h1_orders(stages: tuple[Stage, ...], num_devices: int,
         steps = [[Action(s, "I", j)] + ([Action(s, "W", j - s)] if j >= s else [])
                  for j in range(m)]
         sequence = _steady_state([Action(s, "F", j) for j in range(m)], steps,
-                                 _warmup(stages, s, m))
+                                 _warmup(stages, s, m, caps))
         sequences.append(sequence + [Action(s, "W", j) for j in range(max(0, m - s), m)])
     return _distribute(stages, sequences, num_devices)
 

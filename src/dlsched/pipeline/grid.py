@@ -1,0 +1,104 @@
+"""The PP x DP configuration space that Megatron-style baselines search (each on its own).
+
+A configuration is a pipeline degree ``pp`` dividing the GPU count, data-parallel degree
+``dp = N / pp`` (every GPU used; a stage's ``dp`` GPUs are replicas that take its
+microbatches round-robin, i.e. ``m / dp`` microbatches per replica pipeline), a rank mapping
+and a recomputation mode. GPUs are taken in index order (the launcher's rank order):
+``pp-outer`` gives stage ``s`` the consecutive GPUs ``s*dp .. s*dp+dp-1`` (Megatron's default
+order: data parallelism inside a server, the pipeline across servers), ``dp-outer`` gives it
+GPUs ``s, s+pp, s+2pp, ...``. Cuts are balanced (``balanced_stages``). Tensor parallelism is
+not part of the space (see docs/pipeline.md). ``best_plan`` simulates every candidate and keeps
+the fastest that fits memory: memory-aware baselines list, for each configuration, variants
+in order of preference (e.g. 1F1B with its full warm-up, then with the in-flight microbatches
+lowered to what memory holds) and the first variant that fits is scored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from dlsched.errors import ConfigError
+from dlsched.pipeline.estimate import memory_slots
+from dlsched.pipeline.partition import balanced_stages
+from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.simulate import SimResult, simulate
+
+MAPPINGS = ("pp-outer", "dp-outer")
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One configuration: pipeline and data-parallel degrees, mapping, recomputation, and
+    the chunks (virtual stages) per GPU of interleaved schedules."""
+
+    pp: int
+    dp: int
+    mapping: str
+    recompute: str
+    chunks: int = 1
+
+    def notes(self, schedule: str) -> dict:
+        """The configuration as plan notes (shown in the output)."""
+        return {"schedule": schedule, "pp": self.pp, "dp": self.dp, "tp": 1,
+                "recompute": self.recompute, "mapping": self.mapping, "chunks": self.chunks}
+
+
+def stage_groups(num_devices: int, pp: int, mapping: str) -> list[tuple[int, ...]]:
+    """The GPUs of each of the ``pp`` stages (see the module docstring)."""
+    dp = num_devices // pp
+    if mapping == "pp-outer":
+        return [tuple(range(s * dp, (s + 1) * dp)) for s in range(pp)]
+    return [tuple(range(s, num_devices, pp)) for s in range(pp)]
+
+
+def grid_points(problem: PipelineProblem, chunks: tuple[int, ...] = (1,)) -> Iterator[GridPoint]:
+    """Every configuration of the grid for the given chunk counts."""
+    n, blocks = problem.graph.num_devices, problem.chain.num_blocks
+    for mode in problem.recompute_modes:
+        for v in chunks:
+            for pp in (k for k in range(1, n + 1) if n % k == 0 and k * v <= blocks):
+                if v > 1 and pp == 1:
+                    continue
+                dp = n // pp
+                for mapping in MAPPINGS if 1 < pp < n else MAPPINGS[:1]:
+                    yield GridPoint(pp, dp, mapping, mode, v)
+
+
+def point_stages(problem: PipelineProblem, point: GridPoint) -> tuple[Stage, ...]:
+    """Balanced stages of a configuration (``chunks`` x ``pp`` stages for interleaving)."""
+    groups = stage_groups(problem.graph.num_devices, point.pp, point.mapping)
+    return balanced_stages(problem.under(point.recompute), groups * point.chunks)
+
+
+def in_flight_caps(problem: PipelineProblem, stages: tuple[Stage, ...]) -> tuple[int, ...]:
+    """Per stage, the microbatches its replicas can hold together within their memory."""
+    return tuple(memory_slots(problem, stage) * len(stage.devices) for stage in stages)
+
+
+Variants = Callable[[PipelineProblem, GridPoint, tuple[Stage, ...]], list[PipelinePlan]]
+
+
+def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
+              variants: Variants) -> PipelinePlan:
+    """The fastest simulated plan over ``points``; per point, the first of its ``variants``
+    that fits memory and runs. ConfigError when no configuration fits."""
+    best: SimResult | None = None
+    for point in points:
+        sub = problem.under(point.recompute)
+        stages = point_stages(problem, point)
+        if len(stages) != point.pp * point.chunks:
+            continue
+        for plan in variants(sub, point, stages):
+            try:
+                result = simulate(problem, plan)
+            except ConfigError:
+                continue
+            if best is None or result.iteration_s < best.iteration_s * (1 - 1e-12):
+                best = result
+            break
+    if best is None:
+        raise ConfigError(f"{name}: no configuration fits the GPUs' memory (PP x DP grid, "
+                          f"recomputation {', '.join(problem.recompute_modes)})")
+    return best.plan
