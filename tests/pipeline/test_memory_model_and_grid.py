@@ -27,7 +27,8 @@ from dlsched.pipeline.schedules import interleaved_orders, one_f_one_b_orders
 def test_korthikanti_stash_per_layer() -> None:
     """16-bit: s b h (34 + 5 a s / h) without, 34 s b h selective, 2 s b h full."""
     s, b, h, a = 2048, 1, 12288, 96
-    assert transformer_stash(s, b, h, a, 2, "none") == pytest.approx(s * b * h * (34 + 5 * a * s / h))
+    expected = s * b * h * (34 + 5 * a * s / h)
+    assert transformer_stash(s, b, h, a, 2, "none") == pytest.approx(expected)
     assert transformer_stash(s, b, h, a, 2, "selective") == 34 * s * b * h
     assert transformer_stash(s, b, h, a, 2, "full") == 2 * s * b * h
 

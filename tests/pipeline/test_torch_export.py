@@ -10,6 +10,7 @@ import pytest
 from pipeline_cases import uniform_problem
 
 from dlsched.errors import ConfigError
+from dlsched.hardware.device_graph import server_graph
 from dlsched.pipeline import (
     PipelinePlan,
     PipelineProblem,
@@ -17,6 +18,7 @@ from dlsched.pipeline import (
     parse_orders,
     run_planner,
     simulate,
+    synthetic_chain,
 )
 from dlsched.pipeline.plan_file import load_plan, save_plan, saved_from_result
 from dlsched.pipeline.schedules import backward_first_dispatch
@@ -29,9 +31,13 @@ KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1")
 
 
 def _plans() -> list[PipelinePlan]:
-    problem = uniform_problem(4, 8, split=True)
+    # 8 blocks of 4 s (F 1 s, B 2 s) on 4 GPUs, each with 10 GB of gradients: all-reduces
+    # make every data-parallel configuration slower, so the baselines pick pure pipelines.
+    chain = synthetic_chain([1.0] * 8, [2.0] * 8, [0.0] * 8, [1e10] * 8, split=True)
+    graph = server_graph("uniform", [(4, 1e12, 2**40, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 8, ("none",))
     plans = [run_planner(problem, name).plan for name in KINDS]
-    stages = tuple(Stage(s, s + 1, (3 - s,)) for s in range(4))
+    stages = tuple(Stage(2 * s, 2 * s + 2, (3 - s,)) for s in range(4))
     plans.append(list_schedule(problem, stages, backward_first_dispatch(4, (4,) * 4, True),
                                "dlsched").plan)
     return plans
@@ -111,9 +117,9 @@ def test_cli_plan_save_then_export(run_cli, tmp_path: Path) -> None:
     """``plan --save`` writes a loadable plan; ``export --torch-csv`` writes table + mapping;
     a replicated plan exits 2 with the reason."""
     chain = tmp_path / "chain.yaml"
-    chain.write_text("name: c\nblocks:\n" + "".join(
-        f"  - {{name: b{i}, forward_flops: 1e9, activation: 1 MB, params: 1 MB}}\n"
-        for i in range(4)))
+    chain.write_text("name: c\nblocks:\n" + "".join(  # all-reduces dominate: pure pipeline
+        f"  - {{name: b{i}, forward_flops: 1e9, activation: 1 MB, params: 2 GB}}\n"
+        for i in range(8)))
     plan = tmp_path / "plan.json"
     code, _, err = run_cli("pipeline", "plan", "--model", str(chain), "--devices",
                            "1x8-NVLink", "--microbatches", "4", "--planner", "1f1b",

@@ -58,6 +58,7 @@ class PlanFile(BaseModel):
     blocks: list[BlockSpec] = Field(min_length=1)
     stages: list[StageSpec] = Field(min_length=1)
     orders: list[str]
+    recompute: Literal["none", "selective", "full"] = "none"
     predicted_iteration_s: float = Field(ge=0)
 
     @field_validator("orders")
@@ -112,6 +113,7 @@ def plan_document(saved: SavedPlan) -> dict:
         stages=[StageSpec(first=s.first, last=s.last, devices=list(s.devices))
                 for s in plan.stages],
         orders=[" ".join(map(str, order)) for order in plan.orders],
+        recompute=plan.recompute,
         predicted_iteration_s=saved.predicted_iteration_s).model_dump()
 
 
@@ -130,7 +132,7 @@ def saved_from_document(document: PlanFile) -> SavedPlan:
     orders = tuple(parse_orders(f"gpu: {line}")[0] for line in document.orders)
     plan = PipelinePlan(document.planner,
                         tuple(Stage(s.first, s.last, tuple(s.devices)) for s in document.stages),
-                        orders, document.num_microbatches)
+                        orders, document.num_microbatches, recompute=document.recompute)
     validate_plan(plan, len(document.blocks), len(document.device_names))
     blocks = document.blocks
     return SavedPlan(plan, document.model, document.devices, tuple(document.device_names),
