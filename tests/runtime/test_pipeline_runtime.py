@@ -53,7 +53,7 @@ def _plans() -> list[PipelinePlan]:
     remaining = [(6.0 - 3 * s, 6.0 - 3 * s) for s in range(2)]
     return [PipelinePlan("gpipe", two, gpipe_orders(two, 2, m), m),
             PipelinePlan("1f1b", two, one_f_one_b_orders(two, 2, m), m),
-            PipelinePlan("interleaved", four, interleaved_orders(2, m, (0, 1), 2), m),
+            PipelinePlan("interleaved", four, interleaved_orders(2, m, ((0,), (1,)), 2), m),
             PipelinePlan("zb-h1", two, zb_h1_orders(two, 2, m), m),
             list_schedule(problem, two, backward_first_dispatch(2, (m, m), True),
                           "dlsched-bwd-first-split").plan,
