@@ -59,8 +59,6 @@ def grid_points(problem: PipelineProblem, chunks: tuple[int, ...] = (1,)) -> Ite
     for mode in problem.recompute_modes:
         for v in chunks:
             for pp in (k for k in range(1, n + 1) if n % k == 0 and k * v <= blocks):
-                if v > 1 and pp == 1:
-                    continue
                 dp = n // pp
                 for mapping in MAPPINGS if 1 < pp < n else MAPPINGS[:1]:
                     yield GridPoint(pp, dp, mapping, mode, v)

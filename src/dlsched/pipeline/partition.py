@@ -191,11 +191,13 @@ def _backtrack(costs: RangeCosts, parent: np.ndarray, u: int, i: int) -> tuple[S
 
 
 def balanced_stages(problem: PipelineProblem,
-                    groups: list[tuple[int, ...]]) -> tuple[Stage, ...]:
+                    groups: list[tuple[int, ...]] | list[int]) -> tuple[Stage, ...]:
     """One stage per GPU group of ``groups`` (in order; a group's GPUs are data-parallel
-    replicas; as many stages as there are blocks at most), cut to minimise the slowest
-    stage's time: forward+backward FLOP x the busiest replica's load (``replica_load``)."""
+    replicas, a bare GPU index is a group of one; as many stages as there are blocks at
+    most), cut to minimise the slowest stage's time: forward+backward FLOP x the busiest
+    replica's load (``replica_load``)."""
     chain, m = problem.chain, problem.num_microbatches
+    groups = [group if isinstance(group, tuple) else (int(group),) for group in groups]
     p = min(len(groups), chain.num_blocks)
     work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
     span = work[None, :] - work[:, None]

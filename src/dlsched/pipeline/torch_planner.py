@@ -59,4 +59,4 @@ def plan_dlsched_for_torch(problem: PipelineProblem) -> PipelinePlan:
     notes = dict(best.plan.notes) | {"origin": best.plan.planner,
                                      "restricted": "one GPU per stage (torch)"}
     return PipelinePlan("dlsched", best.plan.stages, best.plan.orders,
-                        best.plan.num_microbatches, notes)
+                        best.plan.num_microbatches, notes, best.plan.recompute)
