@@ -32,6 +32,7 @@ from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_graph import device_preset_description, device_preset_names
 from dlsched.hardware.device_graph import load_devices as load_graph
 from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
+from dlsched.pipeline.memory_model import RECOMPUTE_MODES, MemoryModel
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
@@ -44,6 +45,8 @@ SUMMARY_COLUMNS = [
     Column("schedule", "schedule", justify="left"),
     Column("stages", "stages"),
     Column("gpus_used", "GPUs"),
+    Column("dp", "DP"),
+    Column("recompute", "recompute", justify="left"),
     Column("iteration_s", "iteration (ms)", seconds_as_ms),
     Column("bound_s", "bound (ms)", seconds_as_ms),
     Column("time_over_bound", "time/bound", as_ratio),
@@ -124,6 +127,14 @@ def plan(
                                               "named <stem>-<planner>.json.")] = None,
     for_torch: Annotated[bool, typer.Option(help="Keep dlsched to one GPU per stage, as "
                                             "torch.distributed.pipelining runs.")] = False,
+    recompute: Annotated[str, typer.Option(help="Activation recomputation the planners may "
+                                           "choose, comma-separated: none, selective, full, "
+                                           "or all.")] = "all",
+    precision: Annotated[str, typer.Option(help="Activation precision of zoo models: fp32, "
+                                           "bf16, fp16.")] = "bf16",
+    state_bytes: Annotated[float, typer.Option(help="Weights+gradients+optimizer state, bytes "
+                                               "per parameter of zoo models (16: "
+                                               "mixed-precision Adam).")] = 16.0,
 ) -> None:
     """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound.
 
@@ -138,8 +149,10 @@ def plan(
     MICROBATCHES.check(microbatches, "--microbatches")
     BATCH.check(microbatch_size, "--microbatch-size")
     names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "--planner")
-    problem = PipelineProblem(load_chain(model, microbatch_size), load_graph(devices),
-                              microbatches)
+    modes = RECOMPUTE_MODES if recompute == "all" else tuple(
+        parse_names(recompute, RECOMPUTE_MODES, "--recompute"))
+    chain = load_chain(model, microbatch_size, MemoryModel(precision, state_bytes))
+    problem = PipelineProblem(chain, load_graph(devices), microbatches, modes)
     progress = progress_bar("planning", json_out or len(names) == 1)
     results = [run_planner(problem, name, plan_dlsched_for_torch
                            if for_torch and name == "dlsched" else None)
@@ -156,7 +169,8 @@ def plan(
         return
     render_table(rows, SUMMARY_COLUMNS, f"{problem.chain.name} ({problem.chain.num_blocks} "
                  f"blocks), {microbatches} microbatches of {microbatch_size}, on "
-                 f"{problem.graph.describe()}", console)
+                 f"{problem.graph.describe()}; memory: {chain.memory_note or 'chain file'}, "
+                 f"recomputation allowed: {', '.join(modes)}", console)
     console.print(_stage_table(results[0]))
     console.print(_order_table(results[0]))
     _write_outputs(results, outputs)
@@ -176,8 +190,13 @@ def devices_command() -> None:
 REPRODUCE_COLUMNS = [
     Column("model", "model", justify="left"),
     Column("devices", "devices", justify="left"),
+    Column("recompute_allowed", "recompute allowed", justify="left"),
     Column("planner", "planner", justify="left"),
-    Column("stages", "stages"),
+    Column("schedule", "schedule", justify="left"),
+    Column("pp", "PP"),
+    Column("dp", "DP"),
+    Column("tp", "TP"),
+    Column("recompute", "recompute", justify="left"),
     Column("gpus_used", "GPUs"),
     Column("iteration_s", "iteration (ms)", seconds_as_ms),
     Column("bound_s", "bound (ms)", seconds_as_ms),
@@ -208,7 +227,9 @@ def reproduce_pipeline(
     summary = experiment.summarize(rows)
     if not json_out:
         render_table(rows, REPRODUCE_COLUMNS, "synchronous pipeline planning: iteration time "
-                     "per planner (dlsched speedup = planner time / dlsched time)", console)
+                     "per planner, each baseline at its best configuration (dlsched speedup = "
+                     "planner time / dlsched time; bound: memory-aware plan bound); memory "
+                     f"model: {MemoryModel().describe()}", console)
         render_table(summary, experiment.SUMMARY_COLUMNS,
                      "dlsched speedup over each baseline (paper: up to 2.57x, i.e. +157%)",
                      console)

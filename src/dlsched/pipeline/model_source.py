@@ -4,9 +4,12 @@ A chain file (YAML/JSON) lists blocks with per-microbatch costs::
 
     name: my-net
     input_grad_fraction: 0.5          # optional; omit to forbid split backwards
+    state_factor: 4                   # optional: static state = 4 x params bytes
     blocks:
       - {name: embed, forward_flops: 2e12, backward_flops: 4e12, activation: 8 MB,
-         params: 200 MB, stash: 64 MB}
+         params: 200 MB, stash: 64 MB,
+         selective_stash: 48 MB, input: 8 MB, recompute_flops: 1e11}   # last three optional:
+         # stash under selective / full recomputation, FLOP re-run by selective recomputation
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
 from dlsched.pipeline.chain import Chain, chain_from_model
+from dlsched.pipeline.memory_model import MemoryModel
 from dlsched.validation import MAX_LAYERS, ByteSize, FlopCount
 
 
@@ -32,6 +36,9 @@ class BlockSpec(BaseModel):
     activation: ByteSize = 0
     params: ByteSize = 0
     stash: ByteSize = 0
+    selective_stash: ByteSize | None = None
+    input: ByteSize | None = None
+    recompute_flops: FlopCount = 0.0
 
 
 class ChainSpec(BaseModel):
@@ -40,6 +47,7 @@ class ChainSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = "chain"
     input_grad_fraction: float | None = 0.5
+    state_factor: float = Field(default=4.0, ge=0, le=1e3, allow_inf_nan=False)
     blocks: list[BlockSpec] = Field(min_length=1, max_length=MAX_LAYERS)
 
     @model_validator(mode="after")
@@ -57,7 +65,15 @@ class ChainSpec(BaseModel):
         return Chain(self.name, tuple(b.name for b in blocks),
                      np.array([b.forward_flops for b in blocks]), np.array(backward),
                      np.array([b.activation for b in blocks]), np.array([b.params for b in blocks]),
-                     np.array([b.stash for b in blocks]), self.input_grad_fraction)
+                     np.array([b.stash for b in blocks]), self.input_grad_fraction,
+                     self.state_factor, _optional([b.selective_stash for b in blocks]),
+                     _optional([b.input for b in blocks]),
+                     np.array([b.recompute_flops for b in blocks]), memory_note="chain file")
+
+
+def _optional(values: list[int | None]) -> np.ndarray | None:
+    """The per-block values when every block gives one, else None (the chain's default)."""
+    return None if any(v is None for v in values) else np.array(values, dtype=float)
 
 
 def zoo_names() -> list[str]:
@@ -72,8 +88,10 @@ def zoo_names() -> list[str]:
     return list(getattr(zoo, "MODELS", {}))
 
 
-def load_chain(name_or_path: str | Path, microbatch_size: int) -> Chain:
-    """A chain file by path, or the zoo model ``name`` at ``microbatch_size`` samples."""
+def load_chain(name_or_path: str | Path, microbatch_size: int,
+               memory: MemoryModel | None = None) -> Chain:
+    """A chain file by path, or the zoo model ``name`` at ``microbatch_size`` samples under
+    ``memory`` (default ``MemoryModel()``; chain files carry their own bytes)."""
     key = str(name_or_path)
     if Path(key).suffix.lower() in {".yaml", ".yml", ".json"}:
         return validate(ChainSpec, load_document(key), key).build()
@@ -82,4 +100,4 @@ def load_chain(name_or_path: str | Path, microbatch_size: int) -> Chain:
     except ImportError as error:
         raise ConfigError(f"model: {key!r} is not a .yaml/.json chain file and the model zoo "
                           "is not available") from error
-    return chain_from_model(get_model(key), microbatch_size)
+    return chain_from_model(get_model(key), microbatch_size, memory=memory)
