@@ -166,8 +166,8 @@ def train_dataparallel(
     = 120.0,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
     csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
-    trace: Annotated[Path | None, typer.Option(help="Chrome trace of the last policy's "
-                                               "measured iteration (rank 0).")] = None,
+    trace: Annotated[Path | None, typer.Option(help="Chrome trace of the last executor "
+                                               "policy's measured iteration (rank 0).")] = None,
     plot: Annotated[Path | None, typer.Option(help="PNG: measured and predicted timeline per "
                                               "policy.")] = None,
 ) -> None:
@@ -177,6 +177,9 @@ def train_dataparallel(
                         "--plot": (plot, (".png",))})
     WORKERS.check(workers, "workers")
     names = tuple(parse_names(policy, [*POLICIES, "torch-ddp"], "policy"))
+    if (trace or plot) and names == ("torch-ddp",):
+        raise ConfigError("policy: --trace and --plot show the plan executor's measured "
+                          "timeline; add a dlsched policy (torch-ddp is not recorded)")
     _require_torch()
     from dlsched.dataparallel import parse_network, run_dataparallel
     from dlsched.runtime.spawn import SpawnOptions, spawn
@@ -190,7 +193,7 @@ def train_dataparallel(
     rows = compare(result, config, workers)
     runs = result["runs"]
     if trace is not None:
-        write_chrome_trace(runs[-1].timeline, trace)
+        write_chrome_trace([run for run in runs if run.plan is not None][-1].timeline, trace)
     if plot is not None:
         problem = problem_from_profile(result["profile"], network, workers)
         panels = []

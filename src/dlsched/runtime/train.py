@@ -35,7 +35,8 @@ OPTIMIZERS = ("sgd", "adam")
 @dataclass(frozen=True)
 class TrainConfig:
     """What to train and how: ``model`` is ``resnet``, ``gpt`` or ``package.module:factory``
-    (then ``input_shape`` gives a float batch); sizes are keyword arguments of the factory."""
+    (then ``input_shape`` is the shape of its float batch); sizes are keyword arguments of
+    the factory."""
 
     model: str = "resnet"
     batch_size: int = 8
@@ -221,7 +222,7 @@ def make_batch(module: Any, config: TrainConfig, generator: Any = None) -> Any:
 
     if config.model in models.MODELS:
         return models.example_input(module, config.batch_size, generator=generator)
-    return torch.randn(config.batch_size, *config.input_shape, generator=generator)
+    return torch.randn(*config.input_shape, generator=generator)
 
 
 def compare(result: dict[str, Any], config: TrainConfig, workers: int) -> list[dict[str, Any]]:
