@@ -96,10 +96,10 @@ def run_setting(ranks: int, rate_gbit: int, folder: Path) -> list[dict[str, obje
     with emulated_network(ranks, rate_gbit):
         samples = spawn(time_allreduces, ranks, (SIZES, 2, 5), _options(600))[0]
         document = network_document(samples, ranks, f"gloo-{ranks}x{rate_gbit}gbit", "gloo",
-                                    "alpha-beta")
-        write_network(document, folder / f"network-{ranks}x{rate_gbit}gbit.yaml")
+                                    "piecewise")
+        network = str(folder / f"network-{ranks}x{rate_gbit}gbit.yaml")
+        write_network(document, network)
         fit = document["alpha_beta"]
-        network = f"{fit['alpha'] * 1e6!r}us,{1.0 / fit['bandwidth']!r}"
         for model, sizes in MODELS.items():
             config = TrainConfig(model=model, network=network, iterations=10, warmup=3,
                                  profile_repeats=6, **sizes)
@@ -111,16 +111,24 @@ def run_setting(ranks: int, rate_gbit: int, folder: Path) -> list[dict[str, obje
     return rows
 
 
+def _pair(row: dict[str, object], what: str) -> str:
+    measured = row[f"measured_{what}_s"]
+    predicted = float(row[f"predicted_{what}_s"]) * 1e3  # type: ignore[arg-type]
+    return ("-" if measured is None else f"{float(measured) * 1e3:.0f}") + f" / {predicted:.0f}"
+
+
 def _table(rows: list[dict[str, object]]) -> list[str]:
     lines = ["| ranks | link | model | policy | measured (ms) | predicted (ms) | error (%) | "
-             "all-reduces |", "|---:|---|---|---|---:|---:|---:|---:|"]
+             "all-reduces | backward meas./pred. (ms) | network busy meas./pred. (ms) |",
+             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         policy = str(row["policy"]) + (" (predicted as ddp)" if row["policy"] == REFERENCE
                                        else "")
         lines.append(f"| {row['workers']} | {row['rate']} | {row['model']} | {policy} | "
                      f"{float(row['measured_s']) * 1e3:.1f} | "
                      f"{float(row['predicted_s']) * 1e3:.1f} | "
-                     f"{float(row['error']) * 100:+.1f} | {row['messages']} |")
+                     f"{float(row['error']) * 100:+.1f} | {row['messages']} | "
+                     f"{_pair(row, 'backward')} | {_pair(row, 'comm')} |")
     return lines
 
 
@@ -137,21 +145,25 @@ def main() -> None:
         rows += setting
         fits.append(f"{ranks} ranks at {rate} Gbit/s: alpha {setting[0]['alpha_s'] * 1e6:.0f} "
                     f"us, bandwidth {setting[0]['bandwidth'] / 1e9:.3f} GB/s")
-    lines = ["## Data-parallel runtime: measured vs predicted", "",
-             "Emulated network: one network namespace per rank, veth links to a bridge, `tc tbf` "
-             "rate limit on both ends of each link (no added delay); gloo over TCP, 1 torch and "
-             "1 gloo thread per rank, CPU only. Per setting: `dlsched calibrate`-style timed "
-             "all-reduces (4 KiB-16 MiB, alpha-beta fit), then every policy trains 10 "
-             "iterations (3 not measured) of the ResNet-style CNN (1.23 M parameters, batch 8 "
-             "of 32x32 images) and the GPT-style decoder (3.70 M parameters, batch 4 x 64 "
-             "tokens) through the plan executor; `torch-ddp` is real DistributedDataParallel. "
-             "Iteration = backward + the next forward (median, ms); predicted = the simulator on "
-             "the in-place profile (all ranks at once, median over ranks) and the calibrated "
-             "alpha-beta; error = predicted / measured - 1.", "", "Calibrated: "
-             + "; ".join(fits) + ".", "", *_table(rows), "",
-             f"Total benchmark time {time.perf_counter() - start:.0f} s. **The machine has 2 "
-             "cores shared with other jobs**: 4 ranks time-share 2 cores, so compute and gloo's "
-             "reduction compete, and the numbers are noisy (see docs/runtime.md)."]
+    intro = (
+        "Emulated network: one network namespace per rank, veth links to a bridge, `tc tbf` "
+        "rate limit on both ends of each link (no added delay); gloo over TCP, 1 torch and 1 "
+        "gloo thread per rank, CPU only. Per setting: timed all-reduces as in `dlsched "
+        "calibrate` (4 KiB-16 MiB), whose piecewise fit is written as a network file and read "
+        "by the simulator through `--network FILE`; then every policy trains 10 iterations (3 "
+        "not measured) of the ResNet-style CNN (1.23 M parameters, batch 8 of 32x32 images) "
+        "and the GPT-style decoder (3.70 M parameters, batch 4 x 64 tokens) through the plan "
+        "executor; `torch-ddp` is real DistributedDataParallel. Iteration = backward + the "
+        "next forward (median, ms); predicted = the simulator on the in-place profile (all "
+        "ranks at once, median over ranks) and the network file; error = predicted / "
+        "measured - 1. The last two columns split rank 0's last measured iteration: backward "
+        "(forward end to the last gradient hook) and the time the network was busy with "
+        "all-reduces, against the prediction.")
+    lines = ["## Data-parallel runtime: measured vs predicted", "", intro, "",
+             "Calibrated (alpha-beta reading): " + "; ".join(fits) + ".", "", *_table(rows),
+             "", f"Total benchmark time {time.perf_counter() - start:.0f} s. **The machine "
+             "has 2 cores shared with other jobs**: 4 ranks time-share 2 cores, so compute "
+             "and gloo's reduction compete, and the numbers are noisy (see docs/runtime.md)."]
     write_section("dp_runtime", "\n".join(lines))
 
 

@@ -104,3 +104,19 @@ def test_gpt_ties_embedding_and_head() -> None:
     names = [n for n, _ in module.named_parameters()]
     assert names[0] == "wte.weight" and not any("head" in n for n in names)
     assert example_input(module, 3).shape == (3, 4)
+
+
+def test_calibrated_file_is_accepted_by_dataparallel_network(tmp_path, run_cli) -> None:
+    """``dlsched dataparallel --network`` reads the calibration file with each fit and prices
+    a message with the chosen fit."""
+    from dlsched.dataparallel import parse_network
+
+    samples = [(x, 100e-6 + x / 1e9) for x in (4096, 65536, 2**20, 2**24)]
+    for model in ("alpha-beta", "ring", "piecewise"):
+        path = tmp_path / f"net-{model}.yaml"
+        write_network(network_document(samples, 2, "t", "gloo", model), path)
+        assert math.isclose(parse_network(str(path), 2).cost(2**20), 100e-6 + 2**20 / 1e9,
+                            rel_tol=1e-6)
+        code, _, err = run_cli("dataparallel", "--model", "resnet50", "--workers", "2",
+                               "--network", str(path), "--policy", "wfbp,dlsched", "--json")
+        assert code == 0, err

@@ -226,14 +226,24 @@ def make_batch(module: Any, config: TrainConfig, generator: Any = None) -> Any:
 
 
 def compare(result: dict[str, Any], config: TrainConfig, workers: int) -> list[dict[str, Any]]:
-    """Rows: measured and predicted iteration time (s) per policy and the relative error."""
+    """Rows: measured and predicted iteration time (s) per policy and the relative error, and
+    where the executor recorded rank 0's iteration, its backward and network-busy seconds
+    beside the predicted ones (to see which part a prediction error comes from)."""
     problem = problem_from_profile(result["profile"], config.network, workers)
     rows = []
     for run in result["runs"]:
         predicted = run_dataparallel(problem, "ddp" if run.policy == REFERENCE else run.policy)
+        spans = run.timeline.spans
+        recorded = bool(spans)
         rows.append({"model": config.model, "workers": workers, "network": config.network,
                      "policy": run.policy, "measured_s": run.measured_s,
                      "predicted_s": predicted.time_s, "bound_s": predicted.bound_s,
                      "error": predicted.time_s / run.measured_s - 1.0,
-                     "messages": len(predicted.plan.messages)})
+                     "messages": len(predicted.plan.messages),
+                     "measured_backward_s": sum(s.duration for s in spans
+                                                if s.kind == "backward") if recorded else None,
+                     "predicted_backward_s": problem.backward_end,
+                     "measured_comm_s": sum(s.duration for s in spans
+                                            if s.kind == "allreduce") if recorded else None,
+                     "predicted_comm_s": predicted.row()["comm_busy_s"]})
     return rows
