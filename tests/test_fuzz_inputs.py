@@ -1,0 +1,246 @@
+"""Property tests: every CLI numeric option and every config model, fed NaN, ±inf, zero,
+negative, huge and malformed values, ends with exit 0 and finite numbers or exit 2 and an error
+line — never a traceback, a hang or a non-finite number in the output."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dlsched.errors import ConfigError
+from dlsched.hardware.device_config import devices_from_data
+from dlsched.hardware.topology_config import topology_from_data
+from dlsched.models.profile_io import load_profile
+from dlsched.pipeline.model_source import load_chain
+
+FUZZ = settings(max_examples=12, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+NASTY = ["nan", "NaN", "inf", "-inf", "+inf", "0", "-0", "-1", "1e-300", "1e308", "1e400",
+         "99999999999999999999", "abc", "", " ", "1.5", "0x10", "2", "7", "--", "1,2"]
+numbers = st.one_of(st.sampled_from(NASTY), st.integers(-10**12, 10**12).map(str),
+                    st.floats(allow_nan=True, allow_infinity=True).map(repr))
+nasty_values = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, 0, -1, 10**30, 1e-300,
+                                          "nan GB/s", "1e400 B/s", "fast", "-5 ns", None, [],
+                                          {}, True]),
+                         st.floats(allow_nan=True, allow_infinity=True), st.integers())
+
+
+def _finite(payload: Any) -> None:
+    """Every number in the JSON output is finite."""
+    if isinstance(payload, float):
+        assert math.isfinite(payload), payload
+    elif isinstance(payload, dict):
+        for value in payload.values():
+            _finite(value)
+    elif isinstance(payload, list):
+        for value in payload:
+            _finite(value)
+
+
+def _clean(code: int, out: str, err: str) -> None:
+    """Exit 0 with finite JSON, or exit 2 with an error line; never a traceback."""
+    assert "Traceback" not in out + err
+    assert code in (0, 2), (code, err)
+    if code == 2:  # ours: "error: ..."; click's usage errors: "Usage: ... Error: ..."
+        assert "error" in err.lower(), err
+        return
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"non-finite {constant} in the JSON output")
+
+    _finite(json.loads(out, parse_constant=refuse))
+
+
+@pytest.fixture
+def chain_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A four-block chain for quick pipeline runs."""
+    path = tmp_path_factory.mktemp("fuzz") / "tiny.yaml"
+    path.write_text("name: tiny\nblocks:\n" + "".join(
+        f"  - {{name: b{i}, forward_flops: {i + 1}e11, activation: 4 MB, params: 20 MB}}\n"
+        for i in range(4)))
+    return path
+
+
+COLLECTIVE = ("collective", "--topology", "2D-SW_SW", "--policy", "baseline,themis",
+              "--size", "1 MB", "--json")
+
+
+@pytest.mark.parametrize("option", ["--size", "--chunks", "--concurrency"])
+@FUZZ
+@given(value=numbers)
+def test_collective_numeric_options(run_cli, option: str, value: str) -> None:
+    """``dlsched collective`` with any value of one numeric option."""
+    _clean(*run_cli(*COLLECTIVE, option, value))
+
+
+DATAPARALLEL = ("dataparallel", "--model", "vgg16", "--policy", "wfbp,mgwfbp", "--json")
+
+
+@pytest.mark.parametrize("template", ["--workers={}", "--batch-size={}", "--efficiency={}",
+                                      "--in-flight={}", "--backward-ratio={}",
+                                      "--network=1ms,{}", "--network={},1e-10",
+                                      "--network=ring:{},5us", "--network=ring:10GB/s,{}"])
+@FUZZ
+@given(value=numbers)
+def test_dataparallel_numeric_options(run_cli, template: str, value: str) -> None:
+    """``dlsched dataparallel`` with any value in one numeric option (or network number)."""
+    option = template.format(value)
+    extra = ("--network", "ring:10GB/s,5us") if option.startswith("--workers") else ()
+    _clean(*run_cli(*DATAPARALLEL, *extra, option))
+
+
+@pytest.mark.parametrize("option", ["--microbatches", "--microbatch-size"])
+@FUZZ
+@given(value=numbers)
+def test_pipeline_numeric_options(run_cli, chain_file: Path, option: str, value: str) -> None:
+    """``dlsched pipeline plan`` with any value of one numeric option."""
+    _clean(*run_cli("pipeline", "plan", "--model", str(chain_file), "--devices", "1x8-NVLink",
+                    "--planner", "gpipe", "--microbatches", "8", "--json", option, value))
+
+
+@pytest.mark.parametrize("field", ["size", "bandwidth", "latency"])
+@FUZZ
+@given(value=nasty_values)
+def test_topology_model(field: str, value: Any) -> None:
+    """A topology dimension with any value in one field builds finite or raises ConfigError."""
+    dim = {"kind": "Ring", "size": 4, "bandwidth": "10 GB/s", "latency": "1 us", field: value}
+    try:
+        net = topology_from_data({"dims": [dim]})
+    except ConfigError as error:
+        assert field in str(error)
+        return
+    assert all(math.isfinite(d.bandwidth) and math.isfinite(d.latency) for d in net.dims)
+
+
+@pytest.mark.parametrize("path", [("gpu", "flops"), ("gpu", "memory"), ("link", "bandwidth"),
+                                  ("link", "latency"), ("count",)])
+@FUZZ
+@given(value=nasty_values)
+def test_device_graph_model(path: tuple[str, ...], value: Any) -> None:
+    """A server device graph with any value in one field: finite graph or ConfigError."""
+    server: dict[str, Any] = {"count": 2, "gpu": {"flops": "100 TFLOP/s", "memory": "16 GiB"},
+                              "link": {"bandwidth": "100 GB/s", "latency": "1 us"}}
+    target = server
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    try:
+        graph = devices_from_data({"servers": [server]})
+    except ConfigError:
+        return
+    assert all(math.isfinite(v) for v in graph.bandwidth.flat)
+    assert all(math.isfinite(v) for v in graph.latency.flat)
+
+
+@pytest.mark.parametrize("field", ["forward_flops", "backward_flops", "activation", "params",
+                                   "stash"])
+@FUZZ
+@given(value=nasty_values)
+def test_chain_model(tmp_path_factory: pytest.TempPathFactory, field: str, value: Any) -> None:
+    """A chain file with any value in one block field: a chain or ConfigError naming it."""
+    block = {"name": "a", "forward_flops": 1e9, field: value}
+    path = tmp_path_factory.mktemp("chain") / "c.json"
+    path.write_text(json.dumps({"blocks": [block, {"name": "b", "forward_flops": 1e9}]}))
+    try:
+        chain = load_chain(path, 1)
+    except ConfigError:
+        return
+    assert all(math.isfinite(v) for v in chain.forward_flops)
+
+
+@pytest.mark.parametrize("field", ["params", "forward_time_s", "backward_time_s",
+                                   "activation_bytes", "forward_flops"])
+@FUZZ
+@given(value=nasty_values)
+def test_profile_model(tmp_path_factory: pytest.TempPathFactory, field: str, value: Any) -> None:
+    """A profile with any value in one layer field: a model or ConfigError."""
+    layer = {"name": "a", "params": 10, "forward_time_s": 1e-3, "backward_time_s": 2e-3,
+             field: value}
+    path = tmp_path_factory.mktemp("profile") / "p.json"
+    path.write_text(json.dumps({"layers": [layer]}))
+    try:
+        model = load_profile(path)
+    except ConfigError:
+        return
+    assert all(math.isfinite(layer.forward_time or 0.0) for layer in model.layers)
+
+
+@pytest.mark.parametrize(("module", "function", "args"), [
+    ("dlsched.cli.collective", "run_collective", ("collective", "--topology", "2D-SW_SW")),
+    ("dlsched.cli.dataparallel", "run_dataparallel", ("dataparallel", "--model", "vgg16")),
+    ("dlsched.cli.pipeline", "run_planner", ("pipeline", "plan", "--devices", "1x8-NVLink")),
+])
+@pytest.mark.parametrize("option", ["--csv", "--trace", "--plot"])
+def test_unwritable_output_exits_before_any_work(run_cli, monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path, module: str, function: str,
+                                                 args: tuple[str, ...], option: str) -> None:
+    """An unwritable, directory or /proc output path: exit 2, and the simulator never runs."""
+    import importlib
+
+    def never(*_: Any, **__: Any) -> None:
+        raise AssertionError("the computation ran before the output path was checked")
+
+    monkeypatch.setattr(importlib.import_module(module), function, never)
+    afile = tmp_path / "file.txt"
+    afile.write_text("x")
+    suffix = {"--csv": ".csv", "--trace": ".json", "--plot": ".png"}[option]
+    for bad in (f"/proc/x{suffix}", str(tmp_path), str(afile / f"out{suffix}")):
+        code, _, err = run_cli(*args, option, bad)
+        assert code == 2, (bad, err)
+        assert err.startswith("error:") and option in err
+
+
+def test_reproductions_check_csv_before_work(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reproduction refuses an unwritable --csv before running anything."""
+    from dlsched.cli import dataparallel, pipeline, themis_reproduction
+
+    def never(*_: Any, **__: Any) -> None:
+        raise AssertionError("ran before checking --csv")
+
+    for module in (dataparallel, pipeline, themis_reproduction):
+        monkeypatch.setattr(module, "reproduction_rows", never)
+    for command in ("themis", "usbyte", "pipeline"):
+        code, _, err = run_cli("reproduce", command, "--csv", "/proc/x.csv")
+        assert code == 2 and "--csv" in err, (command, err)
+
+
+def test_workers_means_ranks_everywhere(run_cli) -> None:
+    """--workers is honoured by ring networks, must match a preset or topology, and is refused
+    for ALPHA,BETA."""
+    times = []
+    for workers in ("2", "64"):
+        code, out, _ = run_cli(*DATAPARALLEL, "--network", "ring:10GB/s,5us", "--workers",
+                               workers)
+        assert code == 0
+        times.append(json.loads(out)["rows"][0]["time_s"])
+    assert times[1] > times[0]
+    for network, needle in (("usbyte-8", "measured with 8"), ("topology:2D-SW_SW", "has 1024"),
+                            ("1ms,1e-10", "not used")):
+        code, _, err = run_cli(*DATAPARALLEL, "--network", network, "--workers", "16")
+        assert code == 2 and needle in err, (network, err)
+    code, out, _ = run_cli(*DATAPARALLEL, "--network", "usbyte-4")
+    assert code == 0 and json.loads(out)["rows"][0]["workers"] == 4
+
+
+def test_ours_is_an_alias_of_dlsched(run_cli) -> None:
+    """The shared policy parser reads ``ours`` as ``dlsched``."""
+    code, out, _ = run_cli("collective", "--topology", "2D-SW_SW", "--size", "1 MB",
+                           "--policy", "ours", "--json")
+    assert code == 0
+    row = json.loads(out)["rows"][0]
+    assert row["policy"] == "dlsched" and row["speedup_vs_baseline"] >= 1 - 1e-9
+
+
+def test_version(run_cli) -> None:
+    """``dlsched --version`` prints the package version."""
+    from dlsched import __version__
+
+    code, out, _ = run_cli("--version")
+    assert code == 0 and __version__ in out
