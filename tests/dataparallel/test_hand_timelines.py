@@ -42,7 +42,7 @@ SLOW_START = _problem((2.0, 2.0), (4, 4), 3.0)
     ("wfbp", 12.0),     # L1 2..6, L0 6..10, barrier, forward 10..12
     ("ddp", 12.0),      # buckets [L1] (first cap 1 MiB) and [L0]: as WFBP
     ("mgwfbp", 11.0),   # L0 ready 2 ms after L1 would start < 3 ms startup: fuse, 4..9, fwd 9..11
-    ("horovod", 13.5),  # ticks at 2.5, 7.5 ms (phase: half a cycle): L1 2.5..6.5, L0 7.5..11.5
+    ("horovod", 13.5),  # median phase 2.5 ms (below): L1 2.5..6.5, L0 7.5..11.5, fwd ..13.5
 ])
 def test_slow_startup_case(policy, expected_ms):
     """Merging saves a startup only when the wait for the next layer is shorter."""
@@ -54,9 +54,24 @@ def test_slow_startup_bound():
     assert run_dataparallel(SLOW_START, "wfbp").bound_s == pytest.approx(10 * MS)
 
 
+def test_horovod_time_is_the_median_over_phases():
+    """5 ms cycle, phases (i + 1/2)/7 x 5 ms. Below 2 ms both layers wait for the tick at
+    phase + 5 ms (L0 is ready at 4) and go fused (5 ms): phase + 12. At 2.5 and 3.21 ms L1 goes
+    alone, L0 at the next tick: 2.5 + 11 and 3.21 + 11; at 3.93 ms L0 misses the first tick
+    too: 3.93 + 11; at 4.64 ms both are ready: fused, 4.64 + 7. Median: 13.5 ms at 2.5 ms."""
+    phases = [(i + 0.5) / 7 * 5 * MS for i in range(7)]
+    times = sorted(iteration_time(SLOW_START, horovod_plan(SLOW_START, phase=p)) for p in phases)
+    expected = sorted([phases[0] + 12 * MS, phases[1] + 12 * MS, phases[2] + 12 * MS,
+                       phases[3] + 11 * MS, phases[4] + 11 * MS, phases[5] + 11 * MS,
+                       phases[6] + 7 * MS])
+    assert times == pytest.approx(expected)
+    assert iteration_time(SLOW_START, horovod_plan(SLOW_START)) == pytest.approx(13.5 * MS)
+
+
 def test_horovod_cycle_delays_launch():
     """A 1 ms cycle at phase 0 launches layer 1 at the 2 ms tick and layer 0 at the 4 ms tick;
-    at the default phase (half a cycle) at the 2.5 and 4.5 ms ticks."""
+    every phase shifts both by the same amount, so the median phase is the middle one, 0.5 ms:
+    the 2.5 and 4.5 ms ticks."""
     plan = horovod_plan(BASE, cycle=1 * MS, phase=0.0)
     assert [m.launch for m in plan.messages] == pytest.approx([2 * MS, 4 * MS])
     plan = horovod_plan(BASE, cycle=1 * MS)

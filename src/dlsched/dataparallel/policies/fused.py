@@ -70,13 +70,15 @@ def mgwfbp_groups(problem: DPProblem) -> Groups:
 
 
 def grouped_problem(problem: DPProblem, groups: Groups) -> DPProblem:
-    """Each group as one layer: times and bytes add up (ready when its first layer is)."""
+    """Each group as one layer: times and bytes add up (ready when its first layer is). One
+    layer per group gives back an equal problem, so plans cached for it are reused."""
     return DPProblem(
         tuple(sum(problem.forward[k] for k in g) for g in groups),
         tuple(sum(problem.backward[k] for k in g) for g in groups),
         tuple(sum(problem.grad_bytes[k] for k in g) for g in groups),
-        problem.comm, tuple(f"{problem.names[g[0]]}..{problem.names[g[-1]]}" for g in groups),
-        problem.model)
+        problem.comm, tuple(problem.names[g[0]] if len(g) == 1
+                            else f"{problem.names[g[0]]}..{problem.names[g[-1]]}" for g in groups),
+        problem.model, problem.in_flight)
 
 
 def _ungroup(problem: DPProblem, groups: Groups, plan: DPPlan) -> DPPlan:

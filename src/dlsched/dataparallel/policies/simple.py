@@ -9,8 +9,11 @@ shared by every tuned policy (``tuning.py``).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from dlsched.dataparallel.plan import DPPlan, Message, message, whole_layer
 from dlsched.dataparallel.problem import DPProblem
+from dlsched.dataparallel.simulate import iteration_time
 from dlsched.dataparallel.tuning import CYCLES, SIZES, grid_search, size_text
 
 MiB = 2**20
@@ -18,6 +21,7 @@ DDP_BUCKET = 25 * MiB
 DDP_FIRST_BUCKET = 1 * MiB
 HOROVOD_FUSION = 64 * MiB
 HOROVOD_CYCLE = 5e-3
+PHASES = 7  # cycle phases Horovod's time is the median over
 
 
 def _backward_order(problem: DPProblem) -> list[int]:
@@ -25,6 +29,7 @@ def _backward_order(problem: DPProblem) -> list[int]:
             if problem.grad_bytes[layer] > 0]
 
 
+@lru_cache(maxsize=16)
 def wfbp_plan(problem: DPProblem) -> DPPlan:
     """Wait-free backprop (Poseidon/PS-style): one all-reduce per layer as soon as its gradient
     is ready, FIFO in backward order; the next forward waits for all of them."""
@@ -32,6 +37,7 @@ def wfbp_plan(problem: DPProblem) -> DPPlan:
     return DPPlan(tuple(msgs), barrier=True, policy="wfbp")
 
 
+@lru_cache(maxsize=16)
 def mgwfbp_plan(problem: DPProblem) -> DPPlan:
     """MG-WFBP (Shi et al., INFOCOM 2019): walk the layers in backward order and merge the next
     layer into the current message when the message could only start after that layer is ready
@@ -74,6 +80,7 @@ def bucket_plan(problem: DPProblem, bucket_bytes: int = DDP_BUCKET,
                            f"{size_text(first_bucket_bytes)}")
 
 
+@lru_cache(maxsize=16)
 def ddp_tuned_plan(problem: DPProblem) -> DPPlan:
     """DDP with its bucket size (``bucket_cap_mb``) tuned on the shared size grid."""
     return grid_search(problem, bucket_plan, {"bucket_bytes": SIZES},
@@ -84,15 +91,23 @@ def horovod_plan(problem: DPProblem, fusion_bytes: int = HOROVOD_FUSION,
                  cycle: float = HOROVOD_CYCLE, phase: float | None = None) -> DPPlan:
     """Horovod tensor fusion: every ``cycle`` seconds the background thread fuses the tensors
     that became ready (in readiness order) into messages of up to ``fusion_bytes``; the
-    optimizer step waits for all. The thread's cycle is not aligned with backward: its ticks
-    fall at ``phase``, phase + cycle, ... seconds after backward starts; the default phase,
-    half a cycle, is the mean of a uniformly random one."""
-    offset = cycle / 2 if phase is None else phase
+    optimizer step waits for all. The thread ticks on its own clock, not aligned with backward:
+    its ticks fall at ``phase``, phase + cycle, ... seconds after backward starts. Given no
+    phase, the plan is the median iteration over ``PHASES`` evenly spaced phases
+    ((i + 1/2) / PHASES x cycle): a typical iteration under a uniformly random phase."""
+    if phase is not None:
+        return _horovod_at(problem, fusion_bytes, cycle, phase)
+    plans = sorted((_horovod_at(problem, fusion_bytes, cycle, (i + 0.5) / PHASES * cycle)
+                    for i in range(PHASES)), key=lambda plan: iteration_time(problem, plan))
+    return plans[PHASES // 2]
+
+
+def _horovod_at(problem: DPProblem, fusion_bytes: int, cycle: float, phase: float) -> DPPlan:
     pending = _backward_order(problem)
     msgs: list[Message] = []
     cycles = 0
     while pending:
-        tick = offset + cycles * cycle
+        tick = phase + cycles * cycle
         cycles += 1
         ready = [layer for layer in pending if problem.ready[layer] <= tick + 1e-15]
         pending = pending[len(ready):]
@@ -108,11 +123,12 @@ def horovod_plan(problem: DPProblem, fusion_bytes: int = HOROVOD_FUSION,
             msgs.append(message(problem, [whole_layer(problem, g) for g in group], tick))
     return DPPlan(tuple(msgs), barrier=True, policy="horovod",
                   settings=f"fusion {size_text(fusion_bytes)}, cycle {cycle * 1e3:g} ms, "
-                           f"phase {offset * 1e3:g} ms")
+                           f"phase {phase * 1e3:.3g} ms")
 
 
+@lru_cache(maxsize=16)
 def horovod_tuned_plan(problem: DPProblem) -> DPPlan:
-    """Horovod with fusion threshold and cycle time tuned on the shared grid (the phase stays
-    half a cycle: users cannot align the cycle with backward)."""
+    """Horovod with fusion threshold and cycle time tuned on the shared grid (each point at
+    its median phase: users cannot align the cycle with backward)."""
     return grid_search(problem, horovod_plan, {"fusion_bytes": SIZES, "cycle": CYCLES},
                        {"fusion_bytes": HOROVOD_FUSION, "cycle": HOROVOD_CYCLE}, "horovod-tuned")

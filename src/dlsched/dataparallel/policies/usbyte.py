@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import replace
+from functools import lru_cache
 
 from dlsched.dataparallel.plan import Block, DPPlan, Message, message
 from dlsched.dataparallel.problem import DPProblem
@@ -109,11 +111,20 @@ def refine_priority(problem: DPProblem, unit: int = UNIT_BYTES,
 
 def usbyte_plan(problem: DPProblem, unit: int = UNIT_BYTES,
                 phase1_until: float = math.inf) -> DPPlan:
-    """US-Byte with refined priorities (the authors' default unit: 1M fp32 elements)."""
+    """US-Byte with refined priorities (the authors' default unit: 1M fp32 elements). Units
+    at least as large as the largest gradient all give the same plan (every block is a whole
+    layer's rest), so that plan is computed once and labelled with the unit asked for."""
+    plan = _refined_plan(problem, max(1, min(unit, max(problem.grad_bytes))), phase1_until)
+    return replace(plan, settings=f"unit {size_text(unit)}")
+
+
+@lru_cache(maxsize=64)
+def _refined_plan(problem: DPProblem, unit: int, phase1_until: float) -> DPPlan:
     order = refine_priority(problem, unit, phase1_until)
     return usbyte_schedule(problem, order, unit, phase1_until)
 
 
+@lru_cache(maxsize=16)
 def usbyte_tuned_plan(problem: DPProblem) -> DPPlan:
     """US-Byte with its unit tuned on the shared size grid (in the authors' code the unit is
     the same setting as ByteScheduler's partition)."""
