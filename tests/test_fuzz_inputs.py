@@ -244,3 +244,26 @@ def test_version(run_cli) -> None:
 
     code, out, _ = run_cli("--version")
     assert code == 0 and __version__ in out
+
+
+@pytest.mark.parametrize("backward", [0, None])
+def test_chain_with_zero_costs_plans_or_refuses(run_cli, tmp_path: Path,
+                                                backward: float | None) -> None:
+    """A chain whose backward costs are all zero (or whose forward costs are all zero) gives a
+    finite plan for every planner and recomputation mode, or a clean refusal; never a
+    ZeroDivisionError."""
+    blocks = [{"name": "a", "forward_flops": 1e9}, {"name": "b", "forward_flops": 0}]
+    for block in blocks:
+        if backward is not None:
+            block["backward_flops"] = backward
+    path = tmp_path / "zero.json"
+    path.write_text(json.dumps({"blocks": blocks}))
+    code, out, err = run_cli("pipeline", "plan", "--model", str(path), "--devices", "1x8-NVLink",
+                             "--planner", "all", "--microbatches", "4", "--json")
+    assert code == 0, err
+    _clean(code, out, err)
+    path.write_text(json.dumps({"blocks": [{"name": "a", "forward_flops": 0,
+                                            "backward_flops": 0}]}))
+    code, out, err = run_cli("pipeline", "plan", "--model", str(path), "--devices", "1x8-NVLink",
+                             "--json")
+    assert code == 2 and "forward_flops" in err

@@ -117,9 +117,9 @@ class Chain:
                  "full": np.minimum(base.input_bytes, base.stash_bytes)}[mode]
         extra = base.forward_flops if mode == "full" else base.recompute_flops
         fraction = base.input_grad_fraction
-        if fraction is not None:  # the recomputed forward runs before the input gradient
-            total = float(base.backward_flops.sum())
-            fraction = (float(extra.sum()) + fraction * total) / (total + float(extra.sum()))
+        total, added = float(base.backward_flops.sum()), float(extra.sum())
+        if fraction is not None and total > 0:  # recomputation runs before the input gradient
+            fraction = (added + fraction * total) / (total + added)
         return replace(base, stash_bytes=stash, backward_flops=base.backward_flops + extra,
                        input_grad_fraction=fraction, recompute=mode, origin=base)
 
