@@ -1,8 +1,9 @@
-"""A sweep killed with SIGKILL mid-way keeps every committed row, and ``--resume`` completes it
-to exactly the table an uninterrupted run produces."""
+"""A sweep killed with SIGKILL mid-way keeps every committed row, leaves no worker process
+behind, and ``--resume`` completes it to exactly the table an uninterrupted run produces."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -36,9 +37,23 @@ def _stored(path: Path) -> int:
         return 0
 
 
-def _kill_midway(grid: Path, db: Path) -> int:
-    """Start the CLI in its own process group, SIGKILL the whole group (driver and workers)
-    once a few rows are committed; the number of rows stored at that moment."""
+def _live_in_group(group: int) -> list[int]:
+    """Processes of process group ``group`` that are not zombies (Linux /proc)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            live.append(int(stat.parent.name))
+    return live
+
+
+def _kill_midway(grid: Path, db: Path) -> tuple[int, list[int]]:
+    """Start the CLI in its own process group and SIGKILL only the driver once a few rows are
+    committed (as ``kill -9 PID`` does); the rows stored then, and the processes of its group
+    (pool workers, fork server) still alive 60 s later (they must notice and exit)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "dlsched", "sweep", str(grid), "--db", str(db), "--jobs", "1",
          "--batch-size", "1", "--quiet"],
@@ -48,10 +63,17 @@ def _kill_midway(grid: Path, db: Path) -> int:
     try:
         while _stored(db) < 3 and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
-    finally:
-        os.killpg(process.pid, signal.SIGKILL)
+        process.kill()
         process.wait()
-    return _stored(db)
+        stored = _stored(db)
+        deadline = time.monotonic() + 60
+        while _live_in_group(process.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = _live_in_group(process.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return stored, left
 
 
 def test_kill_9_then_resume_equals_uninterrupted(tmp_path, run_cli) -> None:
@@ -60,8 +82,9 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, run_cli) -> None:
     grid = tmp_path / "grid.json"
     grid.write_text(json.dumps(GRID))
     db = tmp_path / "killed.db"
-    before = _kill_midway(grid, db)
+    before, orphans = _kill_midway(grid, db)
     assert 3 <= before < TOTAL, f"kill landed at {before} of {TOTAL} rows"
+    assert not orphans, f"processes {orphans} outlived the killed driver"
     code, _, err = run_cli("sweep", str(grid), "--db", str(db), "--jobs", "1", "--resume",
                              "--quiet")
     assert code == 0, err

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dlsched.errors import ConfigError
@@ -40,6 +43,35 @@ def default_workers() -> int:
         os.cpu_count() or 1)
 
 
+def _driver_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
+
+
+def _watch_driver(pid: int, period_s: float = 0.5) -> None:
+    """Pool-worker initializer: exit this worker once the driving process ``pid`` is gone.
+
+    A driver killed with SIGKILL cannot shut its pool down, and the workers, which hold both
+    ends of their task queue, would otherwise wait for tasks forever."""
+
+    def watch() -> None:
+        while _driver_alive(pid):
+            time.sleep(period_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="dlsched-driver-watch", daemon=True).start()
+
+
 @contextmanager
 def _process_pool(workers: int, address: str | None) -> Iterator[Engine]:
     if address is not None:
@@ -47,7 +79,8 @@ def _process_pool(workers: int, address: str | None) -> Iterator[Engine]:
                           "--executor dask or ray to reach a cluster")
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     pool = ProcessPoolExecutor(max_workers=workers,
-                               mp_context=multiprocessing.get_context(method))
+                               mp_context=multiprocessing.get_context(method),
+                               initializer=_watch_driver, initargs=(os.getpid(),))
     try:
         yield Engine(pool, workers, f"local process pool, {workers} workers")
     finally:

@@ -154,11 +154,13 @@ def iter_sweep(job: SweepJob, store: ResultStore, engine: Engine, todo: list[Tas
 
 def estimate_seconds(job: SweepJob, tasks: list[Task], sample: int = 3) -> float:
     """Mean wall seconds per scenario, measured by running up to ``sample`` scenarios spread
-    over ``tasks`` here, serially (0 when there is nothing to run)."""
+    over ``tasks`` here, serially, after one untimed warm-up run (lazy imports and caches that
+    a worker pays once, not per scenario); 0 when there is nothing to run."""
     if not tasks:
         return 0.0
     chosen = [tasks[round(i * (len(tasks) - 1) / max(sample - 1, 1))]
               for i in range(min(sample, len(tasks)))]
+    evaluate_batch(job.evaluate, job.metrics, chosen[:1])
     start = time.perf_counter()
     evaluate_batch(job.evaluate, job.metrics, chosen)
     return (time.perf_counter() - start) / len(chosen)
