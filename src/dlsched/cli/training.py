@@ -29,7 +29,7 @@ from dlsched.training import (
     TRAINING_POLICIES,
     WORKLOADS,
     get_workload,
-    run_training,
+    run_policies,
 )
 from dlsched.training.astra import workload_from_astra
 from dlsched.validation import CHUNKS, CONCURRENCY, check_output_paths, count
@@ -98,9 +98,11 @@ def train(
     names = parse_names(policy, [*TRAINING_POLICIES, *POLICY_ALIASES], "policy")
     job = get_workload(workload, net.num_npus) if astra_workload is None else \
         workload_from_astra(read_astra_workload(astra_workload), net, astra_workload.stem)
-    results = [run_training(job, net, name, iterations, chunks, concurrency) for name in names]
-    baseline = run_training(job, net, "baseline", iterations, chunks, concurrency) \
-        if "baseline" not in names else results[names.index("baseline")]
+    wanted = names if "baseline" in names else [*names, "baseline"]
+    results = run_policies(job, net, wanted, iterations, chunks, concurrency,
+                           record=trace is not None or plot is not None)
+    baseline = results[wanted.index("baseline")]
+    results = results[:len(names)]
     rows = [r.row() | {"latency": latency,
                        "speedup_vs_baseline": baseline.iteration_s / r.iteration_s}
             for r in results]

@@ -3,8 +3,9 @@
 Every dimension has ``concurrency`` slots and a queue of waiting chunk-stages. A stage holds a
 slot for its fixed latency (steps x step latency, no bandwidth used) and then for its transfer,
 which shares the dimension's bandwidth equally with the other transfers in flight (processor
-sharing, ``sim.SharedChannel``). A free slot takes the waiting stage with the smallest key
-``(priority, size key, arrival)``: the priority its collective was given (lower runs first; 0
+sharing, ``sim.SharedChannel``; with one slot the transfer is alone and the whole stage is one
+event). A free slot takes the waiting stage with the smallest key ``(priority, size key,
+arrival)``: the priority its collective was given (lower runs first; 0
 for all by default), then — under SCF (smallest chunk first) — the bytes the stage sends, else
 nothing, then arrival order. A single collective and a whole training iteration's collectives
 run on the same model; the training layer issues collectives while the engine runs.
@@ -41,6 +42,7 @@ class FlowStage:
 @dataclass(slots=True)
 class _Flow:
     stages: Sequence[FlowStage]
+    costs: list[float]
     priority: float
     on_done: Callable[[], None] | None
     args: Mapping[str, Any]
@@ -54,7 +56,9 @@ def dim_resource(topology: Topology, dim: int) -> str:
 
 
 class Network:
-    """The dimensions of ``topology`` as shared resources driven by ``engine``."""
+    """The dimensions of ``topology`` as shared resources driven by ``engine``. ``transfers``
+    lists (dimension, start s, end s, bytes sent) of every finished stage, also when ``record``
+    is off (``spans`` then stays empty)."""
 
     def __init__(self, engine: Engine, topology: Topology, concurrency: int = 1,
                  intra: IntraPolicy = IntraPolicy.FIFO, record: bool = True) -> None:
@@ -63,11 +67,14 @@ class Network:
         self.record = record
         self.scf = intra is IntraPolicy.SCF
         self.channels = [SharedChannel(engine, d.bandwidth) for d in topology.dims]
+        self.bandwidths = [d.bandwidth for d in topology.dims]
+        self.exclusive = concurrency == 1
         self.free = [concurrency] * len(topology.dims)
         self.queues: list[list[tuple[float, float, int, _Flow]]] = [[] for _ in topology.dims]
         self.resources = [dim_resource(topology, d) for d in range(len(topology.dims))]
-        self.load = np.zeros(len(topology.dims))
+        self.load = [0.0] * len(topology.dims)
         self.spans: list[Span] = []
+        self.transfers: list[tuple[int, float, float, float]] = []
         self._arrivals = 0
 
     def submit(self, flows: Sequence[Sequence[FlowStage]], priority: float = 0.0,
@@ -77,11 +84,13 @@ class Network:
         """Queue every flow (a chunk's stages, in order) now; ``on_done[i]()`` runs when flow
         ``i`` finishes its last stage. ``args``/``labels`` annotate the recorded spans."""
         touched = set()
+        load, bandwidths = self.load, self.bandwidths
         for index, stages in enumerate(flows):
-            flow = _Flow(stages, priority, on_done[index] if on_done else None,
+            costs = [stage.latency + stage.sent / bandwidths[stage.dim] for stage in stages]
+            flow = _Flow(stages, costs, priority, on_done[index] if on_done else None,
                          args[index] if args else {}, labels[index] if labels else "")
-            for stage in stages:
-                self.load[stage.dim] += self._cost(stage)
+            for stage, cost in zip(stages, costs, strict=True):
+                load[stage.dim] += cost
             touched.add(self._enqueue(flow))
         for dim in sorted(touched):
             self._dispatch(dim)
@@ -89,10 +98,7 @@ class Network:
     def pending_load(self) -> np.ndarray:
         """Predicted seconds of work (latency + bytes / bandwidth) each dimension still has to
         do for every queued or running stage and every later stage of unfinished chunks."""
-        return self.load.copy()
-
-    def _cost(self, stage: FlowStage) -> float:
-        return stage.latency + stage.sent / self.channels[stage.dim].bandwidth
+        return np.array(self.load)
 
     def _enqueue(self, flow: _Flow) -> int:
         stage = flow.stages[flow.position]
@@ -102,12 +108,19 @@ class Network:
         return stage.dim
 
     def _dispatch(self, dim: int) -> None:
-        queue = self.queues[dim]
-        while self.free[dim] and queue:
+        queue, free = self.queues[dim], self.free
+        while free[dim] and queue:
             flow = heapq.heappop(queue)[3]
-            self.free[dim] -= 1
+            free[dim] -= 1
             stage = flow.stages[flow.position]
-            self.engine.after(stage.latency, self._transfer, flow, self.engine.now)
+            now = self.engine.now
+            if self.exclusive:
+                # One slot: the transfer runs alone, so it ends after its latency and its
+                # bytes at the full bandwidth (one event instead of three).
+                self.engine.at(now + stage.latency + stage.sent / self.bandwidths[dim],
+                               self._finish, flow, now)
+            else:
+                self.engine.after(stage.latency, self._transfer, flow, now)
 
     def _transfer(self, flow: _Flow, start: float) -> None:
         stage = flow.stages[flow.position]
@@ -115,7 +128,8 @@ class Network:
 
     def _finish(self, flow: _Flow, start: float) -> None:
         stage = flow.stages[flow.position]
-        self.load[stage.dim] -= self._cost(stage)
+        self.load[stage.dim] -= flow.costs[flow.position]
+        self.transfers.append((stage.dim, start, self.engine.now, stage.sent))
         if self.record:
             self.spans.append(Span(
                 resource=self.resources[stage.dim], start=start, end=self.engine.now,

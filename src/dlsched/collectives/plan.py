@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import lru_cache
 
 from dlsched.collectives.algorithms import Phase, data_after, stage_bytes, stage_data
 from dlsched.hardware.topology import Topology
@@ -95,6 +96,7 @@ def route_stage_data(topology: Topology, op: CollectiveOp,
     return result
 
 
+@lru_cache(maxsize=1 << 12)
 def route_from_order(op: CollectiveOp, order: tuple[int, ...],
                      ag_order: tuple[int, ...] | None = None) -> tuple[Stage, ...]:
     """Stages for a dimension order: RS/AG/A2A over ``order``; All-Reduce adds AG over

@@ -10,11 +10,19 @@ by arrival). All chunks are ready at time 0, in chunk order.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from dlsched.collectives.algorithms import stage_latency
 from dlsched.collectives.network import FlowStage, Network
 from dlsched.collectives.network import dim_resource as network_dim_resource
-from dlsched.collectives.plan import CollectivePlan, route_stage_data
+from dlsched.collectives.plan import (
+    ChunkRoute,
+    CollectiveOp,
+    CollectivePlan,
+    Stage,
+    route_stage_data,
+)
+from dlsched.hardware.topology import Topology
 from dlsched.sim.engine import Engine
 from dlsched.sim.timeline import Timeline
 
@@ -37,14 +45,18 @@ def plan_flows(plan: CollectivePlan,
                dim_map: tuple[int, ...] | None = None) -> list[list[FlowStage]]:
     """Each chunk's stages as flows; ``dim_map[i]`` is the physical dimension that the plan's
     dimension ``i`` runs on (identity by default)."""
-    net = plan.topology
-    flows = []
-    for route in plan.routes:
-        flows.append([FlowStage(stage.dim if dim_map is None else dim_map[stage.dim],
-                                stage_latency(net.dims[stage.dim], stage.phase), sent,
-                                stage.phase.value)
-                      for stage, _, sent in route_stage_data(net, plan.op, route)])
-    return flows
+    return [list(_route_flow(plan.topology, plan.op, route.size, route.stages, dim_map))
+            for route in plan.routes]
+
+
+@lru_cache(maxsize=1 << 16)
+def _route_flow(topology: Topology, op: CollectiveOp, size: int, stages: tuple[Stage, ...],
+                dim_map: tuple[int, ...] | None) -> tuple[FlowStage, ...]:
+    """The flow of one chunk route (cached: the chunks of a collective share a few routes)."""
+    return tuple(FlowStage(stage.dim if dim_map is None else dim_map[stage.dim],
+                           stage_latency(topology.dims[stage.dim], stage.phase), sent,
+                           stage.phase.value)
+                 for stage, _, sent in route_stage_data(topology, op, ChunkRoute(0, size, stages)))
 
 
 def execute_plan(plan: CollectivePlan, record: bool = True) -> Execution:

@@ -17,7 +17,7 @@ from typing import Any
 
 from dlsched.experiments.themis import TOPOLOGIES
 from dlsched.hardware import load_topology
-from dlsched.training import get_workload, run_training
+from dlsched.training import get_workload, run_policies
 
 WORKLOADS = ("resnet152", "gnmt", "dlrm", "transformer-1t")
 POLICIES = ("baseline", "themis", "themis-inflight", "dlsched", "ideal")
@@ -56,11 +56,10 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
     net = load_topology(scenario.topology).with_latency_scale(
         LATENCY_SETTINGS[scenario.latency])
     workload = get_workload(scenario.workload, net.num_npus)
-    rows = []
-    for policy in POLICIES:
-        result = run_training(workload, net, policy, scenario.iterations, scenario.chunks)
-        rows.append(result.row() | {"topology": scenario.topology,
-                                    "latency": scenario.latency, "chunks": scenario.chunks})
+    rows = [result.row() | {"topology": scenario.topology, "latency": scenario.latency,
+                            "chunks": scenario.chunks}
+            for result in run_policies(workload, net, POLICIES, scenario.iterations,
+                                       scenario.chunks, record=False)]
     baseline = rows[0]["iteration_s"]
     for row in rows:
         row["speedup_vs_baseline"] = baseline / row["iteration_s"]

@@ -3,7 +3,7 @@
 from dlsched.training.groups import SubTopology, subtopology
 from dlsched.training.iteration import IterationRun, simulate_iterations
 from dlsched.training.policies import POLICY_ALIASES, TRAINING_POLICIES, TrainingPolicy
-from dlsched.training.run import TrainingResult, run_training
+from dlsched.training.run import TrainingResult, run_policies, run_training
 from dlsched.training.workload import Comm, Workload, WorkloadLayer
 from dlsched.training.workloads import WORKLOADS, get_workload
 
@@ -19,6 +19,7 @@ __all__ = [
     "Workload",
     "WorkloadLayer",
     "get_workload",
+    "run_policies",
     "run_training",
     "simulate_iterations",
     "subtopology",

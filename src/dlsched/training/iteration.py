@@ -36,12 +36,16 @@ _PHASE_TASK = {"forward": "F", "input_grad": "IG", "weight_grad": "WG", "update"
 
 @dataclass(frozen=True)
 class IterationRun:
-    """A simulated run: its timeline and the start time (s) of every iteration's first forward
-    (``iterations + 1`` values)."""
+    """A simulated run: its timeline (empty unless recorded), the start time (s) of every
+    iteration's first forward (``iterations + 1`` values), engine events, the (start, end) of
+    every collective and the (dimension, start, end, bytes) of every stage on the network (s, B),
+    the latter two kept also when the timeline is not recorded."""
 
     timeline: Timeline
     starts: tuple[float, ...]
     events: int
+    collectives: tuple[tuple[float, float], ...] = ()
+    transfers: tuple[tuple[int, float, float, float], ...] = ()
 
     @property
     def periods(self) -> list[float]:
@@ -122,6 +126,7 @@ class _Run:
         self.busy = False
         self.starts: list[float] = []
         self.spans: list[Span] = []
+        self.collectives: list[tuple[float, float]] = []
 
     def _static_order(self, iterations: int) -> list[tuple[int, str, int]]:
         layers = range(len(self.workload.layers))
@@ -155,7 +160,8 @@ class _Run:
         self._try_compute()
         self.engine.run()
         spans = self.spans + self.network.spans
-        return IterationRun(Timeline(spans), tuple(self.starts), self.engine.events_processed)
+        return IterationRun(Timeline(spans), tuple(self.starts), self.engine.events_processed,
+                            tuple(self.collectives), tuple(self.network.transfers))
 
     def _try_compute(self) -> None:
         if self.busy:
@@ -236,6 +242,7 @@ class _Run:
 
     def _collective_done(self, site: _CommSite, k: int, consumer: tuple[int, str, int] | None,
                          start: float) -> None:
+        self.collectives.append((start, self.engine.now))
         if self.record:
             comm = site.comm
             self.spans.append(Span(

@@ -137,7 +137,8 @@ def _plan_flows(sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
     topology = sub.topology
     assert topology is not None
     sizes = equal_chunks(size, max(1, min(chunks, size)))
-    orders = source(topology, op, sizes, offset)
+    orders = source(topology, op, sizes, offset) if len(topology.dims) > 1 \
+        else [(0,)] * len(sizes)
     routes = tuple(ChunkRoute(i, s, route_from_order(op, o))
                    for i, (s, o) in enumerate(zip(sizes, orders, strict=True)))
     return plan_flows(CollectivePlan(topology, op, size, routes), sub.dim_map)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import Topology
 from dlsched.sim.timeline import Timeline, _union_length
-from dlsched.training.iteration import COLLECTIVES, IterationRun, simulate_iterations
-from dlsched.training.policies import DLSCHED_CANDIDATES, POLICY_ALIASES, TRAINING_POLICIES
+from dlsched.training.iteration import IterationRun, simulate_iterations
+from dlsched.training.policies import (
+    DLSCHED_CANDIDATES,
+    POLICY_ALIASES,
+    TRAINING_POLICIES,
+    TrainingPolicy,
+)
 from dlsched.training.workload import Workload
 
 
@@ -53,41 +59,69 @@ class TrainingResult:
 
 def _dimension_utilization(run: IterationRun, topology: Topology) -> tuple[tuple[str, float], ...]:
     """Bytes each dimension moved in the last iteration / (bandwidth x time during which some
-    collective was pending in it); spans crossing the window count pro rata."""
+    collective was pending in it); stages crossing the window count pro rata."""
     start, end = run.starts[-2], run.starts[-1]
-    pending = _union_length([(max(s.start, start), min(s.end, end))
-                             for s in run.timeline.spans
-                             if s.resource == COLLECTIVES and s.end > start and s.start < end])
-    result = []
-    for index, dim in enumerate(topology.dims):
-        name = f"dim{index + 1} {dim.short_name}"
-        moved = 0.0
-        for span in run.timeline.spans:
-            if span.resource == name and span.end > start and span.start < end:
-                inside = min(span.end, end) - max(span.start, start)
-                moved += span.num_bytes * (inside / span.duration if span.duration > 0 else 1)
-        result.append((name, moved / (dim.bandwidth * pending) if pending > 0 else 0.0))
-    return tuple(result)
+    pending = _union_length([(max(a, start), min(b, end)) for a, b in run.collectives
+                             if b > start and a < end])
+    moved = [0.0] * len(topology.dims)
+    for dim, a, b, sent in run.transfers:
+        if b > start and a < end:
+            moved[dim] += sent * ((min(b, end) - max(a, start)) / (b - a) if b > a else 1.0)
+    return tuple((f"dim{index + 1} {dim.short_name}",
+                  moved[index] / (dim.bandwidth * pending) if pending > 0 else 0.0)
+                 for index, dim in enumerate(topology.dims))
 
 
-def run_training(workload: Workload, topology: Topology, policy: str = "dlsched",
-                 iterations: int = 2, chunks: int = 64, concurrency: int = 1) -> TrainingResult:
-    """Simulate ``iterations`` iterations of ``workload`` on ``topology`` under ``policy``
-    (``baseline``, ``themis``, ``themis-inflight``, ``dlsched``/``ours`` or ``ideal``) with
-    ``chunks`` chunks per collective and ``concurrency`` chunks per dimension at once."""
-    name = POLICY_ALIASES.get(policy, policy)
-    if name not in TRAINING_POLICIES:
-        raise ConfigError(f"policy: unknown training policy {policy!r}; accepted: "
-                          + ", ".join([*TRAINING_POLICIES, *POLICY_ALIASES]))
+def _check(policies: Sequence[str], iterations: int, chunks: int, concurrency: int) -> list[str]:
+    names = [POLICY_ALIASES.get(policy, policy) for policy in policies]
+    for policy, name in zip(policies, names, strict=True):
+        if name not in TRAINING_POLICIES:
+            raise ConfigError(f"policy: unknown training policy {policy!r}; accepted: "
+                              + ", ".join([*TRAINING_POLICIES, *POLICY_ALIASES]))
     if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
         raise ConfigError(f"iterations: must be an integer >= 1 (got {iterations!r})")
     if not isinstance(chunks, int) or chunks < 1:
         raise ConfigError(f"chunks: must be an integer >= 1 (got {chunks!r})")
     if not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"concurrency: must be an integer >= 1 (got {concurrency!r})")
-    candidates = DLSCHED_CANDIDATES if name == "dlsched" else (TRAINING_POLICIES[name],)
-    runs = [(simulate_iterations(workload, topology, candidate, iterations, chunks, concurrency),
-             candidate.name) for candidate in candidates]
-    run, plan = min(runs, key=lambda pair: pair[0].periods[-1])
-    return TrainingResult(workload, topology, name, run, run.periods[-1], workload.compute_s,
-                          _dimension_utilization(run, topology), plan)
+    return names
+
+
+def run_policies(workload: Workload, topology: Topology, policies: Sequence[str],
+                 iterations: int = 2, chunks: int = 64, concurrency: int = 1,
+                 record: bool = True) -> list[TrainingResult]:
+    """``run_training`` for several policies at once; a setting shared by two of them (Themis
+    as published is one of ``dlsched``'s candidates) is simulated once. Candidates are
+    simulated without a timeline; with ``record`` the kept one is simulated again with it."""
+    names = _check(policies, iterations, chunks, concurrency)
+    runs: dict[TrainingPolicy, IterationRun] = {}
+
+    def simulate(candidate: TrainingPolicy) -> IterationRun:
+        key = replace(candidate, name="")
+        if key not in runs:
+            runs[key] = simulate_iterations(workload, topology, candidate, iterations, chunks,
+                                            concurrency, record=False)
+        return runs[key]
+
+    results = []
+    for name in names:
+        candidates = DLSCHED_CANDIDATES if name == "dlsched" else (TRAINING_POLICIES[name],)
+        best = min(candidates, key=lambda candidate: simulate(candidate).periods[-1])
+        run = simulate(best)
+        if record:
+            run = simulate_iterations(workload, topology, best, iterations, chunks, concurrency)
+        results.append(TrainingResult(workload, topology, name, run, run.periods[-1],
+                                      workload.compute_s, _dimension_utilization(run, topology),
+                                      best.name))
+    return results
+
+
+def run_training(workload: Workload, topology: Topology, policy: str = "dlsched",
+                 iterations: int = 2, chunks: int = 64, concurrency: int = 1,
+                 record: bool = True) -> TrainingResult:
+    """Simulate ``iterations`` iterations of ``workload`` on ``topology`` under ``policy``
+    (``baseline``, ``themis``, ``themis-inflight``, ``dlsched``/``ours`` or ``ideal``) with
+    ``chunks`` chunks per collective and ``concurrency`` chunks per dimension at once;
+    ``record=False`` leaves the timeline empty (the numbers are the same)."""
+    return run_policies(workload, topology, [policy], iterations, chunks, concurrency,
+                        record)[0]

@@ -12,6 +12,7 @@ each dimension (bytes sent / bandwidth) is then added to the tracker.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from dlsched.collectives.algorithms import stage_bytes, stage_data, stage_latency
 from dlsched.collectives.plan import (
@@ -52,11 +53,19 @@ def themis_orders(topology: Topology, op: CollectiveOp, chunk_sizes: list[int],
             descending = op is CollectiveOp.ALL_GATHER
             order = tuple(sorted(range(len(dims)), key=lambda d: (load[d], d),
                                  reverse=descending))
-        for stage, _, sent in route_stage_data(topology, op, ChunkRoute(0, size,
-                                               route_from_order(op, order))):
-            load[stage.dim] += sent / dims[stage.dim].bandwidth
+        for dim, seconds in _chunk_load(topology, op, size, order):
+            load[dim] += seconds
         orders.append(order)
     return orders
+
+
+@lru_cache(maxsize=1 << 14)
+def _chunk_load(topology: Topology, op: CollectiveOp, size: int,
+                order: tuple[int, ...]) -> tuple[tuple[int, float], ...]:
+    """(dimension, predicted transfer seconds) of each stage of a chunk of ``size`` bytes."""
+    route = ChunkRoute(0, size, route_from_order(op, order))
+    return tuple((stage.dim, sent / topology.dims[stage.dim].bandwidth)
+                 for stage, _, sent in route_stage_data(topology, op, route))
 
 
 def themis_plan(request: CollectiveRequest) -> CollectivePlan:
