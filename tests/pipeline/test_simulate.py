@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from pipeline_cases import one_gpu_stages, uniform_problem
 
@@ -16,7 +18,12 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.schedules import gpipe_orders, one_f_one_b_orders, zb_h1_orders
+from dlsched.pipeline.schedules import (
+    gpipe_orders,
+    one_f_one_b_orders,
+    zb_h1_orders,
+    zb_h2_orders,
+)
 
 
 def _spans(result, resource: str) -> list[tuple[str, float, float]]:
@@ -50,12 +57,16 @@ def test_two_stage_two_microbatch_1f1b_by_hand() -> None:
     assert result.iteration_s == pytest.approx(11.0)
 
 
-def test_transfers_share_a_link() -> None:
-    """Two activations overlapping on one link each get half its bandwidth."""
-    problem = uniform_problem(2, 2, f=0.5, act=1e9)
+@pytest.mark.parametrize(("network", "expected"), [
+    ("ps", [("activation 1F0", 0.5, 2.0), ("activation 1F1", 1.0, 2.5)]),
+    ("fifo", [("activation 1F0", 0.5, 1.5), ("activation 1F1", 1.0, 2.5)])])
+def test_transfers_share_a_link(network: str, expected: list) -> None:
+    """Two activations overlapping on one link: under processor sharing each gets half its
+    bandwidth while both move; FIFO (one stream per GPU) sends the second after the first
+    (its span starts when it was issued)."""
+    problem = replace(uniform_problem(2, 2, f=0.5, act=1e9), network=network)
     result = simulate(problem, _plan(problem, gpipe_orders, 2))
-    assert _spans(result, "link 0->1") == [("activation 1F0", 0.5, 2.0),
-                                           ("activation 1F1", 1.0, 2.5)]
+    assert _spans(result, "link 0->1") == expected
 
 
 @pytest.mark.parametrize("make", [gpipe_orders, one_f_one_b_orders])
@@ -133,3 +144,24 @@ def test_zb_h1_closed_form(p: int, m: int) -> None:
     result = simulate(problem, _plan(problem, zb_h1_orders, p))
     assert result.iteration_s == pytest.approx(3.0 * m + (p - 1))
     assert max(result.peak_memory) == p
+
+
+@pytest.mark.parametrize(("p", "m"), [(4, 8), (8, 16), (3, 12)])
+@pytest.mark.parametrize("transfer", [0.0, 0.3, 1.0])
+def test_zb_h2_closed_form(p: int, m: int, transfer: float) -> None:
+    """ZB-H2 with F = I = W = 1 s and transfers of ``c`` s: the extra warm-up forwards cover
+    every round trip, so each stage is busy from its first forward on and the iteration is
+    m(F+I+W) + (p-1)(F+2c) (the paper's parallelogram plus the head and the last gradient's
+    way back); stage s holds its 2(p-s)-1 warm-up microbatches plus s whose W is deferred
+    (2p-1 on the first stage, the paper's about 2p); ZB-H1 is never faster and, with
+    transfers, slower."""
+    chain = synthetic_chain([1.0] * p, [2.0] * p, [transfer * 1e9] * p, stash_bytes=[1.0] * p,
+                            split=True)
+    graph = server_graph("g", [(p, 1e12, 2**30, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, m)
+    result = simulate(problem, _plan(problem, zb_h2_orders, p))
+    assert result.iteration_s == pytest.approx(3.0 * m + (p - 1) * (1 + 2 * transfer))
+    assert list(result.peak_memory) == [2 * p - 1 - s for s in range(p)]
+    h1 = simulate(problem, _plan(problem, zb_h1_orders, p)).iteration_s
+    assert h1 >= result.iteration_s - 1e-9
+    assert (h1 > result.iteration_s + 0.1) == (transfer > 0)

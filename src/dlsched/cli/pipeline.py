@@ -34,6 +34,7 @@ from dlsched.hardware.device_graph import load_devices as load_graph
 from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
 from dlsched.pipeline.memory_model import RECOMPUTE_MODES, MemoryModel
 from dlsched.pipeline.model_source import load_chain
+from dlsched.pipeline.network import NETWORK_MODES, check_network
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
 from dlsched.report import Column, render_table
@@ -56,6 +57,8 @@ SUMMARY_COLUMNS = [
     Column("speedup_vs_first", "speedup vs first planner", as_ratio),
 ]
 ORDER_PREVIEW = 16
+NETWORK_HELP = ("How transfers share links and per-GPU NICs: fifo (one transfer at a time per "
+                "stream, as NCCL) or ps (processor sharing).")
 
 pipeline_app = typer.Typer(help="Synchronous pipeline planning (partition, mapping, schedule).",
                            no_args_is_help=True)
@@ -135,6 +138,7 @@ def plan(
     state_bytes: Annotated[float, typer.Option(help="Weights+gradients+optimizer state, bytes "
                                                "per parameter of zoo models (16: "
                                                "mixed-precision Adam).")] = 16.0,
+    network: Annotated[str, typer.Option(help=NETWORK_HELP)] = "fifo",
 ) -> None:
     """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound.
 
@@ -148,11 +152,12 @@ def plan(
         check_output_path(save, "--save", (".json",))
     MICROBATCHES.check(microbatches, "--microbatches")
     BATCH.check(microbatch_size, "--microbatch-size")
+    check_network(network)
     names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "--planner")
     modes = RECOMPUTE_MODES if recompute == "all" else tuple(
         parse_names(recompute, RECOMPUTE_MODES, "--recompute"))
     chain = load_chain(model, microbatch_size, MemoryModel(precision, state_bytes))
-    problem = PipelineProblem(chain, load_graph(devices), microbatches, modes)
+    problem = PipelineProblem(chain, load_graph(devices), microbatches, modes, network)
     progress = progress_bar("planning", json_out or len(names) == 1)
     results = [run_planner(problem, name, plan_dlsched_for_torch
                            if for_torch and name == "dlsched" else None)
@@ -170,7 +175,7 @@ def plan(
     render_table(rows, SUMMARY_COLUMNS, f"{problem.chain.name} ({problem.chain.num_blocks} "
                  f"blocks), {microbatches} microbatches of {microbatch_size}, on "
                  f"{problem.graph.describe()}; memory: {chain.memory_note or 'chain file'}, "
-                 f"recomputation allowed: {', '.join(modes)}", console)
+                 f"recomputation allowed: {', '.join(modes)}; network: {network}", console)
     console.print(_stage_table(results[0]))
     console.print(_order_table(results[0]))
     _write_outputs(results, outputs)
@@ -188,6 +193,7 @@ def devices_command() -> None:
 
 
 REPRODUCE_COLUMNS = [
+    Column("network", "network", justify="left"),
     Column("model", "model", justify="left"),
     Column("devices", "devices", justify="left"),
     Column("recompute_allowed", "recompute allowed", justify="left"),
@@ -215,6 +221,8 @@ def reproduce_pipeline(
     address: AddressOption = None,
     db: DbOption = None,
     resume: ResumeOption = False,
+    network: Annotated[str, typer.Option(help=NETWORK_HELP + " Or both (the default): every "
+                                         "scenario under each.")] = "both",
 ) -> None:
     """Zoo models on homogeneous and heterogeneous GPUs, every planner, speedup of dlsched
     over each baseline beside the paper's "up to 157%" (2.57x).
@@ -222,7 +230,9 @@ def reproduce_pipeline(
     Prints one row per (scenario, planner) and the per-baseline summary; --json prints
     {"rows", "summary"}; --csv writes the rows."""
     outputs = Outputs(json_out, csv)
-    rows = reproduction_rows("pipeline", experiment.SCENARIOS, experiment.run_scenario,
+    networks = NETWORK_MODES if network == "both" else (check_network(network),)
+    rows = reproduction_rows("pipeline", experiment.with_networks(networks),
+                             experiment.run_scenario,
                              executor, workers, address, db, resume, json_out)
     summary = experiment.summarize(rows)
     if not json_out:

@@ -8,7 +8,9 @@ dlsched's (dlsched's speedup over it, > 1 when dlsched is faster).
 Every baseline searches its own configuration space (``pipeline.baselines``) and its row names
 the configuration it chose; dlsched's candidates include the baselines' plans (so it is never
 slower by construction), which ``run_scenario`` hands it instead of planning them twice.
-Scenarios with ``recompute`` restricted force that recomputation mode on every planner.
+Scenarios with ``recompute`` restricted force that recomputation mode on every planner. Every
+scenario runs under a network mode (``pipeline.network``): FIFO streams (default) or processor
+sharing; ``with_networks`` makes the rows for both.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Scenario:
     devices: str
     microbatches: int
     recompute: tuple[str, ...] = RECOMPUTE_MODES
+    network: str = "fifo"
 
     @property
     def label(self) -> str:
@@ -60,7 +63,17 @@ SCENARIOS = (
     Scenario("gpt3-175b", 1, "8x8-NVLink-200Gb", 32),
 )
 
+
+
+def with_networks(networks: tuple[str, ...],
+                  scenarios: tuple[Scenario, ...] = SCENARIOS) -> tuple[Scenario, ...]:
+    """Every scenario under each network mode, mode by mode."""
+    return tuple(replace(scenario, network=network) for network in networks
+                 for scenario in scenarios)
+
+
 SUMMARY_COLUMNS = [
+    Column("network", "network", justify="left"),
     Column("baseline", "baseline", justify="left"),
     Column("rows", "rows"),
     Column("mean_speedup", "geo-mean speedup", as_ratio),
@@ -75,7 +88,7 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
     ``error``). dlsched's ``planning_s`` includes the baselines' planning."""
     chain = load_chain(scenario.model, scenario.microbatch_size)
     problem = PipelineProblem(chain, load_devices(scenario.devices), scenario.microbatches,
-                              scenario.recompute)
+                              scenario.recompute, scenario.network)
     results: dict[str, PipelineResult | str] = {}
     for name in BASELINES:
         try:
@@ -90,7 +103,8 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
     for name, result in {"dlsched": ours, **results}.items():
         row = result.row() if isinstance(result, PipelineResult) else {
             "planner": name, "iteration_s": None, "bound_s": None, "error": result}
-        rows.append({"model": scenario.model, "devices": scenario.devices,
+        rows.append({"network": scenario.network, "model": scenario.model,
+                     "devices": scenario.devices,
                      "microbatch_size": scenario.microbatch_size,
                      "recompute_allowed": scenario.label, "memory": chain.memory_note} | row)
     ours = rows[0]["iteration_s"]
@@ -106,13 +120,14 @@ def reproduce(scenarios: tuple[Scenario, ...] | None = None) -> list[dict[str, A
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per baseline: geometric-mean, max and min speedup of dlsched, beside the paper's max."""
-    speedups: dict[str, list[float]] = defaultdict(list)
+    """Per network mode and baseline: geometric-mean, max and min speedup of dlsched, beside
+    the paper's max."""
+    speedups: dict[tuple[str, str], list[float]] = defaultdict(list)
     for row in rows:
         if row["planner"] in BASELINES and row.get("dlsched_speedup"):
-            speedups[row["planner"]].append(row["dlsched_speedup"])
-    return [{"baseline": name, "rows": len(values),
+            speedups[(row.get("network", "fifo"), row["planner"])].append(row["dlsched_speedup"])
+    return [{"network": network, "baseline": name, "rows": len(values),
              "mean_speedup": math.exp(sum(map(math.log, values)) / len(values)),
              "max_speedup": max(values), "min_speedup": min(values),
              "paper_max_speedup": PAPER_MAX_SPEEDUP}
-            for name, values in speedups.items()]
+            for (network, name), values in speedups.items()]

@@ -22,6 +22,9 @@ space; the chosen configuration is in ``plan.notes`` (schedule, pp, dp, tp, reco
   the PP x DP grid (every GPU used; microbatches need not be a multiple of PP).
 * ``zb-h1`` — ZB-H1 (Qi et al., ICLR 2024): split backward, W's deferred by the stage index
   (the paper's handcrafted order), PP x DP grid, warm-up lowered when memory requires.
+* ``zb-h2`` — ZB-H2 (same paper): ZB-H1 with ``2(p - s) - 1`` warm-up forwards on stage ``s``
+  (about 2p microbatches in flight on the first stage), same grid, warm-up lowered to what
+  memory holds. ZB-V (two stages per GPU in a V) is not a baseline: see docs/pipeline.md.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from dlsched.pipeline.schedules import (
     interleaved_orders,
     one_f_one_b_orders,
     zb_h1_orders,
+    zb_h2_orders,
 )
 from dlsched.pipeline.simulate import SimResult, simulate
 
@@ -76,12 +80,19 @@ def plan_1f1b(problem: PipelineProblem) -> PipelinePlan:
                      _fixed("1f1b", one_f_one_b_orders, True))
 
 
-def plan_zb_h1(problem: PipelineProblem) -> PipelinePlan:
-    """ZB-H1 on the PP x DP grid; needs a chain whose backward can be split."""
-    if problem.chain.input_grad_fraction is None:
-        raise ConfigError("zb-h1: the model's backward cannot be split into I and W "
-                          "(input_grad_fraction is unset)")
-    return best_plan(problem, "zb-h1", grid_points(problem), _fixed("zb-h1", zb_h1_orders, True))
+def _zero_bubble(name: str, orders: OrdersMaker) -> Callable[[PipelineProblem], PipelinePlan]:
+    def plan(problem: PipelineProblem) -> PipelinePlan:
+        if problem.chain.input_grad_fraction is None:
+            raise ConfigError(f"{name}: the model's backward cannot be split into I and W "
+                              "(input_grad_fraction is unset)")
+        return best_plan(problem, name, grid_points(problem), _fixed(name, orders, True))
+    plan.__doc__ = (f"{name.upper()} on the PP x DP grid, warm-up lowered when memory requires; "
+                    "needs a chain whose backward can be split.")
+    return plan
+
+
+plan_zb_h1 = _zero_bubble("zb-h1", zb_h1_orders)
+plan_zb_h2 = _zero_bubble("zb-h2", zb_h2_orders)
 
 
 def plan_interleaved(problem: PipelineProblem) -> PipelinePlan:

@@ -41,6 +41,7 @@ from dlsched.pipeline.schedules import (
     gpipe_orders,
     one_f_one_b_orders,
     zb_h1_orders,
+    zb_h2_orders,
 )
 from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, simulate
 
@@ -124,8 +125,8 @@ def _attempt(run: Callable[[], SimResult]) -> SimResult | None:
 
 def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
                         only: str | None = None) -> Iterator[SimResult]:
-    """Simulated schedules of one partition: list-scheduling rules, 1F1B, GPipe and ZB-H1
-    orders (only the schedule called ``only`` when given)."""
+    """Simulated schedules of one partition: list-scheduling rules, 1F1B, GPipe, ZB-H1 and
+    ZB-H2 orders (only the schedule called ``only`` when given)."""
     n, m = problem.graph.num_devices, problem.num_microbatches
     for rule in dispatch_rules(problem, stages):
         if only is not None and rule.name != only:
@@ -137,7 +138,7 @@ def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
             yield result
     fixed = [one_f_one_b_orders, gpipe_orders]
     if problem.chain.input_grad_fraction is not None:
-        fixed.append(zb_h1_orders)
+        fixed.extend((zb_h1_orders, zb_h2_orders))
     for orders in fixed:
         if only is not None and orders.__name__.removesuffix("_orders") != only:
             continue
@@ -240,9 +241,9 @@ def _refine_schedule(problem: PipelineProblem, plan: PipelinePlan) -> str:
     """The schedule refinement re-runs on neighbours: the one that produced ``plan`` when it
     is one of ours, else backward-first list scheduling."""
     ours = {rule.name for rule in dispatch_rules(problem, plan.stages)} | {
-        "one_f_one_b", "gpipe", "zb_h1"}
+        "one_f_one_b", "gpipe", "zb_h1", "zb_h2"}
     name = plan.notes.get("schedule", "")
-    name = {"1f1b": "one_f_one_b", "zb-h1": "zb_h1"}.get(name, name)
+    name = {"1f1b": "one_f_one_b", "zb-h1": "zb_h1", "zb-h2": "zb_h2"}.get(name, name)
     if name in ours:
         return name
     split = problem.chain.input_grad_fraction is not None

@@ -10,18 +10,21 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline.chain import Chain
 from dlsched.pipeline.memory_model import RECOMPUTE_MODES, check_recompute
+from dlsched.pipeline.network import check_network
 from dlsched.pipeline.plan import Stage
 
 
 @dataclass(frozen=True, eq=False)
 class PipelineProblem:
     """One planning instance; ``num_microbatches`` microbatches per iteration;
-    ``recompute_modes`` the activation recomputation modes planners may choose from."""
+    ``recompute_modes`` the activation recomputation modes planners may choose from;
+    ``network`` how transfers share the network (``pipeline.network``: fifo or ps)."""
 
     chain: Chain
     graph: DeviceGraph
     num_microbatches: int
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
+    network: str = "fifo"
 
     def __post_init__(self) -> None:
         if self.num_microbatches < 1:
@@ -31,6 +34,7 @@ class PipelineProblem:
                               + ", ".join(RECOMPUTE_MODES))
         for mode in self.recompute_modes:
             check_recompute(mode)
+        check_network(self.network)
         object.__setattr__(self, "_variants", {self.chain.recompute: self})
 
     def under(self, mode: str) -> PipelineProblem:
@@ -47,21 +51,21 @@ class PipelineProblem:
                 float(chain.backward_flops[stage.first:stage.last].sum()))
 
     def allreduce_time(self, stage: Stage) -> float:
-        """Seconds of a ring all-reduce of the stage's gradients over its replicas.
+        """Seconds of a ring all-reduce of the stage's gradients over its replicas, alone on
+        the network.
 
-        The ring visits the replicas in listed order; every one of its 2(r-1) steps moves
-        1/r of the gradient over every ring link at once, so each step is priced on the
-        slowest link of the ring (its bandwidth and the largest latency). 0 for one replica.
+        The ring visits the replicas in listed order; in each of its 2(r-1) steps every
+        replica sends 1/r of the gradient to the next at once, so a step takes its slowest
+        ring link's latency + (P / r) / bandwidth. 0 for one replica.
         """
         devices = stage.devices
         r = len(devices)
         if r == 1:
             return 0.0
-        size = float(self.chain.param_bytes[stage.first:stage.last].sum())
-        ring = [(devices[i], devices[(i + 1) % r]) for i in range(r)]
-        bandwidth = min(self.graph.bandwidth[a, b] for a, b in ring)
-        latency = max(self.graph.latency[a, b] for a, b in ring)
-        return 2 * (r - 1) * (latency + size / r / bandwidth)
+        chunk = float(self.chain.param_bytes[stage.first:stage.last].sum()) / r
+        step = max(self.graph.transfer_time(devices[i], devices[(i + 1) % r], chunk)
+                   for i in range(r))
+        return 2 * (r - 1) * step
 
     def stage_times(self, stage: Stage) -> np.ndarray:
         """Seconds of (forward, backward) of one microbatch on each replica: shape (r, 2)."""

@@ -15,6 +15,7 @@ from dlsched.pipeline.baselines import (
     plan_interleaved,
     plan_pipedream,
     plan_zb_h1,
+    plan_zb_h2,
 )
 from dlsched.pipeline.bounds import instance_bound, plan_bound
 from dlsched.pipeline.plan import PipelinePlan
@@ -31,6 +32,7 @@ BASELINES: dict[str, Planner] = {
     "dapple": plan_dapple,
     "interleaved": plan_interleaved,
     "zb-h1": plan_zb_h1,
+    "zb-h2": plan_zb_h2,
 }
 
 

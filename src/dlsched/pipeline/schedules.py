@@ -29,12 +29,14 @@ def _assemble(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int
 
 
 def _warmup(stages: tuple[Stage, ...], s: int, num_microbatches: int,
-            caps: tuple[int, ...] | None) -> int:
-    """1F1B warm-up forwards of stage ``s``: the GPUs from ``s`` to the end (at most m).
-    With ``caps`` (microbatches each stage may hold in flight, from its memory) the warm-up
-    is also at most ``caps[t]`` for every stage ``t <= s``, so it never grows along the
-    pipeline (the 1F1B deadlock-freedom condition)."""
-    natural = min(num_microbatches, sum(len(stage.devices) for stage in stages[s:]))
+            caps: tuple[int, ...] | None, doubled: bool = False) -> int:
+    """1F1B warm-up forwards of stage ``s``: the GPUs ``g`` from ``s`` to the end, or
+    ``2g - 1`` (``doubled``, ZB-H2's extra warm-up forwards), at most m. With ``caps``
+    (microbatches each stage may hold in flight, from its memory) the warm-up is also at most
+    ``caps[t]`` for every stage ``t <= s``, so it never grows along the pipeline (the 1F1B
+    deadlock-freedom condition)."""
+    gpus = sum(len(stage.devices) for stage in stages[s:])
+    natural = min(num_microbatches, 2 * gpus - 1 if doubled else gpus)
     return natural if caps is None else max(1, min(natural, *caps[:s + 1]))
 
 
@@ -108,21 +110,32 @@ def interleaved_orders(chunks: int, num_microbatches: int,
 
 
 def zb_h1_orders(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
-                 caps: tuple[int, ...] | None = None) -> tuple[tuple[Action, ...], ...]:
+                 caps: tuple[int, ...] | None = None,
+                 doubled: bool = False) -> tuple[tuple[Action, ...], ...]:
     """ZB-H1 (Qi et al., ICLR 2024, section 2.1 and Figure 3 top): the 1F1B order with the
     backward split into input gradient ``I`` (in B's place) and weight gradient ``W``; stage
     ``s`` runs ``W`` of microbatch ``i`` right after ``I`` of microbatch ``i + s`` and its last
     ``s`` W's after its final I, so every stage keeps the same number of microbatches in flight
-    and the tail bubbles fill with W's. Replicated stages keep their microbatches of it."""
+    and the tail bubbles fill with W's. Replicated stages keep their microbatches of it.
+    ``doubled`` gives ZB-H2's longer warm-up (``zb_h2_orders``)."""
     m = num_microbatches
     sequences = []
     for s in range(len(stages)):
         steps = [[Action(s, "I", j)] + ([Action(s, "W", j - s)] if j >= s else [])
                  for j in range(m)]
         sequence = _steady_state([Action(s, "F", j) for j in range(m)], steps,
-                                 _warmup(stages, s, m, caps))
+                                 _warmup(stages, s, m, caps, doubled))
         sequences.append(sequence + [Action(s, "W", j) for j in range(max(0, m - s), m)])
     return _distribute(stages, sequences, num_devices)
+
+
+def zb_h2_orders(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
+                 caps: tuple[int, ...] | None = None) -> tuple[tuple[Action, ...], ...]:
+    """ZB-H2 (Qi et al., ICLR 2024, section 2.1 and Figure 3 bottom): ZB-H1's order with
+    ``2(p - s) - 1`` warm-up forwards on stage ``s`` instead of ``p - s`` (about twice the
+    microbatches in flight: the extra forwards fill the bubble before the first I). ``caps``
+    lowers the warm-up to what memory holds; replicated stages keep their microbatches."""
+    return zb_h1_orders(stages, num_devices, num_microbatches, caps, doubled=True)
 
 
 def _kind_first(kinds: tuple[str, ...]) -> Callable[[Action], tuple]:

@@ -1,11 +1,14 @@
 """Execute a pipeline plan on the device graph and produce the common Timeline.
 
 Compute runs one action at a time per GPU. An activation (after F) or gradient (after B or I)
-that crosses GPUs waits the link latency, then shares the directed link ``src -> dst`` with the
-other transfers on it (processor sharing, ``SharedChannel``). When every microbatch's backward
-of a replicated stage is done, its replicas all-reduce the stage's gradients (ring, priced by
-``PipelineProblem.allreduce_time``, on a per-GPU sync resource). The iteration ends at the
-barrier: the last compute, transfer or all-reduce. Two ways to pick each GPU's next action:
+that crosses GPUs goes through the network model (``pipeline.network``: links inside servers,
+per-GPU NIC egress/ingress shared by everything crossing servers, FIFO per stream or processor
+sharing, ``PipelineProblem.network``). When every microbatch's backward of a replicated stage is
+done, its replicas run a ring all-reduce of the stage's gradients through the same network:
+``2(r-1)`` steps, in each every replica sends ``1/r`` of the gradients to the next one, a step
+ending when its last transfer does (alone on the network this takes exactly
+``PipelineProblem.allreduce_time``). The iteration ends at the barrier: the last compute,
+transfer or all-reduce. Two ways to pick each GPU's next action:
 
 * a fixed order (the plan's ``orders``): the GPU waits for its next action's inputs;
 * list scheduling (``Dispatch``): the GPU runs the ready action of best priority, subject to a
@@ -20,9 +23,10 @@ from dataclasses import dataclass
 
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.memory import check_memory, peak_memory, static_memory
+from dlsched.pipeline.network import PipelineNetwork
 from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, grid, validate_plan
 from dlsched.pipeline.problem import PipelineProblem
-from dlsched.sim import Engine, SharedChannel, Span, Timeline
+from dlsched.sim import Engine, Span, Timeline
 
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
 
@@ -80,7 +84,7 @@ class _Run:
         self.peak = list(self.static)
         self.in_flight: dict[tuple[int, int], int] = {}
         self.backward_done = [0] * len(stages)
-        self.channels: dict[tuple[int, int], SharedChannel] = {}
+        self.network = PipelineNetwork(self.engine, problem.graph, problem.network)
         self.spans: list[Span] = []
         self.times = [problem.stage_flops(stage) for stage in stages]
         self.stash = [float(problem.chain.stash_bytes[st.first:st.last].sum()) for st in stages]
@@ -200,10 +204,6 @@ class _Run:
             self._make_ready(target)
             return
         start = self.engine.now
-        channel = self.channels.get((src, dst))
-        if channel is None:
-            channel = SharedChannel(self.engine, float(self.problem.graph.bandwidth[src, dst]))
-            self.channels[(src, dst)] = channel
 
         def arrived() -> None:
             self.spans.append(Span(f"link {src}->{dst}", start, self.engine.now, kind,
@@ -211,19 +211,36 @@ class _Run:
                                    {"stage": target.stage, "microbatch": target.microbatch}))
             self._make_ready(target)
 
-        self.engine.after(float(self.problem.graph.latency[src, dst]), channel.start,
-                          num_bytes, arrived)
+        self.network.send(src, dst, num_bytes, ("p2p", src), arrived)
 
     def _sync(self, s: int) -> None:
         stage = self.stages[s]
-        duration = self.problem.allreduce_time(stage)
-        if duration <= 0:
+        r = len(stage.devices)
+        if r == 1:
             return
-        now = self.engine.now
-        for device in stage.devices:
-            name = self.problem.graph.devices[device].name
-            self.spans.append(Span(f"{name} sync", now, now + duration, "allreduce",
-                                   f"all-reduce stage {s}", group=name, args={"stage": s}))
+        size = float(self.problem.chain.param_bytes[stage.first:stage.last].sum()) / r
+        self._ring_step(s, 2 * (r - 1), size, self.engine.now)
+
+    def _ring_step(self, s: int, steps_left: int, size: float, start: float) -> None:
+        """One step of stage ``s``'s ring all-reduce: every replica sends ``size`` bytes to
+        the next; the next step starts when all have arrived."""
+        devices = self.stages[s].devices
+        if steps_left == 0:
+            for device in devices:
+                name = self.problem.graph.devices[device].name
+                self.spans.append(Span(f"{name} sync", start, self.engine.now, "allreduce",
+                                       f"all-reduce stage {s}", group=name, args={"stage": s}))
+            return
+        pending = [len(devices)]
+
+        def arrived() -> None:
+            pending[0] -= 1
+            if pending[0] == 0:
+                self._ring_step(s, steps_left - 1, size, start)
+
+        for i, device in enumerate(devices):
+            self.network.send(device, devices[(i + 1) % len(devices)], size,
+                              ("allreduce", device), arrived)
 
     def _deadlock(self) -> None:
         if self.orders is None:

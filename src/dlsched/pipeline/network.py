@@ -1,0 +1,169 @@
+"""The network of a pipeline simulation: links inside servers, per-GPU NICs between them.
+
+A transfer from GPU ``a`` to GPU ``b`` first waits the link latency, then moves its bytes:
+
+* inside a server (same ``Device.server``) over the directed link ``a -> b`` (capacity
+  ``bandwidth[a, b]``);
+* across servers through ``a``'s NIC egress and ``b``'s NIC ingress, each a resource of the
+  GPU's NIC rate (its fastest link to another server), shared by every transfer that crosses
+  servers from or to that GPU: pipeline activations and gradients, and all-reduce traffic.
+
+Transfers in flight share resources max-min fairly (progressive filling), each also capped at
+its pair's ``bandwidth[a, b]``, so a transfer alone takes exactly
+``latency + bytes / bandwidth`` (``DeviceGraph.transfer_time``). Two modes:
+
+* ``fifo`` (default, as NCCL runs communication): each stream (a GPU's point-to-point sends;
+  a GPU's all-reduce traffic) moves one transfer at a time, in the order they were issued;
+  different streams share the resources;
+* ``ps``: every transfer moves as soon as its latency has passed (processor sharing).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from dlsched.errors import ConfigError
+from dlsched.hardware.device_graph import DeviceGraph
+from dlsched.sim import Engine
+
+NETWORK_MODES = ("fifo", "ps")
+_RELATIVE_TOLERANCE = 1e-9
+
+
+def check_network(mode: str) -> str:
+    """``mode`` when it is a network mode; ConfigError listing them otherwise."""
+    if mode not in NETWORK_MODES:
+        raise ConfigError(f"network: unknown {mode!r}; accepted: " + ", ".join(NETWORK_MODES))
+    return mode
+
+
+@dataclass(eq=False)
+class _Flow:
+    size: float
+    cap: float
+    resources: tuple[Hashable, ...]
+    stream: Hashable
+    on_done: Callable[[], None]
+    left: float = field(init=False)
+    rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.left = self.size
+
+
+def nic_rates(graph: DeviceGraph) -> tuple[list[float], list[float]]:
+    """Per GPU, (egress, ingress) NIC rate in B/s: its fastest link to / from another
+    server (0 for a GPU with no other server)."""
+    servers = [d.server for d in graph.devices]
+    n = graph.num_devices
+    out = [max((float(graph.bandwidth[a, b]) for b in range(n) if servers[b] != servers[a]),
+               default=0.0) for a in range(n)]
+    into = [max((float(graph.bandwidth[a, b]) for a in range(n) if servers[a] != servers[b]),
+                default=0.0) for b in range(n)]
+    return out, into
+
+
+class PipelineNetwork:
+    """Transfers between the GPUs of ``graph`` driven by ``engine`` (see the module docstring)."""
+
+    def __init__(self, engine: Engine, graph: DeviceGraph, mode: str = "fifo") -> None:
+        self.engine, self.graph, self.fifo = engine, graph, check_network(mode) == "fifo"
+        self.servers = [d.server for d in graph.devices]
+        egress, ingress = nic_rates(graph)
+        self.capacity: dict[Hashable, float] = {}
+        for device in range(graph.num_devices):
+            self.capacity[("out", device)] = egress[device]
+            self.capacity[("in", device)] = ingress[device]
+        self.active: list[_Flow] = []
+        self.waiting: dict[Hashable, deque[_Flow]] = {}
+        self.busy_streams: set[Hashable] = set()
+        self.last = 0.0
+        self.version = 0
+
+    def resources(self, src: int, dst: int) -> tuple[Hashable, ...]:
+        """The resources a transfer ``src -> dst`` holds."""
+        if self.servers[src] == self.servers[dst]:
+            key = ("link", src, dst)
+            self.capacity.setdefault(key, float(self.graph.bandwidth[src, dst]))
+            return (key,)
+        return (("out", src), ("in", dst))
+
+    def send(self, src: int, dst: int, num_bytes: float, stream: Hashable,
+             on_done: Callable[[], None]) -> None:
+        """Move ``num_bytes`` from ``src`` to ``dst`` (distinct GPUs) on ``stream``; call
+        ``on_done()`` when the last byte arrives."""
+        flow = _Flow(float(num_bytes), float(self.graph.bandwidth[src, dst]),
+                     self.resources(src, dst), stream, on_done)
+        self.engine.after(float(self.graph.latency[src, dst]), self._arrive, flow)
+
+    def _arrive(self, flow: _Flow) -> None:
+        if self.fifo and flow.stream in self.busy_streams:
+            self.waiting.setdefault(flow.stream, deque()).append(flow)
+            return
+        self._advance()
+        self._admit(flow)
+        self._reschedule()
+
+    def _admit(self, flow: _Flow) -> None:
+        self.busy_streams.add(flow.stream)
+        self.active.append(flow)
+
+    def _advance(self) -> None:
+        now = self.engine.now
+        if now > self.last:
+            for flow in self.active:
+                flow.left -= flow.rate * (now - self.last)
+        self.last = now
+
+    def _rates(self) -> None:
+        """Max-min fair rates with per-flow caps (progressive filling)."""
+        users: dict[Hashable, list[_Flow]] = {}
+        for flow in self.active:
+            flow.rate = -1.0
+            for key in flow.resources:
+                users.setdefault(key, []).append(flow)
+        left = {key: self.capacity[key] for key in users}
+        rising = list(self.active)
+        while rising:
+            level = min(flow.cap for flow in rising)
+            for key, flows in users.items():
+                count = sum(1 for f in flows if f.rate < 0)
+                if count:
+                    level = min(level, left[key] / count)
+            frozen = [f for f in rising if f.cap <= level * (1 + _RELATIVE_TOLERANCE)]
+            for key, flows in users.items():
+                count = sum(1 for f in flows if f.rate < 0)
+                if count and left[key] / count <= level * (1 + _RELATIVE_TOLERANCE):
+                    frozen.extend(f for f in flows if f.rate < 0)
+            for flow in frozen:
+                if flow.rate < 0:
+                    flow.rate = level
+                    for key in flow.resources:
+                        left[key] -= level
+            rising = [f for f in rising if f.rate < 0]
+
+    def _reschedule(self) -> None:
+        self.version += 1
+        if not self.active:
+            return
+        self._rates()
+        delay = min(max(f.left, 0.0) / f.rate for f in self.active)
+        self.engine.after(delay, self._complete, self.version)
+
+    def _complete(self, version: int) -> None:
+        if version != self.version:
+            return
+        self._advance()
+        done = [f for f in self.active
+                if f.left <= _RELATIVE_TOLERANCE * max(1.0, f.size) + f.rate * 1e-15]
+        self.active = [f for f in self.active if f not in done]
+        for flow in done:
+            self.busy_streams.discard(flow.stream)
+            queue = self.waiting.get(flow.stream)
+            if queue:
+                self._admit(queue.popleft())
+        self._reschedule()
+        for flow in done:
+            flow.on_done()
