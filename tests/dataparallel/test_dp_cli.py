@@ -56,13 +56,14 @@ def test_reproduce_usbyte_json(run_cli):
 
 
 def test_reproduce_usbyte_table(run_cli, monkeypatch):
-    """The table names the variants, the cap, the explanations and the paper's claims (two
-    scenarios only, to stay fast)."""
+    """The table names the variants and their knob values, the cap, the explanations and the
+    paper's claims (two scenarios only, to stay fast)."""
     from dlsched.experiments import usbyte
 
     scenarios = usbyte.default_scenarios
     monkeypatch.setattr(usbyte, "default_scenarios", lambda names: scenarios(names)[:2])
     code, out, _ = run_cli("reproduce", "usbyte", "--models", "vgg16")
     assert code == 0
-    for needle in ("BS*", "cap on US-Byte/WFBP", "Explanations", "up to 1.56x"):
+    for needle in ("BS*", "cap on US-Byte/WFBP", "Explanations", "up to 1.56x", "Knob values",
+                   "unit "):
         assert needle in out

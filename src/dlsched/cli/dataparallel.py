@@ -187,6 +187,17 @@ def _case_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return table
 
 
+TUNED_SHOWN = ("bytescheduler", "ddp-tuned", "horovod-tuned", "bytescheduler-tuned",
+               "usbyte-tuned")
+
+
+def _settings_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"model": model, "cluster": cluster,
+             "cost_model": "ref" if cost_model == "reference" else "size",
+             **{name: case[name]["settings"] for name in TUNED_SHOWN}}
+            for (model, cluster, cost_model), case in usbyte.cases(rows).items()]
+
+
 def reproduce_usbyte(
     models: Annotated[str, typer.Option(help="Models, comma-separated.")]
     = ",".join(usbyte.MODELS),
@@ -220,6 +231,12 @@ def reproduce_usbyte(
                 Column("best_over_bound", "best/bnd", as_ratio)],
                 f"{name}: iteration time per policy (ms); cap on US-Byte/WFBP 1 + "
                 f"T_f/(T_b+T_f) = {part[0]['cap']:.3f}", console)
+        render_table(_settings_rows(rows), [
+            Column("model", "model", justify="left"), Column("cluster", "cluster", justify="left"),
+            Column("cost_model", "costs", justify="left"),
+            *(Column(name, CASE_POLICIES[name], justify="left") for name in TUNED_SHOWN)],
+            "Knob values: shipped ByteScheduler (credit auto-tuned) and every tuned variant "
+            "(same grid, same exhaustive search; sizes in MiB/KiB, times in ms)", console)
         console.print("Hvd = Horovod, BS = ByteScheduler, USB = US-Byte; no star: shipped "
                       "defaults, * = tuned on the shared grid. costs: ref = one alpha-beta per "
                       "message, serial network; size = faster of tree/ring per size, 4 "
