@@ -11,6 +11,7 @@ from dlsched.training import (
     Workload,
     WorkloadLayer,
     get_workload,
+    run_policies,
     run_training,
 )
 
@@ -99,3 +100,31 @@ def test_bad_inputs_name_the_field():
             CollectiveOp.ALL_TO_ALL, 10, consumer="nowhere")),))
     with pytest.raises(ConfigError, match="forward_s"):
         WorkloadLayer("a", float("nan"), 1, 1)
+
+
+def test_comm_only_iteration_is_the_collective_time_by_hand():
+    """Compute scaled to zero: one layer's 1.5 MB All-Reduce on 2 NPUs at 1 GB/s in one chunk
+    sends 2 x 1/2 x 1.5 MB = 1.5 MB, so every iteration lasts 1.5 ms, all of it exposed."""
+    workload = Workload("one", _dp_layers(1, 1_500_000, update=MS)).with_compute_scale(0.0)
+    assert workload.compute_s == 0.0
+    for policy in ("baseline", "themis", "dlsched", "ideal"):
+        result = run_training(workload, _two_switch(), policy, iterations=2, chunks=1)
+        assert result.iteration_s == pytest.approx(1.5 * MS)
+        assert result.exposed_comm_s == pytest.approx(1.5 * MS)
+    with pytest.raises(ConfigError, match="compute scale"):
+        workload.with_compute_scale(-1.0)
+
+
+def test_run_policies_equals_separate_runs_with_and_without_timeline():
+    """Policies simulated together (Themis shared with dlsched's candidates), with or without
+    a recorded timeline, give each policy the numbers of its own run."""
+    net = load_topology("3D-SW_SW_SW_hetero")
+    workload = get_workload("dlrm", net.num_npus)
+    names = ["baseline", "themis", "dlsched", "ideal"]
+    together = run_policies(workload, net, names, chunks=8, record=False)
+    for name, result in zip(names, together, strict=True):
+        alone = run_training(workload, net, name, chunks=8)
+        assert result.iteration_s == alone.iteration_s
+        assert [name for name, _ in result.dims] == [name for name, _ in alone.dims]
+        assert [u for _, u in result.dims] == pytest.approx([u for _, u in alone.dims])
+        assert alone.timeline.spans and not result.timeline.spans

@@ -148,10 +148,14 @@ def reproduce_themis_training(
     address: AddressOption = None,
     db: DbOption = None,
     resume: ResumeOption = False,
+    compute: Annotated[str, typer.Option(
+        help="Compute model: 'a100' (A100-like FP16 roofline, the paper's) or 'comm-only' "
+             "(every compute time zero: the iteration is its collectives).")] = "a100",
 ) -> None:
     """Four workloads x six Themis topologies x baseline/Themis/dlsched/Ideal, both latencies."""
     check_output_paths({"--csv": (csv, (".csv",))})
-    rows = reproduction_rows("themis-training", themis_training.scenarios(),
+    todo = themis_training.scenarios(compute)
+    rows = reproduction_rows("themis-training", todo,
                              themis_training.run_scenario, executor, workers, address, db,
                              resume, json_out)
     summary = themis_training.summarize(rows)
@@ -159,7 +163,7 @@ def reproduce_themis_training(
         for latency, title in themis_training.LATENCY_TITLES.items():
             render_table([s for s in summary if s["latency"] == latency], SUMMARY_COLUMNS,
                          f"Training iteration speedup over the baseline (iteration-time ratio), "
-                         f"{title}", console)
+                         f"{title}, compute {compute}", console)
             render_table(themis_training.pivot(rows, latency),
                          [Column("workload", "workload", justify="left"),
                           Column("topology", "topology", justify="left"),

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
+from dlsched.errors import ConfigError
 from dlsched.experiments.themis import TOPOLOGIES
 from dlsched.hardware import load_topology
 from dlsched.training import get_workload, run_policies
@@ -22,6 +23,10 @@ from dlsched.training import get_workload, run_policies
 WORKLOADS = ("resnet152", "gnmt", "dlrm", "transformer-1t")
 POLICIES = ("baseline", "themis", "themis-inflight", "dlsched", "ideal")
 LATENCY_SETTINGS = {"zero": 0.0, "table": 1.0}
+# Compute model: ``a100`` is the A100-like FP16 roofline the paper names (the default);
+# ``comm-only`` sets every compute and update time to zero, the limit in which an iteration
+# is its collectives alone (the paper's ResNet-152/GNMT speedups lie between the two).
+COMPUTE_SETTINGS = {"a100": 1.0, "comm-only": 0.0}
 LATENCY_TITLES = {
     "zero": "zero step latency (compare with the paper)",
     "table": "the step latencies of the paper's Table 2",
@@ -43,21 +48,26 @@ class Scenario:
     latency: str
     chunks: int = CHUNKS
     iterations: int = 2
+    compute: str = "a100"
 
 
-def scenarios() -> list[Scenario]:
-    """Every workload x topology x latency setting."""
-    return [Scenario(w, t, lat) for lat in LATENCY_SETTINGS for w in WORKLOADS
-            for t in TOPOLOGIES]
+def scenarios(compute: str = "a100") -> list[Scenario]:
+    """Every workload x topology x latency setting under one compute setting."""
+    if compute not in COMPUTE_SETTINGS:
+        raise ConfigError(f"compute: unknown setting {compute!r}; accepted: "
+                          + ", ".join(COMPUTE_SETTINGS))
+    return [Scenario(w, t, lat, compute=compute) for lat in LATENCY_SETTINGS
+            for w in WORKLOADS for t in TOPOLOGIES]
 
 
 def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
     """One row per policy (times in seconds)."""
     net = load_topology(scenario.topology).with_latency_scale(
         LATENCY_SETTINGS[scenario.latency])
-    workload = get_workload(scenario.workload, net.num_npus)
+    workload = get_workload(scenario.workload, net.num_npus).with_compute_scale(
+        COMPUTE_SETTINGS[scenario.compute])
     rows = [result.row() | {"topology": scenario.topology, "latency": scenario.latency,
-                            "chunks": scenario.chunks}
+                            "chunks": scenario.chunks, "compute": scenario.compute}
             for result in run_policies(workload, net, POLICIES, scenario.iterations,
                                        scenario.chunks, record=False)]
     baseline = rows[0]["iteration_s"]

@@ -12,7 +12,7 @@ parameter All-Gather). Who waits for a collective is data too (``Comm.consumer``
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlsched.collectives.plan import CollectiveOp
 from dlsched.errors import ConfigError
@@ -122,6 +122,17 @@ class Workload:
     def compute_s(self) -> float:
         """Compute-only iteration time: the sum of every layer's phases and updates, seconds."""
         return sum(layer.compute_s for layer in self.layers)
+
+    def with_compute_scale(self, factor: float) -> Workload:
+        """The same workload with every compute and update time multiplied by ``factor``
+        (>= 0; 0 leaves only the communication)."""
+        if not (isinstance(factor, int | float) and math.isfinite(factor) and factor >= 0):
+            raise ConfigError(f"compute scale: must be a finite number >= 0 (got {factor!r})")
+        layers = tuple(replace(layer, forward_s=layer.forward_s * factor,
+                               input_grad_s=layer.input_grad_s * factor,
+                               weight_grad_s=layer.weight_grad_s * factor,
+                               update_s=layer.update_s * factor) for layer in self.layers)
+        return replace(self, layers=layers)
 
     def index(self, name: str) -> int:
         """Position of the layer called ``name``."""
