@@ -99,3 +99,17 @@ def test_unknown_policy():
     problem = DPProblem((1e-3,), (1e-3,), (UNIT,), AlphaBeta(1e-3, 1e-10))
     with pytest.raises(ValueError, match="usbyte"):
         run_dataparallel(problem, "magic")
+
+
+def test_cached_plans_equal_fresh_ones():
+    """Plans reused from the per-problem cache equal plans made after clearing it; one layer
+    per group gives back the problem itself (so dlsched reuses US-Byte's plan)."""
+    from dlsched.dataparallel.policies import clear_plan_caches
+    from dlsched.dataparallel.policies.fused import grouped_problem
+
+    problem = DPProblem((1e-3,) * 4, (2e-3,) * 4, (UNIT, 2 * UNIT, 0, 3 * UNIT),
+                        AlphaBeta(1e-3, 6e-11), in_flight=2)
+    assert grouped_problem(problem, [[k] for k in range(4)]) == problem
+    cached = {name: run_dataparallel(problem, name).plan for name in POLICIES}
+    clear_plan_caches()
+    assert cached == {name: run_dataparallel(problem, name).plan for name in POLICIES}

@@ -2,12 +2,14 @@
 
 Policies with knobs come twice: at the shipped defaults (``ddp``, ``horovod``,
 ``bytescheduler`` — whose shipped version auto-tunes its credit —, ``usbyte``) and tuned on the
-grid every tuned policy shares (``<name>-tuned``, see ``tuning.py``)."""
+grid every tuned policy shares (``<name>-tuned``, see ``tuning.py``). Plans are cached per
+problem (``cache.py``; ``clear_plan_caches`` forgets them)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from dlsched.dataparallel.cache import clear_plan_caches
 from dlsched.dataparallel.plan import DPPlan
 from dlsched.dataparallel.policies.bytescheduler import (
     bytescheduler_plan,
@@ -24,6 +26,8 @@ from dlsched.dataparallel.policies.simple import (
 )
 from dlsched.dataparallel.policies.usbyte import usbyte_plan, usbyte_tuned_plan
 from dlsched.dataparallel.problem import DPProblem
+
+__all__ = ["POLICIES", "TUNED_DEFAULTS", "PolicyFunction", "clear_plan_caches"]
 
 PolicyFunction = Callable[[DPProblem], DPPlan]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from functools import lru_cache
 
+from dlsched.dataparallel.cache import cached_plan
 from dlsched.dataparallel.network import SharedNetwork
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.problem import DPProblem
@@ -73,7 +73,7 @@ def _schedule(problem: DPProblem, partition: int, credit_multiple: int) -> DPPla
     return bytescheduler_schedule(problem, partition, partition * credit_multiple)
 
 
-@lru_cache(maxsize=16)
+@cached_plan
 def bytescheduler_plan(problem: DPProblem) -> DPPlan:
     """ByteScheduler as shipped: the default 1M-element partition, credit tuned (the
     credit grid shared by every tuned policy)."""
@@ -83,7 +83,7 @@ def bytescheduler_plan(problem: DPProblem) -> DPPlan:
                         "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "bytescheduler")
 
 
-@lru_cache(maxsize=16)
+@cached_plan
 def bytescheduler_tuned_plan(problem: DPProblem) -> DPPlan:
     """ByteScheduler with partition and credit both tuned on the shared grid."""
     return grid_search(problem, _schedule, {"partition": SIZES,

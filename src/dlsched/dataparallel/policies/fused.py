@@ -11,16 +11,18 @@ On every grouping it also tries stopping gap filling early: a block of a later l
 a short gap can hold up the first layers, which the next forward needs first. Every candidate,
 plus each baseline's message order with its barrier removed, is scored by simulation and the
 fastest kept — so it is never slower than US-Byte (the one-layer-per-group candidate) or any
-baseline — and finally neighbouring messages are fused while that shortens the iteration.
+baseline — and finally a local search fuses, splits and swaps messages while that shortens
+the iteration.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from itertools import accumulate
 
-from dlsched.dataparallel.plan import Block, DPPlan, Message
+from dlsched.dataparallel.plan import Block, DPPlan, Message, message
 from dlsched.dataparallel.policies.bytescheduler import bytescheduler_tuned_plan
 from dlsched.dataparallel.policies.simple import (
     ddp_tuned_plan,
@@ -36,6 +38,7 @@ MB = 10**6
 THRESHOLDS = (1 * MB, 2 * MB, 4 * MB, 8 * MB, 16 * MB, 32 * MB, 64 * MB)
 # Fractions of the backward time after which gap filling stops (step 2).
 PHASE1_CUTOFFS = (0.0, 0.25, 0.5, 0.75, 0.9, math.inf)
+LOCAL_SEARCH_PASSES = 3  # sweeps of step 4's local search
 
 Groups = list[list[int]]  # runs of adjacent layers, in forward order
 
@@ -124,7 +127,7 @@ def dlsched_plan(problem: DPProblem) -> DPPlan:
     priority, so the urgent first layers are not queued behind blocks of later ones, with gap
     blocks ending just past or just before the next gradient. Step 3: the
     baselines' orders without barriers. The fastest plan of all (ties: the earliest) then goes
-    through step 4, ``merge_adjacent``."""
+    through step 4, ``improve`` (local search: fuse, split and swap messages)."""
     groupings = _unique([[[layer] for layer in range(problem.num_layers)],
                          mgwfbp_groups(problem),
                          *(threshold_groups(problem, t, end) for t in THRESHOLDS
@@ -138,22 +141,42 @@ def dlsched_plan(problem: DPProblem) -> DPPlan:
     candidates = [*refined, *cutoffs, *baselines]
     if problem.in_flight > 1:
         candidates += [replace(plan, in_flight=problem.in_flight) for plan in candidates]
-    return merge_adjacent(problem, _fastest(problem, candidates))
+    return improve(problem, _fastest(problem, candidates))
 
 
-def merge_adjacent(problem: DPProblem, plan: DPPlan) -> DPPlan:
-    """Step 4: fuse neighbouring messages while that shortens the simulated iteration (one
-    startup saved against the first message's blocks arriving later)."""
+def improve(problem: DPProblem, plan: DPPlan, passes: int = LOCAL_SEARCH_PASSES) -> DPPlan:
+    """Step 4, local search: at each message, try fusing it with the next one (one startup
+    saved, its blocks arrive later), splitting it at a block boundary (either part first: the
+    urgent part no longer waits for the rest) and swapping it with the next one; keep the first
+    change that shortens the simulated iteration and try again at the message before. Stops
+    after ``passes`` sweeps or a sweep without improvement."""
     msgs = list(plan.messages)
     best = iteration_time(problem, plan)
-    index = 0
-    while index < len(msgs) - 1:
-        fused = Message(msgs[index].blocks + msgs[index + 1].blocks,
-                        max(msgs[index].launch, msgs[index + 1].launch))
-        trial = [*msgs[:index], fused, *msgs[index + 2:]]
-        time = iteration_time(problem, replace(plan, messages=tuple(trial)))
-        if time < best:
-            msgs, best, index = trial, time, max(index - 1, 0)
-        else:
-            index += 1
+    for _ in range(passes):
+        improved, index = False, 0
+        while index < len(msgs):
+            for trial in _moves(problem, msgs, index):
+                time = iteration_time(problem, replace(plan, messages=tuple(trial)))
+                if time < best:
+                    msgs, best, improved, index = trial, time, True, max(index - 1, 0)
+                    break
+            else:
+                index += 1
+        if not improved:
+            break
     return replace(plan, messages=tuple(msgs))
+
+
+def _moves(problem: DPProblem, msgs: list[Message], index: int) -> Iterator[list[Message]]:
+    """The neighbouring plans of step 4 at message ``index`` (fuse, split, swap)."""
+    head, current, tail = msgs[:index], msgs[index], msgs[index + 1:]
+    if tail:
+        yield [*head, Message(current.blocks + tail[0].blocks,
+                              max(current.launch, tail[0].launch)), *tail[1:]]
+    for cut in range(1, len(current.blocks)):
+        first = message(problem, list(current.blocks[:cut]))
+        second = message(problem, list(current.blocks[cut:]))
+        yield [*head, first, second, *tail]
+        yield [*head, second, first, *tail]
+    if tail:
+        yield [*head, tail[0], current, *tail[1:]]

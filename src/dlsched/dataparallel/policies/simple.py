@@ -9,8 +9,7 @@ shared by every tuned policy (``tuning.py``).
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+from dlsched.dataparallel.cache import cached_plan
 from dlsched.dataparallel.plan import DPPlan, Message, message, whole_layer
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.simulate import iteration_time
@@ -29,7 +28,7 @@ def _backward_order(problem: DPProblem) -> list[int]:
             if problem.grad_bytes[layer] > 0]
 
 
-@lru_cache(maxsize=16)
+@cached_plan
 def wfbp_plan(problem: DPProblem) -> DPPlan:
     """Wait-free backprop (Poseidon/PS-style): one all-reduce per layer as soon as its gradient
     is ready, FIFO in backward order; the next forward waits for all of them."""
@@ -37,7 +36,7 @@ def wfbp_plan(problem: DPProblem) -> DPPlan:
     return DPPlan(tuple(msgs), barrier=True, policy="wfbp")
 
 
-@lru_cache(maxsize=16)
+@cached_plan
 def mgwfbp_plan(problem: DPProblem) -> DPPlan:
     """MG-WFBP (Shi et al., INFOCOM 2019): walk the layers in backward order and merge the next
     layer into the current message when the message could only start after that layer is ready
@@ -80,7 +79,7 @@ def bucket_plan(problem: DPProblem, bucket_bytes: int = DDP_BUCKET,
                            f"{size_text(first_bucket_bytes)}")
 
 
-@lru_cache(maxsize=16)
+@cached_plan
 def ddp_tuned_plan(problem: DPProblem) -> DPPlan:
     """DDP with its bucket size (``bucket_cap_mb``) tuned on the shared size grid."""
     return grid_search(problem, bucket_plan, {"bucket_bytes": SIZES},
@@ -126,7 +125,7 @@ def _horovod_at(problem: DPProblem, fusion_bytes: int, cycle: float, phase: floa
                            f"phase {phase * 1e3:.3g} ms")
 
 
-@lru_cache(maxsize=16)
+@cached_plan
 def horovod_tuned_plan(problem: DPProblem) -> DPPlan:
     """Horovod with fusion threshold and cycle time tuned on the shared grid (each point at
     its median phase: users cannot align the cycle with backward)."""

@@ -20,8 +20,8 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import replace
-from functools import lru_cache
 
+from dlsched.dataparallel.cache import cached_plan
 from dlsched.dataparallel.plan import Block, DPPlan, Message, message
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.simulate import iteration_time
@@ -118,13 +118,13 @@ def usbyte_plan(problem: DPProblem, unit: int = UNIT_BYTES,
     return replace(plan, settings=f"unit {size_text(unit)}")
 
 
-@lru_cache(maxsize=64)
+@cached_plan
 def _refined_plan(problem: DPProblem, unit: int, phase1_until: float) -> DPPlan:
     order = refine_priority(problem, unit, phase1_until)
     return usbyte_schedule(problem, order, unit, phase1_until)
 
 
-@lru_cache(maxsize=16)
+@cached_plan
 def usbyte_tuned_plan(problem: DPProblem) -> DPPlan:
     """US-Byte with its unit tuned on the shared size grid (in the authors' code the unit is
     the same setting as ByteScheduler's partition)."""
