@@ -23,8 +23,12 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
+from dlsched.pipeline.estimate import estimate
+from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.oracle import oracle
+from dlsched.pipeline.ordering import device_order
 from dlsched.pipeline.plan import validate_plan
+from dlsched.pipeline.planner import propose_partitions
 from dlsched.pipeline.schedules import backward_first_dispatch, gpipe_orders, one_f_one_b_orders
 from dlsched.pipeline.simulate import list_schedule
 
@@ -136,3 +140,25 @@ def test_no_plan_beats_its_bound(problem: PipelineProblem, seed: int, schedule: 
     bound = plan_bound(problem, plan)
     assert simulate(problem, plan).iteration_s >= bound * (1 - 1e-9)
     assert bound >= instance_bound(problem) * (1 - 1e-9)
+
+
+def test_gpt3_memory_aware_partition_is_proposed() -> None:
+    """Regression (issue 8): on GPT-3 175B, 32 microbatches on 8x8-NVLink-200Gb without
+    recomputation, the partition GPU 0: embedding + block 0, then 30 GPUs with one block,
+    the rest with two, is in dlsched's own space and its estimate prefers it, but the
+    partition DP alone never generated it. The candidates must now include it or one
+    estimated at least as fast, and the best-estimated candidate must simulate at least as
+    fast as it under the same list schedule."""
+    chain = load_chain("gpt3-175b", 1)
+    problem = PipelineProblem(chain, load_devices("8x8-NVLink-200Gb"), 32).under("none")
+    order = device_order(problem.graph)
+    sizes = [2] + [1] * 30 + [2] * 33
+    cuts = np.concatenate([[0], np.cumsum(sizes)])
+    issue = tuple(Stage(int(cuts[k]), int(cuts[k + 1]), (order[k],)) for k in range(64))
+    assert issue[-1].last == chain.num_blocks
+    found = propose_partitions(problem)
+    best = min(found, key=lambda stages: estimate(problem, stages))
+    assert estimate(problem, best) <= estimate(problem, issue) * (1 + 1e-12)
+    rule = backward_first_dispatch(64, (32,) * 64, True)
+    ours = list_schedule(problem, best, rule, "dlsched").iteration_s
+    assert ours <= list_schedule(problem, issue, rule, "dlsched").iteration_s * (1 + 1e-9)

@@ -16,8 +16,9 @@ space; the chosen configuration is in ``plan.notes`` (schedule, pp, dp, tp, reco
 * ``dapple`` — DAPPLE (Fan et al., PPoPP 2021): DP over block ranges and GPU runs in index
   order (identical GPUs assumed) choosing stages and replication for the synchronous latency
   model, enumerating the bottleneck stage time; early-backward (1F1B) schedule; memory-aware
-  like PipeDream's. Replicas take whole microbatches round-robin (DAPPLE splits each
-  microbatch across them: not modelled, see docs/pipeline.md).
+  like PipeDream's; searched under DAPPLE's append-first and scatter-first placement policies
+  (GPU orders; fresh-first is not modelled). Replicas take whole microbatches round-robin
+  (DAPPLE splits each microbatch across them: not modelled, see docs/pipeline.md).
 * ``interleaved`` — interleaved 1F1B (Narayanan et al., SC 2021): 2 or 4 chunks per GPU on
   the PP x DP grid (every GPU used; microbatches need not be a multiple of PP).
 * ``zb-h1`` — ZB-H1 (Qi et al., ICLR 2024): split backward, W's deferred by the stage index
@@ -52,6 +53,22 @@ OrdersMaker = Callable[..., tuple]
 
 def _index_order(problem: PipelineProblem) -> list[int]:
     return list(range(problem.graph.num_devices))
+
+
+def _scatter_order(problem: PipelineProblem) -> list[int]:
+    """GPUs round-robin over the servers (first GPU of each server, then the second, ...)."""
+    servers: dict[int, list[int]] = {}
+    for index, device in enumerate(problem.graph.devices):
+        servers.setdefault(device.server, []).append(index)
+    columns = max(len(gpus) for gpus in servers.values())
+    return [gpus[k] for k in range(columns) for gpus in servers.values() if k < len(gpus)]
+
+
+# DAPPLE's device placement policies as the GPU order its DP cuts into contiguous runs:
+# append-first fills a server before the next (consecutive stages share servers), scatter-first
+# spreads every run over all servers.
+PLACEMENTS: dict[str, Callable[[PipelineProblem], list[int]]] = {
+    "append-first": _index_order, "scatter-first": _scatter_order}
 
 
 def _fixed(name: str, make: OrdersMaker, capped: bool) -> Variants:
@@ -108,32 +125,33 @@ def plan_interleaved(problem: PipelineProblem) -> PipelinePlan:
 
 
 def _memory_aware(problem: PipelineProblem, name: str,
-                  partition: Callable[[PipelineProblem, RangeCosts], tuple[Stage, ...] | None]
-                  ) -> PipelinePlan:
+                  partition: Callable[[PipelineProblem, RangeCosts], tuple[Stage, ...] | None],
+                  placement: str = "append-first") -> SimResult:
     """Partition assuming 1, 2, 4, ... microbatches in flight per stage until the 1F1B plan
     fits every GPU; without recomputation first, then selective, then full: the first mode
     that fits. Only when none does, the same again with 1F1B's warm-up lowered to what
-    memory holds."""
+    memory holds. GPUs in the order of ``placement`` (``PLACEMENTS``)."""
     for capped in (False, True):
         for mode in problem.recompute_modes:
-            result = _memory_aware_mode(problem.under(mode), name, partition, capped)
+            result = _memory_aware_mode(problem.under(mode), name, partition, capped, placement)
             if result is not None:
-                return result.plan
+                return result
     raise ConfigError(f"{name}: no partition fits the GPUs' memory")
 
 
 def _memory_aware_mode(problem: PipelineProblem, name: str,
                        partition: Callable[[PipelineProblem, RangeCosts],
                                            tuple[Stage, ...] | None],
-                       capped: bool) -> SimResult | None:
+                       capped: bool, placement: str) -> SimResult | None:
     graph, m, in_flight = problem.graph, problem.num_microbatches, 1
+    order = PLACEMENTS[placement](problem)
     while True:
-        costs = range_costs(problem, _index_order(problem), identical=True, in_flight=in_flight)
+        costs = range_costs(problem, order, identical=True, in_flight=in_flight)
         stages = partition(problem, costs)
         if stages is None:
             return None
         notes = {"schedule": "1f1b", "pp": len(stages), "dp": "per stage", "tp": 1,
-                 "recompute": problem.chain.recompute}
+                 "recompute": problem.chain.recompute, "mapping": placement}
         warm_ups = [(in_flight_caps(problem, stages), "memory-capped")] if capped else \
             [(None, "full")]
         for caps, kind in warm_ups:
@@ -152,12 +170,22 @@ def _memory_aware_mode(problem: PipelineProblem, name: str,
 def plan_pipedream(problem: PipelineProblem) -> PipelinePlan:
     """PipeDream's throughput DP (identical GPUs, index order) with PipeDream-Flush."""
     return _memory_aware(problem, "pipedream", lambda sub, costs: throughput_dp(
-        costs, sub.chain.num_blocks, sub.num_microbatches))
+        costs, sub.chain.num_blocks, sub.num_microbatches)).plan
 
 
 def plan_dapple(problem: PipelineProblem) -> PipelinePlan:
-    """DAPPLE: synchronous-latency DP (identical GPUs, index order) with early backward."""
+    """DAPPLE: synchronous-latency DP (identical GPUs) with early backward, under each of its
+    placement policies (append-first, scatter-first); the fastest simulated plan."""
     def best(sub: PipelineProblem, costs: RangeCosts) -> tuple[Stage, ...] | None:
         ranked = best_sync_partitions(sub, costs, keep=1, identical=True)
         return ranked[0] if ranked else None
-    return _memory_aware(problem, "dapple", best)
+    results = []
+    for placement in PLACEMENTS if len({d.server for d in problem.graph.devices}) > 1 else \
+            ("append-first",):
+        try:
+            results.append(_memory_aware(problem, "dapple", best, placement))
+        except ConfigError:
+            continue
+    if not results:
+        raise ConfigError("dapple: no partition fits the GPUs' memory")
+    return min(results, key=lambda result: result.iteration_s).plan

@@ -191,11 +191,13 @@ def _backtrack(costs: RangeCosts, parent: np.ndarray, u: int, i: int) -> tuple[S
 
 
 def balanced_stages(problem: PipelineProblem,
-                    groups: list[tuple[int, ...]] | list[int]) -> tuple[Stage, ...]:
+                    groups: list[tuple[int, ...]] | list[int],
+                    weights: list[float] | None = None) -> tuple[Stage, ...]:
     """One stage per GPU group of ``groups`` (in order; a group's GPUs are data-parallel
     replicas, a bare GPU index is a group of one; as many stages as there are blocks at
     most), cut to minimise the slowest stage's time: forward+backward FLOP x the busiest
-    replica's load (``replica_load``)."""
+    replica's load (``replica_load``), times ``weights[k]`` for group ``k`` when given (a
+    weight above 1 gives that stage less work)."""
     chain, m = problem.chain, problem.num_microbatches
     groups = [group if isinstance(group, tuple) else (int(group),) for group in groups]
     p = min(len(groups), chain.num_blocks)
@@ -206,7 +208,8 @@ def balanced_stages(problem: PipelineProblem,
     best[0] = 0.0
     starts = []
     for k in range(p):
-        load = replica_load(problem.graph.flops[list(groups[k])], m)
+        load = replica_load(problem.graph.flops[list(groups[k])], m) * (
+            weights[k] if weights is not None else 1.0)
         candidate = np.maximum(best[:, None], span * load)
         start = np.argmin(candidate, axis=0)
         best = candidate[start, np.arange(len(best))]

@@ -8,7 +8,9 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
 2. Partition: for each ordering, ``sync_dp`` over (block prefix, unit prefix) with the actual
    FLOP/s of each run's slowest GPU, for every candidate bottleneck time and with the
    all-reduce counted or not; the ``KEEP_PARTITIONS`` partitions of lowest ``estimate`` go on
-   (``KEEP_PARTITIONS_SMALL`` on graphs of at most ``SMALL_GPUS`` GPUs).
+   (``KEEP_PARTITIONS_SMALL`` on graphs of at most ``SMALL_GPUS`` GPUs). Memory-aware
+   candidates join them (``front_light_partitions``): every GPU used, the first stages
+   lighter, since they hold the most microbatches in flight.
 3. Scheduling: for each kept partition, list scheduling in the simulator with several priority
    rules (backward first, highest remaining path first; split or full backwards; in-flight caps
    of unbounded-but-memory, 1F1B's ``p - s``) plus the fixed 1F1B, GPipe and ZB-H1 orders.
@@ -32,7 +34,7 @@ from dlsched.errors import ConfigError
 from dlsched.pipeline.enumeration import all_partitions
 from dlsched.pipeline.estimate import best_sync_partitions, estimate, memory_slots
 from dlsched.pipeline.ordering import device_order
-from dlsched.pipeline.partition import range_costs
+from dlsched.pipeline.partition import balanced_stages, range_costs
 from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.schedules import (
@@ -54,6 +56,9 @@ KEEP_PARTITIONS_SMALL = 8
 SMALL_GPUS = 16
 EXHAUSTIVE_ORDER_GPUS = 4
 EXHAUSTIVE_BLOCKS = 8
+FRONT_LIGHT_RATIOS = (4 / 3, 1.5, 2.0)
+FRONT_LIGHT_STEPS = 16
+KEEP_FRONT_LIGHT = 2
 
 
 def _orders(problem: PipelineProblem) -> list[list[int]]:
@@ -79,15 +84,44 @@ def _small_space(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
     return ranked[:KEEP_PARTITIONS_SMALL]
 
 
+def front_light_partitions(problem: PipelineProblem, order: list[int]) -> list[tuple[Stage, ...]]:
+    """Memory-aware candidates (step 2b): the GPUs of ``order`` in groups of ``r`` replicas
+    (``r`` a power of two dividing the GPU count, one stage per group, every GPU used), cut
+    compute-balanced with the first ``a`` stages given ``1/rho`` of the work of the others,
+    for ``rho`` in ``FRONT_LIGHT_RATIOS`` and ``a`` from 0 to every stage (at most
+    ``FRONT_LIGHT_STEPS`` values): early stages hold the most microbatches in flight, so
+    lighter ones there let the later, heavier ones fit. The ``KEEP_FRONT_LIGHT`` of lowest
+    ``estimate`` (which counts the in-flight slots) are kept."""
+    n, blocks = len(order), problem.chain.num_blocks
+    seen: dict[tuple[Stage, ...], float] = {}
+    r = 1
+    while r <= n:
+        p = n // r
+        if n % r == 0 and p <= blocks and p > 1:
+            groups = [tuple(order[k * r:(k + 1) * r]) for k in range(p)]
+            for rho in FRONT_LIGHT_RATIOS:
+                for a in sorted({round(i * p / FRONT_LIGHT_STEPS)
+                                 for i in range(FRONT_LIGHT_STEPS + 1)}):
+                    stages = balanced_stages(problem, groups, [rho] * a + [1.0] * (p - a))
+                    if len(stages) == p and stages not in seen:
+                        seen[stages] = estimate(problem, stages)
+        r *= 2
+    return sorted(seen, key=lambda st: seen[st])[:KEEP_FRONT_LIGHT]
+
+
 def propose_partitions(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
     """Candidate partitions and mappings (steps 1-2 of the module docstring)."""
     found: list[tuple[Stage, ...]] = _small_space(problem)
-    for order in _orders(problem):
+    orders = _orders(problem)
+    for order in orders:
         costs = range_costs(problem, order, identical=False)
         keep = KEEP_PARTITIONS_SMALL if len(order) <= SMALL_GPUS else KEEP_PARTITIONS
         for stages in best_sync_partitions(problem, costs, keep):
             if stages not in found:
                 found.append(stages)
+    for stages in front_light_partitions(problem, orders[0]):
+        if stages not in found:
+            found.append(stages)
     return found
 
 
