@@ -23,7 +23,8 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.estimate import estimate
+from dlsched.pipeline.baselines import PLACEMENTS, _memory_aware
+from dlsched.pipeline.estimate import best_sync_partitions, estimate
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.oracle import oracle
 from dlsched.pipeline.ordering import device_order
@@ -162,3 +163,18 @@ def test_gpt3_memory_aware_partition_is_proposed() -> None:
     rule = backward_first_dispatch(64, (32,) * 64, True)
     ours = list_schedule(problem, best, rule, "dlsched").iteration_s
     assert ours <= list_schedule(problem, issue, rule, "dlsched").iteration_s * (1 + 1e-9)
+
+
+def test_dapple_searches_its_placement_policies() -> None:
+    """DAPPLE's scatter-first order takes GPUs round-robin over the servers; its plan is the
+    fastest of its append-first and scatter-first plans and names the placement."""
+    problem = MEDIUM
+    assert PLACEMENTS["scatter-first"](problem) == [0, 2, 4, 6, 1, 3, 5, 7]
+    assert PLACEMENTS["append-first"](problem) == list(range(8))
+    plan = get_planner("dapple")(problem)
+    assert plan.notes["mapping"] in PLACEMENTS
+    chosen = simulate(problem, plan).iteration_s
+    for placement in PLACEMENTS:
+        result = _memory_aware(problem, "dapple", lambda sub, costs: best_sync_partitions(
+            sub, costs, keep=1, identical=True)[0], placement)
+        assert chosen <= result.iteration_s * (1 + 1e-9)
