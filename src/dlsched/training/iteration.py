@@ -72,21 +72,21 @@ def _ig_issuers(workload: Workload) -> set[int]:
             if (comm := layer.input_grad_comm) is not None}
 
 
-def _first_backward(workload: Workload, layer: int) -> str:
-    return "IG" if layer in _ig_issuers(workload) else "WG"
+def _first_backward(issuers: set[int], layer: int) -> str:
+    return "IG" if layer in issuers else "WG"
 
 
-def _consumer(workload: Workload, owner: int, phase: str,
+def _consumer(workload: Workload, issuers: set[int], owner: int, phase: str,
               comm: Comm) -> tuple[int, str, int] | None:
     last = len(workload.layers) - 1
     target = None if comm.consumer is None else workload.index(comm.consumer)
     if phase == "forward":
         if target is None and owner == last:
-            return 0, _first_backward(workload, last), last
+            return 0, _first_backward(issuers, last), last
         return 0, "F", owner + 1 if target is None else target
     if phase == "input_grad":
         target = owner - 1 if target is None else target
-        return None if target < 0 else (0, _first_backward(workload, target), target)
+        return None if target < 0 else (0, _first_backward(issuers, target), target)
     if phase == "weight_grad":
         return 0, "U", owner if target is None else target
     return 1, "F", owner if target is None else target
@@ -96,13 +96,15 @@ def comm_sites(workload: Workload, topology: Topology) -> dict[tuple[str, int], 
     """Collectives of the workload keyed by the compute task ``(kind, layer)`` after which
     they are issued; single-NPU groups need no communication and are left out."""
     sites: dict[tuple[str, int], list[_CommSite]] = {}
+    issuers = _ig_issuers(workload)
     for owner, layer in enumerate(workload.layers):
         for phase, comm in layer.comms().items():
             sub = subtopology(topology, comm.group, workload.model_parallel, comm.dims)
             if sub.num_npus == 1:
                 continue
             issuer = owner if comm.issuer is None else workload.index(comm.issuer)
-            site = _CommSite(comm, owner, phase, sub, _consumer(workload, owner, phase, comm))
+            site = _CommSite(comm, owner, phase, sub,
+                             _consumer(workload, issuers, owner, phase, comm))
             sites.setdefault((_PHASE_TASK[phase], issuer), []).append(site)
     return sites
 
@@ -130,11 +132,12 @@ class _Run:
 
     def _static_order(self, iterations: int) -> list[tuple[int, str, int]]:
         layers = range(len(self.workload.layers))
+        issuers = _ig_issuers(self.workload)
         order: list[tuple[int, str, int]] = []
         for k in range(iterations):
             order += [(k, "F", layer) for layer in layers]
             for layer in reversed(layers):
-                first = _first_backward(self.workload, layer)
+                first = _first_backward(issuers, layer)
                 order += [(k, first, layer), (k, "WG" if first == "IG" else "IG", layer)]
         order.append((iterations, "F", 0))
         return order

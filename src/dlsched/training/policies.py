@@ -144,9 +144,14 @@ def _plan_flows(sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
     sizes = equal_chunks(size, max(1, min(chunks, size)))
     orders = source(topology, op, sizes, offset) if len(topology.dims) > 1 \
         else [(0,)] * len(sizes)
-    routes = tuple(ChunkRoute(i, s, route_from_order(op, o))
-                   for i, (s, o) in enumerate(zip(sizes, orders, strict=True)))
-    return plan_flows(CollectivePlan(topology, op, size, routes), sub.dim_map)
+    # Equal chunks differ by at most a byte and take few orders: plan each distinct one once.
+    distinct: dict[tuple[int, tuple[int, ...]], list[FlowStage]] = {}
+    for chunk_size, order in zip(sizes, orders, strict=True):
+        if (chunk_size, order) not in distinct:
+            route = ChunkRoute(0, chunk_size, route_from_order(op, order))
+            distinct[chunk_size, order] = plan_flows(
+                CollectivePlan(topology, op, chunk_size, (route,)), sub.dim_map)[0]
+    return [distinct[pair] for pair in zip(sizes, orders, strict=True)]
 
 
 @cache
