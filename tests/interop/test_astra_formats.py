@@ -96,7 +96,7 @@ def test_workload_cycle_length_is_configurable() -> None:
 
 
 @pytest.mark.parametrize("name", ["workload_data.txt", "workload_transformer.txt",
-                                  "workload_customized.txt"])
+                                  "workload_customized.txt", "workload_dlrm.txt"])
 def test_workload_round_trip(tmp_path: Path, name: str) -> None:
     workload = read_astra_workload(EXAMPLES / name)
     write_astra_workload(workload, tmp_path / name)
@@ -111,6 +111,13 @@ def test_hybrid_workloads() -> None:
     assert [custom.layer_parallelism(i) for i in range(3)] == [
         AstraParallelism.MODEL, AstraParallelism.HYBRID_DATA_MODEL, AstraParallelism.DATA]
     assert custom.layers[1].input_grad_comm.op.collective is CollectiveOp.REDUCE_SCATTER
+
+
+def test_dlrm_example_last_bottom_layer_and_all_to_all() -> None:
+    dlrm = read_astra_workload(EXAMPLES / "workload_dlrm.txt")
+    assert dlrm.dlrm_last_bottom_layer == 2
+    assert dlrm.layers[0].forward_comm.op.collective is CollectiveOp.ALL_TO_ALL
+    assert dlrm.layers[0].forward_comm.num_bytes == 512 * 26 * 128 * 2
 
 
 def test_dlrm_bare_bottom_layer(tmp_path: Path) -> None:
