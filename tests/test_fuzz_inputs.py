@@ -48,8 +48,8 @@ def _clean(code: int, out: str, err: str) -> None:
     """Exit 0 with finite JSON, or exit 2 with an error line; never a traceback."""
     assert "Traceback" not in out + err
     assert code in (0, 2), (code, err)
-    if code == 2:  # ours: "error: ..."; click's usage errors: "Usage: ... Error: ..."
-        assert "error" in err.lower(), err
+    if code == 2:  # one line "error: ...", also for click's usage errors
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
         return
 
     def refuse(constant: str) -> None:

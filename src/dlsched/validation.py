@@ -234,6 +234,23 @@ NpuCount = _annotated(NPUS, int)
 """Pydantic field: NPUs of a topology."""
 
 
+POLICY_ALIASES = {"ours": "dlsched"}
+"""Input aliases every policy/planner name accepts (``ours`` is dlsched's own policy)."""
+
+
+def policy_name(value: str, accepted: Any, what: str) -> str:
+    """``value`` (an alias such as ``ours`` read as its policy) if it is one of ``accepted``;
+    ConfigError naming ``what`` (e.g. "collective policy") and the accepted names otherwise."""
+    choices = [str(name) for name in accepted]
+    name = POLICY_ALIASES.get(value.strip(), value.strip())
+    if name not in choices:
+        aliases = [f"{alias} (= {target})" for alias, target in POLICY_ALIASES.items()
+                   if target in choices]
+        raise ConfigError(f"unknown {what} {value!r}; accepted: "
+                          + ", ".join(choices + aliases))
+    return name
+
+
 def check_finite(value: float, field: str) -> float:
     """``value`` if it is a finite number; ConfigError naming ``field`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

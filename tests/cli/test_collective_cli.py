@@ -15,6 +15,9 @@ def test_collective_json_compares_policies(run_cli, tmp_path):
     for row in rows:
         assert row["time_s"] >= row["bound_s"] >= row["ideal_s"] * (1 - 1e-12)
         assert 0 < row["utilization"] <= 1
+        assert (row["chunks"], row["concurrency"]) == (16, 1)  # as given
+        assert row["plan_chunks"] >= 1 and row["plan_concurrency"] >= 1  # as used
+    assert [(r["plan_chunks"], r["plan_concurrency"]) for r in rows[:2]] == [(16, 1)] * 2
     trace = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
     processes = {e["args"]["name"] for e in trace if e["name"] == "process_name"}
     assert processes == {"baseline: network", "themis: network", "dlsched: network"}

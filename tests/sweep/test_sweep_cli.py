@@ -77,3 +77,16 @@ def test_bad_paths_exit_2(run_cli, results, tmp_path) -> None:
     code, _, err = run_cli("sweep", "export", str(db), "--csv", str(tmp_path / "y.txt"))
     assert code == 2 and "suffix" in err
     assert not (tmp_path / "y.txt").exists()
+
+
+def test_parquet_without_pyarrow_names_the_package(run_cli, results, monkeypatch) -> None:
+    """Without pyarrow, --parquet exits 2 naming the package, before writing anything."""
+    import sys
+
+    folder, db = results
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)
+    code, _, err = run_cli("sweep", "export", str(db), "--csv", str(folder / "np.csv"),
+                           "--parquet", str(folder / "np.parquet"))
+    assert code == 2 and "pyarrow" in err and "--csv works without it" in err
+    assert not (folder / "np.csv").exists() and not (folder / "np.parquet").exists()

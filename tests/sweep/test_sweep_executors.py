@@ -36,11 +36,32 @@ def test_unknown_executor_and_bad_workers() -> None:
     with pytest.raises(ConfigError, match="executor: unknown 'spark'"), \
             open_executor("spark"):
         pass
-    with pytest.raises(ConfigError, match="workers"), open_executor("process", workers=0):
-        pass
+    for workers in (0, -1, 65, 10**6):
+        with pytest.raises(ConfigError, match="--jobs: process count"), \
+                open_executor("process", workers=workers):
+            pass
     with pytest.raises(ConfigError, match="address"), \
             open_executor("process", workers=1, address="tcp://x:1"):
         pass
+
+
+def test_missing_extra_is_named_before_any_work(run_cli, tmp_path, monkeypatch) -> None:
+    """Without ray installed, --executor ray exits 2 naming the extra (brackets intact), and
+    bad --jobs exits 2, both before the grid is even read; no status lines are printed."""
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else real(name, *a))
+    for args, needle in ((("--executor", "ray"), "pip install 'dlsched[ray]'"),
+                         (("--jobs", "100000"), "--jobs: process count 100000"),
+                         (("--batch-size", "0"), "--batch-size: batch size 0")):
+        code, _, err = run_cli("sweep", str(tmp_path / "missing.yaml"), *args)
+        assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+        for command in ("themis", "pipeline"):
+            if args[0] != "--batch-size":
+                code, _, err = run_cli("reproduce", command, *args)
+                assert code == 2 and needle in err, err
 
 
 class _FakeRef:

@@ -103,3 +103,12 @@ def test_training_domain_alias_and_direct_equality() -> None:
     assert grid.domain.evaluate(first)["iteration_s"] == direct.iteration_s
     with pytest.raises(ConfigError, match=r"axes\.workload\[1\]"):
         grid_from_data({"domain": "training", "axes": {"workload": ["dlrm", "llama"]}})
+
+
+def test_ours_means_dlsched_in_every_domain() -> None:
+    """``ours`` is read as ``dlsched`` for the collective, data-parallel and pipeline
+    policies, as on the command line."""
+    for domain, name in (("collective", "policy"), ("dataparallel", "policy"),
+                         ("pipeline", "planner")):
+        grid = grid_from_data({"domain": domain, "axes": {name: ["ours"]}})
+        assert [s[name] for s in grid.scenarios()] == ["dlsched"]

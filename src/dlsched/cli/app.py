@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from dlsched import __version__
 from dlsched.cli import collective, dataparallel, pipeline, runtime, sweep, training
@@ -43,23 +44,30 @@ def _options(version: Annotated[bool, typer.Option(
     """Plan and simulate distributed deep-learning training schedules."""
 
 
+def _fail(message: str, code: int = 2) -> None:
+    """Print ``error: message`` (taken literally, not as rich markup) on stderr and exit."""
+    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}",
+                                               highlight=False)
+    sys.exit(code)
+
+
 def main() -> None:
-    """Entry point: bad input exits with code 2 and a one-paragraph message on stderr."""
+    """Entry point: bad input exits with code 2 and a one-line message on stderr."""
     try:
         app(standalone_mode=False)
     except (ConfigError, UnitError, ValueError) as error:
-        Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {error}",
-                                                   highlight=False)
-        sys.exit(2)
+        _fail(str(error))
     except typer.Exit as done:
         sys.exit(done.exit_code)
     except typer.Abort:
         sys.exit(1)
-    except Exception as error:  # click usage errors carry their own exit code
-        code = getattr(error, "exit_code", None)
-        if code is None:
+    except Exception as error:  # typer's click errors: unknown option, bad integer, ...
+        code, message = getattr(error, "exit_code", None), getattr(error, "format_message", None)
+        if code is None or message is None:
             raise
-        show = getattr(error, "show", None)
-        if show is not None:
-            show()
-        sys.exit(code)
+        if not message():  # no arguments at all: click shows the help
+            error.show()  # type: ignore[attr-defined]
+            sys.exit(code)
+        context = getattr(error, "ctx", None)
+        where = f" (see '{context.command_path} --help')" if context is not None else ""
+        _fail(f"{message()}{where}", code)

@@ -31,8 +31,8 @@ def _ms(seconds: float) -> str:
 SUMMARY_COLUMNS = [
     Column("policy", "policy", justify="left"),
     Column("intra", "intra", justify="left"),
-    Column("chunks", "chunks used"),
-    Column("concurrency", "concurrency used"),
+    Column("plan_chunks", "chunks used"),
+    Column("plan_concurrency", "concurrency used"),
     Column("time_s", "time (ms)", _ms),
     Column("ideal_s", "ideal (ms)", _ms),
     Column("bandwidth_bound_s", "BW bound (ms)", _ms),
@@ -41,6 +41,14 @@ SUMMARY_COLUMNS = [
     Column("time_over_bound", "time/bound", lambda v: f"{v:.3f}"),
     Column(f"speedup_vs_{BASELINE}", f"speedup vs {BASELINE}", as_ratio),
 ]
+
+
+def _row(result: CollectiveResult, chunks: int, concurrency: int) -> dict[str, object]:
+    """The result's row with ``chunks``/``concurrency`` as given and ``plan_chunks``/
+    ``plan_concurrency`` as the policy used them (the keys ``reproduce themis`` uses too)."""
+    row = result.row()
+    return row | {"chunks": chunks, "concurrency": concurrency,
+                  "plan_chunks": row["chunks"], "plan_concurrency": row["concurrency"]}
 
 
 def _dimension_table(result: CollectiveResult) -> Table:
@@ -110,7 +118,8 @@ def collective(
                for name in progress(runs, len(runs))}
     results = [by_name[name] for name in names]
     reference = by_name[BASELINE].time_s
-    rows = [r.row() | {f"speedup_vs_{BASELINE}": reference / r.time_s} for r in results]
+    rows = [_row(r, chunks, concurrency) | {f"speedup_vs_{BASELINE}": reference / r.time_s}
+            for r in results]
     if not json_out:
         title = (f"{op} of {format_bytes(num_bytes)} per NPU on {net.name} "
                  f"({net.shape}, {net.num_npus} NPUs); given {chunks} chunks, concurrency "

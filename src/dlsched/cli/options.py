@@ -17,14 +17,11 @@ from rich.console import Console
 from dlsched.errors import ConfigError
 from dlsched.report import plot_timelines, rows_to_csv, to_json, write_chrome_traces, write_text
 from dlsched.sim.timeline import Timeline
-from dlsched.validation import check_output_paths
+from dlsched.validation import POLICY_ALIASES, check_output_paths
 
 # Piped output (CI logs, files) gets a wide fixed width so tables are not squeezed.
 console = Console(width=None if sys.stdout.isatty() else 140)
 status_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
-
-POLICY_ALIASES = {"ours": "dlsched"}
-"""Input aliases every policy/planner option accepts (``ours`` is dlsched's own)."""
 
 CSV_HELP = "Write the result rows as CSV to this file (raw SI units)."
 TRACE_HELP = ("Write one Chrome-trace JSON file (open in Perfetto) holding every policy as its "

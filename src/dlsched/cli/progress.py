@@ -1,11 +1,23 @@
-"""A progress bar for long runs: shown on a terminal, silent otherwise (CI, pipes, --json)."""
+"""A progress bar for long runs: shown on a terminal, silent otherwise (CI, pipes, --json).
+
+The bar has a spinner and the elapsed time, so it keeps moving while one long item (a large
+pipeline plan, a large collective's search) is being computed.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from rich.progress import track
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from dlsched.cli.options import console
 
@@ -19,7 +31,10 @@ def progress_bar(description: str, quiet: bool) -> Callable[[Iterable[Item], int
         if quiet or not console.is_terminal:
             yield from items
             return
-        yield from track(items, description=description, total=total, console=console,
-                         transient=True)
+        columns = (SpinnerColumn(), TextColumn("[progress.description]{task.description}"),
+                   BarColumn(), MofNCompleteColumn(), TextColumn("elapsed"), TimeElapsedColumn(),
+                   TextColumn("left"), TimeRemainingColumn())
+        with Progress(*columns, console=console, transient=True) as progress:
+            yield from progress.track(items, total=total, description=description)
 
     return wrap

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer.core import TyperGroup
 
 from dlsched.cli.options import console, emit_rows
@@ -28,12 +29,14 @@ from dlsched.sweep import (
     read_meta,
     read_rows,
 )
-from dlsched.sweep.executors import default_workers
+from dlsched.sweep.executors import check_executor
 from dlsched.sweep.reproduce import RunScenario, collect_rows, reproduction_job
 from dlsched.sweep.runner import estimate_seconds, iter_sweep, pending_tasks
 from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
 from dlsched.units import format_time
-from dlsched.validation import check_output_path, check_output_paths
+from dlsched.validation import check_output_path, check_output_paths, count
+
+BATCH_SIZE = count("batch size", 1, 100_000)
 
 
 class _RunByDefault(TyperGroup):
@@ -62,18 +65,18 @@ AddressOption = Annotated[str | None, typer.Option(
 
 def _open_store(db: Path, job: SweepJob, resume: bool, overwrite: bool) -> ResultStore:
     """Open the results file for this job: new, resumed (same domain) or overwritten."""
-    check_output_path(db, "db")
+    check_output_path(db, "--db")
     db.parent.mkdir(parents=True, exist_ok=True)
     if db.exists() and overwrite:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
     if db.exists() and not resume:
-        raise ConfigError(f"db: {str(db)!r} already exists; pass --resume to continue that "
+        raise ConfigError(f"--db: {str(db)!r} already exists; pass --resume to continue that "
                           "sweep or --overwrite to start over")
     if db.exists():
         domain = read_meta(db).get("domain")
         if domain != job.domain:
-            raise ConfigError(f"db: {str(db)!r} holds a {domain!r} sweep, the grid is "
+            raise ConfigError(f"--db: {str(db)!r} holds a {domain!r} sweep, the grid is "
                               f"{job.domain!r}; use another --db")
     return ResultStore(db, job.columns, job.meta)
 
@@ -100,8 +103,9 @@ def run(
     = False,
     retry_errors: Annotated[bool, typer.Option(help="With --resume, rerun scenarios stored "
                                                "as errors.")] = False,
-    batch_size: Annotated[int | None, typer.Option(min=1, help="Scenarios per task; default: "
-                                                   "about 8 tasks per worker, at most 64.")]
+    batch_size: Annotated[int | None, typer.Option(help="Scenarios per task (1..100,000); "
+                                                   "default: about 8 tasks per worker, at most "
+                                                   "64.")]
     = None,
     dry_run: Annotated[bool, typer.Option(help="Print the scenario count and an estimated "
                                           "time (from timing 3 scenarios here); run nothing.")]
@@ -109,6 +113,9 @@ def run(
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
 ) -> None:
     """Run every scenario of a grid file, committing one row per scenario as it finishes."""
+    check_executor(executor, workers, address)
+    if batch_size is not None:
+        BATCH_SIZE.check(batch_size, "--batch-size")
     loaded = load_grid(grid)
     job = SweepJob.from_grid(loaded)
     path = db if db is not None else Path(grid.stem + ".db")
@@ -124,6 +131,7 @@ def execute(job: SweepJob, store: ResultStore, todo: list, executor: str, worker
             address: str | None, batch_size: int | None, quiet: bool) -> None:
     """Run ``todo`` with a progress bar and a closing report on stderr; Ctrl-C exits 130 and
     lost workers exit 1, both after saying that the committed rows can be resumed."""
+    check_executor(executor, workers, address)
     skipped = len(job.tasks()) - len(todo)
     start = time.perf_counter()
     ran = 0
@@ -141,21 +149,21 @@ def execute(job: SweepJob, store: ResultStore, todo: list, executor: str, worker
                      "with --resume to continue", highlight=False)
         raise typer.Exit(130) from None
     except SweepIncomplete as error:
-        status.print(f"[bold red]incomplete:[/] {error}", highlight=False)
+        status.print(f"[bold red]incomplete:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from None
     finally:
         _report(store, ran, skipped, time.perf_counter() - start)
 
 
-def _dry_run(job: SweepJob, count: int, path: Path, workers: int | None, resume: bool) -> None:
+def _dry_run(job: SweepJob, scenarios: int, path: Path, workers: int | None, resume: bool) -> None:
     tasks = job.tasks()
     done: set[str] = set()
     if resume and path.exists():
         done = {row["key"] for row in read_rows(path)}
     todo = [task for task in tasks if task[0] not in done]
     per = estimate_seconds(job, todo)
-    slots = workers or default_workers()
-    console.print(f"{job.name}: {count} scenarios in the grid ({len(tasks)} distinct), "
+    slots = check_executor("process", workers)
+    console.print(f"{job.name}: {scenarios} scenarios in the grid ({len(tasks)} distinct), "
                   f"{len(todo)} to run; about {format_time(per)} each when run alone here, so "
                   f"about {format_time(per * len(todo) / slots)} on {slots} workers "
                   "(estimate from up to 3 scenarios spread over the grid)", highlight=False)
@@ -171,13 +179,13 @@ def export(
     """Export a results file (one row per scenario, SI units) to CSV and/or Parquet."""
     if csv is None and parquet is None:
         raise ConfigError("export: give --csv PATH and/or --parquet PATH")
-    check_output_paths({"csv": (csv, (".csv",)), "parquet": (parquet, (".parquet",))})
+    check_output_paths({"--csv": (csv, (".csv",)), "--parquet": (parquet, (".parquet",))})
     if parquet is not None:
         try:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            raise ConfigError("parquet: Parquet export needs the optional package 'pyarrow' "
+            raise ConfigError("--parquet: Parquet export needs the optional package 'pyarrow' "
                               "(pip install pyarrow); --csv works without it") from None
     rows = read_rows(db, where)
     if csv is not None:
@@ -188,6 +196,15 @@ def export(
         console.print(f"wrote {len(rows)} rows to {parquet}")
 
 
+PARAM_UNITS = {"size": "B", "latency_scale": "x"}
+"""Units of the grid parameters that carry one (stored in SI units)."""
+
+
+def _header(name: str) -> str:
+    """A parameter's column header with its unit, e.g. ``size (B)``."""
+    return f"{name} ({PARAM_UNITS[name]})" if name in PARAM_UNITS else name
+
+
 def _split(text: str | None) -> list[str] | None:
     return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
 
@@ -195,7 +212,7 @@ def _split(text: str | None) -> list[str] | None:
 def _cases(db: Path, baseline: str | None, metric: str | None) -> tuple[Any, str]:
     meta = read_meta(db)
     if "policy_param" not in meta:
-        raise ConfigError(f"db: {db} was not written by 'dlsched sweep run'")
+        raise ConfigError(f"--db: {db} was not written by 'dlsched sweep run'")
     time_metric = metric or meta["time_metric"]
     if meta["policy_param"] not in meta["varied"]:
         raise ConfigError(f"summary: the grid does not vary {meta['policy_param']!r}, so "
@@ -220,13 +237,13 @@ def summary(
 ) -> None:
     """Best policy per group and speedup tables (speedup_vs_BASELINE = baseline time / time,
     geometric mean over the group's cases)."""
-    check_output_paths({"csv": (csv, (".csv",))})
+    check_output_paths({"--csv": (csv, (".csv",))})
     cases, time_metric = _cases(db, baseline, metric)
     groups = _split(by) if by is not None else list(cases.params[:1])
     best = best_per_group(cases, groups)
     pivot = speedup_pivot(cases, groups)
     if not json_out:
-        group_columns = [Column(name, name, justify="left") for name in groups]
+        group_columns = [Column(name, _header(name), justify="left") for name in groups]
         column = cases.speedup_column
         render_table(best, [*group_columns, Column("best", "best policy", justify="left"),
                             Column(column, f"{column} (x, geo-mean)", as_ratio),
@@ -259,17 +276,17 @@ def plot(
     if heatmap is None and line is None:
         raise ConfigError("plot: give --heatmap PATH and/or --line PATH")
     if quantity not in ("speedup", "time"):
-        raise ConfigError(f"quantity: unknown {quantity!r}; accepted: speedup, time")
-    check_output_paths({"heatmap": (heatmap, (".png",)), "line": (line, (".png",))})
+        raise ConfigError(f"--quantity: unknown {quantity!r}; accepted: speedup, time")
+    check_output_paths({"--heatmap": (heatmap, (".png",)), "--line": (line, (".png",))})
     cases, time_metric = _cases(db, baseline, metric)
     names = list(cases.params)
     x_name = x or (names[0] if names else None)
     if x_name is None:
-        raise ConfigError("x: the sweep varies nothing besides the policy; nothing to plot")
+        raise ConfigError("--x: the sweep varies nothing besides the policy; nothing to plot")
     if heatmap is not None:
         y_name = y or next((n for n in names if n != x_name), None)
         if y_name is None or y_name == x_name:
-            raise ConfigError(f"y: a heat map needs a second varied parameter besides {x_name!r}"
+            raise ConfigError(f"--y: a heat map needs a second varied parameter besides {x_name!r}"
                               "; accepted: " + ", ".join(n for n in names if n != x_name))
         console.print(f"wrote {plot_heatmaps(cases, x_name, y_name, heatmap, time_metric)}")
     if line is not None:
@@ -286,16 +303,17 @@ def reproduction_rows(name: str, scenarios: Sequence[Any], run_scenario: RunScen
                       resume: bool, quiet: bool) -> list[dict[str, Any]]:
     """Run a reproduction's scenarios through the sweep runner; its table rows in scenario
     order (failed scenarios are reported on stderr and left out)."""
+    check_executor(executor, workers, address)
     job = reproduction_job(name, scenarios, run_scenario)
     if resume and db is None:
-        raise ConfigError("resume: --resume needs --db FILE (the results of the earlier run)")
+        raise ConfigError("--resume: it needs --db FILE (the results of the earlier run)")
     store = (_open_store(db, job, resume, overwrite=False) if db is not None
              else ResultStore(":memory:", job.columns, job.meta))
     with store:
         execute(job, store, pending_tasks(job, store), executor, workers, address, None, quiet)
         rows, errors = collect_rows(job, store)
     for error in errors:
-        status.print(f"[bold red]scenario failed:[/] {error}", highlight=False)
+        status.print(f"[bold red]scenario failed:[/] {escape(error)}", highlight=False)
     return rows
 
 

@@ -42,6 +42,7 @@ from dlsched.validation import (
     MICROBATCHES,
     WORKERS,
     Limit,
+    policy_name,
 )
 
 _STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
@@ -91,7 +92,7 @@ class CollectiveParams(BaseModel):
     @field_validator("policy")
     @classmethod
     def _policy(cls, value: str) -> str:
-        return _one_of(value, COLLECTIVE_POLICIES, "collective policy")
+        return policy_name(value, COLLECTIVE_POLICIES, "collective policy")
 
 
 @lru_cache(maxsize=256)
@@ -106,7 +107,8 @@ def run_collective_scenario(params: dict[str, Any]) -> dict[str, Any]:
                             p["chunks"], p["policy"], p["intra"], p["concurrency"])
     return {"time_s": result.time_s, "ideal_s": result.ideal_s, "bound_s": result.bound_s,
             "utilization": result.utilization, "time_over_bound": result.time_over_bound,
-            "bytes_per_npu": result.bytes_per_npu, "events": result.events}
+            "bytes_per_npu": result.bytes_per_npu, "events": result.events,
+            "plan_chunks": len(result.plan.routes), "plan_concurrency": result.plan.concurrency}
 
 
 class DataParallelParams(BaseModel):
@@ -137,7 +139,7 @@ class DataParallelParams(BaseModel):
     @field_validator("policy")
     @classmethod
     def _policy(cls, value: str) -> str:
-        return _one_of(value, DP_POLICIES, "data-parallel policy")
+        return policy_name(value, DP_POLICIES, "data-parallel policy")
 
 
 @lru_cache(maxsize=64)
@@ -175,7 +177,7 @@ class PipelineParams(BaseModel):
     @field_validator("planner")
     @classmethod
     def _planner(cls, value: str) -> str:
-        return _one_of(value, PLANNERS, "pipeline planner")
+        return policy_name(value, PLANNERS, "pipeline planner")
 
 
 def run_pipeline_scenario(params: dict[str, Any]) -> dict[str, Any]:
@@ -256,7 +258,8 @@ class Domain:
 DOMAINS: dict[str, Domain] = {
     "collective": Domain("collective", CollectiveParams, run_collective_scenario,
                          ("time_s", "ideal_s", "bound_s", "utilization", "time_over_bound",
-                          "bytes_per_npu", "events"), "policy", "time_s"),
+                          "bytes_per_npu", "events", "plan_chunks", "plan_concurrency"),
+                         "policy", "time_s"),
     "dataparallel": Domain("dataparallel", DataParallelParams, run_dataparallel_scenario,
                            DATAPARALLEL_METRICS, "policy", "time_s"),
     "pipeline": Domain("pipeline", PipelineParams, run_pipeline_scenario, PIPELINE_METRICS,

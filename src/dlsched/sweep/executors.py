@@ -7,6 +7,7 @@ imported only when chosen.
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import os
 import threading
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from dlsched.errors import ConfigError
+from dlsched.validation import JOBS
 
 EXECUTORS = ("process", "dask", "ray")
 
@@ -33,7 +35,7 @@ class Engine:
 
 
 def _missing(extra: str, package: str) -> ConfigError:
-    return ConfigError(f"executor: {extra!r} needs the optional package {package!r}; install it "
+    return ConfigError(f"--executor: {extra!r} needs the optional package {package!r}; install it "
                        f"with: pip install 'dlsched[{extra}]'")
 
 
@@ -74,9 +76,6 @@ def _watch_driver(pid: int, period_s: float = 0.5) -> None:
 
 @contextmanager
 def _process_pool(workers: int, address: str | None) -> Iterator[Engine]:
-    if address is not None:
-        raise ConfigError("address: the 'process' executor runs on this machine; use "
-                          "--executor dask or ray to reach a cluster")
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     pool = ProcessPoolExecutor(max_workers=workers,
                                mp_context=multiprocessing.get_context(method),
@@ -102,7 +101,7 @@ def _dask(workers: int, address: str | None) -> Iterator[Engine]:
         try:
             client = Client(address, timeout="20s")
         except OSError as error:
-            raise ConfigError(f"address: cannot reach the Dask scheduler at {address!r} "
+            raise ConfigError(f"--address: cannot reach the Dask scheduler at {address!r} "
                               f"({error})") from None
     executor = client.get_executor(pure=False)
     slots = max(sum(client.nthreads().values()), 1)
@@ -155,16 +154,30 @@ def _ray(workers: int, address: str | None) -> Iterator[Engine]:
 _FACTORIES = {"process": _process_pool, "dask": _dask, "ray": _ray}
 
 
+_EXTRAS = {"dask": "distributed", "ray": "ray"}
+
+
+def check_executor(kind: str, workers: int | None = None, address: str | None = None) -> int:
+    """Check an executor choice before any work starts: a known kind, ``workers`` (``--jobs``)
+    within ``JOBS``, an address only for dask/ray, and the kind's optional package installed.
+    Returns the number of local workers (default: this machine's cores)."""
+    if kind not in _FACTORIES:
+        raise ConfigError(f"--executor: unknown {kind!r}; accepted: " + ", ".join(EXECUTORS))
+    count = default_workers() if workers is None else JOBS.check(workers, "--jobs")
+    if address is not None and kind == "process":
+        raise ConfigError("--address: the 'process' executor runs on this machine; use "
+                          "--executor dask or ray to reach a cluster")
+    if kind in _EXTRAS and importlib.util.find_spec(_EXTRAS[kind]) is None:
+        raise _missing(kind, _EXTRAS[kind])
+    return count
+
+
 @contextmanager
 def open_executor(kind: str = "process", workers: int | None = None,
                   address: str | None = None) -> Iterator[Engine]:
     """Start (or connect to) an executor; ``workers`` local processes for ``process`` and for
     a local Dask/Ray cluster (default: this machine's cores); ``address`` reaches an existing
     Dask scheduler (``tcp://host:8786``) or Ray cluster (``ray://host:10001`` or ``auto``)."""
-    if kind not in _FACTORIES:
-        raise ConfigError(f"executor: unknown {kind!r}; accepted: " + ", ".join(EXECUTORS))
-    count = default_workers() if workers is None else workers
-    if count < 1:
-        raise ConfigError(f"workers: must be >= 1 (got {count})")
+    count = check_executor(kind, workers, address)
     with _FACTORIES[kind](count, address) as engine:
         yield engine
