@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,6 +17,7 @@ from dlsched.pipeline import (
     PLANNERS,
     PipelinePlan,
     PipelineProblem,
+    PlanError,
     Stage,
     get_planner,
     instance_bound,
@@ -30,7 +33,13 @@ from dlsched.pipeline.oracle import oracle
 from dlsched.pipeline.ordering import device_order
 from dlsched.pipeline.plan import validate_plan
 from dlsched.pipeline.planner import propose_partitions
-from dlsched.pipeline.schedules import backward_first_dispatch, gpipe_orders, one_f_one_b_orders
+from dlsched.pipeline.schedules import (
+    backward_first_dispatch,
+    gpipe_orders,
+    one_f_one_b_orders,
+    zb_h1_orders,
+    zb_h2_orders,
+)
 from dlsched.pipeline.simulate import list_schedule
 
 
@@ -178,3 +187,31 @@ def test_dapple_searches_its_placement_policies() -> None:
         result = _memory_aware(problem, "dapple", lambda sub, costs: best_sync_partitions(
             sub, costs, keep=1, identical=True)[0], placement)
         assert chosen <= result.iteration_s * (1 + 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(small_problems(), st.integers(0, 10**6),
+       st.sampled_from(["list", "list-split", "zb-h1", "zb-h2"]), st.sampled_from(["fifo", "ps"]))
+def test_no_plan_beats_its_bound_shared_gpus(problem: PipelineProblem, seed: int, schedule: str,
+                                             network: str) -> None:
+    """Stages may share GPUs (as interleaving does) and backwards may be split: the heads-
+    and-tails term and every other term of plan_bound still hold, under both network modes."""
+    rng = np.random.default_rng(seed)
+    chain = replace(problem.chain, input_grad_fraction=float(rng.uniform(0.2, 0.8)))
+    problem = replace(problem, chain=chain, network=network)
+    n, blocks, m = problem.graph.num_devices, chain.num_blocks, problem.num_microbatches
+    p = int(rng.integers(1, blocks + 1))
+    cuts = [0, *sorted(rng.choice(np.arange(1, blocks), p - 1, replace=False).tolist()), blocks]
+    stages = tuple(Stage(cuts[s], cuts[s + 1], tuple(int(d) for d in rng.choice(
+        n, int(rng.integers(1, n + 1)), replace=False))) for s in range(p))
+    if schedule.startswith("list"):
+        rule = backward_first_dispatch(p, (m,) * p, schedule == "list-split")
+        plan = list_schedule(problem, stages, rule, "x").plan
+    else:
+        make = zb_h1_orders if schedule == "zb-h1" else zb_h2_orders
+        plan = PipelinePlan("x", stages, make(stages, n, m), m)
+    try:
+        iteration = simulate(problem, plan).iteration_s
+    except PlanError:
+        return
+    assert iteration >= plan_bound(problem, plan) * (1 - 1e-9)

@@ -8,6 +8,13 @@
   stage must still drain to stage 0 (``tail``, full backwards, or I only when split) and, for a
   replicated stage, its all-reduce must run. With a split backward the last I is followed by the
   I-only tail, which gives a second term over the F and I work only;
+* heads and tails (one-machine relaxation, after Carlier): every action of GPU ``d`` has a
+  release time (the path before it can start: for F of stage ``s`` the forwards before it;
+  for B or I also its own forward and the round trip through the later stages) and a tail
+  (the path that must follow it: the rest of its microbatch's round trip and the way back to
+  stage 0; after a B or W also the stage's all-reduce). For any set of its actions, the GPU
+  cannot finish them before the smallest release + their work + the smallest tail; the bound
+  takes the best set among those with release and tail above thresholds;
 * path bound: one microbatch's forward and backward through all stages with its transfers;
 * memory (in-flight slots) bound: a GPU that hosts one stage ``s`` and has room for only ``k``
   of its ``m_d`` microbatches' stashes runs them in ``w = ceil(m_d / k)`` waves: a
@@ -59,7 +66,44 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
                _memory_bound(problem, plan, fastest, hops, (head, tail)))
     for device, order in enumerate(plan.orders):
         if order:
-            best = max(best, _device_bound(problem, plan, device, (head, tail, sync)))
+            best = max(best, _device_bound(problem, plan, device, (head, tail, sync)),
+                       _heads_and_tails(problem, plan, device, fastest, hops,
+                                        (head, tail, sync)))
+    return best
+
+
+def _heads_and_tails(problem: PipelineProblem, plan: PipelinePlan, device: int,
+                     fastest: list[tuple[float, float]], hops: list[float],
+                     paths: tuple[list[float], list[float], list[float]]) -> float:
+    """The one-machine heads-and-tails term of the module docstring for GPU ``device``."""
+    head, tail, sync = paths
+    flops = problem.graph.devices[device].flops
+    split = plan.split_backward
+    fraction = problem.chain.input_grad_fraction if split else 1.0
+    jobs: dict[tuple[float, float], float] = {}
+    for action in plan.orders[device]:
+        s = action.stage
+        forward, backward = problem.stage_flops(plan.stages[s])
+        down = sum(f + b * fraction for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
+        back = fastest[s][1] * fraction
+        own_w = fastest[s][1] * (1 - fraction)
+        returned = head[s] + fastest[s][0] + down
+        release, after, work = {
+            "F": (head[s], down + back + tail[s], forward),
+            "B": (returned, max(tail[s], sync[s]), backward),
+            "I": (returned, tail[s], backward * fraction),
+            "W": (returned + back, sync[s], backward * (1 - fraction))}[action.kind]
+        if action.kind == "I":
+            after = max(after, own_w + sync[s])
+        jobs[(release, after)] = jobs.get((release, after), 0.0) + work / flops
+    best = 0.0
+    for low_release in {r for r, _ in jobs}:
+        for low_tail in {q for _, q in jobs}:
+            chosen = [(r, q, w) for (r, q), w in jobs.items()
+                      if r >= low_release and q >= low_tail]
+            if chosen:
+                best = max(best, min(r for r, _, _ in chosen) + sum(w for _, _, w in chosen)
+                           + min(q for _, q, _ in chosen))
     return best
 
 
