@@ -75,11 +75,8 @@ def test_ideal_is_never_slower_than_any_policy(name, topology):
         workload = get_workload(name, net.num_npus)
         ideal = run_training(workload, net, "ideal", chunks=4).iteration_s
         assert ideal >= workload.compute_s * (1 - 1e-12)
-        ideal_a2a = run_training(workload, net, "ideal-a2a", chunks=4).iteration_s
-        assert ideal_a2a >= ideal * (1 - 1e-9)
         for policy in ("baseline", "themis", "themis-inflight", "dlsched"):
-            time = run_training(workload, net, policy, chunks=4).iteration_s
-            assert time >= ideal_a2a * (1 - 1e-9)
+            assert run_training(workload, net, policy, chunks=4).iteration_s >= ideal * (1 - 1e-9)
 
 
 def test_dlsched_is_never_slower_than_themis():
@@ -132,16 +129,3 @@ def test_run_policies_equals_separate_runs_with_and_without_timeline():
         assert [u for _, u in result.dims] == pytest.approx([u for _, u in alone.dims])
         assert alone.timeline.spans and not result.timeline.spans
 
-
-def test_ideal_a2a_keeps_each_dimensions_all_to_all_bytes_by_hand():
-    """A 4 MB All-to-All on 2 x 2 NPUs (switches at 1 and 0.5 GB/s), no compute: each
-    dimension must send 4 MB / 2 = 2 MB whatever the order, so the Ideal-A2A takes
-    2 MB / 0.5 GB/s = 4 ms while the Ideal (4 MB at 1.5 GB/s) takes 2.67 ms."""
-    net = Topology("2x2", (Dimension(DimKind.SWITCH, 2, 1e9), Dimension(DimKind.SWITCH, 2, 5e8)))
-    workload = Workload("a2a", (
-        WorkloadLayer("emb", 0.0, 0.0, 0.0, forward_comm=Comm(CollectiveOp.ALL_TO_ALL, 4_000_000)),
-        WorkloadLayer("top", 0.0, 0.0, 0.0)))
-    assert run_training(workload, net, "ideal", chunks=4).iteration_s == pytest.approx(4 / 1.5 * MS)
-    assert run_training(workload, net, "ideal-a2a", chunks=4).iteration_s == pytest.approx(4 * MS)
-    for policy in ("baseline", "themis", "dlsched"):
-        assert run_training(workload, net, policy, chunks=4).iteration_s >= 4 * MS * (1 - 1e-9)

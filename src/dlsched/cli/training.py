@@ -137,8 +137,6 @@ SUMMARY_COLUMNS = [
     Column("paper_ideal_avg", "paper", as_ratio),
     Column("dlsched_over_themis_min", "min dlsched/Themis", as_ratio),
     Column("dlsched_vs_ideal_avg", "dlsched / Ideal time", as_ratio),
-    Column("ideal_a2a_avg", "Ideal-A2A avg", as_ratio),
-    Column("dlsched_vs_ideal_a2a_avg", "dlsched / Ideal-A2A time", as_ratio),
 ]
 
 

@@ -21,7 +21,7 @@ from dlsched.hardware import load_topology
 from dlsched.training import get_workload, run_policies
 
 WORKLOADS = ("resnet152", "gnmt", "dlrm", "transformer-1t")
-POLICIES = ("baseline", "themis", "themis-inflight", "dlsched", "ideal", "ideal-a2a")
+POLICIES = ("baseline", "themis", "themis-inflight", "dlsched", "ideal")
 LATENCY_SETTINGS = {"zero": 0.0, "table": 1.0}
 # Compute model: ``a100`` is the A100-like FP16 roofline the paper names (the default);
 # ``comm-only`` sets every compute and update time to zero, the limit in which an iteration
@@ -109,7 +109,7 @@ def pivot(rows: list[dict[str, Any]], latency: str) -> list[dict[str, Any]]:
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per latency setting and workload: average and max speedup over the baseline of each
     policy, the paper's numbers, the worst ratio Themis time / dlsched time and the average
-    dlsched / Ideal and dlsched / Ideal-A2A time ratios."""
+    dlsched / Ideal time ratio."""
     times = _times(rows)
     summary = []
     for latency in LATENCY_SETTINGS:
@@ -126,8 +126,6 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry |= {"paper_themis_avg": paper[0], "paper_themis_max": paper[1],
                       "paper_ideal_avg": paper[2],
                       "dlsched_over_themis_min": min(c["themis"] / c["dlsched"] for c in cases),
-                      "dlsched_vs_ideal_avg": mean(c["dlsched"] / c["ideal"] for c in cases),
-                      "dlsched_vs_ideal_a2a_avg": mean(c["dlsched"] / c["ideal-a2a"]
-                                                       for c in cases)}
+                      "dlsched_vs_ideal_avg": mean(c["dlsched"] / c["ideal"] for c in cases)}
             summary.append(entry)
     return summary

@@ -22,9 +22,6 @@ on the network, and whether collectives are prioritised by when their result is 
 * ``ideal`` — the paper's Ideal: every collective moves its bytes at the summed bandwidth of
   its dimensions (each dimension carries a share proportional to its bandwidth, no step
   latency), served by need like ``dlsched``.
-* ``ideal-a2a`` — the same, except that an All-to-All moves on every dimension the bytes its
-  algorithm must send there (an All-to-All's bytes per dimension do not depend on the order,
-  so no schedule can shift them to another dimension); equal to ``ideal`` without All-to-All.
 """
 
 from __future__ import annotations
@@ -47,7 +44,6 @@ from dlsched.collectives.plan import (
     IntraPolicy,
     equal_chunks,
     route_from_order,
-    route_stage_data,
 )
 from dlsched.collectives.policies.baseline import baseline_order
 from dlsched.collectives.policies.themis import themis_orders
@@ -101,7 +97,6 @@ class TrainingPolicy:
     inflight: bool
     prioritized: bool
     adaptive_chunks: bool = False
-    a2a_per_dimension: bool = False
 
     def flows(self, sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
               load: np.ndarray) -> list[list[FlowStage]]:
@@ -109,7 +104,7 @@ class TrainingPolicy:
         ``chunks`` chunks; ``load``: seconds of queued work per physical dimension."""
         assert sub.topology is not None
         if self.orders is None:
-            return _ideal_flows(sub, op, size, chunks, self.a2a_per_dimension)
+            return _ideal_flows(sub, op, size, chunks)
         if self.adaptive_chunks:
             chunks = adaptive_chunk_count(sub.topology, op, size, chunks)
         if not self.inflight:
@@ -162,22 +157,15 @@ def _static_flows(policy: TrainingPolicy, sub: SubTopology, op: CollectiveOp, si
 
 
 @cache
-def _ideal_flows(sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
-                 a2a_per_dimension: bool) -> list[list[FlowStage]]:
-    """Every dimension at once, no latency: a bandwidth-proportional share of the bytes, or
-    (``a2a_per_dimension``, All-to-All only) the bytes its algorithm must send there."""
+def _ideal_flows(sub: SubTopology, op: CollectiveOp, size: int,
+                 chunks: int) -> list[list[FlowStage]]:
     topology = sub.topology
     assert topology is not None
     total = bytes_per_npu(topology, op, size)
-    if a2a_per_dimension and op is CollectiveOp.ALL_TO_ALL:
-        route = ChunkRoute(0, size, route_from_order(op, baseline_order(len(topology.dims), op)))
-        shares = {stage.dim: sent for stage, _, sent in route_stage_data(topology, op, route)}
-    else:
-        shares = {d: total * dim.bandwidth / topology.total_bandwidth
-                  for d, dim in enumerate(topology.dims)}
     flows = []
-    for d, index in enumerate(sub.dim_map):
-        flows += [[FlowStage(index, 0.0, shares[d] / chunks, "ideal")] for _ in range(chunks)]
+    for index, dim in zip(sub.dim_map, topology.dims, strict=True):
+        share = total * dim.bandwidth / topology.total_bandwidth
+        flows += [[FlowStage(index, 0.0, share / chunks, "ideal")] for _ in range(chunks)]
     return flows
 
 
@@ -192,8 +180,6 @@ TRAINING_POLICIES: dict[str, TrainingPolicy] = {
     "themis-inflight": TrainingPolicy("themis-inflight", _themis, IntraPolicy.SCF, True, False),
     "dlsched": TrainingPolicy("dlsched", min_max_orders, IntraPolicy.SCF, True, True, True),
     "ideal": TrainingPolicy("ideal", None, IntraPolicy.FIFO, False, True),
-    "ideal-a2a": TrainingPolicy("ideal-a2a", None, IntraPolicy.FIFO, False, True,
-                                a2a_per_dimension=True),
 }
 # What ``dlsched`` tries (its own settings first), each simulated; the fastest is kept.
 DLSCHED_CANDIDATES: tuple[TrainingPolicy, ...] = (

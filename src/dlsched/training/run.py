@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from dlsched.collectives.plan import CollectiveOp
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import Topology
 from dlsched.sim.timeline import Timeline, _union_length
@@ -96,12 +95,9 @@ def run_policies(workload: Workload, topology: Topology, policies: Sequence[str]
     simulated without a timeline; with ``record`` the kept one is simulated again with it."""
     names = _check(policies, iterations, chunks, concurrency)
     runs: dict[TrainingPolicy, IterationRun] = {}
-    all_to_all = any(comm.op is CollectiveOp.ALL_TO_ALL
-                     for layer in workload.layers for comm in layer.comms().values())
 
     def simulate(candidate: TrainingPolicy) -> IterationRun:
-        key = replace(candidate, name="",
-                      a2a_per_dimension=candidate.a2a_per_dimension and all_to_all)
+        key = replace(candidate, name="")
         if key not in runs:
             runs[key] = simulate_iterations(workload, topology, candidate, iterations, chunks,
                                             concurrency, record=False)
@@ -124,8 +120,7 @@ def run_training(workload: Workload, topology: Topology, policy: str = "dlsched"
                  iterations: int = 2, chunks: int = 64, concurrency: int = 1,
                  record: bool = True) -> TrainingResult:
     """Simulate ``iterations`` iterations of ``workload`` on ``topology`` under ``policy``
-    (``baseline``, ``themis``, ``themis-inflight``, ``dlsched``/``ours``, ``ideal`` or
-    ``ideal-a2a``) with
+    (``baseline``, ``themis``, ``themis-inflight``, ``dlsched``/``ours`` or ``ideal``) with
     ``chunks`` chunks per collective and ``concurrency`` chunks per dimension at once;
     ``record=False`` leaves the timeline empty (the numbers are the same)."""
     return run_policies(workload, topology, [policy], iterations, chunks, concurrency,
