@@ -9,6 +9,8 @@ shared by every tuned policy (``tuning.py``).
 
 from __future__ import annotations
 
+import math
+
 from dlsched.dataparallel.cache import cached_plan
 from dlsched.dataparallel.plan import DPPlan, Message, message, whole_layer
 from dlsched.dataparallel.problem import DPProblem
@@ -102,14 +104,15 @@ def horovod_plan(problem: DPProblem, fusion_bytes: int = HOROVOD_FUSION,
 
 
 def _horovod_at(problem: DPProblem, fusion_bytes: int, cycle: float, phase: float) -> DPPlan:
-    pending = _backward_order(problem)
+    order = _backward_order(problem)  # readiness ascending: each tick takes a prefix
     msgs: list[Message] = []
-    cycles = 0
-    while pending:
-        tick = phase + cycles * cycle
-        cycles += 1
-        ready = [layer for layer in pending if problem.ready[layer] <= tick + 1e-15]
-        pending = pending[len(ready):]
+    position = 0
+    while position < len(order):
+        tick = _first_tick(problem.ready[order[position]], cycle, phase)
+        end = position
+        while end < len(order) and problem.ready[order[end]] <= tick + 1e-15:
+            end += 1
+        ready, position = order[position:end], end
         group: list[int] = []
         size = 0
         for layer in ready:
@@ -123,6 +126,17 @@ def _horovod_at(problem: DPProblem, fusion_bytes: int, cycle: float, phase: floa
     return DPPlan(tuple(msgs), barrier=True, policy="horovod",
                   settings=f"fusion {size_text(fusion_bytes)}, cycle {cycle * 1e3:g} ms, "
                            f"phase {phase * 1e3:.3g} ms")
+
+
+def _first_tick(ready: float, cycle: float, phase: float) -> float:
+    """The first tick phase + k x cycle (k >= 0) at which a gradient ready at ``ready`` (s)
+    is seen (ticks without a new gradient send nothing, so they are skipped)."""
+    cycles = max(0, math.ceil((ready - phase) / cycle))
+    while cycles > 0 and ready <= phase + (cycles - 1) * cycle + 1e-15:
+        cycles -= 1
+    while ready > phase + cycles * cycle + 1e-15:
+        cycles += 1
+    return phase + cycles * cycle
 
 
 @cached_plan
