@@ -228,6 +228,9 @@ class _Run:
             if left[0] == 0:
                 self._collective_done(site, k, consumer, start)
 
+        if not self.record:
+            self.network.submit(flows, self.policy.priority(need), [chunk_done] * len(flows))
+            return
         label = f"{site.comm.op.value} {site.phase} {self.workload.layers[site.owner].name} "
         self.network.submit(flows, self.policy.priority(need), [chunk_done] * len(flows),
                             [{"iteration": k, "layer": site.owner, "chunk": c}
