@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -267,3 +268,210 @@ def test_chain_with_zero_costs_plans_or_refuses(run_cli, tmp_path: Path,
     code, out, err = run_cli("pipeline", "plan", "--model", str(path), "--devices", "1x8-NVLink",
                              "--json")
     assert code == 2 and "forward_flops" in err
+
+
+FEW = settings(max_examples=6, deadline=None,
+               suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@given(value=numbers)
+def test_pipeline_state_bytes_option(run_cli, chain_file: Path, value: str) -> None:
+    """``dlsched pipeline plan --state-bytes`` with any value."""
+    _clean(*run_cli("pipeline", "plan", "--model", str(chain_file), "--devices", "1x8-NVLink",
+                    "--planner", "gpipe", "--microbatches", "4", "--json", "--state-bytes",
+                    value))
+
+
+@pytest.mark.parametrize("option", ["--iterations", "--chunks", "--concurrency"])
+@FEW
+@given(value=st.one_of(st.sampled_from(["nan", "inf", "0", "-1", "1e400", "abc", "", "2",
+                                        "99999999999", "1.5"]),
+                       st.integers(-10**6, 10**6).map(str)))
+def test_train_numeric_options(run_cli, option: str, value: str) -> None:
+    """``dlsched train`` (simulated iterations) with any value of one numeric option."""
+    _clean(*run_cli("train", "--topology", "2D-SW_SW", "--policy", "baseline", "--chunks", "4",
+                    "--iterations", "2", "--json", option, value))
+
+
+@pytest.fixture
+def tiny_grid(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A two-scenario collective grid."""
+    path = tmp_path_factory.mktemp("grid") / "g.json"
+    path.write_text(json.dumps({"domain": "collective", "fixed": {"topology": "2D-SW_SW",
+                                                                 "size": "1 MB", "chunks": 4},
+                                "axes": {"policy": ["baseline", "themis"]}}))
+    return path
+
+
+@pytest.mark.parametrize("option", ["--jobs", "--batch-size"])
+@FUZZ
+@given(value=numbers)
+def test_sweep_numeric_options(run_cli, tiny_grid: Path, option: str, value: str) -> None:
+    """``dlsched sweep GRID --dry-run`` with any --jobs or --batch-size: a count and an
+    estimate (exit 0) or a one-line error (exit 2)."""
+    code, out, err = run_cli("sweep", str(tiny_grid), "--dry-run", option, value)
+    assert "Traceback" not in out + err
+    assert code in (0, 2), err
+    if code == 2:
+        assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    else:
+        assert "2 scenarios in the grid" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("command", ["themis", "usbyte", "pipeline", "themis-training"])
+@FEW
+@given(value=numbers)
+def test_reproduce_jobs_option(run_cli, monkeypatch: pytest.MonkeyPatch, command: str,
+                               value: str) -> None:
+    """``dlsched reproduce * --jobs`` with any value: refused with one line before any
+    scenario runs, or handed to the runner as a count within the documented limit."""
+    from dlsched.cli import sweep as sweep_cli
+
+    class Ran(Exception):
+        """The runner was reached (the reproduction itself is not run here)."""
+
+    def reached(job, store, todo, executor, workers, *rest):
+        assert workers is None or 1 <= workers <= 64, workers
+        raise Ran
+
+    monkeypatch.setattr(sweep_cli, "execute", reached)
+    try:
+        code, out, err = run_cli("reproduce", command, "--jobs", value)
+    except Ran:
+        return
+    assert "Traceback" not in out + err
+    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+
+
+GRID_FIELDS = [("collective", name) for name in ("size", "chunks", "concurrency",
+                                                 "latency_scale", "topology", "policy")] + [
+    ("dataparallel", name) for name in ("workers", "efficiency", "batch_size", "network")] + [
+    ("pipeline", name) for name in ("microbatches", "microbatch_size", "devices")] + [
+    ("training", name) for name in ("iterations", "chunks", "latency_scale", "workload")]
+
+
+@pytest.mark.parametrize(("domain", "field"), GRID_FIELDS)
+@FUZZ
+@given(value=nasty_values)
+def test_grid_model(domain: str, field: str, value: Any) -> None:
+    """A grid file with any value of one parameter: a grid whose scenarios hold finite
+    numbers, or a ConfigError naming the parameter's place in the file."""
+    from dlsched.sweep import grid_from_data
+
+    try:
+        grid = grid_from_data({"domain": domain, "axes": {field: [value]}})
+    except ConfigError as error:
+        assert f"axes.{field}" in str(error), error
+        return
+    for scenario in grid.scenarios():
+        assert all(math.isfinite(v) for v in scenario.values()
+                   if isinstance(v, float)), scenario
+
+
+NETWORK_FIELDS = [("alpha_beta", "alpha"), ("alpha_beta", "bandwidth"), ("ring", "latency"),
+                  ("ring", "bandwidth"), ("piecewise", 0, "up_to"), ("piecewise", 1, "alpha"),
+                  ("piecewise", 2, "bandwidth"), ("workers",), ("samples", 0, "seconds"),
+                  ("samples", 0, "bytes")]
+
+
+@pytest.mark.parametrize("path", NETWORK_FIELDS)
+@FEW
+@given(value=nasty_values)
+def test_network_file_model(run_cli, tmp_path_factory: pytest.TempPathFactory,
+                            path: tuple, value: Any) -> None:
+    """A fitted network file (``dataparallel --network FILE``) with any value in one field:
+    finite rows (exit 0) or a one-line error (exit 2)."""
+    import yaml
+
+    document = yaml.safe_load(Path("examples/network-gloo-4ranks.yaml").read_text())
+    target = document
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    file = tmp_path_factory.mktemp("net") / "net.json"
+    file.write_text(json.dumps(document))
+    _clean(*run_cli(*DATAPARALLEL, "--network", str(file)))
+
+
+@pytest.mark.parametrize("field", ["endpoint-delay", "active-chunks-per-dimension",
+                                   "preferred-dataset-splits"])
+@FEW
+@given(value=nasty_values)
+def test_astra_system_model(run_cli, tmp_path_factory: pytest.TempPathFactory, field: str,
+                            value: Any) -> None:
+    """An ASTRA-sim system file with any value in one numeric field."""
+    document = json.loads(Path("examples/astra/system_themis.json").read_text())
+    document[field] = value
+    file = tmp_path_factory.mktemp("astra") / "system.json"
+    file.write_text(json.dumps(document))
+    _clean(*run_cli(*COLLECTIVE, "--astra-system", str(file)))
+
+
+@pytest.mark.parametrize("field", ["state_factor", "input_grad_fraction", "selective_stash",
+                                   "input", "recompute_flops"])
+@FUZZ
+@given(value=nasty_values)
+def test_chain_optional_fields(tmp_path_factory: pytest.TempPathFactory, field: str,
+                               value: Any) -> None:
+    """A chain file with any value in one optional field: a finite chain or ConfigError."""
+    blocks = [{"name": "a", "forward_flops": 1e9}, {"name": "b", "forward_flops": 1e9}]
+    document: dict[str, Any] = {"blocks": blocks}
+    if field in ("state_factor", "input_grad_fraction"):
+        document[field] = value
+    else:
+        for block in blocks:
+            block[field] = value
+    path = tmp_path_factory.mktemp("chain") / "c.json"
+    path.write_text(json.dumps(document))
+    try:
+        chain = load_chain(path, 1)
+    except ConfigError:
+        return
+    for mode in ("none", "selective", "full"):
+        variant = chain.with_recompute(mode)
+        assert np.isfinite(variant.backward_flops).all() and math.isfinite(variant.state_factor)
+
+
+@pytest.mark.parametrize("field", ["num_microbatches", "microbatch_size", "activation_bytes",
+                                   "param_bytes"])
+@FEW
+@given(value=nasty_values)
+def test_plan_file_model(run_cli, tmp_path_factory: pytest.TempPathFactory, field: str,
+                         value: Any) -> None:
+    """A saved plan (``pipeline export``) with any value in one field: exported or refused
+    with one line, never a hang (10**9 microbatches used to hang)."""
+    folder = tmp_path_factory.mktemp("plan")
+    code, _, err = run_cli("pipeline", "plan", "--model", "gpt2-xl", "--devices", "1x8-NVLink",
+                           "--planner", "1f1b", "--microbatches", "4",
+                           "--save", str(folder / "p.json"))
+    assert code == 0, err
+    document = json.loads((folder / "p.json").read_text())
+    if field in ("activation_bytes", "param_bytes"):
+        document["blocks"][0][field] = value
+    else:
+        document[field] = value
+    (folder / "p.json").write_text(json.dumps(document))
+    code, out, err = run_cli("pipeline", "export", str(folder / "p.json"),
+                             "--torch-csv", str(folder / "a.csv"))
+    assert "Traceback" not in out + err and code in (0, 2), err
+
+
+@pytest.mark.parametrize("field", ["bandwidth", "latency"])
+@FEW
+@given(value=nasty_values)
+def test_device_matrix_model(field: str, value: Any) -> None:
+    """The matrix form of a device graph with any value in one off-diagonal entry."""
+    matrix: list[list[Any]] = [[0, "10 GB/s" if field == "bandwidth" else "1 us"],
+                               ["10 GB/s" if field == "bandwidth" else "1 us", 0]]
+    matrix[0][1] = value
+    document: dict[str, Any] = {
+        "devices": [{"name": "a", "flops": "10 TFLOP/s", "memory": "16 GiB"},
+                    {"name": "b", "flops": "10 TFLOP/s", "memory": "16 GiB"}],
+        "bandwidth": [[0, "10 GB/s"], ["10 GB/s", 0]], field: matrix}
+    try:
+        graph = devices_from_data(document)
+    except ConfigError as error:
+        assert field in str(error), error
+        return
+    assert np.isfinite(graph.bandwidth[0, 1]) and np.isfinite(graph.latency[0, 1])

@@ -34,14 +34,16 @@ def _location(loc: tuple[Any, ...]) -> str:
 
 
 def validate(schema: type[SchemaT], data: Any, source: str = "input") -> SchemaT:
-    """Validate ``data`` against ``schema``; raise ConfigError naming each bad field."""
+    """Validate ``data`` against ``schema``; raise a one-line ConfigError naming each bad
+    field (``invalid SOURCE: field: message (got value); field: ...``)."""
     try:
         return schema.model_validate(data)
     except ValidationError as error:
-        lines = []
+        parts = []
         for item in error.errors():
-            message = item["msg"].removeprefix("Value error, ")
+            message = " ".join(item["msg"].removeprefix("Value error, ").split())
             value = item.get("input")
             shown = "" if isinstance(value, dict) else f" (got {value!r})"
-            lines.append(f"  {_location(item['loc'])}: {message}{shown}")
-        raise ConfigError(f"invalid {source}:\n" + "\n".join(lines)) from None
+            where = f"{_location(item['loc'])}: " if item["loc"] else ""
+            parts.append(f"{where}{message}{shown}")
+        raise ConfigError(f"invalid {source}: " + "; ".join(parts)) from None

@@ -21,6 +21,9 @@ from dlsched.pipeline.actions import parse_orders
 from dlsched.pipeline.plan import PipelinePlan, Stage, validate_plan
 from dlsched.pipeline.registry import PipelineResult
 from dlsched.report import to_json, write_text
+from dlsched.validation import DATA_SIZE, MAX_BATCH, MAX_LAYERS, MAX_MICROBATCHES
+
+MAX_DATA_BYTES = DATA_SIZE.high
 
 FORMAT = "dlsched-pipeline-plan"
 
@@ -39,8 +42,8 @@ class BlockSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str
-    activation_bytes: float = Field(ge=0)
-    param_bytes: float = Field(ge=0)
+    activation_bytes: float = Field(ge=0, le=MAX_DATA_BYTES)
+    param_bytes: float = Field(ge=0, le=MAX_DATA_BYTES)
 
 
 class PlanFile(BaseModel):
@@ -53,9 +56,9 @@ class PlanFile(BaseModel):
     model: str
     devices: str
     device_names: list[str] = Field(min_length=1)
-    microbatch_size: int = Field(ge=1)
-    num_microbatches: int = Field(ge=1)
-    blocks: list[BlockSpec] = Field(min_length=1)
+    microbatch_size: int = Field(ge=1, le=MAX_BATCH)
+    num_microbatches: int = Field(ge=1, le=MAX_MICROBATCHES)
+    blocks: list[BlockSpec] = Field(min_length=1, max_length=MAX_LAYERS)
     stages: list[StageSpec] = Field(min_length=1)
     orders: list[str]
     recompute: Literal["none", "selective", "full"] = "none"
