@@ -1,4 +1,5 @@
-"""A progress bar for long runs: shown on a terminal, silent otherwise (CI, pipes, --json).
+"""A progress bar for long runs, on stderr: shown when stderr is a terminal, silent otherwise
+(CI, pipes, --json), so redirected tables and JSON stay clean.
 
 The bar has a spinner and the elapsed time, so it keeps moving while one long item (a large
 pipeline plan, a large collective's search) is being computed.
@@ -19,7 +20,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from dlsched.cli.options import console
+from dlsched.cli.options import status_console as console
 
 Item = TypeVar("Item")
 
