@@ -3,25 +3,36 @@
 Each rank runs in its own network namespace; a veth link joins it to a bridge in a "switch"
 namespace, and a ``tc tbf`` rate limit on both ends of every link makes each rank's port a
 full-duplex link of 1 or 10 Gbit/s (netem is not available, so no delay is added). For 2 and 4
-ranks and both rates: calibrate the all-reduce over gloo, then train the ResNet-style CNN and
-the GPT-style decoder with every policy (and real DistributedDataParallel) and compare the
-measured iteration time with the simulator's prediction from the in-place profile and the
-calibration. Everything is torn down in ``finally`` (namespaces, links, rank processes), the
-traffic stays inside the namespaces, and every run has a deadline.
+ranks and both rates: calibrate the all-reduce over gloo idle and under compute load, then
+train the ResNet-style CNN and the GPT-style decoder with every policy (and real
+DistributedDataParallel) and compare the measured iteration time with the simulator's
+prediction from the in-place profile and the loaded calibration. The ranks' communication
+threads run at ``--comm-nice`` (default -20), so a message is not held up by the compute
+threads sharing the cores. Everything is torn down in ``finally`` (namespaces, links, rank
+processes), the traffic stays inside the namespaces, and every run has a deadline.
 
-Run: ``python -m benchmarks.bench_dp_runtime`` (rewrites its section of BENCHMARKS.md;
-``--quick`` for one setting).
+Run as root at normal priority (it is timing-sensitive): ``python -m
+benchmarks.bench_dp_runtime [--ranks 4] [--rate 10] [--models gpt]``. Each setting's rows are
+stored in ``benchmarks/out/dp_runtime-<ranks>x<rate>gbit.json``; the BENCHMARKS.md section is
+rewritten from every stored setting, so settings can be run one at a time.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from benchmarks.common import write_section
 from dlsched.runtime.calibrate import network_document, time_allreduces, write_network
@@ -31,7 +42,10 @@ from dlsched.runtime.train import REFERENCE, TrainConfig, compare, train_rank
 PREFIX = "dlsbench"
 SUBNET = "10.77.0"
 MODELS = {"resnet": {"batch_size": 8}, "gpt": {"batch_size": 4}}
-SIZES = tuple(4096 * 4**k for k in range(7))  # 4 KiB .. 16 MiB
+SIZES = tuple(4096 * 2**k for k in range(13))  # 4 KiB .. 16 MiB
+REPEATS = 9
+COMM_NICE = -20
+GROUP_NICE = -20
 
 
 def _ip(*args: str) -> None:
@@ -83,88 +97,166 @@ def emulated_network(ranks: int, rate_gbit: int) -> Iterator[None]:
         teardown()
 
 
-def _options(deadline_s: float) -> SpawnOptions:
-    return SpawnOptions(timeout_s=300, deadline_s=deadline_s, grace_s=10,
+def _options(deadline_s: float, comm_nice: int | None) -> SpawnOptions:
+    return SpawnOptions(timeout_s=120, deadline_s=deadline_s, grace_s=10, comm_nice=comm_nice,
+                        own_sessions=False,
                         prefix=lambda rank: ["ip", "netns", "exec", f"{PREFIX}-r{rank}"],
                         env=lambda rank: {"GLOO_SOCKET_IFNAME": "eth0"})
 
 
-def run_setting(ranks: int, rate_gbit: int, folder: Path) -> list[dict[str, object]]:
-    """Calibrate, then train both models with every policy; rows with measured and predicted
-    iteration seconds."""
+def calibrate(ranks: int, rate_gbit: int, load: str, comm_nice: int | None,
+              folder: Path) -> tuple[str, dict[str, Any]]:
+    """Timed all-reduces with ``load`` beside them, written as a piecewise network file."""
+    samples = spawn(time_allreduces, ranks, (SIZES, 2, REPEATS, load),
+                    _options(600, comm_nice))[0]
+    document = network_document(samples, ranks, f"gloo-{ranks}x{rate_gbit}gbit-{load}", "gloo",
+                                "piecewise", load, comm_nice)
+    network = str(folder / f"network-{ranks}x{rate_gbit}gbit-{load}.yaml")
+    write_network(document, network)
+    return network, document
+
+
+def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
+                comm_nice: int | None) -> list[dict[str, object]]:
+    """Calibrate idle and under load, then train the models with every policy; rows with
+    measured iteration seconds, predicted from the loaded calibration, and the error the idle
+    calibration would give."""
     rows = []
     with emulated_network(ranks, rate_gbit):
-        samples = spawn(time_allreduces, ranks, (SIZES, 2, 5), _options(600))[0]
-        document = network_document(samples, ranks, f"gloo-{ranks}x{rate_gbit}gbit", "gloo",
-                                    "piecewise")
-        network = str(folder / f"network-{ranks}x{rate_gbit}gbit.yaml")
-        write_network(document, network)
-        fit = document["alpha_beta"]
-        for model, sizes in MODELS.items():
-            config = TrainConfig(model=model, network=network, iterations=10, warmup=3,
-                                 profile_repeats=6, **sizes)
-            result = spawn(train_rank, ranks, (config,), _options(1800))[0]
-            for row in compare(result, config, ranks):
-                rows.append(row | {"rate": f"{rate_gbit} Gbit/s", "alpha_s": fit["alpha"],
-                                   "bandwidth": fit["bandwidth"]})
+        idle, _ = calibrate(ranks, rate_gbit, "none", comm_nice, folder)
+        loaded, document = calibrate(ranks, rate_gbit, "compute", comm_nice, folder)
+        for model in models:
+            config = TrainConfig(model=model, network=loaded, iterations=10, warmup=3,
+                                 profile_repeats=6, **MODELS[model])
+            result = spawn(train_rank, ranks, (config,), _options(900, comm_nice))[0]
+            idle_rows = compare(result, replace(config, network=idle), ranks)
+            for row, other in zip(compare(result, config, ranks), idle_rows, strict=True):
+                rows.append(row | {"rate": f"{rate_gbit} Gbit/s", "idle_error": other["error"],
+                                   "fits": {"compute": document["alpha_beta"],
+                                            "none": read_fit(idle)}})
             print(f"{ranks} ranks {rate_gbit} Gbit/s {model}: done", file=sys.stderr)
     return rows
 
 
-def _pair(row: dict[str, object], what: str) -> str:
+def read_fit(path: str) -> dict[str, float]:
+    """The alpha-beta reading of a network file."""
+    return dict(yaml.safe_load(Path(path).read_text())["alpha_beta"])
+
+
+def _pair(row: dict[str, Any], what: str) -> str:
     measured = row[f"measured_{what}_s"]
-    predicted = float(row[f"predicted_{what}_s"]) * 1e3  # type: ignore[arg-type]
+    predicted = float(row[f"predicted_{what}_s"]) * 1e3
     return ("-" if measured is None else f"{float(measured) * 1e3:.0f}") + f" / {predicted:.0f}"
 
 
-def _table(rows: list[dict[str, object]]) -> list[str]:
+def _table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| ranks | link | model | policy | measured (ms) | predicted (ms) | error (%) | "
-             "all-reduces | backward meas./pred. (ms) | network busy meas./pred. (ms) |",
-             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "error, idle calibration (%) | all-reduces | backward meas./pred. (ms) | "
+             "network busy meas./pred. (ms) |",
+             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         policy = str(row["policy"]) + (" (predicted as ddp)" if row["policy"] == REFERENCE
                                        else "")
         lines.append(f"| {row['workers']} | {row['rate']} | {row['model']} | {policy} | "
                      f"{float(row['measured_s']) * 1e3:.1f} | "
                      f"{float(row['predicted_s']) * 1e3:.1f} | "
-                     f"{float(row['error']) * 100:+.1f} | {row['messages']} | "
+                     f"{float(row['error']) * 100:+.1f} | "
+                     f"{float(row['idle_error']) * 100:+.1f} | {row['messages']} | "
                      f"{_pair(row, 'backward')} | {_pair(row, 'comm')} |")
     return lines
 
 
+def _fits(setting: dict[str, Any]) -> str:
+    fits = setting["rows"][0]["fits"]
+    return (f"{setting['ranks']} ranks at {setting['rate']} Gbit/s: alpha "
+            + ", ".join(f"{fits[load]['alpha'] * 1e6:.0f} us / bandwidth "
+                        f"{fits[load]['bandwidth'] / 1e9:.3f} GB/s ({name})"
+                        for load, name in (("compute", "under load"), ("none", "idle")))
+            + f"; measured {setting['date']}, {setting['seconds']:.0f} s, load average "
+            f"{setting['load_before']:.1f} before / {setting['load_after']:.1f} after")
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", choices=(2, 4), default=[2, 4])
+    parser.add_argument("--rate", type=int, nargs="+", choices=(1, 10), default=[1, 10],
+                        help="link rates, Gbit/s")
+    parser.add_argument("--models", nargs="+", choices=tuple(MODELS), default=list(MODELS))
+    parser.add_argument("--comm-nice", type=int, default=COMM_NICE,
+                        help="nice value of the ranks' communication threads")
+    parser.add_argument("--group-nice", type=int, default=GROUP_NICE,
+                        help="nice value of the benchmark's scheduler autogroup (its ranks)")
+    return parser.parse_args()
+
+
+@contextmanager
+def autogroup_nice(nice: int) -> Iterator[None]:
+    """Give this session's scheduler autogroup (this process and the ranks, which stay in its
+    session) ``nice`` for the duration; restore the previous value after."""
+    path = Path("/proc/self/autogroup")
+    if not path.exists():
+        yield
+        return
+    previous = path.read_text().split("nice")[-1].strip()
+    path.write_text(str(nice))
+    try:
+        yield
+    finally:
+        path.write_text(previous)
+
+
 def main() -> None:
-    """Run every setting (or one with ``--quick``) and write the BENCHMARKS.md section."""
+    """Run the chosen settings, store each setting's rows in benchmarks/out, and write the
+    BENCHMARKS.md section from every stored setting."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the teardowns on SIGTERM
-    settings = [(4, 10)] if "--quick" in sys.argv else [(2, 1), (2, 10), (4, 1), (4, 10)]
+    args = _arguments()
     folder = Path("benchmarks/out")
     folder.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    rows, fits = [], []
-    for ranks, rate in settings:
-        setting = run_setting(ranks, rate, folder)
-        rows += setting
-        fits.append(f"{ranks} ranks at {rate} Gbit/s: alpha {setting[0]['alpha_s'] * 1e6:.0f} "
-                    f"us, bandwidth {setting[0]['bandwidth'] / 1e9:.3f} GB/s")
-    intro = (
-        "Emulated network: one network namespace per rank, veth links to a bridge, `tc tbf` "
-        "rate limit on both ends of each link (no added delay); gloo over TCP, 1 torch and 1 "
-        "gloo thread per rank, CPU only. Per setting: timed all-reduces as in `dlsched "
-        "calibrate` (4 KiB-16 MiB), whose piecewise fit is written as a network file and read "
-        "by the simulator through `--network FILE`; then every policy trains 10 iterations (3 "
-        "not measured) of the ResNet-style CNN (1.23 M parameters, batch 8 of 32x32 images) "
-        "and the GPT-style decoder (3.70 M parameters, batch 4 x 64 tokens) through the plan "
-        "executor; `torch-ddp` is real DistributedDataParallel. Iteration = backward + the "
-        "next forward (median, ms); predicted = the simulator on the in-place profile (all "
-        "ranks at once, median over ranks) and the network file; error = predicted / "
-        "measured - 1. The last two columns split rank 0's last measured iteration: backward "
-        "(forward end to the last gradient hook) and the time the network was busy with "
-        "all-reduces, against the prediction.")
-    lines = ["## Data-parallel runtime: measured vs predicted", "", intro, "",
-             "Calibrated (alpha-beta reading): " + "; ".join(fits) + ".", "", *_table(rows),
-             "", f"Total benchmark time {time.perf_counter() - start:.0f} s. **The machine "
-             "has 2 cores shared with other jobs**: 4 ranks time-share 2 cores, so compute "
-             "and gloo's reduction compete, and the numbers are noisy (see docs/runtime.md)."]
+    for ranks in args.ranks:
+        for rate in args.rate:
+            start, load_before = time.perf_counter(), os.getloadavg()[0]
+            with autogroup_nice(args.group_nice):
+                rows = run_setting(ranks, rate, args.models, folder, args.comm_nice)
+            store = folder / f"dp_runtime-{ranks}x{rate}gbit.json"
+            store.write_text(json.dumps({
+                "ranks": ranks, "rate": rate, "date": time.strftime("%Y-%m-%d %H:%M"),
+                "seconds": time.perf_counter() - start, "load_before": load_before,
+                "load_after": os.getloadavg()[0], "comm_nice": args.comm_nice,
+                "group_nice": args.group_nice,
+                "rows": rows}, indent=1))
+    settings = [json.loads(path.read_text()) for path in sorted(
+        folder.glob("dp_runtime-*.json"), key=lambda p: tuple(
+            int(n) for n in p.stem.split("-")[1].removesuffix("gbit").split("x")))]
+    rows = [row for setting in settings for row in setting["rows"]]
+    lines = ["## Data-parallel runtime: measured vs predicted", "", INTRO, "",
+             "Calibrated (alpha-beta reading of the piecewise fit): "
+             + "; ".join(_fits(s) for s in settings) + ".", "", *_table(rows), "",
+             "**The machine has 2 cores shared with other jobs** (their load runs at nice 19; "
+             "the benchmark at normal priority): with 4 ranks the ranks time-share the cores "
+             "(see docs/runtime.md)."]
     write_section("dp_runtime", "\n".join(lines))
+
+
+INTRO = (
+    "Emulated network: one network namespace per rank, veth links to a bridge, `tc tbf` rate "
+    "limit on both ends of each link (no added delay); gloo over TCP, 1 torch and 1 gloo "
+    "thread per rank, CPU only. Scheduling: the ranks stay in the benchmark's session, so "
+    "Linux schedules them as one autogroup, given nice "
+    f"{GROUP_NICE} (`--group-nice`) against the other jobs' autogroups; inside it each "
+    f"rank's communication threads (gloo's worker and transport) run at nice {COMM_NICE} "
+    "(`--comm-nice`), the compute threads at 0. Per setting: timed all-reduces as in "
+    "`dlsched calibrate` (13 sizes, 4 KiB-16 MiB, median of 9), idle (`--load none`) and "
+    "while every rank computes (`--load compute`); their piecewise fits are written as "
+    "network files and read by the simulator through `--network FILE`. Then every policy "
+    "trains 10 iterations (3 not measured) of the ResNet-style CNN (1.23 M parameters, batch "
+    "8 of 32x32 images) and the GPT-style decoder (3.70 M parameters, batch 4 x 64 tokens) "
+    "through the plan executor; `torch-ddp` is real DistributedDataParallel. Iteration = "
+    "backward + the next forward (median, ms); predicted = the simulator on the in-place "
+    "profile (all ranks at once, median over ranks) and the network file calibrated under "
+    "load; error = predicted / measured - 1; the idle calibration's error is beside it. The "
+    "last two columns split rank 0's last measured iteration (one iteration: noisy): "
+    "backward (forward end to the last gradient hook) and the time the network was busy with "
+    "all-reduces, against the prediction.")
 
 
 if __name__ == "__main__":

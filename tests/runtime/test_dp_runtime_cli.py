@@ -41,3 +41,7 @@ def test_bad_runtime_options_exit_2_before_spawning(tmp_path, run_cli) -> None:
     assert code == 2 and "input-shape" in err
     code, _, err = run_cli("calibrate", "--out", str(tmp_path / "n.txt"))
     assert code == 2 and "--out" in err
+    code, _, err = run_cli("calibrate", "--out", str(tmp_path / "n.yaml"), "--load", "gpu")
+    assert code == 2 and "load" in err and "compute" in err
+    code, _, err = run_cli("calibrate", "--out", str(tmp_path / "n.yaml"), "--comm-nice", "30")
+    assert code == 2 and "comm_nice" in err

@@ -30,6 +30,10 @@ ModuleOption = Annotated[str, typer.Option(
 ShapeOption = Annotated[str, typer.Option(
     help="Input batch shape of a factory module, e.g. 8,3,32,32 (float inputs).")]
 BatchOption = Annotated[int, typer.Option(help="Samples per rank (built-in models).")]
+CommNiceOption = Annotated[int | None, typer.Option(
+    "--comm-nice", help="Nice value (-20..19) of each rank's communication threads (gloo's "
+    "worker and transport), so messages are not held up by compute sharing the cores; -20 "
+    "needs root. Default: unchanged.")]
 
 COLUMNS = [
     Column("policy", "policy", justify="left"),
@@ -58,6 +62,15 @@ def _shape(text: str) -> tuple[int, ...]:
         raise ConfigError(f"input-shape: {text!r} is not understood; accepted: comma-separated "
                           "sizes from 1 to 1048576, e.g. 8,3,32,32")
     return shape
+
+
+def _spawn_options(**fields: Any) -> Any:
+    """SpawnOptions, checked before torch is needed (the module imports no torch). The
+    commands keep the ranks in the caller's session, so the scheduler treats them as one job
+    and ``--comm-nice`` compares across ranks (see docs/runtime.md)."""
+    from dlsched.runtime.spawn import SpawnOptions
+
+    return SpawnOptions(**fields)
 
 
 def _config(module: str, input_shape: str, batch_size: int, **rest: Any) -> Any:
@@ -122,6 +135,10 @@ def calibrate_command(
     backend: Annotated[str, typer.Option(help="gloo (CPU) or nccl (CUDA).")] = "gloo",
     timeout: Annotated[float, typer.Option(help="Seconds per collective before failing.")]
     = 120.0,
+    load: Annotated[str, typer.Option(help="What runs beside the timed all-reduces on every "
+                                      "rank: none (idle ranks) or compute (a thread busy "
+                                      "with matrix products, as during backward).")] = "none",
+    comm_nice: CommNiceOption = None,
 ) -> None:
     """Time all-reduces across spawned ranks and fit alpha-beta, ring and piecewise models;
     write the network file ``dlsched dataparallel --network`` reads."""
@@ -131,18 +148,23 @@ def calibrate_command(
     if not 4 <= low < high <= 2**32 or not 2 <= points <= 64 or not 1 <= repeats <= 1000:
         raise ConfigError(f"sizes: need 4 B <= min-size < max-size <= 4 GiB, 2 <= points <= 64 "
                           f"and 1 <= repeats <= 1000 (got {low}, {high}, {points}, {repeats})")
+    if load not in ("none", "compute"):
+        raise ConfigError(f"load: {load!r}; accepted: none, compute")
+    options = _spawn_options(backend=backend, timeout_s=timeout, comm_nice=comm_nice,
+                             own_sessions=False)
     _require_torch()
     from dlsched.runtime.calibrate import network_document, time_allreduces, write_network
-    from dlsched.runtime.spawn import SpawnOptions, spawn
+    from dlsched.runtime.spawn import spawn
 
     sizes = sorted({round(low * (high / low) ** (k / (points - 1)) / 4) * 4
                     for k in range(points)})
-    samples = spawn(time_allreduces, workers, (sizes, 2, repeats),
-                    SpawnOptions(backend=backend, timeout_s=timeout))[0]
-    document = network_document(samples, workers, f"{backend}-{workers}ranks", backend, model)
+    samples = spawn(time_allreduces, workers, (sizes, 2, repeats, load), options)[0]
+    document = network_document(samples, workers, f"{backend}-{workers}ranks", backend, model,
+                                load, comm_nice)
     write_network(document, out)
     fit = document["alpha_beta"]
-    console.print(f"wrote {out}: {len(samples)} sizes on {workers} ranks; alpha-beta fit "
+    console.print(f"wrote {out}: {len(samples)} sizes on {workers} ranks (load {load}); "
+                  "alpha-beta fit "
                   f"alpha {fit['alpha'] * 1e6:.1f} us, bandwidth {fit['bandwidth'] / 1e9:.3f} "
                   f"GB/s; --network uses the {model} fit", highlight=False)
 
@@ -164,6 +186,7 @@ def train_dataparallel(
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 0.01,
     timeout: Annotated[float, typer.Option(help="Seconds per collective before failing.")]
     = 120.0,
+    comm_nice: CommNiceOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
     csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Chrome trace of the last executor "
@@ -180,16 +203,17 @@ def train_dataparallel(
     if (trace or plot) and names == ("torch-ddp",):
         raise ConfigError("policy: --trace and --plot show the plan executor's measured "
                           "timeline; add a dlsched policy (torch-ddp is not recorded)")
+    options = _spawn_options(timeout_s=timeout, deadline_s=3600, comm_nice=comm_nice,
+                             own_sessions=False)
     _require_torch()
     from dlsched.dataparallel import parse_network, run_dataparallel
-    from dlsched.runtime.spawn import SpawnOptions, spawn
+    from dlsched.runtime.spawn import spawn
     from dlsched.runtime.train import compare, problem_from_profile, train_rank
 
     parse_network(network, workers)
     config = _config(module, input_shape, batch_size, policies=names, network=network,
                      iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr)
-    result = spawn(train_rank, workers, (config,), SpawnOptions(timeout_s=timeout,
-                                                                 deadline_s=3600))[0]
+    result = spawn(train_rank, workers, (config,), options)[0]
     rows = compare(result, config, workers)
     runs = result["runs"]
     if trace is not None:

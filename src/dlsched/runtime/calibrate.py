@@ -2,8 +2,15 @@
 
 Each size is all-reduced ``warmup`` + ``repeats`` times after a barrier; a sample is the
 slowest rank's time (the operation ends when the last rank has its result), the size's value
-the median of the repeats. Three fits, all least squares on relative error (each sample
-weighted by 1/time, so small messages count as much as large ones):
+the median of the repeats. With ``load="compute"`` each rank issues the all-reduce
+asynchronously and keeps computing (matrix products on its own thread, as backward does)
+until it completes, stamped by a watcher thread: the cost under the CPU contention training
+overlaps its messages with. On a machine where ranks share cores with compute (a CPU
+cluster, or an emulation) a message then waits for the communication threads and the kernel's
+network processing to be scheduled, which an idle calibration never sees.
+
+Three fits, all least squares on relative error (each sample weighted by 1/time, so small
+messages count as much as large ones):
 
 - alpha-beta: t = alpha + bytes / bandwidth;
 - ring: the same line read as 2(N-1) latency + 2(N-1)/N bytes / bandwidth (link bandwidth and
@@ -19,6 +26,7 @@ from __future__ import annotations
 import datetime
 import platform
 import statistics
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,14 +39,21 @@ from dlsched.report import write_text
 
 MiB = 2**20
 DEFAULT_SIZES = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
+LOADS = ("none", "compute")
+LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~1 ms each)
 
 
 def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 2,
-                    repeats: int = 5) -> list[tuple[int, float]]:
-    """Run on every rank of an initialized group: (bytes, median seconds) per size."""
+                    repeats: int = 5, load: str = "none") -> list[tuple[int, float]]:
+    """Run on every rank of an initialized group: (bytes, median seconds) per size. With
+    ``load="compute"`` the calling thread computes until the all-reduce has completed."""
     import torch
     import torch.distributed as dist
 
+    if load not in LOADS:
+        raise ConfigError(f"load: {load!r}; accepted: {', '.join(LOADS)}")
+    matrix = torch.randn(LOAD_MATRIX, LOAD_MATRIX)
+    out = torch.empty_like(matrix)
     samples = []
     for size in sizes:
         buffer = torch.zeros(max(1, size // 4), dtype=torch.float32)
@@ -46,13 +61,33 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
         for repeat in range(warmup + repeats):
             dist.barrier()
             start = time.perf_counter()
-            dist.all_reduce(buffer)
-            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            work = dist.all_reduce(buffer, async_op=True)
+            stamp: list[float] = []
+            if load == "compute":
+                watcher = _stamp_when_done(work, stamp)
+                while watcher.is_alive():
+                    torch.mm(matrix, matrix, out=out)
+            work.wait()
+            elapsed = torch.tensor([(stamp or [time.perf_counter()])[0] - start],
+                                   dtype=torch.float64)
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
             if repeat >= warmup:
                 times.append(float(elapsed.item()))
         samples.append((buffer.numel() * 4, statistics.median(times)))
     return samples
+
+
+def _stamp_when_done(work: Any, stamp: list[float]) -> threading.Thread:
+    """A started thread that waits for ``work`` and appends its perf-counter time to
+    ``stamp``."""
+
+    def wait() -> None:
+        work.wait()
+        stamp.append(time.perf_counter())
+
+    thread = threading.Thread(target=wait, name="dlsched-stamp", daemon=True)
+    thread.start()
+    return thread
 
 
 def _line(sizes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
@@ -103,7 +138,8 @@ def fit(samples: Sequence[tuple[int, float]], workers: int) -> dict[str, Any]:
 
 
 def network_document(samples: Sequence[tuple[int, float]], workers: int, name: str,
-                     backend: str, model: str = "piecewise") -> dict[str, Any]:
+                     backend: str, model: str = "piecewise", load: str = "none",
+                     comm_nice: int | None = None) -> dict[str, Any]:
     """The ``kind: allreduce-cost`` document of these samples, using fit ``model``."""
     if model not in ("alpha-beta", "ring", "piecewise"):
         raise ConfigError(f"model: {model!r} is not a fit; accepted: alpha-beta, ring, "
@@ -112,7 +148,8 @@ def network_document(samples: Sequence[tuple[int, float]], workers: int, name: s
             **fit(samples, workers),
             "samples": [{"bytes": int(b), "seconds": float(s)} for b, s in samples],
             "measured_with": {"backend": backend, "host": platform.node(),
-                              "date": datetime.date.today().isoformat()}}
+                              "date": datetime.date.today().isoformat(), "load": load,
+                              "comm_nice": comm_nice}}
 
 
 def write_network(document: dict[str, Any], path: str | Path) -> None:

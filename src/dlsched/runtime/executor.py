@@ -23,6 +23,8 @@ use the counts. Times are host perf counters (exact on the CPU).
 from __future__ import annotations
 
 import itertools
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -51,7 +53,13 @@ class _Message:
     views: list[torch.Tensor] = field(default_factory=list)
     work: Any = None
     issued_s: float = 0.0
-    done_s: float = 0.0
+    done: tuple[Any, float] = (None, 0.0)  # (work, seconds its completion was seen)
+
+    @property
+    def done_s(self) -> float:
+        """When the current work was seen complete (0 if not yet)."""
+        work, seconds = self.done
+        return seconds if work is self.work and work is not None else 0.0
 
 
 def _element_ranges(plan_blocks: Any, offsets: list[int], element: int,
@@ -65,6 +73,37 @@ def _element_ranges(plan_blocks: Any, offsets: list[int], element: int,
         ranges.append((start, start + block.length // element))
     ranges.sort()
     return ranges
+
+
+class _Watcher:
+    """Stamps each message's completion from a thread of its own, in issue order.
+
+    A Python callback on the work's future would run on gloo's worker thread and hold it until
+    it gets the GIL, delaying every later all-reduce behind the training thread's Python code;
+    this thread waits instead, so the communication threads never run Python."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[_Message, Any] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="dlsched-watcher", daemon=True)
+        self._thread.start()
+
+    def put(self, msg: _Message) -> None:
+        """Watch ``msg`` (already issued)."""
+        self._queue.put((msg, msg.work))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            msg, work = item
+            try:
+                work.wait()
+            except RuntimeError:
+                continue  # the training thread's own wait() raises it
+            msg.done = (work, time.perf_counter())
+
+    def stop(self) -> None:
+        """Finish the watched messages and end the thread."""
+        self._queue.put(None)
+        self._thread.join()
 
 
 class PlanExecutor:
@@ -95,6 +134,7 @@ class PlanExecutor:
         self._names = {id(sub): name or "(root)" for name, sub in module.named_modules()}
         self.expected: list[int] | None = None
         self.recorder = Recorder(Clock(), f"rank{dist.get_rank()}") if record else None
+        self._watcher = _Watcher() if record else None
         self._reset_iteration()
         self._pending_groups: set[int] = set()
         self._handles = [p.register_post_accumulate_grad_hook(self._hook(i))
@@ -145,8 +185,6 @@ class PlanExecutor:
         self._backward_start: float | None = None
         self._forward_mark: tuple[float, str] | None = None
         self._ready_s = [0.0] * len(self.parameters)
-        for msg in self.messages:
-            msg.done_s = 0.0
 
     def _hook(self, layer: int) -> Callable[[torch.Tensor], None]:
         def hook(_: torch.Tensor) -> None:
@@ -171,8 +209,8 @@ class PlanExecutor:
         msg.buffer.div_(self.world)
         msg.issued_s = time.perf_counter()
         msg.work = dist.all_reduce(msg.buffer, async_op=True)
-        if self.recorder is not None:
-            msg.work.get_future().then(lambda _, m=msg: setattr(m, "done_s", time.perf_counter()))
+        if self._watcher is not None:
+            self._watcher.put(msg)
 
     def _end_backward(self) -> None:
         """All of backward's hooks have fired: check every gradient came, issue the rest."""
@@ -272,6 +310,8 @@ class PlanExecutor:
         return self.recorder.timeline(self.forward_ends[0])
 
     def close(self) -> None:
-        """Remove every hook (the module goes back to plain training)."""
+        """Remove every hook (the module goes back to plain training); stop the watcher."""
         for handle in self._handles:
             handle.remove()
+        if self._watcher is not None:
+            self._watcher.stop()

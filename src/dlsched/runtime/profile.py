@@ -8,6 +8,9 @@ events on a GPU) uses the points a data-parallel executor sees:
   last accumulation, for a parameter used twice such as a tied embedding);
   ready[l] (seconds after ``loss.backward()`` starts, made non-increasing in l as the
   simulator's chain assumes) gives ``backward[l] = ready[l] - ready[l+1]``;
+- medians: per layer, scaled so that they sum to the median total of a pass
+  (``scaled_medians``; on a shared core the plain medians would drop the time slices the
+  thread waits for);
 - forward: each module owning parameters starts when its forward pre-hook fires and lasts until
   the next owner starts (the last one until backward starts, so the loss is included). The
   whole time goes to the module's last parameter and 0 to the others, because the module can
@@ -93,17 +96,28 @@ def _one_pass(module: nn.Module, example_input: Any, loss_fn: Callable[..., torc
 
 
 def _time_updates(owners: list[tuple[nn.Module, list[int]]], parameters: list[nn.Parameter],
-                  optimizer: OptimizerFactory, clock: Clock, repeats: int) -> list[float]:
-    steps = []
-    for _, layers in owners:
-        group = optimizer([parameters[i] for i in layers])
-        samples = []
-        for _ in range(repeats + 1):
+                  optimizer: OptimizerFactory, clock: Clock, repeats: int) -> np.ndarray:
+    groups = [optimizer([parameters[i] for i in layers]) for _, layers in owners]
+    runs = []
+    for _ in range(repeats + 1):
+        steps = []
+        for group in groups:
             start = clock.stamp()
             group.step()
-            samples.append(clock.seconds(clock.stamp()) - clock.seconds(start))
-        steps.append(float(np.median(samples[1:])))
-    return steps
+            steps.append(clock.seconds(clock.stamp()) - clock.seconds(start))
+        runs.append(steps)
+    return scaled_medians(np.array(runs[1:]))
+
+
+def scaled_medians(runs: np.ndarray) -> np.ndarray:
+    """Per-column medians of ``runs`` (one row per repeat, seconds), scaled so that they sum
+    to the median of the row sums. A thread sharing its core is descheduled for whole time
+    slices at random points: a median per layer drops those gaps (most layers are not hit in
+    most repeats), so the plain medians sum to the time on a core of its own; the scaling
+    spreads the shared-core total over the layers in proportion to their medians."""
+    medians = np.median(runs, axis=0)
+    total = float(np.sum(medians))
+    return medians * (float(np.median(runs.sum(axis=1))) / total) if total > 0 else medians
 
 
 def profile(module: nn.Module, example_input: Any, *, loss_fn: Callable[..., torch.Tensor]
@@ -133,16 +147,16 @@ def profile(module: nn.Module, example_input: Any, *, loss_fn: Callable[..., tor
     finally:
         for handle in handles:
             handle.remove()
-    forward_owner = np.median([r[0] for r in runs], axis=0)
-    ready_s = np.median([np.maximum.accumulate(np.asarray(r[1])[::-1])[::-1] for r in runs],
-                        axis=0)
+    forward_owner = scaled_medians(np.array([r[0] for r in runs]))
+    ready = np.array([np.maximum.accumulate(np.asarray(r[1])[::-1])[::-1] for r in runs])
+    backward = scaled_medians(ready - np.append(ready[:, 1:], np.zeros((len(runs), 1)),
+                                                axis=1))
     if optimizer is not None:
         forward_owner = forward_owner + _time_updates(owners, parameters, optimizer, clock,
                                                       repeats)
     forward = np.zeros(len(parameters))
     for (_, layers), seconds in zip(owners, forward_owner, strict=True):
         forward[max(layers)] += seconds
-    backward = ready_s - np.append(ready_s[1:], 0.0)
     names = dict(module.named_modules(remove_duplicate=False))
     block = {i: next(n for n, m in names.items() if m is sub)
              for sub, layers in owners for i in layers}

@@ -38,13 +38,21 @@ class RankFailure(RuntimeError):
 class SpawnOptions:
     """How ranks start: backend; ``timeout_s`` per collective, ``deadline_s`` for the whole run,
     ``grace_s`` for the others after one rank fails (seconds); ``threads`` for torch and gloo
-    per rank; a per-rank command ``prefix`` (e.g. ``ip netns exec ns0``) and extra ``env``."""
+    per rank; ``comm_nice``: the nice value (-20..19) given to each rank's communication
+    threads (see ``prioritize_comm_threads``; None leaves them at the rank's own);
+    ``own_sessions``: each rank in a session of its own (the default) or, if False, all in the
+    caller's session, so under Linux's scheduler autogroups (one per session) the ranks'
+    threads are scheduled as one group and their nice values compare across ranks (a rank's
+    communication thread then preempts another rank's compute at once); a per-rank command
+    ``prefix`` (e.g. ``ip netns exec ns0``) and extra ``env``."""
 
     backend: str = "gloo"
     timeout_s: float = 60.0
     deadline_s: float = 600.0
     grace_s: float = 10.0
     threads: int = 1
+    comm_nice: int | None = None
+    own_sessions: bool = True
     prefix: Callable[[int], Sequence[str]] | None = None
     env: Callable[[int], dict[str, str]] | None = None
 
@@ -53,6 +61,9 @@ class SpawnOptions:
             value = getattr(self, name)
             if not 0 < value < 1e6:
                 raise ConfigError(f"{name}: must be in (0, 1e6) seconds (got {value!r})")
+        if self.comm_nice is not None and not -20 <= self.comm_nice <= 19:
+            raise ConfigError(f"comm_nice: must be a nice value from -20 to 19 (got "
+                              f"{self.comm_nice!r})")
         if self.backend not in ("gloo", "nccl"):
             raise ConfigError(f"backend: {self.backend!r} is not supported; accepted: gloo, "
                               "nccl")
@@ -83,6 +94,7 @@ def _start(folder: Path, rank: int, world_size: int, fn: Callable[..., Any],
     spec = {"path": list(sys.path), "rank": rank, "world_size": world_size,
             "store": str(folder / "store"), "backend": options.backend,
             "timeout_s": options.timeout_s, "threads": options.threads,
+            "comm_nice": options.comm_nice,
             "call": pickle.dumps((fn, tuple(args)))}
     spec_path = folder / f"spec-{rank}.pkl"
     spec_path.write_bytes(pickle.dumps(spec))
@@ -90,8 +102,11 @@ def _start(folder: Path, rank: int, world_size: int, fn: Callable[..., Any],
     command = [*(options.prefix(rank) if options.prefix else ()), sys.executable, "-m",
                "dlsched.runtime.spawn", str(spec_path)]
     log = (folder / f"log-{rank}.txt").open("wb")
+    if options.own_sessions:
+        return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+                            process_group=0)
 
 
 def _wait(procs: list[subprocess.Popen[bytes]], folder: Path, options: SpawnOptions) -> None:
@@ -157,6 +172,38 @@ def init_process_group(backend: str, store_path: str, rank: int, world_size: int
                             timeout=timedelta(seconds=timeout_s), **kwargs)
 
 
+def prioritize_comm_threads() -> list[str]:
+    """Give every thread of this process except the calling one the rank's ``comm_nice``
+    (Linux; a no-op unless the rank was spawned with it): gloo's worker and transport
+    threads then preempt compute as soon as data arrives, like a network engine that does not
+    wait for compute. Call it from the compute thread after anything that may start
+    communication threads (the process group, DDP). Returns the names of the threads
+    changed."""
+    import threading
+
+    nice = _COMM_NICE[0]
+    if nice is None:
+        return []
+    me = threading.get_native_id()
+    changed = []
+    for task in Path("/proc/self/task").iterdir():
+        if int(task.name) == me:
+            continue
+        try:
+            os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+        except PermissionError:
+            raise ConfigError(f"comm-nice: setting nice {nice} needs the right to raise "
+                              "priority (root or CAP_SYS_NICE); use a value >= the rank's "
+                              "own nice, or leave it unset") from None
+        except OSError:
+            continue  # the thread has ended
+        changed.append((task / "comm").read_text().strip())
+    return changed
+
+
+_COMM_NICE: list[int | None] = [None]
+
+
 def _worker(spec_path: str) -> int:
     spec = pickle.loads(Path(spec_path).read_bytes())
     sys.path[:0] = [p for p in spec["path"] if p not in sys.path]
@@ -169,6 +216,8 @@ def _worker(spec_path: str) -> int:
         torch.set_num_threads(spec["threads"])
         init_process_group(spec["backend"], spec["store"], rank, spec["world_size"],
                            spec["timeout_s"], spec["threads"])
+        _COMM_NICE[0] = spec["comm_nice"]
+        prioritize_comm_threads()
         fn, args = pickle.loads(spec["call"])
         result = fn(rank, spec["world_size"], *args)
         (folder / f"result-{rank}.pkl").write_bytes(pickle.dumps(result))

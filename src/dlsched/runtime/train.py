@@ -160,8 +160,11 @@ def run_reference(initial: Any, batch: Any, config: TrainConfig) -> PolicyRun:
 
     from torch.nn.parallel import DistributedDataParallel
 
+    from dlsched.runtime.spawn import prioritize_comm_threads
+
     module = copy.deepcopy(initial)
     ddp = DistributedDataParallel(module)
+    prioritize_comm_threads()  # DDP may start communication threads of its own
     optimizer = optimizer_factory(config.optimizer, config.lr)(list(ddp.parameters()))
     ends: list[float] = []
     handle = module.register_forward_hook(lambda *_: ends.append(time.perf_counter()))
