@@ -39,23 +39,35 @@ def _overhead_seconds(job: SweepJob, batch: int = 64) -> tuple[float, float]:
     """(direct, runner) wall seconds over ``job``'s scenarios, alternating batch by batch so
     both see the same machine load: plain ``run_collective`` calls (topologies loaded once)
     against the runner's worker path (``evaluate_batch``: parameter dicts, cached topology,
-    error capture, row building) plus committing the rows to SQLite."""
+    error capture, row building) plus committing the rows to SQLite. Which of the two runs a
+    batch first alternates too, so warm caches favour neither."""
     nets = {(p["topology"], p["latency_scale"]): load_topology(p["topology"]).with_latency_scale(
         p["latency_scale"]) for p in job.scenarios}
     tasks = job.tasks()
     direct = runner = 0.0
     with tempfile.TemporaryDirectory() as folder, \
             ResultStore(Path(folder) / "r.db", job.columns, job.meta) as store:
-        for first in range(0, len(tasks), batch):
-            chunk = tasks[first:first + batch]
+
+        def plain(chunk: list) -> float:
             start = time.perf_counter()
             for _, _, p in chunk:
                 run_collective(nets[(p["topology"], p["latency_scale"])], p["op"], p["size"],
                                p["chunks"], p["policy"], p["intra"], p["concurrency"])
-            middle = time.perf_counter()
+            return time.perf_counter() - start
+
+        def through_runner(chunk: list) -> float:
+            start = time.perf_counter()
             store.write(evaluate_batch(job.evaluate, job.metrics, chunk))
-            direct += middle - start
-            runner += time.perf_counter() - middle
+            return time.perf_counter() - start
+
+        for number, first in enumerate(range(0, len(tasks), batch)):
+            chunk = tasks[first:first + batch]
+            if number % 2:
+                runner += through_runner(chunk)
+                direct += plain(chunk)
+            else:
+                direct += plain(chunk)
+                runner += through_runner(chunk)
     return direct, runner
 
 
@@ -89,10 +101,11 @@ def main() -> None:
               f"path + SQLite commits {runner:.2f} s: overhead "
               f"**{(runner - direct) / direct * 100:+.1f}%** "
               f"({(runner - direct) / count * 1e3:+.3f} ms per scenario; target < 10%). "
-              "Each runner batch follows the direct calls of the same scenarios (warm caches), "
-              "and the load was high, so a negative value reads as no measurable overhead. "
-              f"The same {count:,} scenarios as a whole `sweep` on a 1-worker process pool took "
-              f"{swept:.2f} s, i.e. {swept - runner:+.2f} s more than the worker path alone: "
+              "Which of the two runs a batch first alternates, so warm caches favour neither. "
+              f"End to end, the same {count:,} scenarios as a whole `sweep` on a 1-worker "
+              f"process pool took {swept:.2f} s: **{(swept - direct) / direct * 100:+.1f}%** "
+              "over the plain loop, i.e. "
+              f"{swept - runner:+.2f} s more than the worker path alone: "
               "pool start-up (a fresh interpreter importing dlsched) and inter-process "
               "transfer, paid once per sweep and per batch of up to 64 scenarios.", "",
               f"Load average when starting: {load:.1f} on {os.cpu_count()} cores (the machine "

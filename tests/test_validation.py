@@ -168,3 +168,21 @@ def test_output_paths(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="also given to --csv"):
         check_output_paths({"--csv": (tmp_path / "r.csv", ()),
                             "--trace": (tmp_path / "." / "r.csv", ())})
+
+
+def test_unit_errors_are_config_errors_and_network_strings_name_the_field() -> None:
+    """The Python API raises the project's one error type; --network numbers name their part
+    (and say 'network' once)."""
+    from dlsched.dataparallel import parse_network
+    from dlsched.units import UnitError, parse_time
+
+    assert issubclass(UnitError, ConfigError)
+    with pytest.raises(ConfigError):
+        parse_time("5 fortnights")
+    for text, needle in (("ring:10GB/s,nan", "network: step latency"),
+                         ("nccl:inf,1us", "network: link bandwidth"),
+                         ("tree:fast,1us", "network: link bandwidth"),
+                         ("1ms,nan", "network: beta")):
+        with pytest.raises(ConfigError, match=needle) as error:
+            parse_network(text, 8)
+        assert str(error.value).count("network:") == 1

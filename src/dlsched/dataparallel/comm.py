@@ -18,7 +18,6 @@ from functools import lru_cache
 from dlsched.collectives import CollectiveOp, ideal_time, run_collective
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology, load_topology
-from dlsched.units import parse_bandwidth, parse_time
 from dlsched.validation import BANDWIDTH, LATENCY, SECONDS_PER_BYTE
 
 FP32 = 4  # bytes per element of the reference's per-element constants
@@ -228,7 +227,8 @@ def parse_network(text: str, workers: int) -> CommModel:
     formula, colon, rest = text.partition(":")
     if colon and formula in FORMULAS:
         bandwidth, _, latency = rest.partition(",")
-        return FORMULAS[formula](workers, parse_bandwidth(bandwidth), parse_time(latency or 0.0))
+        return FORMULAS[formula](workers, BANDWIDTH.parse(bandwidth, "network: link bandwidth"),
+                                 LATENCY.parse(latency or 0.0, "network: step latency"))
     if colon and formula == "topology":
         return TopologyPriced(load_topology(rest), name=text)
     if text.lower().endswith((".yaml", ".yml", ".json")):
@@ -237,9 +237,6 @@ def parse_network(text: str, workers: int) -> CommModel:
         return load_network_file(text, workers)
     alpha, comma, beta = text.partition(",")
     if comma:
-        try:
-            return AlphaBeta(LATENCY.parse(alpha.strip(), "network: alpha (startup)"),
-                             SECONDS_PER_BYTE.parse(beta.strip(), "network: beta (s/B)"), text)
-        except ValueError as error:
-            raise ConfigError(f"network: {error}") from None
+        return AlphaBeta(LATENCY.parse(alpha.strip(), "network: alpha (startup)"),
+                         SECONDS_PER_BYTE.parse(beta.strip(), "network: beta (s/B)"), text)
     raise ConfigError(f"network: {text!r} is not understood; accepted: {ACCEPTED}")
