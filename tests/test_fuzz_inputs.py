@@ -177,6 +177,7 @@ def test_profile_model(tmp_path_factory: pytest.TempPathFactory, field: str, val
     ("dlsched.cli.collective", "run_collective", ("collective", "--topology", "2D-SW_SW")),
     ("dlsched.cli.dataparallel", "run_dataparallel", ("dataparallel", "--model", "vgg16")),
     ("dlsched.cli.pipeline", "run_planner", ("pipeline", "plan", "--devices", "1x8-NVLink")),
+    ("dlsched.cli.training", "run_policies", ("train", "--topology", "2D-SW_SW")),
 ])
 @pytest.mark.parametrize("option", ["--csv", "--trace", "--plot"])
 def test_unwritable_output_exits_before_any_work(run_cli, monkeypatch: pytest.MonkeyPatch,

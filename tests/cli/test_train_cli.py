@@ -17,9 +17,13 @@ def test_train_json_rows_and_files(run_cli, tmp_path):
         assert {"workload", "topology", "latency", "policy", "iteration_s", "compute_s",
                 "exposed_comm_s"} <= row.keys()
         assert row["iteration_s"] >= row["compute_s"]
-    trace = json.loads((tmp_path / "t-dlsched.json").read_text())
+    trace = json.loads((tmp_path / "t.json").read_text())  # one file, a process per policy
     names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert {"compute", "dim1 SW", "dim2 SW"} <= names
+    processes = {e["args"]["name"].split(":")[0] for e in trace["traceEvents"]
+                 if e.get("name") == "process_name"}
+    assert processes == {"baseline", "themis", "dlsched", "ideal"}
+    assert not list(tmp_path.glob("t-*.json"))
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 

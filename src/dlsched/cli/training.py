@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from dlsched.cli import runtime
-from dlsched.cli.options import console, emit_rows, parse_names, suffixed
+from dlsched.cli.options import PLOT_HELP, TRACE_HELP, Outputs, console, emit_rows, parse_names
 from dlsched.cli.sweep import (
     AddressOption,
     DbOption,
@@ -22,7 +22,7 @@ from dlsched.errors import ConfigError
 from dlsched.experiments import themis_training
 from dlsched.hardware import load_topology
 from dlsched.interop import read_astra_network, read_astra_system, read_astra_workload
-from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
+from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
 from dlsched.training import (
     POLICY_ALIASES,
@@ -66,9 +66,9 @@ def train(
     concurrency: Annotated[int, typer.Option(help="Chunks a dimension runs at once.")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
     csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
-    trace: Annotated[Path | None, typer.Option(help="Chrome trace per policy (compute, "
-                                               "collectives, every dimension).")] = None,
-    plot: Annotated[Path | None, typer.Option(help="PNG timeline, a panel per policy.")] = None,
+    trace: Annotated[Path | None, typer.Option(help=TRACE_HELP + " Threads: compute and every "
+                                               "network dimension.")] = None,
+    plot: Annotated[Path | None, typer.Option(help=PLOT_HELP)] = None,
     astra_network: Annotated[Path | None, typer.Option(
         help="ASTRA-sim 2.x network YAML instead of --topology.")] = None,
     astra_system: Annotated[Path | None, typer.Option(
@@ -80,8 +80,7 @@ def train(
     subcommand); ``train dataparallel`` runs plans on torch.distributed."""
     if ctx.invoked_subcommand is not None:
         return
-    check_output_paths({"--csv": (csv, (".csv",)), "--trace": (trace, (".json",)),
-                        "--plot": (plot, (".png",))})
+    outputs = Outputs(json_out, csv, trace, plot)
     CHUNKS.check(chunks, "chunks")
     CONCURRENCY.check(concurrency, "concurrency")
     count("iteration count", 1, 1000).check(iterations, "iterations")
@@ -106,22 +105,14 @@ def train(
     rows = [r.row() | {"latency": latency,
                        "speedup_vs_baseline": baseline.iteration_s / r.iteration_s}
             for r in results]
-    _write_outputs(results, trace, plot, f"{job.name} on {net.name}")
+    title = f"{job.name} on {net.name}"
+    outputs.timelines([(r.policy, f"{title}: {r.policy}", r.timeline) for r in results],
+                      color_by="kind")
     if not json_out:
         render_table(rows, _columns(len(net.dims)),
                      f"{job.description} on {net.name} ({net.shape}, {latency} latency): "
                      f"steady-state iteration of {iterations}", console)
-    emit_rows(rows, json_out, csv)
-
-
-def _write_outputs(results: list[Any], trace: Path | None, plot: Path | None,
-                   title: str) -> None:
-    many = len(results) > 1
-    if trace is not None:
-        for result in results:
-            write_chrome_trace(result.timeline, suffixed(trace, result.policy, many))
-    if plot is not None:
-        plot_timelines([(f"{title}: {r.policy}", r.timeline) for r in results], plot)
+    outputs.rows(rows)
 
 
 SUMMARY_COLUMNS = [
