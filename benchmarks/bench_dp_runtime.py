@@ -231,9 +231,10 @@ def main() -> None:
     lines = ["## Data-parallel runtime: measured vs predicted", "", INTRO, "",
              "Calibrated (alpha-beta reading of the piecewise fit): "
              + "; ".join(_fits(s) for s in settings) + ".", "", *_table(rows), "",
-             "**The machine has 2 cores shared with other jobs** (their load runs at nice 19; "
-             "the benchmark at normal priority): with 4 ranks the ranks time-share the cores "
-             "(see docs/runtime.md)."]
+             "**The machine has 2 cores shared with other jobs** (load averages above; they run "
+             "in autogroups of their own, the benchmark's autogroup at nice "
+             f"{args.group_nice}): with 4 ranks the ranks time-share the cores (see "
+             "docs/runtime.md)."]
     write_section("dp_runtime", "\n".join(lines))
 
 
