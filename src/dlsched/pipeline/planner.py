@@ -16,7 +16,9 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
    of unbounded-but-memory, 1F1B's ``p - s``) plus the fixed 1F1B, GPipe and ZB-H1 orders.
 4. Every baseline planner's plan is a candidate too; the simulated fastest plan wins, so the
    result is never slower than any baseline on the same instance.
-5. Refinement on small instances (stages x microbatches <= ``REFINE_ACTIONS``): hill-climb
+5. Refinement on small instances (stages x microbatches <= ``REFINE_ACTIONS``), from each
+   of the ``REFINE_STARTS`` fastest plans with distinct partitions (hill-climbing is
+   path-dependent: the fastest start need not climb highest): hill-climb
    on the simulated time over neighbouring partitions — one cut moved by one block, a
    replicated stage split in two (its GPUs halved, at every block cut), two adjacent stages
    merged into one replicated stage, an unused GPU added as a replica or running the second
@@ -51,6 +53,7 @@ KEEP_PARTITIONS = 3
 REFINE_ACTIONS = 256
 REFINE_PASSES = 3
 REFINE_MOVES = 150
+REFINE_STARTS = 3
 GROW_GPUS = 8
 KEEP_PARTITIONS_SMALL = 8
 SMALL_GPUS = 16
@@ -189,16 +192,26 @@ def plan_dlsched(problem: PipelineProblem,
                  ) -> PipelinePlan:
     """The fastest simulated plan among our partitions x schedules under every allowed
     recomputation mode and the baselines' plans."""
-    best: SimResult | None = None
     candidates = (result for sub, stages in _mode_partitions(problem)
                   for result in schedule_candidates(sub, stages))
+    starts: list[SimResult] = []  # the fastest plan of each of the fastest partitions
     for result in _with_baselines(problem, candidates, baselines or {}):
-        if best is None or result.iteration_s < best.iteration_s * (1 - 1e-12):
-            best = result
-    if best is None:
+        same = next((st for st in starts if st.plan.stages == result.plan.stages), None)
+        if same is not None:
+            if result.iteration_s >= same.iteration_s * (1 - 1e-12):
+                continue
+            starts.remove(same)
+        starts.append(result)
+        starts.sort(key=lambda start: start.iteration_s)
+        del starts[REFINE_STARTS:]
+    if not starts:
         raise ConfigError("dlsched: no plan fits the GPUs' memory")
-    if best.plan.num_stages * problem.num_microbatches <= REFINE_ACTIONS:
-        best = refine(problem.under(best.plan.recompute), best)
+    best = starts[0]
+    for start in starts:
+        if start.plan.num_stages * problem.num_microbatches <= REFINE_ACTIONS:
+            refined = refine(problem.under(start.plan.recompute), start)
+            if refined.iteration_s < best.iteration_s * (1 - 1e-12):
+                best = refined
     notes = dict(best.plan.notes) | {"origin": best.plan.planner}
     return PipelinePlan("dlsched", best.plan.stages, best.plan.orders,
                         best.plan.num_microbatches, notes, best.plan.recompute)
