@@ -120,3 +120,17 @@ def test_calibrated_file_is_accepted_by_dataparallel_network(tmp_path, run_cli) 
         code, _, err = run_cli("dataparallel", "--model", "resnet50", "--workers", "2",
                                "--network", str(path), "--policy", "wfbp,dlsched", "--json")
         assert code == 0, err
+
+
+def test_scaled_medians_add_up_to_the_median_pass() -> None:
+    """Time slices lost at random layers: per-layer medians (1, 1) miss them; scaled, they
+    sum to the median pass total (4) and keep their proportions; no lost slice: unchanged."""
+    import numpy as np
+
+    from dlsched.runtime.profile import scaled_medians
+
+    lost = np.array([[1.0, 1.0], [3.0, 1.0], [1.0, 3.0]])
+    assert scaled_medians(lost).tolist() == [2.0, 2.0]
+    steady = np.array([[1.0, 3.0], [1.0, 3.0], [2.0, 3.0]])
+    assert scaled_medians(steady).tolist() == [1.0, 3.0]
+    assert scaled_medians(np.zeros((2, 3))).tolist() == [0.0, 0.0, 0.0]
