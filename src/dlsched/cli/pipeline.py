@@ -158,7 +158,7 @@ def plan(
         parse_names(recompute, RECOMPUTE_MODES, "--recompute"))
     chain = load_chain(model, microbatch_size, MemoryModel(precision, state_bytes))
     problem = PipelineProblem(chain, load_graph(devices), microbatches, modes, network)
-    progress = progress_bar("planning", json_out or len(names) == 1)
+    progress = progress_bar("planning", json_out)
     results = [run_planner(problem, name, plan_dlsched_for_torch
                            if for_torch and name == "dlsched" else None)
                for name in progress(names, len(names))]
