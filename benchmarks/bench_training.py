@@ -46,7 +46,7 @@ def main() -> None:
     themis_training.reproduce(themis_training.scenarios(), workers=2)
     wall = time.perf_counter() - start
     cpu, load_after = _cpu_seconds() - cpu_before, os.getloadavg()[0]
-    lines += ["", f"`reproduce themis-training` (48 scenarios x 6 policies, compute a100, "
+    lines += ["", f"`reproduce themis-training` (48 scenarios x 5 policies, compute a100, "
               f"2 worker processes): **{wall:.1f} s** wall, {cpu:.1f} CPU-seconds "
               f"(target: 60 s on 2 idle cores); 1-minute load average {load_before:.1f} before, "
               f"{load_after:.1f} after."]

@@ -85,8 +85,12 @@ class Network:
         ``i`` finishes its last stage. ``args``/``labels`` annotate the recorded spans."""
         touched = set()
         load, bandwidths = self.load, self.bandwidths
+        known: dict[int, list[float]] = {}  # flows of one collective share few stage lists
         for index, stages in enumerate(flows):
-            costs = [stage.latency + stage.sent / bandwidths[stage.dim] for stage in stages]
+            costs = known.get(id(stages))
+            if costs is None:
+                costs = known[id(stages)] = [stage.latency + stage.sent / bandwidths[stage.dim]
+                                             for stage in stages]
             flow = _Flow(stages, costs, priority, on_done[index] if on_done else None,
                          args[index] if args else {}, labels[index] if labels else "")
             for stage, cost in zip(stages, costs, strict=True):
@@ -110,17 +114,19 @@ class Network:
     def _dispatch(self, dim: int) -> None:
         queue, free = self.queues[dim], self.free
         while free[dim] and queue:
-            flow = heapq.heappop(queue)[3]
-            free[dim] -= 1
-            stage = flow.stages[flow.position]
-            now = self.engine.now
-            if self.exclusive:
-                # One slot: the transfer runs alone, so it ends after its latency and its
-                # bytes at the full bandwidth (one event instead of three).
-                self.engine.at(now + stage.latency + stage.sent / self.bandwidths[dim],
-                               self._finish, flow, now)
-            else:
-                self.engine.after(stage.latency, self._transfer, flow, now)
+            self._begin(dim, heapq.heappop(queue)[3])
+
+    def _begin(self, dim: int, flow: _Flow) -> None:
+        self.free[dim] -= 1
+        stage = flow.stages[flow.position]
+        now = self.engine.now
+        if self.exclusive:
+            # One slot: the transfer runs alone, so it ends after its latency and its bytes at
+            # the full bandwidth (one event instead of three).
+            self.engine.at(now + stage.latency + stage.sent / self.bandwidths[dim],
+                           self._finish, flow, now)
+        else:
+            self.engine.after(stage.latency, self._transfer, flow, now)
 
     def _transfer(self, flow: _Flow, start: float) -> None:
         stage = flow.stages[flow.position]
@@ -139,7 +145,12 @@ class Network:
         self.free[stage.dim] += 1
         flow.position += 1
         if flow.position < len(flow.stages):
-            self._dispatch(self._enqueue(flow))
+            following = flow.stages[flow.position].dim
+            if self.free[following] and not self.queues[following]:
+                self._begin(following, flow)  # what enqueue + dispatch would do, without the heap
+            else:
+                self._dispatch(self._enqueue(flow))
         elif flow.on_done is not None:
             flow.on_done()
-        self._dispatch(stage.dim)
+        if self.queues[stage.dim]:
+            self._dispatch(stage.dim)

@@ -42,18 +42,24 @@ def themis_orders(topology: Topology, op: CollectiveOp, chunk_sizes: list[int],
         load = [own + other for own, other in zip(load, offset, strict=True)]
     fallback = baseline_order(len(dims), op)
     orders = []
+    thresholds: dict[tuple[int, int], float] = {}
+    chunk_loads: dict[tuple[int, tuple[int, ...]], tuple[tuple[int, float], ...]] = {}
     for size in chunk_sizes:
         least = min(range(len(dims)), key=lambda d: (load[d], d))
-        piece = initial_data(topology, op, size / 16)
-        data = stage_data(dims[least], first_phase, piece)
-        threshold = stage_bytes(dims[least], first_phase, data) / dims[least].bandwidth
-        if max(load) - min(load) < threshold:
+        if (size, least) not in thresholds:
+            piece = initial_data(topology, op, size / 16)
+            data = stage_data(dims[least], first_phase, piece)
+            thresholds[size, least] = (stage_bytes(dims[least], first_phase, data)
+                                       / dims[least].bandwidth)
+        if max(load) - min(load) < thresholds[size, least]:
             order = fallback
         else:
             descending = op is CollectiveOp.ALL_GATHER
             order = tuple(sorted(range(len(dims)), key=lambda d: (load[d], d),
                                  reverse=descending))
-        for dim, seconds in _chunk_load(topology, op, size, order):
+        if (size, order) not in chunk_loads:
+            chunk_loads[size, order] = _chunk_load(topology, op, size, order)
+        for dim, seconds in chunk_loads[size, order]:
             load[dim] += seconds
         orders.append(order)
     return orders
