@@ -66,10 +66,10 @@ SCENARIOS = (
 
 
 def with_networks(networks: tuple[str, ...],
-                  scenarios: tuple[Scenario, ...] = SCENARIOS) -> tuple[Scenario, ...]:
-    """Every scenario under each network mode, mode by mode."""
+                  scenarios: tuple[Scenario, ...] | None = None) -> tuple[Scenario, ...]:
+    """Every scenario (default: ``SCENARIOS``) under each network mode, mode by mode."""
     return tuple(replace(scenario, network=network) for network in networks
-                 for scenario in scenarios)
+                 for scenario in (SCENARIOS if scenarios is None else scenarios))
 
 
 SUMMARY_COLUMNS = [
