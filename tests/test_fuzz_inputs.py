@@ -476,3 +476,18 @@ def test_device_matrix_model(field: str, value: Any) -> None:
         assert field in str(error), error
         return
     assert np.isfinite(graph.bandwidth[0, 1]) and np.isfinite(graph.latency[0, 1])
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "257", "100000"])
+def test_profile_threads_refused_before_torch(run_cli, monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path, value: str) -> None:
+    """``dlsched profile --threads`` outside 1..256 exits 2 before torch is touched (0 used to
+    end in a torch RuntimeError traceback, 100000 in a segmentation fault)."""
+    from dlsched.cli import runtime
+
+    def never() -> None:
+        raise AssertionError("torch was needed before --threads was checked")
+
+    monkeypatch.setattr(runtime, "_require_torch", never)
+    code, _, err = run_cli("profile", "--threads", value, "--out", str(tmp_path / "p.csv"))
+    assert code == 2 and err.startswith("error: --threads: thread count"), err

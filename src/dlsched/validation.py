@@ -202,6 +202,7 @@ BATCH = count("batch size", 1, MAX_BATCH)
 LAYERS = count("layer count", 1, MAX_LAYERS)
 DEVICES = count("GPU count", 1, MAX_DEVICES)
 JOBS = count("process count", 1, MAX_JOBS)
+THREADS = count("thread count", 1, 256)
 
 
 def _annotated(limit: Limit, kind: type) -> Any:

@@ -24,10 +24,9 @@ from dlsched.pipeline.torch_export import (
 )
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace, write_text
 from dlsched.report.tables import seconds_as_ms
-from dlsched.validation import BATCH, DATA_SIZE, Limit, check_output_paths, count
+from dlsched.validation import BATCH, DATA_SIZE, THREADS, Limit, check_output_paths, count
 
 REPEATS = count("repeat count", 1, 1000)
-THREADS = count("thread count", 1, 256)
 RANKS = count("rank count", 1, 64)
 ITERATIONS = count("iteration count", 1, 10_000)
 WARMUP = count("warm-up iteration count", 0, 100)

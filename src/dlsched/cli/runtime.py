@@ -20,7 +20,7 @@ from dlsched.errors import ConfigError
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, seconds_as_ms
 from dlsched.units import parse_bytes
-from dlsched.validation import BATCH, WORKERS, check_output_paths
+from dlsched.validation import BATCH, THREADS, WORKERS, check_output_paths
 
 train_app = typer.Typer(help="Train on spawned torch.distributed ranks with dlsched plans and "
                         "compare measured with predicted times.", no_args_is_help=True)
@@ -95,6 +95,7 @@ def profile_command(
     """Profile a torch module: per-parameter forward/backward seconds and gradient sizes, in
     the format ``dlsched dataparallel --profile`` reads."""
     check_output_paths({"--out": (out, (".csv", ".json"))})
+    THREADS.check(threads, "--threads")
     if not 0 <= warmup <= 1000 or not 1 <= repeats <= 1000:
         raise ConfigError(f"repeats: need 0 <= warmup <= 1000 and 1 <= repeats <= 1000 (got "
                           f"{warmup}, {repeats})")
