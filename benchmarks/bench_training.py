@@ -49,7 +49,9 @@ def main() -> None:
     lines += ["", f"`reproduce themis-training` (48 scenarios x 5 policies, compute a100, "
               f"2 worker processes): **{wall:.1f} s** wall, {cpu:.1f} CPU-seconds "
               f"(target: 60 s on 2 idle cores); 1-minute load average {load_before:.1f} before, "
-              f"{load_after:.1f} after."]
+              f"{load_after:.1f} after. On a shared machine the wall time mostly measures the "
+              f"other load; CPU-seconds / 2 estimates the wall time on 2 idle cores "
+              f"({cpu / 2:.0f} s)."]
     write_section("training", "\n".join(lines))
 
 
