@@ -45,9 +45,10 @@ def _options(version: Annotated[bool, typer.Option(
 
 
 def _fail(message: str, code: int = 2) -> None:
-    """Print ``error: message`` (taken literally, not as rich markup) on stderr and exit."""
-    Console(stderr=True, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}",
-                                               highlight=False)
+    """Print ``error: message`` on one line (whitespace runs collapsed; taken literally, not as
+    rich markup) on stderr and exit with ``code``."""
+    Console(stderr=True, soft_wrap=True).print(
+        f"[bold red]error:[/] {escape(' '.join(message.split()))}", highlight=False)
     sys.exit(code)
 
 
