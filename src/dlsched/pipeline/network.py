@@ -158,6 +158,11 @@ class PipelineNetwork:
         self._advance()
         done = [f for f in self.active
                 if f.left <= _RELATIVE_TOLERANCE * max(1.0, f.size) + f.rate * 1e-15]
+        if not done:
+            # This event was set for the flow that finishes first; when its delay is below
+            # the clock's resolution the clock cannot advance, so it is complete now.
+            first = min(self.active, key=lambda f: f.left / f.rate)
+            done = [first]
         self.active = [f for f in self.active if f not in done]
         for flow in done:
             self.busy_streams.discard(flow.stream)
