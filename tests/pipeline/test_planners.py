@@ -107,14 +107,19 @@ def small_problems(draw) -> PipelineProblem:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_problems())
 def test_dlsched_within_five_percent_of_oracle(problem: PipelineProblem) -> None:
-    """Exhaustive partitions x mappings x MILP schedules (exact here: transfers never contend
-    on these instances): dlsched is within 5%; the oracle's own plan respects its bound and
-    simulates to the oracle's time."""
+    """Exhaustive partitions x mappings x MILP schedules: dlsched is within 5%; the oracle's
+    own plan respects its bound. Simulated, the oracle's plan is never faster than the
+    contention-free MILP, and exactly as fast when no stage is replicated (pipeline transfers
+    are then too short to overlap on a NIC). A replicated stage's all-reduce can share a NIC
+    with a gradient transfer, which the MILP does not model."""
     best = oracle(problem)
     ours = run_planner(problem, "dlsched")
     assert ours.sim.iteration_s <= 1.05 * best.iteration_s
     assert best.iteration_s >= plan_bound(problem, best.plan) * (1 - 1e-6)
-    assert simulate(problem, best.plan).iteration_s == pytest.approx(best.iteration_s, rel=1e-6)
+    simulated = simulate(problem, best.plan).iteration_s
+    assert simulated >= best.iteration_s * (1 - 1e-6)
+    if all(len(stage.devices) == 1 for stage in best.plan.stages):
+        assert simulated == pytest.approx(best.iteration_s, rel=1e-6)
 
 
 def test_dlsched_respects_tight_memory() -> None:
