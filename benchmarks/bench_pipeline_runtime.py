@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from dataclasses import replace
 
 import torch
 
@@ -19,7 +20,6 @@ from dlsched.pipeline import PipelineProblem, PipelineResult, run_planner, simul
 from dlsched.pipeline.model_source import ChainSpec
 from dlsched.pipeline.plan_file import saved_from_result
 from dlsched.pipeline.torch_export import to_torch
-from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
 from dlsched.runtime.pipeline_calibrate import calibrate_link, cpu_devices_document
 from dlsched.runtime.pipeline_model import GPT_PRESETS, load_model
 from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
@@ -36,8 +36,7 @@ OPTIONS = SpawnOptions(timeout_s=300, deadline_s=1800, grace_s=10)
 
 
 def _plans(problem: PipelineProblem) -> list[PipelineResult]:
-    return [run_planner(problem, name, plan_dlsched_for_torch if name == "dlsched" else None)
-            for name in PLANNERS]
+    return [run_planner(problem, name) for name in PLANNERS]
 
 
 def _run_all(results: list[PipelineResult]) -> list[PipelineRun]:
@@ -83,11 +82,11 @@ def main() -> None:
     for ranks in RANKS:
         graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY),
                                   "benchmark")
-        problem = PipelineProblem(chain, graph, MICROBATCHES)
+        problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
         results = _plans(problem)
         for result, run in zip(results, _run_all(results), strict=True):
             rows.append(_row(ranks, result, run))
-        free = run_planner(problem, "dlsched")
+        free = run_planner(replace(problem, replicate=True), "dlsched")
         notes.append(f"{ranks} ranks: unrestricted dlsched plan {free.sim.iteration_s * 1e3:.0f}"
                      f" ms predicted, stages {free.plan.stages_text().replace(chr(10), '; ')}")
     load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
@@ -108,8 +107,9 @@ def main() -> None:
         f"{split * 1e3:.1f} ms per microbatch over all blocks) on CPU 'devices' whose link is "
         f"calibrated by gloo ping-pong between two ranks: latency {latency * 1e6:.0f} us, "
         f"bandwidth {bandwidth / 1e9:.2f} GB/s (loopback TCP; a nominal bandwidth would mean "
-        "nothing here). `dlsched` is the planner kept to one GPU per stage "
-        "(`--for-torch`: torch runs one rank per stage); error = predicted / measured - 1. "
+        "nothing here). Every planner is kept to one GPU per stage "
+        "(`--for-torch`: torch runs one rank per stage; the grid baselines search PP with "
+        "DP = 1); error = predicted / measured - 1. "
         "*replayed* simulates the same plan with the run's own median action times, which "
         "separates compute-time misprediction from what the schedule and link model miss. "
         "*idle* is the share of the used ranks' time outside compute actions (bubble, waits "

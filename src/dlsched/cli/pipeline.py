@@ -36,7 +36,6 @@ from dlsched.pipeline.memory_model import RECOMPUTE_MODES, MemoryModel
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.network import NETWORK_MODES, check_network
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
-from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
 from dlsched.validation import BATCH, MAX_BATCH, MAX_MICROBATCHES, MICROBATCHES, check_output_path
@@ -128,8 +127,9 @@ def plan(
     save: Annotated[Path | None, typer.Option(help="Save the plan(s) as JSON (pipeline export/"
                                               "run read it); several planners: one file each, "
                                               "named <stem>-<planner>.json.")] = None,
-    for_torch: Annotated[bool, typer.Option(help="Keep dlsched to one GPU per stage, as "
-                                            "torch.distributed.pipelining runs.")] = False,
+    for_torch: Annotated[bool, typer.Option(help="Keep every planner to one GPU per stage, "
+                                            "as torch.distributed.pipelining runs (no "
+                                            "replicated stages).")] = False,
     recompute: Annotated[str, typer.Option(help="Activation recomputation the planners may "
                                            "choose, comma-separated: none, selective, full, "
                                            "or all.")] = "all",
@@ -157,11 +157,10 @@ def plan(
     modes = RECOMPUTE_MODES if recompute == "all" else tuple(
         parse_names(recompute, RECOMPUTE_MODES, "--recompute"))
     chain = load_chain(model, microbatch_size, MemoryModel(precision, state_bytes))
-    problem = PipelineProblem(chain, load_graph(devices), microbatches, modes, network)
+    problem = PipelineProblem(chain, load_graph(devices), microbatches, modes, network,
+                              replicate=not for_torch)
     progress = progress_bar("planning", json_out)
-    results = [run_planner(problem, name, plan_dlsched_for_torch
-                           if for_torch and name == "dlsched" else None)
-               for name in progress(names, len(names))]
+    results = [run_planner(problem, name) for name in progress(names, len(names))]
     rows = _rows(results)
     for result in results if save is not None else []:
         path = suffixed(save, result.plan.planner, len(results) > 1)

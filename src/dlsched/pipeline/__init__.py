@@ -26,7 +26,6 @@ from dlsched.pipeline.torch_export import (
     to_torch,
     write_torch_export,
 )
-from dlsched.pipeline.torch_planner import plan_dlsched_for_torch
 
 __all__ = [
     "BASELINES",
@@ -49,7 +48,6 @@ __all__ = [
     "load_plan",
     "parse_orders",
     "plan_bound",
-    "plan_dlsched_for_torch",
     "read_torch_export",
     "run_planner",
     "save_plan",

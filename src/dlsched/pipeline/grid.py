@@ -6,7 +6,9 @@ microbatches round-robin, i.e. ``m / dp`` microbatches per replica pipeline), a 
 and a recomputation mode. GPUs are taken in index order (the launcher's rank order):
 ``pp-outer`` gives stage ``s`` the consecutive GPUs ``s*dp .. s*dp+dp-1`` (Megatron's default
 order: data parallelism inside a server, the pipeline across servers), ``dp-outer`` gives it
-GPUs ``s, s+pp, s+2pp, ...``. Cuts are balanced (``balanced_stages``). Tensor parallelism is
+GPUs ``s, s+pp, s+2pp, ...``. Without replication (``PipelineProblem.replicate`` False) the
+grid is ``dp = 1`` with every ``pp`` up to the GPU count, on the first ``pp`` GPUs.
+Cuts are balanced (``balanced_stages``). Tensor parallelism is
 not part of the space (see docs/pipeline.md). ``best_plan`` simulates every candidate and keeps
 the fastest that fits memory: memory-aware baselines list, for each configuration, variants
 in order of preference (e.g. 1F1B with its full warm-up, then with the in-flight microbatches
@@ -45,12 +47,12 @@ class GridPoint:
                 "recompute": self.recompute, "mapping": self.mapping, "chunks": self.chunks}
 
 
-def stage_groups(num_devices: int, pp: int, mapping: str) -> list[tuple[int, ...]]:
-    """The GPUs of each of the ``pp`` stages (see the module docstring)."""
-    dp = num_devices // pp
+def stage_groups(pp: int, dp: int, mapping: str) -> list[tuple[int, ...]]:
+    """The GPUs of each of the ``pp`` stages, on GPUs ``0 .. pp*dp-1`` (see the module
+    docstring)."""
     if mapping == "pp-outer":
         return [tuple(range(s * dp, (s + 1) * dp)) for s in range(pp)]
-    return [tuple(range(s, num_devices, pp)) for s in range(pp)]
+    return [tuple(range(s, pp * dp, pp)) for s in range(pp)]
 
 
 def grid_points(problem: PipelineProblem, chunks: tuple[int, ...] = (1,)) -> Iterator[GridPoint]:
@@ -58,15 +60,17 @@ def grid_points(problem: PipelineProblem, chunks: tuple[int, ...] = (1,)) -> Ite
     n, blocks = problem.graph.num_devices, problem.chain.num_blocks
     for mode in problem.recompute_modes:
         for v in chunks:
-            for pp in (k for k in range(1, n + 1) if n % k == 0 and k * v <= blocks):
-                dp = n // pp
-                for mapping in MAPPINGS if 1 < pp < n else MAPPINGS[:1]:
+            for pp in (k for k in range(1, n + 1) if k * v <= blocks):
+                if problem.replicate and n % pp:
+                    continue
+                dp = n // pp if problem.replicate else 1
+                for mapping in MAPPINGS if 1 < pp < pp * dp else MAPPINGS[:1]:
                     yield GridPoint(pp, dp, mapping, mode, v)
 
 
 def point_stages(problem: PipelineProblem, point: GridPoint) -> tuple[Stage, ...]:
     """Balanced stages of a configuration (``chunks`` x ``pp`` stages for interleaving)."""
-    groups = stage_groups(problem.graph.num_devices, point.pp, point.mapping)
+    groups = stage_groups(point.pp, point.dp, point.mapping)
     return balanced_stages(problem.under(point.recompute), groups * point.chunks)
 
 

@@ -62,8 +62,9 @@ def run_lengths(num_units: int) -> list[int]:
 def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
                 in_flight: int = 1) -> RangeCosts:
     """Cost matrices (latency, period, all-reduce, transfers) for every run of the units;
-    a stage must fit its static memory plus ``in_flight`` microbatches' activations."""
-    g = unit_size(len(order))
+    a stage must fit its static memory plus ``in_flight`` microbatches' activations. Without
+    replication (``PipelineProblem.replicate`` False) a unit is one GPU and a run one unit."""
+    g = unit_size(len(order)) if problem.replicate else 1
     units = len(order) // g
     order = tuple(order[: units * g])
     chain, m, graph = problem.chain, problem.num_microbatches, problem.graph
@@ -76,7 +77,7 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
     valid = np.triu(np.ones_like(span, dtype=bool), 1)
     runs = {}
     for u0 in range(units):
-        for z in run_lengths(units):
+        for z in run_lengths(units) if problem.replicate else [1]:
             if u0 + z > units:
                 continue
             devices = list(order[u0 * g:(u0 + z) * g])

@@ -25,6 +25,12 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
    part of a split stage (graphs of at most ``GROW_GPUS`` GPUs) — re-running step 3 for
    each, for at most
    ``REFINE_PASSES`` improving passes.
+
+Without replication (``PipelineProblem.replicate`` False, e.g. for ``torch.distributed.pipelining``,
+which runs one rank per stage) every step keeps to one GPU per stage: the partition DP and the
+memory-aware candidates use single-GPU units, balanced one-stage-per-GPU cuts on the first
+``k`` GPUs of the device order join the candidates for every ``k``, refinement only moves cuts
+and places unused GPUs as new stages, and the baselines search their own unreplicated spaces.
 """
 
 from __future__ import annotations
@@ -72,6 +78,12 @@ def _orders(problem: PipelineProblem) -> list[list[int]]:
     return [first] + [list(p) for p in permutations(range(n)) if list(p) != first]
 
 
+def allowed(problem: PipelineProblem, stages: tuple[Stage, ...]) -> bool:
+    """Whether a partition is in the problem's space (one GPU per stage unless replication
+    is allowed)."""
+    return problem.replicate or all(len(stage.devices) == 1 for stage in stages)
+
+
 def _small_space(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
     """On tiny instances, every partition and mapping (replicas fastest first), ranked by
     ``estimate``; the best ``KEEP_PARTITIONS_SMALL`` are kept."""
@@ -82,7 +94,8 @@ def _small_space(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
     ranked = sorted(
         (tuple(Stage(st.first, st.last, tuple(sorted(st.devices, key=lambda d: -speeds[d])))
                for st in stages)
-         for stages in all_partitions(chain.num_blocks, graph.num_devices, every_order=False)),
+         for stages in all_partitions(chain.num_blocks, graph.num_devices, every_order=False)
+         if allowed(problem, stages)),
         key=lambda stages: estimate(problem, stages))
     return ranked[:KEEP_PARTITIONS_SMALL]
 
@@ -98,7 +111,7 @@ def front_light_partitions(problem: PipelineProblem, order: list[int]) -> list[t
     n, blocks = len(order), problem.chain.num_blocks
     seen: dict[tuple[Stage, ...], float] = {}
     r = 1
-    while r <= n:
+    while r <= (n if problem.replicate else 1):
         p = n // r
         if n % r == 0 and p <= blocks and p > 1:
             groups = [tuple(order[k * r:(k + 1) * r]) for k in range(p)]
@@ -122,7 +135,10 @@ def propose_partitions(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
         for stages in best_sync_partitions(problem, costs, keep):
             if stages not in found:
                 found.append(stages)
-    for stages in front_light_partitions(problem, orders[0]):
+    extra = front_light_partitions(problem, orders[0])
+    if not problem.replicate:
+        extra += [balanced_stages(problem, orders[0][:k]) for k in range(1, len(orders[0]) + 1)]
+    for stages in extra:
         if stages not in found:
             found.append(stages)
     return found
@@ -196,6 +212,8 @@ def plan_dlsched(problem: PipelineProblem,
                   for result in schedule_candidates(sub, stages))
     starts: list[SimResult] = []  # the fastest plan of each of the fastest partitions
     for result in _with_baselines(problem, candidates, baselines or {}):
+        if not allowed(problem, result.plan.stages):
+            continue
         same = next((st for st in starts if st.plan.stages == result.plan.stages), None)
         if same is not None:
             if result.iteration_s >= same.iteration_s * (1 - 1e-12):
@@ -309,7 +327,7 @@ def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
         moves = chain(_cut_moves(stages), _split_merge_moves(stages),
                       _grow_moves(stages, n) if n <= GROW_GPUS else ())
         schedule = _refine_schedule(problem, start.plan)
-        for stages in islice(moves, budget):
+        for stages in islice((move for move in moves if allowed(problem, move)), budget):
             budget -= 1
             for result in schedule_candidates(problem, stages, schedule):
                 if result.iteration_s < best.iteration_s * (1 - 1e-12):

@@ -18,13 +18,17 @@ from dlsched.pipeline.plan import Stage
 class PipelineProblem:
     """One planning instance; ``num_microbatches`` microbatches per iteration;
     ``recompute_modes`` the activation recomputation modes planners may choose from;
-    ``network`` how transfers share the network (``pipeline.network``: fifo or ps)."""
+    ``network`` how transfers share the network (``pipeline.network``: fifo or ps);
+    ``replicate`` whether a stage may run data-parallel on several GPUs (False for runtimes
+    that run one rank per stage, such as ``torch.distributed.pipelining``: every planner then
+    keeps to one GPU per stage)."""
 
     chain: Chain
     graph: DeviceGraph
     num_microbatches: int
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
     network: str = "fifo"
+    replicate: bool = True
 
     def __post_init__(self) -> None:
         if self.num_microbatches < 1:
