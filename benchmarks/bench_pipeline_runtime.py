@@ -27,7 +27,7 @@ from dlsched.runtime.pipeline_replay import retimed_chain
 from dlsched.runtime.pipeline_run import PipelineRun, run_pipelines
 from dlsched.runtime.spawn import SpawnOptions
 
-MODEL, MICROBATCH_SIZE, MICROBATCHES = "gpt-small", 2, 8
+MODEL, MICROBATCH_SIZE, MICROBATCHES = "gpt-small", 8, 8
 PLANNERS = ("dlsched", "gpipe", "1f1b", "interleaved", "zb-h1")
 RANKS = (2, 4)
 ITERATIONS, WARMUP = 5, 1

@@ -146,6 +146,37 @@ def test_zb_h1_closed_form(p: int, m: int) -> None:
     assert max(result.peak_memory) == p
 
 
+@pytest.mark.parametrize("factor", [1.0, 1.5])
+def test_split_backward_factor_by_hand(factor: float) -> None:
+    """A split backward costs ``factor`` x the full one: with F = 1 s, B = 2 s and an even
+    split, every I and W takes ``factor`` s; on one stage the 8 microbatches take
+    8(F + I + W) = 8(1 + 2 factor) s, while 1F1B's full backwards take 8(F + B) = 24 s."""
+    m = 8
+    chain = replace(synthetic_chain([1.0], [2.0], [0.0], split=True),
+                    split_backward_factor=factor)
+    graph = server_graph("g", [(1, 1e12, 2**30, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, m)
+    zb = simulate(problem, _plan(problem, zb_h1_orders, 1))
+    assert zb.iteration_s == pytest.approx(m * (1 + 2 * factor))
+    durations = {span.kind: span.duration for span in zb.timeline.spans}
+    assert durations["backward-input"] == pytest.approx(factor)
+    assert durations["backward-weight"] == pytest.approx(factor)
+    assert simulate(problem, _plan(problem, one_f_one_b_orders, 1)).iteration_s == \
+        pytest.approx(3.0 * m)
+
+
+def test_split_backward_factor_survives_recomputation() -> None:
+    """Full recomputation puts each block's forward before its input gradient: I + W = the
+    recomputed forward + factor x B and W = factor x (1 - fraction) x B, per block."""
+    chain = replace(synthetic_chain([1.0, 2.0], [2.0, 4.0], [0.0, 0.0], split=True),
+                    input_grad_fraction=0.4, split_backward_factor=1.5)
+    full = chain.with_recompute("full")
+    inputs, weights = full.grad_shares
+    backward = full.backward_flops.sum()
+    assert backward * (inputs + weights) == pytest.approx(3e12 + 1.5 * 6e12)
+    assert backward * weights == pytest.approx(1.5 * 0.6 * 6e12)
+
+
 @pytest.mark.parametrize(("p", "m"), [(4, 8), (8, 16), (3, 12)])
 @pytest.mark.parametrize("transfer", [0.0, 0.3, 1.0])
 def test_zb_h2_closed_form(p: int, m: int, transfer: float) -> None:

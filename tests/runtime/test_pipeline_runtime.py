@@ -172,6 +172,9 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     assert chain.param_bytes.tolist() == params
     assert (chain.forward_flops > 0).all() and (chain.backward_flops > 0).all()
     assert (chain.stash_bytes > 0).all() and 0 < chain.input_grad_fraction < 1
+    split = sum(p.backward_input_s + p.backward_weight_s for p in profiles)
+    full = sum(p.backward_s for p in profiles)
+    assert chain.split_backward_factor == pytest.approx(split / full)
     assert profiles[0].backward_input_s == 0.0  # token ids have no gradient
     devices = tmp_path / "cpu.yaml"
     devices.write_text(yaml.safe_dump(cpu_devices_document(3, 1e-4, 1e9, 2**30)))

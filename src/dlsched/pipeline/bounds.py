@@ -20,8 +20,8 @@
   of its ``m_d`` microbatches' stashes runs them in ``w = ceil(m_d / k)`` waves: a
   microbatch's F can start only after the one ``k`` places earlier has freed its stash, a
   round trip ``R`` (its F, the forwards and input-gradient backwards of every later stage and
-  the transfers, its own full backward), so the last wave starts after ``head + (w - 1) R``
-  and still needs ``R`` (without its W when split) and the tail.
+  the transfers, its own backward, I + W when split), so the last wave starts after
+  ``head + (w - 1) R`` and still needs ``R`` (without its W when split) and the tail.
 
 ``instance_bound`` holds for every plan on the graph: all the work spread over all the GPUs'
 FLOP/s with no idle time.
@@ -49,19 +49,24 @@ def _fastest(problem: PipelineProblem, plan: PipelinePlan) -> list[tuple[float, 
     return [tuple(problem.stage_times(stage).min(axis=0)) for stage in plan.stages]
 
 
+def _shares(problem: PipelineProblem, plan: PipelinePlan) -> tuple[float, float]:
+    """(I, W) shares of the full backward in ``plan``: (1, 0) for full backwards."""
+    return problem.chain.grad_shares if plan.split_backward else (1.0, 0.0)
+
+
 def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     """A lower bound on any schedule of ``plan``'s stages and mapping (seconds)."""
     problem = problem.under(plan.recompute)
     p = plan.num_stages
     fastest = _fastest(problem, plan)
     hops = [_hop(problem, plan, s) for s in range(p - 1)]
-    fraction = problem.chain.input_grad_fraction if plan.split_backward else 1.0
+    inputs = _shares(problem, plan)[0]
     head, tail = [0.0] * p, [0.0] * p
     for s in range(1, p):
         head[s] = head[s - 1] + fastest[s - 1][0] + hops[s - 1]
-        tail[s] = tail[s - 1] + fastest[s - 1][1] * fraction + hops[s - 1]
+        tail[s] = tail[s - 1] + fastest[s - 1][1] * inputs + hops[s - 1]
     sync = [problem.allreduce_time(stage) for stage in plan.stages]
-    path = head[-1] + fastest[-1][0] + fastest[-1][1] * fraction + tail[-1]
+    path = head[-1] + fastest[-1][0] + fastest[-1][1] * inputs + tail[-1]
     best = max(path, max(sync[s] + head[s] for s in range(p)),
                _memory_bound(problem, plan, fastest, hops, (head, tail)))
     for device, order in enumerate(plan.orders):
@@ -78,21 +83,20 @@ def _heads_and_tails(problem: PipelineProblem, plan: PipelinePlan, device: int,
     """The one-machine heads-and-tails term of the module docstring for GPU ``device``."""
     head, tail, sync = paths
     flops = problem.graph.devices[device].flops
-    split = plan.split_backward
-    fraction = problem.chain.input_grad_fraction if split else 1.0
+    inputs, weights = _shares(problem, plan)
     jobs: dict[tuple[float, float], float] = {}
     for action in plan.orders[device]:
         s = action.stage
         forward, backward = problem.stage_flops(plan.stages[s])
-        down = sum(f + b * fraction for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
-        back = fastest[s][1] * fraction
-        own_w = fastest[s][1] * (1 - fraction)
+        down = sum(f + b * inputs for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
+        back = fastest[s][1] * inputs
+        own_w = fastest[s][1] * weights
         returned = head[s] + fastest[s][0] + down
         release, after, work = {
             "F": (head[s], down + back + tail[s], forward),
             "B": (returned, max(tail[s], sync[s]), backward),
-            "I": (returned, tail[s], backward * fraction),
-            "W": (returned + back, sync[s], backward * (1 - fraction))}[action.kind]
+            "I": (returned, tail[s], backward * inputs),
+            "W": (returned + back, sync[s], backward * weights)}[action.kind]
         if action.kind == "I":
             after = max(after, own_w + sync[s])
         jobs[(release, after)] = jobs.get((release, after), 0.0) + work / flops
@@ -112,12 +116,12 @@ def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, fastest: list[tu
     """The in-flight slots term of the module docstring (0 where memory is not binding)."""
     head, tail = paths
     chain, graph, m = problem.chain, problem.graph, problem.num_microbatches
-    fraction = chain.input_grad_fraction if plan.split_backward else 1.0
+    inputs, weights = _shares(problem, plan)
     static = static_memory(chain, plan.stages, graph.num_devices)
     best = 0.0
     for s, stage in enumerate(plan.stages):
         stash = float(chain.stash_bytes[stage.first:stage.last].sum())
-        down = sum(f + b * fraction for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
+        down = sum(f + b * inputs for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
         forward, backward = problem.stage_flops(stage)
         for replica, device in enumerate(stage.devices):
             hosted = {a.stage for a in plan.orders[device]}
@@ -128,8 +132,8 @@ def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, fastest: list[tu
             if slots < 1 or slots >= own:
                 continue
             flops = graph.devices[device].flops
-            trip = (forward + backward) / flops + down
-            last = (forward + backward * fraction) / flops + down
+            trip = (forward + backward * (inputs + weights)) / flops + down
+            last = (forward + backward * inputs) / flops + down
             waves = math.ceil(own / slots)
             best = max(best, head[s] + (waves - 1) * trip + last + tail[s])
     return best
@@ -139,11 +143,11 @@ def _device_bound(problem: PipelineProblem, plan: PipelinePlan, device: int,
                   paths: tuple[list[float], list[float], list[float]]) -> float:
     head, tail, sync = paths
     flops = problem.graph.devices[device].flops
-    fraction = problem.chain.input_grad_fraction or 1.0
+    inputs, weights = problem.chain.grad_shares
     hosted = sorted({a.stage for a in plan.orders[device]})
     times = {s: problem.stage_flops(plan.stages[s]) for s in hosted}
     work = {"F": lambda s: times[s][0], "B": lambda s: times[s][1],
-            "I": lambda s: times[s][1] * fraction, "W": lambda s: times[s][1] * (1 - fraction)}
+            "I": lambda s: times[s][1] * inputs, "W": lambda s: times[s][1] * weights}
     all_work = sum(work[a.kind](a.stage) for a in plan.orders[device]) / flops
     start = min(head[s] for s in hosted)
     if not plan.split_backward:
@@ -155,7 +159,9 @@ def _device_bound(problem: PipelineProblem, plan: PipelinePlan, device: int,
 
 
 def instance_bound(problem: PipelineProblem) -> float:
-    """A lower bound on every plan: total FLOP of the iteration over the sum of GPU FLOP/s."""
+    """A lower bound on every plan: total FLOP of the iteration over the sum of GPU FLOP/s
+    (the backward at the cheaper of full or split)."""
     chain = problem.chain
-    total = float(chain.forward_flops.sum() + chain.backward_flops.sum())
+    cheapest = min(1.0, sum(chain.grad_shares))
+    total = float(chain.forward_flops.sum() + chain.backward_flops.sum() * cheapest)
     return total * problem.num_microbatches / float(problem.graph.flops.sum())

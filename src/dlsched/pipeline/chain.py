@@ -6,7 +6,10 @@ size), ``param_bytes`` bytes of parameters, ``stash_bytes`` activation memory ke
 microbatch until its backward. ``state_factor`` x param bytes is the static memory of a block
 (weights, gradients, optimizer state). ``input_grad_fraction`` is the share of the backward that
 computes the input gradient (``I``; the rest is the weight gradient ``W``) when the backward can
-be split as zero-bubble schedules do; ``None`` means it cannot.
+be split as zero-bubble schedules do; ``None`` means it cannot. ``split_backward_factor`` is
+what a split backward costs relative to a full one, ``(I + W) / B`` (1: splitting is free; a
+measured runtime, e.g. torch's ``stage_backward_input``/``stage_backward_weight`` on CPU,
+often needs 1.2-1.5x): ``I = factor x fraction x B`` and ``W = factor x (1 - fraction) x B``.
 
 Recomputation (``memory_model``): ``stash_bytes`` and ``backward_flops`` are those of the
 ``recompute`` mode in force; ``with_recompute(mode)`` derives the chain of another mode from
@@ -58,6 +61,7 @@ class Chain:
     recompute_flops: np.ndarray | None = None
     recompute: str = "none"
     memory_note: str = ""
+    split_backward_factor: float = 1.0
     origin: Chain | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,6 +90,18 @@ class Chain:
         fraction = self.input_grad_fraction
         if fraction is not None and not 0.0 < fraction < 1.0:
             raise ConfigError(f"input_grad_fraction: {fraction} is outside (0, 1)")
+        factor = self.split_backward_factor
+        if not np.isfinite(factor) or not 0.1 <= factor <= 10.0:
+            raise ConfigError(f"split_backward_factor: {factor} is outside [0.1, 10]")
+
+    @property
+    def grad_shares(self) -> tuple[float, float]:
+        """(I, W) seconds of a split backward as shares of the full backward's: (factor x
+        fraction, factor x (1 - fraction)); (1, 0) when the backward cannot be split."""
+        if self.input_grad_fraction is None:
+            return 1.0, 0.0
+        factor = self.split_backward_factor
+        return factor * self.input_grad_fraction, factor * (1.0 - self.input_grad_fraction)
 
     @property
     def num_blocks(self) -> int:
@@ -116,12 +132,15 @@ class Chain:
         stash = {"selective": base.selective_stash_bytes,
                  "full": np.minimum(base.input_bytes, base.stash_bytes)}[mode]
         extra = base.forward_flops if mode == "full" else base.recompute_flops
-        fraction = base.input_grad_fraction
+        fraction, factor = base.input_grad_fraction, base.split_backward_factor
         total, added = float(base.backward_flops.sum()), float(extra.sum())
         if fraction is not None and total > 0:  # recomputation runs before the input gradient
-            fraction = (added + fraction * total) / (total + added)
+            split = added + factor * total
+            fraction = (added + fraction * factor * total) / split
+            factor = split / (total + added)
         return replace(base, stash_bytes=stash, backward_flops=base.backward_flops + extra,
-                       input_grad_fraction=fraction, recompute=mode, origin=base)
+                       input_grad_fraction=fraction, split_backward_factor=factor,
+                       recompute=mode, origin=base)
 
 
 def synthetic_chain(forward_s: list[float], backward_s: list[float],

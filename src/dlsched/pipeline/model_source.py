@@ -4,6 +4,7 @@ A chain file (YAML/JSON) lists blocks with per-microbatch costs::
 
     name: my-net
     input_grad_fraction: 0.5          # optional; omit to forbid split backwards
+    split_backward_factor: 1.0        # optional: (I + W) / B, a split backward's cost
     state_factor: 4                   # optional: static state = 4 x params bytes
     blocks:
       - {name: embed, forward_flops: 2e12, backward_flops: 4e12, activation: 8 MB,
@@ -47,6 +48,7 @@ class ChainSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = "chain"
     input_grad_fraction: float | None = 0.5
+    split_backward_factor: float = Field(default=1.0, ge=0.1, le=10, allow_inf_nan=False)
     state_factor: float = Field(default=4.0, ge=0, le=1e3, allow_inf_nan=False)
     blocks: list[BlockSpec] = Field(min_length=1, max_length=MAX_LAYERS)
 
@@ -68,7 +70,8 @@ class ChainSpec(BaseModel):
                      np.array([b.stash for b in blocks]), self.input_grad_fraction,
                      self.state_factor, _optional([b.selective_stash for b in blocks]),
                      _optional([b.input for b in blocks]),
-                     np.array([b.recompute_flops for b in blocks]), memory_note="chain file")
+                     np.array([b.recompute_flops for b in blocks]), memory_note="chain file",
+                     split_backward_factor=self.split_backward_factor)
 
 
 def _optional(values: list[int | None]) -> np.ndarray | None:

@@ -156,9 +156,9 @@ class _Run:
     def _duration(self, action: Action, device: int) -> float:
         forward, backward = self.times[action.stage]
         flops = self.problem.graph.devices[device].flops
-        fraction = self.problem.chain.input_grad_fraction or 1.0
-        work = {"F": forward, "B": backward, "I": backward * fraction,
-                "W": backward * (1.0 - fraction)}[action.kind]
+        inputs, weights = self.problem.chain.grad_shares
+        work = {"F": forward, "B": backward, "I": backward * inputs,
+                "W": backward * weights}[action.kind]
         return work / flops
 
     def _finish(self, device: int, action: Action, start: float) -> None:

@@ -7,7 +7,8 @@ two sources of prediction error: compute-time misprediction (profile vs run) and
 simulator's schedule and link model misses (replay vs run). Per stage, the blocks' forward FLOP
 are scaled so that their sum is the median measured forward (seconds x ``REFERENCE_FLOPS``), the
 backward likewise (B, or I + W for split backwards); with split backwards the input-gradient
-share becomes the measured sum(I) / sum(I + W) over all stages. Torch-free.
+share becomes the measured sum(I) / sum(I + W) over all stages and, since B then holds the
+measured I + W, the split-backward factor 1. Torch-free.
 """
 
 from __future__ import annotations
@@ -56,7 +57,9 @@ def retimed_chain(chain: Chain, plan: PipelinePlan, timeline: Timeline) -> Chain
     if inputs + weights > 0:
         fraction = min(max(inputs / (inputs + weights), 0.01), 0.99)
     return dataclasses.replace(chain, forward_flops=forward, backward_flops=backward,
-                               input_grad_fraction=fraction)
+                               input_grad_fraction=fraction,
+                               split_backward_factor=1.0 if inputs + weights > 0 else
+                               chain.split_backward_factor)
 
 
 def _scaled(flops: np.ndarray, seconds: float) -> np.ndarray:
