@@ -20,7 +20,11 @@ from dlsched.pipeline import PipelineProblem, PipelineResult, run_planner, simul
 from dlsched.pipeline.model_source import ChainSpec
 from dlsched.pipeline.plan_file import saved_from_result
 from dlsched.pipeline.torch_export import to_torch
-from dlsched.runtime.pipeline_calibrate import calibrate_link, cpu_devices_document
+from dlsched.runtime.pipeline_calibrate import (
+    calibrate_action_overhead,
+    calibrate_link,
+    cpu_devices_document,
+)
 from dlsched.runtime.pipeline_model import GPT_PRESETS, load_model
 from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
 from dlsched.runtime.pipeline_replay import retimed_chain
@@ -55,8 +59,9 @@ def _run_all(results: list[PipelineResult]) -> list[PipelineRun]:
 
 def _row(ranks: int, result: PipelineResult, run: PipelineRun) -> str:
     problem, plan = result.problem, result.plan
+    bare = problem.graph.with_overheads([0.0] * problem.graph.num_devices)
     replay = simulate(PipelineProblem(retimed_chain(problem.chain, plan, run.timeline),
-                                      problem.graph, problem.num_microbatches), plan)
+                                      bare, problem.num_microbatches), plan)
     measured = run.median_iteration_s
     predicted = result.sim.iteration_s
     used = to_torch(plan).world_size
@@ -78,10 +83,11 @@ def main() -> None:
     profiles = profile_blocks(load_model(MODEL), MICROBATCH_SIZE, repeats=7)
     chain = ChainSpec.model_validate(chain_document(MODEL, profiles)).build()
     latency, bandwidth, _ = calibrate_link()
+    overhead = calibrate_action_overhead(MODEL, MICROBATCH_SIZE, profiles, MICROBATCHES)
     rows, notes = [], []
     for ranks in RANKS:
-        graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY),
-                                  "benchmark")
+        graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY,
+                                                       overhead_s=overhead), "benchmark")
         problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
         results = _plans(problem)
         for result, run in zip(results, _run_all(results), strict=True):
@@ -107,7 +113,9 @@ def main() -> None:
         f"{split * 1e3:.1f} ms per microbatch over all blocks) on CPU 'devices' whose link is "
         f"calibrated by gloo ping-pong between two ranks: latency {latency * 1e6:.0f} us, "
         f"bandwidth {bandwidth / 1e9:.2f} GB/s (loopback TCP; a nominal bandwidth would mean "
-        "nothing here). Every planner is kept to one GPU per stage "
+        "nothing here), and whose overhead per compute action is calibrated by one rank "
+        f"running the whole model as one GPipe stage: {overhead * 1e3:.2f} ms. Every planner "
+        "is kept to one GPU per stage "
         "(`--for-torch`: torch runs one rank per stage; the grid baselines search PP with "
         "DP = 1); error = predicted / measured - 1. "
         "*replayed* simulates the same plan with the run's own median action times, which "
@@ -126,9 +134,8 @@ def main() -> None:
         f"- The machine has {os.cpu_count()} cores shared with other engineers' jobs while "
         f"this ran (1-minute load average {load}): 4 ranks time-share 2 cores, so ranks "
         "that the plan runs in parallel are partly serialised, and every number here is "
-        "disturbed by foreign load. Per-action "
-        "overheads of the torch runtime (Python, send/recv posting, loss) are not in the "
-        "profile; the replay includes them only inside the actions.",
+        "disturbed by foreign load. The replay uses the run's own action times and no "
+        "per-action overhead: what it misses is the runtime's time between actions.",
     ])
     write_section("pipeline-runtime", markdown)
 

@@ -199,13 +199,15 @@ def test_dapple_searches_its_placement_policies() -> None:
        st.sampled_from(["list", "list-split", "zb-h1", "zb-h2"]), st.sampled_from(["fifo", "ps"]))
 def test_no_plan_beats_its_bound_shared_gpus(problem: PipelineProblem, seed: int, schedule: str,
                                              network: str) -> None:
-    """Stages may share GPUs (as interleaving does) and backwards may be split, at a cost
-    above or below a full backward's: the heads-and-tails term and every other term of
-    plan_bound, and the instance bound, still hold, under both network modes."""
+    """Stages may share GPUs (as interleaving does), backwards may be split, at a cost above
+    or below a full backward's, and GPUs may add an overhead per action: the heads-and-tails
+    term and every other term of plan_bound, and the instance bound, still hold, under both
+    network modes."""
     rng = np.random.default_rng(seed)
     chain = replace(problem.chain, input_grad_fraction=float(rng.uniform(0.2, 0.8)),
                     split_backward_factor=float(rng.uniform(0.8, 1.6)))
-    problem = replace(problem, chain=chain, network=network)
+    graph = problem.graph.with_overheads(rng.uniform(0.0, 1e-3, problem.graph.num_devices))
+    problem = replace(problem, chain=chain, graph=graph, network=network)
     n, blocks, m = problem.graph.num_devices, chain.num_blocks, problem.num_microbatches
     p = int(rng.integers(1, blocks + 1))
     cuts = [0, *sorted(rng.choice(np.arange(1, blocks), p - 1, replace=False).tolist()), blocks]

@@ -15,6 +15,7 @@ from dlsched.pipeline import (
     PipelineProblem,
     PlanError,
     Stage,
+    plan_bound,
     simulate,
     synthetic_chain,
 )
@@ -163,6 +164,20 @@ def test_split_backward_factor_by_hand(factor: float) -> None:
     assert durations["backward-weight"] == pytest.approx(factor)
     assert simulate(problem, _plan(problem, one_f_one_b_orders, 1)).iteration_s == \
         pytest.approx(3.0 * m)
+
+
+def test_action_overhead_by_hand() -> None:
+    """A GPU's overhead is added to every compute action: one stage, 2 microbatches of
+    F = 1 s and B = 2 s with 0.5 s per action: GPipe takes 2(1.5) + 2(2.5) = 8 s; the bound
+    counts the overhead in the GPU's work and is met."""
+    chain = synthetic_chain([1.0], [2.0], [0.0])
+    graph = server_graph("g", [(1, 1e12, 2**30, 1e9, 0.0)], 1e9, 0.0).with_overheads([0.5])
+    problem = PipelineProblem(chain, graph, 2)
+    plan = _plan(problem, gpipe_orders, 1)
+    result = simulate(problem, plan)
+    assert result.iteration_s == pytest.approx(8.0)
+    assert [s.duration for s in result.timeline.spans] == pytest.approx([1.5, 1.5, 2.5, 2.5])
+    assert plan_bound(problem, plan) == pytest.approx(8.0)
 
 
 def test_split_backward_factor_survives_recomputation() -> None:

@@ -157,7 +157,10 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     from dlsched.hardware.device_graph import load_devices
     from dlsched.pipeline.chain import REFERENCE_FLOPS
     from dlsched.pipeline.model_source import load_chain
-    from dlsched.runtime.pipeline_calibrate import cpu_devices_document
+    from dlsched.runtime.pipeline_calibrate import (
+        calibrate_action_overhead,
+        cpu_devices_document,
+    )
     from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
     from dlsched.runtime.pipeline_run import block_bytes
 
@@ -177,10 +180,14 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     assert chain.split_backward_factor == pytest.approx(split / full)
     assert profiles[0].backward_input_s == 0.0  # token ids have no gradient
     devices = tmp_path / "cpu.yaml"
-    devices.write_text(yaml.safe_dump(cpu_devices_document(3, 1e-4, 1e9, 2**30)))
+    overhead = calibrate_action_overhead(MODEL, MICROBATCH_SIZE, profiles, MICROBATCHES, 2)
+    assert 0.0 <= overhead < 1.0
+    devices.write_text(yaml.safe_dump(cpu_devices_document(3, 1e-4, 1e9, 2**30,
+                                                           overhead_s=overhead)))
     graph = load_devices(devices)
     assert graph.num_devices == 3 and (graph.flops == REFERENCE_FLOPS).all()
     assert graph.transfer_time(0, 2, 1e9) == pytest.approx(1.0001)
+    assert [d.overhead for d in graph.devices] == pytest.approx([overhead] * 3, rel=1e-5)
 
 
 def test_cli_run_refuses_a_plan_for_another_model(run_cli, tmp_path) -> None:

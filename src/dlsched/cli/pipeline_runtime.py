@@ -61,7 +61,8 @@ def profile(
     repeats: Annotated[int, typer.Option(help="Timed runs per block (median).")] = 5,
     threads: Annotated[int, typer.Option(help="torch threads (1 = as each rank runs).")] = 1,
     devices_out: Annotated[Path | None, typer.Option(
-        help="Also calibrate the rank-to-rank link and write a device graph here.")] = None,
+        help="Also calibrate the rank-to-rank link and the runtime's overhead per compute "
+             "action, and write a device graph here.")] = None,
     ranks: Annotated[int, typer.Option(help="Ranks in the written device graph.")] = 2,
     memory: Annotated[str, typer.Option(help="Memory per rank in the device graph.")]
     = "16 GiB",
@@ -89,12 +90,19 @@ def profile(
             for p in profiles]
     extra = {"chain": str(chain)}
     if devices_out is not None:
-        from dlsched.runtime.pipeline_calibrate import calibrate_link, cpu_devices_document
+        from dlsched.runtime.pipeline_calibrate import (
+            calibrate_action_overhead,
+            calibrate_link,
+            cpu_devices_document,
+        )
 
         latency, bandwidth, _ = calibrate_link()
+        overhead = calibrate_action_overhead(model, microbatch_size, profiles)
         write_text(devices_out, yaml.safe_dump(
-            cpu_devices_document(ranks, latency, bandwidth, memory_bytes), sort_keys=False))
-        extra |= {"devices": str(devices_out), "latency_s": latency, "bandwidth": bandwidth}
+            cpu_devices_document(ranks, latency, bandwidth, memory_bytes, overhead_s=overhead),
+            sort_keys=False))
+        extra |= {"devices": str(devices_out), "latency_s": latency, "bandwidth": bandwidth,
+                  "overhead_s": overhead}
     if json_out:
         emit_rows(rows, True, None, extra)
         return
@@ -103,7 +111,8 @@ def profile(
     console.print(f"wrote {chain} (plan with --microbatch-size {microbatch_size})")
     if devices_out is not None:
         console.print(f"wrote {devices_out}: link latency {extra['latency_s'] * 1e6:.0f} us, "
-                      f"bandwidth {extra['bandwidth'] / 1e9:.3g} GB/s (loopback, measured)")
+                      f"bandwidth {extra['bandwidth'] / 1e9:.3g} GB/s (loopback, measured), "
+                      f"runtime overhead {overhead * 1e3:.2f} ms per compute action")
 
 
 def export(

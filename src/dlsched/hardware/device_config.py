@@ -1,6 +1,7 @@
 """Validated device-graph files: three forms, each a pydantic schema.
 
-* servers: ``servers: [{count, gpu: {flops, memory}, link: {bandwidth, latency}}]`` and
+* servers: ``servers: [{count, gpu: {flops, memory, overhead}, link: {bandwidth, latency}}]``
+  (``overhead``: optional seconds per compute action, see ``Device``) and
   ``inter: {bandwidth, latency}`` between servers;
 * matrix: ``devices: [{name, flops, memory, server}]``, ``bandwidth: [[...]]`` and optional
   ``latency: [[...]]`` (strings with units or plain B/s and s);
@@ -37,11 +38,13 @@ from dlsched.validation import (
 
 
 class GpuSpec(BaseModel):
-    """A GPU kind: sustained ``flops`` ("125 TFLOP/s") and ``memory`` ("80 GiB")."""
+    """A GPU kind: sustained ``flops`` ("125 TFLOP/s"), ``memory`` ("80 GiB") and the
+    runtime's ``overhead`` per compute action ("1.2 ms"; default 0)."""
 
     model_config = ConfigDict(extra="forbid")
     flops: FlopRate
     memory: ByteSize
+    overhead: Seconds = 0.0
 
     @model_validator(mode="after")
     def _positive(self) -> GpuSpec:
@@ -83,7 +86,9 @@ class ServersForm(BaseModel):
         inter = self.inter or LinkSpec(bandwidth=1.0)
         specs = [(s.count, s.gpu.flops, s.gpu.memory, s.link.bandwidth, s.link.latency)
                  for s in self.servers]
-        return server_graph(self.name, specs, inter.bandwidth, inter.latency)
+        graph = server_graph(self.name, specs, inter.bandwidth, inter.latency)
+        return graph.with_overheads([s.gpu.overhead for s in self.servers
+                                     for _ in range(s.count)])
 
 
 class DeviceSpec(GpuSpec):
@@ -109,7 +114,8 @@ class MatrixForm(BaseModel):
         bandwidth = _matrix(self.bandwidth, n, "bandwidth", BANDWIDTH)
         latency = (np.zeros((n, n)) if self.latency is None
                    else _matrix(self.latency, n, "latency", LATENCY))
-        devices = tuple(Device(d.name, d.flops, d.memory, d.server) for d in self.devices)
+        devices = tuple(Device(d.name, d.flops, d.memory, d.server, d.overhead)
+                        for d in self.devices)
         return DeviceGraph(self.name, devices, bandwidth, latency)
 
 
@@ -127,6 +133,7 @@ class TopologyForm(BaseModel):
         """The device graph."""
         graph = graph_from_topology(load_topology(self.topology), self.count, self.gpu.flops,
                                     self.gpu.memory)
+        graph = graph.with_overheads([self.gpu.overhead] * graph.num_devices)
         if not self.name:
             return graph
         return DeviceGraph(self.name, graph.devices, graph.bandwidth, graph.latency)

@@ -1,14 +1,15 @@
 """Device graphs: arbitrary GPUs and the links between every pair, for pipeline mapping.
 
 Units: ``flops`` is a GPU's sustained FLOP/s, ``memory`` bytes, ``bandwidth[i][j]`` bytes/s
-from GPU ``i`` to GPU ``j`` and ``latency[i][j]`` seconds per transfer. A graph is built from
+from GPU ``i`` to GPU ``j``, ``latency[i][j]`` seconds per transfer and a GPU's ``overhead``
+seconds per compute action. A graph is built from
 per-server groups (NVLink/PCIe inside, a NIC between servers), from a full matrix, or from a
 multi-dimensional ``Topology`` of the Themis issue; all three load from YAML/JSON.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -24,12 +25,16 @@ from dlsched.validation import BANDWIDTH, DATA_SIZE, DEVICES, FLOP_RATE, LATENCY
 
 @dataclass(frozen=True)
 class Device:
-    """One GPU: sustained compute ``flops`` (FLOP/s), ``memory`` (bytes), its ``server`` index."""
+    """One GPU: sustained compute ``flops`` (FLOP/s), ``memory`` (bytes), its ``server`` index,
+    and ``overhead``: fixed seconds its runtime adds to every compute action (pipeline F, B,
+    I, W) beside the FLOP (framework dispatch, posting sends and receives; calibrated for CPU
+    torch ranks, 0 for GPUs whose launches overlap the compute)."""
 
     name: str
     flops: float
     memory: int
     server: int = 0
+    overhead: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,6 +45,12 @@ class DeviceGraph:
     devices: tuple[Device, ...]
     bandwidth: np.ndarray
     latency: np.ndarray
+
+    def with_overheads(self, overheads: list[float]) -> DeviceGraph:
+        """This graph with ``overheads[k]`` seconds per compute action on GPU ``k``."""
+        devices = tuple(replace(d, overhead=float(o))
+                        for d, o in zip(self.devices, overheads, strict=True))
+        return DeviceGraph(self.name, devices, self.bandwidth, self.latency)
 
     def __post_init__(self) -> None:
         n = len(self.devices)

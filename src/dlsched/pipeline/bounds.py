@@ -23,6 +23,9 @@
   the transfers, its own backward, I + W when split), so the last wave starts after
   ``head + (w - 1) R`` and still needs ``R`` (without its W when split) and the tail.
 
+A GPU's per-action ``overhead`` counts in its own work (device and heads-and-tails terms);
+the path terms leave it out, which keeps them valid.
+
 ``instance_bound`` holds for every plan on the graph: all the work spread over all the GPUs'
 FLOP/s with no idle time.
 """
@@ -82,7 +85,7 @@ def _heads_and_tails(problem: PipelineProblem, plan: PipelinePlan, device: int,
                      paths: tuple[list[float], list[float], list[float]]) -> float:
     """The one-machine heads-and-tails term of the module docstring for GPU ``device``."""
     head, tail, sync = paths
-    flops = problem.graph.devices[device].flops
+    flops, overhead = problem.graph.devices[device].flops, problem.graph.devices[device].overhead
     inputs, weights = _shares(problem, plan)
     jobs: dict[tuple[float, float], float] = {}
     for action in plan.orders[device]:
@@ -99,7 +102,7 @@ def _heads_and_tails(problem: PipelineProblem, plan: PipelinePlan, device: int,
             "W": (returned + back, sync[s], backward * weights)}[action.kind]
         if action.kind == "I":
             after = max(after, own_w + sync[s])
-        jobs[(release, after)] = jobs.get((release, after), 0.0) + work / flops
+        jobs[(release, after)] = jobs.get((release, after), 0.0) + work / flops + overhead
     best = 0.0
     for low_release in {r for r, _ in jobs}:
         for low_tail in {q for _, q in jobs}:
@@ -142,18 +145,19 @@ def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, fastest: list[tu
 def _device_bound(problem: PipelineProblem, plan: PipelinePlan, device: int,
                   paths: tuple[list[float], list[float], list[float]]) -> float:
     head, tail, sync = paths
-    flops = problem.graph.devices[device].flops
+    flops, overhead = problem.graph.devices[device].flops, problem.graph.devices[device].overhead
     inputs, weights = problem.chain.grad_shares
     hosted = sorted({a.stage for a in plan.orders[device]})
     times = {s: problem.stage_flops(plan.stages[s]) for s in hosted}
     work = {"F": lambda s: times[s][0], "B": lambda s: times[s][1],
             "I": lambda s: times[s][1] * inputs, "W": lambda s: times[s][1] * weights}
-    all_work = sum(work[a.kind](a.stage) for a in plan.orders[device]) / flops
+    order = plan.orders[device]
+    all_work = sum(work[a.kind](a.stage) for a in order) / flops + overhead * len(order)
     start = min(head[s] for s in hosted)
     if not plan.split_backward:
         return start + all_work + min(max(tail[s], sync[s]) for s in hosted)
-    forward_input = sum(work[a.kind](a.stage) for a in plan.orders[device]
-                        if a.kind != "W") / flops
+    forward_input = sum(work[a.kind](a.stage) / flops + overhead for a in order
+                        if a.kind != "W")
     return max(start + all_work + min(sync[s] for s in hosted),
                start + forward_input + min(tail[s] for s in hosted))
 

@@ -95,9 +95,9 @@ def _actions(problem: PipelineProblem, stages: tuple[Stage, ...]) -> dict[Action
         forward, backward = problem.stage_flops(stage)
         for j in range(problem.num_microbatches):
             device = stage.device_for(j)
-            flops = problem.graph.devices[device].flops
-            result[Action(s, "F", j)] = (device, forward / flops)
-            result[Action(s, "B", j)] = (device, backward / flops)
+            gpu = problem.graph.devices[device]
+            result[Action(s, "F", j)] = (device, forward / gpu.flops + gpu.overhead)
+            result[Action(s, "B", j)] = (device, backward / gpu.flops + gpu.overhead)
     return result
 
 

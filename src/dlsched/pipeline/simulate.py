@@ -159,7 +159,7 @@ class _Run:
         inputs, weights = self.problem.chain.grad_shares
         work = {"F": forward, "B": backward, "I": backward * inputs,
                 "W": backward * weights}[action.kind]
-        return work / flops
+        return work / flops + self.problem.graph.devices[device].overhead
 
     def _finish(self, device: int, action: Action, start: float) -> None:
         now = self.engine.now
