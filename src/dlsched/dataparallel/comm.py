@@ -209,7 +209,39 @@ def _priced(topology: Topology, policy: str, num_chunks: int, num_bytes: int) ->
     return run_collective(topology, "all-reduce", num_bytes, chunks, policy, "scf").time_s
 
 
-CommModel = AlphaBeta | Piecewise | TopologyPriced
+@dataclass(frozen=True)
+class TwoState:
+    """An all-reduce whose cost depends on what the ranks do meanwhile: ``idle`` while they
+    do not compute, ``loaded`` while they do (on CPU ranks the communication threads and the
+    kernel's network processing then wait for the cores that compute takes; ``dlsched
+    calibrate --load both`` measures both). ``cost``, ``split`` and ``lower`` are the idle
+    curve's: what policies plan with and what the bound uses. The simulator runs a message
+    ``slowdown(bytes)`` times slower for the part of it that overlaps compute (``simulate``)."""
+
+    idle: AlphaBeta | Piecewise
+    loaded: AlphaBeta | Piecewise
+    name: str = "two-state"
+
+    def cost(self, num_bytes: float) -> float:
+        """Seconds of one message of ``num_bytes`` bytes while no rank computes."""
+        return self.idle.cost(num_bytes)
+
+    def split(self, num_bytes: float) -> tuple[float, float]:
+        """(latency s, transfer s) of one message while no rank computes."""
+        return self.idle.split(num_bytes)
+
+    def lower(self, total_bytes: float, messages: int = 1, in_flight: int = 1) -> float:
+        """The idle curve's bound: under load a message is never faster (``slowdown`` >= 1)."""
+        return self.idle.lower(total_bytes, messages, in_flight)
+
+    def slowdown(self, num_bytes: float) -> float:
+        """loaded / idle seconds of one message, at least 1: compute beside a message never
+        speeds it up, so a loaded fit below the idle one (measurement noise) counts as idle."""
+        idle = self.idle.cost(num_bytes)
+        return max(1.0, self.loaded.cost(num_bytes) / idle) if idle > 0 else 1.0
+
+
+CommModel = AlphaBeta | Piecewise | TopologyPriced | TwoState
 
 FORMULAS = {"ring": ring_allreduce, "tree": tree_allreduce, "nccl": nccl_allreduce}
 ACCEPTED = (", ".join(PRESETS) + ", 'ALPHA,BETA' (e.g. '1.3ms,6e-11'), 'ring|tree|nccl:"

@@ -10,6 +10,11 @@ in docs/dataparallel.md. Plain numbers are seconds, bytes and bytes/s; strings w
 
 Only the block named by ``model`` is required. ``samples`` (the timed all-reduces) and
 ``measured_with`` (provenance) are optional and not used for planning.
+
+An optional ``under_load`` block (its own ``model``, fit blocks and ``samples``) is the cost
+of the same all-reduces while the ranks compute (``dlsched calibrate --load both``); the
+top-level fit is then the idle cost, and the simulator charges each message by the loaded
+curve for the part of it that overlaps compute (``TwoState``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dlsched.config import validate
-from dlsched.dataparallel.comm import AlphaBeta, CommModel, Piecewise, Segment, ring_allreduce
+from dlsched.dataparallel.comm import (
+    AlphaBeta,
+    CommModel,
+    Piecewise,
+    Segment,
+    TwoState,
+    ring_allreduce,
+)
 from dlsched.errors import ConfigError
 from dlsched.validation import (
     MAX_WORKERS,
@@ -65,18 +77,14 @@ class Sample(_Strict):
     seconds: Duration
 
 
-class NetworkFile(_Strict):
-    """A fitted all-reduce cost file."""
+class Fits(_Strict):
+    """The fitted cost curves of one set of timed all-reduces; ``model`` names the one used."""
 
-    kind: Literal["allreduce-cost"]
-    name: str = Field("fitted", min_length=1)
-    workers: int = Field(ge=2, le=MAX_WORKERS)
     model: Literal["alpha-beta", "ring", "piecewise"]
     alpha_beta: AlphaBetaFit | None = None
     ring: RingFit | None = None
     piecewise: list[SegmentFit] | None = Field(None, min_length=1)
     samples: list[Sample] = []
-    measured_with: dict[str, Any] = {}
 
     @field_validator("piecewise")
     @classmethod
@@ -91,22 +99,14 @@ class NetworkFile(_Strict):
         return segments
 
     @model_validator(mode="after")
-    def _named_block(self) -> NetworkFile:
+    def _named_block(self) -> Fits:
         if getattr(self, self.model.replace("-", "_")) is None:
             raise ValueError(f"model is {self.model!r} but the file has no "
                              f"{self.model.replace('-', '_')!r} block")
         return self
 
-    def build(self, workers: int | None = None) -> CommModel:
-        """The cost model ``model`` names. ``workers``: the job's ranks; a ring fit is
-        re-evaluated for them, the other fits are valid only for the file's ``workers``."""
-        ranks = self.workers if workers is None else workers
-        if ranks != self.workers and self.model != "ring":
-            raise ConfigError(f"workers: the network file {self.name!r} was fitted on "
-                              f"{self.workers} ranks and its {self.model} model holds only for "
-                              f"them (got --workers {ranks}); accepted: {self.workers}, or a "
-                              "ring fit")
-        name = f"{self.name} ({self.model})"
+    def curve(self, ranks: int, name: str) -> AlphaBeta | Piecewise:
+        """The fit ``model`` names, for ``ranks`` ranks (a ring fit is re-evaluated)."""
         if self.model == "alpha-beta" and self.alpha_beta is not None:
             return AlphaBeta(self.alpha_beta.alpha, 1 / self.alpha_beta.bandwidth, name)
         if self.model == "ring" and self.ring is not None:
@@ -115,6 +115,36 @@ class NetworkFile(_Strict):
         assert self.piecewise is not None
         return Piecewise(tuple(Segment(math.inf if s.up_to is None else float(s.up_to),
                                        s.alpha, 1 / s.bandwidth) for s in self.piecewise), name)
+
+
+class NetworkFile(Fits):
+    """A fitted all-reduce cost file: the top-level fit (idle when ``under_load`` is given)
+    and optionally the fit of the same all-reduces timed while the ranks compute."""
+
+    kind: Literal["allreduce-cost"]
+    name: str = Field("fitted", min_length=1)
+    workers: int = Field(ge=2, le=MAX_WORKERS)
+    under_load: Fits | None = None
+    measured_with: dict[str, Any] = {}
+
+    def build(self, workers: int | None = None) -> CommModel:
+        """The cost model ``model`` names (with ``under_load``: idle and loaded curves).
+        ``workers``: the job's ranks; a ring fit is re-evaluated for them, the other fits are
+        valid only for the file's ``workers``."""
+        ranks = self.workers if workers is None else workers
+        models = {self.model} | ({self.under_load.model} if self.under_load else set())
+        if ranks != self.workers and models != {"ring"}:
+            raise ConfigError(f"workers: the network file {self.name!r} was fitted on "
+                              f"{self.workers} ranks and its {'/'.join(sorted(models))} model "
+                              f"holds only for them (got --workers {ranks}); accepted: "
+                              f"{self.workers}, or a ring fit")
+        name = f"{self.name} ({self.model})"
+        idle = self.curve(ranks, name)
+        if self.under_load is None:
+            return idle
+        loaded = self.under_load.curve(ranks, f"{self.name} under load "
+                                              f"({self.under_load.model})")
+        return TwoState(idle, loaded, f"{self.name} ({self.model}, idle / under load)")
 
 
 def read_network_file(path: str | Path) -> NetworkFile:

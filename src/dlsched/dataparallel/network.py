@@ -6,6 +6,11 @@ per-step latencies: concurrent messages overlap these), then its transfer: ``tra
 of the full bandwidth, which the messages transferring at the same moment share equally
 (processor sharing). With one slot this is the serial network of the reference model: each
 message starts when the previous one ends and its launch time has come, and lasts its cost.
+
+Each message may carry a ``slowdown`` (>= 1): while the network is ``loaded`` (the ranks
+compute, ``set_loaded``) its latency and its share of the transfer progress that many times
+slower. A message entirely under load thus lasts slowdown x its cost, one half under load
+(by its idle progress) half of each. Without loading, slowdowns never act.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ class _Running:
     start: float
     latency_end: float
     remaining: float  # seconds of transfer at the full bandwidth still to do
+    slowdown: float = 1.0  # how many times slower it progresses while the network is loaded
 
 
 class SharedNetwork:
@@ -33,12 +39,29 @@ class SharedNetwork:
             raise ValueError(f"in_flight: the network needs >= 1 slot (got {slots})")
         self.slots = slots
         self.now = 0.0
-        self.waiting: deque[tuple[int, float, float, float]] = deque()
+        self.waiting: deque[tuple[int, float, float, float, float]] = deque()
         self.running: list[_Running] = []
+        self.loaded = False
 
-    def submit(self, index: int, launch: float, latency: float, transfer: float) -> None:
-        """Queue message ``index``: launch (s), latency (s) and transfer (s at full rate)."""
-        self.waiting.append((index, launch, latency, transfer))
+    def submit(self, index: int, launch: float, latency: float, transfer: float,
+               slowdown: float = 1.0) -> None:
+        """Queue message ``index``: launch (s), latency (s) and transfer (s at full rate) when
+        not loaded, and its ``slowdown`` (>= 1) while loaded."""
+        self.waiting.append((index, launch, latency, transfer, slowdown))
+
+    def _factor(self, running: _Running) -> float:
+        return running.slowdown if self.loaded else 1.0
+
+    def set_loaded(self, loaded: bool) -> None:
+        """From the current time on, run messages at their loaded (slowed) or idle rate; a
+        latency in progress keeps its idle-rate progress (``advance`` to the moment first)."""
+        if loaded == self.loaded:
+            return
+        for running in self.running:
+            if running.latency_end > self.now:
+                left = (running.latency_end - self.now) / self._factor(running)
+                running.latency_end = self.now + left * (running.slowdown if loaded else 1.0)
+        self.loaded = loaded
 
     @property
     def busy(self) -> bool:
@@ -53,7 +76,8 @@ class SharedNetwork:
         transferring = [r for r in self.running if r.latency_end <= self.now]
         events.extend(r.latency_end for r in self.running if r.latency_end > self.now)
         if transferring:
-            events.append(self.now + min(r.remaining for r in transferring) * len(transferring))
+            events.append(self.now + min(r.remaining * self._factor(r) for r in transferring)
+                          * len(transferring))
         return min(events)
 
     def advance(self, until: float) -> list[tuple[int, float, float]]:
@@ -68,13 +92,16 @@ class SharedNetwork:
             self._progress(event)
             sharing = sum(1 for r in self.running if r.latency_end <= self.now)
             for running in [r for r in self.running if r.latency_end <= self.now and (
-                    r.remaining <= EPSILON or self.now + r.remaining * sharing <= self.now)]:
+                    r.remaining <= EPSILON
+                    or self.now + r.remaining * self._factor(r) * sharing <= self.now)]:
                 self.running.remove(running)
                 done.append((running.index, running.start, self.now))
             while self.waiting and len(self.running) < self.slots \
                     and self.waiting[0][1] <= self.now:
-                index, _, latency, transfer = self.waiting.popleft()
-                self.running.append(_Running(index, self.now, self.now + latency, transfer))
+                index, _, latency, transfer, slowdown = self.waiting.popleft()
+                running = _Running(index, self.now, 0.0, transfer, slowdown)
+                running.latency_end = self.now + latency * self._factor(running)
+                self.running.append(running)
 
     def _progress(self, time: float) -> None:
         """Move the clock to ``time``, sharing the bandwidth among transferring messages."""
@@ -82,7 +109,7 @@ class SharedNetwork:
             return
         transferring = [r for r in self.running if r.latency_end <= self.now]
         for running in transferring:
-            running.remaining -= (time - self.now) / len(transferring)
+            running.remaining -= (time - self.now) / (len(transferring) * self._factor(running))
         self.now = time
 
 

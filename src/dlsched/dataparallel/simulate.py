@@ -7,13 +7,23 @@ and sharing the bandwidth (``network.py``). The next forward runs layers 0 -> L-
 after backward; layer l
 starts when layer l-1's forward is done and its own last block has arrived (with a barrier:
 when every message has arrived). The iteration time is the end of the last forward.
+
+With a two-state network (``TwoState``: idle and under-load curves) the network and the
+rank's compute are simulated together: every message progresses at its idle rate while the
+rank does not compute and ``slowdown(bytes)`` times slower while it does (backward, and each
+forward layer with its update), so a message that overlaps compute for a fraction of its idle
+progress p costs p x loaded + (1 - p) x idle seconds. The forward waits as above, and a wait
+leaves the network idle.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlsched.dataparallel.network import shared_times
+import math
+
+from dlsched.dataparallel.comm import TwoState
+from dlsched.dataparallel.network import SharedNetwork, shared_times
 from dlsched.dataparallel.plan import DPPlan
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.sim.timeline import Span, Timeline
@@ -30,6 +40,8 @@ class Execution:
 
 def comm_finish_times(problem: DPProblem, plan: DPPlan) -> tuple[list[float], list[float]]:
     """Start and end seconds of every message in plan order."""
+    if isinstance(problem.comm, TwoState):
+        return _two_state_times(problem, plan, problem.comm)
     if plan.in_flight > 1:
         return shared_times([(msg.launch, *problem.comm.split(msg.num_bytes))
                              for msg in plan.messages], plan.in_flight)
@@ -39,6 +51,43 @@ def comm_finish_times(problem: DPProblem, plan: DPPlan) -> tuple[list[float], li
         free = start + problem.comm.cost(msg.num_bytes)
         starts.append(start)
         ends.append(free)
+    return starts, ends
+
+
+def _two_state_times(problem: DPProblem, plan: DPPlan,
+                     comm: TwoState) -> tuple[list[float], list[float]]:
+    """Messages on a ``plan.in_flight``-slot network, loaded while the rank computes: backward
+    from 0, then each forward layer once the messages it waits for have ended."""
+    network = SharedNetwork(plan.in_flight)
+    waits: list[list[int]] = [[] for _ in range(problem.num_layers)]
+    for index, msg in enumerate(plan.messages):
+        network.submit(index, msg.launch, *comm.split(msg.num_bytes),
+                       comm.slowdown(msg.num_bytes))
+        for block in msg.blocks:
+            waits[block.layer].append(index)
+    if plan.barrier:
+        waits = [list(range(len(plan.messages)))] * problem.num_layers
+    starts, ends = [math.nan] * len(plan.messages), [math.nan] * len(plan.messages)
+
+    def run(until: float) -> None:
+        for index, start, end in network.advance(until):
+            starts[index], ends[index] = start, end
+
+    def compute(start: float, seconds: float) -> float:
+        run(start)
+        if seconds > 0:
+            network.set_loaded(True)
+            run(start + seconds)
+            network.set_loaded(False)
+        return start + seconds
+
+    clock = compute(0.0, problem.backward_end)
+    for layer in range(problem.num_layers):
+        while any(math.isnan(ends[index]) for index in waits[layer]):
+            run(network.next_event())
+        clock = max([clock, *(ends[index] for index in waits[layer])])
+        clock = compute(clock, problem.forward[layer])
+    run(math.inf)
     return starts, ends
 
 
