@@ -99,9 +99,11 @@ problems = st.builds(
 @settings(max_examples=20, deadline=None)
 @given(case=problems, factor=st.floats(1.0, 4.0))
 def test_two_state_between_idle_and_loaded(case, factor):
-    """Equal curves give exactly the one-curve iteration for every policy; a slower loaded
-    curve (factor x idle) makes a plan no faster than idle only and, on the serial network, no
-    slower than the loaded curve alone; the lower bound holds."""
+    """Equal curves give exactly the one-curve iteration for every policy; on the serial
+    network a slower loaded curve (factor x idle) makes a plan no faster than the idle curve
+    alone and no slower than the loaded curve alone (on a shared network neither holds: a
+    message held back in its latency leaves the others more bandwidth); the lower bound
+    holds either way."""
     forward, backward, grads, alpha, beta, k = case
     idle = AlphaBeta(alpha, beta)
     loaded = AlphaBeta(alpha * factor, beta * factor)
@@ -113,8 +115,8 @@ def test_two_state_between_idle_and_loaded(case, factor):
         plan = POLICIES[name](one)
         assert iteration_time(same, plan) == pytest.approx(iteration_time(one, plan), rel=1e-9)
         time = iteration_time(two, plan)
-        assert time >= iteration_time(one, plan) * (1 - 1e-9), name
         if plan.in_flight == 1:
+            assert time >= iteration_time(one, plan) * (1 - 1e-9), name
             assert time <= iteration_time(slow, plan) * (1 + 1e-9), name
         result = run_dataparallel(two, name)
         assert result.time_s >= result.bound_s * (1 - 1e-9), name

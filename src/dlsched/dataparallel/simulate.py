@@ -18,9 +18,8 @@ leaves the network idle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 
 from dlsched.dataparallel.comm import TwoState
 from dlsched.dataparallel.network import SharedNetwork, shared_times
