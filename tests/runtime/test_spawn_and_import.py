@@ -63,10 +63,12 @@ def test_functions_that_cannot_be_imported_by_name_are_refused() -> None:
 def _priorities(rank: int, world_size: int) -> dict[str, int]:
     import threading
 
-    from dlsched.runtime.calibrate import time_allreduces
+    from dlsched.runtime.calibrate import time_loads
 
-    samples = time_allreduces(rank, world_size, (4096, 65536), 1, 2, "compute")
-    assert [b for b, _ in samples] == [4096, 65536] and all(s > 0 for _, s in samples)
+    timed = time_loads(rank, world_size, (4096, 65536), 1, 2, "both")
+    assert set(timed) == {"none", "compute"}
+    for samples in timed.values():
+        assert [b for b, _ in samples] == [4096, 65536] and all(s > 0 for _, s in samples)
     me = threading.get_native_id()
     return {("main" if int(t) == me else open(f"/proc/self/task/{t}/comm").read().strip()):
             os.getpriority(os.PRIO_PROCESS, int(t)) for t in os.listdir("/proc/self/task")}
@@ -75,8 +77,8 @@ def _priorities(rank: int, world_size: int) -> dict[str, int]:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux")
 def test_comm_nice_reaches_the_communication_threads_not_the_compute_thread() -> None:
     """With comm_nice 7 (no privilege needed), gloo's threads run at nice 7 and the rank's
-    own thread keeps its nice; a loaded calibration (computing while the all-reduce runs)
-    returns one positive time per size."""
+    own thread keeps its nice; a calibration idle and loaded (computing while the all-reduce
+    runs) returns one positive time per size and load."""
     own = os.getpriority(os.PRIO_PROCESS, 0)
     ranks = spawn(_priorities, 2, (), SpawnOptions(timeout_s=60, deadline_s=200,
                                                    comm_nice=max(7, own)))

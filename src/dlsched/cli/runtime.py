@@ -19,6 +19,7 @@ from dlsched.dataparallel import POLICIES
 from dlsched.errors import ConfigError
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, seconds_as_ms
+from dlsched.runtime.calibrate import CHOICES
 from dlsched.units import parse_bytes
 from dlsched.validation import BATCH, THREADS, WORKERS, check_output_paths
 
@@ -137,8 +138,10 @@ def calibrate_command(
     timeout: Annotated[float, typer.Option(help="Seconds per collective before failing.")]
     = 120.0,
     load: Annotated[str, typer.Option(help="What runs beside the timed all-reduces on every "
-                                      "rank: none (idle ranks) or compute (a thread busy "
-                                      "with matrix products, as during backward).")] = "none",
+                                      "rank: none (idle ranks), compute (a thread busy "
+                                      "with matrix products, as during backward) or both "
+                                      "(idle fit + under_load fit: the simulator charges "
+                                      "each message by what overlaps it).")] = "none",
     comm_nice: CommNiceOption = None,
 ) -> None:
     """Time all-reduces across spawned ranks and fit alpha-beta, ring and piecewise models;
@@ -149,22 +152,22 @@ def calibrate_command(
     if not 4 <= low < high <= 2**32 or not 2 <= points <= 64 or not 1 <= repeats <= 1000:
         raise ConfigError(f"sizes: need 4 B <= min-size < max-size <= 4 GiB, 2 <= points <= 64 "
                           f"and 1 <= repeats <= 1000 (got {low}, {high}, {points}, {repeats})")
-    if load not in ("none", "compute"):
-        raise ConfigError(f"load: {load!r}; accepted: none, compute")
+    if load not in CHOICES:
+        raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
     options = _spawn_options(backend=backend, timeout_s=timeout, comm_nice=comm_nice,
                              own_sessions=False)
     _require_torch()
-    from dlsched.runtime.calibrate import network_document, time_allreduces, write_network
+    from dlsched.runtime.calibrate import loads_document, time_loads, write_network
     from dlsched.runtime.spawn import spawn
 
     sizes = sorted({round(low * (high / low) ** (k / (points - 1)) / 4) * 4
                     for k in range(points)})
-    samples = spawn(time_allreduces, workers, (sizes, 2, repeats, load), options)[0]
-    document = network_document(samples, workers, f"{backend}-{workers}ranks", backend, model,
-                                load, comm_nice)
+    timed = spawn(time_loads, workers, (sizes, 2, repeats, load), options)[0]
+    document = loads_document(timed, workers, f"{backend}-{workers}ranks", backend, model,
+                              comm_nice)
     write_network(document, out)
     fit = document["alpha_beta"]
-    console.print(f"wrote {out}: {len(samples)} sizes on {workers} ranks (load {load}); "
+    console.print(f"wrote {out}: {len(sizes)} sizes on {workers} ranks (load {load}); "
                   "alpha-beta fit "
                   f"alpha {fit['alpha'] * 1e6:.1f} us, bandwidth {fit['bandwidth'] / 1e9:.3f} "
                   f"GB/s; --network uses the {model} fit", highlight=False)

@@ -18,7 +18,10 @@ messages count as much as large ones):
 - piecewise: two alpha-beta segments split at the sample size that fits best.
 
 The result is the network file format ``dlsched dataparallel --network FILE`` reads
-(``kind: allreduce-cost``; seconds, bytes and bytes/s).
+(``kind: allreduce-cost``; seconds, bytes and bytes/s). With ``load="both"`` the sizes are
+timed idle and then under load in the same spawn; the idle fit is the file's own and the
+loaded one its ``under_load`` block, so the simulator charges each message by the curve of
+what its rank does meanwhile (``TwoState``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from dlsched.report import write_text
 MiB = 2**20
 DEFAULT_SIZES = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
 LOADS = ("none", "compute")
+CHOICES = (*LOADS, "both")  # what `dlsched calibrate --load` accepts
 LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~1 ms each)
 
 
@@ -75,6 +79,16 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
                 times.append(float(elapsed.item()))
         samples.append((buffer.numel() * 4, statistics.median(times)))
     return samples
+
+
+def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, repeats: int,
+               load: str) -> dict[str, list[tuple[int, float]]]:
+    """``time_allreduces`` under ``load`` (``both``: idle, then under compute load): the
+    samples per load."""
+    if load not in CHOICES:
+        raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
+    return {one: time_allreduces(rank, world_size, sizes, warmup, repeats, one)
+            for one in (LOADS if load == "both" else (load,))}
 
 
 def _stamp_when_done(work: Any, stamp: list[float]) -> threading.Thread:
@@ -137,19 +151,39 @@ def fit(samples: Sequence[tuple[int, float]], workers: int) -> dict[str, Any]:
     return result
 
 
+def _fits(samples: Sequence[tuple[int, float]], workers: int, model: str) -> dict[str, Any]:
+    return {"model": model, **fit(samples, workers),
+            "samples": [{"bytes": int(b), "seconds": float(s)} for b, s in samples]}
+
+
 def network_document(samples: Sequence[tuple[int, float]], workers: int, name: str,
                      backend: str, model: str = "piecewise", load: str = "none",
-                     comm_nice: int | None = None) -> dict[str, Any]:
-    """The ``kind: allreduce-cost`` document of these samples, using fit ``model``."""
+                     comm_nice: int | None = None,
+                     loaded: Sequence[tuple[int, float]] | None = None) -> dict[str, Any]:
+    """The ``kind: allreduce-cost`` document of these samples, using fit ``model``; with
+    ``loaded`` (samples timed under compute load) its ``under_load`` block too."""
     if model not in ("alpha-beta", "ring", "piecewise"):
         raise ConfigError(f"model: {model!r} is not a fit; accepted: alpha-beta, ring, "
                           "piecewise")
-    return {"kind": "allreduce-cost", "name": name, "workers": workers, "model": model,
-            **fit(samples, workers),
-            "samples": [{"bytes": int(b), "seconds": float(s)} for b, s in samples],
-            "measured_with": {"backend": backend, "host": platform.node(),
-                              "date": datetime.date.today().isoformat(), "load": load,
-                              "comm_nice": comm_nice}}
+    document = {"kind": "allreduce-cost", "name": name, "workers": workers,
+                **_fits(samples, workers, model)}
+    if loaded is not None:
+        document["under_load"] = _fits(loaded, workers, model)
+    return document | {"measured_with": {
+        "backend": backend, "host": platform.node(), "date": datetime.date.today().isoformat(),
+        "load": "both" if loaded is not None else load, "comm_nice": comm_nice}}
+
+
+def loads_document(timed: dict[str, list[tuple[int, float]]], workers: int, name: str,
+                   backend: str, model: str = "piecewise",
+                   comm_nice: int | None = None) -> dict[str, Any]:
+    """The document of ``time_loads``' result: one load's fit, or with both the idle fit
+    and the loaded one as ``under_load``."""
+    if set(timed) == set(LOADS):
+        return network_document(timed["none"], workers, name, backend, model, "none",
+                                comm_nice, timed["compute"])
+    (load, samples), = timed.items()
+    return network_document(samples, workers, name, backend, model, load, comm_nice)
 
 
 def write_network(document: dict[str, Any], path: str | Path) -> None:
