@@ -50,14 +50,17 @@ def _every_policy(rank: int, world_size: int) -> dict[str, dict[str, Any]]:
     results = {}
     for name, config in CONFIGS.items():
         initial, batch = module_and_batch(config, rank)
-        problem = problem_from_profile(agreed_profile(initial, batch, config, world_size),
-                                       "ring:1Gb/s,10us", world_size)
+        agreed = agreed_profile(initial, batch, config, world_size)
+        problem = problem_from_profile(agreed, "ring:1Gb/s,10us", world_size)
         plans = [POLICIES[policy](problem) for policy in POLICIES] + [scrambled_plan(problem)]
         runs = [run_plan(plan, initial, batch, problem, config) for plan in plans]
         runs.append(run_reference(initial, batch, config))
         results[name] = {run.policy: (run.parameters, len(run.timeline)) for run in runs}
         results[name]["initial"] = ({k: p.detach().clone()
                                      for k, p in initial.named_parameters()}, 0)
+        results[name]["profile"] = ({layer.name: (layer.params, layer.forward_time_s,
+                                                  layer.backward_time_s)
+                                     for layer in agreed.layers}, 0)
     return results
 
 
@@ -84,3 +87,22 @@ def test_policy_parameters_equal_ddp(ranks: list[dict[str, dict[str, Any]]], mod
             torch.testing.assert_close(ours[key], reference[key], rtol=1e-5, atol=1e-6)
         assert any(not torch.equal(reference[k], initial[k]) for k in reference)
         assert spans > 0
+
+
+@pytest.mark.parametrize("model", sorted(CONFIGS))
+def test_profile_in_training_covers_every_parameter(ranks: list[dict[str, dict[str, Any]]],
+                                                    model: str) -> None:
+    """The default profile, measured inside training (barrier plan through the executor), has
+    one layer per parameter with its size, finite non-negative times, some backward on each
+    rank's view, forward on the module's last parameter, and every rank agrees on it."""
+    import math
+
+    layers, _ = ranks[0][model]["profile"]
+    initial, _ = ranks[0][model]["initial"]
+    assert list(layers) == list(initial)
+    assert [p for p, _, _ in layers.values()] == [t.numel() for t in initial.values()]
+    assert all(math.isfinite(f) and f >= 0 and math.isfinite(b) and b >= 0
+               for _, f, b in layers.values())
+    assert sum(b for _, _, b in layers.values()) > 0
+    assert list(layers.values())[-1][1] > 0
+    assert all(result[model]["profile"][0] == layers for result in ranks)

@@ -33,7 +33,8 @@ def test_train_dataparallel_prints_measured_and_predicted(tmp_path, run_cli) -> 
 
 
 def test_bad_runtime_options_exit_2_before_spawning(tmp_path, run_cli) -> None:
-    """Unknown policy, bad shape, bad output suffix: exit 2 naming the option."""
+    """Unknown policy, bad shape, bad output suffix, load, nice or profile place: exit 2
+    naming the option."""
     code, _, err = run_cli("train", "dataparallel", "--policy", "fastest")
     assert code == 2 and "policy" in err
     code, _, err = run_cli("profile", "--module", f"{__name__}:tiny", "--input-shape", "2,x",
@@ -45,3 +46,6 @@ def test_bad_runtime_options_exit_2_before_spawning(tmp_path, run_cli) -> None:
     assert code == 2 and "load" in err and "compute" in err
     code, _, err = run_cli("calibrate", "--out", str(tmp_path / "n.yaml"), "--comm-nice", "30")
     assert code == 2 and "comm_nice" in err
+    code, _, err = run_cli("train", "dataparallel", "--network", "ring:1Gb/s,0us",
+                           "--profile-in", "gpu")
+    assert code == 2 and "profile_in" in err and "training, passes" in err

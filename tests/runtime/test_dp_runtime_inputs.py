@@ -154,3 +154,21 @@ def test_scaled_medians_add_up_to_the_median_pass() -> None:
     steady = np.array([[1.0, 3.0], [1.0, 3.0], [2.0, 3.0]])
     assert scaled_medians(steady).tolist() == [1.0, 3.0]
     assert scaled_medians(np.zeros((2, 3))).tolist() == [0.0, 0.0, 0.0]
+
+
+def test_layer_times_by_hand() -> None:
+    """Two owners (layers 0-1 and 2), two passes without lost slices: ready (5, 4, 1) and
+    (5, 4, 1) ms -> backward (1, 3, 1) ms; forwards (2, 1) ms plus updates (0.5, 0.25) ms go
+    to each owner's last parameter: (0, 2.5, 1.25) ms. A gradient ready after a lower layer's
+    is counted as ready with it (non-increasing ready times)."""
+    import numpy as np
+
+    from dlsched.runtime.profile import layer_times
+
+    owners = [(None, [0, 1]), (None, [2])]
+    forward = np.array([[2.0, 1.0], [2.0, 1.0]])
+    ready = np.array([[5.0, 4.0, 1.0], [5.0, 4.0, 1.0]])
+    fwd, bwd = layer_times(forward, ready, owners, np.array([0.5, 0.25]))
+    assert fwd.tolist() == [0.0, 2.5, 1.25] and bwd.tolist() == [1.0, 3.0, 1.0]
+    _, late = layer_times(forward, np.array([[5.0, 4.0, 6.0], [5.0, 4.0, 6.0]]), owners)
+    assert late.tolist() == [0.0, 0.0, 6.0]

@@ -191,6 +191,11 @@ def train_dataparallel(
     timeout: Annotated[float, typer.Option(help="Seconds per collective before failing.")]
     = 120.0,
     comm_nice: CommNiceOption = None,
+    profile_in: Annotated[str, typer.Option(help="Where the prediction's compute times are "
+                                            "measured, on every rank at once: training "
+                                            "(iterations through the executor with one "
+                                            "all-reduce after backward) or passes (plain "
+                                            "forward/backward passes).")] = "training",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
     csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
     trace: Annotated[Path | None, typer.Option(help="Chrome trace of the last executor "
@@ -216,7 +221,8 @@ def train_dataparallel(
 
     parse_network(network, workers)
     config = _config(module, input_shape, batch_size, policies=names, network=network,
-                     iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr)
+                     iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr,
+                     profile_in=profile_in)
     result = spawn(train_rank, workers, (config,), options)[0]
     rows = compare(result, config, workers)
     runs = result["runs"]

@@ -11,7 +11,8 @@ so every rank issues the same sequence (the plan is validated before training st
 The update is applied lazily, per module: a forward pre-hook of each module owning parameters
 waits for the messages carrying its blocks (every message with a barrier plan), divides by the
 world size, runs that module's own optimizer (one ``torch.optim`` instance per owning module,
-built by ``optimizer``) and zeroes its gradients. So the next forward overlaps the
+built by ``optimizer``) and zeroes its gradients (the recorded "update" span is the step and
+the zeroing, after the wait). So the next forward overlaps the
 communication still in flight, as US-Byte's phase 2 assumes. ``finish()`` applies whatever is
 still pending (call it before reading or saving the parameters).
 
@@ -247,19 +248,22 @@ class PlanExecutor:
                                           layers=sorted(msg.layers))
             self._waited += 1
 
-    def _apply(self, groups: list[int]) -> None:
-        """Wait for the messages ``groups`` need, then step and zero their gradients."""
+    def _apply(self, groups: list[int]) -> float:
+        """Wait for the messages ``groups`` need, then step and zero their gradients; the
+        perf-counter seconds at which the wait ended (the update started)."""
         if not groups:
-            return
+            return time.perf_counter()
         last = len(self.messages) if self.plan.barrier else 1 + max(
             (index for g in groups for layer in self.groups[g][0]
              for index in self.of_layer[layer]), default=-1)
         self._wait(last)
+        stepped = time.perf_counter()
         for g in groups:
             self.groups[g][1].step()
             for layer in self.groups[g][0]:
                 self.parameters[layer].grad.zero_()
             self._pending_groups.discard(g)
+        return stepped
 
     def _mark_forward(self, now: float, label: str) -> None:
         if self.recorder is not None and self._forward_mark is not None:
@@ -273,10 +277,11 @@ class PlanExecutor:
             self._end_backward()
         self._mark_forward(start, "")
         groups = [g for g in self._owner_groups[id(sub)] if g in self._pending_groups]
-        self._apply(groups)
+        stepped = self._apply(groups)
         now = time.perf_counter()
         if self.recorder is not None and groups:
-            self.recorder.add_seconds("gpu", "update", f"U {self._names[id(sub)]}", start, now)
+            self.recorder.add_seconds("gpu", "update", f"U {self._names[id(sub)]}", stepped,
+                                      now)
         self._mark_forward(now, self._names[id(sub)])
 
     def _after_forward(self, *_: Any) -> None:

@@ -120,6 +120,25 @@ def scaled_medians(runs: np.ndarray) -> np.ndarray:
     return medians * (float(np.median(runs.sum(axis=1))) / total) if total > 0 else medians
 
 
+def layer_times(forward_runs: np.ndarray, ready_runs: np.ndarray,
+                owners: list[tuple[nn.Module, list[int]]],
+                updates: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Per-layer forward and backward seconds from repeated passes: ``forward_runs`` (one row
+    per pass, one column per owning module, seconds), ``ready_runs`` (one row per pass: each
+    layer's gradient-ready seconds after backward starts) and per-owner ``updates`` seconds
+    added to the forwards. Ready times are made non-increasing in the layer, backward[l] =
+    ready[l] - ready[l+1]; both use ``scaled_medians``; an owner's forward goes to its last
+    parameter."""
+    forward_owner = scaled_medians(forward_runs) + updates
+    ready = np.maximum.accumulate(ready_runs[:, ::-1], axis=1)[:, ::-1]
+    backward = scaled_medians(ready - np.append(ready[:, 1:], np.zeros((len(ready), 1)),
+                                                axis=1))
+    forward = np.zeros(ready_runs.shape[1])
+    for (_, layers), seconds in zip(owners, forward_owner, strict=True):
+        forward[max(layers)] += seconds
+    return forward, backward
+
+
 def profile(module: nn.Module, example_input: Any, *, loss_fn: Callable[..., torch.Tensor]
             = default_loss, warmup: int = 3, repeats: int = 10,
             optimizer: OptimizerFactory | None = None, name: str = "profiled") -> ModelProfile:
@@ -147,16 +166,10 @@ def profile(module: nn.Module, example_input: Any, *, loss_fn: Callable[..., tor
     finally:
         for handle in handles:
             handle.remove()
-    forward_owner = scaled_medians(np.array([r[0] for r in runs]))
-    ready = np.array([np.maximum.accumulate(np.asarray(r[1])[::-1])[::-1] for r in runs])
-    backward = scaled_medians(ready - np.append(ready[:, 1:], np.zeros((len(runs), 1)),
-                                                axis=1))
-    if optimizer is not None:
-        forward_owner = forward_owner + _time_updates(owners, parameters, optimizer, clock,
-                                                      repeats)
-    forward = np.zeros(len(parameters))
-    for (_, layers), seconds in zip(owners, forward_owner, strict=True):
-        forward[max(layers)] += seconds
+    updates = (_time_updates(owners, parameters, optimizer, clock, repeats)
+               if optimizer is not None else 0.0)
+    forward, backward = layer_times(np.array([r[0] for r in runs]),
+                                    np.array([r[1] for r in runs]), owners, updates)
     names = dict(module.named_modules(remove_duplicate=False))
     block = {i: next(n for n, m in names.items() if m is sub)
              for sub, layers in owners for i in layers}

@@ -3,7 +3,11 @@ with the simulator's predictions.
 
 On every rank: build the module (same seed everywhere, a different data batch per rank),
 profile it in place (all ranks at once, so the profile sees the same CPU sharing as training;
-the element-wise median over ranks is used, so every rank derives the same plans), then for
+the element-wise median over ranks is used, so every rank derives the same plans), by default
+inside training itself (``profile_in="training"``: iterations through the executor with one
+all-reduce after backward and a barrier, so every rank computes in lockstep as in training,
+with the executor's hooks and lazy updates, and no message overlaps compute; see
+``training_profile``), then for
 each policy train ``iterations`` steps from the same initial parameters through the
 ``PlanExecutor`` — and with ``torch-ddp``, real ``DistributedDataParallel`` as the reference.
 An iteration is measured as the time between the ends of consecutive forwards (backward, the
@@ -30,6 +34,7 @@ from dlsched.sim.timeline import Span, Timeline
 
 REFERENCE = "torch-ddp"
 OPTIMIZERS = ("sgd", "adam")
+PROFILE_IN = ("training", "passes")
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class TrainConfig:
     optimizer: str = "sgd"
     lr: float = 0.01
     profile_repeats: int = 8
+    profile_in: str = "training"
     seed: int = 0
     return_parameters: bool = False
 
@@ -65,6 +71,9 @@ class TrainConfig:
                               f"(got {self.iterations})")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size: must be >= 1 (got {self.batch_size})")
+        if self.profile_in not in PROFILE_IN:
+            raise ConfigError(f"profile_in: {self.profile_in!r}; accepted: "
+                              + ", ".join(PROFILE_IN))
 
 
 @dataclass(frozen=True)
@@ -193,14 +202,62 @@ def module_and_batch(config: TrainConfig, rank: int) -> tuple[Any, Any]:
                                                                               + rank))
 
 
+def training_profile(initial: Any, batch: Any, config: TrainConfig, passes: ModelProfile,
+                     world_size: int) -> ModelProfile:
+    """Per-layer compute measured inside training (run on every rank at once):
+    ``config.iterations`` iterations of a copy of ``initial`` through the executor with one
+    all-reduce of every gradient after backward and a barrier, so the ranks compute in
+    lockstep as training does, through the same hooks and per-module lazy updates, while no
+    message overlaps compute. Per iteration after ``config.warmup``: each gradient's ready
+    time after the previous forward's end (that forward's loss included), each owning
+    module's forward and update spans; per layer as ``profile`` (``layer_times``).
+    ``passes``: the module's profile from plain passes (names, sizes, the plan's layers)."""
+    import numpy as np
+
+    from dlsched.dataparallel.plan import Message, whole_layer
+    from dlsched.runtime.executor import PlanExecutor
+    from dlsched.runtime.profile import layer_times, parameter_owners
+
+    problem = problem_from_profile(passes, config.network, world_size)
+    plan = DPPlan((Message(tuple(whole_layer(problem, layer)
+                                 for layer in range(problem.num_layers)),
+                           problem.backward_end),), barrier=True, policy="profile")
+    module = copy.deepcopy(initial)
+    executor = PlanExecutor(module, problem, plan, optimizer_factory(config.optimizer,
+                                                                     config.lr), record=True)
+    _train(module, batch, config, lambda: None, executor.forward_ends)
+    executor.finish()
+    executor.close()
+    owners = parameter_owners(module)
+    names = {id(sub): name or "(root)" for name, sub in module.named_modules()}
+    column = {names[id(sub)]: o for o, (sub, _) in enumerate(owners)}
+    spans = executor.recorder.timeline().spans if executor.recorder else []
+    ends = executor.forward_ends
+    forward = np.zeros((len(ends) - 1 - config.warmup, len(owners)))
+    ready = np.zeros((len(forward), problem.num_layers))
+    for row, (start, end) in enumerate(itertools.pairwise(ends[config.warmup:])):
+        for span in (s for s in spans if start - 1e-9 <= s.start < end):
+            if span.kind == "backward":
+                ready[row, span.args["layer"]] = span.end - start
+            elif span.kind in ("forward", "update"):
+                forward[row, column[span.label.split(" ", 1)[1]]] += span.duration
+    times = layer_times(forward, ready, owners)
+    return passes.model_copy(update={"layers": [
+        layer.model_copy(update={"forward_time_s": float(f), "backward_time_s": float(b)})
+        for layer, f, b in zip(passes.layers, *times, strict=True)]})
+
+
 def agreed_profile(initial: Any, batch: Any, config: TrainConfig, world_size: int) -> Any:
-    """Profile on every rank at once; all ranks get the element-wise median."""
+    """Profile on every rank at once (``config.profile_in``: plain passes, or inside
+    training, see ``training_profile``); all ranks get the element-wise median."""
     import torch.distributed as dist
 
     from dlsched.runtime.profile import median_profile, profile
 
     own = profile(copy.deepcopy(initial), batch, repeats=config.profile_repeats,
                   optimizer=optimizer_factory(config.optimizer, config.lr), name=config.model)
+    if config.profile_in == "training":
+        own = training_profile(initial, batch, config, own, world_size)
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, own)
     return median_profile(gathered)
