@@ -3,17 +3,21 @@
 Each rank runs in its own network namespace; a veth link joins it to a bridge in a "switch"
 namespace, and a ``tc tbf`` rate limit on both ends of every link makes each rank's port a
 full-duplex link of 1 or 10 Gbit/s (netem is not available, so no delay is added). For 2 and 4
-ranks and both rates: calibrate the all-reduce over gloo idle and under compute load, then
-train the ResNet-style CNN and the GPT-style decoder with every policy (and real
+ranks and both rates: calibrate the all-reduce over gloo idle and under compute load (one
+two-state network file: the idle fit and its ``under_load`` block), then train the
+ResNet-style CNN and the GPT-style decoder with every policy (and real
 DistributedDataParallel) and compare the measured iteration time with the simulator's
-prediction from the in-place profile and the loaded calibration. The ranks' communication
+prediction from the in-place profile and the two-state network (each message charged by the
+loaded curve for the part of it that overlaps the rank's compute). The errors the idle curve
+alone and the loaded curve alone would give are printed beside it. The ranks' communication
 threads run at ``--comm-nice`` (default -20), so a message is not held up by the compute
 threads sharing the cores. Everything is torn down in ``finally`` (namespaces, links, rank
 processes), the traffic stays inside the namespaces, and every run has a deadline.
 
 Run as root at normal priority (it is timing-sensitive): ``python -m
 benchmarks.bench_dp_runtime [--ranks 4] [--rate 10] [--models gpt]``. Each setting's rows are
-stored in ``benchmarks/out/dp_runtime-<ranks>x<rate>gbit.json``; the BENCHMARKS.md section is
+stored in ``benchmarks/out/dp_runtime-<ranks>x<rate>gbit.json`` (with each model's profile, so
+a prediction can be recomputed from the stored measurement); the BENCHMARKS.md section is
 rewritten from every stored setting, so settings can be run one at a time.
 """
 
@@ -35,7 +39,7 @@ from typing import Any
 import yaml
 
 from benchmarks.common import write_section
-from dlsched.runtime.calibrate import network_document, time_allreduces, write_network
+from dlsched.runtime.calibrate import loads_document, time_loads, write_network
 from dlsched.runtime.spawn import SpawnOptions, spawn
 from dlsched.runtime.train import REFERENCE, TrainConfig, compare, train_rank
 
@@ -104,36 +108,45 @@ def _options(deadline_s: float, comm_nice: int | None) -> SpawnOptions:
                         env=lambda rank: {"GLOO_SOCKET_IFNAME": "eth0"})
 
 
-def calibrate(ranks: int, rate_gbit: int, load: str, comm_nice: int | None,
-              folder: Path) -> tuple[str, dict[str, Any]]:
-    """Timed all-reduces with ``load`` beside them, written as a piecewise network file."""
-    samples = spawn(time_allreduces, ranks, (SIZES, 2, REPEATS, load),
-                    _options(600, comm_nice))[0]
-    document = network_document(samples, ranks, f"gloo-{ranks}x{rate_gbit}gbit-{load}", "gloo",
-                                "piecewise", load, comm_nice)
-    network = str(folder / f"network-{ranks}x{rate_gbit}gbit-{load}.yaml")
-    write_network(document, network)
-    return network, document
+def calibrate(ranks: int, rate_gbit: int, comm_nice: int | None,
+              folder: Path) -> dict[str, str]:
+    """Timed all-reduces idle and under load, written as piecewise network files: ``two``
+    (idle fit + under_load), ``idle`` and ``loaded`` (one curve each, for the diagnostic
+    columns)."""
+    timed = spawn(time_loads, ranks, (SIZES, 2, REPEATS, "both"), _options(600, comm_nice))[0]
+    document = loads_document(timed, ranks, f"gloo-{ranks}x{rate_gbit}gbit", "gloo",
+                              "piecewise", comm_nice)
+    loaded = {k: v for k, v in document.items() if k != "under_load"} | document["under_load"]
+    files = {}
+    for which, doc in (("two", document),
+                       ("idle", {k: v for k, v in document.items() if k != "under_load"}),
+                       ("loaded", loaded)):
+        files[which] = str(folder / f"network-{ranks}x{rate_gbit}gbit-{which}.yaml")
+        write_network(doc, files[which])
+    return files
 
 
 def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
                 comm_nice: int | None) -> list[dict[str, object]]:
     """Calibrate idle and under load, then train the models with every policy; rows with
-    measured iteration seconds, predicted from the loaded calibration, and the error the idle
-    calibration would give."""
+    measured iteration seconds, predicted from the two-state network, and the errors the
+    idle and the loaded curve alone would give."""
     rows = []
     with emulated_network(ranks, rate_gbit):
-        idle, _ = calibrate(ranks, rate_gbit, "none", comm_nice, folder)
-        loaded, document = calibrate(ranks, rate_gbit, "compute", comm_nice, folder)
+        files = calibrate(ranks, rate_gbit, comm_nice, folder)
+        fits = {"compute": read_fit(files["loaded"]), "none": read_fit(files["idle"])}
         for model in models:
-            config = TrainConfig(model=model, network=loaded, iterations=10, warmup=3,
+            config = TrainConfig(model=model, network=files["two"], iterations=10, warmup=3,
                                  profile_repeats=6, **MODELS[model])
             result = spawn(train_rank, ranks, (config,), _options(900, comm_nice))[0]
-            idle_rows = compare(result, replace(config, network=idle), ranks)
-            for row, other in zip(compare(result, config, ranks), idle_rows, strict=True):
-                rows.append(row | {"rate": f"{rate_gbit} Gbit/s", "idle_error": other["error"],
-                                   "fits": {"compute": document["alpha_beta"],
-                                            "none": read_fit(idle)}})
+            idle_rows = compare(result, replace(config, network=files["idle"]), ranks)
+            loaded_rows = compare(result, replace(config, network=files["loaded"]), ranks)
+            profile = result["profile"].model_dump(mode="json")
+            for row, idle, loaded in zip(compare(result, config, ranks), idle_rows,
+                                         loaded_rows, strict=True):
+                rows.append(row | {"rate": f"{rate_gbit} Gbit/s", "idle_error": idle["error"],
+                                   "loaded_error": loaded["error"], "fits": fits,
+                                   "profile": profile})
             print(f"{ranks} ranks {rate_gbit} Gbit/s {model}: done", file=sys.stderr)
     return rows
 
@@ -151,9 +164,9 @@ def _pair(row: dict[str, Any], what: str) -> str:
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| ranks | link | model | policy | measured (ms) | predicted (ms) | error (%) | "
-             "error, idle calibration (%) | all-reduces | backward meas./pred. (ms) | "
-             "network busy meas./pred. (ms) |",
-             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "error, idle curve only (%) | error, loaded curve only (%) | all-reduces | "
+             "backward meas./pred. (ms) | network busy meas./pred. (ms) |",
+             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         policy = str(row["policy"]) + (" (predicted as ddp)" if row["policy"] == REFERENCE
                                        else "")
@@ -161,9 +174,14 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
                      f"{float(row['measured_s']) * 1e3:.1f} | "
                      f"{float(row['predicted_s']) * 1e3:.1f} | "
                      f"{float(row['error']) * 100:+.1f} | "
-                     f"{float(row['idle_error']) * 100:+.1f} | {row['messages']} | "
+                     f"{float(row['idle_error']) * 100:+.1f} | "
+                     f"{_percent(row.get('loaded_error'))} | {row['messages']} | "
                      f"{_pair(row, 'backward')} | {_pair(row, 'comm')} |")
     return lines
+
+
+def _percent(value: Any) -> str:
+    return "-" if value is None else f"{float(value) * 100:+.1f}"
 
 
 def _fits(setting: dict[str, Any]) -> str:
@@ -219,6 +237,7 @@ def main() -> None:
                 rows = run_setting(ranks, rate, args.models, folder, args.comm_nice)
             store = folder / f"dp_runtime-{ranks}x{rate}gbit.json"
             store.write_text(json.dumps({
+                "profile_in": TrainConfig().profile_in,
                 "ranks": ranks, "rate": rate, "date": time.strftime("%Y-%m-%d %H:%M"),
                 "seconds": time.perf_counter() - start, "load_before": load_before,
                 "load_after": os.getloadavg()[0], "comm_nice": args.comm_nice,
@@ -246,18 +265,21 @@ INTRO = (
     f"{GROUP_NICE} (`--group-nice`) against the other jobs' autogroups; inside it each "
     f"rank's communication threads (gloo's worker and transport) run at nice {COMM_NICE} "
     "(`--comm-nice`), the compute threads at 0. Per setting: timed all-reduces as in "
-    "`dlsched calibrate` (13 sizes, 4 KiB-16 MiB, median of 9), idle (`--load none`) and "
-    "while every rank computes (`--load compute`); their piecewise fits are written as "
-    "network files and read by the simulator through `--network FILE`. Then every policy "
-    "trains 10 iterations (3 not measured) of the ResNet-style CNN (1.23 M parameters, batch "
-    "8 of 32x32 images) and the GPT-style decoder (3.70 M parameters, batch 4 x 64 tokens) "
+    "`dlsched calibrate --load both` (13 sizes, 4 KiB-16 MiB, median of 9), idle and while "
+    "every rank computes; their piecewise fits are written as one two-state network file "
+    "(the idle fit and its `under_load` block) read by the simulator through `--network "
+    "FILE`: each message progresses at the loaded rate while its rank computes (backward, "
+    "forward, updates) and at the idle rate otherwise. Then every policy trains 10 "
+    "iterations (3 not measured) of the ResNet-style CNN (1.23 M parameters, batch 8 of "
+    "32x32 images) and the GPT-style decoder (3.70 M parameters, batch 4 x 64 tokens) "
     "through the plan executor; `torch-ddp` is real DistributedDataParallel. Iteration = "
-    "backward + the next forward (median, ms); predicted = the simulator on the in-place "
-    "profile (all ranks at once, median over ranks) and the network file calibrated under "
-    "load; error = predicted / measured - 1; the idle calibration's error is beside it. The "
-    "last two columns split rank 0's last measured iteration (one iteration: noisy): "
-    "backward (forward end to the last gradient hook) and the time the network was busy with "
-    "all-reduces, against the prediction.")
+    "backward + the next forward (median, ms); predicted = the simulator on the profile "
+    "measured inside training (all ranks at once through the executor with one all-reduce "
+    "after backward and a barrier; median over ranks) and the two-state network; error = "
+    "predicted / measured - 1; the errors with the idle curve alone and the loaded curve "
+    "alone are beside it. The last two columns split rank 0's last measured iteration (one "
+    "iteration: noisy): backward (forward end to the last gradient hook) and the time the "
+    "network was busy with all-reduces, against the prediction.")
 
 
 if __name__ == "__main__":
