@@ -10,7 +10,9 @@ A transfer from GPU ``a`` to GPU ``b`` first waits the link latency, then moves 
 
 Transfers in flight share resources max-min fairly (progressive filling), each also capped at
 its pair's ``bandwidth[a, b]``, so a transfer alone takes exactly
-``latency + bytes / bandwidth`` (``DeviceGraph.transfer_time``). Two modes:
+``latency + bytes / bandwidth`` (``DeviceGraph.transfer_time``). Rates are recomputed once per
+instant at which transfers start (a ring all-reduce step starts hundreds at once), not once
+per transfer. Two modes:
 
 * ``fifo`` (default, as NCCL runs communication): each stream (a GPU's point-to-point sends;
   a GPU's all-reduce traffic) moves one transfer at a time, in the order they were issued;
@@ -23,6 +25,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import DeviceGraph
@@ -56,13 +60,9 @@ class _Flow:
 def nic_rates(graph: DeviceGraph) -> tuple[list[float], list[float]]:
     """Per GPU, (egress, ingress) NIC rate in B/s: its fastest link to / from another
     server (0 for a GPU with no other server)."""
-    servers = [d.server for d in graph.devices]
-    n = graph.num_devices
-    out = [max((float(graph.bandwidth[a, b]) for b in range(n) if servers[b] != servers[a]),
-               default=0.0) for a in range(n)]
-    into = [max((float(graph.bandwidth[a, b]) for a in range(n) if servers[a] != servers[b]),
-                default=0.0) for b in range(n)]
-    return out, into
+    servers = np.array([d.server for d in graph.devices])
+    across = np.where(servers[:, None] != servers[None, :], graph.bandwidth, 0.0)
+    return across.max(axis=1).tolist(), across.max(axis=0).tolist()
 
 
 class PipelineNetwork:
@@ -81,6 +81,7 @@ class PipelineNetwork:
         self.busy_streams: set[Hashable] = set()
         self.last = 0.0
         self.version = 0
+        self.settling = False
 
     def resources(self, src: int, dst: int) -> tuple[Hashable, ...]:
         """The resources a transfer ``src -> dst`` holds."""
@@ -104,6 +105,14 @@ class PipelineNetwork:
             return
         self._advance()
         self._admit(flow)
+        self.version += 1  # the pending completion event no longer holds
+        if not self.settling:
+            self.settling = True
+            self.engine.after(0.0, self._settle)
+
+    def _settle(self) -> None:
+        """Recompute the rates once for every transfer that started at this instant."""
+        self.settling = False
         self._reschedule()
 
     def _admit(self, flow: _Flow) -> None:
@@ -118,31 +127,33 @@ class PipelineNetwork:
         self.last = now
 
     def _rates(self) -> None:
-        """Max-min fair rates with per-flow caps (progressive filling)."""
+        """Max-min fair rates with per-flow caps (progressive filling): each round raises
+        every unfrozen flow to the lowest cap or fair share of a resource, and freezes the
+        flows that reached it. ``rising[key]`` counts a resource's unfrozen flows."""
         users: dict[Hashable, list[_Flow]] = {}
         for flow in self.active:
             flow.rate = -1.0
             for key in flow.resources:
                 users.setdefault(key, []).append(flow)
         left = {key: self.capacity[key] for key in users}
-        rising = list(self.active)
-        while rising:
-            level = min(flow.cap for flow in rising)
-            for key, flows in users.items():
-                count = sum(1 for f in flows if f.rate < 0)
-                if count:
-                    level = min(level, left[key] / count)
-            frozen = [f for f in rising if f.cap <= level * (1 + _RELATIVE_TOLERANCE)]
-            for key, flows in users.items():
-                count = sum(1 for f in flows if f.rate < 0)
-                if count and left[key] / count <= level * (1 + _RELATIVE_TOLERANCE):
-                    frozen.extend(f for f in flows if f.rate < 0)
+        rising = {key: len(flows) for key, flows in users.items()}
+        unfrozen = list(self.active)
+        while unfrozen:
+            level = min(min(flow.cap for flow in unfrozen),
+                        min(left[key] / count for key, count in rising.items()))
+            limit = level * (1 + _RELATIVE_TOLERANCE)
+            frozen = [f for f in unfrozen if f.cap <= limit]
+            for key in [key for key, count in rising.items() if left[key] / count <= limit]:
+                frozen.extend(f for f in users[key] if f.rate < 0)
             for flow in frozen:
                 if flow.rate < 0:
                     flow.rate = level
                     for key in flow.resources:
                         left[key] -= level
-            rising = [f for f in rising if f.rate < 0]
+                        rising[key] -= 1
+                        if not rising[key]:
+                            del rising[key]
+            unfrozen = [f for f in unfrozen if f.rate < 0]
 
     def _reschedule(self) -> None:
         self.version += 1
@@ -163,7 +174,8 @@ class PipelineNetwork:
             # the clock's resolution the clock cannot advance, so it is complete now.
             first = min(self.active, key=lambda f: f.left / f.rate)
             done = [first]
-        self.active = [f for f in self.active if f not in done]
+        finished = set(done)
+        self.active = [f for f in self.active if f not in finished]
         for flow in done:
             self.busy_streams.discard(flow.stream)
             queue = self.waiting.get(flow.stream)
