@@ -8,10 +8,11 @@ from hypothesis import strategies as st
 
 from dlsched.dataparallel import POLICIES, AlphaBeta, DPProblem, run_dataparallel
 from dlsched.dataparallel.comm import Piecewise, Segment, TwoState
+from dlsched.dataparallel.contention import contended_run
 from dlsched.dataparallel.netfile import load_network_file
 from dlsched.dataparallel.network import SharedNetwork
 from dlsched.dataparallel.plan import DPPlan, Message, whole_layer
-from dlsched.dataparallel.simulate import comm_finish_times, iteration_time
+from dlsched.dataparallel.simulate import comm_finish_times, execute, iteration_time
 
 MS = 1e-3
 MiB = 2**20
@@ -176,3 +177,64 @@ def test_two_state_file_on_the_cli(run_cli, tmp_path):
         assert code == 0
         times.append([row["time_s"] for row in json.loads(out)["rows"]])
     assert all(two >= one for two, one in zip(*times, strict=True))
+
+
+def test_message_in_flight_slows_the_backward_by_hand():
+    """Compute runs 2x slower while a message is in flight (messages not slowed): layer 1's
+    backward 0..2 ms; m0 (layer 1, 4 ms) from 2 ms; layer 0's 2 ms of backward beside it take
+    4 ms (2..6); m1 (layer 0), planned at 4 ms of backward work, launches at its actual end,
+    6 ms, and runs 6..10 ms while the forward waits; forward 10..11 and 11..12 ms."""
+    comm = TwoState(IDLE, IDLE, compute=((1.0, 2.0),))
+    problem = DPProblem((1 * MS, 1 * MS), (2 * MS, 2 * MS), (1000, 1000), comm)
+    plan = DPPlan(tuple(Message((whole_layer(problem, layer),), problem.ready[layer])
+                        for layer in (1, 0)), False, "by-hand")
+    run = contended_run(problem, plan, comm)
+    assert run.ready == pytest.approx((6 * MS, 2 * MS))
+    assert run.starts == pytest.approx((2 * MS, 6 * MS))
+    assert run.ends == pytest.approx((6 * MS, 10 * MS))
+    assert run.forward_starts == pytest.approx((10 * MS, 11 * MS))
+    assert iteration_time(problem, plan) == pytest.approx(12 * MS)
+    spans = {s.label: (s.start, s.end) for s in execute(problem, plan).timeline.spans}
+    assert spans["B layer0"] == pytest.approx((2 * MS, 6 * MS))
+
+
+def test_both_slowdowns_by_hand():
+    """Messages 2x slower under compute and compute 2x slower beside a message: m0 from 2 ms
+    does 4 of its 8 loaded ms by 6 ms while layer 0's backward (2 ms of work) takes 4 ms;
+    idle, its other half takes 2 ms: ends at 8 ms. m1 launches at 6 ms (backward's actual
+    end), starts at 8 ms, runs idle to 12 ms; forward 12..13 and 13..14 ms."""
+    comm = TwoState(IDLE, LOADED, compute=((1.0, 2.0),))
+    problem = DPProblem((1 * MS, 1 * MS), (2 * MS, 2 * MS), (1000, 1000), comm)
+    plan = DPPlan(tuple(Message((whole_layer(problem, layer),), problem.ready[layer])
+                        for layer in (1, 0)), False, "by-hand")
+    run = contended_run(problem, plan, comm)
+    assert run.ends == pytest.approx((8 * MS, 12 * MS))
+    assert run.time == pytest.approx(14 * MS)
+
+
+def test_compute_slowdown_interpolates_in_log_size():
+    """Measured 1.5 at 1 KiB and 3.0 at 1 MiB: 2.25 at 32 KiB (half way in log size), the
+    end values outside, never below 1."""
+    comm = TwoState(IDLE, LOADED, compute=((1024.0, 1.5), (float(MiB), 3.0)))
+    assert comm.compute_slowdown(32 * 1024) == pytest.approx(2.25)
+    assert comm.compute_slowdown(10) == 1.5 and comm.compute_slowdown(64 * MiB) == 3.0
+    assert TwoState(IDLE, LOADED, compute=((1.0, 0.5),)).compute_slowdown(MiB) == 1.0
+    assert TwoState(IDLE, LOADED).compute_slowdown(MiB) == 1.0
+
+
+@pytest.mark.parametrize(("compute", "field"), [
+    ([{"bytes": 4096, "factor": 2}, {"bytes": 1024, "factor": 2}],
+     "under_load.compute_slowdown"),
+    ([{"bytes": 4096, "factor": "nan"}], "under_load.compute_slowdown[0].factor"),
+    ([{"bytes": 4096, "factor": 0}], "under_load.compute_slowdown[0].factor"),
+    ([{"bytes": -1, "factor": 2}], "under_load.compute_slowdown[0].bytes"),
+])
+def test_bad_compute_slowdown_exits_2_naming_the_field(run_cli, tmp_path, compute, field):
+    """Unordered sizes, NaN or zero factors, negative sizes: exit 2 naming the field."""
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(GOOD | {"under_load": GOOD["under_load"]
+                                       | {"compute_slowdown": compute}}))
+    code, _, err = run_cli("dataparallel", "--model", "vgg16", "--network", str(path),
+                           "--policy", "wfbp")
+    assert code == 2
+    assert field in err

@@ -100,20 +100,23 @@ def test_network_file_round_trips(tmp_path) -> None:
 
 def test_both_loads_give_an_idle_fit_and_an_under_load_fit(tmp_path) -> None:
     """Idle samples on 100 us + x / 1 GB/s, loaded on 300 us + x / 0.5 GB/s: the file's own
-    fit is the idle line, its under_load block the loaded one, read back as a TwoState."""
+    fit is the idle line, its under_load block the loaded one with the compute slowdowns,
+    read back as a TwoState."""
     from dlsched.dataparallel import parse_network
     from dlsched.dataparallel.comm import TwoState
     from dlsched.runtime.calibrate import loads_document
 
     sizes = (4096, 65536, 2**20, 2**24)
     timed = {"none": [(x, 100e-6 + x / 1e9) for x in sizes],
-             "compute": [(x, 300e-6 + x / 0.5e9) for x in sizes]}
+             "compute": [(x, 300e-6 + x / 0.5e9) for x in sizes],
+             "compute_slowdown": [(4096, 1.2), (2**24, 2.0)]}
     path = tmp_path / "net.yaml"
     write_network(loads_document(timed, 2, "t", "gloo", "alpha-beta"), path)
     comm = parse_network(str(path), 2)
     assert isinstance(comm, TwoState)
     assert math.isclose(comm.cost(2**20), 100e-6 + 2**20 / 1e9, rel_tol=1e-6)
     assert math.isclose(comm.loaded.cost(2**20), 300e-6 + 2**20 / 0.5e9, rel_tol=1e-6)
+    assert comm.compute_slowdown(4096) == 1.2 and comm.compute_slowdown(2**24) == 2.0
     one = loads_document({"compute": timed["compute"]}, 2, "t", "gloo", "alpha-beta")
     assert "under_load" not in one and one["measured_with"]["load"] == "compute"
 

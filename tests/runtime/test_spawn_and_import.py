@@ -66,7 +66,7 @@ def _priorities(rank: int, world_size: int) -> dict[str, int]:
     from dlsched.runtime.calibrate import time_loads
 
     timed = time_loads(rank, world_size, (4096, 65536), 1, 2, "both")
-    assert set(timed) == {"none", "compute"}
+    assert set(timed) == {"none", "compute", "compute_slowdown"}
     for samples in timed.values():
         assert [b for b, _ in samples] == [4096, 65536] and all(s > 0 for _, s in samples)
     me = threading.get_native_id()
@@ -78,7 +78,8 @@ def _priorities(rank: int, world_size: int) -> dict[str, int]:
 def test_comm_nice_reaches_the_communication_threads_not_the_compute_thread() -> None:
     """With comm_nice 7 (no privilege needed), gloo's threads run at nice 7 and the rank's
     own thread keeps its nice; a calibration idle and loaded (computing while the all-reduce
-    runs) returns one positive time per size and load."""
+    runs) returns one positive time per size and load, and a positive compute slowdown per
+    size."""
     own = os.getpriority(os.PRIO_PROCESS, 0)
     ranks = spawn(_priorities, 2, (), SpawnOptions(timeout_s=60, deadline_s=200,
                                                    comm_nice=max(7, own)))

@@ -15,6 +15,8 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
+
 from dlsched.collectives import CollectiveOp, ideal_time, run_collective
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology, load_topology
@@ -216,11 +218,23 @@ class TwoState:
     kernel's network processing then wait for the cores that compute takes; ``dlsched
     calibrate --load both`` measures both). ``cost``, ``split`` and ``lower`` are the idle
     curve's: what policies plan with and what the bound uses. The simulator runs a message
-    ``slowdown(bytes)`` times slower for the part of it that overlaps compute (``simulate``)."""
+    ``slowdown(bytes)`` times slower for the part of it that overlaps compute, and the rank's
+    compute ``compute_slowdown(bytes)`` times slower while a message of that size is in flight
+    (``contention.py``). ``compute``: measured (bytes, factor) pairs, factor = compute time
+    beside an all-reduce of that size / compute time alone; none: compute is never slowed."""
 
     idle: AlphaBeta | Piecewise
     loaded: AlphaBeta | Piecewise
     name: str = "two-state"
+    compute: tuple[tuple[float, float], ...] = ()
+
+    def __post_init__(self) -> None:
+        sizes = [b for b, _ in self.compute]
+        if any(not (math.isfinite(b) and b >= 0 and math.isfinite(f) and f > 0)
+               for b, f in self.compute) or sizes != sorted(set(sizes)):
+            raise ConfigError(f"under_load.compute_slowdown: sizes must be finite, >= 0 and "
+                              f"strictly ascending, factors finite and > 0 (got "
+                              f"{list(self.compute)})")
 
     def cost(self, num_bytes: float) -> float:
         """Seconds of one message of ``num_bytes`` bytes while no rank computes."""
@@ -239,6 +253,16 @@ class TwoState:
         speeds it up, so a loaded fit below the idle one (measurement noise) counts as idle."""
         idle = self.idle.cost(num_bytes)
         return max(1.0, self.loaded.cost(num_bytes) / idle) if idle > 0 else 1.0
+
+    def compute_slowdown(self, num_bytes: float) -> float:
+        """How many times slower the rank computes while a message of ``num_bytes`` bytes is
+        in flight: the measured factors interpolated linearly in log(bytes), the end values
+        beyond the measured sizes, at least 1 (1 with no measurement)."""
+        if not self.compute:
+            return 1.0
+        sizes = [math.log(max(b, 1.0)) for b, _ in self.compute]
+        factors = [f for _, f in self.compute]
+        return max(1.0, float(np.interp(math.log(max(num_bytes, 1.0)), sizes, factors)))
 
 
 CommModel = AlphaBeta | Piecewise | TopologyPriced | TwoState

@@ -14,7 +14,9 @@ Only the block named by ``model`` is required. ``samples`` (the timed all-reduce
 An optional ``under_load`` block (its own ``model``, fit blocks and ``samples``) is the cost
 of the same all-reduces while the ranks compute (``dlsched calibrate --load both``); the
 top-level fit is then the idle cost, and the simulator charges each message by the loaded
-curve for the part of it that overlaps compute (``TwoState``).
+curve for the part of it that overlaps compute (``TwoState``). Its optional
+``compute_slowdown`` (``{bytes, factor}`` ascending) says how many times slower the ranks
+compute beside an all-reduce of that size.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from dlsched.validation import (
     Bandwidth,
     ByteSize,
     Duration,
+    PositiveFinite,
     Seconds,
     load_document_safely,
 )
@@ -117,6 +120,28 @@ class Fits(_Strict):
                                        s.alpha, 1 / s.bandwidth) for s in self.piecewise), name)
 
 
+class ComputeSample(_Strict):
+    """Compute beside an all-reduce of ``bytes``: ``factor`` = its time / its time alone."""
+
+    bytes: ByteSize
+    factor: PositiveFinite
+
+
+class LoadedFits(Fits):
+    """The fits under compute load, and optionally how much the all-reduces slow the compute
+    (``compute_slowdown``, ascending sizes)."""
+
+    compute_slowdown: list[ComputeSample] = []
+
+    @field_validator("compute_slowdown")
+    @classmethod
+    def _ascending_sizes(cls, samples: list[ComputeSample]) -> list[ComputeSample]:
+        sizes = [s.bytes for s in samples]
+        if any(a >= b for a, b in itertools.pairwise(sizes)):
+            raise ValueError(f"bytes must be strictly ascending (got {sizes})")
+        return samples
+
+
 class NetworkFile(Fits):
     """A fitted all-reduce cost file: the top-level fit (idle when ``under_load`` is given)
     and optionally the fit of the same all-reduces timed while the ranks compute."""
@@ -124,7 +149,7 @@ class NetworkFile(Fits):
     kind: Literal["allreduce-cost"]
     name: str = Field("fitted", min_length=1)
     workers: int = Field(ge=2, le=MAX_WORKERS)
-    under_load: Fits | None = None
+    under_load: LoadedFits | None = None
     measured_with: dict[str, Any] = {}
 
     def build(self, workers: int | None = None) -> CommModel:
@@ -144,7 +169,9 @@ class NetworkFile(Fits):
             return idle
         loaded = self.under_load.curve(ranks, f"{self.name} under load "
                                               f"({self.under_load.model})")
-        return TwoState(idle, loaded, f"{self.name} ({self.model}, idle / under load)")
+        return TwoState(idle, loaded, f"{self.name} ({self.model}, idle / under load)",
+                        tuple((float(s.bytes), s.factor)
+                              for s in self.under_load.compute_slowdown))
 
 
 def read_network_file(path: str | Path) -> NetworkFile:

@@ -29,6 +29,7 @@ class _Running:
     latency_end: float
     remaining: float  # seconds of transfer at the full bandwidth still to do
     slowdown: float = 1.0  # how many times slower it progresses while the network is loaded
+    compute: float = 1.0  # how many times slower the rank computes while it is in flight
 
 
 class SharedNetwork:
@@ -39,15 +40,21 @@ class SharedNetwork:
             raise ValueError(f"in_flight: the network needs >= 1 slot (got {slots})")
         self.slots = slots
         self.now = 0.0
-        self.waiting: deque[tuple[int, float, float, float, float]] = deque()
+        self.waiting: deque[tuple[int, float, float, float, float, float]] = deque()
         self.running: list[_Running] = []
         self.loaded = False
 
     def submit(self, index: int, launch: float, latency: float, transfer: float,
-               slowdown: float = 1.0) -> None:
+               slowdown: float = 1.0, compute: float = 1.0) -> None:
         """Queue message ``index``: launch (s), latency (s) and transfer (s at full rate) when
-        not loaded, and its ``slowdown`` (>= 1) while loaded."""
-        self.waiting.append((index, launch, latency, transfer, slowdown))
+        not loaded, its ``slowdown`` (>= 1) while loaded, and the ``compute`` slowdown it
+        causes while in flight (see ``compute_slowdown``)."""
+        self.waiting.append((index, launch, latency, transfer, slowdown, compute))
+
+    def compute_slowdown(self) -> float:
+        """How many times slower the rank computes now: the largest ``compute`` factor of the
+        messages in flight (1 when none is)."""
+        return max((r.compute for r in self.running), default=1.0)
 
     def _factor(self, running: _Running) -> float:
         return running.slowdown if self.loaded else 1.0
@@ -98,8 +105,8 @@ class SharedNetwork:
                 done.append((running.index, running.start, self.now))
             while self.waiting and len(self.running) < self.slots \
                     and self.waiting[0][1] <= self.now:
-                index, _, latency, transfer, slowdown = self.waiting.popleft()
-                running = _Running(index, self.now, 0.0, transfer, slowdown)
+                index, _, latency, transfer, slowdown, compute = self.waiting.popleft()
+                running = _Running(index, self.now, 0.0, transfer, slowdown, compute)
                 running.latency_end = self.now + latency * self._factor(running)
                 self.running.append(running)
 

@@ -9,20 +9,16 @@ starts when layer l-1's forward is done and its own last block has arrived (with
 when every message has arrived). The iteration time is the end of the last forward.
 
 With a two-state network (``TwoState``: idle and under-load curves) the network and the
-rank's compute are simulated together: every message progresses at its idle rate while the
-rank does not compute and ``slowdown(bytes)`` times slower while it does (backward, and each
-forward layer with its update), so a message that overlaps compute for a fraction of its idle
-progress p costs p x loaded + (1 - p) x idle seconds. The forward waits as above, and a wait
-leaves the network idle.
+rank's compute are simulated together, each slowing the other (``contention.py``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from dlsched.dataparallel.comm import TwoState
-from dlsched.dataparallel.network import SharedNetwork, shared_times
+from dlsched.dataparallel.contention import contended_run
+from dlsched.dataparallel.network import shared_times
 from dlsched.dataparallel.plan import DPPlan
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.sim.timeline import Span, Timeline
@@ -40,7 +36,8 @@ class Execution:
 def comm_finish_times(problem: DPProblem, plan: DPPlan) -> tuple[list[float], list[float]]:
     """Start and end seconds of every message in plan order."""
     if isinstance(problem.comm, TwoState):
-        return _two_state_times(problem, plan, problem.comm)
+        run = contended_run(problem, plan, problem.comm)
+        return list(run.starts), list(run.ends)
     if plan.in_flight > 1:
         return shared_times([(msg.launch, *problem.comm.split(msg.num_bytes))
                              for msg in plan.messages], plan.in_flight)
@@ -53,45 +50,10 @@ def comm_finish_times(problem: DPProblem, plan: DPPlan) -> tuple[list[float], li
     return starts, ends
 
 
-def _two_state_times(problem: DPProblem, plan: DPPlan,
-                     comm: TwoState) -> tuple[list[float], list[float]]:
-    """Messages on a ``plan.in_flight``-slot network, loaded while the rank computes: backward
-    from 0, then each forward layer once the messages it waits for have ended."""
-    network = SharedNetwork(plan.in_flight)
-    waits: list[list[int]] = [[] for _ in range(problem.num_layers)]
-    for index, msg in enumerate(plan.messages):
-        network.submit(index, msg.launch, *comm.split(msg.num_bytes),
-                       comm.slowdown(msg.num_bytes))
-        for block in msg.blocks:
-            waits[block.layer].append(index)
-    if plan.barrier:
-        waits = [list(range(len(plan.messages)))] * problem.num_layers
-    starts, ends = [math.nan] * len(plan.messages), [math.nan] * len(plan.messages)
-
-    def run(until: float) -> None:
-        for index, start, end in network.advance(until):
-            starts[index], ends[index] = start, end
-
-    def compute(start: float, seconds: float) -> float:
-        run(start)
-        if seconds > 0:
-            network.set_loaded(True)
-            run(start + seconds)
-            network.set_loaded(False)
-        return start + seconds
-
-    clock = compute(0.0, problem.backward_end)
-    for layer in range(problem.num_layers):
-        while any(math.isnan(ends[index]) for index in waits[layer]):
-            run(network.next_event())
-        clock = max([clock, *(ends[index] for index in waits[layer])])
-        clock = compute(clock, problem.forward[layer])
-    run(math.inf)
-    return starts, ends
-
-
 def iteration_time(problem: DPProblem, plan: DPPlan) -> float:
     """Seconds from the start of backward to the end of the next forward (no timeline)."""
+    if isinstance(problem.comm, TwoState):
+        return contended_run(problem, plan, problem.comm).time
     return _forward(problem, plan, *comm_finish_times(problem, plan))[0]
 
 
@@ -119,15 +81,26 @@ def _forward(problem: DPProblem, plan: DPPlan, starts: list[float],
 def execute(problem: DPProblem, plan: DPPlan) -> Execution:
     """Simulate ``plan`` (assumed valid) and build its timeline: "backward"/"forward" spans on
     resource ``gpu`` and "allreduce" spans on ``network`` (group ``worker``)."""
-    starts, ends = comm_finish_times(problem, plan)
-    time, forward_starts, reduced = _forward(problem, plan, starts, ends)
+    if isinstance(problem.comm, TwoState):
+        run = contended_run(problem, plan, problem.comm)
+        starts, ends, time = list(run.starts), list(run.ends), run.time
+        reduced, forward_starts, forward_ends = (_reduced(problem, plan, ends),
+                                                 run.forward_starts, run.forward_ends)
+        ready = run.ready
+        backward_starts = (*ready[1:], 0.0)
+    else:
+        starts, ends = comm_finish_times(problem, plan)
+        time, forward_starts, reduced = _forward(problem, plan, starts, ends)
+        forward_ends = tuple(f + d for f, d in zip(forward_starts, problem.forward,
+                                                   strict=True))
+        ready = problem.ready
+        backward_starts = tuple(r - b for r, b in zip(ready, problem.backward, strict=True))
     spans = []
     for layer in range(problem.num_layers):
-        ready, name = problem.ready[layer], problem.names[layer]
-        spans.append(Span("gpu", ready - problem.backward[layer], ready, "backward",
+        name = problem.names[layer]
+        spans.append(Span("gpu", backward_starts[layer], ready[layer], "backward",
                           f"B {name}", group="worker", args={"layer": layer}))
-        spans.append(Span("gpu", forward_starts[layer],
-                          forward_starts[layer] + problem.forward[layer], "forward",
+        spans.append(Span("gpu", forward_starts[layer], forward_ends[layer], "forward",
                           f"F {name}", group="worker", args={"layer": layer}))
     for index, (msg, start, end) in enumerate(zip(plan.messages, starts, ends, strict=True)):
         layers = sorted({b.layer for b in msg.blocks})

@@ -48,9 +48,13 @@ LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~
 
 
 def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 2,
-                    repeats: int = 5, load: str = "none") -> list[tuple[int, float]]:
+                    repeats: int = 5, load: str = "none",
+                    compute: list[tuple[int, float]] | None = None) -> list[tuple[int, float]]:
     """Run on every rank of an initialized group: (bytes, median seconds) per size. With
-    ``load="compute"`` the calling thread computes until the all-reduce has completed."""
+    ``load="compute"`` the calling thread computes until the all-reduce has completed, and
+    ``compute`` (if given) receives (bytes, factor) per size: the median over repeats of the
+    time per matrix product beside the all-reduce over its time with every rank computing
+    and no all-reduce (``_product_seconds``), averaged over the ranks."""
     import torch
     import torch.distributed as dist
 
@@ -58,37 +62,65 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(LOADS)}")
     matrix = torch.randn(LOAD_MATRIX, LOAD_MATRIX)
     out = torch.empty_like(matrix)
+    alone = _product_seconds(matrix, out) if load == "compute" else 0.0
     samples = []
     for size in sizes:
         buffer = torch.zeros(max(1, size // 4), dtype=torch.float32)
-        times = []
+        times, factors = [], []
         for repeat in range(warmup + repeats):
             dist.barrier()
             start = time.perf_counter()
             work = dist.all_reduce(buffer, async_op=True)
             stamp: list[float] = []
+            products = 0
             if load == "compute":
                 watcher = _stamp_when_done(work, stamp)
                 while watcher.is_alive():
                     torch.mm(matrix, matrix, out=out)
+                    products += 1
+            busy = time.perf_counter() - start
             work.wait()
-            elapsed = torch.tensor([(stamp or [time.perf_counter()])[0] - start],
-                                   dtype=torch.float64)
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+            measured = torch.tensor([(stamp or [time.perf_counter()])[0] - start,
+                                     busy / max(products, 1) / alone if alone else 1.0],
+                                    dtype=torch.float64)
+            dist.all_reduce(measured[:1], op=dist.ReduceOp.MAX)
+            dist.all_reduce(measured[1:], op=dist.ReduceOp.SUM)
             if repeat >= warmup:
-                times.append(float(elapsed.item()))
+                times.append(float(measured[0]))
+                factors.append(float(measured[1]) / world_size)
         samples.append((buffer.numel() * 4, statistics.median(times)))
+        if compute is not None and load == "compute":
+            compute.append((buffer.numel() * 4, statistics.median(factors)))
     return samples
+
+
+def _product_seconds(matrix: Any, out: Any, products: int = 200, repeats: int = 3) -> float:
+    """Seconds per matrix product with every rank computing at once (after a barrier) and no
+    all-reduce in flight: the median of ``repeats`` timings of ``products`` products."""
+    import torch
+    import torch.distributed as dist
+
+    timings = []
+    for _ in range(repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(products):
+            torch.mm(matrix, matrix, out=out)
+        timings.append((time.perf_counter() - start) / products)
+    return statistics.median(timings)
 
 
 def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, repeats: int,
                load: str) -> dict[str, list[tuple[int, float]]]:
     """``time_allreduces`` under ``load`` (``both``: idle, then under compute load): the
-    samples per load."""
+    samples per load, and with compute load the compute slowdowns (key ``compute_slowdown``,
+    (bytes, factor) pairs)."""
     if load not in CHOICES:
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
-    return {one: time_allreduces(rank, world_size, sizes, warmup, repeats, one)
-            for one in (LOADS if load == "both" else (load,))}
+    compute: list[tuple[int, float]] = []
+    timed = {one: time_allreduces(rank, world_size, sizes, warmup, repeats, one, compute)
+             for one in (LOADS if load == "both" else (load,))}
+    return timed | ({"compute_slowdown": compute} if compute else {})
 
 
 def _stamp_when_done(work: Any, stamp: list[float]) -> threading.Thread:
@@ -159,16 +191,19 @@ def _fits(samples: Sequence[tuple[int, float]], workers: int, model: str) -> dic
 def network_document(samples: Sequence[tuple[int, float]], workers: int, name: str,
                      backend: str, model: str = "piecewise", load: str = "none",
                      comm_nice: int | None = None,
-                     loaded: Sequence[tuple[int, float]] | None = None) -> dict[str, Any]:
+                     loaded: Sequence[tuple[int, float]] | None = None,
+                     compute: Sequence[tuple[int, float]] | None = None) -> dict[str, Any]:
     """The ``kind: allreduce-cost`` document of these samples, using fit ``model``; with
-    ``loaded`` (samples timed under compute load) its ``under_load`` block too."""
+    ``loaded`` (samples timed under compute load) its ``under_load`` block too, with the
+    ``compute`` slowdowns ((bytes, factor) pairs) measured beside them."""
     if model not in ("alpha-beta", "ring", "piecewise"):
         raise ConfigError(f"model: {model!r} is not a fit; accepted: alpha-beta, ring, "
                           "piecewise")
     document = {"kind": "allreduce-cost", "name": name, "workers": workers,
                 **_fits(samples, workers, model)}
     if loaded is not None:
-        document["under_load"] = _fits(loaded, workers, model)
+        document["under_load"] = _fits(loaded, workers, model) | {"compute_slowdown": [
+            {"bytes": int(b), "factor": float(f)} for b, f in compute or ()]}
     return document | {"measured_with": {
         "backend": backend, "host": platform.node(), "date": datetime.date.today().isoformat(),
         "load": "both" if loaded is not None else load, "comm_nice": comm_nice}}
@@ -179,10 +214,10 @@ def loads_document(timed: dict[str, list[tuple[int, float]]], workers: int, name
                    comm_nice: int | None = None) -> dict[str, Any]:
     """The document of ``time_loads``' result: one load's fit, or with both the idle fit
     and the loaded one as ``under_load``."""
-    if set(timed) == set(LOADS):
+    if set(LOADS) <= set(timed):
         return network_document(timed["none"], workers, name, backend, model, "none",
-                                comm_nice, timed["compute"])
-    (load, samples), = timed.items()
+                                comm_nice, timed["compute"], timed.get("compute_slowdown"))
+    (load, samples), = ((k, v) for k, v in timed.items() if k in LOADS)
     return network_document(samples, workers, name, backend, model, load, comm_nice)
 
 
