@@ -111,16 +111,19 @@ def _options(deadline_s: float, comm_nice: int | None) -> SpawnOptions:
 def calibrate(ranks: int, rate_gbit: int, comm_nice: int | None,
               folder: Path) -> dict[str, str]:
     """Timed all-reduces idle and under load, written as piecewise network files: ``two``
-    (idle fit + under_load), ``idle`` and ``loaded`` (one curve each, for the diagnostic
-    columns)."""
+    (idle fit + under_load with the compute slowdowns), and for the diagnostic columns
+    ``idle`` and ``loaded`` (one curve each) and ``comm`` (two curves, compute never
+    slowed)."""
     timed = spawn(time_loads, ranks, (SIZES, 2, REPEATS, "both"), _options(600, comm_nice))[0]
     document = loads_document(timed, ranks, f"gloo-{ranks}x{rate_gbit}gbit", "gloo",
                               "piecewise", comm_nice)
-    loaded = {k: v for k, v in document.items() if k != "under_load"} | document["under_load"]
+    idle = {k: v for k, v in document.items() if k != "under_load"}
+    loaded = idle | {k: v for k, v in document["under_load"].items()
+                     if k != "compute_slowdown"}
     files = {}
-    for which, doc in (("two", document),
-                       ("idle", {k: v for k, v in document.items() if k != "under_load"}),
-                       ("loaded", loaded)):
+    for which, doc in (("two", document), ("idle", idle), ("loaded", loaded),
+                       ("comm", idle | {"under_load": document["under_load"]
+                                        | {"compute_slowdown": []}})):
         files[which] = str(folder / f"network-{ranks}x{rate_gbit}gbit-{which}.yaml")
         write_network(doc, files[which])
     return files
@@ -141,14 +144,22 @@ def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
             result = spawn(train_rank, ranks, (config,), _options(900, comm_nice))[0]
             idle_rows = compare(result, replace(config, network=files["idle"]), ranks)
             loaded_rows = compare(result, replace(config, network=files["loaded"]), ranks)
+            comm_rows = compare(result, replace(config, network=files["comm"]), ranks)
             profile = result["profile"].model_dump(mode="json")
-            for row, idle, loaded in zip(compare(result, config, ranks), idle_rows,
-                                         loaded_rows, strict=True):
+            for row, idle, loaded, comm in zip(compare(result, config, ranks), idle_rows,
+                                               loaded_rows, comm_rows, strict=True):
                 rows.append(row | {"rate": f"{rate_gbit} Gbit/s", "idle_error": idle["error"],
-                                   "loaded_error": loaded["error"], "fits": fits,
+                                   "loaded_error": loaded["error"],
+                                   "comm_error": comm["error"], "fits": fits,
+                                   "compute_slowdown": read_compute(files["two"]),
                                    "profile": profile})
             print(f"{ranks} ranks {rate_gbit} Gbit/s {model}: done", file=sys.stderr)
     return rows
+
+
+def read_compute(path: str) -> list[dict[str, float]]:
+    """The compute slowdowns measured beside the loaded all-reduces."""
+    return list(yaml.safe_load(Path(path).read_text())["under_load"]["compute_slowdown"])
 
 
 def read_fit(path: str) -> dict[str, float]:
@@ -164,9 +175,10 @@ def _pair(row: dict[str, Any], what: str) -> str:
 
 def _table(rows: list[dict[str, Any]]) -> list[str]:
     lines = ["| ranks | link | model | policy | measured (ms) | predicted (ms) | error (%) | "
-             "error, idle curve only (%) | error, loaded curve only (%) | all-reduces | "
-             "backward meas./pred. (ms) | network busy meas./pred. (ms) |",
-             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "error, idle curve only (%) | error, loaded curve only (%) | error, compute "
+             "never slowed (%) | all-reduces | backward meas./pred. (ms) | network busy "
+             "meas./pred. (ms) |",
+             "|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
         policy = str(row["policy"]) + (" (predicted as ddp)" if row["policy"] == REFERENCE
                                        else "")
@@ -175,7 +187,8 @@ def _table(rows: list[dict[str, Any]]) -> list[str]:
                      f"{float(row['predicted_s']) * 1e3:.1f} | "
                      f"{float(row['error']) * 100:+.1f} | "
                      f"{float(row['idle_error']) * 100:+.1f} | "
-                     f"{_percent(row.get('loaded_error'))} | {row['messages']} | "
+                     f"{_percent(row.get('loaded_error'))} | "
+                     f"{_percent(row.get('comm_error'))} | {row['messages']} | "
                      f"{_pair(row, 'backward')} | {_pair(row, 'comm')} |")
     return lines
 
@@ -190,6 +203,11 @@ def _fits(setting: dict[str, Any]) -> str:
             + ", ".join(f"{fits[load]['alpha'] * 1e6:.0f} us / bandwidth "
                         f"{fits[load]['bandwidth'] / 1e9:.3f} GB/s ({name})"
                         for load, name in (("compute", "under load"), ("none", "idle")))
+            + "".join(f"; compute beside an all-reduce {first['factor']:.2f}x as slow at "
+                      f"{first['bytes'] // 1024} KiB, {last['factor']:.2f}x at "
+                      f"{last['bytes'] // 2**20} MiB"
+                      for first, last in [(c[0], c[-1]) for c in
+                                          [setting["rows"][0].get("compute_slowdown")] if c])
             + f"; measured {setting['date']}, {setting['seconds']:.0f} s, load average "
             f"{setting['load_before']:.1f} before / {setting['load_after']:.1f} after")
 
