@@ -297,20 +297,23 @@ INTRO = (
     f"rank's communication threads (gloo's worker and transport) run at nice {COMM_NICE} "
     "(`--comm-nice`), the compute threads at 0. Per setting: timed all-reduces as in "
     "`dlsched calibrate --load both` (13 sizes, 4 KiB-16 MiB, median of 9), idle and while "
-    "every rank computes; their piecewise fits are written as one two-state network file "
-    "(the idle fit and its `under_load` block) read by the simulator through `--network "
-    "FILE`: each message progresses at the loaded rate while its rank computes (backward, "
-    "forward, updates) and at the idle rate otherwise. Then every policy trains 10 "
+    "every rank computes, with the compute's slowdown beside each size (matrix-product time "
+    "beside the all-reduce / alone); the piecewise fits and the slowdowns are written as one "
+    "two-state network file (the idle fit and its `under_load` block) read by the simulator "
+    "through `--network FILE`: each message progresses at the loaded rate while its rank "
+    "computes (backward, forward, updates) and at the idle rate otherwise, and the rank "
+    "computes that many times slower while a message is in flight. Then every policy trains 10 "
     "iterations (3 not measured) of the ResNet-style CNN (1.23 M parameters, batch 8 of "
     "32x32 images) and the GPT-style decoder (3.70 M parameters, batch 4 x 64 tokens) "
     "through the plan executor; `torch-ddp` is real DistributedDataParallel. Iteration = "
     "backward + the next forward (median, ms); predicted = the simulator on the profile "
     "measured inside training (all ranks at once through the executor with one all-reduce "
     "after backward and a barrier; median over ranks) and the two-state network; error = "
-    "predicted / measured - 1; the errors with the idle curve alone and the loaded curve "
-    "alone are beside it. The last two columns split rank 0's last measured iteration (one "
-    "iteration: noisy): backward (forward end to the last gradient hook) and the time the "
-    "network was busy with all-reduces, against the prediction.")
+    "predicted / measured - 1; beside it the errors with the idle curve alone, the loaded "
+    "curve alone, and both curves with the compute never slowed. The last two columns split "
+    "rank 0's last measured iteration (one iteration: noisy): backward (forward end to the "
+    "last gradient hook) and the time the network was busy with all-reduces, against the "
+    "prediction (the simulated backward, slowed where messages are in flight).")
 
 
 if __name__ == "__main__":

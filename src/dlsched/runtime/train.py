@@ -288,7 +288,8 @@ def make_batch(module: Any, config: TrainConfig, generator: Any = None) -> Any:
 def compare(result: dict[str, Any], config: TrainConfig, workers: int) -> list[dict[str, Any]]:
     """Rows: measured and predicted iteration time (s) per policy and the relative error, and
     where the executor recorded rank 0's iteration, its backward and network-busy seconds
-    beside the predicted ones (to see which part a prediction error comes from)."""
+    beside the predicted ones (the simulated backward: longer than the profile's where
+    messages in flight slow the compute) to see which part a prediction error comes from."""
     problem = problem_from_profile(result["profile"], config.network, workers)
     rows = []
     for run in result["runs"]:
@@ -302,7 +303,8 @@ def compare(result: dict[str, Any], config: TrainConfig, workers: int) -> list[d
                      "messages": len(predicted.plan.messages),
                      "measured_backward_s": sum(s.duration for s in spans
                                                 if s.kind == "backward") if recorded else None,
-                     "predicted_backward_s": problem.backward_end,
+                     "predicted_backward_s": max(s.end for s in predicted.timeline.spans
+                                                 if s.kind == "backward"),
                      "measured_comm_s": sum(s.duration for s in spans
                                             if s.kind == "allreduce") if recorded else None,
                      "predicted_comm_s": predicted.row()["comm_busy_s"]})
