@@ -1,6 +1,8 @@
 """Calibrate the network between ranks: time all-reduces of a range of sizes and fit them.
 
-Each size is all-reduced ``warmup`` + ``repeats`` times after a barrier; a sample is the
+Each size is all-reduced ``warmup`` + ``repeats`` times after a barrier, the sizes taken in
+turn in every round (so a passing disturbance on a shared machine spoils one repeat of
+several sizes, which the medians drop, rather than every repeat of one size); a sample is the
 slowest rank's time (the operation ends when the last rank has its result), the size's value
 the median of the repeats. With ``load="compute"`` each rank issues the all-reduce
 asynchronously and keeps computing (matrix products on its own thread, as backward does)
@@ -63,11 +65,11 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
     matrix = torch.randn(LOAD_MATRIX, LOAD_MATRIX)
     out = torch.empty_like(matrix)
     alone = _product_seconds(matrix, out) if load == "compute" else 0.0
-    samples = []
-    for size in sizes:
-        buffer = torch.zeros(max(1, size // 4), dtype=torch.float32)
-        times, factors = [], []
-        for repeat in range(warmup + repeats):
+    buffers = [torch.zeros(max(1, size // 4), dtype=torch.float32) for size in sizes]
+    times: list[list[float]] = [[] for _ in sizes]
+    factors: list[list[float]] = [[] for _ in sizes]
+    for repeat in range(warmup + repeats):
+        for buffer, size_times, size_factors in zip(buffers, times, factors, strict=True):
             dist.barrier()
             start = time.perf_counter()
             work = dist.all_reduce(buffer, async_op=True)
@@ -86,12 +88,12 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
             dist.all_reduce(measured[:1], op=dist.ReduceOp.MAX)
             dist.all_reduce(measured[1:], op=dist.ReduceOp.SUM)
             if repeat >= warmup:
-                times.append(float(measured[0]))
-                factors.append(float(measured[1]) / world_size)
-        samples.append((buffer.numel() * 4, statistics.median(times)))
-        if compute is not None and load == "compute":
-            compute.append((buffer.numel() * 4, statistics.median(factors)))
-    return samples
+                size_times.append(float(measured[0]))
+                size_factors.append(float(measured[1]) / world_size)
+    if compute is not None and load == "compute":
+        compute.extend((b.numel() * 4, statistics.median(f))
+                       for b, f in zip(buffers, factors, strict=True))
+    return [(b.numel() * 4, statistics.median(t)) for b, t in zip(buffers, times, strict=True)]
 
 
 def _product_seconds(matrix: Any, out: Any, products: int = 200, repeats: int = 3) -> float:
