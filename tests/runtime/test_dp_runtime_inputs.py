@@ -175,3 +175,17 @@ def test_layer_times_by_hand() -> None:
     assert fwd.tolist() == [0.0, 2.5, 1.25] and bwd.tolist() == [1.0, 3.0, 1.0]
     _, late = layer_times(forward, np.array([[5.0, 4.0, 6.0], [5.0, 4.0, 6.0]]), owners)
     assert late.tolist() == [0.0, 0.0, 6.0]
+
+
+def test_slowest_rank_per_iteration() -> None:
+    """Iteration 0: rank 1 is slower (3 + 5 > 2 + 4); iteration 1: rank 0 (4 + 6 > 1 + 2):
+    each iteration keeps the whole row of its slowest rank."""
+    import numpy as np
+
+    from dlsched.runtime.train import slowest_iterations
+
+    rank0 = (np.array([[2.0], [4.0]]), np.array([[4.0, 1.0], [6.0, 2.0]]))
+    rank1 = (np.array([[3.0], [1.0]]), np.array([[5.0, 2.0], [2.0, 1.0]]))
+    forward, ready = slowest_iterations([rank0, rank1])
+    assert forward.tolist() == [[3.0], [4.0]]
+    assert ready.tolist() == [[5.0, 2.0], [6.0, 2.0]]

@@ -6,8 +6,8 @@ profile it in place (all ranks at once, so the profile sees the same CPU sharing
 the element-wise median over ranks is used, so every rank derives the same plans), by default
 inside training itself (``profile_in="training"``: iterations through the executor with one
 all-reduce after backward and a barrier, so every rank computes in lockstep as in training,
-with the executor's hooks and lazy updates, and no message overlaps compute; see
-``training_profile``), then for
+with the executor's hooks and lazy updates, and no message overlaps compute; per iteration
+the slowest rank's times, the pace training runs at; see ``training_profile``), then for
 each policy train ``iterations`` steps from the same initial parameters through the
 ``PlanExecutor`` — and with ``torch-ddp``, real ``DistributedDataParallel`` as the reference.
 An iteration is measured as the time between the ends of consecutive forwards (backward, the
@@ -210,9 +210,14 @@ def training_profile(initial: Any, batch: Any, config: TrainConfig, passes: Mode
     lockstep as training does, through the same hooks and per-module lazy updates, while no
     message overlaps compute. Per iteration after ``config.warmup``: each gradient's ready
     time after the previous forward's end (that forward's loss included), each owning
-    module's forward and update spans; per layer as ``profile`` (``layer_times``).
-    ``passes``: the module's profile from plain passes (names, sizes, the plan's layers)."""
+    module's forward and update spans. The ranks gather these and take, per iteration, the
+    slowest rank's (largest backward + forward): every all-reduce waits for the last rank to
+    reach it, so training runs at the slowest rank's pace, which on shared cores is a
+    different rank each iteration. Per layer then as ``profile`` (``layer_times``); every
+    rank gets the same result. ``passes``: the module's profile from plain passes (names,
+    sizes, the plan's layers)."""
     import numpy as np
+    import torch.distributed as dist
 
     from dlsched.dataparallel.plan import Message, whole_layer
     from dlsched.runtime.executor import PlanExecutor
@@ -241,10 +246,24 @@ def training_profile(initial: Any, batch: Any, config: TrainConfig, passes: Mode
                 ready[row, span.args["layer"]] = span.end - start
             elif span.kind in ("forward", "update"):
                 forward[row, column[span.label.split(" ", 1)[1]]] += span.duration
-    times = layer_times(forward, ready, owners)
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, (forward, ready))
+    times = layer_times(*slowest_iterations(gathered), owners)
     return passes.model_copy(update={"layers": [
         layer.model_copy(update={"forward_time_s": float(f), "backward_time_s": float(b)})
         for layer, f, b in zip(passes.layers, *times, strict=True)]})
+
+
+def slowest_iterations(ranks: list[tuple[Any, Any]]) -> tuple[Any, Any]:
+    """Per iteration, the slowest rank's rows: ``ranks`` holds each rank's (forward, ready)
+    arrays (one row per iteration: owners' forward seconds; layers' ready seconds after
+    backward starts); slowest = largest forward sum + latest ready time."""
+    import numpy as np
+
+    rows = [max(((forward[i], ready[i]) for forward, ready in ranks),
+                key=lambda row: float(row[0].sum() + row[1].max()))
+            for i in range(len(ranks[0][0]))]
+    return np.array([f for f, _ in rows]), np.array([r for _, r in rows])
 
 
 def agreed_profile(initial: Any, batch: Any, config: TrainConfig, world_size: int) -> Any:
