@@ -138,15 +138,16 @@ def test_dlsched_respects_tight_memory() -> None:
 @settings(max_examples=30, deadline=None)
 @given(small_problems(), st.integers(0, 10**6), st.sampled_from(["gpipe", "1f1b", "list"]))
 def test_no_plan_beats_its_bound(problem: PipelineProblem, seed: int, schedule: str) -> None:
-    """Random partitions and mappings under three schedules never beat plan_bound, and the
-    bound never falls below the instance bound."""
+    """Random partitions and mappings (replicas round-robin or splitting microbatches) under
+    three schedules never beat plan_bound, and the bound never falls below the instance
+    bound."""
     rng = np.random.default_rng(seed)
     n, blocks, m = problem.graph.num_devices, problem.chain.num_blocks, problem.num_microbatches
     p = int(rng.integers(1, min(n, blocks) + 1))
     cuts = [0, *sorted(rng.choice(np.arange(1, blocks), p - 1, replace=False).tolist()), blocks]
     owners = rng.permutation(np.r_[np.arange(p), rng.integers(0, p, n - p)])
-    stages = tuple(Stage(cuts[s], cuts[s + 1], tuple(int(d) for d in np.flatnonzero(owners == s)))
-                   for s in range(p))
+    stages = tuple(Stage(cuts[s], cuts[s + 1], tuple(int(d) for d in np.flatnonzero(owners == s)),
+                         bool(rng.integers(0, 2))) for s in range(p))
     if schedule == "list":
         plan = list_schedule(problem, stages, backward_first_dispatch(p, (m,) * p, False),
                              "x").plan
@@ -182,17 +183,20 @@ def test_gpt3_memory_aware_partition_is_proposed() -> None:
 
 def test_dapple_searches_its_placement_policies() -> None:
     """DAPPLE's scatter-first order takes GPUs round-robin over the servers; its plan is the
-    fastest of its append-first and scatter-first plans and names the placement."""
+    fastest of its append-first and scatter-first plans, each with split or round-robin
+    replicas, and names the placement and the replica mode."""
     problem = MEDIUM
     assert PLACEMENTS["scatter-first"](problem) == [0, 2, 4, 6, 1, 3, 5, 7]
     assert PLACEMENTS["append-first"](problem) == list(range(8))
     plan = get_planner("dapple")(problem)
     assert plan.notes["mapping"] in PLACEMENTS
+    assert plan.notes["replicas"] in ("split", "round-robin")
     chosen = simulate(problem, plan).iteration_s
     for placement in PLACEMENTS:
-        result = _memory_aware(problem, "dapple", lambda sub, costs: best_sync_partitions(
-            sub, costs, keep=1, identical=True)[0], placement)
-        assert chosen <= result.iteration_s * (1 + 1e-9)
+        for split in (True, False):
+            result = _memory_aware(problem, "dapple", lambda sub, costs: best_sync_partitions(
+                sub, costs, keep=1, identical=True)[0], placement, split)
+            assert chosen <= result.iteration_s * (1 + 1e-9)
 
 
 @settings(max_examples=40, deadline=None)
@@ -213,7 +217,8 @@ def test_no_plan_beats_its_bound_shared_gpus(problem: PipelineProblem, seed: int
     p = int(rng.integers(1, blocks + 1))
     cuts = [0, *sorted(rng.choice(np.arange(1, blocks), p - 1, replace=False).tolist()), blocks]
     stages = tuple(Stage(cuts[s], cuts[s + 1], tuple(int(d) for d in rng.choice(
-        n, int(rng.integers(1, n + 1)), replace=False))) for s in range(p))
+        n, int(rng.integers(1, n + 1)), replace=False)), bool(rng.integers(0, 2)))
+        for s in range(p))
     if schedule.startswith("list"):
         rule = backward_first_dispatch(p, (m,) * p, schedule == "list-split")
         plan = list_schedule(problem, stages, rule, "x").plan

@@ -105,6 +105,60 @@ def test_replicated_stage_all_reduce() -> None:
     assert result.iteration_s == pytest.approx(10.0)
 
 
+@pytest.mark.parametrize(("split", "network", "expected"),
+                         [(True, "ps", 7.0), (True, "fifo", 7.5), (False, "fifo", 11.0)])
+def test_split_stage_by_hand(split: bool, network: str, expected: float) -> None:
+    """Stage 0 (F = 2 s, B = 4 s) on GPUs 0 and 1, stage 1 (F = 1 s, B = 2 s) on GPU 2,
+    1 GB activations over 1 GB/s links, one microbatch. Split (DAPPLE): each replica runs half
+    of it (F 1 s), sends half the bytes on its own link (0.5 s), stage 1 runs 1.5..4.5 s, the
+    two halves of the gradient return in 0.5 s at once (ps) or one after the other from GPU
+    2's one send stream (fifo: 1 s), the halves of B take 2 s: 7 s (ps), 7.5 s (fifo).
+    Round-robin: GPU 0 runs it all: 2 + 1 + 1 + 2 + 1 + 4 = 11 s. Every byte crosses once
+    either way, and a split replica stashes half the activations."""
+    chain = synthetic_chain([2.0, 1.0], [4.0, 2.0], [1e9, 1e9], stash_bytes=[8.0, 8.0])
+    graph = server_graph("g", [(3, 1e12, 2**40, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 1, network=network)
+    stages = (Stage(0, 1, (0, 1), split), Stage(1, 2, (2,)))
+    plan = PipelinePlan("test", stages, gpipe_orders(stages, 3, 1), 1)
+    result = simulate(problem, plan)
+    assert result.iteration_s == pytest.approx(expected)
+    moved = sum(span.num_bytes for span in result.timeline.spans if span.group == "network")
+    assert moved == pytest.approx(2e9)
+    assert result.peak_memory[0] == pytest.approx(4.0 if split else 8.0)
+
+
+def test_split_stages_exchange_overlapping_parts() -> None:
+    """Two split stages of 2 and 3 replicas: replica k' of the second gets the overlap of its
+    third of each microbatch with each half of the first (1/3, 1/6 + 1/6, 1/3 of the bytes);
+    all bytes arrive exactly once and the plan validates with every replica running every
+    microbatch."""
+    chain = synthetic_chain([1.0, 1.0], [2.0, 2.0], [6e8, 6e8])
+    graph = server_graph("g", [(5, 1e12, 2**40, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 2)
+    stages = (Stage(0, 1, (0, 1), True), Stage(1, 2, (2, 3, 4), True))
+    plan = PipelinePlan("test", stages, one_f_one_b_orders(stages, 5, 2), 2)
+    result = simulate(problem, plan)
+    received: dict[str, float] = {}
+    for span in result.timeline.spans:
+        if span.kind == "activation":
+            received[span.resource] = received.get(span.resource, 0.0) + span.num_bytes
+    assert received == pytest.approx({"link 0->2": 4e8, "link 0->3": 2e8, "link 1->3": 2e8,
+                                      "link 1->4": 4e8})
+    assert all(len(order) == 4 for order in plan.orders)
+
+
+def test_split_stage_plan_missing_a_replica_action_is_refused() -> None:
+    """Every replica of a split stage must run every microbatch's part."""
+    chain = synthetic_chain([1.0], [2.0], [0.0])
+    graph = server_graph("g", [(2, 1e12, 2**40, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 2)
+    stages = (Stage(0, 1, (0, 1), True),)
+    orders = gpipe_orders(stages, 2, 2)
+    plan = PipelinePlan("test", stages, (orders[0], orders[1][:-1]), 2)
+    with pytest.raises(PlanError, match="missing actions: 0B1"):
+        simulate(problem, plan)
+
+
 def test_over_memory_plan_is_refused() -> None:
     """GPipe's 4 stashed microbatches do not fit: the error names the GPU and shortfall."""
     chain = synthetic_chain([1.0] * 2, [2.0] * 2, [0.0] * 2, stash_bytes=[1e9] * 2)

@@ -17,8 +17,9 @@ space; the chosen configuration is in ``plan.notes`` (schedule, pp, dp, tp, reco
   order (identical GPUs assumed) choosing stages and replication for the synchronous latency
   model, enumerating the bottleneck stage time; early-backward (1F1B) schedule; memory-aware
   like PipeDream's; searched under DAPPLE's append-first and scatter-first placement policies
-  (GPU orders; fresh-first is not modelled). Replicas take whole microbatches round-robin
-  (DAPPLE splits each microbatch across them: not modelled, see docs/pipeline.md).
+  (GPU orders; fresh-first is not modelled). As in DAPPLE, a replicated stage splits every
+  microbatch across its replicas (``Stage.split``), in the DP's costs and in the plan; the
+  round-robin alternative is searched too and the faster kept (``replicas`` note).
 * ``interleaved`` — interleaved 1F1B (Narayanan et al., SC 2021): 2 or 4 chunks per GPU on
   the PP x DP grid (every GPU used; microbatches need not be a multiple of PP).
 * ``zb-h1`` — ZB-H1 (Qi et al., ICLR 2024): split backward, W's deferred by the stage index
@@ -126,14 +127,16 @@ def plan_interleaved(problem: PipelineProblem) -> PipelinePlan:
 
 def _memory_aware(problem: PipelineProblem, name: str,
                   partition: Callable[[PipelineProblem, RangeCosts], tuple[Stage, ...] | None],
-                  placement: str = "append-first") -> SimResult:
+                  placement: str = "append-first", split: bool = False) -> SimResult:
     """Partition assuming 1, 2, 4, ... microbatches in flight per stage until the 1F1B plan
     fits every GPU; without recomputation first, then selective, then full: the first mode
     that fits. Only when none does, the same again with 1F1B's warm-up lowered to what
-    memory holds. GPUs in the order of ``placement`` (``PLACEMENTS``)."""
+    memory holds. GPUs in the order of ``placement`` (``PLACEMENTS``); with ``split``
+    replicated stages split every microbatch across their replicas."""
     for capped in (False, True):
         for mode in problem.recompute_modes:
-            result = _memory_aware_mode(problem.under(mode), name, partition, capped, placement)
+            result = _memory_aware_mode(problem.under(mode), name, partition, capped, placement,
+                                        split)
             if result is not None:
                 return result
     raise ConfigError(f"{name}: no partition fits the GPUs' memory")
@@ -142,16 +145,17 @@ def _memory_aware(problem: PipelineProblem, name: str,
 def _memory_aware_mode(problem: PipelineProblem, name: str,
                        partition: Callable[[PipelineProblem, RangeCosts],
                                            tuple[Stage, ...] | None],
-                       capped: bool, placement: str) -> SimResult | None:
+                       capped: bool, placement: str, split: bool) -> SimResult | None:
     graph, m, in_flight = problem.graph, problem.num_microbatches, 1
     order = PLACEMENTS[placement](problem)
     while True:
-        costs = range_costs(problem, order, identical=True, in_flight=in_flight)
+        costs = range_costs(problem, order, identical=True, in_flight=in_flight, split=split)
         stages = partition(problem, costs)
         if stages is None:
             return None
         notes = {"schedule": "1f1b", "pp": len(stages), "dp": "per stage", "tp": 1,
-                 "recompute": problem.chain.recompute, "mapping": placement}
+                 "recompute": problem.chain.recompute, "mapping": placement,
+                 "replicas": "split" if split else "round-robin"}
         warm_ups = [(in_flight_caps(problem, stages), "memory-capped")] if capped else \
             [(None, "full")]
         for caps, kind in warm_ups:
@@ -175,17 +179,21 @@ def plan_pipedream(problem: PipelineProblem) -> PipelinePlan:
 
 def plan_dapple(problem: PipelineProblem) -> PipelinePlan:
     """DAPPLE: synchronous-latency DP (identical GPUs) with early backward, under each of its
-    placement policies (append-first, scatter-first); the fastest simulated plan."""
+    placement policies (append-first, scatter-first), with microbatches split across a
+    stage's replicas (DAPPLE's runtime) and, at full strength, also taken round-robin; the
+    fastest simulated plan (its ``replicas`` note says which)."""
     def best(sub: PipelineProblem, costs: RangeCosts) -> tuple[Stage, ...] | None:
         ranked = best_sync_partitions(sub, costs, keep=1, identical=True)
         return ranked[0] if ranked else None
     results = []
-    for placement in PLACEMENTS if len({d.server for d in problem.graph.devices}) > 1 else \
-            ("append-first",):
-        try:
-            results.append(_memory_aware(problem, "dapple", best, placement))
-        except ConfigError:
-            continue
+    placements = PLACEMENTS if len({d.server for d in problem.graph.devices}) > 1 else \
+        ("append-first",)
+    for placement in placements:
+        for split in (True, False):
+            try:
+                results.append(_memory_aware(problem, "dapple", best, placement, split))
+            except ConfigError:
+                continue
     if not results:
         raise ConfigError("dapple: no partition fits the GPUs' memory")
     return min(results, key=lambda result: result.iteration_s).plan

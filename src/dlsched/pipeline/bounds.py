@@ -35,16 +35,18 @@ from __future__ import annotations
 import math
 
 from dlsched.pipeline.memory import static_memory
-from dlsched.pipeline.plan import PipelinePlan
+from dlsched.pipeline.plan import PipelinePlan, overlap
 from dlsched.pipeline.problem import PipelineProblem
 
 
 def _hop(problem: PipelineProblem, plan: PipelinePlan, s: int) -> float:
-    """Smallest uncontended transfer between stage ``s`` and ``s + 1`` (seconds)."""
+    """Smallest uncontended transfer between stage ``s`` and ``s + 1`` (seconds): between
+    split stages each pair of replicas moves only the overlap of their parts."""
     size = float(problem.chain.activation_bytes[plan.stages[s].last - 1])
-    graph = problem.graph
-    return min(graph.transfer_time(a, b, size) for a in plan.stages[s].devices
-               for b in plan.stages[s + 1].devices)
+    graph, sender, receiver = problem.graph, plan.stages[s], plan.stages[s + 1]
+    return min(graph.transfer_time(a, b, size * overlap(sender.part(a), receiver.part(b)))
+               for a in sender.devices for b in receiver.devices
+               if overlap(sender.part(a), receiver.part(b)) > 0)
 
 
 def _fastest(problem: PipelineProblem, plan: PipelinePlan) -> list[tuple[float, float]]:
@@ -90,7 +92,7 @@ def _heads_and_tails(problem: PipelineProblem, plan: PipelinePlan, device: int,
     jobs: dict[tuple[float, float], float] = {}
     for action in plan.orders[device]:
         s = action.stage
-        forward, backward = problem.stage_flops(plan.stages[s])
+        forward, backward = problem.action_flops(plan.stages[s])
         down = sum(f + b * inputs for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
         back = fastest[s][1] * inputs
         own_w = fastest[s][1] * weights
@@ -123,12 +125,12 @@ def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, fastest: list[tu
     static = static_memory(chain, plan.stages, graph.num_devices)
     best = 0.0
     for s, stage in enumerate(plan.stages):
-        stash = float(chain.stash_bytes[stage.first:stage.last].sum())
+        stash = float(chain.stash_bytes[stage.first:stage.last].sum()) * stage.share
         down = sum(f + b * inputs for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
-        forward, backward = problem.stage_flops(stage)
-        for replica, device in enumerate(stage.devices):
+        forward, backward = problem.action_flops(stage)
+        for device in stage.devices:
             hosted = {a.stage for a in plan.orders[device]}
-            own = len(range(replica, m, len(stage.devices)))
+            own = len(stage.microbatches_of(device, m))
             if stash <= 0 or hosted != {s}:
                 continue
             slots = int((graph.devices[device].memory - static[device]) / stash * (1 + 1e-12))
@@ -148,7 +150,7 @@ def _device_bound(problem: PipelineProblem, plan: PipelinePlan, device: int,
     flops, overhead = problem.graph.devices[device].flops, problem.graph.devices[device].overhead
     inputs, weights = problem.chain.grad_shares
     hosted = sorted({a.stage for a in plan.orders[device]})
-    times = {s: problem.stage_flops(plan.stages[s]) for s in hosted}
+    times = {s: problem.action_flops(plan.stages[s]) for s in hosted}
     work = {"F": lambda s: times[s][0], "B": lambda s: times[s][1],
             "I": lambda s: times[s][1] * inputs, "W": lambda s: times[s][1] * weights}
     order = plan.orders[device]

@@ -30,7 +30,7 @@ def estimate(problem: PipelineProblem, stages: tuple[Stage, ...],
     for s, stage in enumerate(stages):
         forward, backward, busy = times[s]
         round_trip = sum(f + b for f, b, _ in times[s:]) + 2 * sum(hops[s:])
-        slots = memory_slots(problem, stage) * len(stage.devices)
+        slots = memory_slots(problem, stage) * stage.lanes
         paced = max(busy, math.ceil(m / slots) * round_trip) if slots else math.inf
         best = max(best, head + paced + max(tail, problem.allreduce_time(stage)))
         if s + 1 < len(stages):
@@ -47,8 +47,9 @@ def _stage_times(problem: PipelineProblem, stages: tuple[Stage, ...],
         speeds = graph.flops[list(stage.devices)]
         if identical:
             speeds = np.full(len(speeds), graph.flops.mean())
-        forward, backward = problem.stage_flops(stage)
-        busy = (forward + backward) * replica_load(speeds, m) * m
+        forward, backward = problem.action_flops(stage)
+        load = m / speeds.min() if stage.split else replica_load(speeds, m) * m
+        busy = (forward + backward) * load
         result.append((forward / speeds.min(), backward / speeds.min(), busy))
     return result
 
@@ -63,11 +64,12 @@ def _hop_times(problem: PipelineProblem, stages: tuple[Stage, ...]) -> list[floa
 
 
 def memory_slots(problem: PipelineProblem, stage: Stage) -> int:
-    """Microbatches one replica can hold in flight within its memory."""
+    """Microbatches one replica can hold in flight within its memory (its parts of them on a
+    split stage)."""
     chain = problem.chain
     free = min(problem.graph.devices[d].memory for d in stage.devices) - chain.static_bytes(
         stage.first, stage.last)
-    stash = float(chain.stash_bytes[stage.first:stage.last].sum())
+    stash = float(chain.stash_bytes[stage.first:stage.last].sum()) * stage.share
     if free < stash:
         return 0
     return problem.num_microbatches if stash <= 0 else int(min(free // stash,

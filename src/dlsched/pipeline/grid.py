@@ -76,7 +76,7 @@ def point_stages(problem: PipelineProblem, point: GridPoint) -> tuple[Stage, ...
 
 def in_flight_caps(problem: PipelineProblem, stages: tuple[Stage, ...]) -> tuple[int, ...]:
     """Per stage, the microbatches its replicas can hold together within their memory."""
-    return tuple(memory_slots(problem, stage) * len(stage.devices) for stage in stages)
+    return tuple(memory_slots(problem, stage) * stage.lanes for stage in stages)
 
 
 Variants = Callable[[PipelineProblem, GridPoint, tuple[Stage, ...]], list[PipelinePlan]]

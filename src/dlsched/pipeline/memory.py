@@ -20,9 +20,10 @@ def static_memory(chain: Chain, stages: tuple[Stage, ...], num_devices: int) -> 
 
 
 def peak_memory(chain: Chain, plan: PipelinePlan, num_devices: int) -> list[float]:
-    """Peak bytes per GPU when it runs its order: static + max stashed activations."""
+    """Peak bytes per GPU when it runs its order: static + max stashed activations (a split
+    stage's replica stashes its part of each microbatch)."""
     static = static_memory(chain, plan.stages, num_devices)
-    stash = [float(chain.stash_bytes[st.first:st.last].sum()) for st in plan.stages]
+    stash = [float(chain.stash_bytes[st.first:st.last].sum()) * st.share for st in plan.stages]
     peaks = []
     for device, order in enumerate(plan.orders):
         current = peak = static[device]

@@ -30,12 +30,14 @@ MAX_UNITS = 64
 
 @dataclass(frozen=True, eq=False)
 class RangeCosts:
-    """Precomputed per-run cost matrices (index ``[i0, i1]``: blocks ``i0..i1-1``)."""
+    """Precomputed per-run cost matrices (index ``[i0, i1]``: blocks ``i0..i1-1``);
+    ``split``: replicated stages split every microbatch across their replicas."""
 
     order: tuple[int, ...]
     speeds: tuple[float, ...]
     unit: int
     runs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    split: bool = False
 
     @property
     def num_units(self) -> int:
@@ -60,10 +62,12 @@ def run_lengths(num_units: int) -> list[int]:
 
 
 def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
-                in_flight: int = 1) -> RangeCosts:
+                in_flight: int = 1, split: bool = False) -> RangeCosts:
     """Cost matrices (latency, period, all-reduce, transfers) for every run of the units;
-    a stage must fit its static memory plus ``in_flight`` microbatches' activations. Without
-    replication (``PipelineProblem.replicate`` False) a unit is one GPU and a run one unit."""
+    a stage must fit its static memory plus ``in_flight`` microbatches' activations. With
+    ``split`` the replicas of a run split every microbatch (DAPPLE): a microbatch's latency
+    and each replica's stash are 1/r of a whole one's. Without replication
+    (``PipelineProblem.replicate`` False) a unit is one GPU and a run one unit."""
     g = unit_size(len(order)) if problem.replicate else 1
     units = len(order) // g
     order = tuple(order[: units * g])
@@ -73,7 +77,8 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
     stash = np.concatenate([[0.0], np.cumsum(chain.stash_bytes)])
     span = work[None, :] - work[:, None]
     param_span = params[None, :] - params[:, None]
-    memory_need = param_span * chain.state_factor + in_flight * (stash[None, :] - stash[:, None])
+    static_need = param_span * chain.state_factor
+    stash_span = in_flight * (stash[None, :] - stash[:, None])
     valid = np.triu(np.ones_like(span, dtype=bool), 1)
     runs = {}
     for u0 in range(units):
@@ -83,13 +88,16 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
             devices = list(order[u0 * g:(u0 + z) * g])
             speeds = np.full(len(devices), graph.flops.mean()) if identical else \
                 graph.flops[devices]
-            latency = np.where(valid, span / speeds.min(), np.inf)
-            period = np.where(valid, span * replica_load(speeds, m), np.inf)
+            share = 1.0 / len(devices) if split else 1.0
+            latency = np.where(valid, span * share / speeds.min(), np.inf)
+            period = np.where(valid, span * (share / speeds.min() if split else
+                                             replica_load(speeds, m)), np.inf)
             sync = _ring(problem, devices, param_span)
-            fits = memory_need <= min(graph.devices[d].memory for d in devices)
+            fits = static_need + stash_span * share <= min(graph.devices[d].memory
+                                                             for d in devices)
             latency = np.where(fits, latency, np.inf)
             runs[(u0, z)] = (latency, period, sync, _hops(problem, order, g, u0 + z, span))
-    return RangeCosts(order, tuple(graph.flops.tolist()), g, runs)
+    return RangeCosts(order, tuple(graph.flops.tolist()), g, runs, split)
 
 
 def replica_load(speeds: np.ndarray, num_microbatches: int) -> float:
@@ -186,7 +194,8 @@ def _backtrack(costs: RangeCosts, parent: np.ndarray, u: int, i: int) -> tuple[S
     while i > 0:
         z, start = parent[u, i]
         devices = sorted(costs.order[(u - z) * g:u * g], key=lambda d: -costs.speeds[d])
-        stages.append(Stage(int(start), int(i), tuple(devices)))
+        stages.append(Stage(int(start), int(i), tuple(devices),
+                            costs.split and len(devices) > 1))
         u, i = u - z, int(start)
     return tuple(reversed(stages))
 

@@ -1,7 +1,11 @@
 """Pipeline plans: stages (layer ranges and their GPUs) plus per-GPU action orders.
 
-A stage on ``r`` GPUs replicates its layers data-parallel; microbatch ``j`` runs on
-``devices[j % r]``. One GPU may host several stages (interleaved schedules). ``validate_plan``
+A stage on ``r`` GPUs replicates its layers data-parallel: microbatch ``j`` runs on
+``devices[j % r]`` (round-robin), or, for a ``split`` stage (DAPPLE), every microbatch is
+split into ``r`` equal parts and replica ``k`` runs part ``k`` of every microbatch (samples
+``k/r .. (k+1)/r``): its actions are 1/r of the stage's work and stash, and its activations go
+to the replicas of the next stage whose parts overlap. One GPU may host several stages
+(interleaved schedules). ``validate_plan``
 is the one checker every planner's output goes through; its error prints the whole grid with the
 failing action marked.
 """
@@ -20,15 +24,49 @@ class PlanError(ConfigError):
 
 @dataclass(frozen=True)
 class Stage:
-    """Blocks ``first..last-1`` run on ``devices`` (several = data-parallel replicas)."""
+    """Blocks ``first..last-1`` run on ``devices`` (several = data-parallel replicas, taking
+    microbatches round-robin, or each a part of every microbatch when ``split``)."""
 
     first: int
     last: int
     devices: tuple[int, ...]
+    split: bool = False
 
     def device_for(self, microbatch: int) -> int:
-        """The replica that runs ``microbatch``."""
+        """The replica that runs ``microbatch`` (round-robin; the first replica of a split
+        stage)."""
         return self.devices[microbatch % len(self.devices)]
+
+    def devices_for(self, microbatch: int) -> tuple[int, ...]:
+        """The replicas that run (a part of) ``microbatch``."""
+        return self.devices if self.split else (self.device_for(microbatch),)
+
+    def microbatches_of(self, device: int, num_microbatches: int) -> list[int]:
+        """The microbatches (their parts, on a split stage) replica ``device`` runs."""
+        return [j for j in range(num_microbatches) if device in self.devices_for(j)]
+
+    @property
+    def share(self) -> float:
+        """The part of a microbatch one action of this stage processes (1/r when split)."""
+        return 1.0 / len(self.devices) if self.split else 1.0
+
+    @property
+    def lanes(self) -> int:
+        """Microbatches the stage works on side by side: 1 when split, else its replicas."""
+        return 1 if self.split else len(self.devices)
+
+    def part(self, device: int) -> tuple[float, float]:
+        """The samples (as fractions of a microbatch) ``device`` handles: (0, 1) unless
+        split."""
+        if not self.split:
+            return 0.0, 1.0
+        k, r = self.devices.index(device), len(self.devices)
+        return k / r, (k + 1) / r
+
+
+def overlap(sender: tuple[float, float], receiver: tuple[float, float]) -> float:
+    """Fraction of a microbatch two parts have in common."""
+    return max(0.0, min(sender[1], receiver[1]) - max(sender[0], receiver[0]))
 
 
 @dataclass(frozen=True)
@@ -58,9 +96,10 @@ class PipelinePlan:
         return format_orders(self.orders)
 
     def stages_text(self) -> str:
-        """One line per stage: blocks and GPUs."""
+        """One line per stage: blocks and GPUs (``split`` when replicas split microbatches)."""
         return "\n".join(f"stage {s}: blocks {st.first}..{st.last - 1} on GPUs "
-                         f"{','.join(map(str, st.devices))}" for s, st in enumerate(self.stages))
+                         f"{','.join(map(str, st.devices))}{' split' if st.split else ''}"
+                         for s, st in enumerate(self.stages))
 
 
 def grid(orders: tuple[tuple[Action, ...], ...], mark: tuple[int, int] | None = None) -> str:
@@ -93,35 +132,37 @@ def _check_stages(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None
         raise _fail(plan, f"{len(plan.orders)} GPU orders for {num_devices} GPUs")
 
 
-def _required(plan: PipelinePlan, split: bool) -> dict[Action, int]:
+def _required(plan: PipelinePlan, split: bool) -> dict[Action, tuple[int, ...]]:
     kinds = ("F", "I", "W") if split else ("F", "B")
-    return {Action(s, kind, j): stage.device_for(j)
+    return {Action(s, kind, j): stage.devices_for(j)
             for s, stage in enumerate(plan.stages)
             for j in range(plan.num_microbatches) for kind in kinds}
 
 
 def validate_plan(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None:
     """Check a plan: stages cover the chain; each GPU runs exactly the actions of the
-    microbatches it owns, each once; F before B/I and I before W on every GPU."""
+    microbatches it owns (its part of every microbatch on a split stage), each once; F before
+    B/I and I before W on every GPU."""
     if plan.num_microbatches < 1:
         raise PlanError(f"num_microbatches: {plan.num_microbatches} must be >= 1")
     _check_stages(plan, num_blocks, num_devices)
     split = plan.split_backward
     required = _required(plan, split)
-    seen: set[Action] = set()
+    seen: set[tuple[Action, int]] = set()
     for k, order in enumerate(plan.orders):
         for i, action in enumerate(order):
-            owner = required.get(action)
-            if owner != k or action in seen:
-                why = ("appears twice" if action in seen else "is not this GPU's work"
-                       if owner is not None else "is not part of this plan (stage, kind or "
+            owners = required.get(action, ())
+            if k not in owners or (action, k) in seen:
+                why = ("appears twice" if (action, k) in seen else "is not this GPU's work"
+                       if owners else "is not part of this plan (stage, kind or "
                        "microbatch out of range, or B mixed with I/W)")
                 raise _fail(plan, f"gpu{k} action {action} {why}", (k, i))
             needs = _predecessor(action)
-            if needs is not None and needs not in seen:
+            if needs is not None and (needs, k) not in seen:
                 raise _fail(plan, f"gpu{k} runs {action} before {needs}", (k, i))
-            seen.add(action)
-    missing = sorted(set(required) - seen)
+            seen.add((action, k))
+    missing = sorted(a for a, owners in required.items()
+                     if any((a, k) not in seen for k in owners))
     if missing:
         raise _fail(plan, "missing actions: " + " ".join(map(str, missing[:12])))
 

@@ -29,12 +29,14 @@ FORMAT = "dlsched-pipeline-plan"
 
 
 class StageSpec(BaseModel):
-    """Blocks ``first..last-1`` on GPUs ``devices`` (indices into ``device_names``)."""
+    """Blocks ``first..last-1`` on GPUs ``devices`` (indices into ``device_names``);
+    ``split``: the replicas split every microbatch instead of taking turns."""
 
     model_config = ConfigDict(extra="forbid")
     first: int = Field(ge=0)
     last: int = Field(ge=1)
     devices: list[int] = Field(min_length=1)
+    split: bool = False
 
 
 class BlockSpec(BaseModel):
@@ -113,7 +115,7 @@ def plan_document(saved: SavedPlan) -> dict:
         num_microbatches=plan.num_microbatches,
         blocks=[BlockSpec(name=n, activation_bytes=a, param_bytes=p) for n, a, p in
                 zip(saved.block_names, saved.activation_bytes, saved.param_bytes, strict=True)],
-        stages=[StageSpec(first=s.first, last=s.last, devices=list(s.devices))
+        stages=[StageSpec(first=s.first, last=s.last, devices=list(s.devices), split=s.split)
                 for s in plan.stages],
         orders=[" ".join(map(str, order)) for order in plan.orders],
         recompute=plan.recompute,
@@ -134,7 +136,8 @@ def saved_from_document(document: PlanFile) -> SavedPlan:
     """The SavedPlan of a validated document (the plan is checked with ``validate_plan``)."""
     orders = tuple(parse_orders(f"gpu: {line}")[0] for line in document.orders)
     plan = PipelinePlan(document.planner,
-                        tuple(Stage(s.first, s.last, tuple(s.devices)) for s in document.stages),
+                        tuple(Stage(s.first, s.last, tuple(s.devices), s.split)
+                              for s in document.stages),
                         orders, document.num_microbatches, recompute=document.recompute)
     validate_plan(plan, len(document.blocks), len(document.device_names))
     blocks = document.blocks

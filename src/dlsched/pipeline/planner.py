@@ -237,8 +237,8 @@ def plan_dlsched(problem: PipelineProblem,
 
 def _memory_bound(problem: PipelineProblem, stages: tuple[Stage, ...]) -> bool:
     """True when some stage cannot hold the microbatches a 1F1B warm-up puts in flight."""
-    return any(memory_slots(problem, stage) * len(stage.devices)
-               < min(problem.num_microbatches, sum(len(st.devices) for st in stages[s:]))
+    return any(memory_slots(problem, stage) * stage.lanes
+               < min(problem.num_microbatches, sum(st.lanes for st in stages[s:]))
                for s, stage in enumerate(stages))
 
 

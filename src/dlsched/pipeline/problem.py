@@ -71,8 +71,14 @@ class PipelineProblem:
                    for i in range(r))
         return 2 * (r - 1) * step
 
-    def stage_times(self, stage: Stage) -> np.ndarray:
-        """Seconds of (forward, backward) of one microbatch on each replica: shape (r, 2)."""
+    def action_flops(self, stage: Stage) -> tuple[float, float]:
+        """(forward, backward) FLOP of one action of a stage: a microbatch, or a replica's
+        part of it on a split stage."""
         forward, backward = self.stage_flops(stage)
+        return forward * stage.share, backward * stage.share
+
+    def stage_times(self, stage: Stage) -> np.ndarray:
+        """Seconds of (forward, backward) of one action on each replica: shape (r, 2)."""
+        forward, backward = self.action_flops(stage)
         flops = self.graph.flops[list(stage.devices)]
         return np.stack([forward / flops, backward / flops], axis=1)

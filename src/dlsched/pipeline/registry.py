@@ -86,15 +86,18 @@ class PipelineResult:
 
 def configuration(plan: PipelinePlan) -> dict:
     """The configuration a plan runs: schedule, pipeline degree (stages per replica
-    pipeline), data-parallel degree (replicas per stage; a list when they differ), tensor
-    parallelism (always 1) and recomputation."""
+    pipeline), data-parallel degree (replicas per stage; a list when they differ or when
+    some stage splits its microbatches across its replicas, marked ``s``: ``4s/2s/1``),
+    tensor parallelism (always 1) and recomputation."""
     notes = plan.notes
     replicas = sorted({len(stage.devices) for stage in plan.stages})
     chunks = int(notes.get("chunks", 1))
+    split = any(stage.split for stage in plan.stages)
     return {"schedule": notes.get("schedule", plan.planner),
             "pp": plan.num_stages // chunks, "chunks": chunks,
-            "dp": replicas[0] if len(replicas) == 1 else
-            "/".join(str(len(stage.devices)) for stage in plan.stages),
+            "dp": replicas[0] if len(replicas) == 1 and not split else
+            "/".join(f"{len(stage.devices)}{'s' if stage.split else ''}"
+                     for stage in plan.stages),
             "tp": 1, "recompute": plan.recompute,
             "warm_up": notes.get("warm-up", ""), "mapping": notes.get("mapping", "")}
 

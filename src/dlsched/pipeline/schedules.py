@@ -2,7 +2,8 @@
 
 Fixed generators (GPipe, 1F1B / PipeDream-Flush, interleaved 1F1B) write the orders directly;
 list-scheduling rules (``Dispatch``) let the simulator build the order: ZB-H1 and the planner's
-own rules. All stages' replicas follow their stage's order on their own microbatches.
+own rules. All stages' replicas follow their stage's order on their own microbatches (every
+microbatch, for their part of it, on a split stage).
 """
 
 from __future__ import annotations
@@ -14,28 +15,24 @@ from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.simulate import Dispatch
 
 
-def _local(stage: Stage, replica: int, num_microbatches: int) -> list[int]:
-    r = len(stage.devices)
-    return [j for j in range(num_microbatches) if j % r == replica]
-
-
 def _assemble(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
               order_of: Callable[[int, list[int]], list[Action]]) -> tuple[tuple[Action, ...], ...]:
     orders: list[list[Action]] = [[] for _ in range(num_devices)]
     for s, stage in enumerate(stages):
-        for replica, device in enumerate(stage.devices):
-            orders[device].extend(order_of(s, _local(stage, replica, num_microbatches)))
+        for device in stage.devices:
+            orders[device].extend(order_of(s, stage.microbatches_of(device, num_microbatches)))
     return tuple(tuple(order) for order in orders)
 
 
 def _warmup(stages: tuple[Stage, ...], s: int, num_microbatches: int,
             caps: tuple[int, ...] | None, doubled: bool = False) -> int:
-    """1F1B warm-up forwards of stage ``s``: the GPUs ``g`` from ``s`` to the end, or
+    """1F1B warm-up forwards of stage ``s``: the lanes ``g`` from ``s`` to the end (GPUs; a
+    split stage's replicas count once, as they work on one microbatch together), or
     ``2g - 1`` (``doubled``, ZB-H2's extra warm-up forwards), at most m. With ``caps``
     (microbatches each stage may hold in flight, from its memory) the warm-up is also at most
     ``caps[t]`` for every stage ``t <= s``, so it never grows along the pipeline (the 1F1B
     deadlock-freedom condition)."""
-    gpus = sum(len(stage.devices) for stage in stages[s:])
+    gpus = sum(stage.lanes for stage in stages[s:])
     natural = min(num_microbatches, 2 * gpus - 1 if doubled else gpus)
     return natural if caps is None else max(1, min(natural, *caps[:s + 1]))
 
@@ -56,7 +53,8 @@ def _distribute(stages: tuple[Stage, ...], sequences: list[list[Action]],
     orders: list[list[Action]] = [[] for _ in range(num_devices)]
     for stage, sequence in zip(stages, sequences, strict=True):
         for action in sequence:
-            orders[stage.device_for(action.microbatch)].append(action)
+            for device in stage.devices_for(action.microbatch):
+                orders[device].append(action)
     return tuple(tuple(order) for order in orders)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.memory import check_memory, peak_memory, static_memory
 from dlsched.pipeline.network import PipelineNetwork
-from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, grid, validate_plan
+from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, grid, overlap, validate_plan
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.sim import Engine, Span, Timeline
 
@@ -86,26 +86,26 @@ class _Run:
         self.backward_done = [0] * len(stages)
         self.network = PipelineNetwork(self.engine, problem.graph, problem.network)
         self.spans: list[Span] = []
-        self.times = [problem.stage_flops(stage) for stage in stages]
-        self.stash = [float(problem.chain.stash_bytes[st.first:st.last].sum()) for st in stages]
+        self.times = [problem.action_flops(stage) for stage in stages]
+        self.stash = [float(problem.chain.stash_bytes[st.first:st.last].sum()) * st.share
+                      for st in stages]
+        self.expected: dict[tuple[Action, int], int] = {}
         self.total = self._total_actions()
 
     def _total_actions(self) -> int:
         per = 3 if self.split else 2
-        return per * len(self.stages) * self.problem.num_microbatches
+        parts = sum(len(st.devices) if st.split else 1 for st in self.stages)
+        return per * parts * self.problem.num_microbatches
 
     def run(self) -> None:
         for j in range(self.problem.num_microbatches):
-            self._make_ready(Action(0, "F", j))
+            for device in self.stages[0].devices_for(j):
+                self._make_ready(Action(0, "F", j), device)
         self.engine.run()
         if sum(len(e) for e in self.executed) != self.total:
             self._deadlock()
 
-    def _device(self, action: Action) -> int:
-        return self.stages[action.stage].device_for(action.microbatch)
-
-    def _make_ready(self, action: Action) -> None:
-        device = self._device(action)
+    def _make_ready(self, action: Action, device: int) -> None:
         self.ready[device].add(action)
         if self.dispatch is not None:
             heapq.heappush(self.heaps[device], (self.dispatch.priority(action), action))
@@ -176,17 +176,18 @@ class _Run:
     def _consequences(self, device: int, action: Action) -> None:
         s, j, last = action.stage, action.microbatch, len(self.stages) - 1
         backward = "I" if self.split else "B"
+        chain = self.problem.chain
         if action.kind == "F":
             if s == last:
-                self._make_ready(Action(s, backward, j))
+                self._make_ready(Action(s, backward, j), device)
             else:
-                self._send(device, Action(s + 1, "F", j), self.problem.chain.activation_bytes[
-                    self.stages[s].last - 1], "activation")
+                self._send(device, Action(s + 1, "F", j),
+                           chain.activation_bytes[self.stages[s].last - 1], "activation")
         if action.kind in ("B", "I") and s > 0:
-            self._send(device, Action(s - 1, backward, j), self.problem.chain.activation_bytes[
-                self.stages[s - 1].last - 1], "gradient")
+            self._send(device, Action(s - 1, backward, j),
+                       chain.activation_bytes[self.stages[s - 1].last - 1], "gradient")
         if action.kind == "I":
-            self._make_ready(Action(s, "W", j))
+            self._make_ready(Action(s, "W", j), device)
         if action.is_backward:
             self.in_flight[(device, s)] -= 1
         if action.frees:
@@ -195,23 +196,45 @@ class _Run:
     def _release(self, device: int, action: Action) -> None:
         self.memory[device] -= self.stash[action.stage]
         self.backward_done[action.stage] += 1
-        if self.backward_done[action.stage] == self.problem.num_microbatches:
+        stage = self.stages[action.stage]
+        if self.backward_done[action.stage] == self.problem.num_microbatches * (
+                len(stage.devices) if stage.split else 1):
             self._sync(action.stage)
 
     def _send(self, src: int, target: Action, num_bytes: float, kind: str) -> None:
-        dst = self._device(target)
-        if src == dst:
-            self._make_ready(target)
-            return
-        start = self.engine.now
+        """``src``'s output for ``target``: to each replica of the target stage whose part of
+        the microbatch overlaps ``src``'s part, that overlap's share of ``num_bytes``; the
+        target is ready on a replica once every overlapping part has arrived."""
+        source = self.stages[target.stage + (1 if kind == "gradient" else -1)]
+        receiving = self.stages[target.stage]
+        mine = source.part(src)
+        for dst in receiving.devices_for(target.microbatch):
+            share = overlap(mine, receiving.part(dst))
+            if share > 0:
+                self._deliver(src, dst, target, num_bytes * share, kind, source)
+
+    def _deliver(self, src: int, dst: int, target: Action, num_bytes: float, kind: str,
+                 source: Stage) -> None:
+        key = (target, dst)
+        if key not in self.expected:
+            theirs = self.stages[target.stage].part(dst)
+            self.expected[key] = sum(1 for d in source.devices_for(target.microbatch)
+                                     if overlap(source.part(d), theirs) > 0)
 
         def arrived() -> None:
-            self.spans.append(Span(f"link {src}->{dst}", start, self.engine.now, kind,
-                                   f"{kind} {target}", int(num_bytes), "network",
-                                   {"stage": target.stage, "microbatch": target.microbatch}))
-            self._make_ready(target)
+            if src != dst:
+                self.spans.append(Span(f"link {src}->{dst}", start, self.engine.now, kind,
+                                       f"{kind} {target}", int(num_bytes), "network",
+                                       {"stage": target.stage, "microbatch": target.microbatch}))
+            self.expected[key] -= 1
+            if self.expected[key] == 0:
+                self._make_ready(target, dst)
 
-        self.network.send(src, dst, num_bytes, ("p2p", src), arrived)
+        start = self.engine.now
+        if src == dst:
+            arrived()
+        else:
+            self.network.send(src, dst, num_bytes, ("p2p", src), arrived)
 
     def _sync(self, s: int) -> None:
         stage = self.stages[s]
