@@ -22,7 +22,7 @@ from dlsched.pipeline import (
     synthetic_chain,
 )
 from dlsched.pipeline.plan_file import load_plan, save_plan, saved_from_result
-from dlsched.pipeline.schedules import backward_first_dispatch
+from dlsched.pipeline.schedules import backward_first_dispatch, one_f_one_b_orders
 from dlsched.pipeline.simulate import list_schedule
 from dlsched.pipeline.torch_export import read_torch_export, to_plan, to_torch, write_torch_export
 from dlsched.runtime.pipeline_replay import retimed_chain
@@ -94,12 +94,18 @@ def test_tampered_table_is_refused(tmp_path: Path) -> None:
         read_torch_export(tmp_path / "t.csv")
 
 
-def test_plan_file_round_trip(tmp_path: Path) -> None:
-    """save_plan then load_plan gives the same plan, blocks and prediction."""
-    result = run_planner(uniform_problem(3, 4, act=1e6), "1f1b")
+@pytest.mark.parametrize("split", [False, True])
+def test_plan_file_round_trip(tmp_path: Path, split: bool) -> None:
+    """save_plan then load_plan gives the same plan, blocks and prediction, including
+    replicated stages that split their microbatches."""
+    problem = uniform_problem(3, 4, act=1e6)
+    stages = (Stage(0, 2, (0, 1), split), Stage(2, 3, (2,)))
+    plan = PipelinePlan("x", stages, one_f_one_b_orders(stages, 3, 4), 4)
+    result = run_planner(problem, "x", lambda _: plan)
     saved = saved_from_result(result, 2)
     save_plan(saved, tmp_path / "plan.json")
     assert load_plan(tmp_path / "plan.json") == saved
+    assert load_plan(tmp_path / "plan.json").plan.stages[0].split is split
 
 
 def test_plan_file_with_bad_order_names_the_field(tmp_path: Path) -> None:
