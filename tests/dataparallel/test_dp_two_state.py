@@ -179,16 +179,22 @@ def test_two_state_file_on_the_cli(run_cli, tmp_path):
     assert all(two >= one for two, one in zip(*times, strict=True))
 
 
+def _two_layers_one_message_each(comm: TwoState) -> tuple[DPProblem, DPPlan, object]:
+    """Two layers (forward 1 ms, backward 2 ms, 1000 bytes each), one message per layer in
+    backward order, run under ``comm``."""
+    problem = DPProblem((1 * MS, 1 * MS), (2 * MS, 2 * MS), (1000, 1000), comm)
+    plan = DPPlan(tuple(Message((whole_layer(problem, layer),), problem.ready[layer])
+                        for layer in (1, 0)), False, "by-hand")
+    return problem, plan, contended_run(problem, plan, comm)
+
+
 def test_message_in_flight_slows_the_backward_by_hand():
     """Compute runs 2x slower while a message is in flight (messages not slowed): layer 1's
     backward 0..2 ms; m0 (layer 1, 4 ms) from 2 ms; layer 0's 2 ms of backward beside it take
     4 ms (2..6); m1 (layer 0), planned at 4 ms of backward work, launches at its actual end,
     6 ms, and runs 6..10 ms while the forward waits; forward 10..11 and 11..12 ms."""
-    comm = TwoState(IDLE, IDLE, compute=((1.0, 2.0),))
-    problem = DPProblem((1 * MS, 1 * MS), (2 * MS, 2 * MS), (1000, 1000), comm)
-    plan = DPPlan(tuple(Message((whole_layer(problem, layer),), problem.ready[layer])
-                        for layer in (1, 0)), False, "by-hand")
-    run = contended_run(problem, plan, comm)
+    problem, plan, run = _two_layers_one_message_each(TwoState(IDLE, IDLE,
+                                                               compute=((1.0, 2.0),)))
     assert run.ready == pytest.approx((6 * MS, 2 * MS))
     assert run.starts == pytest.approx((2 * MS, 6 * MS))
     assert run.ends == pytest.approx((6 * MS, 10 * MS))
@@ -203,11 +209,7 @@ def test_both_slowdowns_by_hand():
     does 4 of its 8 loaded ms by 6 ms while layer 0's backward (2 ms of work) takes 4 ms;
     idle, its other half takes 2 ms: ends at 8 ms. m1 launches at 6 ms (backward's actual
     end), starts at 8 ms, runs idle to 12 ms; forward 12..13 and 13..14 ms."""
-    comm = TwoState(IDLE, LOADED, compute=((1.0, 2.0),))
-    problem = DPProblem((1 * MS, 1 * MS), (2 * MS, 2 * MS), (1000, 1000), comm)
-    plan = DPPlan(tuple(Message((whole_layer(problem, layer),), problem.ready[layer])
-                        for layer in (1, 0)), False, "by-hand")
-    run = contended_run(problem, plan, comm)
+    _, _, run = _two_layers_one_message_each(TwoState(IDLE, LOADED, compute=((1.0, 2.0),)))
     assert run.ends == pytest.approx((8 * MS, 12 * MS))
     assert run.time == pytest.approx(14 * MS)
 
