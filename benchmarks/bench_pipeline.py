@@ -32,7 +32,7 @@ def gpt3_like_chain() -> Chain:
     return Chain("gpt3-like-96 (synthetic)", tuple(f"layer{i}" for i in range(LAYERS)),
                  np.full(LAYERS, float(forward)), np.full(LAYERS, 2.0 * forward),
                  np.full(LAYERS, 2.0 * SEQUENCE * HIDDEN), np.full(LAYERS, 24.0 * HIDDEN**2),
-                 np.full(LAYERS, 34.0 * SEQUENCE * HIDDEN), 0.5)
+                 np.full(LAYERS, 34.0 * SEQUENCE * HIDDEN), 0.5, samples=1)
 
 
 def _planning_rows(chain: Chain, planners: tuple[str, ...]) -> list[str]:

@@ -16,6 +16,7 @@ from dlsched.pipeline import (
     PlanError,
     Stage,
     plan_bound,
+    run_planner,
     simulate,
     synthetic_chain,
 )
@@ -145,6 +146,26 @@ def test_split_stages_exchange_overlapping_parts() -> None:
     assert received == pytest.approx({"link 0->2": 4e8, "link 0->3": 2e8, "link 1->3": 2e8,
                                       "link 1->4": 4e8})
     assert all(len(order) == 4 for order in plan.orders)
+
+
+def test_split_needs_whole_samples_per_replica() -> None:
+    """A microbatch of 4 samples splits across 2 or 4 replicas, not 3; DAPPLE on a chain of
+    one sample per microbatch keeps its replicas round-robin."""
+    chain = replace(synthetic_chain([1.0], [2.0], [0.0]), samples=4)
+    graph = server_graph("g", [(3, 1e12, 2**40, 1e9, 0.0)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 2)
+    for replicas, fits in ((2, True), (3, False)):
+        stages = (Stage(0, 1, tuple(range(replicas)), True),)
+        plan = PipelinePlan("test", stages, gpipe_orders(stages, 3, 2), 2)
+        if fits:
+            assert simulate(problem, plan).iteration_s == pytest.approx(2 * 3.0 / replicas)
+        else:
+            with pytest.raises(PlanError, match="4 samples across 3 replicas"):
+                simulate(problem, plan)
+    single = replace(uniform_problem(2, 8, act=1e3), chain=replace(
+        uniform_problem(2, 8, act=1e3).chain, samples=1))
+    dapple = run_planner(single, "dapple").plan
+    assert not any(stage.split for stage in dapple.stages)
 
 
 def test_split_stage_plan_missing_a_replica_action_is_refused() -> None:

@@ -10,6 +10,8 @@ be split as zero-bubble schedules do; ``None`` means it cannot. ``split_backward
 what a split backward costs relative to a full one, ``(I + W) / B`` (1: splitting is free; a
 measured runtime, e.g. torch's ``stage_backward_input``/``stage_backward_weight`` on CPU,
 often needs 1.2-1.5x): ``I = factor x fraction x B`` and ``W = factor x (1 - fraction) x B``.
+``samples`` is the number of samples in a microbatch when known: a stage can split its
+microbatches across ``r`` replicas only when ``r`` divides it (``can_split``).
 
 Recomputation (``memory_model``): ``stash_bytes`` and ``backward_flops`` are those of the
 ``recompute`` mode in force; ``with_recompute(mode)`` derives the chain of another mode from
@@ -62,6 +64,7 @@ class Chain:
     recompute: str = "none"
     memory_note: str = ""
     split_backward_factor: float = 1.0
+    samples: int | None = None
     origin: Chain | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -93,6 +96,13 @@ class Chain:
         factor = self.split_backward_factor
         if not np.isfinite(factor) or not 0.1 <= factor <= 10.0:
             raise ConfigError(f"split_backward_factor: {factor} is outside [0.1, 10]")
+        if self.samples is not None and self.samples < 1:
+            raise ConfigError(f"samples: {self.samples} samples per microbatch must be >= 1")
+
+    def can_split(self, replicas: int) -> bool:
+        """Whether a microbatch can be split into ``replicas`` equal parts of whole samples
+        (always, when the sample count is unknown)."""
+        return self.samples is None or self.samples % replicas == 0
 
     @property
     def grad_shares(self) -> tuple[float, float]:
@@ -203,7 +213,7 @@ def chain_from_model(model: Model, microbatch_size: int, backward_ratio: float =
                  np.array(params), np.array(stash),
                  state_factor=memory.state_bytes_per_param / model.dtype_bytes,
                  selective_stash_bytes=np.array(selective), recompute_flops=np.array(extra),
-                 memory_note=memory.describe())
+                 memory_note=memory.describe(), samples=microbatch_size)
 
 
 def _forward_flops(layer: object, microbatch_size: int) -> float:

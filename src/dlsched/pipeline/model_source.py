@@ -15,6 +15,7 @@ A chain file (YAML/JSON) lists blocks with per-microbatch costs::
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +98,8 @@ def load_chain(name_or_path: str | Path, microbatch_size: int,
     ``memory`` (default ``MemoryModel()``; chain files carry their own bytes)."""
     key = str(name_or_path)
     if Path(key).suffix.lower() in {".yaml", ".yml", ".json"}:
-        return validate(ChainSpec, load_document(key), key).build()
+        chain = validate(ChainSpec, load_document(key), key).build()
+        return replace(chain, samples=microbatch_size)
     try:
         from dlsched.models.zoo import get_model
     except ImportError as error:

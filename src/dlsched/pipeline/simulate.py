@@ -68,6 +68,11 @@ class _Run:
     def __init__(self, problem: PipelineProblem, stages: tuple[Stage, ...],
                  orders: tuple[tuple[Action, ...], ...] | None, dispatch: Dispatch | None):
         self.problem, self.stages, self.dispatch = problem, stages, dispatch
+        for s, stage in enumerate(stages):
+            if stage.split and not problem.chain.can_split(len(stage.devices)):
+                raise PlanError(f"stage {s} splits microbatches of {problem.chain.samples} "
+                                f"samples across {len(stage.devices)} replicas; the replica "
+                                "count must divide the samples")
         self.engine = Engine()
         n = problem.graph.num_devices
         self.split = dispatch.split if dispatch else any(
