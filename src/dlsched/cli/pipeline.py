@@ -65,7 +65,8 @@ pipeline_app = typer.Typer(help="Synchronous pipeline planning (partition, mappi
 
 def _stage_table(result: PipelineResult) -> Table:
     problem, plan = result.problem, result.plan
-    table = Table(title=f"{plan.planner}: stages")
+    table = Table(title=f"{plan.planner}: stages (forward and backward: one action on its "
+                  "slowest GPU)")
     for header in ("stage", "blocks", "GPUs", "forward (ms)", "backward (ms)", "params (MB)",
                    "all-reduce (ms)"):
         table.add_column(header, justify="right")
@@ -73,7 +74,8 @@ def _stage_table(result: PipelineResult) -> Table:
     for s, stage in enumerate(plan.stages):
         times = problem.stage_times(stage).max(axis=0)
         params = problem.chain.param_bytes[stage.first:stage.last].sum()
-        gpus = ",".join(problem.graph.devices[d].name for d in stage.devices)
+        gpus = ",".join(problem.graph.devices[d].name for d in stage.devices) + (
+            f" (split: 1/{len(stage.devices)} of each microbatch per GPU)" if stage.split else "")
         table.add_row(str(s), f"{names[stage.first]}..{names[stage.last - 1]} "
                       f"({stage.last - stage.first})", gpus, f"{times[0] * 1e3:.3f}",
                       f"{times[1] * 1e3:.3f}", f"{params / 1e6:.1f}",
