@@ -25,7 +25,9 @@ def test_train_dataparallel_prints_measured_and_predicted(tmp_path, run_cli) -> 
     rows = json.loads(out)["rows"]
     assert [r["policy"] for r in rows] == ["wfbp", "dlsched", "torch-ddp"]
     for row in rows:
-        assert row["measured_s"] > 0 and row["predicted_s"] >= row["bound_s"] > 0
+        # the prediction never beats the bound (equal up to float rounding when a profiled
+        # layer time makes the schedule tight)
+        assert row["measured_s"] > 0 and row["predicted_s"] >= row["bound_s"] * (1 - 1e-12) > 0
         assert abs(row["error"] - (row["predicted_s"] / row["measured_s"] - 1)) < 1e-12
     events = json.loads(trace.read_text())["traceEvents"]
     assert {"backward", "forward"} <= {e.get("cat") for e in events}
