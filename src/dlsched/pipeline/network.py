@@ -135,6 +135,10 @@ class PipelineNetwork:
             flow.rate = -1.0
             for key in flow.resources:
                 users.setdefault(key, []).append(flow)
+        if all(len(flows) == 1 for flows in users.values()):
+            for flow in self.active:  # no resource shared: each flow runs at its own limit
+                flow.rate = min(flow.cap, *(self.capacity[key] for key in flow.resources))
+            return
         left = {key: self.capacity[key] for key in users}
         rising = {key: len(flows) for key, flows in users.items()}
         unfrozen = list(self.active)
