@@ -48,7 +48,7 @@ class ContendedRun:
 class _Rank:
     """The network of one rank and the clock of its compute."""
 
-    def __init__(self, problem: DPProblem, plan: DPPlan, comm: TwoState) -> None:
+    def __init__(self, plan: DPPlan, comm: TwoState) -> None:
         self.plan, self.comm = plan, comm
         self.network = SharedNetwork(plan.in_flight)
         count = len(plan.messages)
@@ -108,7 +108,7 @@ class _Rank:
 
 def contended_run(problem: DPProblem, plan: DPPlan, comm: TwoState) -> ContendedRun:
     """Simulate ``plan`` on ``problem`` with the two-state network ``comm`` (see above)."""
-    rank = _Rank(problem, plan, comm)
+    rank = _Rank(plan, comm)
     layers = problem.num_layers
     backward_end = problem.backward_end
     ready = [0.0] * layers

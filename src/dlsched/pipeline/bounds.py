@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 
-from dlsched.pipeline.memory import static_memory
+from dlsched.pipeline.memory import action_stash, static_memory
 from dlsched.pipeline.plan import PipelinePlan, overlap
 from dlsched.pipeline.problem import PipelineProblem
 
@@ -125,7 +125,7 @@ def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, fastest: list[tu
     static = static_memory(chain, plan.stages, graph.num_devices)
     best = 0.0
     for s, stage in enumerate(plan.stages):
-        stash = float(chain.stash_bytes[stage.first:stage.last].sum()) * stage.share
+        stash = action_stash(chain, stage)
         down = sum(f + b * inputs for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
         forward, backward = problem.action_flops(stage)
         for device in stage.devices:

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from dlsched.pipeline.memory import action_stash
 from dlsched.pipeline.partition import RangeCosts, replica_load, sync_dp
 from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.problem import PipelineProblem
@@ -69,7 +70,7 @@ def memory_slots(problem: PipelineProblem, stage: Stage) -> int:
     chain = problem.chain
     free = min(problem.graph.devices[d].memory for d in stage.devices) - chain.static_bytes(
         stage.first, stage.last)
-    stash = float(chain.stash_bytes[stage.first:stage.last].sum()) * stage.share
+    stash = action_stash(chain, stage)
     if free < stash:
         return 0
     return problem.num_microbatches if stash <= 0 else int(min(free // stash,

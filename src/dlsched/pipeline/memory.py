@@ -19,11 +19,17 @@ def static_memory(chain: Chain, stages: tuple[Stage, ...], num_devices: int) -> 
     return memory
 
 
+def action_stash(chain: Chain, stage: Stage) -> float:
+    """Bytes one action's forward stashes until its backward: the stage's stash per
+    microbatch, or a replica's part of it on a split stage."""
+    return float(chain.stash_bytes[stage.first:stage.last].sum()) * stage.share
+
+
 def peak_memory(chain: Chain, plan: PipelinePlan, num_devices: int) -> list[float]:
     """Peak bytes per GPU when it runs its order: static + max stashed activations (a split
     stage's replica stashes its part of each microbatch)."""
     static = static_memory(chain, plan.stages, num_devices)
-    stash = [float(chain.stash_bytes[st.first:st.last].sum()) * st.share for st in plan.stages]
+    stash = [action_stash(chain, st) for st in plan.stages]
     peaks = []
     for device, order in enumerate(plan.orders):
         current = peak = static[device]

@@ -89,8 +89,8 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
             speeds = np.full(len(devices), graph.flops.mean()) if identical else \
                 graph.flops[devices]
             share = 1.0 / len(devices) if split else 1.0
-            usable = valid if chain.can_split(len(devices)) or not split else np.zeros_like(valid)
-            latency = np.where(usable, span * share / speeds.min(), np.inf)
+            splittable = not split or chain.can_split(len(devices))
+            latency = np.where(valid & splittable, span * share / speeds.min(), np.inf)
             period = np.where(valid, span * (share / speeds.min() if split else
                                              replica_load(speeds, m)), np.inf)
             sync = _ring(problem, devices, param_span)

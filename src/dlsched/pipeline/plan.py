@@ -51,6 +51,11 @@ class Stage:
         return 1.0 / len(self.devices) if self.split else 1.0
 
     @property
+    def parts(self) -> int:
+        """Actions of each kind per microbatch: one per replica when split, else one."""
+        return len(self.devices) if self.split else 1
+
+    @property
     def lanes(self) -> int:
         """Microbatches the stage works on side by side: 1 when split, else its replicas."""
         return 1 if self.split else len(self.devices)

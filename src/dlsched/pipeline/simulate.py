@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dlsched.pipeline.actions import Action
-from dlsched.pipeline.memory import check_memory, peak_memory, static_memory
+from dlsched.pipeline.memory import action_stash, check_memory, peak_memory, static_memory
 from dlsched.pipeline.network import PipelineNetwork
 from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, grid, overlap, validate_plan
 from dlsched.pipeline.problem import PipelineProblem
@@ -92,15 +92,14 @@ class _Run:
         self.network = PipelineNetwork(self.engine, problem.graph, problem.network)
         self.spans: list[Span] = []
         self.times = [problem.action_flops(stage) for stage in stages]
-        self.stash = [float(problem.chain.stash_bytes[st.first:st.last].sum()) * st.share
-                      for st in stages]
+        self.stash = [action_stash(problem.chain, st) for st in stages]
+        self.shares = problem.chain.grad_shares
         self.expected: dict[tuple[Action, int], int] = {}
         self.total = self._total_actions()
 
     def _total_actions(self) -> int:
         per = 3 if self.split else 2
-        parts = sum(len(st.devices) if st.split else 1 for st in self.stages)
-        return per * parts * self.problem.num_microbatches
+        return per * sum(st.parts for st in self.stages) * self.problem.num_microbatches
 
     def run(self) -> None:
         for j in range(self.problem.num_microbatches):
@@ -161,7 +160,7 @@ class _Run:
     def _duration(self, action: Action, device: int) -> float:
         forward, backward = self.times[action.stage]
         flops = self.problem.graph.devices[device].flops
-        inputs, weights = self.problem.chain.grad_shares
+        inputs, weights = self.shares
         work = {"F": forward, "B": backward, "I": backward * inputs,
                 "W": backward * weights}[action.kind]
         return work / flops + self.problem.graph.devices[device].overhead
@@ -201,9 +200,8 @@ class _Run:
     def _release(self, device: int, action: Action) -> None:
         self.memory[device] -= self.stash[action.stage]
         self.backward_done[action.stage] += 1
-        stage = self.stages[action.stage]
-        if self.backward_done[action.stage] == self.problem.num_microbatches * (
-                len(stage.devices) if stage.split else 1):
+        if self.backward_done[action.stage] == (self.problem.num_microbatches
+                                                * self.stages[action.stage].parts):
             self._sync(action.stage)
 
     def _send(self, src: int, target: Action, num_bytes: float, kind: str) -> None:

@@ -53,13 +53,11 @@ def retimed_chain(chain: Chain, plan: PipelinePlan, timeline: Timeline) -> Chain
             inputs, weights = inputs + medians[(s, "I")], weights + medians[(s, "W")]
         forward[blocks] = _scaled(chain.forward_flops[blocks], medians[(s, "F")])
         backward[blocks] = _scaled(chain.backward_flops[blocks], measured_backward)
-    fraction = chain.input_grad_fraction
+    fraction, factor = chain.input_grad_fraction, chain.split_backward_factor
     if inputs + weights > 0:
-        fraction = min(max(inputs / (inputs + weights), 0.01), 0.99)
+        fraction, factor = min(max(inputs / (inputs + weights), 0.01), 0.99), 1.0
     return dataclasses.replace(chain, forward_flops=forward, backward_flops=backward,
-                               input_grad_fraction=fraction,
-                               split_backward_factor=1.0 if inputs + weights > 0 else
-                               chain.split_backward_factor)
+                               input_grad_fraction=fraction, split_backward_factor=factor)
 
 
 def _scaled(flops: np.ndarray, seconds: float) -> np.ndarray:
