@@ -47,7 +47,7 @@ PREFIX = "dlsbench"
 SUBNET = "10.77.0"
 MODELS = {"resnet": {"batch_size": 8}, "gpt": {"batch_size": 4}}
 SIZES = tuple(4096 * 2**k for k in range(13))  # 4 KiB .. 16 MiB
-REPEATS = 9
+REPEATS = 15
 COMM_NICE = -20
 GROUP_NICE = -20
 
@@ -109,11 +109,11 @@ def _options(deadline_s: float, comm_nice: int | None) -> SpawnOptions:
 
 
 def calibrate(ranks: int, rate_gbit: int, comm_nice: int | None,
-              folder: Path) -> dict[str, str]:
+              folder: Path) -> tuple[dict[str, str], list[Any]]:
     """Timed all-reduces idle and under load, written as piecewise network files: ``two``
     (idle fit + under_load with the compute slowdowns), and for the diagnostic columns
     ``idle`` and ``loaded`` (one curve each) and ``comm`` (two curves, compute never
-    slowed)."""
+    slowed); and every rank's compute slowdown per size and repeat (stored with the rows)."""
     timed = spawn(time_loads, ranks, (SIZES, 2, REPEATS, "both"), _options(600, comm_nice))[0]
     document = loads_document(timed, ranks, f"gloo-{ranks}x{rate_gbit}gbit", "gloo",
                               "piecewise", comm_nice)
@@ -126,7 +126,7 @@ def calibrate(ranks: int, rate_gbit: int, comm_nice: int | None,
                                         | {"compute_slowdown": []}})):
         files[which] = str(folder / f"network-{ranks}x{rate_gbit}gbit-{which}.yaml")
         write_network(doc, files[which])
-    return files
+    return files, timed["compute_samples"]
 
 
 def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
@@ -136,11 +136,11 @@ def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
     idle and the loaded curve alone would give."""
     rows = []
     with emulated_network(ranks, rate_gbit):
-        files = calibrate(ranks, rate_gbit, comm_nice, folder)
+        files, compute_samples = calibrate(ranks, rate_gbit, comm_nice, folder)
         fits = {"compute": read_fit(files["loaded"]), "none": read_fit(files["idle"])}
         for model in models:
-            config = TrainConfig(model=model, network=files["two"], iterations=10, warmup=3,
-                                 profile_repeats=6, **MODELS[model])
+            config = TrainConfig(model=model, network=files["two"], iterations=14, warmup=3,
+                                 profile_repeats=15, **MODELS[model])
             result = spawn(train_rank, ranks, (config,), _options(900, comm_nice))[0]
             idle_rows = compare(result, replace(config, network=files["idle"]), ranks)
             loaded_rows = compare(result, replace(config, network=files["loaded"]), ranks)
@@ -152,6 +152,7 @@ def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
                                    "loaded_error": loaded["error"],
                                    "comm_error": comm["error"], "fits": fits,
                                    "compute_slowdown": read_compute(files["two"]),
+                                   "compute_samples": compute_samples,
                                    "profile": profile})
             print(f"{ranks} ranks {rate_gbit} Gbit/s {model}: done", file=sys.stderr)
     return rows

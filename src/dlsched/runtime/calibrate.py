@@ -51,12 +51,12 @@ LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~
 
 def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 2,
                     repeats: int = 5, load: str = "none",
-                    compute: list[tuple[int, float]] | None = None) -> list[tuple[int, float]]:
+                    compute: list[tuple[int, list[list[float]]]] | None = None
+                    ) -> list[tuple[int, float]]:
     """Run on every rank of an initialized group: (bytes, median seconds) per size. With
     ``load="compute"`` the calling thread computes until the all-reduce has completed, and
-    ``compute`` (if given) receives (bytes, factor) per size: the median over repeats of the
-    time per matrix product beside the all-reduce over its time with every rank computing
-    and no all-reduce (``_product_seconds``), averaged over the ranks."""
+    ``compute`` (if given) receives per size (bytes, samples): one row per repeat holding
+    every rank's compute slowdown beside that all-reduce (``_compute_factor``)."""
     import torch
     import torch.distributed as dist
 
@@ -64,65 +64,106 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(LOADS)}")
     matrix = torch.randn(LOAD_MATRIX, LOAD_MATRIX)
     out = torch.empty_like(matrix)
-    alone = _product_seconds(matrix, out) if load == "compute" else 0.0
+    alone = _cpu_share(matrix, out) if load == "compute" else 1.0
     buffers = [torch.zeros(max(1, size // 4), dtype=torch.float32) for size in sizes]
     times: list[list[float]] = [[] for _ in sizes]
-    factors: list[list[float]] = [[] for _ in sizes]
+    factors: list[list[list[float]]] = [[] for _ in sizes]
     for repeat in range(warmup + repeats):
         for buffer, size_times, size_factors in zip(buffers, times, factors, strict=True):
             dist.barrier()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.thread_time()
             work = dist.all_reduce(buffer, async_op=True)
             stamp: list[float] = []
-            products = 0
             if load == "compute":
                 watcher = _stamp_when_done(work, stamp)
                 while watcher.is_alive():
                     torch.mm(matrix, matrix, out=out)
-                    products += 1
-            busy = time.perf_counter() - start
+            share = (time.thread_time() - cpu_start) / (time.perf_counter() - start)
             work.wait()
-            measured = torch.tensor([(stamp or [time.perf_counter()])[0] - start,
-                                     busy / max(products, 1) / alone if alone else 1.0],
-                                    dtype=torch.float64)
-            dist.all_reduce(measured[:1], op=dist.ReduceOp.MAX)
-            dist.all_reduce(measured[1:], op=dist.ReduceOp.SUM)
+            elapsed = torch.tensor([(stamp or [time.perf_counter()])[0] - start],
+                                   dtype=torch.float64)
+            mine = torch.zeros(world_size, dtype=torch.float64)
+            mine[rank] = _compute_factor(alone, share)
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+            dist.all_reduce(mine, op=dist.ReduceOp.SUM)
             if repeat >= warmup:
-                size_times.append(float(measured[0]))
-                size_factors.append(float(measured[1]) / world_size)
+                size_times.append(float(elapsed[0]))
+                size_factors.append([float(f) for f in mine])
     if compute is not None and load == "compute":
-        compute.extend((b.numel() * 4, statistics.median(f))
-                       for b, f in zip(buffers, factors, strict=True))
+        compute.extend((b.numel() * 4, f) for b, f in zip(buffers, factors, strict=True))
     return [(b.numel() * 4, statistics.median(t)) for b, t in zip(buffers, times, strict=True)]
 
 
-def _product_seconds(matrix: Any, out: Any, products: int = 200, repeats: int = 3) -> float:
-    """Seconds per matrix product with every rank computing at once (after a barrier) and no
-    all-reduce in flight: the median of ``repeats`` timings of ``products`` products."""
+def _compute_factor(alone: float, beside: float) -> float:
+    """How many times slower a rank computes beside an all-reduce: its compute thread's share
+    of a core alone (every rank computing, nothing in flight) over its share beside the
+    all-reduce (thread CPU seconds / wall seconds of the same window). The thread's CPU time
+    is its progress, so this needs no count of whole products (a window of a few products
+    is spoilt by the one that overruns it)."""
+    return alone / max(beside, 1e-3 * alone)
+
+
+def _cpu_share(matrix: Any, out: Any, products: int = 200, repeats: int = 3) -> float:
+    """The compute thread's share of a core (CPU seconds / wall seconds) with every rank
+    computing at once (after a barrier) and no all-reduce in flight: the median of
+    ``repeats`` windows of ``products`` matrix products."""
     import torch
     import torch.distributed as dist
 
-    timings = []
+    shares = []
     for _ in range(repeats):
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         for _ in range(products):
             torch.mm(matrix, matrix, out=out)
-        timings.append((time.perf_counter() - start) / products)
-    return statistics.median(timings)
+        shares.append((time.thread_time() - cpu_start) / (time.perf_counter() - start))
+    return statistics.median(shares)
+
+
+def robust_slowdowns(samples: Sequence[tuple[int, Sequence[Sequence[float]]]]
+                     ) -> list[tuple[int, float]]:
+    """The compute slowdown per size from ``samples`` ((bytes, one row per repeat of every
+    rank's factor)): per repeat the median over ranks (one rank starved by the scheduler
+    beside one all-reduce is a scheduling accident, whose cost in training, one late rank,
+    the slowest-rank profile already carries; the mean of four would let it lift the factor
+    of that size several times over), per size the median over repeats, then the
+    non-decreasing least-squares fit in size (pool adjacent violators: the communication's
+    CPU work per second grows with the message, from waiting on latency to copying and
+    reducing at full bandwidth, so a size slowing compute more than a larger one is noise),
+    at least 1."""
+    ordered = sorted((int(b), statistics.median(statistics.median(r) for r in rows))
+                     for b, rows in samples)
+    return list(zip((b for b, _ in ordered),
+                    (max(1.0, f) for f in monotone_fit([f for _, f in ordered])),
+                    strict=True))
+
+
+def monotone_fit(values: Sequence[float]) -> list[float]:
+    """The non-decreasing sequence closest to ``values`` in least squares (isotonic
+    regression by pooling adjacent violators: a run that decreases is replaced by its
+    mean)."""
+    pools: list[tuple[float, int]] = []  # (mean, count)
+    for value in values:
+        pools.append((float(value), 1))
+        while len(pools) > 1 and pools[-2][0] > pools[-1][0]:
+            (high, m), (low, n) = pools[-2], pools[-1]
+            pools[-2:] = [((high * m + low * n) / (m + n), m + n)]
+    return [mean for mean, count in pools for _ in range(count)]
 
 
 def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, repeats: int,
                load: str) -> dict[str, list[tuple[int, float]]]:
     """``time_allreduces`` under ``load`` (``both``: idle, then under compute load): the
     samples per load, and with compute load the compute slowdowns (key ``compute_slowdown``,
-    (bytes, factor) pairs)."""
+    (bytes, factor) pairs from ``robust_slowdowns``) and the per-rank factors they come
+    from (key ``compute_samples``)."""
     if load not in CHOICES:
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
-    compute: list[tuple[int, float]] = []
+    compute: list[tuple[int, list[list[float]]]] = []
     timed = {one: time_allreduces(rank, world_size, sizes, warmup, repeats, one, compute)
              for one in (LOADS if load == "both" else (load,))}
-    return timed | ({"compute_slowdown": compute} if compute else {})
+    return timed | ({"compute_slowdown": robust_slowdowns(compute),
+                     "compute_samples": compute} if compute else {})
 
 
 def _stamp_when_done(work: Any, stamp: list[float]) -> threading.Thread:

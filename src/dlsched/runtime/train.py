@@ -23,7 +23,7 @@ import importlib
 import itertools
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlsched.dataparallel import POLICIES, DPProblem, parse_network, run_dataparallel
@@ -205,17 +205,17 @@ def module_and_batch(config: TrainConfig, rank: int) -> tuple[Any, Any]:
 def training_profile(initial: Any, batch: Any, config: TrainConfig, passes: ModelProfile,
                      world_size: int) -> ModelProfile:
     """Per-layer compute measured inside training (run on every rank at once):
-    ``config.iterations`` iterations of a copy of ``initial`` through the executor with one
-    all-reduce of every gradient after backward and a barrier, so the ranks compute in
-    lockstep as training does, through the same hooks and per-module lazy updates, while no
-    message overlaps compute. Per iteration after ``config.warmup``: each gradient's ready
-    time after the previous forward's end (that forward's loss included), each owning
-    module's forward and update spans. The ranks gather these and take, per iteration, the
-    slowest rank's (largest backward + forward): every all-reduce waits for the last rank to
-    reach it, so training runs at the slowest rank's pace, which on shared cores is a
-    different rank each iteration. Per layer then as ``profile`` (``layer_times``); every
-    rank gets the same result. ``passes``: the module's profile from plain passes (names,
-    sizes, the plan's layers)."""
+    max(``config.iterations``, ``config.warmup`` + ``config.profile_repeats``) iterations of a
+    copy of ``initial`` through the executor with one all-reduce of every gradient after
+    backward and a barrier, so the ranks compute in lockstep as training does, through the same
+    hooks and per-module lazy updates, while no message overlaps compute. Per iteration after
+    ``config.warmup``: each gradient's ready time after the previous forward's end (that
+    forward's loss included), each owning module's forward and update spans. The ranks gather
+    these and take, per iteration, the slowest rank's (largest backward + forward): every
+    all-reduce waits for the last rank to reach it, so training runs at the slowest rank's pace,
+    which on shared cores is a different rank each iteration. Per layer then as ``profile``
+    (``layer_times``); every rank gets the same result. ``passes``: the module's profile from
+    plain passes (names, sizes, the plan's layers)."""
     import numpy as np
     import torch.distributed as dist
 
@@ -230,6 +230,8 @@ def training_profile(initial: Any, batch: Any, config: TrainConfig, passes: Mode
     module = copy.deepcopy(initial)
     executor = PlanExecutor(module, problem, plan, optimizer_factory(config.optimizer,
                                                                      config.lr), record=True)
+    config = replace(config, iterations=max(config.iterations,
+                                            config.warmup + config.profile_repeats))
     _train(module, batch, config, lambda: None, executor.forward_ends)
     executor.finish()
     executor.close()
