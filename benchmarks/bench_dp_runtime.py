@@ -48,6 +48,7 @@ SUBNET = "10.77.0"
 MODELS = {"resnet": {"batch_size": 8}, "gpt": {"batch_size": 4}}
 SIZES = tuple(4096 * 2**k for k in range(13))  # 4 KiB .. 16 MiB
 REPEATS = 15
+ITERATIONS, WARMUP, PROFILE_ITERATIONS = 14, 3, 15
 COMM_NICE = -20
 GROUP_NICE = -20
 
@@ -139,8 +140,9 @@ def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
         files, compute_samples = calibrate(ranks, rate_gbit, comm_nice, folder)
         fits = {"compute": read_fit(files["loaded"]), "none": read_fit(files["idle"])}
         for model in models:
-            config = TrainConfig(model=model, network=files["two"], iterations=14, warmup=3,
-                                 profile_repeats=15, **MODELS[model])
+            config = TrainConfig(model=model, network=files["two"], iterations=ITERATIONS,
+                                 warmup=WARMUP, profile_repeats=PROFILE_ITERATIONS,
+                                 **MODELS[model])
             result = spawn(train_rank, ranks, (config,), _options(900, comm_nice))[0]
             idle_rows = compare(result, replace(config, network=files["idle"]), ranks)
             loaded_rows = compare(result, replace(config, network=files["loaded"]), ranks)
@@ -297,19 +299,23 @@ INTRO = (
     f"{GROUP_NICE} (`--group-nice`) against the other jobs' autogroups; inside it each "
     f"rank's communication threads (gloo's worker and transport) run at nice {COMM_NICE} "
     "(`--comm-nice`), the compute threads at 0. Per setting: timed all-reduces as in "
-    "`dlsched calibrate --load both` (13 sizes, 4 KiB-16 MiB, median of 9), idle and while "
-    "every rank computes, with the compute's slowdown beside each size (matrix-product time "
-    "beside the all-reduce / alone); the piecewise fits and the slowdowns are written as one "
+    f"`dlsched calibrate --load both` (13 sizes, 4 KiB-16 MiB, median of {REPEATS}), idle and "
+    "while every rank computes, with the compute's slowdown beside each size (the compute "
+    "thread's share of a core alone / beside the all-reduce; median over ranks, then over "
+    "repeats, then the non-decreasing fit in size); the piecewise fits and the slowdowns "
+    "are written as one "
     "two-state network file (the idle fit and its `under_load` block) read by the simulator "
     "through `--network FILE`: each message progresses at the loaded rate while its rank "
     "computes (backward, forward, updates) and at the idle rate otherwise, and the rank "
-    "computes that many times slower while a message is in flight. Then every policy trains 10 "
-    "iterations (3 not measured) of the ResNet-style CNN (1.23 M parameters, batch 8 of "
+    "computes that many times slower while a message is in flight. Then every policy trains "
+    f"{ITERATIONS} iterations ({WARMUP} not measured) of the ResNet-style CNN (1.23 M "
+    "parameters, batch 8 of "
     "32x32 images) and the GPT-style decoder (3.70 M parameters, batch 4 x 64 tokens) "
     "through the plan executor; `torch-ddp` is real DistributedDataParallel. Iteration = "
     "backward + the next forward (median, ms); predicted = the simulator on the profile "
-    "measured inside training (all ranks at once through the executor with one all-reduce "
-    "after backward and a barrier; per iteration the slowest rank, whose pace every all-reduce "
+    f"measured inside training ({PROFILE_ITERATIONS} iterations after {WARMUP} not measured, "
+    "all ranks at once through the executor with one all-reduce after backward and a "
+    "barrier; per iteration the slowest rank, whose pace every all-reduce "
     "waits for) and the two-state network; error = "
     "predicted / measured - 1; beside it the errors with the idle curve alone, the loaded "
     "curve alone, and both curves with the compute never slowed. The last two columns split "
