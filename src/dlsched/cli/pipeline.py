@@ -28,6 +28,7 @@ from dlsched.cli.sweep import (
     WorkersOption,
     reproduction_rows,
 )
+from dlsched.errors import ConfigError
 from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_graph import device_preset_description, device_preset_names
 from dlsched.hardware.device_graph import load_devices as load_graph
@@ -46,6 +47,7 @@ SUMMARY_COLUMNS = [
     Column("stages", "stages"),
     Column("gpus_used", "GPUs"),
     Column("dp", "DP"),
+    Column("tp", "TP"),
     Column("recompute", "recompute", justify="left"),
     Column("iteration_s", "iteration (ms)", seconds_as_ms),
     Column("bound_s", "bound (ms)", seconds_as_ms),
@@ -56,6 +58,7 @@ SUMMARY_COLUMNS = [
     Column("speedup_vs_first", "speedup vs first planner", as_ratio),
 ]
 ORDER_PREVIEW = 16
+MAX_TENSOR_PARALLEL = 64
 NETWORK_HELP = ("How transfers share links and per-GPU NICs: fifo (one transfer at a time per "
                 "stream, as NCCL) or ps (processor sharing).")
 
@@ -64,9 +67,12 @@ pipeline_app = typer.Typer(help="Synchronous pipeline planning (partition, mappi
 
 
 def _stage_table(result: PipelineResult) -> Table:
-    problem, plan = result.problem, result.plan
+    plan = result.plan
+    problem = result.problem.for_plan(plan)
+    group = (f"; a device is a TP group of {plan.tensor_parallel} GPUs, params per GPU"
+             if plan.tensor_parallel > 1 else "")
     table = Table(title=f"{plan.planner}: stages (forward and backward: one action on its "
-                  "slowest GPU)")
+                  f"slowest GPU{group})")
     for header in ("stage", "blocks", "GPUs", "forward (ms)", "backward (ms)", "params (MB)",
                    "all-reduce (ms)"):
         table.add_column(header, justify="right")
@@ -91,7 +97,7 @@ def _order_table(result: PipelineResult) -> Table:
     for device, order in enumerate(result.plan.orders):
         if order:
             more = f" … ({len(order)} in all)" if len(order) > ORDER_PREVIEW else ""
-            table.add_row(result.problem.graph.devices[device].name,
+            table.add_row(result.problem.for_plan(result.plan).graph.devices[device].name,
                           " ".join(map(str, order[:ORDER_PREVIEW])) + more)
     return table
 
@@ -135,6 +141,10 @@ def plan(
     recompute: Annotated[str, typer.Option(help="Activation recomputation the planners may "
                                            "choose, comma-separated: none, selective, full, "
                                            "or all.")] = "all",
+    tensor_parallel: Annotated[str, typer.Option(help="Tensor-parallel degrees the planners "
+                                                 "may choose, comma-separated (e.g. 1,2,4,8), "
+                                                 "or auto: every degree the model (zoo "
+                                                 "transformers) and GPUs allow.")] = "auto",
     precision: Annotated[str, typer.Option(help="Activation precision of zoo models: fp32, "
                                            "bf16, fp16.")] = "bf16",
     state_bytes: Annotated[float, typer.Option(help="Weights+gradients+optimizer state, bytes "
@@ -158,9 +168,10 @@ def plan(
     names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "--planner")
     modes = RECOMPUTE_MODES if recompute == "all" else tuple(
         parse_names(recompute, RECOMPUTE_MODES, "--recompute"))
+    degrees = None if tensor_parallel == "auto" else parse_degrees(tensor_parallel)
     chain = load_chain(model, microbatch_size, MemoryModel(precision, state_bytes))
     problem = PipelineProblem(chain, load_graph(devices), microbatches, modes, network,
-                              replicate=not for_torch)
+                              replicate=not for_torch, tensor_parallel=degrees)
     progress = progress_bar("planning", json_out)
     results = [run_planner(problem, name) for name in progress(names, len(names))]
     rows = _rows(results)
@@ -176,11 +187,24 @@ def plan(
     render_table(rows, SUMMARY_COLUMNS, f"{problem.chain.name} ({problem.chain.num_blocks} "
                  f"blocks), {microbatches} microbatches of {microbatch_size}, on "
                  f"{problem.graph.describe()}; memory: {chain.memory_note or 'chain file'}, "
-                 f"recomputation allowed: {', '.join(modes)}; network: {network}", console)
+                 f"recomputation allowed: {', '.join(modes)}; tensor parallelism: "
+                 f"{', '.join(map(str, problem.degrees()))}; network: {network}", console)
     console.print(_stage_table(results[0]))
     console.print(_order_table(results[0]))
     _write_outputs(results, outputs)
     outputs.rows(rows)
+
+
+def parse_degrees(text: str) -> tuple[int, ...]:
+    """Tensor-parallel degrees from ``1,2,4``; ConfigError naming ``--tensor-parallel``."""
+    try:
+        degrees = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        degrees = ()
+    if not degrees or min(degrees) < 1 or max(degrees) > MAX_TENSOR_PARALLEL:
+        raise ConfigError(f"--tensor-parallel: {text!r} is not auto or comma-separated degrees "
+                          f"in 1..{MAX_TENSOR_PARALLEL}")
+    return degrees
 
 
 def devices_command() -> None:

@@ -1,11 +1,15 @@
 """Baseline planners at full strength, each ``(problem) -> PipelinePlan`` searching its own
 space; the chosen configuration is in ``plan.notes`` (schedule, pp, dp, tp, recompute, ...).
+The Megatron-style grid (``grid``) is PP x DP x TP: tensor parallelism inside a server for
+the zoo's transformers, every degree the problem allows (``PipelineProblem.degrees``).
+PipeDream's and DAPPLE's planners search their own papers' spaces, which have no tensor
+parallelism.
 
 * ``gpipe`` — GPipe (Huang et al., NeurIPS 2019): all forwards then all backwards, with
   re-materialization (full recomputation, the paper's set-up) or without when it fits; PP x DP
-  grid with balanced cuts (``grid``).
+  x TP grid with balanced cuts (``grid``).
 * ``1f1b`` — 1F1B / PipeDream-Flush (Narayanan et al., ICML 2021), Megatron's default: PP x DP
-  grid, balanced cuts, every recomputation mode; when the full warm-up does not fit, the
+  x TP grid, balanced cuts, every recomputation mode; when the full warm-up does not fit, the
   in-flight microbatches are lowered to what memory holds.
 * ``pipedream`` — PipeDream's planner (Narayanan et al., SOSP 2019): DP over block ranges and
   GPU counts (GPUs taken in index order, identical GPUs assumed) minimising the slowest stage
@@ -21,9 +25,9 @@ space; the chosen configuration is in ``plan.notes`` (schedule, pp, dp, tp, reco
   microbatch across its replicas (``Stage.split``), in the DP's costs and in the plan; the
   round-robin alternative is searched too and the faster kept (``replicas`` note).
 * ``interleaved`` — interleaved 1F1B (Narayanan et al., SC 2021): 2 or 4 chunks per GPU on
-  the PP x DP grid (every GPU used; microbatches need not be a multiple of PP).
+  the PP x DP x TP grid (every GPU used; microbatches need not be a multiple of PP).
 * ``zb-h1`` — ZB-H1 (Qi et al., ICLR 2024): split backward, W's deferred by the stage index
-  (the paper's handcrafted order), PP x DP grid, warm-up lowered when memory requires.
+  (the paper's handcrafted order), PP x DP x TP grid, warm-up lowered when memory requires.
 * ``zb-h2`` — ZB-H2 (same paper): ZB-H1 with ``2(p - s) - 1`` warm-up forwards on stage ``s``
   (about 2p microbatches in flight on the first stage), same grid, warm-up lowered to what
   memory holds. ZB-V (two stages per GPU in a V) is not a baseline: see docs/pipeline.md.
@@ -82,18 +86,18 @@ def _fixed(name: str, make: OrdersMaker, capped: bool) -> Variants:
         if capped:
             options.append(make(stages, n, m, in_flight_caps(problem, stages)))
         return [PipelinePlan(name, stages, orders, m, point.notes(name) | {"warm-up": kind},
-                             point.recompute)
+                             point.recompute, point.tp)
                 for orders, kind in zip(options, ("full", "memory-capped"), strict=False)]
     return variants
 
 
 def plan_gpipe(problem: PipelineProblem) -> PipelinePlan:
-    """GPipe on the PP x DP grid, with or without re-materialization."""
+    """GPipe on the PP x DP x TP grid, with or without re-materialization."""
     return best_plan(problem, "gpipe", grid_points(problem), _fixed("gpipe", gpipe_orders, False))
 
 
 def plan_1f1b(problem: PipelineProblem) -> PipelinePlan:
-    """1F1B (PipeDream-Flush) on the PP x DP grid, memory-aware."""
+    """1F1B (PipeDream-Flush) on the PP x DP x TP grid, memory-aware."""
     return best_plan(problem, "1f1b", grid_points(problem),
                      _fixed("1f1b", one_f_one_b_orders, True))
 
@@ -104,8 +108,8 @@ def _zero_bubble(name: str, orders: OrdersMaker) -> Callable[[PipelineProblem], 
             raise ConfigError(f"{name}: the model's backward cannot be split into I and W "
                               "(input_grad_fraction is unset)")
         return best_plan(problem, name, grid_points(problem), _fixed(name, orders, True))
-    plan.__doc__ = (f"{name.upper()} on the PP x DP grid, warm-up lowered when memory requires; "
-                    "needs a chain whose backward can be split.")
+    plan.__doc__ = (f"{name.upper()} on the PP x DP x TP grid, warm-up lowered when memory "
+                    "requires; needs a chain whose backward can be split.")
     return plan
 
 
@@ -114,14 +118,14 @@ plan_zb_h2 = _zero_bubble("zb-h2", zb_h2_orders)
 
 
 def plan_interleaved(problem: PipelineProblem) -> PipelinePlan:
-    """Interleaved 1F1B with 2 or 4 chunks per GPU on the PP x DP grid."""
+    """Interleaved 1F1B with 2 or 4 chunks per GPU on the PP x DP x TP grid."""
     def variants(sub: PipelineProblem, point: GridPoint,
                  stages: tuple[Stage, ...]) -> list[PipelinePlan]:
         groups = tuple(stage.devices for stage in stages[:point.pp])
         orders = interleaved_orders(point.chunks, sub.num_microbatches, groups,
                                     sub.graph.num_devices)
         return [PipelinePlan("interleaved", stages, orders, sub.num_microbatches,
-                             point.notes("interleaved"), point.recompute)]
+                             point.notes("interleaved"), point.recompute, point.tp)]
     return best_plan(problem, "interleaved", grid_points(problem, INTERLEAVE_CHUNKS), variants)
 
 
@@ -153,7 +157,7 @@ def _memory_aware_mode(problem: PipelineProblem, name: str,
         stages = partition(problem, costs)
         if stages is None:
             return None
-        notes = {"schedule": "1f1b", "pp": len(stages), "dp": "per stage", "tp": 1,
+        notes = {"schedule": "1f1b", "pp": len(stages), "dp": "per stage", "tp": problem.degree,
                  "recompute": problem.chain.recompute, "mapping": placement,
                  "replicas": "split" if split else "round-robin"}
         warm_ups = [(in_flight_caps(problem, stages), "memory-capped")] if capped else \
@@ -161,7 +165,7 @@ def _memory_aware_mode(problem: PipelineProblem, name: str,
         for caps, kind in warm_ups:
             orders = one_f_one_b_orders(stages, graph.num_devices, m, caps)
             plan = PipelinePlan(name, stages, orders, m, notes | {"warm-up": kind},
-                                problem.chain.recompute)
+                                problem.chain.recompute, problem.degree)
             try:
                 return simulate(problem, plan)
             except ConfigError:

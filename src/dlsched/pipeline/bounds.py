@@ -61,7 +61,7 @@ def _shares(problem: PipelineProblem, plan: PipelinePlan) -> tuple[float, float]
 
 def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     """A lower bound on any schedule of ``plan``'s stages and mapping (seconds)."""
-    problem = problem.under(plan.recompute)
+    problem = problem.for_plan(plan)
     p = plan.num_stages
     fastest = _fastest(problem, plan)
     hops = [_hop(problem, plan, s) for s in range(p - 1)]

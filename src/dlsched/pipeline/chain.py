@@ -12,6 +12,9 @@ measured runtime, e.g. torch's ``stage_backward_input``/``stage_backward_weight`
 often needs 1.2-1.5x): ``I = factor x fraction x B`` and ``W = factor x (1 - fraction) x B``.
 ``samples`` is the number of samples in a microbatch when known: a stage can split its
 microbatches across ``r`` replicas only when ``r`` divides it (``can_split``).
+``tensor_layout`` (transformers) says how the chain splits under tensor parallelism and
+``tensor_parallel`` is the degree this chain is for (``with_tensor_parallel``; its costs are
+then per GPU of a TP group, see ``pipeline.tensor_parallel``).
 
 Recomputation (``memory_model``): ``stash_bytes`` and ``backward_flops`` are those of the
 ``recompute`` mode in force; ``with_recompute(mode)`` derives the chain of another mode from
@@ -40,6 +43,7 @@ from dlsched.pipeline.memory_model import (
     transformer_shape,
     transformer_stash,
 )
+from dlsched.pipeline.tensor_parallel import TensorLayout, transformer_layout
 
 # FLOP/s of the "reference GPU" used to turn profiled per-layer seconds into FLOP.
 REFERENCE_FLOPS = 1e12
@@ -65,6 +69,8 @@ class Chain:
     memory_note: str = ""
     split_backward_factor: float = 1.0
     samples: int | None = None
+    tensor_layout: TensorLayout | None = None
+    tensor_parallel: int = 1
     origin: Chain | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -152,6 +158,38 @@ class Chain:
                        input_grad_fraction=fraction, split_backward_factor=factor,
                        recompute=mode, origin=base)
 
+    def with_tensor_parallel(self, t: int, message_s: float, flops: float) -> Chain:
+        """This chain per GPU of a TP group of ``t`` GPUs, under the same recomputation mode
+        (``pipeline.tensor_parallel``): FLOP, parameters and every activation divided by ``t``,
+        and each block's blocking exchanges (``tensor_layout.messages`` x ``message_s``
+        seconds of one all-reduce equivalent on the group) added to its forward and, in the
+        input-gradient part, its backward, as seconds x ``flops`` (the GPU's FLOP/s)."""
+        base = self.base
+        if t == base.tensor_parallel:
+            return self
+        layout = base.tensor_layout
+        if base.tensor_parallel != 1 or layout is None:
+            raise ConfigError(f"tensor_parallel: {t} needs a model with a tensor layout "
+                              "(the zoo's transformers)")
+        messages = np.array(layout.messages, dtype=float) * message_s * flops
+        backward = base.backward_flops / t
+        fraction, factor = base.input_grad_fraction, base.split_backward_factor
+        total, added = float(backward.sum()), float(messages[:, 1].sum())
+        if fraction is not None and total > 0:  # the exchanges run in the input gradient
+            split = factor * total + added
+            fraction = (fraction * factor * total + added) / split
+            factor = split / (total + added)
+        tp = replace(base, forward_flops=base.forward_flops / t + messages[:, 0],
+                     backward_flops=backward + messages[:, 1],
+                     activation_bytes=base.activation_bytes / t,
+                     param_bytes=base.param_bytes / t, stash_bytes=base.stash_bytes / t,
+                     selective_stash_bytes=base.selective_stash_bytes / t,
+                     input_bytes=base.input_bytes / t,
+                     recompute_flops=base.recompute_flops / t,
+                     input_grad_fraction=fraction, split_backward_factor=factor,
+                     tensor_parallel=t, origin=None)
+        return tp.with_recompute(self.recompute)
+
 
 def synthetic_chain(forward_s: list[float], backward_s: list[float],
                     activation_bytes: list[float], param_bytes: list[float] | None = None,
@@ -209,11 +247,14 @@ def chain_from_model(model: Model, microbatch_size: int, backward_ratio: float =
             stash.append(kept)
             selective.append(kept)
             extra.append(0.0)
+    layout = None if shape is None else transformer_layout(
+        [is_transformer_layer(block) for block in names], shape[0], microbatch_size, shape[1],
+        shape[2], memory.activation_bytes)
     return Chain(model.name, tuple(names), np.array(fwd), np.array(bwd), np.array(act),
                  np.array(params), np.array(stash),
                  state_factor=memory.state_bytes_per_param / model.dtype_bytes,
                  selective_stash_bytes=np.array(selective), recompute_flops=np.array(extra),
-                 memory_note=memory.describe(), samples=microbatch_size)
+                 memory_note=memory.describe(), samples=microbatch_size, tensor_layout=layout)
 
 
 def _forward_flops(layer: object, microbatch_size: int) -> float:

@@ -1,18 +1,20 @@
-"""The PP x DP configuration space that Megatron-style baselines search (each on its own).
+"""The PP x DP x TP configuration space that Megatron-style baselines search (each on its own).
 
-A configuration is a pipeline degree ``pp`` dividing the GPU count, data-parallel degree
-``dp = N / pp`` (every GPU used; a stage's ``dp`` GPUs are replicas that take its
-microbatches round-robin, i.e. ``m / dp`` microbatches per replica pipeline), a rank mapping
-and a recomputation mode. GPUs are taken in index order (the launcher's rank order):
-``pp-outer`` gives stage ``s`` the consecutive GPUs ``s*dp .. s*dp+dp-1`` (Megatron's default
-order: data parallelism inside a server, the pipeline across servers), ``dp-outer`` gives it
-GPUs ``s, s+pp, s+2pp, ...``. Without replication (``PipelineProblem.replicate`` False) the
-grid is ``dp = 1`` with every ``pp`` up to the GPU count, on the first ``pp`` GPUs.
-Cuts are balanced (``balanced_stages``). Tensor parallelism is
-not part of the space (see docs/pipeline.md). ``best_plan`` simulates every candidate and keeps
-the fastest that fits memory: memory-aware baselines list, for each configuration, variants
-in order of preference (e.g. 1F1B with its full warm-up, then with the in-flight microbatches
-lowered to what memory holds) and the first variant that fits is scored.
+A configuration is a tensor-parallel degree ``tp`` (every degree the problem allows,
+``PipelineProblem.degrees``: TP groups of ``tp`` GPUs inside a server, Megatron's innermost
+dimension; the grid below then runs on the ``N / tp`` groups as its "GPUs"), a pipeline degree
+``pp`` dividing the GPU count, data-parallel degree ``dp = N / pp`` (every GPU used; a stage's
+``dp`` GPUs are replicas that take its microbatches round-robin, i.e. ``m / dp`` microbatches
+per replica pipeline), a rank mapping and a recomputation mode. GPUs are taken in index order
+(the launcher's rank order): ``pp-outer`` gives stage ``s`` the consecutive GPUs ``s*dp ..
+s*dp+dp-1`` (Megatron's default order: data parallelism inside a server, the pipeline across
+servers), ``dp-outer`` gives it GPUs ``s, s+pp, s+2pp, ...``. Without replication
+(``PipelineProblem.replicate`` False) the grid is ``dp = 1`` with every ``pp`` up to the GPU
+count, on the first ``pp`` GPUs. Cuts are balanced (``balanced_stages``). ``best_plan``
+simulates every candidate and keeps the fastest that fits memory: memory-aware baselines list,
+for each configuration, variants in order of preference (e.g. 1F1B with its full warm-up, then
+with the in-flight microbatches lowered to what memory holds) and the first variant that fits
+is scored.
 """
 
 from __future__ import annotations
@@ -32,19 +34,24 @@ MAPPINGS = ("pp-outer", "dp-outer")
 
 @dataclass(frozen=True)
 class GridPoint:
-    """One configuration: pipeline and data-parallel degrees, mapping, recomputation, and
-    the chunks (virtual stages) per GPU of interleaved schedules."""
+    """One configuration: pipeline, data-parallel and tensor-parallel degrees, mapping,
+    recomputation, and the chunks (virtual stages) per GPU of interleaved schedules."""
 
     pp: int
     dp: int
     mapping: str
     recompute: str
     chunks: int = 1
+    tp: int = 1
 
     def notes(self, schedule: str) -> dict:
         """The configuration as plan notes (shown in the output)."""
-        return {"schedule": schedule, "pp": self.pp, "dp": self.dp, "tp": 1,
+        return {"schedule": schedule, "pp": self.pp, "dp": self.dp, "tp": self.tp,
                 "recompute": self.recompute, "mapping": self.mapping, "chunks": self.chunks}
+
+    def instance(self, problem: PipelineProblem) -> PipelineProblem:
+        """The instance this configuration runs on (its TP degree and recomputation)."""
+        return problem.tensor(self.tp).under(self.recompute)
 
 
 def stage_groups(pp: int, dp: int, mapping: str) -> list[tuple[int, ...]]:
@@ -57,21 +64,23 @@ def stage_groups(pp: int, dp: int, mapping: str) -> list[tuple[int, ...]]:
 
 def grid_points(problem: PipelineProblem, chunks: tuple[int, ...] = (1,)) -> Iterator[GridPoint]:
     """Every configuration of the grid for the given chunk counts."""
-    n, blocks = problem.graph.num_devices, problem.chain.num_blocks
-    for mode in problem.recompute_modes:
-        for v in chunks:
-            for pp in (k for k in range(1, n + 1) if k * v <= blocks):
-                if problem.replicate and n % pp:
-                    continue
-                dp = n // pp if problem.replicate else 1
-                for mapping in MAPPINGS if 1 < pp < pp * dp else MAPPINGS[:1]:
-                    yield GridPoint(pp, dp, mapping, mode, v)
+    blocks = problem.chain.num_blocks
+    for tp in problem.degrees():
+        n = problem.tensor(tp).graph.num_devices
+        for mode in problem.recompute_modes:
+            for v in chunks:
+                for pp in (k for k in range(1, n + 1) if k * v <= blocks):
+                    if problem.replicate and n % pp:
+                        continue
+                    dp = n // pp if problem.replicate else 1
+                    for mapping in MAPPINGS if 1 < pp < pp * dp else MAPPINGS[:1]:
+                        yield GridPoint(pp, dp, mapping, mode, v, tp)
 
 
 def point_stages(problem: PipelineProblem, point: GridPoint) -> tuple[Stage, ...]:
     """Balanced stages of a configuration (``chunks`` x ``pp`` stages for interleaving)."""
     groups = stage_groups(point.pp, point.dp, point.mapping)
-    return balanced_stages(problem.under(point.recompute), groups * point.chunks)
+    return balanced_stages(point.instance(problem), groups * point.chunks)
 
 
 def in_flight_caps(problem: PipelineProblem, stages: tuple[Stage, ...]) -> tuple[int, ...]:
@@ -88,7 +97,7 @@ def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
     that fits memory and runs. ConfigError when no configuration fits."""
     best: SimResult | None = None
     for point in points:
-        sub = problem.under(point.recompute)
+        sub = point.instance(problem)
         stages = point_stages(problem, point)
         if len(stages) != point.pp * point.chunks:
             continue
@@ -101,6 +110,7 @@ def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
                 best = result
             break
     if best is None:
-        raise ConfigError(f"{name}: no configuration fits the GPUs' memory (PP x DP grid, "
-                          f"recomputation {', '.join(problem.recompute_modes)})")
+        degrees = ", ".join(map(str, problem.degrees()))
+        raise ConfigError(f"{name}: no configuration fits the GPUs' memory (PP x DP x TP grid, "
+                          f"TP {degrees}, recomputation {', '.join(problem.recompute_modes)})")
     return best.plan

@@ -77,7 +77,9 @@ def overlap(sender: tuple[float, float], receiver: tuple[float, float]) -> float
 @dataclass(frozen=True)
 class PipelinePlan:
     """A complete plan: ``orders[k]`` is GPU ``k``'s action order (empty when unused);
-    ``recompute`` is the activation recomputation it runs with (none, selective, full)."""
+    ``recompute`` is the activation recomputation it runs with (none, selective, full);
+    ``tensor_parallel`` its tensor-parallel degree: above 1, "GPU" ``k`` is the ``k``-th TP
+    group of that many GPUs (``PipelineProblem.tensor``)."""
 
     planner: str
     stages: tuple[Stage, ...]
@@ -85,6 +87,7 @@ class PipelinePlan:
     num_microbatches: int
     notes: dict = field(default_factory=dict, compare=False)
     recompute: str = "none"
+    tensor_parallel: int = 1
 
     @property
     def num_stages(self) -> int:

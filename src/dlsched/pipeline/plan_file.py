@@ -2,7 +2,8 @@
 
 A plan file holds the plan itself (stages, per-GPU orders written ``2F0 ...``), what it was
 planned for (model name, block names with their output activation and parameter bytes, device
-names, microbatch size) and the simulator's predicted iteration time (seconds), so the runtime
+names: TP groups when the plan's ``tensor_parallel`` is above 1, microbatch size) and the
+simulator's predicted iteration time (seconds), so the runtime
 can check a model against it and report measured beside predicted. Loading validates the plan
 with ``validate_plan``; a bad file is refused with the field and the value named.
 """
@@ -64,6 +65,7 @@ class PlanFile(BaseModel):
     stages: list[StageSpec] = Field(min_length=1)
     orders: list[str]
     recompute: Literal["none", "selective", "full"] = "none"
+    tensor_parallel: int = Field(1, ge=1, le=64)
     predicted_iteration_s: float = Field(ge=0)
 
     @field_validator("orders")
@@ -98,8 +100,9 @@ class SavedPlan:
 
 
 def saved_from_result(result: PipelineResult, microbatch_size: int) -> SavedPlan:
-    """The savable form of a scored plan (``run_planner``'s result)."""
-    chain, graph = result.problem.chain, result.problem.graph
+    """The savable form of a scored plan (``run_planner``'s result): the model's blocks,
+    and the devices the plan indexes (TP groups above degree 1)."""
+    chain, graph = result.problem.chain, result.problem.for_plan(result.plan).graph
     return SavedPlan(result.plan, chain.name, graph.name, tuple(d.name for d in graph.devices),
                      microbatch_size, chain.block_names,
                      tuple(float(v) for v in chain.activation_bytes),
@@ -118,7 +121,7 @@ def plan_document(saved: SavedPlan) -> dict:
         stages=[StageSpec(first=s.first, last=s.last, devices=list(s.devices), split=s.split)
                 for s in plan.stages],
         orders=[" ".join(map(str, order)) for order in plan.orders],
-        recompute=plan.recompute,
+        recompute=plan.recompute, tensor_parallel=plan.tensor_parallel,
         predicted_iteration_s=saved.predicted_iteration_s).model_dump()
 
 
@@ -138,7 +141,8 @@ def saved_from_document(document: PlanFile) -> SavedPlan:
     plan = PipelinePlan(document.planner,
                         tuple(Stage(s.first, s.last, tuple(s.devices), s.split)
                               for s in document.stages),
-                        orders, document.num_microbatches, recompute=document.recompute)
+                        orders, document.num_microbatches, recompute=document.recompute,
+                        tensor_parallel=document.tensor_parallel)
     validate_plan(plan, len(document.blocks), len(document.device_names))
     blocks = document.blocks
     return SavedPlan(plan, document.model, document.devices, tuple(document.device_names),

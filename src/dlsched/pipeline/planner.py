@@ -14,7 +14,9 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
 3. Scheduling: for each kept partition, list scheduling in the simulator with several priority
    rules (backward first, highest remaining path first; split or full backwards; in-flight caps
    of unbounded-but-memory, 1F1B's ``p - s``) plus the fixed 1F1B, GPipe and ZB-H1 orders.
-4. Every baseline planner's plan is a candidate too; the simulated fastest plan wins, so the
+4. Steps 1-3 run for every tensor-parallel degree the problem allows (``PipelineProblem.
+   degrees``: on the instance whose devices are the TP groups). Every baseline planner's plan
+   is a candidate too; the simulated fastest plan wins, so the
    result is never slower than any baseline on the same instance.
 5. Refinement on small instances (stages x microbatches <= ``REFINE_ACTIONS``), from each
    of the ``REFINE_STARTS`` fastest plans with distinct partitions (hill-climbing is
@@ -197,7 +199,7 @@ def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
             continue
         plan = PipelinePlan("dlsched", stages, orders(stages, n, m), m,
                             {"schedule": orders.__name__.removesuffix("_orders")},
-                            problem.chain.recompute)
+                            problem.chain.recompute, problem.degree)
         result = _attempt(lambda plan=plan: simulate(problem, plan))
         if result is not None:
             yield result
@@ -207,14 +209,16 @@ def plan_dlsched(problem: PipelineProblem,
                  baselines: dict[str, Callable[[PipelineProblem], PipelinePlan]] | None = None
                  ) -> PipelinePlan:
     """The fastest simulated plan among our partitions x schedules under every allowed
-    recomputation mode and the baselines' plans."""
-    candidates = (result for sub, stages in _mode_partitions(problem)
+    tensor-parallel degree and recomputation mode, and the baselines' plans."""
+    candidates = (result for t in problem.degrees()
+                  for sub, stages in _mode_partitions(problem.tensor(t))
                   for result in schedule_candidates(sub, stages))
     starts: list[SimResult] = []  # the fastest plan of each of the fastest partitions
     for result in _with_baselines(problem, candidates, baselines or {}):
         if not allowed(problem, result.plan.stages):
             continue
-        same = next((st for st in starts if st.plan.stages == result.plan.stages), None)
+        same = next((st for st in starts if st.plan.stages == result.plan.stages
+                     and st.plan.tensor_parallel == result.plan.tensor_parallel), None)
         if same is not None:
             if result.iteration_s >= same.iteration_s * (1 - 1e-12):
                 continue
@@ -227,12 +231,13 @@ def plan_dlsched(problem: PipelineProblem,
     best = starts[0]
     for start in starts:
         if start.plan.num_stages * problem.num_microbatches <= REFINE_ACTIONS:
-            refined = refine(problem.under(start.plan.recompute), start)
+            refined = refine(problem.for_plan(start.plan), start)
             if refined.iteration_s < best.iteration_s * (1 - 1e-12):
                 best = refined
     notes = dict(best.plan.notes) | {"origin": best.plan.planner}
     return PipelinePlan("dlsched", best.plan.stages, best.plan.orders,
-                        best.plan.num_microbatches, notes, best.plan.recompute)
+                        best.plan.num_microbatches, notes, best.plan.recompute,
+                        best.plan.tensor_parallel)
 
 
 def _memory_bound(problem: PipelineProblem, stages: tuple[Stage, ...]) -> bool:

@@ -11,7 +11,13 @@ from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline.chain import Chain
 from dlsched.pipeline.memory_model import RECOMPUTE_MODES, check_recompute
 from dlsched.pipeline.network import check_network
-from dlsched.pipeline.plan import Stage
+from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.tensor_parallel import (
+    check_degree,
+    group_graph,
+    ring_allreduce_s,
+    valid_degrees,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,7 +27,13 @@ class PipelineProblem:
     ``network`` how transfers share the network (``pipeline.network``: fifo or ps);
     ``replicate`` whether a stage may run data-parallel on several GPUs (False for runtimes
     that run one rank per stage, such as ``torch.distributed.pipelining``: every planner then
-    keeps to one GPU per stage)."""
+    keeps to one GPU per stage); ``tensor_parallel`` the tensor-parallel degrees planners may
+    choose (None: every degree the chain and graph allow, ``pipeline.tensor_parallel``; 1
+    only without replication).
+
+    ``tensor(t)`` is the instance at degree ``t``: its devices are the TP groups (their GPUs
+    in ``gpu_groups``), its chain the per-GPU costs of a group; plans at that degree index
+    its devices, and ``for_plan`` finds the instance a plan runs on."""
 
     chain: Chain
     graph: DeviceGraph
@@ -29,6 +41,8 @@ class PipelineProblem:
     recompute_modes: tuple[str, ...] = RECOMPUTE_MODES
     network: str = "fifo"
     replicate: bool = True
+    tensor_parallel: tuple[int, ...] | None = None
+    gpu_groups: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.num_microbatches < 1:
@@ -39,14 +53,59 @@ class PipelineProblem:
         for mode in self.recompute_modes:
             check_recompute(mode)
         check_network(self.network)
+        if self.tensor_parallel is not None:
+            if not self.tensor_parallel:
+                raise ConfigError("tensor_parallel: at least one degree is needed")
+            if not self.replicate and self.gpu_groups is None and self.tensor_parallel != (1,):
+                raise ConfigError("tensor_parallel: one GPU per stage (no replication, e.g. "
+                                  "for torch) accepts degree 1 only")
+            for t in self.tensor_parallel:
+                if self.gpu_groups is None:
+                    check_degree(self.graph, self.chain.tensor_layout, t)
         object.__setattr__(self, "_variants", {self.chain.recompute: self})
+        object.__setattr__(self, "_degrees", {self.degree: self})
+        object.__setattr__(self, "_root", self)
 
     def under(self, mode: str) -> PipelineProblem:
         """This instance with the chain under recomputation ``mode`` (cached)."""
         variants = self._variants
         if mode not in variants:
             variants[mode] = replace(self, chain=self.chain.with_recompute(mode))
+            object.__setattr__(variants[mode], "_root", self._root)
         return variants[mode]
+
+    @property
+    def degree(self) -> int:
+        """The tensor-parallel degree of this instance's devices (1: single GPUs)."""
+        return 1 if self.gpu_groups is None else len(self.gpu_groups[0])
+
+    def degrees(self) -> tuple[int, ...]:
+        """The tensor-parallel degrees planners search, ascending."""
+        if self.gpu_groups is not None:
+            return (self.degree,)
+        if self.tensor_parallel is None:
+            return valid_degrees(self.graph, self.chain.tensor_layout) if self.replicate else (1,)
+        return tuple(sorted(set(self.tensor_parallel)))
+
+    def tensor(self, t: int) -> PipelineProblem:
+        """This instance at tensor-parallel degree ``t`` (cached; see the class docstring)."""
+        cached = self._degrees
+        if t not in cached:
+            if self.gpu_groups is not None:
+                cached[t] = self._root.tensor(t).under(self.chain.recompute)
+                return cached[t]
+            groups = check_degree(self.graph, self.chain.tensor_layout, t)
+            layout = self.chain.tensor_layout
+            message_s = ring_allreduce_s(self.graph, groups[0], layout.message_bytes)
+            chain = self.chain.with_tensor_parallel(t, message_s, self.graph.devices[0].flops)
+            cached[t] = replace(self, chain=chain, graph=group_graph(self.graph, groups),
+                                tensor_parallel=(t,), gpu_groups=tuple(groups))
+            object.__setattr__(cached[t], "_root", self)
+        return cached[t]
+
+    def for_plan(self, plan: PipelinePlan) -> PipelineProblem:
+        """The instance ``plan`` runs on: its tensor-parallel degree and recomputation."""
+        return self.tensor(plan.tensor_parallel).under(plan.recompute)
 
     def stage_flops(self, stage: Stage) -> tuple[float, float]:
         """(forward, backward) FLOP per microbatch of a stage."""
@@ -62,14 +121,8 @@ class PipelineProblem:
         replica sends 1/r of the gradient to the next at once, so a step takes its slowest
         ring link's latency + (P / r) / bandwidth. 0 for one replica.
         """
-        devices = stage.devices
-        r = len(devices)
-        if r == 1:
-            return 0.0
-        chunk = float(self.chain.param_bytes[stage.first:stage.last].sum()) / r
-        step = max(self.graph.transfer_time(devices[i], devices[(i + 1) % r], chunk)
-                   for i in range(r))
-        return 2 * (r - 1) * step
+        return ring_allreduce_s(self.graph, stage.devices,
+                                float(self.chain.param_bytes[stage.first:stage.last].sum()))
 
     def action_flops(self, stage: Stage) -> tuple[float, float]:
         """(forward, backward) FLOP of one action of a stage: a microbatch, or a replica's

@@ -74,7 +74,7 @@ class PipelineResult:
         return {"model": self.problem.chain.name, "devices": self.problem.graph.name,
                 "planner": plan.planner, "microbatches": plan.num_microbatches,
                 "stages": plan.num_stages,
-                "gpus_used": sum(1 for order in plan.orders if order),
+                "gpus_used": sum(1 for order in plan.orders if order) * plan.tensor_parallel,
                 **configuration(plan),
                 "iteration_s": float(sim.iteration_s), "bound_s": float(self.bound_s),
                 "instance_bound_s": float(self.instance_bound_s),
@@ -88,7 +88,7 @@ def configuration(plan: PipelinePlan) -> dict:
     """The configuration a plan runs: schedule, pipeline degree (stages per replica
     pipeline), data-parallel degree (replicas per stage; a list when they differ or when
     some stage splits its microbatches across its replicas, marked ``s``: ``4s/2s/1``),
-    tensor parallelism (always 1) and recomputation."""
+    tensor-parallel degree and recomputation."""
     notes = plan.notes
     replicas = sorted({len(stage.devices) for stage in plan.stages})
     chunks = int(notes.get("chunks", 1))
@@ -98,7 +98,7 @@ def configuration(plan: PipelinePlan) -> dict:
             "dp": replicas[0] if len(replicas) == 1 and not split else
             "/".join(f"{len(stage.devices)}{'s' if stage.split else ''}"
                      for stage in plan.stages),
-            "tp": 1, "recompute": plan.recompute,
+            "tp": plan.tensor_parallel, "recompute": plan.recompute,
             "warm_up": notes.get("warm-up", ""), "mapping": notes.get("mapping", "")}
 
 

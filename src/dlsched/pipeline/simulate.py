@@ -284,8 +284,8 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
 
     The plan is validated first; a plan whose peak memory exceeds a GPU's is refused with a
     ConfigError naming the GPU and the shortfall. The chain runs under the plan's
-    recomputation mode."""
-    problem = problem.under(plan.recompute)
+    recomputation mode and tensor-parallel degree."""
+    problem = problem.for_plan(plan)
     graph = problem.graph
     validate_plan(plan, problem.chain.num_blocks, graph.num_devices)
     check_memory(peak_memory(problem.chain, plan, graph.num_devices),
@@ -298,13 +298,14 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
 def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch: Dispatch,
                   planner: str) -> SimResult:
     """List-schedule ``stages`` with ``dispatch`` and return the simulated result; its plan
-    holds the executed orders (and the chain's recomputation mode), so ``simulate`` of that
+    holds the executed orders (and the chain's recomputation mode and the instance's
+    tensor-parallel degree), so ``simulate`` of that
     plan reproduces the same timeline."""
     run = _Run(problem, stages, None, dispatch)
     run.run()
     orders = tuple(tuple(order) for order in run.executed)
     plan = PipelinePlan(planner, stages, orders, problem.num_microbatches,
-                        {"schedule": dispatch.name}, problem.chain.recompute)
+                        {"schedule": dispatch.name}, problem.chain.recompute, problem.degree)
     return _result(run, plan)
 
 

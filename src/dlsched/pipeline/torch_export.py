@@ -60,7 +60,12 @@ class TorchSchedule:
 
 
 def to_torch(plan: PipelinePlan) -> TorchSchedule:
-    """The torch form of ``plan``; ConfigError if a stage is replicated on several GPUs."""
+    """The torch form of ``plan``; ConfigError if a stage is replicated on several GPUs or
+    the plan uses tensor parallelism."""
+    if plan.tensor_parallel > 1:
+        raise ConfigError(f"plan ({plan.planner}): tensor parallelism {plan.tensor_parallel}; "
+                          "torch.distributed.pipelining runs each stage on one rank without "
+                          "tensor parallelism (plan with --for-torch or --tensor-parallel 1)")
     for s, stage in enumerate(plan.stages):
         if len(stage.devices) != 1:
             raise ConfigError(
