@@ -30,7 +30,10 @@ parallelism.
   (the paper's handcrafted order), PP x DP x TP grid, warm-up lowered when memory requires.
 * ``zb-h2`` — ZB-H2 (same paper): ZB-H1 with ``2(p - s) - 1`` warm-up forwards on stage ``s``
   (about 2p microbatches in flight on the first stage), same grid, warm-up lowered to what
-  memory holds. ZB-V (two stages per GPU in a V) is not a baseline: see docs/pipeline.md.
+  memory holds.
+* ``zb-v`` — ZB-V (same paper, section 6): two stages per GPU in a V (``zb_v_orders``), the
+  paper's handcrafted order, on the PP x DP x TP grid with ``2 pp`` balanced stages; its
+  memory is about 1F1B's, so no lowered warm-up is needed beyond what recomputation gives.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from dlsched.pipeline.schedules import (
     one_f_one_b_orders,
     zb_h1_orders,
     zb_h2_orders,
+    zb_v_orders,
 )
 from dlsched.pipeline.simulate import SimResult, simulate
 
@@ -127,6 +131,22 @@ def plan_interleaved(problem: PipelineProblem) -> PipelinePlan:
         return [PipelinePlan("interleaved", stages, orders, sub.num_microbatches,
                              point.notes("interleaved"), point.recompute, point.tp)]
     return best_plan(problem, "interleaved", grid_points(problem, INTERLEAVE_CHUNKS), variants)
+
+
+def plan_zb_v(problem: PipelineProblem) -> PipelinePlan:
+    """ZB-V: two stages per GPU in a V, on the PP x DP x TP grid; needs a chain whose
+    backward can be split."""
+    if problem.chain.input_grad_fraction is None:
+        raise ConfigError("zb-v: the model's backward cannot be split into I and W "
+                          "(input_grad_fraction is unset)")
+
+    def variants(sub: PipelineProblem, point: GridPoint,
+                 stages: tuple[Stage, ...]) -> list[PipelinePlan]:
+        groups = tuple(stage.devices for stage in stages[:point.pp])
+        orders = zb_v_orders(sub.num_microbatches, groups, sub.graph.num_devices)
+        return [PipelinePlan("zb-v", stages, orders, sub.num_microbatches,
+                             point.notes("zb-v") | {"shape": "V"}, point.recompute, point.tp)]
+    return best_plan(problem, "zb-v", grid_points(problem, (2,), v_shape=True), variants)
 
 
 def _memory_aware(problem: PipelineProblem, name: str,

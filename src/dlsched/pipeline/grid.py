@@ -35,7 +35,9 @@ MAPPINGS = ("pp-outer", "dp-outer")
 @dataclass(frozen=True)
 class GridPoint:
     """One configuration: pipeline, data-parallel and tensor-parallel degrees, mapping,
-    recomputation, and the chunks (virtual stages) per GPU of interleaved schedules."""
+    recomputation, and the chunks (virtual stages) per GPU of interleaved schedules, looped
+    (GPU ``k`` holds stages ``k, k + p, ...``) or, with ``v_shape``, two in a V (stages ``k``
+    and ``2p - 1 - k``, ZB-V)."""
 
     pp: int
     dp: int
@@ -43,6 +45,7 @@ class GridPoint:
     recompute: str
     chunks: int = 1
     tp: int = 1
+    v_shape: bool = False
 
     def notes(self, schedule: str) -> dict:
         """The configuration as plan notes (shown in the output)."""
@@ -62,8 +65,9 @@ def stage_groups(pp: int, dp: int, mapping: str) -> list[tuple[int, ...]]:
     return [tuple(range(s, pp * dp, pp)) for s in range(pp)]
 
 
-def grid_points(problem: PipelineProblem, chunks: tuple[int, ...] = (1,)) -> Iterator[GridPoint]:
-    """Every configuration of the grid for the given chunk counts."""
+def grid_points(problem: PipelineProblem, chunks: tuple[int, ...] = (1,),
+                v_shape: bool = False) -> Iterator[GridPoint]:
+    """Every configuration of the grid for the given chunk counts (in a V: ``v_shape``)."""
     blocks = problem.chain.num_blocks
     for tp in problem.degrees():
         n = problem.tensor(tp).graph.num_devices
@@ -74,13 +78,14 @@ def grid_points(problem: PipelineProblem, chunks: tuple[int, ...] = (1,)) -> Ite
                         continue
                     dp = n // pp if problem.replicate else 1
                     for mapping in MAPPINGS if 1 < pp < pp * dp else MAPPINGS[:1]:
-                        yield GridPoint(pp, dp, mapping, mode, v, tp)
+                        yield GridPoint(pp, dp, mapping, mode, v, tp, v_shape)
 
 
 def point_stages(problem: PipelineProblem, point: GridPoint) -> tuple[Stage, ...]:
     """Balanced stages of a configuration (``chunks`` x ``pp`` stages for interleaving)."""
     groups = stage_groups(point.pp, point.dp, point.mapping)
-    return balanced_stages(point.instance(problem), groups * point.chunks)
+    placed = groups + groups[::-1] if point.v_shape else groups * point.chunks
+    return balanced_stages(point.instance(problem), placed)
 
 
 def in_flight_caps(problem: PipelineProblem, stages: tuple[Stage, ...]) -> tuple[int, ...]:

@@ -16,6 +16,7 @@ from dlsched.pipeline.baselines import (
     plan_pipedream,
     plan_zb_h1,
     plan_zb_h2,
+    plan_zb_v,
 )
 from dlsched.pipeline.bounds import instance_bound, plan_bound
 from dlsched.pipeline.plan import PipelinePlan
@@ -33,6 +34,7 @@ BASELINES: dict[str, Planner] = {
     "interleaved": plan_interleaved,
     "zb-h1": plan_zb_h1,
     "zb-h2": plan_zb_h2,
+    "zb-v": plan_zb_v,
 }
 
 

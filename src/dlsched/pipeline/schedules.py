@@ -136,6 +136,66 @@ def zb_h2_orders(stages: tuple[Stage, ...], num_devices: int, num_microbatches: 
     return zb_h1_orders(stages, num_devices, num_microbatches, caps, doubled=True)
 
 
+def zb_v_orders(num_microbatches: int, groups: tuple[tuple[int, ...], ...],
+                num_devices: int) -> tuple[tuple[Action, ...], ...]:
+    """ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 6): ``2p``
+    stages in a V over ``p = len(groups)`` pipeline ranks, rank ``k`` holding stage ``k`` (the
+    way down) and stage ``2p - 1 - k`` (the way up), so the turn at the last rank needs no
+    transfer; backwards split into I and W. Rank ``k`` runs, for its down stage ``a`` and up
+    stage ``b``: ``2(p - k) - 1`` forwards of ``a``; ``k`` times F of ``b`` then F of ``a``;
+    ``p - k`` times F, I, W of ``b``; then, while forwards remain, F of ``a`` (if any left),
+    I and W of ``a``, F, I and W of ``b``; cool-down: ``k`` times I of ``a`` then I of ``b``;
+    ``p - k`` times I of ``a`` and the oldest W of ``a``; the remaining W's of ``b``, then of
+    ``a``. With fewer than ``2p - 1`` microbatches the schedule is built for ``2p - 1`` and the
+    missing microbatches' actions are dropped. A rank of ``d`` data-parallel replicas runs
+    this on each replica's microbatches ``j`` with ``j % d == i``."""
+    p, d = len(groups), len(groups[0])
+    full: list[tuple[Action, ...]] = [()] * num_devices
+    for replica in range(d):
+        local = list(range(replica, num_microbatches, d))
+        for k in range(p):
+            order = _zb_v_rank(p, k, max(2 * p - 1, len(local)))
+            full[groups[k][replica]] = tuple(
+                Action(stage, kind, local[j]) for stage, kind, j in order if j < len(local))
+    return tuple(full)
+
+
+def _zb_v_rank(p: int, k: int, n: int) -> list[tuple[int, str, int]]:
+    """Rank ``k``'s ZB-V order over ``n`` microbatches as (stage, kind, local microbatch)."""
+    down, up = k, 2 * p - 1 - k
+    count = {(down, kind): 0 for kind in "FIW"} | {(up, kind): 0 for kind in "FIW"}
+    order: list[tuple[int, str, int]] = []
+
+    def run(stage: int, kind: str) -> None:
+        order.append((stage, kind, count[(stage, kind)]))
+        count[(stage, kind)] += 1
+
+    for _ in range(2 * (p - k) - 1):
+        run(down, "F")
+    for _ in range(k):
+        run(up, "F")
+        run(down, "F")
+    for _ in range(p - k):
+        for kind in "FIW":
+            run(up, kind)
+    while count[(up, "F")] < count[(down, "F")] or count[(down, "F")] < n:
+        if count[(down, "F")] < n:
+            run(down, "F")
+        for stage in (down, up):
+            for kind in ("I", "W") if stage == down else "FIW":
+                run(stage, kind)
+    for _ in range(k):
+        run(down, "I")
+        run(up, "I")
+    for _ in range(p - k):
+        run(down, "I")
+        run(down, "W")
+    for stage in (up, down):
+        while count[(stage, "W")] < count[(stage, "I")]:
+            run(stage, "W")
+    return order
+
+
 def _kind_first(kinds: tuple[str, ...]) -> Callable[[Action], tuple]:
     rank = {kind: i for i, kind in enumerate(kinds)}
 
