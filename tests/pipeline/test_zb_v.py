@@ -67,6 +67,7 @@ def test_turn_of_the_v_needs_no_transfer() -> None:
     problem = uniform_problem(2 * p, 1, f=1.0, b=2.0, act=1e9, split=True)
     plan = PipelinePlan("zb-v", _v_stages(p), zb_v_orders(1, tuple((k,) for k in range(p)),
                                                           2 * p), 1)
-    # forward 6 x 1 s, input gradients 6 x 1 s, 2 x (p - 1) transfers each way of 1 s,
-    # then rank 0's last W of 1 s.
-    assert simulate(problem, plan).iteration_s == pytest.approx(6 + 6 + 4 * (p - 1) + 1)
+    # 6 forwards and 6 input gradients of 1 s, 2 x 2(p - 1) transfers of 1 s, the last
+    # rank's W of stage 3 (it runs right after 3I, before 2I, in the paper's order) and
+    # rank 0's final W of stage 0: 6 + 6 + 8 + 1 + 1 s.
+    assert simulate(problem, plan).iteration_s == pytest.approx(6 + 6 + 4 * (p - 1) + 2)
