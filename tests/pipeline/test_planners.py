@@ -26,7 +26,7 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.baselines import PLACEMENTS, _memory_aware
+from dlsched.pipeline.baselines import PLACEMENTS, RE_PLACEMENTS, _memory_aware
 from dlsched.pipeline.estimate import best_sync_partitions, estimate
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.oracle import oracle
@@ -182,12 +182,16 @@ def test_gpt3_memory_aware_partition_is_proposed() -> None:
 
 
 def test_dapple_searches_its_placement_policies() -> None:
-    """DAPPLE's scatter-first order takes GPUs round-robin over the servers; its plan is the
-    fastest of its append-first and scatter-first plans, each with split or round-robin
+    """DAPPLE's scatter-first order takes GPUs round-robin over the servers, fresh-first
+    starts each stage on an unused server; its plan is the fastest of its three policies' plans, each with split or round-robin
     replicas, and names the placement and the replica mode."""
     problem = MEDIUM
     assert PLACEMENTS["scatter-first"](problem) == [0, 2, 4, 6, 1, 3, 5, 7]
     assert PLACEMENTS["append-first"](problem) == list(range(8))
+    sized = (Stage(0, 4, (0,)), Stage(4, 8, (1, 2)), Stage(8, 16, (3, 4, 5)))
+    # servers {0,1}, {2,3}, {4,5}, {6,7}: each stage starts on a server no stage used yet
+    assert [st.devices for st in RE_PLACEMENTS["fresh-first"](problem, sized)] == [
+        (0,), (2, 3), (4, 5, 6)]
     plan = get_planner("dapple")(problem)
     assert plan.notes["mapping"] in PLACEMENTS
     assert plan.notes["replicas"] in ("split", "round-robin")

@@ -20,10 +20,12 @@ parallelism.
 * ``dapple`` — DAPPLE (Fan et al., PPoPP 2021): DP over block ranges and GPU runs in index
   order (identical GPUs assumed) choosing stages and replication for the synchronous latency
   model, enumerating the bottleneck stage time; early-backward (1F1B) schedule; memory-aware
-  like PipeDream's; searched under DAPPLE's append-first and scatter-first placement policies
-  (GPU orders; fresh-first is not modelled). As in DAPPLE, a replicated stage splits every
-  microbatch across its replicas (``Stage.split``), in the DP's costs and in the plan; the
-  round-robin alternative is searched too and the faster kept (``replicas`` note).
+  like PipeDream's; searched under DAPPLE's three placement policies: append-first and
+  scatter-first (GPU orders the DP cuts into runs) and fresh-first (each stage on servers no
+  earlier stage uses; the DP's stages, priced on append-first runs, re-placed). As in DAPPLE,
+  a replicated stage splits every microbatch across its replicas (``Stage.split``), in the
+  DP's costs and in the plan; the round-robin alternative is searched too and the faster kept
+  (``replicas`` note).
 * ``interleaved`` — interleaved 1F1B (Narayanan et al., SC 2021): 2 or 4 chunks per GPU on
   the PP x DP x TP grid (every GPU used; microbatches need not be a multiple of PP).
 * ``zb-h1`` — ZB-H1 (Qi et al., ICLR 2024): split backward, W's deferred by the stage index
@@ -73,11 +75,36 @@ def _scatter_order(problem: PipelineProblem) -> list[int]:
     return [gpus[k] for k in range(columns) for gpus in servers.values() if k < len(gpus)]
 
 
+def _fresh_first(problem: PipelineProblem, stages: tuple[Stage, ...]) -> tuple[Stage, ...]:
+    """DAPPLE's fresh-first placement of ``stages`` (their GPU counts kept): each stage, in
+    pipeline order, takes its GPUs from servers no earlier stage uses, in index order, and
+    only when no such server is left from the used server with the most free GPUs."""
+    free: dict[int, list[int]] = {}
+    for index, device in enumerate(problem.graph.devices):
+        free.setdefault(device.server, []).append(index)
+    used: set[int] = set()
+    placed = []
+    for stage in stages:
+        devices: list[int] = []
+        while len(devices) < len(stage.devices):
+            fresh = [server for server, gpus in free.items() if gpus and server not in used]
+            server = fresh[0] if fresh else max(free, key=lambda server: len(free[server]))
+            take = free[server][:len(stage.devices) - len(devices)]
+            free[server] = free[server][len(take):]
+            devices.extend(take)
+            used.add(server)
+        placed.append(Stage(stage.first, stage.last, tuple(devices), stage.split))
+    return tuple(placed)
+
+
 # DAPPLE's device placement policies as the GPU order its DP cuts into contiguous runs:
 # append-first fills a server before the next (consecutive stages share servers), scatter-first
-# spreads every run over all servers.
+# spreads every run over all servers; fresh-first is priced on append-first runs and its
+# stages then re-placed (``RE_PLACEMENTS``) so that each starts on an unused server.
 PLACEMENTS: dict[str, Callable[[PipelineProblem], list[int]]] = {
-    "append-first": _index_order, "scatter-first": _scatter_order}
+    "append-first": _index_order, "scatter-first": _scatter_order, "fresh-first": _index_order}
+RE_PLACEMENTS: dict[str, Callable[[PipelineProblem, tuple[Stage, ...]], tuple[Stage, ...]]] = {
+    "fresh-first": _fresh_first}
 
 
 def _fixed(name: str, make: OrdersMaker, capped: bool) -> Variants:
@@ -177,6 +204,8 @@ def _memory_aware_mode(problem: PipelineProblem, name: str,
         stages = partition(problem, costs)
         if stages is None:
             return None
+        if placement in RE_PLACEMENTS:
+            stages = RE_PLACEMENTS[placement](problem, stages)
         notes = {"schedule": "1f1b", "pp": len(stages), "dp": "per stage", "tp": problem.degree,
                  "recompute": problem.chain.recompute, "mapping": placement,
                  "replicas": "split" if split else "round-robin"}
@@ -203,9 +232,9 @@ def plan_pipedream(problem: PipelineProblem) -> PipelinePlan:
 
 def plan_dapple(problem: PipelineProblem) -> PipelinePlan:
     """DAPPLE: synchronous-latency DP (identical GPUs) with early backward, under each of its
-    placement policies (append-first, scatter-first), with microbatches split across a
-    stage's replicas (DAPPLE's runtime) and, at full strength, also taken round-robin; the
-    fastest simulated plan (its ``replicas`` note says which)."""
+    placement policies (append-first, scatter-first, fresh-first), with microbatches split
+    across a stage's replicas (DAPPLE's runtime) and, at full strength, also taken
+    round-robin; the fastest simulated plan (its ``replicas`` note says which)."""
     def best(sub: PipelineProblem, costs: RangeCosts) -> tuple[Stage, ...] | None:
         ranked = best_sync_partitions(sub, costs, keep=1, identical=True)
         return ranked[0] if ranked else None
