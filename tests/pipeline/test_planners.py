@@ -183,8 +183,9 @@ def test_gpt3_memory_aware_partition_is_proposed() -> None:
 
 def test_dapple_searches_its_placement_policies() -> None:
     """DAPPLE's scatter-first order takes GPUs round-robin over the servers, fresh-first
-    starts each stage on an unused server; its plan is the fastest of its three policies' plans, each with split or round-robin
-    replicas, and names the placement and the replica mode."""
+    starts each stage on an unused server; its plan is the fastest of its three policies'
+    plans, each with split or round-robin replicas, and names the placement and the replica
+    mode."""
     problem = MEDIUM
     assert PLACEMENTS["scatter-first"](problem) == [0, 2, 4, 6, 1, 3, 5, 7]
     assert PLACEMENTS["append-first"](problem) == list(range(8))
