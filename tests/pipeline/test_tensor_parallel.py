@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import cluster_graph, server_graph
@@ -199,3 +201,32 @@ def test_dlsched_searches_tensor_parallel_and_is_never_slower() -> None:
         except ConfigError:
             continue
         assert ours.sim.iteration_s <= theirs * (1 + 1e-9), name
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(3, 6), st.integers(1, 2), st.sampled_from([2, 4]), st.integers(1, 6),
+       st.sampled_from(["gpipe", "1f1b", "zb-h1", "zb-v", "interleaved"]),
+       st.integers(0, 10**6))
+def test_tp_plans_never_beat_their_bounds(blocks: int, servers: int, per_server: int, m: int,
+                                          name: str, seed: int) -> None:
+    """Random layered chains on random clusters, every TP degree: each grid baseline's plan at
+    that degree is no faster than its plan bound, and no faster than the instance bound of the
+    GPUs themselves (TP only adds work)."""
+    rng = np.random.default_rng(seed)
+    chain = Chain("toy", tuple(f"h.{i}" for i in range(blocks)),
+                  rng.uniform(1e9, 4e9, blocks), rng.uniform(2e9, 8e9, blocks),
+                  rng.uniform(1e5, 1e8, blocks), rng.uniform(1e6, 1e8, blocks),
+                  rng.uniform(1e6, 1e8, blocks), input_grad_fraction=rng.uniform(0.3, 0.7),
+                  tensor_layout=TensorLayout(((2.0, 2.0),) * blocks, float(rng.uniform(1e5, 1e8)),
+                                             8))
+    graph = cluster_graph(servers, per_server, flops=1e12, intra=(rng.uniform(1e10, 3e11), 5e-6),
+                          inter=(rng.uniform(1e9, 2.5e10), 1e-5))
+    root = PipelineProblem(chain, graph, m, network=str(rng.choice(["fifo", "ps"])))
+    for t in root.degrees():
+        try:
+            result = run_planner(replace(root, tensor_parallel=(t,)), name)
+        except ConfigError:
+            continue
+        assert result.plan.tensor_parallel == t
+        assert result.sim.iteration_s >= result.bound_s * (1 - 1e-9)
+        assert result.sim.iteration_s >= instance_bound(root) * (1 - 1e-9)
