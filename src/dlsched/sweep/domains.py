@@ -234,7 +234,7 @@ TRAINING_METRICS = ("iteration_s", "compute_s", "exposed_comm_s", "comm_fraction
 DATAPARALLEL_METRICS = ("time_s", "bound_s", "time_over_bound", "backward_s", "forward_s",
                         "messages", "comm_busy_s")
 PIPELINE_METRICS = ("iteration_s", "bound_s", "instance_bound_s", "time_over_bound", "bubble",
-                    "peak_memory_bytes", "stages", "gpus_used", "planning_s")
+                    "peak_memory_bytes", "stages", "gpus_used", "tp", "planning_s")
 
 
 @dataclass(frozen=True)
