@@ -50,6 +50,10 @@ SIZES = tuple(4096 * 2**k for k in range(13))  # 4 KiB .. 16 MiB
 REPEATS = 15
 ITERATIONS, WARMUP, PROFILE_ITERATIONS = 14, 3, 15
 COMM_NICE = -20
+# The prediction method; every run is logged under it in benchmarks/out/runs-dp_runtime.json
+# and the section lists every run of the current method (change it when the method changes).
+METHOD = "two-state network, robust compute slowdown, slowest-rank profile"
+HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
 
@@ -264,7 +268,37 @@ def main() -> None:
                 "load_after": os.getloadavg()[0], "comm_nice": args.comm_nice,
                 "group_nice": args.group_nice,
                 "rows": rows}, indent=1))
+            log_run(folder, ranks, rate, rows)
     write_table(folder, args.group_nice)
+
+
+def log_run(folder: Path, ranks: int, rate: int, rows: list[dict[str, Any]]) -> None:
+    """Append this run's summary (rows within 15%, mean absolute error, error range) to the
+    history in ``folder``, under ``METHOD``."""
+    errors = [float(row["error"]) for row in rows]
+    path = folder / HISTORY
+    history = json.loads(path.read_text()) if path.exists() else []
+    history.append({"method": METHOD, "ranks": ranks, "rate": rate,
+                    "date": time.strftime("%Y-%m-%d %H:%M"), "rows": len(errors),
+                    "within_15": sum(abs(e) <= 0.15 for e in errors),
+                    "mean_abs_error": sum(map(abs, errors)) / len(errors),
+                    "min_error": min(errors), "max_error": max(errors)})
+    path.write_text(json.dumps(history, indent=1))
+
+
+def _history(folder: Path) -> list[str]:
+    """One line per setting: every logged run of ``METHOD``."""
+    path = folder / HISTORY
+    runs = [run for run in (json.loads(path.read_text()) if path.exists() else [])
+            if run["method"] == METHOD]
+    settings = sorted({(run["ranks"], run["rate"]) for run in runs})
+    return [f"Every run of this method at {ranks} ranks, {rate} Gbit/s (rows within 15% of "
+            "rows; mean absolute error; error range): " + "; ".join(
+                f"{run['date']}: **{run['within_15']}/{run['rows']}**, "
+                f"{run['mean_abs_error'] * 100:.1f}%, {run['min_error'] * 100:+.0f}% to "
+                f"{run['max_error'] * 100:+.0f}%" for run in runs
+                if (run["ranks"], run["rate"]) == (ranks, rate)) + "."
+            for ranks, rate in settings]
 
 
 
@@ -278,7 +312,8 @@ def write_table(folder: Path, group_nice: int) -> None:
     lines = ["## Data-parallel runtime: measured vs predicted", "", INTRO, "",
              "Calibrated (alpha-beta reading of the piecewise fit): "
              + "; ".join(_fits(s) for s in current) + ".", "",
-             *_table([row for setting in current for row in setting["rows"]]), ""]
+             *_table([row for setting in current for row in setting["rows"]]), "",
+             *(line for line in _history(folder) for line in (line, ""))]
     if earlier:
         lines += ["Settings not yet re-run with this method (earlier method: the profile from "
                   "plain passes, the prediction from the loaded curve alone, so `error` there "
