@@ -46,7 +46,7 @@ def _planning_rows(chain: Chain, planners: tuple[str, ...]) -> list[str]:
             plan = planner(problem)
             iteration = simulate(problem, plan).iteration_s
             rows.append(f"| {chain.name} | {graph.num_devices} | {name} | {seconds:.2f} "
-                        f"| {plan.num_stages} "
+                        f"| {plan.num_stages} | {plan.tensor_parallel} "
                         f"| {iteration:.3f} | {iteration / plan_bound(problem, plan):.3f} |")
     return rows
 
@@ -72,9 +72,10 @@ def main() -> None:
              "seconds of one call (`dlsched` includes evaluating every baseline's plan as a "
              "candidate: since issue 8 these are full-strength grid searches, which is most of "
              "the time at 512 GPUs). The synthetic model has fp16-sized weights and "
-             "activations; the zoo's GPT-3 175B has 98 blocks and the default memory model.",
-             "", "| model | GPUs | planner | planning (s) | stages | iteration (s) | time/bound |",
-             "|---|---:|---|---:|---:|---:|---:|",
+             "activations and no tensor layout (TP 1 only); the zoo's GPT-3 175B has 98 "
+             "blocks, the default memory model, and dlsched searches TP 1, 2, 4 and 8 on it.",
+             "", "| model | GPUs | planner | planning (s) | stages | TP | iteration (s) "
+             "| time/bound |", "|---|---:|---|---:|---:|---:|---:|---:|",
              *_planning_rows(chain, ("dlsched", "dapple", "pipedream", "gpipe")),
              *_planning_rows(zoo, ("dlsched",)), "",
              "Simulating one iteration of the dlsched plan (validation, memory check and "

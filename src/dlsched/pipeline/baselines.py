@@ -60,6 +60,7 @@ from dlsched.pipeline.simulate import SimResult, simulate
 
 INTERLEAVE_CHUNKS = (2, 4)
 OrdersMaker = Callable[..., tuple]
+RankOrdersMaker = Callable[[GridPoint, int, tuple[tuple[int, ...], ...], int], tuple]
 
 
 def _index_order(problem: PipelineProblem) -> list[int]:
@@ -133,47 +134,41 @@ def plan_1f1b(problem: PipelineProblem) -> PipelinePlan:
                      _fixed("1f1b", one_f_one_b_orders, True))
 
 
-def _zero_bubble(name: str, orders: OrdersMaker) -> Callable[[PipelineProblem], PipelinePlan]:
+def _per_rank(name: str, make: RankOrdersMaker) -> Variants:
+    """Plans of a schedule written per pipeline rank, each rank hosting several stages
+    (interleaved, ZB-V): the ranks are the GPU groups of the first ``pp`` stages."""
+    def variants(problem: PipelineProblem, point: GridPoint,
+                 stages: tuple[Stage, ...]) -> list[PipelinePlan]:
+        groups = tuple(stage.devices for stage in stages[:point.pp])
+        orders = make(point, problem.num_microbatches, groups, problem.graph.num_devices)
+        return [PipelinePlan(name, stages, orders, problem.num_microbatches, point.notes(name),
+                             point.recompute, point.tp)]
+    return variants
+
+
+def _zero_bubble(name: str, variants: Variants, chunks: tuple[int, ...] = (1,),
+                 v_shape: bool = False) -> Callable[[PipelineProblem], PipelinePlan]:
     def plan(problem: PipelineProblem) -> PipelinePlan:
         if problem.chain.input_grad_fraction is None:
             raise ConfigError(f"{name}: the model's backward cannot be split into I and W "
                               "(input_grad_fraction is unset)")
-        return best_plan(problem, name, grid_points(problem), _fixed(name, orders, True))
-    plan.__doc__ = (f"{name.upper()} on the PP x DP x TP grid, warm-up lowered when memory "
-                    "requires; needs a chain whose backward can be split.")
+        return best_plan(problem, name, grid_points(problem, chunks, v_shape), variants)
+    plan.__doc__ = (f"{name.upper()} on the PP x DP x TP grid; needs a chain whose backward "
+                    "can be split.")
     return plan
 
 
-plan_zb_h1 = _zero_bubble("zb-h1", zb_h1_orders)
-plan_zb_h2 = _zero_bubble("zb-h2", zb_h2_orders)
+plan_zb_h1 = _zero_bubble("zb-h1", _fixed("zb-h1", zb_h1_orders, True))
+plan_zb_h2 = _zero_bubble("zb-h2", _fixed("zb-h2", zb_h2_orders, True))
+plan_zb_v = _zero_bubble("zb-v", _per_rank("zb-v", lambda point, m, groups, n: zb_v_orders(
+    m, groups, n)), (2,), v_shape=True)
 
 
 def plan_interleaved(problem: PipelineProblem) -> PipelinePlan:
     """Interleaved 1F1B with 2 or 4 chunks per GPU on the PP x DP x TP grid."""
-    def variants(sub: PipelineProblem, point: GridPoint,
-                 stages: tuple[Stage, ...]) -> list[PipelinePlan]:
-        groups = tuple(stage.devices for stage in stages[:point.pp])
-        orders = interleaved_orders(point.chunks, sub.num_microbatches, groups,
-                                    sub.graph.num_devices)
-        return [PipelinePlan("interleaved", stages, orders, sub.num_microbatches,
-                             point.notes("interleaved"), point.recompute, point.tp)]
-    return best_plan(problem, "interleaved", grid_points(problem, INTERLEAVE_CHUNKS), variants)
-
-
-def plan_zb_v(problem: PipelineProblem) -> PipelinePlan:
-    """ZB-V: two stages per GPU in a V, on the PP x DP x TP grid; needs a chain whose
-    backward can be split."""
-    if problem.chain.input_grad_fraction is None:
-        raise ConfigError("zb-v: the model's backward cannot be split into I and W "
-                          "(input_grad_fraction is unset)")
-
-    def variants(sub: PipelineProblem, point: GridPoint,
-                 stages: tuple[Stage, ...]) -> list[PipelinePlan]:
-        groups = tuple(stage.devices for stage in stages[:point.pp])
-        orders = zb_v_orders(sub.num_microbatches, groups, sub.graph.num_devices)
-        return [PipelinePlan("zb-v", stages, orders, sub.num_microbatches,
-                             point.notes("zb-v") | {"shape": "V"}, point.recompute, point.tp)]
-    return best_plan(problem, "zb-v", grid_points(problem, (2,), v_shape=True), variants)
+    return best_plan(problem, "interleaved", grid_points(problem, INTERLEAVE_CHUNKS),
+                     _per_rank("interleaved", lambda point, m, groups, n: interleaved_orders(
+                         point.chunks, m, groups, n)))
 
 
 def _memory_aware(problem: PipelineProblem, name: str,

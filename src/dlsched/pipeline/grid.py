@@ -50,7 +50,8 @@ class GridPoint:
     def notes(self, schedule: str) -> dict:
         """The configuration as plan notes (shown in the output)."""
         return {"schedule": schedule, "pp": self.pp, "dp": self.dp, "tp": self.tp,
-                "recompute": self.recompute, "mapping": self.mapping, "chunks": self.chunks}
+                "recompute": self.recompute, "mapping": self.mapping, "chunks": self.chunks,
+                "shape": "V" if self.v_shape else "looped"}
 
     def instance(self, problem: PipelineProblem) -> PipelineProblem:
         """The instance this configuration runs on (its TP degree and recomputation)."""
