@@ -52,8 +52,7 @@ ITERATIONS, WARMUP, PROFILE_ITERATIONS = 14, 3, 15
 COMM_NICE = -20
 # The prediction method; every run is logged under it in benchmarks/out/runs-dp_runtime.json
 # and the section lists every run of the current method (change it when the method changes).
-METHOD = ("two-state network, robust compute slowdown against a matched control, "
-          "slowest-rank profile")
+METHOD = "two-state network, robust compute slowdown, slowest-rank profile"
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
@@ -337,10 +336,9 @@ INTRO = (
     "(`--comm-nice`), the compute threads at 0. Per setting: timed all-reduces as in "
     f"`dlsched calibrate --load both` (13 sizes, 4 KiB-16 MiB, median of {REPEATS}), idle and "
     "while every rank computes, with the compute's slowdown beside each size (the compute "
-    "thread's share of a core in a matched control window, as long and also started after "
-    "a barrier but with nothing in flight, over its share beside the all-reduce; median "
-    "over ranks, then over repeats, then the non-decreasing fit in size); the piecewise "
-    "fits and the slowdowns are written as one "
+    "thread's share of a core alone / beside the all-reduce; median over ranks, then over "
+    "repeats, then the non-decreasing fit in size); the piecewise fits and the slowdowns "
+    "are written as one "
     "two-state network file (the idle fit and its `under_load` block) read by the simulator "
     "through `--network FILE`: each message progresses at the loaded rate while its rank "
     "computes (backward, forward, updates) and at the idle rate otherwise, and the rank "

@@ -56,8 +56,7 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
     """Run on every rank of an initialized group: (bytes, median seconds) per size. With
     ``load="compute"`` the calling thread computes until the all-reduce has completed, and
     ``compute`` (if given) receives per size (bytes, samples): one row per repeat holding
-    every rank's compute slowdown beside that all-reduce (``_compute_factor``, against the
-    window's matched control ``_control_share``)."""
+    every rank's compute slowdown beside that all-reduce (``_compute_factor``)."""
     import torch
     import torch.distributed as dist
 
@@ -65,6 +64,7 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(LOADS)}")
     matrix = torch.randn(LOAD_MATRIX, LOAD_MATRIX)
     out = torch.empty_like(matrix)
+    alone = _cpu_share(matrix, out) if load == "compute" else 1.0
     buffers = [torch.zeros(max(1, size // 4), dtype=torch.float32) for size in sizes]
     times: list[list[float]] = [[] for _ in sizes]
     factors: list[list[list[float]]] = [[] for _ in sizes]
@@ -78,15 +78,13 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
                 watcher = _stamp_when_done(work, stamp)
                 while watcher.is_alive():
                     torch.mm(matrix, matrix, out=out)
-            window = time.perf_counter() - start
-            share = (time.thread_time() - cpu_start) / window
+            share = (time.thread_time() - cpu_start) / (time.perf_counter() - start)
             work.wait()
             elapsed = torch.tensor([(stamp or [time.perf_counter()])[0] - start],
                                    dtype=torch.float64)
             mine = torch.zeros(world_size, dtype=torch.float64)
+            mine[rank] = _compute_factor(alone, share)
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-            if load == "compute":
-                mine[rank] = _compute_factor(_control_share(matrix, out, window), share)
             dist.all_reduce(mine, op=dist.ReduceOp.SUM)
             if repeat >= warmup:
                 size_times.append(float(elapsed[0]))
@@ -98,30 +96,28 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
 
 def _compute_factor(alone: float, beside: float) -> float:
     """How many times slower a rank computes beside an all-reduce: its compute thread's share
-    of a core in the matched control window (``_control_share``) over its share beside the
-    all-reduce (thread CPU seconds / wall seconds of the window). The thread's CPU time is
-    its progress, so this needs no count of whole products (a window of a few products is
-    spoilt by the one that overruns it)."""
+    of a core alone (every rank computing, nothing in flight) over its share beside the
+    all-reduce (thread CPU seconds / wall seconds of the same window). The thread's CPU time
+    is its progress, so this needs no count of whole products (a window of a few products
+    is spoilt by the one that overruns it)."""
     return alone / max(beside, 1e-3 * alone)
 
 
-def _control_share(matrix: Any, out: Any, seconds: float) -> float:
-    """The matched control of one loaded window: after a barrier (as the window started),
-    every rank computes for ``seconds`` (the window's length) with nothing in flight; the
-    compute thread's share of a core (CPU seconds / wall seconds). Whatever the start costs
-    a short window (every rank's threads wake at once after the barrier and the scheduler
-    spreads them over the cores) then counts in the control as it does beside the
-    all-reduce, and the ratio keeps only what the all-reduce takes; a long steady-state
-    reference would charge that start to the all-reduce, most for the shortest (smallest)
-    messages."""
+def _cpu_share(matrix: Any, out: Any, products: int = 200, repeats: int = 3) -> float:
+    """The compute thread's share of a core (CPU seconds / wall seconds) with every rank
+    computing at once (after a barrier) and no all-reduce in flight: the median of
+    ``repeats`` windows of ``products`` matrix products."""
     import torch
     import torch.distributed as dist
 
-    dist.barrier()
-    start, cpu_start = time.perf_counter(), time.thread_time()
-    while time.perf_counter() - start < seconds:
-        torch.mm(matrix, matrix, out=out)
-    return (time.thread_time() - cpu_start) / (time.perf_counter() - start)
+    shares = []
+    for _ in range(repeats):
+        dist.barrier()
+        start, cpu_start = time.perf_counter(), time.thread_time()
+        for _ in range(products):
+            torch.mm(matrix, matrix, out=out)
+        shares.append((time.thread_time() - cpu_start) / (time.perf_counter() - start))
+    return statistics.median(shares)
 
 
 def robust_slowdowns(samples: Sequence[tuple[int, Sequence[Sequence[float]]]]
