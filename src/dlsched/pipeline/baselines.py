@@ -171,18 +171,25 @@ def plan_interleaved(problem: PipelineProblem) -> PipelinePlan:
                          point.chunks, m, groups, n)))
 
 
+Partitions = dict[tuple, tuple[Stage, ...] | None]
+
+
 def _memory_aware(problem: PipelineProblem, name: str,
                   partition: Callable[[PipelineProblem, RangeCosts], tuple[Stage, ...] | None],
-                  placement: str = "append-first", split: bool = False) -> SimResult:
+                  placement: str = "append-first", split: bool = False,
+                  found: Partitions | None = None) -> SimResult:
     """Partition assuming 1, 2, 4, ... microbatches in flight per stage until the 1F1B plan
     fits every GPU; without recomputation first, then selective, then full: the first mode
     that fits. Only when none does, the same again with 1F1B's warm-up lowered to what
     memory holds. GPUs in the order of ``placement`` (``PLACEMENTS``); with ``split``
-    replicated stages split every microbatch across their replicas."""
+    replicated stages split every microbatch across their replicas. ``found`` keeps the
+    partitions computed (per mode, GPU order, in-flight count and split), shared by calls
+    whose GPU orders coincide."""
+    found = {} if found is None else found
     for capped in (False, True):
         for mode in problem.recompute_modes:
             result = _memory_aware_mode(problem.under(mode), name, partition, capped, placement,
-                                        split)
+                                        split, found)
             if result is not None:
                 return result
     raise ConfigError(f"{name}: no partition fits the GPUs' memory")
@@ -191,12 +198,16 @@ def _memory_aware(problem: PipelineProblem, name: str,
 def _memory_aware_mode(problem: PipelineProblem, name: str,
                        partition: Callable[[PipelineProblem, RangeCosts],
                                            tuple[Stage, ...] | None],
-                       capped: bool, placement: str, split: bool) -> SimResult | None:
+                       capped: bool, placement: str, split: bool,
+                       found: Partitions) -> SimResult | None:
     graph, m, in_flight = problem.graph, problem.num_microbatches, 1
     order = PLACEMENTS[placement](problem)
     while True:
-        costs = range_costs(problem, order, identical=True, in_flight=in_flight, split=split)
-        stages = partition(problem, costs)
+        key = (problem.chain.recompute, tuple(order), in_flight, split)
+        if key not in found:
+            found[key] = partition(problem, range_costs(problem, order, identical=True,
+                                                        in_flight=in_flight, split=split))
+        stages = found[key]
         if stages is None:
             return None
         if placement in RE_PLACEMENTS:
@@ -233,13 +244,13 @@ def plan_dapple(problem: PipelineProblem) -> PipelinePlan:
     def best(sub: PipelineProblem, costs: RangeCosts) -> tuple[Stage, ...] | None:
         ranked = best_sync_partitions(sub, costs, keep=1, identical=True)
         return ranked[0] if ranked else None
-    results = []
+    results, found = [], {}
     placements = PLACEMENTS if len({d.server for d in problem.graph.devices}) > 1 else \
         ("append-first",)
     for placement in placements:
         for split in (True, False):
             try:
-                results.append(_memory_aware(problem, "dapple", best, placement, split))
+                results.append(_memory_aware(problem, "dapple", best, placement, split, found))
             except ConfigError:
                 continue
     if not results:
