@@ -49,9 +49,10 @@ class GridPoint:
 
     def notes(self, schedule: str) -> dict:
         """The configuration as plan notes (shown in the output)."""
+        shape = {"shape": "V" if self.v_shape else "looped"} if self.chunks > 1 else {}
         return {"schedule": schedule, "pp": self.pp, "dp": self.dp, "tp": self.tp,
-                "recompute": self.recompute, "mapping": self.mapping, "chunks": self.chunks,
-                "shape": "V" if self.v_shape else "looped"}
+                "recompute": self.recompute, "mapping": self.mapping,
+                "chunks": self.chunks} | shape
 
     def instance(self, problem: PipelineProblem) -> PipelineProblem:
         """The instance this configuration runs on (its TP degree and recomputation)."""
