@@ -18,7 +18,8 @@ pure numpy min-plus (min-max) products: O(U |Z| L^2) per call, ``Z`` the allowed
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,11 +39,22 @@ class RangeCosts:
     unit: int
     runs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
     split: bool = False
+    _sums: dict[float, dict[tuple[int, int], np.ndarray]] = field(
+        default_factory=dict, init=False, repr=False)
 
     @property
     def num_units(self) -> int:
         """Number of device units."""
         return len(self.order) // self.unit
+
+    def stage_sums(self, sync_weight: float) -> dict[tuple[int, int], np.ndarray]:
+        """Per run: latency + transfers + ``sync_weight`` x all-reduce (seconds), computed once
+        per weight (``sync_dp`` runs for many ``t_max`` with the same weights)."""
+        if sync_weight not in self._sums:
+            self._sums[sync_weight] = {
+                run: latency + hops + sync_weight * sync
+                for run, (latency, _, sync, hops) in self.runs.items()}
+        return self._sums[sync_weight]
 
 
 def unit_size(num_devices: int) -> int:
@@ -143,9 +155,10 @@ def sync_dp(costs: RangeCosts, num_blocks: int, t_max: float,
     stage period <= ``t_max`` seconds: the best partition for each number of units used (all
     of them up to 16 units, else the overall best and the one using every unit), since the
     sum alone does not reward replicas that shorten fill and drain; empty when none fits."""
-    def cost(latency: np.ndarray, period: np.ndarray, sync: np.ndarray,
-             hops: np.ndarray) -> np.ndarray:
-        return np.where(period <= t_max, latency + hops + sync_weight * sync, np.inf)
+    sums = costs.stage_sums(sync_weight)
+
+    def cost(run: tuple[int, int]) -> np.ndarray:
+        return np.where(costs.runs[run][1] <= t_max, sums[run], np.inf)
     return _dp(costs, num_blocks, cost, np.add, every_end=True)
 
 
@@ -153,32 +166,34 @@ def throughput_dp(costs: RangeCosts, num_blocks: int,
                   num_microbatches: int) -> tuple[Stage, ...] | None:
     """PipeDream's objective: the partition whose largest per-microbatch stage time (period,
     transfer, all-reduce amortised over the microbatches) is smallest."""
-    def cost(latency: np.ndarray, period: np.ndarray, sync: np.ndarray,
-             hops: np.ndarray) -> np.ndarray:
+    def cost(run: tuple[int, int]) -> np.ndarray:
+        latency, period, sync, hops = costs.runs[run]
         per_microbatch = np.maximum(period + sync / num_microbatches, hops / 2)
         return np.where(np.isfinite(latency), per_microbatch, np.inf)
     found = _dp(costs, num_blocks, cost, np.maximum, every_end=False)
     return found[0] if found else None
 
 
-def _dp(costs: RangeCosts, num_blocks: int, cost_of: object, combine: object,
+def _dp(costs: RangeCosts, num_blocks: int,
+        cost_of: Callable[[tuple[int, int]], np.ndarray],
+        combine: Callable[[np.ndarray, np.ndarray], np.ndarray],
         every_end: bool) -> list[tuple[Stage, ...]]:
     units, size = costs.num_units, num_blocks + 1
     best = np.full((units + 1, size), np.inf)
     best[0, 0] = 0.0
     parent = np.zeros((units + 1, size, 2), dtype=int)
     columns = np.arange(size)
-    for (u0, z), matrices in sorted(costs.runs.items(), key=lambda item: sum(item[0])):
+    for u0, z in sorted(costs.runs, key=sum):
         if not np.isfinite(best[u0]).any():
             continue
-        matrix = cost_of(*matrices)
-        candidate = combine(best[u0][:, None], matrix)
+        candidate = combine(best[u0][:, None], cost_of((u0, z)))
         start = np.argmin(candidate, axis=0)
         value = candidate[start, columns]
         u1 = u0 + z
         better = value < best[u1]
         best[u1][better] = value[better]
-        parent[u1][better] = np.stack([np.full(size, z), start], axis=1)[better]
+        parent[u1, better, 0] = z
+        parent[u1, better, 1] = start[better]
     finals = best[:, num_blocks]
     if not np.isfinite(finals).any():
         return []
