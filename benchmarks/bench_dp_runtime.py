@@ -52,7 +52,8 @@ ITERATIONS, WARMUP, PROFILE_ITERATIONS = 14, 3, 15
 COMM_NICE = -20
 # The prediction method; every run is logged under it in benchmarks/out/runs-dp_runtime.json
 # and the section lists every run of the current method (change it when the method changes).
-METHOD = "two-state network, robust compute slowdown, slowest-rank profile"
+METHOD = ("two-state network with queued-stream curve, robust compute slowdown, slowest-rank "
+          "profile")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 

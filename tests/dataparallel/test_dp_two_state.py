@@ -13,6 +13,7 @@ from dlsched.dataparallel.netfile import load_network_file
 from dlsched.dataparallel.network import SharedNetwork
 from dlsched.dataparallel.plan import DPPlan, Message, whole_layer
 from dlsched.dataparallel.simulate import comm_finish_times, execute, iteration_time
+from dlsched.errors import ConfigError
 
 MS = 1e-3
 MiB = 2**20
@@ -240,3 +241,39 @@ def test_bad_compute_slowdown_exits_2_naming_the_field(run_cli, tmp_path, comput
                            "--policy", "wfbp")
     assert code == 2
     assert field in err
+
+
+def test_queued_message_uses_its_queued_slowdown_by_hand():
+    """Two 0-latency 2 ms messages launched at 0 on one slot, loaded throughout, slowdown 3
+    alone and 1.5 queued: the first (admitted at its launch) takes 6 ms, the second waited
+    behind it and takes 1.5 x 2 = 3 ms: ends at 6 and 9 ms. Without a queued slowdown: 12 ms."""
+    for queued, second in ((1.5, 9 * MS), (None, 12 * MS)):
+        network = SharedNetwork(1)
+        for index in range(2):
+            network.submit(index, 0.0, 0.0, 2 * MS, 3.0, 1.0, queued)
+        network.set_loaded(True)
+        done = network.advance(float("inf"))
+        assert [end for _, _, end in done] == pytest.approx([6 * MS, second])
+
+
+def test_stream_block_gives_the_queued_slowdown(tmp_path):
+    """under_load.stream is the loaded cost per queued message: queued_slowdown = stream /
+    idle (at least 1); without it, the isolated loaded slowdown."""
+    document = json.loads(json.dumps(GOOD))
+    document["under_load"]["stream"] = {
+        "model": "alpha-beta", "alpha_beta": {"alpha": "200 us", "bandwidth": "1 GB/s"}}
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(document))
+    comm = load_network_file(path)
+    assert comm.queued_slowdown(1e6) == pytest.approx((200e-6 + 1e-3) / (100e-6 + 1e-3))
+    assert comm.slowdown(1e6) == pytest.approx((300e-6 + 2e-3) / (100e-6 + 1e-3))
+    document["under_load"]["stream"]["alpha_beta"] = {"alpha": "10 us", "bandwidth": "2 GB/s"}
+    path.write_text(json.dumps(document))
+    assert load_network_file(path).queued_slowdown(1e6) == 1.0
+    path.write_text(json.dumps(GOOD))
+    plain = load_network_file(path)
+    assert plain.queued_slowdown(1e6) == plain.slowdown(1e6)
+    document["under_load"]["stream"]["alpha_beta"] = {"alpha": "nan", "bandwidth": "2 GB/s"}
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=r"under_load\.stream\.alpha_beta\.alpha"):
+        load_network_file(path)

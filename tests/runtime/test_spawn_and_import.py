@@ -66,8 +66,8 @@ def _priorities(rank: int, world_size: int) -> dict[str, int]:
     from dlsched.runtime.calibrate import time_loads
 
     timed = time_loads(rank, world_size, (4096, 65536), 1, 2, "both")
-    assert set(timed) == {"none", "compute", "compute_slowdown", "compute_samples"}
-    for samples in (timed[key] for key in ("none", "compute", "compute_slowdown")):
+    assert set(timed) == {"none", "compute", "compute_slowdown", "compute_samples", "stream"}
+    for samples in (timed[key] for key in ("none", "compute", "compute_slowdown", "stream")):
         assert [b for b, _ in samples] == [4096, 65536] and all(s > 0 for _, s in samples)
     assert all(len(repeats) == 2 and all(len(ranks) == world_size for ranks in repeats)
                for _, repeats in timed["compute_samples"])

@@ -221,12 +221,15 @@ class TwoState:
     ``slowdown(bytes)`` times slower for the part of it that overlaps compute, and the rank's
     compute ``compute_slowdown(bytes)`` times slower while a message of that size is in flight
     (``contention.py``). ``compute``: measured (bytes, factor) pairs, factor = compute time
-    beside an all-reduce of that size / compute time alone; none: compute is never slowed."""
+    beside an all-reduce of that size / compute time alone; none: compute is never slowed.
+    ``stream``: the loaded cost per message of all-reduces queued back to back (a message
+    that waited behind another is charged ``queued_slowdown``); none: as an isolated one."""
 
     idle: AlphaBeta | Piecewise
     loaded: AlphaBeta | Piecewise
     name: str = "two-state"
     compute: tuple[tuple[float, float], ...] = ()
+    stream: AlphaBeta | Piecewise | None = None
 
     def __post_init__(self) -> None:
         sizes = [b for b, _ in self.compute]
@@ -253,6 +256,14 @@ class TwoState:
         speeds it up, so a loaded fit below the idle one (measurement noise) counts as idle."""
         idle = self.idle.cost(num_bytes)
         return max(1.0, self.loaded.cost(num_bytes) / idle) if idle > 0 else 1.0
+
+    def queued_slowdown(self, num_bytes: float) -> float:
+        """``slowdown`` of a message that waited behind another: the stream curve over the
+        idle one, at least 1 (``slowdown`` without a stream curve)."""
+        idle = self.idle.cost(num_bytes)
+        if self.stream is None or idle <= 0:
+            return self.slowdown(num_bytes)
+        return max(1.0, self.stream.cost(num_bytes) / idle)
 
     def compute_slowdown(self, num_bytes: float) -> float:
         """How many times slower the rank computes while a message of ``num_bytes`` bytes is

@@ -4,7 +4,9 @@ With a two-state network (``TwoState``), while the rank computes (backward, then
 forward layer with its update) every message in flight progresses ``slowdown(bytes)`` times
 slower (the loaded curve over the idle one), and while messages are in flight the compute
 progresses ``compute_slowdown(bytes)`` times slower (the largest factor of the messages in
-flight; 1 when the file has no measurement). Layer work is the profile's: seconds of compute
+flight; 1 when the file has no measurement); a message that waited behind earlier ones
+progresses ``queued_slowdown(bytes)`` times slower instead (the stream curve, when the file
+has one). Layer work is the profile's: seconds of compute
 with no message in flight. So a message overlapping compute for a fraction p of its idle
 progress costs p x loaded + (1 - p) x idle seconds, and a layer computed beside a message
 lasts its work x that factor.
@@ -69,7 +71,7 @@ class _Rank:
             size = self.plan.messages[self.submitted].num_bytes
             self.network.submit(self.submitted, self.released.pop(self.submitted),
                                 *self.comm.split(size), self.comm.slowdown(size),
-                                self.comm.compute_slowdown(size))
+                                self.comm.compute_slowdown(size), self.comm.queued_slowdown(size))
             self.submitted += 1
 
     def compute(self, work: float, marks: list[tuple[float, Callable[[], None]]]) -> None:

@@ -16,7 +16,9 @@ of the same all-reduces while the ranks compute (``dlsched calibrate --load both
 top-level fit is then the idle cost, and the simulator charges each message by the loaded
 curve for the part of it that overlaps compute (``TwoState``). Its optional
 ``compute_slowdown`` (``{bytes, factor}`` ascending) says how many times slower the ranks
-compute beside an all-reduce of that size.
+compute beside an all-reduce of that size; its optional ``stream`` block (``model``, fits,
+``samples``) is the loaded cost per message of all-reduces queued back to back, charged to
+messages that waited behind another (``TwoState.queued_slowdown``).
 """
 
 from __future__ import annotations
@@ -132,6 +134,7 @@ class LoadedFits(Fits):
     (``compute_slowdown``, ascending sizes)."""
 
     compute_slowdown: list[ComputeSample] = []
+    stream: Fits | None = None
 
     @field_validator("compute_slowdown")
     @classmethod
@@ -157,7 +160,8 @@ class NetworkFile(Fits):
         ``workers``: the job's ranks; a ring fit is re-evaluated for them, the other fits are
         valid only for the file's ``workers``."""
         ranks = self.workers if workers is None else workers
-        models = {self.model} | ({self.under_load.model} if self.under_load else set())
+        loaded_fits = [self.under_load, self.under_load.stream] if self.under_load else []
+        models = {self.model} | {fits.model for fits in loaded_fits if fits is not None}
         if ranks != self.workers and models != {"ring"}:
             raise ConfigError(f"workers: the network file {self.name!r} was fitted on "
                               f"{self.workers} ranks and its {'/'.join(sorted(models))} model "
@@ -169,9 +173,12 @@ class NetworkFile(Fits):
             return idle
         loaded = self.under_load.curve(ranks, f"{self.name} under load "
                                               f"({self.under_load.model})")
+        stream = self.under_load.stream
         return TwoState(idle, loaded, f"{self.name} ({self.model}, idle / under load)",
                         tuple((float(s.bytes), s.factor)
-                              for s in self.under_load.compute_slowdown))
+                              for s in self.under_load.compute_slowdown),
+                        None if stream is None else stream.curve(
+                            ranks, f"{self.name} queued under load ({stream.model})"))
 
 
 def read_network_file(path: str | Path) -> NetworkFile:

@@ -47,6 +47,7 @@ DEFAULT_SIZES = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
 LOADS = ("none", "compute")
 CHOICES = (*LOADS, "both")  # what `dlsched calibrate --load` accepts
 LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~1 ms each)
+STREAM_LENGTH = 8  # all-reduces queued back to back when timing a stream under load
 
 
 def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 2,
@@ -75,7 +76,7 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
             work = dist.all_reduce(buffer, async_op=True)
             stamp: list[float] = []
             if load == "compute":
-                watcher = _stamp_when_done(work, stamp)
+                watcher = _stamp_when_done([work], stamp)
                 while watcher.is_alive():
                     torch.mm(matrix, matrix, out=out)
             share = (time.thread_time() - cpu_start) / (time.perf_counter() - start)
@@ -92,6 +93,36 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
     if compute is not None and load == "compute":
         compute.extend((b.numel() * 4, f) for b, f in zip(buffers, factors, strict=True))
     return [(b.numel() * 4, statistics.median(t)) for b, t in zip(buffers, times, strict=True)]
+
+
+def time_streams(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 1,
+                 repeats: int = 5, length: int = STREAM_LENGTH) -> list[tuple[int, float]]:
+    """Run on every rank of an initialized group: (bytes, median seconds per message) of
+    ``length`` all-reduces of each size issued back to back while the calling thread computes
+    (as backward does beside a queue of gradient messages): the time between the first and
+    the last completion over ``length - 1``, the slowest rank's, median of ``repeats``."""
+    import torch
+    import torch.distributed as dist
+
+    matrix = torch.randn(LOAD_MATRIX, LOAD_MATRIX)
+    out = torch.empty_like(matrix)
+    times: list[list[float]] = [[] for _ in sizes]
+    for repeat in range(warmup + repeats):
+        for size, size_times in zip(sizes, times, strict=True):
+            buffers = [torch.zeros(max(1, size // 4), dtype=torch.float32)
+                       for _ in range(length)]
+            dist.barrier()
+            works = [dist.all_reduce(buffer, async_op=True) for buffer in buffers]
+            stamps: list[float] = []
+            watcher = _stamp_when_done(works, stamps)
+            while watcher.is_alive():
+                torch.mm(matrix, matrix, out=out)
+            gap = torch.tensor([(stamps[-1] - stamps[0]) / (length - 1)], dtype=torch.float64)
+            dist.all_reduce(gap, op=dist.ReduceOp.MAX)
+            if repeat >= warmup:
+                size_times.append(float(gap[0]))
+    return [(max(1, size // 4) * 4, statistics.median(t)) for size, t in zip(sizes, times,
+                                                                        strict=True)]
 
 
 def _compute_factor(alone: float, beside: float) -> float:
@@ -155,24 +186,27 @@ def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, re
                load: str) -> dict[str, list[tuple[int, float]]]:
     """``time_allreduces`` under ``load`` (``both``: idle, then under compute load): the
     samples per load, and with compute load the compute slowdowns (key ``compute_slowdown``,
-    (bytes, factor) pairs from ``robust_slowdowns``) and the per-rank factors they come
-    from (key ``compute_samples``)."""
+    (bytes, factor) pairs from ``robust_slowdowns``), the per-rank factors they come
+    from (key ``compute_samples``) and the per-message cost of queued streams (key
+    ``stream``, ``time_streams``)."""
     if load not in CHOICES:
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
     compute: list[tuple[int, list[list[float]]]] = []
     timed = {one: time_allreduces(rank, world_size, sizes, warmup, repeats, one, compute)
              for one in (LOADS if load == "both" else (load,))}
     return timed | ({"compute_slowdown": robust_slowdowns(compute),
-                     "compute_samples": compute} if compute else {})
+                     "compute_samples": compute,
+                     "stream": time_streams(rank, world_size, sizes)} if compute else {})
 
 
-def _stamp_when_done(work: Any, stamp: list[float]) -> threading.Thread:
-    """A started thread that waits for ``work`` and appends its perf-counter time to
-    ``stamp``."""
+def _stamp_when_done(works: Sequence[Any], stamp: list[float]) -> threading.Thread:
+    """A started thread that waits for each of ``works`` in turn and appends the
+    perf-counter time it completed to ``stamp``."""
 
     def wait() -> None:
-        work.wait()
-        stamp.append(time.perf_counter())
+        for work in works:
+            work.wait()
+            stamp.append(time.perf_counter())
 
     thread = threading.Thread(target=wait, name="dlsched-stamp", daemon=True)
     thread.start()
@@ -235,10 +269,12 @@ def network_document(samples: Sequence[tuple[int, float]], workers: int, name: s
                      backend: str, model: str = "piecewise", load: str = "none",
                      comm_nice: int | None = None,
                      loaded: Sequence[tuple[int, float]] | None = None,
-                     compute: Sequence[tuple[int, float]] | None = None) -> dict[str, Any]:
+                     compute: Sequence[tuple[int, float]] | None = None,
+                     stream: Sequence[tuple[int, float]] | None = None) -> dict[str, Any]:
     """The ``kind: allreduce-cost`` document of these samples, using fit ``model``; with
     ``loaded`` (samples timed under compute load) its ``under_load`` block too, with the
-    ``compute`` slowdowns ((bytes, factor) pairs) measured beside them."""
+    ``compute`` slowdowns ((bytes, factor) pairs) measured beside them and the fit of the
+    queued ``stream`` samples (seconds per message)."""
     if model not in ("alpha-beta", "ring", "piecewise"):
         raise ConfigError(f"model: {model!r} is not a fit; accepted: alpha-beta, ring, "
                           "piecewise")
@@ -246,7 +282,8 @@ def network_document(samples: Sequence[tuple[int, float]], workers: int, name: s
                 **_fits(samples, workers, model)}
     if loaded is not None:
         document["under_load"] = _fits(loaded, workers, model) | {"compute_slowdown": [
-            {"bytes": int(b), "factor": float(f)} for b, f in compute or ()]}
+            {"bytes": int(b), "factor": float(f)} for b, f in compute or ()]} | (
+            {"stream": _fits(stream, workers, model)} if stream else {})
     return document | {"measured_with": {
         "backend": backend, "host": platform.node(), "date": datetime.date.today().isoformat(),
         "load": "both" if loaded is not None else load, "comm_nice": comm_nice}}
@@ -259,7 +296,8 @@ def loads_document(timed: dict[str, list[tuple[int, float]]], workers: int, name
     and the loaded one as ``under_load``."""
     if set(LOADS) <= set(timed):
         return network_document(timed["none"], workers, name, backend, model, "none",
-                                comm_nice, timed["compute"], timed.get("compute_slowdown"))
+                                comm_nice, timed["compute"], timed.get("compute_slowdown"),
+                                timed.get("stream"))
     (load, samples), = ((k, v) for k, v in timed.items() if k in LOADS)
     return network_document(samples, workers, name, backend, model, load, comm_nice)
 
