@@ -117,15 +117,15 @@ def _options(deadline_s: float, comm_nice: int | None) -> SpawnOptions:
 def calibrate(ranks: int, rate_gbit: int, comm_nice: int | None,
               folder: Path) -> tuple[dict[str, str], list[Any]]:
     """Timed all-reduces idle and under load, written as piecewise network files: ``two``
-    (idle fit + under_load with the compute slowdowns), and for the diagnostic columns
-    ``idle`` and ``loaded`` (one curve each) and ``comm`` (two curves, compute never
-    slowed); and every rank's compute slowdown per size and repeat (stored with the rows)."""
+    (idle fit + under_load with the compute slowdowns and the queued-stream curve), and for
+    the diagnostic columns ``idle`` and ``loaded`` (one curve each) and ``comm`` (two curves,
+    compute never slowed); and every rank's compute slowdown per size and repeat (stored with the rows)."""
     timed = spawn(time_loads, ranks, (SIZES, 2, REPEATS, "both"), _options(600, comm_nice))[0]
     document = loads_document(timed, ranks, f"gloo-{ranks}x{rate_gbit}gbit", "gloo",
                               "piecewise", comm_nice)
     idle = {k: v for k, v in document.items() if k != "under_load"}
     loaded = idle | {k: v for k, v in document["under_load"].items()
-                     if k != "compute_slowdown"}
+                     if k not in ("compute_slowdown", "stream")}
     files = {}
     for which, doc in (("two", document), ("idle", idle), ("loaded", loaded),
                        ("comm", idle | {"under_load": document["under_load"]
