@@ -119,7 +119,8 @@ def calibrate(ranks: int, rate_gbit: int, comm_nice: int | None,
     """Timed all-reduces idle and under load, written as piecewise network files: ``two``
     (idle fit + under_load with the compute slowdowns and the queued-stream curve), and for
     the diagnostic columns ``idle`` and ``loaded`` (one curve each) and ``comm`` (two curves,
-    compute never slowed); and every rank's compute slowdown per size and repeat (stored with the rows)."""
+    compute never slowed); and every rank's compute slowdown per size and repeat (stored
+    with the rows)."""
     timed = spawn(time_loads, ranks, (SIZES, 2, REPEATS, "both"), _options(600, comm_nice))[0]
     document = loads_document(timed, ranks, f"gloo-{ranks}x{rate_gbit}gbit", "gloo",
                               "piecewise", comm_nice)
