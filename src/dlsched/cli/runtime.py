@@ -140,8 +140,9 @@ def calibrate_command(
     load: Annotated[str, typer.Option(help="What runs beside the timed all-reduces on every "
                                       "rank: none (idle ranks), compute (a thread busy "
                                       "with matrix products, as during backward) or both "
-                                      "(idle fit + under_load fit: the simulator charges "
-                                      "each message by what overlaps it).")] = "none",
+                                      "(idle fit + under_load fit + the cost of messages "
+                                      "queued back to back under load: the simulator "
+                                      "charges each message by what overlaps it).")] = "none",
     comm_nice: CommNiceOption = None,
 ) -> None:
     """Time all-reduces across spawned ranks and fit alpha-beta, ring and piecewise models;
