@@ -117,7 +117,10 @@ def time_streams(rank: int, world_size: int, sizes: Sequence[int], warmup: int =
             watcher = _stamp_when_done(works, stamps)
             while watcher.is_alive():
                 torch.mm(matrix, matrix, out=out)
-            gap = torch.tensor([(stamps[-1] - stamps[0]) / (length - 1)], dtype=torch.float64)
+            # at least 1 ns: completions stamped back to back still cost something (and the
+            # fit needs positive samples)
+            gap = torch.tensor([max(1e-9, (stamps[-1] - stamps[0]) / (length - 1))],
+                               dtype=torch.float64)
             dist.all_reduce(gap, op=dist.ReduceOp.MAX)
             if repeat >= warmup:
                 size_times.append(float(gap[0]))
