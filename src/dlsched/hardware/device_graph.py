@@ -76,6 +76,13 @@ class DeviceGraph:
         """Number of GPUs."""
         return len(self.devices)
 
+    def server_gpus(self) -> dict[int, list[int]]:
+        """The GPU indices of each server, in index order (servers in order of first GPU)."""
+        servers: dict[int, list[int]] = {}
+        for index, device in enumerate(self.devices):
+            servers.setdefault(device.server, []).append(index)
+        return servers
+
     @property
     def flops(self) -> np.ndarray:
         """Per-GPU sustained FLOP/s as an array."""

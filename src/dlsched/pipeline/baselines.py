@@ -69,9 +69,7 @@ def _index_order(problem: PipelineProblem) -> list[int]:
 
 def _scatter_order(problem: PipelineProblem) -> list[int]:
     """GPUs round-robin over the servers (first GPU of each server, then the second, ...)."""
-    servers: dict[int, list[int]] = {}
-    for index, device in enumerate(problem.graph.devices):
-        servers.setdefault(device.server, []).append(index)
+    servers = problem.graph.server_gpus()
     columns = max(len(gpus) for gpus in servers.values())
     return [gpus[k] for k in range(columns) for gpus in servers.values() if k < len(gpus)]
 
@@ -80,9 +78,7 @@ def _fresh_first(problem: PipelineProblem, stages: tuple[Stage, ...]) -> tuple[S
     """DAPPLE's fresh-first placement of ``stages`` (their GPU counts kept): each stage, in
     pipeline order, takes its GPUs from servers no earlier stage uses, in index order, and
     only when no such server is left from the used server with the most free GPUs."""
-    free: dict[int, list[int]] = {}
-    for index, device in enumerate(problem.graph.devices):
-        free.setdefault(device.server, []).append(index)
+    free = problem.graph.server_gpus()
     used: set[int] = set()
     placed = []
     for stage in stages:

@@ -29,12 +29,12 @@ parameters), contention between TP traffic and pipeline transfers inside a serve
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dlsched.errors import ConfigError
-from dlsched.hardware.device_graph import Device, DeviceGraph
+from dlsched.hardware.device_graph import DeviceGraph
 
 _SAME = 1e-9
 
@@ -76,9 +76,7 @@ def ring_allreduce_s(graph: DeviceGraph, devices: tuple[int, ...], num_bytes: fl
 def tensor_groups(graph: DeviceGraph, t: int) -> list[tuple[int, ...]]:
     """The TP groups of degree ``t``: consecutive GPUs of each server, ``t`` at a time.
     ConfigError when a server's GPU count is not a multiple of ``t``."""
-    servers: dict[int, list[int]] = {}
-    for index, device in enumerate(graph.devices):
-        servers.setdefault(device.server, []).append(index)
+    servers = graph.server_gpus()
     bad = sorted(s for s, gpus in servers.items() if len(gpus) % t)
     if bad:
         raise ConfigError(f"tensor_parallel: {t} does not divide the GPU count of server(s) "
@@ -130,12 +128,10 @@ def group_graph(graph: DeviceGraph, groups: list[tuple[int, ...]]) -> DeviceGrap
     link between their first members."""
     if all(len(group) == 1 for group in groups):
         return graph
-    firsts = [group[0] for group in groups]
-    devices = tuple(
-        Device(f"{graph.devices[g[0]].name}..{graph.devices[g[-1]].name}",
-               graph.devices[g[0]].flops, graph.devices[g[0]].memory,
-               graph.devices[g[0]].server, graph.devices[g[0]].overhead) for g in groups)
-    index = np.array(firsts)
+    devices = tuple(replace(graph.devices[g[0]],
+                            name=f"{graph.devices[g[0]].name}..{graph.devices[g[-1]].name}")
+                    for g in groups)
+    index = np.array([group[0] for group in groups])
     t = len(groups[0])
     return DeviceGraph(f"{graph.name}/tp{t}", devices, graph.bandwidth[np.ix_(index, index)],
                        graph.latency[np.ix_(index, index)])
