@@ -94,10 +94,11 @@ def _order_table(result: PipelineResult) -> Table:
                   "2F0 = stage 2 forward of microbatch 0, B backward, I/W split backward)")
     table.add_column("GPU")
     table.add_column("actions", justify="left")
+    devices = result.problem.for_plan(result.plan).graph.devices
     for device, order in enumerate(result.plan.orders):
         if order:
             more = f" … ({len(order)} in all)" if len(order) > ORDER_PREVIEW else ""
-            table.add_row(result.problem.for_plan(result.plan).graph.devices[device].name,
+            table.add_row(devices[device].name,
                           " ".join(map(str, order[:ORDER_PREVIEW])) + more)
     return table
 

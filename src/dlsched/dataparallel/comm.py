@@ -254,16 +254,16 @@ class TwoState:
     def slowdown(self, num_bytes: float) -> float:
         """loaded / idle seconds of one message, at least 1: compute beside a message never
         speeds it up, so a loaded fit below the idle one (measurement noise) counts as idle."""
-        idle = self.idle.cost(num_bytes)
-        return max(1.0, self.loaded.cost(num_bytes) / idle) if idle > 0 else 1.0
+        return self._over_idle(self.loaded, num_bytes)
 
     def queued_slowdown(self, num_bytes: float) -> float:
         """``slowdown`` of a message that waited behind another: the stream curve over the
         idle one, at least 1 (``slowdown`` without a stream curve)."""
+        return self._over_idle(self.stream or self.loaded, num_bytes)
+
+    def _over_idle(self, curve: AlphaBeta | Piecewise, num_bytes: float) -> float:
         idle = self.idle.cost(num_bytes)
-        if self.stream is None or idle <= 0:
-            return self.slowdown(num_bytes)
-        return max(1.0, self.stream.cost(num_bytes) / idle)
+        return max(1.0, curve.cost(num_bytes) / idle) if idle > 0 else 1.0
 
     def compute_slowdown(self, num_bytes: float) -> float:
         """How many times slower the rank computes while a message of ``num_bytes`` bytes is

@@ -53,15 +53,14 @@ class PipelineProblem:
         for mode in self.recompute_modes:
             check_recompute(mode)
         check_network(self.network)
-        if self.tensor_parallel is not None:
-            if not self.tensor_parallel:
-                raise ConfigError("tensor_parallel: at least one degree is needed")
-            if not self.replicate and self.gpu_groups is None and self.tensor_parallel != (1,):
+        if self.tensor_parallel is not None and not self.tensor_parallel:
+            raise ConfigError("tensor_parallel: at least one degree is needed")
+        if self.tensor_parallel is not None and self.gpu_groups is None:
+            if not self.replicate and self.tensor_parallel != (1,):
                 raise ConfigError("tensor_parallel: one GPU per stage (no replication, e.g. "
                                   "for torch) accepts degree 1 only")
             for t in self.tensor_parallel:
-                if self.gpu_groups is None:
-                    check_degree(self.graph, self.chain.tensor_layout, t)
+                check_degree(self.graph, self.chain.tensor_layout, t)
         object.__setattr__(self, "_variants", {self.chain.recompute: self})
         object.__setattr__(self, "_degrees", {self.degree: self})
         object.__setattr__(self, "_root", self)
