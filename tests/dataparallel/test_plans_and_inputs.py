@@ -14,8 +14,10 @@ from dlsched.dataparallel import (
     TopologyPriced,
     parse_network,
     ring_allreduce,
+    simulate_plan,
     validate_plan,
 )
+from dlsched.dataparallel.plan import as_issued
 from dlsched.errors import ConfigError
 from dlsched.hardware import load_topology
 
@@ -30,6 +32,19 @@ def test_valid_split_plan():
     """Layer 0 in two blocks, layer 1 whole, launched once ready (2 ms and 4 ms)."""
     validate_plan(PROBLEM, _plan(((Block(1, 0, 50),), 2e-3),
                                  ((Block(0, 0, 60), Block(0, 60, 40)), 4e-3)))
+
+
+def test_as_issued_launches_each_message_when_its_gradients_are_ready():
+    """A plan that holds its messages back (layer 1 until 3 ms, layer 0 until 4.5 ms, as a
+    Horovod cycle would) is executed as soon as the gradients exist (2 ms and 4 ms), and
+    simulated so by hand: m0 ends at 2 + 1 + 50e-6 ms, m1 at 4 + 1 + 100e-6 ms, then the
+    forwards of layer 0 and 1 (1 ms each): 7.0001 ms, against 7.5001 ms held back."""
+    held = _plan(((Block(1, 0, 50),), 3e-3), ((Block(0, 0, 100),), 4.5e-3))
+    issued = as_issued(PROBLEM, held)
+    assert [m.launch for m in issued.messages] == [2e-3, 4e-3]
+    assert [m.blocks for m in issued.messages] == [m.blocks for m in held.messages]
+    assert simulate_plan(PROBLEM, issued).time_s == pytest.approx(7.0001e-3, rel=1e-12)
+    assert simulate_plan(PROBLEM, held).time_s == pytest.approx(7.5001e-3, rel=1e-12)
 
 
 @pytest.mark.parametrize(("messages", "needle"), [

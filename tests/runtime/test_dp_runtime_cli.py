@@ -13,13 +13,15 @@ def tiny() -> object:
 
 
 def test_train_dataparallel_prints_measured_and_predicted(tmp_path, run_cli) -> None:
-    """Two ranks, two policies and DDP: one row each with measured, predicted and error;
-    the measured timeline is written as a Chrome trace and a PNG."""
+    """Two ranks, two policies and DDP in two rounds: one row each with measured (the median
+    of 2 rounds x 3 iterations), predicted and error; the measured timeline is written as a
+    Chrome trace and a PNG."""
     trace, plot = tmp_path / "t.json", tmp_path / "p.png"
     code, out, err = run_cli("train", "dataparallel", "--module", f"{__name__}:tiny",
                              "--input-shape", "2,3,16,16", "--workers", "2", "--network",
                              "ring:1Gb/s,20us", "--policy", "wfbp,dlsched,torch-ddp",
-                             "--iterations", "4", "--warmup", "1", "--json", "--trace",
+                             "--iterations", "4", "--warmup", "1", "--rounds", "2", "--json",
+                             "--trace",
                              str(trace), "--plot", str(plot))
     assert code == 0, err
     rows = json.loads(out)["rows"]
@@ -27,6 +29,7 @@ def test_train_dataparallel_prints_measured_and_predicted(tmp_path, run_cli) -> 
     for row in rows:
         # the prediction never beats the bound (equal up to float rounding when a profiled
         # layer time makes the schedule tight)
+        assert row["measured_iterations"] == 2 * 3
         assert row["measured_s"] > 0 and row["predicted_s"] >= row["bound_s"] * (1 - 1e-12) > 0
         assert abs(row["error"] - (row["predicted_s"] / row["measured_s"] - 1)) < 1e-12
     events = json.loads(trace.read_text())["traceEvents"]
@@ -51,3 +54,6 @@ def test_bad_runtime_options_exit_2_before_spawning(tmp_path, run_cli) -> None:
     code, _, err = run_cli("train", "dataparallel", "--network", "ring:1Gb/s,0us",
                            "--profile-in", "gpu")
     assert code == 2 and "profile_in" in err and "training, passes" in err
+    code, _, err = run_cli("train", "dataparallel", "--network", "ring:1Gb/s,0us",
+                           "--rounds", "0")
+    assert code == 2 and "rounds" in err and "1 to 100" in err

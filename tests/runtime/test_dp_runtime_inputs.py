@@ -86,6 +86,19 @@ def test_piecewise_fit_finds_two_regimes() -> None:
     assert math.isclose(segments[1]["bandwidth"], 2e9, rel_tol=1e-6)
 
 
+def test_piecewise_fit_needs_three_samples_per_segment() -> None:
+    """On one line t = 5 ms + x / 0.5 GB/s with the two smallest samples disturbed (-30% and
+    +60%), a two-sample segment fits them exactly (alpha 0, 1.1 MB/s: an 8 KiB message
+    would cost 7.4 ms) and wins the search; with three samples per segment the small
+    messages' segment keeps most of the 5 ms latency (hand fit: 3.4 ms)."""
+    sizes = [4096 * 2**k for k in range(10)]
+    samples = [(x, (5e-3 + x / 0.5e9) * noise)
+               for x, noise in zip(sizes, [0.7, 1.6, *[1.0] * 8], strict=True)]
+    first = fit(samples, 4)["piecewise"][0]
+    assert first.get("up_to", sizes[-1]) >= sizes[2]
+    assert 3e-3 < first["alpha"] < 5e-3
+
+
 def test_network_file_round_trips(tmp_path) -> None:
     """The written file is the agreed ``kind: allreduce-cost`` document."""
     import yaml
@@ -189,3 +202,34 @@ def test_slowest_rank_per_iteration() -> None:
     forward, ready = slowest_iterations([rank0, rank1])
     assert forward.tolist() == [[3.0], [4.0]]
     assert ready.tolist() == [[5.0, 2.0], [6.0, 2.0]]
+
+
+def test_rounds_pool_every_iteration_not_the_rounds_medians() -> None:
+    """A one-parameter module profiled in two rounds (3 iterations at 1, 2, 3 s; then 5 at
+    10..14 s): each time is the median of all 8 iterations, (10 + 11) / 2 = 10.5 s, not the
+    mean of the rounds' medians (2 + 12) / 2 = 7 s; with no rows the plain-pass profile."""
+    import numpy as np
+    import torch
+
+    from dlsched.runtime.train import RoundProfiler, TrainConfig
+
+    module = torch.nn.Linear(2, 2, bias=False)
+    passes = profile(module, torch.ones(1, 2), warmup=0, repeats=1)
+    profiler = RoundProfiler(module, None, TrainConfig(), 2, passes)
+    assert profiler.pooled() is passes
+    for times in ([1.0, 2.0, 3.0], [10.0, 11.0, 12.0, 13.0, 14.0]):
+        column = np.array(times)[:, None]
+        profiler.rows.append((column, column))
+    (layer,) = profiler.pooled().layers
+    assert layer.forward_time_s == 10.5 and layer.backward_time_s == 10.5
+
+
+def test_rounds_rotate_the_policy_order() -> None:
+    """Six policies in three rounds start at the first, the third and the fifth: over the
+    rounds each policy runs early, midway and late."""
+    from dlsched.runtime.train import rotated
+
+    policies = ("a", "b", "c", "d", "e", "f")
+    assert [rotated(policies, r, 3) for r in range(3)] == [
+        policies, ("c", "d", "e", "f", "a", "b"), ("e", "f", "a", "b", "c", "d")]
+    assert rotated(policies, 0, 1) == policies

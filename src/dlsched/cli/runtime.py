@@ -187,6 +187,10 @@ def train_dataparallel(
     = ",".join([*POLICIES, "torch-ddp"]),
     iterations: Annotated[int, typer.Option(help="Training iterations per policy.")] = 12,
     warmup: Annotated[int, typer.Option(help="Iterations not measured.")] = 4,
+    rounds: Annotated[int, typer.Option(help="Rounds: each profiles again and trains every "
+                                        "policy ITERATIONS steps, the policies' order rotated; "
+                                        "measurements and profile pooled over the rounds.")]
+    = 1,
     optimizer: Annotated[str, typer.Option(help="sgd (momentum 0.9) or adam.")] = "sgd",
     lr: Annotated[float, typer.Option(help="Learning rate.")] = 0.01,
     timeout: Annotated[float, typer.Option(help="Seconds per collective before failing.")]
@@ -216,14 +220,14 @@ def train_dataparallel(
     options = _spawn_options(timeout_s=timeout, deadline_s=3600, comm_nice=comm_nice,
                              own_sessions=False)
     _require_torch()
-    from dlsched.dataparallel import parse_network, run_dataparallel
+    from dlsched.dataparallel import parse_network
     from dlsched.runtime.spawn import spawn
-    from dlsched.runtime.train import compare, problem_from_profile, train_rank
+    from dlsched.runtime.train import compare, predict, problem_from_profile, train_rank
 
     parse_network(network, workers)
     config = _config(module, input_shape, batch_size, policies=names, network=network,
                      iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr,
-                     profile_in=profile_in)
+                     profile_in=profile_in, rounds=rounds)
     result = spawn(train_rank, workers, (config,), options)[0]
     rows = compare(result, config, workers)
     runs = result["runs"]
@@ -235,12 +239,11 @@ def train_dataparallel(
         for run in runs:
             if run.plan is not None:
                 panels.append((f"{run.policy}: measured (rank 0)", run.timeline))
-                panels.append((f"{run.policy}: predicted",
-                               run_dataparallel(problem, run.policy).timeline))
+                panels.append((f"{run.policy}: predicted", predict(run, problem).timeline))
         plot_timelines(panels, plot)
     if not json_out:
         render_table(rows, COLUMNS, f"{module}: data-parallel iteration on {workers} ranks "
-                     f"(backward + next forward; median of {iterations - warmup}), "
+                     f"(backward + next forward; median of {rounds} x {iterations - warmup}), "
                      f"predicted on {network}; error = predicted / measured - 1", console)
     emit_rows(rows, json_out, csv)
 

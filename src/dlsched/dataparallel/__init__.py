@@ -11,7 +11,7 @@ from dlsched.dataparallel.comm import (
 from dlsched.dataparallel.plan import Block, DPPlan, Message, PlanError, validate_plan
 from dlsched.dataparallel.policies import POLICIES
 from dlsched.dataparallel.problem import DPProblem, problem_from_model
-from dlsched.dataparallel.run import DPResult, run_dataparallel
+from dlsched.dataparallel.run import DPResult, run_dataparallel, simulate_plan
 
 __all__ = [
     "POLICIES",
@@ -29,5 +29,6 @@ __all__ = [
     "problem_from_model",
     "ring_allreduce",
     "run_dataparallel",
+    "simulate_plan",
     "validate_plan",
 ]

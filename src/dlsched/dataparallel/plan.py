@@ -8,7 +8,7 @@ gradient is sent exactly once and no message launches before all of its gradient
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlsched.dataparallel.problem import DPProblem
 
@@ -62,6 +62,14 @@ class PlanError(ValueError):
 def message(problem: DPProblem, blocks: list[Block], not_before: float = 0.0) -> Message:
     """A message launched as soon as its gradients are ready (and not before ``not_before``)."""
     return Message(tuple(blocks), max(not_before, *(problem.ready[b.layer] for b in blocks)))
+
+
+def as_issued(problem: DPProblem, plan: DPPlan) -> DPPlan:
+    """``plan`` with each message launched the moment its gradients are ready in ``problem``
+    (seconds after backward starts), as the runtime executor issues it: in plan order once
+    every block's gradient exists, with no policy wait beyond that (e.g. Horovod's cycle)."""
+    return replace(plan, messages=tuple(message(problem, list(m.blocks))
+                                        for m in plan.messages))
 
 
 def whole_layer(problem: DPProblem, layer: int) -> Block:

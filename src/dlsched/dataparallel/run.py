@@ -44,7 +44,11 @@ def run_dataparallel(problem: DPProblem, policy: str) -> DPResult:
     if policy not in POLICIES:
         raise ConfigError(f"policy: unknown data-parallel policy {policy!r}; accepted: "
                           + ", ".join(POLICIES))
-    plan = POLICIES[policy](problem)
+    return simulate_plan(problem, POLICIES[policy](problem))
+
+
+def simulate_plan(problem: DPProblem, plan: DPPlan) -> DPResult:
+    """Validate ``plan`` on ``problem``, simulate it and bound the iteration (seconds)."""
     validate_plan(problem, plan)
     execution = execute(problem, plan)
     return DPResult(problem, plan, execution.timeline, execution.time, lower_bound(problem))

@@ -7,13 +7,14 @@ the element-wise median over ranks is used, so every rank derives the same plans
 inside training itself (``profile_in="training"``: iterations through the executor with one
 all-reduce after backward and a barrier, so every rank computes in lockstep as in training,
 with the executor's hooks and lazy updates, and no message overlaps compute; per iteration
-the slowest rank's times, the pace training runs at; see ``training_profile``), then for
-each policy train ``iterations`` steps from the same initial parameters through the
-``PlanExecutor`` — and with ``torch-ddp``, real ``DistributedDataParallel`` as the reference.
-An iteration is measured as the time between the ends of consecutive forwards (backward, the
-communication the next forward waits for, and that forward with its updates): the simulator's
-iteration. Its median after ``warmup`` iterations is compared with the prediction from the
-profile and the network model.
+the slowest rank's times, the pace training runs at; see ``training_rows``), plan every
+policy from that profile, then in each of ``rounds`` rounds profile again and train every
+policy ``iterations`` steps from the same initial parameters through the ``PlanExecutor`` —
+and with ``torch-ddp``, real ``DistributedDataParallel`` as the reference. An iteration is
+measured as the time between the ends of consecutive forwards (backward, the communication
+the next forward waits for, and that forward with its updates): the simulator's iteration.
+Its median after ``warmup`` iterations of every round is compared with the simulator's
+prediction of the executed plan on the profile pooled over the rounds and the network model.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dlsched.dataparallel import POLICIES, DPProblem, parse_network, run_dataparallel
-from dlsched.dataparallel.plan import DPPlan
+from dlsched.dataparallel import POLICIES, DPProblem, DPResult, parse_network, simulate_plan
+from dlsched.dataparallel.plan import DPPlan, as_issued
 from dlsched.errors import ConfigError
 from dlsched.models.profile_io import ModelProfile
 from dlsched.sim.timeline import Span, Timeline
@@ -35,13 +36,15 @@ from dlsched.sim.timeline import Span, Timeline
 REFERENCE = "torch-ddp"
 OPTIMIZERS = ("sgd", "adam")
 PROFILE_IN = ("training", "passes")
+MAX_ROUNDS = 100
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """What to train and how: ``model`` is ``resnet``, ``gpt`` or ``package.module:factory``
     (then ``input_shape`` is the shape of its float batch); sizes are keyword arguments of
-    the factory."""
+    the factory. Each policy trains ``iterations`` steps (``warmup`` not measured) in each of
+    ``rounds`` rounds (see ``train_rank``)."""
 
     model: str = "resnet"
     batch_size: int = 8
@@ -57,6 +60,7 @@ class TrainConfig:
     profile_in: str = "training"
     seed: int = 0
     return_parameters: bool = False
+    rounds: int = 1
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.policies if p not in POLICIES and p != REFERENCE]
@@ -71,6 +75,8 @@ class TrainConfig:
                               f"(got {self.iterations})")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size: must be >= 1 (got {self.batch_size})")
+        if not 1 <= self.rounds <= MAX_ROUNDS:
+            raise ConfigError(f"rounds: must be 1 to {MAX_ROUNDS} (got {self.rounds})")
         if self.profile_in not in PROFILE_IN:
             raise ConfigError(f"profile_in: {self.profile_in!r}; accepted: "
                               + ", ".join(PROFILE_IN))
@@ -202,8 +208,8 @@ def module_and_batch(config: TrainConfig, rank: int) -> tuple[Any, Any]:
                                                                               + rank))
 
 
-def training_profile(initial: Any, batch: Any, config: TrainConfig, passes: ModelProfile,
-                     world_size: int) -> ModelProfile:
+def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelProfile,
+                  world_size: int) -> tuple[Any, Any]:
     """Per-layer compute measured inside training (run on every rank at once):
     max(``config.iterations``, ``config.warmup`` + ``config.profile_repeats``) iterations of a
     copy of ``initial`` through the executor with one all-reduce of every gradient after
@@ -213,15 +219,16 @@ def training_profile(initial: Any, batch: Any, config: TrainConfig, passes: Mode
     forward's loss included), each owning module's forward and update spans. The ranks gather
     these and take, per iteration, the slowest rank's (largest backward + forward): every
     all-reduce waits for the last rank to reach it, so training runs at the slowest rank's pace,
-    which on shared cores is a different rank each iteration. Per layer then as ``profile``
-    (``layer_times``); every rank gets the same result. ``passes``: the module's profile from
-    plain passes (names, sizes, the plan's layers)."""
+    which on shared cores is a different rank each iteration. Returns (forward, ready): one row
+    per iteration, seconds, the same on every rank (``pooled_profile`` turns them into
+    per-layer times). ``passes``: the module's profile from plain passes (names, sizes, the
+    plan's layers)."""
     import numpy as np
     import torch.distributed as dist
 
     from dlsched.dataparallel.plan import Message, whole_layer
     from dlsched.runtime.executor import PlanExecutor
-    from dlsched.runtime.profile import layer_times, parameter_owners
+    from dlsched.runtime.profile import parameter_owners
 
     problem = problem_from_profile(passes, config.network, world_size)
     plan = DPPlan((Message(tuple(whole_layer(problem, layer)
@@ -250,10 +257,7 @@ def training_profile(initial: Any, batch: Any, config: TrainConfig, passes: Mode
                 forward[row, column[span.label.split(" ", 1)[1]]] += span.duration
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, (forward, ready))
-    times = layer_times(*slowest_iterations(gathered), owners)
-    return passes.model_copy(update={"layers": [
-        layer.model_copy(update={"forward_time_s": float(f), "backward_time_s": float(b)})
-        for layer, f, b in zip(passes.layers, *times, strict=True)]})
+    return slowest_iterations(gathered)
 
 
 def slowest_iterations(ranks: list[tuple[Any, Any]]) -> tuple[Any, Any]:
@@ -268,31 +272,98 @@ def slowest_iterations(ranks: list[tuple[Any, Any]]) -> tuple[Any, Any]:
     return np.array([f for f, _ in rows]), np.array([r for _, r in rows])
 
 
+@dataclass
+class RoundProfiler:
+    """The module's profile, measured again in every round of training and pooled: the
+    plain-pass profile (every rank's, element-wise median: names, sizes, and the profile
+    itself with ``profile_in="passes"``) and, inside training, each round's rows
+    (``training_rows``); ``measure`` adds a round and returns the pooled profile, whose
+    per-layer times are the medians over every round's iterations (``layer_times``)."""
+
+    initial: Any
+    batch: Any
+    config: TrainConfig
+    world_size: int
+    passes: ModelProfile
+    rows: list[tuple[Any, Any]] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, initial: Any, batch: Any, config: TrainConfig,
+              world_size: int) -> RoundProfiler:
+        """Profile plain passes on every rank at once; every rank gets the median."""
+        import torch.distributed as dist
+
+        from dlsched.runtime.profile import median_profile, profile
+
+        own = profile(copy.deepcopy(initial), batch, repeats=config.profile_repeats,
+                      optimizer=optimizer_factory(config.optimizer, config.lr),
+                      name=config.model)
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, own)
+        return cls(initial, batch, config, world_size, median_profile(gathered))
+
+    def measure(self) -> ModelProfile:
+        """One more round of in-training rows (none when profiling plain passes); the pooled
+        profile."""
+        if self.config.profile_in == "training":
+            self.rows.append(training_rows(self.initial, self.batch, self.config, self.passes,
+                                           self.world_size))
+        return self.pooled()
+
+    def pooled(self) -> ModelProfile:
+        """Per-layer times from every round's rows (the plain-pass profile without any)."""
+        import numpy as np
+
+        from dlsched.runtime.profile import layer_times, parameter_owners
+
+        if not self.rows:
+            return self.passes
+        times = layer_times(np.concatenate([f for f, _ in self.rows]),
+                            np.concatenate([r for _, r in self.rows]),
+                            parameter_owners(self.initial))
+        return self.passes.model_copy(update={"layers": [
+            layer.model_copy(update={"forward_time_s": float(f), "backward_time_s": float(b)})
+            for layer, f, b in zip(self.passes.layers, *times, strict=True)]})
+
+
 def agreed_profile(initial: Any, batch: Any, config: TrainConfig, world_size: int) -> Any:
-    """Profile on every rank at once (``config.profile_in``: plain passes, or inside
-    training, see ``training_profile``); all ranks get the element-wise median."""
-    import torch.distributed as dist
+    """One round's profile on every rank at once (``config.profile_in``: plain passes, or
+    inside training, see ``training_rows``); every rank gets the same."""
+    return RoundProfiler.start(initial, batch, config, world_size).measure()
 
-    from dlsched.runtime.profile import median_profile, profile
 
-    own = profile(copy.deepcopy(initial), batch, repeats=config.profile_repeats,
-                  optimizer=optimizer_factory(config.optimizer, config.lr), name=config.model)
-    if config.profile_in == "training":
-        own = training_profile(initial, batch, config, own, world_size)
-    gathered: list[Any] = [None] * world_size
-    dist.all_gather_object(gathered, own)
-    return median_profile(gathered)
+def rotated(policies: tuple[str, ...], round_: int, rounds: int) -> tuple[str, ...]:
+    """The policies in round ``round_``'s order: shifted by round_ / rounds of the list, so
+    over the rounds each policy runs early, midway and late."""
+    shift = round_ * len(policies) // rounds
+    return policies[shift:] + policies[:shift]
 
 
 def train_rank(rank: int, world_size: int, config: TrainConfig) -> dict[str, Any] | None:
-    """Run on every rank: profile, then every policy; rank 0 returns the results."""
+    """Run on every rank: profile, plan every policy from that profile, then
+    ``config.rounds`` rounds, each profiling again and training every policy from the
+    initial parameters (order ``rotated``), so a drift of a shared machine reaches the profile
+    and every policy's measurement alike. Rank 0 returns the profile pooled over the rounds
+    (``profile``), the one the plans were made from (``planned``), and per policy its
+    iteration times from every round (plan, timeline and parameters from the last)."""
     initial, batch = module_and_batch(config, rank)
-    agreed = agreed_profile(initial, batch, config, world_size)
-    problem = problem_from_profile(agreed, config.network, world_size)
-    runs = [(run_reference(initial, batch, config) if policy == REFERENCE
-             else run_plan(POLICIES[policy](problem), initial, batch, problem, config))
-            for policy in config.policies]
-    return {"profile": agreed, "runs": runs} if rank == 0 else None
+    profiler = RoundProfiler.start(initial, batch, config, world_size)
+    planned = profiler.measure()
+    problem = problem_from_profile(planned, config.network, world_size)
+    plans = {policy: POLICIES[policy](problem) for policy in config.policies
+             if policy != REFERENCE}
+    measured: dict[str, list[PolicyRun]] = {policy: [] for policy in config.policies}
+    for round_ in range(config.rounds):
+        if round_:
+            profiler.measure()
+        for policy in rotated(config.policies, round_, config.rounds):
+            measured[policy].append(
+                run_reference(initial, batch, config) if policy == REFERENCE
+                else run_plan(plans[policy], initial, batch, problem, config))
+    runs = [replace(rounds[-1], iteration_s=tuple(t for run in rounds for t in run.iteration_s))
+            for rounds in measured.values()]
+    return ({"profile": profiler.pooled(), "planned": planned, "runs": runs} if rank == 0
+            else None)
 
 
 def make_batch(module: Any, config: TrainConfig, generator: Any = None) -> Any:
@@ -306,6 +377,15 @@ def make_batch(module: Any, config: TrainConfig, generator: Any = None) -> Any:
     return torch.randn(*config.input_shape, generator=generator)
 
 
+def predict(run: PolicyRun, problem: DPProblem) -> DPResult:
+    """The simulator's prediction of what ``run`` executed, on ``problem`` (the profile pooled
+    over the rounds it was measured in): its plan with every message launched when its
+    gradients are ready (``as_issued``: what the executor does), or for real DDP the ``ddp``
+    bucket plan."""
+    plan = POLICIES["ddp"](problem) if run.plan is None else as_issued(problem, run.plan)
+    return simulate_plan(problem, plan)
+
+
 def compare(result: dict[str, Any], config: TrainConfig, workers: int) -> list[dict[str, Any]]:
     """Rows: measured and predicted iteration time (s) per policy and the relative error, and
     where the executor recorded rank 0's iteration, its backward and network-busy seconds
@@ -314,11 +394,12 @@ def compare(result: dict[str, Any], config: TrainConfig, workers: int) -> list[d
     problem = problem_from_profile(result["profile"], config.network, workers)
     rows = []
     for run in result["runs"]:
-        predicted = run_dataparallel(problem, "ddp" if run.policy == REFERENCE else run.policy)
+        predicted = predict(run, problem)
         spans = run.timeline.spans
         recorded = bool(spans)
         rows.append({"model": config.model, "workers": workers, "network": config.network,
                      "policy": run.policy, "measured_s": run.measured_s,
+                     "measured_iterations": len(run.iteration_s),
                      "predicted_s": predicted.time_s, "bound_s": predicted.bound_s,
                      "error": predicted.time_s / run.measured_s - 1.0,
                      "messages": len(predicted.plan.messages),
