@@ -48,12 +48,12 @@ SUBNET = "10.77.0"
 MODELS = {"resnet": {"batch_size": 8}, "gpt": {"batch_size": 4}}
 SIZES = tuple(4096 * 2**k for k in range(13))  # 4 KiB .. 16 MiB
 REPEATS = 15
-ITERATIONS, WARMUP, PROFILE_ITERATIONS = 14, 3, 15
+ROUNDS, ITERATIONS, WARMUP, PROFILE_ITERATIONS = 3, 7, 2, 6  # per round
 COMM_NICE = -20
 # The prediction method; every run is logged under it in benchmarks/out/runs-dp_runtime.json
 # and the section lists every run of the current method (change it when the method changes).
 METHOD = ("two-state network with queued-stream curve, robust compute slowdown, slowest-rank "
-          "profile")
+          "profile; 3 rounds of profile and policies, executed plan, 3-sample fit segments")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
@@ -148,15 +148,17 @@ def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
         for model in models:
             config = TrainConfig(model=model, network=files["two"], iterations=ITERATIONS,
                                  warmup=WARMUP, profile_repeats=PROFILE_ITERATIONS,
-                                 **MODELS[model])
+                                 rounds=ROUNDS, **MODELS[model])
             result = spawn(train_rank, ranks, (config,), _options(900, comm_nice))[0]
             idle_rows = compare(result, replace(config, network=files["idle"]), ranks)
             loaded_rows = compare(result, replace(config, network=files["loaded"]), ranks)
             comm_rows = compare(result, replace(config, network=files["comm"]), ranks)
             profile = result["profile"].model_dump(mode="json")
-            for row, idle, loaded, comm in zip(compare(result, config, ranks), idle_rows,
-                                               loaded_rows, comm_rows, strict=True):
-                rows.append(row | {"rate": f"{rate_gbit} Gbit/s", "idle_error": idle["error"],
+            for row, idle, loaded, comm, run in zip(compare(result, config, ranks), idle_rows,
+                                                    loaded_rows, comm_rows, result["runs"],
+                                                    strict=True):
+                rows.append(row | {"iterations_s": list(run.iteration_s),
+                                   "rate": f"{rate_gbit} Gbit/s", "idle_error": idle["error"],
                                    "loaded_error": loaded["error"],
                                    "comm_error": comm["error"], "fits": fits,
                                    "compute_slowdown": read_compute(files["two"]),
@@ -339,26 +341,32 @@ INTRO = (
     f"`dlsched calibrate --load both` (13 sizes, 4 KiB-16 MiB, median of {REPEATS}), idle and "
     "while every rank computes, with the compute's slowdown beside each size (the compute "
     "thread's share of a core alone / beside the all-reduce; median over ranks, then over "
-    "repeats, then the non-decreasing fit in size); the piecewise fits and the slowdowns "
-    "are written as one "
-    "two-state network file (the idle fit and its `under_load` block) read by the simulator "
-    "through `--network FILE`: each message progresses at the loaded rate while its rank "
-    "computes (backward, forward, updates) and at the idle rate otherwise, and the rank "
-    "computes that many times slower while a message is in flight. Then every policy trains "
-    f"{ITERATIONS} iterations ({WARMUP} not measured) of the ResNet-style CNN (1.23 M "
-    "parameters, batch 8 of "
-    "32x32 images) and the GPT-style decoder (3.70 M parameters, batch 4 x 64 tokens) "
-    "through the plan executor; `torch-ddp` is real DistributedDataParallel. Iteration = "
-    "backward + the next forward (median, ms); predicted = the simulator on the profile "
-    f"measured inside training ({PROFILE_ITERATIONS} iterations after {WARMUP} not measured, "
-    "all ranks at once through the executor with one all-reduce after backward and a "
-    "barrier; per iteration the slowest rank, whose pace every all-reduce "
-    "waits for) and the two-state network; error = "
-    "predicted / measured - 1; beside it the errors with the idle curve alone, the loaded "
-    "curve alone, and both curves with the compute never slowed. The last two columns split "
-    "rank 0's last measured iteration (one iteration: noisy): backward (forward end to the "
-    "last gradient hook) and the time the network was busy with all-reduces, against the "
-    "prediction (the simulated backward, slowed where messages are in flight).")
+    "repeats, then the non-decreasing fit in size), and under load the per-message time of "
+    "8 all-reduces queued back to back; piecewise fits (two segments of at least 3 sizes "
+    "each) and the slowdowns are written as one two-state network file (the idle fit and "
+    "its `under_load` block with the `stream` curve) read by the simulator through "
+    "`--network FILE`: a message progresses at the loaded rate while its rank computes "
+    "(backward, forward, updates; at the queued-stream rate if it waited behind another "
+    "message) and at the idle rate otherwise, and the rank computes that many times slower "
+    "while a message is in flight. Then the ResNet-style CNN (1.23 M parameters, batch 8 of "
+    "32x32 images) and the GPT-style decoder (3.70 M parameters, batch 4 x 64 tokens) are "
+    f"trained in {ROUNDS} rounds; each round profiles the model inside training ("
+    f"{PROFILE_ITERATIONS} iterations after {WARMUP} not measured, all ranks at once "
+    "through the executor with one all-reduce after backward and a barrier; per iteration "
+    "the slowest rank, whose pace every all-reduce waits for) and trains every policy "
+    f"{ITERATIONS} iterations ({WARMUP} not measured) from the same initial parameters "
+    "through the plan executor, the policies' order rotated from round to round, so a drift "
+    "of the shared machine reaches the profile and every policy alike; `torch-ddp` is real "
+    "DistributedDataParallel. The plans are made from the first round's profile. Iteration "
+    f"= backward + the next forward (median of the {ROUNDS} x {ITERATIONS - WARMUP} measured "
+    "iterations, ms); predicted = the simulator running the executed plan (each message "
+    "issued when its gradients are ready, as the executor does) on the profile pooled over "
+    "the rounds and the two-state network; error = predicted / measured - 1; beside it the "
+    "errors with the idle curve alone, the loaded curve alone, and both curves with the "
+    "compute never slowed. The last two columns split rank 0's last measured iteration (one "
+    "iteration: noisy): backward (forward end to the last gradient hook) and the time the "
+    "network was busy with all-reduces, against the prediction (the simulated backward, "
+    "slowed where messages are in flight).")
 
 
 if __name__ == "__main__":

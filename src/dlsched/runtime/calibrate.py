@@ -17,7 +17,10 @@ messages count as much as large ones):
 - alpha-beta: t = alpha + bytes / bandwidth;
 - ring: the same line read as 2(N-1) latency + 2(N-1)/N bytes / bandwidth (link bandwidth and
   per-step latency of a ring all-reduce over N ranks);
-- piecewise: two alpha-beta segments split at the sample size that fits best.
+- piecewise: two alpha-beta segments split at the sample size that fits best, each over at
+  least ``MIN_SEGMENT`` (3) samples: a line through two samples fits them exactly, so a
+  two-sample segment always wins the search and its line follows their noise (on the
+  emulated network two noisy small sizes made a 4 KiB message cost 1.4 MB/s of bandwidth).
 
 The result is the network file format ``dlsched dataparallel --network FILE`` reads
 (``kind: allreduce-cost``; seconds, bytes and bytes/s). With ``load="both"`` the sizes are
@@ -48,6 +51,7 @@ LOADS = ("none", "compute")
 CHOICES = (*LOADS, "both")  # what `dlsched calibrate --load` accepts
 LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~1 ms each)
 STREAM_LENGTH = 8  # all-reduces queued back to back when timing a stream under load
+MIN_SEGMENT = 3  # samples in each piece of the piecewise fit (two are fitted exactly)
 
 
 def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 2,
@@ -250,7 +254,7 @@ def fit(samples: Sequence[tuple[int, float]], workers: int) -> dict[str, Any]:
     best: tuple[float, list[dict[str, Any]]] = (
         _relative_error(sizes, seconds, alpha, beta),
         [{"alpha": alpha, "bandwidth": 1.0 / beta}])
-    for split in range(2, len(sizes) - 1):
+    for split in range(MIN_SEGMENT, len(sizes) - MIN_SEGMENT + 1):
         low = _line(sizes[:split], seconds[:split])
         high = _line(sizes[split:], seconds[split:])
         error = (_relative_error(sizes[:split], seconds[:split], *low)
