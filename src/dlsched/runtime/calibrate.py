@@ -195,7 +195,7 @@ def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, re
     samples per load, and with compute load the compute slowdowns (key ``compute_slowdown``,
     (bytes, factor) pairs from ``robust_slowdowns``), the per-rank factors they come
     from (key ``compute_samples``), and with ``both`` the per-message cost of queued streams
-    under load (key ``stream``, ``time_streams``)."""
+    under load (key ``stream``, ``time_streams``, median of as many ``repeats``)."""
     if load not in CHOICES:
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
     compute: list[tuple[int, list[list[float]]]] = []
@@ -203,7 +203,8 @@ def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, re
              for one in (LOADS if load == "both" else (load,))}
     return timed | ({"compute_slowdown": robust_slowdowns(compute),
                      "compute_samples": compute} if compute else {}) | (
-        {"stream": time_streams(rank, world_size, sizes)} if load == "both" else {})
+        {"stream": time_streams(rank, world_size, sizes, 1, repeats)} if load == "both"
+        else {})
 
 
 def _stamp_when_done(works: Sequence[Any], stamp: list[float]) -> threading.Thread:
