@@ -220,7 +220,7 @@ def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelPr
     these and take, per iteration, the slowest rank's (largest backward + forward): every
     all-reduce waits for the last rank to reach it, so training runs at the slowest rank's pace,
     which on shared cores is a different rank each iteration. Returns (forward, ready): one row
-    per iteration, seconds, the same on every rank (``pooled_profile`` turns them into
+    per iteration, seconds, the same on every rank (``RoundProfiler.pooled`` turns them into
     per-layer times). ``passes``: the module's profile from plain passes (names, sizes, the
     plan's layers)."""
     import numpy as np
@@ -334,7 +334,7 @@ def agreed_profile(initial: Any, batch: Any, config: TrainConfig, world_size: in
 
 def rotated(policies: tuple[str, ...], round_: int, rounds: int) -> tuple[str, ...]:
     """The policies in round ``round_``'s order: shifted by round_ / rounds of the list, so
-    over the rounds each policy runs early, midway and late."""
+    over the rounds each policy takes its turn at the start, in the middle and at the end."""
     shift = round_ * len(policies) // rounds
     return policies[shift:] + policies[:shift]
 
