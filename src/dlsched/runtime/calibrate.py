@@ -80,9 +80,7 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
             work = dist.all_reduce(buffer, async_op=True)
             stamp: list[float] = []
             if load == "compute":
-                watcher = _stamp_when_done([work], stamp)
-                while watcher.is_alive():
-                    torch.mm(matrix, matrix, out=out)
+                _compute_until_done([work], stamp, matrix, out)
             share = (time.thread_time() - cpu_start) / (time.perf_counter() - start)
             work.wait()
             elapsed = torch.tensor([(stamp or [time.perf_counter()])[0] - start],
@@ -118,9 +116,7 @@ def time_streams(rank: int, world_size: int, sizes: Sequence[int], warmup: int =
             dist.barrier()
             works = [dist.all_reduce(buffer, async_op=True) for buffer in buffers]
             stamps: list[float] = []
-            watcher = _stamp_when_done(works, stamps)
-            while watcher.is_alive():
-                torch.mm(matrix, matrix, out=out)
+            _compute_until_done(works, stamps, matrix, out)
             # at least 1 ns: completions stamped back to back still cost something (and the
             # fit needs positive samples)
             gap = torch.tensor([max(1e-9, (stamps[-1] - stamps[0]) / (length - 1))],
@@ -207,18 +203,22 @@ def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, re
         else {})
 
 
-def _stamp_when_done(works: Sequence[Any], stamp: list[float]) -> threading.Thread:
-    """A started thread that waits for each of ``works`` in turn and appends the
+def _compute_until_done(works: Sequence[Any], stamp: list[float], matrix: Any,
+                        out: Any) -> None:
+    """Keep the calling thread busy with matrix products (as backward) until every one of
+    ``works`` has completed; a watcher thread waits for each in turn and appends the
     perf-counter time it completed to ``stamp``."""
+    import torch
 
     def wait() -> None:
         for work in works:
             work.wait()
             stamp.append(time.perf_counter())
 
-    thread = threading.Thread(target=wait, name="dlsched-stamp", daemon=True)
-    thread.start()
-    return thread
+    watcher = threading.Thread(target=wait, name="dlsched-stamp", daemon=True)
+    watcher.start()
+    while watcher.is_alive():
+        torch.mm(matrix, matrix, out=out)
 
 
 def _line(sizes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
