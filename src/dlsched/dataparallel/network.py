@@ -43,8 +43,7 @@ class SharedNetwork:
             raise ValueError(f"in_flight: the network needs >= 1 slot (got {slots})")
         self.slots = slots
         self.now = 0.0
-        self.waiting: deque[tuple[int, float, float, float, float, float, float | None]] = \
-            deque()
+        self.waiting: deque[tuple[int, float, float, float, float, float, float]] = deque()
         self.running: list[_Running] = []
         self.loaded = False
 
@@ -54,7 +53,8 @@ class SharedNetwork:
         not loaded, its ``slowdown`` (>= 1) while loaded (``queued`` instead, when given, if
         it is admitted after its launch time, behind earlier messages), and the ``compute``
         slowdown it causes while in flight (see ``compute_slowdown``)."""
-        self.waiting.append((index, launch, latency, transfer, slowdown, compute, queued))
+        self.waiting.append((index, launch, latency, transfer, slowdown, compute,
+                             slowdown if queued is None else queued))
 
     def compute_slowdown(self) -> float:
         """How many times slower the rank computes now: the largest ``compute`` factor of the
@@ -112,7 +112,7 @@ class SharedNetwork:
                     and self.waiting[0][1] <= self.now:
                 index, launch, latency, transfer, slowdown, compute, queued = \
                     self.waiting.popleft()
-                if queued is not None and launch < self.now:
+                if launch < self.now:
                     slowdown = queued
                 running = _Running(index, self.now, 0.0, transfer, slowdown, compute)
                 running.latency_end = self.now + latency * self._factor(running)
