@@ -39,7 +39,13 @@ from typing import Any
 import yaml
 
 from benchmarks.common import write_section
-from dlsched.runtime.calibrate import loads_document, time_loads, write_network
+from dlsched.runtime.calibrate import (
+    MIN_SEGMENT,
+    STREAM_LENGTH,
+    loads_document,
+    time_loads,
+    write_network,
+)
 from dlsched.runtime.spawn import SpawnOptions, spawn
 from dlsched.runtime.train import REFERENCE, TrainConfig, compare, train_rank
 
@@ -138,10 +144,11 @@ def calibrate(ranks: int, rate_gbit: int, comm_nice: int | None,
 
 
 def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
-                comm_nice: int | None) -> list[dict[str, object]]:
+                comm_nice: int | None) -> tuple[list[dict[str, object]], list[Any]]:
     """Calibrate idle and under load, then train the models with every policy; rows with
     measured iteration seconds, predicted from the two-state network, and the errors the
-    idle and the loaded curve alone would give."""
+    idle and the loaded curve alone would give; and the calibration's per-rank compute
+    slowdowns (stored once per setting)."""
     rows = []
     with emulated_network(ranks, rate_gbit):
         files, compute_samples = calibrate(ranks, rate_gbit, comm_nice, folder)
@@ -163,10 +170,9 @@ def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
                                    "loaded_error": loaded["error"],
                                    "comm_error": comm["error"], "fits": fits,
                                    "compute_slowdown": read_compute(files["two"]),
-                                   "compute_samples": compute_samples,
                                    "profile": profile})
             print(f"{ranks} ranks {rate_gbit} Gbit/s {model}: done", file=sys.stderr)
-    return rows
+    return rows, compute_samples
 
 
 def read_compute(path: str) -> list[dict[str, float]]:
@@ -264,14 +270,15 @@ def main() -> None:
         for rate in args.rate:
             start, load_before = time.perf_counter(), os.getloadavg()[0]
             with autogroup_nice(args.group_nice):
-                rows = run_setting(ranks, rate, args.models, folder, args.comm_nice)
+                rows, compute_samples = run_setting(ranks, rate, args.models, folder,
+                                                    args.comm_nice)
             store = folder / f"dp_runtime-{ranks}x{rate}gbit.json"
             store.write_text(json.dumps({
                 "profile_in": TrainConfig().profile_in,
                 "ranks": ranks, "rate": rate, "date": time.strftime("%Y-%m-%d %H:%M"),
                 "seconds": time.perf_counter() - start, "load_before": load_before,
                 "load_after": os.getloadavg()[0], "comm_nice": args.comm_nice,
-                "group_nice": args.group_nice,
+                "group_nice": args.group_nice, "compute_samples": compute_samples,
                 "rows": rows}, indent=1))
             log_run(folder, ranks, rate, rows)
     write_table(folder, args.group_nice)
@@ -304,7 +311,6 @@ def _history(folder: Path) -> list[str]:
                 f"{run['max_error'] * 100:+.0f}%" for run in runs
                 if (run["ranks"], run["rate"]) == (ranks, rate)) + "."
             for ranks, rate in settings]
-
 
 
 def write_table(folder: Path, group_nice: int) -> None:
@@ -342,8 +348,9 @@ INTRO = (
     f"median of {REPEATS}), idle and while every rank computes, with the compute's slowdown "
     "beside each size (the compute thread's share of a core alone / beside the all-reduce; "
     "median over ranks, then over repeats, then the non-decreasing fit in size), and under "
-    f"load the per-message time of 8 all-reduces queued back to back (median of {REPEATS}); "
-    "piecewise fits (two segments of at least 3 sizes each) and the slowdowns are written as "
+    f"load the per-message time of {STREAM_LENGTH} all-reduces queued back to back (median "
+    f"of {REPEATS}); piecewise fits (two segments of at least {MIN_SEGMENT} sizes each) and "
+    "the slowdowns are written as "
     "one two-state network file (the idle fit and its `under_load` block with the `stream` "
     "curve) read by the simulator through `--network FILE`: a message progresses at the loaded "
     "rate while its rank computes (backward, forward, updates; at the queued-stream rate if it "
