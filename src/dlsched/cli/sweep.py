@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -42,7 +41,7 @@ BATCH_SIZE = count("batch size", 1, 100_000)
 class _RunByDefault(TyperGroup):
     """A group whose first argument, when it is not a subcommand, is run's grid file."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and not args[0].startswith("-"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
