@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+pytest.importorskip("torch", reason="optional torch extra not installed")
+
 from dlsched.runtime.models import resnet_cnn
 
 

@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+pytest.importorskip("torch", reason="optional torch extra not installed")
+
 from dlsched.dataparallel import POLICIES, PlanError
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.runtime.calibrate import fit, network_document, write_network

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip("torch", reason="optional torch extra not installed")
 
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.pipelining.schedules import _Action, _validate_schedule  # noqa: E402
