@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dlsched.collectives.astra_compat import AstraCompat
 from dlsched.collectives.bounds import bytes_per_npu, ideal_time, latency_bound, order_mix_bound
-from dlsched.collectives.plan import CollectiveOp, CollectivePlan, IntraPolicy, validate_plan
+from dlsched.collectives.plan import (
+    CollectiveOp,
+    CollectivePlan,
+    IntraPolicy,
+    equal_chunks,
+    validate_plan,
+)
 from dlsched.collectives.policies import POLICIES
 from dlsched.collectives.request import CollectiveRequest
 from dlsched.collectives.simulate import dim_resource, execute_plan
@@ -92,10 +99,11 @@ def make_request(topology: Topology, op: str | CollectiveOp, size: int, num_chun
                              _choice(intra, IntraPolicy, "intra"), concurrency)
 
 
-def score_plan(plan: CollectivePlan) -> CollectiveResult:
-    """Validate and simulate a plan and compute its metrics."""
+def score_plan(plan: CollectivePlan, compat: AstraCompat | None = None) -> CollectiveResult:
+    """Validate and simulate a plan and compute its metrics; ``compat``: price its stages as
+    ASTRA-sim 2.x does (``astra_compat``)."""
     validate_plan(plan)
-    execution = execute_plan(plan)
+    execution = execute_plan(plan, flows=None if compat is None else compat.flows(plan))
     timeline, time_s = execution.timeline, execution.time
     sent = timeline.bytes_by_resource()
     dims = []
@@ -116,10 +124,19 @@ def score_plan(plan: CollectivePlan) -> CollectiveResult:
 
 def run_collective(topology: Topology, op: str | CollectiveOp, size: int, num_chunks: int = 64,
                    policy: str = "themis", intra: str | IntraPolicy = IntraPolicy.SCF,
-                   concurrency: int = 1) -> CollectiveResult:
-    """Plan a collective of ``size`` bytes per NPU with ``policy``, simulate it and score it."""
+                   concurrency: int = 1, compat: AstraCompat | None = None) -> CollectiveResult:
+    """Plan a collective of ``size`` bytes per NPU with ``policy``, simulate it and score it;
+    ``compat``: emulate ASTRA-sim 2.x (its network view, Themis tracker and stage costs)."""
     if policy not in POLICIES:
         raise ConfigError(f"policy: unknown collective policy {policy!r}; accepted: "
                           + ", ".join(repr(p) for p in POLICIES))
+    if compat is not None:
+        topology = compat.network(topology)
     request = make_request(topology, op, size, num_chunks, intra, concurrency)
-    return score_plan(POLICIES[policy](request))
+    if compat is not None and policy == "themis":
+        sizes = equal_chunks(request.size, request.num_chunks)
+        plan = request.plan("themis", sizes,
+                            compat.themis_orders(request.topology, request.op, sizes))
+    else:
+        plan = POLICIES[policy](request)
+    return score_plan(plan, compat)

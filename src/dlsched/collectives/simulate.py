@@ -59,12 +59,15 @@ def _route_flow(topology: Topology, op: CollectiveOp, size: int, stages: tuple[S
                  for stage, _, sent in route_stage_data(topology, op, ChunkRoute(0, size, stages)))
 
 
-def execute_plan(plan: CollectivePlan, record: bool = True) -> Execution:
+def execute_plan(plan: CollectivePlan, record: bool = True,
+                 flows: list[list[FlowStage]] | None = None) -> Execution:
     """Simulate ``plan`` (assumed valid) and return its timeline and completion time (s);
-    ``record=False`` skips building the timeline (for searches that only need the time)."""
+    ``record=False`` skips building the timeline (for searches that only need the time);
+    ``flows``: the chunks' stages when not priced by ``plan_flows`` (ASTRA-sim compatibility)."""
     engine = Engine()
     network = Network(engine, plan.topology, plan.concurrency, plan.intra, record)
-    network.submit(plan_flows(plan), args=[{"chunk": r.chunk} for r in plan.routes],
+    network.submit(plan_flows(plan) if flows is None else flows,
+                   args=[{"chunk": r.chunk} for r in plan.routes],
                    labels=[f"c{r.chunk} " for r in plan.routes])
     end = engine.run()
     return Execution(Timeline(network.spans), end, engine.events_processed)
