@@ -1,7 +1,21 @@
-"""Errors raised at dlsched's edges for bad input; the CLI turns them into exit code 2."""
+"""Errors raised at dlsched's edges; the CLI turns each kind into one line and an exit code.
+
+``ConfigError``: invalid user input (exit code 2). ``RunFailure``: a run stopped for a reason
+outside dlsched's code and the user's input — a rank died or hung, a worker was lost (exit
+code 1). Any other exception is a bug in dlsched.
+"""
 
 from __future__ import annotations
 
 
 class ConfigError(ValueError):
     """Invalid user input: the message names the field, the value and what is accepted."""
+
+
+class RunFailure(RuntimeError):
+    """A run that could not finish: ``str`` is one line naming what failed (e.g. the rank and
+    its error); ``details`` holds the full logs (printed by the CLI with ``--debug``)."""
+
+    def __init__(self, summary: str, details: str = "") -> None:
+        super().__init__(summary)
+        self.details = details

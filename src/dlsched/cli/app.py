@@ -2,6 +2,10 @@
 
 Each domain adds its commands from its own module (``cli/<domain>.py``) through a
 ``register(app, reproduce)`` function, so the domains stay independent.
+
+Exit codes: 0 done; 2 bad input (``ConfigError``, ``UnitError``, the parser's usage errors);
+1 a run that could not finish (``RunFailure``: a rank died or hung) or a bug in dlsched (any
+other exception: one line saying so; ``--debug`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from rich.markup import escape
 
 from dlsched import __version__
 from dlsched.cli import collective, dataparallel, pipeline, runtime, sweep, training
-from dlsched.errors import ConfigError
+from dlsched.errors import ConfigError, RunFailure
 from dlsched.units import UnitError
 
 app = typer.Typer(
@@ -31,6 +35,10 @@ for domain in (collective, dataparallel, pipeline, runtime, training, sweep):
     domain.register(app, reproduce)
 
 
+DEBUG = [False]
+"""Set by ``--debug``: errors show their traceback (and a failed run every rank's log)."""
+
+
 def _print_version(value: bool) -> None:
     if value:
         print(f"dlsched {__version__}")
@@ -38,10 +46,15 @@ def _print_version(value: bool) -> None:
 
 
 @app.callback()
-def _options(version: Annotated[bool, typer.Option(
+def _options(
+    version: Annotated[bool, typer.Option(
         "--version", help="Print the version and exit.", is_eager=True,
-        callback=_print_version)] = False) -> None:
+        callback=_print_version)] = False,
+    debug: Annotated[bool, typer.Option(
+        "--debug", help="On an error, show the full traceback and logs.")] = False,
+) -> None:
     """Plan and simulate distributed deep-learning training schedules."""
+    DEBUG[0] = debug
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -53,22 +66,36 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def main() -> None:
-    """Entry point: bad input exits with code 2 and a one-line message on stderr."""
+    """Entry point: one line on stderr for every error; exit code 2 for bad input, 1 for a
+    failed run or a bug (see the module docstring)."""
+    DEBUG[0] = False
     try:
         app(standalone_mode=False)
-    except (ConfigError, UnitError, ValueError) as error:
+    except (ConfigError, UnitError) as error:
         _fail(str(error))
     except typer.Exit as done:
         sys.exit(done.exit_code)
-    except typer.Abort:
-        sys.exit(1)
-    except Exception as error:  # typer's click errors: unknown option, bad integer, ...
+    except (typer.Abort, KeyboardInterrupt):
+        _fail("interrupted", 130)
+    except RunFailure as error:
+        if DEBUG[0] and error.details:
+            print(error.details, file=sys.stderr)
+        _fail(f"{error}" + ("" if DEBUG[0] else " (every rank's log: rerun with --debug)"), 1)
+    except Exception as error:
         code, message = getattr(error, "exit_code", None), getattr(error, "format_message", None)
-        if code is None or message is None:
+        if code is not None and message is not None:  # the parser's errors: unknown option, ...
+            _usage_error(error, code, message())
+        if DEBUG[0]:
             raise
-        if not message():  # no arguments at all: click shows the help
-            error.show()  # type: ignore[attr-defined]
-            sys.exit(code)
-        context = getattr(error, "ctx", None)
-        where = f" (see '{context.command_path} --help')" if context is not None else ""
-        _fail(f"{message()}{where}", code)
+        _fail(f"internal error, a bug in dlsched (please report it with the command): "
+              f"{type(error).__name__}: {error}; rerun with --debug for the traceback", 1)
+
+
+def _usage_error(error: Exception, code: int, message: str) -> None:
+    """Show the parser's error on one line (the help when no arguments were given) and exit."""
+    if not message:
+        error.show()  # type: ignore[attr-defined]
+        sys.exit(code)
+    context = getattr(error, "ctx", None)
+    where = f" (see '{context.command_path} --help')" if context is not None else ""
+    _fail(f"{message}{where}", code)

@@ -45,7 +45,7 @@ def _choices(enum: type[StrEnum]) -> str:
 
 @dataclass(frozen=True)
 class Dimension:
-    """One network dimension; invalid values raise ValueError naming the field."""
+    """One network dimension; invalid values raise ConfigError naming the field."""
 
     kind: DimKind
     size: int
@@ -57,18 +57,19 @@ class Dimension:
         try:
             object.__setattr__(self, "kind", DimKind(self.kind))
         except ValueError:
-            raise ValueError(f"kind: unknown dimension kind {self.kind!r}; accepted: "
-                             f"{_choices(DimKind)}") from None
+            raise ConfigError(f"kind: unknown dimension kind {self.kind!r}; accepted: "
+                              f"{_choices(DimKind)}") from None
         algorithm = DEFAULT_ALGORITHM[self.kind] if self.algorithm is None else self.algorithm
         try:
             object.__setattr__(self, "algorithm", DimAlgorithm(algorithm))
         except ValueError:
-            raise ValueError(f"algorithm: unknown algorithm {algorithm!r}; accepted: "
-                             f"{_choices(DimAlgorithm)}") from None
+            raise ConfigError(f"algorithm: unknown algorithm {algorithm!r}; accepted: "
+                              f"{_choices(DimAlgorithm)}") from None
         NPUS_PER_DIM.check(self.size, "size")
         if self.algorithm is DimAlgorithm.HALVING_DOUBLING and self.size & (self.size - 1):
-            raise ValueError(f"size: halving-doubling needs a power-of-two size (got {self.size}); "
-                             "use algorithm 'ring' or 'direct', or a size such as 8 or 16")
+            raise ConfigError(f"size: halving-doubling needs a power-of-two size (got "
+                              f"{self.size}); use algorithm 'ring' or 'direct', or a size such "
+                              "as 8 or 16")
         BANDWIDTH.check(self.bandwidth, "bandwidth")
         LATENCY.check(self.latency, "latency")
 
@@ -87,7 +88,7 @@ class Topology:
 
     def __post_init__(self) -> None:
         if not self.dims:
-            raise ValueError("dims: a topology needs at least one dimension")
+            raise ConfigError("dims: a topology needs at least one dimension")
         object.__setattr__(self, "dims", tuple(self.dims))
         if len(self.dims) > MAX_DIMS:
             raise ConfigError(f"dims: {len(self.dims)} dimensions; accepted: at most {MAX_DIMS}")

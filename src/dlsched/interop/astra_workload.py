@@ -30,6 +30,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from dlsched.collectives.plan import CollectiveOp
+from dlsched.errors import ConfigError
 from dlsched.interop.source import file_error, read_text
 from dlsched.validation import DATA_SIZE, DURATION, MAX_LAYERS
 
@@ -145,7 +146,7 @@ def comm_dimensions(parallelism: AstraParallelism, phase: str, dim_sizes: tuple[
     ``phase`` is one of ``forward``, ``input_grad``, ``weight_grad``.
     """
     if phase not in PHASES:
-        raise ValueError(f"phase: unknown {phase!r}; accepted: {', '.join(PHASES)}")
+        raise ConfigError(f"phase: unknown {phase!r}; accepted: {', '.join(PHASES)}")
     num = len(dim_sizes)
     data_phase = phase == "weight_grad"
     P = AstraParallelism
@@ -160,17 +161,17 @@ def comm_dimensions(parallelism: AstraParallelism, phase: str, dim_sizes: tuple[
         return tuple(m != data_phase for m in model)
     if parallelism in (P.HYBRID_TRANSFORMER, P.HYBRID_TRANSFORMER_FWD_IN_BCKWD):
         if model_parallel_npus is None:
-            raise ValueError(f"{MODEL_GROUP_KEY}: needed by {parallelism.value}")
+            raise ConfigError(f"{MODEL_GROUP_KEY}: needed by {parallelism.value}")
         products = [math.prod(dim_sizes[:i + 1]) for i in range(num)]
         if model_parallel_npus not in products:
-            raise ValueError(f"{MODEL_GROUP_KEY}: {model_parallel_npus} NPUs is not the product "
-                             f"of the first dimensions' sizes {list(dim_sizes)}; accepted: "
-                             f"{products}")
+            raise ConfigError(f"{MODEL_GROUP_KEY}: {model_parallel_npus} NPUs is not the "
+                              f"product of the first dimensions' sizes {list(dim_sizes)}; "
+                              f"accepted: {products}")
         boundary = products.index(model_parallel_npus) + 1
         model = (True,) * boundary + (False,) * (num - boundary)
         return tuple(m != data_phase for m in model)
-    raise ValueError(f"parallelism: {parallelism.value} has no fixed dimensions; use each "
-                     "layer's own parallelism (HYBRID_CUSTOMIZED)")
+    raise ConfigError(f"parallelism: {parallelism.value} has no fixed dimensions; use each "
+                      "layer's own parallelism (HYBRID_CUSTOMIZED)")
 
 
 def _header(tokens: list[str], path: Path) -> tuple[AstraParallelism, list[tuple[str, str]]]:

@@ -5,7 +5,9 @@ started inside another network namespace (``prefix``) with its own environment (
 Ranks meet through a ``FileStore`` in a temporary directory; every collective has the
 process-group ``timeout_s``; the parent waits at most ``deadline_s`` in all. When a rank fails
 or dies, the others get ``grace_s`` to fail on their own, then every rank is killed and
-``RankFailure`` names the first failing rank with its error. Nothing is left running.
+``RankFailure`` names the rank to blame in one line: the first rank that failed of its own
+accord (an error, a signal); when every failed rank only timed out or lost its peers while
+others kept running, the ranks still running, which hung. Nothing is left running.
 
 The function is called as ``fn(rank, world_size, *args)`` after the process group is up and
 must be importable by name (module-level); its return value comes back pickled.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -27,11 +30,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from dlsched.errors import ConfigError
+from dlsched.errors import ConfigError, RunFailure
 
 
-class RankFailure(RuntimeError):
-    """A rank raised, died or ran out of time; the message names it and shows its error."""
+class RankFailure(RunFailure):
+    """A rank raised, died, hung or ran out of time: the message is one line naming the rank
+    and its error; ``details`` holds every rank's error output."""
+
+
+SYMPTOM = re.compile(r"timed? ?out|timeout|connection (closed|reset)|broken pipe|peer",
+                     re.IGNORECASE)
+"""A rank's last error line that only says it waited for, or lost, another rank."""
 
 
 @dataclass(frozen=True)
@@ -111,25 +120,65 @@ def _start(folder: Path, rank: int, world_size: int, fn: Callable[..., Any],
 
 def _wait(procs: list[subprocess.Popen[bytes]], folder: Path, options: SpawnOptions) -> None:
     deadline = time.monotonic() + options.deadline_s
-    failed_at: float | None = None
-    first: int | None = None
+    failed_at: dict[int, float] = {}
     while any(p.poll() is None for p in procs):
         now = time.monotonic()
-        bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-        if bad and first is None:
-            first, failed_at = bad[0], now
-        if failed_at is not None and now - failed_at > options.grace_s:
+        for rank, proc in enumerate(procs):
+            if proc.poll() not in (None, 0):
+                failed_at.setdefault(rank, now)
+        if failed_at and now - min(failed_at.values()) > options.grace_s:
             break
         if now > deadline:
             running = [r for r, p in enumerate(procs) if p.poll() is None]
-            raise RankFailure(f"ranks did not finish within deadline_s={options.deadline_s:g} "
-                              f"s; still running: {running}" + _logs(folder, len(procs)))
+            raise RankFailure(f"ranks {running} did not finish within the deadline of "
+                              f"{options.deadline_s:g} s", _logs(folder, len(procs)))
         time.sleep(0.05)
-    bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-    if bad or first is not None:
-        rank = first if first is not None else bad[0]
-        raise RankFailure(f"rank {rank} failed (exit code {procs[rank].poll()}); "
-                          f"failed ranks: {bad}" + _logs(folder, len(procs)))
+    for rank, proc in enumerate(procs):
+        if proc.poll() not in (None, 0):
+            failed_at.setdefault(rank, time.monotonic())
+    if failed_at:
+        raise _blame(procs, folder, sorted(failed_at, key=lambda r: (failed_at[r], r)),
+                     options)
+
+
+def _blame(procs: list[subprocess.Popen[bytes]], folder: Path, failed: list[int],
+           options: SpawnOptions) -> RankFailure | ConfigError:
+    """The RankFailure naming the rank at fault: the first failed rank whose error is not
+    only a symptom of another rank (a timeout, a lost connection); else the ranks still
+    running after the grace period (hung); else the first failed rank. A rank that refused
+    its input (ConfigError) gives that ConfigError, naming the rank."""
+    errors = {rank: _last_error(folder, rank) for rank in failed}
+    running = [r for r, p in enumerate(procs) if p.poll() is None]
+    logs = _logs(folder, len(procs))
+    causes = [rank for rank in failed if not SYMPTOM.search(errors[rank])]
+    if not causes and running:
+        waited = ", ".join(f"rank {rank}" for rank in failed)
+        return RankFailure(f"rank {running[0]} hung: ranks {running} were still running "
+                           f"{options.grace_s:g} s after {waited} gave up waiting for them "
+                           f"(timeout {options.timeout_s:g} s): {errors[failed[0]]}", logs)
+    rank = (causes or failed)[0]
+    refused = errors[rank].partition(f"{ConfigError.__module__}.ConfigError: ")[2]
+    if refused:
+        return ConfigError(f"rank {rank}: {refused}")
+    code = procs[rank].poll()
+    how = f"exit code {code}" if code is None or code >= 0 else f"killed by {_signal_name(-code)}"
+    error = f": {errors[rank]}" if errors[rank] else ""
+    return RankFailure(f"rank {rank} failed ({how}){error}; failed ranks: {sorted(failed)}",
+                       logs)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"
+
+
+def _last_error(folder: Path, rank: int) -> str:
+    """The last line of a rank's error (its exception), at most 500 characters."""
+    error = folder / f"error-{rank}.txt"
+    lines = error.read_text(errors="replace").strip().splitlines() if error.exists() else []
+    return " ".join(lines[-1].split())[:500] if lines else ""
 
 
 def _logs(folder: Path, world_size: int, tail: int = 2000) -> str:

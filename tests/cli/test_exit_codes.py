@@ -1,0 +1,78 @@
+"""Exit codes: 2 only for bad input, 1 for a failed run or a bug (one line each; --debug shows
+the traceback)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dlsched.errors import ConfigError, RunFailure
+
+SMALL = ("collective", "--topology", "2D-SW_SW", "--size", "1 MB", "--chunks", "4",
+         "--policy", "baseline")
+
+
+def _raising(error: Exception) -> Any:
+    def run(*_: Any, **__: Any) -> None:
+        raise error
+    return run
+
+
+def test_a_bug_exits_1_with_one_line_not_2(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ValueError (or any exception) from dlsched's own code is a bug: exit 1, one line that
+    says so and names the exception; it is not reported as bad input (exit 2)."""
+    from dlsched.cli import collective
+
+    for error in (ValueError("math domain error"), ZeroDivisionError("division by zero")):
+        monkeypatch.setattr(collective, "run_collective", _raising(error))
+        code, _, err = run_cli(*SMALL)
+        assert code == 1, err
+        assert len(err.strip().splitlines()) == 1
+        assert "bug in dlsched" in err and type(error).__name__ in err and "--debug" in err
+        assert "Traceback" not in err
+
+
+def test_debug_shows_the_traceback_of_a_bug(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --debug the exception propagates (its traceback is printed by Python)."""
+    from dlsched.cli import collective
+
+    monkeypatch.setattr(collective, "run_collective", _raising(ZeroDivisionError("boom")))
+    with pytest.raises(ZeroDivisionError, match="boom"):
+        run_cli("--debug", *SMALL)
+
+
+def test_input_errors_exit_2(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ConfigError, a unit error and the parser's own errors exit 2 with one line."""
+    from dlsched.cli import collective
+
+    for args in (("collective", "--size", "12 parsecs"), ("collective", "--chunks", "x"),
+                 ("collective", "--no-such-option")):
+        code, _, err = run_cli(*args)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+    monkeypatch.setattr(collective, "run_collective", _raising(ConfigError("size: too big")))
+    code, _, err = run_cli(*SMALL)
+    assert code == 2 and err.strip() == "error: size: too big"
+
+
+def test_a_failed_run_exits_1_with_its_summary(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A RunFailure (a rank died) prints its one-line summary, exit 1; --debug adds the logs."""
+    from dlsched.cli import collective
+
+    failure = RunFailure("rank 1 failed (killed by signal 9 (SIGKILL))", "--- rank 0 ---\nlog")
+    monkeypatch.setattr(collective, "run_collective", _raising(failure))
+    code, _, err = run_cli(*SMALL)
+    assert code == 1 and len(err.strip().splitlines()) == 1
+    assert "rank 1 failed (killed by signal 9 (SIGKILL))" in err and "Traceback" not in err
+    code, _, err = run_cli("--debug", *SMALL)
+    assert code == 1 and "--- rank 0 ---" in err
+
+
+def test_dimension_input_errors_are_config_errors() -> None:
+    """Validation in the Python API raises ConfigError (exit 2 in the CLI), not ValueError."""
+    from dlsched.hardware import Dimension, Topology
+
+    for build in (lambda: Dimension("Mesh", 4, 1e9), lambda: Topology("t", ()),
+                  lambda: Dimension("Switch", 6, 1e9, algorithm="halving-doubling")):
+        with pytest.raises(ConfigError):
+            build()
