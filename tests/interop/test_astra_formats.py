@@ -54,7 +54,8 @@ def test_system_json_maps_to_collective_options(tmp_path: Path) -> None:
     assert system.policy == "themis"
     assert system.intra is IntraPolicy.SCF
     assert system.chunks == 64 and system.concurrency == 1 and system.lifo
-    assert system.ignored_keys == ("local-mem-bw", "boost-mode")
+    assert system.ignored_keys == ("boost-mode",)
+    assert system.compat().local_mem_bw == pytest.approx(1600e9)
     net = read_astra_network(EXAMPLES / "network_3d.yml")
     a2a = system.apply(net, CollectiveOp.ALL_TO_ALL)
     assert [d.algorithm for d in a2a.dims] == [DimAlgorithm.DIRECT] * 3
@@ -63,6 +64,21 @@ def test_system_json_maps_to_collective_options(tmp_path: Path) -> None:
     again = read_astra_system(tmp_path / "system.json")
     assert again.model_dump(exclude={"ignored_keys"}) == system.model_dump(
         exclude={"ignored_keys"})
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("inter-dimension-scheduling", "offlineGreedyFlex"),
+    ("inter-dimension-scheduling", "roundRobin"),
+    ("intra-dimension-scheduling", "lessRemainingPhaseFirst"),
+    ("all-reduce-implementation", "doubleBinaryTree")])
+def test_system_rejects_values_not_implemented(tmp_path: Path, key: str, value: str) -> None:
+    """ASTRA values dlsched does not implement are one-line errors naming key and value (before
+    this, offlineGreedyFlex ran silently as Themis)."""
+    path = tmp_path / "s.json"
+    path.write_text(f'{{"{key}": "{value}"}}')
+    with pytest.raises(ConfigError, match=f"{key}: '{value}' .* is not implemented") as error:
+        read_astra_system(path)
+    assert "\n" not in str(error.value)
 
 
 def test_system_accepts_astra_1_0_underscore_implementations(tmp_path: Path) -> None:

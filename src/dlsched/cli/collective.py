@@ -12,6 +12,7 @@ from dlsched.cli.options import CSV_HELP, PLOT_HELP, TRACE_HELP, Outputs, consol
 from dlsched.cli.progress import progress_bar
 from dlsched.cli.themis_reproduction import reproduce_themis
 from dlsched.collectives import POLICIES, CollectiveOp, CollectiveResult, run_collective
+from dlsched.collectives.astra_compat import AstraCompat, compat_notes
 from dlsched.hardware import load_topology, preset_description, preset_names
 from dlsched.interop import read_astra_network, read_astra_system
 from dlsched.report import Column, render_table
@@ -88,6 +89,9 @@ def collective(
     astra_system: Annotated[Path | None, typer.Option(
         help="ASTRA-sim system JSON: sets --chunks, --concurrency, --intra and each dimension's "
              "algorithm; its inter-dimension policy runs first.")] = None,
+    astra_compat: Annotated[bool, typer.Option(
+        "--astra-compat", help="Emulate ASTRA-sim 2.x: reduction pass (local-mem-bw), "
+        "FullyConnected direct on all links, its Themis tracker (docs/interop.md).")] = False,
 ) -> None:
     """Simulate one chunked collective under one or more policies and compare them.
 
@@ -103,18 +107,25 @@ def collective(
     CONCURRENCY.check(concurrency, "--concurrency")
     names = parse_names(policy, POLICIES, "--policy")
     net = load_topology(topology) if astra_network is None else read_astra_network(astra_network)
-    if astra_system is not None:
-        system = read_astra_system(astra_system)
+    system = None if astra_system is None else read_astra_system(astra_system)
+    compat = None
+    if astra_compat:
+        compat = AstraCompat() if system is None else system.compat()
+    if system is not None:
         if op in set(CollectiveOp):
             net = system.apply(net, CollectiveOp(op))
         chunks, concurrency, intra = system.chunks, system.concurrency, system.intra.value
         names = [system.policy] + [n for n in names if n != system.policy]
-        if not json_out:
-            for note in system.notes():
-                console.print(f"note: {astra_system}: {note}", highlight=False)
+    if not json_out and compat is None and (system is not None or astra_network is not None):
+        memory = None if system is None else system.compat().local_mem_bw
+        notes = (system.notes() if system is not None else []) + sorted({
+            note for name in names if op in set(CollectiveOp)
+            for note in compat_notes(net, CollectiveOp(op), name, memory)})
+        for note in notes:
+            console.print(f"note: {note}", highlight=False)
     runs = names if BASELINE in names else [*names, BASELINE]
     progress = progress_bar("simulating policies", json_out)
-    by_name = {name: run_collective(net, op, num_bytes, chunks, name, intra, concurrency)
+    by_name = {name: run_collective(net, op, num_bytes, chunks, name, intra, concurrency, compat)
                for name in progress(runs, len(runs))}
     results = [by_name[name] for name in names]
     reference = by_name[BASELINE].time_s
@@ -123,7 +134,8 @@ def collective(
     if not json_out:
         title = (f"{op} of {format_bytes(num_bytes)} per NPU on {net.name} "
                  f"({net.shape}, {net.num_npus} NPUs); given {chunks} chunks, concurrency "
-                 f"{concurrency}; speedup = {BASELINE} time / policy time")
+                 f"{concurrency}; speedup = {BASELINE} time / policy time"
+                 + ("; ASTRA-sim 2.x compatibility" if compat else ""))
         render_table(rows, SUMMARY_COLUMNS, title, console)
         for result in results:
             console.print(_dimension_table(result))

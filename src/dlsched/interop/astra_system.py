@@ -12,10 +12,11 @@ become in dlsched:
 | ``intra-dimension-scheduling`` | FIFO, smallestFirst (SCF) | intra (fifo, scf) |
 | ``all-reduce-implementation`` etc. | per-dimension ring, direct, halvingDoubling | algorithm |
 | ``collective-optimization`` | baseline, localBWAware | recorded (see ``notes``) |
-| ``endpoint-delay`` | ns | recorded (see ``notes``) |
+| ``endpoint-delay`` | ns | recorded; charged per step with ``--astra-compat`` |
+| ``local-mem-bw`` | GB/s (1e9) | recorded; reduction pass with ``--astra-compat`` |
 
 Implementations are a JSON list (2.x) or one string joined by ``_`` (1.0, ``ring_direct``).
-Keys ASTRA-sim reads for its memory and compute models (``local-mem-bw``, ``boost-mode``,
+Keys ASTRA-sim reads for its memory and compute models (``boost-mode``,
 ``roofline-enabled``, ``peak-perf``, ...) are accepted and listed in ``ignored_keys``; any other
 key is an error naming it. Absent keys take dlsched's defaults (64 chunks, 1 per dimension,
 LIFO, baseline, FIFO, each dimension's default algorithm).
@@ -30,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from dlsched.collectives.astra_compat import AstraCompat
 from dlsched.collectives.plan import CollectiveOp, IntraPolicy
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import DimAlgorithm, Dimension, Topology
@@ -37,12 +39,21 @@ from dlsched.interop.source import file_error, json_key_line, read_text
 from dlsched.validation import MAX_CHUNKS, MAX_CONCURRENCY
 
 IGNORED_KEYS = frozenset({
-    "local-mem-bw", "boost-mode", "roofline-enabled", "peak-perf", "local-reduction-delay",
+    "boost-mode", "roofline-enabled", "peak-perf", "local-reduction-delay",
     "model-shared-bus", "L", "o", "g", "G", "seprate-log", "trace-enabled",
     "replay-only", "track-local-mem", "local-mem-trace-filename",
 })
 INTER = {"baseline": "baseline", "ascending": "baseline", "themis": "themis",
-         "offlineGreedy": "themis", "offlineGreedyFlex": "themis", "dlsched": "dlsched"}
+         "offlineGreedy": "themis", "dlsched": "dlsched"}
+# ASTRA-sim values dlsched does not implement: an error naming them, never a substitute.
+NOT_IMPLEMENTED = {
+    "offlineGreedyFlex": "Themis with variable chunk sizes",
+    "roundRobin": "round-robin dimension rotation", "onlineGreedy": "online greedy",
+    "RG": "RG intra-dimension order", "lessRemainingPhaseFirst": "LRPF intra order",
+    "oneRing": "one ring over all NPUs", "oneDirect": "one direct over all NPUs",
+    "oneHalvingDoubling": "one halving-doubling over all NPUs",
+    "doubleBinaryTree": "double binary tree",
+}
 INTRA = {"FIFO": IntraPolicy.FIFO, "smallestFirst": IntraPolicy.SCF, "SCF": IntraPolicy.SCF}
 IMPLEMENTATIONS = {"ring": DimAlgorithm.RING, "direct": DimAlgorithm.DIRECT,
                    "halvingDoubling": DimAlgorithm.HALVING_DOUBLING}
@@ -55,6 +66,9 @@ IMPLEMENTATION_KEYS = {
 
 
 def _one_of(value: str, accepted: dict[str, Any]) -> str:
+    if value in NOT_IMPLEMENTED:
+        raise ValueError(f"{value!r} ({NOT_IMPLEMENTED[value]}) is not implemented in dlsched; "
+                         f"accepted: {', '.join(accepted)}")
     if value not in accepted:
         raise ValueError(f"unknown value {value!r}; accepted: {', '.join(accepted)}")
     return value
@@ -80,6 +94,7 @@ class AstraSystem(BaseModel):
                               allow_inf_nan=False)
     scheduling_policy: str = Field("LIFO", alias="scheduling-policy")
     endpoint_delay_ns: float = Field(0.0, alias="endpoint-delay", ge=0, le=1e12)
+    local_mem_bw_gbs: float | None = Field(None, alias="local-mem-bw", gt=0, le=1e9)
     active_chunks_per_dimension: int = Field(1, alias="active-chunks-per-dimension", ge=1,
                                              le=MAX_CONCURRENCY)
     preferred_dataset_splits: int = Field(64, alias="preferred-dataset-splits", ge=1,
@@ -155,6 +170,12 @@ class AstraSystem(BaseModel):
             raise ConfigError(f"{IMPLEMENTATION_KEYS[op]}: {error}") from None
         return Topology(topology.name, dims)
 
+    def compat(self) -> AstraCompat:
+        """ASTRA-sim 2.x's behaviours with this file's ``local-mem-bw`` (GB/s, GB = 1e9 B, as
+        ASTRA reads it) and ``endpoint-delay`` (ns)."""
+        return AstraCompat(None if self.local_mem_bw_gbs is None else self.local_mem_bw_gbs * 1e9,
+                           self.endpoint_delay_ns * 1e-9)
+
     def notes(self) -> list[str]:
         """Settings dlsched reads but does not model, each as one sentence for the user."""
         result = []
@@ -163,7 +184,11 @@ class AstraSystem(BaseModel):
                           "dimension) is not modelled: dlsched runs the hierarchical "
                           "RS/AG form (ASTRA-sim's localBWAware)")
         if self.endpoint_delay_ns:
-            result.append(f"endpoint-delay {self.endpoint_delay_ns:g} ns is not modelled")
+            result.append(f"endpoint-delay {self.endpoint_delay_ns:g} ns is not modelled "
+                          "(--astra-compat charges it per algorithm step)")
+        if self.local_mem_bw_gbs is not None:
+            result.append(f"local-mem-bw {self.local_mem_bw_gbs:g} GB/s is not modelled "
+                          "(--astra-compat charges each reduction 3 x bytes / local-mem-bw)")
         if self.ignored_keys:
             result.append("ignored (memory/compute settings): " + ", ".join(self.ignored_keys))
         return result

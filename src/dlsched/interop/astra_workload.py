@@ -19,7 +19,11 @@ say "cycles" for ns). dlsched converts with ``cycle_s`` seconds per cycle, 1e-9 
 pass another value when the numbers are accelerator cycles at a known clock (e.g. 1/1.4e9).
 
 Header options: ``model_parallel_NPU_group: N`` (HYBRID_TRANSFORMER*), ``DLRM_LAST_BOTTOM_LAYER:
-N`` or a bare integer after HYBRID_DLRM (the last bottom-MLP layer), and any other ``key: value``.
+N`` or a bare integer after HYBRID_DLRM (the last bottom-MLP layer), ``checkpoints: n l1 .. ln``
+and ``checkpoint_initiates: n l1 .. ln`` (HYBRID_TRANSFORMER_FWD_IN_BCKWD: activation
+checkpoints, and the layers whose backward first recomputes the forward from the nearest
+checkpoint at or before them, as ASTRA-sim 1.0's training loop does), and any other
+``key: value``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,10 @@ from dlsched.validation import DATA_SIZE, DURATION, MAX_LAYERS
 DEFAULT_CYCLE_S = 1e-9
 DLRM_BOTTOM_KEY = "DLRM_LAST_BOTTOM_LAYER"
 MODEL_GROUP_KEY = "model_parallel_NPU_group"
+CHECKPOINTS_KEY = "checkpoints"
+INITIATES_KEY = "checkpoint_initiates"
+# Header options whose value is a count followed by that many layer indices.
+LIST_KEYS = (CHECKPOINTS_KEY, INITIATES_KEY)
 
 
 class AstraParallelism(StrEnum):
@@ -120,6 +128,20 @@ class AstraWorkload:
         value = self.option(MODEL_GROUP_KEY)
         return None if value is None else int(value)
 
+    def layer_list(self, key: str) -> tuple[int, ...]:
+        """The layer indices of a list option (``checkpoints``, ``checkpoint_initiates``)."""
+        value = self.option(key)
+        return () if value is None else tuple(int(v) for v in value.split()[1:])
+
+    def recompute_ranges(self) -> tuple[tuple[int, int], ...]:
+        """(checkpoint, initiator) per layer of ``checkpoint_initiates``: before the backward
+        of the initiator, the forward of layers checkpoint .. initiator - 1 is recomputed
+        (the nearest checkpoint at or before the initiator; ASTRA-sim 1.0's
+        ``Forward_In_BackPass``)."""
+        checkpoints = sorted(self.layer_list(CHECKPOINTS_KEY))
+        return tuple((max(c for c in checkpoints if c <= initiator), initiator)
+                     for initiator in self.layer_list(INITIATES_KEY))
+
     @property
     def dlrm_last_bottom_layer(self) -> int | None:
         """Index of DLRM's last bottom-MLP layer, None if absent."""
@@ -193,12 +215,48 @@ def _header(tokens: list[str], path: Path) -> tuple[AstraParallelism, list[tuple
         if not key.endswith(":") or not rest:
             raise file_error(path, 1, "options", f"expected 'key: value' pairs after the "
                              f"parallelism (got {key!r})")
-        options.append((key[:-1], rest.pop(0)))
+        if key[:-1] in LIST_KEYS:
+            options.append((key[:-1], _layer_list(key[:-1], rest, path)))
+        else:
+            options.append((key[:-1], rest.pop(0)))
     for key in (DLRM_BOTTOM_KEY, MODEL_GROUP_KEY):
         value = dict(options).get(key)
         if value is not None and not value.isdigit():
             raise file_error(path, 1, key, f"must be a non-negative integer (got {value!r})")
     return parallelism, options
+
+
+def _layer_list(key: str, rest: list[str], path: Path) -> str:
+    """Consume ``n l1 .. ln`` from ``rest``; the option's text (``"n l1 .. ln"``)."""
+    count = rest.pop(0)
+    wanted = int(count) if count.isdigit() else -1
+    if wanted < 0 or len(rest) < wanted or not all(v.isdigit() for v in rest[:wanted]):
+        raise file_error(path, 1, key, "expected a count and that many layer indices (got "
+                         f"{' '.join([count, *rest[:max(wanted, 0)]])!r})")
+    values = [rest.pop(0) for _ in range(wanted)]
+    return " ".join([count, *values])
+
+
+def _check_checkpoints(workload: AstraWorkload, path: Path) -> None:
+    """Checkpoint options name existing layers, only with HYBRID_TRANSFORMER_FWD_IN_BCKWD,
+    and every initiator has a checkpoint at or before it."""
+    keys = [key for key in LIST_KEYS if workload.option(key) is not None]
+    if not keys:
+        return
+    if workload.parallelism is not AstraParallelism.HYBRID_TRANSFORMER_FWD_IN_BCKWD:
+        raise file_error(path, 1, keys[0], "only read with HYBRID_TRANSFORMER_FWD_IN_BCKWD "
+                         f"(got {workload.parallelism.value})")
+    for key in keys:
+        bad = [v for v in workload.layer_list(key) if v >= len(workload.layers)]
+        if bad:
+            raise file_error(path, 1, key, f"layers {bad} do not exist; accepted: 0.."
+                             f"{len(workload.layers) - 1}")
+    checkpoints = workload.layer_list(CHECKPOINTS_KEY)
+    orphans = [i for i in workload.layer_list(INITIATES_KEY)
+               if not any(c <= i for c in checkpoints)]
+    if orphans:
+        raise file_error(path, 1, INITIATES_KEY, f"layers {orphans} have no checkpoint at or "
+                         f"before them (checkpoints: {list(checkpoints)})")
 
 
 def _cycles(token: str, path: Path, line: int, field: str, cycle_s: float) -> float:
@@ -289,7 +347,9 @@ def parse_astra_workload(text: str, path: str | Path = "<workload>",
     customized = parallelism is AstraParallelism.HYBRID_CUSTOMIZED
     layers = tuple(_layer(tokens, path, number, customized, cycle_s)
                    for number, tokens in layer_lines)
-    return AstraWorkload(parallelism, layers, tuple(options), cycle_s)
+    workload = AstraWorkload(parallelism, layers, tuple(options), cycle_s)
+    _check_checkpoints(workload, path)
+    return workload
 
 
 def read_astra_workload(path: str | Path, cycle_s: float = DEFAULT_CYCLE_S) -> AstraWorkload:

@@ -35,6 +35,7 @@ from functools import cache
 import numpy as np
 
 from dlsched.collectives.algorithms import stage_latency
+from dlsched.collectives.astra_compat import AstraCompat
 from dlsched.collectives.bounds import bytes_per_npu, order_loads
 from dlsched.collectives.network import FlowStage
 from dlsched.collectives.plan import (
@@ -102,6 +103,7 @@ class TrainingPolicy:
     inflight: bool
     prioritized: bool
     adaptive_chunks: bool = False
+    compat: AstraCompat | None = None
 
     def flows(self, sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
               load: np.ndarray) -> list[list[FlowStage]]:
@@ -115,7 +117,7 @@ class TrainingPolicy:
         if not self.inflight:
             return _static_flows(self, sub, op, size, chunks)
         offset = load[list(sub.dim_map)]
-        return _plan_flows(sub, op, size, chunks, self.orders, offset)
+        return _plan_flows(self, sub, op, size, chunks, offset)
 
     def priority(self, need: float) -> float:
         """Queue priority of a collective whose result is first needed by compute task
@@ -137,28 +139,38 @@ def adaptive_chunk_count(topology: Topology, op: CollectiveOp, size: int, most: 
     return max(1, min(most, round(best)))
 
 
-def _plan_flows(sub: SubTopology, op: CollectiveOp, size: int, chunks: int,
-                source: OrderSource, offset: np.ndarray | None) -> list[list[FlowStage]]:
+def _orders(policy: TrainingPolicy, topology: Topology, op: CollectiveOp, sizes: list[int],
+            offset: np.ndarray | None) -> list[tuple[int, ...]]:
+    if len(topology.dims) == 1:
+        return [(0,)] * len(sizes)
+    if policy.compat is not None and policy.orders is _themis:
+        return policy.compat.themis_orders(topology, op, sizes)
+    assert policy.orders is not None
+    return policy.orders(topology, op, sizes, offset)
+
+
+def _plan_flows(policy: TrainingPolicy, sub: SubTopology, op: CollectiveOp, size: int,
+                chunks: int, offset: np.ndarray | None) -> list[list[FlowStage]]:
     topology = sub.topology
     assert topology is not None
     sizes = equal_chunks(size, max(1, min(chunks, size)))
-    orders = source(topology, op, sizes, offset) if len(topology.dims) > 1 \
-        else [(0,)] * len(sizes)
+    orders = _orders(policy, topology, op, sizes, offset)
     # Equal chunks differ by at most a byte and take few orders: plan each distinct one once.
     distinct: dict[tuple[int, tuple[int, ...]], list[FlowStage]] = {}
     for chunk_size, order in zip(sizes, orders, strict=True):
         if (chunk_size, order) not in distinct:
             route = ChunkRoute(0, chunk_size, route_from_order(op, order))
-            distinct[chunk_size, order] = plan_flows(
-                CollectivePlan(topology, op, chunk_size, (route,)), sub.dim_map)[0]
+            plan = CollectivePlan(topology, op, chunk_size, (route,), policy=policy.name)
+            distinct[chunk_size, order] = (
+                plan_flows(plan, sub.dim_map) if policy.compat is None
+                else policy.compat.flows(plan, sub.dim_map))[0]
     return [distinct[pair] for pair in zip(sizes, orders, strict=True)]
 
 
 @cache
 def _static_flows(policy: TrainingPolicy, sub: SubTopology, op: CollectiveOp, size: int,
                   chunks: int) -> list[list[FlowStage]]:
-    assert policy.orders is not None
-    return _plan_flows(sub, op, size, chunks, policy.orders, None)
+    return _plan_flows(policy, sub, op, size, chunks, None)
 
 
 @cache

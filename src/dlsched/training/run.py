@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from dlsched.collectives.astra_compat import AstraCompat
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import Topology
 from dlsched.sim.timeline import Timeline, _union_length
@@ -89,11 +90,15 @@ def _check(policies: Sequence[str], iterations: int, chunks: int, concurrency: i
 
 def run_policies(workload: Workload, topology: Topology, policies: Sequence[str],
                  iterations: int = 2, chunks: int = 64, concurrency: int = 1,
-                 record: bool = True) -> list[TrainingResult]:
+                 record: bool = True, compat: AstraCompat | None = None) -> list[TrainingResult]:
     """``run_training`` for several policies at once; a setting shared by two of them (Themis
     as published is one of ``dlsched``'s candidates) is simulated once. Candidates are
-    simulated without a timeline; with ``record`` the kept one is simulated again with it."""
+    simulated without a timeline; with ``record`` the kept one is simulated again with it.
+    ``compat``: emulate ASTRA-sim 2.x (its view of ``topology``, Themis tracker, stage costs;
+    ``collectives.astra_compat``)."""
     names = _check(policies, iterations, chunks, concurrency)
+    if compat is not None:
+        topology = compat.network(topology)
     runs: dict[TrainingPolicy, IterationRun] = {}
 
     def simulate(candidate: TrainingPolicy) -> IterationRun:
@@ -105,7 +110,9 @@ def run_policies(workload: Workload, topology: Topology, policies: Sequence[str]
 
     results = []
     for name in names:
-        candidates = DLSCHED_CANDIDATES if name == "dlsched" else (TRAINING_POLICIES[name],)
+        candidates = tuple(
+            replace(candidate, compat=compat) for candidate in
+            (DLSCHED_CANDIDATES if name == "dlsched" else (TRAINING_POLICIES[name],)))
         best = min(candidates, key=lambda candidate: simulate(candidate).periods[-1])
         run = simulate(best)
         if record:
@@ -118,10 +125,11 @@ def run_policies(workload: Workload, topology: Topology, policies: Sequence[str]
 
 def run_training(workload: Workload, topology: Topology, policy: str = "dlsched",
                  iterations: int = 2, chunks: int = 64, concurrency: int = 1,
-                 record: bool = True) -> TrainingResult:
+                 record: bool = True, compat: AstraCompat | None = None) -> TrainingResult:
     """Simulate ``iterations`` iterations of ``workload`` on ``topology`` under ``policy``
     (``baseline``, ``themis``, ``themis-inflight``, ``dlsched``/``ours`` or ``ideal``) with
     ``chunks`` chunks per collective and ``concurrency`` chunks per dimension at once;
-    ``record=False`` leaves the timeline empty (the numbers are the same)."""
+    ``record=False`` leaves the timeline empty (the numbers are the same); ``compat``: emulate
+    ASTRA-sim 2.x."""
     return run_policies(workload, topology, [policy], iterations, chunks, concurrency,
-                        record)[0]
+                        record, compat)[0]
