@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,48 @@ BOOKKEEPING = ("status", "error", "wall_s", "dlsched_version", "finished_at")
 TABLE = "scenarios"
 
 
-def _meta(db: sqlite3.Connection) -> dict[str, Any]:
-    return {name: json.loads(value) for name, value in db.execute("SELECT name, value FROM sweep")}
+def _meta(db: sqlite3.Connection, path: str | Path) -> dict[str, Any]:
+    with _damaged_as_config_error(path):
+        rows = db.execute("SELECT name, value FROM sweep").fetchall()
+    try:
+        return {name: json.loads(value) for name, value in rows}
+    except (TypeError, ValueError):
+        raise ConfigError(f"results: {str(path)!r} is damaged: its 'sweep' table is not JSON; "
+                          "accepted: a results file written by 'dlsched sweep'") from None
 
 
 def _open(path: str | Path) -> sqlite3.Connection:
-    """An existing results file, opened for reading."""
+    """An existing results file, opened for reading after checking that it is intact."""
     if not Path(path).is_file():
         raise ConfigError(f"results: file {str(path)!r} does not exist")
-    return sqlite3.connect(path)
+    db = sqlite3.connect(path)
+    try:
+        with _damaged_as_config_error(path):
+            _check_intact(db)
+    except ConfigError:
+        db.close()
+        raise
+    return db
+
+
+@contextmanager
+def _damaged_as_config_error(path: str | Path) -> Iterator[None]:
+    """Turn SQLite's errors about a damaged or foreign file into one ConfigError naming it."""
+    try:
+        yield
+    except sqlite3.DatabaseError as error:
+        reason = " ".join(str(error).split(" with text")[0].split())[:120]
+        raise ConfigError(f"results: {str(path)!r} is damaged or not a dlsched sweep file "
+                          f"(SQLite: {reason!r}); accepted: a results file written by "
+                          "'dlsched sweep' (use --overwrite or another --db to start over)"
+                          ) from None
+
+
+def _check_intact(db: sqlite3.Connection) -> None:
+    """Raise sqlite3.DatabaseError when the file's pages are damaged (PRAGMA quick_check)."""
+    problems = [row[0] for row in db.execute("PRAGMA quick_check(1)")]
+    if problems != ["ok"]:
+        raise sqlite3.DatabaseError(problems[0])
 
 
 def _quote(name: str) -> str:
@@ -44,11 +78,25 @@ class ResultStore:
     def __init__(self, path: str | Path, columns: Sequence[str],
                  meta: dict[str, Any] | None = None) -> None:
         """Open or create the store with parameter+metric ``columns`` (bookkeeping columns are
-        added); columns missing from an existing file are added to it."""
+        added); columns missing from an existing file are added to it. An existing file is
+        checked page by page first: a damaged one is a ConfigError naming it."""
         self.path = str(path)
         reserved = IDENTITY + BOOKKEEPING
         self.columns = [*IDENTITY, *(c for c in columns if c not in reserved), *BOOKKEEPING]
         self._db = sqlite3.connect(self.path)
+        try:
+            with _damaged_as_config_error(self.path):
+                self._create(meta)
+        except ConfigError:
+            self._db.close()
+            raise
+        self._insert = (f"INSERT OR REPLACE INTO {TABLE} ("
+                        + ", ".join(map(_quote, self.columns)) + ") VALUES ("
+                        + ", ".join("?" * len(self.columns)) + ")")
+
+    def _create(self, meta: dict[str, Any] | None) -> None:
+        if self.path != ":memory:":
+            _check_intact(self._db)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         with self._db:
@@ -61,29 +109,29 @@ class ResultStore:
             for name, value in (meta or {}).items():
                 self._db.execute("INSERT OR REPLACE INTO sweep VALUES (?, ?)",
                                  (name, json.dumps(value)))
-        self._insert = (f"INSERT OR REPLACE INTO {TABLE} ("
-                        + ", ".join(map(_quote, self.columns)) + ") VALUES ("
-                        + ", ".join("?" * len(self.columns)) + ")")
+
+    def _select(self, query: str, *params: Any) -> list[tuple[Any, ...]]:
+        with _damaged_as_config_error(self.path):
+            return self._db.execute(query, params).fetchall()
 
     def meta(self) -> dict[str, Any]:
         """The ``sweep`` table as a dict (name -> decoded JSON value)."""
-        return _meta(self._db)
+        return _meta(self._db, self.path)
 
     def keys(self, status: str | None = None) -> set[str]:
         """Keys of the stored scenarios (only those with ``status`` when given)."""
         if status is None:
-            return {k for (k,) in self._db.execute(f"SELECT key FROM {TABLE}")}
-        return {k for (k,) in self._db.execute(f"SELECT key FROM {TABLE} WHERE status = ?",
-                                               (status,))}
+            return {k for (k,) in self._select(f"SELECT key FROM {TABLE}")}
+        return {k for (k,) in self._select(f"SELECT key FROM {TABLE} WHERE status = ?", status)}
 
     def results(self, column: str) -> dict[str, tuple[Any, str | None]]:
         """``{key: (value of column, error text)}`` for every stored scenario."""
-        return {key: (value, error) for key, value, error in self._db.execute(
+        return {key: (value, error) for key, value, error in self._select(
             f"SELECT key, {_quote(column)}, error FROM {TABLE}")}
 
     def count(self) -> int:
         """Number of stored scenarios."""
-        return self._db.execute(f"SELECT COUNT(*) FROM {TABLE}").fetchone()[0]
+        return self._select(f"SELECT COUNT(*) FROM {TABLE}")[0][0]
 
     def write(self, rows: Iterable[dict[str, Any]]) -> None:
         """Insert (or replace) rows and commit them in one transaction."""
@@ -110,7 +158,7 @@ def read_rows(path: str | Path, where: str = "", order: str = "idx, key") -> lis
         query = f"SELECT * FROM {TABLE}" + (f" WHERE {where}" if where else "")
         try:
             return [dict(row) for row in db.execute(f"{query} ORDER BY {order}")]
-        except sqlite3.DatabaseError as error:
+        except sqlite3.OperationalError as error:
             raise ConfigError(f"results: {path} is not a dlsched sweep file or the query is "
                               f"invalid ({error})") from None
     finally:
@@ -121,8 +169,6 @@ def read_meta(path: str | Path) -> dict[str, Any]:
     """The ``sweep`` table of a results file (domain, grid, name)."""
     db = _open(path)
     try:
-        return _meta(db)
-    except sqlite3.DatabaseError as error:
-        raise ConfigError(f"results: {path} is not a dlsched sweep file ({error})") from None
+        return _meta(db, path)
     finally:
         db.close()
