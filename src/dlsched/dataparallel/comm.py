@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import numpy as np
@@ -278,24 +278,31 @@ class TwoState:
 
 CommModel = AlphaBeta | Piecewise | TopologyPriced | TwoState
 
-FORMULAS = {"ring": ring_allreduce, "tree": tree_allreduce, "nccl": nccl_allreduce}
-ACCEPTED = (", ".join(PRESETS) + ", 'ALPHA,BETA' (e.g. '1.3ms,6e-11'), 'ring|tree|nccl:"
-            "BANDWIDTH,LATENCY' (e.g. 'nccl:100Gb/s,5us', per-step latency), "
+# ``ring-startup`` names the ring formula as the US-Byte 128-GPU case uses it: a startup that
+# grows with the ring, 2(N-1) x the per-step latency (10 GbE, 37 us: 9.4 ms at N = 128).
+FORMULAS = {"ring": ring_allreduce, "ring-startup": ring_allreduce, "tree": tree_allreduce,
+            "nccl": nccl_allreduce}
+ACCEPTED = (", ".join(PRESETS) + ", 'ALPHA,BETA' (e.g. '1.3ms,6e-11'), 'ring|ring-startup|"
+            "tree|nccl:BANDWIDTH,LATENCY' (e.g. 'nccl:100Gb/s,5us', "
+            "'ring-startup:10Gb/s,37us'; per-step latency), "
             "'topology:PRESET', or a fitted network file (.yaml/.json, kind: allreduce-cost)")
 
 
 def parse_network(text: str, workers: int) -> CommModel:
     """``--network``: a preset (usbyte-2/4/8, 10gbe-8), ``ALPHA,BETA`` (startup and seconds per
     byte), ``ring:``/``tree:``/``nccl:BANDWIDTH,LATENCY`` (link bandwidth, per-step latency, over
-    ``workers``; nccl = the faster of tree and ring per size), ``topology:PRESET`` (a collective
-    topology preset or file), or a fitted network file (``dlsched calibrate``'s output)."""
+    ``workers``; nccl = the faster of tree and ring per size; ``ring-startup:`` is ``ring:``
+    under the name of the US-Byte 128-GPU case: startup 2(N-1) x the per-step latency),
+    ``topology:PRESET`` (a collective topology preset or file), or a fitted network file
+    (``dlsched calibrate``'s output)."""
     if text in PRESETS:
         return PRESETS[text]
     formula, colon, rest = text.partition(":")
     if colon and formula in FORMULAS:
         bandwidth, _, latency = rest.partition(",")
-        return FORMULAS[formula](workers, BANDWIDTH.parse(bandwidth, "network: link bandwidth"),
+        comm = FORMULAS[formula](workers, BANDWIDTH.parse(bandwidth, "network: link bandwidth"),
                                  LATENCY.parse(latency or 0.0, "network: step latency"))
+        return replace(comm, name=f"{formula}-{workers}")
     if colon and formula == "topology":
         return TopologyPriced(load_topology(rest), name=text)
     if text.lower().endswith((".yaml", ".yml", ".json")):

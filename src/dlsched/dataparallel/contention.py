@@ -52,7 +52,7 @@ class _Rank:
 
     def __init__(self, plan: DPPlan, comm: TwoState) -> None:
         self.plan, self.comm = plan, comm
-        self.network = SharedNetwork(plan.in_flight)
+        self.network = SharedNetwork(plan.in_flight, plan.credit)
         count = len(plan.messages)
         self.starts, self.ends = [math.nan] * count, [math.nan] * count
         self.released: dict[int, float] = {}
@@ -71,7 +71,8 @@ class _Rank:
             size = self.plan.messages[self.submitted].num_bytes
             self.network.submit(self.submitted, self.released.pop(self.submitted),
                                 *self.comm.split(size), self.comm.slowdown(size),
-                                self.comm.compute_slowdown(size), self.comm.queued_slowdown(size))
+                                self.comm.compute_slowdown(size), self.comm.queued_slowdown(size),
+                                size)
             self.submitted += 1
 
     def compute(self, work: float, marks: list[tuple[float, Callable[[], None]]]) -> None:

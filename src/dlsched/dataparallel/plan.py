@@ -8,6 +8,7 @@ gradient is sent exactly once and no message launches before all of its gradient
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from dlsched.dataparallel.problem import DPProblem
@@ -42,6 +43,8 @@ class Message:
 class DPPlan:
     """Messages in network order; ``barrier``: the next forward waits for all of them;
     ``in_flight``: how many of them the policy lets run at once (admitted in order);
+    ``credit``: bytes the running messages may hold — the next one starts only while they hold
+    less (ByteScheduler's credit; 1 byte: one at a time; inf: only ``in_flight`` limits);
     ``settings``: the knob values the plan was made with, for tables (e.g. "bucket 25 MiB")."""
 
     messages: tuple[Message, ...]
@@ -49,6 +52,7 @@ class DPPlan:
     policy: str
     in_flight: int = 1
     settings: str = ""
+    credit: float = math.inf
 
     def __str__(self) -> str:
         return "\n".join(f"m{i} @{m.launch * 1e3:.3f}ms: " + " ".join(map(str, m.blocks))
@@ -113,6 +117,9 @@ def validate_plan(problem: DPProblem, plan: DPPlan) -> None:
     if not 1 <= plan.in_flight <= problem.in_flight:
         raise PlanError(f"invalid data-parallel plan ({plan.policy}): {plan.in_flight} messages "
                         f"in flight, the network carries 1 to {problem.in_flight}")
+    if not plan.credit > 0:
+        raise PlanError(f"invalid data-parallel plan ({plan.policy}): credit {plan.credit!r} "
+                        "bytes, must be > 0")
     problems = _coverage_problems(problem, plan)
     if problems:
         lines = [("-> " if i in problems else "   ") + f"m{i} @{m.launch * 1e3:.3f}ms: "

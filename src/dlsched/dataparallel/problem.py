@@ -9,11 +9,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 from dlsched.dataparallel.comm import CommModel
 from dlsched.errors import ConfigError
-from dlsched.models.compute import ComputeModel
 from dlsched.models.layer import Model
+
+
+class LayerTimes(Protocol):
+    """A compute model: a device's (``models.compute``) or the US-Byte authors' times
+    (``authors_times.ParamsProportional``)."""
+
+    def layer_times(self, model: Model, batch_size: int) -> tuple[list[float], list[float]]:
+        """Forward and backward seconds of every layer, in forward order."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,7 @@ class DPProblem:
         return self.ready[0]
 
 
-def problem_from_model(model: Model, compute: ComputeModel, batch_size: int,
+def problem_from_model(model: Model, compute: LayerTimes, batch_size: int,
                        comm: CommModel, in_flight: int = 1) -> DPProblem:
     """Times from ``compute`` at ``batch_size`` samples per worker; gradients from the model;
     ``in_flight``: messages the network carries at once."""

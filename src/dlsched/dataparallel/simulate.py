@@ -2,8 +2,9 @@
 
 Backward runs layers L-1 -> 0 back to back from time 0. Messages enter the network in plan
 order; with ``in_flight`` 1 (serial) each starts at max(network free, its launch time) and costs
-the comm model's time for its bytes; with k > 1 up to k run at once, overlapping their latencies
-and sharing the bandwidth (``network.py``). The next forward runs layers 0 -> L-1 on the GPU
+the comm model's time for its bytes; with k > 1 up to k run at once (fewer while the running
+ones hold the plan's ``credit`` in bytes), overlapping their latencies and sharing the
+bandwidth (``network.py``). The next forward runs layers 0 -> L-1 on the GPU
 after backward; layer l
 starts when layer l-1's forward is done and its own last block has arrived (with a barrier:
 when every message has arrived). The iteration time is the end of the last forward.
@@ -40,7 +41,8 @@ def comm_finish_times(problem: DPProblem, plan: DPPlan) -> tuple[list[float], li
         return list(run.starts), list(run.ends)
     if plan.in_flight > 1:
         return shared_times([(msg.launch, *problem.comm.split(msg.num_bytes))
-                             for msg in plan.messages], plan.in_flight)
+                             for msg in plan.messages], plan.in_flight, plan.credit,
+                            [msg.num_bytes for msg in plan.messages])
     starts, ends, free = [], [], 0.0
     for msg in plan.messages:
         start = max(free, msg.launch)

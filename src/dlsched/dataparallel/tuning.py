@@ -22,15 +22,31 @@ from dlsched.dataparallel.simulate import iteration_time
 
 MiB = 2**20
 SIZES = tuple(2**k * MiB for k in range(7))  # 1, 2, 4, ..., 64 MiB
-CREDIT_MULTIPLES = (1, 2, 4, 8)  # ByteScheduler's credit, in partitions
+ONE_IN_FLIGHT = 0  # the credit multiple meaning "one message at a time"
+CREDITS = (ONE_IN_FLIGHT, 2, 4, 8)  # ByteScheduler's and US-Byte's credit, in partitions
 CYCLES = (1e-3, 2.5e-3, 5e-3, 10e-3)  # Horovod's cycle time, seconds
 
 
 def size_text(num_bytes: float) -> str:
-    """Bytes as MiB or KiB for settings columns, e.g. ``'25 MiB'``."""
+    """Bytes as MiB or KiB for settings columns, e.g. ``'25 MiB'``; whole millions of bytes
+    as MB (ByteScheduler's and US-Byte's 1M-element default: ``'4 MB'``)."""
+    if num_bytes >= MiB and num_bytes % MiB and not num_bytes % 10**6:
+        return f"{num_bytes / 10**6:g} MB"
     if num_bytes >= MiB:
         return f"{num_bytes / MiB:g} MiB"
     return f"{num_bytes / 1024:g} KiB"
+
+
+def credit_bytes(multiple: int, partition: int) -> float:
+    """The credit (bytes) of ``multiple`` partitions of ``partition`` bytes; ``ONE_IN_FLIGHT``
+    gives 1 byte, which admits exactly one message at a time (a block starts only while the
+    running ones hold less than the credit)."""
+    return 1.0 if multiple == ONE_IN_FLIGHT else float(multiple * partition)
+
+
+def credit_text(credit: float) -> str:
+    """A credit (bytes) for settings columns: 'one in flight' or e.g. '16 MiB'."""
+    return "one in flight" if credit <= 1 else size_text(credit)
 
 
 def grid_search(problem: DPProblem, build: Callable[..., DPPlan],

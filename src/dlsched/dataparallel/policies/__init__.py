@@ -1,7 +1,7 @@
 """Gradient scheduling policies, all ``(DPProblem) -> DPPlan``, registered by name.
 
 Policies with knobs come twice: at the shipped defaults (``ddp``, ``horovod``,
-``bytescheduler`` — whose shipped version auto-tunes its credit —, ``usbyte``) and tuned on the
+``bytescheduler`` and ``usbyte`` — whose shipped versions auto-tune their credit —) and tuned on the
 grid every tuned policy shares (``<name>-tuned``, see ``tuning.py``). Plans are cached per
 problem (``cache.py``; ``clear_plan_caches`` forgets them)."""
 
@@ -24,7 +24,7 @@ from dlsched.dataparallel.policies.simple import (
     mgwfbp_plan,
     wfbp_plan,
 )
-from dlsched.dataparallel.policies.usbyte import usbyte_plan, usbyte_tuned_plan
+from dlsched.dataparallel.policies.usbyte import usbyte_shipped_plan, usbyte_tuned_plan
 from dlsched.dataparallel.problem import DPProblem
 
 __all__ = ["POLICIES", "TUNED_DEFAULTS", "PolicyFunction", "clear_plan_caches"]
@@ -40,7 +40,7 @@ POLICIES: dict[str, PolicyFunction] = {
     "horovod-tuned": horovod_tuned_plan,
     "bytescheduler": bytescheduler_plan,
     "bytescheduler-tuned": bytescheduler_tuned_plan,
-    "usbyte": usbyte_plan,
+    "usbyte": usbyte_shipped_plan,
     "usbyte-tuned": usbyte_tuned_plan,
     "dlsched": dlsched_plan,
 }

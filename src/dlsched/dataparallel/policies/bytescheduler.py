@@ -1,15 +1,19 @@
 """ByteScheduler (Peng et al., SOSP 2019): fixed partitions, credit-based preemption.
 
 Every gradient is cut into partitions of ``partition_bytes``; ready partitions wait in a
-priority queue, layers nearest the input first. A partition is handed to the network while the
-bytes in flight stay within ``credit_bytes`` (one is always allowed when nothing is in flight);
-credit returns when a partition finishes. On a network that carries several all-reduces at once
+priority queue, layers nearest the input first. As in ByteScheduler's core, the most urgent
+partition is handed to the network while credit is left — the partitions in flight hold fewer
+than ``credit_bytes`` bytes — and takes its size from the credit, which returns when it
+finishes; so a credit of 1 byte (``ONE_IN_FLIGHT``) keeps exactly one partition in flight. On a network that carries several all-reduces at once
 (``DPProblem.in_flight``) the handed-over partitions run concurrently, sharing the bandwidth;
 on the serial network they queue. Each layer's next forward waits only for its own partitions
 (no barrier). As shipped, ByteScheduler's partition is a fixed setting (1M elements) and its
 credit is auto-tuned online by Bayesian optimisation; here ``bytescheduler`` keeps the default
-partition and grid-searches the credit, and ``bytescheduler-tuned`` searches both on the grid
-every tuned policy shares (``tuning.py``).
+partition (1M elements, ``BYTESCHEDULER_PARTITION``'s default of 1,000,000) and grid-searches
+the credit, and ``bytescheduler-tuned`` searches both on the grid every tuned policy shares
+(``tuning.py``). ByteScheduler's own tuner searches credits of 4M-64M elements for
+all-reduce; the shared grid also offers one partition in flight, which is often faster on a
+serial network (handing a partition over commits the network to it).
 """
 
 from __future__ import annotations
@@ -21,11 +25,18 @@ from dlsched.dataparallel.cache import cached_plan
 from dlsched.dataparallel.network import SharedNetwork
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.problem import DPProblem
-from dlsched.dataparallel.tuning import CREDIT_MULTIPLES, SIZES, grid_search, size_text
+from dlsched.dataparallel.tuning import (
+    CREDITS,
+    SIZES,
+    credit_bytes,
+    credit_text,
+    grid_search,
+    size_text,
+)
 
 ELEMENT = 4  # bytes per fp32 element; ByteScheduler's knobs are in elements
-DEFAULT_PARTITION = 2**20 * ELEMENT  # 1M elements
-DEFAULT_CREDIT_MULTIPLE = 4  # credit 4M elements = 4 default partitions
+DEFAULT_PARTITION = 1_000_000 * ELEMENT  # BYTESCHEDULER_PARTITION default: 1,000,000 elements
+DEFAULT_CREDIT_MULTIPLE = 4  # BYTESCHEDULER_CREDIT default 4,000,000 elements = 4 partitions
 
 
 def partitions(problem: DPProblem, layer: int, size: int) -> list[Block]:
@@ -35,7 +46,7 @@ def partitions(problem: DPProblem, layer: int, size: int) -> list[Block]:
 
 
 def bytescheduler_schedule(problem: DPProblem, partition_bytes: int,
-                           credit_bytes: int) -> DPPlan:
+                           credit: float) -> DPPlan:
     """The plan ByteScheduler produces with fixed partition and credit sizes (bytes)."""
     arrivals = sorted((problem.ready[k], k) for k in range(problem.num_layers)
                       if problem.grad_bytes[k] > 0)
@@ -52,8 +63,7 @@ def bytescheduler_schedule(problem: DPProblem, partition_bytes: int,
             next_arrival += 1
         for index, _, _ in network.advance(now):
             del in_flight[index]
-        while queue and (not in_flight
-                         or sum(in_flight.values()) + queue[0][2].length <= credit_bytes):
+        while queue and sum(in_flight.values()) < credit:
             block = heapq.heappop(queue)[2]
             in_flight[len(msgs)] = block.length
             network.submit(len(msgs), now, *problem.comm.split(block.length))
@@ -64,21 +74,21 @@ def bytescheduler_schedule(problem: DPProblem, partition_bytes: int,
             break
         now = max(now, upcoming)
     return DPPlan(tuple(msgs), barrier=False, policy="bytescheduler",
-                  in_flight=problem.in_flight,
+                  in_flight=problem.in_flight, credit=credit,
                   settings=f"partition {size_text(partition_bytes)}, credit "
-                           f"{size_text(credit_bytes)}")
+                           f"{credit_text(credit)}")
 
 
 def _schedule(problem: DPProblem, partition: int, credit_multiple: int) -> DPPlan:
-    return bytescheduler_schedule(problem, partition, partition * credit_multiple)
+    return bytescheduler_schedule(problem, partition, credit_bytes(credit_multiple, partition))
 
 
 @cached_plan
 def bytescheduler_plan(problem: DPProblem) -> DPPlan:
     """ByteScheduler as shipped: the default 1M-element partition, credit tuned (the
-    credit grid shared by every tuned policy)."""
+    credit grid it shares with US-Byte)."""
     return grid_search(problem, _schedule, {"partition": (DEFAULT_PARTITION,),
-                                            "credit_multiple": CREDIT_MULTIPLES},
+                                            "credit_multiple": CREDITS},
                        {"partition": DEFAULT_PARTITION,
                         "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "bytescheduler")
 
@@ -87,6 +97,6 @@ def bytescheduler_plan(problem: DPProblem) -> DPPlan:
 def bytescheduler_tuned_plan(problem: DPProblem) -> DPPlan:
     """ByteScheduler with partition and credit both tuned on the shared grid."""
     return grid_search(problem, _schedule, {"partition": SIZES,
-                                            "credit_multiple": CREDIT_MULTIPLES},
+                                            "credit_multiple": CREDITS},
                        {"partition": DEFAULT_PARTITION,
                         "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "bytescheduler-tuned")

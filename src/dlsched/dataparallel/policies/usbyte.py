@@ -9,8 +9,12 @@ rest — so block boundaries fall where a more urgent gradient may arrive. Phase
 gradient exists, sends each layer's remainder as one message in forward order, which makes every
 prefix of layers finish as early as possible. Priorities start input-first and are refined: for
 l = L-1 .. 1, if layers become ready while l would still be sending whole, l is tried ahead of
-them and kept there if the simulated iteration gets shorter. US-Byte sends one message at a
-time (``in_flight`` 1). Each unit is sent exactly once
+them and kept there if the simulated iteration gets shorter. US-Byte plans for one message at
+a time; the authors run it on ByteScheduler's core (``BYTESCHEDULER_PARTITION`` is its unit),
+so on a network that carries several all-reduces its blocks go out under ByteScheduler's
+credit, with the same choices as ByteScheduler (``tuning.CREDITS``, one in flight among them):
+``usbyte`` keeps the authors' 1M-element unit and tunes the credit as ByteScheduler's
+shipped version does, ``usbyte-tuned`` tunes unit and credit. Each unit is sent exactly once
 (the reference planner could drop units when it picked the same layer twice in a row; the
 validator in ``plan.py`` checks every plan).
 """
@@ -25,9 +29,17 @@ from dlsched.dataparallel.cache import cached_plan
 from dlsched.dataparallel.plan import Block, DPPlan, Message, message
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.simulate import iteration_time
-from dlsched.dataparallel.tuning import SIZES, grid_search, size_text
+from dlsched.dataparallel.tuning import (
+    CREDITS,
+    SIZES,
+    credit_bytes,
+    credit_text,
+    grid_search,
+    size_text,
+)
 
-UNIT_BYTES = 2**20 * 4  # 1M fp32 elements
+UNIT_BYTES = 1_000_000 * 4  # S_p: BYTESCHEDULER_PARTITION's default, 1,000,000 fp32 elements
+DEFAULT_CREDIT_MULTIPLE = 4  # BYTESCHEDULER_CREDIT's default: 4,000,000 elements
 
 
 def _units_to_reach(problem: DPProblem, gap: float, unit: int, rest: int) -> int:
@@ -111,9 +123,10 @@ def refine_priority(problem: DPProblem, unit: int = UNIT_BYTES,
 
 def usbyte_plan(problem: DPProblem, unit: int = UNIT_BYTES,
                 phase1_until: float = math.inf) -> DPPlan:
-    """US-Byte with refined priorities (the authors' default unit: 1M fp32 elements). Units
-    at least as large as the largest gradient all give the same plan (every block is a whole
-    layer's rest), so that plan is computed once and labelled with the unit asked for."""
+    """US-Byte with refined priorities, one message at a time (the authors' default unit: 1M
+    fp32 elements). Units at least as large as the largest gradient all give the same plan
+    (every block is a whole layer's rest), so that plan is computed once and labelled with the
+    unit asked for."""
     plan = _refined_plan(problem, max(1, min(unit, max(problem.grad_bytes))), phase1_until)
     return replace(plan, settings=f"unit {size_text(unit)}")
 
@@ -124,8 +137,38 @@ def _refined_plan(problem: DPProblem, unit: int, phase1_until: float) -> DPPlan:
     return usbyte_schedule(problem, order, unit, phase1_until)
 
 
+def credited_plan(problem: DPProblem, unit: int = UNIT_BYTES,
+                  credit_multiple: int = DEFAULT_CREDIT_MULTIPLE) -> DPPlan:
+    """``usbyte_plan`` sent under ByteScheduler's credit of ``credit_multiple`` units (see
+    ``tuning.credit_bytes``) on a network carrying several all-reduces; on a serial network
+    the credit changes nothing and the plan is the serial one."""
+    plan = usbyte_plan(problem, unit)
+    if problem.in_flight == 1:
+        return plan
+    credit = credit_bytes(credit_multiple, unit)
+    return replace(plan, in_flight=problem.in_flight, credit=credit,
+                   settings=f"{plan.settings}, credit {credit_text(credit)}")
+
+
+def _credit_grid(problem: DPProblem) -> tuple[int, ...]:
+    """The credits worth simulating: ``CREDITS``, or only the default on a serial network."""
+    return CREDITS if problem.in_flight > 1 else (DEFAULT_CREDIT_MULTIPLE,)
+
+
+@cached_plan
+def usbyte_shipped_plan(problem: DPProblem) -> DPPlan:
+    """US-Byte as the authors ship it: the 1M-element unit, the credit tuned on the grid
+    ByteScheduler's shipped version uses (ByteScheduler's core tunes it by default)."""
+    return grid_search(problem, credited_plan,
+                       {"unit": (UNIT_BYTES,), "credit_multiple": _credit_grid(problem)},
+                       {"unit": UNIT_BYTES, "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "usbyte")
+
+
 @cached_plan
 def usbyte_tuned_plan(problem: DPProblem) -> DPPlan:
-    """US-Byte with its unit tuned on the shared size grid (in the authors' code the unit is
-    the same setting as ByteScheduler's partition)."""
-    return grid_search(problem, usbyte_plan, {"unit": SIZES}, {"unit": UNIT_BYTES}, "usbyte-tuned")
+    """US-Byte with unit and credit tuned on the shared grid, as ``bytescheduler-tuned`` tunes
+    partition and credit (in the authors' code the unit is ByteScheduler's partition)."""
+    return grid_search(problem, credited_plan,
+                       {"unit": SIZES, "credit_multiple": _credit_grid(problem)},
+                       {"unit": UNIT_BYTES, "credit_multiple": DEFAULT_CREDIT_MULTIPLE},
+                       "usbyte-tuned")
