@@ -64,9 +64,10 @@ def test_astra_workload_collectives_span_astra_sim_dimensions():
     assert data.layers[0].weight_grad_comm.dims == tuple(range(len(net.dims)))
     hybrid = read_astra_workload("examples/astra/workload_transformer.txt")
     workload = workload_from_astra(hybrid, net)
-    forward = [layer.forward_comm.dims for layer in workload.layers if layer.forward_comm]
-    weights = [layer.weight_grad_comm.dims for layer in workload.layers
-               if layer.weight_grad_comm]
+    forward = [subtopology(net, layer.forward_comm.group, workload.model_parallel).dim_map
+               for layer in workload.layers if layer.forward_comm]
+    weights = [subtopology(net, layer.weight_grad_comm.group, workload.model_parallel).dim_map
+               for layer in workload.layers if layer.weight_grad_comm]
     assert forward and weights
     assert set(forward[0]).isdisjoint(weights[0])
     assert sorted(forward[0] + weights[0]) == list(range(len(net.dims)))

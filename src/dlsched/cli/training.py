@@ -18,16 +18,23 @@ from dlsched.cli.sweep import (
     reproduction_rows,
 )
 from dlsched.collectives import CollectiveOp
+from dlsched.collectives.astra_compat import AstraCompat, compat_notes
 from dlsched.errors import ConfigError
 from dlsched.experiments import themis_training
-from dlsched.hardware import load_topology
-from dlsched.interop import read_astra_network, read_astra_system, read_astra_workload
+from dlsched.hardware import Topology, load_topology
+from dlsched.interop import (
+    AstraSystem,
+    read_astra_network,
+    read_astra_system,
+    read_astra_workload,
+)
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
 from dlsched.training import (
     POLICY_ALIASES,
     TRAINING_POLICIES,
     WORKLOADS,
+    Workload,
     get_workload,
     run_policies,
 )
@@ -48,6 +55,18 @@ def _columns(num_dims: int) -> list[Column]:
         *[Column(f"dim{d}_bw_util", f"dim{d} BW util while pending (%)", as_percent)
           for d in range(1, num_dims + 1)],
     ]
+
+
+def _astra_notes(job: Workload, net: Topology, names: list[str],
+                 system: AstraSystem | None) -> None:
+    """On stderr: the system file's unmodelled settings and the ASTRA-sim behaviours that
+    would change this run (``--astra-compat`` emulates them)."""
+    memory = None if system is None else system.compat().local_mem_bw
+    ops = {comm.op for layer in job.layers for comm in layer.comms().values()}
+    notes = (system.notes() if system is not None else []) + sorted({
+        note for op in ops for name in names for note in compat_notes(net, op, name, memory)})
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
 
 
 def train(
@@ -75,6 +94,9 @@ def train(
         help="ASTRA-sim system JSON: chunks, active chunks per dimension, algorithms.")] = None,
     astra_workload: Annotated[Path | None, typer.Option(
         help="ASTRA-sim 1.0 text workload instead of --workload.")] = None,
+    astra_compat: Annotated[bool, typer.Option(
+        "--astra-compat", help="Emulate ASTRA-sim 2.x: reduction pass (local-mem-bw), "
+        "FullyConnected direct on all links, its Themis tracker (docs/interop.md).")] = False,
 ) -> None:
     """Simulate whole training iterations of a workload under collective policies (with no
     subcommand); ``train dataparallel`` runs plans on torch.distributed."""
@@ -87,19 +109,24 @@ def train(
     if latency not in LATENCIES:
         raise ConfigError(f"latency: unknown setting {latency!r}; accepted: 'table', 'zero'")
     net = load_topology(topology) if astra_network is None else read_astra_network(astra_network)
-    if astra_system is not None:
-        system = read_astra_system(astra_system)
-        net = system.apply(net, CollectiveOp.ALL_REDUCE)
-        chunks, concurrency = system.chunks, system.concurrency
-        for note in system.notes():
-            typer.echo(f"note: {astra_system}: {note}", err=True)
     net = net.with_latency_scale(LATENCIES[latency])
     names = parse_names(policy, [*TRAINING_POLICIES, *POLICY_ALIASES], "policy")
+    system = None if astra_system is None else read_astra_system(astra_system)
+    op_topologies = None
+    if system is not None:
+        op_topologies = {op: system.apply(net, op) for op in CollectiveOp}
+        net = op_topologies[CollectiveOp.ALL_REDUCE]
+        chunks, concurrency = system.chunks, system.concurrency
+    compat = None
+    if astra_compat:
+        compat = AstraCompat() if system is None else system.compat()
     job = get_workload(workload, net.num_npus) if astra_workload is None else \
         workload_from_astra(read_astra_workload(astra_workload), net, astra_workload.stem)
+    if compat is None and (system is not None or astra_network is not None):
+        _astra_notes(job, net, names, system)
     wanted = names if "baseline" in names else [*names, "baseline"]
     results = run_policies(job, net, wanted, iterations, chunks, concurrency,
-                           record=trace is not None or plot is not None)
+                           trace is not None or plot is not None, compat, op_topologies)
     baseline = results[wanted.index("baseline")]
     results = results[:len(names)]
     rows = [r.row() | {"latency": latency,
@@ -121,14 +148,55 @@ SUMMARY_COLUMNS = [
     Column("paper_themis_avg", "paper", as_ratio),
     Column("themis_max", "Themis max", as_ratio),
     Column("paper_themis_max", "paper", as_ratio),
-    Column("dlsched_avg", "dlsched avg", as_ratio),
-    Column("dlsched_max", "dlsched max", as_ratio),
-    Column("themis_inflight_avg", "Themis in-flight avg", as_ratio),
     Column("ideal_avg", "Ideal avg", as_ratio),
     Column("paper_ideal_avg", "paper", as_ratio),
-    Column("dlsched_over_themis_min", "min dlsched/Themis", as_ratio),
-    Column("dlsched_vs_ideal_avg", "dlsched / Ideal time", as_ratio),
+    Column("themis_over_ideal_time", "Themis/Ideal time", lambda v: f"{v:.3f}"),
+    Column("paper_themis_over_ideal_time", "paper", lambda v: f"{v:.3f}"),
+    Column("baseline_exposed_over_compute", "baseline exposed/compute", lambda v: f"{v:.3f}"),
+    Column("exposed_factor_for_paper", "exposed x for paper avg",
+           lambda v: "none" if v is None else f"{v:.2f}"),
+    Column("dlsched_avg", "dlsched avg", as_ratio),
+    Column("themis_inflight_avg", "Themis in-flight avg", as_ratio),
+    Column("dlsched_over_themis_min", "min Themis/dlsched time", as_ratio),
+    Column("dlsched_vs_ideal_avg", "dlsched/Ideal time", lambda v: f"{v:.3f}"),
 ]
+METHOD_TITLES = {
+    "paper": "the paper's method (FLOP-only A100 compute, fused gradients exposed at the end "
+             "of back-prop, HOTI'20 DLRM, direct All-to-All)",
+    "overlap": "dlsched's overlap model (per-block gradient collectives hidden behind "
+               "back-prop; not the paper's method)",
+    "files": "ASTRA-sim 1.0 workload files (direct All-to-All)",
+}
+
+
+def _workload_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise ConfigError(f"--workload-files: {directory} is not a directory")
+    files = sorted(directory.glob("*.txt"))
+    if not files:
+        raise ConfigError(f"--workload-files: no ASTRA-sim workload (*.txt) in {directory}")
+    return files
+
+
+def _print_reproduction(rows: list[dict], summary: list[dict], method: str) -> None:
+    for comparable in (True, False):
+        chosen = [s for s in summary if s["paper_comparable"] is comparable]
+        if not chosen:
+            continue
+        title = ("zero step latency: compare with the paper" if comparable else
+                 "Table 2 step latencies, 64 chunks per collective: NOT comparable with the "
+                 "paper (kept out of the paper summary)")
+        render_table(chosen, SUMMARY_COLUMNS,
+                     f"{METHOD_TITLES[method]}; speedup = baseline iteration time / policy "
+                     f"iteration time; {title}", console)
+    for latency in themis_training.LATENCY_SETTINGS:
+        render_table(themis_training.pivot(rows, latency),
+                     [Column("workload", "workload", justify="left"),
+                      Column("topology", "topology", justify="left"),
+                      *[Column(p, f"{p} (ms)", seconds_as_ms)
+                        for p in themis_training.POLICIES],
+                      Column("compute", "compute (ms)", seconds_as_ms)],
+                     f"iteration time per row, {latency} latency", console)
 
 
 def reproduce_themis_training(
@@ -139,29 +207,35 @@ def reproduce_themis_training(
     address: AddressOption = None,
     db: DbOption = None,
     resume: ResumeOption = False,
+    method: Annotated[str, typer.Option(
+        help="'paper' (the paper's method: FLOP-only A100 compute, fused end-of-backprop "
+             "All-Reduce, HOTI'20 DLRM, direct All-to-All) or 'overlap' (dlsched's model: "
+             "per-block collectives overlapping back-prop).")] = "paper",
+    workload_files: Annotated[Path | None, typer.Option(
+        help="Directory of ASTRA-sim 1.0 text workloads (*.txt, 1 cycle = 1 ns) to run on "
+             "the six topologies instead of the four workloads.")] = None,
     compute: Annotated[str, typer.Option(
-        help="Compute model: 'a100' (A100-like FP16 roofline, the paper's) or 'comm-only' "
-             "(every compute time zero: the iteration is its collectives).")] = "a100",
+        help="With --method overlap: 'a100' (memory-aware FP16 roofline) or 'comm-only' "
+             "(every compute time zero).")] = "a100",
 ) -> None:
-    """Four workloads x six Themis topologies x baseline/Themis/dlsched/Ideal, both latencies."""
+    """Four workloads (or --workload-files) x six Themis topologies x baseline/Themis/dlsched/
+    Ideal, both latencies."""
     check_output_paths({"--csv": (csv, (".csv",))})
-    todo = themis_training.scenarios(compute)
+    if method not in ("paper", "overlap"):
+        raise ConfigError(f"--method: unknown method {method!r}; accepted: 'paper', 'overlap'")
+    if compute != "a100" and method != "overlap":
+        raise ConfigError("--compute: only with --method overlap (the paper's method fixes "
+                          "its compute model)")
+    files = [] if workload_files is None else _workload_files(workload_files)
+    if files:
+        method = "files"
+    todo = themis_training.scenarios(compute, method, files)
     rows = reproduction_rows("themis-training", todo,
                              themis_training.run_scenario, executor, workers, address, db,
                              resume, json_out)
     summary = themis_training.summarize(rows)
     if not json_out:
-        for latency, title in themis_training.LATENCY_TITLES.items():
-            render_table([s for s in summary if s["latency"] == latency], SUMMARY_COLUMNS,
-                         f"Training iteration speedup over the baseline (iteration-time ratio), "
-                         f"{title}, compute {compute}", console)
-            render_table(themis_training.pivot(rows, latency),
-                         [Column("workload", "workload", justify="left"),
-                          Column("topology", "topology", justify="left"),
-                          *[Column(p, f"{p} (ms)", seconds_as_ms)
-                            for p in themis_training.POLICIES],
-                          Column("compute", "compute (ms)", seconds_as_ms)],
-                         f"iteration time per row, {latency} latency", console)
+        _print_reproduction(rows, summary, method)
     emit_rows(rows, json_out, csv, {"summary": summary} if json_out else None)
 
 

@@ -19,9 +19,11 @@ one is reported (the first starts with an idle network and no pending updates).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dlsched.collectives.network import Network
+from dlsched.collectives.plan import CollectiveOp
 from dlsched.hardware.topology import Topology
 from dlsched.sim.engine import Engine
 from dlsched.sim.timeline import Span, Timeline
@@ -32,6 +34,7 @@ from dlsched.training.workload import Comm, Workload
 COMPUTE = "compute"
 COLLECTIVES = "collectives"
 _PHASE_TASK = {"forward": "F", "input_grad": "IG", "weight_grad": "WG", "update": "U"}
+RECOMPUTE = "RF"  # a forward recomputed in the backward pass (activation checkpointing)
 
 
 @dataclass(frozen=True)
@@ -92,20 +95,34 @@ def _consumer(workload: Workload, issuers: set[int], owner: int, phase: str,
     return 1, "F", owner if target is None else target
 
 
-def comm_sites(workload: Workload, topology: Topology) -> dict[tuple[str, int], list[_CommSite]]:
+def comm_sites(workload: Workload, topology: Topology,
+               op_topologies: Mapping[CollectiveOp, Topology] | None = None,
+               ) -> dict[tuple[str, int], list[_CommSite]]:
     """Collectives of the workload keyed by the compute task ``(kind, layer)`` after which
-    they are issued; single-NPU groups need no communication and are left out."""
+    they are issued; single-NPU groups need no communication and are left out. A recomputed
+    forward reissues the layer's forward collective, awaited by the next recomputed forward
+    (or the initiator's backward). ``op_topologies``: the network (its per-dimension
+    algorithms) a collective op runs on, when it differs from ``topology``'s."""
     sites: dict[tuple[str, int], list[_CommSite]] = {}
     issuers = _ig_issuers(workload)
+    again = {j: (initiator, j + 1 < initiator) for _, initiator in workload.recompute
+             for j in workload.recomputed(initiator)}
     for owner, layer in enumerate(workload.layers):
         for phase, comm in layer.comms().items():
-            sub = subtopology(topology, comm.group, workload.model_parallel, comm.dims)
+            net = (op_topologies or {}).get(comm.op, topology)
+            sub = subtopology(net, comm.group, workload.model_parallel, comm.dims)
             if sub.num_npus == 1:
                 continue
             issuer = owner if comm.issuer is None else workload.index(comm.issuer)
             site = _CommSite(comm, owner, phase, sub,
                              _consumer(workload, issuers, owner, phase, comm))
             sites.setdefault((_PHASE_TASK[phase], issuer), []).append(site)
+            if phase == "forward" and owner in again:
+                initiator, more = again[owner]
+                consumer = (0, RECOMPUTE, owner + 1) if more else \
+                    (0, _first_backward(issuers, initiator), initiator)
+                sites.setdefault((RECOMPUTE, owner), []).append(
+                    _CommSite(comm, owner, phase, sub, consumer))
     return sites
 
 
@@ -113,14 +130,15 @@ class _Run:
     """State of one simulation; ``run()`` executes it."""
 
     def __init__(self, workload: Workload, topology: Topology, policy: TrainingPolicy,
-                 iterations: int, chunks: int, concurrency: int, record: bool) -> None:
+                 iterations: int, chunks: int, concurrency: int, record: bool,
+                 op_topologies: Mapping[CollectiveOp, Topology] | None) -> None:
         self.workload, self.policy, self.chunks, self.record = workload, policy, chunks, record
         self.engine = Engine()
         self.network = Network(self.engine, topology, concurrency, policy.intra, record)
-        self.sites = comm_sites(workload, topology)
+        self.sites = comm_sites(workload, topology, op_topologies)
         self.iterations = iterations
         self.static = self._static_order(iterations)
-        per_iteration = self.static[:3 * len(workload.layers)]
+        per_iteration = self.static[:(len(self.static) - 1) // iterations]
         self.position = {task[1:]: index for index, task in enumerate(per_iteration)}
         self.waiting = self._waiting(iterations)
         self.next_static = 0
@@ -137,6 +155,7 @@ class _Run:
         for k in range(iterations):
             order += [(k, "F", layer) for layer in layers]
             for layer in reversed(layers):
+                order += [(k, RECOMPUTE, j) for j in self.workload.recomputed(layer)]
                 first = _first_backward(issuers, layer)
                 order += [(k, first, layer), (k, "WG" if first == "IG" else "IG", layer)]
         order.append((iterations, "F", 0))
@@ -186,7 +205,7 @@ class _Run:
                 return  # the marker: next iteration's first forward
         spec = self.workload.layers[layer]
         duration = {"F": spec.forward_s, "IG": spec.input_grad_s, "WG": spec.weight_grad_s,
-                     "U": spec.update_s}[kind]
+                    "U": spec.update_s, RECOMPUTE: spec.forward_s}[kind]
         self.busy = True
         self.engine.after(duration, self._done, task, self.engine.now)
 
@@ -264,7 +283,12 @@ class _Run:
 
 def simulate_iterations(workload: Workload, topology: Topology, policy: TrainingPolicy,
                         iterations: int = 2, chunks: int = 64, concurrency: int = 1,
-                        record: bool = True) -> IterationRun:
+                        record: bool = True,
+                        op_topologies: Mapping[CollectiveOp, Topology] | None = None,
+                        ) -> IterationRun:
     """Run ``iterations`` iterations of ``workload`` on ``topology`` under ``policy``;
-    ``chunks`` per collective, ``concurrency`` chunks per dimension at once."""
-    return _Run(workload, topology, policy, iterations, chunks, concurrency, record).run()
+    ``chunks`` per collective, ``concurrency`` chunks per dimension at once;
+    ``op_topologies``: per collective op, the same network with other per-dimension
+    algorithms (e.g. direct All-to-All)."""
+    return _Run(workload, topology, policy, iterations, chunks, concurrency, record,
+                op_topologies).run()

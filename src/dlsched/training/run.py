@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from dlsched.collectives.astra_compat import AstraCompat
+from dlsched.collectives.plan import CollectiveOp
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import Topology
 from dlsched.sim.timeline import Timeline, _union_length
@@ -90,22 +91,26 @@ def _check(policies: Sequence[str], iterations: int, chunks: int, concurrency: i
 
 def run_policies(workload: Workload, topology: Topology, policies: Sequence[str],
                  iterations: int = 2, chunks: int = 64, concurrency: int = 1,
-                 record: bool = True, compat: AstraCompat | None = None) -> list[TrainingResult]:
+                 record: bool = True, compat: AstraCompat | None = None,
+                 op_topologies: Mapping[CollectiveOp, Topology] | None = None,
+                 ) -> list[TrainingResult]:
     """``run_training`` for several policies at once; a setting shared by two of them (Themis
     as published is one of ``dlsched``'s candidates) is simulated once. Candidates are
     simulated without a timeline; with ``record`` the kept one is simulated again with it.
     ``compat``: emulate ASTRA-sim 2.x (its view of ``topology``, Themis tracker, stage costs;
-    ``collectives.astra_compat``)."""
+    ``collectives.astra_compat``); ``op_topologies``: per collective op, ``topology`` with
+    other per-dimension algorithms (an ASTRA system file's per-op implementations)."""
     names = _check(policies, iterations, chunks, concurrency)
     if compat is not None:
         topology = compat.network(topology)
+        op_topologies = {op: compat.network(net) for op, net in (op_topologies or {}).items()}
     runs: dict[TrainingPolicy, IterationRun] = {}
 
     def simulate(candidate: TrainingPolicy) -> IterationRun:
         key = replace(candidate, name="")
         if key not in runs:
             runs[key] = simulate_iterations(workload, topology, candidate, iterations, chunks,
-                                            concurrency, record=False)
+                                            concurrency, False, op_topologies)
         return runs[key]
 
     results = []
@@ -116,7 +121,8 @@ def run_policies(workload: Workload, topology: Topology, policies: Sequence[str]
         best = min(candidates, key=lambda candidate: simulate(candidate).periods[-1])
         run = simulate(best)
         if record:
-            run = simulate_iterations(workload, topology, best, iterations, chunks, concurrency)
+            run = simulate_iterations(workload, topology, best, iterations, chunks, concurrency,
+                                      True, op_topologies)
         results.append(TrainingResult(workload, topology, name, run, run.periods[-1],
                                       workload.compute_s, _dimension_utilization(run, topology),
                                       best.name))

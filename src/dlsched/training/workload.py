@@ -92,12 +92,16 @@ class WorkloadLayer:
 @dataclass(frozen=True)
 class Workload:
     """Layers in forward order; ``model_parallel`` NPUs form one model-parallel group (1: pure
-    data parallelism); ``description`` says what the numbers assume."""
+    data parallelism); ``description`` says what the numbers assume. ``recompute``: activation
+    checkpointing as (checkpoint, initiator) layer indices: before the backward of the
+    initiator, layers checkpoint .. initiator - 1 compute their forward again and reissue its
+    collective (blocking), as ASTRA-sim 1.0's HYBRID_TRANSFORMER_FWD_IN_BCKWD does."""
 
     name: str
     layers: tuple[WorkloadLayer, ...]
     model_parallel: int = 1
     description: str = ""
+    recompute: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         if not self.layers:
@@ -110,6 +114,7 @@ class Workload:
                 or self.model_parallel < 1:
             raise ConfigError(f"model_parallel: must be an integer >= 1 "
                               f"(got {self.model_parallel!r})")
+        self._check_recompute()
         for layer in self.layers:
             for phase, comm in layer.comms().items():
                 for field in ("issuer", "consumer"):
@@ -118,10 +123,34 @@ class Workload:
                         raise ConfigError(f"layer {layer.name!r} {phase} comm: {field} "
                                           f"{target!r} is not a layer of the workload")
 
+    def _check_recompute(self) -> None:
+        seen: set[int] = set()
+        for checkpoint, initiator in self.recompute:
+            if not 0 <= checkpoint <= initiator < len(self.layers):
+                raise ConfigError(f"recompute: ({checkpoint}, {initiator}) needs 0 <= "
+                                  f"checkpoint <= initiator < {len(self.layers)}")
+            again = seen & set(range(checkpoint, initiator))
+            if again:
+                raise ConfigError(f"recompute: layers {sorted(again)} would be recomputed twice")
+            seen |= set(range(checkpoint, initiator))
+        initiators = [initiator for _, initiator in self.recompute]
+        if len(set(initiators)) != len(initiators):
+            raise ConfigError(f"recompute: an initiator appears twice ({initiators})")
+
+    def recomputed(self, initiator: int) -> range:
+        """Layers whose forward is recomputed before the backward of ``initiator``."""
+        for checkpoint, layer in self.recompute:
+            if layer == initiator:
+                return range(checkpoint, initiator)
+        return range(0)
+
     @property
     def compute_s(self) -> float:
-        """Compute-only iteration time: the sum of every layer's phases and updates, seconds."""
-        return sum(layer.compute_s for layer in self.layers)
+        """Compute-only iteration time: the sum of every layer's phases and updates and of the
+        recomputed forwards, seconds."""
+        again = sum(self.layers[j].forward_s for checkpoint, initiator in self.recompute
+                    for j in range(checkpoint, initiator))
+        return sum(layer.compute_s for layer in self.layers) + again
 
     def with_compute_scale(self, factor: float) -> Workload:
         """The same workload with every compute and update time multiplied by ``factor``

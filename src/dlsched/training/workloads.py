@@ -31,6 +31,7 @@ Assumptions (also in docs/training.md):
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from dlsched.collectives.plan import CollectiveOp
 from dlsched.errors import ConfigError
@@ -41,10 +42,18 @@ from dlsched.training.workload import Comm, Workload, WorkloadLayer
 
 FP16 = 2
 UPDATE_BYTES_PER_PARAM = 16
+
+
+class OpTimer(Protocol):
+    """A compute model: seconds of an op from its FLOP and bytes of memory traffic
+    (``models.compute.Roofline``, or ``training.paper.FlopOnlyCompute``)."""
+
+    def op_time(self, flops: float, num_bytes: float) -> float: ...
+
 T1T_MODEL_PARALLEL = 128
 
 
-def _blocks(model: Model, roofline: Roofline, batch: int, key: Callable[[str, str], str],
+def _blocks(model: Model, roofline: OpTimer, batch: int, key: Callable[[str, str], str],
             split: int = 1) -> list[tuple[str, int, float]]:
     """(name, parameters, forward seconds) of each group of tensors (``key(block, tensor)``),
     in order; ``split``: the op is shared by that many model-parallel NPUs."""
@@ -61,11 +70,11 @@ def _blocks(model: Model, roofline: Roofline, batch: int, key: Callable[[str, st
     return [(name, int(params), seconds) for name, (params, seconds) in groups.items()]
 
 
-def _update(params: int, roofline: Roofline) -> float:
-    return params * UPDATE_BYTES_PER_PARAM / roofline.memory_bandwidth
+def _update(params: int, roofline: OpTimer) -> float:
+    return roofline.op_time(0, params * UPDATE_BYTES_PER_PARAM)
 
 
-def _data_parallel(name: str, model_name: str, batch: int, roofline: Roofline,
+def _data_parallel(name: str, model_name: str, batch: int, roofline: OpTimer,
                    description: str) -> Workload:
     model = get_model(model_name, FP16)
     layers = tuple(
@@ -75,19 +84,19 @@ def _data_parallel(name: str, model_name: str, batch: int, roofline: Roofline,
     return Workload(name, layers, 1, description)
 
 
-def resnet152(num_npus: int, roofline: Roofline) -> Workload:
+def resnet152(num_npus: int, roofline: OpTimer) -> Workload:
     """ResNet-152, data parallel, 32 images of 224x224 per NPU."""
     return _data_parallel("resnet152", "resnet152", 32, roofline,
                           "ResNet-152, data parallel, 32 samples per NPU, FP16")
 
 
-def gnmt(num_npus: int, roofline: Roofline) -> Workload:
+def gnmt(num_npus: int, roofline: OpTimer) -> Workload:
     """GNMT (8+8 LSTM layers with attention), data parallel, 128 sentences per NPU."""
     return _data_parallel("gnmt", "gnmt", 128, roofline,
                           "GNMT 8-layer encoder/decoder, data parallel, 128 samples per NPU, FP16")
 
 
-def dlrm(num_npus: int, roofline: Roofline, batch: int = 512) -> Workload:
+def dlrm(num_npus: int, roofline: OpTimer, batch: int = 512) -> Workload:
     """DLRM: data-parallel MLPs, model-parallel embedding tables exchanged by All-to-All."""
     model = get_model("dlrm", FP16)
     lookups = batch * len(DLRM_TABLE_ROWS) * DLRM_DIM * FP16
@@ -113,7 +122,7 @@ def _half_block(block: str, tensor: str) -> str:
     return block
 
 
-def transformer_1t(num_npus: int, roofline: Roofline, batch: int = 16) -> Workload:
+def transformer_1t(num_npus: int, roofline: OpTimer, batch: int = 16) -> Workload:
     """Transformer-1T: 128-way tensor parallel, ZeRO-2 data parallel over the rest."""
     mp = min(T1T_MODEL_PARALLEL, num_npus)
     dp = max(1, num_npus // mp)
@@ -135,12 +144,12 @@ def transformer_1t(num_npus: int, roofline: Roofline, batch: int = 16) -> Worklo
                     f"{batch} samples of {seq} tokens per replica, FP16")
 
 
-WORKLOADS: dict[str, Callable[[int, Roofline], Workload]] = {
+WORKLOADS: dict[str, Callable[[int, OpTimer], Workload]] = {
     "resnet152": resnet152, "gnmt": gnmt, "dlrm": dlrm, "transformer-1t": transformer_1t,
 }
 
 
-def get_workload(name: str, num_npus: int, roofline: Roofline | None = None) -> Workload:
+def get_workload(name: str, num_npus: int, roofline: OpTimer | None = None) -> Workload:
     """A zoo workload for a machine of ``num_npus`` NPUs (A100-like roofline by default)."""
     if name not in WORKLOADS:
         raise ConfigError(f"workload: unknown workload {name!r}; accepted: "
