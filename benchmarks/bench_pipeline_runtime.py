@@ -83,7 +83,7 @@ def main() -> None:
     profiles = profile_blocks(load_model(MODEL), MICROBATCH_SIZE, repeats=7)
     chain = ChainSpec.model_validate(chain_document(MODEL, profiles)).build()
     latency, bandwidth, _ = calibrate_link()
-    overhead = calibrate_action_overhead(MODEL, MICROBATCH_SIZE, profiles, MICROBATCHES)
+    overhead = calibrate_action_overhead(MODEL, MICROBATCH_SIZE, MICROBATCHES)
     rows, notes = [], []
     for ranks in RANKS:
         graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY,

@@ -158,8 +158,8 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     from dlsched.pipeline.chain import REFERENCE_FLOPS
     from dlsched.pipeline.model_source import load_chain
     from dlsched.runtime.pipeline_calibrate import (
-        calibrate_action_overhead,
         cpu_devices_document,
+        measure_action_overhead,
     )
     from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
     from dlsched.runtime.pipeline_run import block_bytes
@@ -180,8 +180,10 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     assert chain.split_backward_factor == pytest.approx(split / full)
     assert profiles[0].backward_input_s == 0.0  # token ids have no gradient
     devices = tmp_path / "cpu.yaml"
-    overhead = calibrate_action_overhead(MODEL, MICROBATCH_SIZE, profiles, MICROBATCHES, 2)
-    assert 0.0 <= overhead < 1.0
+    calibration = measure_action_overhead(MODEL, MICROBATCH_SIZE, MICROBATCHES, rounds=2,
+                                          repeats=1)
+    overhead = max(0.0, calibration.overhead_s)
+    assert 0.0 <= overhead < calibration.action_s and len(calibration.rounds_s) == 2
     devices.write_text(yaml.safe_dump(cpu_devices_document(3, 1e-4, 1e9, 2**30,
                                                            overhead_s=overhead)))
     graph = load_devices(devices)

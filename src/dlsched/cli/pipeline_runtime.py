@@ -97,7 +97,7 @@ def profile(
         )
 
         latency, bandwidth, _ = calibrate_link()
-        overhead = calibrate_action_overhead(model, microbatch_size, profiles)
+        overhead = calibrate_action_overhead(model, microbatch_size)
         write_text(devices_out, yaml.safe_dump(
             cpu_devices_document(ranks, latency, bandwidth, memory_bytes, overhead_s=overhead),
             sort_keys=False))

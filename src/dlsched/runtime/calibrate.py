@@ -32,6 +32,7 @@ what its rank does meanwhile (``TwoState``).
 from __future__ import annotations
 
 import datetime
+import math
 import platform
 import statistics
 import threading
@@ -52,16 +53,21 @@ CHOICES = (*LOADS, "both")  # what `dlsched calibrate --load` accepts
 LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~1 ms each)
 STREAM_LENGTH = 8  # all-reduces queued back to back when timing a stream under load
 MIN_SEGMENT = 3  # samples in each piece of the piecewise fit (two are fitted exactly)
+SPREAD_LIMIT = 0.25  # largest interquartile range / median of a size's repeats
+QUEUED_FLOOR = 0.5  # a queued message under load costs at least this times an idle one
+ATTEMPTS = 3  # measurements of an implausible calibration before it is refused
+LOAD_NAMES = {"none": "idle", "compute": "loaded", "stream": "queued"}
 
 
 def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 2,
                     repeats: int = 5, load: str = "none",
                     compute: list[tuple[int, list[list[float]]]] | None = None
-                    ) -> list[tuple[int, float]]:
-    """Run on every rank of an initialized group: (bytes, median seconds) per size. With
-    ``load="compute"`` the calling thread computes until the all-reduce has completed, and
-    ``compute`` (if given) receives per size (bytes, samples): one row per repeat holding
-    every rank's compute slowdown beside that all-reduce (``_compute_factor``)."""
+                    ) -> list[tuple[int, list[float]]]:
+    """Run on every rank of an initialized group: (bytes, seconds of every repeat) per size,
+    each sample the slowest rank's time from issue to completion. With ``load="compute"`` the
+    calling thread computes until the all-reduce has completed, and ``compute`` (if given)
+    receives per size (bytes, samples): one row per repeat holding every rank's compute
+    slowdown beside that all-reduce (``_compute_factor``)."""
     import torch
     import torch.distributed as dist
 
@@ -94,15 +100,17 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
                 size_factors.append([float(f) for f in mine])
     if compute is not None and load == "compute":
         compute.extend((b.numel() * 4, f) for b, f in zip(buffers, factors, strict=True))
-    return [(b.numel() * 4, statistics.median(t)) for b, t in zip(buffers, times, strict=True)]
+    return [(b.numel() * 4, t) for b, t in zip(buffers, times, strict=True)]
 
 
 def time_streams(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 1,
-                 repeats: int = 5, length: int = STREAM_LENGTH) -> list[tuple[int, float]]:
-    """Run on every rank of an initialized group: (bytes, median seconds per message) of
-    ``length`` all-reduces of each size issued back to back while the calling thread computes
-    (as backward does beside a queue of gradient messages): the time between the first and
-    the last completion over ``length - 1``, the slowest rank's, median of ``repeats``."""
+                 repeats: int = 5, length: int = STREAM_LENGTH
+                 ) -> list[tuple[int, list[float]]]:
+    """Run on every rank of an initialized group: (bytes, seconds per message of every
+    repeat) of ``length`` all-reduces of each size issued back to back while the calling
+    thread computes (as backward does beside a queue of gradient messages): the time from
+    issuing the first to the last completion over ``length``, the slowest rank's
+    (``stream_seconds``)."""
     import torch
     import torch.distributed as dist
 
@@ -114,18 +122,60 @@ def time_streams(rank: int, world_size: int, sizes: Sequence[int], warmup: int =
             buffers = [torch.zeros(max(1, size // 4), dtype=torch.float32)
                        for _ in range(length)]
             dist.barrier()
+            issued = time.perf_counter()
             works = [dist.all_reduce(buffer, async_op=True) for buffer in buffers]
             stamps: list[float] = []
             _compute_until_done(works, stamps, matrix, out)
-            # at least 1 ns: completions stamped back to back still cost something (and the
-            # fit needs positive samples)
-            gap = torch.tensor([max(1e-9, (stamps[-1] - stamps[0]) / (length - 1))],
-                               dtype=torch.float64)
-            dist.all_reduce(gap, op=dist.ReduceOp.MAX)
+            per_message = torch.tensor([stream_seconds(issued, stamps, length)],
+                                       dtype=torch.float64)
+            dist.all_reduce(per_message, op=dist.ReduceOp.MAX)
             if repeat >= warmup:
-                size_times.append(float(gap[0]))
-    return [(max(1, size // 4) * 4, statistics.median(t)) for size, t in zip(sizes, times,
-                                                                        strict=True)]
+                size_times.append(float(per_message[0]))
+    return [(max(1, size // 4) * 4, t) for size, t in zip(sizes, times, strict=True)]
+
+
+def stream_seconds(issued: float, completions: Sequence[float], length: int) -> float:
+    """Seconds per message of ``length`` all-reduces issued at ``issued`` (perf-counter
+    seconds) and stamped complete at ``completions``: (last completion - issue) / length.
+    The time between the first and the last completion is not it: the stamping thread can
+    only see a completion when it runs, so when it is late (the compute thread holds the
+    core) it sees the first message late and every later one at once (on the 2-core machine
+    about 1 us per message against about 370 us for an idle all-reduce)."""
+    if len(completions) != length or length < 1:
+        raise ConfigError(f"stream: {len(completions)} completions stamped for {length} "
+                          "messages")
+    return (max(completions) - issued) / length
+
+
+def implausible(timed: dict[str, Any], limit: float = SPREAD_LIMIT,
+                floor: float = QUEUED_FLOOR) -> str | None:
+    """The first reason to refuse a calibration, one line, or None: a size whose repeats
+    spread (interquartile range over the median, ``spread``) more than ``limit``, or a queued
+    message under load faster than ``floor`` times an idle one of the same size (an
+    impossible value: queued behind others and beside compute, a message is not much
+    faster than alone on idle ranks)."""
+    for load in ("none", "compute", "stream"):
+        for size, samples in timed.get(f"{load}_times", ()):
+            if spread(samples) > limit:
+                return (f"{LOAD_NAMES[load]} all-reduce of {size} B: repeats spread "
+                        f"{spread(samples):.0%} of their median (limit {limit:.0%}; the "
+                        "machine is too busy to calibrate)")
+    idle = dict(timed.get("none", ()))
+    for size, seconds in timed.get("stream", ()):
+        if size in idle and seconds < floor * idle[size]:
+            return (f"queued all-reduce of {size} B: {seconds * 1e6:.1f} us per message, "
+                    f"below {floor:g}x its idle time {idle[size] * 1e6:.1f} us")
+    return None
+
+
+def spread(samples: Sequence[float]) -> float:
+    """The spread of repeated measurements: interquartile range / median (0 for fewer than
+    two samples)."""
+    if len(samples) < 2:
+        return 0.0
+    low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
+    middle = statistics.median(samples)
+    return (high - low) / middle if middle > 0 else math.inf
 
 
 def _compute_factor(alone: float, beside: float) -> float:
@@ -186,21 +236,65 @@ def monotone_fit(values: Sequence[float]) -> list[float]:
 
 
 def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, repeats: int,
-               load: str) -> dict[str, list[tuple[int, float]]]:
-    """``time_allreduces`` under ``load`` (``both``: idle, then under compute load): the
-    samples per load, and with compute load the compute slowdowns (key ``compute_slowdown``,
-    (bytes, factor) pairs from ``robust_slowdowns``), the per-rank factors they come
-    from (key ``compute_samples``), and with ``both`` the per-message cost of queued streams
-    under load (key ``stream``, ``time_streams``, median of as many ``repeats``)."""
+               load: str, attempts: int = ATTEMPTS) -> dict[str, Any]:
+    """``time_allreduces`` under ``load`` (``both``: idle, then under compute load), after a
+    warm-up of the process group (``warm_up``): the median seconds per size per load (keys
+    ``none``, ``compute``) and the samples they come from (``none_times``,
+    ``compute_times``), with compute load the compute slowdowns (key
+    ``compute_slowdown``, (bytes, factor) pairs from ``robust_slowdowns``) and the per-rank
+    factors (key ``compute_samples``), and with ``both`` the per-message cost of queued
+    streams under load (key ``stream``, samples ``stream_times``: ``time_streams``, as many
+    ``repeats``).
+    A calibration that is ``implausible`` is measured again, up to ``attempts`` times; the
+    reasons are listed under ``rejected``, and after the last attempt under ``refused`` too
+    (``loads_document`` then refuses it). Every rank decides alike: each sample is the same
+    reduced value on every rank."""
     if load not in CHOICES:
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
+    if not 1 <= attempts <= 10:
+        raise ConfigError(f"attempts: {attempts} must be in 1..10")
+    warm_up(sizes)
+    rejected: list[str] = []
+    for _ in range(attempts):
+        timed = _measure_loads(rank, world_size, sizes, warmup, repeats, load)
+        reason = implausible(timed)
+        if reason is None:
+            return timed | {"rejected": rejected}
+        rejected.append(reason)
+    return timed | {"rejected": rejected, "refused": rejected[-1]}
+
+
+def _measure_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int,
+                   repeats: int, load: str) -> dict[str, Any]:
     compute: list[tuple[int, list[list[float]]]] = []
-    timed = {one: time_allreduces(rank, world_size, sizes, warmup, repeats, one, compute)
-             for one in (LOADS if load == "both" else (load,))}
+    samples = {one: time_allreduces(rank, world_size, sizes, warmup, repeats, one, compute)
+               for one in (LOADS if load == "both" else (load,))}
+    if load == "both":
+        samples["stream"] = time_streams(rank, world_size, sizes, 1, repeats)
+    timed: dict[str, Any] = {}
+    for key, per_size in samples.items():
+        timed[key] = [(b, statistics.median(t)) for b, t in per_size]
+        timed[f"{key}_times"] = per_size
     return timed | ({"compute_slowdown": robust_slowdowns(compute),
-                     "compute_samples": compute} if compute else {}) | (
-        {"stream": time_streams(rank, world_size, sizes, 1, repeats)} if load == "both"
-        else {})
+                     "compute_samples": compute} if compute else {})
+
+
+def warm_up(sizes: Sequence[int], rounds: int = 3, products: int = 50) -> None:
+    """Before anything is timed, on every rank: ``rounds`` all-reduces of every size (the
+    process group's first messages open its connections and grow its buffers) and
+    ``products`` matrix products (the first ones allocate and load the kernels)."""
+    import torch
+    import torch.distributed as dist
+
+    matrix = torch.randn(LOAD_MATRIX, LOAD_MATRIX)
+    out = torch.empty_like(matrix)
+    buffers = [torch.zeros(max(1, size // 4), dtype=torch.float32) for size in sizes]
+    for _ in range(rounds):
+        for buffer in buffers:
+            dist.all_reduce(buffer)
+    for _ in range(products):
+        torch.mm(matrix, matrix, out=out)
+    dist.barrier()
 
 
 def _compute_until_done(works: Sequence[Any], stamp: list[float], matrix: Any,
@@ -278,11 +372,13 @@ def network_document(samples: Sequence[tuple[int, float]], workers: int, name: s
                      comm_nice: int | None = None,
                      loaded: Sequence[tuple[int, float]] | None = None,
                      compute: Sequence[tuple[int, float]] | None = None,
-                     stream: Sequence[tuple[int, float]] | None = None) -> dict[str, Any]:
+                     stream: Sequence[tuple[int, float]] | None = None,
+                     quality: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``kind: allreduce-cost`` document of these samples, using fit ``model``; with
     ``loaded`` (samples timed under compute load) its ``under_load`` block too, with the
     ``compute`` slowdowns ((bytes, factor) pairs) measured beside them and the fit of the
-    queued ``stream`` samples (seconds per message)."""
+    queued ``stream`` samples (seconds per message); ``quality`` (rejected measurements,
+    largest spreads) is recorded under ``measured_with``."""
     if model not in ("alpha-beta", "ring", "piecewise"):
         raise ConfigError(f"model: {model!r} is not a fit; accepted: alpha-beta, ring, "
                           "piecewise")
@@ -294,20 +390,28 @@ def network_document(samples: Sequence[tuple[int, float]], workers: int, name: s
             {"stream": _fits(stream, workers, model)} if stream else {})
     return document | {"measured_with": {
         "backend": backend, "host": platform.node(), "date": datetime.date.today().isoformat(),
-        "load": "both" if loaded is not None else load, "comm_nice": comm_nice}}
+        "load": "both" if loaded is not None else load, "comm_nice": comm_nice}
+        | (quality or {})}
 
 
-def loads_document(timed: dict[str, list[tuple[int, float]]], workers: int, name: str,
-                   backend: str, model: str = "piecewise",
-                   comm_nice: int | None = None) -> dict[str, Any]:
+def loads_document(timed: dict[str, Any], workers: int, name: str, backend: str,
+                   model: str = "piecewise", comm_nice: int | None = None) -> dict[str, Any]:
     """The document of ``time_loads``' result: one load's fit, or with both the idle fit
-    and the loaded one as ``under_load``."""
+    and the loaded one as ``under_load``. A calibration ``time_loads`` refused raises
+    ConfigError with its reason."""
+    if timed.get("refused"):
+        raise ConfigError(f"calibration: refused after {len(timed['rejected'])} "
+                          f"measurements: {timed['refused']}")
+    quality = {"rejected": list(timed.get("rejected", ())), "largest_spread": {
+        LOAD_NAMES[load]: max(spread(t) for _, t in timed[f"{load}_times"])
+        for load in LOAD_NAMES if f"{load}_times" in timed}}
     if set(LOADS) <= set(timed):
         return network_document(timed["none"], workers, name, backend, model, "none",
                                 comm_nice, timed["compute"], timed.get("compute_slowdown"),
-                                timed.get("stream"))
+                                timed.get("stream"), quality)
     (load, samples), = ((k, v) for k, v in timed.items() if k in LOADS)
-    return network_document(samples, workers, name, backend, model, load, comm_nice)
+    return network_document(samples, workers, name, backend, model, load, comm_nice,
+                            quality=quality)
 
 
 def write_network(document: dict[str, Any], path: str | Path) -> None:

@@ -17,12 +17,23 @@ model as a single stage under GPipe, and the time it takes beyond the profiled f
 backward of its microbatches, per action, is each device's ``overhead``. Without it a planner
 would favour plans with many small actions (interleaving: 4x the actions of 1F1B) that the
 runtime makes slow.
+
+The overhead is the difference of two large times, so both are taken in the same process,
+warm and interleaved (``_overhead_rank``): a first round not counted (the process's first
+autograd passes and allocations), then per round the one-stage GPipe iteration and the blocks'
+profile right after it; the overhead is the median over rounds. Taken apart (the profile in
+the command's own fresh process, the run in a spawned one, minutes apart) the two drifted by
+hundreds of milliseconds on a 16-core machine: 21.78, 13.83 and 0.00 ms on three runs, the
+last a negative difference clamped to 0. A median that is implausible (``implausible_overhead``:
+larger than the mean action itself, below zero beyond the tolerance, or rounds spread over
+25%) is measured again, then refused.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -31,9 +42,10 @@ from dlsched.errors import ConfigError
 from dlsched.pipeline.chain import REFERENCE_FLOPS
 from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.schedules import gpipe_orders
+from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline_model import load_model
-from dlsched.runtime.pipeline_profile import BlockProfile
-from dlsched.runtime.pipeline_run import run_pipeline, saved_for_model
+from dlsched.runtime.pipeline_profile import profile_blocks
+from dlsched.runtime.pipeline_run import RunJob, check_model, run_schedule, saved_for_model
 from dlsched.runtime.spawn import SpawnOptions, spawn
 
 SIZES = (4 * 2**10, 64 * 2**10, 2**20, 4 * 2**20)
@@ -74,24 +86,112 @@ def calibrate_link(sizes: tuple[int, ...] = SIZES, repeats: int = 20,
     return float(times[0]), (sizes[-1] - sizes[0]) / extra, list(times)
 
 
-def calibrate_action_overhead(model: str, microbatch_size: int, profiles: list[BlockProfile],
-                              microbatches: int = 8, iterations: int = 5,
-                              options: SpawnOptions | None = None) -> float:
-    """Seconds the torch pipeline runtime adds to each compute action (see the module
-    docstring): one rank, the whole ``model`` as one stage, GPipe over ``microbatches``
-    microbatches of ``microbatch_size`` samples; (median iteration - the profiled forward and
-    backward of every microbatch) / (2 x microbatches), at least 0."""
-    if not 1 <= microbatches <= 1000 or not 1 <= iterations <= 1000:
-        raise ConfigError(f"microbatches: {microbatches} and iterations: {iterations} must be "
-                          "in 1..1000")
+SPREAD_LIMIT = 0.25
+"""Largest interquartile range of the rounds' overheads, relative to their median."""
+TOLERANCE_S = 0.2e-3
+"""Absolute tolerance of the overhead (seconds): spreads and negative medians within it pass."""
+
+
+@dataclass(frozen=True)
+class OverheadCalibration:
+    """The runtime's overhead per compute action (``overhead_s``, seconds, the median of
+    ``rounds_s``), the rounds' spread (interquartile range, seconds), the mean compute action
+    of the one-stage run (``action_s``), and the reasons earlier measurements were rejected."""
+
+    overhead_s: float
+    rounds_s: tuple[float, ...]
+    spread_s: float
+    action_s: float
+    rejected: tuple[str, ...] = ()
+
+
+def _overhead_rank(rank: int, world_size: int, job: RunJob, rounds: int,
+                   repeats: int) -> list[tuple[float, float]]:
+    """On one rank: 1 + ``rounds`` rounds, the first not counted, each the median one-stage
+    iteration of ``job`` (seconds) and right after it the summed forward + backward of every
+    block on one microbatch (``profile_blocks``, median of ``repeats``, seconds)."""
+    model = load_model(job.model, job.seed)
+    samples = []
+    for _ in range(rounds + 1):
+        steps = run_schedule(rank, job, job.schedules[0])["steps"]
+        iteration = statistics.median(step["end"] - step["start"] for step in steps)
+        profiles = profile_blocks(model, job.microbatch_size, repeats, warmup=1)
+        samples.append((iteration, sum(p.forward_s + p.backward_s for p in profiles)))
+    return samples[1:]
+
+
+def overhead_of(samples: list[tuple[float, float]], microbatches: int,
+                rejected: tuple[str, ...] = ()) -> OverheadCalibration:
+    """The calibration of rounds ``samples`` ((iteration s, forward + backward s of one
+    microbatch)) of a one-stage GPipe run over ``microbatches``: per round (iteration -
+    microbatches x compute) / (2 x microbatches actions), the median over rounds."""
+    if not samples or microbatches < 1:
+        raise ConfigError(f"overhead: need rounds and microbatches >= 1 (got {len(samples)}, "
+                          f"{microbatches})")
+    rounds = tuple((iteration - microbatches * compute) / (2 * microbatches)
+                   for iteration, compute in samples)
+    low, _, high = (statistics.quantiles(rounds, n=4, method="inclusive") if len(rounds) > 1
+                    else (rounds[0],) * 3)
+    action = statistics.median(compute for _, compute in samples) / 2
+    return OverheadCalibration(statistics.median(rounds), rounds, high - low, action, rejected)
+
+
+def implausible_overhead(calibration: OverheadCalibration) -> str | None:
+    """Why the calibration cannot be used (one line), or None: an overhead larger than the
+    mean compute action it is added to, a median below -``TOLERANCE_S`` (the runtime faster
+    than its own blocks: the profile is off), or rounds whose interquartile range is over
+    ``SPREAD_LIMIT`` of the median and over ``TOLERANCE_S``."""
+    overhead, action = calibration.overhead_s, calibration.action_s
+    if overhead > action:
+        return (f"overhead {overhead * 1e3:.2f} ms per action is larger than the mean action "
+                f"itself ({action * 1e3:.2f} ms)")
+    if overhead < -TOLERANCE_S:
+        return (f"overhead {overhead * 1e3:.2f} ms per action is negative: the run was faster "
+                "than its profiled blocks")
+    if calibration.spread_s > max(SPREAD_LIMIT * abs(overhead), TOLERANCE_S):
+        return (f"overhead rounds spread {calibration.spread_s * 1e3:.2f} ms around "
+                f"{overhead * 1e3:.2f} ms (limit {SPREAD_LIMIT:.0%} or "
+                f"{TOLERANCE_S * 1e3:.1f} ms; the machine is too busy to calibrate)")
+    return None
+
+
+def measure_action_overhead(model: str, microbatch_size: int, microbatches: int = 8,
+                            rounds: int = 5, repeats: int = 3, attempts: int = 3,
+                            options: SpawnOptions | None = None) -> OverheadCalibration:
+    """The runtime's overhead per compute action (see the module docstring): one rank, the
+    whole ``model`` as one stage, GPipe over ``microbatches`` microbatches of
+    ``microbatch_size`` samples, ``rounds`` rounds (each 3 iterations after 1 and the blocks
+    profiled with ``repeats``) in one process; measured again up to ``attempts`` times while
+    ``implausible_overhead``, then ConfigError with the reason."""
+    if not 1 <= microbatches <= 1000 or not 1 <= rounds <= 100 or not 1 <= attempts <= 10:
+        raise ConfigError(f"microbatches: {microbatches} (1..1000), rounds: {rounds} (1..100) "
+                          f"and attempts: {attempts} (1..10) are out of range")
     built = load_model(model)
     stages = (Stage(0, len(built.block_names), (0,)),)
     plan = PipelinePlan("calibration", stages, gpipe_orders(stages, 1, microbatches),
                         microbatches)
     saved = saved_for_model(plan, built, microbatch_size, ("rank0",))
-    measured = run_pipeline(saved, model, iterations, options=options).median_iteration_s
-    profiled = microbatches * sum(p.forward_s + p.backward_s for p in profiles)
-    return max(0.0, (measured - profiled) / (2 * microbatches))
+    check_model(saved, built)
+    job = RunJob(model, 0, microbatch_size, (to_torch(plan),), ("rank0",), iterations=3)
+    rejected: list[str] = []
+    for _ in range(attempts):
+        samples = spawn(_overhead_rank, 1, (job, rounds, repeats),
+                        options or SpawnOptions())[0]
+        calibration = overhead_of(samples, microbatches, tuple(rejected))
+        reason = implausible_overhead(calibration)
+        if reason is None:
+            return calibration
+        rejected.append(reason)
+    raise ConfigError(f"overhead calibration: refused after {attempts} measurements: "
+                      f"{rejected[-1]}")
+
+
+def calibrate_action_overhead(model: str, microbatch_size: int, microbatches: int = 8,
+                              options: SpawnOptions | None = None) -> float:
+    """Seconds the torch pipeline runtime adds to each compute action
+    (``measure_action_overhead``), at least 0 (a median within the tolerance below 0 is 0)."""
+    return max(0.0, measure_action_overhead(model, microbatch_size, microbatches,
+                                            options=options).overhead_s)
 
 
 def cpu_devices_document(ranks: int, latency_s: float, bandwidth: float, memory: int,

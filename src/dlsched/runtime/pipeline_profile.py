@@ -125,6 +125,8 @@ def profile_blocks(model: PipelineModel, microbatch_size: int, repeats: int = 5,
         raise ConfigError(f"microbatch_size: {microbatch_size} (1..1e6), repeats: {repeats} "
                           f"(1..1000) and warmup: {warmup} (>= 0) are out of range")
     inputs, targets = model.make_batch(microbatch_size, 0)
+    model.loss_fn(model.blocks(inputs), targets).backward()  # the first autograd pass: untimed
+    model.blocks.zero_grad(set_to_none=True)
     named = list(model.blocks.named_children())
     profiles, x = [], inputs
     for index, (name, block) in enumerate(named):

@@ -3,7 +3,8 @@
 ``run_pipeline`` checks the model against the plan (block names, parameter and activation
 bytes) before any process starts, exports the plan to torch's per-rank action table
 (``pipeline.torch_export``), then spawns one CPU gloo process per rank (FileStore, bounded time:
-``runtime.spawn``). Each rank builds the model from the same seed, keeps its stages' blocks as
+``runtime.spawn``) once torch's own checks of the table passed here (``check_torch_schedule``).
+Each rank builds the model from the same seed, keeps its stages' blocks as
 ``PipelineStage``s, loads the table with ``_PipelineScheduleRuntime._load_csv`` (torch adds the
 sends and receives) and runs ``warmup + iterations`` steps with SGD. Every compute action's
 start and end (``time.perf_counter``, one monotonic clock for every process on the machine)
@@ -24,7 +25,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import _PipelineScheduleRuntime
+from torch.distributed.pipelining.schedules import (
+    _Action,
+    _add_send_recv,
+    _PipelineScheduleRuntime,
+    _validate_schedule,
+)
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline.plan import PipelinePlan
@@ -112,6 +118,24 @@ def check_model(saved: SavedPlan, model: PipelineModel) -> None:
                 "--microbatch-size than the profile?)")
 
 
+def check_torch_schedule(schedule: TorchSchedule, source: str = "schedule") -> None:
+    """Refuse (ConfigError naming ``source``) a schedule torch.distributed.pipelining would
+    reject on its ranks: torch's own validation and its pass that inserts the sends and
+    receives run here first, as every rank runs them when it loads the table."""
+    actions = {rank: [_Action.from_str(str(action)) for action in row]
+               for rank, row in enumerate(schedule.rows)}
+    stages = len(schedule.stage_blocks)
+    try:
+        to_rank = _validate_schedule(actions, schedule.world_size, stages,
+                                     schedule.num_microbatches)
+        _add_send_recv({rank: list(row) for rank, row in actions.items()},
+                       stage_to_rank=to_rank.__getitem__, num_stages=stages)
+    except (AssertionError, ValueError, RuntimeError, KeyError) as error:
+        lines = str(error).strip().splitlines() or [type(error).__name__]
+        raise ConfigError(f"{source}: torch.distributed.pipelining refuses the "
+                          f"{schedule.planner} schedule: {lines[0]}") from None
+
+
 def saved_for_model(plan: PipelinePlan, model: PipelineModel, microbatch_size: int,
                     device_names: tuple[str, ...], predicted_s: float = 0.0) -> SavedPlan:
     """A SavedPlan of a hand-made ``plan`` for ``model`` (blocks and bytes from the model)."""
@@ -159,6 +183,8 @@ def run_pipelines(saved: list[SavedPlan], model: str, iterations: int, warmup: i
     for plan in saved:
         check_model(plan, built)
     torch_schedules = tuple(schedules or [to_torch(plan.plan) for plan in saved])
+    for schedule in torch_schedules:
+        check_torch_schedule(schedule)
     sizes = {(s.world_size, plan.microbatch_size, plan.device_names)
              for s, plan in zip(torch_schedules, saved, strict=True)}
     if len(sizes) != 1:
@@ -202,10 +228,10 @@ class _TimedStage(PipelineStage):
 
 def _rank_main(rank: int, world_size: int, job: RunJob) -> list[dict]:
     """One rank: run every schedule of the job in turn; per schedule its stamped steps."""
-    return [_run_schedule(rank, job, schedule) for schedule in job.schedules]
+    return [run_schedule(rank, job, schedule) for schedule in job.schedules]
 
 
-def _run_schedule(rank: int, job: RunJob, schedule: TorchSchedule) -> dict:
+def run_schedule(rank: int, job: RunJob, schedule: TorchSchedule) -> dict:
     """Build this rank's stages, load the table, run and stamp every step."""
     model = load_model(job.model, job.seed)
     stamps: list = []
