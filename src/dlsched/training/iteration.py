@@ -85,7 +85,9 @@ def _consumer(workload: Workload, issuers: set[int], owner: int, phase: str,
     target = None if comm.consumer is None else workload.index(comm.consumer)
     if phase == "forward":
         if target is None and owner == last:
-            return 0, _first_backward(issuers, last), last
+            again = workload.recomputed(last)
+            return (0, RECOMPUTE, again.start) if again else \
+                (0, _first_backward(issuers, last), last)
         return 0, "F", owner + 1 if target is None else target
     if phase == "input_grad":
         target = owner - 1 if target is None else target
