@@ -93,8 +93,13 @@ class PipelineNetwork:
 
     def send(self, src: int, dst: int, num_bytes: float, stream: Hashable,
              on_done: Callable[[], None]) -> None:
-        """Move ``num_bytes`` from ``src`` to ``dst`` (distinct GPUs) on ``stream``; call
-        ``on_done()`` when the last byte arrives."""
+        """Move ``num_bytes`` from ``src`` to ``dst`` on ``stream``; call ``on_done()`` when
+        the last byte arrives. A transfer from a GPU to itself costs nothing: ``on_done`` runs
+        at the current instant, with no latency and no link (the diagonal of the bandwidth
+        matrix is unused)."""
+        if src == dst:
+            self.engine.after(0.0, on_done)
+            return
         flow = _Flow(float(num_bytes), float(self.graph.bandwidth[src, dst]),
                      self.resources(src, dst), stream, on_done)
         self.engine.after(float(self.graph.latency[src, dst]), self._arrive, flow)

@@ -123,19 +123,34 @@ def _fail(plan: PipelinePlan, message: str, mark: tuple[int, int] | None = None)
     return PlanError(f"invalid plan ({plan.planner}): {message}\n{grid(plan.orders, mark)}")
 
 
-def _check_stages(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None:
+def stages_error(stages: tuple[Stage, ...], num_blocks: int, num_devices: int) -> str | None:
+    """Why ``stages`` are no valid partition of ``num_blocks`` blocks over ``num_devices``
+    GPUs (blocks covered in order, each stage non-empty, on distinct GPUs in range), or None."""
     expected = 0
-    for s, stage in enumerate(plan.stages):
+    for s, stage in enumerate(stages):
         if stage.first != expected or stage.last <= stage.first:
-            raise _fail(plan, f"stage {s} covers blocks {stage.first}..{stage.last - 1}; "
-                        f"stages must cover blocks 0..{num_blocks - 1} in order, each non-empty")
+            return (f"stage {s} covers blocks {stage.first}..{stage.last - 1}; stages must "
+                    f"cover blocks 0..{num_blocks - 1} in order, each non-empty")
         bad = [d for d in stage.devices if not 0 <= d < num_devices]
         if not stage.devices or bad or len(set(stage.devices)) != len(stage.devices):
-            raise _fail(plan, f"stage {s} devices {stage.devices}: need distinct GPUs in "
-                        f"0..{num_devices - 1}")
+            return f"stage {s} devices {stage.devices}: need distinct GPUs in 0..{num_devices - 1}"
         expected = stage.last
     if expected != num_blocks:
-        raise _fail(plan, f"stages end at block {expected - 1}, the model has {num_blocks}")
+        return f"stages end at block {expected - 1}, the model has {num_blocks}"
+    return None
+
+
+def validate_stages(stages: tuple[Stage, ...], num_blocks: int, num_devices: int) -> None:
+    """PlanError when ``stages`` are no valid partition (``stages_error``)."""
+    message = stages_error(stages, num_blocks, num_devices)
+    if message is not None:
+        raise PlanError(f"invalid stages: {message}")
+
+
+def _check_stages(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None:
+    message = stages_error(plan.stages, num_blocks, num_devices)
+    if message is not None:
+        raise _fail(plan, message)
     if len(plan.orders) != num_devices:
         raise _fail(plan, f"{len(plan.orders)} GPU orders for {num_devices} GPUs")
 

@@ -234,7 +234,8 @@ def plan_dlsched(problem: PipelineProblem,
             refined = refine(problem.for_plan(start.plan), start)
             if refined.iteration_s < best.iteration_s * (1 - 1e-12):
                 best = refined
-    notes = dict(best.plan.notes) | {"origin": best.plan.planner}
+    notes = {key: value for key, value in best.plan.notes.items() if key != "skipped"} | {
+        "origin": best.plan.planner}
     return PipelinePlan("dlsched", best.plan.stages, best.plan.orders,
                         best.plan.num_microbatches, notes, best.plan.recompute,
                         best.plan.tensor_parallel)
@@ -282,13 +283,15 @@ def _cut_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]:
 
 
 def _split_merge_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]:
-    """Partitions that split one replicated stage in two or merge two adjacent stages."""
+    """Partitions that split one replicated stage in two or merge two adjacent stages on
+    disjoint GPUs (two neighbours on one GPU, as in a V of ZB-V, would make a stage list that
+    GPU twice)."""
     for s, stage in enumerate(stages):
         half = len(stage.devices) // 2
         for cut in range(stage.first + 1, stage.last) if half else ():
             yield (*stages[:s], Stage(stage.first, cut, stage.devices[:half]),
                    Stage(cut, stage.last, stage.devices[half:]), *stages[s + 1:])
-        if s + 1 < len(stages):
+        if s + 1 < len(stages) and not set(stage.devices) & set(stages[s + 1].devices):
             merged = Stage(stage.first, stages[s + 1].last,
                            stage.devices + stages[s + 1].devices)
             yield (*stages[:s], merged, *stages[s + 2:])

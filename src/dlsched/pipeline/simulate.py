@@ -24,7 +24,15 @@ from dataclasses import dataclass
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.memory import action_stash, check_memory, peak_memory, static_memory
 from dlsched.pipeline.network import PipelineNetwork
-from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, grid, overlap, validate_plan
+from dlsched.pipeline.plan import (
+    PipelinePlan,
+    PlanError,
+    Stage,
+    grid,
+    overlap,
+    validate_plan,
+    validate_stages,
+)
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.sim import Engine, Span, Timeline
 
@@ -300,7 +308,9 @@ def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch:
     """List-schedule ``stages`` with ``dispatch`` and return the simulated result; its plan
     holds the executed orders (and the chain's recomputation mode and the instance's
     tensor-parallel degree), so ``simulate`` of that
-    plan reproduces the same timeline."""
+    plan reproduces the same timeline. PlanError when ``stages`` are no valid partition
+    (``validate_stages``: e.g. a stage listing one GPU twice)."""
+    validate_stages(stages, problem.chain.num_blocks, problem.graph.num_devices)
     run = _Run(problem, stages, None, dispatch)
     run.run()
     orders = tuple(tuple(order) for order in run.executed)
