@@ -33,12 +33,18 @@ from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_graph import device_preset_description, device_preset_names
 from dlsched.hardware.device_graph import load_devices as load_graph
 from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
-from dlsched.pipeline.memory_model import RECOMPUTE_MODES, MemoryModel
+from dlsched.pipeline.memory_model import (
+    CONTEXT_BYTES,
+    FRAGMENTATION,
+    RECOMPUTE_MODES,
+    MemoryModel,
+)
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.network import NETWORK_MODES, check_network
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
+from dlsched.units import UnitError, parse_bytes
 from dlsched.validation import BATCH, MAX_BATCH, MAX_MICROBATCHES, MICROBATCHES, check_output_path
 
 SUMMARY_COLUMNS = [
@@ -53,7 +59,7 @@ SUMMARY_COLUMNS = [
     Column("bound_s", "bound (ms)", seconds_as_ms),
     Column("time_over_bound", "time/bound", as_ratio),
     Column("bubble", "bubble (%)", as_percent),
-    Column("peak_memory_gib", "peak mem (GiB)", lambda v: f"{v:.2f}"),
+    Column("peak_memory_gib", "peak mem incl. reserve (GiB)", lambda v: f"{v:.2f}"),
     Column("planning_s", "planning (s)", lambda v: f"{v:.3f}"),
     Column("speedup_vs_first", "speedup vs first planner", as_ratio),
 ]
@@ -146,11 +152,29 @@ def plan(
                                                  "may choose, comma-separated (e.g. 1,2,4,8), "
                                                  "or auto: every degree the model (zoo "
                                                  "transformers) and GPUs allow.")] = "auto",
-    precision: Annotated[str, typer.Option(help="Activation precision of zoo models: fp32, "
-                                           "bf16, fp16.")] = "bf16",
-    state_bytes: Annotated[float, typer.Option(help="Weights+gradients+optimizer state, bytes "
-                                               "per parameter of zoo models (16: "
-                                               "mixed-precision Adam).")] = 16.0,
+    precision: Annotated[str, typer.Option(help="Training precision of zoo models' weights "
+                                           "and activations: fp32, bf16, fp16.")] = "bf16",
+    grad_precision: Annotated[str, typer.Option(help="Gradient precision of zoo models: fp32 "
+                                                "(Megatron-LM's default with bf16: 18 B/param "
+                                                "with Adam), bf16, fp16 (16 B/param).")]
+    = "fp32",
+    state_bytes: Annotated[float | None, typer.Option(help="Weights+gradients+optimizer "
+                                                      "state, bytes per parameter of zoo "
+                                                      "models; default: weights + gradients "
+                                                      "+ fp32 master weights + Adam's 8.")]
+    = None,
+    sequence_parallel: Annotated[bool, typer.Option(help="Sequence parallelism with tensor "
+                                                    "parallelism (Korthikanti et al. 2022): "
+                                                    "every activation split over the TP "
+                                                    "group.")] = True,
+    memory_reserve: Annotated[str, typer.Option(help="Per-GPU memory the model cannot use "
+                                                "(CUDA context, kernels), e.g. '4 GiB'; "
+                                                "default: the 1343 MiB Hugging Face measured.")]
+    = f"{CONTEXT_BYTES // 2**20} MiB",
+    memory_fragmentation: Annotated[float, typer.Option(help="Share of the rest lost to "
+                                                        "allocator fragmentation, [0, 1); "
+                                                        "default: GMLake's 15% (A100-80GB).")]
+    = FRAGMENTATION,
     network: Annotated[str, typer.Option(help=NETWORK_HELP)] = "fifo",
 ) -> None:
     """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound.
@@ -170,7 +194,10 @@ def plan(
     modes = RECOMPUTE_MODES if recompute == "all" else tuple(
         parse_names(recompute, RECOMPUTE_MODES, "--recompute"))
     degrees = None if tensor_parallel == "auto" else parse_degrees(tensor_parallel)
-    chain = load_chain(model, microbatch_size, MemoryModel(precision, state_bytes))
+    memory = MemoryModel(precision, grad_precision, sequence_parallel,
+                         parse_bytes_option(memory_reserve, "--memory-reserve"),
+                         memory_fragmentation, state_bytes)
+    chain = load_chain(model, microbatch_size, memory)
     problem = PipelineProblem(chain, load_graph(devices), microbatches, modes, network,
                               replicate=not for_torch, tensor_parallel=degrees)
     progress = progress_bar("planning", json_out)
@@ -190,10 +217,22 @@ def plan(
                  f"{problem.graph.describe()}; memory: {chain.memory_note or 'chain file'}, "
                  f"recomputation allowed: {', '.join(modes)}; tensor parallelism: "
                  f"{', '.join(map(str, problem.degrees()))}; network: {network}", console)
+    for result in results:
+        if result.plan.notes.get("skipped"):
+            console.print(f"{result.plan.planner}: {result.plan.notes['skipped']}",
+                          highlight=False)
     console.print(_stage_table(results[0]))
     console.print(_order_table(results[0]))
     _write_outputs(results, outputs)
     outputs.rows(rows)
+
+
+def parse_bytes_option(text: str, option: str) -> int:
+    """A data size ("4 GiB") for ``option``; ConfigError naming the option otherwise."""
+    try:
+        return parse_bytes(text)
+    except UnitError as error:
+        raise ConfigError(f"{option}: {error}") from error
 
 
 def parse_degrees(text: str) -> tuple[int, ...]:

@@ -19,13 +19,14 @@ is scored.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline.estimate import memory_slots
 from dlsched.pipeline.partition import balanced_stages
-from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.simulate import SimResult, simulate
 
@@ -101,23 +102,41 @@ Variants = Callable[[PipelineProblem, GridPoint, tuple[Stage, ...]], list[Pipeli
 def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
               variants: Variants) -> PipelinePlan:
     """The fastest simulated plan over ``points``; per point, the first of its ``variants``
-    that fits memory and runs. ConfigError when no configuration fits."""
+    that fits memory and runs. A point none of whose variants runs is counted, by reason, in
+    the plan's ``skipped`` note (never skipped silently). ConfigError when no configuration
+    fits."""
     best: SimResult | None = None
+    skipped: Counter[str] = Counter()
+    total = 0
     for point in points:
+        total += 1
         sub = point.instance(problem)
         stages = point_stages(problem, point)
         if len(stages) != point.pp * point.chunks:
+            skipped["fewer blocks than stages"] += 1
             continue
+        reason = ""
         for plan in variants(sub, point, stages):
             try:
                 result = simulate(problem, plan)
+            except PlanError as error:
+                reason = f"invalid plan ({str(error).splitlines()[0]})"
+                continue
             except ConfigError:
+                reason = "out of memory"
                 continue
             if best is None or result.iteration_s < best.iteration_s * (1 - 1e-12):
                 best = result
+            reason = ""
             break
+        if reason:
+            skipped[reason] += 1
     if best is None:
         degrees = ", ".join(map(str, problem.degrees()))
         raise ConfigError(f"{name}: no configuration fits the GPUs' memory (PP x DP x TP grid, "
                           f"TP {degrees}, recomputation {', '.join(problem.recompute_modes)})")
-    return best.plan
+    if not skipped:
+        return best.plan
+    note = (f"{sum(skipped.values())} of {total} configurations skipped: "
+            + ", ".join(f"{count} {reason}" for reason, count in skipped.most_common()))
+    return replace(best.plan, notes=best.plan.notes | {"skipped": note})

@@ -90,7 +90,8 @@ def configuration(plan: PipelinePlan) -> dict:
     """The configuration a plan runs: schedule, pipeline degree (stages per replica
     pipeline), data-parallel degree (replicas per stage; a list when they differ or when
     some stage splits its microbatches across its replicas, marked ``s``: ``4s/2s/1``),
-    tensor-parallel degree and recomputation."""
+    tensor-parallel degree, recomputation, and ``skipped``: the configurations of its
+    planner's search that could not run and why ('' when none)."""
     notes = plan.notes
     replicas = sorted({len(stage.devices) for stage in plan.stages})
     chunks = int(notes.get("chunks", 1))
@@ -101,7 +102,8 @@ def configuration(plan: PipelinePlan) -> dict:
             "/".join(f"{len(stage.devices)}{'s' if stage.split else ''}"
                      for stage in plan.stages),
             "tp": plan.tensor_parallel, "recompute": plan.recompute,
-            "warm_up": notes.get("warm-up", ""), "mapping": notes.get("mapping", "")}
+            "warm_up": notes.get("warm-up", ""), "mapping": notes.get("mapping", ""),
+            "skipped": notes.get("skipped", "")}
 
 
 def run_planner(problem: PipelineProblem, name: str,

@@ -82,28 +82,53 @@ def one_f_one_b_orders(stages: tuple[Stage, ...], num_devices: int, num_microbat
     return _distribute(stages, sequences, num_devices)
 
 
+def interleaved_rounds(num_microbatches: int, pp: int) -> list[int]:
+    """Sizes of the rounds interleaved 1F1B walks a pipeline's microbatches in: ``r = max(1,
+    m // pp)`` rounds as equal as possible (the first ``m % r`` one larger), so each holds at
+    least ``pp`` microbatches when ``m >= pp`` (one round of all ``m`` otherwise). With ``m`` a
+    multiple of ``r`` this is the rule of torch's ``ScheduleInterleaved1F1B`` (rounds of
+    ``m / r``; Megatron's rounds of ``pp`` when ``pp`` divides ``m``); torch refuses other
+    ``m``, which the uneven rounds cover. A round smaller than ``pp`` after a larger one (rounds
+    of ``pp`` and a short remainder) deadlocks: the short round's next chunk is due on rank 0
+    before its microbatches have left the last rank."""
+    rounds = max(1, num_microbatches // pp)
+    size, larger = divmod(num_microbatches, rounds)
+    return [size + 1] * larger + [size] * (rounds - larger)
+
+
+def interleaved_rank_order(chunks: int, microbatches: list[int], pp: int,
+                           rank: int) -> list[Action]:
+    """Rank ``rank``'s interleaved 1F1B order over ``microbatches`` (one replica pipeline):
+    forwards round by round (``interleaved_rounds``), each round through the chunks in order
+    (chunk ``c`` is stage ``c * pp + rank``), backwards the same rounds in reverse chunk
+    order; ``(v - 1) G + 2 (pp - rank - 1)`` warm-up forwards (``G`` the first round's size:
+    Megatron's and torch's warm-up), one more forward, then one backward and one forward at a
+    time, then the remaining backwards."""
+    v, start, rounds = chunks, 0, []
+    for size in interleaved_rounds(len(microbatches), pp):
+        rounds.append(microbatches[start:start + size])
+        start += size
+    forwards = [Action(c * pp + rank, "F", j) for group in rounds for c in range(v)
+                for j in group]
+    backwards = [Action(c * pp + rank, "B", j) for group in rounds
+                 for c in range(v - 1, -1, -1) for j in group]
+    warm = min(len(forwards), (v - 1) * len(rounds[0]) + 2 * (pp - rank - 1) + 1)
+    return _steady_state(forwards, [[b] for b in backwards], warm)
+
+
 def interleaved_orders(chunks: int, num_microbatches: int,
                        groups: tuple[tuple[int, ...], ...],
                        num_devices: int) -> tuple[tuple[Action, ...], ...]:
     """Interleaved 1F1B (Narayanan et al., SC 2021) on ``p = len(groups)`` pipeline ranks,
     each rank a group of ``d`` data-parallel replicas: GPU ``groups[k][i]`` holds stages
-    ``k, k + p, ...`` for the microbatches ``j`` with ``j % d == i``. Each replica pipeline
-    walks its microbatches in groups of ``p`` (the last group may be smaller, so ``m`` need
-    not be a multiple of ``p``) through the chunks in order (backwards in reverse chunk
-    order), with Megatron's warm-up of ``2(p - k - 1) + (v - 1)p`` forwards."""
-    p, v, d = len(groups), chunks, len(groups[0])
+    ``k, k + p, ...`` for the microbatches ``j`` with ``j % d == i`` and runs
+    ``interleaved_rank_order`` on them, for any number of microbatches."""
+    p, d = len(groups), len(groups[0])
     full: list[tuple[Action, ...]] = [()] * num_devices
     for replica in range(d):
         local = list(range(replica, num_microbatches, d))
-        blocks = [local[i:i + p] for i in range(0, len(local), p)]
         for k in range(p):
-            forwards = [Action(c * p + k, "F", j) for block in blocks for c in range(v)
-                        for j in block]
-            backwards = [Action(c * p + k, "B", j) for block in blocks
-                         for c in range(v - 1, -1, -1) for j in block]
-            warm = min(len(forwards), 2 * (p - k - 1) + (v - 1) * p + 1)
-            full[groups[k][replica]] = tuple(
-                _steady_state(forwards, [[b] for b in backwards], warm))
+            full[groups[k][replica]] = tuple(interleaved_rank_order(chunks, local, p, k))
     return tuple(full)
 
 
