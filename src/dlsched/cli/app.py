@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlsched import __version__
-from dlsched.cli import collective, dataparallel, pipeline, runtime, sweep, training
+from dlsched.cli import collective, compute, dataparallel, pipeline, runtime, sweep, training
 from dlsched.errors import ConfigError, RunFailure
 from dlsched.units import UnitError
 
@@ -31,7 +31,7 @@ app = typer.Typer(
 reproduce = typer.Typer(help="Reproduce the published papers' tables.", no_args_is_help=True)
 app.add_typer(reproduce, name="reproduce")
 
-for domain in (collective, dataparallel, pipeline, runtime, training, sweep):
+for domain in (collective, compute, dataparallel, pipeline, runtime, training, sweep):
     domain.register(app, reproduce)
 
 

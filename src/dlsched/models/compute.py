@@ -1,22 +1,34 @@
-"""Layer compute times from FLOPs: a device's peak rate times an achieved efficiency.
+"""Layer compute times: the calibrated per-op GPU model, or a user's own FLOP/s.
 
-Named devices come in two kinds. Calibrated presets (``v100-fp32``, ``v100-amp``) take their
-efficiency from a published training throughput: the efficiency at which the reference model
-(ResNet-50 from the zoo, backward = ``backward_ratio`` x forward) trains at exactly the published
-samples/s, the source being quoted in the preset. Peak-only entries (``v100``, ``a100``,
-``h100``, ``rtx3090``) use the dense FP16/BF16 tensor-core peak times a user-given efficiency,
-which easily overstates real training speed (V100 at 40% of 125 TFLOP/s trains ResNet-50 at
-about 2,000 img/s, against 356 img/s published in FP32 and 1,156 img/s with mixed precision).
+``CalibratedCompute`` prices every op a zoo layer lists (``models.ops``) on a GPU preset
+(``hardware.gpu``: peak x efficiency of the op's kind and precision, memory bandwidth, per-kernel
+overhead of eager execution), forward and backward, at a precision. Under ``autocast``
+(``torch.autocast``, FP32 weights) each weighted product also casts its weight to 16 bits in the
+forward and its gradient back in the backward; a 16-bit convolution in NCHW layout (not
+``channels_last``) transposes its input and output to the tensor cores' NHWC and back.
+
+``ComputeModel`` is the plain alternative a user asks for explicitly: ``peak_flops`` x
+``efficiency`` for every layer, backward = ``backward_ratio`` x forward.
+
+``device_compute(name)`` gives the calibrated model of a named device: ``v100``, ``a100``,
+``h100`` (default precision: bf16, fp16 on the V100) or ``NAME-PRECISION`` (``h100-tf32``;
+``v100-amp`` is ``v100-fp16``); a GPU file path works too. An explicit ``efficiency`` gives the
+user's ``ComputeModel`` instead.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dlsched.errors import ConfigError
+from dlsched.hardware.gpu import ELEMENT_BYTES, TENSOR_KINDS, Gpu, get_gpu
 from dlsched.models.layer import Layer, Model
+from dlsched.models.ops import BACKWARD_FACTOR, Op
 from dlsched.validation import FLOP_RATE, FRACTION, RATIO
+
+HALF = ("bf16", "fp16")
+CAST_BYTES = 6  # an autocast cast reads 4 bytes and writes 2 per element
 
 
 @dataclass(frozen=True)
@@ -51,73 +63,146 @@ class ComputeModel:
                 [self.backward_time(layer, batch_size) for layer in model.layers])
 
 
-# Dense FP16/BF16 tensor-core peaks (FLOP/s) of common accelerators.
-DEVICE_PEAKS = {"v100": 125e12, "a100": 312e12, "h100": 989e12, "rtx3090": 71e12}
-
-
 @dataclass(frozen=True)
-class CalibratedDevice:
-    """A device whose efficiency reproduces a published training throughput: ``peak_flops``
-    (FLOP/s of the precision used), ``throughput`` samples/s of zoo model ``reference`` on one
-    device, and the ``source`` of that figure."""
+class CalibratedCompute:
+    """Op-level times on ``gpu`` in ``precision`` (see the module docstring).
+    ``tensor_parallel`` prices one GPU of a Megatron-LM tensor-parallel group of that size
+    (``Op.split`` work divided, the rest repeated unless ``sequence_parallel``)."""
 
-    peak_flops: float
-    reference: str
-    throughput: float
-    source: str
+    gpu: Gpu
+    precision: str = "bf16"
+    autocast: bool = True
+    channels_last: bool = False
+    tensor_parallel: int = 1
+    sequence_parallel: bool = False
+    label: str = field(default="", compare=False)
 
-    def efficiency(self, backward_ratio: float) -> float:
-        """Fraction of peak at which ``reference`` trains at ``throughput`` samples/s."""
-        from dlsched.models.zoo import get_model
+    def __post_init__(self) -> None:
+        self.gpu.check_precision(self.precision)
+        if not 1 <= self.tensor_parallel <= 1024:
+            raise ConfigError(f"tensor_parallel: {self.tensor_parallel} must be in 1..1024")
 
-        flops = sum(layer.forward_flops for layer in get_model(self.reference).layers)
-        return self.throughput * flops * (1 + backward_ratio) / self.peak_flops
+    @property
+    def name(self) -> str:
+        """``gpu-precision`` (the label when given)."""
+        return self.label or f"{self.gpu.name}-{self.precision}"
+
+    def op_time(self, op: Op, batch_size: float, backward: bool = False) -> float:
+        """Seconds of ``op`` on ``batch_size`` samples, forward or ``backward``."""
+        scale = BACKWARD_FACTOR if backward else 1.0
+        share = 1.0 / self.tensor_parallel if op.split or self.sequence_parallel else 1.0
+        element = ELEMENT_BYTES[self.precision]
+        activations = op.elements * batch_size * share
+        weights = op.weights / self.tensor_parallel if op.split else op.weights
+        seconds = self.gpu.op_seconds(op.kind, self.precision, scale * op.flops * batch_size
+                                      * share, scale * (activations + weights) * element,
+                                      scale * op.kernels, self.channels_last)
+        half = self.precision in HALF
+        if half and self.autocast and op.kind in TENSOR_KINDS and op.weights:
+            seconds += self.gpu.op_seconds("elementwise", self.precision, 0.0,
+                                           weights * CAST_BYTES, 1.0)
+        return seconds
+
+    def _layer_seconds(self, layer: Layer, batch_size: int, backward: bool) -> float:
+        if not layer.ops and layer.forward_flops:
+            return self.op_time(Op("gemm", layer.forward_flops, kernels=0), batch_size, backward)
+        return sum(self.op_time(op, batch_size, backward) for op in layer.ops)
+
+    def forward_time(self, layer: Layer, batch_size: int) -> float:
+        """Forward seconds of ``layer`` for ``batch_size`` samples (profiled time if given)."""
+        if layer.forward_time is not None:
+            return layer.forward_time
+        return self._layer_seconds(layer, batch_size, backward=False)
+
+    def backward_time(self, layer: Layer, batch_size: int) -> float:
+        """Backward seconds of ``layer`` (profiled time if given)."""
+        if layer.backward_time is not None:
+            return layer.backward_time
+        return self._layer_seconds(layer, batch_size, backward=True)
+
+    def layer_times(self, model: Model, batch_size: int) -> tuple[list[float], list[float]]:
+        """Forward and backward seconds of every layer, in forward order."""
+        return ([self.forward_time(layer, batch_size) for layer in model.layers],
+                [self.backward_time(layer, batch_size) for layer in model.layers])
+
+    @property
+    def peak_flops(self) -> float:
+        """The precision's dense peak FLOP/s (what MFU divides by)."""
+        return self.gpu.peak_flops(self.precision)
 
 
-CALIBRATED = {
-    "v100-fp32": CalibratedDevice(
-        15.7e12, "resnet50", 356.0,
-        "NVIDIA's published PyTorch ResNet-50 v1.5 training throughput on one V100 16GB, FP32: "
-        "about 356 img/s (figure quoted in dlsched issue 9 and docs/dataparallel.md); "
-        "peak: V100 SXM2 FP32, 15.7 TFLOP/s"),
-    "v100-amp": CalibratedDevice(
-        125e12, "resnet50", 1156.0,
-        "NVIDIA's published PyTorch ResNet-50 v1.5 training throughput on one V100 16GB, mixed "
-        "precision: about 1,156 img/s (figure quoted in dlsched issue 9); peak: V100 tensor "
-        "cores, 125 TFLOP/s"),
-}
-DEVICES = (*CALIBRATED, *DEVICE_PEAKS)
+def training_flops(model: Model, batch_size: int) -> float:
+    """Model FLOP of one training step (forward + backward = 3 x forward) on ``batch_size``
+    samples, without recomputation: the numerator of MFU."""
+    return 3.0 * batch_size * sum(layer.forward_flops for layer in model.layers)
+
+
+def mfu(model_flops: float, seconds: float, gpus: int, peak_flops: float) -> float:
+    """Model FLOPs utilization: ``model_flops`` done in ``seconds`` on ``gpus`` GPUs of
+    ``peak_flops`` FLOP/s each, as a fraction of their peak."""
+    if not seconds > 0 or not math.isfinite(seconds):
+        raise ConfigError(f"seconds: {seconds!r} must be a finite number > 0")
+    return model_flops / (seconds * gpus * peak_flops)
+
+
+LEGACY = {"v100-amp": ("v100", "fp16")}
+
+
+def parse_device(name: str) -> tuple[str, str | None]:
+    """(GPU preset or file, precision or None) of ``v100``, ``h100-tf32``, ``v100-amp``,
+    ``my-gpu.yaml``."""
+    if name in LEGACY:
+        return LEGACY[name]
+    base, _, precision = name.rpartition("-")
+    if base and precision in ELEMENT_BYTES:
+        return base, precision
+    return name, None
+
+
+def calibrated(name: str, precision: str | None = None, **options: object) -> CalibratedCompute:
+    """The calibrated model of device ``name`` (see ``parse_device``) in ``precision``
+    (default: the name's, else bf16, fp16 on a GPU without bf16)."""
+    base, named = parse_device(name)
+    gpu = get_gpu(base)
+    chosen = precision or named
+    if chosen is None:
+        chosen = "bf16" if "bf16" in gpu.precisions() else "fp16"
+    return CalibratedCompute(gpu, chosen, **options)
 
 
 def device_compute(name: str, efficiency: float | None = None,
-                   backward_ratio: float = 2.0) -> ComputeModel:
-    """A ComputeModel for a named device: a calibrated preset (``v100-fp32``, ``v100-amp``;
-    ``efficiency`` overrides the calibrated one) or a peak-only accelerator (``v100``,
-    ``a100``, ``h100``, ``rtx3090``; efficiency default 0.5)."""
-    if name in CALIBRATED:
-        preset = CALIBRATED[name]
-        return ComputeModel(preset.peak_flops, efficiency if efficiency is not None
-                            else preset.efficiency(backward_ratio), backward_ratio)
-    if name not in DEVICE_PEAKS:
-        raise ConfigError(f"device: unknown accelerator {name!r}; accepted: " + ", ".join(DEVICES))
-    return ComputeModel(DEVICE_PEAKS[name], 0.5 if efficiency is None else efficiency,
-                        backward_ratio)
+                   backward_ratio: float = 2.0) -> ComputeModel | CalibratedCompute:
+    """The calibrated model of device ``name`` (``calibrated``), or with an explicit
+    ``efficiency`` the user's ``ComputeModel`` at the precision's peak x ``efficiency``
+    (``backward_ratio`` applies to that one only)."""
+    model = calibrated(name)
+    if efficiency is None:
+        return model
+    return ComputeModel(model.peak_flops, efficiency, backward_ratio)
 
 
 @dataclass(frozen=True)
 class Roofline:
     """A device roofline: an op takes max(FLOP / ``peak_flops``, bytes moved /
-    ``memory_bandwidth``) seconds. The default is an A100-like FP16 device (312 TFLOP/s dense
-    tensor cores, 2.039 TB/s HBM2e of the 80 GB SXM part)."""
+    ``memory_bandwidth``) seconds, both achieved rates. ``Roofline.of(gpu, precision)`` takes
+    them from a calibrated preset (GEMM rate, memory rate); the default is the A100 preset in
+    bf16."""
 
-    peak_flops: float = 312e12
-    memory_bandwidth: float = 2.039e12
+    peak_flops: float = field(default_factory=lambda: Roofline.of("a100").peak_flops)
+    memory_bandwidth: float = field(
+        default_factory=lambda: Roofline.of("a100").memory_bandwidth)
 
     def __post_init__(self) -> None:
-        for field in ("peak_flops", "memory_bandwidth"):
-            value = getattr(self, field)
+        for name in ("peak_flops", "memory_bandwidth"):
+            value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                raise ConfigError(f"{field}: must be a finite number > 0 (got {value!r})")
+                raise ConfigError(f"{name}: must be a finite number > 0 (got {value!r})")
+
+    @staticmethod
+    def of(gpu: str, precision: str = "bf16") -> Roofline:
+        """The achieved GEMM FLOP/s and memory bytes/s of a GPU preset in ``precision``."""
+        model = get_gpu(gpu)
+        return Roofline(model.kind_rate("gemm", precision), model.memory_rate)
 
     def op_time(self, flops: float, num_bytes: float) -> float:
         """Seconds of one op of ``flops`` FLOP touching ``num_bytes`` bytes of memory."""

@@ -2,12 +2,16 @@
 
 Units: parameters are counted in elements; ``forward_flops`` is FLOP per sample;
 ``activation_bytes`` is the layer's output activation per sample in bytes (at the model's
-``dtype_bytes``); profiled times are seconds for the stated ``batch_size``.
+``dtype_bytes``); profiled times are seconds for the stated ``batch_size``; ``ops`` lists
+what the layer runs (``models.ops``: kind, FLOP, memory traffic, kernels) for the calibrated
+compute model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from dlsched.models.ops import Op
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,7 @@ class Layer:
     block: str = ""
     forward_time: float | None = None
     backward_time: float | None = None
+    ops: tuple[Op, ...] = ()
 
 
 @dataclass(frozen=True)

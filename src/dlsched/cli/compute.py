@@ -1,0 +1,193 @@
+"""``dlsched compute`` (predicted step time and MFU), ``dlsched compute calibrate`` and
+``dlsched reproduce megatron``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from dlsched.cli.options import console
+from dlsched.cli.progress import progress_bar
+from dlsched.errors import ConfigError
+from dlsched.report import Column, render_table
+from dlsched.validation import BATCH, MAX_BATCH, check_output_path
+
+compute_app = typer.Typer(help="Predicted compute time and MFU of a zoo model on a GPU.",
+                          invoke_without_command=True)
+
+STEP_COLUMNS = [Column("model", "model", justify="left"), Column("batch_size", "batch"),
+                Column("device", "device", justify="left"),
+                Column("precision", "precision", justify="left"),
+                Column("forward_s", "forward (ms)", lambda v: f"{v * 1e3:.2f}"),
+                Column("backward_s", "backward (ms)", lambda v: f"{v * 1e3:.2f}"),
+                Column("step_s", "step (ms)", lambda v: f"{v * 1e3:.2f}"),
+                Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}")]
+
+
+def _batch(value: float) -> int:
+    """The batch size as an int, refusing NaN, infinities, fractions and out-of-range."""
+    if not isinstance(value, int | float) or not math.isfinite(value) or value != int(value):
+        raise ConfigError(f"batch-size: {value!r} is not a whole number; accepted: "
+                          f"1..{MAX_BATCH}")
+    BATCH.check(int(value), "batch-size")
+    return int(value)
+
+
+def step_row(model: str, batch_size: int, device: str, precision: str | None,
+             channels_last: bool = False, lm_head: bool = True) -> dict[str, Any]:
+    """One prediction: forward, backward and step seconds and MFU (model FLOP / step time /
+    the precision's peak)."""
+    from dlsched.models.compute import calibrated, mfu, training_flops
+    from dlsched.models.zoo import get_model
+
+    compute = calibrated(device, precision, channels_last=channels_last)
+    zoo = get_model(model, lm_head=lm_head)
+    forward, backward = compute.layer_times(zoo, batch_size)
+    step = sum(forward) + sum(backward)
+    return {"model": model, "batch_size": batch_size, "device": compute.gpu.name,
+            "precision": compute.precision, "channels_last": channels_last, "lm_head": lm_head,
+            "forward_s": sum(forward), "backward_s": sum(backward), "step_s": step,
+            "mfu": mfu(training_flops(zoo, batch_size), step, 1, compute.peak_flops)}
+
+
+@compute_app.callback()
+def compute(
+    ctx: typer.Context,
+    model: Annotated[str | None, typer.Option(help="Zoo model name (resnet50, gpt2, ...).")]
+    = None,
+    batch_size: Annotated[float | None, typer.Option(
+        help=f"Samples per step (1..{MAX_BATCH}).")] = None,
+    device: Annotated[str, typer.Option(help="GPU preset (v100, a100, h100) or GPU file.")]
+    = "h100",
+    precision: Annotated[str | None, typer.Option(
+        help="fp32 (TF32 off), tf32, bf16 or fp16 (autocast); default bf16 (fp16 on v100).")]
+    = None,
+    channels_last: Annotated[bool, typer.Option(
+        help="Convolutions in channels-last (NHWC) layout.")] = False,
+    lm_head: Annotated[bool, typer.Option(
+        help="Count a GPT's tied LM head (--no-lm-head: GPT2Model).")] = True,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """Predicted forward, backward and step (forward + backward) seconds of one training step
+    and its model FLOPs utilization, from the calibrated GPU model (docs/compute.md)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None or batch_size is None:
+        raise ConfigError("compute: --model and --batch-size are needed (or a subcommand: "
+                          "calibrate)")
+    row = step_row(model, _batch(batch_size), device, precision, channels_last, lm_head)
+    if json_out:
+        print(json.dumps([row]))
+        return
+    render_table([row], STEP_COLUMNS, f"{row['model']} training step (forward + backward, no "
+                 f"optimizer) on one {row['device']}, {row['precision']}; MFU = 3 x forward "
+                 "FLOP / step / peak", console)
+
+
+FIT_COLUMNS = [Column("case", "case", justify="left"),
+               Column("measured_s", "measured (ms)", lambda v: f"{v * 1e3:.1f}"),
+               Column("predicted_s", "predicted (ms)", lambda v: f"{v * 1e3:.1f}"),
+               Column("error", "error (%)", lambda v: f"{v * 100:+.1f}")]
+
+
+@compute_app.command("calibrate")
+def calibrate_command(
+    measurements: Annotated[Path | None, typer.Argument(
+        help="Measurements YAML/JSON (device, cases); default: the bundled H100 steps.")]
+    = None,
+    out: Annotated[Path | None, typer.Option(help="Write the fitted GPU file here (.yaml).")]
+    = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """Fit a GPU's per-kernel overhead, memory efficiency and per-kind efficiencies to
+    measured training steps; prints measured vs predicted per case; --out writes a GPU file
+    that --device accepts."""
+    from dlsched.models.calibration import fit_constants, gpu_document, load_measurements
+
+    if out is not None:
+        check_output_path(out, "out")
+    data = load_measurements(measurements)
+    fit = fit_constants(data.gpu, data.cases, data.source, data.constants)
+    rows = [{"case": label, "measured_s": measured, "predicted_s": predicted,
+             "error": predicted / measured - 1} for label, measured, predicted in fit.steps]
+    if out is not None:
+        out.write_text(yaml.safe_dump(gpu_document(fit.gpu), sort_keys=False))
+    if json_out:
+        print(json.dumps({"gpu": gpu_document(fit.gpu), "cases": rows}))
+    else:
+        render_table(rows, FIT_COLUMNS, f"{fit.gpu.name}: fitted {', '.join(fit.fitted)} "
+                     f"(worst error {fit.worst_error():.1%})", console)
+    if out is not None:
+        console.print(f"wrote {out}") if not json_out else None
+
+
+MEGATRON_COLUMNS = [
+    Column("model", "model", justify="left"), Column("gpus", "GPUs"),
+    Column("config", "TP x PP x DP, mb, v", justify="left"),
+    Column("published_tflops_per_gpu", "published (TFLOP/s/GPU)", lambda v: f"{v:.0f}"),
+    Column("predicted_tflops_per_gpu", "predicted (TFLOP/s/GPU)", lambda v: f"{v:.1f}"),
+    Column("error", "error (%)", lambda v: f"{v * 100:+.1f}"),
+    Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}"),
+    Column("ours_config", "dlsched plan", justify="left"),
+    Column("ours_mfu", "dlsched MFU (%)", lambda v: f"{v * 100:.1f}"),
+    Column("speedup", "speedup (x)", lambda v: f"{v:.2f}"),
+]
+
+
+def _megatron_rows(results: list[dict[str, Any]], limit: float) -> tuple[list[dict], list[str]]:
+    rows, notes = [], []
+    for r in results:
+        ours = r["ours"] or {}
+        row = {**r, "config": f"{r['tp']}x{r['pp']}x{r['dp']}, {r['microbatch']}, "
+                              f"{r['chunks']}",
+               "ours_config": (f"{ours['schedule']} {ours['tp']}x{ours['pp']}x{ours['dp']} "
+                               f"{ours['recompute']}") if ours else None,
+               "ours_mfu": ours.get("mfu"), "speedup": ours.get("speedup")}
+        rows.append(row)
+        if not ours:
+            notes.append(f"{r['model']}: dlsched's own plan not run ({r['gpus']} GPUs is above "
+                         "--max-plan-gpus; planning thousands of GPUs takes too long here)")
+        elif ours["hfu"] > limit:
+            notes.append(f"{r['model']}: dlsched's plan runs {ours['hfu']:.0%} of peak (FLOP "
+                         f"executed), above the best published {limit:.0%} on this GPU: the "
+                         "model, not a measurement, says it is faster")
+    return rows, notes
+
+
+def reproduce_megatron(
+    max_plan_gpus: Annotated[int, typer.Option(
+        help="Run dlsched's own planner only on rows with at most this many GPUs.")] = 64,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """Megatron-LM SC21 Table 1: predicted TFLOP/s per GPU for Megatron's own configuration
+    beside the published one, and dlsched's own plan (same GPUs, batch and model)."""
+    from dlsched.experiments import megatron
+    from dlsched.hardware.gpu import get_gpu
+
+    progress = progress_bar("pricing Table 1 rows", json_out)
+    results = megatron.reproduce(max_plan_gpus=max_plan_gpus, progress=progress)
+    limit = get_gpu("a100").spec.best_published_utilization or 1.0
+    rows, notes = _megatron_rows(results, limit)
+    if json_out:
+        print(json.dumps([{key: r[key] for key in (
+            "model", "gpus", "tp", "pp", "dp", "chunks", "microbatch", "global_batch",
+            "published_tflops_per_gpu", "predicted_tflops_per_gpu", "error", "iteration_s",
+            "mfu", "ours")} for r in rows]))
+        return
+    render_table(rows, MEGATRON_COLUMNS, "Megatron-LM SC21 Table 1 on the calibrated a100 "
+                 "preset (TFLOP/s per GPU by the paper's Eq. 3, recomputation counted; MFU "
+                 "without it; speedup = Megatron's time / dlsched plan's, same model)", console)
+    console.print(f"source: {megatron.SOURCE}")
+    for note in notes:
+        console.print(f"note: {note}")
+
+
+def register(app: typer.Typer, reproduce: typer.Typer) -> None:
+    """Add ``compute`` and ``reproduce megatron``."""
+    app.add_typer(compute_app, name="compute")
+    reproduce.command("megatron")(reproduce_megatron)

@@ -1,0 +1,210 @@
+"""Megatron-LM's weak-scaling runs (Narayanan et al., SC 2021, Table 1) priced by dlsched.
+
+Published: GPT models from 1.7B parameters on 32 A100s to 1T on 3072, sequence 2048,
+vocabulary 51,200, mixed precision with full activation recomputation, 137-163 TFLOP/s per GPU
+counted with the paper's Eq. 3, ``96 B s l h^2 (1 + s / 6h + V / 16 l h)`` FLOP per iteration
+(the forward counted four times: forward, recomputation, and a backward of twice the forward).
+Each row's configuration (TP, PP, microbatch, layers per virtual stage of the interleaved
+schedule) is that of Megatron-LM's ``examples/sc21/run_table_1.sh``; DP = GPUs / (TP x PP).
+
+dlsched prices Megatron's configuration with the pipeline simulator on a DGX A100 cluster
+(8 GPUs per server, NVLink 300 GB/s per direction, one 200 Gb/s HDR NIC per GPU): the
+calibrated ``a100`` preset in fp16 (Megatron's fp16 weights, no autocast casts) prices every
+op of the Megatron-style zoo GPT at the per-GPU shapes of its TP degree (no sequence
+parallelism in 2021: norms, dropout and residual additions repeated on every GPU of a group),
+the TP all-reduces block the GPUs, the data-parallel all-reduce runs after the last backward
+(FP32 gradients with Megatron's ``local`` DDP; FP16 ones for the four rows run with
+``torch`` DDP, whose overlap with the backward is not modelled), and the optimizer step is
+left out (under 1% of these iterations). The
+same model prices dlsched's own plan (the ``dlsched`` pipeline planner over the same GPUs,
+batch and microbatch size), so the speedup compares like with like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from dlsched.hardware.device_graph import cluster_graph
+from dlsched.models.compute import CalibratedCompute, calibrated
+from dlsched.models.zoo import gpt_model
+from dlsched.pipeline.calibrated_chain import calibrated_chain
+from dlsched.pipeline.grid import stage_groups
+from dlsched.pipeline.memory_model import MemoryModel
+from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.schedules import interleaved_orders, one_f_one_b_orders
+from dlsched.pipeline.simulate import simulate
+
+SEQ, VOCAB = 2048, 51200
+GPUS_PER_SERVER, GPU_MEMORY = 8, 80 * 2**30
+NVLINK, NIC = (300e9, 5e-6), (25e9, 5e-6)
+SOURCE = ("Narayanan et al., 'Efficient Large-Scale Language Model Training on GPU Clusters "
+          "Using Megatron-LM', SC 2021, Table 1; configurations from Megatron-LM "
+          "examples/sc21/run_table_1.sh")
+
+
+@dataclass(frozen=True)
+class MegatronRow:
+    """One row of Table 1 and its run configuration (``per_virtual``: layers per virtual
+    stage of the interleaved schedule, None without interleaving)."""
+
+    params_b: float
+    heads: int
+    hidden: int
+    layers: int
+    tp: int
+    pp: int
+    gpus: int
+    batch: int
+    published_tflops: float
+    microbatch: int
+    per_virtual: int | None = None
+    torch_ddp: bool = False
+
+    @property
+    def name(self) -> str:
+        """``gpt-145.6b``."""
+        return f"gpt-{self.params_b:g}b"
+
+    @property
+    def dp(self) -> int:
+        """Data-parallel degree."""
+        return self.gpus // (self.tp * self.pp)
+
+    @property
+    def chunks(self) -> int:
+        """Model chunks (virtual stages) per pipeline rank."""
+        return 1 if self.per_virtual is None else self.layers // self.pp // self.per_virtual
+
+    @property
+    def num_microbatches(self) -> int:
+        """Microbatches per iteration over all replica pipelines."""
+        return self.batch // self.microbatch
+
+    def iteration_flops(self) -> float:
+        """FLOP per iteration by the paper's Eq. 3 (full recomputation counted)."""
+        b, s, depth, h = self.batch, SEQ, self.layers, self.hidden
+        return 96.0 * b * s * depth * h * h * (1 + s / (6 * h) + VOCAB / (16 * depth * h))
+
+
+ROWS = (
+    MegatronRow(1.7, 24, 2304, 24, 1, 1, 32, 512, 137, 16, torch_ddp=True),
+    MegatronRow(3.6, 32, 3072, 30, 2, 1, 64, 512, 138, 16, torch_ddp=True),
+    MegatronRow(7.5, 32, 4096, 36, 4, 1, 128, 512, 142, 16, torch_ddp=True),
+    MegatronRow(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135, 8, torch_ddp=True),
+    MegatronRow(39.1, 64, 8192, 48, 8, 2, 512, 1536, 138, 4),
+    MegatronRow(76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140, 2, 5),
+    MegatronRow(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148, 2, 5),
+    MegatronRow(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155, 1, 3),
+    MegatronRow(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163, 1, 1),
+    MegatronRow(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163, 1),
+)
+
+
+def a100_compute(device: str = "a100") -> CalibratedCompute:
+    """The calibrated GPU in fp16 without autocast casts (Megatron keeps fp16 weights)."""
+    return calibrated(device, "fp16", autocast=False)
+
+
+def row_problem(row: MegatronRow, compute: CalibratedCompute,
+                recompute: tuple[str, ...] = ("full",)) -> PipelineProblem:
+    """The row's model on its GPUs: a DGX A100 cluster whose GPUs run at the GEMM rate of
+    ``compute`` (the calibrated chain's time unit)."""
+    model = gpt_model(row.name, row.hidden, row.layers, row.heads, SEQ, VOCAB,
+                      dtype_bytes=2 if row.torch_ddp else 4)
+    rate = compute.gpu.kind_rate("gemm", compute.precision)
+    chain = calibrated_chain(model, row.microbatch, compute, rate, MemoryModel("fp16"),
+                             heads=row.heads, seq=SEQ)
+    graph = cluster_graph(row.gpus // GPUS_PER_SERVER, GPUS_PER_SERVER, rate, GPU_MEMORY,
+                          NVLINK, NIC)
+    return PipelineProblem(chain, graph, row.num_microbatches, recompute)
+
+
+def megatron_plan(problem: PipelineProblem, row: MegatronRow) -> PipelinePlan:
+    """Megatron's own configuration: equal layers per (virtual) stage, the embedding on the
+    first and the head on the last, TP groups of ``row.tp`` GPUs, DP replicas round-robin,
+    full recomputation, 1F1B or interleaved 1F1B."""
+    sub = problem.tensor(row.tp).under("full")
+    v, per_stage = row.chunks, row.layers // (row.pp * row.chunks)
+    groups = stage_groups(row.pp, row.dp, "pp-outer")
+    last = sub.chain.num_blocks
+    stages = []
+    for index in range(row.pp * v):
+        first = 1 + index * per_stage
+        stages.append(Stage(0 if index == 0 else first,
+                            last if index == row.pp * v - 1 else first + per_stage,
+                            groups[index % row.pp]))
+    stages_t = tuple(stages)
+    n, m = sub.graph.num_devices, problem.num_microbatches
+    orders = (interleaved_orders(v, m, tuple(groups), n) if v > 1
+              else one_f_one_b_orders(stages_t, n, m))
+    schedule = "interleaved" if v > 1 else "1f1b"
+    notes = {"schedule": schedule, "pp": row.pp, "dp": row.dp, "tp": row.tp,
+             "recompute": "full", "mapping": "pp-outer", "chunks": v}
+    return PipelinePlan("megatron", stages_t, orders, m, notes, "full", row.tp)
+
+
+def reproduce_row(row: MegatronRow, compute: CalibratedCompute,
+                  plan_ours: bool) -> dict[str, Any]:
+    """One row: Megatron's configuration simulated, and dlsched's plan when ``plan_ours``."""
+    problem = row_problem(row, compute)
+    sim = simulate(problem, megatron_plan(problem, row))
+    flops = row.iteration_flops()
+    predicted = flops / (sim.iteration_s * row.gpus) / 1e12
+    peak = compute.peak_flops
+    out: dict[str, Any] = {
+        "model": row.name, "gpus": row.gpus, "tp": row.tp, "pp": row.pp, "dp": row.dp,
+        "chunks": row.chunks, "microbatch": row.microbatch, "global_batch": row.batch,
+        "published_tflops_per_gpu": row.published_tflops,
+        "predicted_tflops_per_gpu": predicted,
+        "error": predicted / row.published_tflops - 1,
+        "iteration_s": sim.iteration_s,
+        "mfu": _model_flops(row) / (sim.iteration_s * row.gpus * peak),
+        "ours": None}
+    if plan_ours:
+        out["ours"] = _our_plan(row, compute, sim.iteration_s, peak)
+    return out
+
+
+def _model_flops(row: MegatronRow) -> float:
+    """Model FLOP per iteration without recomputation (3/4 of Eq. 3): MFU's numerator."""
+    return 0.75 * row.iteration_flops()
+
+
+def _our_plan(row: MegatronRow, compute: CalibratedCompute, megatron_s: float,
+              peak: float) -> dict[str, Any]:
+    from dlsched.pipeline.registry import configuration, run_planner
+
+    problem = row_problem(row, compute, ("none", "selective", "full"))
+    result = run_planner(problem, "dlsched")
+    seconds = result.sim.iteration_s
+    executed = _model_flops(row) * _recompute_factor(result.plan.recompute, row)
+    return {**configuration(result.plan), "iteration_s": seconds,
+            "mfu": _model_flops(row) / (seconds * row.gpus * peak),
+            "hfu": executed / (seconds * row.gpus * peak),
+            "speedup": megatron_s / seconds, "planning_s": result.planning_s}
+
+
+def _recompute_factor(mode: str, row: MegatronRow) -> float:
+    """FLOP executed / model FLOP: 4/3 with full recomputation, the attention core's share
+    again with selective, 1 without."""
+    if mode == "full":
+        return 4.0 / 3.0
+    if mode == "selective":
+        h, s = row.hidden, SEQ
+        return 1.0 + (s / (6 * h)) / (3 * (1 + s / (6 * h) + VOCAB / (16 * row.layers * h)))
+    return 1.0
+
+
+def reproduce(rows: Iterable[MegatronRow] = ROWS, device: str = "a100",
+              max_plan_gpus: int = 256,
+              progress: Callable[[Iterable[Any], int], Iterable[Any]]
+              = lambda items, total: items) -> list[dict[str, Any]]:
+    """Every row (see the module docstring); dlsched's own plan for rows of at most
+    ``max_plan_gpus`` GPUs (planning thousands of GPUs takes too long to run here)."""
+    compute = a100_compute(device)
+    chosen = list(rows)
+    return [reproduce_row(row, compute, row.gpus <= max_plan_gpus)
+            for row in progress(chosen, len(chosen))]

@@ -1,0 +1,235 @@
+"""Fit a GPU's compute constants to measured training steps (``dlsched compute calibrate``).
+
+A measurements document names a base GPU (its datasheet peaks and bandwidth are kept) and lists
+cases: a zoo model, batch size, precision, layout and the measured step (forward + backward)::
+
+    device: h100
+    source: "where the numbers come from"
+    cases:
+      - {model: resnet50, batch_size: 256, precision: bf16, channels_last: true, step: 64.1 ms}
+      - {model: gpt2, lm_head: false, batch_size: 8, precision: fp32, step: 142.2 ms}
+
+The fit chooses the per-kernel overhead, the memory efficiency and the efficiency of each kind
+(GEMM and attention share one value) in each precision the cases use, minimizing the squared
+log error of the predicted steps (scipy's ``least_squares``, efficiencies kept in (0, 1]).
+Constants no case depends on keep the base's values; ``constants`` (names such as
+``kernel_overhead``, ``memory_efficiency``, ``efficiency.conv.tf32``,
+``nchw_half_conv_efficiency``) restricts the fit to those, the others kept from the base. With
+fewer cases than constants fitted the fit is not unique.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from dlsched.config import load_document, validate
+from dlsched.errors import ConfigError
+from dlsched.hardware.gpu import Gpu, GpuSpec, get_gpu
+from dlsched.models.compute import CalibratedCompute
+from dlsched.models.layer import Model
+from dlsched.models.zoo import get_model
+from dlsched.validation import BATCH, Duration
+
+PRECISION_KEYS = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16"}
+
+
+class CaseSpec(BaseModel):
+    """One measured step."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str
+    batch_size: int = Field(ge=BATCH.low, le=BATCH.high)
+    precision: str
+    channels_last: bool = False
+    lm_head: bool = True
+    step: Duration
+
+    def label(self) -> str:
+        """``resnet50 b256 bf16+cl``: the case in one word group."""
+        layout = "+channels_last" if self.channels_last else ""
+        head = "" if self.lm_head else " (no LM head)"
+        return f"{self.model}{head} b{self.batch_size} {self.precision}{layout}"
+
+
+class MeasurementsSpec(BaseModel):
+    """A measurements document (see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+    device: str
+    source: str = ""
+    constants: list[str] | None = None
+    cases: list[CaseSpec] = Field(min_length=1, max_length=1000)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A validated case: the zoo model, its settings and the measured step in seconds."""
+
+    spec: CaseSpec
+    model: Model
+
+    def compute(self, gpu: Gpu) -> CalibratedCompute:
+        """The case's compute model on ``gpu``."""
+        return CalibratedCompute(gpu, self.spec.precision, channels_last=self.spec.channels_last)
+
+    def predict(self, gpu: Gpu) -> tuple[float, float]:
+        """Predicted (forward, backward) seconds of the case's step on ``gpu``."""
+        forward, backward = self.compute(gpu).layer_times(self.model, self.spec.batch_size)
+        return sum(forward), sum(backward)
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """A loaded measurements document: the base GPU, the cases, their source and the
+    constants to fit (None: every one the cases depend on)."""
+
+    gpu: Gpu
+    cases: list[Case]
+    source: str
+    constants: tuple[str, ...] | None = None
+
+
+def load_measurements(path: str | Path | None = None) -> Measurements:
+    """A measurements file; None: the bundled H100 measurements
+    (``presets/calibration-h100.yaml``)."""
+    if path is None:
+        data = _bundled()
+        where = "bundled H100 measurements"
+    else:
+        data, where = load_document(path), str(path)
+    spec = validate(MeasurementsSpec, data, where)
+    gpu = get_gpu(spec.device)
+    cases = []
+    for index, case in enumerate(spec.cases):
+        try:
+            gpu.check_precision(case.precision)
+            model = get_model(case.model, lm_head=case.lm_head)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: cases[{index}]: {error}") from None
+        cases.append(Case(case, model))
+    constants = None if spec.constants is None else tuple(spec.constants)
+    return Measurements(gpu, cases, spec.source or where, constants)
+
+
+@cache
+def _bundled() -> dict[str, Any]:
+    text = resources.files("dlsched").joinpath("presets/calibration-h100.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _parameters(cases: list[Case]) -> list[tuple[str, ...]]:
+    """The constants the cases depend on: overhead, memory efficiency, and (kind, precision)
+    efficiencies of the tensor kinds each case's model runs."""
+    names: list[tuple[str, ...]] = [("kernel_overhead",), ("memory_efficiency",)]
+    for case in cases:
+        key = PRECISION_KEYS[case.spec.precision]
+        kinds = {op.kind for layer in case.model.layers for op in layer.ops}
+        for kind in ("gemm", "conv"):
+            entry = ("efficiency", kind, key)
+            if (kind in kinds or (kind == "gemm" and "attention" in kinds)) and entry not in names:
+                names.append(entry)
+        nchw = ("nchw_half_conv_efficiency",)
+        if key == "bf16" and "conv" in kinds and not case.spec.channels_last and nchw not in names:
+            names.append(nchw)
+    return names
+
+
+def _with(base: GpuSpec, names: list[tuple[str, ...]], values: np.ndarray) -> Gpu:
+    data = base.model_dump()
+    for name, value in zip(names, values, strict=True):
+        if name[0] == "efficiency":
+            kinds = ("gemm", "attention") if name[1] == "gemm" else (name[1],)
+            for kind in kinds:
+                data["efficiency"][kind][name[2]] = float(value)
+        else:
+            data[name[0]] = float(value)
+    return Gpu(GpuSpec.model_validate(data))
+
+
+def _to_free(name: tuple[str, ...], value: float) -> float:
+    """Efficiencies as logits, the overhead as a log (the fit is unconstrained)."""
+    if name[0] == "kernel_overhead":
+        return math.log(max(value, 1e-9))
+    value = min(max(value, 1e-6), 1 - 1e-6)
+    return math.log(value / (1 - value))
+
+
+def _from_free(name: tuple[str, ...], free: float) -> float:
+    if name[0] == "kernel_overhead":
+        return math.exp(free)
+    return 1.0 / (1.0 + math.exp(-free))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The fitted GPU, the constants fitted, and each case's (measured, predicted) step."""
+
+    gpu: Gpu
+    fitted: tuple[str, ...]
+    steps: tuple[tuple[str, float, float], ...]
+
+    def worst_error(self) -> float:
+        """The largest |predicted / measured - 1| over the cases."""
+        return max(abs(predicted / measured - 1) for _, measured, predicted in self.steps)
+
+
+def fit_constants(base: Gpu, cases: list[Case], source: str = "",
+                  constants: tuple[str, ...] | None = None) -> Fit:
+    """Fit ``base``'s overhead and efficiencies to ``cases`` (see the module docstring);
+    ``constants`` restricts the fit to those names."""
+    from scipy.optimize import least_squares
+
+    names = _parameters(cases)
+    if constants is not None:
+        known = {".".join(n): n for n in names}
+        unknown = sorted(set(constants) - set(known))
+        if unknown:
+            raise ConfigError(f"constants: {', '.join(unknown)} not determined by these "
+                              "cases; accepted: " + ", ".join(known))
+        names = [known[c] for c in constants]
+    spec = base.spec
+    start = np.array([_to_free(n, _current(spec, n)) for n in names])
+    measured = np.array([case.spec.step for case in cases])
+
+    def residuals(free: np.ndarray) -> np.ndarray:
+        gpu = _with(spec, names, np.array([_from_free(n, f) for n, f in zip(names, free,
+                                                                             strict=True)]))
+        predicted = np.array([sum(case.predict(gpu)) for case in cases])
+        return np.log(predicted / measured)
+
+    result = least_squares(residuals, start, method="trf", x_scale="jac")
+    values = np.array([_from_free(n, f) for n, f in zip(names, result.x, strict=True)])
+    gpu = _with(spec, names, values)
+    labels = tuple(".".join(n) for n in names)
+    note = (f"fitted by dlsched compute calibrate to {len(cases)} measured steps"
+            + (f" ({source})" if source else ""))
+    sources = dict(spec.sources) | dict.fromkeys(labels, note)
+    gpu = Gpu(gpu.spec.model_copy(update={"sources": sources}))
+    steps = tuple((case.spec.label(), case.spec.step, sum(case.predict(gpu))) for case in cases)
+    return Fit(gpu, labels, steps)
+
+
+def _current(spec: GpuSpec, name: tuple[str, ...]) -> float:
+    if name[0] == "efficiency":
+        return float(getattr(spec.efficiency[name[1]], name[2]))
+    value = getattr(spec, name[0])
+    return 0.5 if value is None else float(value)
+
+
+def gpu_document(gpu: Gpu) -> dict[str, Any]:
+    """The GPU as a document ``get_gpu`` reads back (units: FLOP/s, B/s, s)."""
+    data = gpu.spec.model_dump(exclude_none=True)
+    data["efficiency"] = {kind: {k: round(v, 4) for k, v in table.items()}
+                          for kind, table in data["efficiency"].items()}
+    data["memory_efficiency"] = round(data["memory_efficiency"], 4)
+    data["kernel_overhead"] = float(f"{data['kernel_overhead']:.4g}")
+    return data

@@ -1,0 +1,99 @@
+"""A zoo model's chain priced by the calibrated GPU model instead of FLOP / sustained FLOP/s.
+
+The planner divides a block's "FLOP" by a GPU's FLOP/s. A calibrated chain stores each block's
+predicted seconds (``models.compute.CalibratedCompute``: per-op kind, precision, memory traffic
+and kernel overhead) times ``rate``, the FLOP/s its device graph gives every GPU, so stage
+times come out as the calibrated seconds on a graph of that GPU. Under tensor parallelism the
+per-GPU seconds are priced again at the degree (``Op.split`` work divided, the rest repeated
+unless ``sequence_parallel``) rather than divided by it, and the group's blocking exchanges are
+added as in ``Chain.with_tensor_parallel``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from itertools import groupby
+
+import numpy as np
+
+from dlsched.models.compute import CalibratedCompute
+from dlsched.models.layer import Model
+from dlsched.pipeline.chain import Chain, chain_from_model
+from dlsched.pipeline.memory_model import MemoryModel, is_transformer_layer, transformer_stash
+from dlsched.pipeline.tensor_parallel import transformer_layout
+
+
+def block_seconds(model: Model, microbatch_size: int,
+                  compute: CalibratedCompute) -> tuple[np.ndarray, np.ndarray]:
+    """Per block (consecutive layers sharing ``Layer.block``): forward and backward seconds
+    of one microbatch on ``compute``."""
+    forward, backward = [], []
+    for _, group in groupby(model.layers, key=lambda layer: layer.block or layer.name):
+        layers = list(group)
+        forward.append(sum(compute.forward_time(layer, microbatch_size) for layer in layers))
+        backward.append(sum(compute.backward_time(layer, microbatch_size) for layer in layers))
+    return np.array(forward), np.array(backward)
+
+
+@dataclass(frozen=True, eq=False)
+class CalibratedChain(Chain):
+    """A chain whose FLOP are calibrated seconds x ``rate`` (see the module docstring)."""
+
+    model: Model | None = field(default=None, repr=False)
+    compute: CalibratedCompute | None = field(default=None, repr=False)
+    rate: float = 1.0
+
+    def with_tensor_parallel(self, t: int, message_s: float, flops: float) -> Chain:
+        """This chain per GPU of a TP group of ``t``: bytes and exchanges as ``Chain``'s, the
+        blocks' seconds priced at degree ``t``."""
+        base = self.base
+        if t == base.tensor_parallel:
+            return self
+        split = Chain.with_tensor_parallel(base, t, message_s, flops)
+        forward, backward = block_seconds(self.model, self.samples,
+                                          replace(self.compute, tensor_parallel=t))
+        messages = np.array(base.tensor_layout.messages, dtype=float) * message_s * flops
+        scale = forward * self.rate / np.maximum(base.forward_flops, 1e-300)
+        priced = replace(split, forward_flops=forward * self.rate + messages[:, 0],
+                         backward_flops=backward * self.rate + messages[:, 1],
+                         recompute_flops=base.recompute_flops * scale)
+        return priced.with_recompute(self.recompute)
+
+
+def calibrated_chain(model: Model, microbatch_size: int, compute: CalibratedCompute,
+                     rate: float, memory: MemoryModel | None = None,
+                     heads: int | None = None, seq: int | None = None) -> CalibratedChain:
+    """The chain of ``model`` at ``microbatch_size`` priced on ``compute`` for a graph whose
+    GPUs have ``rate`` FLOP/s. A transformer the memory model does not know (``heads`` and
+    ``seq`` given) gets its tensor layout and Korthikanti et al. stash here."""
+    memory = memory or MemoryModel()
+    chain = chain_from_model(model, microbatch_size, memory=memory)
+    forward, backward = block_seconds(model, microbatch_size, compute)
+    if chain.tensor_layout is None and heads is not None and seq is not None:
+        chain = _with_transformer_layout(chain, model, microbatch_size, heads, seq, memory)
+    scale = forward * rate / np.maximum(chain.forward_flops, 1e-300)
+    return CalibratedChain(**{**_fields(chain), "forward_flops": forward * rate,
+                              "backward_flops": backward * rate,
+                              "recompute_flops": chain.recompute_flops * scale},
+                           model=model, compute=compute, rate=rate)
+
+
+def _with_transformer_layout(chain: Chain, model: Model, batch: int, heads: int, seq: int,
+                             memory: MemoryModel) -> Chain:
+    hidden = next(layer.params for layer in model.layers if layer.name == "ln_f.weight")
+    layers = [is_transformer_layer(name) for name in chain.block_names]
+    element = memory.activation_bytes
+    stash = [transformer_stash(seq, batch, hidden, heads, element, "none") if layer else kept
+             for layer, kept in zip(layers, chain.stash_bytes, strict=True)]
+    selective = [transformer_stash(seq, batch, hidden, heads, element, "selective") if layer
+                 else kept for layer, kept in zip(layers, chain.selective_stash_bytes,
+                                                  strict=True)]
+    attention = 4.0 * batch * seq * seq * hidden
+    return replace(chain, stash_bytes=np.array(stash), selective_stash_bytes=np.array(selective),
+                   recompute_flops=np.array([attention if layer else 0.0 for layer in layers]),
+                   tensor_layout=transformer_layout(layers, seq, batch, hidden, heads, element))
+
+
+def _fields(chain: Chain) -> dict:
+    """The dataclass fields of a plain chain, to rebuild it as a CalibratedChain."""
+    return {name: getattr(chain, name) for name in Chain.__dataclass_fields__}
