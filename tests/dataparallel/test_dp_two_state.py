@@ -122,6 +122,12 @@ def test_two_state_between_idle_and_loaded(case, factor):
             assert time <= iteration_time(slow, plan) * (1 + 1e-9), name
         result = run_dataparallel(two, name)
         assert result.time_s >= result.bound_s * (1 - 1e-9), name
+    queued = DPProblem(forward, backward, grads,
+                       TwoState(idle, loaded, stream=AlphaBeta(alpha / 2, beta / 2)),
+                       in_flight=k)
+    for name in POLICIES:  # queued messages cheaper than idle ones: the bound still holds
+        result = run_dataparallel(queued, name)
+        assert result.time_s >= result.bound_s * (1 - 1e-9), name
 
 
 GOOD = {"kind": "allreduce-cost", "name": "t", "workers": 4, "model": "alpha-beta",
@@ -258,7 +264,8 @@ def test_queued_message_uses_its_queued_slowdown_by_hand():
 
 def test_stream_block_gives_the_queued_slowdown(tmp_path):
     """under_load.stream is the loaded cost per queued message: queued_slowdown = stream /
-    idle (at least 1); without it, the isolated loaded slowdown."""
+    idle, not clamped (10 us + 1 MB / 2 GB/s over 100 us + 1 MB / 1 GB/s = 0.51 / 1.1);
+    without it, the isolated loaded slowdown."""
     document = json.loads(json.dumps(GOOD))
     document["under_load"]["stream"] = {
         "model": "alpha-beta", "alpha_beta": {"alpha": "200 us", "bandwidth": "1 GB/s"}}
@@ -269,7 +276,7 @@ def test_stream_block_gives_the_queued_slowdown(tmp_path):
     assert comm.slowdown(1e6) == pytest.approx((300e-6 + 2e-3) / (100e-6 + 1e-3))
     document["under_load"]["stream"]["alpha_beta"] = {"alpha": "10 us", "bandwidth": "2 GB/s"}
     path.write_text(json.dumps(document))
-    assert load_network_file(path).queued_slowdown(1e6) == 1.0
+    assert load_network_file(path).queued_slowdown(1e6) == pytest.approx(0.51e-3 / 1.1e-3)
     path.write_text(json.dumps(GOOD))
     plain = load_network_file(path)
     assert plain.queued_slowdown(1e6) == plain.slowdown(1e6)

@@ -67,6 +67,12 @@ def _lower_lines(lines: list[tuple[float, float]], total: float, messages: int,
     return max(alpha + beta * total, math.ceil(messages / in_flight) * alpha)
 
 
+def _supporting(curve: AlphaBeta | Piecewise) -> list[tuple[float, float]]:
+    """Lines ``(alpha, beta)`` at or below the curve for every size (alpha >= 0)."""
+    return [(curve.alpha, curve.beta)] if isinstance(curve, AlphaBeta) \
+        else curve.supporting_lines()
+
+
 @dataclass(frozen=True)
 class Segment:
     """One size range of a piecewise model: messages of at most ``up_to`` bytes (the last
@@ -248,8 +254,16 @@ class TwoState:
         return self.idle.split(num_bytes)
 
     def lower(self, total_bytes: float, messages: int = 1, in_flight: int = 1) -> float:
-        """The idle curve's bound: under load a message is never faster (``slowdown`` >= 1)."""
-        return self.idle.lower(total_bytes, messages, in_flight)
+        """The idle curve's bound: an isolated message under load is never faster
+        (``slowdown`` >= 1). With a stream curve, a queued message under load may cost less
+        than an idle one (``queued_slowdown`` is not clamped), so the bound is that of the
+        lower of the two curves at every size: per pair of their supporting lines, the least
+        alpha and the least beta."""
+        if self.stream is None:
+            return self.idle.lower(total_bytes, messages, in_flight)
+        lines = [(min(a, c), min(b, d)) for a, b in _supporting(self.idle)
+                 for c, d in _supporting(self.stream)]
+        return _lower_lines(lines, total_bytes, messages, in_flight)
 
     def slowdown(self, num_bytes: float) -> float:
         """loaded / idle seconds of one message, at least 1: compute beside a message never
@@ -258,8 +272,15 @@ class TwoState:
 
     def queued_slowdown(self, num_bytes: float) -> float:
         """``slowdown`` of a message that waited behind another: the stream curve over the
-        idle one, at least 1 (``slowdown`` without a stream curve)."""
-        return self._over_idle(self.stream or self.loaded, num_bytes)
+        idle one as measured, not clamped to 1 (``slowdown`` without a stream curve). A
+        queue's messages, timed from issue to the last completion, can cost less each than
+        an idle one timed alone (no skew between the ranks at its start); ``dlsched
+        calibrate`` refuses a stream below half the idle cost (an impossible value, which a
+        clamp here used to hide)."""
+        if self.stream is None:
+            return self.slowdown(num_bytes)
+        idle = self.idle.cost(num_bytes)
+        return self.stream.cost(num_bytes) / idle if idle > 0 else 1.0
 
     def _over_idle(self, curve: AlphaBeta | Piecewise, num_bytes: float) -> float:
         idle = self.idle.cost(num_bytes)
