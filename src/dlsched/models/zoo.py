@@ -7,15 +7,43 @@ elementwise work), the bytes of the op's output activation per sample, and ``blo
 enclosing module, so planners can coarsen tensors into blocks. Inputs: 224x224 images,
 sequence length 128 for BERT, 1024 for GPT-2 and 2048 for the GPT-3-like model. A GPT's tied
 LM head (logits = hidden x wte^T) is counted on its final layer norm, where that matmul runs.
+
+Each layer also lists the ops it runs (``models.ops``: kind, FLOP, memory traffic, kernels) as
+the reference implementation runs them in training mode: torchvision's modules, Hugging Face's
+``BertModel``/``GPT2Model`` with PyTorch SDPA attention (GPT-2's ``gelu_new`` is eight
+elementwise kernels), and for GPT-3 175B, Transformer-1T and ``megatron_gpt`` models
+Megatron-LM's fused kernels (fused layer norm, scale-mask-softmax, bias-GELU and
+bias-dropout-add) with its unfused attention products. A module's ops sit on its weight layer;
+per block, the ops' FLOP equal the layers' ``forward_flops``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import partial
 
 from dlsched.errors import ConfigError
 from dlsched.models.layer import Layer, Model
+from dlsched.models.ops import Op, attention_core, conv, elementwise, matmul, norm
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """What activation memory depends on in a zoo transformer: sequence length (tokens per
+    sample), hidden size, attention heads, and the vocabulary of its LM head (0: none)."""
+
+    seq: int
+    hidden: int
+    heads: int
+    vocab: int = 0
+
+
+@dataclass(frozen=True)
+class TransformerModel(Model):
+    """A zoo transformer: its layers and its ``shape`` (``TransformerShape``)."""
+
+    shape: TransformerShape | None = None
 
 
 class _Layers:
@@ -25,19 +53,29 @@ class _Layers:
         self.dtype_bytes = dtype_bytes
         self.layers: list[Layer] = []
 
-    def add(self, name: str, params: int, flops: float, elements: int, block: str) -> None:
-        self.layers.append(Layer(name, params, float(flops), elements * self.dtype_bytes, block))
+    def add(self, name: str, params: int, flops: float, elements: int, block: str,
+            ops: tuple[Op, ...] = ()) -> None:
+        self.layers.append(Layer(name, params, float(flops), elements * self.dtype_bytes, block,
+                                 ops=ops))
 
-    def norm(self, prefix: str, width: int, elements: int, block: str) -> None:
+    def attach(self, *ops: Op) -> None:
+        """Append ``ops`` to the last layer added (what runs after its module)."""
+        last = self.layers[-1]
+        self.layers[-1] = replace(last, ops=last.ops + ops)
+
+    def norm(self, prefix: str, width: int, elements: int, block: str,
+             split: bool = True) -> None:
         """A LayerNorm/BatchNorm: weight and bias of ``width``; ~5 FLOP per element."""
-        self.add(f"{prefix}.weight", width, 5 * elements, elements, block)
+        self.add(f"{prefix}.weight", width, 5 * elements, elements, block,
+                 (norm(prefix, width, elements, split),))
         self.add(f"{prefix}.bias", width, 0, elements, block)
 
     def linear(self, prefix: str, fan_in: int, fan_out: int, tokens: int, block: str,
                bias: bool = True, extra_flops: float = 0.0) -> None:
-        """A dense layer applied to ``tokens`` vectors (weight then bias)."""
+        """A dense layer applied to ``tokens`` vectors (weight then bias); ``extra_flops`` are
+        counted on the weight (the ops that carry them are attached by the caller)."""
         self.add(f"{prefix}.weight", fan_in * fan_out, 2 * fan_in * fan_out * tokens + extra_flops,
-                 fan_out * tokens, block)
+                 fan_out * tokens, block, (matmul(prefix, fan_in, fan_out, tokens, bias),))
         if bias:
             self.add(f"{prefix}.bias", fan_out, fan_out * tokens, fan_out * tokens, block)
 
@@ -56,30 +94,39 @@ def vgg(name: str, dtype_bytes: int = 4) -> Model:
     channels, side, index = 3, 224, 0
     for item in VGG_CONFIGS[name]:
         if item == "M":
+            out.attach(elementwise("maxpool", channels * side * side * 1.25, passes=1))
             side //= 2
             index += 1
             continue
         width = int(item)
         block = f"features.{index}"
+        maps = width * side * side
         out.add(f"{block}.weight", 9 * channels * width, 2 * 9 * channels * width * side * side,
-                width * side * side, block)
-        out.add(f"{block}.bias", width, width * side * side, width * side * side, block)
+                maps, block, (conv(block, channels, width, 3, side, side),))
+        out.add(f"{block}.bias", width, maps, maps, block,
+                (elementwise("bias", maps, 2, maps), elementwise("relu", maps)))
         channels, index = width, index + 2
+    out.attach(elementwise("avgpool", 2 * 25088, passes=1))
     for position, (fan_in, fan_out) in zip((0, 3, 6), ((25088, 4096), (4096, 4096), (4096, 1000)),
                                            strict=True):
         out.linear(f"classifier.{position}", fan_in, fan_out, 1, f"classifier.{position}")
+        if fan_out == 4096:
+            out.attach(elementwise("relu", fan_out), elementwise("dropout", fan_out, 2.5))
     return Model(name, tuple(out.layers), dtype_bytes)
 
 
-def _conv(out: _Layers, names: tuple[str, str], c_in: int, c_out: int, kernel: int, side: int,
-          block: str) -> None:
-    """A bias-free convolution ``names[0]`` producing a ``side`` x ``side`` map, then its
-    BatchNorm ``names[1]``."""
-    conv, norm = names
-    elements = c_out * side * side
-    out.add(f"{conv}.weight", kernel * kernel * c_in * c_out,
-            2 * kernel * kernel * c_in * elements, elements, block)
-    out.norm(norm, c_out, elements, block)
+def _conv(out: _Layers, names: tuple[str, str], c_in: int, c_out: int, kernel: int,
+          sides: tuple[int, int], block: str, relu: bool = True) -> None:
+    """A bias-free convolution ``names[0]`` from a ``sides[0]`` to a ``sides[1]`` square map,
+    then its BatchNorm ``names[1]`` (and a ReLU when ``relu``)."""
+    conv_name, norm_name = names
+    elements = c_out * sides[1] * sides[1]
+    out.add(f"{conv_name}.weight", kernel * kernel * c_in * c_out,
+            2 * kernel * kernel * c_in * elements, elements, block,
+            (conv(conv_name, c_in, c_out, kernel, *sides),))
+    out.norm(norm_name, c_out, elements, block)
+    if relu:
+        out.attach(elementwise("relu", elements))
 
 
 RESNET_DEPTHS = {"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3), "resnet152": (3, 8, 36, 3)}
@@ -88,7 +135,8 @@ RESNET_DEPTHS = {"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3), "resnet15
 def resnet(name: str, dtype_bytes: int = 4) -> Model:
     """torchvision ResNet-50/101/152 (v1.5: the stride sits on the 3x3 convolution)."""
     out = _Layers(dtype_bytes)
-    _conv(out, ("conv1", "bn1"), 3, 64, 7, 112, "stem")
+    _conv(out, ("conv1", "bn1"), 3, 64, 7, (224, 112), "stem")
+    out.attach(elementwise("maxpool", 64 * 112 * 112 * 1.25, passes=1))
     inplanes, side = 64, 56
     for stage, (blocks, planes) in enumerate(zip(RESNET_DEPTHS[name], (64, 128, 256, 512),
                                                  strict=True), start=1):
@@ -96,43 +144,62 @@ def resnet(name: str, dtype_bytes: int = 4) -> Model:
             block = f"layer{stage}.{index}"
             stride = 2 if stage > 1 and index == 0 else 1
             out_side = side // stride
-            _conv(out, (f"{block}.conv1", f"{block}.bn1"), inplanes, planes, 1, side, block)
-            _conv(out, (f"{block}.conv2", f"{block}.bn2"), planes, planes, 3, out_side, block)
-            _conv(out, (f"{block}.conv3", f"{block}.bn3"), planes, planes * 4, 1, out_side, block)
+            _conv(out, (f"{block}.conv1", f"{block}.bn1"), inplanes, planes, 1, (side, side),
+                  block)
+            _conv(out, (f"{block}.conv2", f"{block}.bn2"), planes, planes, 3, (side, out_side),
+                  block)
+            _conv(out, (f"{block}.conv3", f"{block}.bn3"), planes, planes * 4, 1,
+                  (out_side, out_side), block, relu=False)
             if index == 0:
                 _conv(out, (f"{block}.downsample.0", f"{block}.downsample.1"), inplanes,
-                      planes * 4, 1, out_side, block)
+                      planes * 4, 1, (side, out_side), block, relu=False)
+            maps = planes * 4 * out_side * out_side
+            out.attach(elementwise("residual", maps, 3), elementwise("relu", maps))
             inplanes, side = planes * 4, out_side
     out.linear("fc", 2048, 1000, 1, "fc")
+    out.attach(elementwise("avgpool", 2048 * 50, passes=1))
     return Model(name, tuple(out.layers), dtype_bytes)
 
 
 BERT_SHAPES = {"bert-base": (768, 12), "bert-large": (1024, 24)}
+BERT_HEADS = {"bert-base": 12, "bert-large": 16}
 BERT_VOCAB, BERT_POSITIONS, BERT_SEQUENCE = 30522, 512, 128
 
 
-def bert(name: str, dtype_bytes: int = 4) -> Model:
-    """Hugging Face BertModel (embeddings, encoder, pooler) at sequence length 128."""
+def bert(name: str, dtype_bytes: int = 4, sequence: int = BERT_SEQUENCE) -> TransformerModel:
+    """Hugging Face BertModel (embeddings, encoder, pooler) at ``sequence`` tokens per sample
+    (default 128, at most the 512 positions)."""
+    if not 1 <= sequence <= BERT_POSITIONS:
+        raise ConfigError(f"sequence: {sequence} must be in 1..{BERT_POSITIONS}")
     hidden, depth = BERT_SHAPES[name]
-    seq, out = BERT_SEQUENCE, _Layers(dtype_bytes)
+    seq, out = sequence, _Layers(dtype_bytes)
+    sh = seq * hidden
     for table, rows in (("word", BERT_VOCAB), ("position", BERT_POSITIONS), ("token_type", 2)):
-        out.add(f"embeddings.{table}_embeddings.weight", rows * hidden, seq * hidden,
-                seq * hidden, "embeddings")
-    out.norm("embeddings.LayerNorm", hidden, seq * hidden, "embeddings")
+        out.add(f"embeddings.{table}_embeddings.weight", rows * hidden, sh, sh, "embeddings",
+                (elementwise("gather", sh, 2, sh),))
+    out.attach(elementwise("add", sh, 3, kernels=2))
+    out.norm("embeddings.LayerNorm", hidden, sh, "embeddings")
+    out.attach(elementwise("dropout", sh, 2.5))
     for index in range(depth):
         block = f"encoder.layer.{index}"
         attention = 2 * 2 * seq * seq * hidden  # scores QK^T and the weighted sum
         out.linear(f"{block}.attention.self.query", hidden, hidden, seq, block,
                    extra_flops=attention)
+        out.attach(attention_core("sdpa", seq, hidden), elementwise("merge-heads", sh))
         out.linear(f"{block}.attention.self.key", hidden, hidden, seq, block)
         out.linear(f"{block}.attention.self.value", hidden, hidden, seq, block)
         out.linear(f"{block}.attention.output.dense", hidden, hidden, seq, block)
-        out.norm(f"{block}.attention.output.LayerNorm", hidden, seq * hidden, block)
+        out.attach(elementwise("dropout", sh, 2.5), elementwise("residual", sh, 3))
+        out.norm(f"{block}.attention.output.LayerNorm", hidden, sh, block)
         out.linear(f"{block}.intermediate.dense", hidden, 4 * hidden, seq, block)
+        out.attach(elementwise("gelu", 4 * sh))
         out.linear(f"{block}.output.dense", 4 * hidden, hidden, seq, block)
-        out.norm(f"{block}.output.LayerNorm", hidden, seq * hidden, block)
+        out.attach(elementwise("dropout", sh, 2.5), elementwise("residual", sh, 3))
+        out.norm(f"{block}.output.LayerNorm", hidden, sh, block)
     out.linear("pooler.dense", hidden, hidden, 1, "pooler")
-    return Model(name, tuple(out.layers), dtype_bytes)
+    out.attach(elementwise("tanh", hidden))
+    return TransformerModel(name, tuple(out.layers), dtype_bytes,
+                            TransformerShape(seq, hidden, BERT_HEADS[name]))
 
 
 GPT_SHAPES = {  # hidden, layers, sequence length
@@ -140,35 +207,85 @@ GPT_SHAPES = {  # hidden, layers, sequence length
     "gpt2-xl": (1600, 48, 1024), "gpt3-175b": (12288, 96, 2048),
     "transformer-1t": (25600, 128, 2048),
 }
+GPT_HEADS = {"gpt2": 12, "gpt2-medium": 16, "gpt2-large": 20, "gpt2-xl": 25, "gpt3-175b": 96,
+             "transformer-1t": 160}
 GPT_VOCAB = 50257
 # Megatron-LM's 1T configuration (Narayanan et al., SC 2021, Table 1) pads its vocabulary
 # to 51,200 entries: 1,008,038,758,400 parameters.
 GPT_VOCABS = {"transformer-1t": 51200}
+# Trained with Megatron-LM's fused kernels rather than Hugging Face's modules.
+MEGATRON_STYLE = ("gpt3-175b", "transformer-1t")
+# GPT-2's gelu_new as Hugging Face writes it: pow, 3 multiplies, 2 additions, tanh, multiply
+# (8 kernels; element passes: 2 per unary kernel, 3 per binary one).
+GELU_NEW = elementwise("gelu_new", 1, passes=18, kernels=8)
 
 
-def gpt(name: str, dtype_bytes: int = 4) -> Model:
+def gpt(name: str, dtype_bytes: int = 4, lm_head: bool = True) -> TransformerModel:
     """Hugging Face GPT2Model shape (Conv1D layers, tied LM head); GPT-3 175B uses the same
     block structure with d_model 12288, 96 layers and a 2048-token context, and the Themis
     paper's Transformer-1T that of Megatron-LM's 1T model (d_model 25600, 128 layers, 2048
-    tokens, vocabulary 51200)."""
+    tokens, vocabulary 51200). ``lm_head=False`` leaves out the tied head's logits (as
+    ``GPT2Model`` runs)."""
     hidden, depth, seq = GPT_SHAPES[name]
-    vocab = GPT_VOCABS.get(name, GPT_VOCAB)
+    return gpt_model(name, hidden, depth, GPT_HEADS[name], seq, GPT_VOCABS.get(name, GPT_VOCAB),
+                     dtype_bytes, megatron=name in MEGATRON_STYLE, lm_head=lm_head)
+
+
+def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: int,
+              dtype_bytes: int = 4, megatron: bool = True,
+              lm_head: bool = True) -> TransformerModel:
+    """A GPT of any shape (``hidden``, ``depth`` layers, ``heads``, ``seq`` tokens, ``vocab``)
+    with GPT-2's layers and parameters; ops as Megatron-LM (``megatron``) or Hugging Face
+    runs them (see the module docstring)."""
     out = _Layers(dtype_bytes)
-    out.add("wte.weight", vocab * hidden, seq * hidden, seq * hidden, "embed")
-    out.add("wpe.weight", seq * hidden, seq * hidden, seq * hidden, "embed")
+    sh = seq * hidden
+    out.add("wte.weight", vocab * hidden, sh, sh, "embed", (elementwise("gather", sh, 2, sh),))
+    out.add("wpe.weight", seq * hidden, sh, sh, "embed",
+            (elementwise("gather", sh, 2, sh), elementwise("add", sh, 3),
+             elementwise("dropout", sh, 2.5, split=False)))
     for index in range(depth):
         block = f"h.{index}"
-        out.norm(f"{block}.ln_1", hidden, seq * hidden, block)
+        out.norm(f"{block}.ln_1", hidden, sh, block, split=False)
         out.linear(f"{block}.attn.c_attn", hidden, 3 * hidden, seq, block,
                    extra_flops=2 * 2 * seq * seq * hidden)
+        out.attach(*(_megatron_attention(seq, hidden, heads) if megatron
+                     else (attention_core("sdpa", seq, hidden), elementwise("merge-heads", sh))))
         out.linear(f"{block}.attn.c_proj", hidden, hidden, seq, block)
-        out.norm(f"{block}.ln_2", hidden, seq * hidden, block)
+        out.attach(*_residual(sh, megatron))
+        out.norm(f"{block}.ln_2", hidden, sh, block, split=False)
         out.linear(f"{block}.mlp.c_fc", hidden, 4 * hidden, seq, block)
+        out.attach(elementwise("bias-gelu", 4 * sh) if megatron
+                   else replace(GELU_NEW, elements=GELU_NEW.elements * 4 * sh))
         out.linear(f"{block}.mlp.c_proj", 4 * hidden, hidden, seq, block)
-    logits = 2 * hidden * vocab * seq
-    out.add("ln_f.weight", hidden, 5 * seq * hidden + logits, seq * vocab, "ln_f")
-    out.add("ln_f.bias", hidden, 0, seq * hidden, "ln_f")
-    return Model(name, tuple(out.layers), dtype_bytes)
+        out.attach(*_residual(sh, megatron))
+    logits = 2 * hidden * vocab * seq if lm_head else 0
+    head = (matmul("lm_head", hidden, vocab, seq, bias=False),
+            elementwise("cross-entropy", seq * vocab, 3, kernels=4)) if lm_head else ()
+    out.add("ln_f.weight", hidden, 5 * sh + logits, seq * vocab if lm_head else sh, "ln_f",
+            (norm("ln_f", hidden, sh, split=False), *head))
+    out.add("ln_f.bias", hidden, 0, sh, "ln_f")
+    return TransformerModel(name, tuple(out.layers), dtype_bytes,
+                            TransformerShape(seq, hidden, heads, vocab if lm_head else 0))
+
+
+def _megatron_attention(seq: int, hidden: int, heads: int) -> tuple[Op, ...]:
+    """Megatron-LM's attention core (2021): scores by batched product (written out, heads x
+    seq^2 elements), fused scale-mask-softmax, dropout on the probabilities, the weighted sum,
+    and the heads merged back."""
+    scores, sh = heads * seq * seq, seq * hidden
+    return (Op("attention", 2 * seq * seq * hidden, 2 * sh + scores, label="scores"),
+            elementwise("softmax", scores), elementwise("attention-dropout", scores, 2.5),
+            Op("attention", 2 * seq * seq * hidden, scores + 2 * sh, label="context"),
+            elementwise("merge-heads", sh))
+
+
+def _residual(sh: int, megatron: bool) -> tuple[Op, ...]:
+    """Dropout then the residual addition: one fused bias-dropout-add kernel in Megatron-LM,
+    two kernels in Hugging Face's modules; repeated on every GPU of a TP group."""
+    if megatron:
+        return (elementwise("bias-dropout-add", sh, 3.5, split=False),)
+    return (elementwise("dropout", sh, 2.5, split=False),
+            elementwise("residual", sh, 3, split=False))
 
 
 GNMT_HIDDEN, GNMT_DEPTH, GNMT_VOCAB, GNMT_TOKENS = 1024, 8, 32000, 50
@@ -181,9 +298,10 @@ def _lstm(out: _Layers, prefix: str, fan_in: int, hidden: int, tokens: int, bloc
     for direction in range(directions):
         suffix = "_reverse" if direction else ""
         gates = 4 * hidden
-        out.add(f"{prefix}.weight_ih_l0{suffix}", gates * fan_in,
-                2 * gates * (fan_in + hidden) * tokens + 10 * hidden * tokens,
-                hidden * tokens, block)
+        flops = 2 * gates * (fan_in + hidden) * tokens + 10 * hidden * tokens
+        out.add(f"{prefix}.weight_ih_l0{suffix}", gates * fan_in, flops, hidden * tokens, block,
+                (Op("gemm", flops, (fan_in + gates + 6 * hidden) * tokens,
+                    gates * (fan_in + hidden), kernels=2 * tokens, label="lstm"),))
         out.add(f"{prefix}.weight_hh_l0{suffix}", gates * hidden, 0, hidden * tokens, block)
         out.add(f"{prefix}.bias_ih_l0{suffix}", gates, 0, hidden * tokens, block)
         out.add(f"{prefix}.bias_hh_l0{suffix}", gates, 0, hidden * tokens, block)
@@ -197,16 +315,18 @@ def gnmt(name: str = "gnmt", dtype_bytes: int = 4) -> Model:
     MLPerf PyTorch reference; 50 source and 50 target tokens per sample."""
     h, depth, vocab, tokens = GNMT_HIDDEN, GNMT_DEPTH, GNMT_VOCAB, GNMT_TOKENS
     out = _Layers(dtype_bytes)
-    out.add("encoder.embedder.weight", vocab * h, 0, h * tokens, "encoder.embedder")
+    gather = (elementwise("gather", h * tokens),)
+    out.add("encoder.embedder.weight", vocab * h, 0, h * tokens, "encoder.embedder", gather)
     _lstm(out, "encoder.rnn_layers.0", h, h, tokens, "encoder.rnn_layers.0", directions=2)
     _lstm(out, "encoder.rnn_layers.1", 2 * h, h, tokens, "encoder.rnn_layers.1")
     for index in range(2, depth):
         _lstm(out, f"encoder.rnn_layers.{index}", h, h, tokens, f"encoder.rnn_layers.{index}")
-    out.add("decoder.embedder.weight", vocab * h, 0, h * tokens, "decoder.embedder")
+    out.add("decoder.embedder.weight", vocab * h, 0, h * tokens, "decoder.embedder", gather)
     _lstm(out, "decoder.att_rnn.rnn", h, h, tokens, "decoder.att_rnn")
     attention = 2 * h * h * tokens * 2 + 5 * h * tokens * tokens
     out.add("decoder.att_rnn.attn.linear_q.weight", h * h, attention, h * tokens,
-            "decoder.att_rnn")
+            "decoder.att_rnn", (Op("gemm", attention, 4 * h * tokens + 3 * tokens * tokens,
+                                   2 * h * h, kernels=6, label="bahdanau"),))
     out.add("decoder.att_rnn.attn.linear_k.weight", h * h, 0, h * tokens, "decoder.att_rnn")
     out.add("decoder.att_rnn.attn.linear_att", h, 0, tokens * tokens, "decoder.att_rnn")
     out.add("decoder.att_rnn.attn.normalize_scalar", 1, 0, 0, "decoder.att_rnn")
@@ -234,10 +354,12 @@ def dlrm(name: str = "dlrm", dtype_bytes: int = 4) -> Model:
     Blocks: ``embeddings``, ``bot_l.<i>``, ``top_l.<i>`` (the interaction runs in ``top_l.0``)."""
     out = _Layers(dtype_bytes)
     for index, rows in enumerate(DLRM_TABLE_ROWS):
-        out.add(f"emb_l.{index}.weight", rows * DLRM_DIM, 0, DLRM_DIM, "embeddings")
+        out.add(f"emb_l.{index}.weight", rows * DLRM_DIM, 0, DLRM_DIM, "embeddings",
+                (elementwise("embedding-bag", DLRM_DIM),))
     fan_in = DLRM_DENSE
     for index, width in enumerate(DLRM_BOTTOM):
         out.linear(f"bot_l.{2 * index}", fan_in, width, 1, f"bot_l.{index}")
+        out.attach(elementwise("relu", width))
         fan_in = width
     vectors = len(DLRM_TABLE_ROWS) + 1
     pairs = vectors * (vectors - 1) // 2
@@ -245,6 +367,9 @@ def dlrm(name: str = "dlrm", dtype_bytes: int = 4) -> Model:
     for index, width in enumerate(DLRM_TOP):
         extra = 2 * pairs * DLRM_DIM if index == 0 else 0.0
         out.linear(f"top_l.{2 * index}", fan_in, width, 1, f"top_l.{index}", extra_flops=extra)
+        if extra:
+            out.attach(Op("gemm", extra, vectors * DLRM_DIM + pairs, label="interaction"))
+        out.attach(elementwise("relu" if index < len(DLRM_TOP) - 1 else "sigmoid", width))
         fan_in = width
     return Model(name, tuple(out.layers), dtype_bytes)
 
@@ -264,10 +389,16 @@ def model_names() -> list[str]:
     return list(MODELS)
 
 
-def get_model(name: str, dtype_bytes: int = 4) -> Model:
-    """The zoo model ``name`` with ``dtype_bytes`` per parameter/activation element."""
+def get_model(name: str, dtype_bytes: int = 4, lm_head: bool = True) -> Model:
+    """The zoo model ``name`` with ``dtype_bytes`` per parameter/activation element;
+    ``lm_head=False`` leaves a GPT's tied LM head out (other models have none)."""
     if name not in MODELS:
         raise ConfigError(f"model: unknown model {name!r}; accepted: " + ", ".join(MODELS))
     if dtype_bytes not in (1, 2, 4, 8):
         raise ConfigError(f"dtype_bytes: must be 1, 2, 4 or 8 (got {dtype_bytes!r})")
+    if not lm_head:
+        if name not in GPT_SHAPES:
+            raise ConfigError(f"lm_head: only the GPT models have one to leave out ({name!r} "
+                              "has none); accepted: " + ", ".join(GPT_SHAPES))
+        return gpt(name, dtype_bytes, lm_head=False)
     return MODELS[name](dtype_bytes)
