@@ -10,13 +10,19 @@ from dlsched.experiments.usbyte import cap
 MS = 1e-3
 MiB = 2**20
 
-problems = st.builds(
-    lambda layers, alpha, beta, k: DPProblem(
-        tuple(f * MS for f, _, _ in layers), tuple(b * MS for _, b, _ in layers),
-        tuple(g * MiB for _, _, g in layers), AlphaBeta(alpha * MS, beta), in_flight=k),
-    st.lists(st.tuples(st.floats(0.05, 8), st.floats(0.05, 8), st.integers(1, 24)),
-             min_size=1, max_size=6),
-    st.floats(0.01, 3), st.sampled_from([1e-11, 6e-11, 3e-10, 1e-9]), st.integers(1, 3))
+
+
+def _problems(slots: st.SearchStrategy[int]) -> st.SearchStrategy[DPProblem]:
+    return st.builds(
+        lambda layers, alpha, beta, k: DPProblem(
+            tuple(f * MS for f, _, _ in layers), tuple(b * MS for _, b, _ in layers),
+            tuple(g * MiB for _, _, g in layers), AlphaBeta(alpha * MS, beta), in_flight=k),
+        st.lists(st.tuples(st.floats(0.05, 8), st.floats(0.05, 8), st.integers(1, 24)),
+                 min_size=1, max_size=6),
+        st.floats(0.01, 3), st.sampled_from([1e-11, 6e-11, 3e-10, 1e-9]), slots)
+
+
+problems = _problems(st.integers(1, 3))
 
 
 @settings(max_examples=25, deadline=None)
@@ -29,10 +35,11 @@ def test_tuned_variant_never_slower_than_its_default(problem):
 
 
 @settings(max_examples=40, deadline=None)
-@given(problem=problems)
+@given(problem=_problems(st.just(1)))
 def test_usbyte_over_wfbp_never_exceeds_the_cap(problem):
-    """Both send >= 1 message per tensor one at a time, so WFBP's network ends no later than
-    US-Byte's, and WFBP / US-Byte <= 1 + T_f / (T_b + T_f)."""
+    """On a serial network both send >= 1 message per tensor one at a time, so WFBP's network
+    ends no later than US-Byte's, and WFBP / US-Byte <= 1 + T_f / (T_b + T_f). (On a K-slot
+    network US-Byte may run several at once under its credit, and the cap need not hold.)"""
     limit = cap(sum(problem.forward), problem.backward_end)
     wfbp = run_dataparallel(problem, "wfbp").time_s
     for name in ("usbyte", "usbyte-tuned"):

@@ -1,6 +1,7 @@
 """Hand-computed timelines of 2-layer problems under each policy (times in ms).
 
-Costs are alpha + 0.25 ms per MiB. Layer l's gradient is ready at the sum of the backward
+Costs are alpha + 0.25 ms per MB (10^6 bytes: ByteScheduler's and US-Byte's default
+partition is 10^6 fp32 elements, 4 MB). Layer l's gradient is ready at the sum of the backward
 times of layers >= l; the next forward starts after backward (at T_b).
 """
 
@@ -12,15 +13,15 @@ from dlsched.dataparallel.policies.usbyte import usbyte_schedule
 from dlsched.dataparallel.simulate import iteration_time
 
 MS = 1e-3
-MiB = 2**20
+MB = 10**6
 
 
-def _problem(backward, grads_mib, alpha_ms, forward=(1.0, 1.0)) -> DPProblem:
+def _problem(backward, grads_mb, alpha_ms, forward=(1.0, 1.0)) -> DPProblem:
     return DPProblem(tuple(f * MS for f in forward), tuple(b * MS for b in backward),
-                     tuple(g * MiB for g in grads_mib), AlphaBeta(alpha_ms * MS, 0.25 * MS / MiB))
+                     tuple(g * MB for g in grads_mb), AlphaBeta(alpha_ms * MS, 0.25 * MS / MB))
 
 
-# Ready: layer 1 at 2 ms, layer 0 at 4 ms; 4 MiB each = 2 ms with the 1 ms startup.
+# Ready: layer 1 at 2 ms, layer 0 at 4 ms; 4 MB each = 2 ms with the 1 ms startup.
 BASE = _problem((2.0, 2.0), (4, 4), 1.0)
 
 
@@ -34,7 +35,7 @@ def test_base_case_meets_the_bound(policy):
     assert result.bound_s == pytest.approx(8 * MS)
 
 
-# Startup 3 ms: 4 MiB cost 4 ms, 8 MiB fused cost 5 ms.
+# Startup 3 ms: 4 MB cost 4 ms, 8 MB fused cost 5 ms.
 SLOW_START = _problem((2.0, 2.0), (4, 4), 3.0)
 
 
@@ -79,15 +80,15 @@ def test_horovod_cycle_delays_launch():
 
 
 def test_usbyte_gap_filling_and_forward_order():
-    """Ready: L1 at 1 ms (8 MiB), L0 at 3 ms (4 MiB). At 1 ms the 2 ms gap is shorter than
-    L1's 3 ms rest, so US-Byte sends just enough 1 MiB units to reach 3 ms: 4 MiB (1 + 1 ms).
+    """Ready: L1 at 1 ms (8 MB), L0 at 3 ms (4 MB). At 1 ms the 2 ms gap is shorter than
+    L1's 3 ms rest, so US-Byte sends just enough 1 MB units to reach 3 ms: 4 MB (1 + 1 ms).
     Phase 2 then sends L0 first (3..5) and L1's rest (5..7): forward 5..6, 7..8."""
     problem = _problem((2.0, 1.0), (4, 8), 1.0)
-    plan = usbyte_schedule(problem, [0, 1], unit=MiB)
+    plan = usbyte_schedule(problem, [0, 1], unit=MB)
     assert [(m.blocks, m.launch) for m in plan.messages] == [
-        ((Block(1, 0, 4 * MiB),), pytest.approx(1 * MS)),
-        ((Block(0, 0, 4 * MiB),), pytest.approx(3 * MS)),
-        ((Block(1, 4 * MiB, 4 * MiB),), pytest.approx(1 * MS)),
+        ((Block(1, 0, 4 * MB),), pytest.approx(1 * MS)),
+        ((Block(0, 0, 4 * MB),), pytest.approx(3 * MS)),
+        ((Block(1, 4 * MB, 4 * MB),), pytest.approx(1 * MS)),
     ]
     assert iteration_time(problem, plan) == pytest.approx(8 * MS)
 

@@ -3,11 +3,12 @@
 Messages are admitted in submission order (FIFO), each no earlier than its launch time and only
 while fewer than ``slots`` are running and, with a ``credit`` (bytes), while the running
 messages hold fewer than ``credit`` bytes (ByteScheduler's rule: a block starts while credit is
-left, and its size is taken from the credit; a credit of 1 byte lets exactly one run). A running message first spends its latency (startup,
-per-step latencies: concurrent messages overlap these), then its transfer: ``transfer`` seconds
-of the full bandwidth, which the messages transferring at the same moment share equally
-(processor sharing). With one slot this is the serial network of the reference model: each
-message starts when the previous one ends and its launch time has come, and lasts its cost.
+left, and its size is taken from the credit; a credit of 1 byte lets exactly one run). A running
+message first spends its latency (startup, per-step latencies: concurrent messages overlap
+these), then its transfer: ``transfer`` seconds of the full bandwidth, which the messages
+transferring at the same moment share equally (processor sharing). With one slot this is the
+serial network of the reference model: each message starts when the previous one ends and its
+launch time has come, and lasts its cost.
 
 Each message may carry a ``slowdown`` (>= 1): while the network is ``loaded`` (the ranks
 compute, ``set_loaded``) its latency and its share of the transfer progress that many times

@@ -36,7 +36,19 @@ class DPResult:
                 "time_over_bound": self.time_over_bound,
                 "backward_s": self.problem.backward_end,
                 "forward_s": sum(self.problem.forward), "messages": len(comm),
-                "comm_busy_s": sum(s.duration for s in comm)}
+                "comm_busy_s": sum(s.duration for s in comm),
+                "peak_in_flight": peak_overlap([(s.start, s.end) for s in comm])}
+
+
+def peak_overlap(intervals: list[tuple[float, float]]) -> int:
+    """Most intervals ``(start s, end s)`` open at one moment (an end before a start at the
+    same moment): the most all-reduces a simulated plan actually ran at once."""
+    events = sorted([(end, -1) for _, end in intervals] + [(start, 1) for start, _ in intervals])
+    peak = current = 0
+    for _, change in events:
+        current += change
+        peak = max(peak, current)
+    return peak
 
 
 def run_dataparallel(problem: DPProblem, policy: str) -> DPResult:

@@ -4,16 +4,17 @@ Every gradient is cut into partitions of ``partition_bytes``; ready partitions w
 priority queue, layers nearest the input first. As in ByteScheduler's core, the most urgent
 partition is handed to the network while credit is left — the partitions in flight hold fewer
 than ``credit_bytes`` bytes — and takes its size from the credit, which returns when it
-finishes; so a credit of 1 byte (``ONE_IN_FLIGHT``) keeps exactly one partition in flight. On a network that carries several all-reduces at once
-(``DPProblem.in_flight``) the handed-over partitions run concurrently, sharing the bandwidth;
-on the serial network they queue. Each layer's next forward waits only for its own partitions
-(no barrier). As shipped, ByteScheduler's partition is a fixed setting (1M elements) and its
-credit is auto-tuned online by Bayesian optimisation; here ``bytescheduler`` keeps the default
-partition (1M elements, ``BYTESCHEDULER_PARTITION``'s default of 1,000,000) and grid-searches
-the credit, and ``bytescheduler-tuned`` searches both on the grid every tuned policy shares
-(``tuning.py``). ByteScheduler's own tuner searches credits of 4M-64M elements for
-all-reduce; the shared grid also offers one partition in flight, which is often faster on a
-serial network (handing a partition over commits the network to it).
+finishes; so a credit of 1 byte (``ONE_IN_FLIGHT``) keeps exactly one partition in flight. On a
+network that carries several all-reduces at once (``DPProblem.in_flight``) the handed-over
+partitions run concurrently, sharing the bandwidth; on the serial network they queue. Each
+layer's next forward waits only for its own partitions (no barrier). As shipped, ByteScheduler's
+partition is a fixed setting (1M elements) and its credit is auto-tuned online by Bayesian
+optimisation; here ``bytescheduler`` keeps the default partition (1M elements,
+``BYTESCHEDULER_PARTITION``'s default of 1,000,000) and grid-searches the credit, and
+``bytescheduler-tuned`` searches both on the grid every tuned policy shares (``tuning.py``).
+ByteScheduler's own tuner searches credits of 4M-64M elements for all-reduce; the shared grid
+also offers one partition in flight, which is often faster on a serial network (handing a
+partition over commits the network to it).
 """
 
 from __future__ import annotations
