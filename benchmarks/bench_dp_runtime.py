@@ -31,14 +31,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from benchmarks.common import write_section
+from benchmarks.common import host_facts, host_text, write_section
 from dlsched.runtime.calibrate import (
     MIN_SEGMENT,
     STREAM_LENGTH,
@@ -114,22 +114,35 @@ def emulated_network(ranks: int, rate_gbit: int) -> Iterator[None]:
         teardown()
 
 
-def _options(deadline_s: float, comm_nice: int | None) -> SpawnOptions:
+def network(ranks: int, rate_gbit: int | None) -> AbstractContextManager[None]:
+    """The emulated network of ``rate_gbit`` (``emulated_network``), or with None loopback
+    (nothing to set up)."""
+    return nullcontext() if rate_gbit is None else emulated_network(ranks, rate_gbit)
+
+
+def setting_name(ranks: int, rate_gbit: int | None) -> str:
+    """``<ranks>x<rate>gbit``, or ``<ranks>xloopback``: file names of a setting."""
+    return f"{ranks}x" + ("loopback" if rate_gbit is None else f"{rate_gbit}gbit")
+
+
+def _options(deadline_s: float, comm_nice: int | None, emulated: bool = True) -> SpawnOptions:
     return SpawnOptions(timeout_s=120, deadline_s=deadline_s, grace_s=10, comm_nice=comm_nice,
                         own_sessions=False,
-                        prefix=lambda rank: ["ip", "netns", "exec", f"{PREFIX}-r{rank}"],
-                        env=lambda rank: {"GLOO_SOCKET_IFNAME": "eth0"})
+                        prefix=(lambda rank: ["ip", "netns", "exec", f"{PREFIX}-r{rank}"])
+                        if emulated else None,
+                        env=(lambda rank: {"GLOO_SOCKET_IFNAME": "eth0"}) if emulated else None)
 
 
-def calibrate(ranks: int, rate_gbit: int, comm_nice: int | None,
+def calibrate(ranks: int, rate_gbit: int | None, comm_nice: int | None,
               folder: Path) -> tuple[dict[str, str], list[Any]]:
     """Timed all-reduces idle and under load, written as piecewise network files: ``two``
     (idle fit + under_load with the compute slowdowns and the queued-stream curve), and for
     the diagnostic columns ``idle`` and ``loaded`` (one curve each) and ``comm`` (two curves,
     compute never slowed); and every rank's compute slowdown per size and repeat (stored
     with the rows)."""
-    timed = spawn(time_loads, ranks, (SIZES, 2, REPEATS, "both"), _options(600, comm_nice))[0]
-    document = loads_document(timed, ranks, f"gloo-{ranks}x{rate_gbit}gbit", "gloo",
+    timed = spawn(time_loads, ranks, (SIZES, 2, REPEATS, "both"),
+                  _options(900, comm_nice, rate_gbit is not None))[0]
+    document = loads_document(timed, ranks, f"gloo-{setting_name(ranks, rate_gbit)}", "gloo",
                               "piecewise", comm_nice)
     idle = {k: v for k, v in document.items() if k != "under_load"}
     loaded = idle | {k: v for k, v in document["under_load"].items()
@@ -138,26 +151,27 @@ def calibrate(ranks: int, rate_gbit: int, comm_nice: int | None,
     for which, doc in (("two", document), ("idle", idle), ("loaded", loaded),
                        ("comm", idle | {"under_load": document["under_load"]
                                         | {"compute_slowdown": []}})):
-        files[which] = str(folder / f"network-{ranks}x{rate_gbit}gbit-{which}.yaml")
+        files[which] = str(folder / f"network-{setting_name(ranks, rate_gbit)}-{which}.yaml")
         write_network(doc, files[which])
     return files, timed["compute_samples"]
 
 
-def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
+def run_setting(ranks: int, rate_gbit: int | None, models: list[str], folder: Path,
                 comm_nice: int | None) -> tuple[list[dict[str, object]], list[Any]]:
     """Calibrate idle and under load, then train the models with every policy; rows with
     measured iteration seconds, predicted from the two-state network, and the errors the
     idle and the loaded curve alone would give; and the calibration's per-rank compute
-    slowdowns (stored once per setting)."""
+    slowdowns (stored once per setting). ``rate_gbit`` None: loopback, no emulation."""
     rows = []
-    with emulated_network(ranks, rate_gbit):
+    with network(ranks, rate_gbit):
         files, compute_samples = calibrate(ranks, rate_gbit, comm_nice, folder)
         fits = {"compute": read_fit(files["loaded"]), "none": read_fit(files["idle"])}
         for model in models:
             config = TrainConfig(model=model, network=files["two"], iterations=ITERATIONS,
                                  warmup=WARMUP, profile_repeats=PROFILE_ITERATIONS,
                                  rounds=ROUNDS, **MODELS[model])
-            result = spawn(train_rank, ranks, (config,), _options(900, comm_nice))[0]
+            result = spawn(train_rank, ranks, (config,),
+                           _options(900, comm_nice, rate_gbit is not None))[0]
             idle_rows = compare(result, replace(config, network=files["idle"]), ranks)
             loaded_rows = compare(result, replace(config, network=files["loaded"]), ranks)
             comm_rows = compare(result, replace(config, network=files["comm"]), ranks)
@@ -166,12 +180,13 @@ def run_setting(ranks: int, rate_gbit: int, models: list[str], folder: Path,
                                                     loaded_rows, comm_rows, result["runs"],
                                                     strict=True):
                 rows.append(row | {"iterations_s": list(run.iteration_s),
-                                   "rate": f"{rate_gbit} Gbit/s", "idle_error": idle["error"],
+                                   "rate": "loopback" if rate_gbit is None
+                                   else f"{rate_gbit} Gbit/s", "idle_error": idle["error"],
                                    "loaded_error": loaded["error"],
                                    "comm_error": comm["error"], "fits": fits,
                                    "compute_slowdown": read_compute(files["two"]),
                                    "profile": profile})
-            print(f"{ranks} ranks {rate_gbit} Gbit/s {model}: done", file=sys.stderr)
+            print(f"{setting_name(ranks, rate_gbit)} {model}: done", file=sys.stderr)
     return rows, compute_samples
 
 
@@ -330,10 +345,12 @@ def write_table(folder: Path, group_nice: int) -> None:
                   "plain passes, the prediction from the loaded curve alone, so `error` there "
                   "is the loaded curve's): " + "; ".join(_fits(s) for s in earlier) + ".", "",
                   *_table([row for setting in earlier for row in setting["rows"]]), ""]
-    lines.append("**The machine has 2 cores shared with other jobs** (load averages above; "
-                 "they run in autogroups of their own, the benchmark's autogroup at nice "
-                 f"{group_nice}): with 4 ranks the ranks time-share the cores (see "
-                 "docs/runtime.md).")
+    facts = host_facts()
+    lines.append(f"**Machine** (now: {host_text(facts)}; load averages of each run above): "
+                 "other jobs run in autogroups of their own, the benchmark's autogroup at nice "
+                 f"{group_nice}; settings with more ranks than the {facts['usable_cores']} "
+                 "usable cores time-share them, which the profile and calibration measure "
+                 "(every rank running at once; see docs/runtime.md).")
     write_section("dp_runtime", "\n".join(lines))
 
 

@@ -8,13 +8,12 @@ about 5 minutes on 2 cores). Needs torch.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import replace
 
 import torch
 
-from benchmarks.common import write_section
+from benchmarks.common import host_facts, host_text, write_section
 from dlsched.hardware.device_config import devices_from_data
 from dlsched.pipeline import PipelineProblem, PipelineResult, run_planner, simulate
 from dlsched.pipeline.model_source import ChainSpec
@@ -57,29 +56,48 @@ def _run_all(results: list[PipelineResult]) -> list[PipelineRun]:
     return [runs[i] for i in range(len(results))]
 
 
-def _row(ranks: int, result: PipelineResult, run: PipelineRun) -> str:
+def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int) -> str:
+    """One table row; with more ranks than ``cores`` no prediction (the simulator's devices
+    run in parallel, ranks waiting for a core do not)."""
     problem, plan = result.problem, result.plan
     bare = problem.graph.with_overheads([0.0] * problem.graph.num_devices)
     replay = simulate(PipelineProblem(retimed_chain(problem.chain, plan, run.timeline),
                                       bare, problem.num_microbatches), plan)
     measured = run.median_iteration_s
-    predicted = result.sim.iteration_s
     used = to_torch(plan).world_size
     busy = sum(span.duration for span in run.timeline.spans)
     idle = 1 - busy / (used * sum(run.iteration_s))
     schedule = plan.notes.get("schedule", plan.planner)
+    shared = used > cores
+    predicted = result.sim.iteration_s
+    prediction = ("not predicted | -" if shared
+                  else f"{predicted * 1e3:.0f} | {(predicted / measured - 1) * 100:+.0f}%")
     return (f"| {ranks} | {plan.planner} | {used} | {plan.num_stages} "
-            f"| {schedule} | {predicted * 1e3:.0f} | {measured * 1e3:.0f} "
+            f"| {schedule} | {measured * 1e3:.0f} "
             f"({min(run.iteration_s) * 1e3:.0f}-{max(run.iteration_s) * 1e3:.0f}) "
-            f"| {(predicted / measured - 1) * 100:+.0f}% | {replay.iteration_s * 1e3:.0f} "
+            f"| {prediction} | {replay.iteration_s * 1e3:.0f} "
             f"| {(replay.iteration_s / measured - 1) * 100:+.0f}% "
-            f"| {result.sim.bubble_fraction * 100:.0f}% | {idle * 100:.0f}% |")
+            f"| {'-' if shared else f'{result.sim.bubble_fraction * 100:.0f}%'} "
+            f"| {idle * 100:.0f}% |")
+
+
+def measured_rank(results: list[PipelineResult], runs: list[PipelineRun]) -> str:
+    """dlsched's plan's measured rank among the measured plans (1 = fastest) and the gap to
+    the fastest."""
+    times = {r.plan.planner: run.median_iteration_s for r, run in zip(results, runs,
+                                                                      strict=True)}
+    fastest = min(times, key=times.__getitem__)
+    rank = 1 + sum(t < times["dlsched"] for t in times.values())
+    return (f"dlsched's plan measured rank {rank} of {len(times)} ({times['dlsched'] * 1e3:.0f}"
+            f" ms; fastest {fastest} {times[fastest] * 1e3:.0f} ms, dlsched "
+            f"{(times['dlsched'] / times[fastest] - 1) * 100:+.1f}%)")
 
 
 def main() -> None:
     """Profile, calibrate, plan, run and write the table."""
     torch.set_num_threads(1)
-    load_before = os.getloadavg()[0]
+    before = host_facts()
+    cores = before["usable_cores"]
     profiles = profile_blocks(load_model(MODEL), MICROBATCH_SIZE, repeats=7)
     chain = ChainSpec.model_validate(chain_document(MODEL, profiles)).build()
     latency, bandwidth, _ = calibrate_link()
@@ -90,12 +108,14 @@ def main() -> None:
                                                        overhead_s=overhead), "benchmark")
         problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
         results = _plans(problem)
-        for result, run in zip(results, _run_all(results), strict=True):
-            rows.append(_row(ranks, result, run))
+        runs = _run_all(results)
+        rows += [_row(ranks, result, run, cores)
+                 for result, run in zip(results, runs, strict=True)]
         free = run_planner(replace(problem, replicate=True), "dlsched")
-        notes.append(f"{ranks} ranks: unrestricted dlsched plan {free.sim.iteration_s * 1e3:.0f}"
-                     f" ms predicted, stages {free.plan.stages_text().replace(chr(10), '; ')}")
-    load = f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after"
+        notes.append(f"{ranks} ranks: {measured_rank(results, runs)}; unrestricted dlsched "
+                     f"plan {free.sim.iteration_s * 1e3:.0f} ms predicted, stages "
+                     f"{free.plan.stages_text().replace(chr(10), '; ')}")
+    after = host_facts()
     config = GPT_PRESETS[MODEL]
     forward = sum(p.forward_s for p in profiles)
     backward = sum(p.backward_s for p in profiles)
@@ -123,19 +143,18 @@ def main() -> None:
         "*idle* is the share of the used ranks' time outside compute actions (bubble, waits "
         "for activations and gradients, runtime overhead between actions).",
         "",
-        "| ranks | planner | ranks used | stages | schedule | predicted (ms) "
-        "| measured (ms) | error | replayed (ms) | replay error | predicted idle "
+        "| ranks | planner | ranks used | stages | schedule | measured (ms) "
+        "| predicted (ms) | error | replayed (ms) | replay error | predicted idle "
         "| measured idle |",
         "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
         *[f"- {note} (replicated stages: not runnable by torch.distributed.pipelining)"
           for note in notes],
-        f"- The machine has {os.cpu_count()} cores shared with other engineers' jobs while "
-        f"this ran (1-minute load average {load}): 4 ranks time-share 2 cores, so ranks "
-        "that the plan runs in parallel are partly serialised, and every number here is "
-        "disturbed by foreign load. The replay uses the run's own action times and no "
-        "per-action overhead: what it misses is the runtime's time between actions.",
+        f"- Machine: {host_text(before)} before; load {after['load']:.1f} after. Plans "
+        f"using more ranks than the {cores} usable cores are measured but not predicted: "
+        "the simulator's devices run in parallel, ranks waiting for a core do not (the "
+        "replay, from the run's own action times, is still shown).",
     ])
     write_section("pipeline-runtime", markdown)
 

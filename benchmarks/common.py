@@ -11,6 +11,7 @@ import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 BENCHMARKS_FILE = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
 _HEADER = ("# dlsched benchmarks\n\nRegenerate a section with `python -m benchmarks.<script>` "
@@ -21,6 +22,29 @@ def machine_note() -> str:
     """One line naming the machine the numbers were taken on."""
     return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
+
+
+def host_facts() -> dict[str, Any]:
+    """The machine as measured now: ``cores`` (os.cpu_count), ``usable_cores`` (the ones this
+    process may run on, its affinity), ``load`` (1-minute load average), ``torch`` (version,
+    None without torch)."""
+    try:
+        import torch
+
+        torch_version: str | None = torch.__version__
+    except ImportError:
+        torch_version = None
+    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+              else os.cpu_count())
+    return {"cores": os.cpu_count(), "usable_cores": usable, "load": os.getloadavg()[0],
+            "torch": torch_version, "host": platform.node(),
+            "processor": platform.processor() or platform.machine()}
+
+
+def host_text(facts: dict[str, Any]) -> str:
+    """One line of ``host_facts``."""
+    return (f"{facts['usable_cores']} usable of {facts['cores']} cores ({facts['processor']}), "
+            f"1-minute load average {facts['load']:.1f}, torch {facts['torch'] or 'absent'}")
 
 
 def best_of(function: Callable[[], object], repeats: int = 3) -> float:

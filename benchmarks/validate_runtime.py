@@ -1,0 +1,201 @@
+"""The fixed validation protocol of the data-parallel runtime: one setting, several runs.
+
+``python -m benchmarks.validate_runtime --ranks R (--rate GBIT | --loopback) --model M
+--runs 3``: each run is the benchmark's setting from scratch (``bench_dp_runtime.run_setting``:
+calibrate idle, loaded and queued streams, then train every policy and real DDP in rounds and
+predict each executed plan). The summary per setting: per run the rows within 15% and the
+mean absolute error; per policy the mean error over runs, its range, and the run-to-run spread
+of the measured iteration ((max - min) / median over runs); per run and model the measured
+rank of dlsched's plan among every measured plan (1 = fastest) and dlsched against real
+torch DDP. A calibration the runtime refuses is recorded as a refused run with its reason.
+
+The method is fixed by ``bench_dp_runtime.METHOD`` and the commit each run records; settings
+other than the one the method was developed on (``DEVELOPED_ON``) are reported as held-out.
+Each run is stored in ``benchmarks/out/validate-<setting>.json`` and the BENCHMARKS.md
+section ``dp-validation`` is rewritten from every stored setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_dp_runtime import (
+    COMM_NICE,
+    GROUP_NICE,
+    METHOD,
+    MODELS,
+    autogroup_nice,
+    run_setting,
+    setting_name,
+)
+from benchmarks.common import host_facts, host_text, write_section
+from dlsched.errors import ConfigError
+from dlsched.runtime.train import REFERENCE
+
+DEVELOPED_ON = {(4, 10)}  # (ranks, Gbit/s) the method was developed and tuned on
+WITHIN = 0.15
+FOLDER = Path("benchmarks/out")
+
+
+def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, required=True, help="ranks (2..64)")
+    link = parser.add_mutually_exclusive_group(required=True)
+    link.add_argument("--rate", type=int, choices=(1, 10), help="emulated link, Gbit/s (root)")
+    link.add_argument("--loopback", action="store_true", help="loopback, no emulation")
+    parser.add_argument("--model", nargs="+", choices=tuple(MODELS), default=list(MODELS))
+    parser.add_argument("--runs", type=int, default=3, help="runs of the setting (1..10)")
+    args = parser.parse_args(argv)
+    if not 2 <= args.ranks <= 64 or not 1 <= args.runs <= 10:
+        parser.error(f"--ranks {args.ranks} must be in 2..64 and --runs {args.runs} in 1..10")
+    return args
+
+
+def dlsched_rank(rows: list[dict[str, Any]]) -> int:
+    """The measured rank of dlsched's plan among every measured plan of one model (1 =
+    fastest; ties share the better rank)."""
+    mine = next(float(r["measured_s"]) for r in rows if r["policy"] == "dlsched")
+    return 1 + sum(float(r["measured_s"]) < mine for r in rows)
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per run: rows within 15%, mean absolute error, per model dlsched's measured rank and
+    its time over torch DDP's; per (model, policy): mean error, error range and the
+    run-to-run spread of the measured iteration."""
+    done = [run for run in runs if run["rows"]]
+    per_run = []
+    for run in done:
+        errors = [float(r["error"]) for r in run["rows"]]
+        models = sorted({r["model"] for r in run["rows"]})
+        ranks, over_ddp = {}, {}
+        for model in models:
+            rows = [r for r in run["rows"] if r["model"] == model]
+            ranks[model] = f"{dlsched_rank(rows)} of {len(rows)}"
+            times = {r["policy"]: float(r["measured_s"]) for r in rows}
+            if REFERENCE in times and "dlsched" in times:
+                over_ddp[model] = times["dlsched"] / times[REFERENCE] - 1
+        per_run.append({"within": sum(abs(e) <= WITHIN for e in errors), "rows": len(errors),
+                        "mae": statistics.mean(map(abs, errors)), "dlsched_rank": ranks,
+                        "dlsched_over_ddp": over_ddp})
+    policies: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in done:
+        for row in run["rows"]:
+            policies.setdefault((row["model"], row["policy"]), []).append(row)
+    per_policy = []
+    for (model, policy), rows in sorted(policies.items()):
+        errors = [float(r["error"]) for r in rows]
+        measured = [float(r["measured_s"]) for r in rows]
+        per_policy.append({"model": model, "policy": policy, "runs": len(rows),
+                           "mean_error": statistics.mean(errors), "min_error": min(errors),
+                           "max_error": max(errors),
+                           "measured_ms": statistics.median(measured) * 1e3,
+                           "run_spread": (max(measured) - min(measured))
+                           / statistics.median(measured)})
+    return {"per_run": per_run, "per_policy": per_policy,
+            "refused": [run["refused"] for run in runs if run.get("refused")]}
+
+
+def _commit() -> str:
+    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False)
+    return result.stdout.strip() or "unknown"
+
+
+def run_protocol(ranks: int, rate: int | None, models: list[str], runs: int) -> Path:
+    """Run the setting ``runs`` times and store every run; the stored file's path."""
+    FOLDER.mkdir(parents=True, exist_ok=True)
+    store = FOLDER / f"validate-{setting_name(ranks, rate)}-{'-'.join(models)}.json"
+    record = {"ranks": ranks, "rate": rate, "models": models, "method": METHOD,
+              "commit": _commit(), "held_out": (ranks, rate) not in DEVELOPED_ON,
+              "started": time.strftime("%Y-%m-%d %H:%M"), "host_before": host_facts(),
+              "runs": []}
+    for index in range(runs):
+        start = time.perf_counter()
+        facts = host_facts()
+        try:
+            with autogroup_nice(GROUP_NICE):
+                rows, _ = run_setting(ranks, rate, models, FOLDER, COMM_NICE)
+            refused = None
+        except ConfigError as error:
+            rows, refused = [], str(error)
+        record["runs"].append({"run": index + 1, "date": time.strftime("%Y-%m-%d %H:%M"),
+                               "seconds": time.perf_counter() - start, "host": facts,
+                               "refused": refused,
+                               "rows": [{k: v for k, v in row.items()
+                                         if k not in ("profile", "fits", "compute_slowdown")}
+                                        for row in rows]})
+        print(f"run {index + 1}/{runs}: " + (f"refused: {refused}" if refused else "done"),
+              file=sys.stderr)
+    record["host_after"] = host_facts()
+    record["summary"] = summarize(record["runs"])
+    store.write_text(json.dumps(record, indent=1))
+    print(f"wrote {store}", file=sys.stderr)
+    return store
+
+
+def _setting_lines(record: dict[str, Any]) -> list[str]:
+    summary = record["summary"]
+    link = "loopback" if record["rate"] is None else f"{record['rate']} Gbit/s emulated"
+    kind = "held-out" if record["held_out"] else "developed on"
+    host = record["host_before"]
+    oversubscribed = (f"; {record['ranks']} ranks share {host['usable_cores']} cores (the "
+                      "profile and calibration are measured with every rank running, so the "
+                      "sharing is in the model's inputs)"
+                      if record["ranks"] > host["usable_cores"] else "")
+    lines = [f"### {record['ranks']} ranks, {link} ({kind}; {', '.join(record['models'])})", "",
+             f"Started {record['started']}, commit {record['commit']}, host {host['host']}: "
+             f"{host_text(host)} before, load {record['host_after']['load']:.1f} after"
+             f"{oversubscribed}.", ""]
+    lines += [f"- run {i + 1}: **{run['within']}/{run['rows']}** rows within 15%, mean "
+              f"absolute error {run['mae'] * 100:.1f}%; dlsched's plan measured rank "
+              + ", ".join(f"{m} {r}" for m, r in run["dlsched_rank"].items())
+              + "; dlsched vs torch DDP "
+              + ", ".join(f"{m} {d * 100:+.1f}%" for m, d in run["dlsched_over_ddp"].items())
+              for i, run in enumerate(summary["per_run"])]
+    lines += [f"- refused run: {reason}" for reason in summary["refused"]]
+    lines += ["", "| model | policy | runs | measured (ms, median) | run-to-run spread (%) | "
+              "mean error (%) | error range (%) |", "|---|---|---:|---:|---:|---:|---|"]
+    lines += [f"| {p['model']} | {p['policy']} | {p['runs']} | {p['measured_ms']:.1f} | "
+              f"{p['run_spread'] * 100:.1f} | {p['mean_error'] * 100:+.1f} | "
+              f"{p['min_error'] * 100:+.1f} to {p['max_error'] * 100:+.1f} |"
+              for p in summary["per_policy"]]
+    return [*lines, ""]
+
+
+def write_table() -> None:
+    """Rewrite the BENCHMARKS.md section from every stored setting, held-out ones apart."""
+    records = [json.loads(path.read_text()) for path in sorted(FOLDER.glob("validate-*.json"))]
+    lines = ["## Data-parallel runtime: validation protocol (issue 21)", "",
+             "`python -m benchmarks.validate_runtime --ranks R (--rate GBIT | --loopback) "
+             "--model M --runs 3`: each run is one `bench_dp_runtime` setting from scratch "
+             "(calibration with refusal of implausible fits, then every policy and torch DDP "
+             "trained in rounds and predicted; method: " + METHOD + "). Rows within 15% of "
+             "24 (12 per model), mean absolute error, per policy the run-to-run spread of the "
+             "measured iteration ((max - min) / median) and the error over runs, dlsched's "
+             "measured rank among every measured plan (1 = fastest), dlsched's measured time "
+             "against real torch DDP. Times in ms, errors = predicted / measured - 1.", ""]
+    for held_out in (False, True):
+        chosen = [r for r in records if r["held_out"] == held_out]
+        if chosen:
+            lines += ["**Held-out settings** (the method was not developed on them)"
+                      if held_out else "**Setting the method was developed on**", ""]
+            lines += [line for record in chosen for line in _setting_lines(record)]
+    write_section("dp-validation", "\n".join(lines))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the protocol for one setting and rewrite the section."""
+    args = _arguments(argv)
+    run_protocol(args.ranks, None if args.loopback else args.rate, args.model, args.runs)
+    write_table()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The validation protocol's summary (benchmarks/validate_runtime.py), on hand-made rows."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+validate = pytest.importorskip("benchmarks.validate_runtime")
+
+
+def _rows(times: dict[str, float], errors: dict[str, float]) -> list[dict]:
+    return [{"model": "gpt", "policy": p, "measured_s": t, "error": errors[p]}
+            for p, t in times.items()]
+
+
+def test_dlsched_rank_counts_strictly_faster_plans() -> None:
+    """dlsched at 100 ms among 90, 100 and 120 ms: one plan faster, rank 2 (a tie shares)."""
+    rows = _rows({"wfbp": 0.090, "dlsched": 0.100, "ddp": 0.100, "torch-ddp": 0.120},
+                 dict.fromkeys(("wfbp", "dlsched", "ddp", "torch-ddp"), 0.0))
+    assert validate.dlsched_rank(rows) == 2
+
+
+def test_summary_by_hand() -> None:
+    """Two runs: errors +10%, -20%, +5% (2 within 15%, mean |e| 11.7%) and +16%, 0, -5% (2,
+    7%); dlsched measured 100 then 110 ms against torch DDP 120 and 100 ms (-16.7%, +10%);
+    its run-to-run spread (110 - 100) / 105; a refused run is listed with its reason."""
+    first = _rows({"wfbp": 0.090, "dlsched": 0.100, "torch-ddp": 0.120},
+                  {"wfbp": 0.10, "dlsched": -0.20, "torch-ddp": 0.05})
+    second = _rows({"wfbp": 0.095, "dlsched": 0.110, "torch-ddp": 0.100},
+                   {"wfbp": 0.16, "dlsched": 0.0, "torch-ddp": -0.05})
+    summary = validate.summarize([{"rows": first}, {"rows": second},
+                                  {"rows": [], "refused": "calibration: refused"}])
+    one, two = summary["per_run"]
+    assert (one["within"], two["within"]) == (2, 2)
+    assert one["mae"] == pytest.approx(0.35 / 3) and two["mae"] == pytest.approx(0.07)
+    assert one["dlsched_rank"] == {"gpt": "2 of 3"} and two["dlsched_rank"] == {"gpt": "3 of 3"}
+    assert one["dlsched_over_ddp"]["gpt"] == pytest.approx(0.100 / 0.120 - 1)
+    assert two["dlsched_over_ddp"]["gpt"] == pytest.approx(0.10)
+    mine = next(p for p in summary["per_policy"] if p["policy"] == "dlsched")
+    assert mine["run_spread"] == pytest.approx(0.010 / 0.105)
+    assert mine["mean_error"] == pytest.approx(-0.10) and mine["min_error"] == -0.20
+    assert summary["refused"] == ["calibration: refused"]
