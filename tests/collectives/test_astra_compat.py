@@ -86,3 +86,31 @@ def test_notes_name_the_behaviours_that_would_change() -> None:
     notes = " ".join(compat_notes(_ring_sw("ring"), CollectiveOp.ALL_REDUCE, "themis", 1.6e12))
     assert "R:" in notes and "Z:" in notes and "H:" in notes and "F:" not in notes
     assert compat_notes(_ring_sw("ring"), CollectiveOp.ALL_TO_ALL, "themis", None) == []
+
+
+NETWORK_YML = """topology: [Ring, Switch, Switch, Switch]
+npus_count: [4, 4, 8, 8]
+bandwidth: [250, 200, 100, 50]
+latency: [20, 700, 700, 1700]
+"""
+SYSTEM_JSON = """{"endpoint-delay": 10, "active-chunks-per-dimension": 1,
+ "preferred-dataset-splits": 16, "local-mem-bw": 1600,
+ "all-reduce-implementation": ["ring", "halvingDoubling", "halvingDoubling", "halvingDoubling"],
+ "intra-dimension-scheduling": "FIFO", "inter-dimension-scheduling": "offlineGreedy"}"""
+
+
+def test_cli_astra_compat_from_astra_files(run_cli, tmp_path) -> None:
+    """``collective --astra-compat`` on ASTRA's own network YAML and system JSON gives the
+    16-split matched row; without the flag the notes name R, Z and H."""
+    import json
+    (tmp_path / "net.yml").write_text(NETWORK_YML)
+    (tmp_path / "sys.json").write_text(SYSTEM_JSON)
+    files = ("--astra-network", str(tmp_path / "net.yml"), "--astra-system",
+             str(tmp_path / "sys.json"), "--size", "1 GiB", "--policy", "baseline,themis")
+    code, out, err = run_cli("collective", *files, "--astra-compat", "--json")
+    assert code == 0, err
+    times = {row["policy"]: row["time_s"] * 1e6 for row in json.loads(out)["rows"]}
+    assert times["baseline"] == pytest.approx(ASTRA_US[16, "matched"][0], rel=0.02)
+    assert times["themis"] == pytest.approx(ASTRA_US[16, "matched"][1], rel=0.02)
+    code, out, err = run_cli("collective", *files)
+    assert code == 0 and all(f"{b}:" in out for b in "RZH")
