@@ -335,3 +335,48 @@ def parse_network(text: str, workers: int) -> CommModel:
         return AlphaBeta(LATENCY.parse(alpha.strip(), "network: alpha (startup)"),
                          SECONDS_PER_BYTE.parse(beta.strip(), "network: beta (s/B)"), text)
     raise ConfigError(f"network: {text!r} is not understood; accepted: {ACCEPTED}")
+
+
+DEFAULT_WORKERS = 8
+"""Data-parallel ranks of a formula network (``ring:...``) when no count is given."""
+
+
+def network_for_workers(text: str, workers: int | None,
+                        default: int = DEFAULT_WORKERS) -> tuple[CommModel, int | None]:
+    """The cost model of ``--network`` and the data-parallel rank count it describes, checked
+    against ``workers`` (None: not given), so a result is never labelled with a rank count it
+    was not priced for.
+
+    A fitted file supplies its own count by default; its ring fit is re-evaluated for any
+    count, its other fits hold only at the count they were measured on (ConfigError
+    otherwise). A preset measured at N workers (``usbyte-8``) and a topology of N NPUs fix N:
+    ``workers`` must be N or None. ``ALPHA,BETA`` already prices one all-reduce across every
+    worker, so ``workers`` is refused there (the count is None). Formulas (``ring:...``) use
+    ``workers`` (or ``default``).
+    """
+    if text.lower().endswith((".yaml", ".yml", ".json")):
+        from dlsched.dataparallel.netfile import read_network_file
+
+        fitted = read_network_file(text)
+        ranks = fitted.workers if workers is None else workers
+        return fitted.build(ranks), ranks
+    comm = parse_network(text, default if workers is None else workers)
+    fixed: int | None = None
+    if isinstance(comm, TopologyPriced):
+        fixed, what = comm.topology.num_npus, f"topology {comm.topology.name!r} has"
+    elif text in PRESETS:
+        fixed, what = int(text.rsplit("-", 1)[1]), f"preset {text!r} was measured with"
+    elif isinstance(comm, AlphaBeta) and comm.name == text:
+        if workers is not None:
+            raise ConfigError(f"workers: {workers} is not used by network {text!r} (its "
+                              "ALPHA,BETA already price one all-reduce across all workers); "
+                              "accepted: omit workers, or a network that depends on it: "
+                              "ring|tree|nccl:BANDWIDTH,LATENCY, a preset or topology:PRESET")
+        return comm, None
+    if fixed is None:
+        return comm, default if workers is None else workers
+    if workers is not None and workers != fixed:
+        raise ConfigError(f"workers: {workers} does not match network {text!r} ({what} "
+                          f"{fixed} workers); accepted: {fixed} or omit workers, or "
+                          "ring|tree|nccl:BANDWIDTH,LATENCY for any worker count")
+    return comm, fixed

@@ -166,7 +166,9 @@ class NetworkFile(Fits):
             raise ConfigError(f"workers: the network file {self.name!r} was fitted on "
                               f"{self.workers} ranks and its {'/'.join(sorted(models))} model "
                               f"holds only for them (got --workers {ranks}); accepted: "
-                              f"{self.workers}, or a ring fit")
+                              f"{self.workers} (or omit --workers), a ring fit (calibrate "
+                              f"--model ring), or a file calibrated on {ranks} ranks "
+                              f"(dlsched calibrate --workers {ranks})")
         name = f"{self.name} ({self.model})"
         idle = self.curve(ranks, name)
         if self.under_load is None:
