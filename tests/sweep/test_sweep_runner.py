@@ -4,13 +4,23 @@ what is stored, and the summary's speedups are baseline time / time."""
 from __future__ import annotations
 
 import math
+from concurrent.futures import Executor, Future
 
 import pytest
 from sweep_cases import SMALL_GRID, stable, thread_engine
 
 from dlsched.collectives import run_collective
 from dlsched.hardware import load_topology
-from dlsched.sweep import ResultStore, SweepJob, grid_from_data, read_rows, run_sweep
+from dlsched.sweep import (
+    Engine,
+    ResultStore,
+    SweepIncomplete,
+    SweepJob,
+    grid_from_data,
+    read_rows,
+    run_sweep,
+    runner,
+)
 from dlsched.sweep.runner import batch_size_for, pending_tasks
 from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
 
@@ -103,3 +113,25 @@ def test_summary_rejects_unknown_baseline() -> None:
     """A baseline with no rows is a ConfigError listing the policies seen."""
     with pytest.raises(ValueError, match="accepted: base, fast, slow"):
         collect_cases(ROWS, "policy", "time_s", ["size", "policy"], "nope")
+
+
+class _LostExecutor(Executor):
+    """An executor whose workers are gone: what it accepts never finishes."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        return Future()
+
+
+def test_an_executor_without_workers_ends_the_sweep_instead_of_hanging(tmp_path,
+                                                                        monkeypatch) -> None:
+    """A Dask cluster whose workers all died keeps its futures pending forever: once the
+    engine reports no worker for WORKERLESS_LIMIT_S, every unfinished scenario is reported
+    lost (SweepIncomplete) and nothing is stored for it."""
+    monkeypatch.setattr(runner, "HEALTH_CHECK_S", 0.01)
+    monkeypatch.setattr(runner, "WORKERLESS_LIMIT_S", 0.05)
+    job = _job(SMALL_GRID)
+    engine = Engine(_LostExecutor(), 1, "workers gone", has_workers=lambda: False)
+    with ResultStore(tmp_path / "r.db", job.columns, job.meta) as store, \
+            pytest.raises(SweepIncomplete, match="16 scenarios: the executor has had no worker"):
+        run_sweep(job, store, engine, batch_size=4)
+    assert read_rows(tmp_path / "r.db") == []

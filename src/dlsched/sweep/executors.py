@@ -28,11 +28,14 @@ EXECUTORS = ("process", "dask", "ray")
 
 @dataclass(frozen=True)
 class Engine:
-    """An open executor, how many tasks it runs at once (``slots``) and a one-line description."""
+    """An open executor, how many tasks it runs at once (``slots``), a one-line description,
+    and ``has_workers()``: whether any worker is left to run a task (a cluster whose workers
+    all died keeps its futures pending forever; the runner asks this while it waits)."""
 
     executor: Executor
     slots: int
     description: str
+    has_workers: Callable[[], bool] = lambda: True
 
 
 def _missing(extra: str, package: str) -> ConfigError:
@@ -113,7 +116,8 @@ def _dask(workers: int, address: str | None) -> Iterator[Engine]:
     slots = max(sum(client.nthreads().values()), 1)
     where = "LocalCluster" if cluster is not None else address
     try:
-        yield Engine(executor, slots, f"Dask ({where}), {slots} worker threads")
+        yield Engine(executor, slots, f"Dask ({where}), {slots} worker threads",
+                     has_workers=lambda: bool(client.nthreads()))
     finally:
         executor.shutdown(wait=False)
         client.close()
@@ -151,8 +155,8 @@ def _ray(workers: int, address: str | None) -> Iterator[Engine]:
         ray.init(address=address, log_to_driver=False)
     slots = max(int(ray.cluster_resources().get("CPU", 1)), 1)
     try:
-        yield Engine(RayExecutor(ray), slots,
-                     f"Ray ({address or 'local'}), {slots} CPUs")
+        yield Engine(RayExecutor(ray), slots, f"Ray ({address or 'local'}), {slots} CPUs",
+                     has_workers=lambda: ray.cluster_resources().get("CPU", 0) > 0)
     finally:
         ray.shutdown()
 

@@ -23,6 +23,8 @@ Evaluate = Callable[[dict[str, Any]], dict[str, Any]]
 Task = tuple[str, int, dict[str, Any]]
 MAX_BATCH = 64
 BATCHES_PER_SLOT = 8
+HEALTH_CHECK_S = 5.0  # how often a waiting runner asks the engine whether it has workers
+WORKERLESS_LIMIT_S = 30.0  # no worker for this long (no restart came): the batches are lost
 
 
 class SweepIncomplete(RuntimeError):
@@ -118,6 +120,7 @@ def iter_sweep(job: SweepJob, store: ResultStore, engine: Engine, todo: list[Tas
     pending: dict[Future, list[Task]] = {}
     lost: list[str] = []
     next_batch = 0
+    workerless_s = 0.0
     try:
         while next_batch < len(batches) or pending:
             while next_batch < len(batches) and len(pending) < 2 * engine.slots:
@@ -133,7 +136,14 @@ def iter_sweep(job: SweepJob, store: ResultStore, engine: Engine, todo: list[Tas
                 next_batch += 1
             if not pending:
                 break
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            finished, _ = wait(pending, timeout=HEALTH_CHECK_S, return_when=FIRST_COMPLETED)
+            alive = finished or engine.has_workers()
+            workerless_s = 0.0 if alive else workerless_s + HEALTH_CHECK_S
+            if workerless_s >= WORKERLESS_LIMIT_S:
+                unrun = [*pending.values(), *batches[next_batch:]]
+                lost.append(f"{sum(map(len, unrun))} scenarios: the executor has had no "
+                            f"worker for {workerless_s:.0f} s")
+                break
             for future in finished:
                 batch = pending.pop(future)
                 try:
