@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from dlsched.collectives import POLICIES as COLLECTIVE_POLICIES
 from dlsched.collectives import run_collective
 from dlsched.collectives.plan import CollectiveOp, IntraPolicy
-from dlsched.dataparallel import parse_network, problem_from_model, run_dataparallel
+from dlsched.dataparallel import problem_from_model, run_dataparallel
+from dlsched.dataparallel.comm import network_for_workers
 from dlsched.dataparallel.policies import POLICIES as DP_POLICIES
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology, load_topology
@@ -120,7 +121,7 @@ class DataParallelParams(BaseModel):
     workers: _limited(WORKERS, int) = 8
     network: str = "usbyte-8"
     device: str = "v100"
-    efficiency: _limited(FRACTION, float) = 0.4
+    efficiency: _limited(FRACTION, float) | None = None  # None: the calibrated GPU model
     batch_size: _limited(BATCH, int) = 32
     policy: str = "usbyte"
 
@@ -141,12 +142,20 @@ class DataParallelParams(BaseModel):
     def _policy(cls, value: str) -> str:
         return policy_name(value, DP_POLICIES, "data-parallel policy")
 
+    @model_validator(mode="after")
+    def _workers_match_network(self) -> DataParallelParams:
+        network_for_workers(self.network, self.workers)
+        return self
+
 
 @lru_cache(maxsize=64)
-def _dp_problem(model: str, workers: int, network: str, device: str, efficiency: float,
-                batch_size: int) -> Any:
+def _dp_problem(model: str, workers: int, network: str, device: str,
+                efficiency: float | None, batch_size: int) -> Any:
+    """The scenario's problem; its network must describe ``workers`` ranks (a preset measured
+    on 8 is refused for 2, as ``dlsched dataparallel`` refuses it)."""
+    comm, _ = network_for_workers(network, workers)
     return problem_from_model(get_model(model), device_compute(device, efficiency), batch_size,
-                              parse_network(network, workers))
+                              comm)
 
 
 def run_dataparallel_scenario(params: dict[str, Any]) -> dict[str, Any]:
