@@ -118,7 +118,19 @@ def equal_chunks(size: int, num_chunks: int) -> list[int]:
 
 
 def weighted_chunks(size: int, weights: list[float]) -> list[int]:
-    """Split ``size`` bytes in proportion to ``weights`` (largest-remainder rounding)."""
+    """Split ``size`` bytes (at least one per weight) in proportion to ``weights``
+    (largest-remainder rounding), every chunk at least one byte: when rounding leaves a
+    chunk empty (a few bytes over many weights), one byte each and the rest in proportion."""
+    if size < len(weights):
+        raise ValueError(f"{size} bytes cannot make {len(weights)} non-empty chunks")
+    sizes = _proportional(size, weights)
+    if min(sizes) > 0:
+        return sizes
+    return [1 + extra for extra in _proportional(size - len(weights), weights)]
+
+
+def _proportional(size: int, weights: list[float]) -> list[int]:
+    """``size`` bytes in proportion to ``weights``, largest-remainder rounding (may be 0)."""
     total = sum(weights)
     exact = [size * w / total for w in weights]
     sizes = [math.floor(x) for x in exact]

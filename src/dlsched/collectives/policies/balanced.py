@@ -135,7 +135,7 @@ def _chunkings(request: CollectiveRequest, few: bool = False) -> list[list[int]]
         if request.size >= 64:
             chunkings.append(equal_chunks(request.size, 64))
         chunkings += [tapered_chunks(request.size, c) for c in CHUNK_COUNTS if c <= request.size]
-    unique = {tuple(c): c for c in chunkings if min(c) > 0}
+    unique = {tuple(c): c for c in chunkings}
     return list(unique.values())
 
 
