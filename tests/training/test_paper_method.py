@@ -136,3 +136,17 @@ def test_paper_method_scenario_rows_and_bounds():
     assert all(keys <= row.keys() and row["method"] == "paper" for row in rows)
     times = {row["policy"]: row["iteration_s"] for row in rows}
     assert times["ideal"] <= times["dlsched"] * (1 + 1e-9) <= times["themis"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("workload", ["resnet152", "gnmt", "dlrm"])
+def test_paper_method_zero_latency_shape(workload):
+    """Issue 22's criteria on the six topologies at zero latency (Transformer-1T, 22 s a
+    scenario, is in docs/training.md only): Themis within 3% of the Ideal's time on average,
+    dlsched never slower than Themis and within 2% of the Ideal on average."""
+    rows = themis_training.reproduce(
+        [themis_training.Scenario(workload, topology, "zero", method="paper")
+         for topology in themis_training.TOPOLOGIES])
+    entry = themis_training.summarize(rows)[0]
+    assert entry["themis_over_ideal_time"] <= 1.03
+    assert entry["dlsched_over_themis_min"] >= 1.0
+    assert entry["dlsched_vs_ideal_avg"] <= 1.02
