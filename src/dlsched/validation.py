@@ -191,6 +191,8 @@ FRACTION = Limit("fraction", 0.0, 1.0, low_open=True)
 """A share such as an efficiency: (0, 1]."""
 RATIO = Limit("ratio", 0.0, 1e6, low_open=True)
 """A positive multiplier such as backward/forward: (0, 10**6]."""
+LEARNING_RATE = Limit("learning rate", 0.0, 10.0, low_open=True)
+"""An optimizer's learning rate: (0, 10]."""
 
 NPUS_PER_DIM = count("dimension size", 2, MAX_NPUS_PER_DIM)
 NPUS = count("NPU count", 1, MAX_NPUS)

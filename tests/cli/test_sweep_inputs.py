@@ -43,3 +43,33 @@ def test_a_results_file_with_damaged_pages_is_refused_in_one_line(
         assert code == 2, (args, err)
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
         assert f"'{db}' is damaged" in err
+
+
+@pytest.mark.parametrize("network", [None, "usbyte-8"])
+def test_a_dataparallel_grid_with_workers_its_network_does_not_describe_is_refused(
+        tmp_path: Path, run_cli, network: str | None) -> None:
+    """workers 2 and 4 with the 8-rank preset (given or the default): the grid is refused
+    before any scenario runs (its rows would say workers=2 but be priced for 8), with the
+    message dataparallel gives; nothing is written."""
+    grid = {"name": "dp", "domain": "dataparallel",
+            "axes": {"workers": [2, 4], "policy": ["wfbp", "usbyte"]},
+            "fixed": {"model": "resnet50"} | ({"network": network} if network else {})}
+    path = tmp_path / "dp.yaml"
+    path.write_text(yaml.safe_dump(grid))
+    for extra in ((), ("--dry-run",)):
+        code, _, err = run_cli("sweep", str(path), "--db", str(tmp_path / "dp.db"), *extra)
+        assert code == 2, err
+        assert "does not match network 'usbyte-8'" in err and "accepted: 8" in err
+    assert not (tmp_path / "dp.db").exists()
+
+
+def test_a_dataparallel_scenario_priced_for_other_ranks_is_an_error_row() -> None:
+    """Combinations across axes that the grid check does not see are refused when the
+    scenario runs (an error row), never stored as a mislabelled result."""
+    from dlsched.errors import ConfigError
+    from dlsched.sweep.domains import run_dataparallel_scenario
+
+    with pytest.raises(ConfigError, match="does not match network"):
+        run_dataparallel_scenario({"model": "resnet50", "workers": 2, "network": "usbyte-8",
+                                   "device": "v100", "efficiency": None, "batch_size": 32,
+                                   "policy": "wfbp"})

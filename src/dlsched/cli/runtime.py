@@ -16,12 +16,13 @@ import typer
 
 from dlsched.cli.options import console, emit_rows, parse_names
 from dlsched.dataparallel import POLICIES
+from dlsched.dataparallel.comm import network_for_workers
 from dlsched.errors import ConfigError
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, seconds_as_ms
 from dlsched.runtime.calibrate import CHOICES
 from dlsched.units import parse_bytes
-from dlsched.validation import BATCH, THREADS, WORKERS, check_output_paths
+from dlsched.validation import BATCH, LEARNING_RATE, THREADS, WORKERS, check_output_paths
 
 train_app = typer.Typer(help="Train on spawned torch.distributed ranks with dlsched plans and "
                         "compare measured with predicted times.", no_args_is_help=True)
@@ -178,7 +179,9 @@ def train_dataparallel(
     module: ModuleOption = "resnet",
     input_shape: ShapeOption = "",
     batch_size: BatchOption = 8,
-    workers: Annotated[int, typer.Option(help="Ranks to spawn.")] = 2,
+    workers: Annotated[int | None, typer.Option(
+        help="Ranks to spawn; default: the count --network describes (a calibrated file's or "
+             "a preset's), else 2. Must match it, as in `dlsched dataparallel`.")] = None,
     network: Annotated[str, typer.Option(help="Network model for the prediction: a file from "
                                          "`dlsched calibrate` or any `dataparallel --network` "
                                          "value.")] = "network.yaml",
@@ -212,7 +215,10 @@ def train_dataparallel(
     torch-ddp) on spawned gloo ranks; print measured vs predicted iteration time."""
     check_output_paths({"--csv": (csv, (".csv",)), "--trace": (trace, (".json",)),
                         "--plot": (plot, (".png",))})
-    WORKERS.check(workers, "workers")
+    if workers is not None:
+        WORKERS.check(workers, "--workers")
+    LEARNING_RATE.check(lr, "--lr")
+    workers = network_for_workers(network, workers, default=2)[1] or 2
     names = tuple(parse_names(policy, [*POLICIES, "torch-ddp"], "policy"))
     if (trace or plot) and names == ("torch-ddp",):
         raise ConfigError("policy: --trace and --plot show the plan executor's measured "
@@ -220,14 +226,19 @@ def train_dataparallel(
     options = _spawn_options(timeout_s=timeout, deadline_s=3600, comm_nice=comm_nice,
                              own_sessions=False)
     _require_torch()
-    from dlsched.dataparallel import parse_network
     from dlsched.runtime.spawn import spawn
-    from dlsched.runtime.train import compare, predict, problem_from_profile, train_rank
+    from dlsched.runtime.train import (
+        check_module,
+        compare,
+        predict,
+        problem_from_profile,
+        train_rank,
+    )
 
-    parse_network(network, workers)
     config = _config(module, input_shape, batch_size, policies=names, network=network,
                      iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr,
                      profile_in=profile_in, rounds=rounds)
+    check_module(config)
     result = spawn(train_rank, workers, (config,), options)[0]
     rows = compare(result, config, workers)
     runs = result["runs"]

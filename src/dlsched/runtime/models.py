@@ -130,3 +130,21 @@ def example_input(module: nn.Module, batch_size: int, image_size: int = 32,
     if isinstance(module, GPT):
         return torch.randint(0, module.vocab, (batch_size, module.context), generator=generator)
     return torch.randn(batch_size, 3, image_size, image_size, generator=generator)
+
+
+def user_factory(factory: Any, spec: str, kind: type, field: str, *args: Any,
+                 **kwargs: Any) -> Any:
+    """``factory(*args, **kwargs)`` of a user's ``package.module:function`` named ``spec``;
+    ConfigError naming ``field`` when it is not a function, raises, or returns no ``kind``."""
+    accepted = f"accepted: a function returning a {kind.__module__}.{kind.__qualname__}"
+    if not callable(factory):
+        raise ConfigError(f"{field}: {spec!r} is a {type(factory).__name__}; {accepted}")
+    try:
+        built = factory(*args, **kwargs)
+    except Exception as error:
+        message = (str(error).strip().splitlines() or [""])[0]
+        raise ConfigError(f"{field}: calling {spec!r} failed with {type(error).__name__}: "
+                          f"{message}; {accepted}") from None
+    if not isinstance(built, kind):
+        raise ConfigError(f"{field}: {spec!r} returned a {type(built).__name__}; {accepted}")
+    return built

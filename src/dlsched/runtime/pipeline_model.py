@@ -22,7 +22,7 @@ import torch.nn.functional as functional
 from torch import Tensor, nn
 
 from dlsched.errors import ConfigError
-from dlsched.runtime.models import DecoderBlock
+from dlsched.runtime.models import DecoderBlock, user_factory
 
 
 @dataclass(frozen=True)
@@ -122,9 +122,5 @@ def load_model(spec: str, seed: int = 0) -> PipelineModel:
     try:
         factory = getattr(importlib.import_module(module_name), function_name)
     except (ImportError, AttributeError) as error:
-        raise ConfigError(f"model: cannot load {spec!r}: {error}") from error
-    model = factory(seed)
-    if not isinstance(model, PipelineModel):
-        raise ConfigError(f"model: {spec!r} returned {type(model).__name__}, expected a "
-                          "dlsched.runtime.pipeline_model.PipelineModel")
-    return model
+        raise ConfigError(f"model: cannot load {spec!r}: {error}") from None
+    return user_factory(factory, spec, PipelineModel, "model", seed)

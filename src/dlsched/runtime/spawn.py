@@ -175,10 +175,10 @@ def _signal_name(number: int) -> str:
 
 
 def _last_error(folder: Path, rank: int) -> str:
-    """The last line of a rank's error (its exception), at most 500 characters."""
-    error = folder / f"error-{rank}.txt"
-    lines = error.read_text(errors="replace").strip().splitlines() if error.exists() else []
-    return " ".join(lines[-1].split())[:500] if lines else ""
+    """A rank's exception as ``type: first line of its message`` (at most 500 characters);
+    empty when the rank raised nothing (it exited or was killed)."""
+    reason = folder / f"reason-{rank}.txt"
+    return " ".join(reason.read_text(errors="replace").split())[:500] if reason.exists() else ""
 
 
 def _logs(folder: Path, world_size: int, tail: int = 2000) -> str:
@@ -271,8 +271,14 @@ def _worker(spec_path: str) -> int:
         result = fn(rank, spec["world_size"], *args)
         (folder / f"result-{rank}.pkl").write_bytes(pickle.dumps(result))
         dist.destroy_process_group()
-    except BaseException:
+    except BaseException as error:
         (folder / f"error-{rank}.txt").write_text(traceback.format_exc())
+        frames = traceback.extract_tb(error.__traceback__)
+        lines = str(error).strip().splitlines() or [
+            f"(at {Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""]
+        kind = type(error)
+        (folder / f"reason-{rank}.txt").write_text(
+            f"{kind.__module__}.{kind.__qualname__}: {lines[0]}".removeprefix("builtins."))
         return 1
     return 0
 

@@ -32,6 +32,7 @@ from dlsched.dataparallel.plan import DPPlan, as_issued
 from dlsched.errors import ConfigError
 from dlsched.models.profile_io import ModelProfile
 from dlsched.sim.timeline import Span, Timeline
+from dlsched.validation import LEARNING_RATE
 
 REFERENCE = "torch-ddp"
 OPTIMIZERS = ("sgd", "adam")
@@ -75,6 +76,7 @@ class TrainConfig:
                               f"(got {self.iterations})")
         if self.batch_size < 1:
             raise ConfigError(f"batch_size: must be >= 1 (got {self.batch_size})")
+        LEARNING_RATE.check(self.lr, "lr")
         if not 1 <= self.rounds <= MAX_ROUNDS:
             raise ConfigError(f"rounds: must be 1 to {MAX_ROUNDS} (got {self.rounds})")
         if self.profile_in not in PROFILE_IN:
@@ -115,7 +117,23 @@ def build_module(config: TrainConfig) -> Any:
         factory = getattr(importlib.import_module(path), name)
     except (ImportError, AttributeError) as error:
         raise ConfigError(f"module: cannot load {config.model!r}: {error}") from None
-    return factory(**config.model_sizes)
+    return models.user_factory(factory, config.model, torch.nn.Module, "module",
+                               **config.model_sizes)
+
+
+def check_module(config: TrainConfig) -> None:
+    """Refuse (ConfigError naming ``--module``/``--input-shape``) a module that cannot train,
+    before any rank starts: build it and run one forward and backward on a batch."""
+    from dlsched.runtime.profile import default_loss
+
+    module, batch = module_and_batch(config, 0)
+    try:
+        default_loss(module(batch)).backward()
+    except Exception as error:
+        message = (str(error).strip().splitlines() or [""])[0]
+        raise ConfigError(f"module: {config.model!r} fails on a batch of shape "
+                          f"{tuple(batch.shape)} (--input-shape, --batch-size): "
+                          f"{type(error).__name__}: {message}") from None
 
 
 def optimizer_factory(name: str, lr: float) -> Callable[[list[Any]], Any]:

@@ -1,0 +1,116 @@
+"""The torch runtime commands refuse bad input in one line before any rank is spawned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RING = ("--network", "ring:1Gb/s,20us")
+
+
+@pytest.fixture
+def no_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if any rank would be spawned."""
+    from dlsched.runtime import spawn
+
+    def never(*_: Any, **__: Any) -> None:
+        raise AssertionError("ranks were spawned for input that should be refused")
+
+    monkeypatch.setattr(spawn, "spawn", never)
+
+
+def test_train_refuses_a_preset_for_another_rank_count(run_cli, no_spawn) -> None:
+    """usbyte-8 was measured on 8 ranks: --workers 2 is refused as dataparallel refuses it."""
+    code, _, err = run_cli("train", "dataparallel", "--network", "usbyte-8", "--workers", "2")
+    assert code == 2 and "does not match network 'usbyte-8'" in err and "accepted: 8" in err
+
+
+@pytest.mark.parametrize("lr", ["nan", "inf", "0", "-0.1", "1e308"])
+def test_train_refuses_a_learning_rate_that_is_not_finite_and_positive(run_cli, no_spawn,
+                                                                       lr: str) -> None:
+    code, _, err = run_cli("train", "dataparallel", *RING, "--lr", lr)
+    assert code == 2 and "--lr" in err and "accepted" in err
+
+
+def test_train_config_refuses_a_nan_learning_rate() -> None:
+    from dlsched.errors import ConfigError
+    from dlsched.runtime.train import TrainConfig
+
+    with pytest.raises(ConfigError, match="lr"):
+        TrainConfig(lr=float("nan"))
+
+
+def not_a_model() -> str:
+    """A factory that returns no module."""
+    return "hello"
+
+
+def small_linear() -> Any:
+    """A model taking 3 features (refused for a batch of 5 features)."""
+    import torch
+
+    return torch.nn.Linear(3, 4)
+
+
+@pytest.mark.parametrize(("module", "shape", "needle"), [
+    ("nope", "", "module: 'nope' is not one of"),
+    ("no_such_package_xyz:factory", "2,3", "cannot load"),
+    (f"{__name__}:not_a_model", "2,3", "returned a str"),
+    ("math:pi", "2,3", "'math:pi' is a float"),
+    ("os:getcwd", "2,3", "'os:getcwd' returned a str"),
+    ("os:chdir", "2,3", "calling 'os:chdir' failed with TypeError"),
+    (f"{__name__}:small_linear", "2,5", "fails on a batch of shape (2, 5)"),
+])
+def test_train_refuses_a_module_that_is_no_model_before_spawning(
+        run_cli, no_spawn, module: str, shape: str, needle: str) -> None:
+    """--module is built and run on one batch in the parent: a missing module, a function
+    that returns no torch module, a non-function, or a shape the module cannot take exits 2
+    in one line, without spawning ranks."""
+    pytest.importorskip("torch", reason="the runtime commands need torch")
+    code, _, err = run_cli("train", "dataparallel", "--module", module, "--input-shape", shape,
+                           *RING, "--policy", "wfbp")
+    assert code == 2, err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_pipeline_run_refuses_a_plan_naming_no_model(tmp_path: Path, run_cli,
+                                                     no_spawn) -> None:
+    """A plan file whose ``model`` is a function that does not build a PipelineModel: exit 2,
+    one line, before any rank starts."""
+    pytest.importorskip("torch", reason="the runtime commands need torch")
+    from dlsched.pipeline.plan import PipelinePlan, Stage
+    from dlsched.pipeline.plan_file import SavedPlan, save_plan
+
+    plan = PipelinePlan("gpipe", (Stage(0, 1, (0,)),), (tuple(_orders()),), 1)
+    saved = SavedPlan(plan, "os:getcwd", "cpu", ("r0",), 1, ("b0",), (4.0,), (4.0,), 0.001)
+    path = tmp_path / "plan.json"
+    save_plan(saved, path)
+    code, _, err = run_cli("pipeline", "run", str(path))
+    assert code == 2, err
+    assert "calling 'os:getcwd' failed" in err and len(err.strip().splitlines()) == 1
+
+
+def _orders() -> list[Any]:
+    from dlsched.pipeline.actions import Action
+
+    return [Action.parse("0F0"), Action.parse("0B0")]
+
+
+def test_torch_refusals_are_found_before_spawning() -> None:
+    """A table torch's own checks reject (a rank that runs a backward before its forward)
+    is refused here with torch's first line, not on the ranks."""
+    pytest.importorskip("torch", reason="the runtime commands need torch")
+    from dlsched.errors import ConfigError
+    from dlsched.pipeline.actions import Action
+    from dlsched.pipeline.torch_export import TorchSchedule
+    from dlsched.runtime.pipeline_run import check_torch_schedule
+
+    rows = ((Action.parse("0B0"), Action.parse("0F0")),)
+    schedule = TorchSchedule("hand", rows, ((0, 1),), (0,), (0,), 1, 1)
+    with pytest.raises(ConfigError) as refused:
+        check_torch_schedule(schedule, "order.csv")
+    assert str(refused.value).startswith("order.csv: torch.distributed.pipelining refuses the "
+                                         "hand schedule: Rank 0, step 0: Running Full Backward")
+    assert "\n" not in str(refused.value)
