@@ -422,10 +422,13 @@ def check_output_path(path: str | Path, option: str, suffixes: tuple[str, ...] =
     return path
 
 
-def check_output_paths(outputs: Mapping[str, tuple[Path | None, tuple[str, ...]]]) -> None:
-    """Check every given output ``{option: (path or None, suffixes)}``; two options may not
-    name the same file."""
-    seen: dict[Path, str] = {}
+def check_output_paths(outputs: Mapping[str, tuple[Path | None, tuple[str, ...]]],
+                       inputs: Mapping[str, str | Path | None] | None = None) -> None:
+    """Check every given output ``{option: (path or None, suffixes)}`` (see
+    ``check_output_path``): two options may not name the same file, and no output may be one
+    of the command's ``inputs`` ``{option: path or None}`` (it would be overwritten)."""
+    seen: dict[Path, str] = {Path(os.path.abspath(path)): f"{option} (an input)"
+                             for option, path in (inputs or {}).items() if path is not None}
     for option, (path, suffixes) in outputs.items():
         if path is None:
             continue
@@ -433,5 +436,5 @@ def check_output_paths(outputs: Mapping[str, tuple[Path | None, tuple[str, ...]]
         key = Path(os.path.abspath(path))
         if key in seen:
             raise ConfigError(f"{option}: {str(path)!r} is also given to {seen[key]}; accepted: "
-                              "a different file per output")
+                              "a different file per output, none of them an input")
         seen[key] = option

@@ -7,8 +7,8 @@ into ONE Chrome-trace file (each policy its own process), and prints what it wro
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +56,20 @@ def announce(what: str, path: Path, json_out: bool) -> None:
 
 @dataclass(frozen=True)
 class Outputs:
-    """The files one command writes; constructing it checks every path before any work."""
+    """The files one command writes; constructing it checks every path before any work, in
+    one ``check_output_paths`` call with the command's ``others`` outputs (e.g. ``--save``)
+    and ``inputs``: no two outputs and no output and input may name the same file."""
 
     json_out: bool = False
     csv: Path | None = None
     trace: Path | None = None
     plot: Path | None = None
+    others: Mapping[str, tuple[Path | None, tuple[str, ...]]] = field(default_factory=dict)
+    inputs: Mapping[str, str | Path | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_output_paths({"--csv": (self.csv, (".csv",)), "--trace": (self.trace, (".json",)),
-                            "--plot": (self.plot, (".png",))})
+                            "--plot": (self.plot, (".png",)), **self.others}, self.inputs)
 
     def timelines(self, named: Sequence[tuple[str, str, Timeline]], color_by: str) -> None:
         """Write ``(name, plot title, timeline)`` triples: one trace file with a process per

@@ -45,7 +45,7 @@ from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
 from dlsched.units import UnitError, parse_bytes
-from dlsched.validation import BATCH, MAX_BATCH, MAX_MICROBATCHES, MICROBATCHES, check_output_path
+from dlsched.validation import BATCH, MAX_BATCH, MAX_MICROBATCHES, MICROBATCHES
 
 SUMMARY_COLUMNS = [
     Column("planner", "planner", justify="left"),
@@ -184,9 +184,8 @@ def plan(
     Writes, when asked: --csv (rows), --trace (one Chrome-trace file, one process per planner
     and GPU), --plot (PNG, a panel per planner), --save (plan JSON).
     """
-    outputs = Outputs(json_out, csv, trace, plot)
-    if save is not None:
-        check_output_path(save, "--save", (".json",))
+    outputs = Outputs(json_out, csv, trace, plot, others={"--save": (save, (".json",))},
+                      inputs={"--model": model, "--devices": devices})
     MICROBATCHES.check(microbatches, "--microbatches")
     BATCH.check(microbatch_size, "--microbatch-size")
     check_network(network)

@@ -122,7 +122,9 @@ def export(
         help="Stage-to-rank mapping JSON (default: <csv stem>.stages.json).")] = None,
 ) -> None:
     """Write a plan as torch.distributed.pipelining's per-rank action table + stage mapping."""
-    check_output_paths({"torch-csv": (torch_csv, (".csv",)), "mapping": (mapping, (".json",))})
+    check_output_paths({"--torch-csv": (torch_csv, (".csv",)),
+                        "--mapping": (mapping or mapping_path_for(torch_csv), (".json",))},
+                       {"PLAN": plan})
     saved = load_plan(plan)
     schedule = to_torch(saved.plan)
     written = write_torch_export(schedule, saved.device_names, torch_csv, mapping)
@@ -169,7 +171,8 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
     """Train with a plan on one CPU gloo process per rank; measured vs predicted iteration."""
-    check_output_paths({"trace": (trace, (".json",)), "plot": (plot, (".png",))})
+    check_output_paths({"--trace": (trace, (".json",)), "--plot": (plot, (".png",))},
+                       {"PLAN": plan, "--torch-csv": torch_csv})
     ITERATIONS.check(iterations, "iterations")
     WARMUP.check(warmup, "warmup")
     TIMEOUT.check(timeout, "timeout")

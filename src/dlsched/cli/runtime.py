@@ -17,6 +17,7 @@ import typer
 from dlsched.cli.options import console, emit_rows, parse_names
 from dlsched.dataparallel import POLICIES
 from dlsched.dataparallel.comm import network_for_workers
+from dlsched.dataparallel.netfile import FIT_MODELS
 from dlsched.errors import ConfigError
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, seconds_as_ms
@@ -156,6 +157,8 @@ def calibrate_command(
                           f"and 1 <= repeats <= 1000 (got {low}, {high}, {points}, {repeats})")
     if load not in CHOICES:
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
+    if model not in FIT_MODELS:
+        raise ConfigError(f"--model: {model!r} is not a fit; accepted: {', '.join(FIT_MODELS)}")
     options = _spawn_options(backend=backend, timeout_s=timeout, comm_nice=comm_nice,
                              own_sessions=False)
     _require_torch()

@@ -50,6 +50,9 @@ from dlsched.validation import (
     load_document_safely,
 )
 
+FIT_MODELS = ("alpha-beta", "ring", "piecewise")
+"""The fits a network file's ``model`` may name."""
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")

@@ -22,7 +22,7 @@ from dlsched.pipeline.actions import parse_orders
 from dlsched.pipeline.plan import PipelinePlan, Stage, validate_plan
 from dlsched.pipeline.registry import PipelineResult
 from dlsched.report import to_json, write_text
-from dlsched.validation import DATA_SIZE, MAX_BATCH, MAX_LAYERS, MAX_MICROBATCHES
+from dlsched.validation import DATA_SIZE, MAX_BATCH, MAX_LAYERS, MAX_MICROBATCHES, Duration
 
 MAX_DATA_BYTES = DATA_SIZE.high
 
@@ -66,7 +66,7 @@ class PlanFile(BaseModel):
     orders: list[str]
     recompute: Literal["none", "selective", "full"] = "none"
     tensor_parallel: int = Field(1, ge=1, le=64)
-    predicted_iteration_s: float = Field(ge=0)
+    predicted_iteration_s: Duration
 
     @field_validator("orders")
     @classmethod

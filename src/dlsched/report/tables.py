@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,5 +76,16 @@ def write_text(path: str | Path, text: str) -> Path:
 
 
 def to_json(payload: Any) -> str:
-    """Pretty JSON for results (floats kept at full precision)."""
-    return json.dumps(payload, indent=2, sort_keys=False)
+    """Pretty, valid JSON for results (floats kept at full precision; a NaN or infinite
+    float, which JSON cannot hold, becomes null)."""
+    return json.dumps(_finite_or_null(payload), indent=2, sort_keys=False, allow_nan=False)
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(item) for item in value]
+    return value
