@@ -20,6 +20,7 @@ from dlsched.report import Column, render_table, rows_to_csv, write_text
 from dlsched.report.tables import as_ratio
 from dlsched.sweep import (
     EXECUTORS,
+    Grid,
     ResultStore,
     SweepIncomplete,
     SweepJob,
@@ -27,6 +28,7 @@ from dlsched.sweep import (
     open_executor,
     read_meta,
     read_rows,
+    scenario_key,
 )
 from dlsched.sweep.executors import check_executor
 from dlsched.sweep.reproduce import RunScenario, collect_rows, reproduction_job
@@ -119,7 +121,7 @@ def run(
     job = SweepJob.from_grid(loaded)
     path = db if db is not None else Path(grid.stem + ".db")
     if dry_run:
-        _dry_run(job, loaded.count, path, workers, resume)
+        _dry_run(job, loaded, path, workers, resume)
         return
     with _open_store(path, job, resume, overwrite) as store:
         execute(job, store, pending_tasks(job, store, retry_errors), executor, workers, address,
@@ -154,17 +156,22 @@ def execute(job: SweepJob, store: ResultStore, todo: list, executor: str, worker
         _report(store, ran, skipped, time.perf_counter() - start)
 
 
-def _dry_run(job: SweepJob, scenarios: int, path: Path, workers: int | None, resume: bool) -> None:
-    tasks = job.tasks()
-    done: set[str] = set()
+def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume: bool) -> None:
+    """Count the grid's scenarios, distinct ones and (with ``resume``) those still to run
+    without listing them (a grid may hold 10**7), and time up to 3 spread over the grid."""
+    distinct, done = grid.distinct_count, 0
     if resume and path.exists():
-        done = {row["key"] for row in read_rows(path)}
-    todo = [task for task in tasks if task[0] not in done]
-    per = estimate_seconds(job, todo)
+        for row in read_rows(path):
+            index = grid.index_of(row)
+            done += index is not None and row["key"] == scenario_key(
+                job.domain, {name: grid.scenario(index)[name] for name in job.params})
+    todo = distinct - done
+    sample = [round(i * (grid.count - 1) / 2) for i in range(min(3, grid.count))]
+    per = estimate_seconds(job, [("", i, grid.scenario(i)) for i in dict.fromkeys(sample)])
     slots = check_executor("process", workers)
-    console.print(f"{job.name}: {scenarios} scenarios in the grid ({len(tasks)} distinct), "
-                  f"{len(todo)} to run; about {format_time(per)} each when run alone here, so "
-                  f"about {format_time(per * len(todo) / slots)} on {slots} workers "
+    console.print(f"{job.name}: {grid.count} scenarios in the grid ({distinct} distinct), "
+                  f"{todo} to run; about {format_time(per)} each when run alone here, so "
+                  f"about {format_time(per * todo / slots)} on {slots} workers "
                   "(estimate from up to 3 scenarios spread over the grid)", highlight=False)
 
 

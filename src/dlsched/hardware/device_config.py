@@ -76,7 +76,7 @@ class ServersForm(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = "devices"
     description: str = ""
-    servers: list[ServerSpec]
+    servers: list[ServerSpec] = Field(max_length=MAX_DEVICES)
     inter: LinkSpec | None = None
 
     def build(self) -> DeviceGraph:

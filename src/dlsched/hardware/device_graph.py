@@ -108,6 +108,7 @@ def server_graph(name: str, servers: list[tuple[int, float, int, float, float]],
                  inter_bandwidth: float, inter_latency: float) -> DeviceGraph:
     """GPUs grouped in servers: ``servers`` lists (count, flops, memory, intra bandwidth B/s,
     intra latency s); GPUs of different servers talk over ``inter_bandwidth``/``inter_latency``."""
+    DEVICES.check(sum(server[0] for server in servers), "devices: GPUs of all servers")
     devices, owner = [], []
     for index, (count, flops, memory, _, _) in enumerate(servers):
         for local in range(count):
@@ -138,6 +139,7 @@ def graph_from_topology(topology: Topology, count: int | None = None, flops: flo
     n = total if count is None else count
     if not 1 <= n <= total:
         raise ConfigError(f"count: {n} is outside 1..{total} NPUs of {topology.name}")
+    DEVICES.check(n, "count" if count is not None else f"devices: NPUs of {topology.name}")
     coords = np.array([_coordinates(rank, [d.size for d in topology.dims]) for rank in range(n)])
     differs = coords[:, None, :] != coords[None, :, :]
     outer = np.where(differs.any(axis=2),

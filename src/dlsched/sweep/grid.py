@@ -13,10 +13,11 @@ import itertools
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -83,6 +84,19 @@ class Block:
         """The parameters of entry ``index``."""
         return {name: values[index] for name, values in self.values.items()}
 
+    @cached_property
+    def identities(self) -> list[str]:
+        """Each entry's identity (``_identity``), in order."""
+        return [_identity(self.entry(i)) for i in range(self.size)]
+
+    @cached_property
+    def first_index(self) -> dict[str, int]:
+        """Identity -> index of its first entry."""
+        first: dict[str, int] = {}
+        for index, identity in enumerate(self.identities):
+            first.setdefault(identity, index)
+        return first
+
 
 @dataclass(frozen=True)
 class Grid:
@@ -104,13 +118,74 @@ class Grid:
         """Parameters that take more than one value, in file order."""
         return tuple(name for block in self.blocks if block.size > 1 for name in block.values)
 
+    @property
+    def distinct_count(self) -> int:
+        """Number of distinct scenarios (as ``scenario_key`` tells them apart), counted without
+        listing them: blocks set disjoint parameters, so it is the product of each block's
+        distinct entries."""
+        return math.prod(len(set(block.identities)) for block in self.blocks)
+
     def scenarios(self) -> Iterator[dict[str, Any]]:
         """Every scenario (all parameters of the domain), product order: first block slowest."""
         for entries in itertools.product(*(range(b.size) for b in self.blocks)):
-            params = dict(self.fixed)
-            for block, index in zip(self.blocks, entries, strict=True):
-                params.update(block.entry(index))
-            yield params
+            yield self._params(entries)
+
+    def scenario(self, index: int) -> dict[str, Any]:
+        """Scenario ``index`` of ``scenarios()`` (0 <= index < count), computed directly."""
+        entries = []
+        for block in reversed(self.blocks):
+            index, entry = divmod(index, block.size)
+            entries.append(entry)
+        return self._params(reversed(entries))
+
+    def index_of(self, params: dict[str, Any]) -> int | None:
+        """The index of the first scenario whose varied parameters equal those in ``params``
+        (e.g. a stored row), or None when some block has no such entry."""
+        index = 0
+        for block in self.blocks:
+            entry = block.first_index.get(_identity({name: params.get(name)
+                                                     for name in block.values}))
+            if entry is None:
+                return None
+            index = index * block.size + entry
+        return index
+
+    def _params(self, entries: Iterable[int]) -> dict[str, Any]:
+        params = dict(self.fixed)
+        for block, index in zip(self.blocks, entries, strict=True):
+            params.update(block.entry(index))
+        return params
+
+
+class GridScenarios(Sequence[dict[str, Any]]):
+    """A grid's scenarios as a sequence computed on demand (a grid may hold 10**7)."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+
+    def __len__(self) -> int:
+        return self.grid.count
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [self.grid.scenario(i) for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return self.grid.scenario(index % len(self))
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.grid.scenarios()
+
+
+def _identity(values: dict[str, Any]) -> str:
+    """What tells two blocks' entries apart: their JSON text, as in ``scenario_key``."""
+    return json.dumps(sorted(values.items()), separators=(",", ":"), default=str)
 
 
 def scenario_key(domain: str, params: dict[str, Any]) -> str:
@@ -195,5 +270,5 @@ def load_grid(path: str | Path) -> Grid:
     return grid_from_data(load_document_safely(path, "grid"), str(path))
 
 
-__all__ = ["DOMAINS", "Grid", "GridSpec", "build_grid", "grid_from_data",
+__all__ = ["DOMAINS", "Grid", "GridScenarios", "GridSpec", "build_grid", "grid_from_data",
            "load_grid", "scenario_key"]

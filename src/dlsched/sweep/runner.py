@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dlsched.sweep.executors import Engine
-from dlsched.sweep.grid import Grid, scenario_key
+from dlsched.sweep.grid import Grid, GridScenarios, scenario_key
 from dlsched.sweep.store import ResultStore
 
 Evaluate = Callable[[dict[str, Any]], dict[str, Any]]
@@ -51,7 +51,7 @@ class SweepJob:
     def from_grid(cls, grid: Grid) -> SweepJob:
         """The job of a grid file."""
         spec = grid.spec
-        return cls(spec.name, grid.domain.name, grid.domain.evaluate, list(grid.scenarios()),
+        return cls(spec.name, grid.domain.name, grid.domain.evaluate, GridScenarios(grid),
                    grid.domain.param_names, grid.metrics,
                    {"name": spec.name, "domain": grid.domain.name,
                     "grid": spec.model_dump(by_alias=True),
