@@ -166,7 +166,7 @@ def test_bad_model_options_exit_2(run_cli):
     for args, needle in ((("--in-flight", "0"), "in-flight"),
                          (("--backward-ratio", "nan"), "backward-ratio"),
                          (("--efficiency", "1.5"), "efficiency"),
-                         (("--device", "tpu9"), "v100-fp32"),
+                         (("--device", "tpu9"), "v100"),
                          (("--csv", "out.txt"), "--csv")):
         code, _, err = run_cli("dataparallel", "--model", "vgg16", "--policy", "wfbp", *args)
         assert code == 2, args

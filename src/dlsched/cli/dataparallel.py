@@ -19,6 +19,7 @@ from dlsched.models import (
     device_compute,
     get_model,
     load_profile,
+    training_flops,
 )
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_ratio, seconds_as_ms
@@ -41,6 +42,7 @@ COLUMNS = [
     Column("time_over_bound", "time/bound", as_ratio),
     Column("settings", "settings", justify="left"),
     Column("speedup_vs_wfbp", "speedup vs WFBP", as_ratio),
+    Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}"),
     Column("messages", "all-reduces"),
     Column("peak_in_flight", "peak in flight"),
     Column("comm_busy_s", "network busy (ms)", seconds_as_ms),
@@ -138,8 +140,9 @@ def dataparallel(
     times, batch_size, compute_label = _compute(compute, device, efficiency, backward_ratio,
                                                 model, profile, batch_size)
     comm, workers = _network(network, workers)
-    problem = problem_from_model(_load_model(model, profile), times, batch_size, comm,
-                                 in_flight)
+    trained = _load_model(model, profile)
+    problem = problem_from_model(trained, times, batch_size, comm, in_flight)
+    step_flops, peak = training_flops(trained, batch_size), getattr(times, "peak_flops", None)
     runs = names if "wfbp" in names else [*names, "wfbp"]
     progress = progress_bar("scheduling policies", json_out)
     by_name = {name: run_dataparallel(problem, name) for name in progress(runs, len(runs))}
@@ -149,7 +152,9 @@ def dataparallel(
                        "compute": compute if compute != "device" else device,
                        "batch_size": batch_size,
                        "in_flight": r.plan.in_flight, "settings": r.plan.settings,
-                       "speedup_vs_wfbp": wfbp / r.time_s} for r in results]
+                       "speedup_vs_wfbp": wfbp / r.time_s,
+                       "mfu": step_flops / (r.time_s * peak) if peak and step_flops else None}
+            for r in results]
     shown = f"{workers} workers" if workers is not None else "workers as measured"
     if not json_out:
         render_table(rows, COLUMNS, f"{problem.model} data-parallel iteration (backward + next "

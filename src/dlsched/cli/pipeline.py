@@ -42,6 +42,7 @@ from dlsched.pipeline.memory_model import (
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.network import NETWORK_MODES, check_network
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
+from dlsched.pipeline.utilization import plan_mfu
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
 from dlsched.units import UnitError, parse_bytes
@@ -59,6 +60,7 @@ SUMMARY_COLUMNS = [
     Column("bound_s", "bound (ms)", seconds_as_ms),
     Column("time_over_bound", "time/bound", as_ratio),
     Column("bubble", "bubble (%)", as_percent),
+    Column("mfu", "MFU (%)", as_percent),
     Column("peak_memory_gib", "peak mem incl. reserve (GiB)", lambda v: f"{v:.2f}"),
     Column("planning_s", "planning (s)", lambda v: f"{v:.3f}"),
     Column("speedup_vs_first", "speedup vs first planner", as_ratio),
@@ -113,7 +115,8 @@ def _rows(results: list[PipelineResult]) -> list[dict]:
     """Result rows; ``speedup_vs_first`` = the first planner's time / this planner's time."""
     first = results[0].sim.iteration_s
     return [r.row() | {"peak_memory_gib": r.row()["peak_memory_bytes"] / 2**30,
-                       "speedup_vs_first": first / r.sim.iteration_s} for r in results]
+                       "speedup_vs_first": first / r.sim.iteration_s,
+                       "mfu": plan_mfu(r.problem, r.plan, r.sim.iteration_s)} for r in results]
 
 
 def _write_outputs(results: list[PipelineResult], outputs: Outputs) -> None:

@@ -38,13 +38,15 @@ from dlsched.validation import (
 
 
 class GpuSpec(BaseModel):
-    """A GPU kind: sustained ``flops`` ("125 TFLOP/s"), ``memory`` ("80 GiB") and the
-    runtime's ``overhead`` per compute action ("1.2 ms"; default 0)."""
+    """A GPU kind: sustained ``flops`` ("125 TFLOP/s"), ``memory`` ("80 GiB"), the
+    runtime's ``overhead`` per compute action ("1.2 ms"; default 0) and optionally ``peak``,
+    the datasheet's dense FLOP/s of the training precision ("312 TFLOP/s"; for MFU)."""
 
     model_config = ConfigDict(extra="forbid")
     flops: FlopRate
     memory: ByteSize
     overhead: Seconds = 0.0
+    peak: FlopRate | None = None
 
     @model_validator(mode="after")
     def _positive(self) -> GpuSpec:
@@ -86,7 +88,8 @@ class ServersForm(BaseModel):
         inter = self.inter or LinkSpec(bandwidth=1.0)
         specs = [(s.count, s.gpu.flops, s.gpu.memory, s.link.bandwidth, s.link.latency)
                  for s in self.servers]
-        graph = server_graph(self.name, specs, inter.bandwidth, inter.latency)
+        graph = server_graph(self.name, specs, inter.bandwidth, inter.latency,
+                             [s.gpu.peak for s in self.servers])
         return graph.with_overheads([s.gpu.overhead for s in self.servers
                                      for _ in range(s.count)])
 
@@ -114,7 +117,7 @@ class MatrixForm(BaseModel):
         bandwidth = _matrix(self.bandwidth, n, "bandwidth", BANDWIDTH)
         latency = (np.zeros((n, n)) if self.latency is None
                    else _matrix(self.latency, n, "latency", LATENCY))
-        devices = tuple(Device(d.name, d.flops, d.memory, d.server, d.overhead)
+        devices = tuple(Device(d.name, d.flops, d.memory, d.server, d.overhead, d.peak)
                         for d in self.devices)
         return DeviceGraph(self.name, devices, bandwidth, latency)
 
@@ -132,7 +135,7 @@ class TopologyForm(BaseModel):
     def build(self) -> DeviceGraph:
         """The device graph."""
         graph = graph_from_topology(load_topology(self.topology), self.count, self.gpu.flops,
-                                    self.gpu.memory)
+                                    self.gpu.memory, self.gpu.peak)
         graph = graph.with_overheads([self.gpu.overhead] * graph.num_devices)
         if not self.name:
             return graph

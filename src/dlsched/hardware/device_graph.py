@@ -28,13 +28,15 @@ class Device:
     """One GPU: sustained compute ``flops`` (FLOP/s), ``memory`` (bytes), its ``server`` index,
     and ``overhead``: fixed seconds its runtime adds to every compute action (pipeline F, B,
     I, W) beside the FLOP (framework dispatch, posting sends and receives; calibrated for CPU
-    torch ranks, 0 for GPUs whose launches overlap the compute)."""
+    torch ranks, 0 for GPUs whose launches overlap the compute); ``peak``: the datasheet's
+    dense FLOP/s of the training precision (what MFU divides by; None when not given)."""
 
     name: str
     flops: float
     memory: int
     server: int = 0
     overhead: float = 0.0
+    peak: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,14 +107,18 @@ class DeviceGraph:
 
 
 def server_graph(name: str, servers: list[tuple[int, float, int, float, float]],
-                 inter_bandwidth: float, inter_latency: float) -> DeviceGraph:
+                 inter_bandwidth: float, inter_latency: float,
+                 peaks: list[float | None] | None = None) -> DeviceGraph:
     """GPUs grouped in servers: ``servers`` lists (count, flops, memory, intra bandwidth B/s,
-    intra latency s); GPUs of different servers talk over ``inter_bandwidth``/``inter_latency``."""
+    intra latency s); GPUs of different servers talk over ``inter_bandwidth``/``inter_latency``;
+    ``peaks`` the datasheet peak FLOP/s of each server's GPUs (for MFU; None: unknown)."""
     DEVICES.check(sum(server[0] for server in servers), "devices: GPUs of all servers")
     devices, owner = [], []
+    peaks = peaks or [None] * len(servers)
     for index, (count, flops, memory, _, _) in enumerate(servers):
         for local in range(count):
-            devices.append(Device(f"s{index}g{local}", flops, memory, index))
+            devices.append(Device(f"s{index}g{local}", flops, memory, index,
+                                  peak=peaks[index]))
             owner.append(index)
     server_of = np.array(owner)
     same = server_of[:, None] == server_of[None, :]
@@ -125,14 +131,17 @@ def server_graph(name: str, servers: list[tuple[int, float, int, float, float]],
 
 def cluster_graph(num_servers: int, gpus_per_server: int, flops: float = 125e12,
                   memory: int = 80 * 2**30, intra: tuple[float, float] = (300e9, 5e-6),
-                  inter: tuple[float, float] = (12.5e9, 10e-6)) -> DeviceGraph:
-    """A homogeneous cluster of ``num_servers`` x ``gpus_per_server`` GPUs (B/s, s per link)."""
+                  inter: tuple[float, float] = (12.5e9, 10e-6),
+                  peak: float | None = None) -> DeviceGraph:
+    """A homogeneous cluster of ``num_servers`` x ``gpus_per_server`` GPUs (B/s, s per link;
+    ``peak`` FLOP/s for MFU)."""
     spec = (gpus_per_server, flops, memory, *intra)
-    return server_graph(f"{num_servers}x{gpus_per_server}", [spec] * num_servers, *inter)
+    return server_graph(f"{num_servers}x{gpus_per_server}", [spec] * num_servers, *inter,
+                        peaks=[peak] * num_servers)
 
 
 def graph_from_topology(topology: Topology, count: int | None = None, flops: float = 400e12,
-                        memory: int = 80 * 2**30) -> DeviceGraph:
+                        memory: int = 80 * 2**30, peak: float | None = None) -> DeviceGraph:
     """The first ``count`` NPUs of a multi-dimensional topology: two NPUs talk over the
     outermost dimension in which their coordinates differ (its per-NPU bandwidth and latency)."""
     total = topology.num_npus
@@ -147,7 +156,8 @@ def graph_from_topology(topology: Topology, count: int | None = None, flops: flo
     bandwidth = np.array([d.bandwidth for d in topology.dims])[outer]
     latency = np.array([d.latency for d in topology.dims])[outer]
     first = topology.dims[0].size
-    devices = tuple(Device(f"npu{rank}", flops, memory, rank // first) for rank in range(n))
+    devices = tuple(Device(f"npu{rank}", flops, memory, rank // first, peak=peak)
+                    for rank in range(n))
     return DeviceGraph(f"{topology.name}[{n}]", devices, bandwidth, latency)
 
 

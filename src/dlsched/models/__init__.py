@@ -6,6 +6,8 @@ from dlsched.models.compute import (
     Roofline,
     calibrated,
     device_compute,
+    mfu,
+    training_flops,
 )
 from dlsched.models.layer import Layer, Model
 from dlsched.models.ops import Op
@@ -23,5 +25,7 @@ __all__ = [
     "device_compute",
     "get_model",
     "load_profile",
+    "mfu",
     "model_names",
+    "training_flops",
 ]
