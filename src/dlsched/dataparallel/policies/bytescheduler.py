@@ -97,7 +97,7 @@ def bytescheduler_plan(problem: DPProblem) -> DPPlan:
 @cached_plan
 def bytescheduler_tuned_plan(problem: DPProblem) -> DPPlan:
     """ByteScheduler with partition and credit both tuned on the shared grid."""
-    return grid_search(problem, _schedule, {"partition": SIZES,
+    return grid_search(problem, _schedule, {"partition": (DEFAULT_PARTITION, *SIZES),
                                             "credit_multiple": CREDITS},
                        {"partition": DEFAULT_PARTITION,
                         "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "bytescheduler-tuned")

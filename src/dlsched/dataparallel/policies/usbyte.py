@@ -169,6 +169,6 @@ def usbyte_tuned_plan(problem: DPProblem) -> DPPlan:
     """US-Byte with unit and credit tuned on the shared grid, as ``bytescheduler-tuned`` tunes
     partition and credit (in the authors' code the unit is ByteScheduler's partition)."""
     return grid_search(problem, credited_plan,
-                       {"unit": SIZES, "credit_multiple": _credit_grid(problem)},
+                       {"unit": (UNIT_BYTES, *SIZES), "credit_multiple": _credit_grid(problem)},
                        {"unit": UNIT_BYTES, "credit_multiple": DEFAULT_CREDIT_MULTIPLE},
                        "usbyte-tuned")
