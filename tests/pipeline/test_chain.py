@@ -12,8 +12,8 @@ from dlsched.pipeline.model_source import load_chain
 
 def test_layers_group_into_blocks() -> None:
     """Consecutive layers sharing ``block`` become one block: FLOP x microbatch size, the last
-    layer's activation, parameters x dtype bytes, every layer's activation stashed, 16 bytes
-    of static state per parameter by default."""
+    layer's activation, parameters x 4 bytes (FP32 gradients, Megatron's default with BF16),
+    every layer's activation stashed, 18 bytes of static state per parameter by default."""
     layers = (Layer("a.w", 10, 100.0, 7, "a"), Layer("a.b", 2, 20.0, 5, "a"),
               Layer("b.w", 4, 50.0, 3, "b"))
     chain = chain_from_model(Model("m", layers, dtype_bytes=2), microbatch_size=4)
@@ -21,9 +21,9 @@ def test_layers_group_into_blocks() -> None:
     assert chain.forward_flops.tolist() == [480.0, 200.0]
     assert chain.backward_flops.tolist() == [960.0, 400.0]
     assert chain.activation_bytes.tolist() == [20.0, 12.0]
-    assert chain.param_bytes.tolist() == [24.0, 8.0]
+    assert chain.param_bytes.tolist() == [48.0, 16.0]
     assert chain.stash_bytes.tolist() == [48.0, 12.0]
-    assert chain.static_bytes(0, 2) == 16 * 16.0
+    assert chain.static_bytes(0, 2) == 18 * 16.0
 
 
 def test_profiled_times_become_reference_flops() -> None:

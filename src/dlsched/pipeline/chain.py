@@ -23,7 +23,13 @@ full stash), the layer inputs kept under full recomputation (``input_bytes``, de
 previous block's output, 0 for block 0) and the FLOP that selective recomputation runs again
 (``recompute_flops``, default 0); full recomputation adds each block's forward to its
 backward. While a block's activations are recomputed they are held once more: a stage's
-``static_bytes`` counts the largest such transient of its blocks.
+``static_bytes`` counts the largest such transient of its blocks, plus the block's
+``workspace_bytes`` (held only while the block runs: the logits beside their FP32 copy at the
+loss), default 0.
+
+Runtime reserve: a GPU of ``capacity`` bytes gives the chain ``usable(capacity) = (capacity -
+reserve_bytes) x (1 - fragmentation)`` (``pipeline.memory_model``; 0 and 0 by default, the
+zoo and the CLI set the documented reserve).
 """
 
 from __future__ import annotations
@@ -36,12 +42,18 @@ import numpy as np
 from dlsched.errors import ConfigError
 from dlsched.models.layer import Model
 from dlsched.pipeline.memory_model import (
+    MAX_RESERVE,
+    BlockMemory,
     MemoryModel,
-    attention_core_flops,
     check_recompute,
+    embedding_memory,
+    head_memory,
     is_transformer_layer,
+    layer_memory,
+    other_memory,
+    replicated_array,
     transformer_shape,
-    transformer_stash,
+    usable_bytes,
 )
 from dlsched.pipeline.tensor_parallel import TensorLayout, transformer_layout
 
@@ -71,6 +83,9 @@ class Chain:
     samples: int | None = None
     tensor_layout: TensorLayout | None = None
     tensor_parallel: int = 1
+    workspace_bytes: np.ndarray | None = None
+    reserve_bytes: float = 0.0
+    fragmentation: float = 0.0
     origin: Chain | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -85,7 +100,7 @@ class Chain:
             object.__setattr__(self, name, values)
         defaults = {"selective_stash_bytes": self.stash_bytes,
                     "input_bytes": np.concatenate([[0.0], self.activation_bytes[:-1]]),
-                    "recompute_flops": np.zeros(n)}
+                    "recompute_flops": np.zeros(n), "workspace_bytes": np.zeros(n)}
         for name, default in defaults.items():
             given = getattr(self, name)
             values = default if given is None else np.asarray(given, dtype=float)
@@ -94,6 +109,9 @@ class Chain:
                                   f"{values.tolist()}")
             object.__setattr__(self, name, values)
         check_recompute(self.recompute)
+        if not 0 <= self.reserve_bytes <= MAX_RESERVE or not 0 <= self.fragmentation < 1:
+            raise ConfigError(f"memory reserve: {self.reserve_bytes} B (0..1 TiB) and "
+                              f"fragmentation {self.fragmentation} ([0, 1)) are out of range")
         if not np.isfinite(self.state_factor) or self.state_factor < 0:
             raise ConfigError(f"state_factor: {self.state_factor} must be finite and >= 0")
         fraction = self.input_grad_fraction
@@ -126,9 +144,15 @@ class Chain:
 
     def static_bytes(self, first: int, last: int) -> float:
         """Memory of blocks ``first..last-1`` that does not depend on the microbatches in
-        flight (bytes): weights, gradients, optimizer state and the recomputation transient."""
-        working = float(self.transient_bytes[first:last].max()) if last > first else 0.0
+        flight (bytes): weights, gradients, optimizer state and the largest transient of a
+        running block (recomputation, workspace)."""
+        transient = self.transient_bytes[first:last] + self.workspace_bytes[first:last]
+        working = float(transient.max()) if last > first else 0.0
         return float(self.param_bytes[first:last].sum() * self.state_factor) + working
+
+    def usable(self, capacity: float) -> float:
+        """Bytes of a GPU of ``capacity`` bytes this chain may use (the module docstring)."""
+        return usable_bytes(capacity, self.reserve_bytes, self.fragmentation)
 
     @property
     def base(self) -> Chain:
@@ -160,7 +184,8 @@ class Chain:
 
     def with_tensor_parallel(self, t: int, message_s: float, flops: float) -> Chain:
         """This chain per GPU of a TP group of ``t`` GPUs, under the same recomputation mode
-        (``pipeline.tensor_parallel``): FLOP, parameters and every activation divided by ``t``,
+        (``pipeline.tensor_parallel``): FLOP, parameters and activations divided by ``t``
+        (but for the bytes ``tensor_layout.replicated`` keeps whole on every GPU),
         and each block's blocking exchanges (``tensor_layout.messages`` x ``message_s``
         seconds of one all-reduce equivalent on the group) added to its forward and, in the
         input-gradient part, its backward, as seconds x ``flops`` (the GPU's FLOP/s)."""
@@ -172,6 +197,8 @@ class Chain:
             raise ConfigError(f"tensor_parallel: {t} needs a model with a tensor layout "
                               "(the zoo's transformers)")
         messages = np.array(layout.messages, dtype=float) * message_s * flops
+        whole = (np.array(layout.replicated, dtype=float) if layout.replicated
+                 else np.zeros((base.num_blocks, 3)))
         backward = base.backward_flops / t
         fraction, factor = base.input_grad_fraction, base.split_backward_factor
         total, added = float(backward.sum()), float(messages[:, 1].sum())
@@ -182,9 +209,12 @@ class Chain:
         tp = replace(base, forward_flops=base.forward_flops / t + messages[:, 0],
                      backward_flops=backward + messages[:, 1],
                      activation_bytes=base.activation_bytes / t,
-                     param_bytes=base.param_bytes / t, stash_bytes=base.stash_bytes / t,
-                     selective_stash_bytes=base.selective_stash_bytes / t,
-                     input_bytes=base.input_bytes / t,
+                     param_bytes=base.param_bytes / t,
+                     stash_bytes=whole[:, 0] + (base.stash_bytes - whole[:, 0]) / t,
+                     selective_stash_bytes=whole[:, 1] + (base.selective_stash_bytes
+                                                          - whole[:, 1]) / t,
+                     input_bytes=whole[:, 2] + (base.input_bytes - whole[:, 2]) / t,
+                     workspace_bytes=base.workspace_bytes / t,
                      recompute_flops=base.recompute_flops / t,
                      input_grad_fraction=fraction, split_backward_factor=factor,
                      tensor_parallel=t, origin=None)
@@ -213,48 +243,61 @@ def chain_from_model(model: Model, microbatch_size: int, backward_ratio: float =
     Per block: forward FLOP = sum of layers' ``forward_flops`` x ``microbatch_size`` (or the
     profiled ``forward_time`` x ``REFERENCE_FLOPS``); backward = ``backward_ratio`` x forward
     unless profiled; output activation = the last layer's, at ``memory.precision``; stash =
-    the output of every module (a weight and its bias count once), or for the layers of a
-    zoo transformer the Korthikanti et al. stash (``memory_model``); static state =
-    ``memory.state_bytes_per_param`` per parameter. Parameter bytes (the gradients that are
-    all-reduced) stay at the model's dtype.
+    the output of every module (a weight and its bias count once), or for a zoo transformer
+    the ``memory_model`` bytes of its embedding, layers (Korthikanti et al.) and output head
+    (logits and loss buffer); parameter bytes (the gradients that are all-reduced) at
+    ``memory.grad_precision``; static state = ``memory.state_bytes_per_param`` per parameter;
+    the runtime reserve of ``memory``.
     """
     if microbatch_size < 1:
         raise ConfigError(f"microbatch_size: {microbatch_size} must be >= 1")
     memory = memory or MemoryModel()
     scale = memory.activation_bytes / model.dtype_bytes
-    shape = transformer_shape(model.name)
-    names, fwd, bwd, act, params, stash, selective, extra = [], [], [], [], [], [], [], []
-    for block, group in groupby(model.layers, key=lambda layer: layer.block or layer.name):
-        layers = list(group)
-        names.append(block)
-        forward = sum(_forward_flops(layer, microbatch_size) for layer in layers)
-        fwd.append(forward)
-        bwd.append(sum(_backward_flops(layer, microbatch_size, backward_ratio)
-                       for layer in layers))
-        act.append(layers[-1].activation_bytes * microbatch_size * scale)
-        params.append(sum(layer.params for layer in layers) * model.dtype_bytes)
-        modules = {layer.name.removesuffix(".weight").removesuffix(".bias"):
-                   layer.activation_bytes for layer in layers}
-        kept = sum(modules.values()) * microbatch_size * scale
-        if shape is not None and is_transformer_layer(block):
-            seq, hidden, heads = shape
-            stash.append(transformer_stash(seq, microbatch_size, hidden, heads,
-                                           memory.activation_bytes, "none"))
-            selective.append(transformer_stash(seq, microbatch_size, hidden, heads,
-                                               memory.activation_bytes, "selective"))
-            extra.append(attention_core_flops(seq, microbatch_size, hidden))
-        else:
-            stash.append(kept)
-            selective.append(kept)
-            extra.append(0.0)
+    groups = [(block, list(group)) for block, group in
+              groupby(model.layers, key=lambda layer: layer.block or layer.name)]
+    names = [block for block, _ in groups]
+    fwd = [sum(_forward_flops(x, microbatch_size) for x in layers) for _, layers in groups]
+    bwd = [sum(_backward_flops(x, microbatch_size, backward_ratio) for x in layers)
+           for _, layers in groups]
+    act = [layers[-1].activation_bytes * microbatch_size * scale for _, layers in groups]
+    params = [sum(x.params for x in layers) * memory.grad_bytes for _, layers in groups]
+    blocks = [_block_memory(model, index, layers, microbatch_size, memory,
+                            act[index - 1] if index else 0.0)
+              for index, (_, layers) in enumerate(groups)]
+    shape = transformer_shape(model)
     layout = None if shape is None else transformer_layout(
-        [is_transformer_layer(block) for block in names], shape[0], microbatch_size, shape[1],
-        shape[2], memory.activation_bytes)
+        [is_transformer_layer(block) for block in names], shape.seq, microbatch_size,
+        shape.hidden, shape.heads, memory.activation_bytes,
+        tuple(map(tuple, replicated_array(blocks).tolist())))
     return Chain(model.name, tuple(names), np.array(fwd), np.array(bwd), np.array(act),
-                 np.array(params), np.array(stash),
-                 state_factor=memory.state_bytes_per_param / model.dtype_bytes,
-                 selective_stash_bytes=np.array(selective), recompute_flops=np.array(extra),
-                 memory_note=memory.describe(), samples=microbatch_size, tensor_layout=layout)
+                 np.array(params), np.array([b.stash for b in blocks]),
+                 state_factor=memory.state_bytes_per_param / memory.grad_bytes,
+                 selective_stash_bytes=np.array([b.selective for b in blocks]),
+                 input_bytes=np.array([b.input for b in blocks]),
+                 recompute_flops=np.array([b.recompute_flops for b in blocks]),
+                 memory_note=memory.describe(), samples=microbatch_size, tensor_layout=layout,
+                 workspace_bytes=np.array([b.workspace for b in blocks]),
+                 reserve_bytes=float(memory.reserve_bytes), fragmentation=memory.fragmentation)
+
+
+def _block_memory(model: Model, index: int, layers: list, microbatch_size: int,
+                  memory: MemoryModel, input_bytes: float) -> BlockMemory:
+    """The ``memory_model`` bytes of block ``index``: a transformer's embedding (block 0),
+    layers and LM head (the last block, when the shape has a vocabulary); the outputs of its
+    modules (a weight and its bias count once) for any other block."""
+    shape, p, sp = transformer_shape(model), memory.activation_bytes, memory.sequence_parallel
+    block = layers[0].block or layers[0].name
+    if shape is not None and is_transformer_layer(block):
+        return layer_memory(shape.seq, microbatch_size, shape.hidden, shape.heads, p, sp)
+    if shape is not None and index == 0:
+        norm = any("LayerNorm" in layer.name for layer in layers)
+        return embedding_memory(shape.seq, microbatch_size, shape.hidden, p, norm, sp)
+    if shape is not None and shape.vocab and layers[-1] is model.layers[-1]:
+        return head_memory(shape.seq, microbatch_size, shape.hidden, shape.vocab, p, sp)
+    modules = {layer.name.removesuffix(".weight").removesuffix(".bias"): layer.activation_bytes
+               for layer in layers}
+    return other_memory(sum(modules.values()) * microbatch_size * p / model.dtype_bytes,
+                        input_bytes)
 
 
 def _forward_flops(layer: object, microbatch_size: int) -> float:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from dlsched.pipeline.memory import action_stash
+from dlsched.pipeline.memory import action_stash, static_footprint
 from dlsched.pipeline.partition import RangeCosts, replica_load, sync_dp
 from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.problem import PipelineProblem
@@ -68,8 +68,8 @@ def memory_slots(problem: PipelineProblem, stage: Stage) -> int:
     """Microbatches one replica can hold in flight within its memory (its parts of them on a
     split stage)."""
     chain = problem.chain
-    free = min(problem.graph.devices[d].memory for d in stage.devices) - chain.static_bytes(
-        stage.first, stage.last)
+    free = min(problem.graph.devices[d].memory for d in stage.devices) - static_footprint(
+        chain, stage.first, stage.last)
     stash = action_stash(chain, stage)
     if free < stash:
         return 0

@@ -95,11 +95,14 @@ def zoo_names() -> list[str]:
 def load_chain(name_or_path: str | Path, microbatch_size: int,
                memory: MemoryModel | None = None) -> Chain:
     """A chain file by path, or the zoo model ``name`` at ``microbatch_size`` samples under
-    ``memory`` (default ``MemoryModel()``; chain files carry their own bytes)."""
+    ``memory`` (default ``MemoryModel()``; chain files carry their own bytes and take only the
+    runtime reserve from ``memory``)."""
     key = str(name_or_path)
+    memory = memory or MemoryModel()
     if Path(key).suffix.lower() in {".yaml", ".yml", ".json"}:
         chain = validate(ChainSpec, load_document(key), key).build()
-        return replace(chain, samples=microbatch_size)
+        return replace(chain, samples=microbatch_size, reserve_bytes=float(memory.reserve_bytes),
+                       fragmentation=memory.fragmentation)
     try:
         from dlsched.models.zoo import get_model
     except ImportError as error:

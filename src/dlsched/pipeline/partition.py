@@ -8,7 +8,8 @@ microbatch: a stage's latency is its forward+backward FLOP over its slowest repl
 latency x ceil(m / r) / m with ``r`` replicas, the transfer after it crosses the link between its
 last unit and the next stage's first unit (activation forward, gradient back), and its ring
 all-reduce uses the slowest link of its run. A stage must fit its static memory plus
-``in_flight`` microbatches' activations (default one) on its smallest GPU.
+``in_flight`` microbatches' activations (default one) in what the chain may use of its
+smallest GPU (``Chain.usable``: the runtime reserve left out).
 
 ``sync_dp`` (Alpa-style) minimises the sum of latencies and transfers over stages whose
 period is <= ``t_max``; ``throughput_dp`` (PipeDream) minimises the largest period. Both are
@@ -106,8 +107,8 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
             period = np.where(valid, span * (share / speeds.min() if split else
                                              replica_load(speeds, m)), np.inf)
             sync = _ring(problem, devices, param_span)
-            fits = static_need + stash_span * share <= min(graph.devices[d].memory
-                                                             for d in devices)
+            fits = static_need + stash_span * share <= chain.usable(
+                min(graph.devices[d].memory for d in devices))
             latency = np.where(fits, latency, np.inf)
             runs[(u0, z)] = (latency, period, sync, _hops(problem, order, g, u0 + z, span))
     return RangeCosts(order, tuple(graph.flops.tolist()), g, runs, split)

@@ -3,12 +3,14 @@
 A tensor-parallel (TP) degree ``t`` splits every transformer block over a group of ``t`` GPUs
 of one server (Shoeybi et al. 2019; with sequence parallelism, Korthikanti et al. 2022, which
 Megatron-LM pairs with TP): each GPU holds 1/t of the parameters, computes 1/t of the FLOP and
-keeps 1/t of the activations, and per microbatch the group exchanges activations of ``p s b h``
-bytes: per transformer layer two all-gather + reduce-scatter pairs in the forward and two in
-the backward (each pair moves what one ring all-reduce moves), half a pair around the
-embedding (reduce-scatter after it, all-gather of its gradient) and around the output head
-(all-gather before it, reduce-scatter of its input gradient). These exchanges block the GPUs,
-so they count as compute time of the block's action.
+keeps 1/t of the activations (without sequence parallelism some of them stay whole on every
+GPU: ``TensorLayout.replicated``), and per microbatch the group exchanges activations of
+``p s b h`` bytes (the same volume with or without sequence parallelism): per transformer layer
+two all-gather + reduce-scatter pairs in the forward and two in the backward (each pair moves
+what one ring all-reduce moves), half a pair around the embedding (reduce-scatter after it,
+all-gather of its gradient) and around the output head (all-gather before it, reduce-scatter
+of its input gradient). These exchanges block the GPUs, so they count as compute time of the
+block's action.
 
 The planner then sees a smaller problem whose "devices" are the TP groups: ``t`` consecutive
 GPUs of a server (Megatron's rank order, TP innermost), with the per-GPU FLOP/s and memory of
@@ -43,22 +45,28 @@ _SAME = 1e-9
 class TensorLayout:
     """How a chain splits under tensor parallelism: per block the all-reduce equivalents per
     microbatch of its forward and backward (``messages[i] = (forward, backward)``), each of
-    ``message_bytes`` bytes (``p s b h``), and the attention heads (a TP degree divides them)."""
+    ``message_bytes`` bytes (``p s b h``), the attention heads (a TP degree divides them) and
+    per block the (stash, selective stash, input) bytes every GPU of a group keeps whole
+    (``replicated``, ``pipeline.memory_model``; empty: everything is split, as with sequence
+    parallelism)."""
 
     messages: tuple[tuple[float, float], ...]
     message_bytes: float
     heads: int
+    replicated: tuple[tuple[float, float, float], ...] = ()
 
 
 def transformer_layout(is_layer: list[bool], seq: int, batch: int, hidden: int, heads: int,
-                       element_bytes: int) -> TensorLayout:
+                       element_bytes: int,
+                       replicated: tuple[tuple[float, float, float], ...] = ()) -> TensorLayout:
     """The Megatron layout of a transformer chain (see the module docstring): (2, 2)
     all-reduce equivalents per layer, (0.5, 0.5) for the first (embedding) and last (head)
-    block, none for other blocks."""
+    block, none for other blocks; ``replicated`` as in ``TensorLayout``."""
     n = len(is_layer)
     messages = tuple((2.0, 2.0) if layer else (0.5, 0.5) if i in (0, n - 1) else (0.0, 0.0)
                      for i, layer in enumerate(is_layer))
-    return TensorLayout(messages, float(element_bytes * seq * batch * hidden), heads)
+    return TensorLayout(messages, float(element_bytes * seq * batch * hidden), heads,
+                        replicated)
 
 
 def ring_allreduce_s(graph: DeviceGraph, devices: tuple[int, ...], num_bytes: float) -> float:
