@@ -22,6 +22,7 @@ from dlsched.collectives.astra_compat import AstraCompat, compat_notes
 from dlsched.errors import ConfigError
 from dlsched.experiments import themis_training
 from dlsched.hardware import Topology, load_topology
+from dlsched.hardware.gpu import get_gpu
 from dlsched.interop import (
     AstraSystem,
     read_astra_network,
@@ -39,6 +40,7 @@ from dlsched.training import (
     run_policies,
 )
 from dlsched.training.astra import workload_from_astra
+from dlsched.training.workloads import model_flops_per_npu
 from dlsched.validation import CHUNKS, CONCURRENCY, check_output_paths, count
 
 LATENCIES = {"table": 1.0, "zero": 0.0}
@@ -52,6 +54,7 @@ def _columns(num_dims: int) -> list[Column]:
         Column("compute_s", "compute (ms)", seconds_as_ms),
         Column("exposed_comm_s", "exposed comm (ms)", seconds_as_ms),
         Column("speedup_vs_baseline", "speedup vs baseline", as_ratio),
+        Column("mfu", "MFU (%, of A100 312 TFLOP/s)", as_percent),
         *[Column(f"dim{d}_bw_util", f"dim{d} BW util while pending (%)", as_percent)
           for d in range(1, num_dims + 1)],
     ]
@@ -129,8 +132,11 @@ def train(
                            trace is not None or plot is not None, compat, op_topologies)
     baseline = results[wanted.index("baseline")]
     results = results[:len(names)]
+    flops = model_flops_per_npu(workload, net.num_npus) if astra_workload is None else 0.0
+    peak = get_gpu("a100").peak_flops("bf16")
     rows = [r.row() | {"latency": latency,
-                       "speedup_vs_baseline": baseline.iteration_s / r.iteration_s}
+                       "speedup_vs_baseline": baseline.iteration_s / r.iteration_s,
+                       "mfu": flops / (r.iteration_s * peak) if flops else None}
             for r in results]
     title = f"{job.name} on {net.name}"
     outputs.timelines([(r.policy, f"{title}: {r.policy}", r.timeline) for r in results],

@@ -51,6 +51,8 @@ class OpTimer(Protocol):
     def op_time(self, flops: float, num_bytes: float) -> float: ...
 
 T1T_MODEL_PARALLEL = 128
+# Samples per NPU (per model-parallel replica for Transformer-1T) of each zoo workload.
+BATCHES = {"resnet152": 32, "gnmt": 128, "dlrm": 512, "transformer-1t": 16}
 
 
 def _blocks(model: Model, roofline: OpTimer, batch: int, key: Callable[[str, str], str],
@@ -86,17 +88,17 @@ def _data_parallel(name: str, model_name: str, batch: int, roofline: OpTimer,
 
 def resnet152(num_npus: int, roofline: OpTimer) -> Workload:
     """ResNet-152, data parallel, 32 images of 224x224 per NPU."""
-    return _data_parallel("resnet152", "resnet152", 32, roofline,
+    return _data_parallel("resnet152", "resnet152", BATCHES["resnet152"], roofline,
                           "ResNet-152, data parallel, 32 samples per NPU, FP16")
 
 
 def gnmt(num_npus: int, roofline: OpTimer) -> Workload:
     """GNMT (8+8 LSTM layers with attention), data parallel, 128 sentences per NPU."""
-    return _data_parallel("gnmt", "gnmt", 128, roofline,
+    return _data_parallel("gnmt", "gnmt", BATCHES["gnmt"], roofline,
                           "GNMT 8-layer encoder/decoder, data parallel, 128 samples per NPU, FP16")
 
 
-def dlrm(num_npus: int, roofline: OpTimer, batch: int = 512) -> Workload:
+def dlrm(num_npus: int, roofline: OpTimer, batch: int = BATCHES["dlrm"]) -> Workload:
     """DLRM: data-parallel MLPs, model-parallel embedding tables exchanged by All-to-All."""
     model = get_model("dlrm", FP16)
     lookups = batch * len(DLRM_TABLE_ROWS) * DLRM_DIM * FP16
@@ -122,7 +124,8 @@ def _half_block(block: str, tensor: str) -> str:
     return block
 
 
-def transformer_1t(num_npus: int, roofline: OpTimer, batch: int = 16) -> Workload:
+def transformer_1t(num_npus: int, roofline: OpTimer,
+                   batch: int = BATCHES["transformer-1t"]) -> Workload:
     """Transformer-1T: 128-way tensor parallel, ZeRO-2 data parallel over the rest."""
     mp = min(T1T_MODEL_PARALLEL, num_npus)
     dp = max(1, num_npus // mp)
@@ -147,6 +150,15 @@ def transformer_1t(num_npus: int, roofline: OpTimer, batch: int = 16) -> Workloa
 WORKLOADS: dict[str, Callable[[int, OpTimer], Workload]] = {
     "resnet152": resnet152, "gnmt": gnmt, "dlrm": dlrm, "transformer-1t": transformer_1t,
 }
+
+
+def model_flops_per_npu(name: str, num_npus: int) -> float:
+    """Model FLOP one NPU does per iteration of zoo workload ``name`` (forward + backward,
+    3 x forward, at ``BATCHES[name]`` samples; Transformer-1T's divided over its model-parallel
+    group): the numerator of MFU."""
+    forward = sum(layer.forward_flops for layer in get_model(name).layers) * BATCHES[name]
+    split = min(T1T_MODEL_PARALLEL, num_npus) if name == "transformer-1t" else 1
+    return 3.0 * forward / split
 
 
 def get_workload(name: str, num_npus: int, roofline: OpTimer | None = None) -> Workload:
