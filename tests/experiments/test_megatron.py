@@ -28,3 +28,18 @@ def test_fitted_row_reproduced():
     """The row the A100 GEMM efficiency was fitted to comes out at its published value."""
     result = reproduce_row(ROWS[4], a100_compute(), plan_ours=False)
     assert result["predicted_tflops_per_gpu"] == pytest.approx(138, rel=0.005)
+
+
+def test_reproduce_megatron_json_fields(run_cli):
+    """--json rows carry the issue's fields; unknown rows are refused with exit 2."""
+    import json
+
+    code, out, err = run_cli("reproduce", "megatron", "--rows", "gpt-1.7b",
+                             "--max-plan-gpus", "0", "--json")
+    assert code == 0, err
+    [row] = json.loads(out)
+    assert set(row) >= {"model", "gpus", "tp", "pp", "dp", "global_batch",
+                        "published_tflops_per_gpu", "predicted_tflops_per_gpu", "error"}
+    assert row["error"] == pytest.approx(row["predicted_tflops_per_gpu"] / 137 - 1)
+    code, _, err = run_cli("reproduce", "megatron", "--rows", "gpt-2b")
+    assert code == 2 and "--rows" in err
