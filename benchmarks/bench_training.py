@@ -43,10 +43,11 @@ def main() -> None:
                      f"{result.iteration_s:.3f} |")
     load_before, cpu_before = os.getloadavg()[0], _cpu_seconds()
     start = time.perf_counter()
-    themis_training.reproduce(themis_training.scenarios(), workers=2)
+    themis_training.reproduce(themis_training.scenarios(method="overlap"), workers=2)
     wall = time.perf_counter() - start
     cpu, load_after = _cpu_seconds() - cpu_before, os.getloadavg()[0]
-    lines += ["", f"`reproduce themis-training` (48 scenarios x 5 policies, compute a100, "
+    lines += ["", f"`reproduce themis-training` --method overlap (48 scenarios x 5 "
+              f"policies, compute a100, "
               f"2 worker processes): **{wall:.1f} s** wall, {cpu:.1f} CPU-seconds "
               f"(target: 60 s on 2 idle cores); 1-minute load average {load_before:.1f} before, "
               f"{load_after:.1f} after. On a shared machine the wall time mostly measures the "
