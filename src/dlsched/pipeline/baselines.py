@@ -114,7 +114,7 @@ def _fixed(name: str, make: OrdersMaker, capped: bool) -> Variants:
         if capped:
             options.append(make(stages, n, m, in_flight_caps(problem, stages)))
         return [PipelinePlan(name, stages, orders, m, point.notes(name) | {"warm-up": kind},
-                             point.recompute, point.tp)
+                             point.recompute, point.tp, point.ddp)
                 for orders, kind in zip(options, ("full", "memory-capped"), strict=False)]
     return variants
 
@@ -138,7 +138,7 @@ def _per_rank(name: str, make: RankOrdersMaker) -> Variants:
         groups = tuple(stage.devices for stage in stages[:point.pp])
         orders = make(point, problem.num_microbatches, groups, problem.graph.num_devices)
         return [PipelinePlan(name, stages, orders, problem.num_microbatches, point.notes(name),
-                             point.recompute, point.tp)]
+                             point.recompute, point.tp, point.ddp)]
     return variants
 
 
@@ -216,7 +216,8 @@ def _memory_aware_mode(problem: PipelineProblem, name: str,
         for caps, kind in warm_ups:
             orders = one_f_one_b_orders(stages, graph.num_devices, m, caps)
             plan = PipelinePlan(name, stages, orders, m, notes | {"warm-up": kind},
-                                problem.chain.recompute, problem.degree)
+                                problem.chain.recompute, problem.degree,
+                                len(stages) == 1 and len(stages[0].devices) > 1)
             try:
                 return simulate(problem, plan)
             except ConfigError:

@@ -6,7 +6,8 @@
   (``head``: forwards of the stages before it, each on its fastest replica, plus the
   uncontended transfers), then runs all its work; after its last action, the gradient of that
   stage must still drain to stage 0 (``tail``, full backwards, or I only when split) and, for a
-  replicated stage, its all-reduce must run. With a split backward the last I is followed by the
+  replicated stage, its all-reduce must run (with DDP buckets: the ring of the bucket its last
+  backward completes). With a split backward the last I is followed by the
   I-only tail, which gives a second term over the F and I work only;
 * heads and tails (one-machine relaxation, after Carlier): every action of GPU ``d`` has a
   release time (the path before it can start: for F of stage ``s`` the forwards before it;
@@ -34,9 +35,11 @@ from __future__ import annotations
 
 import math
 
+from dlsched.pipeline.ddp import last_bucket_bytes
 from dlsched.pipeline.memory import action_stash, static_memory
-from dlsched.pipeline.plan import PipelinePlan, overlap
+from dlsched.pipeline.plan import PipelinePlan, Stage, overlap
 from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.tensor_parallel import ring_allreduce_s
 
 
 def _hop(problem: PipelineProblem, plan: PipelinePlan, s: int) -> float:
@@ -70,7 +73,7 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     for s in range(1, p):
         head[s] = head[s - 1] + fastest[s - 1][0] + hops[s - 1]
         tail[s] = tail[s - 1] + fastest[s - 1][1] * inputs + hops[s - 1]
-    sync = [problem.allreduce_time(stage) for stage in plan.stages]
+    sync = [_sync_after(problem, plan, stage) for stage in plan.stages]
     path = head[-1] + fastest[-1][0] + fastest[-1][1] * inputs + tail[-1]
     best = max(path, max(sync[s] + head[s] for s in range(p)),
                _memory_bound(problem, plan, fastest, hops, (head, tail)))
@@ -80,6 +83,15 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
                        _heads_and_tails(problem, plan, device, fastest, hops,
                                         (head, tail, sync)))
     return best
+
+
+def _sync_after(problem: PipelineProblem, plan: PipelinePlan, stage: Stage) -> float:
+    """The all-reduce time that must follow a replicated stage's last backward: all of it, or
+    with ``ddp_buckets`` the ring of the bucket that last backward completes."""
+    if not plan.ddp_buckets or len(stage.devices) == 1:
+        return problem.allreduce_time(stage)
+    return ring_allreduce_s(problem.graph, stage.devices,
+                            last_bucket_bytes(problem.chain, stage.first, stage.last))
 
 
 def _heads_and_tails(problem: PipelineProblem, plan: PipelinePlan, device: int,

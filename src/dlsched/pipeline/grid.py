@@ -48,12 +48,20 @@ class GridPoint:
     tp: int = 1
     v_shape: bool = False
 
+    @property
+    def ddp(self) -> bool:
+        """Whether the configuration is pure data parallelism (PP 1, DP above 1), which runs
+        as torch's DDP (and Megatron's data parallelism) do: gradients all-reduced in buckets
+        overlapped with the last backward (``PipelinePlan.ddp_buckets``)."""
+        return self.pp == 1 and self.dp > 1
+
     def notes(self, schedule: str) -> dict:
         """The configuration as plan notes (shown in the output)."""
         shape = {"shape": "V" if self.v_shape else "looped"} if self.chunks > 1 else {}
+        sync = {"gradient sync": "DDP buckets overlapped with the backward"} if self.ddp else {}
         return {"schedule": schedule, "pp": self.pp, "dp": self.dp, "tp": self.tp,
                 "recompute": self.recompute, "mapping": self.mapping,
-                "chunks": self.chunks} | shape
+                "chunks": self.chunks} | shape | sync
 
     def instance(self, problem: PipelineProblem) -> PipelineProblem:
         """The instance this configuration runs on (its TP degree and recomputation)."""

@@ -79,7 +79,9 @@ class PipelinePlan:
     """A complete plan: ``orders[k]`` is GPU ``k``'s action order (empty when unused);
     ``recompute`` is the activation recomputation it runs with (none, selective, full);
     ``tensor_parallel`` its tensor-parallel degree: above 1, "GPU" ``k`` is the ``k``-th TP
-    group of that many GPUs (``PipelineProblem.tensor``)."""
+    group of that many GPUs (``PipelineProblem.tensor``); ``ddp_buckets`` whether replicated
+    stages all-reduce their gradients in DDP buckets overlapped with their last backward
+    (``pipeline.ddp``; False: one all-reduce once every replica's backwards are done)."""
 
     planner: str
     stages: tuple[Stage, ...]
@@ -88,6 +90,7 @@ class PipelinePlan:
     notes: dict = field(default_factory=dict, compare=False)
     recompute: str = "none"
     tensor_parallel: int = 1
+    ddp_buckets: bool = False
 
     @property
     def num_stages(self) -> int:

@@ -66,6 +66,7 @@ class PlanFile(BaseModel):
     orders: list[str]
     recompute: Literal["none", "selective", "full"] = "none"
     tensor_parallel: int = Field(1, ge=1, le=64)
+    ddp_buckets: bool = False
     predicted_iteration_s: Duration
 
     @field_validator("orders")
@@ -122,6 +123,7 @@ def plan_document(saved: SavedPlan) -> dict:
                 for s in plan.stages],
         orders=[" ".join(map(str, order)) for order in plan.orders],
         recompute=plan.recompute, tensor_parallel=plan.tensor_parallel,
+        ddp_buckets=plan.ddp_buckets,
         predicted_iteration_s=saved.predicted_iteration_s).model_dump()
 
 
@@ -142,7 +144,8 @@ def saved_from_document(document: PlanFile) -> SavedPlan:
                         tuple(Stage(s.first, s.last, tuple(s.devices), s.split)
                               for s in document.stages),
                         orders, document.num_microbatches, recompute=document.recompute,
-                        tensor_parallel=document.tensor_parallel)
+                        tensor_parallel=document.tensor_parallel,
+                        ddp_buckets=document.ddp_buckets)
     validate_plan(plan, len(document.blocks), len(document.device_names))
     blocks = document.blocks
     return SavedPlan(plan, document.model, document.devices, tuple(document.device_names),

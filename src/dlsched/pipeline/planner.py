@@ -38,6 +38,7 @@ and places unused GPUs as new stages, and the baselines search their own unrepli
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from itertools import chain, islice, permutations
 
 from dlsched.errors import ConfigError
@@ -236,9 +237,7 @@ def plan_dlsched(problem: PipelineProblem,
                 best = refined
     notes = {key: value for key, value in best.plan.notes.items() if key != "skipped"} | {
         "origin": best.plan.planner}
-    return PipelinePlan("dlsched", best.plan.stages, best.plan.orders,
-                        best.plan.num_microbatches, notes, best.plan.recompute,
-                        best.plan.tensor_parallel)
+    return replace(best.plan, planner="dlsched", notes=notes)
 
 
 def _memory_bound(problem: PipelineProblem, stages: tuple[Stage, ...]) -> bool:

@@ -7,7 +7,9 @@ sharing, ``PipelineProblem.network``). When every microbatch's backward of a rep
 done, its replicas run a ring all-reduce of the stage's gradients through the same network:
 ``2(r-1)`` steps, in each every replica sends ``1/r`` of the gradients to the next one, a step
 ending when its last transfer does (alone on the network this takes exactly
-``PipelineProblem.allreduce_time``). The iteration ends at the barrier: the last compute,
+``PipelineProblem.allreduce_time``); a plan with ``ddp_buckets`` instead all-reduces each
+stage's DDP buckets (``pipeline.ddp``) one after another, each once every replica's last
+backward has produced its gradients. The iteration ends at the barrier: the last compute,
 transfer or all-reduce. Two ways to pick each GPU's next action:
 
 * a fixed order (the plan's ``orders``): the GPU waits for its next action's inputs;
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dlsched.pipeline.actions import Action
+from dlsched.pipeline.ddp import ddp_buckets
 from dlsched.pipeline.memory import action_stash, check_memory, peak_memory, static_memory
 from dlsched.pipeline.network import PipelineNetwork
 from dlsched.pipeline.plan import (
@@ -74,7 +77,8 @@ class _Run:
     """State of one simulation (see the module docstring)."""
 
     def __init__(self, problem: PipelineProblem, stages: tuple[Stage, ...],
-                 orders: tuple[tuple[Action, ...], ...] | None, dispatch: Dispatch | None):
+                 orders: tuple[tuple[Action, ...], ...] | None, dispatch: Dispatch | None,
+                 bucketed: bool = False):
         self.problem, self.stages, self.dispatch = problem, stages, dispatch
         for s, stage in enumerate(stages):
             if stage.split and not problem.chain.can_split(len(stage.devices)):
@@ -104,12 +108,22 @@ class _Run:
         self.shares = problem.chain.grad_shares
         self.expected: dict[tuple[Action, int], int] = {}
         self.total = self._total_actions()
+        self.buckets = {s: ddp_buckets(problem.chain, st.first, st.last)
+                        for s, st in enumerate(stages) if bucketed and len(st.devices) > 1}
+        self.gradients_left = {(d, s): len(stages[s].microbatches_of(d, problem.num_microbatches))
+                               for s in self.buckets for d in stages[s].devices}
+        self.bucket_ready = {s: [0] * len(b) for s, b in self.buckets.items()}
+        self.bucket_next = dict.fromkeys(self.buckets, 0)
+        self.reducing: set[int] = set()
 
     def _total_actions(self) -> int:
         per = 3 if self.split else 2
         return per * sum(st.parts for st in self.stages) * self.problem.num_microbatches
 
     def run(self) -> None:
+        for (_, s), left in self.gradients_left.items():
+            for k in range(len(self.buckets[s]) if left == 0 else 0):
+                self.engine.after(0.0, self._ready, s, k)  # a replica with no microbatch
         for j in range(self.problem.num_microbatches):
             for device in self.stages[0].devices_for(j):
                 self._make_ready(Action(0, "F", j), device)
@@ -163,7 +177,38 @@ class _Run:
             self.memory[device] += self.stash[action.stage]
             self.peak[device] = max(self.peak[device], self.memory[device])
         duration = self._duration(action, device)
+        if action.frees and action.stage in self.buckets:
+            self._last_gradients(device, action.stage, duration)
         self.engine.after(duration, self._finish, device, action, self.engine.now)
+
+    def _last_gradients(self, device: int, s: int, duration: float) -> None:
+        """Count a gradient action of ``device`` on stage ``s``; when it is the replica's last,
+        each DDP bucket becomes ready on it at its fraction of this action."""
+        self.gradients_left[(device, s)] -= 1
+        if self.gradients_left[(device, s)] == 0:
+            for k, (_, fraction) in enumerate(self.buckets[s]):
+                self.engine.after(fraction * duration, self._ready, s, k)
+
+    def _ready(self, s: int, k: int) -> None:
+        self.bucket_ready[s][k] += 1
+        self._next_bucket(s)
+
+    def _next_bucket(self, s: int) -> None:
+        """Start stage ``s``'s next bucket once every replica has it and the previous one is
+        reduced (one communication stream)."""
+        k = self.bucket_next[s]
+        replicas = len(self.stages[s].devices)
+        if s in self.reducing or k == len(self.buckets[s]) or self.bucket_ready[s][k] < replicas:
+            return
+        self.reducing.add(s)
+
+        def reduced() -> None:
+            self.reducing.discard(s)
+            self.bucket_next[s] += 1
+            self._next_bucket(s)
+
+        self._ring_step(s, 2 * (replicas - 1), self.buckets[s][k][0] / replicas,
+                        self.engine.now, f"all-reduce stage {s} bucket {k}", reduced)
 
     def _duration(self, action: Action, device: int) -> float:
         forward, backward = self.times[action.stage]
@@ -209,7 +254,8 @@ class _Run:
         self.memory[device] -= self.stash[action.stage]
         self.backward_done[action.stage] += 1
         if self.backward_done[action.stage] == (self.problem.num_microbatches
-                                                * self.stages[action.stage].parts):
+                                                * self.stages[action.stage].parts) \
+                and action.stage not in self.buckets:
             self._sync(action.stage)
 
     def _send(self, src: int, target: Action, num_bytes: float, kind: str) -> None:
@@ -253,24 +299,28 @@ class _Run:
         if r == 1:
             return
         size = float(self.problem.chain.param_bytes[stage.first:stage.last].sum()) / r
-        self._ring_step(s, 2 * (r - 1), size, self.engine.now)
+        self._ring_step(s, 2 * (r - 1), size, self.engine.now, f"all-reduce stage {s}")
 
-    def _ring_step(self, s: int, steps_left: int, size: float, start: float) -> None:
-        """One step of stage ``s``'s ring all-reduce: every replica sends ``size`` bytes to
-        the next; the next step starts when all have arrived."""
+    def _ring_step(self, s: int, steps_left: int, size: float, start: float, label: str,
+                   on_done: Callable[[], None] | None = None) -> None:
+        """One step of a ring all-reduce over stage ``s``'s replicas: every replica sends
+        ``size`` bytes to the next; the next step starts when all have arrived; after the
+        last, ``on_done()``."""
         devices = self.stages[s].devices
         if steps_left == 0:
             for device in devices:
                 name = self.problem.graph.devices[device].name
                 self.spans.append(Span(f"{name} sync", start, self.engine.now, "allreduce",
-                                       f"all-reduce stage {s}", group=name, args={"stage": s}))
+                                       label, group=name, args={"stage": s}))
+            if on_done is not None:
+                on_done()
             return
         pending = [len(devices)]
 
         def arrived() -> None:
             pending[0] -= 1
             if pending[0] == 0:
-                self._ring_step(s, steps_left - 1, size, start)
+                self._ring_step(s, steps_left - 1, size, start, label, on_done)
 
         for i, device in enumerate(devices):
             self.network.send(device, devices[(i + 1) % len(devices)], size,
@@ -298,7 +348,7 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
     validate_plan(plan, problem.chain.num_blocks, graph.num_devices)
     check_memory(peak_memory(problem.chain, plan, graph.num_devices),
                  [d.name for d in graph.devices], [d.memory for d in graph.devices])
-    run = _Run(problem, plan.stages, plan.orders, None)
+    run = _Run(problem, plan.stages, plan.orders, None, plan.ddp_buckets)
     run.run()
     return _result(run, plan)
 
