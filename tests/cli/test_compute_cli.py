@@ -52,3 +52,28 @@ def test_calibration_cases_within_15_percent(model, batch, precision, channels_l
     """What ``dlsched compute`` predicts for measured H100 steps is within 15%."""
     row = step_row(model, batch, "h100", precision, channels_last, head)
     assert abs(row["step_s"] / step - 1) < 0.15
+
+
+def test_calibrate_writes_a_gpu_file_compute_reads(run_cli, tmp_path):
+    """calibrate --out writes the fitted GPU; compute --device FILE predicts with it (the
+    bundled H100 steps: every case within 15%)."""
+    out = tmp_path / "fits" / "gpu.yaml"
+    code, text, err = run_cli("compute", "calibrate", "--out", str(out), "--json")
+    assert code == 0, err
+    assert all(abs(case["error"]) < 0.15 for case in json.loads(text)["cases"])
+    assert "wrote GPU file" in err
+    code, text, err = run_cli("compute", "--model", "gpt2", "--no-lm-head", "--batch-size",
+                              "8", "--precision", "bf16", "--device", str(out), "--json")
+    assert code == 0, err
+    assert json.loads(text)[0]["step_s"] == pytest.approx(46.8e-3, rel=0.15)
+
+
+def test_calibrate_refuses_bad_cases_and_outputs(run_cli, tmp_path):
+    """A precision the GPU does not run, or a non-YAML output: exit 2, nothing written."""
+    bad = tmp_path / "m.yaml"
+    bad.write_text("device: h100\ncases: [{model: resnet50, batch_size: 8, precision: fp8, "
+                   "step: 1 ms}]\n")
+    code, _, err = run_cli("compute", "calibrate", str(bad))
+    assert code == 2 and "precision" in err
+    code, _, err = run_cli("compute", "calibrate", "--out", str(tmp_path / "gpu.txt"))
+    assert code == 2 and "--out" in err and not (tmp_path / "gpu.txt").exists()

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from dlsched.cli.options import console, parse_names
+from dlsched.cli.options import announce, console, parse_names
 from dlsched.cli.progress import progress_bar
 from dlsched.errors import ConfigError
 from dlsched.report import Column, render_table
@@ -110,12 +110,13 @@ def calibrate_command(
     from dlsched.models.calibration import fit_constants, gpu_document, load_measurements
 
     if out is not None:
-        check_output_path(out, "out")
+        check_output_path(out, "--out", (".yaml", ".yml"))
     data = load_measurements(measurements)
     fit = fit_constants(data.gpu, data.cases, data.source, data.constants)
     rows = [{"case": label, "measured_s": measured, "predicted_s": predicted,
              "error": predicted / measured - 1} for label, measured, predicted in fit.steps]
     if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(yaml.safe_dump(gpu_document(fit.gpu), sort_keys=False))
     if json_out:
         print(json.dumps({"gpu": gpu_document(fit.gpu), "cases": rows}))
@@ -123,7 +124,7 @@ def calibrate_command(
         render_table(rows, FIT_COLUMNS, f"{fit.gpu.name}: fitted {', '.join(fit.fitted)} "
                      f"(worst error {fit.worst_error():.1%})", console)
     if out is not None:
-        console.print(f"wrote {out}") if not json_out else None
+        announce("GPU file", out, json_out)
 
 
 MEGATRON_COLUMNS = [
