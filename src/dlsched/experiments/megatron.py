@@ -164,6 +164,7 @@ def reproduce_row(row: MegatronRow, compute: CalibratedCompute,
         "error": predicted / row.published_tflops - 1,
         "iteration_s": sim.iteration_s,
         "mfu": _model_flops(row) / (sim.iteration_s * row.gpus * peak),
+        "hfu": predicted * 1e12 / peak,
         "fitted": row.name == FITTED_ROW, "ours": None}
     if plan_ours:
         out["ours"] = _our_plan(row, compute, sim.iteration_s, peak)
