@@ -364,10 +364,13 @@ def parse_document(text: str, source: str, json_format: bool = False) -> Any:
         else:
             _check_yaml_shape(text, source)
             data = yaml.load(text, Loader=_LOADER)
-    except RecursionError:
-        raise ConfigError(f"{source}: nested too deeply; accepted: at most "
-                          f"{MAX_NESTING_DEPTH} levels") from None
-    except (json.JSONDecodeError, yaml.YAMLError) as error:
+    except (RecursionError, json.JSONDecodeError, yaml.YAMLError) as error:
+        # PyYAML >= 6.0.4 stops at its own limit (1,000 flow levels) while scanning, before
+        # the event walk above reaches MAX_NESTING_DEPTH: the same input error for the user
+        if isinstance(error, RecursionError) or "nesting depth" in str(
+                getattr(error, "problem", "")):
+            raise ConfigError(f"{source}: nested too deeply; accepted: at most "
+                              f"{MAX_NESTING_DEPTH} levels") from None
         raise ConfigError(f"{source}: not valid {kind}: {error}") from None
     _walk(data, source)
     return data
