@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+pytest.importorskip("torch", reason="optional torch extra not installed")
+
 from dlsched.dataparallel import POLICIES
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.problem import DPProblem

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -17,6 +18,9 @@ from dlsched.runtime.train import (
     optimizer_factory,
     problem_from_profile,
 )
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="optional torch extra not installed")
 
 
 def test_import_dlsched_does_not_import_torch() -> None:
@@ -44,6 +48,7 @@ def _die_while_training(rank: int, world_size: int) -> None:
         default_loss(module(batch)).backward()
 
 
+@needs_torch
 def test_rank_dying_mid_training_fails_the_run_instead_of_hanging() -> None:
     """Rank 1 exits in its third step: RankFailure names it (and rank 0's own error shows
     up or rank 0 is stopped), long before the deadline."""
@@ -81,6 +86,7 @@ def _priorities(rank: int, world_size: int) -> dict[str, int]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux")
+@needs_torch
 def test_comm_nice_reaches_the_communication_threads_not_the_compute_thread() -> None:
     """With comm_nice 7 (no privilege needed), gloo's threads run at nice 7 and the rank's
     own thread keeps its nice; a calibration idle and loaded (computing while the all-reduce
