@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dlsched.cli.options import CSV_HELP, PLOT_HELP, TRACE_HELP, Outputs, console, parse_names
+from dlsched.cli.options import (
+    CSV_HELP,
+    PLOT_HELP,
+    TRACE_HELP,
+    Outputs,
+    console,
+    emit_rows,
+    parse_names,
+)
 from dlsched.cli.progress import progress_bar
 from dlsched.cli.themis_reproduction import reproduce_themis
 from dlsched.collectives import POLICIES, CollectiveOp, CollectiveResult, run_collective
@@ -148,8 +156,12 @@ def collective(
     outputs.rows(rows)
 
 
-def topologies() -> None:
+def topologies(json_out: Annotated[bool, typer.Option(
+        "--json", help="Print JSON rows (bandwidth in B/s, latency in s).")] = False) -> None:
     """List the bundled topology presets (bandwidth per NPU, latency per step)."""
+    if json_out:
+        emit_rows([_topology_row(name) for name in preset_names()], True, None)
+        return
     table = Table(title="topology presets (bandwidth: aggregate per NPU; latency: per step)")
     for header in ("name", "shape", "NPUs", "dimensions (kind bandwidth latency algorithm)",
                    "description"):
@@ -160,6 +172,16 @@ def topologies() -> None:
                          f"{format_time(d.latency)} {d.algorithm.value}" for d in net.dims)
         table.add_row(name, net.shape, str(net.num_npus), dims, preset_description(name))
     console.print(table)
+
+
+def _topology_row(name: str) -> dict[str, object]:
+    """One preset as a JSON row: its dimensions in SI units."""
+    net = load_topology(name)
+    return {"name": name, "shape": net.shape, "npus": net.num_npus,
+            "dims": [{"kind": d.kind.value, "size": d.size, "bandwidth": d.bandwidth,
+                      "latency_s": d.latency, "algorithm": d.algorithm.value}
+                     for d in net.dims],
+            "description": preset_description(name)}
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

@@ -16,6 +16,7 @@ from dlsched.cli.options import (
     Outputs,
     announce,
     console,
+    emit_rows,
     parse_names,
     suffixed,
 )
@@ -249,8 +250,15 @@ def parse_degrees(text: str) -> tuple[int, ...]:
     return degrees
 
 
-def devices_command() -> None:
+def devices_command(json_out: Annotated[bool, typer.Option(
+        "--json", help="Print JSON rows.")] = False) -> None:
     """List the bundled device-graph presets."""
+    if json_out:
+        emit_rows([{"name": name, "gpus": load_graph(name).num_devices,
+                    "summary": load_graph(name).describe(),
+                    "description": device_preset_description(name)}
+                   for name in device_preset_names()], True, None)
+        return
     table = Table(title="device presets (link bandwidth one direction, GPU sustained FLOP/s)")
     for header in ("name", "summary", "description"):
         table.add_column(header)

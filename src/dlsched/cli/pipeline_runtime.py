@@ -12,7 +12,8 @@ import typer
 import yaml
 from rich.table import Table
 
-from dlsched.cli.options import console, emit_rows
+from dlsched.cli.options import announce, console, emit_rows
+from dlsched.cli.progress import activity
 from dlsched.errors import ConfigError
 from dlsched.pipeline.plan_file import load_plan
 from dlsched.pipeline.torch_export import (
@@ -84,8 +85,10 @@ def profile(
 
     torch.set_num_threads(threads)
     built = load_model(model)
-    profiles = profile_blocks(built, microbatch_size, repeats)
+    with activity(f"profiling {len(built.block_names)} blocks of {model}", json_out):
+        profiles = profile_blocks(built, microbatch_size, repeats)
     write_text(chain, yaml.safe_dump(chain_document(model, profiles), sort_keys=False))
+    announce(f"chain file (plan with --microbatch-size {microbatch_size})", chain, json_out)
     rows = [{"block": p.name, **{k: v for k, v in vars(p).items() if k != "name"}}
             for p in profiles]
     extra = {"chain": str(chain)}
@@ -96,11 +99,15 @@ def profile(
             cpu_devices_document,
         )
 
-        latency, bandwidth, _ = calibrate_link()
-        overhead = calibrate_action_overhead(model, microbatch_size)
+        with activity("calibrating the link and the overhead per compute action", json_out):
+            latency, bandwidth, _ = calibrate_link()
+            overhead = calibrate_action_overhead(model, microbatch_size)
         write_text(devices_out, yaml.safe_dump(
             cpu_devices_document(ranks, latency, bandwidth, memory_bytes, overhead_s=overhead),
             sort_keys=False))
+        announce(f"device graph: link latency {latency * 1e6:.0f} us, bandwidth "
+                 f"{bandwidth / 1e9:.3g} GB/s (loopback, measured), runtime overhead "
+                 f"{overhead * 1e3:.2f} ms per compute action", devices_out, json_out)
         extra |= {"devices": str(devices_out), "latency_s": latency, "bandwidth": bandwidth,
                   "overhead_s": overhead}
     if json_out:
@@ -108,11 +115,6 @@ def profile(
         return
     render_table(rows, PROFILE_COLUMNS, f"{model}: one microbatch of {microbatch_size} "
                  f"samples, {threads} thread(s)", console)
-    console.print(f"wrote {chain} (plan with --microbatch-size {microbatch_size})")
-    if devices_out is not None:
-        console.print(f"wrote {devices_out}: link latency {extra['latency_s'] * 1e6:.0f} us, "
-                      f"bandwidth {extra['bandwidth'] / 1e9:.3g} GB/s (loopback, measured), "
-                      f"runtime overhead {overhead * 1e3:.2f} ms per compute action")
 
 
 def export(
@@ -120,6 +122,8 @@ def export(
     torch_csv: Annotated[Path, typer.Option(help="Per-rank action table to write (CSV).")],
     mapping: Annotated[Path | None, typer.Option(
         help="Stage-to-rank mapping JSON (default: <csv stem>.stages.json).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows (a row per stage)."
+                                           )] = False,
 ) -> None:
     """Write a plan as torch.distributed.pipelining's per-rank action table + stage mapping."""
     check_output_paths({"--torch-csv": (torch_csv, (".csv",)),
@@ -128,6 +132,17 @@ def export(
     saved = load_plan(plan)
     schedule = to_torch(saved.plan)
     written = write_torch_export(schedule, saved.device_names, torch_csv, mapping)
+    announce(f"per-rank action table ({schedule.world_size} ranks)", torch_csv, json_out)
+    announce("stage-to-rank mapping", written, json_out)
+    if json_out:
+        emit_rows([{"stage": s, "first_block": saved.block_names[first],
+                    "last_block": saved.block_names[last - 1], "rank": rank,
+                    "gpu": saved.device_names[schedule.rank_devices[rank]]}
+                   for s, ((first, last), rank) in enumerate(zip(
+                       schedule.stage_blocks, schedule.stage_ranks, strict=True))], True, None,
+                  {"planner": saved.plan.planner, "ranks": schedule.world_size,
+                   "microbatches": schedule.num_microbatches})
+        return
     table = Table(title=f"{saved.plan.planner}: {schedule.world_size} torch ranks, "
                   f"{len(schedule.stage_blocks)} stages, {schedule.num_microbatches} "
                   "microbatches")
@@ -138,7 +153,6 @@ def export(
         table.add_row(str(s), f"{saved.block_names[first]}..{saved.block_names[last - 1]}",
                       str(rank), saved.device_names[schedule.rank_devices[rank]])
     console.print(table)
-    console.print(f"wrote {torch_csv} and {written}")
 
 
 RUN_COLUMNS = [
@@ -190,8 +204,9 @@ def run(
     from dlsched.runtime.spawn import SpawnOptions
 
     options = SpawnOptions(timeout_s=timeout, deadline_s=deadline)
-    result = run_pipeline(saved, model or saved.model, iterations, warmup, seed,
-                          schedule=schedule, options=options)
+    with activity(f"running {warmup + iterations} iterations on torch ranks", json_out):
+        result = run_pipeline(saved, model or saved.model, iterations, warmup, seed,
+                              schedule=schedule, options=options)
     measured = result.median_iteration_s
     rows = [{"planner": saved.plan.planner, "ranks": (schedule or to_torch(saved.plan))
              .world_size, "predicted_s": predicted,
@@ -201,11 +216,13 @@ def run(
              "final_loss": result.losses[-1] if result.losses else None}]
     if trace is not None:
         write_chrome_trace(result.timeline, trace)
+        announce(f"Chrome trace ({iterations} measured iterations)", trace, json_out)
     if plot is not None:
         index = sorted(range(iterations), key=lambda k: result.iteration_s[k])[iterations // 2]
         plot_timelines([(f"{saved.plan.planner} measured on CPU ranks, iteration {index}: "
                          f"{result.iteration_s[index] * 1e3:.1f} ms",
                          result.iteration_timeline(index))], plot, color_by="kind")
+        announce(f"PNG plot (median iteration {index})", plot, json_out)
     if json_out:
         emit_rows(rows, True, None, {"iteration_s": list(result.iteration_s)})
         return

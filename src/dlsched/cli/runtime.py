@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import typer
 
-from dlsched.cli.options import console, emit_rows, parse_names
+from dlsched.cli.options import announce, console, emit_rows, parse_names
+from dlsched.cli.progress import activity
 from dlsched.dataparallel import POLICIES
 from dlsched.dataparallel.comm import network_for_workers
 from dlsched.dataparallel.netfile import FIT_MODELS
@@ -146,6 +147,8 @@ def calibrate_command(
                                       "queued back to back under load: the simulator "
                                       "charges each message by what overlaps it).")] = "none",
     comm_nice: CommNiceOption = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON: a row per timed size "
+                                           "and load (seconds, bytes) and the fits.")] = False,
 ) -> None:
     """Time all-reduces across spawned ranks and fit alpha-beta, ring and piecewise models;
     write the network file ``dlsched dataparallel --network`` reads."""
@@ -167,15 +170,30 @@ def calibrate_command(
 
     sizes = sorted({round(low * (high / low) ** (k / (points - 1)) / 4) * 4
                     for k in range(points)})
-    timed = spawn(time_loads, workers, (sizes, 2, repeats, load), options)[0]
+    with activity(f"timing all-reduces on {workers} ranks (load {load})", json_out):
+        timed = spawn(time_loads, workers, (sizes, 2, repeats, load), options)[0]
     document = loads_document(timed, workers, f"{backend}-{workers}ranks", backend, model,
                               comm_nice)
     write_network(document, out)
     fit = document["alpha_beta"]
-    console.print(f"wrote {out}: {len(sizes)} sizes on {workers} ranks (load {load}); "
-                  "alpha-beta fit "
-                  f"alpha {fit['alpha'] * 1e6:.1f} us, bandwidth {fit['bandwidth'] / 1e9:.3f} "
-                  f"GB/s; --network uses the {model} fit", highlight=False)
+    announce(f"network file ({len(sizes)} sizes on {workers} ranks, load {load}; alpha-beta "
+             f"fit alpha {fit['alpha'] * 1e6:.1f} us, bandwidth {fit['bandwidth'] / 1e9:.3f} "
+             f"GB/s; --network uses the {model} fit)", out, json_out)
+    if json_out:
+        emit_rows(_calibration_rows(document, "under load" if load == "compute" else "idle"),
+                  True, None,
+                  {"out": str(out), "workers": workers, "model": model,
+                   "fits": {key: document[key] for key in ("alpha_beta", "ring", "piecewise")}})
+
+
+def _calibration_rows(document: dict[str, Any], top: str) -> list[dict[str, Any]]:
+    """A row per timed size and load (``top``: the load of the top-level samples; under load,
+    queued under load): bytes, seconds."""
+    loaded = document.get("under_load") or {}
+    blocks = ((top, document), ("under load", loaded),
+              ("queued under load", loaded.get("stream") or {}))
+    return [{"load": name, "bytes": sample["bytes"], "seconds": sample["seconds"]}
+            for name, block in blocks for sample in block.get("samples", [])]
 
 
 def train_dataparallel(
@@ -242,11 +260,14 @@ def train_dataparallel(
                      iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr,
                      profile_in=profile_in, rounds=rounds)
     check_module(config)
-    result = spawn(train_rank, workers, (config,), options)[0]
+    with activity(f"training {len(names)} policies on {workers} ranks", json_out):
+        result = spawn(train_rank, workers, (config,), options)[0]
     rows = compare(result, config, workers)
     runs = result["runs"]
     if trace is not None:
-        write_chrome_trace([run for run in runs if run.plan is not None][-1].timeline, trace)
+        last = [run for run in runs if run.plan is not None][-1]
+        write_chrome_trace(last.timeline, trace)
+        announce(f"Chrome trace ({last.policy}, measured on rank 0)", trace, json_out)
     if plot is not None:
         problem = problem_from_profile(result["profile"], network, workers)
         panels = []
@@ -255,6 +276,8 @@ def train_dataparallel(
                 panels.append((f"{run.policy}: measured (rank 0)", run.timeline))
                 panels.append((f"{run.policy}: predicted", predict(run, problem).timeline))
         plot_timelines(panels, plot)
+        announce(f"PNG plot ({len(panels)} panels: measured and predicted per policy)", plot,
+                 json_out)
     if not json_out:
         render_table(rows, COLUMNS, f"{module}: data-parallel iteration on {workers} ranks "
                      f"(backward + next forward; median of {rounds} x {iterations - warmup}), "

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy.optimize import linprog
 
 
 def min_max_mix(columns: Sequence[np.ndarray], groups: Sequence[Sequence[int]],
@@ -31,6 +30,8 @@ def min_max_mix(columns: Sequence[np.ndarray], groups: Sequence[Sequence[int]],
     a_eq = np.zeros((len(groups), num + 1))
     for row, group in enumerate(groups):
         a_eq[row, list(group)] = 1.0
+    from scipy.optimize import linprog
+
     result = linprog(cost, A_ub=a_ub, b_ub=-fixed / scale, A_eq=a_eq,
                      b_eq=np.ones(len(groups)), bounds=[(0, None)] * (num + 1), method="highs")
     if result.status != 0:

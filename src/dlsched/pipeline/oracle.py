@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.bounds import plan_bound
@@ -121,6 +120,8 @@ def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
                   time_limit_s: float = 20.0) -> MilpSchedule:
     """Best makespan (s) of one mapping in the contention-free model, its orders and the
     solver's proof status and dual bound."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     actions = _actions(problem, stages)
     names = list(actions)
     index = {a: i for i, a in enumerate(names)}

@@ -13,7 +13,6 @@ at the top level and O(n^3 log n) in all; O(s^3) for s servers on server graphs.
 from __future__ import annotations
 
 import numpy as np
-from scipy.sparse.csgraph import connected_components
 
 from dlsched.hardware.device_graph import DeviceGraph
 
@@ -45,6 +44,8 @@ def _split(sub: np.ndarray) -> set[int]:
     halved in index order."""
     strongest = sub >= sub.max() * (1 - 1e-9)
     np.fill_diagonal(strongest, False)
+    from scipy.sparse.csgraph import connected_components
+
     count, label = connected_components(strongest, directed=False)
     if count in (1, len(sub)):
         return _sparsest_cut(sub, np.ones(len(sub)))

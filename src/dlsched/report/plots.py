@@ -1,20 +1,29 @@
-"""PNG plots of timelines (matplotlib, Agg backend: no display needed)."""
+"""PNG plots of timelines (matplotlib, Agg backend: no display needed; imported only when a
+plot is drawn, so the CLI starts fast)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-from matplotlib.axes import Axes
+from typing import TYPE_CHECKING, Any
 
 from dlsched.sim.timeline import Timeline
 from dlsched.units import format_time
 
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
 _TIME_SCALES = ((1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns"))
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend, imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def _time_scale(seconds: float) -> tuple[float, str]:
@@ -38,7 +47,7 @@ def _draw(axes: Axes, timeline: Timeline, title: str, color_by: str, scale: floa
           keys: dict[object, int]) -> None:
     lanes = timeline.lanes()
     rows = _rows(timeline, lanes)
-    cmap = plt.get_cmap("tab20")
+    cmap = pyplot().get_cmap("tab20")
     for span, lane in zip(timeline.spans, lanes, strict=True):
         key = span.kind if color_by == "kind" else span.args.get(color_by, span.kind)
         color = cmap(keys.setdefault(key, len(keys)) % 20)
@@ -59,6 +68,7 @@ def plot_timelines(panels: Sequence[tuple[str, Timeline]], path: str | Path,
     ``"chunk"``) that picks each bar's color. The time unit is chosen automatically and stated
     on the axis.
     """
+    plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     scale, unit = _time_scale(max(max(t.end for _, t in panels), 1e-12))
