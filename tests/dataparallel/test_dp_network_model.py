@@ -55,6 +55,23 @@ def test_shared_network_conserves_bytes_and_slots(msgs, slots):
         assert sum(1 for s, e in zip(starts, ends, strict=True) if s <= moment < e) <= slots
 
 
+@settings(max_examples=60, deadline=None)
+@given(msgs=messages, slots=st.integers(1, 5), sizes=st.lists(st.integers(1, 10**8),
+                                                              min_size=12, max_size=12),
+       credit=st.integers(1, 4 * 10**8))
+def test_credit_limits_admission(msgs, slots, sizes, credit):
+    """A message starts only while the running ones hold less than the credit (bytes): a
+    credit of 1 byte is the serial network, and at every start the earlier messages still
+    running hold less than the credit."""
+    sizes = sizes[:len(msgs)]
+    assert shared_times(msgs, slots, 1, sizes) == shared_times(msgs, 1)
+    starts, ends = shared_times(msgs, slots, credit, sizes)
+    for index, moment in enumerate(starts):
+        held = sum(size for start, end, size in zip(starts[:index], ends, sizes, strict=False)
+                   if start <= moment < end)
+        assert held < credit
+
+
 def test_two_in_flight_by_hand():
     """Two 1 ms latency + 2 ms transfer messages at t = 0: serial 0..3 and 3..6; two slots
     overlap the latencies and share the bandwidth, both ending at 1 + 4 = 5 ms."""

@@ -54,6 +54,7 @@ class SharedNetwork:
         self.waiting: deque[tuple[int, float, float, float, float, float, float, float]] = \
             deque()
         self.running: list[_Running] = []
+        self.held = 0.0  # bytes the running messages hold of the credit
         self.loaded = False
 
     def submit(self, index: int, launch: float, latency: float, transfer: float,
@@ -70,8 +71,7 @@ class SharedNetwork:
     def _admits(self) -> bool:
         """Whether the next waiting message may start once its launch time has come: a slot
         is free and the running messages hold less than the credit."""
-        return bool(self.waiting) and len(self.running) < self.slots \
-            and sum(r.size for r in self.running) < self.credit
+        return bool(self.waiting) and len(self.running) < self.slots and self.held < self.credit
 
     def compute_slowdown(self) -> float:
         """How many times slower the rank computes now: the largest ``compute`` factor of the
@@ -124,6 +124,7 @@ class SharedNetwork:
                     r.remaining <= EPSILON
                     or self.now + r.remaining * self._factor(r) * sharing <= self.now)]:
                 self.running.remove(running)
+                self.held = self.held - running.size if self.running else 0.0
                 done.append((running.index, running.start, self.now))
             while self._admits() and self.waiting[0][1] <= self.now:
                 index, launch, latency, transfer, slowdown, compute, queued, size = \
@@ -133,6 +134,7 @@ class SharedNetwork:
                 running = _Running(index, self.now, 0.0, transfer, size, slowdown, compute)
                 running.latency_end = self.now + latency * self._factor(running)
                 self.running.append(running)
+                self.held += size
 
     def _progress(self, time: float) -> None:
         """Move the clock to ``time``, sharing the bandwidth among transferring messages."""
