@@ -37,7 +37,7 @@ def test_plan_json_rows(run_cli, chain_file: Path, tmp_path: Path) -> None:
     assert [r["planner"] for r in rows] == ["dlsched", "gpipe"]
     for row in rows:
         assert {"model", "devices", "planner", "iteration_s", "bound_s"} <= set(row)
-        assert row["iteration_s"] >= row["bound_s"]
+        assert row["iteration_s"] >= row["bound_s"] * (1 - 1e-9)
     assert rows[0]["iteration_s"] <= rows[1]["iteration_s"]
     assert payload["orders"].startswith("gpu0:")
     processes = {e["args"]["name"] for e in json.loads(trace.read_text())["traceEvents"]

@@ -11,6 +11,11 @@ slower by construction), which ``run_scenario`` hands it instead of planning the
 Scenarios with ``recompute`` restricted force that recomputation mode on every planner. Every
 scenario runs under a network mode (``pipeline.network``): FIFO streams (default) or processor
 sharing; ``with_networks`` makes the rows for both.
+
+The headline is per scenario (``per_scenario``, ``headline``): dlsched against the fastest
+baseline of that scenario, named, and beside it the same among plans an existing runtime can
+execute (``pipeline.runtimes``: dlsched's best plan may, e.g., put several replicated stages
+on every GPU, which neither Megatron-LM nor torch runs).
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from dlsched.pipeline import BASELINES, PipelineProblem, PipelineResult, run_pla
 from dlsched.pipeline.memory_model import RECOMPUTE_MODES
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.planner import plan_dlsched
+from dlsched.pipeline.runtimes import runtime_for
 from dlsched.report import Column
-from dlsched.report.tables import as_ratio
+from dlsched.report.tables import as_ratio, seconds_as_ms
 
 PAPER_MAX_SPEEDUP = 2.57
 
@@ -72,6 +78,34 @@ def with_networks(networks: tuple[str, ...],
                  for scenario in (SCENARIOS if scenarios is None else scenarios))
 
 
+SCENARIO_COLUMNS = [
+    Column("network", "network", justify="left"),
+    Column("model", "model", justify="left"),
+    Column("devices", "devices", justify="left"),
+    Column("recompute_allowed", "recompute allowed", justify="left"),
+    Column("best_baseline", "best baseline", justify="left"),
+    Column("best_baseline_s", "its time (ms)", seconds_as_ms),
+    Column("dlsched_s", "dlsched (ms)", seconds_as_ms),
+    Column("speedup", "speedup over best baseline", as_ratio),
+    Column("origin", "dlsched's plan from", justify="left"),
+    Column("dlsched_runtime", "runtime for dlsched's plan", justify="left"),
+    Column("best_runnable_baseline", "best runnable baseline", justify="left"),
+    Column("dlsched_runnable_s", "dlsched runnable (ms)", seconds_as_ms),
+    Column("runnable_speedup", "speedup among runnable plans", as_ratio),
+]
+HEADLINE_COLUMNS = [
+    Column("network", "network", justify="left"),
+    Column("scenarios", "scenarios"),
+    Column("mean_speedup", "geo-mean speedup over best baseline", as_ratio),
+    Column("min_speedup", "min", as_ratio),
+    Column("max_speedup", "max", as_ratio),
+    Column("ties", "at 1.00x"),
+    Column("baseline_plans", "dlsched plan = a baseline's"),
+    Column("unrunnable", "dlsched plan runnable by no runtime"),
+    Column("mean_runnable_speedup", "geo-mean among runnable plans", as_ratio),
+    Column("min_runnable_speedup", "min", as_ratio),
+    Column("max_runnable_speedup", "max", as_ratio),
+]
 SUMMARY_COLUMNS = [
     Column("network", "network", justify="left"),
     Column("baseline", "baseline", justify="left"),
@@ -83,40 +117,148 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
-    """One row per planner, dlsched first (a planner whose plan does not fit memory gets
-    ``error``). dlsched's ``planning_s`` includes the baselines' planning."""
-    chain = load_chain(scenario.model, scenario.microbatch_size)
-    problem = PipelineProblem(chain, load_devices(scenario.devices), scenario.microbatches,
-                              scenario.recompute, scenario.network)
+def _baselines(problem: PipelineProblem, names: list[str]) -> dict[str, PipelineResult | str]:
+    """Each baseline in ``names``; one that finds no plan gets its error's first line."""
     results: dict[str, PipelineResult | str] = {}
-    for name in BASELINES:
+    for name in names:
         try:
             results[name] = run_planner(problem, name)
         except ConfigError as error:
             results[name] = str(error).splitlines()[0]
-    found = {name: r for name, r in results.items() if isinstance(r, PipelineResult)}
+    return results
+
+
+def _dlsched(problem: PipelineProblem, baselines: dict[str, PipelineResult | str]
+             ) -> PipelineResult | str:
+    """dlsched with the baselines' plans as candidates (not planned twice); its
+    ``planning_s`` includes theirs."""
+    found = {name: r for name, r in baselines.items() if isinstance(r, PipelineResult)}
     planned = {name: (lambda _, r=r: r.plan) for name, r in found.items()}
-    ours = run_planner(problem, "dlsched", lambda p: plan_dlsched(p, planned))
-    ours = replace(ours, planning_s=ours.planning_s + sum(r.planning_s for r in found.values()))
+    try:
+        ours = run_planner(problem, "dlsched", lambda p: plan_dlsched(p, planned))
+    except ConfigError as error:
+        return str(error).splitlines()[0]
+    return replace(ours, planning_s=ours.planning_s + sum(r.planning_s for r in found.values()))
+
+
+def _runnable(result: PipelineResult | str | None) -> bool:
+    return isinstance(result, PipelineResult) and runtime_for(result.plan) is not None
+
+
+def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
+    """One row per planner, dlsched first (a planner whose plan does not fit memory gets
+    ``error``). Each row also names the runtime that can execute its plan and gives, in
+    ``runnable_iteration_s``, the planner's best plan that some runtime executes: its own, or
+    when no runtime executes that, the planner run again keeping to runnable plans
+    (``PipelineProblem.runnable_only``; dlsched then with the runnable baselines' plans)."""
+    chain = load_chain(scenario.model, scenario.microbatch_size)
+    problem = PipelineProblem(chain, load_devices(scenario.devices), scenario.microbatches,
+                              scenario.recompute, scenario.network)
+    baselines = _baselines(problem, list(BASELINES))
+    results = {"dlsched": _dlsched(problem, baselines), **baselines}
+    runnable = {name: r for name, r in results.items() if _runnable(r)}
+    strict = replace(problem, runnable_only=True)
+    runnable |= _baselines(strict, [name for name, r in baselines.items()
+                                    if isinstance(r, PipelineResult) and name not in runnable])
+    if "dlsched" not in runnable:
+        runnable["dlsched"] = _dlsched(strict, {name: r for name, r in runnable.items()
+                                                if name in BASELINES})
     rows = []
-    for name, result in {"dlsched": ours, **results}.items():
+    for name, result in results.items():
         row = result.row() if isinstance(result, PipelineResult) else {
             "planner": name, "iteration_s": None, "bound_s": None, "error": result}
+        best = runnable.get(name)
         rows.append({"network": scenario.network, "model": scenario.model,
                      "devices": scenario.devices,
                      "microbatch_size": scenario.microbatch_size,
-                     "recompute_allowed": scenario.label, "memory": chain.memory_note} | row)
+                     "recompute_allowed": scenario.label, "memory": chain.memory_note}
+                    | row | {"origin": result.plan.notes.get("origin", name)
+                             if isinstance(result, PipelineResult) else "",
+                             "runnable_iteration_s": best.sim.iteration_s
+                             if isinstance(best, PipelineResult) else None,
+                             "runnable_config": _config_text(best)})
     ours = rows[0]["iteration_s"]
     for row in rows:
         row["dlsched_speedup"] = row["iteration_s"] / ours if row["iteration_s"] else None
     return rows
 
 
+def _config_text(result: PipelineResult | str | None) -> str:
+    """``PP x DP x TP, schedule`` of a result ('' without one)."""
+    if not isinstance(result, PipelineResult):
+        return ""
+    row = result.row()
+    return f"PP {row['pp']} x DP {row['dp']} x TP {row['tp']}, {row['schedule']}"
+
+
 def reproduce(scenarios: tuple[Scenario, ...] | None = None) -> list[dict[str, Any]]:
     """All rows of ``scenarios`` (default: ``SCENARIOS``)."""
     chosen = SCENARIOS if scenarios is None else scenarios
     return [row for scenario in chosen for row in run_scenario(scenario)]
+
+
+def _key(row: dict[str, Any]) -> tuple:
+    return (row.get("network", "fifo"), row["model"], row["devices"], row["recompute_allowed"])
+
+
+def _geo_mean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def per_scenario(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario: dlsched against the fastest baseline of that scenario (named), and the
+    same among plans an existing runtime executes (``runnable_iteration_s``): speedup =
+    that baseline's time / dlsched's. ``origin`` says whose plan dlsched's is (its own search
+    or a baseline's, which dlsched takes when none of its own is faster)."""
+    scenarios: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        scenarios[_key(row)].append(row)
+    table = []
+    for key, group in scenarios.items():
+        ours = next(row for row in group if row["planner"] == "dlsched")
+        baselines = [row for row in group if row["planner"] in BASELINES]
+        best = min((r for r in baselines if r["iteration_s"]), key=lambda r: r["iteration_s"],
+                   default=None)
+        runnable = min((r for r in baselines if r["runnable_iteration_s"]),
+                       key=lambda r: r["runnable_iteration_s"], default=None)
+        if best is None or not ours["iteration_s"]:
+            continue
+        table.append({
+            "network": key[0], "model": key[1], "devices": key[2], "recompute_allowed": key[3],
+            "best_baseline": best["planner"], "best_baseline_s": best["iteration_s"],
+            "dlsched_s": ours["iteration_s"],
+            "speedup": best["iteration_s"] / ours["iteration_s"],
+            "origin": ours["origin"], "dlsched_runtime": ours["runtime"],
+            "best_runnable_baseline": runnable["planner"] if runnable else "",
+            "best_runnable_baseline_s": runnable["runnable_iteration_s"] if runnable else None,
+            "dlsched_runnable_s": ours["runnable_iteration_s"],
+            "runnable_speedup": runnable["runnable_iteration_s"] / ours["runnable_iteration_s"]
+            if runnable and ours["runnable_iteration_s"] else None})
+    return table
+
+
+def headline(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per network mode: geometric mean, min and max over the scenarios of dlsched's speedup
+    over the best baseline, the scenarios at 1.00x (within 0.5%), those where dlsched's plan
+    is a baseline's, and the same speedups among runnable plans."""
+    modes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in table:
+        modes[row["network"]].append(row)
+    result = []
+    for network, group in modes.items():
+        speedups = [row["speedup"] for row in group]
+        runnable = [row["runnable_speedup"] for row in group if row["runnable_speedup"]]
+        result.append({
+            "network": network, "scenarios": len(group),
+            "mean_speedup": _geo_mean(speedups), "min_speedup": min(speedups),
+            "max_speedup": max(speedups),
+            "ties": sum(1 for value in speedups if value < 1.005),
+            "baseline_plans": sum(1 for row in group if row["origin"] in BASELINES),
+            "unrunnable": sum(1 for row in group if row["dlsched_runtime"] == "none"),
+            "mean_runnable_speedup": _geo_mean(runnable) if runnable else None,
+            "min_runnable_speedup": min(runnable, default=None),
+            "max_runnable_speedup": max(runnable, default=None)})
+    return result
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -127,7 +269,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if row["planner"] in BASELINES and row.get("dlsched_speedup"):
             speedups[(row.get("network", "fifo"), row["planner"])].append(row["dlsched_speedup"])
     return [{"network": network, "baseline": name, "rows": len(values),
-             "mean_speedup": math.exp(sum(map(math.log, values)) / len(values)),
+             "mean_speedup": _geo_mean(values),
              "max_speedup": max(values), "min_speedup": min(values),
              "paper_max_speedup": PAPER_MAX_SPEEDUP}
             for (network, name), values in speedups.items()]

@@ -28,6 +28,7 @@ from dlsched.pipeline.estimate import memory_slots
 from dlsched.pipeline.partition import balanced_stages
 from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage
 from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.runtimes import runtime_for
 from dlsched.pipeline.simulate import SimResult, simulate
 
 MAPPINGS = ("pp-outer", "dp-outer")
@@ -125,6 +126,9 @@ def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
             continue
         reason = ""
         for plan in variants(sub, point, stages):
+            if problem.runnable_only and runtime_for(plan) is None:
+                reason = "no runtime executes the layout"
+                continue
             try:
                 result = simulate(problem, plan)
             except PlanError as error:

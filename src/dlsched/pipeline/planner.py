@@ -48,6 +48,7 @@ from dlsched.pipeline.ordering import device_order
 from dlsched.pipeline.partition import balanced_stages, range_costs
 from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.runtimes import runtime_for
 from dlsched.pipeline.schedules import (
     backward_first_dispatch,
     critical_path_dispatch,
@@ -85,6 +86,13 @@ def allowed(problem: PipelineProblem, stages: tuple[Stage, ...]) -> bool:
     """Whether a partition is in the problem's space (one GPU per stage unless replication
     is allowed)."""
     return problem.replicate or all(len(stage.devices) == 1 for stage in stages)
+
+
+def admissible(problem: PipelineProblem, plan: PipelinePlan) -> bool:
+    """Whether a plan is in the problem's space: ``allowed`` stages and, with
+    ``runnable_only``, a runtime that executes it (``runtimes.runtime_for``)."""
+    return allowed(problem, plan.stages) and (not problem.runnable_only
+                                              or runtime_for(plan) is not None)
 
 
 def _small_space(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
@@ -216,7 +224,7 @@ def plan_dlsched(problem: PipelineProblem,
                   for result in schedule_candidates(sub, stages))
     starts: list[SimResult] = []  # the fastest plan of each of the fastest partitions
     for result in _with_baselines(problem, candidates, baselines or {}):
-        if not allowed(problem, result.plan.stages):
+        if not admissible(problem, result.plan):
             continue
         same = next((st for st in starts if st.plan.stages == result.plan.stages
                      and st.plan.tensor_parallel == result.plan.tensor_parallel), None)
@@ -337,7 +345,8 @@ def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
         for stages in islice((move for move in moves if allowed(problem, move)), budget):
             budget -= 1
             for result in schedule_candidates(problem, stages, schedule):
-                if result.iteration_s < best.iteration_s * (1 - 1e-12):
+                if result.iteration_s < best.iteration_s * (1 - 1e-12) \
+                        and admissible(problem, result.plan):
                     best = result
         if best is start:
             break

@@ -29,7 +29,8 @@ class PipelineProblem:
     that run one rank per stage, such as ``torch.distributed.pipelining``: every planner then
     keeps to one GPU per stage); ``tensor_parallel`` the tensor-parallel degrees planners may
     choose (None: every degree the chain and graph allow, ``pipeline.tensor_parallel``; 1
-    only without replication).
+    only without replication); ``runnable_only`` whether planners keep to plans an existing
+    runtime executes (``pipeline.runtimes``).
 
     ``tensor(t)`` is the instance at degree ``t``: its devices are the TP groups (their GPUs
     in ``gpu_groups``), its chain the per-GPU costs of a group; plans at that degree index
@@ -43,6 +44,7 @@ class PipelineProblem:
     replicate: bool = True
     tensor_parallel: tuple[int, ...] | None = None
     gpu_groups: tuple[tuple[int, ...], ...] | None = None
+    runnable_only: bool = False
 
     def __post_init__(self) -> None:
         if self.num_microbatches < 1:

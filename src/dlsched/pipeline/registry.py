@@ -22,6 +22,7 @@ from dlsched.pipeline.bounds import instance_bound, plan_bound
 from dlsched.pipeline.plan import PipelinePlan
 from dlsched.pipeline.planner import plan_dlsched
 from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.runtimes import runtime_for
 from dlsched.pipeline.simulate import SimResult, simulate
 
 Planner = Callable[[PipelineProblem], PipelinePlan]
@@ -91,7 +92,9 @@ def configuration(plan: PipelinePlan) -> dict:
     pipeline), data-parallel degree (replicas per stage; a list when they differ or when
     some stage splits its microbatches across its replicas, marked ``s``: ``4s/2s/1``),
     tensor-parallel degree, recomputation, and ``skipped``: the configurations of its
-    planner's search that could not run and why ('' when none)."""
+    planner's search that could not run and why ('' when none), and ``runtime``: the
+    existing runtime(s) that can execute it ('none': no runtime we know of,
+    ``pipeline.runtimes``)."""
     notes = plan.notes
     replicas = sorted({len(stage.devices) for stage in plan.stages})
     chunks = int(notes.get("chunks", 1))
@@ -103,7 +106,7 @@ def configuration(plan: PipelinePlan) -> dict:
                      for stage in plan.stages),
             "tp": plan.tensor_parallel, "recompute": plan.recompute,
             "warm_up": notes.get("warm-up", ""), "mapping": notes.get("mapping", ""),
-            "skipped": notes.get("skipped", "")}
+            "skipped": notes.get("skipped", ""), "runtime": runtime_for(plan) or "none"}
 
 
 def run_planner(problem: PipelineProblem, name: str,
