@@ -23,7 +23,8 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
    path-dependent: the fastest start need not climb highest): hill-climb
    on the simulated time over neighbouring partitions — one cut moved by one block, a
    replicated stage split in two (its GPUs halved, at every block cut), two adjacent stages
-   merged into one replicated stage, an unused GPU added as a replica or running the second
+   on disjoint GPUs merged into one replicated stage, an unused GPU added as a replica or
+   running the second
    part of a split stage (graphs of at most ``GROW_GPUS`` GPUs) — re-running step 3 for
    each, for at most
    ``REFINE_PASSES`` improving passes.
@@ -33,6 +34,8 @@ which runs one rank per stage) every step keeps to one GPU per stage: the partit
 memory-aware candidates use single-GPU units, balanced one-stage-per-GPU cuts on the first
 ``k`` GPUs of the device order join the candidates for every ``k``, refinement only moves cuts
 and places unused GPUs as new stages, and the baselines search their own unreplicated spaces.
+With ``PipelineProblem.runnable_only`` every plan kept (start, refinement, baselines) is one an
+existing runtime executes (``runtimes.runtime_for``).
 """
 
 from __future__ import annotations
