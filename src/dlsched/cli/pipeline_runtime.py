@@ -14,6 +14,7 @@ from rich.table import Table
 
 from dlsched.cli.options import announce, console, emit_rows
 from dlsched.cli.progress import activity
+from dlsched.cli.runtime import ChannelsLastOption, DeviceOption, PrecisionOption, UnusedOption
 from dlsched.errors import ConfigError
 from dlsched.pipeline.plan_file import load_plan
 from dlsched.pipeline.torch_export import (
@@ -68,6 +69,10 @@ def profile(
     memory: Annotated[str, typer.Option(help="Memory per rank in the device graph.")]
     = "16 GiB",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+    device: DeviceOption = "cpu",
+    precision: PrecisionOption = "fp32",
+    channels_last: ChannelsLastOption = False,
+    unused: UnusedOption = "skip",
 ) -> None:
     """Measure forward, backward(-input/-weight) time and bytes per block into a chain file."""
     check_output_paths({"chain": (chain, (".yaml", ".yml", ".json")),
@@ -77,6 +82,13 @@ def profile(
     REPEATS.check(repeats, "repeats")
     THREADS.check(threads, "threads")
     RANKS.check(ranks, "ranks")
+    from dlsched.runtime.execution import Execution
+
+    execution = Execution(device, precision, channels_last, unused)
+    if devices_out is not None and execution.cuda:
+        raise ConfigError("devices-out: calibrates CPU gloo ranks (loopback link, CPU action "
+                          "overhead), not GPUs; with --device cuda give the device graph as a "
+                          "file instead")
     _torch()
     import torch
 
@@ -84,9 +96,10 @@ def profile(
     from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
 
     torch.set_num_threads(threads)
+    execution.check_device()
     built = load_model(model)
     with activity(f"profiling {len(built.block_names)} blocks of {model}", json_out):
-        profiles = profile_blocks(built, microbatch_size, repeats)
+        profiles = profile_blocks(built, microbatch_size, repeats, execution=execution)
     write_text(chain, yaml.safe_dump(chain_document(model, profiles), sort_keys=False))
     announce(f"chain file (plan with --microbatch-size {microbatch_size})", chain, json_out)
     rows = [{"block": p.name, **{k: v for k, v in vars(p).items() if k != "name"}}
@@ -114,7 +127,7 @@ def profile(
         emit_rows(rows, True, None, extra)
         return
     render_table(rows, PROFILE_COLUMNS, f"{model}: one microbatch of {microbatch_size} "
-                 f"samples, {threads} thread(s)", console)
+                 f"samples, {threads} thread(s), {execution.describe()}", console)
 
 
 def export(

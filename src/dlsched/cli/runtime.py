@@ -34,6 +34,17 @@ ModuleOption = Annotated[str, typer.Option(
 ShapeOption = Annotated[str, typer.Option(
     help="Input batch shape of a factory module, e.g. 8,3,32,32 (float inputs).")]
 BatchOption = Annotated[int, typer.Option(help="Samples per rank (built-in models).")]
+DeviceOption = Annotated[str, typer.Option(
+    help="cpu or cuda (timed with CUDA events; refused in one line when CUDA is not "
+         "available).")]
+PrecisionOption = Annotated[str, typer.Option(
+    help="fp32, tf32 (GPU), bf16 or fp16 (GPU): bf16/fp16 run the forward and loss under "
+         "torch.autocast, weights and gradients FP32.")]
+ChannelsLastOption = Annotated[bool, typer.Option(
+    "--channels-last", help="Module and 4-D inputs in torch.channels_last.")]
+UnusedOption = Annotated[str, typer.Option(
+    help="Parameters the loss never reaches (e.g. BertModel's pooler): skip (profiled as DDP's "
+         "find_unused_parameters runs them: no backward, gradient ready at once) or error.")]
 CommNiceOption = Annotated[int | None, typer.Option(
     "--comm-nice", help="Nice value (-20..19) of each rank's communication threads (gloo's "
     "worker and transport), so messages are not held up by compute sharing the cores; -20 "
@@ -95,6 +106,10 @@ def profile_command(
     optimizer: Annotated[str, typer.Option(help="Optimizer whose per-module step is added to "
                                            "the forward: sgd, adam, none.")] = "sgd",
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
+    device: DeviceOption = "cpu",
+    precision: PrecisionOption = "fp32",
+    channels_last: ChannelsLastOption = False,
+    unused: UnusedOption = "skip",
 ) -> None:
     """Profile a torch module: per-parameter forward/backward seconds and gradient sizes, in
     the format ``dlsched dataparallel --profile`` reads."""
@@ -105,26 +120,35 @@ def profile_command(
                           f"{warmup}, {repeats})")
     if optimizer not in ("sgd", "adam", "none"):
         raise ConfigError(f"optimizer: {optimizer!r}; accepted: sgd, adam, none")
+    from dlsched.runtime.execution import Execution
+
+    execution = Execution(device, precision, channels_last, unused)
     _require_torch()
     import torch
 
-    from dlsched.runtime.profile import profile, write_profile
+    from dlsched.runtime.profile import profile, unused_parameters, write_profile
     from dlsched.runtime.train import build_module, make_batch, optimizer_factory
 
     torch.set_num_threads(threads)
     config = _config(module, input_shape, batch_size)
-    model = build_module(config)
-    result = profile(model, make_batch(model, config), warmup=warmup, repeats=repeats,
+    built = build_module(config)
+    model, batch = execution.prepare(built, make_batch(built, config))
+    skipped = unused_parameters(model, batch, execution=execution)
+    result = profile(model, batch, warmup=warmup, repeats=repeats,
                      optimizer=None if optimizer == "none" else optimizer_factory(optimizer,
                                                                                    0.0),
-                     name=module.rpartition(":")[2])
+                     name=module.rpartition(":")[2], execution=execution)
     write_profile(result, out)
     forward = sum(layer.forward_time_s for layer in result.layers)
     backward = sum(layer.backward_time_s for layer in result.layers)
     console.print(f"wrote {out}: {len(result.layers)} parameter tensors, "
                   f"{sum(layer.params for layer in result.layers):,} parameters, forward "
                   f"{forward * 1e3:.3f} ms, backward {backward * 1e3:.3f} ms (medians of "
-                  f"{repeats}, batch {batch_size})", highlight=False)
+                  f"{repeats}, batch {batch_size}, {execution.describe()})", highlight=False)
+    if skipped:
+        console.print(f"{len(skipped)} parameter tensor(s) get no gradient from the loss, "
+                      f"profiled with no backward (--unused skip): {', '.join(skipped)}",
+                      highlight=False)
 
 
 def calibrate_command(

@@ -13,12 +13,17 @@ sum(I) / sum(I + W) over the blocks as ``input_grad_fraction`` (the chain has on
 and sum(I + W) / sum(B) as ``split_backward_factor``: two autograd passes cost more than one
 (on CPU about 1.2x at 8 sequences of gpt-small, 1.5x at 2), which the planner must weigh
 before it chooses a split-backward schedule.
+
+``execution`` (``runtime.execution``) puts the blocks and the batch on the device (CUDA: timed
+with CUDA events), runs each block's forward (and the loss) under the precision's autocast,
+and decides about parameters that get no gradient (``unused``: skip times them as they run,
+error refuses the block naming the parameter; the split backward is timed over the parameters
+that get a gradient, and every parameter's bytes count).
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,7 +37,9 @@ from torch.distributed.pipelining._backward import (
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline.chain import REFERENCE_FLOPS
+from dlsched.runtime.execution import Execution
 from dlsched.runtime.pipeline_model import PipelineModel
+from dlsched.runtime.recorder import Clock
 
 
 @dataclass(frozen=True)
@@ -49,15 +56,18 @@ class BlockProfile:
     stash_bytes: int
 
 
-def _median_seconds(run: Callable[[], Callable[[], object]], repeats: int, warmup: int) -> float:
-    """Median time of the timed part: ``run()`` prepares and returns the callable to time."""
+def _median_seconds(run: Callable[[], Callable[[], object]], repeats: int, warmup: int,
+                    clock: Clock) -> float:
+    """Median time of the timed part: ``run()`` prepares and returns the callable to time
+    (stamps of ``clock``: perf counter, or CUDA events that resolve once the GPU is there)."""
     times = []
     for index in range(warmup + repeats):
         timed = run()
-        start = time.perf_counter()
+        start = clock.stamp()
         timed()
+        end = clock.stamp()
         if index >= warmup:
-            times.append(time.perf_counter() - start)
+            times.append(clock.seconds(end) - clock.seconds(start))
     return statistics.median(times)
 
 
@@ -76,16 +86,18 @@ def _stash_bytes(forward: Callable[[], Tensor]) -> int:
 
 def _profile_block(name: str, block: torch.nn.Module, x: Tensor,
                    loss: Callable[[Tensor], Tensor] | None, repeats: int,
-                   warmup: int) -> tuple[BlockProfile, Tensor]:
+                   warmup: int, execution: Execution) -> tuple[BlockProfile, Tensor]:
     has_input_grad = x.is_floating_point()
     source = x.detach().requires_grad_(has_input_grad)
     params = list(block.parameters())
+    clock = Clock(cuda=execution.cuda)
 
     def forward() -> Tensor:
-        output = block(source)
-        return loss(output) if loss is not None else output
+        with execution.autocast():
+            output = block(source)
+            return loss(output) if loss is not None else output
 
-    with torch.no_grad():
+    with torch.no_grad(), execution.autocast():
         output = block(source)
     grad = None if loss is not None else torch.randn_like(output)
 
@@ -95,21 +107,24 @@ def _profile_block(name: str, block: torch.nn.Module, x: Tensor,
             return lambda: stage_backward(out, None, [source])
         return lambda: stage_backward((out,), (grad,), [source])
 
+    forward_s = _median_seconds(lambda: forward, repeats, warmup, clock)
+    backward_s = _median_seconds(full, repeats, warmup, clock)
+    used = _used_parameters(name, block, execution)
+
     def input_part() -> Callable[[], object]:
         out = forward()
         return lambda: stage_backward_input([out], None if grad is None else [grad], [source],
-                                            iter(params))
+                                            iter(used))
 
     def weight_part() -> Callable[[], object]:
         out = forward()
         _, groups = stage_backward_input([out], None if grad is None else [grad], [source],
-                                         iter(params))
-        return lambda: stage_backward_weight(iter(params), groups)
+                                         iter(used))
+        return lambda: stage_backward_weight(iter(used), groups)
 
-    forward_s = _median_seconds(lambda: forward, repeats, warmup)
-    backward_s = _median_seconds(full, repeats, warmup)
-    input_s = _median_seconds(input_part, repeats, warmup) if has_input_grad else 0.0
-    weight_s = _median_seconds(weight_part, repeats, warmup) if has_input_grad else backward_s
+    input_s = _median_seconds(input_part, repeats, warmup, clock) if has_input_grad else 0.0
+    weight_s = (_median_seconds(weight_part, repeats, warmup, clock) if has_input_grad
+                else backward_s)
     block.zero_grad(set_to_none=True)
     profile = BlockProfile(name, forward_s, backward_s, input_s, weight_s,
                            output.numel() * output.element_size(),
@@ -118,22 +133,42 @@ def _profile_block(name: str, block: torch.nn.Module, x: Tensor,
     return profile, output
 
 
+def _used_parameters(name: str, block: torch.nn.Module,
+                     execution: Execution) -> list[torch.nn.Parameter]:
+    """After a full backward: the block's parameters that got a gradient (the split backward
+    is timed over those: torch's ``stage_backward_input`` fails on a parameter the output
+    does not depend on); ConfigError naming the first one without when ``execution.unused``
+    is error."""
+    for param_name, param in block.named_parameters():
+        if param.grad is None and execution.unused == "error":
+            raise ConfigError(f"model: parameter {name}.{param_name} gets no gradient from the "
+                              "loss (--unused error); --unused skip profiles it as it runs")
+    return [param for param in block.parameters() if param.grad is not None]
+
+
 def profile_blocks(model: PipelineModel, microbatch_size: int, repeats: int = 5,
-                   warmup: int = 2) -> list[BlockProfile]:
-    """Measure every block of ``model`` on one microbatch of ``microbatch_size`` samples."""
+                   warmup: int = 2, execution: Execution | None = None) -> list[BlockProfile]:
+    """Measure every block of ``model`` on one microbatch of ``microbatch_size`` samples under
+    ``execution`` (default: CPU, FP32, unused parameters skipped); the blocks move to its
+    device."""
     if not 1 <= microbatch_size <= 1_000_000 or not 1 <= repeats <= 1000 or warmup < 0:
         raise ConfigError(f"microbatch_size: {microbatch_size} (1..1e6), repeats: {repeats} "
                           f"(1..1000) and warmup: {warmup} (>= 0) are out of range")
-    inputs, targets = model.make_batch(microbatch_size, 0)
-    model.loss_fn(model.blocks(inputs), targets).backward()  # the first autograd pass: untimed
-    model.blocks.zero_grad(set_to_none=True)
-    named = list(model.blocks.named_children())
+    execution = execution or Execution()
+    blocks, inputs, targets = execution.prepare(model.blocks, *model.make_batch(
+        microbatch_size, 0))
     profiles, x = [], inputs
-    for index, (name, block) in enumerate(named):
-        is_last = index == len(named) - 1
-        loss = (lambda out: model.loss_fn(out, targets)) if is_last else None
-        profile, x = _profile_block(name, block, x, loss, repeats, warmup)
-        profiles.append(profile)
+    with execution.running():
+        with execution.autocast():
+            loss = model.loss_fn(blocks(inputs), targets)
+        loss.backward()  # the first autograd pass: untimed
+        blocks.zero_grad(set_to_none=True)
+        named = list(blocks.named_children())
+        for index, (name, block) in enumerate(named):
+            is_last = index == len(named) - 1
+            loss_fn = (lambda out: model.loss_fn(out, targets)) if is_last else None
+            profile, x = _profile_block(name, block, x, loss_fn, repeats, warmup, execution)
+            profiles.append(profile)
     return profiles
 
 

@@ -17,7 +17,12 @@ events on a GPU) uses the points a data-parallel executor sees:
   only start once all of its parameters are updated. With an optimizer, the owner's optimizer
   step (which the executor runs right before that forward) is added to it.
 
-The loss is ``loss_fn(output)``, by default the mean of the squared output.
+The loss is ``loss_fn(output)``, by default the mean of the squared output. ``execution``
+(``runtime.execution``) sets the precision (autocast around the forward and the loss, TF32 on
+a GPU) and what happens to parameters the loss never reaches (``unused``: skip profiles them
+with no backward time and a gradient ready when the backward starts, as DDP's
+``find_unused_parameters`` runs them; error refuses the module). The caller puts the module
+and its input on the device (``Execution.prepare``); a CUDA module is timed with CUDA events.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from torch import nn
 from dlsched.errors import ConfigError
 from dlsched.models.profile_io import LayerProfile, ModelProfile
 from dlsched.report import write_text
+from dlsched.runtime.execution import Execution
 from dlsched.runtime.recorder import Clock
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
@@ -72,12 +78,14 @@ def _stamper(stamps: dict[int, Any], key: int, clock: Clock,
 
 def _one_pass(module: nn.Module, example_input: Any, loss_fn: Callable[..., torch.Tensor],
               clock: Clock, owners: list[tuple[nn.Module, list[int]]],
-              starts: dict[int, Any], ready: dict[int, Any]) -> tuple[list[float], list[float]]:
+              starts: dict[int, Any], ready: dict[int, Any],
+              execution: Execution) -> tuple[list[float], list[float]]:
     starts.clear()
     ready.clear()
     module.zero_grad(set_to_none=True)
     first = clock.stamp()
-    loss = loss_fn(module(example_input))
+    with execution.autocast():
+        loss = loss_fn(module(example_input))
     backward_start = clock.stamp()
     loss.backward()
     clock.seconds(clock.stamp())
@@ -89,10 +97,29 @@ def _one_pass(module: nn.Module, example_input: Any, loss_fn: Callable[..., torc
     origin = clock.seconds(backward_start)
     num_layers = sum(len(layers) for _, layers in owners)
     missing = [layer for layer in range(num_layers) if layer not in ready]
-    if missing:
-        raise ConfigError(f"module: parameter {missing[0]} (0-based, named_parameters order) "
-                          "gets no gradient from the loss; every parameter must take part")
-    return forward, [clock.seconds(ready[layer]) - origin for layer in range(num_layers)]
+    if missing and execution.unused == "error":
+        name = list(module.named_parameters())[missing[0]][0]
+        raise ConfigError(f"module: parameter {name} gets no gradient from the loss (--unused "
+                          "error); --unused skip profiles it as DDP's find_unused_parameters "
+                          "runs it")
+    return forward, [clock.seconds(ready[layer]) - origin if layer in ready else 0.0
+                     for layer in range(num_layers)]
+
+
+def unused_parameters(module: nn.Module, example_input: Any,
+                      loss_fn: Callable[..., torch.Tensor] = default_loss,
+                      execution: Execution | None = None) -> list[str]:
+    """Names of the parameters that get no gradient from ``loss_fn(module(example_input))``
+    (one forward and backward; the gradients are cleared afterwards)."""
+    execution = execution or Execution()
+    module.zero_grad(set_to_none=True)
+    with execution.running():
+        with execution.autocast():
+            loss = loss_fn(module(example_input))
+        loss.backward()
+    names = [name for name, p in module.named_parameters() if p.grad is None]
+    module.zero_grad(set_to_none=True)
+    return names
 
 
 def _time_updates(owners: list[tuple[nn.Module, list[int]]], parameters: list[nn.Parameter],
@@ -141,10 +168,13 @@ def layer_times(forward_runs: np.ndarray, ready_runs: np.ndarray,
 
 def profile(module: nn.Module, example_input: Any, *, loss_fn: Callable[..., torch.Tensor]
             = default_loss, warmup: int = 3, repeats: int = 10,
-            optimizer: OptimizerFactory | None = None, name: str = "profiled") -> ModelProfile:
+            optimizer: OptimizerFactory | None = None, name: str = "profiled",
+            execution: Execution | None = None) -> ModelProfile:
     """Per-parameter forward/backward seconds (medians of ``repeats`` after ``warmup``) and
-    parameter counts; the module's parameters change only if ``optimizer`` is given (the
-    timed optimizer steps are applied)."""
+    parameter counts under ``execution`` (default: as built, unused parameters skipped); the
+    module's parameters change only if ``optimizer`` is given (the timed optimizer steps are
+    applied)."""
+    execution = execution or Execution()
     if warmup < 0 or repeats < 1:
         raise ConfigError(f"repeats: need warmup >= 0 and repeats >= 1 (got {warmup}, "
                           f"{repeats})")
@@ -161,8 +191,9 @@ def profile(module: nn.Module, example_input: Any, *, loss_fn: Callable[..., tor
     handles += [p.register_post_accumulate_grad_hook(_stamper(ready, i, clock, first=False))
                 for i, p in enumerate(parameters)]
     try:
-        runs = [_one_pass(module, example_input, loss_fn, clock, owners, starts, ready)
-                for _ in range(warmup + repeats)][warmup:]
+        with execution.running():
+            runs = [_one_pass(module, example_input, loss_fn, clock, owners, starts, ready,
+                              execution) for _ in range(warmup + repeats)][warmup:]
     finally:
         for handle in handles:
             handle.remove()
