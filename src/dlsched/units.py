@@ -141,6 +141,18 @@ def format_time(seconds: float, digits: int = 4) -> str:
     return _scaled(float(seconds), steps, digits)
 
 
+def format_duration(seconds: float) -> str:
+    """A duration a person reads at a glance: ``format_time`` below a minute, else minutes
+    and seconds (``'2 min 51 s'``) or hours and minutes (``'3 h 07 min'``)."""
+    if seconds < 59.5:
+        return format_time(seconds, 2)
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60:,} h {minutes % 60:02d} min"
+
+
 def format_bandwidth(bytes_per_second: float, digits: int = 4) -> str:
     """Format a bandwidth in bytes/s, e.g. ``2e11`` -> ``'200 GB/s'``."""
     steps = [(1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"), (1.0, "B/s")]

@@ -73,3 +73,34 @@ def test_a_dataparallel_scenario_priced_for_other_ranks_is_an_error_row() -> Non
         run_dataparallel_scenario({"model": "resnet50", "workers": 2, "network": "usbyte-8",
                                    "device": "v100", "efficiency": None, "batch_size": 32,
                                    "policy": "wfbp"})
+
+
+def test_dry_run_samples_every_value_of_every_parameter() -> None:
+    """The dry run's sample walks each parameter's values in turn: with as many samples as
+    the largest axis, every value of every axis is timed at least once (a grid whose cost
+    hides in one policy is not estimated from the cheap ones only); indices are distinct and
+    the same on every run."""
+    from dlsched.cli.sweep import _stratified_sample
+    from dlsched.sweep.grid import grid_from_data
+
+    grid = grid_from_data({
+        "name": "g", "domain": "collective",
+        "axes": {"size": ["1 MB", "2 MB", "4 MB"], "policy": ["baseline", "themis", "dlsched"],
+                 "chunks": [1, 2, 4, 8, 16]},
+        "zip": [{"concurrency": [1, 2], "intra": ["fifo", "scf"]}]})
+    sample = _stratified_sample(grid, 5)
+    assert sample == _stratified_sample(grid, 5) and len(set(sample)) == len(sample) == 5
+    chosen = [grid.scenario(i) for i in sample]
+    for name, values in (("policy", {"baseline", "themis", "dlsched"}),
+                         ("chunks", {1, 2, 4, 8, 16}), ("intra", {"fifo", "scf"})):
+        assert {s[name] for s in chosen} == values, name
+
+
+def test_durations_are_printed_in_readable_units() -> None:
+    """Seconds below a minute, minutes and seconds, hours and minutes (was '6120 s')."""
+    from dlsched.units import format_duration
+
+    assert format_duration(7.9) == "7.9 s"
+    assert format_duration(171.2) == "2 min 51 s"
+    assert format_duration(6120) == "1 h 42 min"
+    assert format_duration(0.0021) == "2.1 ms"

@@ -3,6 +3,8 @@ export, summarize and plot its results."""
 
 from __future__ import annotations
 
+import math
+import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,14 +32,16 @@ from dlsched.sweep import (
     read_rows,
     scenario_key,
 )
-from dlsched.sweep.executors import check_executor
+from dlsched.sweep.executors import check_executor, default_workers
 from dlsched.sweep.reproduce import RunScenario, collect_rows, reproduction_job
-from dlsched.sweep.runner import estimate_seconds, iter_sweep, pending_tasks
+from dlsched.sweep.runner import iter_sweep, pending_tasks, time_scenarios
 from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
-from dlsched.units import format_time
+from dlsched.units import format_duration, format_time
 from dlsched.validation import check_output_path, check_output_paths, count
 
 BATCH_SIZE = count("batch size", 1, 100_000)
+SAMPLE = 12
+"""Scenarios ``--dry-run`` times (at most 30 s of them, see ``time_scenarios``)."""
 
 
 class _RunByDefault(TyperGroup):
@@ -166,13 +170,45 @@ def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume:
             done += index is not None and row["key"] == scenario_key(
                 job.domain, {name: grid.scenario(index)[name] for name in job.params})
     todo = distinct - done
-    sample = [round(i * (grid.count - 1) / 2) for i in range(min(3, grid.count))]
-    per = estimate_seconds(job, [("", i, grid.scenario(i)) for i in dict.fromkeys(sample)])
+    seconds = time_scenarios(job, [("", i, grid.scenario(i))
+                                   for i in _stratified_sample(grid, SAMPLE + 1)])
+    per = sum(seconds) / len(seconds)
     slots = check_executor("process", workers)
+    parallel = min(slots, default_workers(), max(todo, 1))
+    spread = max(seconds) / max(min(seconds), 1e-9)
     console.print(f"{job.name}: {grid.count} scenarios in the grid ({distinct} distinct), "
-                  f"{todo} to run; about {format_time(per)} each when run alone here, so "
-                  f"about {format_time(per * todo / slots)} on {slots} workers "
-                  "(estimate from up to 3 scenarios spread over the grid)", highlight=False)
+                  f"{todo} to run; about {format_time(per, 3)} each when run alone here, so "
+                  f"about {format_duration(per * todo / parallel)} with {slots} workers on "
+                  f"{default_workers()} usable cores (mean of {len(seconds)} scenarios sampled "
+                  f"across every parameter's values after one warm-up: "
+                  f"{format_time(min(seconds), 3)} to {format_time(max(seconds), 3)} each"
+                  + (f"; they differ {spread:.0f}x, so the estimate is rough" if spread > 10
+                     else "") + ")", highlight=False)
+
+
+def _stratified_sample(grid: Grid, count: int) -> list[int]:
+    """Up to ``count`` distinct scenario indices that walk every block's entries in turn,
+    each block with its own seeded start and stride (coprime to its size), so every value of
+    a parameter is sampled about equally often and the combinations are mixed; O(1) memory
+    for any grid size, the same sample on every run."""
+    rng = random.Random(0)
+    walks = [(rng.randrange(block.size), _coprime_stride(rng, block.size), block.size)
+             for block in grid.blocks]
+    indices = []
+    for r in range(min(count, grid.count)):
+        index = 0
+        for start, stride, size in walks:
+            index = index * size + (start + r * stride) % size
+        indices.append(index)
+    return list(dict.fromkeys(indices))
+
+
+def _coprime_stride(rng: random.Random, size: int) -> int:
+    """A random step in 1..size-1 sharing no factor with ``size`` (1 for sizes 1 and 2)."""
+    while True:
+        stride = rng.randrange(1, size) if size > 2 else 1
+        if math.gcd(stride, size) == 1:
+            return stride
 
 
 def export(

@@ -162,18 +162,22 @@ def iter_sweep(job: SweepJob, store: ResultStore, engine: Engine, todo: list[Tas
                               "rerun with --resume to complete the sweep")
 
 
-def estimate_seconds(job: SweepJob, tasks: list[Task], sample: int = 3) -> float:
-    """Mean wall seconds per scenario, measured by running up to ``sample`` scenarios spread
-    over ``tasks`` here, serially, after one untimed warm-up run (lazy imports and caches that
-    a worker pays once, not per scenario); 0 when there is nothing to run."""
+def time_scenarios(job: SweepJob, tasks: Sequence[Task], budget_s: float = 30.0
+                   ) -> list[float]:
+    """Wall seconds of each of ``tasks`` (a sample of the grid) run here one by one, after an
+    untimed warm-up run of a scenario outside the sample when there is one (lazy imports and
+    caches a worker pays once); stops once ``budget_s`` seconds are spent."""
     if not tasks:
-        return 0.0
-    chosen = [tasks[round(i * (len(tasks) - 1) / max(sample - 1, 1))]
-              for i in range(min(sample, len(tasks)))]
-    evaluate_batch(job.evaluate, job.metrics, chosen[:1])
-    start = time.perf_counter()
-    evaluate_batch(job.evaluate, job.metrics, chosen)
-    return (time.perf_counter() - start) / len(chosen)
+        return []
+    evaluate_batch(job.evaluate, job.metrics, [tasks[-1] if len(tasks) > 1 else tasks[0]])
+    seconds: list[float] = []
+    for task in tasks[:-1] if len(tasks) > 1 else tasks:
+        start = time.perf_counter()
+        evaluate_batch(job.evaluate, job.metrics, [task])
+        seconds.append(time.perf_counter() - start)
+        if sum(seconds) >= budget_s:
+            break
+    return seconds
 
 
 def run_sweep(job: SweepJob, store: ResultStore, engine: Engine, retry_errors: bool = False,
