@@ -101,25 +101,52 @@ def test_transformer_1t_has_160_heads() -> None:
     assert chain.stash_bytes[layer] == pytest.approx(S * h * (34 + 5 * 160 * S / h))
 
 
-def test_first_stage_holds_p_microbatches_in_one_f_one_b() -> None:
-    """GPT-3 at TP 8 x PP 8 (Korthikanti et al.'s 175B configuration), selective
-    recomputation, 1F1B: GPU 0 holds p microbatches of its 12 layers, L layers' worth,
-    34 s b h L / t (Equation 5), plus its static state, grossed up by the reserve."""
-    t, p, m = 8, 8, 16
-    chain = chain_from_model(get_model("gpt3-175b"), 1).with_tensor_parallel(t, 0.0, 1e12)
-    chain = chain.with_recompute("selective")
+def _gpt3_tp8_pp8(memory: MemoryModel, microbatch_size: int,
+                  m: int = 16) -> tuple[PipelineProblem, PipelinePlan]:
+    """GPT-3 175B at TP 8 x PP 8 (Korthikanti et al.'s configuration): 8 TP groups of A100-
+    80GB, 1F1B over stages of 12 layers (the first with the embedding, the last with the
+    head), selective recomputation."""
+    p = 8
+    chain = chain_from_model(get_model("gpt3-175b"), microbatch_size, memory=memory)
+    chain = chain.with_tensor_parallel(8, 0.0, 1e12).with_recompute("selective")
     cuts = [0, 13, *range(25, 97, 12), chain.num_blocks]  # embed + 12 layers, 12 each, + head
     stages = tuple(Stage(a, b, (s,)) for s, (a, b) in enumerate(pairwise(cuts)))
     graph = server_graph("8", [(p, 312e12, 80 * GIB, 3e11, 1e-6)], 1e10, 1e-5)
     problem = PipelineProblem(chain, graph, m, ("selective",), tensor_parallel=(1,))
-    plan = PipelinePlan("x", stages, one_f_one_b_orders(stages, p, m), m,
-                        recompute="selective")
+    return problem, PipelinePlan("x", stages, one_f_one_b_orders(stages, p, m), m,
+                                 recompute="selective")
+
+
+def test_first_stage_holds_p_microbatches_in_one_f_one_b() -> None:
+    """GPT-3 at TP 8 x PP 8, selective recomputation, 1F1B: GPU 0 holds p microbatches of
+    its 12 layers, L layers' worth, 34 s b h L / t (Equation 5), plus its static state,
+    grossed up by the reserve."""
+    t, p = 8, 8
+    problem, plan = _gpt3_tp8_pp8(MemoryModel(), 1)
+    chain = problem.chain
     peak = simulate(problem, plan).peak_memory[0]
     layers = 34 * SBH / t * 96
     embed = (8 * S + SBH) / t
     static = chain.static_bytes(0, 13)
     expected = CONTEXT_BYTES + (static + p * embed + layers) / (1 - FRAGMENTATION)
     assert peak == pytest.approx(expected)
+
+
+def test_gpt3_plan_that_only_fit_without_reserve_is_refused() -> None:
+    """The issue's case: GPT-3 TP 8 x PP 8 at 3 sequences per microbatch needs about 70 GiB
+    on GPU 0 under the old count (16 B/param, no reserve) and was declared feasible on
+    80 GiB; with 18 B/param, the reserve and fragmentation it needs more than 80 GiB and is
+    refused; the bare model bytes (no reserve) still fit, so the reserve is what refuses it."""
+    old = MemoryModel(grad_precision="bf16", reserve_bytes=0, fragmentation=0)
+    problem, plan = _gpt3_tp8_pp8(old, 3)
+    assert 65 * GIB < simulate(problem, plan).peak_memory[0] < 75 * GIB
+    bare = MemoryModel(reserve_bytes=0, fragmentation=0)
+    problem, plan = _gpt3_tp8_pp8(bare, 3)
+    model_bytes = simulate(problem, plan).peak_memory[0]
+    assert MemoryModel().usable(80 * GIB) < model_bytes < 80 * GIB
+    problem, plan = _gpt3_tp8_pp8(MemoryModel(), 3)
+    with pytest.raises(ConfigError, match="does not fit in memory: GPU s0g0"):
+        simulate(problem, plan)
 
 
 def test_reserve_is_kept_free() -> None:
