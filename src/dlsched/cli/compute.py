@@ -174,13 +174,13 @@ def reproduce_megatron(
         help="Rows, comma-separated (gpt-1.7b, gpt-39.1b, ...), or all.")] = "all",
     max_plan_gpus: Annotated[int, typer.Option(
         help="Run dlsched's own planner only on rows with at most this many GPUs (0: "
-        "none).")] = 64,
+        "none); 32 plans the 1.7B row only (minutes; 64 GPUs take about 8).")] = 32,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
     """Megatron-LM SC21 Table 1: predicted TFLOP/s per GPU for Megatron's own configuration
     beside the published one, and dlsched's own plan (same GPUs, batch and model). All rows
-    with the default planning take about 10 minutes (the 530B and 1T rows simulate over half
-    a million actions each)."""
+    take about 10-15 minutes on 2 cores (the 530B and 1T rows simulate over half a million
+    actions each; planning the 32-GPU row takes 2-4 minutes)."""
     from dlsched.experiments import megatron
     from dlsched.hardware.gpu import get_gpu
 
