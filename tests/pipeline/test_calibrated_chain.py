@@ -1,0 +1,55 @@
+"""A calibrated chain prices blocks in seconds x the graph's FLOP/s, and re-prices them at each
+tensor-parallel degree rather than dividing by it."""
+
+import numpy as np
+import pytest
+
+from dlsched.experiments.megatron import MegatronRow, a100_compute, megatron_plan, row_problem
+from dlsched.models.zoo import gpt_model
+from dlsched.pipeline.calibrated_chain import block_seconds
+from dlsched.pipeline.simulate import simulate
+from dlsched.pipeline.tensor_parallel import ring_allreduce_s
+
+ROW = MegatronRow(0.1, 8, 512, 4, 2, 2, 16, 32, 100, 2)  # a small model, TP 2 x PP 2 x DP 4
+
+
+def test_stage_times_are_calibrated_seconds():
+    """At TP 1 a block's time on the graph is its calibrated forward/backward seconds."""
+    compute = a100_compute()
+    problem = row_problem(ROW, compute)
+    model = gpt_model(ROW.name, ROW.hidden, ROW.layers, ROW.heads, 2048, 51200)
+    forward, backward = block_seconds(model, ROW.microbatch, compute)
+    rate = problem.graph.devices[0].flops
+    assert problem.chain.forward_flops / rate == pytest.approx(forward)
+    assert problem.chain.backward_flops / rate == pytest.approx(backward)
+
+
+def test_tensor_parallel_reprices_and_adds_the_exchanges():
+    """At TP 2 a layer costs its seconds priced at degree 2 (norms and residuals repeated, not
+    halved) plus its two blocking all-reduces, forward and backward."""
+    from dataclasses import replace
+
+    compute = a100_compute()
+    problem = row_problem(ROW, compute, ("none",))
+    split = problem.tensor(2)
+    model = gpt_model(ROW.name, ROW.hidden, ROW.layers, ROW.heads, 2048, 51200)
+    forward, _ = block_seconds(model, ROW.microbatch, replace(compute, tensor_parallel=2))
+    rate = problem.graph.devices[0].flops
+    layout = problem.chain.tensor_layout
+    message = ring_allreduce_s(problem.graph, split.gpu_groups[0], layout.message_bytes)
+    layer = list(problem.chain.block_names).index("h.0")
+    assert split.chain.forward_flops[layer] == pytest.approx(
+        forward[layer] * rate + 2 * message * rate)
+    halved = problem.chain.forward_flops[layer] / 2
+    assert split.chain.forward_flops[layer] - 2 * message * rate > halved
+
+
+def test_megatron_plan_runs_equal_stages():
+    """Megatron's plan: PP stages of equal layer counts, embedding first, head last, full
+    recomputation at its TP degree; the simulator accepts it."""
+    problem = row_problem(ROW, a100_compute())
+    plan = megatron_plan(problem, ROW)
+    assert plan.tensor_parallel == 2 and plan.recompute == "full"
+    assert [(s.first, s.last) for s in plan.stages] == [(0, 3), (3, 6)]
+    result = simulate(problem, plan)
+    assert np.isfinite(result.iteration_s) and result.iteration_s > 0
