@@ -71,7 +71,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     run-to-run spread of the measured iteration."""
     done = [run for run in runs if run["rows"]]
     per_run = []
-    for run in done:
+    for number, run in enumerate(done, 1):
         errors = [float(r["error"]) for r in run["rows"]]
         models = sorted({r["model"] for r in run["rows"]})
         ranks, over_ddp = {}, {}
@@ -81,7 +81,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             times = {r["policy"]: float(r["measured_s"]) for r in rows}
             if REFERENCE in times and "dlsched" in times:
                 over_ddp[model] = times["dlsched"] / times[REFERENCE] - 1
-        per_run.append({"within": sum(abs(e) <= WITHIN for e in errors), "rows": len(errors),
+        per_run.append({"run": run.get("run", number),
+                        "within": sum(abs(e) <= WITHIN for e in errors), "rows": len(errors),
                         "mae": statistics.mean(map(abs, errors)), "dlsched_rank": ranks,
                         "dlsched_over_ddp": over_ddp})
     policies: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -153,12 +154,12 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
              f"Started {record['started']}, commit {record['commit']}, host {host['host']}: "
              f"{host_text(host)} before, load {record['host_after']['load']:.1f} after"
              f"{oversubscribed}.", ""]
-    lines += [f"- run {i + 1}: **{run['within']}/{run['rows']}** rows within 15%, mean "
+    lines += [f"- run {run['run']}: **{run['within']}/{run['rows']}** rows within 15%, mean "
               f"absolute error {run['mae'] * 100:.1f}%; dlsched's plan measured rank "
               + ", ".join(f"{m} {r}" for m, r in run["dlsched_rank"].items())
               + "; dlsched vs torch DDP "
               + ", ".join(f"{m} {d * 100:+.1f}%" for m, d in run["dlsched_over_ddp"].items())
-              for i, run in enumerate(summary["per_run"])]
+              for run in summary["per_run"]]
     lines += [f"- refused run: {reason}" for reason in summary["refused"]]
     lines += ["", "| model | policy | runs | measured (ms, median) | run-to-run spread (%) | "
               "mean error (%) | error range (%) |", "|---|---|---:|---:|---:|---:|---|"]
