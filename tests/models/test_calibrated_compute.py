@@ -79,8 +79,8 @@ def test_fit_recovers_known_constants():
     cases = []
     for spec in specs:
         model = get_model(spec.model, lm_head=spec.lm_head)
-        step = sum(Case(spec, model).predict(truth))
-        cases.append(Case(spec.model_copy(update={"step": step}), model))
+        step = sum(Case(spec, model, (1.0,)).predict(truth))
+        cases.append(Case(spec.model_copy(update={"step": step}), model, (step,)))
     fit = fit_constants(toy(), cases)
     assert fit.worst_error() < 1e-4
     spec = fit.gpu.spec
@@ -102,7 +102,7 @@ def test_presets_reproduce_the_steps_they_were_fitted_to(bundle):
     limit = 0.15 if bundle is None else 0.02
     for case in data.cases:
         predicted = sum(case.predict(data.gpu))
-        assert abs(predicted / case.spec.step - 1) < limit, case.spec.label()
+        assert abs(predicted / case.measured[0] - 1) < limit, case.spec.label()
 
 
 def test_named_devices_and_errors():
@@ -141,3 +141,25 @@ def test_mfu_is_model_flops_over_peak_time():
     assert mfu(flops, 2.0, 1, flops) == pytest.approx(0.5)
     with pytest.raises(ConfigError):
         mfu(flops, math.nan, 1, 1e12)
+
+
+def test_cases_from_forward_backward_and_a_profile(tmp_path):
+    """A case may give forward and backward, or a dlsched per-layer profile whose layers'
+    times are summed; each is fitted as two quantities."""
+    (tmp_path / "p.csv").write_text("name,params,forward_time_s,backward_time_s\n"
+                                    "a,1,0.010,0.020\nb,1,0.005,0.010\n")
+    (tmp_path / "m.yaml").write_text(
+        "device: h100\nconstants: [efficiency.gemm.bf16]\ncases:\n"
+        "  - {model: gpt2, lm_head: false, batch_size: 8, precision: bf16, profile: p.csv}\n"
+        "  - {model: gpt2, lm_head: false, batch_size: 8, precision: bf16, forward: 15 ms,"
+        " backward: 30 ms}\n")
+    data = load_measurements(tmp_path / "m.yaml")
+    assert data.cases[0].measured == pytest.approx((0.015, 0.030))
+    assert data.cases[1].measured == pytest.approx((0.015, 0.030))
+    fit = fit_constants(data.gpu, data.cases, data.source, data.constants)
+    assert [label.split()[-1] for label, _, _ in fit.steps] == ["forward", "backward"] * 2
+    (tmp_path / "bad.yaml").write_text(
+        "device: h100\ncases: [{model: gpt2, batch_size: 8, precision: bf16, step: 1 ms,"
+        " forward: 1 ms, backward: 2 ms}]\n")
+    with pytest.raises(ConfigError, match="exactly one of"):
+        load_measurements(tmp_path / "bad.yaml")

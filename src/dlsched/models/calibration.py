@@ -1,13 +1,16 @@
 """Fit a GPU's compute constants to measured training steps (``dlsched compute calibrate``).
 
 A measurements document names a base GPU (its datasheet peaks and bandwidth are kept) and lists
-cases: a zoo model, batch size, precision, layout and the measured step (forward + backward)::
+cases: a zoo model, batch size, precision, layout and what was measured — the step (forward +
+backward), or its forward and backward, or a dlsched per-layer profile of the model
+(``dlsched profile``; its layers' times summed)::
 
     device: h100
     source: "where the numbers come from"
     cases:
       - {model: resnet50, batch_size: 256, precision: bf16, channels_last: true, step: 64.1 ms}
       - {model: gpt2, lm_head: false, batch_size: 8, precision: fp32, step: 142.2 ms}
+      - {model: resnet50, batch_size: 32, precision: fp32, profile: resnet50-b32.csv}
 
 The fit chooses the per-kernel overhead, the memory efficiency and the efficiency of each kind
 (GEMM and attention share one value) in each precision the cases use, minimizing the squared
@@ -29,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
@@ -43,7 +46,9 @@ PRECISION_KEYS = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16"
 
 
 class CaseSpec(BaseModel):
-    """One measured step."""
+    """One measurement: a whole ``step``, or its ``forward`` and ``backward``, or a dlsched
+    per-layer ``profile`` (CSV/JSON, path relative to the measurements file) whose layers'
+    forward and backward times are summed."""
 
     model_config = ConfigDict(extra="forbid")
     model: str
@@ -51,7 +56,18 @@ class CaseSpec(BaseModel):
     precision: str
     channels_last: bool = False
     lm_head: bool = True
-    step: Duration
+    step: Duration | None = None
+    forward: Duration | None = None
+    backward: Duration | None = None
+    profile: str | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> CaseSpec:
+        forms = [self.step is not None, self.forward is not None or self.backward is not None,
+                 self.profile is not None]
+        if sum(forms) != 1 or ((self.forward is None) != (self.backward is None)):
+            raise ValueError("give exactly one of: step, forward and backward, profile")
+        return self
 
     def label(self) -> str:
         """``resnet50 b256 bf16+cl``: the case in one word group."""
@@ -72,10 +88,12 @@ class MeasurementsSpec(BaseModel):
 
 @dataclass(frozen=True)
 class Case:
-    """A validated case: the zoo model, its settings and the measured step in seconds."""
+    """A validated case: the zoo model, its settings and what was measured (seconds): the step,
+    or (forward, backward)."""
 
     spec: CaseSpec
     model: Model
+    measured: tuple[float, ...]
 
     def compute(self, gpu: Gpu) -> CalibratedCompute:
         """The case's compute model on ``gpu``."""
@@ -85,6 +103,28 @@ class Case:
         """Predicted (forward, backward) seconds of the case's step on ``gpu``."""
         forward, backward = self.compute(gpu).layer_times(self.model, self.spec.batch_size)
         return sum(forward), sum(backward)
+
+    def targets(self, gpu: Gpu) -> list[tuple[str, float, float]]:
+        """(label, measured, predicted) of each measured quantity."""
+        forward, backward = self.predict(gpu)
+        label = self.spec.label()
+        if len(self.measured) == 1:
+            return [(label, self.measured[0], forward + backward)]
+        return [(f"{label} forward", self.measured[0], forward),
+                (f"{label} backward", self.measured[1], backward)]
+
+
+def _measured(spec: CaseSpec, folder: Path) -> tuple[float, ...]:
+    """What a case measured: (step,) or (forward, backward), a profile's sums."""
+    if spec.step is not None:
+        return (spec.step,)
+    if spec.profile is None:
+        return (spec.forward, spec.backward)
+    from dlsched.models.profile_io import load_profile
+
+    profiled = load_profile(folder / spec.profile)
+    return (sum(layer.forward_time or 0.0 for layer in profiled.layers),
+            sum(layer.backward_time or 0.0 for layer in profiled.layers))
 
 
 @dataclass(frozen=True)
@@ -102,10 +142,9 @@ def load_measurements(path: str | Path | None = None) -> Measurements:
     """A measurements file; None: the bundled H100 measurements
     (``presets/calibration-h100.yaml``)."""
     if path is None:
-        data = _bundled()
-        where = "bundled H100 measurements"
+        data, where, folder = _bundled(), "bundled H100 measurements", Path(".")
     else:
-        data, where = load_document(path), str(path)
+        data, where, folder = load_document(path), str(path), Path(path).parent
     spec = validate(MeasurementsSpec, data, where)
     gpu = get_gpu(spec.device)
     cases = []
@@ -113,9 +152,13 @@ def load_measurements(path: str | Path | None = None) -> Measurements:
         try:
             gpu.check_precision(case.precision)
             model = get_model(case.model, lm_head=case.lm_head)
+            measured = _measured(case, folder)
         except ConfigError as error:
             raise ConfigError(f"{where}: cases[{index}]: {error}") from None
-        cases.append(Case(case, model))
+        if not all(value > 0 for value in measured):
+            raise ConfigError(f"{where}: cases[{index}]: measured times must be > 0 "
+                              f"(got {measured})")
+        cases.append(Case(case, model, measured))
     constants = None if spec.constants is None else tuple(spec.constants)
     return Measurements(gpu, cases, spec.source or where, constants)
 
@@ -171,7 +214,8 @@ def _from_free(name: tuple[str, ...], free: float) -> float:
 
 @dataclass(frozen=True)
 class Fit:
-    """The fitted GPU, the constants fitted, and each case's (measured, predicted) step."""
+    """The fitted GPU, the constants fitted, and each measured quantity's (label, measured,
+    predicted) seconds."""
 
     gpu: Gpu
     fitted: tuple[str, ...]
@@ -198,13 +242,12 @@ def fit_constants(base: Gpu, cases: list[Case], source: str = "",
         names = [known[c] for c in constants]
     spec = base.spec
     start = np.array([_to_free(n, _current(spec, n)) for n in names])
-    measured = np.array([case.spec.step for case in cases])
 
     def residuals(free: np.ndarray) -> np.ndarray:
         gpu = _with(spec, names, np.array([_from_free(n, f) for n, f in zip(names, free,
                                                                              strict=True)]))
-        predicted = np.array([sum(case.predict(gpu)) for case in cases])
-        return np.log(predicted / measured)
+        return np.array([math.log(predicted / measured) for case in cases
+                         for _, measured, predicted in case.targets(gpu)])
 
     result = least_squares(residuals, start, method="trf", x_scale="jac")
     values = np.array([_from_free(n, f) for n, f in zip(names, result.x, strict=True)])
@@ -214,7 +257,7 @@ def fit_constants(base: Gpu, cases: list[Case], source: str = "",
             + (f" ({source})" if source else ""))
     sources = dict(spec.sources) | dict.fromkeys(labels, note)
     gpu = Gpu(gpu.spec.model_copy(update={"sources": sources}))
-    steps = tuple((case.spec.label(), case.spec.step, sum(case.predict(gpu))) for case in cases)
+    steps = tuple(target for case in cases for target in case.targets(gpu))
     return Fit(gpu, labels, steps)
 
 
