@@ -3,8 +3,9 @@
 Assumptions (also in docs/training.md):
 
 * FP16 everything communicated (gradients, activations, parameters): 2 bytes per element.
-* Compute per op from a roofline (default A100-like FP16: 312 TFLOP/s, 2.039 TB/s): an op
-  with FLOPs takes max(FLOP / peak, (weights + input + output activations) / memory bandwidth);
+* Compute per op from a roofline (default: the calibrated ``a100`` preset in bf16, its GEMM and
+  memory rates, ``Roofline.of``): an op with FLOPs takes max(FLOP / rate, (weights + input +
+  output activations) / memory rate);
   parameter tensors without FLOPs of their own (biases, norm shifts, embedding tables) are
   fused into their op and cost nothing extra. Backward = 2 x forward, half for the input
   gradient and half for the weight gradient (each is one GEMM/convolution of the forward's
