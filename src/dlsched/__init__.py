@@ -1,38 +1,52 @@
 """dlsched: plan and simulate how distributed deep-learning training spends its time.
 
 Units everywhere inside: seconds, bytes, bytes/s, FLOP and FLOP/s (see ``dlsched.units``).
+
+The public names below load their modules on first use, so ``import dlsched`` (and
+``dlsched --version``) stays fast; ``from dlsched import run_collective`` works as usual.
 """
 
-from dlsched.collectives import CollectiveResult, run_collective
-from dlsched.dataparallel import DPResult, problem_from_model, run_dataparallel
-from dlsched.errors import ConfigError
-from dlsched.hardware import Dimension, DimKind, Topology, load_topology
-from dlsched.models import ComputeModel, Model, device_compute, get_model
-from dlsched.pipeline import PipelineResult, run_planner
-from dlsched.report import plot_timeline, write_chrome_trace
-from dlsched.sim import Span, Timeline
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CollectiveResult",
-    "ComputeModel",
-    "ConfigError",
-    "DPResult",
-    "DimKind",
-    "Dimension",
-    "Model",
-    "PipelineResult",
-    "Span",
-    "Timeline",
-    "Topology",
-    "device_compute",
-    "get_model",
-    "load_topology",
-    "plot_timeline",
-    "problem_from_model",
-    "run_collective",
-    "run_dataparallel",
-    "run_planner",
-    "write_chrome_trace",
-]
+_SOURCES = {
+    "CollectiveResult": "dlsched.collectives",
+    "run_collective": "dlsched.collectives",
+    "DPResult": "dlsched.dataparallel",
+    "problem_from_model": "dlsched.dataparallel",
+    "run_dataparallel": "dlsched.dataparallel",
+    "ConfigError": "dlsched.errors",
+    "Dimension": "dlsched.hardware",
+    "DimKind": "dlsched.hardware",
+    "Topology": "dlsched.hardware",
+    "load_topology": "dlsched.hardware",
+    "ComputeModel": "dlsched.models",
+    "Model": "dlsched.models",
+    "device_compute": "dlsched.models",
+    "get_model": "dlsched.models",
+    "PipelineResult": "dlsched.pipeline",
+    "run_planner": "dlsched.pipeline",
+    "plot_timeline": "dlsched.report",
+    "write_chrome_trace": "dlsched.report",
+    "Span": "dlsched.sim",
+    "Timeline": "dlsched.sim",
+}
+
+__all__ = sorted(_SOURCES)
+
+
+def __getattr__(name: str) -> Any:
+    """Load a public name's module on first use (PEP 562)."""
+    if name not in _SOURCES:
+        raise AttributeError(f"module 'dlsched' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_SOURCES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_SOURCES])

@@ -1,7 +1,8 @@
 """The ``dlsched`` command: a thin layer that parses arguments and calls the library.
 
 Each domain adds its commands from its own module (``cli/<domain>.py``) through a
-``register(app, reproduce)`` function, so the domains stay independent.
+``register(app, reproduce)`` function, so the domains stay independent. The domains are
+imported when a command runs (``commands()``), not for ``dlsched --version``.
 
 Exit codes: 0 done; 2 bad input (``ConfigError``, ``UnitError``, the parser's usage errors);
 1 a run that could not finish (``RunFailure``: a rank died or hung) or a bug in dlsched (any
@@ -18,7 +19,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlsched import __version__
-from dlsched.cli import collective, compute, dataparallel, pipeline, runtime, sweep, training
 from dlsched.errors import ConfigError, RunFailure
 from dlsched.units import UnitError
 
@@ -31,8 +31,26 @@ app = typer.Typer(
 reproduce = typer.Typer(help="Reproduce the published papers' tables.", no_args_is_help=True)
 app.add_typer(reproduce, name="reproduce")
 
-for domain in (collective, compute, dataparallel, pipeline, runtime, training, sweep):
-    domain.register(app, reproduce)
+_REGISTERED = [False]
+
+
+def commands() -> typer.Typer:
+    """The app with every domain's commands, imported and registered on the first call."""
+    if not _REGISTERED[0]:
+        from dlsched.cli import (
+            collective,
+            compute,
+            dataparallel,
+            pipeline,
+            runtime,
+            sweep,
+            training,
+        )
+
+        for domain in (collective, compute, dataparallel, pipeline, runtime, training, sweep):
+            domain.register(app, reproduce)
+        _REGISTERED[0] = True
+    return app
 
 
 DEBUG = [False]
@@ -70,6 +88,8 @@ def main() -> None:
     failed run or a bug (see the module docstring)."""
     DEBUG[0] = False
     try:
+        if sys.argv[1:] != ["--version"]:
+            commands()
         app(standalone_mode=False)
     except (ConfigError, UnitError) as error:
         _fail(str(error))

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+)
 
 from dlsched.collectives import POLICIES as COLLECTIVE_POLICIES
 from dlsched.collectives import run_collective
@@ -118,8 +125,8 @@ class DataParallelParams(BaseModel):
 
     model_config = _STRICT
     model: str = "resnet50"
-    workers: _limited(WORKERS, int) = 8
     network: str = "usbyte-8"
+    workers: _limited(WORKERS, int) = 8
     device: str = "v100"
     efficiency: _limited(FRACTION, float) | None = None  # None: the calibrated GPU model
     batch_size: _limited(BATCH, int) = 32
@@ -142,10 +149,20 @@ class DataParallelParams(BaseModel):
     def _policy(cls, value: str) -> str:
         return policy_name(value, DP_POLICIES, "data-parallel policy")
 
-    @model_validator(mode="after")
-    def _workers_match_network(self) -> DataParallelParams:
-        network_for_workers(self.network, self.workers)
-        return self
+    @field_validator("network")
+    @classmethod
+    def _network(cls, value: str) -> str:
+        network_for_workers(value, None)
+        return value
+
+    @field_validator("workers")
+    @classmethod
+    def _workers_match_network(cls, value: int, info: ValidationInfo) -> int:
+        """A preset, topology or fitted file priced for another rank count is refused here
+        (as ``dlsched dataparallel`` refuses it), not stored under the wrong label."""
+        if "network" in info.data:
+            network_for_workers(info.data["network"], value)
+        return value
 
 
 @lru_cache(maxsize=64)
