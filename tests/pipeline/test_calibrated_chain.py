@@ -53,3 +53,27 @@ def test_megatron_plan_runs_equal_stages():
     assert [(s.first, s.last) for s in plan.stages] == [(0, 3), (3, 6)]
     result = simulate(problem, plan)
     assert np.isfinite(result.iteration_s) and result.iteration_s > 0
+
+
+def test_pipeline_plan_prices_a_zoo_model_on_a_calibrated_gpu(run_cli, tmp_path):
+    """--gpu prices the blocks on the calibrated GPU: a one-GPU plan's iteration is the
+    microbatches' calibrated forward + backward seconds; chain files are refused."""
+    import json
+
+    from dlsched.models import calibrated, get_model
+
+    one = tmp_path / "one.yaml"
+    one.write_text("servers: [{count: 1, gpu: {flops: 100 TFLOP/s, memory: 80 GiB}, "
+                   "link: {bandwidth: 300 GB/s}}]\n")
+    code, out, err = run_cli("pipeline", "plan", "--model", "bert-base", "--devices", str(one),
+                             "--microbatches", "4", "--planner", "1f1b", "--recompute", "none",
+                             "--gpu", "h100", "--json")
+    assert code == 0, err
+    row = json.loads(out)["rows"][0]
+    forward, backward = calibrated("h100").layer_times(get_model("bert-base"), 1)
+    assert row["iteration_s"] == pytest.approx(4 * (sum(forward) + sum(backward)))
+    chain = tmp_path / "c.yaml"
+    chain.write_text("blocks: [{name: a, forward_flops: 1e9}]\n")
+    code, _, err = run_cli("pipeline", "plan", "--model", str(chain), "--devices",
+                           "1x8-NVLink", "--gpu", "h100")
+    assert code == 2 and "--gpu" in err

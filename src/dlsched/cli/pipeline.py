@@ -34,6 +34,7 @@ from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_graph import device_preset_description, device_preset_names
 from dlsched.hardware.device_graph import load_devices as load_graph
 from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
+from dlsched.pipeline.calibrated_chain import zoo_chain_on_gpu
 from dlsched.pipeline.memory_model import (
     CONTEXT_BYTES,
     FRAGMENTATION,
@@ -180,6 +181,10 @@ def plan(
                                                         "default: GMLake's 15% (A100-80GB).")]
     = FRAGMENTATION,
     network: Annotated[str, typer.Option(help=NETWORK_HELP)] = "fifo",
+    gpu: Annotated[str | None, typer.Option(help="Price a zoo model's blocks on a calibrated "
+                                            "GPU (v100, a100, h100, h100-tf32, a GPU file; "
+                                            "docs/compute.md) instead of FLOP / the device "
+                                            "file's sustained FLOP/s.")] = None,
 ) -> None:
     """Plan a synchronous pipeline: stages, GPUs, per-GPU order, time, memory and bound.
 
@@ -200,8 +205,10 @@ def plan(
     memory = MemoryModel(precision, grad_precision, sequence_parallel,
                          parse_bytes_option(memory_reserve, "--memory-reserve"),
                          memory_fragmentation, state_bytes)
-    chain = load_chain(model, microbatch_size, memory)
-    problem = PipelineProblem(chain, load_graph(devices), microbatches, modes, network,
+    graph = load_graph(devices)
+    chain = load_chain(model, microbatch_size, memory) if gpu is None else \
+        zoo_chain_on_gpu(model, microbatch_size, memory, gpu, graph)
+    problem = PipelineProblem(chain, graph, microbatches, modes, network,
                               replicate=not for_torch, tensor_parallel=degrees)
     progress = progress_bar("planning", json_out)
     results = [run_planner(problem, name) for name in progress(names, len(names))]

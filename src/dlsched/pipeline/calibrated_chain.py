@@ -16,7 +16,9 @@ from itertools import groupby
 
 import numpy as np
 
-from dlsched.models.compute import CalibratedCompute
+from dlsched.errors import ConfigError
+from dlsched.hardware.device_graph import DeviceGraph
+from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Model
 from dlsched.pipeline.chain import Chain, chain_from_model
 from dlsched.pipeline.memory_model import MemoryModel, is_transformer_layer, transformer_stash
@@ -97,3 +99,21 @@ def _with_transformer_layout(chain: Chain, model: Model, batch: int, heads: int,
 def _fields(chain: Chain) -> dict:
     """The dataclass fields of a plain chain, to rebuild it as a CalibratedChain."""
     return {name: getattr(chain, name) for name in Chain.__dataclass_fields__}
+
+
+def zoo_chain_on_gpu(name: str, microbatch_size: int, memory: MemoryModel, gpu: str,
+                     graph: DeviceGraph) -> CalibratedChain:
+    """The zoo model ``name`` priced on the calibrated GPU ``gpu`` (``a100``, ``h100-tf32``, a
+    GPU file; precision: the name's, else ``memory.precision``) for ``graph``: its blocks take
+    the calibrated seconds on a GPU of the graph's first GPU's FLOP/s (others scale by their
+    FLOP/s), tensor parallelism repeats or splits norms as ``memory.sequence_parallel`` says."""
+    from dlsched.models.zoo import get_model
+
+    if name.lower().endswith((".yaml", ".yml", ".json")):
+        raise ConfigError(f"--gpu: prices zoo models only; {name!r} is a chain file (its blocks "
+                          "carry their own FLOP)")
+    precision = None if "-" in gpu and not gpu.endswith((".yaml", ".yml", ".json")) else \
+        memory.precision
+    compute = calibrated(gpu, precision, sequence_parallel=memory.sequence_parallel)
+    return calibrated_chain(get_model(name), microbatch_size, compute, graph.devices[0].flops,
+                            memory)
