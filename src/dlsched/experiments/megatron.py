@@ -117,8 +117,9 @@ def row_problem(row: MegatronRow, compute: CalibratedCompute,
     model = gpt_model(row.name, row.hidden, row.layers, row.heads, SEQ, VOCAB,
                       dtype_bytes=2 if row.torch_ddp else 4)
     rate = compute.gpu.kind_rate("gemm", compute.precision)
-    chain = calibrated_chain(model, row.microbatch, compute, rate, MemoryModel("fp16"),
-                             heads=row.heads, seq=SEQ)
+    memory = MemoryModel("fp16", sequence_parallel=False)  # 2021: no sequence parallelism
+    chain = calibrated_chain(model, row.microbatch, compute, rate, memory, heads=row.heads,
+                             seq=SEQ)
     graph = cluster_graph(row.gpus // GPUS_PER_SERVER, GPUS_PER_SERVER, rate, GPU_MEMORY,
                           NVLINK, NIC)
     return PipelineProblem(chain, graph, row.num_microbatches, recompute)
