@@ -75,17 +75,11 @@ class CalibratedCompute:
     channels_last: bool = False
     tensor_parallel: int = 1
     sequence_parallel: bool = False
-    label: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         self.gpu.check_precision(self.precision)
         if not 1 <= self.tensor_parallel <= 1024:
             raise ConfigError(f"tensor_parallel: {self.tensor_parallel} must be in 1..1024")
-
-    @property
-    def name(self) -> str:
-        """``gpu-precision`` (the label when given)."""
-        return self.label or f"{self.gpu.name}-{self.precision}"
 
     def op_time(self, op: Op, batch_size: float, backward: bool = False) -> float:
         """Seconds of ``op`` on ``batch_size`` samples, forward or ``backward``."""
