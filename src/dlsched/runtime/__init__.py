@@ -12,6 +12,7 @@ from typing import Any
 
 _EXPORTS = {
     "Clock": "recorder",
+    "Execution": "execution",
     "Recorder": "recorder",
     "RankFailure": "spawn",
     "SpawnOptions": "spawn",
