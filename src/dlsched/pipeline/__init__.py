@@ -7,6 +7,7 @@ are registered by name with one signature; the simulator turns a plan into the c
 from dlsched.pipeline.actions import Action, format_orders, parse_orders
 from dlsched.pipeline.bounds import instance_bound, plan_bound
 from dlsched.pipeline.chain import Chain, chain_from_model, synthetic_chain
+from dlsched.pipeline.memory_model import MemoryModel
 from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, validate_plan
 from dlsched.pipeline.plan_file import SavedPlan, load_plan, save_plan, saved_from_result
 from dlsched.pipeline.problem import PipelineProblem
@@ -33,6 +34,7 @@ __all__ = [
     "PLANNERS",
     "Action",
     "Chain",
+    "MemoryModel",
     "PipelinePlan",
     "PipelineProblem",
     "PipelineResult",
