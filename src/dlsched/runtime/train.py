@@ -311,11 +311,13 @@ class RoundProfiler:
         """Profile plain passes on every rank at once; every rank gets the median."""
         import torch.distributed as dist
 
+        from dlsched.runtime.execution import Execution
         from dlsched.runtime.profile import median_profile, profile
 
         own = profile(copy.deepcopy(initial), batch, repeats=config.profile_repeats,
                       optimizer=optimizer_factory(config.optimizer, config.lr),
-                      name=config.model)
+                      name=config.model,  # the executor needs every gradient: refuse unused
+                      execution=Execution(unused="error"))
         gathered: list[Any] = [None] * world_size
         dist.all_gather_object(gathered, own)
         return cls(initial, batch, config, world_size, median_profile(gathered))
