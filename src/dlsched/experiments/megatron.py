@@ -146,7 +146,8 @@ def megatron_plan(problem: PipelineProblem, row: MegatronRow) -> PipelinePlan:
     schedule = "interleaved" if v > 1 else "1f1b"
     notes = {"schedule": schedule, "pp": row.pp, "dp": row.dp, "tp": row.tp,
              "recompute": "full", "mapping": "pp-outer", "chunks": v}
-    return PipelinePlan("megatron", stages_t, orders, m, notes, "full", row.tp)
+    return PipelinePlan("megatron", stages_t, orders, m, notes, "full", row.tp,
+                        ddp_buckets=row.torch_ddp)
 
 
 def reproduce_row(row: MegatronRow, compute: CalibratedCompute,
