@@ -12,10 +12,10 @@ dlsched prices Megatron's configuration with the pipeline simulator on a DGX A10
 calibrated ``a100`` preset in fp16 (Megatron's fp16 weights, no autocast casts) prices every
 op of the Megatron-style zoo GPT at the per-GPU shapes of its TP degree (no sequence
 parallelism in 2021: norms, dropout and residual additions repeated on every GPU of a group),
-the TP all-reduces block the GPUs, the data-parallel all-reduce runs after the last backward
-(FP32 gradients with Megatron's ``local`` DDP; FP16 ones for the four rows run with
-``torch`` DDP, whose overlap with the backward is not modelled), and the optimizer step is
-left out (under 1% of these iterations). The
+the TP all-reduces block the GPUs, the data-parallel all-reduce of FP32 gradients runs after
+the last backward with Megatron's ``local`` DDP, and in DDP's buckets overlapping the backward
+(FP16 gradients) for the four rows run with ``torch`` DDP; the optimizer step is left out
+(under 1% of these iterations). The
 same model prices dlsched's own plan (the ``dlsched`` pipeline planner over the same GPUs,
 batch and microbatch size), so the speedup compares like with like.
 """
