@@ -8,7 +8,7 @@ import pytest
 
 from dlsched.dataparallel import AlphaBeta, DPProblem, problem_from_model, run_dataparallel
 from dlsched.dataparallel.authors_times import AUTHORS_FORWARD, ParamsProportional
-from dlsched.dataparallel.comm import parse_network
+from dlsched.dataparallel.network_spec import parse_network
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.policies.bytescheduler import (
     DEFAULT_PARTITION,

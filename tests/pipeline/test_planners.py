@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dlsched.errors import ConfigError
-from dlsched.hardware.device_graph import load_devices, server_graph
+from dlsched.hardware.device_config import load_devices
+from dlsched.hardware.device_graph import server_graph
 from dlsched.pipeline import (
     BASELINES,
     PLANNERS,

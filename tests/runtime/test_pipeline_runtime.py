@@ -154,7 +154,7 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     graph document loads as a device graph of CPU ranks."""
     import yaml
 
-    from dlsched.hardware.device_graph import load_devices
+    from dlsched.hardware.device_config import load_devices
     from dlsched.pipeline.chain import REFERENCE_FLOPS
     from dlsched.pipeline.model_source import load_chain
     from dlsched.runtime.pipeline_calibrate import (

@@ -12,7 +12,8 @@ from dlsched.cli.progress import progress_bar
 from dlsched.cli.usbyte import reproduce_usbyte
 from dlsched.dataparallel import POLICIES, problem_from_model, run_dataparallel
 from dlsched.dataparallel.authors_times import ParamsProportional, authors_forward
-from dlsched.dataparallel.comm import CommModel, network_for_workers
+from dlsched.dataparallel.comm import CommModel
+from dlsched.dataparallel.network_spec import network_for_workers
 from dlsched.dataparallel.problem import LayerTimes
 from dlsched.errors import ConfigError
 from dlsched.models import (
@@ -80,7 +81,7 @@ def _compute(compute: str, device: str, efficiency: float | None, backward_ratio
 def _network(network: str, workers: int | None) -> tuple[CommModel, int | None]:
     """The cost model and the data-parallel rank count it describes, checked against
     ``--workers`` (one meaning everywhere: data-parallel ranks; see
-    ``dataparallel.comm.network_for_workers``)."""
+    ``dataparallel.network_spec.network_for_workers``)."""
     if workers is not None:
         WORKERS.check(workers, "--workers")
     return network_for_workers(network, workers)

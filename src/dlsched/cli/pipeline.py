@@ -31,8 +31,8 @@ from dlsched.cli.sweep import (
 )
 from dlsched.errors import ConfigError
 from dlsched.experiments import pipeline as experiment
-from dlsched.hardware.device_graph import device_preset_description, device_preset_names
-from dlsched.hardware.device_graph import load_devices as load_graph
+from dlsched.hardware.device_config import device_preset_description, device_preset_names
+from dlsched.hardware.device_config import load_devices as load_graph
 from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
 from dlsched.pipeline.calibrated_chain import zoo_chain_on_gpu
 from dlsched.pipeline.memory_model import (

@@ -17,8 +17,8 @@ import typer
 from dlsched.cli.options import announce, console, emit_rows, parse_names
 from dlsched.cli.progress import activity
 from dlsched.dataparallel import POLICIES
-from dlsched.dataparallel.comm import network_for_workers
 from dlsched.dataparallel.netfile import FIT_MODELS
+from dlsched.dataparallel.network_spec import network_for_workers
 from dlsched.errors import ConfigError
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, seconds_as_ms

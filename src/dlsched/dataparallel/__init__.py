@@ -5,9 +5,9 @@ from dlsched.dataparallel.comm import (
     PRESETS,
     AlphaBeta,
     TopologyPriced,
-    parse_network,
     ring_allreduce,
 )
+from dlsched.dataparallel.network_spec import parse_network
 from dlsched.dataparallel.plan import Block, DPPlan, Message, PlanError, validate_plan
 from dlsched.dataparallel.policies import POLICIES
 from dlsched.dataparallel.problem import DPProblem, problem_from_model

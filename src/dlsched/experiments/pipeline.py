@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from dlsched.errors import ConfigError
-from dlsched.hardware.device_graph import load_devices
+from dlsched.hardware.device_config import load_devices
 from dlsched.pipeline import BASELINES, PipelineProblem, PipelineResult, run_planner
 from dlsched.pipeline.memory_model import RECOMPUTE_MODES
 from dlsched.pipeline.model_source import load_chain

@@ -35,7 +35,8 @@ from typing import Any
 
 from dlsched.dataparallel import PRESETS, problem_from_model, ring_allreduce, run_dataparallel
 from dlsched.dataparallel.authors_times import AUTHORS_FORWARD, ParamsProportional
-from dlsched.dataparallel.comm import CommModel, nccl_allreduce, parse_network
+from dlsched.dataparallel.comm import CommModel, nccl_allreduce
+from dlsched.dataparallel.network_spec import parse_network
 from dlsched.dataparallel.policies import POLICIES, TUNED_DEFAULTS
 from dlsched.dataparallel.problem import LayerTimes
 from dlsched.models import device_compute, get_model

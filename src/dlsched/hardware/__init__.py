@@ -1,12 +1,11 @@
 """What the cluster is: multi-dimensional network topologies and their presets."""
 
+from dlsched.hardware.device_config import device_preset_names, load_devices
 from dlsched.hardware.device_graph import (
     Device,
     DeviceGraph,
     cluster_graph,
-    device_preset_names,
     graph_from_topology,
-    load_devices,
     server_graph,
 )
 from dlsched.hardware.topology import (

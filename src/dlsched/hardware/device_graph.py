@@ -10,14 +10,9 @@ multi-dimensional ``Topology`` of the Themis issue; all three load from YAML/JSO
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cache
-from importlib import resources
-from pathlib import Path
 
 import numpy as np
-import yaml
 
-from dlsched.config import load_document
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import Topology
 from dlsched.validation import BANDWIDTH, DATA_SIZE, DEVICES, FLOP_RATE, LATENCY
@@ -167,33 +162,3 @@ def _coordinates(rank: int, sizes: list[int]) -> list[int]:
         coords.append(rank % size)
         rank //= size
     return coords
-
-
-@cache
-def _preset_documents() -> dict:
-    text = resources.files("dlsched").joinpath("presets/devices.yaml").read_text()
-    return yaml.safe_load(text)
-
-
-def device_preset_names() -> list[str]:
-    """Names of the bundled device-graph presets."""
-    return list(_preset_documents())
-
-
-def device_preset_description(name: str) -> str:
-    """The one-line description of a preset."""
-    return str(_preset_documents()[name].get("description", ""))
-
-
-def load_devices(name_or_path: str | Path) -> DeviceGraph:
-    """A device-graph preset by name, or a YAML/JSON device-graph file by path."""
-    from dlsched.hardware.device_config import devices_from_data
-
-    presets = _preset_documents()
-    key = str(name_or_path)
-    if key in presets:
-        return devices_from_data({"name": key, **presets[key]}, f"preset {key}")
-    if Path(key).suffix.lower() in {".yaml", ".yml", ".json"}:
-        return devices_from_data(load_document(key), key)
-    raise ConfigError(f"devices: {key!r} is neither a preset nor a .yaml/.json file; presets: "
-                      + ", ".join(presets))

@@ -26,11 +26,11 @@ from dlsched.collectives import POLICIES as COLLECTIVE_POLICIES
 from dlsched.collectives import run_collective
 from dlsched.collectives.plan import CollectiveOp, IntraPolicy
 from dlsched.dataparallel import problem_from_model, run_dataparallel
-from dlsched.dataparallel.comm import network_for_workers
+from dlsched.dataparallel.network_spec import network_for_workers
 from dlsched.dataparallel.policies import POLICIES as DP_POLICIES
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology, load_topology
-from dlsched.hardware.device_graph import load_devices
+from dlsched.hardware.device_config import load_devices
 from dlsched.models import device_compute, get_model
 from dlsched.pipeline import PLANNERS, PipelineProblem, run_planner
 from dlsched.pipeline.model_source import load_chain
