@@ -114,3 +114,39 @@ def test_torch_refusals_are_found_before_spawning() -> None:
     assert str(refused.value).startswith("order.csv: torch.distributed.pipelining refuses the "
                                          "hand schedule: Rank 0, step 0: Running Full Backward")
     assert "\n" not in str(refused.value)
+
+
+def _network_file(path: Path, ranks: int) -> Path:
+    from dlsched.runtime.calibrate import network_document, write_network
+
+    samples = [(4096, 1e-4), (65536, 3e-4), (2**20, 1.1e-3), (2**22, 4e-3)]
+    write_network(network_document(samples, ranks, "t", "gloo", "piecewise"), path)
+    return path
+
+
+def test_the_readme_chain_calibrate_then_train_uses_matching_ranks(tmp_path: Path, run_cli,
+                                                                   monkeypatch) -> None:
+    """README: ``calibrate --workers 2`` then ``train dataparallel --workers 2 --network
+    net.yaml`` reaches the ranks with 2; without --workers the file's 4 ranks are spawned;
+    a 4-rank piecewise fit used at 2 is refused, saying how to calibrate for 2."""
+    pytest.importorskip("torch", reason="the runtime commands need torch")
+    from dlsched.runtime import spawn
+
+    spawned: list[int] = []
+
+    class Spawned(BaseException):
+        """The ranks would start here (the training itself is not run)."""
+
+    def record(fn: Any, world_size: int, *_: Any) -> None:
+        spawned.append(world_size)
+        raise Spawned
+
+    monkeypatch.setattr(spawn, "spawn", record)
+    two, four = _network_file(tmp_path / "two.yaml", 2), _network_file(tmp_path / "four.yaml", 4)
+    for network, extra in ((two, ("--workers", "2")), (four, ())):
+        with pytest.raises(Spawned):
+            run_cli("train", "dataparallel", "--network", str(network), *extra, "--policy",
+                    "wfbp")
+    assert spawned == [2, 4]
+    code, _, err = run_cli("train", "dataparallel", "--network", str(four), "--workers", "2")
+    assert code == 2 and "fitted on 4 ranks" in err and "dlsched calibrate --workers 2" in err
