@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import builtins
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[1] / "src" / "dlsched"
@@ -108,3 +109,43 @@ def test_no_module_over_500_lines():
     long = {name: n for name, path in _modules().items()
             if (n := len(path.read_text().splitlines())) > 500}
     assert long == {}
+
+
+def test_every_exception_derives_from_the_roots_in_errors():
+    """One error hierarchy: an exception class outside dlsched/errors.py derives from a class
+    defined there (ConfigError, RunFailure, ...), never straight from a builtin."""
+    from dlsched import errors
+
+    roots = {n for n, v in vars(errors).items() if isinstance(v, type)
+             and issubclass(v, BaseException)}
+    builtins_ = {n for n, v in vars(builtins).items()
+                 if isinstance(v, type) and issubclass(v, BaseException)}
+    stray = []
+    for name, path in _modules().items():
+        if name == "dlsched.errors":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(base).rpartition(".")[2] for base in node.bases}
+                looks_like_error = bases & builtins_ or node.name.endswith("Error")
+                if looks_like_error and not bases & roots:
+                    stray.append(f"{name}.{node.name}")
+    assert stray == []
+
+
+def test_one_plan_error_for_every_domain_and_it_is_a_config_error():
+    from dlsched import collectives, dataparallel, errors, pipeline, units
+
+    assert collectives.PlanError is dataparallel.PlanError is pipeline.PlanError is errors.PlanError
+    assert issubclass(errors.PlanError, errors.ConfigError)
+    assert units.UnitError is errors.UnitError and issubclass(errors.UnitError, errors.ConfigError)
+
+
+def test_the_sweep_worker_pool_is_no_second_engine():
+    """``Engine`` is the event engine of ``sim`` only; the sweep's open executor is a
+    ``WorkerPool``."""
+    import dlsched.sweep
+    from dlsched.sim import Engine
+
+    assert dlsched.sweep.WorkerPool.__module__ == "dlsched.sweep.executors"
+    assert not hasattr(dlsched.sweep, "Engine") and Engine.__module__ == "dlsched.sim.engine"

@@ -1,6 +1,8 @@
 """Errors raised at dlsched's edges; the CLI turns each kind into one line and an exit code.
 
-``ConfigError``: invalid user input (exit code 2). ``RunFailure``: a run stopped for a reason
+``ConfigError``: invalid user input (exit code 2); its kinds ``UnitError`` (a quantity string
+that does not parse) and ``PlanError`` (a collective, data-parallel or pipeline plan that breaks
+a rule, e.g. one read from a file). ``RunFailure``: a run stopped for a reason
 outside dlsched's code and the user's input — a rank died or hung, a worker was lost (exit
 code 1). Any other exception is a bug in dlsched.
 """
@@ -12,6 +14,15 @@ class ConfigError(ValueError):
     """Invalid user input: the message names the field, the value and what is accepted."""
 
 
+class UnitError(ConfigError):
+    """A quantity string could not be parsed; the message says what is accepted."""
+
+
+class PlanError(ConfigError):
+    """A plan (collective routes, data-parallel messages or pipeline orders) breaks a rule; the
+    message shows the plan with the failing part marked."""
+
+
 class RunFailure(RuntimeError):
     """A run that could not finish: ``str`` is one line naming what failed (e.g. the rank and
     its error); ``details`` holds the full logs (printed by the CLI with ``--debug``)."""
@@ -19,3 +30,8 @@ class RunFailure(RuntimeError):
     def __init__(self, summary: str, details: str = "") -> None:
         super().__init__(summary)
         self.details = details
+
+
+class SweepIncomplete(RunFailure):
+    """Some scenarios got no row because their worker or executor failed (not the scenario):
+    the rows that did finish are committed; rerun with resume to complete the sweep."""

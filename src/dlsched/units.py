@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 
-from dlsched.errors import ConfigError
+from dlsched.errors import UnitError
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
@@ -34,10 +34,6 @@ _TIME = {
 }
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµμ/]*)\s*$")
-
-
-class UnitError(ConfigError):
-    """A quantity string could not be parsed; the message says what is accepted."""
 
 
 def _split(text: str, what: str, examples: str) -> tuple[float, str]:

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from dlsched.sweep import Engine
+from dlsched.sweep import WorkerPool
 
 SMALL_GRID: dict[str, Any] = {
     "name": "small",
@@ -28,7 +28,7 @@ def stable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def thread_engine(workers: int = 1) -> Iterator[Engine]:
+def thread_engine(workers: int = 1) -> Iterator[WorkerPool]:
     """An in-process engine (no process start-up) for tests of the runner's logic."""
     with ThreadPoolExecutor(workers) as pool:
-        yield Engine(pool, workers, "threads")
+        yield WorkerPool(pool, workers, "threads")

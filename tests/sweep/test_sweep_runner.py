@@ -12,10 +12,10 @@ from sweep_cases import SMALL_GRID, stable, thread_engine
 from dlsched.collectives import run_collective
 from dlsched.hardware import load_topology
 from dlsched.sweep import (
-    Engine,
     ResultStore,
     SweepIncomplete,
     SweepJob,
+    WorkerPool,
     grid_from_data,
     read_rows,
     run_sweep,
@@ -130,7 +130,7 @@ def test_an_executor_without_workers_ends_the_sweep_instead_of_hanging(tmp_path,
     monkeypatch.setattr(runner, "HEALTH_CHECK_S", 0.01)
     monkeypatch.setattr(runner, "WORKERLESS_LIMIT_S", 0.05)
     job = _job(SMALL_GRID)
-    engine = Engine(_LostExecutor(), 1, "workers gone", has_workers=lambda: False)
+    engine = WorkerPool(_LostExecutor(), 1, "workers gone", has_workers=lambda: False)
     with ResultStore(tmp_path / "r.db", job.columns, job.meta) as store, \
             pytest.raises(SweepIncomplete, match="16 scenarios: the executor has had no worker"):
         run_sweep(job, store, engine, batch_size=4)

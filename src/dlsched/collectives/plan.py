@@ -12,6 +12,7 @@ from enum import StrEnum
 from functools import lru_cache
 
 from dlsched.collectives.algorithms import Phase, data_after, stage_bytes, stage_data
+from dlsched.errors import PlanError
 from dlsched.hardware.topology import Topology
 from dlsched.units import format_bytes
 
@@ -70,10 +71,6 @@ class CollectivePlan:
             f"c{r.chunk} {format_bytes(r.size)}: " + " ".join(str(s) for s in r.stages)
             for r in self.routes
         )
-
-
-class PlanError(ValueError):
-    """A plan breaks a rule; the message shows the plan with the failing chunk marked."""
 
 
 def initial_data(topology: Topology, op: CollectiveOp, chunk_size: float) -> float:

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, replace
 
 from dlsched.dataparallel.problem import DPProblem
+from dlsched.errors import PlanError
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +58,6 @@ class DPPlan:
     def __str__(self) -> str:
         return "\n".join(f"m{i} @{m.launch * 1e3:.3f}ms: " + " ".join(map(str, m.blocks))
                          for i, m in enumerate(self.messages))
-
-
-class PlanError(ValueError):
-    """A plan loses, duplicates or sends too early some bytes; the message shows the plan."""
 
 
 def message(problem: DPProblem, blocks: list[Block], not_before: float = 0.0) -> Message:

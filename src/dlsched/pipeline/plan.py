@@ -14,12 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dlsched.errors import ConfigError
+from dlsched.errors import PlanError
 from dlsched.pipeline.actions import Action, format_orders
-
-
-class PlanError(ConfigError):
-    """A plan that breaks a rule; the message shows the per-GPU grid."""
 
 
 @dataclass(frozen=True)

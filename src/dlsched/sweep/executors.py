@@ -27,7 +27,7 @@ EXECUTORS = ("process", "dask", "ray")
 
 
 @dataclass(frozen=True)
-class Engine:
+class WorkerPool:
     """An open executor, how many tasks it runs at once (``slots``), a one-line description,
     and ``has_workers()``: whether any worker is left to run a task (a cluster whose workers
     all died keeps its futures pending forever; the runner asks this while it waits)."""
@@ -79,7 +79,7 @@ def _watch_driver(pid: int, period_s: float = 0.5) -> None:
 
 
 @contextmanager
-def _process_pool(workers: int, address: str | None) -> Iterator[Engine]:
+def _process_pool(workers: int, address: str | None) -> Iterator[WorkerPool]:
     """On Linux the workers are forked from this process, which has dlsched imported already:
     a fresh interpreter per worker (spawn/forkserver) costs seconds of imports, more than a
     10,000-scenario collective grid's own work on a loaded 2-core machine. They are forked
@@ -90,13 +90,13 @@ def _process_pool(workers: int, address: str | None) -> Iterator[Engine]:
                                initializer=_watch_driver, initargs=(os.getpid(),))
     pool.submit(os.getpid).result()  # with fork, every worker starts at the first submit
     try:
-        yield Engine(pool, workers, f"local process pool, {workers} workers")
+        yield WorkerPool(pool, workers, f"local process pool, {workers} workers")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
 @contextmanager
-def _dask(workers: int, address: str | None) -> Iterator[Engine]:
+def _dask(workers: int, address: str | None) -> Iterator[WorkerPool]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -116,7 +116,7 @@ def _dask(workers: int, address: str | None) -> Iterator[Engine]:
     slots = max(sum(client.nthreads().values()), 1)
     where = "LocalCluster" if cluster is not None else address
     try:
-        yield Engine(executor, slots, f"Dask ({where}), {slots} worker threads",
+        yield WorkerPool(executor, slots, f"Dask ({where}), {slots} worker threads",
                      has_workers=lambda: bool(client.nthreads()))
     finally:
         executor.shutdown(wait=False)
@@ -144,7 +144,7 @@ class RayExecutor(Executor):
 
 
 @contextmanager
-def _ray(workers: int, address: str | None) -> Iterator[Engine]:
+def _ray(workers: int, address: str | None) -> Iterator[WorkerPool]:
     try:
         import ray
     except ImportError:
@@ -155,7 +155,7 @@ def _ray(workers: int, address: str | None) -> Iterator[Engine]:
         ray.init(address=address, log_to_driver=False)
     slots = max(int(ray.cluster_resources().get("CPU", 1)), 1)
     try:
-        yield Engine(RayExecutor(ray), slots, f"Ray ({address or 'local'}), {slots} CPUs",
+        yield WorkerPool(RayExecutor(ray), slots, f"Ray ({address or 'local'}), {slots} CPUs",
                      has_workers=lambda: ray.cluster_resources().get("CPU", 0) > 0)
     finally:
         ray.shutdown()
@@ -184,7 +184,7 @@ def check_executor(kind: str, workers: int | None = None, address: str | None = 
 
 @contextmanager
 def open_executor(kind: str = "process", workers: int | None = None,
-                  address: str | None = None) -> Iterator[Engine]:
+                  address: str | None = None) -> Iterator[WorkerPool]:
     """Start (or connect to) an executor; ``workers`` local processes for ``process`` and for
     a local Dask/Ray cluster (default: this machine's cores); ``address`` reaches an existing
     Dask scheduler (``tcp://host:8786``) or Ray cluster (``ray://host:10001`` or ``auto``)."""

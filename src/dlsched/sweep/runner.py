@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dlsched.sweep.executors import Engine
+from dlsched.errors import SweepIncomplete
+from dlsched.sweep.executors import WorkerPool
 from dlsched.sweep.grid import Grid, GridScenarios, scenario_key
 from dlsched.sweep.store import ResultStore
 
@@ -25,11 +26,6 @@ MAX_BATCH = 64
 BATCHES_PER_SLOT = 8
 HEALTH_CHECK_S = 5.0  # how often a waiting runner asks the engine whether it has workers
 WORKERLESS_LIMIT_S = 30.0  # no worker for this long (no restart came): the batches are lost
-
-
-class SweepIncomplete(RuntimeError):
-    """Some scenarios got no row because their worker or executor failed (not the scenario):
-    the rows that did finish are committed; rerun with resume to complete the sweep."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +106,7 @@ def batch_size_for(count: int, slots: int) -> int:
     return max(1, min(MAX_BATCH, math.ceil(count / (slots * BATCHES_PER_SLOT))))
 
 
-def iter_sweep(job: SweepJob, store: ResultStore, engine: Engine, todo: list[Task],
+def iter_sweep(job: SweepJob, store: ResultStore, engine: WorkerPool, todo: list[Task],
                batch_size: int | None = None) -> Iterator[dict[str, Any]]:
     """Run ``todo`` on ``engine``, committing each finished batch to ``store`` and then
     yielding its rows; at most two batches per worker slot are in flight. Raises
@@ -180,7 +176,7 @@ def time_scenarios(job: SweepJob, tasks: Sequence[Task], budget_s: float = 30.0
     return seconds
 
 
-def run_sweep(job: SweepJob, store: ResultStore, engine: Engine, retry_errors: bool = False,
+def run_sweep(job: SweepJob, store: ResultStore, engine: WorkerPool, retry_errors: bool = False,
               batch_size: int | None = None,
               progress: Callable[[Iterator[Any], int], Iterator[Any]] = lambda items, n: items,
               ) -> int:
