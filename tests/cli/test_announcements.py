@@ -75,3 +75,18 @@ def test_train_dataparallel_announces_its_trace_and_plot(run_cli, tmp_path: Path
     assert code == 0, err
     assert [row["policy"] for row in json.loads(out)["rows"]] == ["wfbp"]
     assert _announced(err, trace) and _announced(err, png)
+
+
+def test_profile_prints_json_rows_and_announces_its_file(run_cli, tmp_path: Path) -> None:
+    """``dlsched profile --json``: a row per parameter tensor, totals that are their sums, the
+    written profile announced on one stderr line."""
+    pytest.importorskip("torch", reason="profile needs torch")
+    out = tmp_path / "p.csv"
+    code, text, err = run_cli("profile", "--module", f"{__name__}:tiny_cnn", "--input-shape",
+                              "2,3,8,8", "--out", str(out), "--warmup", "0", "--repeats", "1",
+                              "--json")
+    assert code == 0, err
+    document = json.loads(text)
+    assert document["forward_s"] == pytest.approx(
+        sum(row["forward_time_s"] for row in document["rows"]))
+    assert _announced(err, out) and out.exists()

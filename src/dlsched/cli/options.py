@@ -50,8 +50,10 @@ def suffixed(path: Path, suffix: str, many: bool) -> Path:
 
 
 def announce(what: str, path: Path, json_out: bool) -> None:
-    """Say that ``what`` was written to ``path`` (on stderr when stdout carries JSON)."""
-    (status_console if json_out else console).print(f"wrote {what}: {path}", highlight=False)
+    """Say on one line that ``what`` was written to ``path`` (on stderr when stdout carries
+    JSON)."""
+    (status_console if json_out else console).print(f"wrote {what}: {path}", highlight=False,
+                                                    soft_wrap=True)
 
 
 @dataclass(frozen=True)

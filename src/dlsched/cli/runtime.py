@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dlsched.cli.options import announce, console, emit_rows, parse_names
+from dlsched.cli.options import announce, console, emit_rows, parse_names, status_console
 from dlsched.cli.progress import activity
 from dlsched.dataparallel import POLICIES
 from dlsched.dataparallel.netfile import FIT_MODELS
@@ -110,6 +110,8 @@ def profile_command(
     precision: PrecisionOption = "fp32",
     channels_last: ChannelsLastOption = False,
     unused: UnusedOption = "skip",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON: a row per parameter "
+                                           "tensor (seconds, bytes) and the totals.")] = False,
 ) -> None:
     """Profile a torch module: per-parameter forward/backward seconds and gradient sizes, in
     the format ``dlsched dataparallel --profile`` reads."""
@@ -134,21 +136,26 @@ def profile_command(
     built = build_module(config)
     model, batch = execution.prepare(built, make_batch(built, config))
     skipped = unused_parameters(model, batch, execution=execution)
-    result = profile(model, batch, warmup=warmup, repeats=repeats,
-                     optimizer=None if optimizer == "none" else optimizer_factory(optimizer,
-                                                                                   0.0),
-                     name=module.rpartition(":")[2], execution=execution)
+    with activity(f"profiling {module} ({warmup} + {repeats} iterations)", json_out):
+        result = profile(model, batch, warmup=warmup, repeats=repeats,
+                         optimizer=None if optimizer == "none" else optimizer_factory(optimizer,
+                                                                                       0.0),
+                         name=module.rpartition(":")[2], execution=execution)
     write_profile(result, out)
     forward = sum(layer.forward_time_s for layer in result.layers)
     backward = sum(layer.backward_time_s for layer in result.layers)
-    console.print(f"wrote {out}: {len(result.layers)} parameter tensors, "
-                  f"{sum(layer.params for layer in result.layers):,} parameters, forward "
-                  f"{forward * 1e3:.3f} ms, backward {backward * 1e3:.3f} ms (medians of "
-                  f"{repeats}, batch {batch_size}, {execution.describe()})", highlight=False)
+    announce(f"profile ({len(result.layers)} parameter tensors, "
+             f"{sum(layer.params for layer in result.layers):,} parameters, forward "
+             f"{forward * 1e3:.3f} ms, backward {backward * 1e3:.3f} ms; medians of "
+             f"{repeats}, batch {batch_size}, {execution.describe()})", out, json_out)
     if skipped:
-        console.print(f"{len(skipped)} parameter tensor(s) get no gradient from the loss, "
-                      f"profiled with no backward (--unused skip): {', '.join(skipped)}",
-                      highlight=False)
+        (status_console if json_out else console).print(
+            f"{len(skipped)} parameter tensor(s) get no gradient from the loss, profiled with "
+            f"no backward (--unused skip): {', '.join(skipped)}", highlight=False)
+    if json_out:
+        emit_rows([layer.model_dump() for layer in result.layers], True, None,
+                  {"out": str(out), "forward_s": forward, "backward_s": backward,
+                   "unused": list(skipped)})
 
 
 def calibrate_command(
