@@ -104,3 +104,23 @@ def test_durations_are_printed_in_readable_units() -> None:
     assert format_duration(171.2) == "2 min 51 s"
     assert format_duration(6120) == "1 h 42 min"
     assert format_duration(0.0021) == "2.1 ms"
+
+
+def test_sweep_run_and_dry_run_print_json(tmp_path: Path, run_cli) -> None:
+    """``sweep GRID --json``: what ran as JSON (32 rows, none skipped); ``--dry-run --json``
+    the counts and an estimate in seconds (0 to run after the sweep, with --resume)."""
+    import json
+
+    grid = tmp_path / "g.yaml"
+    grid.write_text(yaml.safe_dump(GRID))
+    db = tmp_path / "g.db"
+    code, out, err = run_cli("sweep", str(grid), "--db", str(db), "--jobs", "1", "--json")
+    assert code == 0, err
+    ran = json.loads(out)
+    assert (ran["ran"], ran["skipped"], ran["rows"], ran["errors"]) == (32, 0, 32, 0)
+    code, out, err = run_cli("sweep", str(grid), "--db", str(db), "--dry-run", "--resume",
+                             "--json")
+    assert code == 0, err
+    estimate = json.loads(out)
+    assert (estimate["scenarios"], estimate["distinct"], estimate["to_run"]) == (32, 32, 0)
+    assert estimate["estimate_s"] == 0 and all(s > 0 for s in estimate["sampled_s"])

@@ -18,7 +18,7 @@ from typer.core import TyperGroup
 from dlsched.cli.options import console, emit_rows
 from dlsched.cli.progress import progress_bar
 from dlsched.errors import ConfigError
-from dlsched.report import Column, render_table, rows_to_csv, write_text
+from dlsched.report import Column, render_table, rows_to_csv, to_json, write_text
 from dlsched.report.tables import as_ratio
 from dlsched.sweep import (
     EXECUTORS,
@@ -89,9 +89,9 @@ def _open_store(db: Path, job: SweepJob, resume: bool, overwrite: bool) -> Resul
 def _report(store: ResultStore, ran: int, skipped: int, seconds: float) -> None:
     errors = len(store.keys("error"))
     rate = f", {ran / seconds:,.1f} scenarios/s" if seconds > 0 and ran else ""
-    status.print(f"ran {ran} scenarios in {seconds:.1f} s{rate}; {skipped} already in the "
-                  f"store were skipped; {store.count()} rows in {store.path} ({errors} errors)",
-                  highlight=False)
+    status.print(f"ran {ran} scenarios in {format_duration(seconds)}{rate}; {skipped} already "
+                  f"in the store were skipped; {store.count()} rows in {store.path} "
+                  f"({errors} errors)", highlight=False)
 
 
 def run(
@@ -113,9 +113,13 @@ def run(
                                                    "64.")]
     = None,
     dry_run: Annotated[bool, typer.Option(help="Print the scenario count and an estimated "
-                                          "time (from timing 3 scenarios here); run nothing.")]
+                                          "time (from timing up to 12 scenarios sampled "
+                                          "across the grid's values here); run nothing.")]
     = False,
     quiet: Annotated[bool, typer.Option(help="No progress bar.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON: the counts and the "
+                                           "estimate (with --dry-run) or what ran (seconds).")]
+    = False,
 ) -> None:
     """Run every scenario of a grid file, committing one row per scenario as it finishes."""
     check_executor(executor, workers, address)
@@ -125,24 +129,31 @@ def run(
     job = SweepJob.from_grid(loaded)
     path = db if db is not None else Path(grid.stem + ".db")
     if dry_run:
-        _dry_run(job, loaded, path, workers, resume)
+        _dry_run(job, loaded, path, workers, resume, json_out)
         return
     with _open_store(path, job, resume, overwrite) as store:
-        execute(job, store, pending_tasks(job, store, retry_errors), executor, workers, address,
-                batch_size, quiet)
+        todo = pending_tasks(job, store, retry_errors)
+        start = time.perf_counter()
+        ran = execute(job, store, todo, executor, workers, address, batch_size,
+                      quiet or json_out)
+        if json_out:
+            print(to_json({"name": job.name, "ran": ran, "skipped": len(job.tasks()) - len(todo),
+                           "rows": store.count(), "errors": len(store.keys("error")),
+                           "seconds": time.perf_counter() - start, "db": store.path}))
 
 
 def execute(job: SweepJob, store: ResultStore, todo: list, executor: str, workers: int | None,
-            address: str | None, batch_size: int | None, quiet: bool) -> None:
-    """Run ``todo`` with a progress bar and a closing report on stderr; Ctrl-C exits 130 and
-    lost workers exit 1, both after saying that the committed rows can be resumed."""
+            address: str | None, batch_size: int | None, quiet: bool) -> int:
+    """Run ``todo`` with a progress bar and a closing report on stderr; the number run. Ctrl-C
+    exits 130 and lost workers exit 1, both after saying that the committed rows can be
+    resumed."""
     check_executor(executor, workers, address)
     skipped = len(job.tasks()) - len(todo)
     start = time.perf_counter()
     ran = 0
     try:
         if not todo:
-            return
+            return 0
         with open_executor(executor, workers, address) as engine:
             status.print(f"{job.name}: {len(todo)} scenarios to run on {engine.description}",
                          highlight=False)
@@ -158,9 +169,11 @@ def execute(job: SweepJob, store: ResultStore, todo: list, executor: str, worker
         raise typer.Exit(1) from None
     finally:
         _report(store, ran, skipped, time.perf_counter() - start)
+    return ran
 
 
-def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume: bool) -> None:
+def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume: bool,
+             json_out: bool) -> None:
     """Count the grid's scenarios, distinct ones and (with ``resume``) those still to run
     without listing them (a grid may hold 10**7), and time up to 3 spread over the grid."""
     distinct, done = grid.distinct_count, 0
@@ -176,6 +189,12 @@ def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume:
     slots = check_executor("process", workers)
     parallel = min(slots, default_workers(), max(todo, 1))
     spread = max(seconds) / max(min(seconds), 1e-9)
+    if json_out:
+        print(to_json({"name": job.name, "scenarios": grid.count, "distinct": distinct,
+                       "to_run": todo, "sampled_s": seconds, "per_scenario_s": per,
+                       "estimate_s": per * todo / parallel, "workers": slots,
+                       "usable_cores": default_workers()}))
+        return
     console.print(f"{job.name}: {grid.count} scenarios in the grid ({distinct} distinct), "
                   f"{todo} to run; about {format_time(per, 3)} each when run alone here, so "
                   f"about {format_duration(per * todo / parallel)} with {slots} workers on "
