@@ -15,10 +15,11 @@ def test_eq3_flops_by_hand():
     assert row.gpus * row.published_tflops == pytest.approx(502.0e3, rel=0.01)
 
 
-@pytest.mark.parametrize("row", ROWS[:5], ids=lambda r: r.name)
+@pytest.mark.parametrize("row", ROWS[:6], ids=lambda r: r.name)
 def test_rows_within_15_percent(row):
     """Megatron's own configuration is predicted within 15% of the published TFLOP/s per
-    GPU (the 39.1B row was fitted; the others are held out)."""
+    GPU (the 39.1B row was fitted; the others are held out; 76.1B runs interleaved 1F1B;
+    the larger rows take minutes, see docs/compute.md)."""
     result = reproduce_row(row, a100_compute(), plan_ours=False)
     assert abs(result["error"]) < 0.15
     assert result["mfu"] < 0.52
