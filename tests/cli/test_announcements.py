@@ -55,7 +55,7 @@ def test_pipeline_export_and_run_announce_every_file(run_cli, tmp_path: Path) ->
     assert code == 0, err
     assert [row["rank"] for row in json.loads(out)["rows"]] == [0, 1]
     assert _announced(err, csv) and _announced(err, tmp_path / "order.stages.json")
-    code, out, err = run_cli("pipeline", "run", str(tmp_path / "plan.json"), "--iterations",
+    code, out, err = run_cli("run", "pipeline", str(tmp_path / "plan.json"), "--iterations",
                              "1", "--warmup", "0", "--trace", str(trace), "--plot", str(png),
                              "--json")
     assert code == 0, err
@@ -67,7 +67,7 @@ def test_train_dataparallel_announces_its_trace_and_plot(run_cli, tmp_path: Path
     """--trace and --plot of train dataparallel are announced (on stderr with --json)."""
     pytest.importorskip("torch", reason="train dataparallel needs torch")
     trace, png = tmp_path / "t.json", tmp_path / "p.png"
-    code, out, err = run_cli("train", "dataparallel", "--module", f"{__name__}:tiny_cnn",
+    code, out, err = run_cli("run", "dataparallel", "--module", f"{__name__}:tiny_cnn",
                              "--input-shape", "2,3,8,8", "--workers", "2", "--network",
                              "ring:1Gb/s,20us", "--policy", "wfbp", "--iterations", "3",
                              "--warmup", "1", "--trace", str(trace), "--plot", str(png),

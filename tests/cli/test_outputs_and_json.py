@@ -31,7 +31,7 @@ def test_an_output_may_not_overwrite_an_input(tmp_path: Path, run_cli) -> None:
     """pipeline run PLAN --trace PLAN would overwrite the plan it runs: refused."""
     plan = tmp_path / "plan.json"
     plan.write_text("{}")
-    code, _, err = run_cli("pipeline", "run", str(plan), "--trace", str(plan))
+    code, _, err = run_cli("run", "pipeline", str(plan), "--trace", str(plan))
     assert code == 2 and "is also given to PLAN (an input)" in err
     assert plan.read_text() == "{}"
 

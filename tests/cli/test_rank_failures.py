@@ -75,7 +75,7 @@ def test_the_cli_prints_a_killed_rank_on_one_line(run_cli, monkeypatch) -> None:
         return spawn(_rank_one_is_killed, world_size, (), OPTIONS)
 
     monkeypatch.setattr(spawn_module, "spawn", killed)
-    code, _, err = run_cli("train", "dataparallel", "--module", "resnet", "--workers", "2",
+    code, _, err = run_cli("run", "dataparallel", "--module", "resnet", "--workers", "2",
                            "--network", "ring:1Gb/s,20us", "--policy", "wfbp")
     assert code == 1, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -23,14 +23,14 @@ def no_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_train_refuses_a_preset_for_another_rank_count(run_cli, no_spawn) -> None:
     """usbyte-8 was measured on 8 ranks: --workers 2 is refused as dataparallel refuses it."""
-    code, _, err = run_cli("train", "dataparallel", "--network", "usbyte-8", "--workers", "2")
+    code, _, err = run_cli("run", "dataparallel", "--network", "usbyte-8", "--workers", "2")
     assert code == 2 and "does not match network 'usbyte-8'" in err and "accepted: 8" in err
 
 
 @pytest.mark.parametrize("lr", ["nan", "inf", "0", "-0.1", "1e308"])
 def test_train_refuses_a_learning_rate_that_is_not_finite_and_positive(run_cli, no_spawn,
                                                                        lr: str) -> None:
-    code, _, err = run_cli("train", "dataparallel", *RING, "--lr", lr)
+    code, _, err = run_cli("run", "dataparallel", *RING, "--lr", lr)
     assert code == 2 and "--lr" in err and "accepted" in err
 
 
@@ -69,7 +69,7 @@ def test_train_refuses_a_module_that_is_no_model_before_spawning(
     that returns no torch module, a non-function, or a shape the module cannot take exits 2
     in one line, without spawning ranks."""
     pytest.importorskip("torch", reason="the runtime commands need torch")
-    code, _, err = run_cli("train", "dataparallel", "--module", module, "--input-shape", shape,
+    code, _, err = run_cli("run", "dataparallel", "--module", module, "--input-shape", shape,
                            *RING, "--policy", "wfbp")
     assert code == 2, err
     assert needle in err and len(err.strip().splitlines()) == 1
@@ -87,7 +87,7 @@ def test_pipeline_run_refuses_a_plan_naming_no_model(tmp_path: Path, run_cli,
     saved = SavedPlan(plan, "os:getcwd", "cpu", ("r0",), 1, ("b0",), (4.0,), (4.0,), 0.001)
     path = tmp_path / "plan.json"
     save_plan(saved, path)
-    code, _, err = run_cli("pipeline", "run", str(path))
+    code, _, err = run_cli("run", "pipeline", str(path))
     assert code == 2, err
     assert "calling 'os:getcwd' failed" in err and len(err.strip().splitlines()) == 1
 
@@ -145,8 +145,8 @@ def test_the_readme_chain_calibrate_then_train_uses_matching_ranks(tmp_path: Pat
     two, four = _network_file(tmp_path / "two.yaml", 2), _network_file(tmp_path / "four.yaml", 4)
     for network, extra in ((two, ("--workers", "2")), (four, ())):
         with pytest.raises(Spawned):
-            run_cli("train", "dataparallel", "--network", str(network), *extra, "--policy",
+            run_cli("run", "dataparallel", "--network", str(network), *extra, "--policy",
                     "wfbp")
     assert spawned == [2, 4]
-    code, _, err = run_cli("train", "dataparallel", "--network", str(four), "--workers", "2")
+    code, _, err = run_cli("run", "dataparallel", "--network", str(four), "--workers", "2")
     assert code == 2 and "fitted on 4 ranks" in err and "dlsched calibrate --workers 2" in err

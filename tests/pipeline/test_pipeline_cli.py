@@ -58,7 +58,7 @@ def test_plan_tables(run_cli, chain_file: Path) -> None:
     (["--planner", "fastest"], "accepted: dlsched"),
     (["--devices", "nowhere"], "neither a preset"),
     (["--microbatches", "0"], "--microbatches: microbatch count 0 is out of range"),
-    (["--network", "tcp"], "network: unknown 'tcp'; accepted: fifo, ps"),
+    (["--link-sharing", "tcp"], "--link-sharing: unknown 'tcp'; accepted: fifo, ps"),
 ])
 def test_bad_inputs_exit_2(run_cli, chain_file: Path, args: list[str], message: str) -> None:
     """Bad options exit with code 2 and a message naming the field."""
@@ -84,10 +84,10 @@ def test_reproduction_rows_on_a_chain_file(chain_file: Path) -> None:
 
 
 def test_reproduce_pipeline_json(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`reproduce pipeline --json --network fifo` on two zoo scenarios: required keys, dlsched
+    """`reproduce pipeline --json --link-sharing fifo` on two zoo scenarios: required keys, dlsched
     never slower; a bad network mode exits 2 before any work."""
     monkeypatch.setattr(experiment, "SCENARIOS", experiment.SCENARIOS[:2])
-    code, out, _ = run_cli("reproduce", "pipeline", "--json", "--network", "fifo")
+    code, out, _ = run_cli("reproduce", "pipeline", "--json", "--link-sharing", "fifo")
     assert code == 0
     payload = json.loads(out)
     assert len(payload["rows"]) == 2 * len(PLANNERS)
@@ -98,5 +98,5 @@ def test_reproduce_pipeline_json(run_cli, monkeypatch: pytest.MonkeyPatch) -> No
             assert row["dlsched_speedup"] >= 1 - 1e-9
             assert row["iteration_s"] >= row["bound_s"] * (1 - 1e-9)
     assert {s["baseline"] for s in payload["summary"]} == set(PLANNERS) - {"dlsched"}
-    code, _, err = run_cli("reproduce", "pipeline", "--network", "tcp")
-    assert code == 2 and "network: unknown 'tcp'; accepted: fifo, ps" in " ".join(err.split())
+    code, _, err = run_cli("reproduce", "pipeline", "--link-sharing", "tcp")
+    assert code == 2 and "--link-sharing: unknown 'tcp'; accepted: fifo, ps" in err

@@ -21,7 +21,7 @@ def test_train_dataparallel_prints_measured_and_predicted(tmp_path, run_cli) -> 
     of 2 rounds x 3 iterations), predicted and error; the measured timeline is written as a
     Chrome trace and a PNG."""
     trace, plot = tmp_path / "t.json", tmp_path / "p.png"
-    code, out, err = run_cli("train", "dataparallel", "--module", f"{__name__}:tiny",
+    code, out, err = run_cli("run", "dataparallel", "--module", f"{__name__}:tiny",
                              "--input-shape", "2,3,16,16", "--workers", "2", "--network",
                              "ring:1Gb/s,20us", "--policy", "wfbp,dlsched,torch-ddp",
                              "--iterations", "4", "--warmup", "1", "--rounds", "2", "--json",
@@ -44,7 +44,7 @@ def test_train_dataparallel_prints_measured_and_predicted(tmp_path, run_cli) -> 
 def test_bad_runtime_options_exit_2_before_spawning(tmp_path, run_cli) -> None:
     """Unknown policy, bad shape, bad output suffix, load, nice or profile place: exit 2
     naming the option."""
-    code, _, err = run_cli("train", "dataparallel", "--policy", "fastest")
+    code, _, err = run_cli("run", "dataparallel", "--policy", "fastest")
     assert code == 2 and "policy" in err
     code, _, err = run_cli("profile", "--module", f"{__name__}:tiny", "--input-shape", "2,x",
                            "--out", str(tmp_path / "p.csv"))
@@ -55,9 +55,9 @@ def test_bad_runtime_options_exit_2_before_spawning(tmp_path, run_cli) -> None:
     assert code == 2 and "load" in err and "compute" in err
     code, _, err = run_cli("calibrate", "--out", str(tmp_path / "n.yaml"), "--comm-nice", "30")
     assert code == 2 and "comm_nice" in err
-    code, _, err = run_cli("train", "dataparallel", "--network", "ring:1Gb/s,0us",
+    code, _, err = run_cli("run", "dataparallel", "--network", "ring:1Gb/s,0us",
                            "--profile-in", "gpu")
     assert code == 2 and "profile_in" in err and "training, passes" in err
-    code, _, err = run_cli("train", "dataparallel", "--network", "ring:1Gb/s,0us",
+    code, _, err = run_cli("run", "dataparallel", "--network", "ring:1Gb/s,0us",
                            "--rounds", "0")
     assert code == 2 and "rounds" in err and "1 to 100" in err

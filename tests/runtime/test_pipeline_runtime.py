@@ -198,7 +198,7 @@ def test_cli_run_refuses_a_plan_for_another_model(run_cli, tmp_path) -> None:
 
     saved = saved_for_model(_plans()[0], load_model(MODEL), MICROBATCH_SIZE, NAMES)
     save_plan(saved, tmp_path / "plan.json")
-    code, _, err = run_cli("pipeline", "run", str(tmp_path / "plan.json"), "--model",
+    code, _, err = run_cli("run", "pipeline", str(tmp_path / "plan.json"), "--model",
                            "gpt-small")
     assert code == 2 and "has 10 blocks" in err
 
@@ -216,7 +216,7 @@ def test_cli_export_then_run_writes_trace_and_plot(run_cli, tmp_path) -> None:
     code, _, err = run_cli("pipeline", "export", str(tmp_path / "plan.json"), "--torch-csv",
                            str(tmp_path / "order.csv"))
     assert code == 0, err
-    code, out, err = run_cli("pipeline", "run", str(tmp_path / "plan.json"), "--torch-csv",
+    code, out, err = run_cli("run", "pipeline", str(tmp_path / "plan.json"), "--torch-csv",
                              str(tmp_path / "order.csv"), "--iterations", "1", "--warmup", "0",
                              "--trace", str(tmp_path / "t.json"), "--plot",
                              str(tmp_path / "p.png"), "--json")

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from dlsched.cli import pipeline_runtime
+from dlsched.cli.aliases import renamed_option
 from dlsched.cli.options import (
     CSV_HELP,
     PLOT_HELP,
@@ -71,6 +72,8 @@ ORDER_PREVIEW = 16
 MAX_TENSOR_PARALLEL = 64
 NETWORK_HELP = ("How transfers share links and per-GPU NICs: fifo (one transfer at a time per "
                 "stream, as NCCL) or ps (processor sharing).")
+OLD_NETWORK = typer.Option("--network", hidden=True,
+                           help="Deprecated spelling of --link-sharing.")
 
 pipeline_app = typer.Typer(help="Synchronous pipeline planning (partition, mapping, schedule).",
                            no_args_is_help=True)
@@ -180,7 +183,8 @@ def plan(
                                                         "allocator fragmentation, [0, 1); "
                                                         "default: GMLake's 15% (A100-80GB).")]
     = FRAGMENTATION,
-    network: Annotated[str, typer.Option(help=NETWORK_HELP)] = "fifo",
+    link_sharing: Annotated[str, typer.Option(help=NETWORK_HELP)] = "fifo",
+    network: Annotated[str | None, OLD_NETWORK] = None,
     gpu: Annotated[str | None, typer.Option(help="Price a zoo model's blocks on a calibrated "
                                             "GPU (v100, a100, h100, h100-tf32, a GPU file; "
                                             "docs/compute.md) instead of FLOP / the device "
@@ -197,7 +201,8 @@ def plan(
                       inputs={"--model": model, "--devices": devices})
     MICROBATCHES.check(microbatches, "--microbatches")
     BATCH.check(microbatch_size, "--microbatch-size")
-    check_network(network)
+    network = check_network(renamed_option(link_sharing, network, "--link-sharing", "--network",
+                                           "fifo"), "--link-sharing")
     names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "--planner")
     modes = RECOMPUTE_MODES if recompute == "all" else tuple(
         parse_names(recompute, RECOMPUTE_MODES, "--recompute"))
@@ -226,7 +231,7 @@ def plan(
                  f"blocks), {microbatches} microbatches of {microbatch_size}, on "
                  f"{problem.graph.describe()}; memory: {chain.memory_note or 'chain file'}, "
                  f"recomputation allowed: {', '.join(modes)}; tensor parallelism: "
-                 f"{', '.join(map(str, problem.degrees()))}; network: {network}", console)
+                 f"{', '.join(map(str, problem.degrees()))}; link sharing: {network}", console)
     for result in results:
         if result.plan.notes.get("skipped"):
             console.print(f"{result.plan.planner}: {result.plan.notes['skipped']}",
@@ -305,8 +310,9 @@ def reproduce_pipeline(
     address: AddressOption = None,
     db: DbOption = None,
     resume: ResumeOption = False,
-    network: Annotated[str, typer.Option(help=NETWORK_HELP + " Or both (the default): every "
-                                         "scenario under each.")] = "both",
+    link_sharing: Annotated[str, typer.Option(help=NETWORK_HELP + " Or both (the default): "
+                                              "every scenario under each.")] = "both",
+    network: Annotated[str | None, OLD_NETWORK] = None,
 ) -> None:
     """Zoo models on homogeneous and heterogeneous GPUs, every planner, speedup of dlsched
     over the best baseline of each scenario beside the paper's "up to 157%" (2.57x).
@@ -316,7 +322,8 @@ def reproduce_pipeline(
     summary; --json prints {"rows", "headline", "per_scenario", "summary"}; --csv writes the
     rows."""
     outputs = Outputs(json_out, csv)
-    networks = NETWORK_MODES if network == "both" else (check_network(network),)
+    network = renamed_option(link_sharing, network, "--link-sharing", "--network", "both")
+    networks = NETWORK_MODES if network == "both" else (check_network(network, "--link-sharing"),)
     rows = reproduction_rows("pipeline", experiment.with_networks(networks),
                              experiment.run_scenario,
                              executor, workers, address, db, resume, json_out)

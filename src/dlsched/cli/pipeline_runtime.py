@@ -12,9 +12,16 @@ import typer
 import yaml
 from rich.table import Table
 
+from dlsched.cli.aliases import deprecated_command
 from dlsched.cli.options import announce, console, emit_rows
 from dlsched.cli.progress import activity
-from dlsched.cli.runtime import ChannelsLastOption, DeviceOption, PrecisionOption, UnusedOption
+from dlsched.cli.runtime import (
+    ChannelsLastOption,
+    DeviceOption,
+    PrecisionOption,
+    UnusedOption,
+    run_app,
+)
 from dlsched.errors import ConfigError
 from dlsched.pipeline.plan_file import load_plan
 from dlsched.pipeline.torch_export import (
@@ -248,7 +255,10 @@ def run(
 
 
 def register(pipeline_app: typer.Typer) -> None:
-    """Add the runtime commands to ``dlsched pipeline``."""
+    """Add the runtime commands: ``dlsched run pipeline`` (``pipeline run``, its deprecated
+    spelling) and ``dlsched pipeline profile|export``."""
     pipeline_app.command("profile")(profile)
     pipeline_app.command("export")(export)
-    pipeline_app.command("run")(run)
+    run_app.command("pipeline")(run)
+    pipeline_app.command("run", hidden=True)(deprecated_command(
+        run, "dlsched pipeline run", "dlsched run pipeline"))

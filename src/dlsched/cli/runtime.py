@@ -1,9 +1,11 @@
-"""``dlsched profile``, ``dlsched calibrate`` and ``dlsched train dataparallel``: the torch
+"""``dlsched profile``, ``dlsched calibrate`` and ``dlsched run dataparallel``: the torch
 runtime (optional extra ``dlsched[torch]``; torch is imported only when these commands run).
 
-``train`` is a group named after what it does, with one subcommand per domain, like
-``reproduce``: ``dlsched dataparallel`` plans and simulates, ``dlsched train dataparallel``
-executes the same plans on torch.distributed and compares.
+``run`` is the group of commands that execute on torch, one subcommand per domain
+(``run dataparallel`` here, ``run pipeline`` from ``cli/pipeline_runtime.py``): ``dlsched
+dataparallel`` plans and simulates, ``dlsched run dataparallel`` executes the same plans on
+torch.distributed and compares. ``dlsched train`` simulates training iterations;
+``train dataparallel`` is the deprecated spelling of ``run dataparallel``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Annotated, Any
 
 import typer
 
+from dlsched.cli.aliases import deprecated_command
 from dlsched.cli.options import announce, console, emit_rows, parse_names, status_console
 from dlsched.cli.progress import activity
 from dlsched.dataparallel import POLICIES
@@ -26,8 +29,11 @@ from dlsched.runtime.calibrate import CHOICES
 from dlsched.units import parse_bytes
 from dlsched.validation import BATCH, LEARNING_RATE, THREADS, WORKERS, check_output_paths
 
-train_app = typer.Typer(help="Train on spawned torch.distributed ranks with dlsched plans and "
-                        "compare measured with predicted times.", no_args_is_help=True)
+train_app = typer.Typer(help="Simulate training iterations (see the options); `train "
+                        "dataparallel` is the deprecated spelling of `run dataparallel`.",
+                        no_args_is_help=True)
+run_app = typer.Typer(help="Execute plans on spawned torch.distributed ranks and compare "
+                      "measured with predicted times.", no_args_is_help=True)
 
 ModuleOption = Annotated[str, typer.Option(
     "--module", help="resnet, gpt, or package.module:factory (then give --input-shape).")]
@@ -320,5 +326,8 @@ def register(app: typer.Typer, reproduce: typer.Typer) -> None:
     """Add this module's commands to the CLI."""
     app.command("profile")(profile_command)
     app.command("calibrate")(calibrate_command)
-    train_app.command("dataparallel")(train_dataparallel)
+    run_app.command("dataparallel")(train_dataparallel)
+    train_app.command("dataparallel", hidden=True)(deprecated_command(
+        train_dataparallel, "dlsched train dataparallel", "dlsched run dataparallel"))
     app.add_typer(train_app, name="train")
+    app.add_typer(run_app, name="run")

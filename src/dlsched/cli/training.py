@@ -102,7 +102,8 @@ def train(
         "FullyConnected direct on all links, its Themis tracker (docs/interop.md).")] = False,
 ) -> None:
     """Simulate whole training iterations of a workload under collective policies (with no
-    subcommand); ``train dataparallel`` runs plans on torch.distributed."""
+    subcommand); ``run dataparallel`` runs plans on torch.distributed (``train dataparallel``
+    is its deprecated spelling)."""
     if ctx.invoked_subcommand is not None:
         return
     outputs = Outputs(json_out, csv, trace, plot)

@@ -36,10 +36,11 @@ NETWORK_MODES = ("fifo", "ps")
 _RELATIVE_TOLERANCE = 1e-9
 
 
-def check_network(mode: str) -> str:
-    """``mode`` when it is a network mode; ConfigError listing them otherwise."""
+def check_network(mode: str, field: str = "network") -> str:
+    """``mode`` when it is a network mode; ConfigError naming ``field`` and listing them
+    otherwise."""
     if mode not in NETWORK_MODES:
-        raise ConfigError(f"network: unknown {mode!r}; accepted: " + ", ".join(NETWORK_MODES))
+        raise ConfigError(f"{field}: unknown {mode!r}; accepted: " + ", ".join(NETWORK_MODES))
     return mode
 
 
