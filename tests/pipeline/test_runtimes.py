@@ -20,14 +20,17 @@ def _plan(stages: tuple[Stage, ...], schedule: str = "1f1b", tp: int = 1) -> Pip
 
 
 @pytest.mark.parametrize(("stages", "schedule", "runtime"), [
-    ((Stage(0, 2, (0, 1)), Stage(2, 4, (2, 3))), "list-bwd-first", "Megatron-LM, torch"),
-    ((Stage(0, 4, ALL),), "gpipe", "Megatron-LM, torch"),
+    ((Stage(0, 2, (0, 1)), Stage(2, 4, (2, 3))), "list-bwd-first", "torch"),
+    ((Stage(0, 2, (0, 1)), Stage(2, 4, (2, 3))), "1f1b", "Megatron-LM, torch"),
+    ((Stage(0, 4, ALL),), "gpipe", "torch"),
     ((Stage(0, 2, (0, 1, 2)), Stage(2, 4, (3,))), "1f1b", "PipeDream"),
     ((Stage(0, 2, (0, 1), True), Stage(2, 4, (3,))), "1f1b", "DAPPLE"),
     ((Stage(0, 2, (0, 1, 2)), Stage(2, 4, (3,))), "gpipe", None),
     (tuple(Stage(s, s + 1, ALL) for s in range(4)), "list-bwd-first", None),
     (tuple(Stage(s, s + 1, ((0, 1), (2, 3))[s % 2]) for s in range(4)), "interleaved",
      "Megatron-LM, torch (interleaved)"),
+    (tuple(Stage(s, s + 1, ((0, 1), (2, 3))[s % 2]) for s in range(4)), "list-bwd-first",
+     "torch (looped stages)"),
     (tuple(Stage(s, s + 1, ((0,), (1,), (1,), (0,))[s]) for s in range(4)), "zb-v",
      "torch (ZB-V)"),
     ((Stage(0, 2, (0,)), Stage(2, 4, (0,))), "interleaved", None),
@@ -35,8 +38,9 @@ def _plan(stages: tuple[Stage, ...], schedule: str = "1f1b", tp: int = 1) -> Pip
      "list-bwd-first", None),
 ])
 def test_runtime_for_layouts(stages, schedule, runtime) -> None:
-    """Uniform replicas: Megatron/torch; per-stage replicas in 1F1B: PipeDream (round-robin)
-    or DAPPLE (split); several stages per GPU only in a looped or V layout over >= 2 ranks."""
+    """Uniform replicas: torch (Megatron too in 1F1B order); per-stage replicas in 1F1B:
+    PipeDream (round-robin) or DAPPLE (split); several stages per GPU only in a looped or V
+    layout over >= 2 ranks."""
     assert runtime_for(_plan(stages, schedule)) == runtime
 
 

@@ -1,14 +1,15 @@
 """Which existing training runtime can execute a plan, judged on its layout and schedule.
 
 * One stage per GPU, every stage on the same number ``d`` of replicas taking microbatches
-  round-robin (``d`` pipeline replicas): Megatron-LM (PP x DP x TP) and
-  ``torch.distributed.pipelining`` with DDP, whose runtime executes any per-rank order
-  (``_PipelineScheduleRuntime``).
+  round-robin (``d`` pipeline replicas): ``torch.distributed.pipelining`` with DDP, whose
+  runtime executes any per-rank order (``_PipelineScheduleRuntime``), and in 1F1B order also
+  Megatron-LM (PP x DP x TP).
 * One stage per GPU with per-stage replica counts (no tensor parallelism), in 1F1B order:
   PipeDream's runtime (replicas round-robin) or DAPPLE's (replicas splitting every
   microbatch).
 * Several stages per GPU: only the looped layout of interleaved 1F1B (stage ``s`` on rank
-  ``s mod p``; Megatron-LM's virtual pipeline, torch's ``ScheduleInterleaved1F1B``) or the V
+  ``s mod p``; Megatron-LM's virtual pipeline and torch's ``ScheduleInterleaved1F1B`` in that
+  order, torch's runtime in any other) or the V
   of ZB-V (torch's ``ScheduleZBVZeroBubble``), over ``p >= 2`` pipeline ranks of equal,
   round-robin replicas. Anything else, e.g. several replicated stages on every GPU (a
   "pipeline" of one rank), no runtime we know of executes.
@@ -32,10 +33,11 @@ def runtime_for(plan: PipelinePlan) -> str | None:
         for device in stage.devices:
             hosted[device] = hosted.get(device, 0) + 1
     uniform = len(replicas) == 1 and not split
+    schedule = plan.notes.get("schedule")
     if max(hosted.values()) == 1:
         if uniform:
-            return "Megatron-LM, torch"
-        if plan.tensor_parallel > 1 or plan.notes.get("schedule") not in ONE_F_ONE_B:
+            return "Megatron-LM, torch" if schedule in ONE_F_ONE_B else "torch"
+        if plan.tensor_parallel > 1 or schedule not in ONE_F_ONE_B:
             return None
         return "DAPPLE" if split else "PipeDream"
     if not uniform:
@@ -46,7 +48,8 @@ def runtime_for(plan: PipelinePlan) -> str | None:
     if p < 2 or not disjoint or count % p:
         return None
     if all(stage.devices == groups[s % p] for s, stage in enumerate(stages)):
-        return "Megatron-LM, torch (interleaved)"
+        return ("Megatron-LM, torch (interleaved)" if schedule == "interleaved"
+                else "torch (looped stages)")
     if count == 2 * p and all(stage.devices == groups[min(s, 2 * p - 1 - s)]
                               for s, stage in enumerate(stages)):
         return "torch (ZB-V)"
