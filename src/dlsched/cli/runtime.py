@@ -276,11 +276,11 @@ def train_dataparallel(
     if workers is not None:
         WORKERS.check(workers, "--workers")
     LEARNING_RATE.check(lr, "--lr")
-    workers = network_for_workers(network, workers, default=2)[1] or 2
     names = tuple(parse_names(policy, [*POLICIES, "torch-ddp"], "policy"))
     if (trace or plot) and names == ("torch-ddp",):
         raise ConfigError("policy: --trace and --plot show the plan executor's measured "
                           "timeline; add a dlsched policy (torch-ddp is not recorded)")
+    workers = network_for_workers(network, workers, default=2)[1] or 2
     options = _spawn_options(timeout_s=timeout, deadline_s=3600, comm_nice=comm_nice,
                              own_sessions=False)
     _require_torch()
