@@ -180,10 +180,14 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     assert chain.split_backward_factor == pytest.approx(split / full)
     assert profiles[0].backward_input_s == 0.0  # token ids have no gradient
     devices = tmp_path / "cpu.yaml"
-    calibration = measure_action_overhead(MODEL, MICROBATCH_SIZE, MICROBATCHES, rounds=2,
-                                          repeats=1)
-    overhead = max(0.0, calibration.overhead_s)
-    assert 0.0 <= overhead < calibration.action_s and len(calibration.rounds_s) == 2
+    try:  # a plausible calibration, or on a busy machine a refusal saying why
+        calibration = measure_action_overhead(MODEL, MICROBATCH_SIZE, MICROBATCHES, rounds=3,
+                                              repeats=1)
+        overhead = max(0.0, calibration.overhead_s)
+        assert overhead < calibration.action_s and len(calibration.rounds_s) == 3
+    except ConfigError as error:
+        assert str(error).startswith("overhead calibration: refused after 3 measurements")
+        overhead = 1e-3
     devices.write_text(yaml.safe_dump(cpu_devices_document(3, 1e-4, 1e9, 2**30,
                                                            overhead_s=overhead)))
     graph = load_devices(devices)

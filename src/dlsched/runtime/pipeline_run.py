@@ -256,13 +256,14 @@ def run_schedule(rank: int, job: RunJob, schedule: TorchSchedule) -> dict:
         losses: list[Tensor] = []
         dist.barrier()
         del stamps[:]
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         runtime.step(*((inputs,) if first else ()), target=targets if last else None,
                      losses=losses if last else None, return_outputs=False)
-        end = time.perf_counter()
+        end, cpu = time.perf_counter(), time.thread_time() - cpu_start
         if step >= job.warmup:
             loss = float(torch.stack(losses).mean()) if losses else None
-            steps.append({"start": start, "end": end, "stamps": list(stamps), "loss": loss})
+            steps.append({"start": start, "end": end, "cpu": cpu, "stamps": list(stamps),
+                          "loss": loss})
             if job.keep_gradients and step == job.warmup:
                 gradients = {name: p.grad.clone() for stage in stages
                              for name, p in stage.submod.named_parameters()}
