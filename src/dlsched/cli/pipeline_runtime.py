@@ -220,7 +220,9 @@ def run(
     edited = schedule is not None and to_plan(schedule) != saved.plan
     predicted = None if edited else saved.predicted_iteration_s
     _torch()
-    from dlsched.runtime.pipeline_run import run_pipeline
+    from dlsched.runtime.pipeline_run import check_torch_schedule, run_pipeline
+
+    check_torch_schedule(schedule or to_torch(saved.plan), str(torch_csv or plan))
     from dlsched.runtime.spawn import SpawnOptions
 
     options = SpawnOptions(timeout_s=timeout, deadline_s=deadline)
