@@ -163,3 +163,20 @@ def test_cases_from_forward_backward_and_a_profile(tmp_path):
         " forward: 1 ms, backward: 2 ms}]\n")
     with pytest.raises(ConfigError, match="exactly one of"):
         load_measurements(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize("device", ["v100", "a100", "h100"])
+def test_every_zoo_model_runs_below_peak(device):
+    """Every zoo model in every precision of every preset: a finite positive step whose MFU
+    stays below 1 (no op beats its kind's peak)."""
+    from dlsched.models.compute import mfu, training_flops
+
+    gpu = get_gpu(device)
+    for name in model_names():
+        model = get_model(name)
+        for precision in gpu.precisions():
+            compute = CalibratedCompute(gpu, precision)
+            forward, backward = compute.layer_times(model, 4)
+            step = sum(forward) + sum(backward)
+            assert math.isfinite(step) and step > 0, (name, precision)
+            assert mfu(training_flops(model, 4), step, 1, compute.peak_flops) < 1.0
