@@ -51,8 +51,10 @@ MAX_CONCURRENCY = 64
 """Chunks one dimension may run at once."""
 MAX_WORKERS = 65_536
 """Data-parallel ranks (workers) of one job."""
-MAX_MICROBATCHES = 1024
-"""Microbatches of one pipeline iteration."""
+MAX_MICROBATCHES = 4096
+"""Microbatches of one pipeline iteration (over all replica pipelines). Megatron-LM's published
+runs (Narayanan et al., SC21, Table 1) use up to 3,072 (the 1T model: batch 3072, microbatch
+1), which ``reproduce megatron`` simulates; the API enforces the limit as the CLI does."""
 MAX_BATCH = 1_048_576
 """Samples per worker or per microbatch."""
 MAX_LAYERS = 10_000

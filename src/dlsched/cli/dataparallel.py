@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -11,15 +11,10 @@ from dlsched.cli.options import CSV_HELP, PLOT_HELP, TRACE_HELP, Outputs, consol
 from dlsched.cli.progress import progress_bar
 from dlsched.cli.usbyte import reproduce_usbyte
 from dlsched.dataparallel import POLICIES, problem_from_model, run_dataparallel
-from dlsched.dataparallel.authors_times import ParamsProportional, authors_forward
 from dlsched.dataparallel.comm import CommModel
+from dlsched.dataparallel.compute_source import layer_times, load_trained
 from dlsched.dataparallel.network_spec import network_for_workers
-from dlsched.dataparallel.problem import LayerTimes
-from dlsched.errors import ConfigError
 from dlsched.models import (
-    device_compute,
-    get_model,
-    load_profile,
     training_flops,
 )
 from dlsched.report import Column, render_table
@@ -48,36 +43,6 @@ COLUMNS = [
     Column("peak_in_flight", "peak in flight"),
     Column("comm_busy_s", "network busy (ms)", seconds_as_ms),
 ]
-COMPUTES = ("device", "params-proportional")
-
-
-def _load_model(model: str, profile: Path | None) -> Any:
-    return load_profile(profile) if profile is not None else get_model(model)
-
-
-def _compute(compute: str, device: str, efficiency: float | None, backward_ratio: float,
-             model: str, profile: Path | None,
-             batch_size: int | None) -> tuple[LayerTimes, int, str]:
-    """The compute model, the batch size (default 32, or the authors' with their times) and
-    its label for titles."""
-    if compute not in COMPUTES:
-        raise ConfigError(f"--compute: {compute!r} is not a compute model; accepted: "
-                          + ", ".join(COMPUTES))
-    if compute == "device":
-        return (device_compute(device, efficiency, backward_ratio),
-                32 if batch_size is None else batch_size, device)
-    if profile is not None or efficiency is not None:
-        raise ConfigError("--compute: params-proportional takes the US-Byte authors' forward "
-                          "times, not --profile or --efficiency; accepted: drop those, or "
-                          "--compute device")
-    source = authors_forward(model)
-    batch = source.batch_size if batch_size is None else batch_size
-    return (ParamsProportional(backward_ratio), batch,
-            f"US-Byte authors' forward times (proportional to parameters, "
-            f"{source.forward_s * 1e3:g} ms at batch {source.batch_size}), backward "
-            f"{backward_ratio:g}x forward")
-
-
 def _network(network: str, workers: int | None) -> tuple[CommModel, int | None]:
     """The cost model and the data-parallel rank count it describes, checked against
     ``--workers`` (one meaning everywhere: data-parallel ranks; see
@@ -138,10 +103,10 @@ def dataparallel(
     RATIO.check(backward_ratio, "backward-ratio")
     if efficiency is not None:
         FRACTION.check(efficiency, "efficiency")
-    times, batch_size, compute_label = _compute(compute, device, efficiency, backward_ratio,
+    times, batch_size, compute_label = layer_times(compute, device, efficiency, backward_ratio,
                                                 model, profile, batch_size)
     comm, workers = _network(network, workers)
-    trained = _load_model(model, profile)
+    trained = load_trained(model, profile)
     problem = problem_from_model(trained, times, batch_size, comm, in_flight)
     step_flops, peak = training_flops(trained, batch_size), getattr(times, "peak_flops", None)
     runs = names if "wfbp" in names else [*names, "wfbp"]

@@ -17,17 +17,13 @@ from dlsched.cli.sweep import (
     WorkersOption,
     reproduction_rows,
 )
-from dlsched.collectives import CollectiveOp
-from dlsched.collectives.astra_compat import AstraCompat, compat_notes
+from dlsched.collectives.astra_compat import compat_notes
 from dlsched.errors import ConfigError
 from dlsched.experiments import themis_training
-from dlsched.hardware import Topology, load_topology
+from dlsched.hardware import Topology
 from dlsched.hardware.gpu import get_gpu
 from dlsched.interop import (
     AstraSystem,
-    read_astra_network,
-    read_astra_system,
-    read_astra_workload,
 )
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
@@ -36,14 +32,11 @@ from dlsched.training import (
     TRAINING_POLICIES,
     WORKLOADS,
     Workload,
-    get_workload,
     run_policies,
 )
-from dlsched.training.astra import workload_from_astra
+from dlsched.training.setup import training_setup
 from dlsched.training.workloads import model_flops_per_npu
 from dlsched.validation import CHUNKS, CONCURRENCY, check_output_paths, count
-
-LATENCIES = {"table": 1.0, "zero": 0.0}
 
 
 def _columns(num_dims: int) -> list[Column]:
@@ -110,27 +103,16 @@ def train(
     CHUNKS.check(chunks, "chunks")
     CONCURRENCY.check(concurrency, "concurrency")
     count("iteration count", 1, 1000).check(iterations, "iterations")
-    if latency not in LATENCIES:
-        raise ConfigError(f"latency: unknown setting {latency!r}; accepted: 'table', 'zero'")
-    net = load_topology(topology) if astra_network is None else read_astra_network(astra_network)
-    net = net.with_latency_scale(LATENCIES[latency])
+    setup = training_setup(workload, topology, latency, 1.0, chunks, concurrency, astra_network,
+                           astra_system, astra_workload, astra_compat)
+    job, net, system = setup.workload, setup.topology, setup.system
     names = parse_names(policy, [*TRAINING_POLICIES, *POLICY_ALIASES], "policy")
-    system = None if astra_system is None else read_astra_system(astra_system)
-    op_topologies = None
-    if system is not None:
-        op_topologies = {op: system.apply(net, op) for op in CollectiveOp}
-        net = op_topologies[CollectiveOp.ALL_REDUCE]
-        chunks, concurrency = system.chunks, system.concurrency
-    compat = None
-    if astra_compat:
-        compat = AstraCompat() if system is None else system.compat()
-    job = get_workload(workload, net.num_npus) if astra_workload is None else \
-        workload_from_astra(read_astra_workload(astra_workload), net, astra_workload.stem)
-    if compat is None and (system is not None or astra_network is not None):
+    if setup.compat is None and (system is not None or astra_network is not None):
         _astra_notes(job, net, names, system)
     wanted = names if "baseline" in names else [*names, "baseline"]
-    results = run_policies(job, net, wanted, iterations, chunks, concurrency,
-                           trace is not None or plot is not None, compat, op_topologies)
+    results = run_policies(job, net, wanted, iterations, setup.chunks, setup.concurrency,
+                           trace is not None or plot is not None, setup.compat,
+                           setup.op_topologies)
     baseline = results[wanted.index("baseline")]
     results = results[:len(names)]
     flops = model_flops_per_npu(workload, net.num_npus) if astra_workload is None else 0.0

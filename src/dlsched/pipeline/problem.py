@@ -18,6 +18,7 @@ from dlsched.pipeline.tensor_parallel import (
     ring_allreduce_s,
     valid_degrees,
 )
+from dlsched.validation import MICROBATCHES
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,8 +48,7 @@ class PipelineProblem:
     runnable_only: bool = False
 
     def __post_init__(self) -> None:
-        if self.num_microbatches < 1:
-            raise ConfigError(f"microbatches: {self.num_microbatches} must be >= 1")
+        MICROBATCHES.check(self.num_microbatches, "microbatches")
         if not self.recompute_modes:
             raise ConfigError("recompute: at least one mode is needed; accepted: "
                               + ", ".join(RECOMPUTE_MODES))

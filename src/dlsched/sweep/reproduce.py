@@ -35,7 +35,8 @@ def reproduction_job(name: str, scenarios: Sequence[Any], run_scenario: RunScena
     """A SweepJob whose scenarios are ``scenarios`` (identified by their repr)."""
     params = [{"scenario": repr(s), "object": s} for s in scenarios]
     return SweepJob(name, f"reproduce-{name}", partial(_rows_payload, run_scenario), params,
-                    ("scenario",), (RESULT,), {"name": name, "domain": f"reproduce-{name}"})
+                    ("scenario",), (RESULT,), {"name": name, "domain": f"reproduce-{name}"},
+                    {"scenario": "TEXT", RESULT: "TEXT"})
 
 
 def collect_rows(job: SweepJob, store: ResultStore) -> tuple[list[dict[str, Any]], list[str]]:

@@ -42,6 +42,7 @@ class SweepJob:
     params: tuple[str, ...]
     metrics: tuple[str, ...]
     meta: dict[str, Any] = field(default_factory=dict)
+    types: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_grid(cls, grid: Grid) -> SweepJob:
@@ -53,12 +54,13 @@ class SweepJob:
                     "grid": spec.model_dump(by_alias=True),
                     "policy_param": grid.domain.policy_param,
                     "time_metric": grid.domain.time_metric, "varied": list(grid.varied),
-                    "baseline": spec.baseline})
+                    "baseline": spec.baseline}, grid.domain.column_types())
 
     @property
-    def columns(self) -> tuple[str, ...]:
-        """Store columns besides the bookkeeping ones: parameters then metrics."""
-        return self.params + self.metrics
+    def columns(self) -> dict[str, str]:
+        """Store columns besides the bookkeeping ones, parameters then metrics, each with its
+        SQL type (``types``; NUMERIC when not given)."""
+        return {name: self.types.get(name, "NUMERIC") for name in self.params + self.metrics}
 
     def tasks(self) -> list[Task]:
         """(key, index, params) of each distinct scenario, in order."""

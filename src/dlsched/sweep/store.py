@@ -1,9 +1,12 @@
 """The results store: one SQLite file, one row per scenario, committed as results arrive.
 
 Table ``scenarios``: ``key`` (scenario identity), ``idx`` (position in the grid), one column per
-parameter and per metric (SI units: seconds, bytes), ``status`` ('ok' or 'error'), ``error``
-(exception text), ``wall_s`` (seconds the evaluation took on its worker), ``dlsched_version``
-and ``finished_at`` (UTC, ISO 8601). Table ``sweep``: what the file holds (name, domain, grid).
+parameter and per metric (SI units: seconds, bytes), ``status`` ('ok' or 'error', indexed),
+``error`` (exception text), ``wall_s`` (seconds the evaluation took on its worker),
+``dlsched_version`` and ``finished_at`` (UTC, ISO 8601). Columns are typed: a parameter by its
+scenario schema (INTEGER, REAL, TEXT), a metric NUMERIC. Table ``sweep``: what the file holds
+(name, domain, grid). The file's layout version is SQLite's ``user_version``
+(``SCHEMA_VERSION``); a file of another version is refused in one line, never altered.
 Only the process driving the sweep writes; WAL journaling makes every committed row survive a
 crash or ``kill -9`` of any process.
 """
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,12 @@ from dlsched.errors import ConfigError
 IDENTITY = ("key", "idx")
 BOOKKEEPING = ("status", "error", "wall_s", "dlsched_version", "finished_at")
 TABLE = "scenarios"
+SCHEMA_VERSION = 2
+"""Layout of a results file (``PRAGMA user_version``): 2 = typed columns and the status index;
+files written before (version 0: untyped columns) are refused."""
+COLUMN_TYPES = {"key": "TEXT", "idx": "INTEGER", "status": "TEXT", "error": "TEXT",
+                "wall_s": "REAL", "dlsched_version": "TEXT", "finished_at": "TEXT"}
+SQL_TYPES = ("INTEGER", "REAL", "TEXT", "NUMERIC")
 
 
 def _meta(db: sqlite3.Connection, path: str | Path) -> dict[str, Any]:
@@ -42,6 +51,7 @@ def _open(path: str | Path) -> sqlite3.Connection:
     try:
         with _damaged_as_config_error(path):
             _check_intact(db)
+            _check_version(db, path)
     except ConfigError:
         db.close()
         raise
@@ -68,6 +78,16 @@ def _check_intact(db: sqlite3.Connection) -> None:
         raise sqlite3.DatabaseError(problems[0])
 
 
+def _check_version(db: sqlite3.Connection, path: str | Path) -> None:
+    """ConfigError unless the file is empty or of this ``SCHEMA_VERSION``."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    tables = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+    if tables and version != SCHEMA_VERSION:
+        raise ConfigError(f"results: {str(path)!r} has results layout version {version}, this "
+                          f"dlsched reads version {SCHEMA_VERSION}; accepted: a file written by "
+                          "this version (use --overwrite or another --db to start over)")
+
+
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -75,14 +95,19 @@ def _quote(name: str) -> str:
 class ResultStore:
     """A sweep's results file (``":memory:"`` for a throw-away store)."""
 
-    def __init__(self, path: str | Path, columns: Sequence[str],
+    def __init__(self, path: str | Path, columns: Sequence[str] | Mapping[str, str],
                  meta: dict[str, Any] | None = None) -> None:
-        """Open or create the store with parameter+metric ``columns`` (bookkeeping columns are
+        """Open or create the store with parameter+metric ``columns`` (a mapping gives each its
+        SQL type, one of ``SQL_TYPES``; names alone are NUMERIC; bookkeeping columns are
         added); columns missing from an existing file are added to it. An existing file is
-        checked page by page first: a damaged one is a ConfigError naming it."""
+        checked page by page and for its layout version first: a damaged one or one of another
+        version is a ConfigError naming it."""
         self.path = str(path)
         reserved = IDENTITY + BOOKKEEPING
-        self.columns = [*IDENTITY, *(c for c in columns if c not in reserved), *BOOKKEEPING]
+        types = dict(columns) if isinstance(columns, Mapping) else dict.fromkeys(columns,
+                                                                                  "NUMERIC")
+        self.types = COLUMN_TYPES | {c: t for c, t in types.items() if c not in reserved}
+        self.columns = [*IDENTITY, *(c for c in types if c not in reserved), *BOOKKEEPING]
         self._db = sqlite3.connect(self.path)
         try:
             with _damaged_as_config_error(self.path):
@@ -97,15 +122,22 @@ class ResultStore:
     def _create(self, meta: dict[str, Any] | None) -> None:
         if self.path != ":memory:":
             _check_intact(self._db)
+        _check_version(self._db, self.path)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        unknown = {t for t in self.types.values() if t not in SQL_TYPES}
+        if unknown:
+            raise ValueError(f"column types {sorted(unknown)}; accepted: {SQL_TYPES}")
         with self._db:
             self._db.execute(f"CREATE TABLE IF NOT EXISTS {TABLE} (key TEXT PRIMARY KEY)")
             self._db.execute("CREATE TABLE IF NOT EXISTS sweep (name TEXT PRIMARY KEY, value TEXT)")
             present = {row[1] for row in self._db.execute(f"PRAGMA table_info({TABLE})")}
             for column in self.columns:
                 if column not in present:
-                    self._db.execute(f"ALTER TABLE {TABLE} ADD COLUMN {_quote(column)}")
+                    self._db.execute(f"ALTER TABLE {TABLE} ADD COLUMN {_quote(column)} "
+                                     f"{self.types[column]}")
+            self._db.execute(f"CREATE INDEX IF NOT EXISTS {TABLE}_status ON {TABLE} (status)")
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             for name, value in (meta or {}).items():
                 self._db.execute("INSERT OR REPLACE INTO sweep VALUES (?, ?)",
                                  (name, json.dumps(value)))

@@ -1,0 +1,173 @@
+"""One scenario schema per domain: every option of ``pipeline plan``, ``dataparallel`` and
+``train`` is a sweep parameter with the same name and default, a swept scenario gives the same
+numbers as the command with those options, the microbatch limit holds in the API, and the
+results store is typed, indexed and versioned."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from sweep_cases import thread_engine
+
+from dlsched.errors import ConfigError
+from dlsched.pipeline import PipelineProblem
+from dlsched.pipeline.model_source import load_chain
+from dlsched.sweep import ResultStore, SweepJob, grid_from_data, read_rows, run_sweep
+from dlsched.sweep.domains import DOMAINS
+from dlsched.sweep.store import SCHEMA_VERSION
+from dlsched.validation import MAX_MICROBATCHES
+
+OUTPUTS = {"json_out", "csv", "trace", "plot", "save"}
+"""Where results go: not scenario parameters."""
+MANY = {"policy", "planner"}
+"""A comma-separated list on the command (default: several), one value per scenario here."""
+
+
+def _commands() -> list[tuple[object, str, set[str]]]:
+    from dlsched.cli.dataparallel import dataparallel
+    from dlsched.cli.pipeline import plan
+    from dlsched.cli.training import train
+
+    return [(plan, "pipeline", {"network"}),  # --network: deprecated spelling of --link-sharing
+            (dataparallel, "dataparallel", set()),
+            (train, "training", {"ctx"})]
+
+
+@pytest.mark.parametrize(("index"), range(3))
+def test_every_command_option_is_a_parameter_with_the_same_default(index: int) -> None:
+    command, domain, skipped = _commands()[index]
+    schema = DOMAINS[domain].params
+    options = {name: p.default for name, p in inspect.signature(command).parameters.items()
+               if name not in OUTPUTS | skipped}
+    missing = sorted(set(options) - set(schema.model_fields))
+    assert missing == [], f"{domain}: options the sweep cannot vary"
+    defaults = schema()
+    for name, default in options.items():
+        if name in MANY:
+            continue
+        given = None if default is None else str(default) if isinstance(default, Path) \
+            else default
+        assert getattr(schema.model_validate({name: given}), name) == getattr(defaults, name), \
+            name
+
+
+def _sweep_rows(tmp_path: Path, grid: dict) -> list[dict]:
+    job = SweepJob.from_grid(grid_from_data(grid))
+    with ResultStore(tmp_path / "r.db", job.columns, job.meta) as store, thread_engine() as eng:
+        run_sweep(job, store, eng)
+    return read_rows(tmp_path / "r.db")
+
+
+@pytest.fixture
+def chain_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: tiny\nblocks:\n" + "".join(
+        f"  - {{name: b{i}, forward_flops: {i + 1}e11, activation: 4 MB, params: 20 MB}}\n"
+        for i in range(4)))
+    return path
+
+
+def test_pipeline_sweep_varies_every_knob_as_the_command(run_cli, tmp_path, chain_file):
+    """Recomputation, tensor parallelism, link sharing, one GPU per stage and the memory
+    reserve swept: each row equals ``pipeline plan --json`` with the same options."""
+    axes = {"recompute": ["none", "all"], "link_sharing": ["fifo", "ps"],
+            "for_torch": [False, True]}
+    fixed = {"model": str(chain_file), "devices": "1x8-NVLink", "microbatches": 4,
+             "tensor_parallel": 1, "memory_reserve": "2 GiB", "planner": "1f1b"}
+    rows = _sweep_rows(tmp_path, {"domain": "pipeline", "axes": axes, "fixed": fixed})
+    assert len(rows) == 8 and {row["status"] for row in rows} == {"ok"}
+    assert {row["memory_reserve"] for row in rows} == {2 * 2**30}
+    for row in rows:
+        args = ["--recompute", row["recompute"], "--link-sharing", row["link_sharing"],
+                *(["--for-torch"] if row["for_torch"] else [])]
+        code, out, _ = run_cli("pipeline", "plan", "--model", str(chain_file), "--devices",
+                               "1x8-NVLink", "--microbatches", "4", "--tensor-parallel", "1",
+                               "--memory-reserve", "2 GiB", "--planner", "1f1b", "--json",
+                               *args)
+        assert code == 0
+        cli = json.loads(out)["rows"][0]
+        for metric in ("iteration_s", "bound_s", "peak_memory_bytes", "stages", "gpus_used"):
+            assert row[metric] == cli[metric], (metric, row)
+
+
+def test_dataparallel_sweep_varies_in_flight_and_compute_as_the_command(run_cli, tmp_path):
+    axes = {"in_flight": [1, 3], "backward_ratio": [2.0, 3.0]}
+    fixed = {"model": "vgg16", "network": "ring:10Gb/s,5us", "workers": 4, "policy": "wfbp",
+             "efficiency": 0.4}
+    rows = _sweep_rows(tmp_path, {"domain": "dataparallel", "axes": axes, "fixed": fixed})
+    assert {row["status"] for row in rows} == {"ok"}
+    for row in rows:
+        code, out, _ = run_cli("dataparallel", "--model", "vgg16", "--network",
+                               "ring:10Gb/s,5us", "--workers", "4", "--policy", "wfbp",
+                               "--efficiency", "0.4", "--in-flight", str(row["in_flight"]),
+                               "--backward-ratio", str(row["backward_ratio"]), "--json")
+        assert code == 0
+        cli = json.loads(out)[0] if isinstance(json.loads(out), list) else \
+            json.loads(out)["rows"][0]
+        assert row["time_s"] == cli["time_s"] and row["messages"] == cli["messages"]
+    times = {(row["in_flight"], row["backward_ratio"]): row["time_s"] for row in rows}
+    assert times[(1, 3.0)] > times[(1, 2.0)]  # a slower backward (with --efficiency) is slower
+
+
+def test_training_sweep_takes_the_commands_latency_switch(tmp_path):
+    rows = _sweep_rows(tmp_path, {"domain": "training",
+                                  "axes": {"latency": ["table", "zero"]},
+                                  "fixed": {"workload": "resnet152", "policy": "baseline"}})
+    table, zero = sorted(rows, key=lambda row: row["latency"])
+    assert table["status"] == zero["status"] == "ok"
+    assert zero["iteration_s"] <= table["iteration_s"]  # no step latency is never slower
+
+
+def test_microbatch_limit_holds_in_the_api_and_the_grid(chain_file):
+    chain, graph = load_chain(str(chain_file), 1), None
+    from dlsched.hardware import load_devices
+
+    graph = load_devices("1x8-NVLink")
+    assert PipelineProblem(chain, graph, MAX_MICROBATCHES).num_microbatches == MAX_MICROBATCHES
+    with pytest.raises(ConfigError, match="microbatches: microbatch count 4097 is out of range"):
+        PipelineProblem(chain, graph, MAX_MICROBATCHES + 1)
+    with pytest.raises(ConfigError, match=r"axes.microbatches\[0\]"):
+        grid_from_data({"domain": "pipeline", "axes": {"microbatches": [MAX_MICROBATCHES + 1]}})
+
+
+def test_store_columns_are_typed_indexed_and_versioned(tmp_path):
+    job = SweepJob.from_grid(grid_from_data({"domain": "pipeline",
+                                             "axes": {"microbatches": [4]}}))
+    with ResultStore(tmp_path / "r.db", job.columns, job.meta):
+        pass
+    db = sqlite3.connect(tmp_path / "r.db")
+    types = {row[1]: row[2] for row in db.execute("PRAGMA table_info(scenarios)")}
+    assert types["microbatches"] == "INTEGER" and types["memory_fragmentation"] == "REAL"
+    assert types["model"] == "TEXT" and types["for_torch"] == "INTEGER"
+    assert types["iteration_s"] == "NUMERIC" and types["idx"] == "INTEGER"
+    indexes = [row[1] for row in db.execute("PRAGMA index_list(scenarios)")]
+    assert "scenarios_status" in indexes
+    plan = " ".join(str(r) for r in db.execute(
+        "EXPLAIN QUERY PLAN SELECT key FROM scenarios WHERE status = 'ok'"))
+    assert "scenarios_status" in plan
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    db.close()
+
+
+def test_a_file_of_another_layout_version_is_refused_in_one_line(tmp_path):
+    old = tmp_path / "old.db"
+    db = sqlite3.connect(old)
+    db.execute("CREATE TABLE scenarios (key TEXT PRIMARY KEY, idx, status)")
+    db.execute("CREATE TABLE sweep (name TEXT PRIMARY KEY, value TEXT)")
+    db.commit()
+    db.close()
+    job = SweepJob.from_grid(grid_from_data({"domain": "pipeline"}))
+    for action in (lambda: ResultStore(old, job.columns, job.meta), lambda: read_rows(old)):
+        with pytest.raises(ConfigError) as error:
+            action()
+        message = str(error.value)
+        assert "\n" not in message and "layout version 0" in message \
+            and f"reads version {SCHEMA_VERSION}" in message
+    db = sqlite3.connect(old)  # not altered
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 0
+    assert [row[1] for row in db.execute("PRAGMA table_info(scenarios)")] == \
+        ["key", "idx", "status"]
