@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.hardware.device_config import devices_from_data
-from dlsched.hardware.device_graph import (
-    DeviceGraph,
-    device_preset_names,
-    graph_from_topology,
-    load_devices,
-)
+from dlsched.hardware.device_config import device_preset_names, devices_from_data, load_devices
+from dlsched.hardware.device_graph import DeviceGraph, graph_from_topology
 from dlsched.hardware.topology_config import load_topology
 from dlsched.pipeline.ordering import device_order
 
