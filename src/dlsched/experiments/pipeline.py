@@ -176,11 +176,20 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
                              if isinstance(result, PipelineResult) else "",
                              "runnable_iteration_s": best.sim.iteration_s
                              if isinstance(best, PipelineResult) else None,
-                             "runnable_config": _config_text(best)})
+                             "runnable_config": _config_text(best),
+                             "note": _note(row)})
     ours = rows[0]["iteration_s"]
     for row in rows:
         row["dlsched_speedup"] = row["iteration_s"] / ours if row["iteration_s"] else None
     return rows
+
+
+def _note(row: dict[str, Any]) -> str:
+    """Why a planner has no plan, else the configurations its search skipped ('' if none)."""
+    error = row.get("error")
+    if error:
+        return "no plan fits memory" if "memory" in error else error
+    return row.get("skipped", "")
 
 
 def _config_text(result: PipelineResult | str | None) -> str:
