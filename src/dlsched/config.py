@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
 from pydantic import BaseModel, ValidationError
 
 from dlsched.errors import ConfigError
 from dlsched.validation import load_document_safely
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
+BuiltT = TypeVar("BuiltT")
+FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def load_document(path: str | Path) -> Any:
@@ -47,3 +53,30 @@ def validate(schema: type[SchemaT], data: Any, source: str = "input") -> SchemaT
             where = f"{_location(item['loc'])}: " if item["loc"] else ""
             parts.append(f"{where}{message}{shown}")
         raise ConfigError(f"invalid {source}: " + "; ".join(parts)) from None
+
+
+@cache
+def bundled_presets(filename: str) -> dict[str, Any]:
+    """The bundled preset file ``presets/<filename>``: preset name -> its document."""
+    return yaml.safe_load(resources.files("dlsched").joinpath(f"presets/{filename}").read_text())
+
+
+def preset_description(filename: str, name: str) -> str:
+    """The one-line ``description`` of preset ``name`` in ``presets/<filename>``."""
+    return str(bundled_presets(filename)[name].get("description", ""))
+
+
+def preset_or_file(name_or_path: str | Path, filename: str, field: str,
+                   build: Callable[[Any, str], BuiltT]) -> BuiltT:
+    """``build(document, source)`` of the bundled preset ``name_or_path`` of
+    ``presets/<filename>`` (its name added, its description left out), or of the YAML/JSON file
+    at that path; ConfigError naming ``field`` and the presets otherwise."""
+    presets = bundled_presets(filename)
+    key = str(name_or_path)
+    if key in presets:
+        data = {k: v for k, v in presets[key].items() if k != "description"}
+        return build({"name": key, **data}, f"preset {key}")
+    if Path(key).suffix.lower() in FILE_SUFFIXES:
+        return build(load_document(key), key)
+    raise ConfigError(f"{field}: {key!r} is neither a preset nor a .yaml/.json file; presets: "
+                      + ", ".join(presets))

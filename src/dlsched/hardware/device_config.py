@@ -10,16 +10,13 @@
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dlsched.config import load_document, validate
+from dlsched.config import bundled_presets, preset_description, preset_or_file, validate
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import (
     Device,
@@ -39,6 +36,9 @@ from dlsched.validation import (
     Limit,
     Seconds,
 )
+
+PRESETS = "devices.yaml"
+"""The bundled device-graph presets (``presets/devices.yaml``)."""
 
 
 class GpuSpec(BaseModel):
@@ -169,29 +169,16 @@ def devices_from_data(data: Any, source: str = "devices") -> DeviceGraph:
     return validate(_FORMS[forms[0]], data, source).build()
 
 
-@cache
-def _preset_documents() -> dict:
-    text = resources.files("dlsched").joinpath("presets/devices.yaml").read_text()
-    return yaml.safe_load(text)
-
-
 def device_preset_names() -> list[str]:
     """Names of the bundled device-graph presets."""
-    return list(_preset_documents())
+    return list(bundled_presets(PRESETS))
 
 
 def device_preset_description(name: str) -> str:
     """The one-line description of a preset."""
-    return str(_preset_documents()[name].get("description", ""))
+    return preset_description(PRESETS, name)
 
 
 def load_devices(name_or_path: str | Path) -> DeviceGraph:
     """A device-graph preset by name, or a YAML/JSON device-graph file by path."""
-    presets = _preset_documents()
-    key = str(name_or_path)
-    if key in presets:
-        return devices_from_data({"name": key, **presets[key]}, f"preset {key}")
-    if Path(key).suffix.lower() in {".yaml", ".yml", ".json"}:
-        return devices_from_data(load_document(key), key)
-    raise ConfigError(f"devices: {key!r} is neither a preset nor a .yaml/.json file; presets: "
-                      + ", ".join(presets))
+    return preset_or_file(name_or_path, PRESETS, "devices", devices_from_data)

@@ -23,15 +23,12 @@ calibrate`` writes one).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dlsched.config import load_document, validate
+from dlsched.config import bundled_presets, load_document, validate
 from dlsched.errors import ConfigError
 from dlsched.validation import Bandwidth, FlopRate, Fraction, Seconds
 
@@ -148,10 +145,8 @@ class Gpu:
         return max(compute, num_bytes / self.memory_rate) + kernels * self.spec.kernel_overhead
 
 
-@cache
 def _presets() -> dict[str, Any]:
-    text = resources.files("dlsched").joinpath("presets/gpus.yaml").read_text()
-    return yaml.safe_load(text)
+    return bundled_presets("gpus.yaml")
 
 
 def gpu_names() -> list[str]:

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from dlsched.config import load_document, validate
-from dlsched.errors import ConfigError
+from dlsched.config import bundled_presets, preset_or_file, validate
+from dlsched.config import preset_description as config_preset_description
 from dlsched.hardware.topology import DimAlgorithm, Dimension, DimKind, Topology
 from dlsched.validation import Bandwidth, DimSize, Seconds
+
+PRESETS = "topologies.yaml"
+"""The bundled topology presets (``presets/topologies.yaml``)."""
 
 
 class DimensionSpec(BaseModel):
@@ -60,30 +60,16 @@ def topology_from_data(data: Any, source: str = "topology") -> Topology:
     return validate(TopologySpec, data, source).build()
 
 
-@cache
-def _preset_documents() -> dict[str, Any]:
-    text = resources.files("dlsched").joinpath("presets/topologies.yaml").read_text()
-    return yaml.safe_load(text)
-
-
 def preset_names() -> list[str]:
     """Names of the bundled topology presets."""
-    return list(_preset_documents())
+    return list(bundled_presets(PRESETS))
 
 
 def preset_description(name: str) -> str:
     """The one-line description of a preset."""
-    return str(_preset_documents()[name].get("description", ""))
+    return config_preset_description(PRESETS, name)
 
 
 def load_topology(name_or_path: str | Path) -> Topology:
     """A preset by name, or a topology file (YAML/JSON) by path."""
-    presets = _preset_documents()
-    key = str(name_or_path)
-    if key in presets:
-        data = {k: v for k, v in presets[key].items() if k != "description"}
-        return topology_from_data({"name": key, **data}, f"preset {key}")
-    if Path(key).suffix.lower() in {".yaml", ".yml", ".json"}:
-        return topology_from_data(load_document(key), key)
-    raise ConfigError(f"topology: {key!r} is neither a preset nor a .yaml/.json file; presets: "
-                      + ", ".join(presets))
+    return preset_or_file(name_or_path, PRESETS, "topology", topology_from_data)

@@ -12,10 +12,11 @@ scenario here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from dlsched.collectives import POLICIES as COLLECTIVE_POLICIES
 from dlsched.collectives.plan import CollectiveOp, IntraPolicy
@@ -83,10 +84,33 @@ def _names(value: Any) -> str:
 NameList = Annotated[str, BeforeValidator(_names)]
 
 
+def checked(check: Callable[[str], object]) -> Any:
+    """A name accepted when ``check(name)`` (which loads what it names) does not raise."""
+    return Annotated[str, AfterValidator(lambda value: (check(value), value)[1])]
+
+
+def choice(accepted: Any, what: str) -> Any:
+    """A name that must be one of ``accepted`` (ConfigError naming ``what`` otherwise)."""
+    return Annotated[str, AfterValidator(lambda value: one_of(value, accepted, what))]
+
+
+def policy_choice(accepted: Any, what: str) -> Any:
+    """A policy name among ``accepted``; ``ours`` is stored as ``dlsched``."""
+    return Annotated[str, AfterValidator(lambda value: policy_name(value, accepted, what))]
+
+
 @lru_cache(maxsize=256)
 def cached_topology(name: str, latency_scale: float) -> Topology:
     """A topology preset or file with every step latency times ``latency_scale`` (cached)."""
     return load_topology(name).with_latency_scale(latency_scale)
+
+
+def _training_policy(value: str) -> str:
+    return POLICY_ALIASES.get(value, one_of(value, [*TRAINING_POLICIES, *POLICY_ALIASES],
+                                            "training policy"))
+
+
+TopologyName = checked(lambda name: cached_topology(name, 1.0))
 
 
 class CollectiveScenario(BaseModel):
@@ -95,35 +119,18 @@ class CollectiveScenario(BaseModel):
     topology (0 removes it)."""
 
     model_config = STRICT
-    topology: str = "4D-Ring_FC_Ring_SW"
-    op: str = "all-reduce"
+    topology: TopologyName = "4D-Ring_FC_Ring_SW"
+    op: choice([m.value for m in CollectiveOp], "collective") = "all-reduce"
     size: limited(MESSAGE_SIZE, int) = 10**9
     chunks: limited(CHUNKS, int) = 64
-    policy: str = "themis"
-    intra: str = "scf"
+    policy: policy_choice(COLLECTIVE_POLICIES, "collective policy") = "themis"
+    intra: choice([m.value for m in IntraPolicy], "intra-dimension order") = "scf"
     concurrency: limited(CONCURRENCY, int) = 1
     latency_scale: float = Field(1.0, ge=0.0, le=1e6)
 
-    @field_validator("topology")
-    @classmethod
-    def _topology(cls, value: str) -> str:
-        cached_topology(value, 1.0)
-        return value
 
-    @field_validator("op")
-    @classmethod
-    def _op(cls, value: str) -> str:
-        return one_of(value, [m.value for m in CollectiveOp], "collective")
 
-    @field_validator("intra")
-    @classmethod
-    def _intra(cls, value: str) -> str:
-        return one_of(value, [m.value for m in IntraPolicy], "intra-dimension order")
 
-    @field_validator("policy")
-    @classmethod
-    def _policy(cls, value: str) -> str:
-        return policy_name(value, COLLECTIVE_POLICIES, "collective policy")
 
 
 class DataParallelScenario(BaseModel):
@@ -135,45 +142,22 @@ class DataParallelScenario(BaseModel):
     32, or the authors')."""
 
     model_config = STRICT
-    model: str = "resnet50"
+    model: checked(get_model) = "resnet50"
     profile: str | None = None
-    network: str = "usbyte-8"
+    network: checked(lambda text: network_for_workers(text, None)) = "usbyte-8"
     workers: limited(WORKERS, int) | None = None  # after network: checked against it
     in_flight: limited(IN_FLIGHT, int) = 1
-    device: str = "v100-fp32"
+    device: checked(device_compute) = "v100-fp32"
     efficiency: limited(FRACTION, float) | None = None
     backward_ratio: limited(RATIO, float) = 2.0
-    compute: str = "device"
+    compute: choice(COMPUTES, "compute source") = "device"
     batch_size: limited(BATCH, int) | None = None
-    policy: str = "usbyte"
+    policy: policy_choice(DP_POLICIES, "data-parallel policy") = "usbyte"
 
-    @field_validator("model")
-    @classmethod
-    def _model(cls, value: str) -> str:
-        get_model(value)
-        return value
 
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        device_compute(value)
-        return value
 
-    @field_validator("compute")
-    @classmethod
-    def _compute(cls, value: str) -> str:
-        return one_of(value, COMPUTES, "compute source")
 
-    @field_validator("policy")
-    @classmethod
-    def _policy(cls, value: str) -> str:
-        return policy_name(value, DP_POLICIES, "data-parallel policy")
 
-    @field_validator("network")
-    @classmethod
-    def _network(cls, value: str) -> str:
-        network_for_workers(value, None)
-        return value
 
     @field_validator("workers")
     @classmethod
@@ -212,32 +196,23 @@ class PipelineScenario(BaseModel):
 
     model_config = STRICT
     model: str = "gpt2-xl"
-    devices: str = "2x8-NVLink-100Gb"
+    devices: checked(load_devices) = "2x8-NVLink-100Gb"
     microbatches: limited(MICROBATCHES, int) = 16
     microbatch_size: limited(BATCH, int) = 1
-    planner: str = "dlsched"
+    planner: policy_choice(PLANNERS, "pipeline planner") = "dlsched"
     for_torch: bool = False
     recompute: NameList = "all"
     tensor_parallel: NameList = "auto"
-    precision: str = "bf16"
-    grad_precision: str = "fp32"
+    precision: choice(PRECISION_BYTES, "precision") = "bf16"
+    grad_precision: choice(PRECISION_BYTES, "precision") = "fp32"
     state_bytes: float | None = Field(None, gt=0.0, lt=1e3)
     sequence_parallel: bool = True
     memory_reserve: limited(DATA_SIZE, int) = CONTEXT_BYTES
     memory_fragmentation: float = Field(FRAGMENTATION, ge=0.0, lt=1.0)
-    link_sharing: str = "fifo"
+    link_sharing: choice(NETWORK_MODES, "link sharing mode") = "fifo"
     gpu: str | None = None
 
-    @field_validator("devices")
-    @classmethod
-    def _devices(cls, value: str) -> str:
-        load_devices(value)
-        return value
 
-    @field_validator("planner")
-    @classmethod
-    def _planner(cls, value: str) -> str:
-        return policy_name(value, PLANNERS, "pipeline planner")
 
     @field_validator("recompute")
     @classmethod
@@ -258,15 +233,7 @@ class PipelineScenario(BaseModel):
                                   f"degrees in 1..{MAX_TENSOR_PARALLEL}")
         return value
 
-    @field_validator("precision", "grad_precision")
-    @classmethod
-    def _precision(cls, value: str) -> str:
-        return one_of(value, PRECISION_BYTES, "precision")
 
-    @field_validator("link_sharing")
-    @classmethod
-    def _link_sharing(cls, value: str) -> str:
-        return one_of(value, NETWORK_MODES, "link sharing mode")
 
     def recompute_modes(self) -> tuple[str, ...]:
         """The recomputation modes the planners may choose."""
@@ -303,10 +270,10 @@ class TrainingScenario(BaseModel):
     multiply every step latency; ``astra_system`` / ``astra_compat`` as in the command."""
 
     model_config = STRICT
-    workload: str = "resnet152"
-    topology: str = "3D-FC_Ring_SW"
-    policy: str = "dlsched"
-    latency: str = "table"
+    workload: choice(WORKLOADS, "training workload") = "resnet152"
+    topology: TopologyName = "3D-FC_Ring_SW"
+    policy: Annotated[str, AfterValidator(_training_policy)] = "dlsched"
+    latency: choice(LATENCIES, "latency setting") = "table"
     latency_scale: float = Field(1.0, ge=0.0, le=1e6)
     iterations: int = Field(2, ge=1, le=1000)
     chunks: limited(CHUNKS, int) = 64
@@ -316,27 +283,9 @@ class TrainingScenario(BaseModel):
     astra_workload: str | None = None
     astra_compat: bool = False
 
-    @field_validator("workload")
-    @classmethod
-    def _workload(cls, value: str) -> str:
-        return one_of(value, WORKLOADS, "training workload")
 
-    @field_validator("topology")
-    @classmethod
-    def _topology(cls, value: str) -> str:
-        cached_topology(value, 1.0)
-        return value
 
-    @field_validator("latency")
-    @classmethod
-    def _latency(cls, value: str) -> str:
-        return one_of(value, LATENCIES, "latency setting")
 
-    @field_validator("policy")
-    @classmethod
-    def _policy(cls, value: str) -> str:
-        return POLICY_ALIASES.get(value, one_of(value, [*TRAINING_POLICIES, *POLICY_ALIASES],
-                                                "training policy"))
 
     def setup(self) -> TrainingSetup:
         """The workload, topology and settings as ``dlsched train`` builds them."""
