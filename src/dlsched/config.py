@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -15,7 +16,6 @@ from dlsched.errors import ConfigError
 from dlsched.validation import load_document_safely
 
 SchemaT = TypeVar("SchemaT", bound=BaseModel)
-BuiltT = TypeVar("BuiltT")
 FILE_SUFFIXES = (".yaml", ".yml", ".json")
 
 
@@ -61,22 +61,33 @@ def bundled_presets(filename: str) -> dict[str, Any]:
     return yaml.safe_load(resources.files("dlsched").joinpath(f"presets/{filename}").read_text())
 
 
-def preset_description(filename: str, name: str) -> str:
-    """The one-line ``description`` of preset ``name`` in ``presets/<filename>``."""
-    return str(bundled_presets(filename)[name].get("description", ""))
+@dataclass(frozen=True)
+class PresetFile:
+    """A bundled preset file ``presets/<filename>`` whose documents ``build(document, source)``
+    turns into objects; ``field`` names the option in errors."""
 
+    filename: str
+    field: str
+    build: Callable[[Any, str], Any]
 
-def preset_or_file(name_or_path: str | Path, filename: str, field: str,
-                   build: Callable[[Any, str], BuiltT]) -> BuiltT:
-    """``build(document, source)`` of the bundled preset ``name_or_path`` of
-    ``presets/<filename>`` (its name added, its description left out), or of the YAML/JSON file
-    at that path; ConfigError naming ``field`` and the presets otherwise."""
-    presets = bundled_presets(filename)
-    key = str(name_or_path)
-    if key in presets:
-        data = {k: v for k, v in presets[key].items() if k != "description"}
-        return build({"name": key, **data}, f"preset {key}")
-    if Path(key).suffix.lower() in FILE_SUFFIXES:
-        return build(load_document(key), key)
-    raise ConfigError(f"{field}: {key!r} is neither a preset nor a .yaml/.json file; presets: "
-                      + ", ".join(presets))
+    def names(self) -> list[str]:
+        """Names of the bundled presets."""
+        return list(bundled_presets(self.filename))
+
+    def description(self, name: str) -> str:
+        """The one-line description of preset ``name``."""
+        return str(bundled_presets(self.filename)[name].get("description", ""))
+
+    def load(self, name_or_path: str | Path) -> Any:
+        """The preset ``name_or_path`` (its name added, its description left out), or the
+        YAML/JSON file at that path, built; ConfigError naming ``field`` and the presets
+        otherwise."""
+        presets = bundled_presets(self.filename)
+        key = str(name_or_path)
+        if key in presets:
+            data = {k: v for k, v in presets[key].items() if k != "description"}
+            return self.build({"name": key, **data}, f"preset {key}")
+        if Path(key).suffix.lower() in FILE_SUFFIXES:
+            return self.build(load_document(key), key)
+        raise ConfigError(f"{self.field}: {key!r} is neither a preset nor a .yaml/.json file; "
+                          "presets: " + ", ".join(presets))

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
 from dlsched.collectives import run_collective
+from dlsched.experiments.scenario_rows import scenario_rows
 from dlsched.hardware import load_topology
 
 TOPOLOGIES = (
@@ -93,16 +93,7 @@ def reproduce(workers: int = 1, progress: Callable[[Iterable[Any], int], Iterabl
               = lambda items, total: items) -> list[dict[str, Any]]:
     """Run every scenario, in ``workers`` processes when > 1 (results in scenario order either
     way); ``progress(iterable, total)`` wraps the stream of finished scenarios."""
-    todo = scenarios()
-    rows: list[dict[str, Any]] = []
-    if workers <= 1:
-        for scenario_rows in progress(map(run_scenario, todo), len(todo)):
-            rows += scenario_rows
-        return rows
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for scenario_rows in progress(pool.map(run_scenario, todo, chunksize=4), len(todo)):
-            rows += scenario_rows
-    return rows
+    return scenario_rows(run_scenario, scenarios(), workers, progress, chunksize=4)
 
 
 def summarize(rows: list[dict[str, Any]], sweep: str = "size") -> list[dict[str, Any]]:

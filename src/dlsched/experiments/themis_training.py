@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
@@ -26,6 +25,7 @@ from typing import Any
 
 from dlsched.collectives.plan import CollectiveOp
 from dlsched.errors import ConfigError
+from dlsched.experiments.scenario_rows import scenario_rows
 from dlsched.experiments.themis import TOPOLOGIES
 from dlsched.hardware import Topology, load_topology
 from dlsched.interop import read_astra_workload
@@ -121,15 +121,7 @@ def reproduce(todo: Sequence[Scenario], workers: int = 1,
               progress: Callable[[Iterable[Any], int], Iterable[Any]]
               = lambda items, total: items) -> list[dict[str, Any]]:
     """Rows of every scenario in order, in ``workers`` processes when > 1."""
-    rows: list[dict[str, Any]] = []
-    if workers <= 1:
-        for scenario_rows in progress(map(run_scenario, todo), len(todo)):
-            rows += scenario_rows
-        return rows
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for scenario_rows in progress(pool.map(run_scenario, todo), len(todo)):
-            rows += scenario_rows
-    return rows
+    return scenario_rows(run_scenario, todo, workers, progress)
 
 
 def _times(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, float]]:

@@ -10,13 +10,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dlsched.config import bundled_presets, preset_description, preset_or_file, validate
+from dlsched.config import PresetFile, validate
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import (
     Device,
@@ -36,9 +35,6 @@ from dlsched.validation import (
     Limit,
     Seconds,
 )
-
-PRESETS = "devices.yaml"
-"""The bundled device-graph presets (``presets/devices.yaml``)."""
 
 
 class GpuSpec(BaseModel):
@@ -169,16 +165,8 @@ def devices_from_data(data: Any, source: str = "devices") -> DeviceGraph:
     return validate(_FORMS[forms[0]], data, source).build()
 
 
-def device_preset_names() -> list[str]:
-    """Names of the bundled device-graph presets."""
-    return list(bundled_presets(PRESETS))
-
-
-def device_preset_description(name: str) -> str:
-    """The one-line description of a preset."""
-    return preset_description(PRESETS, name)
-
-
-def load_devices(name_or_path: str | Path) -> DeviceGraph:
-    """A device-graph preset by name, or a YAML/JSON device-graph file by path."""
-    return preset_or_file(name_or_path, PRESETS, "devices", devices_from_data)
+PRESETS = PresetFile("devices.yaml", "devices", devices_from_data)
+"""The bundled device-graph presets."""
+device_preset_names = PRESETS.names
+device_preset_description = PRESETS.description
+load_devices = PRESETS.load

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from dlsched.config import bundled_presets, preset_or_file, validate
-from dlsched.config import preset_description as config_preset_description
+from dlsched.config import PresetFile, validate
 from dlsched.hardware.topology import DimAlgorithm, Dimension, DimKind, Topology
 from dlsched.validation import Bandwidth, DimSize, Seconds
-
-PRESETS = "topologies.yaml"
-"""The bundled topology presets (``presets/topologies.yaml``)."""
 
 
 class DimensionSpec(BaseModel):
@@ -60,16 +55,8 @@ def topology_from_data(data: Any, source: str = "topology") -> Topology:
     return validate(TopologySpec, data, source).build()
 
 
-def preset_names() -> list[str]:
-    """Names of the bundled topology presets."""
-    return list(bundled_presets(PRESETS))
-
-
-def preset_description(name: str) -> str:
-    """The one-line description of a preset."""
-    return config_preset_description(PRESETS, name)
-
-
-def load_topology(name_or_path: str | Path) -> Topology:
-    """A preset by name, or a topology file (YAML/JSON) by path."""
-    return preset_or_file(name_or_path, PRESETS, "topology", topology_from_data)
+PRESETS = PresetFile("topologies.yaml", "topology", topology_from_data)
+"""The bundled topology presets."""
+preset_names = PRESETS.names
+preset_description = PRESETS.description
+load_topology = PRESETS.load
