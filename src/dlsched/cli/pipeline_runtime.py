@@ -1,4 +1,5 @@
-"""``dlsched pipeline profile``, ``export`` and ``run``: pipeline plans on real torch ranks.
+"""``dlsched pipeline profile``, ``export`` and ``dlsched run pipeline`` (``pipeline run``:
+its deprecated spelling): pipeline plans on real torch ranks.
 
 torch is imported only inside these commands (``dlsched[torch]``), never at CLI start.
 """
