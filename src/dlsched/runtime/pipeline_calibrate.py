@@ -109,15 +109,15 @@ def _overhead_rank(rank: int, world_size: int, job: RunJob, rounds: int,
                    repeats: int) -> list[tuple[float, float]]:
     """On one rank: 1 + ``rounds`` rounds, the first not counted, each the median one-stage
     iteration of ``job`` and right after it the summed forward + backward of every block on
-    one microbatch (``profile_blocks``, median of ``repeats``), seconds. The iteration is the
-    calling thread's CPU time (the schedule runs on it; on one rank nothing waits for another):
-    a time slice lost to another process on a busy machine is in a long iteration's wall
-    time but not in the medians of the short block timings, and would count as overhead."""
+    one microbatch (``profile_blocks``, median of ``repeats``), seconds; both wall time of the
+    same clock. (Thread CPU time for the iteration against the profile's wall-time medians
+    was tried at load 8 on 2 cores: -5.8, -14.5 and -19.2 ms per action, every run refused;
+    on a machine that busy neither clock gives a usable difference.)"""
     model = load_model(job.model, job.seed)
     samples = []
     for _ in range(rounds + 1):
         steps = run_schedule(rank, job, job.schedules[0])["steps"]
-        iteration = statistics.median(step["cpu"] for step in steps)
+        iteration = statistics.median(step["end"] - step["start"] for step in steps)
         profiles = profile_blocks(model, job.microbatch_size, repeats, warmup=1)
         samples.append((iteration, sum(p.forward_s + p.backward_s for p in profiles)))
     return samples[1:]

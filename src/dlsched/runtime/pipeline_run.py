@@ -256,14 +256,13 @@ def run_schedule(rank: int, job: RunJob, schedule: TorchSchedule) -> dict:
         losses: list[Tensor] = []
         dist.barrier()
         del stamps[:]
-        start, cpu_start = time.perf_counter(), time.thread_time()
+        start = time.perf_counter()
         runtime.step(*((inputs,) if first else ()), target=targets if last else None,
                      losses=losses if last else None, return_outputs=False)
-        end, cpu = time.perf_counter(), time.thread_time() - cpu_start
+        end = time.perf_counter()
         if step >= job.warmup:
             loss = float(torch.stack(losses).mean()) if losses else None
-            steps.append({"start": start, "end": end, "cpu": cpu, "stamps": list(stamps),
-                          "loss": loss})
+            steps.append({"start": start, "end": end, "stamps": list(stamps), "loss": loss})
             if job.keep_gradients and step == job.warmup:
                 gradients = {name: p.grad.clone() for stage in stages
                              for name, p in stage.submod.named_parameters()}
