@@ -160,13 +160,15 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
               + "; dlsched vs torch DDP "
               + ", ".join(f"{m} {d * 100:+.1f}%" for m, d in run["dlsched_over_ddp"].items())
               for run in summary["per_run"]]
-    lines += [f"- refused run: {reason}" for reason in summary["refused"]]
-    lines += ["", "| model | policy | runs | measured (ms, median) | run-to-run spread (%) | "
-              "mean error (%) | error range (%) |", "|---|---|---:|---:|---:|---:|---|"]
-    lines += [f"| {p['model']} | {p['policy']} | {p['runs']} | {p['measured_ms']:.1f} | "
-              f"{p['run_spread'] * 100:.1f} | {p['mean_error'] * 100:+.1f} | "
-              f"{p['min_error'] * 100:+.1f} to {p['max_error'] * 100:+.1f} |"
-              for p in summary["per_policy"]]
+    lines += [f"- run {run['run']} ({run['date']}, load {run['host']['load']:.1f}) refused: "
+              f"{run['refused']}" for run in record["runs"] if run["refused"]]
+    if summary["per_policy"]:
+        lines += ["", "| model | policy | runs | measured (ms, median) | run-to-run spread (%) "
+                  "| mean error (%) | error range (%) |", "|---|---|---:|---:|---:|---:|---|"]
+        lines += [f"| {p['model']} | {p['policy']} | {p['runs']} | {p['measured_ms']:.1f} | "
+                  f"{p['run_spread'] * 100:.1f} | {p['mean_error'] * 100:+.1f} | "
+                  f"{p['min_error'] * 100:+.1f} to {p['max_error'] * 100:+.1f} |"
+                  for p in summary["per_policy"]]
     return [*lines, ""]
 
 
