@@ -1,0 +1,162 @@
+"""The planning instances of the planner-speed differential check (issue 23, item 4) and how
+one is planned and recorded.
+
+Cases: the benchmark's (a 96-layer GPT-3-like chain and the zoo's GPT-3 175B on 8 x 8 and
+64 x 8 GPUs, 16 microbatches), every scenario of ``reproduce pipeline`` under both network
+modes, and seeded random small instances (``random_problem``). Each case is planned by every
+baseline and then by dlsched with the baselines' plans handed in as candidates, as
+``experiments.pipeline.run_scenario`` does (dlsched's total planning time is its own plus the
+baselines'). A record keeps, per planner, the simulated iteration (s), the CPU-seconds
+(``time.process_time``) and a fingerprint of the plan (stages, TP degree, recomputation and
+every GPU's action order), so two records show whether a plan moved and whether it got slower.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from dlsched.errors import ConfigError
+from dlsched.hardware import load_devices
+from dlsched.hardware.device_graph import Device, DeviceGraph, cluster_graph
+from dlsched.models.zoo import get_model
+from dlsched.pipeline import (
+    BASELINES,
+    Chain,
+    PipelinePlan,
+    PipelineProblem,
+    chain_from_model,
+    simulate,
+    synthetic_chain,
+)
+from dlsched.pipeline.model_source import load_chain
+from dlsched.pipeline.planner import plan_dlsched
+
+LAYERS, HIDDEN, SEQUENCE = 96, 12288, 2048
+RANDOM_CASES = 40
+
+
+def gpt3_like_chain() -> Chain:
+    """96 identical GPT-3-175B-like transformer layers, one sequence of 2048 tokens per
+    microbatch, fp16 (2-byte) weights and activations; stash of about 34 x s x h bytes."""
+    forward = 24 * SEQUENCE * HIDDEN**2 + 4 * SEQUENCE**2 * HIDDEN
+    return Chain("gpt3-like-96 (synthetic)", tuple(f"layer{i}" for i in range(LAYERS)),
+                 np.full(LAYERS, float(forward)), np.full(LAYERS, 2.0 * forward),
+                 np.full(LAYERS, 2.0 * SEQUENCE * HIDDEN), np.full(LAYERS, 24.0 * HIDDEN**2),
+                 np.full(LAYERS, 34.0 * SEQUENCE * HIDDEN), 0.5, samples=1)
+
+
+def bench_problems() -> dict[str, PipelineProblem]:
+    """The benchmark's instances: both models on 64 and 512 GPUs, 16 microbatches."""
+    chains = {"gpt3-like-96": gpt3_like_chain(),
+              "gpt3-175b": chain_from_model(get_model("gpt3-175b"), 1)}
+    return {f"bench {name} {servers * 8}": PipelineProblem(
+                chain, cluster_graph(servers, 8, flops=400e12), 16)
+            for name, chain in chains.items() for servers in (8, 64)}
+
+
+REPRODUCE = (
+    ("vgg19", 32, "1x8-NVLink", 16, None),
+    ("vgg19", 32, "hetero-islands", 16, None),
+    ("vgg19", 32, "hetero-islands", 16, ("full",)),
+    ("bert-large", 32, "2x8-NVLink-100Gb", 16, None),
+    ("bert-large", 32, "hetero-NVLink-PCIe", 16, None),
+    ("bert-large", 32, "2x8-NVLink-100Gb", 16, ("selective",)),
+    ("gpt2-xl", 4, "2x8-NVLink-100Gb", 16, None),
+    ("gpt2-xl", 4, "4x4-PCIe-25Gb", 16, None),
+    ("gpt2-xl", 4, "hetero-NVLink-PCIe", 32, None),
+    ("gpt2-xl", 4, "4x4-PCIe-25Gb", 16, ("full",)),
+    ("gpt3-175b", 1, "8x8-NVLink-200Gb", 32, None),
+)
+
+
+def reproduce_problems() -> dict[str, PipelineProblem]:
+    """The scenarios of ``reproduce pipeline`` (``experiments.pipeline.SCENARIOS``) under
+    both network modes."""
+    problems = {}
+    for network in ("fifo", "ps"):
+        for model, size, devices, m, modes in REPRODUCE:
+            problem = PipelineProblem(load_chain(model, size), load_devices(devices), m,
+                                      network=network)
+            if modes is not None:
+                problem = replace(problem, recompute_modes=modes)
+            label = "/".join(modes) if modes else "any"
+            problems[f"reproduce {network} {model} {devices} {label}"] = problem
+    return problems
+
+
+def random_problem(seed: int) -> PipelineProblem:
+    """2-10 blocks (forward 1-4 ms, backward 2-8 ms on 1 TFLOP/s; activations 0.1-100 MB,
+    parameters and stashes 1 MB-1 GB), 2-8 GPUs of two speeds in one or two servers with
+    4, 32 or 256 GiB each (so memory binds on some), 1-8 microbatches, either network mode,
+    split backward or not, with replication in 3 of 4."""
+    rng = np.random.default_rng(seed)
+    blocks, gpus = int(rng.integers(2, 11)), int(rng.integers(2, 9))
+    columns = [rng.uniform(low, high, blocks).tolist()
+               for low, high in ((1e-3, 4e-3), (2e-3, 8e-3), (1e5, 1e8), (1e6, 1e9), (1e6, 1e9))]
+    chain = synthetic_chain(*columns, split=bool(rng.integers(0, 2)))
+    servers = np.sort(rng.integers(0, 2, gpus))
+    memory = int(rng.choice([2**32, 2**35, 2**38]))
+    devices = tuple(Device(f"g{k}", float(rng.choice([1e12, 2e12])), memory, int(servers[k]))
+                    for k in range(gpus))
+    same = servers[:, None] == servers[None, :]
+    bandwidth = np.where(same, rng.choice([1e10, 1e11]), rng.choice([1e9, 1e10]))
+    latency = np.where(same, 1e-6, 1e-5)
+    np.fill_diagonal(bandwidth, 0.0)
+    np.fill_diagonal(latency, 0.0)
+    graph = DeviceGraph("random", devices, bandwidth, latency)
+    return PipelineProblem(chain, graph, int(rng.integers(1, 9)),
+                           network=str(rng.choice(["fifo", "ps"])),
+                           replicate=bool(rng.integers(0, 4) > 0))
+
+
+def random_problems() -> dict[str, PipelineProblem]:
+    """``RANDOM_CASES`` seeded random small instances."""
+    return {f"random {seed}": random_problem(seed) for seed in range(RANDOM_CASES)}
+
+
+def fingerprint(plan: PipelinePlan) -> str:
+    """A short hash of what the plan runs: stages, TP, recomputation, DDP buckets, orders
+    (its notes are recorded beside it)."""
+    text = "|".join((plan.stages_text(), str(plan.tensor_parallel), plan.recompute,
+                     str(plan.ddp_buckets), plan.schedule_text()))
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _entry(problem: PipelineProblem, plan: PipelinePlan | None, cpu_s: float,
+           error: str | None) -> dict[str, Any]:
+    if plan is None:
+        return {"iteration_s": None, "cpu_s": cpu_s, "plan": None, "error": error}
+    return {"iteration_s": float(simulate(problem, plan).iteration_s), "cpu_s": cpu_s,
+            "plan": fingerprint(plan), "stages": plan.num_stages,
+            "tp": plan.tensor_parallel, "recompute": plan.recompute,
+            "notes": {key: str(value) for key, value in plan.notes.items()}, "error": None}
+
+
+def plan_case(problem: PipelineProblem) -> dict[str, dict[str, Any]]:
+    """Every baseline, then dlsched with their plans as candidates; per planner its record
+    (``dlsched`` CPU-seconds are its own, ``dlsched total`` adds the baselines')."""
+    record: dict[str, dict[str, Any]] = {}
+    plans: dict[str, PipelinePlan] = {}
+    for name, planner in BASELINES.items():
+        start = time.process_time()
+        try:
+            plan, error = planner(problem), None
+        except ConfigError as exc:
+            plan, error = None, str(exc).splitlines()[0]
+        record[name] = _entry(problem, plan, time.process_time() - start, error)
+        if plan is not None:
+            plans[name] = plan
+    handed = {name: (lambda _, plan=plan: plan) for name, plan in plans.items()}
+    start = time.process_time()
+    try:
+        plan, error = plan_dlsched(problem, handed), None
+    except ConfigError as exc:
+        plan, error = None, str(exc).splitlines()[0]
+    record["dlsched"] = _entry(problem, plan, time.process_time() - start, error)
+    record["dlsched total"] = {"cpu_s": sum(entry["cpu_s"] for entry in record.values())}
+    return record
