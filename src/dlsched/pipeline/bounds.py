@@ -35,9 +35,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
+from dlsched.pipeline.actions import Action
 from dlsched.pipeline.ddp import last_bucket_bytes
 from dlsched.pipeline.memory import action_stash, static_memory
-from dlsched.pipeline.plan import PipelinePlan, Stage, overlap
+from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.tensor_parallel import ring_allreduce_s
 
@@ -47,9 +50,16 @@ def _hop(problem: PipelineProblem, plan: PipelinePlan, s: int) -> float:
     split stages each pair of replicas moves only the overlap of their parts."""
     size = float(problem.chain.activation_bytes[plan.stages[s].last - 1])
     graph, sender, receiver = problem.graph, plan.stages[s], plan.stages[s + 1]
-    return min(graph.transfer_time(a, b, size * overlap(sender.part(a), receiver.part(b)))
-               for a in sender.devices for b in receiver.devices
-               if overlap(sender.part(a), receiver.part(b)) > 0)
+    senders, receivers = np.array(sender.devices), np.array(receiver.devices)
+    mine, theirs = (np.array([stage.part(d) for d in stage.devices])
+                    for stage in (sender, receiver))
+    shared = np.maximum(0.0, np.minimum(mine[:, 1:], theirs[:, 1]) - np.maximum(mine[:, :1],
+                                                                               theirs[:, 0]))
+    pairs = np.ix_(senders, receivers)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        times = graph.latency[pairs] + size * shared / graph.bandwidth[pairs]
+    times[senders[:, None] == receivers[None, :]] = 0.0
+    return float(times[shared > 0].min())
 
 
 def _fastest(problem: PipelineProblem, plan: PipelinePlan) -> list[tuple[float, float]]:
@@ -57,31 +67,35 @@ def _fastest(problem: PipelineProblem, plan: PipelinePlan) -> list[tuple[float, 
     return [tuple(problem.stage_times(stage).min(axis=0)) for stage in plan.stages]
 
 
-def _shares(problem: PipelineProblem, plan: PipelinePlan) -> tuple[float, float]:
-    """(I, W) shares of the full backward in ``plan``: (1, 0) for full backwards."""
-    return problem.chain.grad_shares if plan.split_backward else (1.0, 0.0)
+def _shares(problem: PipelineProblem, split: bool) -> tuple[float, float]:
+    """(I, W) shares of the full backward in a plan that splits backwards (``split``) or not:
+    (1, 0) for full backwards."""
+    return problem.chain.grad_shares if split else (1.0, 0.0)
 
 
 def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     """A lower bound on any schedule of ``plan``'s stages and mapping (seconds)."""
     problem = problem.for_plan(plan)
     p = plan.num_stages
+    split = plan.split_backward
     fastest = _fastest(problem, plan)
     hops = [_hop(problem, plan, s) for s in range(p - 1)]
-    inputs = _shares(problem, plan)[0]
+    inputs = _shares(problem, split)[0]
     head, tail = [0.0] * p, [0.0] * p
     for s in range(1, p):
         head[s] = head[s - 1] + fastest[s - 1][0] + hops[s - 1]
         tail[s] = tail[s - 1] + fastest[s - 1][1] * inputs + hops[s - 1]
     sync = [_sync_after(problem, plan, stage) for stage in plan.stages]
     path = head[-1] + fastest[-1][0] + fastest[-1][1] * inputs + tail[-1]
+    flops = [problem.action_flops(stage) for stage in plan.stages]
+    jobs = _jobs(problem, split, fastest, hops, (head, tail, sync), flops)
     best = max(path, max(sync[s] + head[s] for s in range(p)),
-               _memory_bound(problem, plan, fastest, hops, (head, tail)))
+               _memory_bound(problem, plan, split, fastest, hops, (head, tail), flops))
     for device, order in enumerate(plan.orders):
         if order:
-            best = max(best, _device_bound(problem, plan, device, (head, tail, sync)),
-                       _heads_and_tails(problem, plan, device, fastest, hops,
-                                        (head, tail, sync)))
+            best = max(best, _device_bound(problem, order, device, split, (head, tail, sync),
+                                           flops),
+                       _heads_and_tails(problem, order, device, jobs))
     return best
 
 
@@ -94,33 +108,48 @@ def _sync_after(problem: PipelineProblem, plan: PipelinePlan, stage: Stage) -> f
                             last_bucket_bytes(problem.chain, stage.first, stage.last))
 
 
-def _heads_and_tails(problem: PipelineProblem, plan: PipelinePlan, device: int,
-                     fastest: list[tuple[float, float]], hops: list[float],
-                     paths: tuple[list[float], list[float], list[float]]) -> float:
-    """The one-machine heads-and-tails term of the module docstring for GPU ``device``."""
+def _down(fastest: list[tuple[float, float]], hops: list[float], inputs: float,
+          s: int) -> float:
+    """Forwards and input-gradient backwards of the stages after ``s`` and the transfers
+    there and back (seconds)."""
+    return sum(f + b * inputs for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
+
+
+def _jobs(problem: PipelineProblem, split: bool, fastest: list[tuple[float, float]],
+          hops: list[float], paths: tuple[list[float], list[float], list[float]],
+          flops: list[tuple[float, float]]) -> dict[Action, tuple[float, float, float]]:
+    """Per stage and kind (microbatch 0 stands for all), the (release, tail, FLOP) of an
+    action in the heads-and-tails term of the module docstring."""
     head, tail, sync = paths
-    flops, overhead = problem.graph.devices[device].flops, problem.graph.devices[device].overhead
-    inputs, weights = _shares(problem, plan)
-    jobs: dict[tuple[float, float], float] = {}
-    for action in plan.orders[device]:
-        s = action.stage
-        forward, backward = problem.action_flops(plan.stages[s])
-        down = sum(f + b * inputs for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
+    inputs, weights = _shares(problem, split)
+    jobs = {}
+    for s, (forward, backward) in enumerate(flops):
+        down = _down(fastest, hops, inputs, s)
         back = fastest[s][1] * inputs
         own_w = fastest[s][1] * weights
         returned = head[s] + fastest[s][0] + down
-        release, after, work = {
-            "F": (head[s], down + back + tail[s], forward),
-            "B": (returned, max(tail[s], sync[s]), backward),
-            "I": (returned, tail[s], backward * inputs),
-            "W": (returned + back, sync[s], backward * weights)}[action.kind]
-        if action.kind == "I":
-            after = max(after, own_w + sync[s])
-        jobs[(release, after)] = jobs.get((release, after), 0.0) + work / flops + overhead
+        jobs[Action(s, "F", 0)] = (head[s], down + back + tail[s], forward)
+        jobs[Action(s, "B", 0)] = (returned, max(tail[s], sync[s]), backward)
+        jobs[Action(s, "I", 0)] = (returned, max(tail[s], own_w + sync[s]), backward * inputs)
+        jobs[Action(s, "W", 0)] = (returned + back, sync[s], backward * weights)
+    return jobs
+
+
+def _heads_and_tails(problem: PipelineProblem, order: tuple[Action, ...], device: int,
+                     jobs: dict[Action, tuple[float, float, float]]) -> float:
+    """The one-machine heads-and-tails term of the module docstring for GPU ``device``
+    running ``order`` (``jobs``: from ``_jobs``)."""
+    flops, overhead = problem.graph.devices[device].flops, problem.graph.devices[device].overhead
+    costs = {key: (release, after, work / flops + overhead)
+             for key, (release, after, work) in jobs.items()}
+    sets: dict[tuple[float, float], float] = {}
+    for action in order:
+        release, after, cost = costs[Action(action.stage, action.kind, 0)]
+        sets[(release, after)] = sets.get((release, after), 0.0) + cost
     best = 0.0
-    for low_release in {r for r, _ in jobs}:
-        for low_tail in {q for _, q in jobs}:
-            chosen = [(r, q, w) for (r, q), w in jobs.items()
+    for low_release in {r for r, _ in sets}:
+        for low_tail in {q for _, q in sets}:
+            chosen = [(r, q, w) for (r, q), w in sets.items()
                       if r >= low_release and q >= low_tail]
             if chosen:
                 best = max(best, min(r for r, _, _ in chosen) + sum(w for _, _, w in chosen)
@@ -128,49 +157,56 @@ def _heads_and_tails(problem: PipelineProblem, plan: PipelinePlan, device: int,
     return best
 
 
-def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, fastest: list[tuple[float, float]],
-                  hops: list[float], paths: tuple[list[float], list[float]]) -> float:
+def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, split: bool,
+                  fastest: list[tuple[float, float]], hops: list[float],
+                  paths: tuple[list[float], list[float]],
+                  flops: list[tuple[float, float]]) -> float:
     """The in-flight slots term of the module docstring (0 where memory is not binding)."""
     head, tail = paths
     chain, graph, m = problem.chain, problem.graph, problem.num_microbatches
-    inputs, weights = _shares(problem, plan)
+    inputs, weights = _shares(problem, split)
     static = static_memory(chain, plan.stages, graph.num_devices)
+    hosted = [{a.stage for a in order} for order in plan.orders]
     best = 0.0
     for s, stage in enumerate(plan.stages):
         stash = action_stash(chain, stage)
-        down = sum(f + b * inputs for f, b in fastest[s + 1:]) + 2 * sum(hops[s:])
-        forward, backward = problem.action_flops(stage)
+        if stash <= 0:
+            continue
+        down = _down(fastest, hops, inputs, s)
+        forward, backward = flops[s]
         for device in stage.devices:
-            hosted = {a.stage for a in plan.orders[device]}
-            own = len(stage.microbatches_of(device, m))
-            if stash <= 0 or hosted != {s}:
+            if hosted[device] != {s}:
                 continue
+            own = len(stage.microbatches_of(device, m))
             slots = int((graph.devices[device].memory - static[device]) / stash * (1 + 1e-12))
             if slots < 1 or slots >= own:
                 continue
-            flops = graph.devices[device].flops
-            trip = (forward + backward * (inputs + weights)) / flops + down
-            last = (forward + backward * inputs) / flops + down
+            speed = graph.devices[device].flops
+            trip = (forward + backward * (inputs + weights)) / speed + down
+            last = (forward + backward * inputs) / speed + down
             waves = math.ceil(own / slots)
             best = max(best, head[s] + (waves - 1) * trip + last + tail[s])
     return best
 
 
-def _device_bound(problem: PipelineProblem, plan: PipelinePlan, device: int,
-                  paths: tuple[list[float], list[float], list[float]]) -> float:
+def _device_bound(problem: PipelineProblem, order: tuple[Action, ...], device: int,
+                  split: bool, paths: tuple[list[float], list[float], list[float]],
+                  flops: list[tuple[float, float]]) -> float:
+    """The device term of the module docstring for GPU ``device`` running ``order``."""
     head, tail, sync = paths
-    flops, overhead = problem.graph.devices[device].flops, problem.graph.devices[device].overhead
+    speed, overhead = problem.graph.devices[device].flops, problem.graph.devices[device].overhead
     inputs, weights = problem.chain.grad_shares
-    hosted = sorted({a.stage for a in plan.orders[device]})
-    times = {s: problem.action_flops(plan.stages[s]) for s in hosted}
-    work = {"F": lambda s: times[s][0], "B": lambda s: times[s][1],
-            "I": lambda s: times[s][1] * inputs, "W": lambda s: times[s][1] * weights}
-    order = plan.orders[device]
-    all_work = sum(work[a.kind](a.stage) for a in order) / flops + overhead * len(order)
+    hosted = sorted({a.stage for a in order})
+    work = {}
+    for s in hosted:
+        forward, backward = flops[s]
+        work |= {(s, "F"): forward, (s, "B"): backward, (s, "I"): backward * inputs,
+                 (s, "W"): backward * weights}
+    all_work = sum(work[(a.stage, a.kind)] for a in order) / speed + overhead * len(order)
     start = min(head[s] for s in hosted)
-    if not plan.split_backward:
+    if not split:
         return start + all_work + min(max(tail[s], sync[s]) for s in hosted)
-    forward_input = sum(work[a.kind](a.stage) / flops + overhead for a in order
+    forward_input = sum(work[(a.stage, a.kind)] / speed + overhead for a in order
                         if a.kind != "W")
     return max(start + all_work + min(sync[s] for s in hosted),
                start + forward_input + min(tail[s] for s in hosted))
