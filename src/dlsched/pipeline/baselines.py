@@ -56,7 +56,7 @@ from dlsched.pipeline.schedules import (
     zb_h2_orders,
     zb_v_orders,
 )
-from dlsched.pipeline.simulate import SimResult, simulate
+from dlsched.pipeline.simulate import SimResult, remember, simulate
 
 INTERLEAVE_CHUNKS = (2, 4)
 OrdersMaker = Callable[..., tuple]
@@ -187,6 +187,7 @@ def _memory_aware(problem: PipelineProblem, name: str,
             result = _memory_aware_mode(problem.under(mode), name, partition, capped, placement,
                                         split, found)
             if result is not None:
+                remember(problem, result)
                 return result
     raise ConfigError(f"{name}: no partition fits the GPUs' memory")
 

@@ -81,7 +81,7 @@ def candidate_periods(costs: RangeCosts) -> list[float]:
     """Bottleneck stage times to try: every distinct finite period, or evenly spaced
     quantiles of them when there are more than ``MAX_CANDIDATE_PERIODS``."""
     values = np.unique(np.concatenate([
-        period[np.isfinite(latency)] for latency, period, _, _ in costs.runs.values()]))
+        band.period[np.isfinite(band.latency)] for band in costs.runs.values()]))
     if len(values) <= MAX_CANDIDATE_PERIODS:
         return values.tolist()
     picks = np.quantile(values, np.linspace(0, 1, MAX_CANDIDATE_PERIODS), method="nearest")
@@ -93,9 +93,9 @@ def best_sync_partitions(problem: PipelineProblem, costs: RangeCosts, keep: int,
     """The ``keep`` distinct partitions of lowest estimate over all bottleneck candidates and
     all-reduce weights (``sync_dp`` for each)."""
     seen: dict[tuple[Stage, ...], float] = {}
-    for t_max in candidate_periods(costs):
-        for weight in SYNC_WEIGHTS:
-            for stages in sync_dp(costs, problem.chain.num_blocks, t_max, weight):
-                if stages not in seen:
-                    seen[stages] = estimate(problem, stages, identical)
+    settings = [(t_max, weight) for t_max in candidate_periods(costs) for weight in SYNC_WEIGHTS]
+    for found in sync_dp(costs, problem.chain.num_blocks, settings):
+        for stages in found:
+            if stages not in seen:
+                seen[stages] = estimate(problem, stages, identical)
     return sorted(seen, key=lambda st: seen[st])[:keep]

@@ -24,12 +24,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
+from dlsched.pipeline.bounds import plan_bound
 from dlsched.pipeline.estimate import memory_slots
 from dlsched.pipeline.partition import balanced_stages
 from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage
 from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.pruning import Candidate, evaluate
 from dlsched.pipeline.runtimes import runtime_for
-from dlsched.pipeline.simulate import SimResult, simulate
+from dlsched.pipeline.simulate import SimResult, check_plan, remember, simulate
 
 MAPPINGS = ("pp-outer", "dp-outer")
 
@@ -113,10 +115,11 @@ def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
     """The fastest simulated plan over ``points``; per point, the first of its ``variants``
     that fits memory and runs. A point none of whose variants runs is counted, by reason, in
     the plan's ``skipped`` note (never skipped silently). ConfigError when no configuration
-    fits."""
-    best: SimResult | None = None
+    fits. Whether a variant runs is checked without simulating it (``check_plan``); only the
+    points that can be fastest are simulated (``pruning.evaluate``)."""
     skipped: Counter[str] = Counter()
     total = 0
+    runnable: list[PipelinePlan] = []
     for point in points:
         total += 1
         sub = point.instance(problem)
@@ -126,29 +129,39 @@ def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
             continue
         reason = ""
         for plan in variants(sub, point, stages):
-            if problem.runnable_only and runtime_for(plan) is None:
-                reason = "no runtime executes the layout"
-                continue
-            try:
-                result = simulate(problem, plan)
-            except PlanError as error:
-                reason = f"invalid plan ({str(error).splitlines()[0]})"
-                continue
-            except ConfigError:
-                reason = "out of memory"
-                continue
-            if best is None or result.iteration_s < best.iteration_s * (1 - 1e-12):
-                best = result
-            reason = ""
-            break
+            reason = _refusal(problem, plan)
+            if not reason:
+                runnable.append(plan)
+                break
         if reason:
             skipped[reason] += 1
+    best: SimResult | None = None
+    for _, result in evaluate([Candidate(plan_bound(problem, plan), index,
+                                         lambda plan=plan: simulate(problem, plan))
+                               for index, plan in enumerate(runnable)]):
+        if best is None or result.iteration_s < best.iteration_s * (1 - 1e-12):
+            best = result
     if best is None:
         degrees = ", ".join(map(str, problem.degrees()))
         raise ConfigError(f"{name}: no configuration fits the GPUs' memory (PP x DP x TP grid, "
                           f"TP {degrees}, recomputation {', '.join(problem.recompute_modes)})")
+    remember(problem, best)
     if not skipped:
         return best.plan
     note = (f"{sum(skipped.values())} of {total} configurations skipped: "
             + ", ".join(f"{count} {reason}" for reason, count in skipped.most_common()))
     return replace(best.plan, notes=best.plan.notes | {"skipped": note})
+
+
+def _refusal(problem: PipelineProblem, plan: PipelinePlan) -> str:
+    """Why ``plan`` cannot be scored ('' when it runs): no runtime executes it (with
+    ``runnable_only``), it is invalid or deadlocks, or it does not fit memory."""
+    if problem.runnable_only and runtime_for(plan) is None:
+        return "no runtime executes the layout"
+    try:
+        check_plan(problem, plan)
+    except PlanError as error:
+        return f"invalid plan ({str(error).splitlines()[0]})"
+    except ConfigError:
+        return "out of memory"
+    return ""

@@ -13,7 +13,10 @@ smallest GPU (``Chain.usable``: the runtime reserve left out).
 
 ``sync_dp`` (Alpa-style) minimises the sum of latencies and transfers over stages whose
 period is <= ``t_max``; ``throughput_dp`` (PipeDream) minimises the largest period. Both are
-pure numpy min-plus (min-max) products: O(U |Z| L^2) per call, ``Z`` the allowed run lengths.
+pure numpy min-plus (min-max) products over each run's band of stages (``RunCosts``): a run
+can host only stages of at most ``W`` blocks that fit its memory, so its costs are kept as a
+``W x L`` band of the ``L x L`` block-range matrix, O(U |Z| W L) per call (``Z`` the allowed
+run lengths; ``W`` is small for models whose blocks fill a GPU, and at most ``L``).
 """
 
 from __future__ import annotations
@@ -31,14 +34,28 @@ MAX_UNITS = 64
 
 
 @dataclass(frozen=True, eq=False)
+class RunCosts:
+    """Per-microbatch costs (seconds) of the stages one run of units can host, as a band:
+    column ``i1`` lists the stages ending before block ``i1``, row ``k`` the one starting at
+    block ``starts[k, i1]`` (rows in ascending start; a negative start is no stage and has
+    infinite latency). Infinite latency: the stage does not fit, or is no stage."""
+
+    starts: np.ndarray
+    latency: np.ndarray
+    period: np.ndarray
+    sync: np.ndarray
+    hops: np.ndarray  # per end block (one row for every start)
+
+
+@dataclass(frozen=True, eq=False)
 class RangeCosts:
-    """Precomputed per-run cost matrices (index ``[i0, i1]``: blocks ``i0..i1-1``);
-    ``split``: replicated stages split every microbatch across their replicas."""
+    """Precomputed costs of every run of units (``runs[(u0, z)]``: ``z`` units from unit
+    ``u0``); ``split``: replicated stages split every microbatch across their replicas."""
 
     order: tuple[int, ...]
     speeds: tuple[float, ...]
     unit: int
-    runs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    runs: dict[tuple[int, int], RunCosts]
     split: bool = False
     _sums: dict[float, dict[tuple[int, int], np.ndarray]] = field(
         default_factory=dict, init=False, repr=False)
@@ -53,8 +70,8 @@ class RangeCosts:
         per weight (``sync_dp`` runs for many ``t_max`` with the same weights)."""
         if sync_weight not in self._sums:
             self._sums[sync_weight] = {
-                run: latency + hops + sync_weight * sync
-                for run, (latency, _, sync, hops) in self.runs.items()}
+                run: costs.latency + costs.hops + sync_weight * costs.sync
+                for run, costs in self.runs.items()}
         return self._sums[sync_weight]
 
 
@@ -76,7 +93,7 @@ def run_lengths(num_units: int) -> list[int]:
 
 def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
                 in_flight: int = 1, split: bool = False) -> RangeCosts:
-    """Cost matrices (latency, period, all-reduce, transfers) for every run of the units;
+    """Cost bands (latency, period, all-reduce, transfers) for every run of the units;
     a stage must fit its static memory plus ``in_flight`` microbatches' activations. With
     ``split`` the replicas of a run split every microbatch (DAPPLE): a microbatch's latency
     and each replica's stash are 1/r of a whole one's. Without replication
@@ -88,29 +105,41 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
     work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
     params = np.concatenate([[0.0], np.cumsum(chain.param_bytes)])
     stash = np.concatenate([[0.0], np.cumsum(chain.stash_bytes)])
-    span = work[None, :] - work[:, None]
-    param_span = params[None, :] - params[:, None]
-    static_need = param_span * chain.state_factor
+    static_need = (params[None, :] - params[:, None]) * chain.state_factor
     stash_span = in_flight * (stash[None, :] - stash[:, None])
-    valid = np.triu(np.ones_like(span, dtype=bool), 1)
+    valid = np.triu(np.ones((len(work), len(work)), dtype=bool), 1)
+    flops, columns = graph.flops, np.arange(len(work))
+    widths: dict[tuple[float, float], int] = {}
+    bands: dict[int, tuple[np.ndarray, ...]] = {}
+    hops = {u1: _hops(problem, order, g, u1) for u1 in range(1, units + 1)}
     runs = {}
     for u0 in range(units):
         for z in run_lengths(units) if problem.replicate else [1]:
             if u0 + z > units:
                 continue
             devices = list(order[u0 * g:(u0 + z) * g])
-            speeds = np.full(len(devices), graph.flops.mean()) if identical else \
-                graph.flops[devices]
+            speeds = np.full(len(devices), flops.mean()) if identical else flops[devices]
             share = 1.0 / len(devices) if split else 1.0
-            splittable = not split or chain.can_split(len(devices))
-            latency = np.where(valid & splittable, span * share / speeds.min(), np.inf)
-            period = np.where(valid, span * (share / speeds.min() if split else
-                                             replica_load(speeds, m)), np.inf)
-            sync = _ring(problem, devices, param_span)
-            fits = static_need + stash_span * share <= chain.usable(
-                min(graph.devices[d].memory for d in devices))
-            latency = np.where(fits, latency, np.inf)
-            runs[(u0, z)] = (latency, period, sync, _hops(problem, order, g, u0 + z, span))
+            usable = chain.usable(min(graph.devices[d].memory for d in devices))
+            if (usable, share) not in widths:
+                fits = valid & (static_need + stash_span * share <= usable)
+                reach = np.nonzero(fits)
+                widths[(usable, share)] = int((reach[1] - reach[0]).max()) if fits.any() else 0
+            width = widths[(usable, share)] if not split or chain.can_split(len(devices)) else 0
+            if width not in bands:
+                starts = columns[None, :] - np.arange(width, 0, -1)[:, None]
+                first, inside = np.maximum(starts, 0), starts >= 0
+                bands[width] = (starts, inside,
+                                np.where(inside, work[None, :] - work[first], np.inf),
+                                static_need[first, columns], stash_span[first, columns],
+                                np.where(inside, params[None, :] - params[first], 0.0))
+            starts, inside, span, static_band, stash_band, param_span = bands[width]
+            fits = inside & (static_band + stash_band * share <= usable)
+            latency = np.where(fits, span * share / speeds.min(), np.inf)
+            period = np.where(inside, span * (share / speeds.min() if split else
+                                              replica_load(speeds, m)), np.inf)
+            runs[(u0, z)] = RunCosts(starts, latency, period, _ring(problem, devices, param_span),
+                                     hops[u0 + z])
     return RangeCosts(order, tuple(graph.flops.tolist()), g, runs, split)
 
 
@@ -133,12 +162,10 @@ def _ring(problem: PipelineProblem, devices: list[int], param_span: np.ndarray) 
     return 2 * (r - 1) * (latency + np.maximum(param_span, 0) / r / bandwidth)
 
 
-def _hops(problem: PipelineProblem, order: tuple[int, ...], g: int, u1: int,
-          span: np.ndarray) -> np.ndarray:
+def _hops(problem: PipelineProblem, order: tuple[int, ...], g: int, u1: int) -> np.ndarray:
     """Activation + gradient transfer after a stage ending at unit ``u1``, per end block."""
-    hops = np.zeros_like(span)
     if u1 * g >= len(order):
-        return hops
+        return np.zeros(problem.chain.num_blocks + 1)
     left, right = list(order[(u1 - 1) * g:u1 * g]), list(order[u1 * g:(u1 + 1) * g])
     graph = problem.graph
     bandwidth = graph.bandwidth[np.ix_(left, right)].min()
@@ -146,21 +173,26 @@ def _hops(problem: PipelineProblem, order: tuple[int, ...], g: int, u1: int,
     act = problem.chain.activation_bytes
     per_end = np.concatenate([[0.0], 2 * (latency + act / bandwidth)])
     per_end[-1] = 0.0
-    hops[:, :] = per_end[None, :]
-    return hops
+    return per_end
 
 
-def sync_dp(costs: RangeCosts, num_blocks: int, t_max: float,
-            sync_weight: float) -> list[tuple[Stage, ...]]:
-    """Stages minimising sum(latency + transfers + ``sync_weight`` x all-reduce) with every
-    stage period <= ``t_max`` seconds: the best partition for each number of units used (all
-    of them up to 16 units, else the overall best and the one using every unit), since the
-    sum alone does not reward replicas that shorten fill and drain; empty when none fits."""
-    sums = costs.stage_sums(sync_weight)
+def sync_dp(costs: RangeCosts, num_blocks: int,
+            settings: list[tuple[float, float]]) -> list[list[tuple[Stage, ...]]]:
+    """For each ``(t_max, sync_weight)`` of ``settings``: the stages minimising sum(latency +
+    transfers + ``sync_weight`` x all-reduce) with every stage period <= ``t_max`` seconds,
+    as the best partition for each number of units used (all of them up to 16 units, else
+    the overall best and the one using every unit), since the sum alone does not reward
+    replicas that shorten fill and drain; an empty list when none fits. All settings run as
+    one batched DP."""
+    weights = sorted({weight for _, weight in settings})
+    which = np.array([weights.index(weight) for _, weight in settings])
+    limits = np.array([t_max for t_max, _ in settings])[:, None, None]
+    sums = [costs.stage_sums(weight) for weight in weights]
 
     def cost(run: tuple[int, int]) -> np.ndarray:
-        return np.where(costs.runs[run][1] <= t_max, sums[run], np.inf)
-    return _dp(costs, num_blocks, cost, np.add, every_end=True)
+        stacked = np.stack([per_weight[run] for per_weight in sums])[which]
+        return np.where(costs.runs[run].period[None] <= limits, stacked, np.inf)
+    return _dp(costs, num_blocks, len(settings), cost, np.add, every_end=True)
 
 
 def throughput_dp(costs: RangeCosts, num_blocks: int,
@@ -168,41 +200,52 @@ def throughput_dp(costs: RangeCosts, num_blocks: int,
     """PipeDream's objective: the partition whose largest per-microbatch stage time (period,
     transfer, all-reduce amortised over the microbatches) is smallest."""
     def cost(run: tuple[int, int]) -> np.ndarray:
-        latency, period, sync, hops = costs.runs[run]
-        per_microbatch = np.maximum(period + sync / num_microbatches, hops / 2)
-        return np.where(np.isfinite(latency), per_microbatch, np.inf)
-    found = _dp(costs, num_blocks, cost, np.maximum, every_end=False)
+        band = costs.runs[run]
+        per_microbatch = np.maximum(band.period + band.sync / num_microbatches, band.hops / 2)
+        return np.where(np.isfinite(band.latency), per_microbatch, np.inf)[None]
+    found = _dp(costs, num_blocks, 1, cost, np.maximum, every_end=False)[0]
     return found[0] if found else None
 
 
-def _dp(costs: RangeCosts, num_blocks: int,
+def _dp(costs: RangeCosts, num_blocks: int, batch: int,
         cost_of: Callable[[tuple[int, int]], np.ndarray],
         combine: Callable[[np.ndarray, np.ndarray], np.ndarray],
-        every_end: bool) -> list[tuple[Stage, ...]]:
+        every_end: bool) -> list[list[tuple[Stage, ...]]]:
+    """``batch`` DPs over (units used, blocks covered) at once, ``cost_of(run)`` giving each
+    one's stage costs on the run's band (shape batch x band rows x blocks + 1); per DP its
+    partitions (see ``sync_dp``). Ties go to the run with the fewest units before it, then to
+    the earliest start block."""
     units, size = costs.num_units, num_blocks + 1
-    best = np.full((units + 1, size), np.inf)
-    best[0, 0] = 0.0
-    parent = np.zeros((units + 1, size, 2), dtype=int)
+    best = np.full((batch, units + 1, size), np.inf)
+    best[:, 0, 0] = 0.0
+    parent = np.zeros((batch, units + 1, size, 2), dtype=np.int32)
     columns = np.arange(size)
     for u0, z in sorted(costs.runs, key=sum):
-        if not np.isfinite(best[u0]).any():
+        starts = costs.runs[(u0, z)].starts
+        if not len(starts) or not np.isfinite(best[:, u0]).any():
             continue
-        candidate = combine(best[u0][:, None], cost_of((u0, z)))
-        start = np.argmin(candidate, axis=0)
-        value = candidate[start, columns]
+        before = np.where(starts >= 0, best[:, u0][:, np.maximum(starts, 0)], np.inf)
+        candidate = combine(before, cost_of((u0, z)))
+        row = np.argmin(candidate, axis=1)
+        value = np.take_along_axis(candidate, row[:, None, :], axis=1)[:, 0]
+        start = starts[row, columns]
         u1 = u0 + z
-        better = value < best[u1]
-        best[u1][better] = value[better]
-        parent[u1, better, 0] = z
-        parent[u1, better, 1] = start[better]
-    finals = best[:, num_blocks]
-    if not np.isfinite(finals).any():
-        return []
-    ends = [int(np.argmin(finals))]
-    if every_end:
-        ends += list(range(units + 1)) if units <= 16 else [units]
-    ends = [u for u in dict.fromkeys(ends) if np.isfinite(finals[u])]
-    return [_backtrack(costs, parent, u, num_blocks) for u in ends]
+        better = value < best[:, u1]
+        best[:, u1][better] = value[better]
+        parent[:, u1, :, 0][better] = z
+        parent[:, u1, :, 1][better] = start[better]
+    found = []
+    for k in range(batch):
+        finals = best[k, :, num_blocks]
+        if not np.isfinite(finals).any():
+            found.append([])
+            continue
+        ends = [int(np.argmin(finals))]
+        if every_end:
+            ends += list(range(units + 1)) if units <= 16 else [units]
+        ends = [u for u in dict.fromkeys(ends) if np.isfinite(finals[u])]
+        found.append([_backtrack(costs, parent[k], u, num_blocks) for u in ends])
+    return found
 
 
 def _backtrack(costs: RangeCosts, parent: np.ndarray, u: int, i: int) -> tuple[Stage, ...]:

@@ -29,6 +29,11 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
    each, for at most
    ``REFINE_PASSES`` improving passes.
 
+Steps 3-5 simulate only the candidates that can still win: one whose lower bound
+(``bounds.plan_bound`` of its stages) is above the time of the ``REFINE_STARTS``-th fastest
+partition simulated so far (the current best, in refinement) is skipped (``pruning``); the
+plan chosen is the same as with every candidate simulated.
+
 Without replication (``PipelineProblem.replicate`` False, e.g. for ``torch.distributed.pipelining``,
 which runs one rank per stage) every step keeps to one GPU per stage: the partition DP and the
 memory-aware candidates use single-GPU units, balanced one-stage-per-GPU cuts on the first
@@ -40,17 +45,20 @@ existing runtime executes (``runtimes.runtime_for``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from itertools import chain, islice, permutations
 
 from dlsched.errors import ConfigError
+from dlsched.pipeline.bounds import plan_bound
 from dlsched.pipeline.enumeration import all_partitions
 from dlsched.pipeline.estimate import best_sync_partitions, estimate, memory_slots
 from dlsched.pipeline.ordering import device_order
 from dlsched.pipeline.partition import balanced_stages, range_costs
-from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.plan import PipelinePlan, Stage, stages_error
 from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.pruning import MARGIN, Candidate, evaluate
 from dlsched.pipeline.runtimes import runtime_for
 from dlsched.pipeline.schedules import (
     backward_first_dispatch,
@@ -60,7 +68,7 @@ from dlsched.pipeline.schedules import (
     zb_h1_orders,
     zb_h2_orders,
 )
-from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, simulate
+from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, remember, simulate
 
 KEEP_PARTITIONS = 3
 REFINE_ACTIONS = 256
@@ -190,45 +198,71 @@ def _attempt(run: Callable[[], SimResult]) -> SimResult | None:
         return None
 
 
-def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
-                        only: str | None = None) -> Iterator[SimResult]:
-    """Simulated schedules of one partition: list-scheduling rules, 1F1B, GPipe, ZB-H1 and
-    ZB-H2 orders (only the schedule called ``only`` when given)."""
+def _stages_bound(problem: PipelineProblem, stages: tuple[Stage, ...], split: bool) -> float:
+    """``plan_bound`` of every schedule of ``stages`` with split (I/W) or full backwards
+    (seconds; infinite when the stages are no valid partition, which no schedule runs)."""
     n, m = problem.graph.num_devices, problem.num_microbatches
-    for rule in dispatch_rules(problem, stages):
-        if only is not None and rule.name != only:
-            continue
-        result = _attempt(lambda rule=rule: list_schedule(problem, stages, rule, "dlsched"))
-        if result is not None and max(
-                a - d.memory for a, d in zip(result.peak_memory, problem.graph.devices,
-                                             strict=True)) <= 0:
-            yield result
+    if stages_error(stages, problem.chain.num_blocks, n) is not None:
+        return math.inf
+    orders = (zb_h1_orders if split else one_f_one_b_orders)(stages, n, m)
+    return plan_bound(problem, PipelinePlan("dlsched", stages, orders, m, {},
+                                            problem.chain.recompute, problem.degree))
+
+
+def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
+                        only: str | None = None) -> list[Candidate]:
+    """The schedules of one partition: list-scheduling rules, 1F1B, GPipe, ZB-H1 and ZB-H2
+    orders (only the schedule called ``only`` when given), as candidates grouped by partition
+    and TP degree and bounded by ``_stages_bound``. A candidate's result is None when it
+    fails, does not fit memory or is outside the problem's space (``admissible``)."""
+    n, m = problem.graph.num_devices, problem.num_microbatches
+    group = (stages, problem.degree)
+    bounds: dict[bool, float] = {}
+
+    def candidate(split: bool, run: Callable[[], SimResult]) -> Candidate:
+        if split not in bounds:
+            bounds[split] = _stages_bound(problem, stages, split)
+        return Candidate(bounds[split], group, lambda: _scored(problem, run))
+    found = [candidate(rule.split, lambda rule=rule: list_schedule(problem, stages, rule,
+                                                                   "dlsched"))
+             for rule in dispatch_rules(problem, stages) if only in (None, rule.name)]
     fixed = [one_f_one_b_orders, gpipe_orders]
     if problem.chain.input_grad_fraction is not None:
         fixed.extend((zb_h1_orders, zb_h2_orders))
     for orders in fixed:
-        if only is not None and orders.__name__.removesuffix("_orders") != only:
-            continue
-        plan = PipelinePlan("dlsched", stages, orders(stages, n, m), m,
-                            {"schedule": orders.__name__.removesuffix("_orders")},
-                            problem.chain.recompute, problem.degree)
-        result = _attempt(lambda plan=plan: simulate(problem, plan))
-        if result is not None:
-            yield result
+        name = orders.__name__.removesuffix("_orders")
+        if only in (None, name):
+            plan = PipelinePlan("dlsched", stages, orders(stages, n, m), m, {"schedule": name},
+                                problem.chain.recompute, problem.degree)
+            found.append(candidate(plan.split_backward, lambda plan=plan: simulate(problem,
+                                                                                   plan)))
+    return found
+
+
+def _scored(problem: PipelineProblem, run: Callable[[], SimResult]) -> SimResult | None:
+    """``run()``'s result when it runs, fits every GPU's memory and is ``admissible``."""
+    result = _attempt(run)
+    if result is None or not admissible(problem, result.plan) or max(
+            a - d.memory for a, d in zip(result.peak_memory,
+                                         problem.for_plan(result.plan).graph.devices,
+                                         strict=True)) > 0:
+        return None
+    return result
 
 
 def plan_dlsched(problem: PipelineProblem,
                  baselines: dict[str, Callable[[PipelineProblem], PipelinePlan]] | None = None
                  ) -> PipelinePlan:
     """The fastest simulated plan among our partitions x schedules under every allowed
-    tensor-parallel degree and recomputation mode, and the baselines' plans."""
-    candidates = (result for t in problem.degrees()
+    tensor-parallel degree and recomputation mode, and the baselines' plans. Only the
+    candidates that can be among the ``REFINE_STARTS`` fastest partitions are simulated
+    (``pruning.evaluate``); the selection over them is the same as over all."""
+    candidates = [candidate for t in problem.degrees()
                   for sub, stages in _mode_partitions(problem.tensor(t))
-                  for result in schedule_candidates(sub, stages))
+                  for candidate in schedule_candidates(sub, stages)]
+    candidates += _baseline_candidates(problem, baselines or {})
     starts: list[SimResult] = []  # the fastest plan of each of the fastest partitions
-    for result in _with_baselines(problem, candidates, baselines or {}):
-        if not admissible(problem, result.plan):
-            continue
+    for _, result in evaluate(candidates, REFINE_STARTS):
         same = next((st for st in starts if st.plan.stages == result.plan.stages
                      and st.plan.tensor_parallel == result.plan.tensor_parallel), None)
         if same is not None:
@@ -246,6 +280,7 @@ def plan_dlsched(problem: PipelineProblem,
             refined = refine(problem.for_plan(start.plan), start)
             if refined.iteration_s < best.iteration_s * (1 - 1e-12):
                 best = refined
+    remember(problem, best)
     notes = {key: value for key, value in best.plan.notes.items() if key != "skipped"} | {
         "origin": best.plan.planner}
     return replace(best.plan, planner="dlsched", notes=notes)
@@ -271,15 +306,20 @@ def _mode_partitions(problem: PipelineProblem) -> Iterator[tuple[PipelineProblem
             return
 
 
-def _with_baselines(problem: PipelineProblem, candidates: Iterator[SimResult],
-                    baselines: dict[str, Callable[[PipelineProblem], PipelinePlan]]
-                    ) -> Iterator[SimResult]:
-    yield from candidates
+def _baseline_candidates(problem: PipelineProblem,
+                         baselines: dict[str, Callable[[PipelineProblem], PipelinePlan]]
+                         ) -> list[Candidate]:
+    """Each baseline's plan as a candidate (none for a baseline that finds no plan); bound 0
+    puts them first, as their results are usually kept from their own search
+    (``simulate.remember``) and set the bar the other candidates must pass."""
+    found = []
     for planner in baselines.values():
         plan = _attempt(lambda planner=planner: planner(problem))
-        result = None if plan is None else _attempt(lambda plan=plan: simulate(problem, plan))
-        if result is not None:
-            yield result
+        if plan is not None:
+            found.append(Candidate(0.0, (plan.stages, plan.tensor_parallel),
+                                   lambda plan=plan: _scored(problem, lambda: simulate(problem,
+                                                                                       plan))))
+    return found
 
 
 def _cut_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]:
@@ -347,9 +387,11 @@ def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
         schedule = _refine_schedule(problem, start.plan)
         for stages in islice((move for move in moves if allowed(problem, move)), budget):
             budget -= 1
-            for result in schedule_candidates(problem, stages, schedule):
-                if result.iteration_s < best.iteration_s * (1 - 1e-12) \
-                        and admissible(problem, result.plan):
+            for candidate in schedule_candidates(problem, stages, schedule):
+                if candidate.bound > best.iteration_s * (1 + MARGIN):
+                    continue  # cannot beat the best (``pruning``)
+                result = candidate.run()
+                if result is not None and result.iteration_s < best.iteration_s * (1 - 1e-12):
                     best = result
         if best is start:
             break

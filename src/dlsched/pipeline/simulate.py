@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from weakref import WeakKeyDictionary
 
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.ddp import ddp_buckets
+from dlsched.pipeline.deadlock import stalled_at
 from dlsched.pipeline.memory import action_stash, check_memory, peak_memory, static_memory
 from dlsched.pipeline.network import PipelineNetwork
 from dlsched.pipeline.plan import (
@@ -80,11 +82,7 @@ class _Run:
                  orders: tuple[tuple[Action, ...], ...] | None, dispatch: Dispatch | None,
                  bucketed: bool = False):
         self.problem, self.stages, self.dispatch = problem, stages, dispatch
-        for s, stage in enumerate(stages):
-            if stage.split and not problem.chain.can_split(len(stage.devices)):
-                raise PlanError(f"stage {s} splits microbatches of {problem.chain.samples} "
-                                f"samples across {len(stage.devices)} replicas; the replica "
-                                "count must divide the samples")
+        _check_split(problem, stages)
         self.engine = Engine()
         n = problem.graph.num_devices
         self.split = dispatch.split if dispatch else any(
@@ -332,9 +330,53 @@ class _Run:
             raise PlanError("list scheduling stalled: in-flight caps or memory leave no ready "
                             f"action runnable; executed so far:\n{grid(executed)}")
         stuck = next(k for k, order in enumerate(self.orders) if self.pointer[k] < len(order))
-        waiting = self.orders[stuck][self.pointer[stuck]]
-        raise PlanError(f"the plan deadlocks: gpu{stuck} waits forever on {waiting}\n"
-                        f"{grid(self.orders, (stuck, self.pointer[stuck]))}")
+        raise _deadlock_error(self.orders, stuck, self.pointer[stuck])
+
+
+def _deadlock_error(orders: tuple[tuple[Action, ...], ...], gpu: int, position: int) -> PlanError:
+    return PlanError(f"the plan deadlocks: gpu{gpu} waits forever on {orders[gpu][position]}\n"
+                     f"{grid(orders, (gpu, position))}")
+
+
+def _check_split(problem: PipelineProblem, stages: tuple[Stage, ...]) -> None:
+    for s, stage in enumerate(stages):
+        if stage.split and not problem.chain.can_split(len(stage.devices)):
+            raise PlanError(f"stage {s} splits microbatches of {problem.chain.samples} "
+                            f"samples across {len(stage.devices)} replicas; the replica "
+                            "count must divide the samples")
+
+
+def check_plan(problem: PipelineProblem, plan: PipelinePlan,
+               deadlock: bool = True) -> PipelineProblem:
+    """Raise what ``simulate`` would refuse ``plan`` with (PlanError for an invalid or, with
+    ``deadlock``, a deadlocking plan, found by ``deadlock.stalled_at`` without simulating;
+    ConfigError when it does not fit memory), without running it; the instance it runs on."""
+    problem = problem.for_plan(plan)
+    graph = problem.graph
+    validate_plan(plan, problem.chain.num_blocks, graph.num_devices)
+    check_memory(peak_memory(problem.chain, plan, graph.num_devices),
+                 [d.name for d in graph.devices], [d.memory for d in graph.devices])
+    _check_split(problem, plan.stages)
+    stuck = stalled_at(plan.stages, plan.orders, plan.num_microbatches) if deadlock else None
+    if stuck is not None:
+        raise _deadlock_error(plan.orders, *stuck)
+    return problem
+
+
+# Simulated results kept per instance (``remember``), so that a planner's plan scored again
+# (by dlsched among its candidates, by ``run_planner``) is not simulated twice.
+_KEPT: WeakKeyDictionary[PipelineProblem, dict[tuple, SimResult]] = WeakKeyDictionary()
+
+
+def _plan_key(plan: PipelinePlan) -> tuple:
+    """What a simulation depends on (not the planner's name or notes)."""
+    return (plan.stages, plan.orders, plan.num_microbatches, plan.recompute,
+            plan.tensor_parallel, plan.ddp_buckets)
+
+
+def remember(problem: PipelineProblem, result: SimResult) -> None:
+    """Keep ``result`` so that ``simulate`` of the same plan on ``problem`` returns it."""
+    _KEPT.setdefault(problem.for_plan(result.plan), {})[_plan_key(result.plan)] = result
 
 
 def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
@@ -342,12 +384,12 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
 
     The plan is validated first; a plan whose peak memory exceeds a GPU's is refused with a
     ConfigError naming the GPU and the shortfall. The chain runs under the plan's
-    recomputation mode and tensor-parallel degree."""
-    problem = problem.for_plan(plan)
-    graph = problem.graph
-    validate_plan(plan, problem.chain.num_blocks, graph.num_devices)
-    check_memory(peak_memory(problem.chain, plan, graph.num_devices),
-                 [d.name for d in graph.devices], [d.memory for d in graph.devices])
+    recomputation mode and tensor-parallel degree. A result kept by ``remember`` is returned
+    without simulating again (with ``plan`` as its plan)."""
+    kept = _KEPT.get(problem.for_plan(plan), {}).get(_plan_key(plan))
+    if kept is not None:
+        return replace(kept, plan=plan)
+    problem = check_plan(problem, plan, deadlock=False)
     run = _Run(problem, plan.stages, plan.orders, None, plan.ddp_buckets)
     run.run()
     return _result(run, plan)

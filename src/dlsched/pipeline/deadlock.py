@@ -1,0 +1,70 @@
+"""Whether a fixed-order plan runs to its end, found without simulating time.
+
+In the simulator a GPU starts its next action once that action's inputs are there: the
+activation (or gradient) from every replica of the neighbouring stage whose part of the
+microbatch overlaps its own, or, for the last stage's backward and for W, its own F (I)
+before it; transfers and all-reduces always finish and memory is checked before the run. No
+action ever stops another from becoming ready, so the actions a plan executes before it stalls
+are the same in whatever order the ready ones run: executing them without durations finds
+the GPU and position where ``simulate`` reports the deadlock (the first stuck GPU by index)
+in O(actions x overlapping replicas).
+"""
+
+from __future__ import annotations
+
+from dlsched.pipeline.actions import Action
+from dlsched.pipeline.plan import Stage, overlap
+
+
+def stalled_at(stages: tuple[Stage, ...], orders: tuple[tuple[Action, ...], ...],
+               num_microbatches: int) -> tuple[int, int] | None:
+    """(GPU, position in its order) of the first GPU that waits forever, None when every GPU
+    runs its whole order."""
+    split = any(a.kind == "I" for order in orders for a in order)
+    backward, last = ("I" if split else "B"), len(stages) - 1
+    pointer = [0] * len(orders)
+    ready: set[tuple[Action, int]] = set()
+    arrived: dict[tuple[Action, int], int] = {}
+
+    def deliver(src: int, target: Action, source: Stage) -> list[int]:
+        receiving = stages[target.stage]
+        woken = []
+        for dst in receiving.devices_for(target.microbatch):
+            theirs = receiving.part(dst)
+            if overlap(source.part(src), theirs) <= 0:
+                continue
+            key = (target, dst)
+            arrived[key] = arrived.get(key, 0) + 1
+            if arrived[key] == sum(1 for d in source.devices_for(target.microbatch)
+                                   if overlap(source.part(d), theirs) > 0):
+                ready.add(key)
+                woken.append(dst)
+        return woken
+
+    def consequences(device: int, action: Action) -> list[int]:
+        s, j = action.stage, action.microbatch
+        woken = []
+        if action.kind == "F":
+            if s == last:
+                ready.add((Action(s, backward, j), device))
+            else:
+                woken += deliver(device, Action(s + 1, "F", j), stages[s])
+        if action.kind in ("B", "I") and s > 0:
+            woken += deliver(device, Action(s - 1, backward, j), stages[s])
+        if action.kind == "I":
+            ready.add((Action(s, "W", j), device))
+        return woken
+
+    for j in range(num_microbatches):
+        for device in stages[0].devices_for(j):
+            ready.add((Action(0, "F", j), device))
+    pending = list(range(len(orders)))
+    while pending:
+        device = pending.pop()
+        order = orders[device]
+        while pointer[device] < len(order) and (order[pointer[device]], device) in ready:
+            action = order[pointer[device]]
+            pointer[device] += 1
+            pending.extend(consequences(device, action))
+    return next(((k, pointer[k]) for k, order in enumerate(orders) if pointer[k] < len(order)),
+                None)

@@ -1,0 +1,258 @@
+"""The planner speed work (issue 23, item 4) changes no plan: the same plans as before it on
+seeded random instances (recorded at commit be5aa23), and the pieces that make it faster are
+exact — a deadlock found without simulating is the simulator's, pruning by the lower bound
+keeps the selection, the banded partition DP covers every stage that fits and finds the
+brute-force optimum."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from benchmarks.planner_cases import fingerprint, random_problem
+
+from dlsched.errors import ConfigError
+from dlsched.hardware.device_graph import server_graph
+from dlsched.pipeline import BASELINES, PipelineProblem, PlanError, Stage, simulate
+from dlsched.pipeline import grid as grid_module
+from dlsched.pipeline.actions import parse_orders
+from dlsched.pipeline.baselines import plan_1f1b
+from dlsched.pipeline.chain import synthetic_chain
+from dlsched.pipeline.grid import grid_points, point_stages
+from dlsched.pipeline.partition import range_costs, sync_dp
+from dlsched.pipeline.plan import PipelinePlan
+from dlsched.pipeline.planner import plan_dlsched
+from dlsched.pipeline.pruning import Candidate, evaluate
+from dlsched.pipeline.schedules import one_f_one_b_orders
+from dlsched.pipeline.simulate import check_plan
+
+BEFORE = json.loads((Path(__file__).parent / "data" / "planner_random_before.json").read_text())
+
+
+@pytest.mark.parametrize("seed", range(0, 40, 3))
+def test_plans_identical_to_before_the_speed_work(seed: int) -> None:
+    """Every planner's plan (stages, orders, TP, recomputation), iteration time (bit for bit),
+    notes and refusal equal the record made before the speed work."""
+    problem = random_problem(seed)
+    record = BEFORE[f"random {seed}"]
+    plans = {}
+    for name, planner in BASELINES.items():
+        try:
+            plans[name] = planner(problem)
+        except ConfigError as error:
+            assert record[name]["error"] == str(error).splitlines()[0], name
+            continue
+        _same(problem, plans[name], record[name])
+    try:
+        ours = plan_dlsched(problem, {n: (lambda _, p=p: p) for n, p in plans.items()})
+    except ConfigError as error:
+        assert record["dlsched"]["error"] == str(error).splitlines()[0]
+        return
+    _same(problem, ours, record["dlsched"])
+
+
+def _same(problem: PipelineProblem, plan: PipelinePlan, recorded: dict) -> None:
+    assert recorded["plan"] == fingerprint(plan), plan.planner
+    assert recorded["iteration_s"] == simulate(problem, plan).iteration_s, plan.planner
+    assert recorded["notes"] == {key: str(value) for key, value in plan.notes.items()}
+
+
+def _two_stage_problem() -> PipelineProblem:
+    chain = synthetic_chain([1.0, 1.0], [2.0, 2.0], [0.0, 0.0])
+    graph = server_graph("two", [(2, 1e12, 2**40, 1e9, 0.0)], 1e9, 0.0)
+    return PipelineProblem(chain, graph, 2)
+
+
+def test_deadlock_found_without_simulating() -> None:
+    """GPU 0 waits for the gradient of microbatch 0 before sending microbatch 1 on, while GPU 1
+    waits for microbatch 1 first: check_plan names the same GPU and action as the simulator."""
+    problem = _two_stage_problem()
+    plan = PipelinePlan("x", (Stage(0, 1, (0,)), Stage(1, 2, (1,))),
+                        parse_orders("gpu0: 0F0 0B0 0F1 0B1\ngpu1: 1F1 1B1 1F0 1B0"), 2)
+    with pytest.raises(PlanError) as simulated:
+        simulate(problem, plan)
+    with pytest.raises(PlanError) as checked:
+        check_plan(problem, plan)
+    assert str(checked.value) == str(simulated.value)
+    assert "gpu0 waits forever on 0B0" in str(checked.value)
+
+
+def test_deadlock_check_agrees_with_the_simulator_on_shuffled_orders() -> None:
+    """Baseline plans of random instances with their per-GPU orders shuffled (F before B/I
+    before W kept per microbatch): refused with the same message, or run, by both."""
+    shuffle, checked = random.Random(0), 0
+    for seed in range(12):
+        problem = random_problem(seed)
+        for planner in BASELINES.values():
+            try:
+                plan = planner(problem)
+            except ConfigError:
+                continue
+            for _ in range(3):
+                shuffled = replace(plan, orders=tuple(_shuffled(order, shuffle)
+                                                      for order in plan.orders))
+                try:
+                    simulate(problem, shuffled)
+                    simulated = ""
+                except PlanError as error:
+                    simulated = str(error)
+                except ConfigError:
+                    continue  # memory: refused before running, by both
+                try:
+                    check_plan(problem, shuffled)
+                    found = ""
+                except PlanError as error:
+                    found = str(error)
+                assert found == simulated
+                checked += 1
+    assert checked > 100
+
+
+def _shuffled(order: tuple, shuffle: random.Random) -> tuple:
+    """The actions of ``order`` in a random order, each microbatch's F, B/I, W kept in turn."""
+    positions = list(order)
+    shuffle.shuffle(positions)
+    rank = {"F": 0, "B": 1, "I": 1, "W": 2}
+    per_microbatch: dict[tuple[int, int], list] = {}
+    for action in sorted(order, key=lambda a: rank[a.kind]):
+        per_microbatch.setdefault((action.stage, action.microbatch), []).append(action)
+    taken = {key: iter(actions) for key, actions in per_microbatch.items()}
+    return tuple(next(taken[(a.stage, a.microbatch)]) for a in positions)
+
+
+@dataclass(frozen=True)
+class _Result:
+    iteration_s: float
+
+
+def test_pruning_keeps_the_selection_and_skips_hopeless_candidates() -> None:
+    """Random times with bounds below them: the first-fastest over the simulated candidates
+    (in their own order) is the first-fastest over all, and the kept groups too; candidates
+    whose bound is above the kept times are never run."""
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        times = rng.choice([1.0, 1.5, 2.0, 3.0, 5.0], size=12)
+        bounds = times * rng.uniform(0.5, 1.0, size=12)
+        groups = rng.integers(0, 4, size=12)
+        for keep in (1, 2):
+            ran: list[int] = []
+            candidates = [Candidate(float(bounds[k]), int(groups[k]),
+                                    lambda k=k, ran=ran, time=float(times[k]):
+                                    ran.append(k) or _Result(time))
+                          for k in range(12)]
+            kept = evaluate(candidates, keep)
+            assert [k for k, _ in kept] == sorted(ran)
+            fastest = {}
+            for k in range(12):
+                fastest.setdefault(int(groups[k]), times[k])
+                fastest[int(groups[k])] = min(fastest[int(groups[k])], times[k])
+            top = sorted(fastest.values())[:keep]
+            for k in range(12):
+                if times[k] <= top[-1]:
+                    assert k in ran  # could be kept, so it was simulated
+            assert all(bounds[k] <= top[-1] * (1 + 1e-6) for k in ran)
+            first = min(range(12), key=lambda k: (times[k], k))
+            assert min(kept, key=lambda item: (item[1].iteration_s, item[0]))[0] == first
+
+
+def test_grid_simulates_only_configurations_that_can_win() -> None:
+    """1F1B's grid on 8 GPUs: the plan is the fastest of simulating every configuration, and
+    fewer configurations are simulated than run (before: all of them)."""
+    chain = synthetic_chain([1e-3] * 8, [2e-3] * 8, [1e7] * 8)
+    graph = server_graph("two", [(4, 1e12, 2**40, 1e11, 1e-6)] * 2, 1e9, 1e-5)
+    problem = PipelineProblem(chain, graph, 8, ("none",))
+    exhaustive = None
+    for point in grid_points(problem):
+        stages = point_stages(problem, point)
+        plan = PipelinePlan("1f1b", stages, one_f_one_b_orders(stages, 8 // point.tp, 8), 8,
+                            {}, point.recompute, point.tp, point.ddp)
+        time = simulate(problem, plan).iteration_s
+        if exhaustive is None or time < exhaustive * (1 - 1e-12):
+            exhaustive = time
+    calls: list[int] = []
+
+    def counted(problem: PipelineProblem, plan: PipelinePlan):
+        calls.append(1)
+        return simulate(problem, plan)
+    original = grid_module.simulate
+    grid_module.simulate = counted
+    try:
+        fresh = replace(problem)
+        plan = plan_1f1b(fresh)
+    finally:
+        grid_module.simulate = original
+    assert simulate(fresh, plan).iteration_s == exhaustive
+    assert 0 < len(calls) < sum(1 for _ in grid_points(problem))
+
+
+def test_banded_costs_cover_every_stage_that_fits() -> None:
+    """With memory for 1 to 3 blocks per GPU, every block range that fits (by hand: 4 x
+    parameter bytes + stash <= usable memory) has finite latency = work / FLOP/s in the band,
+    and no other range is finite."""
+    for room in (1, 2, 3):
+        params = [1e9, 2e9, 1e9, 1e9, 2e9, 1e9]
+        chain = synthetic_chain([1e-3] * 6, [2e-3] * 6, [1e6] * 6, params, [1e8] * 6)
+        capacity = chain.reserve_bytes + (4 * 2e9 * room + 1e8 * room) / (
+            1 - chain.fragmentation)
+        graph = server_graph("g", [(3, 1e12, int(capacity), 1e10, 0.0)], 1e9, 0.0)
+        problem = PipelineProblem(chain, graph, 4, ("none",))
+        costs = range_costs(problem, [0, 1, 2], identical=False)
+        for band in costs.runs.values():
+            finite = {(int(band.starts[k, i1]), i1)
+                      for k, i1 in zip(*np.nonzero(np.isfinite(band.latency)), strict=True)}
+            fits = {(i0, i1) for i0, i1 in itertools.combinations(range(7), 2)
+                    if 4 * sum(params[i0:i1]) + 1e8 * (i1 - i0) <= chain.usable(capacity)}
+            assert finite == fits
+            for i0, i1 in fits:
+                k = int(np.nonzero(band.starts[:, i1] == i0)[0][0])
+                assert band.latency[k, i1] == pytest.approx((i1 - i0) * 3e-3)
+
+
+def test_banded_sync_dp_finds_the_brute_force_optimum() -> None:
+    """On 6 blocks and 3 GPUs with memory for at most 2 blocks per GPU: for every candidate
+    bottleneck, the DP's best partition per number of GPUs used costs what the cheapest of all
+    partitions into GPU runs with every period <= t_max costs."""
+    chain = synthetic_chain([1e-3, 2e-3, 1e-3, 3e-3, 1e-3, 2e-3], [2e-3] * 6, [1e6] * 6,
+                            [1e9] * 6, [1e8] * 6)
+    capacity = chain.reserve_bytes + (4e9 * 2 + 2e8) / (1 - chain.fragmentation)
+    graph = server_graph("g", [(3, 1e12, int(capacity), 1e10, 1e-6)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 4, ("none",))
+    costs = range_costs(problem, [0, 1, 2], identical=False)
+
+    def stage(u0: int, z: int, i0: int, i1: int) -> tuple[float, float]:
+        band = costs.runs[(u0, z)]
+        rows = np.nonzero(band.starts[:, i1] == i0)[0]
+        if not len(rows):
+            return np.inf, np.inf
+        k = int(rows[0])
+        return (band.latency[k, i1] + band.hops[i1] + band.sync[k, i1],
+                band.period[k, i1])
+    periods = sorted({float(p) for band in costs.runs.values()
+                      for p in band.period[np.isfinite(band.latency)]})
+    found = sync_dp(costs, 6, [(t, 1.0) for t in periods])
+    for t_max, partitions in zip(periods, found, strict=True):
+        best: dict[int, float] = {}
+        for cuts in itertools.chain.from_iterable(
+                itertools.combinations(range(1, 6), k) for k in range(3)):
+            bounds = (0, *cuts, 6)
+            for runs in itertools.product((1, 2, 3), repeat=len(bounds) - 1):
+                if sum(runs) > 3:
+                    continue
+                starts = np.cumsum((0, *runs))
+                parts = [stage(int(starts[s]), runs[s], bounds[s], bounds[s + 1])
+                         for s in range(len(runs))]
+                if all(period <= t_max for _, period in parts):
+                    used = sum(runs)
+                    best[used] = min(best.get(used, np.inf), sum(c for c, _ in parts))
+        got = {sum(len(st.devices) for st in stages): sum(
+            stage(u0, len(st.devices), st.first, st.last)[0]
+            for st, u0 in zip(stages, np.cumsum([0] + [len(st.devices) for st in stages]),
+                              strict=False))
+            for stages in partitions}
+        assert got == pytest.approx({used: cost for used, cost in best.items()
+                                     if np.isfinite(cost)})
