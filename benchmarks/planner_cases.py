@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.bench_pipeline import gpt3_like_chain
 from dlsched.errors import ConfigError
 from dlsched.hardware import load_devices
 from dlsched.hardware.device_graph import Device, DeviceGraph, cluster_graph
 from dlsched.models.zoo import get_model
 from dlsched.pipeline import (
     BASELINES,
-    Chain,
     PipelinePlan,
     PipelineProblem,
     chain_from_model,
@@ -36,18 +36,9 @@ from dlsched.pipeline import (
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.planner import plan_dlsched
 
-LAYERS, HIDDEN, SEQUENCE = 96, 12288, 2048
 RANDOM_CASES = 40
 
 
-def gpt3_like_chain() -> Chain:
-    """96 identical GPT-3-175B-like transformer layers, one sequence of 2048 tokens per
-    microbatch, fp16 (2-byte) weights and activations; stash of about 34 x s x h bytes."""
-    forward = 24 * SEQUENCE * HIDDEN**2 + 4 * SEQUENCE**2 * HIDDEN
-    return Chain("gpt3-like-96 (synthetic)", tuple(f"layer{i}" for i in range(LAYERS)),
-                 np.full(LAYERS, float(forward)), np.full(LAYERS, 2.0 * forward),
-                 np.full(LAYERS, 2.0 * SEQUENCE * HIDDEN), np.full(LAYERS, 24.0 * HIDDEN**2),
-                 np.full(LAYERS, 34.0 * SEQUENCE * HIDDEN), 0.5, samples=1)
 
 
 def bench_problems() -> dict[str, PipelineProblem]:

@@ -11,12 +11,11 @@ from dlsched.dataparallel.authors_times import AUTHORS_FORWARD, ParamsProportion
 from dlsched.dataparallel.network_spec import parse_network
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.policies.bytescheduler import (
-    DEFAULT_PARTITION,
     bytescheduler_plan,
     bytescheduler_schedule,
 )
 from dlsched.dataparallel.simulate import iteration_time
-from dlsched.dataparallel.tuning import ONE_IN_FLIGHT, credit_bytes
+from dlsched.dataparallel.tuning import DEFAULT_PARTITION, ONE_IN_FLIGHT, credit_bytes
 from dlsched.errors import ConfigError
 from dlsched.models import ComputeModel, get_model
 

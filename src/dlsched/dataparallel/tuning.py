@@ -24,6 +24,10 @@ MiB = 2**20
 SIZES = tuple(2**k * MiB for k in range(7))  # 1, 2, 4, ..., 64 MiB
 ONE_IN_FLIGHT = 0  # the credit multiple meaning "one message at a time"
 CREDITS = (ONE_IN_FLIGHT, 2, 4, 8)  # ByteScheduler's and US-Byte's credit, in partitions
+# ByteScheduler's shipped knobs (US-Byte runs on its core with the same): BYTESCHEDULER_PARTITION
+# 1,000,000 fp32 elements, BYTESCHEDULER_CREDIT 4,000,000 elements = 4 partitions
+DEFAULT_PARTITION = 1_000_000 * 4  # bytes
+DEFAULT_CREDIT_MULTIPLE = 4
 CYCLES = (1e-3, 2.5e-3, 5e-3, 10e-3)  # Horovod's cycle time, seconds
 
 

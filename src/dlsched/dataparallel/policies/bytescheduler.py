@@ -28,16 +28,14 @@ from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.tuning import (
     CREDITS,
+    DEFAULT_CREDIT_MULTIPLE,
+    DEFAULT_PARTITION,
     SIZES,
     credit_bytes,
     credit_text,
     grid_search,
     size_text,
 )
-
-ELEMENT = 4  # bytes per fp32 element; ByteScheduler's knobs are in elements
-DEFAULT_PARTITION = 1_000_000 * ELEMENT  # BYTESCHEDULER_PARTITION default: 1,000,000 elements
-DEFAULT_CREDIT_MULTIPLE = 4  # BYTESCHEDULER_CREDIT default 4,000,000 elements = 4 partitions
 
 
 def partitions(problem: DPProblem, layer: int, size: int) -> list[Block]:

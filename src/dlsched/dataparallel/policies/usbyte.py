@@ -31,6 +31,8 @@ from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.simulate import iteration_time
 from dlsched.dataparallel.tuning import (
     CREDITS,
+    DEFAULT_CREDIT_MULTIPLE,
+    DEFAULT_PARTITION,
     SIZES,
     credit_bytes,
     credit_text,
@@ -38,8 +40,7 @@ from dlsched.dataparallel.tuning import (
     size_text,
 )
 
-UNIT_BYTES = 1_000_000 * 4  # S_p: BYTESCHEDULER_PARTITION's default, 1,000,000 fp32 elements
-DEFAULT_CREDIT_MULTIPLE = 4  # BYTESCHEDULER_CREDIT's default: 4,000,000 elements
+UNIT_BYTES = DEFAULT_PARTITION  # S_p: US-Byte's unit is ByteScheduler's default partition
 
 
 def _units_to_reach(problem: DPProblem, gap: float, unit: int, rest: int) -> int:
