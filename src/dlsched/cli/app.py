@@ -1,8 +1,8 @@
 """The ``dlsched`` command: a thin layer that parses arguments and calls the library.
 
 Each domain adds its commands from its own module (``cli/<domain>.py``) through a
-``register(app, reproduce)`` function, so the domains stay independent. The domains are
-imported when a command runs (``commands()``), not for ``dlsched --version``.
+``register(app, reproduce)`` function, so the domains stay independent. A domain is imported
+when one of its commands runs (``cli/lazy.py``), not for ``dlsched --help`` or ``--version``.
 
 Exit codes: 0 done; 2 bad input (``ConfigError``, ``UnitError``, the parser's usage errors);
 1 a run that could not finish (``RunFailure``: a rank died or hung) or a bug in dlsched (any
@@ -12,6 +12,7 @@ other exception: one line saying so; ``--debug`` shows the traceback).
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from typing import Annotated
 
 import typer
@@ -19,37 +20,76 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlsched import __version__
+from dlsched.cli.lazy import Entry, LazyGroup, register
 from dlsched.errors import ConfigError, RunFailure
 from dlsched.units import UnitError
 
+COMMANDS = {
+    "collective": Entry(("collective",), "Simulate one chunked collective under one or more "
+                        "policies and compare them."),
+    "topologies": Entry(("collective",), "List the bundled topology presets (bandwidth per NPU, "
+                        "latency per step)."),
+    "dataparallel": Entry(("dataparallel",), "Schedule one data-parallel iteration's gradient "
+                          "all-reduces under each policy."),
+    "profile": Entry(("runtime",), "Profile a torch module: per-parameter forward/backward "
+                     "seconds and gradient sizes, in\nthe format ``dlsched dataparallel "
+                     "--profile`` reads."),
+    "calibrate": Entry(("runtime",), "Time all-reduces across spawned ranks and fit alpha-beta, "
+                       "ring and piecewise models;\nwrite the network file ``dlsched "
+                       "dataparallel --network`` reads."),
+    "reproduce": Entry(()),
+    "compute": Entry(("compute",), "Predicted compute time and MFU of a zoo model on a GPU."),
+    "pipeline": Entry(("pipeline",), "Synchronous pipeline planning (partition, mapping, "
+                      "schedule)."),
+    "train": Entry(("runtime", "training"), "Simulate training iterations (see the options); "
+                   "`train dataparallel` is the deprecated spelling of `run dataparallel`."),
+    "run": Entry(("pipeline", "runtime"), "Execute plans on spawned torch.distributed ranks and "
+                 "compare measured with predicted times."),
+    "sweep": Entry(("sweep",), "Design-space sweeps: run a grid file (dlsched sweep GRID.yaml), "
+                   "then export, summarize or plot the results file."),
+}
+"""Every top-level command in ``--help`` order: the modules that add it and its help's first
+paragraph (``tests/cli/test_lazy_commands.py`` checks both against the commands)."""
+REPRODUCTIONS = {"themis": Entry(("collective",)), "megatron": Entry(("compute",)),
+                 "usbyte": Entry(("dataparallel",)), "pipeline": Entry(("pipeline",)),
+                 "themis-training": Entry(("training",))}
+"""``dlsched reproduce`` commands: their modules (``reproduce --help`` imports all five)."""
+
+
+class _Commands(LazyGroup):
+    entries = COMMANDS
+
+    def source(self) -> typer.Typer:
+        return app
+
+    def load(self, modules: Iterable[str]) -> None:
+        register(modules, app, reproduce)
+
+
+class _Reproductions(_Commands):
+    entries = REPRODUCTIONS
+
+    def source(self) -> typer.Typer:
+        return reproduce
+
+
 app = typer.Typer(
+    cls=_Commands,
     help="Plan and simulate distributed deep-learning training schedules.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-reproduce = typer.Typer(help="Reproduce the published papers' tables.", no_args_is_help=True)
+reproduce = typer.Typer(cls=_Reproductions, help="Reproduce the published papers' tables.",
+                        no_args_is_help=True)
 app.add_typer(reproduce, name="reproduce")
-
-_REGISTERED = [False]
 
 
 def commands() -> typer.Typer:
-    """The app with every domain's commands, imported and registered on the first call."""
-    if not _REGISTERED[0]:
-        from dlsched.cli import (
-            collective,
-            compute,
-            dataparallel,
-            pipeline,
-            runtime,
-            sweep,
-            training,
-        )
-
-        for domain in (collective, compute, dataparallel, pipeline, runtime, training, sweep):
-            domain.register(app, reproduce)
-        _REGISTERED[0] = True
+    """The app with every domain's commands imported and registered (the CLI itself imports a
+    domain when one of its commands runs)."""
+    register(("collective", "compute", "dataparallel", "pipeline", "runtime", "training",
+              "sweep"), app, reproduce)
     return app
 
 
@@ -88,8 +128,6 @@ def main() -> None:
     failed run or a bug (see the module docstring)."""
     DEBUG[0] = False
     try:
-        if sys.argv[1:] != ["--version"]:
-            commands()
         app(standalone_mode=False)
     except (ConfigError, UnitError) as error:
         _fail(str(error))
