@@ -1,13 +1,15 @@
 """Pipeline runtime: predicted vs measured iteration time of pipeline plans executed by
 torch.distributed.pipelining on CPU gloo ranks (dlsched's plan, GPipe, 1F1B, interleaved 1F1B,
-ZB-H1; 2 and 4 ranks; our GPT-style ``gpt-small``).
+ZB-H1; 2 and 4 ranks by default, ``--ranks 2 4 8`` on a machine with the cores; our
+GPT-style ``gpt-small``).
 
-Run: ``python -m benchmarks.bench_pipeline_runtime`` (rewrites its section of BENCHMARKS.md;
-about 5 minutes on 2 cores). Needs torch.
+Run: ``python -m benchmarks.bench_pipeline_runtime [--ranks R ...]`` (rewrites its section of
+BENCHMARKS.md; about 5 minutes on 2 cores). Needs torch.
 """
 
 from __future__ import annotations
 
+import argparse
 from collections import defaultdict
 from dataclasses import replace
 
@@ -33,6 +35,7 @@ from dlsched.runtime.spawn import SpawnOptions
 MODEL, MICROBATCH_SIZE, MICROBATCHES = "gpt-small", 8, 8
 PLANNERS = ("dlsched", "gpipe", "1f1b", "interleaved", "zb-h1")
 RANKS = (2, 4)
+"""Default numbers of ranks."""
 ITERATIONS, WARMUP = 5, 1
 MEMORY = 16 * 2**30
 OPTIONS = SpawnOptions(timeout_s=300, deadline_s=1800, grace_s=10)
@@ -93,8 +96,16 @@ def measured_rank(results: list[PipelineResult], runs: list[PipelineRun]) -> str
             f"{(times['dlsched'] / times[fastest] - 1) * 100:+.1f}%)")
 
 
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", type=int, nargs="+", default=list(RANKS),
+                        choices=range(2, 11), help="numbers of ranks (2..10, the blocks)")
+    return parser.parse_args()
+
+
 def main() -> None:
     """Profile, calibrate, plan, run and write the table."""
+    ranks_list = _arguments().ranks
     torch.set_num_threads(1)
     before = host_facts()
     cores = before["usable_cores"]
@@ -103,7 +114,7 @@ def main() -> None:
     latency, bandwidth, _ = calibrate_link()
     overhead = calibrate_action_overhead(MODEL, MICROBATCH_SIZE, MICROBATCHES)
     rows, notes = [], []
-    for ranks in RANKS:
+    for ranks in ranks_list:
         graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY,
                                                        overhead_s=overhead), "benchmark")
         problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
@@ -134,7 +145,9 @@ def main() -> None:
         f"calibrated by gloo ping-pong between two ranks: latency {latency * 1e6:.0f} us, "
         f"bandwidth {bandwidth / 1e9:.2f} GB/s (loopback TCP; a nominal bandwidth would mean "
         "nothing here), and whose overhead per compute action is calibrated by one rank "
-        f"running the whole model as one GPipe stage: {overhead * 1e3:.2f} ms. Every planner "
+        "running the whole model as one GPipe stage (fastest of 36 rounds of two iterations "
+        "against the fastest profile of its blocks, three parts agreeing within 25% or 0.2 "
+        f"ms): {overhead * 1e3:.2f} ms. Every planner "
         "is kept to one GPU per stage "
         "(`--for-torch`: torch runs one rank per stage; the grid baselines search PP with "
         "DP = 1); error = predicted / measured - 1. "

@@ -52,6 +52,8 @@ def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
     link.add_argument("--loopback", action="store_true", help="loopback, no emulation")
     parser.add_argument("--model", nargs="+", choices=tuple(MODELS), default=list(MODELS))
     parser.add_argument("--runs", type=int, default=3, help="runs of the setting (1..10)")
+    parser.add_argument("--append", action="store_true",
+                        help="add the runs to the setting's stored runs of the same method")
     args = parser.parse_args(argv)
     if not 2 <= args.ranks <= 64 or not 1 <= args.runs <= 10:
         parser.error(f"--ranks {args.ranks} must be in 2..64 and --runs {args.runs} in 1..10")
@@ -109,15 +111,27 @@ def _commit() -> str:
     return result.stdout.strip() or "unknown"
 
 
-def run_protocol(ranks: int, rate: int | None, models: list[str], runs: int) -> Path:
-    """Run the setting ``runs`` times and store every run; the stored file's path."""
+def _stored(store: Path, append: bool) -> dict[str, Any] | None:
+    """The setting's stored record to add runs to: with ``append``, the stored one when its
+    method is the current one, else None (a new record)."""
+    if not append or not store.exists():
+        return None
+    record = json.loads(store.read_text())
+    return record if record["method"] == METHOD else None
+
+
+def run_protocol(ranks: int, rate: int | None, models: list[str], runs: int,
+                 append: bool = False) -> Path:
+    """Run the setting ``runs`` times, storing the record after every run (a run cut short
+    loses only itself); with ``append`` the runs are added to the stored runs of the same
+    method. The stored file's path."""
     FOLDER.mkdir(parents=True, exist_ok=True)
     store = FOLDER / f"validate-{setting_name(ranks, rate)}-{'-'.join(models)}.json"
-    record = {"ranks": ranks, "rate": rate, "models": models, "method": METHOD,
-              "commit": _commit(), "held_out": (ranks, rate) not in DEVELOPED_ON,
-              "started": time.strftime("%Y-%m-%d %H:%M"), "host_before": host_facts(),
-              "runs": []}
-    for index in range(runs):
+    record = _stored(store, append) or {
+        "ranks": ranks, "rate": rate, "models": models, "method": METHOD,
+        "commit": _commit(), "held_out": (ranks, rate) not in DEVELOPED_ON,
+        "started": time.strftime("%Y-%m-%d %H:%M"), "host_before": host_facts(), "runs": []}
+    for _ in range(runs):
         start = time.perf_counter()
         facts = host_facts()
         try:
@@ -126,18 +140,18 @@ def run_protocol(ranks: int, rate: int | None, models: list[str], runs: int) -> 
             refused = None
         except ConfigError as error:
             rows, refused = [], str(error)
-        record["runs"].append({"run": index + 1, "date": time.strftime("%Y-%m-%d %H:%M"),
-                               "seconds": time.perf_counter() - start, "host": facts,
-                               "refused": refused,
+        number = len(record["runs"]) + 1
+        record["runs"].append({"run": number, "date": time.strftime("%Y-%m-%d %H:%M"),
+                               "commit": _commit(), "seconds": time.perf_counter() - start,
+                               "host": facts, "refused": refused,
                                "rows": [{k: v for k, v in row.items()
                                          if k not in ("profile", "fits", "compute_slowdown")}
                                         for row in rows]})
-        print(f"run {index + 1}/{runs}: " + (f"refused: {refused}" if refused else "done"),
-              file=sys.stderr)
-    record["host_after"] = host_facts()
-    record["summary"] = summarize(record["runs"])
-    store.write_text(json.dumps(record, indent=1))
-    print(f"wrote {store}", file=sys.stderr)
+        record["host_after"] = host_facts()
+        record["summary"] = summarize(record["runs"])
+        store.write_text(json.dumps(record, indent=1))
+        print(f"run {number}: " + (f"refused: {refused}" if refused else "done")
+              + f"; wrote {store}", file=sys.stderr)
     return store
 
 
@@ -196,7 +210,8 @@ def write_table() -> None:
 def main(argv: list[str] | None = None) -> None:
     """Run the protocol for one setting and rewrite the section."""
     args = _arguments(argv)
-    run_protocol(args.ranks, None if args.loopback else args.rate, args.model, args.runs)
+    run_protocol(args.ranks, None if args.loopback else args.rate, args.model, args.runs,
+                 args.append)
     write_table()
 
 

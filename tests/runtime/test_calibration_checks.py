@@ -149,21 +149,25 @@ def pipeline_calibrate() -> types.ModuleType:
 
 
 def test_overhead_by_hand(pipeline_calibrate) -> None:
-    """8 microbatches of 10 ms compute, iterations 100, 101 and 99 ms: (100 - 80) / 16 =
-    1.25 ms per action (median), rounds 1.25, 1.3125, 1.1875 ms, quartiles 1.21875 and
-    1.28125 ms (spread 0.0625 ms), mean action 5 ms: plausible."""
+    """8 microbatches (16 actions), six rounds of (fastest iteration, compute): fastest
+    iteration 99 ms, fastest compute 10 ms: (99 - 80) / 16 = 1.1875 ms per action. Parts
+    (rounds 0+3, 1+4, 2+5): (99 - 80) / 16, (103 - 81.6) / 16, (101 - 83.2) / 16 = 1.1875,
+    1.3375, 1.1125 ms, spread 0.225 ms (under 25% of 1.1875 = 0.297 ms); mean action = median
+    compute 10.3 ms / 2: plausible."""
     calibration = pipeline_calibrate.overhead_of(
-        [(0.100, 0.010), (0.101, 0.010), (0.099, 0.010)], 8)
-    assert calibration.overhead_s == pytest.approx(1.25e-3)
-    assert calibration.spread_s == pytest.approx(0.0625e-3)
-    assert calibration.action_s == pytest.approx(5e-3)
+        [(0.100, 0.010), (0.104, 0.0105), (0.101, 0.011), (0.099, 0.0101), (0.103, 0.0102),
+         (0.102, 0.0104)], 8)
+    assert calibration.overhead_s == pytest.approx(1.1875e-3)
+    assert calibration.parts_s == pytest.approx((1.1875e-3, 1.3375e-3, 1.1125e-3))
+    assert calibration.spread_s == pytest.approx(0.225e-3)
+    assert calibration.action_s == pytest.approx(5.15e-3)
     assert pipeline_calibrate.implausible_overhead(calibration) is None
 
 
 def test_implausible_overheads_are_refused(pipeline_calibrate) -> None:
     """An overhead larger than the action (iteration 400 ms: 20 ms per 5 ms action), a run
-    faster than its blocks (70 ms: -0.625 ms), rounds spread 2 ms around 1.25 ms; rounds
-    0 and 0.1 ms apart pass (within the 0.2 ms tolerance)."""
+    faster than its blocks (70 ms: -0.625 ms), parts at 1.25, 3.25 and 2.25 ms (spread 2 ms
+    around 1.25 ms); parts 0, 0.1 and 0.05 ms apart pass (within the 0.2 ms tolerance)."""
     def reason(samples: list[tuple[float, float]]) -> str | None:
         return pipeline_calibrate.implausible_overhead(
             pipeline_calibrate.overhead_of(samples, 8))
@@ -171,10 +175,13 @@ def test_implausible_overheads_are_refused(pipeline_calibrate) -> None:
     assert reason([(0.400, 0.010)] * 3) == (
         "overhead 20.00 ms per action is larger than the mean action itself (5.00 ms)")
     assert "negative" in reason([(0.070, 0.010)] * 3)
-    spread_rounds = [(0.100, 0.010), (0.068, 0.010), (0.132, 0.010)]
+    spread_rounds = [(0.100, 0.010), (0.132, 0.010), (0.116, 0.010)]
     assert pipeline_calibrate.overhead_of(spread_rounds, 8).spread_s == pytest.approx(2e-3)
-    assert "spread 2.00 ms around 1.25 ms" in reason(spread_rounds)
-    assert reason([(0.080, 0.010), (0.0816, 0.010)]) is None
+    assert "overhead 1.25 ms per action, but its 3 parts give 1.25, 3.25, 2.25 ms (spread " \
+        "2.00 ms" in reason(spread_rounds)
+    assert reason([(0.080, 0.010), (0.0816, 0.010), (0.0808, 0.010)]) is None
+    with pytest.raises(ConfigError, match="at least 3 rounds"):
+        pipeline_calibrate.overhead_of([(0.1, 0.01)] * 2, 8)
 
 
 def test_overhead_measured_again_then_refused(pipeline_calibrate,

@@ -184,7 +184,7 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
         calibration = measure_action_overhead(MODEL, MICROBATCH_SIZE, MICROBATCHES, rounds=3,
                                               repeats=1)
         overhead = max(0.0, calibration.overhead_s)
-        assert overhead < calibration.action_s and len(calibration.rounds_s) == 3
+        assert overhead < calibration.action_s and len(calibration.parts_s) == 3
     except ConfigError as error:
         assert str(error).startswith("overhead calibration: refused after 3 measurements")
         overhead = 1e-3
@@ -205,6 +205,31 @@ def test_cli_run_refuses_a_plan_for_another_model(run_cli, tmp_path) -> None:
     code, _, err = run_cli("run", "pipeline", str(tmp_path / "plan.json"), "--model",
                            "gpt-small")
     assert code == 2 and "has 10 blocks" in err
+
+
+def test_cli_run_does_not_predict_more_ranks_than_cores(run_cli, tmp_path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a machine with fewer usable cores than the plan's ranks, ``run pipeline`` measures
+    but prints no prediction and no error (the simulator's devices run in parallel), and
+    says why."""
+    import json
+
+    from dlsched.pipeline.plan_file import save_plan
+    from dlsched.runtime import spawn as spawn_module
+
+    save_plan(saved_for_model(_plans()[0], load_model(MODEL), MICROBATCH_SIZE, NAMES, 1.0),
+              tmp_path / "plan.json")
+    monkeypatch.setattr(spawn_module, "usable_cores", lambda: 1)
+    code, out, err = run_cli("run", "pipeline", str(tmp_path / "plan.json"), "--iterations",
+                             "1", "--warmup", "0", "--json")
+    assert code == 0, err
+    row = json.loads(out)["rows"][0]
+    assert row["ranks"] == 2 and row["predicted_s"] is None and row["error"] is None
+    assert row["measured_median_s"] > 0
+    code, out, err = run_cli("run", "pipeline", str(tmp_path / "plan.json"), "--iterations",
+                             "1", "--warmup", "0")
+    assert code == 0, err
+    assert "2 ranks share 1 usable cores: no prediction" in " ".join(out.split())
 
 
 def test_cli_export_then_run_writes_trace_and_plot(run_cli, tmp_path) -> None:

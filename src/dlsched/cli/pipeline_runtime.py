@@ -219,20 +219,21 @@ def run(
         if schedule.stage_blocks != to_torch(saved.plan).stage_blocks:
             raise ConfigError(f"torch-csv: {torch_csv} cuts the blocks differently from {plan}")
     edited = schedule is not None and to_plan(schedule) != saved.plan
-    predicted = None if edited else saved.predicted_iteration_s
     _torch()
     from dlsched.runtime.pipeline_run import check_torch_schedule, run_pipeline
+    from dlsched.runtime.spawn import SpawnOptions, usable_cores
 
+    ranks = (schedule or to_torch(saved.plan)).world_size
+    shared = ranks > usable_cores()
+    predicted = None if edited or shared else saved.predicted_iteration_s
     check_torch_schedule(schedule or to_torch(saved.plan), str(torch_csv or plan))
-    from dlsched.runtime.spawn import SpawnOptions
 
     options = SpawnOptions(timeout_s=timeout, deadline_s=deadline)
     with activity(f"running {warmup + iterations} iterations on torch ranks", json_out):
         result = run_pipeline(saved, model or saved.model, iterations, warmup, seed,
                               schedule=schedule, options=options)
     measured = result.median_iteration_s
-    rows = [{"planner": saved.plan.planner, "ranks": (schedule or to_torch(saved.plan))
-             .world_size, "predicted_s": predicted,
+    rows = [{"planner": saved.plan.planner, "ranks": ranks, "predicted_s": predicted,
              "measured_median_s": measured, "measured_min_s": min(result.iteration_s),
              "measured_max_s": max(result.iteration_s),
              "error": None if predicted is None else predicted / measured - 1.0,
@@ -255,6 +256,9 @@ def run(
     if edited:
         console.print(f"{torch_csv} differs from the plan's orders: no prediction for it "
                       "(the plan file's prediction is for its own orders)")
+    if shared:
+        console.print(f"{ranks} ranks share {usable_cores()} usable cores: no prediction (the "
+                      "plan's devices run in parallel; ranks waiting for a core do not)")
 
 
 def register(pipeline_app: typer.Typer) -> None:

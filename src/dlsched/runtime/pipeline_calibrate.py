@@ -18,15 +18,20 @@ backward of its microbatches, per action, is each device's ``overhead``. Without
 would favour plans with many small actions (interleaving: 4x the actions of 1F1B) that the
 runtime makes slow.
 
-The overhead is the difference of two large times, so both are taken in the same process,
-warm and interleaved (``_overhead_rank``): a first round not counted (the process's first
-autograd passes and allocations), then per round the one-stage GPipe iteration and the blocks'
-profile right after it; the overhead is the median over rounds. Taken apart (the profile in
-the command's own fresh process, the run in a spawned one, minutes apart) the two drifted by
-hundreds of milliseconds on a 16-core machine: 21.78, 13.83 and 0.00 ms on three runs, the
-last a negative difference clamped to 0. A median that is implausible (``implausible_overhead``:
-larger than the mean action itself, below zero beyond the tolerance, or rounds spread over
-25%) is measured again, then refused.
+The overhead is the difference of two large times, and on CPU both are noisy: on an idle
+16-core machine consecutive one-stage iterations of `gpt-small` ranged 100-204 ms, so a
+median-based difference moved by more than 1 ms per action from one calibration to the next
+(0.00, 13.83 and 21.78 ms on three runs before both were taken in one process; rounds spread
+0.8-1.6 ms around 0.8-1.2 ms after). Noise only ever adds time, so the overhead is the
+difference of the *fastest* of many samples of each, taken in the same warm process and
+interleaved (``_overhead_rank``): a first round not counted (the process's first autograd
+passes and allocations), then per round two one-stage GPipe iterations and right after them
+one profile of every block; the overhead is (fastest iteration - microbatches x fastest
+compute) / actions. Its reproducibility is checked on the same data: the rounds are split
+into three interleaved thirds, each gives its own estimate, and an estimate whose thirds
+disagree by more than 25% (or 0.2 ms) is measured again, then refused
+(``implausible_overhead``, which also refuses an overhead larger than the mean action itself
+or below zero beyond the tolerance).
 """
 
 from __future__ import annotations
@@ -87,19 +92,22 @@ def calibrate_link(sizes: tuple[int, ...] = SIZES, repeats: int = 20,
 
 
 SPREAD_LIMIT = 0.25
-"""Largest interquartile range of the rounds' overheads, relative to their median."""
+"""Largest disagreement between the three thirds' estimates, relative to the overhead."""
 TOLERANCE_S = 0.2e-3
 """Absolute tolerance of the overhead (seconds): spreads and negative medians within it pass."""
+PARTS = 3
+"""Interleaved parts the rounds are split into to check the estimate's reproducibility."""
 
 
 @dataclass(frozen=True)
 class OverheadCalibration:
-    """The runtime's overhead per compute action (``overhead_s``, seconds, the median of
-    ``rounds_s``), the rounds' spread (interquartile range, seconds), the mean compute action
-    of the one-stage run (``action_s``), and the reasons earlier measurements were rejected."""
+    """The runtime's overhead per compute action (``overhead_s``, seconds, from every round),
+    the same estimate on each of the ``PARTS`` interleaved parts of the rounds (``parts_s``)
+    and their spread (largest - smallest, seconds), the mean compute action of the one-stage
+    run (``action_s``), and the reasons earlier measurements were rejected."""
 
     overhead_s: float
-    rounds_s: tuple[float, ...]
+    parts_s: tuple[float, ...]
     spread_s: float
     action_s: float
     rejected: tuple[str, ...] = ()
@@ -107,43 +115,48 @@ class OverheadCalibration:
 
 def _overhead_rank(rank: int, world_size: int, job: RunJob, rounds: int,
                    repeats: int) -> list[tuple[float, float]]:
-    """On one rank: 1 + ``rounds`` rounds, the first not counted, each the median one-stage
-    iteration of ``job`` and right after it the summed forward + backward of every block on
-    one microbatch (``profile_blocks``, median of ``repeats``), seconds; both wall time of the
-    same clock. (Thread CPU time for the iteration against the profile's wall-time medians
-    was tried at load 8 on 2 cores: -5.8, -14.5 and -19.2 ms per action, every run refused;
-    on a machine that busy neither clock gives a usable difference.)"""
+    """On one rank: 1 + ``rounds`` rounds, the first not counted, each (the fastest of
+    ``job.iterations`` one-stage iterations of ``job``, the summed forward + backward of every
+    block on one microbatch measured right after, median of ``repeats``), seconds of the same
+    wall clock."""
     model = load_model(job.model, job.seed)
     samples = []
     for _ in range(rounds + 1):
         steps = run_schedule(rank, job, job.schedules[0])["steps"]
-        iteration = statistics.median(step["end"] - step["start"] for step in steps)
-        profiles = profile_blocks(model, job.microbatch_size, repeats, warmup=1)
-        samples.append((iteration, sum(p.forward_s + p.backward_s for p in profiles)))
+        fastest = min(step["end"] - step["start"] for step in steps)
+        profiles = profile_blocks(model, job.microbatch_size, repeats, warmup=0)
+        samples.append((fastest, sum(p.forward_s + p.backward_s for p in profiles)))
     return samples[1:]
+
+
+def _fastest_difference(samples: list[tuple[float, float]], microbatches: int) -> float:
+    """(fastest iteration - ``microbatches`` x fastest compute) / (2 x ``microbatches``)."""
+    iteration = min(sample[0] for sample in samples)
+    compute = min(sample[1] for sample in samples)
+    return (iteration - microbatches * compute) / (2 * microbatches)
 
 
 def overhead_of(samples: list[tuple[float, float]], microbatches: int,
                 rejected: tuple[str, ...] = ()) -> OverheadCalibration:
-    """The calibration of rounds ``samples`` ((iteration s, forward + backward s of one
-    microbatch)) of a one-stage GPipe run over ``microbatches``: per round (iteration -
-    microbatches x compute) / (2 x microbatches actions), the median over rounds."""
-    if not samples or microbatches < 1:
-        raise ConfigError(f"overhead: need rounds and microbatches >= 1 (got {len(samples)}, "
-                          f"{microbatches})")
-    rounds = tuple((iteration - microbatches * compute) / (2 * microbatches)
-                   for iteration, compute in samples)
-    low, _, high = (statistics.quantiles(rounds, n=4, method="inclusive") if len(rounds) > 1
-                    else (rounds[0],) * 3)
+    """The calibration of rounds ``samples`` ((fastest iteration s, forward + backward s of
+    one microbatch)) of a one-stage GPipe run over ``microbatches`` (2 x ``microbatches``
+    actions): the fastest-sample difference on all rounds, and on each of the ``PARTS``
+    interleaved parts (rounds i, i + PARTS, ...) for the spread."""
+    if len(samples) < PARTS or microbatches < 1:
+        raise ConfigError(f"overhead: need at least {PARTS} rounds and microbatches >= 1 "
+                          f"(got {len(samples)}, {microbatches})")
+    parts = tuple(_fastest_difference(samples[part::PARTS], microbatches)
+                  for part in range(PARTS))
     action = statistics.median(compute for _, compute in samples) / 2
-    return OverheadCalibration(statistics.median(rounds), rounds, high - low, action, rejected)
+    return OverheadCalibration(_fastest_difference(samples, microbatches), parts,
+                               max(parts) - min(parts), action, rejected)
 
 
 def implausible_overhead(calibration: OverheadCalibration) -> str | None:
     """Why the calibration cannot be used (one line), or None: an overhead larger than the
-    mean compute action it is added to, a median below -``TOLERANCE_S`` (the runtime faster
-    than its own blocks: the profile is off), or rounds whose interquartile range is over
-    ``SPREAD_LIMIT`` of the median and over ``TOLERANCE_S``."""
+    mean compute action it is added to, below -``TOLERANCE_S`` (the runtime faster than its
+    own blocks: the profile is off), or parts that disagree by more than ``SPREAD_LIMIT`` of
+    the overhead and more than ``TOLERANCE_S``."""
     overhead, action = calibration.overhead_s, calibration.action_s
     if overhead > action:
         return (f"overhead {overhead * 1e3:.2f} ms per action is larger than the mean action "
@@ -152,30 +165,34 @@ def implausible_overhead(calibration: OverheadCalibration) -> str | None:
         return (f"overhead {overhead * 1e3:.2f} ms per action is negative: the run was faster "
                 "than its profiled blocks")
     if calibration.spread_s > max(SPREAD_LIMIT * abs(overhead), TOLERANCE_S):
-        return (f"overhead rounds spread {calibration.spread_s * 1e3:.2f} ms around "
-                f"{overhead * 1e3:.2f} ms (limit {SPREAD_LIMIT:.0%} or "
-                f"{TOLERANCE_S * 1e3:.1f} ms; the machine is too busy to calibrate)")
+        parts = ", ".join(f"{part * 1e3:.2f}" for part in calibration.parts_s)
+        return (f"overhead {overhead * 1e3:.2f} ms per action, but its {PARTS} parts give "
+                f"{parts} ms (spread {calibration.spread_s * 1e3:.2f} ms; limit "
+                f"{SPREAD_LIMIT:.0%} or {TOLERANCE_S * 1e3:.1f} ms; the machine is too busy "
+                "to calibrate)")
     return None
 
 
 def measure_action_overhead(model: str, microbatch_size: int, microbatches: int = 8,
-                            rounds: int = 5, repeats: int = 3, attempts: int = 3,
+                            rounds: int = 36, repeats: int = 1, attempts: int = 3,
                             options: SpawnOptions | None = None) -> OverheadCalibration:
     """The runtime's overhead per compute action (see the module docstring): one rank, the
     whole ``model`` as one stage, GPipe over ``microbatches`` microbatches of
-    ``microbatch_size`` samples, ``rounds`` rounds (each 3 iterations after 1 and the blocks
-    profiled with ``repeats``) in one process; measured again up to ``attempts`` times while
+    ``microbatch_size`` samples, ``rounds`` rounds (each 2 iterations and the blocks profiled
+    with ``repeats``) in one process; measured again up to ``attempts`` times while
     ``implausible_overhead``, then ConfigError with the reason."""
-    if not 1 <= microbatches <= 1000 or not 1 <= rounds <= 100 or not 1 <= attempts <= 10:
-        raise ConfigError(f"microbatches: {microbatches} (1..1000), rounds: {rounds} (1..100) "
-                          f"and attempts: {attempts} (1..10) are out of range")
+    if (not 1 <= microbatches <= 1000 or not PARTS <= rounds <= 1000
+            or not 1 <= attempts <= 10):
+        raise ConfigError(f"microbatches: {microbatches} (1..1000), rounds: {rounds} "
+                          f"({PARTS}..1000) and attempts: {attempts} (1..10) are out of range")
     built = load_model(model)
     stages = (Stage(0, len(built.block_names), (0,)),)
     plan = PipelinePlan("calibration", stages, gpipe_orders(stages, 1, microbatches),
                         microbatches)
     saved = saved_for_model(plan, built, microbatch_size, ("rank0",))
     check_model(saved, built)
-    job = RunJob(model, 0, microbatch_size, (to_torch(plan),), ("rank0",), iterations=3)
+    job = RunJob(model, 0, microbatch_size, (to_torch(plan),), ("rank0",), iterations=2,
+                 warmup=0)
     rejected: list[str] = []
     for _ in range(attempts):
         samples = spawn(_overhead_rank, 1, (job, rounds, repeats),

@@ -78,6 +78,13 @@ class SpawnOptions:
                               "nccl")
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity; the core count where there is none)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def spawn(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (),
           options: SpawnOptions | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` ranks; their results by rank."""
