@@ -82,8 +82,10 @@ def _comm(rng: np.random.Generator):
     if kind == 2:
         return Piecewise((Segment(float(rng.uniform(1e5, 1e7)), 1e-5, 2e-9),
                           Segment(math.inf, idle.alpha, idle.beta)))
-    loaded = AlphaBeta(idle.alpha * float(rng.uniform(1, 3)), idle.beta * float(rng.uniform(1, 3)))
-    stream = AlphaBeta(idle.alpha * float(rng.uniform(0.6, 2)), idle.beta * float(rng.uniform(0.6, 2)))
+    loaded = AlphaBeta(idle.alpha * float(rng.uniform(1, 3)),
+                       idle.beta * float(rng.uniform(1, 3)))
+    stream = AlphaBeta(idle.alpha * float(rng.uniform(0.6, 2)),
+                       idle.beta * float(rng.uniform(0.6, 2)))
     compute = ((1e3, float(rng.uniform(1, 1.5))), (1e8, float(rng.uniform(1, 2))))
     return TwoState(idle, loaded, compute=compute, stream=stream if rng.integers(0, 2) else None)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from benchmarks.network_cases import CASES_PER_DOMAIN, DOMAINS, FIXTURE
 
 RECORD = json.loads(FIXTURE.read_text())

@@ -3,15 +3,16 @@
 A stage is one phase (Reduce-Scatter, All-Gather or All-to-All) of one chunk over one
 dimension. ``data`` is the per-NPU size the stage works on in bytes: for RS and AG the larger
 of its input and output, for All-to-All the buffer that is exchanged. A stage costs
-``steps x step latency + bytes sent / bandwidth`` seconds.
+``steps x step latency + bytes sent / bandwidth`` seconds, the dimension's algorithm's
+formulas in ``sim.collective_cost``.
 """
 
 from __future__ import annotations
 
-import math
 from enum import StrEnum
 
-from dlsched.hardware.topology import DimAlgorithm, Dimension
+from dlsched.hardware.topology import Dimension
+from dlsched.sim.collective_cost import phase_bytes, phase_steps
 
 
 class Phase(StrEnum):
@@ -23,28 +24,14 @@ class Phase(StrEnum):
 
 
 def stage_steps(dim: Dimension, phase: Phase) -> int:
-    """Number of latency-paying steps of the dimension's algorithm."""
-    if dim.algorithm is DimAlgorithm.DIRECT:
-        return 1
-    if dim.algorithm is DimAlgorithm.HALVING_DOUBLING:
-        return int(math.log2(dim.size))
-    return dim.size - 1
+    """Number of latency-paying steps of the dimension's algorithm
+    (``sim.collective_cost.phase_steps``)."""
+    return phase_steps(dim.algorithm, dim.size)
 
 
 def stage_bytes(dim: Dimension, phase: Phase, data: float) -> float:
-    """Bytes one NPU sends in the stage.
-
-    RS/AG: (P-1)/P x data for every algorithm (ring: P-1 messages of data/P; direct: the same
-    bytes to all peers at once; halving-doubling: data/2 + data/4 + ...). All-to-All: direct
-    sends (P-1)/P x data; a ring forwards each of the P-1 pieces of data/P over its shorter
-    way round, min(h, P-h) hops; halving-doubling (Bruck) sends data/2 in each of log2 P steps.
-    """
-    size = dim.size
-    if phase is not Phase.ALL_TO_ALL or dim.algorithm is DimAlgorithm.DIRECT:
-        return data * (size - 1) / size
-    if dim.algorithm is DimAlgorithm.HALVING_DOUBLING:
-        return data / 2 * math.log2(size)
-    return data / size * sum(min(h, size - h) for h in range(1, size))
+    """Bytes one NPU sends in the stage (``sim.collective_cost.phase_bytes``)."""
+    return phase_bytes(dim.algorithm, dim.size, data, phase is Phase.ALL_TO_ALL)
 
 
 def stage_latency(dim: Dimension, phase: Phase) -> float:

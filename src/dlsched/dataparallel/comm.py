@@ -20,6 +20,7 @@ import numpy as np
 from dlsched.collectives import CollectiveOp, ideal_time, run_collective
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
+from dlsched.sim.collective_cost import RING, TREE, allreduce_alpha_beta
 from dlsched.validation import BANDWIDTH, LATENCY
 
 FP32 = 4  # bytes per element of the reference's per-element constants
@@ -140,21 +141,23 @@ class Piecewise:
 
 
 def ring_allreduce(workers: int, link_bandwidth: float, link_latency: float) -> AlphaBeta:
-    """Ring all-reduce over ``workers``: 2(N-1) steps of latency, 2(N-1)/N x bytes per link."""
+    """Ring all-reduce over ``workers`` (``sim.collective_cost``): 2(N-1) steps of latency,
+    2(N-1)/N x bytes per link."""
     if workers < 2:
         raise ConfigError(f"workers: a ring all-reduce needs >= 2 workers (got {workers})")
     _check_link(link_bandwidth, link_latency)
-    return AlphaBeta(2 * (workers - 1) * link_latency,
-                     2 * (workers - 1) / workers / link_bandwidth, f"ring-{workers}")
+    return AlphaBeta(*allreduce_alpha_beta(RING, workers, link_bandwidth, link_latency),
+                     f"ring-{workers}")
 
 
 def tree_allreduce(workers: int, link_bandwidth: float, link_latency: float) -> AlphaBeta:
     """Pipelined (double binary) tree all-reduce: reduce up and broadcast down a tree of depth
-    ceil(log2 N), 2 ceil(log2 N) steps of latency; every byte crosses a link twice."""
+    ceil(log2 N), 2 ceil(log2 N) steps of latency; every byte crosses a link twice
+    (``sim.collective_cost``)."""
     if workers < 2:
         raise ConfigError(f"workers: a tree all-reduce needs >= 2 workers (got {workers})")
     _check_link(link_bandwidth, link_latency)
-    return AlphaBeta(2 * math.ceil(math.log2(workers)) * link_latency, 2 / link_bandwidth,
+    return AlphaBeta(*allreduce_alpha_beta(TREE, workers, link_bandwidth, link_latency),
                      f"tree-{workers}")
 
 

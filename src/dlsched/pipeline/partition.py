@@ -29,6 +29,7 @@ import numpy as np
 
 from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.problem import PipelineProblem
+from dlsched.sim.collective_cost import ring_allreduce_steps
 
 MAX_UNITS = 64
 
@@ -159,7 +160,7 @@ def _ring(problem: PipelineProblem, devices: list[int], param_span: np.ndarray) 
     pairs = [(devices[i], devices[(i + 1) % r]) for i in range(r)]
     bandwidth = min(problem.graph.bandwidth[a, b] for a, b in pairs)
     latency = max(problem.graph.latency[a, b] for a, b in pairs)
-    return 2 * (r - 1) * (latency + np.maximum(param_span, 0) / r / bandwidth)
+    return ring_allreduce_steps(r) * (latency + np.maximum(param_span, 0) / r / bandwidth)
 
 
 def _hops(problem: PipelineProblem, order: tuple[int, ...], g: int, u1: int) -> np.ndarray:

@@ -40,6 +40,7 @@ from dlsched.pipeline.plan import (
 )
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.sim import Engine, Span, Timeline
+from dlsched.sim.collective_cost import ring_allreduce_steps
 
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
 
@@ -205,7 +206,7 @@ class _Run:
             self.bucket_next[s] += 1
             self._next_bucket(s)
 
-        self._ring_step(s, 2 * (replicas - 1), self.buckets[s][k][0] / replicas,
+        self._ring_step(s, ring_allreduce_steps(replicas), self.buckets[s][k][0] / replicas,
                         self.engine.now, f"all-reduce stage {s} bucket {k}", reduced)
 
     def _duration(self, action: Action, device: int) -> float:
@@ -297,7 +298,7 @@ class _Run:
         if r == 1:
             return
         size = float(self.problem.chain.param_bytes[stage.first:stage.last].sum()) / r
-        self._ring_step(s, 2 * (r - 1), size, self.engine.now, f"all-reduce stage {s}")
+        self._ring_step(s, ring_allreduce_steps(r), size, self.engine.now, f"all-reduce stage {s}")
 
     def _ring_step(self, s: int, steps_left: int, size: float, start: float, label: str,
                    on_done: Callable[[], None] | None = None) -> None:

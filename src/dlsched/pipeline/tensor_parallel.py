@@ -37,6 +37,7 @@ import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import DeviceGraph
+from dlsched.sim.collective_cost import ring_allreduce_time
 
 _SAME = 1e-9
 
@@ -74,11 +75,8 @@ def ring_allreduce_s(graph: DeviceGraph, devices: tuple[int, ...], num_bytes: fl
     on the network: ``2 (r - 1)`` steps, each the slowest ring link's latency + (bytes / r) /
     bandwidth; 0 for one device."""
     r = len(devices)
-    if r == 1:
-        return 0.0
-    step = max(graph.transfer_time(devices[i], devices[(i + 1) % r], num_bytes / r)
-               for i in range(r))
-    return 2 * (r - 1) * step
+    return ring_allreduce_time(r, num_bytes, lambda piece: max(
+        graph.transfer_time(devices[i], devices[(i + 1) % r], piece) for i in range(r)))
 
 
 def tensor_groups(graph: DeviceGraph, t: int) -> list[tuple[int, ...]]:
