@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -106,6 +107,9 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _commit() -> str:
+    """The checkout's commit, or ``DLSCHED_COMMIT`` for a copy without git metadata."""
+    if os.environ.get("DLSCHED_COMMIT"):
+        return os.environ["DLSCHED_COMMIT"]
     result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False)
     return result.stdout.strip() or "unknown"
