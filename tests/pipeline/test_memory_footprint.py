@@ -213,7 +213,7 @@ def test_cli_memory_options(run_cli) -> None:
 
 
 @pytest.mark.parametrize(("option", "value", "message"), [
-    ("--grad-precision", "fp8", "grad_precision: 'fp8'"),
+    ("--grad-precision", "fp8", "--grad-precision: 'fp8'"),
     ("--memory-reserve", "lots", "--memory-reserve"),
     ("--memory-reserve", "-4 GiB", "memory reserve"),
     ("--memory-fragmentation", "1", "memory fragmentation"),

@@ -171,3 +171,25 @@ def test_a_file_of_another_layout_version_is_refused_in_one_line(tmp_path):
     assert db.execute("PRAGMA user_version").fetchone()[0] == 0
     assert [row[1] for row in db.execute("PRAGMA table_info(scenarios)")] == \
         ["key", "idx", "status"]
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("memory_reserve", "2 TiB"), ("memory_reserve", "1 GiB"), ("memory_fragmentation", "nan"),
+    ("memory_fragmentation", "0"), ("state_bytes", "0"), ("state_bytes", "20"),
+    ("tensor_parallel", "+2"), ("tensor_parallel", "1,1"), ("recompute", "full,none"),
+    ("recompute", "some"), ("precision", "fp8"), ("microbatch_size", "0")])
+def test_the_command_and_the_grid_accept_the_same_values(run_cli, chain_file, field, value):
+    """``pipeline plan`` validates its options with the grid's schema: a value is refused by
+    both or by neither (the command refused a 2 TiB reserve the grid took, and took a '+2'
+    tensor-parallel degree the grid refused)."""
+    try:
+        grid_from_data({"domain": "pipeline", "fixed": {field: value}})
+        grid_accepts = True
+    except ConfigError:
+        grid_accepts = False
+    code, _, err = run_cli("pipeline", "plan", "--model", str(chain_file), "--devices",
+                           "1x8-NVLink", "--microbatches", "4", "--planner", "1f1b", "--json",
+                           f"--{field.replace('_', '-')}", value)
+    assert code in (0, 2) and (code == 0) == grid_accepts, err
+    if code == 2:
+        assert f"--{field.replace('_', '-')}" in err and "\n" not in err.strip()

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 
@@ -27,6 +27,30 @@ CSV_HELP = "Write the result rows as CSV to this file (raw SI units)."
 TRACE_HELP = ("Write one Chrome-trace JSON file (open in Perfetto) holding every policy as its "
               "own process.")
 PLOT_HELP = "Write a PNG timeline to this .png file, one panel per policy."
+
+Scenario = TypeVar("Scenario")
+
+
+def scenario_from_options(schema: type[Scenario], options: Mapping[str, Any]) -> Scenario:
+    """The command's options (its parameters by name, e.g. ``locals()``; those that are not
+    fields of ``schema``, such as output files, are left out) validated by the domain's
+    scenario schema (``sweep.scenarios``), which the sweep grid and the API use too; a
+    ConfigError naming the option (``--field-name``, in place of the field's own name where the
+    message starts with it) and the schema's message otherwise."""
+    from pydantic import ValidationError
+
+    fields = schema.model_fields  # type: ignore[attr-defined]
+    try:
+        return schema.model_validate(  # type: ignore[attr-defined]
+            {name: value for name, value in options.items() if name in fields})
+    except ValidationError as error:
+        item = error.errors()[0]
+        message = " ".join(item["msg"].removeprefix("Value error, ").split())
+        if not item["loc"]:
+            raise ConfigError(message) from None
+        field = str(item["loc"][0])
+        raise ConfigError(f"--{field.replace('_', '-')}: {message.removeprefix(f'{field}: ')}"
+                          ) from None
 
 
 def parse_names(text: str, accepted: Iterable[str], field: str) -> list[str]:

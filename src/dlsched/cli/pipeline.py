@@ -19,6 +19,7 @@ from dlsched.cli.options import (
     console,
     emit_rows,
     parse_names,
+    scenario_from_options,
     suffixed,
 )
 from dlsched.cli.progress import progress_bar
@@ -30,26 +31,22 @@ from dlsched.cli.sweep import (
     WorkersOption,
     reproduction_rows,
 )
-from dlsched.errors import ConfigError
 from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_config import device_preset_description, device_preset_names
 from dlsched.hardware.device_config import load_devices as load_graph
-from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
-from dlsched.pipeline.calibrated_chain import zoo_chain_on_gpu
+from dlsched.pipeline import PLANNERS, PipelineResult, run_planner
 from dlsched.pipeline.memory_model import (
     CONTEXT_BYTES,
     FRAGMENTATION,
-    RECOMPUTE_MODES,
     MemoryModel,
 )
-from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.network import NETWORK_MODES, check_network
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.pipeline.utilization import plan_mfu
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
-from dlsched.units import UnitError, parse_bytes
-from dlsched.validation import BATCH, MAX_BATCH, MAX_MICROBATCHES, MICROBATCHES
+from dlsched.sweep.scenarios import PipelineScenario
+from dlsched.validation import MAX_BATCH, MAX_MICROBATCHES
 
 SUMMARY_COLUMNS = [
     Column("planner", "planner", justify="left"),
@@ -69,7 +66,6 @@ SUMMARY_COLUMNS = [
     Column("speedup_vs_first", "speedup vs first planner", as_ratio),
 ]
 ORDER_PREVIEW = 16
-MAX_TENSOR_PARALLEL = 64
 NETWORK_HELP = ("How transfers share links and per-GPU NICs: fifo (one transfer at a time per "
                 "stream, as NCCL) or ps (processor sharing).")
 OLD_NETWORK = typer.Option("--network", hidden=True,
@@ -199,22 +195,12 @@ def plan(
     """
     outputs = Outputs(json_out, csv, trace, plot, others={"--save": (save, (".json",))},
                       inputs={"--model": model, "--devices": devices})
-    MICROBATCHES.check(microbatches, "--microbatches")
-    BATCH.check(microbatch_size, "--microbatch-size")
-    network = check_network(renamed_option(link_sharing, network, "--link-sharing", "--network",
-                                           "fifo"), "--link-sharing")
+    link_sharing = check_network(renamed_option(link_sharing, network, "--link-sharing",
+                                                "--network", "fifo"), "--link-sharing")
     names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "--planner")
-    modes = RECOMPUTE_MODES if recompute == "all" else tuple(
-        parse_names(recompute, RECOMPUTE_MODES, "--recompute"))
-    degrees = None if tensor_parallel == "auto" else parse_degrees(tensor_parallel)
-    memory = MemoryModel(precision, grad_precision, sequence_parallel,
-                         parse_bytes_option(memory_reserve, "--memory-reserve"),
-                         memory_fragmentation, state_bytes)
-    graph = load_graph(devices)
-    chain = load_chain(model, microbatch_size, memory) if gpu is None else \
-        zoo_chain_on_gpu(model, microbatch_size, memory, gpu, graph)
-    problem = PipelineProblem(chain, graph, microbatches, modes, network,
-                              replicate=not for_torch, tensor_parallel=degrees)
+    scenario = scenario_from_options(PipelineScenario, locals() | {"planner": names[0]})
+    problem = scenario.problem()
+    chain, modes = problem.chain, scenario.recompute_modes()
     progress = progress_bar("planning", json_out)
     results = [run_planner(problem, name) for name in progress(names, len(names))]
     rows = _rows(results)
@@ -231,7 +217,7 @@ def plan(
                  f"blocks), {microbatches} microbatches of {microbatch_size}, on "
                  f"{problem.graph.describe()}; memory: {chain.memory_note or 'chain file'}, "
                  f"recomputation allowed: {', '.join(modes)}; tensor parallelism: "
-                 f"{', '.join(map(str, problem.degrees()))}; link sharing: {network}", console)
+                 f"{', '.join(map(str, problem.degrees()))}; link sharing: {link_sharing}", console)
     for result in results:
         if result.plan.notes.get("skipped"):
             console.print(f"{result.plan.planner}: {result.plan.notes['skipped']}",
@@ -240,26 +226,6 @@ def plan(
     console.print(_order_table(results[0]))
     _write_outputs(results, outputs)
     outputs.rows(rows)
-
-
-def parse_bytes_option(text: str, option: str) -> int:
-    """A data size ("4 GiB") for ``option``; ConfigError naming the option otherwise."""
-    try:
-        return parse_bytes(text)
-    except UnitError as error:
-        raise ConfigError(f"{option}: {error}") from error
-
-
-def parse_degrees(text: str) -> tuple[int, ...]:
-    """Tensor-parallel degrees from ``1,2,4``; ConfigError naming ``--tensor-parallel``."""
-    try:
-        degrees = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        degrees = ()
-    if not degrees or min(degrees) < 1 or max(degrees) > MAX_TENSOR_PARALLEL:
-        raise ConfigError(f"--tensor-parallel: {text!r} is not auto or comma-separated degrees "
-                          f"in 1..{MAX_TENSOR_PARALLEL}")
-    return degrees
 
 
 def devices_command(json_out: Annotated[bool, typer.Option(

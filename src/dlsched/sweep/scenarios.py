@@ -34,7 +34,6 @@ from dlsched.pipeline.calibrated_chain import zoo_chain_on_gpu
 from dlsched.pipeline.memory_model import (
     CONTEXT_BYTES,
     FRAGMENTATION,
-    PRECISION_BYTES,
     RECOMPUTE_MODES,
     MemoryModel,
 )
@@ -42,11 +41,11 @@ from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.network import NETWORK_MODES
 from dlsched.training import POLICY_ALIASES, TRAINING_POLICIES, WORKLOADS
 from dlsched.training.setup import LATENCIES, TrainingSetup, training_setup
+from dlsched.units import UnitError, parse_bytes
 from dlsched.validation import (
     BATCH,
     CHUNKS,
     CONCURRENCY,
-    DATA_SIZE,
     FRACTION,
     MESSAGE_SIZE,
     MICROBATCHES,
@@ -84,9 +83,28 @@ def _names(value: Any) -> str:
 NameList = Annotated[str, BeforeValidator(_names)]
 
 
-def checked(check: Callable[[str], object]) -> Any:
-    """A name accepted when ``check(name)`` (which loads what it names) does not raise."""
-    return Annotated[str, AfterValidator(lambda value: (check(value), value)[1])]
+def checked(check: Callable[[Any], object], kind: Any = str) -> Any:
+    """A value (a name by default) accepted when ``check(value)`` (which loads what it names or
+    builds what it configures) does not raise; its error is the field's."""
+    return Annotated[kind, AfterValidator(lambda value: (check(value), value)[1])]
+
+
+def _data_size(value: Any) -> int:
+    """Bytes from a data size ("4 GiB") or a plain number; ConfigError otherwise."""
+    try:
+        return parse_bytes(value)
+    except UnitError as error:
+        raise ConfigError(str(error)) from None
+
+
+AnyFloat = Annotated[float, Field(allow_inf_nan=True)]
+"""A float that may be NaN or infinite, for a check that refuses it with its own message."""
+
+
+def memory_knob(field: str, kind: Any) -> Any:
+    """A memory-model setting checked by ``MemoryModel`` itself (its limits, its message): the
+    command, the grid and the API share one set of limits."""
+    return checked(lambda value: value is None or MemoryModel(**{field: value}), kind)
 
 
 def choice(accepted: Any, what: str) -> Any:
@@ -154,11 +172,6 @@ class DataParallelScenario(BaseModel):
     batch_size: limited(BATCH, int) | None = None
     policy: policy_choice(DP_POLICIES, "data-parallel policy") = "usbyte"
 
-
-
-
-
-
     @field_validator("workers")
     @classmethod
     def _workers_match_network(cls, value: int | None, info: Any) -> int | None:
@@ -203,16 +216,15 @@ class PipelineScenario(BaseModel):
     for_torch: bool = False
     recompute: NameList = "all"
     tensor_parallel: NameList = "auto"
-    precision: choice(PRECISION_BYTES, "precision") = "bf16"
-    grad_precision: choice(PRECISION_BYTES, "precision") = "fp32"
-    state_bytes: float | None = Field(None, gt=0.0, lt=1e3)
+    precision: memory_knob("precision", str) = "bf16"
+    grad_precision: memory_knob("grad_precision", str) = "fp32"
+    state_bytes: memory_knob("state_bytes", AnyFloat | None) = None
     sequence_parallel: bool = True
-    memory_reserve: limited(DATA_SIZE, int) = CONTEXT_BYTES
-    memory_fragmentation: float = Field(FRAGMENTATION, ge=0.0, lt=1.0)
+    memory_reserve: memory_knob("reserve_bytes", Annotated[int, BeforeValidator(_data_size)]) \
+        = CONTEXT_BYTES
+    memory_fragmentation: memory_knob("fragmentation", AnyFloat) = FRAGMENTATION
     link_sharing: choice(NETWORK_MODES, "link sharing mode") = "fifo"
     gpu: str | None = None
-
-
 
     @field_validator("recompute")
     @classmethod
@@ -229,11 +241,9 @@ class PipelineScenario(BaseModel):
             degrees = value.split(",")
             if not all(d.strip().isdigit() and 1 <= int(d) <= MAX_TENSOR_PARALLEL
                        for d in degrees):
-                raise ConfigError(f"tensor_parallel: {value!r} is not auto or comma-separated "
-                                  f"degrees in 1..{MAX_TENSOR_PARALLEL}")
+                raise ConfigError(f"{value!r} is not auto or comma-separated degrees in "
+                                  f"1..{MAX_TENSOR_PARALLEL}")
         return value
-
-
 
     def recompute_modes(self) -> tuple[str, ...]:
         """The recomputation modes the planners may choose."""
@@ -282,10 +292,6 @@ class TrainingScenario(BaseModel):
     astra_system: str | None = None
     astra_workload: str | None = None
     astra_compat: bool = False
-
-
-
-
 
     def setup(self) -> TrainingSetup:
         """The workload, topology and settings as ``dlsched train`` builds them."""
