@@ -1,0 +1,193 @@
+"""Shared links: transfers that hold one or more resources and share their bandwidth.
+
+The one bandwidth-sharing model of dlsched (collectives, training, data parallel and the
+pipeline all move their bytes through it). A resource is a link, a NIC direction or a whole
+network dimension, of ``capacity`` bytes/s. A transfer moves ``num_bytes`` bytes over its
+resources, at most at its own ``cap`` bytes/s; the transfers in flight share every resource
+max-min fairly (progressive filling): with ``n`` transfers on one resource and nothing else
+binding, each moves at ``capacity / n`` bytes/s (processor sharing), and a transfer that joins
+or leaves changes the others' rates from that moment on. A transfer alone thus takes exactly
+``num_bytes / min(cap, capacities)`` seconds.
+
+Streams: a transfer may name a ``stream``; with ``in_flight = k`` a stream moves at most ``k``
+of its transfers at once, the others waiting in the order they were sent (``k = 1``: a FIFO
+stream, as NCCL runs one communicator's operations; ``in_flight = None``: no limit, every
+transfer moves at once). Rates are recomputed once per instant at which transfers start
+(``batch``; a ring all-reduce step starts hundreds at once) or at every start.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+
+from dlsched.sim.engine import Engine
+
+# A transfer within this fraction of its size (plus what it moves in 1e-15 s) of its end when
+# another completes finishes with it: float residue must not leave a few bytes behind.
+_RELATIVE_TOLERANCE = 1e-9
+
+
+@dataclass(eq=False, slots=True)
+class Transfer:
+    """``size`` bytes over ``resources`` at most at ``cap`` bytes/s (``solo``: its rate when
+    it shares nothing, bytes/s); ``left`` bytes still to move at ``rate`` bytes/s."""
+
+    size: float
+    cap: float
+    resources: tuple[Hashable, ...]
+    stream: Hashable
+    on_done: Callable[[], None]
+    solo: float
+    left: float = field(init=False)
+    rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.left = self.size
+
+
+class SharedLinks:
+    """Transfers over shared resources, driven by ``engine`` (see the module docstring).
+    ``capacity`` maps each resource to its bytes/s (``add`` more later)."""
+
+    def __init__(self, engine: Engine, capacity: dict[Hashable, float] | None = None,
+                 in_flight: int | None = None, batch: bool = True) -> None:
+        if in_flight is not None and in_flight < 1:
+            raise ValueError(f"in_flight: a stream needs >= 1 transfer in flight (got "
+                             f"{in_flight})")
+        self.engine, self.in_flight, self.batch = engine, in_flight, batch
+        self.capacity: dict[Hashable, float] = dict(capacity or {})
+        self.active: list[Transfer] = []
+        self.users: dict[Hashable, int] = {}  # transfers in flight on each resource
+        self.shared = 0  # resources with more than one transfer in flight
+        self.moving: dict[Hashable, int] = {}  # transfers in flight per stream
+        self.waiting: dict[Hashable, deque[Transfer]] = {}
+        self.last = 0.0
+        self.version = 0
+        self.settling = False
+
+    def add(self, resource: Hashable, capacity: float) -> Hashable:
+        """Declare ``resource`` of ``capacity`` bytes/s (kept if already declared); return it."""
+        self.capacity.setdefault(resource, capacity)
+        return resource
+
+    def send(self, num_bytes: float, resources: Sequence[Hashable], on_done: Callable[[], None],
+             cap: float = float("inf"), stream: Hashable = None) -> None:
+        """Move ``num_bytes`` bytes over ``resources`` (declared), at most ``cap`` bytes/s,
+        from now (or once ``stream`` has room); ``on_done()`` runs when the last byte
+        arrives."""
+        capacity = self.capacity
+        solo = min(cap, *(capacity[key] for key in resources)) if resources else cap
+        transfer = Transfer(float(num_bytes), cap, tuple(resources), stream, on_done, solo)
+        if self.in_flight is not None and self.moving.get(stream, 0) >= self.in_flight:
+            self.waiting.setdefault(stream, deque()).append(transfer)
+            return
+        self._advance()
+        self._admit(transfer)
+        if not self.batch:
+            self._reschedule()
+            return
+        self.version += 1  # the pending completion event no longer holds
+        if not self.settling:
+            self.settling = True
+            self.engine.after(0.0, self._settle)
+
+    @property
+    def count(self) -> int:
+        """Transfers in flight (not waiting on their stream)."""
+        return len(self.active)
+
+    def _settle(self) -> None:
+        """Recompute the rates once for every transfer that started at this instant."""
+        self.settling = False
+        self._reschedule()
+
+    def _admit(self, transfer: Transfer) -> None:
+        self.moving[transfer.stream] = self.moving.get(transfer.stream, 0) + 1
+        self.active.append(transfer)
+        users = self.users
+        for key in transfer.resources:
+            count = users.get(key, 0) + 1
+            users[key] = count
+            if count == 2:
+                self.shared += 1
+
+    def _release(self, transfer: Transfer) -> None:
+        users = self.users
+        for key in transfer.resources:
+            count = users[key] - 1
+            users[key] = count
+            if count == 1:
+                self.shared -= 1
+        self.moving[transfer.stream] -= 1
+
+    def _advance(self) -> None:
+        now = self.engine.now
+        if now > self.last:
+            elapsed = now - self.last
+            for transfer in self.active:
+                transfer.left -= transfer.rate * elapsed
+        self.last = now
+
+    def _rates(self) -> None:
+        """Max-min fair rates with per-transfer caps (progressive filling): each round raises
+        every unfrozen transfer to the lowest cap or fair share of a resource, and freezes the
+        transfers that reached it. ``rising[key]`` counts a resource's unfrozen transfers."""
+        if not self.shared:
+            for transfer in self.active:  # no resource shared: each runs at its own limit
+                transfer.rate = transfer.solo
+            return
+        users: dict[Hashable, list[Transfer]] = {}
+        for transfer in self.active:
+            transfer.rate = -1.0
+            for key in transfer.resources:
+                users.setdefault(key, []).append(transfer)
+        left = {key: self.capacity[key] for key in users}
+        rising = {key: len(transfers) for key, transfers in users.items()}
+        unfrozen = list(self.active)
+        while unfrozen:
+            level = min(min(t.cap for t in unfrozen),
+                        min(left[key] / count for key, count in rising.items()))
+            limit = level * (1 + _RELATIVE_TOLERANCE)
+            frozen = [t for t in unfrozen if t.cap <= limit]
+            for key in [key for key, count in rising.items() if left[key] / count <= limit]:
+                frozen.extend(t for t in users[key] if t.rate < 0)
+            for transfer in frozen:
+                if transfer.rate < 0:
+                    transfer.rate = level
+                    for key in transfer.resources:
+                        left[key] -= level
+                        rising[key] -= 1
+                        if not rising[key]:
+                            del rising[key]
+            unfrozen = [t for t in unfrozen if t.rate < 0]
+
+    def _reschedule(self) -> None:
+        self.version += 1
+        if not self.active:
+            return
+        self._rates()
+        delay = min(max(t.left, 0.0) / t.rate for t in self.active)
+        self.engine.after(delay, self._complete, self.version)
+
+    def _complete(self, version: int) -> None:
+        if version != self.version:
+            return
+        self._advance()
+        done = [t for t in self.active
+                if t.left <= _RELATIVE_TOLERANCE * max(1.0, t.size) + t.rate * 1e-15]
+        if not done:
+            # This event was set for the transfer that finishes first; when its delay is below
+            # the clock's resolution the clock cannot advance, so it is complete now.
+            done = [min(self.active, key=lambda t: t.left / t.rate)]
+        finished = set(done)
+        self.active = [t for t in self.active if t not in finished]
+        for transfer in done:
+            self._release(transfer)
+            queue = self.waiting.get(transfer.stream)
+            if queue:
+                self._admit(queue.popleft())
+        self._reschedule()
+        for transfer in done:
+            transfer.on_done()
