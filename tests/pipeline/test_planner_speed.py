@@ -6,6 +6,7 @@ brute-force optimum."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import json
 import random
@@ -30,6 +31,8 @@ from dlsched.pipeline.planner import plan_dlsched
 from dlsched.pipeline.pruning import Candidate, evaluate
 from dlsched.pipeline.schedules import one_f_one_b_orders
 from dlsched.pipeline.simulate import check_plan
+
+simulate_module = importlib.import_module("dlsched.pipeline.simulate")
 
 BEFORE = json.loads((Path(__file__).parent / "data" / "planner_random_before.json").read_text())
 
@@ -256,3 +259,31 @@ def test_banded_sync_dp_finds_the_brute_force_optimum() -> None:
             for stages in partitions}
         assert got == pytest.approx({used: cost for used, cost in best.items()
                                      if np.isfinite(cost)})
+
+
+def test_a_simulation_is_shared_only_by_plans_whose_numbers_are_equal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a chain without selective-recomputation data, selective recomputation leaves every
+    number as it is: the same stages and orders under 'selective' return the result of 'none'
+    without simulating again (bit-identical to simulating it on a fresh instance); under
+    'full' (recomputed forwards, smaller stash) the plan is simulated and runs longer."""
+    chain = synthetic_chain([1e-3] * 4, [2e-3] * 4, [1e7] * 4, [1e8] * 4, [1e8] * 4)
+    graph = server_graph("two", [(2, 1e12, 2**40, 1e11, 1e-6)], 1e9, 0.0)
+    problem = PipelineProblem(chain, graph, 4)
+    stages = (Stage(0, 2, (0,)), Stage(2, 4, (1,)))
+    orders = one_f_one_b_orders(stages, 2, 4)
+    runs: list[str] = []
+    original = simulate_module._Run.run
+
+    def counted(run) -> None:
+        runs.append(run.problem.chain.recompute)
+        original(run)
+    monkeypatch.setattr(simulate_module._Run, "run", counted)
+    times = {mode: simulate(problem, PipelinePlan("x", stages, orders, 4, {}, mode)).iteration_s
+             for mode in ("none", "selective", "full")}
+    assert runs == ["none", "full"]
+    fresh = PipelineProblem(chain, graph, 4)
+    assert times["selective"] == simulate(fresh, PipelinePlan("x", stages, orders, 4, {},
+                                                               "selective")).iteration_s
+    assert runs[-1] == "selective"
+    assert times["full"] > times["none"]

@@ -91,11 +91,18 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     jobs = _jobs(problem, split, fastest, hops, (head, tail, sync), flops)
     best = max(path, max(sync[s] + head[s] for s in range(p)),
                _memory_bound(problem, plan, split, fastest, hops, (head, tail), flops))
+    # The per-GPU terms depend only on the GPU's speed and overhead and the stages and kinds
+    # of its actions in order: replicas running the same sequence share them.
+    terms: dict[tuple, float] = {}
     for device, order in enumerate(plan.orders):
         if order:
-            best = max(best, _device_bound(problem, order, device, split, (head, tail, sync),
-                                           flops),
-                       _heads_and_tails(problem, order, device, jobs))
+            gpu = problem.graph.devices[device]
+            key = (gpu.flops, gpu.overhead, tuple((a.stage, a.kind) for a in order))
+            if key not in terms:
+                terms[key] = max(_device_bound(problem, order, device, split,
+                                               (head, tail, sync), flops),
+                                 _heads_and_tails(problem, order, device, jobs))
+            best = max(best, terms[key])
     return best
 
 

@@ -76,6 +76,12 @@ class PipelineProblem:
         return variants[mode]
 
     @property
+    def root(self) -> PipelineProblem:
+        """The instance this one was derived from by ``tensor`` and ``under`` (itself if
+        none): every TP degree and recomputation mode of one planning instance shares it."""
+        return self._root
+
+    @property
     def degree(self) -> int:
         """The tensor-parallel degree of this instance's devices (1: single GPUs)."""
         return 1 if self.gpu_groups is None else len(self.gpu_groups[0])

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from weakref import WeakKeyDictionary
 
 from dlsched.pipeline.actions import Action
+from dlsched.pipeline.chain import Chain
 from dlsched.pipeline.ddp import ddp_buckets
 from dlsched.pipeline.deadlock import stalled_at
 from dlsched.pipeline.memory import action_stash, check_memory, peak_memory, static_memory
@@ -364,20 +365,40 @@ def check_plan(problem: PipelineProblem, plan: PipelinePlan,
     return problem
 
 
-# Simulated results kept per instance (``remember``), so that a planner's plan scored again
-# (by dlsched among its candidates, by ``run_planner``) is not simulated twice.
+# Simulated results kept per planning instance (``PipelineProblem.root``: all its TP degrees
+# and recomputation modes), so that a plan scored again (by dlsched among its candidates, by
+# ``run_planner``, by a grid point whose recomputation mode leaves the chain's numbers as they
+# are) is not simulated twice. The key is what a simulation reads: the TP degree, the chain's
+# numbers (``_chain_numbers``) and the plan's stages, orders and gradient sync.
 _KEPT: WeakKeyDictionary[PipelineProblem, dict[tuple, SimResult]] = WeakKeyDictionary()
+_NUMBERS: WeakKeyDictionary[Chain, tuple] = WeakKeyDictionary()
 
 
-def _plan_key(plan: PipelinePlan) -> tuple:
-    """What a simulation depends on (not the planner's name or notes)."""
-    return (plan.stages, plan.orders, plan.num_microbatches, plan.recompute,
-            plan.tensor_parallel, plan.ddp_buckets)
+def _chain_numbers(chain: Chain) -> tuple:
+    """Everything of ``chain`` a simulation and its memory check read: per-block FLOP, bytes
+    sent, gradient bytes, stash, recomputation transients and workspace, the backward
+    shares, static-state factor, samples and memory reserve (not its name or mode label)."""
+    numbers = _NUMBERS.get(chain)
+    if numbers is None:
+        arrays = (chain.forward_flops, chain.backward_flops, chain.activation_bytes,
+                  chain.param_bytes, chain.stash_bytes, chain.transient_bytes,
+                  chain.workspace_bytes)
+        numbers = (*(array.tobytes() for array in arrays), chain.grad_shares,
+                   chain.state_factor, chain.samples, chain.reserve_bytes, chain.fragmentation)
+        _NUMBERS[chain] = numbers
+    return numbers
+
+
+def _plan_key(problem: PipelineProblem, plan: PipelinePlan) -> tuple:
+    """What simulating ``plan`` on ``problem`` (the instance it runs on) depends on."""
+    return (problem.degree, _chain_numbers(problem.chain), plan.stages, plan.orders,
+            plan.num_microbatches, plan.ddp_buckets)
 
 
 def remember(problem: PipelineProblem, result: SimResult) -> None:
     """Keep ``result`` so that ``simulate`` of the same plan on ``problem`` returns it."""
-    _KEPT.setdefault(problem.for_plan(result.plan), {})[_plan_key(result.plan)] = result
+    instance = problem.for_plan(result.plan)
+    _KEPT.setdefault(instance.root, {})[_plan_key(instance, result.plan)] = result
 
 
 def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
@@ -386,14 +407,17 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
     The plan is validated first; a plan whose peak memory exceeds a GPU's is refused with a
     ConfigError naming the GPU and the shortfall. The chain runs under the plan's
     recomputation mode and tensor-parallel degree. A result kept by ``remember`` is returned
-    without simulating again (with ``plan`` as its plan)."""
-    kept = _KEPT.get(problem.for_plan(plan), {}).get(_plan_key(plan))
+    without simulating again (with ``plan`` as its plan); every result is kept."""
+    instance = problem.for_plan(plan)
+    kept = _KEPT.get(instance.root, {}).get(_plan_key(instance, plan))
     if kept is not None:
         return replace(kept, plan=plan)
     problem = check_plan(problem, plan, deadlock=False)
     run = _Run(problem, plan.stages, plan.orders, None, plan.ddp_buckets)
     run.run()
-    return _result(run, plan)
+    result = _result(run, plan)
+    remember(problem, result)
+    return result
 
 
 def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch: Dispatch,
