@@ -3,7 +3,7 @@
 Every dimension has ``concurrency`` slots and a queue of waiting chunk-stages. A stage holds a
 slot for its fixed latency (steps x step latency, no bandwidth used) and then for its transfer,
 which shares the dimension's bandwidth equally with the other transfers in flight (processor
-sharing, ``sim.SharedChannel``; with one slot the transfer is alone and the whole stage is one
+sharing, ``sim.links.SharedLinks``; with one slot the transfer is alone and the whole stage is one
 event). A free slot takes the waiting stage with the smallest key ``(priority, size key,
 arrival)``: the priority its collective was given (lower runs first; 0
 for all by default), then — under SCF (smallest chunk first) — the bytes the stage sends, else
@@ -23,7 +23,7 @@ import numpy as np
 from dlsched.collectives.plan import IntraPolicy
 from dlsched.hardware.topology import Topology
 from dlsched.sim.engine import Engine
-from dlsched.sim.shared_bandwidth import SharedChannel
+from dlsched.sim.links import SharedLinks
 from dlsched.sim.timeline import Span
 
 
@@ -66,7 +66,8 @@ class Network:
         self.topology = topology
         self.record = record
         self.scf = intra is IntraPolicy.SCF
-        self.channels = [SharedChannel(engine, d.bandwidth) for d in topology.dims]
+        self.channels = [SharedLinks(engine, {dim: d.bandwidth}, batch=False)
+                         for dim, d in enumerate(topology.dims)]
         self.bandwidths = [d.bandwidth for d in topology.dims]
         self.exclusive = concurrency == 1
         self.free = [concurrency] * len(topology.dims)
@@ -130,7 +131,7 @@ class Network:
 
     def _transfer(self, flow: _Flow, start: float) -> None:
         stage = flow.stages[flow.position]
-        self.channels[stage.dim].start(stage.sent, lambda: self._finish(flow, start))
+        self.channels[stage.dim].send(stage.sent, (stage.dim,), lambda: self._finish(flow, start))
 
     def _finish(self, flow: _Flow, start: float) -> None:
         stage = flow.stages[flow.position]

@@ -1,7 +1,7 @@
-"""Discrete-event engine, shared-bandwidth channels and the Timeline."""
+"""Discrete-event engine, shared links, collective costs and the Timeline."""
 
 from dlsched.sim.engine import Engine
-from dlsched.sim.shared_bandwidth import SharedChannel
+from dlsched.sim.links import SharedLinks
 from dlsched.sim.timeline import Span, Timeline
 
-__all__ = ["Engine", "SharedChannel", "Span", "Timeline"]
+__all__ = ["Engine", "SharedLinks", "Span", "Timeline"]
