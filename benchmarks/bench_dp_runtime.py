@@ -61,8 +61,9 @@ COMM_NICE = -20
 METHOD = ("two-state network with queued-stream curve, robust compute slowdown, slowest-rank "
           "profile; 3 rounds of profile and policies, executed plan, 3-sample fit segments, "
           "stream median of 15; issue 21: group warm-up, stream timed from issue to the last "
-          "completion, queued slowdown unclamped, calibrations with a spread over 25% or a "
-          "queued message below 0.5x idle measured again, refused after 3")
+          "completion, queued slowdown unclamped, calibrations whose per-size medians do not "
+          "hold (three parts of the repeats more than 25% and 20 us apart) or with a queued "
+          "message below 0.5x idle measured again, refused after 3")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 

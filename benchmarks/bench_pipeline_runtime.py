@@ -17,13 +17,14 @@ import torch
 
 from benchmarks.common import host_facts, host_text, write_section
 from dlsched.hardware.device_config import devices_from_data
+from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline import PipelineProblem, PipelineResult, run_planner, simulate
 from dlsched.pipeline.model_source import ChainSpec
 from dlsched.pipeline.plan_file import saved_from_result
 from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline_calibrate import (
-    calibrate_action_overhead,
     calibrate_link,
+    calibrate_runtime,
     cpu_devices_document,
 )
 from dlsched.runtime.pipeline_model import GPT_PRESETS, load_model
@@ -59,11 +60,12 @@ def _run_all(results: list[PipelineResult]) -> list[PipelineRun]:
     return [runs[i] for i in range(len(results))]
 
 
-def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int) -> str:
+def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int,
+         bare: DeviceGraph) -> str:
     """One table row; with more ranks than ``cores`` no prediction (the simulator's devices
-    run in parallel, ranks waiting for a core do not)."""
+    run in parallel, ranks waiting for a core do not). The replay runs on ``bare``: the same
+    link, devices at the reference speed without overhead (the run's own action times)."""
     problem, plan = result.problem, result.plan
-    bare = problem.graph.with_overheads([0.0] * problem.graph.num_devices)
     replay = simulate(PipelineProblem(retimed_chain(problem.chain, plan, run.timeline),
                                       bare, problem.num_microbatches), plan)
     measured = run.median_iteration_s
@@ -112,15 +114,18 @@ def main() -> None:
     profiles = profile_blocks(load_model(MODEL), MICROBATCH_SIZE, repeats=7)
     chain = ChainSpec.model_validate(chain_document(MODEL, profiles)).build()
     latency, bandwidth, _ = calibrate_link()
-    overhead = calibrate_action_overhead(MODEL, MICROBATCH_SIZE, MICROBATCHES)
+    factor, overhead = calibrate_runtime(MODEL, MICROBATCH_SIZE, MICROBATCHES)
     rows, notes = [], []
     for ranks in ranks_list:
         graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY,
-                                                       overhead_s=overhead), "benchmark")
+                                                       overhead_s=overhead,
+                                                       compute_factor=factor), "benchmark")
         problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
         results = _plans(problem)
         runs = _run_all(results)
-        rows += [_row(ranks, result, run, cores)
+        bare = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY),
+                                 "replay")
+        rows += [_row(ranks, result, run, cores, bare)
                  for result, run in zip(results, runs, strict=True)]
         free = run_planner(replace(problem, replicate=True), "dlsched")
         notes.append(f"{ranks} ranks: {measured_rank(results, runs)}; unrestricted dlsched "
@@ -144,10 +149,12 @@ def main() -> None:
         f"{split * 1e3:.1f} ms per microbatch over all blocks) on CPU 'devices' whose link is "
         f"calibrated by gloo ping-pong between two ranks: latency {latency * 1e6:.0f} us, "
         f"bandwidth {bandwidth / 1e9:.2f} GB/s (loopback TCP; a nominal bandwidth would mean "
-        "nothing here), and whose overhead per compute action is calibrated by one rank "
-        "running the whole model as one GPipe stage (fastest of 36 rounds of two iterations "
-        "against the fastest profile of its blocks, three parts agreeing within 25% or 0.2 "
-        f"ms): {overhead * 1e3:.2f} ms. Every planner "
+        "nothing here), whose compute factor and overhead per compute action are calibrated "
+        "by one rank running the whole model as one GPipe stage with every action stamped "
+        "(`calibrate_runtime`: 36 rounds of two iterations and a profile of the blocks; "
+        "factor = fastest summed action time / fastest profile, overhead = median time "
+        "between actions; three parts of the rounds agreeing within 25% or 0.2 ms per "
+        f"action): factor {factor:.3f}, overhead {overhead * 1e3:.2f} ms per action. Every planner "
         "is kept to one GPU per stage "
         "(`--for-torch`: torch runs one rank per stage; the grid baselines search PP with "
         "DP = 1); error = predicted / measured - 1. "

@@ -13,6 +13,7 @@ from dlsched.runtime.calibrate import (
     STREAM_LENGTH,
     implausible,
     loads_document,
+    median_spread,
     spread,
     stream_seconds,
 )
@@ -105,16 +106,23 @@ def test_queued_message_faster_than_half_an_idle_one_is_refused() -> None:
     assert implausible(_timed(0.5 * IDLE)) is None
 
 
-def test_spread_over_a_quarter_of_the_median_is_refused() -> None:
-    """Idle repeats 300, 370, 370, 370, 500 us: quartiles 370 and 370, spread 0 (passes);
-    300, 330, 370, 450, 500: quartiles 330 and 450, spread 120 / 370 = 32% (refused)."""
-    steady = (300e-6, 370e-6, 370e-6, 370e-6, 500e-6)
-    assert spread(steady) == 0.0 and implausible(_timed(IDLE, steady)) is None
-    noisy = (300e-6, 330e-6, 370e-6, 450e-6, 500e-6)
-    assert spread(noisy) == pytest.approx(120 / 370)
-    assert implausible(_timed(IDLE, noisy)) == (
-        "idle all-reduce of 4096 B: repeats spread 32% of their median (limit 25%; the "
-        "machine is too busy to calibrate)")
+def test_median_that_does_not_hold_is_refused() -> None:
+    """Repeats scattered 200-900 us (quartiles 200 and 380 us: spread 49%) whose three
+    interleaved parts (i, i+3, ...) have medians
+    370, 370 and 380 us: the samples spread widely but the median holds (2.7% of 370 us:
+    passes); parts with medians 300, 370 and 450 us: 150 / 370 = 41% and 150 us (refused);
+    parts 30, 37, 45 us apart by 41% but 15 us, under the 20 us tolerance (passes)."""
+    scattered = (200e-6, 370e-6, 380e-6, 370e-6, 900e-6, 380e-6, 900e-6, 200e-6, 200e-6)
+    assert spread(scattered) == pytest.approx(180 / 370)
+    assert median_spread(scattered) == pytest.approx(10 / 370)
+    assert implausible(_timed(IDLE, scattered)) is None
+    drifting = (300e-6, 370e-6, 450e-6) * 3
+    assert median_spread(drifting) == pytest.approx(150 / 370)
+    assert implausible(_timed(IDLE, drifting)) == (
+        "idle all-reduce of 4096 B: the medians of 3 parts of its repeats spread 41% of the "
+        "median (limit 25% or 20 us; the machine is too busy to calibrate)")
+    small = tuple(t / 10 for t in drifting)
+    assert implausible(_timed(IDLE / 10, small)) is None
 
 
 def test_time_loads_measures_again_then_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -148,51 +156,63 @@ def pipeline_calibrate() -> types.ModuleType:
     return pipeline_calibrate
 
 
-def test_overhead_by_hand(pipeline_calibrate) -> None:
-    """8 microbatches (16 actions), six rounds of (fastest iteration, compute): fastest
-    iteration 99 ms, fastest compute 10 ms: (99 - 80) / 16 = 1.1875 ms per action. Parts
-    (rounds 0+3, 1+4, 2+5): (99 - 80) / 16, (103 - 81.6) / 16, (101 - 83.2) / 16 = 1.1875,
-    1.3375, 1.1125 ms, spread 0.225 ms (under 25% of 1.1875 = 0.297 ms); mean action = median
-    compute 10.3 ms / 2: plausible."""
-    calibration = pipeline_calibrate.overhead_of(
-        [(0.100, 0.010), (0.104, 0.0105), (0.101, 0.011), (0.099, 0.0101), (0.103, 0.0102),
-         (0.102, 0.0104)], 8)
-    assert calibration.overhead_s == pytest.approx(1.1875e-3)
-    assert calibration.parts_s == pytest.approx((1.1875e-3, 1.3375e-3, 1.1125e-3))
-    assert calibration.spread_s == pytest.approx(0.225e-3)
+def test_runtime_calibration_by_hand(pipeline_calibrate) -> None:
+    """8 microbatches (16 actions), six rounds of (fastest iteration, its action sum,
+    profile): fastest action sum 88 ms over 8 x fastest profile 10 ms = factor 1.1; the time
+    between actions (iteration - actions) / 16 per round is 1.0, 1.0625, 1.125, 0.9375, 1.0,
+    1.0 ms: median 1.0 ms. Parts (rounds 0+3, 1+4, 2+5): factors 88/80, 90/81.6, 92/83.2 and
+    overheads 0.96875, 1.03125, 1.0625 ms; mean action = median profile 10.3 ms / 2."""
+    calibration = pipeline_calibrate.calibration_of(
+        [(0.104, 0.088, 0.010), (0.107, 0.090, 0.0105), (0.110, 0.092, 0.011),
+         (0.103, 0.088, 0.0101), (0.106, 0.090, 0.0102), (0.108, 0.092, 0.0104)], 8)
+    assert calibration.compute_factor == pytest.approx(1.1)
+    assert calibration.overhead_s == pytest.approx(1.0e-3)
+    assert [value for part in calibration.parts for value in part] == pytest.approx(
+        [1.1, 0.96875e-3, 90 / 81.6, 1.03125e-3, 92 / 83.2, 1.0625e-3])
     assert calibration.action_s == pytest.approx(5.15e-3)
-    assert pipeline_calibrate.implausible_overhead(calibration) is None
+    factor_spread, overhead_spread = calibration.spreads_s()
+    assert factor_spread == pytest.approx((92 / 83.2 - 1.1) * 5.15e-3)
+    assert overhead_spread == pytest.approx(0.09375e-3)
+    assert pipeline_calibrate.implausible_calibration(calibration) is None
 
 
-def test_implausible_overheads_are_refused(pipeline_calibrate) -> None:
-    """An overhead larger than the action (iteration 400 ms: 20 ms per 5 ms action), a run
-    faster than its blocks (70 ms: -0.625 ms), parts at 1.25, 3.25 and 2.25 ms (spread 2 ms
-    around 1.25 ms); parts 0, 0.1 and 0.05 ms apart pass (within the 0.2 ms tolerance)."""
-    def reason(samples: list[tuple[float, float]]) -> str | None:
-        return pipeline_calibrate.implausible_overhead(
-            pipeline_calibrate.overhead_of(samples, 8))
+def test_implausible_calibrations_are_refused(pipeline_calibrate) -> None:
+    """Refused: actions 20% faster than the profile (factor 0.8, 1 ms per 5 ms action), an
+    overhead larger than the action (20 ms between 5 ms actions), parts whose overheads are
+    1, 3 and 2 ms (spread 2 ms around 2 ms), parts whose factors are 1.1, 1.6, 1.3 (spread
+    0.5 x 5 ms = 2.5 ms per action, over 25% of the 0.1 excess); passes: overheads 0.1 ms
+    apart (within the 0.2 ms tolerance)."""
+    def reason(samples: list[tuple[float, float, float]]) -> str | None:
+        return pipeline_calibrate.implausible_calibration(
+            pipeline_calibrate.calibration_of(samples, 8))
 
-    assert reason([(0.400, 0.010)] * 3) == (
+    assert reason([(0.070, 0.064, 0.010)] * 3) == (
+        "compute factor 0.800: the runtime's actions were faster than its profiled blocks")
+    assert reason([(0.400, 0.080, 0.010)] * 3) == (
         "overhead 20.00 ms per action is larger than the mean action itself (5.00 ms)")
-    assert "negative" in reason([(0.070, 0.010)] * 3)
-    spread_rounds = [(0.100, 0.010), (0.132, 0.010), (0.116, 0.010)]
-    assert pipeline_calibrate.overhead_of(spread_rounds, 8).spread_s == pytest.approx(2e-3)
-    assert "overhead 1.25 ms per action, but its 3 parts give 1.25, 3.25, 2.25 ms (spread " \
-        "2.00 ms" in reason(spread_rounds)
-    assert reason([(0.080, 0.010), (0.0816, 0.010), (0.0808, 0.010)]) is None
+    spread = reason([(0.096, 0.080, 0.010), (0.128, 0.080, 0.010), (0.112, 0.080, 0.010)])
+    assert spread.startswith("overhead 2.00 ms per action, but its 3 parts give 1.00, 3.00, "
+                             "2.00 ms (limit 25% or 0.2 ms per action")
+    factors = reason([(0.098, 0.088, 0.010), (0.138, 0.128, 0.010), (0.114, 0.104, 0.010)])
+    assert factors.startswith("compute factor 1.100, but its 3 parts give 1.100, 1.600, "
+                              "1.300")
+    assert reason([(0.096, 0.080, 0.010), (0.0976, 0.080, 0.010),
+                   (0.0968, 0.080, 0.010)]) is None
     with pytest.raises(ConfigError, match="at least 3 rounds"):
-        pipeline_calibrate.overhead_of([(0.1, 0.01)] * 2, 8)
+        pipeline_calibrate.calibration_of([(0.1, 0.08, 0.01)] * 2, 8)
 
 
-def test_overhead_measured_again_then_refused(pipeline_calibrate,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """measure_action_overhead spawns again after an implausible measurement and keeps the
-    reason; after three it raises ConfigError with the last one."""
-    runs = [[(0.400, 0.010)] * 3, [(0.100, 0.010)] * 3]
+def test_runtime_measured_again_then_refused(pipeline_calibrate,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure_runtime spawns again after an implausible measurement and keeps the reason;
+    after three it raises ConfigError with the last one."""
+    runs = [[(0.400, 0.080, 0.010)] * 3, [(0.096, 0.080, 0.010)] * 3]
     monkeypatch.setattr(pipeline_calibrate, "spawn", lambda *args: [runs.pop(0)])
-    calibration = pipeline_calibrate.measure_action_overhead("gpt-tiny", 1, 8)
-    assert calibration.overhead_s == pytest.approx(1.25e-3)
+    calibration = pipeline_calibrate.measure_runtime("gpt-tiny", 1, 8)
+    assert calibration.overhead_s == pytest.approx(1e-3)
+    assert calibration.compute_factor == pytest.approx(1.0)
     assert len(calibration.rejected) == 1 and "larger than" in calibration.rejected[0]
-    monkeypatch.setattr(pipeline_calibrate, "spawn", lambda *args: [[(0.070, 0.010)] * 3])
-    with pytest.raises(ConfigError, match=r"refused after 3 measurements: overhead -0\.62"):
-        pipeline_calibrate.measure_action_overhead("gpt-tiny", 1, 8)
+    monkeypatch.setattr(pipeline_calibrate, "spawn",
+                        lambda *args: [[(0.070, 0.064, 0.010)] * 3])
+    with pytest.raises(ConfigError, match=r"refused after 3 measurements: compute factor 0\.8"):
+        pipeline_calibrate.measure_runtime("gpt-tiny", 1, 8)

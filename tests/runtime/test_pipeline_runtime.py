@@ -159,7 +159,7 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     from dlsched.pipeline.model_source import load_chain
     from dlsched.runtime.pipeline_calibrate import (
         cpu_devices_document,
-        measure_action_overhead,
+        measure_runtime,
     )
     from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
     from dlsched.runtime.pipeline_run import block_bytes
@@ -181,17 +181,20 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     assert profiles[0].backward_input_s == 0.0  # token ids have no gradient
     devices = tmp_path / "cpu.yaml"
     try:  # a plausible calibration, or on a busy machine a refusal saying why
-        calibration = measure_action_overhead(MODEL, MICROBATCH_SIZE, MICROBATCHES, rounds=3,
-                                              repeats=1)
-        overhead = max(0.0, calibration.overhead_s)
-        assert overhead < calibration.action_s and len(calibration.parts_s) == 3
+        calibration = measure_runtime(MODEL, MICROBATCH_SIZE, MICROBATCHES, rounds=3,
+                                      repeats=1)
+        overhead, factor = max(0.0, calibration.overhead_s), calibration.compute_factor
+        assert overhead < calibration.action_s and len(calibration.parts) == 3
+        assert factor > 0
     except ConfigError as error:
-        assert str(error).startswith("overhead calibration: refused after 3 measurements")
-        overhead = 1e-3
+        assert str(error).startswith("runtime calibration: refused after 3 measurements")
+        overhead, factor = 1e-3, 1.25
     devices.write_text(yaml.safe_dump(cpu_devices_document(3, 1e-4, 1e9, 2**30,
-                                                           overhead_s=overhead)))
+                                                           overhead_s=overhead,
+                                                           compute_factor=factor)))
     graph = load_devices(devices)
-    assert graph.num_devices == 3 and (graph.flops == REFERENCE_FLOPS).all()
+    assert graph.num_devices == 3
+    assert graph.flops == pytest.approx([REFERENCE_FLOPS / factor] * 3, rel=1e-5)
     assert graph.transfer_time(0, 2, 1e9) == pytest.approx(1.0001)
     assert [d.overhead for d in graph.devices] == pytest.approx([overhead] * 3, rel=1e-5)
 

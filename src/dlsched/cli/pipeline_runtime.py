@@ -115,22 +115,24 @@ def profile(
     extra = {"chain": str(chain)}
     if devices_out is not None:
         from dlsched.runtime.pipeline_calibrate import (
-            calibrate_action_overhead,
             calibrate_link,
+            calibrate_runtime,
             cpu_devices_document,
         )
 
-        with activity("calibrating the link and the overhead per compute action", json_out):
+        with activity("calibrating the link and the runtime's compute factor and overhead",
+                      json_out):
             latency, bandwidth, _ = calibrate_link()
-            overhead = calibrate_action_overhead(model, microbatch_size)
+            factor, overhead = calibrate_runtime(model, microbatch_size)
         write_text(devices_out, yaml.safe_dump(
-            cpu_devices_document(ranks, latency, bandwidth, memory_bytes, overhead_s=overhead),
-            sort_keys=False))
+            cpu_devices_document(ranks, latency, bandwidth, memory_bytes, overhead_s=overhead,
+                                 compute_factor=factor), sort_keys=False))
         announce(f"device graph: link latency {latency * 1e6:.0f} us, bandwidth "
-                 f"{bandwidth / 1e9:.3g} GB/s (loopback, measured), runtime overhead "
-                 f"{overhead * 1e3:.2f} ms per compute action", devices_out, json_out)
+                 f"{bandwidth / 1e9:.3g} GB/s (loopback, measured), runtime compute factor "
+                 f"{factor:.3f}, overhead {overhead * 1e3:.2f} ms per compute action",
+                 devices_out, json_out)
         extra |= {"devices": str(devices_out), "latency_s": latency, "bandwidth": bandwidth,
-                  "overhead_s": overhead}
+                  "compute_factor": factor, "overhead_s": overhead}
     if json_out:
         emit_rows(rows, True, None, extra)
         return

@@ -10,28 +10,32 @@ one "GPU" per rank at ``REFERENCE_FLOPS`` (profiled chains store seconds as FLOP
 device), the calibrated link between every pair (loopback is the same for every pair), and the
 memory given.
 
-The torch pipeline runtime also spends time on every compute action that the per-block profile
-does not see (the schedule's Python, argument and output handling, posting sends and
-receives, the whole stage module's autograd rather than each block's): one rank runs the whole
-model as a single stage under GPipe, and the time it takes beyond the profiled forward and
-backward of its microbatches, per action, is each device's ``overhead``. Without it a planner
-would favour plans with many small actions (interleaving: 4x the actions of 1F1B) that the
-runtime makes slow.
+The torch pipeline runtime's iteration is longer than the profile of its blocks says, in two
+ways, and both are calibrated from one rank running the whole model as a single GPipe stage,
+whose every compute action is stamped:
 
-The overhead is the difference of two large times, and on CPU both are noisy: on an idle
-16-core machine consecutive one-stage iterations of `gpt-small` ranged 100-204 ms, so a
-median-based difference moved by more than 1 ms per action from one calibration to the next
-(0.00, 13.83 and 21.78 ms on three runs before both were taken in one process; rounds spread
-0.8-1.6 ms around 0.8-1.2 ms after). Noise only ever adds time, so the overhead is the
-difference of the *fastest* of many samples of each, taken in the same warm process and
-interleaved (``_overhead_rank``): a first round not counted (the process's first autograd
-passes and allocations), then per round two one-stage GPipe iterations and right after them
-one profile of every block; the overhead is (fastest iteration - microbatches x fastest
-compute) / actions. Its reproducibility is checked on the same data: the rounds are split
-into three interleaved thirds, each gives its own estimate, and an estimate whose thirds
-disagree by more than 25% (or 0.2 ms) is measured again, then refused
-(``implausible_overhead``, which also refuses an overhead larger than the mean action itself
-or below zero beyond the tolerance).
+- *compute factor*: its actions take longer than the same blocks profiled alone (the stage
+  module's autograd over every block, activations of all microbatches held at once rather
+  than one block's kept in cache): the fastest iteration's summed action time over
+  microbatches x the fastest profile of the blocks. The device graph's GPUs run at
+  ``REFERENCE_FLOPS`` / factor, so every profiled action is stretched by it.
+- *overhead*: the time between actions (the schedule's Python, argument and output
+  handling, posting sends and receives): iteration - summed action time, per action, the
+  median over rounds (a difference within one iteration: little noise). Without it a planner
+  would favour plans with many small actions (interleaving: 4x the actions of 1F1B).
+
+On CPU both times are noisy: on an idle 16-core machine consecutive one-stage iterations of
+`gpt-small` ranged 100-204 ms, so a difference of medians taken minutes apart moved by more
+than 1 ms per action between calibrations (0.00, 13.83 and 21.78 ms on three runs). Noise only
+ever adds time, so the factor compares the *fastest* of many samples of each, taken in the
+same warm process and interleaved (``_calibration_rank``): a first round not counted (the
+process's first autograd passes and allocations), then per round two iterations and right
+after them one profile of every block. Reproducibility is checked on the same data: the
+rounds are split into three interleaved parts, each gives its own factor and overhead, and a
+calibration whose parts disagree by more than 25% (the factor's excess over 1, or the
+overhead; or 0.2 ms of time per action) is measured again, then refused
+(``implausible_calibration``, which also refuses a factor below 1 beyond the tolerance or an
+overhead larger than the mean action itself).
 """
 
 from __future__ import annotations
@@ -92,95 +96,116 @@ def calibrate_link(sizes: tuple[int, ...] = SIZES, repeats: int = 20,
 
 
 SPREAD_LIMIT = 0.25
-"""Largest disagreement between the three thirds' estimates, relative to the overhead."""
+"""Largest disagreement between the parts' estimates, relative to the estimate."""
 TOLERANCE_S = 0.2e-3
-"""Absolute tolerance of the overhead (seconds): spreads and negative medians within it pass."""
+"""Absolute tolerance per action (seconds): disagreements and negative values within it pass."""
 PARTS = 3
-"""Interleaved parts the rounds are split into to check the estimate's reproducibility."""
+"""Interleaved parts the rounds are split into to check the estimates' reproducibility."""
 
 
 @dataclass(frozen=True)
-class OverheadCalibration:
-    """The runtime's overhead per compute action (``overhead_s``, seconds, from every round),
-    the same estimate on each of the ``PARTS`` interleaved parts of the rounds (``parts_s``)
-    and their spread (largest - smallest, seconds), the mean compute action of the one-stage
-    run (``action_s``), and the reasons earlier measurements were rejected."""
+class RuntimeCalibration:
+    """The runtime's ``compute_factor`` (its actions over the profiled blocks) and
+    ``overhead_s`` (seconds between compute actions, per action), from every round; the same
+    two on each of the ``PARTS`` interleaved parts of the rounds (``parts``, (factor,
+    overhead) pairs); the mean profiled compute action (``action_s``, seconds); the reasons
+    earlier measurements were rejected."""
 
+    compute_factor: float
     overhead_s: float
-    parts_s: tuple[float, ...]
-    spread_s: float
+    parts: tuple[tuple[float, float], ...]
     action_s: float
     rejected: tuple[str, ...] = ()
 
+    def spreads_s(self) -> tuple[float, float]:
+        """(factor, overhead) disagreement of the parts, as seconds per action."""
+        factors = [factor for factor, _ in self.parts]
+        overheads = [overhead for _, overhead in self.parts]
+        return ((max(factors) - min(factors)) * self.action_s, max(overheads) - min(overheads))
 
-def _overhead_rank(rank: int, world_size: int, job: RunJob, rounds: int,
-                   repeats: int) -> list[tuple[float, float]]:
+
+def _calibration_rank(rank: int, world_size: int, job: RunJob, rounds: int,
+                      repeats: int) -> list[tuple[float, float, float]]:
     """On one rank: 1 + ``rounds`` rounds, the first not counted, each (the fastest of
-    ``job.iterations`` one-stage iterations of ``job``, the summed forward + backward of every
-    block on one microbatch measured right after, median of ``repeats``), seconds of the same
-    wall clock."""
+    ``job.iterations`` one-stage iterations of ``job``, that iteration's summed compute
+    action time, the summed forward + backward of every block on one microbatch measured
+    right after, median of ``repeats``), seconds of the same wall clock."""
     model = load_model(job.model, job.seed)
     samples = []
     for _ in range(rounds + 1):
         steps = run_schedule(rank, job, job.schedules[0])["steps"]
-        fastest = min(step["end"] - step["start"] for step in steps)
+        fastest = min(steps, key=lambda step: step["end"] - step["start"])
+        actions = sum(end - start for *_, start, end in fastest["stamps"])
         profiles = profile_blocks(model, job.microbatch_size, repeats, warmup=0)
-        samples.append((fastest, sum(p.forward_s + p.backward_s for p in profiles)))
+        samples.append((fastest["end"] - fastest["start"], actions,
+                        sum(p.forward_s + p.backward_s for p in profiles)))
     return samples[1:]
 
 
-def _fastest_difference(samples: list[tuple[float, float]], microbatches: int) -> float:
-    """(fastest iteration - ``microbatches`` x fastest compute) / (2 x ``microbatches``)."""
-    iteration = min(sample[0] for sample in samples)
-    compute = min(sample[1] for sample in samples)
-    return (iteration - microbatches * compute) / (2 * microbatches)
+def _estimate(samples: list[tuple[float, float, float]], microbatches: int
+              ) -> tuple[float, float]:
+    """(compute factor, overhead s per action) of rounds ``samples``: fastest action sum /
+    (``microbatches`` x fastest profile), and the median of (iteration - action sum) /
+    (2 x ``microbatches``)."""
+    factor = (min(actions for _, actions, _ in samples)
+              / (microbatches * min(compute for *_, compute in samples)))
+    overhead = statistics.median((iteration - actions) / (2 * microbatches)
+                                 for iteration, actions, _ in samples)
+    return factor, overhead
 
 
-def overhead_of(samples: list[tuple[float, float]], microbatches: int,
-                rejected: tuple[str, ...] = ()) -> OverheadCalibration:
-    """The calibration of rounds ``samples`` ((fastest iteration s, forward + backward s of
-    one microbatch)) of a one-stage GPipe run over ``microbatches`` (2 x ``microbatches``
-    actions): the fastest-sample difference on all rounds, and on each of the ``PARTS``
-    interleaved parts (rounds i, i + PARTS, ...) for the spread."""
+def calibration_of(samples: list[tuple[float, float, float]], microbatches: int,
+                   rejected: tuple[str, ...] = ()) -> RuntimeCalibration:
+    """The calibration of rounds ``samples`` ((fastest iteration s, its summed action s,
+    forward + backward s of one microbatch)) of a one-stage GPipe run over ``microbatches``
+    (2 x ``microbatches`` actions): ``_estimate`` on all rounds and on each of the ``PARTS``
+    interleaved parts (rounds i, i + PARTS, ...)."""
     if len(samples) < PARTS or microbatches < 1:
-        raise ConfigError(f"overhead: need at least {PARTS} rounds and microbatches >= 1 "
+        raise ConfigError(f"calibration: need at least {PARTS} rounds and microbatches >= 1 "
                           f"(got {len(samples)}, {microbatches})")
-    parts = tuple(_fastest_difference(samples[part::PARTS], microbatches)
-                  for part in range(PARTS))
-    action = statistics.median(compute for _, compute in samples) / 2
-    return OverheadCalibration(_fastest_difference(samples, microbatches), parts,
-                               max(parts) - min(parts), action, rejected)
+    factor, overhead = _estimate(samples, microbatches)
+    parts = tuple(_estimate(samples[part::PARTS], microbatches) for part in range(PARTS))
+    action = statistics.median(compute for *_, compute in samples) / 2
+    return RuntimeCalibration(factor, overhead, parts, action, rejected)
 
 
-def implausible_overhead(calibration: OverheadCalibration) -> str | None:
-    """Why the calibration cannot be used (one line), or None: an overhead larger than the
-    mean compute action it is added to, below -``TOLERANCE_S`` (the runtime faster than its
-    own blocks: the profile is off), or parts that disagree by more than ``SPREAD_LIMIT`` of
-    the overhead and more than ``TOLERANCE_S``."""
-    overhead, action = calibration.overhead_s, calibration.action_s
+def implausible_calibration(calibration: RuntimeCalibration) -> str | None:
+    """Why the calibration cannot be used (one line), or None: a compute factor below 1 by
+    more than ``TOLERANCE_S`` per action (the runtime's actions faster than its own blocks:
+    the profile is off), an overhead larger than the mean action or below -``TOLERANCE_S``,
+    or parts that disagree by more than ``SPREAD_LIMIT`` (of the factor's excess over 1, of
+    the overhead) and more than ``TOLERANCE_S`` per action."""
+    factor, overhead, action = (calibration.compute_factor, calibration.overhead_s,
+                                calibration.action_s)
+    if (1 - factor) * action > TOLERANCE_S:
+        return (f"compute factor {factor:.3f}: the runtime's actions were faster than its "
+                "profiled blocks")
     if overhead > action:
         return (f"overhead {overhead * 1e3:.2f} ms per action is larger than the mean action "
                 f"itself ({action * 1e3:.2f} ms)")
     if overhead < -TOLERANCE_S:
-        return (f"overhead {overhead * 1e3:.2f} ms per action is negative: the run was faster "
-                "than its profiled blocks")
-    if calibration.spread_s > max(SPREAD_LIMIT * abs(overhead), TOLERANCE_S):
-        parts = ", ".join(f"{part * 1e3:.2f}" for part in calibration.parts_s)
+        return f"overhead {overhead * 1e3:.2f} ms per action is negative"
+    factor_spread, overhead_spread = calibration.spreads_s()
+    limit = f"limit {SPREAD_LIMIT:.0%} or {TOLERANCE_S * 1e3:.1f} ms per action"
+    if factor_spread > max(SPREAD_LIMIT * abs(factor - 1) * action, TOLERANCE_S):
+        parts = ", ".join(f"{part:.3f}" for part, _ in calibration.parts)
+        return (f"compute factor {factor:.3f}, but its {PARTS} parts give {parts} ({limit}; "
+                "the machine is too busy to calibrate)")
+    if overhead_spread > max(SPREAD_LIMIT * abs(overhead), TOLERANCE_S):
+        parts = ", ".join(f"{part * 1e3:.2f}" for _, part in calibration.parts)
         return (f"overhead {overhead * 1e3:.2f} ms per action, but its {PARTS} parts give "
-                f"{parts} ms (spread {calibration.spread_s * 1e3:.2f} ms; limit "
-                f"{SPREAD_LIMIT:.0%} or {TOLERANCE_S * 1e3:.1f} ms; the machine is too busy "
-                "to calibrate)")
+                f"{parts} ms ({limit}; the machine is too busy to calibrate)")
     return None
 
 
-def measure_action_overhead(model: str, microbatch_size: int, microbatches: int = 8,
-                            rounds: int = 36, repeats: int = 1, attempts: int = 3,
-                            options: SpawnOptions | None = None) -> OverheadCalibration:
-    """The runtime's overhead per compute action (see the module docstring): one rank, the
-    whole ``model`` as one stage, GPipe over ``microbatches`` microbatches of
+def measure_runtime(model: str, microbatch_size: int, microbatches: int = 8,
+                    rounds: int = 36, repeats: int = 1, attempts: int = 3,
+                    options: SpawnOptions | None = None) -> RuntimeCalibration:
+    """The runtime's compute factor and overhead per action (see the module docstring): one
+    rank, the whole ``model`` as one stage, GPipe over ``microbatches`` microbatches of
     ``microbatch_size`` samples, ``rounds`` rounds (each 2 iterations and the blocks profiled
     with ``repeats``) in one process; measured again up to ``attempts`` times while
-    ``implausible_overhead``, then ConfigError with the reason."""
+    ``implausible_calibration``, then ConfigError with the reason."""
     if (not 1 <= microbatches <= 1000 or not PARTS <= rounds <= 1000
             or not 1 <= attempts <= 10):
         raise ConfigError(f"microbatches: {microbatches} (1..1000), rounds: {rounds} "
@@ -195,35 +220,38 @@ def measure_action_overhead(model: str, microbatch_size: int, microbatches: int 
                  warmup=0)
     rejected: list[str] = []
     for _ in range(attempts):
-        samples = spawn(_overhead_rank, 1, (job, rounds, repeats),
+        samples = spawn(_calibration_rank, 1, (job, rounds, repeats),
                         options or SpawnOptions())[0]
-        calibration = overhead_of(samples, microbatches, tuple(rejected))
-        reason = implausible_overhead(calibration)
+        calibration = calibration_of(samples, microbatches, tuple(rejected))
+        reason = implausible_calibration(calibration)
         if reason is None:
             return calibration
         rejected.append(reason)
-    raise ConfigError(f"overhead calibration: refused after {attempts} measurements: "
+    raise ConfigError(f"runtime calibration: refused after {attempts} measurements: "
                       f"{rejected[-1]}")
 
 
-def calibrate_action_overhead(model: str, microbatch_size: int, microbatches: int = 8,
-                              options: SpawnOptions | None = None) -> float:
-    """Seconds the torch pipeline runtime adds to each compute action
-    (``measure_action_overhead``), at least 0 (a median within the tolerance below 0 is 0)."""
-    return max(0.0, measure_action_overhead(model, microbatch_size, microbatches,
-                                            options=options).overhead_s)
+def calibrate_runtime(model: str, microbatch_size: int, microbatches: int = 8,
+                      options: SpawnOptions | None = None) -> tuple[float, float]:
+    """(compute factor, overhead s per compute action >= 0) of the torch pipeline runtime
+    (``measure_runtime``; an overhead within the tolerance below 0 is 0)."""
+    calibration = measure_runtime(model, microbatch_size, microbatches, options=options)
+    return calibration.compute_factor, max(0.0, calibration.overhead_s)
 
 
 def cpu_devices_document(ranks: int, latency_s: float, bandwidth: float, memory: int,
-                         name: str = "cpu-ranks", overhead_s: float = 0.0) -> dict:
-    """A device-graph file (servers form): ``ranks`` devices at ``REFERENCE_FLOPS`` with
-    ``memory`` bytes each and ``overhead_s`` seconds per compute action, the calibrated link
-    between every pair."""
-    if ranks < 1 or memory <= 0 or overhead_s < 0:
-        raise ConfigError(f"ranks: {ranks} must be >= 1, memory: {memory} > 0 bytes and "
-                          f"overhead: {overhead_s} >= 0 s")
+                         name: str = "cpu-ranks", overhead_s: float = 0.0,
+                         compute_factor: float = 1.0) -> dict:
+    """A device-graph file (servers form): ``ranks`` devices at ``REFERENCE_FLOPS`` /
+    ``compute_factor`` with ``memory`` bytes each and ``overhead_s`` seconds per compute
+    action, the calibrated link between every pair."""
+    if ranks < 1 or memory <= 0 or overhead_s < 0 or not compute_factor > 0:
+        raise ConfigError(f"ranks: {ranks} must be >= 1, memory: {memory} > 0 bytes, "
+                          f"overhead: {overhead_s} >= 0 s and compute factor: "
+                          f"{compute_factor} > 0")
     link = {"bandwidth": f"{bandwidth:.6g} B/s", "latency": f"{latency_s:.6g} s"}
-    gpu = {"flops": f"{REFERENCE_FLOPS:g} FLOP/s", "memory": f"{memory} B",
+    gpu = {"flops": f"{REFERENCE_FLOPS / compute_factor:.6g} FLOP/s", "memory": f"{memory} B",
            "overhead": f"{overhead_s:.6g} s"}
-    return {"name": name, "description": f"{ranks} CPU gloo ranks, link calibrated by ping-pong",
+    return {"name": name, "description": f"{ranks} CPU gloo ranks, link calibrated by "
+            f"ping-pong, runtime compute factor {compute_factor:.3f}",
             "servers": [{"count": ranks, "gpu": gpu, "link": link}]}
