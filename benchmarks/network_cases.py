@@ -2,9 +2,9 @@
 layer was unified (issue 23, item 1): the differential record ``tests/fixtures/network_layer.json``.
 
 Each case maps to a list of floats (seconds): a collective's time and every transfer's start
-and end; training iterations and every transfer's end; data-parallel iterations and every
-message's start and end; pipeline iterations and every span's start and end, under both
-link-sharing modes. ``python -m benchmarks.network_cases record`` rewrites the record;
+and end; training iterations and every transfer's end; data-parallel iterations, per policy,
+and every message's start and end; pipeline iterations and every span's start and end, under
+both link-sharing modes. ``python -m benchmarks.network_cases record`` rewrites the record;
 ``tests/sim/test_network_layer_record.py`` compares with it.
 """
 
@@ -92,7 +92,8 @@ def _comm(rng: np.random.Generator):
 
 def dataparallel_case(seed: int) -> list[float]:
     """Random layers (3-12), a random all-reduce model (alpha-beta, ring, piecewise or
-    two-state), in flight 1-4, every policy."""
+    two-state), in flight 1-4, every policy: its time, the count of span ends, every message's
+    start and end."""
     from dlsched.dataparallel import POLICIES, DPProblem, run_dataparallel
     from dlsched.dataparallel.policies import clear_plan_caches
 
@@ -106,9 +107,9 @@ def dataparallel_case(seed: int) -> list[float]:
     values = []
     for name in POLICIES:
         result = run_dataparallel(problem, name)
-        values.append(result.time_s)
-        values.extend(t for span in result.timeline.spans if span.resource == "network"
-                      for t in (span.start, span.end))
+        spans = [t for span in result.timeline.spans if span.resource == "network"
+                 for t in (span.start, span.end)]
+        values.extend([result.time_s, float(len(spans)), *spans])
     return values
 
 

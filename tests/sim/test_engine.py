@@ -48,3 +48,14 @@ def test_past_events_are_refused():
     engine.at(1.0, lambda: engine.at(0.5, lambda: None))
     with pytest.raises(ValueError, match="past"):
         engine.run()
+
+
+def test_run_until_past_the_last_event_moves_the_clock_there():
+    """With no event left before ``until`` the clock still reaches it; next_time is the next
+    event's time (inf when none)."""
+    engine = Engine()
+    engine.at(1.0, lambda: None)
+    assert engine.next_time() == 1.0
+    assert engine.run(until=2.5) == 2.5 and engine.now == 2.5
+    assert engine.next_time() == float("inf")
+    assert engine.run(until=float("inf")) == 2.5

@@ -6,7 +6,8 @@ messages hold fewer than ``credit`` bytes (ByteScheduler's rule: a block starts 
 left, and its size is taken from the credit; a credit of 1 byte lets exactly one run). A running
 message first spends its latency (startup, per-step latencies: concurrent messages overlap
 these), then its transfer: ``transfer`` seconds of the full bandwidth, which the messages
-transferring at the same moment share equally (processor sharing). With one slot this is the
+transferring at the same moment share equally (processor sharing, ``sim.links.SharedLinks``
+with one resource moving one second of transfer per second). With one slot this is the
 serial network of the reference model: each message starts when the previous one ends and its
 launch time has come, and lasts its cost.
 
@@ -26,18 +27,22 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-EPSILON = 1e-15  # seconds of transfer below which a message counts as done
+from dlsched.sim.engine import Engine
+from dlsched.sim.links import SharedLinks
+
+_NETWORK = "network"
 
 
 @dataclass
 class _Running:
     index: int
     start: float
-    latency_end: float
-    remaining: float  # seconds of transfer at the full bandwidth still to do
+    latency_end: float  # inf once the transfer has begun
+    transfer: float  # seconds of transfer at the full bandwidth
     size: float = 0.0  # bytes it holds of the credit
     slowdown: float = 1.0  # how many times slower it progresses while the network is loaded
     compute: float = 1.0  # how many times slower the rank computes while it is in flight
+    version: int = 0  # of its pending latency-end event
 
 
 class SharedNetwork:
@@ -50,12 +55,20 @@ class SharedNetwork:
             raise ValueError(f"credit: must be > 0 bytes (got {credit})")
         self.slots = slots
         self.credit = credit
-        self.now = 0.0
+        self.engine = Engine()
+        self.links = SharedLinks(self.engine, {_NETWORK: 1.0}, batch=False, residue=0.0)
         self.waiting: deque[tuple[int, float, float, float, float, float, float, float]] = \
             deque()
-        self.running: list[_Running] = []
+        self.running: dict[int, _Running] = {}
         self.held = 0.0  # bytes the running messages hold of the credit
         self.loaded = False
+        self.done: list[tuple[int, float, float]] = []
+        self.wake = math.inf  # when an admission is scheduled
+
+    @property
+    def now(self) -> float:
+        """The network's clock, seconds."""
+        return self.engine.now
 
     def submit(self, index: int, launch: float, latency: float, transfer: float,
                slowdown: float = 1.0, compute: float = 1.0, queued: float | None = None,
@@ -67,30 +80,29 @@ class SharedNetwork:
         taken from the credit while it runs)."""
         self.waiting.append((index, launch, latency, transfer, slowdown, compute,
                              slowdown if queued is None else queued, size))
-
-    def _admits(self) -> bool:
-        """Whether the next waiting message may start once its launch time has come: a slot
-        is free and the running messages hold less than the credit."""
-        return bool(self.waiting) and len(self.running) < self.slots and self.held < self.credit
+        self._admit()
 
     def compute_slowdown(self) -> float:
         """How many times slower the rank computes now: the largest ``compute`` factor of the
         messages in flight (1 when none is)."""
-        return max((r.compute for r in self.running), default=1.0)
+        return max((r.compute for r in self.running.values()), default=1.0)
 
     def _factor(self, running: _Running) -> float:
         return running.slowdown if self.loaded else 1.0
 
     def set_loaded(self, loaded: bool) -> None:
         """From the current time on, run messages at their loaded (slowed) or idle rate; a
-        latency in progress keeps its idle-rate progress (``advance`` to the moment first)."""
+        latency in progress keeps its idle-rate progress."""
         if loaded == self.loaded:
             return
-        for running in self.running:
-            if running.latency_end > self.now:
-                left = (running.latency_end - self.now) / self._factor(running)
-                running.latency_end = self.now + left * (running.slowdown if loaded else 1.0)
+        now = self.now
+        for running in self.running.values():
+            if running.latency_end < math.inf:
+                left = (running.latency_end - now) / self._factor(running)
+                running.latency_end = now + left * (running.slowdown if loaded else 1.0)
+                self._latency_event(running)
         self.loaded = loaded
+        self.links.set_slowed(loaded)
 
     @property
     def busy(self) -> bool:
@@ -98,52 +110,60 @@ class SharedNetwork:
         return bool(self.waiting or self.running)
 
     def next_event(self) -> float:
-        """Time of the next admission, latency end or completion (inf when idle)."""
-        events = [math.inf]
-        if self._admits():
-            events.append(max(self.now, self.waiting[0][1]))
-        transferring = [r for r in self.running if r.latency_end <= self.now]
-        events.extend(r.latency_end for r in self.running if r.latency_end > self.now)
-        if transferring:
-            events.append(self.now + min(r.remaining * self._factor(r) for r in transferring)
-                          * len(transferring))
-        return min(events)
+        """Time of the next scheduled event: admission, latency end or completion (inf when
+        idle)."""
+        return self.engine.next_time()
 
     def advance(self, until: float) -> list[tuple[int, float, float]]:
         """Run events up to time ``until`` (s); ``(index, start, end)`` of messages that ended."""
-        done: list[tuple[int, float, float]] = []
-        while True:
-            event = self.next_event()
-            if event > until or event == math.inf:
-                if math.isfinite(until):
-                    self._progress(until)
-                return done
-            self._progress(event)
-            sharing = sum(1 for r in self.running if r.latency_end <= self.now)
-            for running in [r for r in self.running if r.latency_end <= self.now and (
-                    r.remaining <= EPSILON
-                    or self.now + r.remaining * self._factor(r) * sharing <= self.now)]:
-                self.running.remove(running)
-                self.held = self.held - running.size if self.running else 0.0
-                done.append((running.index, running.start, self.now))
-            while self._admits() and self.waiting[0][1] <= self.now:
-                index, launch, latency, transfer, slowdown, compute, queued, size = \
-                    self.waiting.popleft()
-                if launch < self.now:
-                    slowdown = queued
-                running = _Running(index, self.now, 0.0, transfer, size, slowdown, compute)
-                running.latency_end = self.now + latency * self._factor(running)
-                self.running.append(running)
-                self.held += size
+        self.engine.run(until)
+        done, self.done = self.done, []
+        return done
 
-    def _progress(self, time: float) -> None:
-        """Move the clock to ``time``, sharing the bandwidth among transferring messages."""
-        if time <= self.now:
-            return
-        transferring = [r for r in self.running if r.latency_end <= self.now]
-        for running in transferring:
-            running.remaining -= (time - self.now) / (len(transferring) * self._factor(running))
-        self.now = time
+    def _admit(self) -> None:
+        """Start waiting messages in order while a slot and credit are free and the next one's
+        launch time has come; wake up at its launch time otherwise."""
+        now = self.now
+        while self.waiting and len(self.running) < self.slots and self.held < self.credit:
+            index, launch, latency, transfer, slowdown, compute, queued, size = self.waiting[0]
+            if launch > now:
+                if launch < self.wake:
+                    self.wake = launch
+                    self.engine.at(launch, self._wake)
+                return
+            self.waiting.popleft()
+            running = _Running(index, now, 0.0, transfer, size,
+                               queued if launch < now else slowdown, compute)
+            running.latency_end = now + latency * self._factor(running)
+            self.running[index] = running
+            self.held += size
+            if running.latency_end > now:
+                self._latency_event(running)
+            else:
+                self._transfer(running)
+
+    def _wake(self) -> None:
+        self.wake = math.inf
+        self._admit()
+
+    def _latency_event(self, running: _Running) -> None:
+        running.version += 1
+        self.engine.at(running.latency_end, self._latency_done, running, running.version)
+
+    def _latency_done(self, running: _Running, version: int) -> None:
+        if version == running.version and running.latency_end < math.inf:
+            self._transfer(running)
+
+    def _transfer(self, running: _Running) -> None:
+        running.latency_end = math.inf
+        self.links.send(running.transfer, (_NETWORK,), lambda: self._finish(running),
+                        slowdown=running.slowdown)
+
+    def _finish(self, running: _Running) -> None:
+        del self.running[running.index]
+        self.held = self.held - running.size if self.running else 0.0
+        self.done.append((running.index, running.start, self.now))
+        self._admit()
 
 
 def shared_times(messages: list[tuple[float, float, float]], slots: int,

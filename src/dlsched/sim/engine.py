@@ -10,6 +10,7 @@ in which events were scheduled, so the same inputs always give the same timeline
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -36,15 +37,21 @@ class Engine:
         """Schedule ``callback(*args)`` ``delay`` seconds from now."""
         self.at(self.now + delay, callback, *args)
 
+    def next_time(self) -> float:
+        """Time of the next scheduled event, seconds (inf when none is)."""
+        return self._heap[0][0] if self._heap else math.inf
+
     def run(self, until: float | None = None) -> float:
-        """Process events until none remain (or the next is after ``until``); return ``now``."""
+        """Process events until none remain, or those up to ``until`` (seconds) and then set
+        ``now`` to ``until`` (when finite); return ``now``."""
         heap = self._heap
         while heap:
             if until is not None and heap[0][0] > until:
-                self.now = until
                 break
             time, _, callback, args = heapq.heappop(heap)
             self.now = time
             self.events_processed += 1
             callback(*args)
+        if until is not None and math.isfinite(until) and until > self.now:
+            self.now = until
         return self.now

@@ -14,6 +14,10 @@ of its transfers at once, the others waiting in the order they were sent (``k = 
 stream, as NCCL runs one communicator's operations; ``in_flight = None``: no limit, every
 transfer moves at once). Rates are recomputed once per instant at which transfers start
 (``batch``; a ring all-reduce step starts hundreds at once) or at every start.
+
+Slowed links: a transfer may carry a ``slowdown`` (>= 1); while the links are ``slowed``
+(``set_slowed``: e.g. the ranks compute and the communication threads wait for cores) it
+moves that many times slower than its fair share, the share it leaves unused going to no one.
 """
 
 from __future__ import annotations
@@ -24,15 +28,17 @@ from dataclasses import dataclass, field
 
 from dlsched.sim.engine import Engine
 
-# A transfer within this fraction of its size (plus what it moves in 1e-15 s) of its end when
-# another completes finishes with it: float residue must not leave a few bytes behind.
+# A transfer within this fraction of its size (at least 1 byte), plus what it moves in 1e-15 s,
+# of its end when another completes finishes with it: float residue must not leave a few bytes
+# behind (the default ``residue``).
 _RELATIVE_TOLERANCE = 1e-9
 
 
 @dataclass(eq=False, slots=True)
 class Transfer:
     """``size`` bytes over ``resources`` at most at ``cap`` bytes/s (``solo``: its rate when
-    it shares nothing, bytes/s); ``left`` bytes still to move at ``rate`` bytes/s."""
+    it shares nothing, bytes/s; ``slowdown``: how many times slower it moves while the links
+    are slowed); ``left`` bytes still to move at ``rate`` bytes/s."""
 
     size: float
     cap: float
@@ -40,6 +46,7 @@ class Transfer:
     stream: Hashable
     on_done: Callable[[], None]
     solo: float
+    slowdown: float = 1.0
     left: float = field(init=False)
     rate: float = 0.0
 
@@ -49,14 +56,20 @@ class Transfer:
 
 class SharedLinks:
     """Transfers over shared resources, driven by ``engine`` (see the module docstring).
-    ``capacity`` maps each resource to its bytes/s (``add`` more later)."""
+    ``capacity`` maps each resource to its bytes/s (``add`` more later); ``residue``: the
+    fraction of its size (at least 1 byte) a transfer may have left and still end with one
+    that completes (a model that counts seconds of transfer at a capacity of 1 passes 0: only
+    what moves in 1e-15 s is then left)."""
 
     def __init__(self, engine: Engine, capacity: dict[Hashable, float] | None = None,
-                 in_flight: int | None = None, batch: bool = True) -> None:
+                 in_flight: int | None = None, batch: bool = True,
+                 residue: float = _RELATIVE_TOLERANCE) -> None:
         if in_flight is not None and in_flight < 1:
             raise ValueError(f"in_flight: a stream needs >= 1 transfer in flight (got "
                              f"{in_flight})")
         self.engine, self.in_flight, self.batch = engine, in_flight, batch
+        self.residue = residue
+        self.slowed = False
         self.capacity: dict[Hashable, float] = dict(capacity or {})
         self.active: list[Transfer] = []
         self.users: dict[Hashable, int] = {}  # transfers in flight on each resource
@@ -73,13 +86,14 @@ class SharedLinks:
         return resource
 
     def send(self, num_bytes: float, resources: Sequence[Hashable], on_done: Callable[[], None],
-             cap: float = float("inf"), stream: Hashable = None) -> None:
-        """Move ``num_bytes`` bytes over ``resources`` (declared), at most ``cap`` bytes/s,
-        from now (or once ``stream`` has room); ``on_done()`` runs when the last byte
-        arrives."""
+             cap: float = float("inf"), stream: Hashable = None, slowdown: float = 1.0) -> None:
+        """Move ``num_bytes`` bytes over ``resources`` (declared), at most ``cap`` bytes/s and
+        ``slowdown`` times slower while slowed, from now (or once ``stream`` has room);
+        ``on_done()`` runs when the last byte arrives."""
         capacity = self.capacity
         solo = min(cap, *(capacity[key] for key in resources)) if resources else cap
-        transfer = Transfer(float(num_bytes), cap, tuple(resources), stream, on_done, solo)
+        transfer = Transfer(float(num_bytes), cap, tuple(resources), stream, on_done, solo,
+                            slowdown)
         if self.in_flight is not None and self.moving.get(stream, 0) >= self.in_flight:
             self.waiting.setdefault(stream, deque()).append(transfer)
             return
@@ -92,6 +106,13 @@ class SharedLinks:
         if not self.settling:
             self.settling = True
             self.engine.after(0.0, self._settle)
+
+    def set_slowed(self, slowed: bool) -> None:
+        """From now on, move every transfer ``slowdown`` times slower (or at its share)."""
+        if slowed != self.slowed:
+            self._advance()
+            self.slowed = slowed
+            self._reschedule()
 
     @property
     def count(self) -> int:
@@ -131,6 +152,13 @@ class SharedLinks:
         self.last = now
 
     def _rates(self) -> None:
+        """Each transfer's fair share (``_shares``), divided by its slowdown while slowed."""
+        self._shares()
+        if self.slowed:
+            for transfer in self.active:
+                transfer.rate /= transfer.slowdown
+
+    def _shares(self) -> None:
         """Max-min fair rates with per-transfer caps (progressive filling): each round raises
         every unfrozen transfer to the lowest cap or fair share of a resource, and freezes the
         transfers that reached it. ``rising[key]`` counts a resource's unfrozen transfers."""
@@ -176,7 +204,7 @@ class SharedLinks:
             return
         self._advance()
         done = [t for t in self.active
-                if t.left <= _RELATIVE_TOLERANCE * max(1.0, t.size) + t.rate * 1e-15]
+                if t.left <= self.residue * max(1.0, t.size) + t.rate * 1e-15]
         if not done:
             # This event was set for the transfer that finishes first; when its delay is below
             # the clock's resolution the clock cannot advance, so it is complete now.
