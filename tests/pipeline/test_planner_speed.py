@@ -33,6 +33,7 @@ from dlsched.pipeline.schedules import one_f_one_b_orders
 from dlsched.pipeline.simulate import check_plan
 
 simulate_module = importlib.import_module("dlsched.pipeline.simulate")
+plan_module = importlib.import_module("dlsched.pipeline.plan")
 
 BEFORE = json.loads((Path(__file__).parent / "data" / "planner_random_before.json").read_text())
 
@@ -287,3 +288,53 @@ def test_a_simulation_is_shared_only_by_plans_whose_numbers_are_equal(
                                                                "selective")).iteration_s
     assert runs[-1] == "selective"
     assert times["full"] > times["none"]
+
+
+def test_fast_order_check_agrees_with_the_full_check() -> None:
+    """Baseline plans of random instances, as they are and with one GPU's order mutated
+    (two actions swapped, one dropped, one repeated, one moved to another GPU): the fast
+    check passes exactly the plans the full check passes."""
+    mutate, checked = random.Random(2), {True: 0, False: 0}
+    for seed in range(10):
+        problem = random_problem(seed)
+        for planner in BASELINES.values():
+            try:
+                plan = planner(problem)
+            except ConfigError:
+                continue
+            for variant in [plan] + [_mutated(plan, mutate) for _ in range(6)]:
+                instance = problem.for_plan(variant)
+                fast = plan_module._orders_valid(variant, variant.split_backward)
+                try:
+                    _full_check(variant, instance.chain.num_blocks, instance.graph.num_devices)
+                    full = True
+                except PlanError:
+                    full = False
+                assert fast == full
+                checked[full] += 1
+    assert min(checked.values()) > 40
+
+
+def _full_check(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None:
+    original = plan_module._orders_valid
+    plan_module._orders_valid = lambda plan, split: False
+    try:
+        plan_module.validate_plan(plan, num_blocks, num_devices)
+    finally:
+        plan_module._orders_valid = original
+
+
+def _mutated(plan: PipelinePlan, mutate: random.Random) -> PipelinePlan:
+    orders = [list(order) for order in plan.orders]
+    k = mutate.choice([k for k, order in enumerate(orders) if order])
+    i, j = mutate.randrange(len(orders[k])), mutate.randrange(len(orders[k]))
+    how = mutate.choice(("swap", "drop", "repeat", "move"))
+    if how == "swap":
+        orders[k][i], orders[k][j] = orders[k][j], orders[k][i]
+    elif how == "drop":
+        del orders[k][i]
+    elif how == "repeat":
+        orders[k].insert(j, orders[k][i])
+    else:
+        orders[(k + 1) % len(orders)].append(orders[k].pop(i))
+    return replace(plan, orders=tuple(map(tuple, orders)))

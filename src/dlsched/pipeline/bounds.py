@@ -37,7 +37,6 @@ import math
 
 import numpy as np
 
-from dlsched.pipeline.actions import Action
 from dlsched.pipeline.ddp import last_bucket_bytes
 from dlsched.pipeline.memory import action_stash, static_memory
 from dlsched.pipeline.plan import PipelinePlan, Stage
@@ -99,9 +98,8 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
             gpu = problem.graph.devices[device]
             key = (gpu.flops, gpu.overhead, tuple((a.stage, a.kind) for a in order))
             if key not in terms:
-                terms[key] = max(_device_bound(problem, order, device, split,
-                                               (head, tail, sync), flops),
-                                 _heads_and_tails(problem, order, device, jobs))
+                terms[key] = max(_device_bound(problem, key, split, (head, tail, sync), flops),
+                                 _heads_and_tails(key, jobs))
             best = max(best, terms[key])
     return best
 
@@ -124,9 +122,9 @@ def _down(fastest: list[tuple[float, float]], hops: list[float], inputs: float,
 
 def _jobs(problem: PipelineProblem, split: bool, fastest: list[tuple[float, float]],
           hops: list[float], paths: tuple[list[float], list[float], list[float]],
-          flops: list[tuple[float, float]]) -> dict[Action, tuple[float, float, float]]:
-    """Per stage and kind (microbatch 0 stands for all), the (release, tail, FLOP) of an
-    action in the heads-and-tails term of the module docstring."""
+          flops: list[tuple[float, float]]) -> dict[tuple[int, str], tuple[float, float, float]]:
+    """Per (stage, kind), the (release, tail, FLOP) of an action in the heads-and-tails term
+    of the module docstring."""
     head, tail, sync = paths
     inputs, weights = _shares(problem, split)
     jobs = {}
@@ -135,24 +133,23 @@ def _jobs(problem: PipelineProblem, split: bool, fastest: list[tuple[float, floa
         back = fastest[s][1] * inputs
         own_w = fastest[s][1] * weights
         returned = head[s] + fastest[s][0] + down
-        jobs[Action(s, "F", 0)] = (head[s], down + back + tail[s], forward)
-        jobs[Action(s, "B", 0)] = (returned, max(tail[s], sync[s]), backward)
-        jobs[Action(s, "I", 0)] = (returned, max(tail[s], own_w + sync[s]), backward * inputs)
-        jobs[Action(s, "W", 0)] = (returned + back, sync[s], backward * weights)
+        jobs[(s, "F")] = (head[s], down + back + tail[s], forward)
+        jobs[(s, "B")] = (returned, max(tail[s], sync[s]), backward)
+        jobs[(s, "I")] = (returned, max(tail[s], own_w + sync[s]), backward * inputs)
+        jobs[(s, "W")] = (returned + back, sync[s], backward * weights)
     return jobs
 
 
-def _heads_and_tails(problem: PipelineProblem, order: tuple[Action, ...], device: int,
-                     jobs: dict[Action, tuple[float, float, float]]) -> float:
-    """The one-machine heads-and-tails term of the module docstring for GPU ``device``
-    running ``order`` (``jobs``: from ``_jobs``)."""
-    flops, overhead = problem.graph.devices[device].flops, problem.graph.devices[device].overhead
-    costs = {key: (release, after, work / flops + overhead)
-             for key, (release, after, work) in jobs.items()}
+def _heads_and_tails(gpu: tuple[float, float, tuple[tuple[int, str], ...]],
+                     jobs: dict[tuple[int, str], tuple[float, float, float]]) -> float:
+    """The one-machine heads-and-tails term of the module docstring for a GPU of ``gpu =
+    (FLOP/s, overhead s, (stage, kind) of each action in order)`` (``jobs``: from
+    ``_jobs``)."""
+    flops, overhead, sequence = gpu
     sets: dict[tuple[float, float], float] = {}
-    for action in order:
-        release, after, cost = costs[Action(action.stage, action.kind, 0)]
-        sets[(release, after)] = sets.get((release, after), 0.0) + cost
+    for key in sequence:
+        release, after, work = jobs[key]
+        sets[(release, after)] = sets.get((release, after), 0.0) + (work / flops + overhead)
     best = 0.0
     for low_release in {r for r, _ in sets}:
         for low_tail in {q for _, q in sets}:
@@ -196,25 +193,26 @@ def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, split: bool,
     return best
 
 
-def _device_bound(problem: PipelineProblem, order: tuple[Action, ...], device: int,
+def _device_bound(problem: PipelineProblem, gpu: tuple[float, float, tuple[tuple[int, str], ...]],
                   split: bool, paths: tuple[list[float], list[float], list[float]],
                   flops: list[tuple[float, float]]) -> float:
-    """The device term of the module docstring for GPU ``device`` running ``order``."""
+    """The device term of the module docstring for a GPU of ``gpu = (FLOP/s, overhead s,
+    (stage, kind) of each action in order)``."""
     head, tail, sync = paths
-    speed, overhead = problem.graph.devices[device].flops, problem.graph.devices[device].overhead
+    speed, overhead, sequence = gpu
     inputs, weights = problem.chain.grad_shares
-    hosted = sorted({a.stage for a in order})
+    hosted = sorted({s for s, _ in sequence})
     work = {}
     for s in hosted:
         forward, backward = flops[s]
         work |= {(s, "F"): forward, (s, "B"): backward, (s, "I"): backward * inputs,
                  (s, "W"): backward * weights}
-    all_work = sum(work[(a.stage, a.kind)] for a in order) / speed + overhead * len(order)
+    all_work = sum(work[key] for key in sequence) / speed + overhead * len(sequence)
     start = min(head[s] for s in hosted)
     if not split:
         return start + all_work + min(max(tail[s], sync[s]) for s in hosted)
-    forward_input = sum(work[(a.stage, a.kind)] / speed + overhead for a in order
-                        if a.kind != "W")
+    forward_input = sum(work[(s, kind)] / speed + overhead for s, kind in sequence
+                        if kind != "W")
     return max(start + all_work + min(sync[s] for s in hosted),
                start + forward_input + min(tail[s] for s in hosted))
 

@@ -24,9 +24,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import lru_cache
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from dlsched.pipeline.chain import Chain
 from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.sim.collective_cost import ring_allreduce_steps
@@ -147,7 +150,12 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
 def replica_load(speeds: np.ndarray, num_microbatches: int) -> float:
     """Seconds per FLOP per microbatch of a replicated stage: replicas sorted fastest first
     take microbatches round-robin; the busiest one (count / FLOP/s) sets the pace."""
-    ordered = np.sort(speeds)[::-1]
+    return _replica_load(tuple(np.asarray(speeds, dtype=float).tolist()), num_microbatches)
+
+
+@lru_cache(maxsize=4096)
+def _replica_load(speeds: tuple[float, ...], num_microbatches: int) -> float:
+    ordered = np.sort(np.array(speeds))[::-1]
     r = len(ordered)
     counts = np.array([len(range(k, num_microbatches, r)) for k in range(r)])
     return float((counts / ordered).max()) / num_microbatches
@@ -272,22 +280,37 @@ def balanced_stages(problem: PipelineProblem,
     chain, m = problem.chain, problem.num_microbatches
     groups = [group if isinstance(group, tuple) else (int(group),) for group in groups]
     p = min(len(groups), chain.num_blocks)
+    loads = tuple(replica_load(problem.graph.flops[list(groups[k])], m)
+                  * (weights[k] if weights is not None else 1.0) for k in range(p))
+    known = _CUTS.setdefault(chain, {})
+    if loads not in known:
+        known[loads] = _balanced_cuts(chain, loads)
+    firsts = known[loads]
+    return tuple(Stage(first, last, tuple(groups[k]))
+                 for k, (first, last) in enumerate(zip(firsts, (*firsts[1:], chain.num_blocks),
+                                                       strict=True)))
+
+
+# Cuts of ``balanced_stages`` per chain and per-stage loads (grid planners cut the same
+# configurations, and both GPU mappings of a configuration, alike).
+_CUTS: WeakKeyDictionary[Chain, dict[tuple[float, ...], tuple[int, ...]]] = WeakKeyDictionary()
+
+
+def _balanced_cuts(chain: Chain, loads: tuple[float, ...]) -> tuple[int, ...]:
+    """First block of each of ``len(loads)`` stages minimising the largest work x load."""
     work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
     span = work[None, :] - work[:, None]
     span = np.where(np.triu(np.ones_like(span, dtype=bool), 1), span, np.inf)
     best = np.full(chain.num_blocks + 1, np.inf)
     best[0] = 0.0
     starts = []
-    for k in range(p):
-        load = replica_load(problem.graph.flops[list(groups[k])], m) * (
-            weights[k] if weights is not None else 1.0)
+    for load in loads:
         candidate = np.maximum(best[:, None], span * load)
         start = np.argmin(candidate, axis=0)
         best = candidate[start, np.arange(len(best))]
         starts.append(start)
-    stages, i = [], chain.num_blocks
-    for k in range(p - 1, -1, -1):
-        first = int(starts[k][i])
-        stages.append(Stage(first, i, tuple(groups[k])))
-        i = first
-    return tuple(reversed(stages))
+    firsts, i = [], chain.num_blocks
+    for start in reversed(starts):
+        i = int(start[i])
+        firsts.append(i)
+    return tuple(reversed(firsts))

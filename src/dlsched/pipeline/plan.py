@@ -169,6 +169,8 @@ def validate_plan(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None
         raise PlanError(f"num_microbatches: {plan.num_microbatches} must be >= 1")
     _check_stages(plan, num_blocks, num_devices)
     split = plan.split_backward
+    if _orders_valid(plan, split):
+        return
     required = _required(plan, split)
     seen: set[tuple[Action, int]] = set()
     for k, order in enumerate(plan.orders):
@@ -187,6 +189,31 @@ def validate_plan(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None
                      if any((a, k) not in seen for k in owners))
     if missing:
         raise _fail(plan, "missing actions: " + " ".join(map(str, missing[:12])))
+
+
+def _orders_valid(plan: PipelinePlan, split: bool) -> bool:
+    """Whether the orders pass ``validate_plan``'s checks (the stages being valid), found
+    with plain tuples per GPU: its actions distinct, each of a kind of the plan on a stage it
+    hosts for a microbatch (part) it runs, F before B/I and I before W, as many as it owns.
+    False leaves the error to find to the full check."""
+    m = plan.num_microbatches
+    kinds = {"F": None, "I": "F", "W": "I"} if split else {"F": None, "B": "F"}
+    owned: list[dict[int, frozenset[int]]] = [{} for _ in plan.orders]
+    for s, stage in enumerate(plan.stages):
+        for device in stage.devices:
+            owned[device][s] = frozenset(stage.microbatches_of(device, m))
+    for k, order in enumerate(plan.orders):
+        mine = owned[k]
+        position = {(a.stage, a.kind, a.microbatch): i for i, a in enumerate(order)}
+        if len(position) != len(order) or len(order) != len(kinds) * sum(map(len, mine.values())):
+            return False
+        for (s, kind, j), i in position.items():
+            if kind not in kinds or j not in mine.get(s, ()):
+                return False
+            needs = kinds[kind]
+            if needs is not None and position.get((s, needs, j), i) >= i:
+                return False
+    return True
 
 
 def _predecessor(action: Action) -> Action | None:

@@ -9,6 +9,7 @@ microbatch, for their part of it, on a split stage).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
 
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.plan import Stage
@@ -185,8 +186,10 @@ def zb_v_orders(num_microbatches: int, groups: tuple[tuple[int, ...], ...],
     return tuple(full)
 
 
-def _zb_v_rank(p: int, k: int, n: int) -> list[tuple[int, str, int]]:
-    """Rank ``k``'s ZB-V order over ``n`` microbatches as (stage, kind, local microbatch)."""
+@lru_cache(maxsize=1024)
+def _zb_v_rank(p: int, k: int, n: int) -> tuple[tuple[int, str, int], ...]:
+    """Rank ``k``'s ZB-V order over ``n`` microbatches as (stage, kind, local microbatch)
+    (the same for every replica of the rank: computed once)."""
     down, up = k, 2 * p - 1 - k
     count = {(down, kind): 0 for kind in "FIW"} | {(up, kind): 0 for kind in "FIW"}
     order: list[tuple[int, str, int]] = []
@@ -218,7 +221,7 @@ def _zb_v_rank(p: int, k: int, n: int) -> list[tuple[int, str, int]]:
     for stage in (up, down):
         while count[(stage, "W")] < count[(stage, "I")]:
             run(stage, "W")
-    return order
+    return tuple(order)
 
 
 def _kind_first(kinds: tuple[str, ...]) -> Callable[[Action], tuple]:
