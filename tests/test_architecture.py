@@ -149,3 +149,13 @@ def test_the_sweep_worker_pool_is_no_second_engine():
 
     assert dlsched.sweep.WorkerPool.__module__ == "dlsched.sweep.executors"
     assert not hasattr(dlsched.sweep, "Engine") and Engine.__module__ == "dlsched.sim.engine"
+
+
+def test_sim_imports_nothing_above_it():
+    """``sim`` (engine, shared links, collective costs, Timeline) is the floor every domain
+    builds on: it imports no other dlsched package."""
+    graph = import_graph()
+    above = {name: sorted(t for t in targets if not t.startswith("dlsched.sim"))
+             for name, targets in graph.items() if name.startswith("dlsched.sim")}
+    assert {name: targets for name, targets in above.items() if targets} == {}
+    assert "dlsched.sim.links" in above and "dlsched.sim.collective_cost" in above
