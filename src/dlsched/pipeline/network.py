@@ -61,12 +61,23 @@ class PipelineNetwork:
             capacity[("out", device)] = egress[device]
             capacity[("in", device)] = ingress[device]
         self.links = SharedLinks(engine, capacity, 1 if fifo else None)
+        self.pairs: dict[tuple[int, int], tuple[tuple[Hashable, ...], float, float]] = {}
 
     def resources(self, src: int, dst: int) -> tuple[Hashable, ...]:
         """The resources a transfer ``src -> dst`` holds."""
-        if self.servers[src] == self.servers[dst]:
-            return (self.links.add(("link", src, dst), float(self.graph.bandwidth[src, dst])),)
-        return (("out", src), ("in", dst))
+        return self._pair(src, dst)[0]
+
+    def _pair(self, src: int, dst: int) -> tuple[tuple[Hashable, ...], float, float]:
+        """(resources, bandwidth B/s, latency s) of the pair, found once."""
+        pair = self.pairs.get((src, dst))
+        if pair is None:
+            bandwidth = float(self.graph.bandwidth[src, dst])
+            resources = ((self.links.add(("link", src, dst), bandwidth),)
+                         if self.servers[src] == self.servers[dst]
+                         else (("out", src), ("in", dst)))
+            pair = self.pairs[(src, dst)] = (resources, bandwidth,
+                                             float(self.graph.latency[src, dst]))
+        return pair
 
     def send(self, src: int, dst: int, num_bytes: float, stream: Hashable,
              on_done: Callable[[], None]) -> None:
@@ -77,6 +88,6 @@ class PipelineNetwork:
         if src == dst:
             self.engine.after(0.0, on_done)
             return
-        self.engine.after(float(self.graph.latency[src, dst]), self.links.send,
-                          float(num_bytes), self.resources(src, dst), on_done,
-                          float(self.graph.bandwidth[src, dst]), stream)
+        resources, bandwidth, latency = self._pair(src, dst)
+        self.engine.after(latency, self.links.send, float(num_bytes), resources, on_done,
+                          bandwidth, stream)

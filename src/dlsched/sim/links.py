@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
 
 from dlsched.sim.engine import Engine
 
@@ -34,24 +33,20 @@ from dlsched.sim.engine import Engine
 _RELATIVE_TOLERANCE = 1e-9
 
 
-@dataclass(eq=False, slots=True)
 class Transfer:
     """``size`` bytes over ``resources`` at most at ``cap`` bytes/s (``solo``: its rate when
     it shares nothing, bytes/s; ``slowdown``: how many times slower it moves while the links
     are slowed); ``left`` bytes still to move at ``rate`` bytes/s."""
 
-    size: float
-    cap: float
-    resources: tuple[Hashable, ...]
-    stream: Hashable
-    on_done: Callable[[], None]
-    solo: float
-    slowdown: float = 1.0
-    left: float = field(init=False)
-    rate: float = 0.0
+    __slots__ = ("cap", "left", "on_done", "rate", "resources", "size", "slowdown", "solo",
+                 "stream")
 
-    def __post_init__(self) -> None:
-        self.left = self.size
+    def __init__(self, size: float, cap: float, resources: tuple[Hashable, ...],
+                 stream: Hashable, on_done: Callable[[], None], solo: float,
+                 slowdown: float) -> None:
+        self.size = self.left = size
+        self.cap, self.resources, self.stream, self.on_done = cap, resources, stream, on_done
+        self.solo, self.slowdown, self.rate = solo, slowdown, 0.0
 
 
 class SharedLinks:
