@@ -24,8 +24,9 @@ from dlsched.pipeline.plan_file import saved_from_result
 from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline_calibrate import (
     calibrate_link,
-    calibrate_runtime,
     cpu_devices_document,
+    measure_contention,
+    measure_runtime,
 )
 from dlsched.runtime.pipeline_model import GPT_PRESETS, load_model
 from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
@@ -114,9 +115,13 @@ def main() -> None:
     profiles = profile_blocks(load_model(MODEL), MICROBATCH_SIZE, repeats=7)
     chain = ChainSpec.model_validate(chain_document(MODEL, profiles)).build()
     latency, bandwidth, _ = calibrate_link()
-    factor, overhead = calibrate_runtime(MODEL, MICROBATCH_SIZE, MICROBATCHES)
     rows, notes = [], []
+    runtime = measure_runtime(MODEL, MICROBATCH_SIZE, MICROBATCHES)
+    overhead = max(0.0, runtime.overhead_s)
+    factors = {}
     for ranks in ranks_list:
+        factor = runtime.compute_factor * measure_contention(MODEL, MICROBATCH_SIZE, ranks)
+        factors[ranks] = factor
         graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY,
                                                        overhead_s=overhead,
                                                        compute_factor=factor), "benchmark")
@@ -154,7 +159,10 @@ def main() -> None:
         "(`calibrate_runtime`: 36 rounds of two iterations and a profile of the blocks; "
         "factor = fastest summed action time / fastest profile, overhead = median time "
         "between actions; three parts of the rounds agreeing within 25% or 0.2 ms per "
-        f"action): factor {factor:.3f}, overhead {overhead * 1e3:.2f} ms per action. Every planner "
+        f"action), times the slowdown of every rank profiling at once over one alone "
+        "(`measure_contention`, fastest of 12): factor "
+        + ", ".join(f"{f:.3f} on {r} ranks" for r, f in factors.items())
+        + f", overhead {overhead * 1e3:.2f} ms per action. Every planner "
         "is kept to one GPU per stage "
         "(`--for-torch`: torch runs one rank per stage; the grid baselines search PP with "
         "DP = 1); error = predicted / measured - 1. "

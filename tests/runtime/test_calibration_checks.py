@@ -216,3 +216,21 @@ def test_runtime_measured_again_then_refused(pipeline_calibrate,
                         lambda *args: [[(0.070, 0.064, 0.010)] * 3])
     with pytest.raises(ConfigError, match=r"refused after 3 measurements: compute factor 0\.8"):
         pipeline_calibrate.measure_runtime("gpt-tiny", 1, 8)
+
+
+def test_contention_by_hand(pipeline_calibrate) -> None:
+    """Alone fastest 10 ms; together the ranks' fastest are 12, 13 and 11 ms: median 12 ms,
+    contention 1.2. Missing profiles are an error; one rank has no contention."""
+    assert pipeline_calibrate.contention_of(
+        [0.011, 0.010, 0.012], [[0.014, 0.012], [0.013, 0.015], [0.011, 0.020]]) == \
+        pytest.approx(1.2)
+    with pytest.raises(ConfigError, match="contention"):
+        pipeline_calibrate.contention_of([0.01], [[0.01], []])
+    assert pipeline_calibrate.measure_contention("gpt-tiny", 1, 1) == 1.0
+
+
+def test_contention_measured_on_two_ranks(pipeline_calibrate) -> None:
+    """Two real ranks profile gpt-tiny in lockstep: a positive, finite slowdown (on a busy
+    machine it can be below 1 by noise, so only its range is checked)."""
+    contention = pipeline_calibrate.measure_contention("gpt-tiny", 1, 2, rounds=2)
+    assert 0.2 < contention < 20

@@ -123,7 +123,7 @@ def profile(
         with activity("calibrating the link and the runtime's compute factor and overhead",
                       json_out):
             latency, bandwidth, _ = calibrate_link()
-            factor, overhead = calibrate_runtime(model, microbatch_size)
+            factor, overhead = calibrate_runtime(model, microbatch_size, ranks)
         write_text(devices_out, yaml.safe_dump(
             cpu_devices_document(ranks, latency, bandwidth, memory_bytes, overhead_s=overhead,
                                  compute_factor=factor), sort_keys=False))

@@ -19,6 +19,13 @@ whose every compute action is stamped:
   than one block's kept in cache): the fastest iteration's summed action time over
   microbatches x the fastest profile of the blocks. The device graph's GPUs run at
   ``REFERENCE_FLOPS`` / factor, so every profiled action is stretched by it.
+- *contention*: ranks that compute at the same time slow each other down (shared caches,
+  memory bandwidth, a clock that drops as more cores are busy). With the one-stage factor
+  alone, every 2- and 4-rank plan of `gpt-small` on a 16-core machine was predicted 11-36%
+  short, and replaying the runs' own action times showed the actions themselves ~35% longer
+  than in the one-rank calibration. So the blocks are also profiled by every rank at once,
+  in lockstep, and the fastest such profile over the fastest one alone
+  (``measure_contention``) multiplies the factor for that many ranks.
 - *overhead*: the time between actions (the schedule's Python, argument and output
   handling, posting sends and receives): iteration - summed action time, per action, the
   median over rounds (a difference within one iteration: little noise). Without it a planner
@@ -231,12 +238,54 @@ def measure_runtime(model: str, microbatch_size: int, microbatches: int = 8,
                       f"{rejected[-1]}")
 
 
-def calibrate_runtime(model: str, microbatch_size: int, microbatches: int = 8,
+def _profile_rank(rank: int, world_size: int, model_name: str, microbatch_size: int,
+                  rounds: int) -> list[float]:
+    """On every rank at once: 1 + ``rounds`` profiles of every block on one microbatch, each
+    after a barrier (all ranks compute together), the first not counted; summed forward +
+    backward seconds per round."""
+    torch.set_num_threads(1)
+    model = load_model(model_name)
+    sums = []
+    for _ in range(rounds + 1):
+        dist.barrier()
+        profiles = profile_blocks(model, microbatch_size, 1, warmup=0)
+        sums.append(sum(p.forward_s + p.backward_s for p in profiles))
+    return sums[1:]
+
+
+def contention_of(alone: list[float], together: list[list[float]]) -> float:
+    """How much slower a rank computes while every rank computes: the median over ranks of
+    the rank's fastest profile (``together``, one list of seconds per rank) over the fastest
+    profile of one rank alone (``alone``, seconds)."""
+    if not alone or not together or not all(together):
+        raise ConfigError("contention: need profiles alone and of every rank")
+    return statistics.median(min(sums) for sums in together) / min(alone)
+
+
+def measure_contention(model: str, microbatch_size: int, ranks: int, rounds: int = 12,
+                       options: SpawnOptions | None = None) -> float:
+    """``contention_of`` the blocks of ``model`` profiled ``rounds`` times by one rank, then by
+    ``ranks`` ranks at once (1.0 for one rank)."""
+    if not 1 <= ranks <= 1024 or not 1 <= rounds <= 1000:
+        raise ConfigError(f"ranks: {ranks} (1..1024) and rounds: {rounds} (1..1000) are out "
+                          "of range")
+    if ranks == 1:
+        return 1.0
+    options = options or SpawnOptions()
+    alone = spawn(_profile_rank, 1, (model, microbatch_size, rounds), options)[0]
+    together = spawn(_profile_rank, ranks, (model, microbatch_size, rounds), options)
+    return contention_of(alone, together)
+
+
+def calibrate_runtime(model: str, microbatch_size: int, ranks: int = 1,
+                      microbatches: int = 8,
                       options: SpawnOptions | None = None) -> tuple[float, float]:
-    """(compute factor, overhead s per compute action >= 0) of the torch pipeline runtime
-    (``measure_runtime``; an overhead within the tolerance below 0 is 0)."""
+    """(compute factor, overhead s per compute action >= 0) of the torch pipeline runtime on
+    ``ranks`` ranks: ``measure_runtime``'s factor times ``measure_contention`` for ``ranks``
+    (an overhead within the tolerance below 0 is 0)."""
     calibration = measure_runtime(model, microbatch_size, microbatches, options=options)
-    return calibration.compute_factor, max(0.0, calibration.overhead_s)
+    contention = measure_contention(model, microbatch_size, ranks, options=options)
+    return calibration.compute_factor * contention, max(0.0, calibration.overhead_s)
 
 
 def cpu_devices_document(ranks: int, latency_s: float, bandwidth: float, memory: int,
