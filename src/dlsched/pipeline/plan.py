@@ -39,7 +39,13 @@ class Stage:
 
     def microbatches_of(self, device: int, num_microbatches: int) -> list[int]:
         """The microbatches (their parts, on a split stage) replica ``device`` runs."""
-        return [j for j in range(num_microbatches) if device in self.devices_for(j)]
+        if self.split:
+            return list(range(num_microbatches)) if device in self.devices else []
+        r = len(self.devices)
+        residues = [k for k, d in enumerate(self.devices) if d == device]
+        if len(residues) == 1:
+            return list(range(residues[0], num_microbatches, r))
+        return [j for j in range(num_microbatches) if j % r in residues]
 
     @property
     def share(self) -> float:

@@ -51,6 +51,7 @@ from dataclasses import replace
 from itertools import chain, islice, permutations
 
 from dlsched.errors import ConfigError
+from dlsched.pipeline.actions import Action
 from dlsched.pipeline.bounds import plan_bound
 from dlsched.pipeline.enumeration import all_partitions
 from dlsched.pipeline.estimate import best_sync_partitions, estimate, memory_slots
@@ -198,14 +199,16 @@ def _attempt(run: Callable[[], SimResult]) -> SimResult | None:
         return None
 
 
-def _stages_bound(problem: PipelineProblem, stages: tuple[Stage, ...], split: bool) -> float:
-    """``plan_bound`` of every schedule of ``stages`` with split (I/W) or full backwards
-    (seconds; infinite when the stages are no valid partition, which no schedule runs)."""
+def _stages_bound(problem: PipelineProblem, stages: tuple[Stage, ...],
+                  orders: Callable[[], tuple[tuple[Action, ...], ...]]) -> float:
+    """``plan_bound`` of ``stages`` run in ``orders()`` (1F1B's for full backwards, ZB-H1's
+    for split ones: the bound holds for every schedule of the stages with the same kind of
+    backward; seconds; infinite when the stages are no valid partition, which no schedule
+    runs)."""
     n, m = problem.graph.num_devices, problem.num_microbatches
     if stages_error(stages, problem.chain.num_blocks, n) is not None:
         return math.inf
-    orders = (zb_h1_orders if split else one_f_one_b_orders)(stages, n, m)
-    return plan_bound(problem, PipelinePlan("dlsched", stages, orders, m, {},
+    return plan_bound(problem, PipelinePlan("dlsched", stages, orders(), m, {},
                                             problem.chain.recompute, problem.degree))
 
 
@@ -214,28 +217,39 @@ def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
     """The schedules of one partition: list-scheduling rules, 1F1B, GPipe, ZB-H1 and ZB-H2
     orders (only the schedule called ``only`` when given), as candidates grouped by partition
     and TP degree and bounded by ``_stages_bound``. A candidate's result is None when it
-    fails, does not fit memory or is outside the problem's space (``admissible``)."""
+    fails, does not fit memory or is outside the problem's space (``admissible``). Fixed
+    orders are written once, when first needed (by the bound or the simulation)."""
     n, m = problem.graph.num_devices, problem.num_microbatches
     group = (stages, problem.degree)
+    written: dict[Callable, tuple[tuple[Action, ...], ...]] = {}
     bounds: dict[bool, float] = {}
+
+    def orders_of(make: Callable) -> tuple[tuple[Action, ...], ...]:
+        if make not in written:
+            written[make] = make(stages, n, m)
+        return written[make]
 
     def candidate(split: bool, run: Callable[[], SimResult]) -> Candidate:
         if split not in bounds:
-            bounds[split] = _stages_bound(problem, stages, split)
+            bounds[split] = _stages_bound(problem, stages, lambda: orders_of(
+                zb_h1_orders if split else one_f_one_b_orders))
         return Candidate(bounds[split], group, lambda: _scored(problem, run))
+
+    def fixed(make: Callable, name: str) -> SimResult:
+        return simulate(problem, PipelinePlan("dlsched", stages, orders_of(make), m,
+                                              {"schedule": name}, problem.chain.recompute,
+                                              problem.degree))
     found = [candidate(rule.split, lambda rule=rule: list_schedule(problem, stages, rule,
                                                                    "dlsched"))
              for rule in dispatch_rules(problem, stages) if only in (None, rule.name)]
-    fixed = [one_f_one_b_orders, gpipe_orders]
+    makers = [one_f_one_b_orders, gpipe_orders]
     if problem.chain.input_grad_fraction is not None:
-        fixed.extend((zb_h1_orders, zb_h2_orders))
-    for orders in fixed:
-        name = orders.__name__.removesuffix("_orders")
+        makers.extend((zb_h1_orders, zb_h2_orders))
+    for make in makers:
+        name = make.__name__.removesuffix("_orders")
         if only in (None, name):
-            plan = PipelinePlan("dlsched", stages, orders(stages, n, m), m, {"schedule": name},
-                                problem.chain.recompute, problem.degree)
-            found.append(candidate(plan.split_backward, lambda plan=plan: simulate(problem,
-                                                                                   plan)))
+            found.append(candidate(make in (zb_h1_orders, zb_h2_orders),
+                                   lambda make=make, name=name: fixed(make, name)))
     return found
 
 
