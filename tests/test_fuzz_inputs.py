@@ -201,14 +201,13 @@ def test_unwritable_output_exits_before_any_work(run_cli, monkeypatch: pytest.Mo
 
 def test_reproductions_check_csv_before_work(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every reproduction refuses an unwritable --csv before running anything."""
-    from dlsched.cli import pipeline, themis_reproduction, usbyte
+    from dlsched.cli.scenario_runs import Reproduction
 
     def never(*_: Any, **__: Any) -> None:
         raise AssertionError("ran before checking --csv")
 
-    for module in (usbyte, pipeline, themis_reproduction):
-        monkeypatch.setattr(module, "reproduction_rows", never)
-    for command in ("themis", "usbyte", "pipeline"):
+    monkeypatch.setattr(Reproduction, "rows", never)
+    for command in ("themis", "usbyte", "pipeline", "themis-training"):
         code, _, err = run_cli("reproduce", command, "--csv", "/proc/x.csv")
         assert code == 2 and "--csv" in err, (command, err)
 
@@ -327,7 +326,7 @@ def test_reproduce_jobs_option(run_cli, monkeypatch: pytest.MonkeyPatch, command
                                value: str) -> None:
     """``dlsched reproduce * --jobs`` with any value: refused with one line before any
     scenario runs, or handed to the runner as a count within the documented limit."""
-    from dlsched.cli import sweep as sweep_cli
+    from dlsched.cli import scenario_runs
 
     class Ran(BaseException):
         """The runner was reached (the reproduction itself is not run here; a BaseException,
@@ -337,7 +336,7 @@ def test_reproduce_jobs_option(run_cli, monkeypatch: pytest.MonkeyPatch, command
         assert workers is None or 1 <= workers <= 64, workers
         raise Ran
 
-    monkeypatch.setattr(sweep_cli, "execute", reached)
+    monkeypatch.setattr(scenario_runs, "execute", reached)
     try:
         code, out, err = run_cli("reproduce", command, "--jobs", value)
     except Ran:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from dlsched.cli.columns import text, three_decimals, times
 from dlsched.cli.options import (
     CSV_HELP,
     PLOT_HELP,
@@ -38,16 +39,12 @@ def _ms(seconds: float) -> str:
 
 
 SUMMARY_COLUMNS = [
-    Column("policy", "policy", justify="left"),
-    Column("intra", "intra", justify="left"),
+    *text("policy", "intra"),
     Column("plan_chunks", "chunks used"),
     Column("plan_concurrency", "concurrency used"),
-    Column("time_s", "time (ms)", _ms),
-    Column("ideal_s", "ideal (ms)", _ms),
-    Column("bandwidth_bound_s", "BW bound (ms)", _ms),
-    Column("bound_s", "bound (ms)", _ms),
+    *times(_ms, time_s="time", ideal_s="ideal", bandwidth_bound_s="BW bound", bound_s="bound"),
     Column("utilization", "BW util (%)", as_percent),
-    Column("time_over_bound", "time/bound", lambda v: f"{v:.3f}"),
+    Column("time_over_bound", "time/bound", three_decimals),
     Column(f"speedup_vs_{BASELINE}", f"speedup vs {BASELINE}", as_ratio),
 ]
 

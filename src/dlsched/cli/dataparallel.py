@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from dlsched.cli.columns import standard, text, times
 from dlsched.cli.options import CSV_HELP, PLOT_HELP, TRACE_HELP, Outputs, console, parse_names
 from dlsched.cli.progress import progress_bar
 from dlsched.cli.usbyte import reproduce_usbyte
@@ -18,7 +19,7 @@ from dlsched.models import (
     training_flops,
 )
 from dlsched.report import Column, render_table
-from dlsched.report.tables import as_ratio, seconds_as_ms
+from dlsched.report.tables import as_ratio
 from dlsched.validation import (
     BATCH,
     FRACTION,
@@ -32,17 +33,18 @@ from dlsched.validation import (
 IN_FLIGHT = count("messages in flight", 1, 64)
 
 COLUMNS = [
-    Column("policy", "policy", justify="left"),
-    Column("time_s", "iteration (ms)", seconds_as_ms),
-    Column("bound_s", "bound (ms)", seconds_as_ms),
-    Column("time_over_bound", "time/bound", as_ratio),
-    Column("settings", "settings", justify="left"),
+    *text("policy"),
+    *times(time_s="iteration", bound_s="bound"),
+    *standard("time_over_bound"),
+    *text("settings"),
     Column("speedup_vs_wfbp", "speedup vs WFBP", as_ratio),
     Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}"),
-    Column("messages", "all-reduces"),
+    *standard("messages"),
     Column("peak_in_flight", "peak in flight"),
-    Column("comm_busy_s", "network busy (ms)", seconds_as_ms),
+    *times(comm_busy_s="network busy"),
 ]
+
+
 def _network(network: str, workers: int | None) -> tuple[CommModel, int | None]:
     """The cost model and the data-parallel rank count it describes, checked against
     ``--workers`` (one meaning everywhere: data-parallel ranks; see

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from dlsched.cli import pipeline_runtime
 from dlsched.cli.aliases import renamed_option
+from dlsched.cli.columns import standard, text, three_decimals, times
 from dlsched.cli.options import (
     CSV_HELP,
     PLOT_HELP,
@@ -23,14 +24,7 @@ from dlsched.cli.options import (
     suffixed,
 )
 from dlsched.cli.progress import progress_bar
-from dlsched.cli.sweep import (
-    AddressOption,
-    DbOption,
-    ExecutorOption,
-    ResumeOption,
-    WorkersOption,
-    reproduction_rows,
-)
+from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_config import device_preset_description, device_preset_names
 from dlsched.hardware.device_config import load_devices as load_graph
@@ -44,25 +38,21 @@ from dlsched.pipeline.network import NETWORK_MODES, check_network
 from dlsched.pipeline.plan_file import save_plan, saved_from_result
 from dlsched.pipeline.utilization import plan_mfu
 from dlsched.report import Column, render_table
-from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
+from dlsched.report.tables import as_percent, as_ratio
 from dlsched.sweep.scenarios import PipelineScenario
 from dlsched.validation import MAX_BATCH, MAX_MICROBATCHES
 
 SUMMARY_COLUMNS = [
-    Column("planner", "planner", justify="left"),
-    Column("schedule", "schedule", justify="left"),
+    *text("planner", "schedule"),
     Column("stages", "stages"),
-    Column("gpus_used", "GPUs"),
-    Column("dp", "DP"),
-    Column("tp", "TP"),
-    Column("recompute", "recompute", justify="left"),
-    Column("iteration_s", "iteration (ms)", seconds_as_ms),
-    Column("bound_s", "bound (ms)", seconds_as_ms),
-    Column("time_over_bound", "time/bound", as_ratio),
+    *standard("gpus_used", "dp", "tp"),
+    *text("recompute"),
+    *times(iteration_s="iteration", bound_s="bound"),
+    *standard("time_over_bound"),
     Column("bubble", "bubble (%)", as_percent),
     Column("mfu", "MFU (%)", as_percent),
     Column("peak_memory_gib", "peak mem incl. reserve (GiB)", lambda v: f"{v:.2f}"),
-    Column("planning_s", "planning (s)", lambda v: f"{v:.3f}"),
+    Column("planning_s", "planning (s)", three_decimals),
     Column("speedup_vs_first", "speedup vs first planner", as_ratio),
 ]
 ORDER_PREVIEW = 16
@@ -246,35 +236,22 @@ def devices_command(json_out: Annotated[bool, typer.Option(
 
 
 REPRODUCE_COLUMNS = [
-    Column("network", "network", justify="left"),
-    Column("model", "model", justify="left"),
-    Column("devices", "devices", justify="left"),
-    Column("recompute_allowed", "recompute allowed", justify="left"),
-    Column("planner", "planner", justify="left"),
-    Column("schedule", "schedule", justify="left"),
-    Column("pp", "PP"),
-    Column("dp", "DP"),
-    Column("tp", "TP"),
-    Column("recompute", "recompute", justify="left"),
-    Column("gpus_used", "GPUs"),
-    Column("iteration_s", "iteration (ms)", seconds_as_ms),
-    Column("bound_s", "bound (ms)", seconds_as_ms),
-    Column("time_over_bound", "time/bound", as_ratio),
+    *text("network", "model", "devices", "recompute_allowed", "planner", "schedule"),
+    *standard("pp", "dp", "tp"),
+    *text("recompute"),
+    *standard("gpus_used"),
+    *times(iteration_s="iteration", bound_s="bound"),
+    *standard("time_over_bound"),
     Column("dlsched_speedup", "dlsched speedup (this / dlsched time)", as_ratio),
-    Column("runtime", "runtime", justify="left"),
-    Column("runnable_iteration_s", "best runnable (ms)", seconds_as_ms),
+    *text("runtime"),
+    *times(runnable_iteration_s="best runnable"),
     Column("note", "note (no plan / configurations skipped)", str, justify="left"),
 ]
 
 
+@reproduction_command
 def reproduce_pipeline(
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
-    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
-    executor: ExecutorOption = "process",
-    workers: WorkersOption = None,
-    address: AddressOption = None,
-    db: DbOption = None,
-    resume: ResumeOption = False,
+    run: Reproduction,
     link_sharing: Annotated[str, typer.Option(help=NETWORK_HELP + " Or both (the default): "
                                               "every scenario under each.")] = "both",
     network: Annotated[str | None, OLD_NETWORK] = None,
@@ -286,16 +263,13 @@ def reproduce_pipeline(
     existing runtime executes, then one row per (scenario, planner) and the per-baseline
     summary; --json prints {"rows", "headline", "per_scenario", "summary"}; --csv writes the
     rows."""
-    outputs = Outputs(json_out, csv)
     network = renamed_option(link_sharing, network, "--link-sharing", "--network", "both")
     networks = NETWORK_MODES if network == "both" else (check_network(network, "--link-sharing"),)
-    rows = reproduction_rows("pipeline", experiment.with_networks(networks),
-                             experiment.run_scenario,
-                             executor, workers, address, db, resume, json_out)
+    rows = run.rows("pipeline", experiment.with_networks(networks), experiment.run_scenario)
     summary = experiment.summarize(rows)
     scenarios = experiment.per_scenario(rows)
     headline = experiment.headline(scenarios)
-    if not json_out:
+    if not run.json_out:
         render_table(headline, experiment.HEADLINE_COLUMNS, "dlsched's speedup over the best "
                      "baseline of each scenario (that baseline's time / dlsched's), and among "
                      "plans an existing runtime executes (paper: up to 2.57x over the state of "
@@ -310,8 +284,7 @@ def reproduce_pipeline(
         render_table(summary, experiment.SUMMARY_COLUMNS,
                      "dlsched speedup over each baseline in turn (paper: up to 2.57x, i.e. "
                      "+157%)", console)
-    outputs.rows(rows, {"headline": headline, "per_scenario": scenarios, "summary": summary}
-                 if json_out else None)
+    run.emit(rows, {"headline": headline, "per_scenario": scenarios, "summary": summary})
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

@@ -6,38 +6,36 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from typer.core import TyperGroup
 
 from dlsched.cli.options import console, emit_rows
-from dlsched.cli.progress import progress_bar
+from dlsched.cli.scenario_runs import (
+    AddressOption,
+    ExecutorOption,
+    WorkersOption,
+    execute,
+    open_store,
+)
 from dlsched.errors import ConfigError
 from dlsched.report import Column, render_table, rows_to_csv, to_json, write_text
 from dlsched.report.tables import as_ratio
 from dlsched.sweep import (
-    EXECUTORS,
     Grid,
-    ResultStore,
-    SweepIncomplete,
     SweepJob,
     load_grid,
-    open_executor,
     read_meta,
     read_rows,
     scenario_key,
 )
 from dlsched.sweep.executors import check_executor, default_workers
-from dlsched.sweep.reproduce import RunScenario, collect_rows, reproduction_job
-from dlsched.sweep.runner import iter_sweep, pending_tasks, time_scenarios
+from dlsched.sweep.runner import pending_tasks, time_scenarios
 from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
 from dlsched.units import format_duration, format_time
-from dlsched.validation import check_output_path, check_output_paths, count
+from dlsched.validation import check_output_paths, count
 
 BATCH_SIZE = count("batch size", 1, 100_000)
 SAMPLE = 12
@@ -53,46 +51,9 @@ class _RunByDefault(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-status = Console(stderr=True)
 sweep_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
                         help="Design-space sweeps: run a grid file (dlsched sweep GRID.yaml), "
                         "then export, summarize or plot the results file.")
-
-ExecutorOption = Annotated[str, typer.Option(
-    "--executor", help="Where scenarios run: " + ", ".join(EXECUTORS)
-    + " (dask/ray need the dask / ray extra of dlsched).")]
-WorkersOption = Annotated[int | None, typer.Option(
-    "--jobs",
-    help="Local worker processes (process pool, local Dask/Ray cluster); default: all cores.")]
-AddressOption = Annotated[str | None, typer.Option(
-    help="Existing cluster: Dask scheduler (tcp://host:8786) or Ray (ray://host:10001, auto).")]
-
-
-def _open_store(db: Path, job: SweepJob, resume: bool, overwrite: bool) -> ResultStore:
-    """Open the results file for this job: new, resumed (same domain) or overwritten."""
-    check_output_path(db, "--db")
-    db.parent.mkdir(parents=True, exist_ok=True)
-    if db.exists() and overwrite:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{db}{suffix}").unlink(missing_ok=True)
-    if db.exists() and not resume:
-        raise ConfigError(f"--db: {str(db)!r} already exists; pass --resume to continue that "
-                          "sweep or --overwrite to start over")
-    if db.exists():
-        domain = read_meta(db).get("domain")
-        if domain != job.domain:
-            raise ConfigError(f"--db: {str(db)!r} holds a {domain!r} sweep, the grid is "
-                              f"{job.domain!r}; use another --db")
-    return ResultStore(db, job.columns, job.meta)
-
-
-def _report(store: ResultStore, ran: int, skipped: int, seconds: float) -> None:
-    errors = len(store.keys("error"))
-    rate = f", {ran / seconds:,.1f} scenarios/s" if seconds > 0 and ran else ""
-    status.print(f"ran {ran} scenarios in {format_duration(seconds)}{rate}; {skipped} already "
-                  f"in the store were skipped; {store.count()} rows in {store.path} "
-                  f"({errors} errors)", highlight=False)
-
 
 def run(
     grid: Annotated[Path, typer.Argument(help="Grid file (YAML or JSON).")],
@@ -131,7 +92,7 @@ def run(
     if dry_run:
         _dry_run(job, loaded, path, workers, resume, json_out)
         return
-    with _open_store(path, job, resume, overwrite) as store:
+    with open_store(path, job, resume, overwrite) as store:
         todo = pending_tasks(job, store, retry_errors)
         start = time.perf_counter()
         ran = execute(job, store, todo, executor, workers, address, batch_size,
@@ -140,36 +101,6 @@ def run(
             print(to_json({"name": job.name, "ran": ran, "skipped": len(job.tasks()) - len(todo),
                            "rows": store.count(), "errors": len(store.keys("error")),
                            "seconds": time.perf_counter() - start, "db": store.path}))
-
-
-def execute(job: SweepJob, store: ResultStore, todo: list, executor: str, workers: int | None,
-            address: str | None, batch_size: int | None, quiet: bool) -> int:
-    """Run ``todo`` with a progress bar and a closing report on stderr; the number run. Ctrl-C
-    exits 130 and lost workers exit 1, both after saying that the committed rows can be
-    resumed."""
-    check_executor(executor, workers, address)
-    skipped = len(job.tasks()) - len(todo)
-    start = time.perf_counter()
-    ran = 0
-    try:
-        if not todo:
-            return 0
-        with open_executor(executor, workers, address) as engine:
-            status.print(f"{job.name}: {len(todo)} scenarios to run on {engine.description}",
-                         highlight=False)
-            progress = progress_bar("sweeping", quiet)
-            for _ in progress(iter_sweep(job, store, engine, todo, batch_size), len(todo)):
-                ran += 1
-    except KeyboardInterrupt:
-        status.print(f"interrupted: {store.count()} rows are committed in {store.path}; rerun "
-                     "with --resume to continue", highlight=False)
-        raise typer.Exit(130) from None
-    except SweepIncomplete as error:
-        status.print(f"[bold red]incomplete:[/] {escape(str(error))}", highlight=False)
-        raise typer.Exit(1) from None
-    finally:
-        _report(store, ran, skipped, time.perf_counter() - start)
-    return ran
 
 
 def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume: bool,
@@ -352,30 +283,6 @@ def plot(
         console.print(f"wrote {plot_heatmaps(cases, x_name, y_name, heatmap, time_metric)}")
     if line is not None:
         console.print(f"wrote {plot_lines(cases, x_name, line, quantity, time_metric)}")
-
-
-DbOption = Annotated[Path | None, typer.Option(
-    "--db", help="Keep results in this SQLite file (needed for --resume).")]
-ResumeOption = Annotated[bool, typer.Option(help="Skip scenarios already stored in --db.")]
-
-
-def reproduction_rows(name: str, scenarios: Sequence[Any], run_scenario: RunScenario,
-                      executor: str, workers: int | None, address: str | None, db: Path | None,
-                      resume: bool, quiet: bool) -> list[dict[str, Any]]:
-    """Run a reproduction's scenarios through the sweep runner; its table rows in scenario
-    order (failed scenarios are reported on stderr and left out)."""
-    check_executor(executor, workers, address)
-    job = reproduction_job(name, scenarios, run_scenario)
-    if resume and db is None:
-        raise ConfigError("--resume: it needs --db FILE (the results of the earlier run)")
-    store = (_open_store(db, job, resume, overwrite=False) if db is not None
-             else ResultStore(":memory:", job.columns, job.meta))
-    with store:
-        execute(job, store, pending_tasks(job, store), executor, workers, address, None, quiet)
-        rows, errors = collect_rows(job, store)
-    for error in errors:
-        status.print(f"[bold red]scenario failed:[/] {escape(error)}", highlight=False)
-    return rows
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

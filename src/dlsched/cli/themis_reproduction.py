@@ -3,35 +3,24 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
 from statistics import mean
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-
-from dlsched.cli.options import CSV_HELP, Outputs, console
-from dlsched.cli.sweep import (
-    AddressOption,
-    DbOption,
-    ExecutorOption,
-    ResumeOption,
-    WorkersOption,
-    reproduction_rows,
-)
+from dlsched.cli.columns import beside_paper, text, three_decimals
+from dlsched.cli.options import console
+from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.experiments import themis
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio
 
 SUMMARY_COLUMNS = [
-    Column("policy", "policy", justify="left"),
-    Column("utilization", "avg BW util (%)", as_percent),
-    Column("paper_utilization", "paper (%)", as_percent),
-    Column("speedup_vs_baseline", "avg speedup vs baseline", as_ratio),
-    Column("paper_speedup_vs_baseline", "paper", as_ratio),
+    *text("policy"),
+    *beside_paper("utilization", "avg BW util (%)", as_percent, "paper (%)"),
+    *beside_paper("speedup_vs_baseline", "avg speedup vs baseline", as_ratio),
     Column("max_speedup_vs_baseline", "max speedup vs baseline", as_ratio),
     Column("min_speedup_vs_themis_scf", "min speedup vs Themis+SCF", as_ratio),
-    Column("time_over_bound", "avg time/bound", lambda v: f"{v:.3f}"),
-    Column("max_time_over_bound", "max time/bound", lambda v: f"{v:.3f}"),
+    Column("time_over_bound", "avg time/bound", three_decimals),
+    Column("max_time_over_bound", "max time/bound", three_decimals),
 ]
 
 LATENCY_TITLES = {
@@ -56,7 +45,7 @@ def _pivot(rows: list[dict[str, Any]], sweep: str, latency: str, key: str | None
 def _policy_columns(first: list[Column], unit: str = "%",
                     formatter: Any = as_percent) -> list[Column]:
     labels = [label for label, *_ in themis.VARIANTS]
-    return [Column("topology", "topology", justify="left"), *first] + [
+    return [*text("topology"), *first] + [
         Column(label, f"{label} ({unit})", formatter) for label in labels]
 
 
@@ -70,7 +59,7 @@ def _print_tables(rows: list[dict[str, Any]]) -> None:
                      f"bandwidth utilization per topology (mean over sizes), {latency} latency",
                      console)
         render_table(_pivot(rows, "size", latency, None, "time_over_bound", max),
-                     _policy_columns([], "max", lambda v: f"{v:.3f}"),
+                     _policy_columns([], "max", three_decimals),
                      f"time / latency-aware lower bound per topology (worst over sizes), "
                      f"{latency} latency", console)
         render_table(_pivot(rows, "chunks", latency, "chunks"),
@@ -79,22 +68,13 @@ def _print_tables(rows: list[dict[str, Any]]) -> None:
                      console)
 
 
-def reproduce_themis(
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
-    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
-    executor: ExecutorOption = "process",
-    workers: WorkersOption = None,
-    address: AddressOption = None,
-    db: DbOption = None,
-    resume: ResumeOption = False,
-) -> None:
+@reproduction_command
+def reproduce_themis(run: Reproduction) -> None:
     """Six topologies x All-Reduce 100 MB-1 GB and the chunk sweep, with and without latency.
 
     Prints the summary (speedup = baseline time / variant time), per-topology utilization and
     the chunk sweep; --json prints {"rows", "summary"}; --csv writes the rows."""
-    outputs = Outputs(json_out, csv)
-    rows = reproduction_rows("themis", themis.scenarios(), themis.run_scenario, executor,
-                             workers, address, db, resume, json_out)
-    if not json_out:
+    rows = run.rows("themis", themis.scenarios(), themis.run_scenario)
+    if not run.json_out:
         _print_tables(rows)
-    outputs.rows(rows, {"summary": themis.summarize(rows)} if json_out else None)
+    run.emit(rows, {"summary": themis.summarize(rows)})

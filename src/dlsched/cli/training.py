@@ -8,15 +8,9 @@ from typing import Annotated
 import typer
 
 from dlsched.cli import runtime
-from dlsched.cli.options import PLOT_HELP, TRACE_HELP, Outputs, console, emit_rows, parse_names
-from dlsched.cli.sweep import (
-    AddressOption,
-    DbOption,
-    ExecutorOption,
-    ResumeOption,
-    WorkersOption,
-    reproduction_rows,
-)
+from dlsched.cli.columns import beside_paper, text, three_decimals, times
+from dlsched.cli.options import PLOT_HELP, TRACE_HELP, Outputs, console, parse_names
+from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.collectives.astra_compat import compat_notes
 from dlsched.errors import ConfigError
 from dlsched.experiments import themis_training
@@ -26,7 +20,7 @@ from dlsched.interop import (
     AstraSystem,
 )
 from dlsched.report import Column, render_table
-from dlsched.report.tables import as_percent, as_ratio, seconds_as_ms
+from dlsched.report.tables import as_percent, as_ratio
 from dlsched.training import (
     POLICY_ALIASES,
     TRAINING_POLICIES,
@@ -36,16 +30,13 @@ from dlsched.training import (
 )
 from dlsched.training.setup import training_setup
 from dlsched.training.workloads import model_flops_per_npu
-from dlsched.validation import CHUNKS, CONCURRENCY, check_output_paths, count
+from dlsched.validation import CHUNKS, CONCURRENCY, count
 
 
 def _columns(num_dims: int) -> list[Column]:
     return [
-        Column("policy", "policy", justify="left"),
-        Column("plan", "plan", justify="left"),
-        Column("iteration_s", "iteration (ms)", seconds_as_ms),
-        Column("compute_s", "compute (ms)", seconds_as_ms),
-        Column("exposed_comm_s", "exposed comm (ms)", seconds_as_ms),
+        *text("policy", "plan"),
+        *times(iteration_s="iteration", compute_s="compute", exposed_comm_s="exposed comm"),
         Column("speedup_vs_baseline", "speedup vs baseline", as_ratio),
         Column("mfu", "MFU (%, of A100 312 TFLOP/s)", as_percent),
         *[Column(f"dim{d}_bw_util", f"dim{d} BW util while pending (%)", as_percent)
@@ -132,22 +123,18 @@ def train(
 
 
 SUMMARY_COLUMNS = [
-    Column("workload", "workload", justify="left"),
-    Column("themis_avg", "Themis avg", as_ratio),
-    Column("paper_themis_avg", "paper", as_ratio),
-    Column("themis_max", "Themis max", as_ratio),
-    Column("paper_themis_max", "paper", as_ratio),
-    Column("ideal_avg", "Ideal avg", as_ratio),
-    Column("paper_ideal_avg", "paper", as_ratio),
-    Column("themis_over_ideal_time", "Themis/Ideal time", lambda v: f"{v:.3f}"),
-    Column("paper_themis_over_ideal_time", "paper", lambda v: f"{v:.3f}"),
-    Column("baseline_exposed_over_compute", "baseline exposed/compute", lambda v: f"{v:.3f}"),
+    *text("workload"),
+    *beside_paper("themis_avg", "Themis avg", as_ratio),
+    *beside_paper("themis_max", "Themis max", as_ratio),
+    *beside_paper("ideal_avg", "Ideal avg", as_ratio),
+    *beside_paper("themis_over_ideal_time", "Themis/Ideal time", three_decimals),
+    Column("baseline_exposed_over_compute", "baseline exposed/compute", three_decimals),
     Column("exposed_factor_for_paper", "exposed x for paper avg",
            lambda v: "none" if v is None else f"{v:.2f}"),
     Column("dlsched_avg", "dlsched avg", as_ratio),
     Column("themis_inflight_avg", "Themis in-flight avg", as_ratio),
     Column("dlsched_over_themis_min", "min Themis/dlsched time", as_ratio),
-    Column("dlsched_vs_ideal_avg", "dlsched/Ideal time", lambda v: f"{v:.3f}"),
+    Column("dlsched_vs_ideal_avg", "dlsched/Ideal time", three_decimals),
 ]
 METHOD_TITLES = {
     "paper": "the paper's method (FLOP-only A100 compute, fused gradients exposed at the end "
@@ -180,22 +167,14 @@ def _print_reproduction(rows: list[dict], summary: list[dict], method: str) -> N
                      f"iteration time; {title}", console)
     for latency in themis_training.LATENCY_SETTINGS:
         render_table(themis_training.pivot(rows, latency),
-                     [Column("workload", "workload", justify="left"),
-                      Column("topology", "topology", justify="left"),
-                      *[Column(p, f"{p} (ms)", seconds_as_ms)
-                        for p in themis_training.POLICIES],
-                      Column("compute", "compute (ms)", seconds_as_ms)],
+                     [*text("workload", "topology"),
+                      *times(**{p: p for p in themis_training.POLICIES}, compute="compute")],
                      f"iteration time per row, {latency} latency", console)
 
 
+@reproduction_command
 def reproduce_themis_training(
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows only.")] = False,
-    csv: Annotated[Path | None, typer.Option(help="Write all rows as CSV.")] = None,
-    executor: ExecutorOption = "process",
-    workers: WorkersOption = None,
-    address: AddressOption = None,
-    db: DbOption = None,
-    resume: ResumeOption = False,
+    run: Reproduction,
     method: Annotated[str, typer.Option(
         help="'paper' (the paper's method: FLOP-only A100 compute, fused end-of-backprop "
              "All-Reduce, HOTI'20 DLRM, direct All-to-All) or 'overlap' (dlsched's model: "
@@ -209,7 +188,6 @@ def reproduce_themis_training(
 ) -> None:
     """Four workloads (or --workload-files) x six Themis topologies x baseline/Themis/dlsched/
     Ideal, both latencies."""
-    check_output_paths({"--csv": (csv, (".csv",))})
     if method not in ("paper", "overlap"):
         raise ConfigError(f"--method: unknown method {method!r}; accepted: 'paper', 'overlap'")
     if compute != "a100" and method != "overlap":
@@ -219,13 +197,11 @@ def reproduce_themis_training(
     if files:
         method = "files"
     todo = themis_training.scenarios(compute, method, files)
-    rows = reproduction_rows("themis-training", todo,
-                             themis_training.run_scenario, executor, workers, address, db,
-                             resume, json_out)
+    rows = run.rows("themis-training", todo, themis_training.run_scenario)
     summary = themis_training.summarize(rows)
-    if not json_out:
+    if not run.json_out:
         _print_reproduction(rows, summary, method)
-    emit_rows(rows, json_out, csv, {"summary": summary} if json_out else None)
+    run.emit(rows, {"summary": summary})
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

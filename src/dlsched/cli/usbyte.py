@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from dlsched.cli.options import CSV_HELP, Outputs, console, parse_names
-from dlsched.cli.sweep import (
-    AddressOption,
-    DbOption,
-    ExecutorOption,
-    ResumeOption,
-    WorkersOption,
-    reproduction_rows,
-)
+from dlsched.cli.options import console, parse_names
+from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.experiments import usbyte
 from dlsched.experiments.usbyte_summary import WFBP_CAP, summarize
 from dlsched.models import model_names
@@ -121,16 +113,12 @@ def _headlines(summary: dict[str, Any], models: list[str]) -> list[dict[str, str
     return lines
 
 
+@reproduction_command
 def reproduce_usbyte(
     models: Annotated[str, typer.Option(help="Models, comma-separated.")]
     = ",".join(usbyte.MODELS),
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON only.")] = False,
-    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
-    executor: ExecutorOption = "process",
-    workers: WorkersOption = None,
-    address: AddressOption = None,
-    db: DbOption = None,
-    resume: ResumeOption = False,
+    *,
+    run: Reproduction,
 ) -> None:
     """US-Byte's claims next to our reproduction: the paper's settings (8 workers with its
     fitted constants; 128 GPUs on a 10 GbE ring whose startup grows with it; V100 FP32 at 32
@@ -142,13 +130,11 @@ def reproduce_usbyte(
     in ms), knob values and explanations; --json prints {"rows", "summary"}; --csv writes the
     rows."""
     names = parse_names(models, model_names(), "--models")
-    outputs = Outputs(json_out, csv)
-    rows = reproduction_rows("usbyte", usbyte.default_scenarios(names), usbyte.run_scenario,
-                             executor, workers, address, db, resume, json_out)
+    rows = run.rows("usbyte", usbyte.default_scenarios(names), usbyte.run_scenario)
     summary = summarize(rows)
-    if not json_out:
+    if not run.json_out:
         _print_tables(rows, summary, names)
-    outputs.rows(rows, {"summary": summary} if json_out else None)
+    run.emit(rows, {"summary": summary})
 
 
 def _print_tables(rows: list[dict[str, Any]], summary: dict[str, Any], names: list[str]) -> None:

@@ -1,0 +1,31 @@
+"""The column rules of ``cli.columns``: each states a header and format once."""
+
+from __future__ import annotations
+
+from dlsched.cli.columns import STANDARD, beside_paper, standard, text, times
+from dlsched.report import Column
+from dlsched.report.tables import as_ratio, seconds_as_ms
+
+
+def test_text_columns_are_left_aligned_and_headed_by_their_key():
+    assert text("policy", "recompute_allowed") == [
+        Column("policy", "policy", justify="left"),
+        Column("recompute_allowed", "recompute allowed", justify="left")]
+
+
+def test_times_are_shown_in_milliseconds_with_the_unit_in_the_header():
+    iteration, bound = times(iteration_s="iteration", bound_s="bound")
+    assert (iteration.key, iteration.header, bound.header) == \
+        ("iteration_s", "iteration (ms)", "bound (ms)")
+    assert iteration.fmt(0.0123456) == "12.346" and iteration.fmt is seconds_as_ms
+
+
+def test_beside_paper_pairs_our_key_with_the_papers_in_one_format():
+    ours, paper = beside_paper("themis_avg", "Themis avg", as_ratio)
+    assert (ours.key, paper.key, paper.header) == ("themis_avg", "paper_themis_avg", "paper")
+    assert ours.fmt is paper.fmt is as_ratio
+
+
+def test_standard_metrics_are_one_column_each():
+    assert standard("dp", "time_over_bound") == [STANDARD["dp"], STANDARD["time_over_bound"]]
+    assert STANDARD["time_over_bound"].fmt(1.234) == "1.23x"
