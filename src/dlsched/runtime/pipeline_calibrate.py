@@ -39,8 +39,8 @@ same warm process and interleaved (``_calibration_rank``): a first round not cou
 process's first autograd passes and allocations), then per round two iterations and right
 after them one profile of every block. Reproducibility is checked on the same data: the
 rounds are split into three interleaved parts, each gives its own factor and overhead, and a
-calibration whose parts disagree by more than 25% (the factor's excess over 1, or the
-overhead; or 0.2 ms of time per action) is measured again, then refused
+calibration whose parts disagree by more than 10% of the factor or 25% of the overhead
+(and 0.2 ms of time per action) is measured again, then refused
 (``implausible_calibration``, which also refuses a factor below 1 beyond the tolerance or an
 overhead larger than the mean action itself).
 """
@@ -108,6 +108,10 @@ TOLERANCE_S = 0.2e-3
 """Absolute tolerance per action (seconds): disagreements and negative values within it pass."""
 PARTS = 3
 """Interleaved parts the rounds are split into to check the estimates' reproducibility."""
+FACTOR_LIMIT = 0.10
+"""Largest disagreement between the parts' compute factors, relative to the factor: the
+validation protocol asks predictions within 15%, so a factor that holds to 10% is usable
+(parts 1.09-1.25 at microbatch 8 on an idle 16-core machine are refused, 1.00-1.08 pass)."""
 
 
 @dataclass(frozen=True)
@@ -180,8 +184,8 @@ def implausible_calibration(calibration: RuntimeCalibration) -> str | None:
     """Why the calibration cannot be used (one line), or None: a compute factor below 1 by
     more than ``TOLERANCE_S`` per action (the runtime's actions faster than its own blocks:
     the profile is off), an overhead larger than the mean action or below -``TOLERANCE_S``,
-    or parts that disagree by more than ``SPREAD_LIMIT`` (of the factor's excess over 1, of
-    the overhead) and more than ``TOLERANCE_S`` per action."""
+    or parts that disagree by more than ``FACTOR_LIMIT`` of the factor or ``SPREAD_LIMIT`` of
+    the overhead, and more than ``TOLERANCE_S`` per action."""
     factor, overhead, action = (calibration.compute_factor, calibration.overhead_s,
                                 calibration.action_s)
     if (1 - factor) * action > TOLERANCE_S:
@@ -193,15 +197,16 @@ def implausible_calibration(calibration: RuntimeCalibration) -> str | None:
     if overhead < -TOLERANCE_S:
         return f"overhead {overhead * 1e3:.2f} ms per action is negative"
     factor_spread, overhead_spread = calibration.spreads_s()
-    limit = f"limit {SPREAD_LIMIT:.0%} or {TOLERANCE_S * 1e3:.1f} ms per action"
-    if factor_spread > max(SPREAD_LIMIT * abs(factor - 1) * action, TOLERANCE_S):
+    if factor_spread > max(FACTOR_LIMIT * factor * action, TOLERANCE_S):
         parts = ", ".join(f"{part:.3f}" for part, _ in calibration.parts)
-        return (f"compute factor {factor:.3f}, but its {PARTS} parts give {parts} ({limit}; "
-                "the machine is too busy to calibrate)")
+        return (f"compute factor {factor:.3f}, but its {PARTS} parts give {parts} (limit "
+                f"{FACTOR_LIMIT:.0%} or {TOLERANCE_S * 1e3:.1f} ms per action; the machine is "
+                "too busy to calibrate)")
     if overhead_spread > max(SPREAD_LIMIT * abs(overhead), TOLERANCE_S):
         parts = ", ".join(f"{part * 1e3:.2f}" for _, part in calibration.parts)
         return (f"overhead {overhead * 1e3:.2f} ms per action, but its {PARTS} parts give "
-                f"{parts} ms ({limit}; the machine is too busy to calibrate)")
+                f"{parts} ms (limit {SPREAD_LIMIT:.0%} or {TOLERANCE_S * 1e3:.1f} ms per "
+                "action; the machine is too busy to calibrate)")
     return None
 
 
