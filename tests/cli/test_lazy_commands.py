@@ -66,13 +66,18 @@ def test_help_lists_every_command_without_importing_any() -> None:
 
 
 def test_a_command_imports_only_its_domain(run_cli) -> None:
+    """``dlsched topologies`` imports the collective domain's CLI module (which registers
+    ``reproduce themis`` too) and neither other domains nor every domain's sweep schema (the
+    reproductions' runner used to import them through ``dlsched.sweep``)."""
     probe = ("import sys; sys.argv = ['dlsched', 'topologies', '--json']; "
              "from dlsched.cli.app import main\n"
              "try:\n    main()\nexcept SystemExit:\n    pass\n"
-             "print(sorted(m for m in sys.modules if m.startswith('dlsched.cli.')))")
+             "print(sorted(m for m in sys.modules if m.startswith(('dlsched.cli.', "
+             "'dlsched.sweep.'))))")
     loaded = _python(probe).splitlines()[-1]
-    assert "'dlsched.cli.collective'" in loaded
+    assert "'dlsched.cli.collective'" in loaded and "'dlsched.sweep.runner'" in loaded
     assert "dlsched.cli.pipeline" not in loaded and "dlsched.cli.dataparallel" not in loaded
+    assert "dlsched.sweep.domains" not in loaded and "dlsched.sweep.scenarios" not in loaded
 
 
 def test_a_mistyped_command_is_refused_with_suggestions_from_every_command(run_cli) -> None:

@@ -8,7 +8,6 @@ so a resumed sweep recognizes finished scenarios whatever the order or executor.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from dlsched.config import validate
 from dlsched.errors import ConfigError
 from dlsched.sweep.domains import DOMAINS, Domain, get_domain
+from dlsched.sweep.store import scenario_key
 from dlsched.validation import load_document_safely
 
 MAX_SCENARIOS = 10_000_000
@@ -186,12 +186,6 @@ class GridScenarios(Sequence[dict[str, Any]]):
 def _identity(values: dict[str, Any]) -> str:
     """What tells two blocks' entries apart: their JSON text, as in ``scenario_key``."""
     return json.dumps(sorted(values.items()), separators=(",", ":"), default=str)
-
-
-def scenario_key(domain: str, params: dict[str, Any]) -> str:
-    """Stable identity of a scenario: SHA-256 (hex, 20 chars) of domain and sorted parameters."""
-    text = json.dumps([domain, sorted(params.items())], separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def _check_names(spec: GridSpec, domain: Domain) -> tuple[list[Block], dict[str, str]]:

@@ -13,12 +13,14 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlsched.errors import SweepIncomplete
 from dlsched.sweep.executors import WorkerPool
-from dlsched.sweep.grid import Grid, GridScenarios, scenario_key
-from dlsched.sweep.store import ResultStore
+from dlsched.sweep.store import ResultStore, scenario_key
+
+if TYPE_CHECKING:
+    from dlsched.sweep.grid import Grid
 
 Evaluate = Callable[[dict[str, Any]], dict[str, Any]]
 Task = tuple[str, int, dict[str, Any]]
@@ -47,6 +49,8 @@ class SweepJob:
     @classmethod
     def from_grid(cls, grid: Grid) -> SweepJob:
         """The job of a grid file."""
+        from dlsched.sweep.grid import GridScenarios
+
         spec = grid.spec
         return cls(spec.name, grid.domain.name, grid.domain.evaluate, GridScenarios(grid),
                    grid.domain.param_names, grid.metrics,

@@ -13,6 +13,7 @@ crash or ``kill -9`` of any process.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -41,6 +42,12 @@ def _meta(db: sqlite3.Connection, path: str | Path) -> dict[str, Any]:
     except (TypeError, ValueError):
         raise ConfigError(f"results: {str(path)!r} is damaged: its 'sweep' table is not JSON; "
                           "accepted: a results file written by 'dlsched sweep'") from None
+
+
+def scenario_key(domain: str, params: dict[str, Any]) -> str:
+    """Stable identity of a scenario: SHA-256 (hex, 20 chars) of domain and sorted parameters."""
+    text = json.dumps([domain, sorted(params.items())], separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def _open(path: str | Path) -> sqlite3.Connection:
