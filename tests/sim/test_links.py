@@ -10,10 +10,10 @@ from dlsched.sim.links import SharedLinks
 
 
 def _finish_times(sends: list[tuple], capacity: dict, in_flight: int | None = None,
-                  batch: bool = True) -> list[float]:
+                  processor_sharing: bool = False) -> list[float]:
     """Each send: (start s, bytes, resources, cap B/s, stream)."""
     engine = Engine()
-    links = SharedLinks(engine, capacity, in_flight, batch)
+    links = SharedLinks(engine, capacity, in_flight, processor_sharing)
     done = [0.0] * len(sends)
     for index, (at, num_bytes, resources, cap, stream) in enumerate(sends):
         engine.at(at, links.send, num_bytes, resources, lambda i=index: done.__setitem__(
@@ -28,27 +28,30 @@ def _one_link(starts: list[tuple[float, float]], bandwidth: float, **kwargs) -> 
                          {"l": bandwidth}, **kwargs)
 
 
-@pytest.mark.parametrize("batch", [True, False])
-def test_single_transfer_takes_bytes_over_bandwidth(batch):
-    assert _one_link([(0.0, 100.0)], 10.0, batch=batch) == [pytest.approx(10.0)]
+@pytest.mark.parametrize("equal", [True, False])
+def test_single_transfer_takes_bytes_over_bandwidth(equal):
+    assert _one_link([(0.0, 100.0)], 10.0, processor_sharing=equal) == [pytest.approx(10.0)]
 
 
-@pytest.mark.parametrize("batch", [True, False])
-def test_two_equal_transfers_share_then_finish_together(batch):
-    assert _one_link([(0.0, 100.0), (0.0, 100.0)], 10.0, batch=batch) == \
+@pytest.mark.parametrize("equal", [True, False])
+def test_two_equal_transfers_share_then_finish_together(equal):
+    assert _one_link([(0.0, 100.0), (0.0, 100.0)], 10.0, processor_sharing=equal) == \
         [pytest.approx(20.0)] * 2
 
 
-def test_late_joiner_slows_the_first():
+@pytest.mark.parametrize("equal", [True, False])
+def test_late_joiner_slows_the_first(equal):
     """A=100 B at t=0, B=50 B at t=5, 10 B/s. A alone sends 50 B by t=5; then both at 5 B/s:
     B finishes at t=15 (50 B), A has 0 B left at t=15 too."""
-    assert _one_link([(0.0, 100.0), (5.0, 50.0)], 10.0) == [pytest.approx(15.0)] * 2
+    assert _one_link([(0.0, 100.0), (5.0, 50.0)], 10.0, processor_sharing=equal) == \
+        [pytest.approx(15.0)] * 2
 
 
-def test_short_transfer_leaves_and_long_one_speeds_up():
+@pytest.mark.parametrize("equal", [True, False])
+def test_short_transfer_leaves_and_long_one_speeds_up(equal):
     """A=100 B, B=20 B at t=0, 10 B/s. Shared 5 B/s until B ends at t=4 (A sent 20 B); A's
     80 B then take 8 s at full rate: t=12."""
-    a, b = _one_link([(0.0, 100.0), (0.0, 20.0)], 10.0)
+    a, b = _one_link([(0.0, 100.0), (0.0, 20.0)], 10.0, processor_sharing=equal)
     assert b == pytest.approx(4.0)
     assert a == pytest.approx(12.0)
 
@@ -101,6 +104,28 @@ def test_bytes_are_conserved_on_a_busy_link():
     / bandwidth."""
     starts = [(0.0, 30.0), (1.0, 5.0), (2.5, 12.0), (2.5, 40.0), (8.0, 1.0)]
     assert max(_one_link(starts, 10.0)) == pytest.approx(88.0 / 10.0)
+
+
+def test_slowed_transfer_keeps_its_share_and_leaves_the_rest_unused():
+    """Processor sharing, 1 B/s, two 2 B transfers, slowdown 1 and 3, slowed throughout: the
+    fast one moves 1/2 B/s, the slow one 1/6 B/s; the fast ends at t=4 (the slow sent 2/3 B),
+    then the slow one alone moves 1/3 B/s: 4/3 B more take 4 s -> t=8."""
+    engine = Engine()
+    links = SharedLinks(engine, {"l": 1.0}, processor_sharing=True)
+    links.set_slowed(True)
+    done = []
+    for slowdown in (1.0, 3.0):
+        links.send(2.0, ("l",), lambda: done.append(engine.now), slowdown=slowdown)
+    engine.run()
+    assert done == [pytest.approx(4.0), pytest.approx(8.0)]
+
+
+def test_processor_sharing_refuses_two_resources_or_a_cap():
+    links = SharedLinks(Engine(), {"a": 1.0, "b": 1.0}, processor_sharing=True)
+    with pytest.raises(ValueError, match="one resource"):
+        links.send(1.0, ("a", "b"), lambda: None)
+    with pytest.raises(ValueError, match="one resource"):
+        links.send(1.0, ("a",), lambda: None, cap=0.5)
 
 
 def test_in_flight_below_one_is_refused():

@@ -66,7 +66,7 @@ class Network:
         self.topology = topology
         self.record = record
         self.scf = intra is IntraPolicy.SCF
-        self.channels = [SharedLinks(engine, {dim: d.bandwidth}, batch=False)
+        self.channels = [SharedLinks(engine, {dim: d.bandwidth}, processor_sharing=True)
                          for dim, d in enumerate(topology.dims)]
         self.bandwidths = [d.bandwidth for d in topology.dims]
         self.exclusive = concurrency == 1

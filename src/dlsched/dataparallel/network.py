@@ -56,7 +56,8 @@ class SharedNetwork:
         self.slots = slots
         self.credit = credit
         self.engine = Engine()
-        self.links = SharedLinks(self.engine, {_NETWORK: 1.0}, batch=False, residue=0.0)
+        self.links = SharedLinks(self.engine, {_NETWORK: 1.0}, processor_sharing=True,
+                                 residue=0.0)
         self.waiting: deque[tuple[int, float, float, float, float, float, float, float]] = \
             deque()
         self.running: dict[int, _Running] = {}
@@ -80,7 +81,6 @@ class SharedNetwork:
         taken from the credit while it runs)."""
         self.waiting.append((index, launch, latency, transfer, slowdown, compute,
                              slowdown if queued is None else queued, size))
-        self._admit()
 
     def compute_slowdown(self) -> float:
         """How many times slower the rank computes now: the largest ``compute`` factor of the
@@ -109,14 +109,25 @@ class SharedNetwork:
         """Whether any message is waiting or running."""
         return bool(self.waiting or self.running)
 
+    def _admits(self) -> bool:
+        """Whether the next waiting message may start once its launch time has come: a slot
+        is free and the running messages hold less than the credit."""
+        return bool(self.waiting) and len(self.running) < self.slots and self.held < self.credit
+
     def next_event(self) -> float:
-        """Time of the next scheduled event: admission, latency end or completion (inf when
-        idle)."""
-        return self.engine.next_time()
+        """Time of the next admission, latency end or completion (inf when idle)."""
+        admission = max(self.now, self.waiting[0][1]) if self._admits() else math.inf
+        return min(admission, self.links.due, *(r.latency_end for r in self.running.values()))
 
     def advance(self, until: float) -> list[tuple[int, float, float]]:
-        """Run events up to time ``until`` (s); ``(index, start, end)`` of messages that ended."""
+        """Run events up to time ``until`` (s); ``(index, start, end)`` of messages that ended.
+        Messages submitted since the last call are admitted from now on."""
+        if self._admits() and self.waiting[0][1] <= min(until, self.now):
+            self.links.touch()
+        self._admit()
         self.engine.run(until)
+        if math.isfinite(until):
+            self.links.touch(end=False)  # progress only: no event happens at ``until``
         done, self.done = self.done, []
         return done
 
@@ -124,7 +135,7 @@ class SharedNetwork:
         """Start waiting messages in order while a slot and credit are free and the next one's
         launch time has come; wake up at its launch time otherwise."""
         now = self.now
-        while self.waiting and len(self.running) < self.slots and self.held < self.credit:
+        while self._admits():
             index, launch, latency, transfer, slowdown, compute, queued, size = self.waiting[0]
             if launch > now:
                 if launch < self.wake:
@@ -144,6 +155,7 @@ class SharedNetwork:
 
     def _wake(self) -> None:
         self.wake = math.inf
+        self.links.touch()
         self._admit()
 
     def _latency_event(self, running: _Running) -> None:
@@ -152,6 +164,7 @@ class SharedNetwork:
 
     def _latency_done(self, running: _Running, version: int) -> None:
         if version == running.version and running.latency_end < math.inf:
+            self.links.touch()  # transfers that end now end before this one joins them
             self._transfer(running)
 
     def _transfer(self, running: _Running) -> None:

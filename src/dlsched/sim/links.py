@@ -12,8 +12,13 @@ or leaves changes the others' rates from that moment on. A transfer alone thus t
 Streams: a transfer may name a ``stream``; with ``in_flight = k`` a stream moves at most ``k``
 of its transfers at once, the others waiting in the order they were sent (``k = 1``: a FIFO
 stream, as NCCL runs one communicator's operations; ``in_flight = None``: no limit, every
-transfer moves at once). Rates are recomputed once per instant at which transfers start
-(``batch``; a ring all-reduce step starts hundreds at once) or at every start.
+transfer moves at once). Rates are recomputed once per instant at which transfers start (a
+ring all-reduce step starts hundreds at once).
+
+``processor_sharing``: every transfer holds one resource and no cap, so its rate is exactly
+``capacity / n`` (the max-min rate); it is then computed as such, and rates are recomputed at
+every start and at every ``touch`` (a model that steps its own clock, such as data parallel's
+k-slot network, progresses the transfers at each of its events).
 
 Slowed links: a transfer may carry a ``slowdown`` (>= 1); while the links are ``slowed``
 (``set_slowed``: e.g. the ranks compute and the communication threads wait for cores) it
@@ -22,14 +27,15 @@ moves that many times slower than its fair share, the share it leaves unused goi
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 
 from dlsched.sim.engine import Engine
 
-# A transfer within this fraction of its size (at least 1 byte), plus what it moves in 1e-15 s,
-# of its end when another completes finishes with it: float residue must not leave a few bytes
-# behind (the default ``residue``).
+# A transfer within this fraction of its size (at least 1 byte), plus what it moves in 1e-15 s
+# (alone, under processor sharing), of its end when another completes finishes with it: float
+# residue must not leave a few bytes behind (the default ``residue``).
 _RELATIVE_TOLERANCE = 1e-9
 
 
@@ -38,8 +44,8 @@ class Transfer:
     it shares nothing, bytes/s; ``slowdown``: how many times slower it moves while the links
     are slowed); ``left`` bytes still to move at ``rate`` bytes/s."""
 
-    __slots__ = ("cap", "left", "on_done", "rate", "resources", "size", "slowdown", "solo",
-                 "stream")
+    __slots__ = ("cap", "count", "factor", "left", "on_done", "rate", "resources", "size",
+                 "slowdown", "solo", "stream")
 
     def __init__(self, size: float, cap: float, resources: tuple[Hashable, ...],
                  stream: Hashable, on_done: Callable[[], None], solo: float,
@@ -47,6 +53,7 @@ class Transfer:
         self.size = self.left = size
         self.cap, self.resources, self.stream, self.on_done = cap, resources, stream, on_done
         self.solo, self.slowdown, self.rate = solo, slowdown, 0.0
+        self.count, self.factor = 1, 1.0  # under processor sharing: rate = solo / (count x factor)
 
 
 class SharedLinks:
@@ -57,13 +64,14 @@ class SharedLinks:
     what moves in 1e-15 s is then left)."""
 
     def __init__(self, engine: Engine, capacity: dict[Hashable, float] | None = None,
-                 in_flight: int | None = None, batch: bool = True,
+                 in_flight: int | None = None, processor_sharing: bool = False,
                  residue: float = _RELATIVE_TOLERANCE) -> None:
         if in_flight is not None and in_flight < 1:
             raise ValueError(f"in_flight: a stream needs >= 1 transfer in flight (got "
                              f"{in_flight})")
-        self.engine, self.in_flight, self.batch = engine, in_flight, batch
+        self.engine, self.in_flight, self.equal = engine, in_flight, processor_sharing
         self.residue = residue
+        self.due = math.inf  # when the next transfer completes
         self.slowed = False
         self.capacity: dict[Hashable, float] = dict(capacity or {})
         self.active: list[Transfer] = []
@@ -85,6 +93,8 @@ class SharedLinks:
         """Move ``num_bytes`` bytes over ``resources`` (declared), at most ``cap`` bytes/s and
         ``slowdown`` times slower while slowed, from now (or once ``stream`` has room);
         ``on_done()`` runs when the last byte arrives."""
+        if self.equal and (len(resources) != 1 or cap != math.inf):
+            raise ValueError("processor sharing: a transfer holds one resource and no cap")
         capacity = self.capacity
         solo = min(cap, *(capacity[key] for key in resources)) if resources else cap
         transfer = Transfer(float(num_bytes), cap, tuple(resources), stream, on_done, solo,
@@ -94,7 +104,7 @@ class SharedLinks:
             return
         self._advance()
         self._admit(transfer)
-        if not self.batch:
+        if self.equal:
             self._reschedule()
             return
         self.version += 1  # the pending completion event no longer holds
@@ -107,6 +117,15 @@ class SharedLinks:
         if slowed != self.slowed:
             self._advance()
             self.slowed = slowed
+            self._reschedule()
+
+    def touch(self, end: bool = True) -> None:
+        """Progress every transfer to now, end those that are done (with ``end``) and plan
+        the next completion again."""
+        self._advance()
+        if end:
+            self._end_done(False)
+        else:
             self._reschedule()
 
     @property
@@ -142,12 +161,23 @@ class SharedLinks:
         now = self.engine.now
         if now > self.last:
             elapsed = now - self.last
-            for transfer in self.active:
-                transfer.left -= transfer.rate * elapsed
+            if self.equal:
+                for transfer in self.active:
+                    transfer.left -= elapsed * transfer.solo / (transfer.count * transfer.factor)
+            else:
+                for transfer in self.active:
+                    transfer.left -= transfer.rate * elapsed
         self.last = now
 
     def _rates(self) -> None:
         """Each transfer's fair share (``_shares``), divided by its slowdown while slowed."""
+        if self.equal:
+            users, slowed = self.users, self.slowed
+            for transfer in self.active:
+                transfer.count = users[transfer.resources[0]]
+                transfer.factor = transfer.slowdown if slowed else 1.0
+                transfer.rate = transfer.solo / (transfer.count * transfer.factor)
+            return
         self._shares()
         if self.slowed:
             for transfer in self.active:
@@ -189,18 +219,28 @@ class SharedLinks:
     def _reschedule(self) -> None:
         self.version += 1
         if not self.active:
+            self.due = math.inf
             return
         self._rates()
-        delay = min(max(t.left, 0.0) / t.rate for t in self.active)
-        self.engine.after(delay, self._complete, self.version)
+        if self.equal:
+            delay = min(max(t.left, 0.0) * t.factor * t.count / t.solo for t in self.active)
+        else:
+            delay = min(max(t.left, 0.0) / t.rate for t in self.active)
+        self.due = self.engine.now + delay
+        self.engine.at(self.due, self._complete, self.version)
 
     def _complete(self, version: int) -> None:
-        if version != self.version:
-            return
-        self._advance()
-        done = [t for t in self.active
-                if t.left <= self.residue * max(1.0, t.size) + t.rate * 1e-15]
-        if not done:
+        if version == self.version:
+            self._advance()
+            self._end_done(True)
+
+    def _end_done(self, due: bool) -> None:
+        """End the transfers that are done now (``due``: at least the first to finish: this
+        instant was planned for it) and plan the next completion."""
+        equal = self.equal  # processor sharing: what it moves alone in 1e-15 s may be left
+        done = [t for t in self.active if t.left <= self.residue * max(1.0, t.size)
+                + (t.solo if equal else t.rate) * 1e-15]
+        if not done and due:
             # This event was set for the transfer that finishes first; when its delay is below
             # the clock's resolution the clock cannot advance, so it is complete now.
             done = [min(self.active, key=lambda t: t.left / t.rate)]
