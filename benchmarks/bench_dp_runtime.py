@@ -39,15 +39,15 @@ from typing import Any
 import yaml
 
 from benchmarks.common import host_facts, host_text, write_section
-from dlsched.runtime.calibrate import (
+from dlsched.runtime.dataparallel.calibrate import (
     MIN_SEGMENT,
     STREAM_LENGTH,
     loads_document,
     time_loads,
     write_network,
 )
+from dlsched.runtime.dataparallel.train import REFERENCE, TrainConfig, compare, train_rank
 from dlsched.runtime.spawn import SpawnOptions, spawn
-from dlsched.runtime.train import REFERENCE, TrainConfig, compare, train_rank
 
 PREFIX = "dlsbench"
 SUBNET = "10.77.0"

@@ -22,16 +22,16 @@ from dlsched.pipeline import PipelineProblem, PipelineResult, run_planner, simul
 from dlsched.pipeline.model_source import ChainSpec
 from dlsched.pipeline.plan_file import saved_from_result
 from dlsched.pipeline.torch_export import to_torch
-from dlsched.runtime.pipeline_calibrate import (
+from dlsched.runtime.pipeline.calibrate import (
     calibrate_link,
     cpu_devices_document,
     measure_contention,
     measure_runtime,
 )
-from dlsched.runtime.pipeline_model import GPT_PRESETS, load_model
-from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
-from dlsched.runtime.pipeline_replay import retimed_chain
-from dlsched.runtime.pipeline_run import PipelineRun, run_pipelines
+from dlsched.runtime.pipeline.model import GPT_PRESETS, load_model
+from dlsched.runtime.pipeline.profile import chain_document, profile_blocks
+from dlsched.runtime.pipeline.replay import retimed_chain
+from dlsched.runtime.pipeline.run import PipelineRun, run_pipelines
 from dlsched.runtime.spawn import SpawnOptions
 
 MODEL, MICROBATCH_SIZE, MICROBATCHES = "gpt-small", 8, 8

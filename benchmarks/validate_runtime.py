@@ -38,7 +38,7 @@ from benchmarks.bench_dp_runtime import (
 )
 from benchmarks.common import host_facts, host_text, write_section
 from dlsched.errors import ConfigError
-from dlsched.runtime.train import REFERENCE
+from dlsched.runtime.dataparallel.train import REFERENCE
 
 DEVELOPED_ON = {(4, 10)}  # (ranks, Gbit/s) the method was developed and tuned on
 WITHIN = 0.15

@@ -42,8 +42,8 @@ def test_pipeline_export_and_run_announce_every_file(run_cli, tmp_path: Path) ->
     from dlsched.pipeline.plan import PipelinePlan, Stage
     from dlsched.pipeline.plan_file import save_plan
     from dlsched.pipeline.schedules import gpipe_orders
-    from dlsched.runtime.pipeline_model import load_model
-    from dlsched.runtime.pipeline_run import saved_for_model
+    from dlsched.runtime.pipeline.model import load_model
+    from dlsched.runtime.pipeline.run import saved_for_model
 
     stages = (Stage(0, 3, (0,)), Stage(3, 6, (1,)))
     plan = PipelinePlan("gpipe", stages, gpipe_orders(stages, 2, 2), 2)

@@ -41,7 +41,7 @@ def test_train_refuses_a_learning_rate_that_is_not_finite_and_positive(run_cli, 
 
 def test_train_config_refuses_a_nan_learning_rate() -> None:
     from dlsched.errors import ConfigError
-    from dlsched.runtime.train import TrainConfig
+    from dlsched.runtime.dataparallel.train import TrainConfig
 
     with pytest.raises(ConfigError, match="lr"):
         TrainConfig(lr=float("nan"))
@@ -110,7 +110,7 @@ def test_torch_refusals_are_found_before_spawning() -> None:
     from dlsched.errors import ConfigError
     from dlsched.pipeline.actions import Action
     from dlsched.pipeline.torch_export import TorchSchedule
-    from dlsched.runtime.pipeline_run import check_torch_schedule
+    from dlsched.runtime.pipeline.run import check_torch_schedule
 
     rows = ((Action.parse("0B0"), Action.parse("0F0")),)
     schedule = TorchSchedule("hand", rows, ((0, 1),), (0,), (0,), 1, 1)
@@ -122,7 +122,7 @@ def test_torch_refusals_are_found_before_spawning() -> None:
 
 
 def _network_file(path: Path, ranks: int) -> Path:
-    from dlsched.runtime.calibrate import network_document, write_network
+    from dlsched.runtime.dataparallel.calibrate import network_document, write_network
 
     samples = [(4096, 1e-4), (65536, 3e-4), (2**20, 1.1e-3), (2**22, 4e-3)]
     write_network(network_document(samples, ranks, "t", "gloo", "piecewise"), path)
@@ -166,8 +166,8 @@ def test_pipeline_run_names_the_file_torch_refuses(tmp_path: Path, run_cli, no_s
     from dlsched.pipeline.plan import PipelinePlan, Stage
     from dlsched.pipeline.plan_file import save_plan
     from dlsched.pipeline.schedules import gpipe_orders
-    from dlsched.runtime import pipeline_run
-    from dlsched.runtime.pipeline_model import load_model
+    from dlsched.runtime.pipeline import run as pipeline_run
+    from dlsched.runtime.pipeline.model import load_model
 
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Rank 1, step 0: Running Full Backward for stage 1, microbatch "

@@ -8,8 +8,8 @@ import types
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.runtime import calibrate
-from dlsched.runtime.calibrate import (
+from dlsched.runtime.dataparallel import calibrate
+from dlsched.runtime.dataparallel.calibrate import (
     STREAM_LENGTH,
     implausible,
     loads_document,
@@ -151,7 +151,7 @@ def test_time_loads_measures_again_then_refuses(monkeypatch: pytest.MonkeyPatch)
 def pipeline_calibrate() -> types.ModuleType:
     """The pipeline calibration module (it needs torch)."""
     pytest.importorskip("torch")
-    from dlsched.runtime import pipeline_calibrate
+    from dlsched.runtime.pipeline import calibrate as pipeline_calibrate
 
     return pipeline_calibrate
 

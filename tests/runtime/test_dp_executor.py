@@ -15,8 +15,7 @@ pytest.importorskip("torch", reason="optional torch extra not installed")
 from dlsched.dataparallel import POLICIES
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.problem import DPProblem
-from dlsched.runtime.spawn import SpawnOptions, spawn
-from dlsched.runtime.train import (
+from dlsched.runtime.dataparallel.train import (
     REFERENCE,
     TrainConfig,
     agreed_profile,
@@ -25,6 +24,7 @@ from dlsched.runtime.train import (
     run_plan,
     run_reference,
 )
+from dlsched.runtime.spawn import SpawnOptions, spawn
 
 CONFIGS = {
     "resnet": TrainConfig(model="resnet", model_sizes={"widths": (4, 8)}, batch_size=2,

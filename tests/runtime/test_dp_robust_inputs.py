@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dlsched.runtime.calibrate import _compute_factor, monotone_fit, robust_slowdowns
+from dlsched.runtime.dataparallel.calibrate import _compute_factor, monotone_fit, robust_slowdowns
 
 
 def test_one_starved_rank_does_not_lift_the_factor() -> None:

@@ -10,11 +10,11 @@ pytest.importorskip("torch", reason="optional torch extra not installed")
 
 from dlsched.dataparallel import POLICIES, PlanError
 from dlsched.dataparallel.plan import Block, DPPlan, Message
-from dlsched.runtime.calibrate import fit, network_document, write_network
-from dlsched.runtime.executor import PlanExecutor
+from dlsched.runtime.dataparallel.calibrate import fit, network_document, write_network
+from dlsched.runtime.dataparallel.executor import PlanExecutor
+from dlsched.runtime.dataparallel.profile import profile, write_profile
+from dlsched.runtime.dataparallel.train import optimizer_factory, problem_from_profile
 from dlsched.runtime.models import example_input, gpt, resnet_cnn
-from dlsched.runtime.profile import profile, write_profile
-from dlsched.runtime.train import optimizer_factory, problem_from_profile
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_both_loads_give_an_idle_fit_and_an_under_load_fit(tmp_path) -> None:
     read back as a TwoState."""
     from dlsched.dataparallel import parse_network
     from dlsched.dataparallel.comm import TwoState
-    from dlsched.runtime.calibrate import loads_document
+    from dlsched.runtime.dataparallel.calibrate import loads_document
 
     sizes = (4096, 65536, 2**20, 2**24)
     timed = {"none": [(x, 100e-6 + x / 1e9) for x in sizes],
@@ -165,7 +165,7 @@ def test_scaled_medians_add_up_to_the_median_pass() -> None:
     sum to the median pass total (4) and keep their proportions; no lost slice: unchanged."""
     import numpy as np
 
-    from dlsched.runtime.profile import scaled_medians
+    from dlsched.runtime.dataparallel.profile import scaled_medians
 
     lost = np.array([[1.0, 1.0], [3.0, 1.0], [1.0, 3.0]])
     assert scaled_medians(lost).tolist() == [2.0, 2.0]
@@ -181,7 +181,7 @@ def test_layer_times_by_hand() -> None:
     is counted as ready with it (non-increasing ready times)."""
     import numpy as np
 
-    from dlsched.runtime.profile import layer_times
+    from dlsched.runtime.dataparallel.profile import layer_times
 
     owners = [(None, [0, 1]), (None, [2])]
     forward = np.array([[2.0, 1.0], [2.0, 1.0]])
@@ -197,7 +197,7 @@ def test_slowest_rank_per_iteration() -> None:
     each iteration keeps the whole row of its slowest rank."""
     import numpy as np
 
-    from dlsched.runtime.train import slowest_iterations
+    from dlsched.runtime.dataparallel.train import slowest_iterations
 
     rank0 = (np.array([[2.0], [4.0]]), np.array([[4.0, 1.0], [6.0, 2.0]]))
     rank1 = (np.array([[3.0], [1.0]]), np.array([[5.0, 2.0], [2.0, 1.0]]))
@@ -213,7 +213,7 @@ def test_rounds_pool_every_iteration_not_the_rounds_medians() -> None:
     import numpy as np
     import torch
 
-    from dlsched.runtime.train import RoundProfiler, TrainConfig
+    from dlsched.runtime.dataparallel.train import RoundProfiler, TrainConfig
 
     module = torch.nn.Linear(2, 2, bias=False)
     passes = profile(module, torch.ones(1, 2), warmup=0, repeats=1)
@@ -229,7 +229,7 @@ def test_rounds_pool_every_iteration_not_the_rounds_medians() -> None:
 def test_rounds_rotate_the_policy_order() -> None:
     """Six policies in three rounds start at the first, the third and the fifth: over the
     rounds each policy runs early, midway and late."""
-    from dlsched.runtime.train import rotated
+    from dlsched.runtime.dataparallel.train import rotated
 
     policies = ("a", "b", "c", "d", "e", "f")
     assert [rotated(policies, r, 3) for r in range(3)] == [

@@ -27,9 +27,9 @@ from dlsched.pipeline.schedules import (  # noqa: E402
 )
 from dlsched.pipeline.simulate import list_schedule  # noqa: E402
 from dlsched.pipeline.torch_export import to_torch  # noqa: E402
-from dlsched.runtime import pipeline_run  # noqa: E402
-from dlsched.runtime.pipeline_model import PipelineModel, load_model  # noqa: E402
-from dlsched.runtime.pipeline_run import (  # noqa: E402
+from dlsched.runtime.pipeline import run as pipeline_run  # noqa: E402
+from dlsched.runtime.pipeline.model import PipelineModel, load_model  # noqa: E402
+from dlsched.runtime.pipeline.run import (  # noqa: E402
     reference_gradients,
     run_pipeline,
     run_pipelines,
@@ -157,12 +157,12 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     from dlsched.hardware.device_config import load_devices
     from dlsched.pipeline.chain import REFERENCE_FLOPS
     from dlsched.pipeline.model_source import load_chain
-    from dlsched.runtime.pipeline_calibrate import (
+    from dlsched.runtime.pipeline.calibrate import (
         cpu_devices_document,
         measure_runtime,
     )
-    from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
-    from dlsched.runtime.pipeline_run import block_bytes
+    from dlsched.runtime.pipeline.profile import chain_document, profile_blocks
+    from dlsched.runtime.pipeline.run import block_bytes
 
     model = load_model(MODEL)
     profiles = profile_blocks(model, MICROBATCH_SIZE, repeats=1, warmup=0)

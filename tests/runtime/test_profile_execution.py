@@ -15,10 +15,10 @@ torch = pytest.importorskip("torch", reason="optional torch extra not installed"
 from torch import nn  # noqa: E402
 
 from dlsched.errors import ConfigError  # noqa: E402
+from dlsched.runtime.dataparallel.profile import profile, unused_parameters, write_profile  # noqa: E402
 from dlsched.runtime.execution import Execution  # noqa: E402
-from dlsched.runtime.pipeline_model import PipelineModel  # noqa: E402
-from dlsched.runtime.pipeline_profile import chain_document, profile_blocks  # noqa: E402
-from dlsched.runtime.profile import profile, unused_parameters, write_profile  # noqa: E402
+from dlsched.runtime.pipeline.model import PipelineModel  # noqa: E402
+from dlsched.runtime.pipeline.profile import chain_document, profile_blocks  # noqa: E402
 
 UNUSED = ["pooler.weight", "pooler.bias", "never.weight", "never.bias"]
 

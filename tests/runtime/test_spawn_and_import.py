@@ -11,13 +11,13 @@ import time
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.runtime.spawn import RankFailure, SpawnOptions, spawn
-from dlsched.runtime.train import (
+from dlsched.runtime.dataparallel.train import (
     TrainConfig,
     module_and_batch,
     optimizer_factory,
     problem_from_profile,
 )
+from dlsched.runtime.spawn import RankFailure, SpawnOptions, spawn
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                                  reason="optional torch extra not installed")
@@ -34,8 +34,8 @@ def test_import_dlsched_does_not_import_torch() -> None:
 
 def _die_while_training(rank: int, world_size: int) -> None:
     from dlsched.dataparallel import POLICIES
-    from dlsched.runtime.executor import PlanExecutor
-    from dlsched.runtime.profile import default_loss, profile
+    from dlsched.runtime.dataparallel.executor import PlanExecutor
+    from dlsched.runtime.dataparallel.profile import default_loss, profile
 
     config = TrainConfig(model="resnet", model_sizes={"widths": (4,)}, batch_size=2)
     module, batch = module_and_batch(config, rank)
@@ -68,7 +68,7 @@ def test_functions_that_cannot_be_imported_by_name_are_refused() -> None:
 def _priorities(rank: int, world_size: int) -> dict[str, int]:
     import threading
 
-    from dlsched.runtime.calibrate import time_loads
+    from dlsched.runtime.dataparallel.calibrate import time_loads
 
     timed = time_loads(rank, world_size, (4096, 65536), 1, 2, "both", attempts=1)
     assert set(timed) - {"refused"} == {"none", "compute", "compute_slowdown",

@@ -100,8 +100,8 @@ def profile(
     _torch()
     import torch
 
-    from dlsched.runtime.pipeline_model import load_model
-    from dlsched.runtime.pipeline_profile import chain_document, profile_blocks
+    from dlsched.runtime.pipeline.model import load_model
+    from dlsched.runtime.pipeline.profile import chain_document, profile_blocks
 
     torch.set_num_threads(threads)
     execution.check_device()
@@ -114,7 +114,7 @@ def profile(
             for p in profiles]
     extra = {"chain": str(chain)}
     if devices_out is not None:
-        from dlsched.runtime.pipeline_calibrate import (
+        from dlsched.runtime.pipeline.calibrate import (
             calibrate_link,
             calibrate_runtime,
             cpu_devices_document,
@@ -222,7 +222,7 @@ def run(
             raise ConfigError(f"torch-csv: {torch_csv} cuts the blocks differently from {plan}")
     edited = schedule is not None and to_plan(schedule) != saved.plan
     _torch()
-    from dlsched.runtime.pipeline_run import check_torch_schedule, run_pipeline
+    from dlsched.runtime.pipeline.run import check_torch_schedule, run_pipeline
     from dlsched.runtime.spawn import SpawnOptions, usable_cores
 
     ranks = (schedule or to_torch(saved.plan)).world_size

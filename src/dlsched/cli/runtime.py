@@ -25,7 +25,7 @@ from dlsched.dataparallel.network_spec import network_for_workers
 from dlsched.errors import ConfigError
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, seconds_as_ms
-from dlsched.runtime.calibrate import CHOICES
+from dlsched.runtime.dataparallel.calibrate import CHOICES
 from dlsched.units import parse_bytes
 from dlsched.validation import BATCH, LEARNING_RATE, THREADS, WORKERS, check_output_paths
 
@@ -95,7 +95,7 @@ def _spawn_options(**fields: Any) -> Any:
 
 
 def _config(module: str, input_shape: str, batch_size: int, **rest: Any) -> Any:
-    from dlsched.runtime.train import TrainConfig
+    from dlsched.runtime.dataparallel.train import TrainConfig
 
     return TrainConfig(model=module, input_shape=_shape(input_shape),
                        batch_size=BATCH.check(batch_size, "batch-size"), **rest)
@@ -134,8 +134,8 @@ def profile_command(
     _require_torch()
     import torch
 
-    from dlsched.runtime.profile import profile, unused_parameters, write_profile
-    from dlsched.runtime.train import build_module, make_batch, optimizer_factory
+    from dlsched.runtime.dataparallel.profile import profile, unused_parameters, write_profile
+    from dlsched.runtime.dataparallel.train import build_module, make_batch, optimizer_factory
 
     torch.set_num_threads(threads)
     config = _config(module, input_shape, batch_size)
@@ -202,7 +202,7 @@ def calibrate_command(
     options = _spawn_options(backend=backend, timeout_s=timeout, comm_nice=comm_nice,
                              own_sessions=False)
     _require_torch()
-    from dlsched.runtime.calibrate import loads_document, time_loads, write_network
+    from dlsched.runtime.dataparallel.calibrate import loads_document, time_loads, write_network
     from dlsched.runtime.spawn import spawn
 
     sizes = sorted({round(low * (high / low) ** (k / (points - 1)) / 4) * 4
@@ -284,14 +284,14 @@ def train_dataparallel(
     options = _spawn_options(timeout_s=timeout, deadline_s=3600, comm_nice=comm_nice,
                              own_sessions=False)
     _require_torch()
-    from dlsched.runtime.spawn import spawn
-    from dlsched.runtime.train import (
+    from dlsched.runtime.dataparallel.train import (
         check_module,
         compare,
         predict,
         problem_from_profile,
         train_rank,
     )
+    from dlsched.runtime.spawn import spawn
 
     config = _config(module, input_shape, batch_size, policies=names, network=network,
                      iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr,

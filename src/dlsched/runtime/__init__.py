@@ -17,13 +17,13 @@ _EXPORTS = {
     "RankFailure": "spawn",
     "SpawnOptions": "spawn",
     "spawn": "spawn",
-    "PipelineModel": "pipeline_model",
-    "PipelineRun": "pipeline_run",
-    "calibrate_link": "pipeline_calibrate",
-    "profile_blocks": "pipeline_profile",
-    "retimed_chain": "pipeline_replay",
-    "run_pipeline": "pipeline_run",
-    "run_pipelines": "pipeline_run",
+    "PipelineModel": "pipeline.model",
+    "PipelineRun": "pipeline.run",
+    "calibrate_link": "pipeline.calibrate",
+    "profile_blocks": "pipeline.profile",
+    "retimed_chain": "pipeline.replay",
+    "run_pipeline": "pipeline.run",
+    "run_pipelines": "pipeline.run",
 }
 
 __all__ = sorted(_EXPORTS)

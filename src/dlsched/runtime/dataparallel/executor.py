@@ -38,7 +38,7 @@ from torch import nn
 from dlsched.dataparallel.plan import DPPlan, validate_plan
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.errors import ConfigError
-from dlsched.runtime.profile import OptimizerFactory, parameter_owners
+from dlsched.runtime.dataparallel.profile import OptimizerFactory, parameter_owners
 from dlsched.runtime.recorder import Clock, Recorder
 from dlsched.sim.timeline import Timeline
 

@@ -124,7 +124,7 @@ def build_module(config: TrainConfig) -> Any:
 def check_module(config: TrainConfig) -> None:
     """Refuse (ConfigError naming ``--module``/``--input-shape``) a module that cannot train,
     before any rank starts: build it and run one forward and backward on a batch."""
-    from dlsched.runtime.profile import default_loss
+    from dlsched.runtime.dataparallel.profile import default_loss
 
     module, batch = module_and_batch(config, 0)
     try:
@@ -163,7 +163,7 @@ def _window(timeline: Timeline, start: float, end: float) -> Timeline:
 
 def _train(module: Any, batch: Any, config: TrainConfig, step: Callable[[], None],
            ends: list[float]) -> list[float]:
-    from dlsched.runtime.profile import default_loss
+    from dlsched.runtime.dataparallel.profile import default_loss
 
     for _ in range(config.iterations):
         default_loss(module(batch)).backward()
@@ -175,7 +175,7 @@ def _train(module: Any, batch: Any, config: TrainConfig, step: Callable[[], None
 def run_plan(plan: DPPlan, initial: Any, batch: Any, problem: DPProblem,
              config: TrainConfig) -> PolicyRun:
     """Train a copy of ``initial`` with ``plan`` through the executor (on every rank)."""
-    from dlsched.runtime.executor import PlanExecutor
+    from dlsched.runtime.dataparallel.executor import PlanExecutor
 
     module = copy.deepcopy(initial)
     executor = PlanExecutor(module, problem, plan, optimizer_factory(config.optimizer, config.lr),
@@ -245,8 +245,8 @@ def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelPr
     import torch.distributed as dist
 
     from dlsched.dataparallel.plan import Message, whole_layer
-    from dlsched.runtime.executor import PlanExecutor
-    from dlsched.runtime.profile import parameter_owners
+    from dlsched.runtime.dataparallel.executor import PlanExecutor
+    from dlsched.runtime.dataparallel.profile import parameter_owners
 
     problem = problem_from_profile(passes, config.network, world_size)
     plan = DPPlan((Message(tuple(whole_layer(problem, layer)
@@ -311,8 +311,8 @@ class RoundProfiler:
         """Profile plain passes on every rank at once; every rank gets the median."""
         import torch.distributed as dist
 
+        from dlsched.runtime.dataparallel.profile import median_profile, profile
         from dlsched.runtime.execution import Execution
-        from dlsched.runtime.profile import median_profile, profile
 
         own = profile(copy.deepcopy(initial), batch, repeats=config.profile_repeats,
                       optimizer=optimizer_factory(config.optimizer, config.lr),
@@ -334,7 +334,7 @@ class RoundProfiler:
         """Per-layer times from every round's rows (the plain-pass profile without any)."""
         import numpy as np
 
-        from dlsched.runtime.profile import layer_times, parameter_owners
+        from dlsched.runtime.dataparallel.profile import layer_times, parameter_owners
 
         if not self.rows:
             return self.passes

@@ -59,9 +59,9 @@ from dlsched.pipeline.chain import REFERENCE_FLOPS
 from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.schedules import gpipe_orders
 from dlsched.pipeline.torch_export import to_torch
-from dlsched.runtime.pipeline_model import load_model
-from dlsched.runtime.pipeline_profile import profile_blocks
-from dlsched.runtime.pipeline_run import RunJob, check_model, run_schedule, saved_for_model
+from dlsched.runtime.pipeline.model import load_model
+from dlsched.runtime.pipeline.profile import profile_blocks
+from dlsched.runtime.pipeline.run import RunJob, check_model, run_schedule, saved_for_model
 from dlsched.runtime.spawn import SpawnOptions, spawn
 
 SIZES = (4 * 2**10, 64 * 2**10, 2**20, 4 * 2**20)

@@ -38,7 +38,7 @@ from torch.distributed.pipelining._backward import (
 from dlsched.errors import ConfigError
 from dlsched.pipeline.chain import REFERENCE_FLOPS
 from dlsched.runtime.execution import Execution
-from dlsched.runtime.pipeline_model import PipelineModel
+from dlsched.runtime.pipeline.model import PipelineModel
 from dlsched.runtime.recorder import Clock
 
 

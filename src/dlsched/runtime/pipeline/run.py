@@ -37,7 +37,7 @@ from dlsched.pipeline.plan import PipelinePlan
 from dlsched.pipeline.plan_file import SavedPlan
 from dlsched.pipeline.simulate import KIND_NAMES
 from dlsched.pipeline.torch_export import TorchSchedule, to_torch
-from dlsched.runtime.pipeline_model import PipelineModel, load_model
+from dlsched.runtime.pipeline.model import PipelineModel, load_model
 from dlsched.runtime.spawn import SpawnOptions, spawn
 from dlsched.sim import Span, Timeline
 
