@@ -147,6 +147,26 @@ def test_time_loads_measures_again_then_refuses(monkeypatch: pytest.MonkeyPatch)
     assert STREAM_LENGTH == 8
 
 
+def test_unsteady_measurements_are_pooled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle repeats 300, 370, 450 us three times: parts' medians 300, 370, 450 (refused);
+    then 450, 370, 300 three times: pooled, the parts (i mod 3 over 18 repeats) have medians
+    375, 370 and 375 us, the median holds and the pooled calibration is kept (median 370
+    us, 18 idle repeats per size). A measurement with an impossible queued stream in between
+    is discarded, not pooled."""
+    drifting = (300e-6, 370e-6, 450e-6) * 3
+    measured = [_timed(IDLE, drifting), _timed(1e-6), _timed(IDLE, drifting[::-1])]
+    monkeypatch.setattr(calibrate, "warm_up", lambda sizes: None)
+    monkeypatch.setattr(calibrate, "_measure_loads", lambda *args: measured.pop(0))
+    timed = calibrate.time_loads(0, 2, (4096, 65536), 1, 9, "both")
+    assert "refused" not in timed and len(timed["rejected"]) == 2
+    assert "parts of its repeats spread 41%" in timed["rejected"][0]
+    assert timed["rejected"][1].startswith("queued all-reduce of 4096 B: 1.0 us")
+    assert [len(samples) for _, samples in timed["none_times"]] == [18, 18]
+    assert timed["none"] == [(4096, pytest.approx(370e-6)), (65536, pytest.approx(370e-6))]
+    assert median_spread(timed["none_times"][0][1]) == pytest.approx(5 / 370)
+    assert len(timed["stream_times"][0][1]) == 10
+
+
 @pytest.fixture
 def pipeline_calibrate() -> types.ModuleType:
     """The pipeline calibration module (it needs torch)."""

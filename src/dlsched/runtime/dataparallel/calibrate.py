@@ -153,10 +153,8 @@ def implausible(timed: dict[str, Any], limit: float = SPREAD_LIMIT,
                 floor: float = QUEUED_FLOOR) -> str | None:
     """The first reason to refuse a calibration, one line, or None: a size whose median is
     not reproducible (the medians of ``PARTS`` interleaved parts of its repeats differ by
-    more than ``limit`` of the median and more than ``TOLERANCE_S``: ``median_spread``), or a
-    queued message under load faster than ``floor`` times an idle one of the same size (an
-    impossible value: queued behind others and beside compute, a message is not much
-    faster than alone on idle ranks). Single repeats may scatter widely (a 4 KiB loopback
+    more than ``limit`` of the median and more than ``TOLERANCE_S``: ``median_spread``), or
+    an ``impossible`` value. Single repeats may scatter widely (a 4 KiB loopback
     all-reduce's repeats spread 43-1175% of their median on an idle 16-core machine); the
     fit uses the median, so it is the median that must hold."""
     for load in ("none", "compute", "stream"):
@@ -167,6 +165,13 @@ def implausible(timed: dict[str, Any], limit: float = SPREAD_LIMIT,
                         f"{PARTS} parts of its repeats spread {relative:.0%} of the median "
                         f"(limit {limit:.0%} or {TOLERANCE_S * 1e6:.0f} us; the machine is "
                         "too busy to calibrate)")
+    return impossible(timed, floor)
+
+
+def impossible(timed: dict[str, Any], floor: float = QUEUED_FLOOR) -> str | None:
+    """Why a measurement holds an impossible value, one line, or None: a queued message
+    under load faster than ``floor`` times an idle one of the same size (queued behind others
+    and beside compute, a message is not much faster than alone on idle ranks)."""
     idle = dict(timed.get("none", ()))
     for size, seconds in timed.get("stream", ()):
         if size in idle and seconds < floor * idle[size]:
@@ -265,21 +270,44 @@ def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, re
     ``repeats``).
     A calibration that is ``implausible`` is measured again, up to ``attempts`` times; the
     reasons are listed under ``rejected``, and after the last attempt under ``refused`` too
-    (``loads_document`` then refuses it). Every rank decides alike: each sample is the same
-    reduced value on every rank."""
+    (``loads_document`` then refuses it). A measurement with an ``impossible`` value is
+    discarded; otherwise the repeats of the attempts so far are pooled (``pooled``), so a
+    median that did not hold on 15 repeats is judged again on 30, then 45. Every rank decides
+    alike: each sample is the same reduced value on every rank."""
     if load not in CHOICES:
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
     if not 1 <= attempts <= 10:
         raise ConfigError(f"attempts: {attempts} must be in 1..10")
     warm_up(sizes)
     rejected: list[str] = []
+    kept: dict[str, Any] | None = None
     for _ in range(attempts):
         timed = _measure_loads(rank, world_size, sizes, warmup, repeats, load)
-        reason = implausible(timed)
+        reason = impossible(timed)
         if reason is None:
-            return timed | {"rejected": rejected}
+            kept = timed if kept is None else pooled(kept, timed)
+            reason = implausible(kept)
+            if reason is None:
+                return kept | {"rejected": rejected}
         rejected.append(reason)
-    return timed | {"rejected": rejected, "refused": rejected[-1]}
+    return (kept or timed) | {"rejected": rejected, "refused": rejected[-1]}
+
+
+def pooled(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """Two measurements of the same sizes and loads as one: every size's repeats of both
+    (``<load>_times``, ``compute_samples``), medians and compute slowdowns recomputed."""
+    timed = dict(earlier)
+    for key in [k for k in earlier if k.endswith("_times")]:
+        joined = [(b, [*first, *second]) for (b, first), (_, second)
+                  in zip(earlier[key], later[key], strict=True)]
+        timed[key] = joined
+        timed[key.removesuffix("_times")] = [(b, statistics.median(t)) for b, t in joined]
+    if "compute_samples" in earlier:
+        timed["compute_samples"] = [(b, [*first, *second]) for (b, first), (_, second) in
+                                    zip(earlier["compute_samples"], later["compute_samples"],
+                                        strict=True)]
+        timed["compute_slowdown"] = robust_slowdowns(timed["compute_samples"])
+    return timed
 
 
 def _measure_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int,
