@@ -62,8 +62,8 @@ METHOD = ("two-state network with queued-stream curve, robust compute slowdown, 
           "profile; 3 rounds of profile and policies, executed plan, 3-sample fit segments, "
           "stream median of 15; issue 21: group warm-up, stream timed from issue to the last "
           "completion, queued slowdown unclamped, calibrations whose per-size medians do not "
-          "hold (three parts of the repeats more than 25% and 20 us apart) or with a queued "
-          "message below 0.5x idle measured again, refused after 3")
+          "hold (three parts of the repeats more than 25% and 20 us apart) pooled with the next "
+          "attempt, with a queued message below 0.5x idle measured again, refused after 3")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
