@@ -34,6 +34,7 @@ from dlsched.pipeline.simulate import check_plan
 
 simulate_module = importlib.import_module("dlsched.pipeline.simulate")
 plan_module = importlib.import_module("dlsched.pipeline.plan")
+partition_module = importlib.import_module("dlsched.pipeline.partition")
 
 BEFORE = json.loads((Path(__file__).parent / "data" / "planner_random_before.json").read_text())
 
@@ -338,3 +339,27 @@ def _mutated(plan: PipelinePlan, mutate: random.Random) -> PipelinePlan:
     else:
         orders[(k + 1) % len(orders)].append(orders[k].pop(i))
     return replace(plan, orders=tuple(map(tuple, orders)))
+
+
+def test_balanced_cuts_reach_the_brute_force_bottleneck() -> None:
+    """Random chains of 2-9 blocks cut into 1 to every block stages with random loads: the
+    windowed DP's cuts give the smallest largest (work x load) over all ways to cut."""
+    rng = random.Random(3)
+    for _ in range(300):
+        blocks = rng.randint(2, 9)
+        work = [rng.choice([1.0, 2.0, 3.0, rng.random()]) for _ in range(blocks)]
+        chain = synthetic_chain(work, [2 * w for w in work], [0.0] * blocks)
+        loads = tuple(rng.choice([1.0, 1.5, rng.random()]) for _ in range(rng.randint(1, blocks)))
+        total = np.concatenate([[0.0], np.cumsum(np.array(work) * 3e12)])
+        firsts = partition_module._balanced_cuts(chain, loads)
+        assert firsts[0] == 0 and all(a < b for a, b in itertools.pairwise(firsts))
+        best = min(_bottleneck(total, (0, *cuts), loads)
+                   for cuts in itertools.combinations(range(1, blocks), len(loads) - 1))
+        assert _bottleneck(total, firsts, loads) == best
+
+
+def _bottleneck(total: np.ndarray, firsts: tuple[int, ...], loads: tuple[float, ...]) -> float:
+    """Largest (work x load) of the stages starting at ``firsts`` (``total``: cumulative work)."""
+    ends = (*firsts[1:], len(total) - 1)
+    return max((total[b] - total[a]) * load for a, b, load in zip(firsts, ends, loads,
+                                                                   strict=True))

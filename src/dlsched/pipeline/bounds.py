@@ -178,10 +178,10 @@ def _memory_bound(problem: PipelineProblem, plan: PipelinePlan, split: bool,
             continue
         down = _down(fastest, hops, inputs, s)
         forward, backward = flops[s]
-        for device in stage.devices:
+        for device, mine in zip(stage.devices, stage.replica_microbatches(m), strict=True):
             if hosted[device] != {s}:
                 continue
-            own = len(stage.microbatches_of(device, m))
+            own = len(mine)
             slots = int((graph.devices[device].memory - static[device]) / stash * (1 + 1e-12))
             if slots < 1 or slots >= own:
                 continue

@@ -43,11 +43,11 @@ def estimate(problem: PipelineProblem, stages: tuple[Stage, ...],
 def _stage_times(problem: PipelineProblem, stages: tuple[Stage, ...],
                  identical: bool) -> list[tuple[float, float, float]]:
     """(forward, backward) on the slowest replica and the busiest replica's total, seconds."""
-    graph, m, result = problem.graph, problem.num_microbatches, []
+    m, result = problem.num_microbatches, []
     for stage in stages:
-        speeds = graph.flops[list(stage.devices)]
+        speeds = problem.gpu_flops[list(stage.devices)]
         if identical:
-            speeds = np.full(len(speeds), graph.flops.mean())
+            speeds = np.full(len(speeds), problem.gpu_flops.mean())
         forward, backward = problem.action_flops(stage)
         load = m / speeds.min() if stage.split else replica_load(speeds, m) * m
         busy = (forward + backward) * load

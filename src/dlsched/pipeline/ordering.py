@@ -12,16 +12,24 @@ at the top level and O(n^3 log n) in all; O(s^3) for s servers on server graphs.
 
 from __future__ import annotations
 
+from weakref import WeakKeyDictionary
+
 import numpy as np
 
 from dlsched.hardware.device_graph import DeviceGraph
 
 
 def device_order(graph: DeviceGraph) -> list[int]:
-    """GPU indices ordered so that the weakest cuts fall between the largest groups."""
-    weights = (graph.bandwidth + graph.bandwidth.T) / 2.0
-    np.fill_diagonal(weights, 0.0)
-    return _bisect(weights, list(range(graph.num_devices)))
+    """GPU indices ordered so that the weakest cuts fall between the largest groups
+    (computed once per graph: the planner asks for every recomputation mode)."""
+    if graph not in _ORDERS:
+        weights = (graph.bandwidth + graph.bandwidth.T) / 2.0
+        np.fill_diagonal(weights, 0.0)
+        _ORDERS[graph] = tuple(_bisect(weights, list(range(graph.num_devices))))
+    return list(_ORDERS[graph])
+
+
+_ORDERS: WeakKeyDictionary[DeviceGraph, tuple[int, ...]] = WeakKeyDictionary()
 
 
 def _bisect(weights: np.ndarray, nodes: list[int]) -> list[int]:

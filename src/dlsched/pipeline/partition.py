@@ -198,9 +198,10 @@ def sync_dp(costs: RangeCosts, num_blocks: int,
     limits = np.array([t_max for t_max, _ in settings])[:, None, None]
     sums = [costs.stage_sums(weight) for weight in weights]
 
-    def cost(run: tuple[int, int]) -> np.ndarray:
-        stacked = np.stack([per_weight[run] for per_weight in sums])[which]
-        return np.where(costs.runs[run].period[None] <= limits, stacked, np.inf)
+    def cost(run: tuple[int, int], rows: slice, columns: slice) -> np.ndarray:
+        stacked = np.stack([per_weight[run][:, columns] for per_weight in sums])[which[rows]]
+        return np.where(costs.runs[run].period[None, :, columns] <= limits[rows], stacked,
+                        np.inf)
     return _dp(costs, num_blocks, len(settings), cost, np.add, every_end=True)
 
 
@@ -208,41 +209,63 @@ def throughput_dp(costs: RangeCosts, num_blocks: int,
                   num_microbatches: int) -> tuple[Stage, ...] | None:
     """PipeDream's objective: the partition whose largest per-microbatch stage time (period,
     transfer, all-reduce amortised over the microbatches) is smallest."""
-    def cost(run: tuple[int, int]) -> np.ndarray:
+    def cost(run: tuple[int, int], rows: slice, columns: slice) -> np.ndarray:
         band = costs.runs[run]
         per_microbatch = np.maximum(band.period + band.sync / num_microbatches, band.hops / 2)
-        return np.where(np.isfinite(band.latency), per_microbatch, np.inf)[None]
+        return np.where(np.isfinite(band.latency), per_microbatch, np.inf)[None, :, columns]
     found = _dp(costs, num_blocks, 1, cost, np.maximum, every_end=False)[0]
     return found[0] if found else None
 
 
 def _dp(costs: RangeCosts, num_blocks: int, batch: int,
-        cost_of: Callable[[tuple[int, int]], np.ndarray],
+        cost_of: Callable[[tuple[int, int], slice, slice], np.ndarray],
         combine: Callable[[np.ndarray, np.ndarray], np.ndarray],
         every_end: bool) -> list[list[tuple[Stage, ...]]]:
-    """``batch`` DPs over (units used, blocks covered) at once, ``cost_of(run)`` giving each
-    one's stage costs on the run's band (shape batch x band rows x blocks + 1); per DP its
-    partitions (see ``sync_dp``). Ties go to the run with the fewest units before it, then to
-    the earliest start block."""
+    """``batch`` DPs over (units used, blocks covered) at once, ``cost_of(run, rows,
+    columns)`` giving the stage costs on the run's band of the DPs ``rows`` and end blocks
+    ``columns`` (shape rows x band rows x columns); per DP its partitions (see ``sync_dp``).
+    Ties go to the run with the fewest units before it, then to the earliest start block.
+    A run is priced only for the DPs and end blocks it can improve: those that reach its
+    first unit, and the ends of stages starting at a block some DP reaches there (elsewhere
+    its cost is infinite)."""
     units, size = costs.num_units, num_blocks + 1
     best = np.full((batch, units + 1, size), np.inf)
     best[:, 0, 0] = 0.0
     parent = np.zeros((batch, units + 1, size, 2), dtype=np.int32)
     columns = np.arange(size)
-    for u0, z in sorted(costs.runs, key=sum):
-        starts = costs.runs[(u0, z)].starts
-        if not len(starts) or not np.isfinite(best[:, u0]).any():
+    lengths: dict[int, list[int]] = {}
+    for u0, z in costs.runs:
+        lengths.setdefault(u0, []).append(z)
+    # Runs by first unit (a unit's best is final once every run ending there is done, and
+    # the runs ending at a unit still come in ascending first unit), those sharing a band
+    # priced together.
+    for u0 in sorted(lengths):
+        reached = np.isfinite(best[:, u0])
+        if not reached.any():
             continue
-        before = np.where(starts >= 0, best[:, u0][:, np.maximum(starts, 0)], np.inf)
-        candidate = combine(before, cost_of((u0, z)))
-        row = np.argmin(candidate, axis=1)
-        value = np.take_along_axis(candidate, row[:, None, :], axis=1)[:, 0]
-        start = starts[row, columns]
-        u1 = u0 + z
-        better = value < best[:, u1]
-        best[:, u1][better] = value[better]
-        parent[:, u1, :, 0][better] = z
-        parent[:, u1, :, 1][better] = start[better]
+        dps, blocks = (np.nonzero(reached.any(axis=axis))[0] for axis in (1, 0))
+        rows = slice(dps[0], dps[-1] + 1)
+        shared: dict[int, list[int]] = {}
+        for z in lengths[u0]:
+            shared.setdefault(id(costs.runs[(u0, z)].starts), []).append(z)
+        for zs in shared.values():
+            starts = costs.runs[(u0, zs[0])].starts
+            ends = np.nonzero(((starts >= blocks[0]) & (starts <= blocks[-1])).any(axis=0))[0]
+            if not len(ends):
+                continue
+            cols = slice(ends[0], ends[-1] + 1)
+            band = starts[:, cols]
+            before = np.where(band >= 0, best[rows, u0][:, np.maximum(band, 0)], np.inf)
+            candidate = combine(before[None], np.stack([cost_of((u0, z), rows, cols)
+                                                        for z in zs]))
+            row = np.argmin(candidate, axis=2)
+            value = np.take_along_axis(candidate, row[:, :, None, :], axis=2)[:, :, 0]
+            start = band[row, columns[:ends[-1] + 1 - ends[0]]]
+            for k, z in enumerate(zs):
+                better = value[k] < best[rows, u0 + z, cols]
+                best[rows, u0 + z, cols][better] = value[k][better]
+                parent[rows, u0 + z, cols, 0][better] = z
+                parent[rows, u0 + z, cols, 1][better] = start[k][better]
     found = []
     for k in range(batch):
         finals = best[k, :, num_blocks]
@@ -280,7 +303,7 @@ def balanced_stages(problem: PipelineProblem,
     chain, m = problem.chain, problem.num_microbatches
     groups = [group if isinstance(group, tuple) else (int(group),) for group in groups]
     p = min(len(groups), chain.num_blocks)
-    loads = tuple(replica_load(problem.graph.flops[list(groups[k])], m)
+    loads = tuple(replica_load(problem.gpu_flops[list(groups[k])], m)
                   * (weights[k] if weights is not None else 1.0) for k in range(p))
     known = _CUTS.setdefault(chain, {})
     if loads not in known:
@@ -297,20 +320,24 @@ _CUTS: WeakKeyDictionary[Chain, dict[tuple[float, ...], tuple[int, ...]]] = Weak
 
 
 def _balanced_cuts(chain: Chain, loads: tuple[float, ...]) -> tuple[int, ...]:
-    """First block of each of ``len(loads)`` stages minimising the largest work x load."""
+    """First block of each of ``p = len(loads)`` stages minimising the largest work x load.
+    After ``k`` stages a partition that can still be completed has covered ``k .. L - (p -
+    k)`` blocks (every stage takes one at least), so each step runs on that window only."""
+    blocks, p = chain.num_blocks, len(loads)
     work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
     span = work[None, :] - work[:, None]
     span = np.where(np.triu(np.ones_like(span, dtype=bool), 1), span, np.inf)
-    best = np.full(chain.num_blocks + 1, np.inf)
+    best = np.full(blocks - p + 1, np.inf)  # over blocks k .. blocks - (p - k) after k stages
     best[0] = 0.0
     starts = []
-    for load in loads:
-        candidate = np.maximum(best[:, None], span * load)
+    for k, load in enumerate(loads):
+        rows, cols = slice(k, blocks - (p - k) + 1), slice(k + 1, blocks - (p - k - 1) + 1)
+        candidate = np.maximum(best[:, None], span[rows, cols] * load)
         start = np.argmin(candidate, axis=0)
-        best = candidate[start, np.arange(len(best))]
-        starts.append(start)
-    firsts, i = [], chain.num_blocks
-    for start in reversed(starts):
-        i = int(start[i])
+        best = candidate[start, np.arange(candidate.shape[1])]
+        starts.append(start + k)
+    firsts, i = [], blocks
+    for k in range(p - 1, -1, -1):
+        i = int(starts[k][i - (k + 1)])
         firsts.append(i)
     return tuple(reversed(firsts))

@@ -43,9 +43,16 @@ class Stage:
             return list(range(num_microbatches)) if device in self.devices else []
         r = len(self.devices)
         residues = [k for k, d in enumerate(self.devices) if d == device]
-        if len(residues) == 1:
-            return list(range(residues[0], num_microbatches, r))
+        if len(residues) < 2:
+            return list(range(residues[0], num_microbatches, r)) if residues else []
         return [j for j in range(num_microbatches) if j % r in residues]
+
+    def replica_microbatches(self, num_microbatches: int) -> list[list[int]]:
+        """``microbatches_of`` each replica, in ``devices`` order (O(m) per replica)."""
+        m, r = num_microbatches, len(self.devices)
+        if len(set(self.devices)) < r:
+            return [self.microbatches_of(device, m) for device in self.devices]
+        return [list(range(m)) if self.split else list(range(k, m, r)) for k in range(r)]
 
     @property
     def share(self) -> float:
@@ -206,8 +213,8 @@ def _orders_valid(plan: PipelinePlan, split: bool) -> bool:
     kinds = {"F": None, "I": "F", "W": "I"} if split else {"F": None, "B": "F"}
     owned: list[dict[int, frozenset[int]]] = [{} for _ in plan.orders]
     for s, stage in enumerate(plan.stages):
-        for device in stage.devices:
-            owned[device][s] = frozenset(stage.microbatches_of(device, m))
+        for device, mine in zip(stage.devices, stage.replica_microbatches(m), strict=True):
+            owned[device][s] = frozenset(mine)
     for k, order in enumerate(plan.orders):
         mine = owned[k]
         position = {(a.stage, a.kind, a.microbatch): i for i, a in enumerate(order)}

@@ -76,6 +76,16 @@ class PipelineProblem:
         return variants[mode]
 
     @property
+    def gpu_flops(self) -> np.ndarray:
+        """``graph.flops`` (FLOP/s per GPU), built once per instance (read-only)."""
+        flops = self.__dict__.get("_gpu_flops")
+        if flops is None:
+            flops = self.graph.flops
+            flops.setflags(write=False)
+            object.__setattr__(self, "_gpu_flops", flops)
+        return flops
+
+    @property
     def root(self) -> PipelineProblem:
         """The instance this one was derived from by ``tensor`` and ``under`` (itself if
         none): every TP degree and recomputation mode of one planning instance shares it."""
@@ -140,5 +150,5 @@ class PipelineProblem:
     def stage_times(self, stage: Stage) -> np.ndarray:
         """Seconds of (forward, backward) of one action on each replica: shape (r, 2)."""
         forward, backward = self.action_flops(stage)
-        flops = self.graph.flops[list(stage.devices)]
+        flops = self.gpu_flops[list(stage.devices)]
         return np.stack([forward / flops, backward / flops], axis=1)

@@ -20,8 +20,9 @@ def _assemble(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int
               order_of: Callable[[int, list[int]], list[Action]]) -> tuple[tuple[Action, ...], ...]:
     orders: list[list[Action]] = [[] for _ in range(num_devices)]
     for s, stage in enumerate(stages):
-        for device in stage.devices:
-            orders[device].extend(order_of(s, stage.microbatches_of(device, num_microbatches)))
+        for device, mine in zip(stage.devices, stage.replica_microbatches(num_microbatches),
+                                strict=True):
+            orders[device].extend(order_of(s, mine))
     return tuple(tuple(order) for order in orders)
 
 

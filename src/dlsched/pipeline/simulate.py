@@ -110,8 +110,10 @@ class _Run:
         self.total = self._total_actions()
         self.buckets = {s: ddp_buckets(problem.chain, st.first, st.last)
                         for s, st in enumerate(stages) if bucketed and len(st.devices) > 1}
-        self.gradients_left = {(d, s): len(stages[s].microbatches_of(d, problem.num_microbatches))
-                               for s in self.buckets for d in stages[s].devices}
+        self.gradients_left = {
+            (d, s): len(mine) for s in self.buckets for d, mine in zip(
+                stages[s].devices, stages[s].replica_microbatches(problem.num_microbatches),
+                strict=True)}
         self.bucket_ready = {s: [0] * len(b) for s, b in self.buckets.items()}
         self.bucket_next = dict.fromkeys(self.buckets, 0)
         self.reducing: set[int] = set()
