@@ -193,3 +193,27 @@ def test_the_command_and_the_grid_accept_the_same_values(run_cli, chain_file, fi
     assert code in (0, 2) and (code == 0) == grid_accepts, err
     if code == 2:
         assert f"--{field.replace('_', '-')}" in err and "\n" not in err.strip()
+
+
+@pytest.mark.parametrize(("command", "domain", "field", "value"), [
+    (("dataparallel", "--model", "vgg16", "--policy", "wfbp"), "dataparallel", "in_flight", "0"),
+    (("dataparallel", "--model", "vgg16", "--policy", "wfbp"), "dataparallel", "in_flight", "3"),
+    (("dataparallel", "--model", "vgg16", "--policy", "wfbp"), "dataparallel", "efficiency",
+     "2"),
+    (("dataparallel", "--model", "vgg16", "--policy", "wfbp"), "dataparallel", "workers", "4"),
+    (("train", "--policy", "baseline"), "training", "iterations", "1001"),
+    (("train", "--policy", "baseline"), "training", "iterations", "1"),
+    (("train", "--policy", "baseline"), "training", "chunks", "0")])
+def test_dataparallel_and_train_take_the_grids_values(run_cli, command, domain, field, value):
+    """``dataparallel`` and ``train`` validate their options with the grid's schema too: a
+    value is refused by both, with the option named, or by neither."""
+    try:
+        grid_from_data({"domain": domain, "fixed": {field: value}})
+        grid_accepts = True
+    except ConfigError:
+        grid_accepts = False
+    option = f"--{field.replace('_', '-')}"
+    code, _, err = run_cli(*command, "--json", option, value)
+    assert code in (0, 2) and (code == 0) == grid_accepts, err
+    if code == 2:
+        assert err.startswith(f"error: {option}: ") and "\n" not in err.strip()

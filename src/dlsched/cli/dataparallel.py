@@ -8,29 +8,23 @@ from typing import Annotated
 import typer
 
 from dlsched.cli.columns import standard, text, times
-from dlsched.cli.options import CSV_HELP, PLOT_HELP, TRACE_HELP, Outputs, console, parse_names
+from dlsched.cli.options import (
+    CSV_HELP,
+    PLOT_HELP,
+    TRACE_HELP,
+    Outputs,
+    console,
+    parse_names,
+    scenario_from_options,
+)
 from dlsched.cli.progress import progress_bar
 from dlsched.cli.usbyte import reproduce_usbyte
-from dlsched.dataparallel import POLICIES, problem_from_model, run_dataparallel
-from dlsched.dataparallel.comm import CommModel
-from dlsched.dataparallel.compute_source import layer_times, load_trained
-from dlsched.dataparallel.network_spec import network_for_workers
-from dlsched.models import (
-    training_flops,
-)
+from dlsched.dataparallel import POLICIES, run_dataparallel
+from dlsched.models import training_flops
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_ratio
-from dlsched.validation import (
-    BATCH,
-    FRACTION,
-    MAX_BATCH,
-    MAX_WORKERS,
-    RATIO,
-    WORKERS,
-    count,
-)
-
-IN_FLIGHT = count("messages in flight", 1, 64)
+from dlsched.sweep.scenarios import DataParallelScenario
+from dlsched.validation import MAX_BATCH, MAX_WORKERS
 
 COLUMNS = [
     *text("policy"),
@@ -43,15 +37,6 @@ COLUMNS = [
     Column("peak_in_flight", "peak in flight"),
     *times(comm_busy_s="network busy"),
 ]
-
-
-def _network(network: str, workers: int | None) -> tuple[CommModel, int | None]:
-    """The cost model and the data-parallel rank count it describes, checked against
-    ``--workers`` (one meaning everywhere: data-parallel ranks; see
-    ``dataparallel.network_spec.network_for_workers``)."""
-    if workers is not None:
-        WORKERS.check(workers, "--workers")
-    return network_for_workers(network, workers)
 
 
 def dataparallel(
@@ -99,18 +84,11 @@ def dataparallel(
     """
     outputs = Outputs(json_out, csv, trace, plot)
     names = parse_names(policy, POLICIES, "--policy")
-    IN_FLIGHT.check(in_flight, "in-flight")
-    if batch_size is not None:
-        BATCH.check(batch_size, "batch-size")
-    RATIO.check(backward_ratio, "backward-ratio")
-    if efficiency is not None:
-        FRACTION.check(efficiency, "efficiency")
-    times, batch_size, compute_label = layer_times(compute, device, efficiency, backward_ratio,
-                                                model, profile, batch_size)
-    comm, workers = _network(network, workers)
-    trained = load_trained(model, profile)
-    problem = problem_from_model(trained, times, batch_size, comm, in_flight)
-    step_flops, peak = training_flops(trained, batch_size), getattr(times, "peak_flops", None)
+    setup = scenario_from_options(DataParallelScenario, locals() | {"policy": names[0]}).setup()
+    problem, comm, workers, batch_size = setup.problem, setup.comm, setup.workers, \
+        setup.batch_size
+    step_flops = training_flops(setup.trained, batch_size)
+    peak = getattr(setup.times, "peak_flops", None)
     runs = names if "wfbp" in names else [*names, "wfbp"]
     progress = progress_bar("scheduling policies", json_out)
     by_name = {name: run_dataparallel(problem, name) for name in progress(runs, len(runs))}
@@ -127,7 +105,7 @@ def dataparallel(
     if not json_out:
         render_table(rows, COLUMNS, f"{problem.model} data-parallel iteration (backward + next "
                      f"forward), {shown}, network {comm.name or network}, up to "
-                     f"{in_flight} all-reduce(s) in flight, {compute_label}, batch "
+                     f"{in_flight} all-reduce(s) in flight, {setup.compute_label}, batch "
                      f"{batch_size}; speedup = WFBP time / policy time", console)
     outputs.timelines([(r.plan.policy, f"{problem.model}, {shown}, {network}: {r.plan.policy}",
                         r.timeline) for r in results], color_by="kind")

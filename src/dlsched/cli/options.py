@@ -33,8 +33,8 @@ Scenario = TypeVar("Scenario")
 
 def scenario_from_options(schema: type[Scenario], options: Mapping[str, Any]) -> Scenario:
     """The command's options (its parameters by name, e.g. ``locals()``; those that are not
-    fields of ``schema``, such as output files, are left out) validated by the domain's
-    scenario schema (``sweep.scenarios``), which the sweep grid and the API use too; a
+    fields of ``schema``, such as output files, are left out; paths as text) validated by the
+    domain's scenario schema (``sweep.scenarios``), which the sweep grid and the API use too; a
     ConfigError naming the option (``--field-name``, in place of the field's own name where the
     message starts with it) and the schema's message otherwise."""
     from pydantic import ValidationError
@@ -42,7 +42,8 @@ def scenario_from_options(schema: type[Scenario], options: Mapping[str, Any]) ->
     fields = schema.model_fields  # type: ignore[attr-defined]
     try:
         return schema.model_validate(  # type: ignore[attr-defined]
-            {name: value for name, value in options.items() if name in fields})
+            {name: str(value) if isinstance(value, Path) else value
+             for name, value in options.items() if name in fields})
     except ValidationError as error:
         item = error.errors()[0]
         message = " ".join(item["msg"].removeprefix("Value error, ").split())

@@ -9,7 +9,14 @@ import typer
 
 from dlsched.cli import runtime
 from dlsched.cli.columns import beside_paper, text, three_decimals, times
-from dlsched.cli.options import PLOT_HELP, TRACE_HELP, Outputs, console, parse_names
+from dlsched.cli.options import (
+    PLOT_HELP,
+    TRACE_HELP,
+    Outputs,
+    console,
+    parse_names,
+    scenario_from_options,
+)
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.collectives.astra_compat import compat_notes
 from dlsched.errors import ConfigError
@@ -21,6 +28,7 @@ from dlsched.interop import (
 )
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio
+from dlsched.sweep.scenarios import TrainingScenario
 from dlsched.training import (
     POLICY_ALIASES,
     TRAINING_POLICIES,
@@ -28,9 +36,7 @@ from dlsched.training import (
     Workload,
     run_policies,
 )
-from dlsched.training.setup import training_setup
 from dlsched.training.workloads import model_flops_per_npu
-from dlsched.validation import CHUNKS, CONCURRENCY, count
 
 
 def _columns(num_dims: int) -> list[Column]:
@@ -91,13 +97,9 @@ def train(
     if ctx.invoked_subcommand is not None:
         return
     outputs = Outputs(json_out, csv, trace, plot)
-    CHUNKS.check(chunks, "chunks")
-    CONCURRENCY.check(concurrency, "concurrency")
-    count("iteration count", 1, 1000).check(iterations, "iterations")
-    setup = training_setup(workload, topology, latency, 1.0, chunks, concurrency, astra_network,
-                           astra_system, astra_workload, astra_compat)
-    job, net, system = setup.workload, setup.topology, setup.system
     names = parse_names(policy, [*TRAINING_POLICIES, *POLICY_ALIASES], "policy")
+    setup = scenario_from_options(TrainingScenario, locals() | {"policy": names[0]}).setup()
+    job, net, system = setup.workload, setup.topology, setup.system
     if setup.compat is None and (system is not None or astra_network is not None):
         _astra_notes(job, net, names, system)
     wanted = names if "baseline" in names else [*names, "baseline"]

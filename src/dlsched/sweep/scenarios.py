@@ -13,6 +13,7 @@ scenario here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -21,14 +22,15 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from dlsched.collectives import POLICIES as COLLECTIVE_POLICIES
 from dlsched.collectives.plan import CollectiveOp, IntraPolicy
 from dlsched.dataparallel import problem_from_model
+from dlsched.dataparallel.comm import CommModel
 from dlsched.dataparallel.compute_source import COMPUTES, layer_times, load_trained
 from dlsched.dataparallel.network_spec import network_for_workers
 from dlsched.dataparallel.policies import POLICIES as DP_POLICIES
-from dlsched.dataparallel.problem import DPProblem
+from dlsched.dataparallel.problem import DPProblem, LayerTimes
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology, load_topology
 from dlsched.hardware.device_config import load_devices
-from dlsched.models import device_compute, get_model
+from dlsched.models import Model, device_compute, get_model
 from dlsched.pipeline import PLANNERS, PipelineProblem
 from dlsched.pipeline.calibrated_chain import zoo_chain_on_gpu
 from dlsched.pipeline.memory_model import (
@@ -58,6 +60,7 @@ from dlsched.validation import (
 
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
 IN_FLIGHT = count("messages in flight", 1, 64)
+ITERATIONS = count("iteration count", 1, 1000)
 MAX_TENSOR_PARALLEL = 64
 
 
@@ -147,10 +150,6 @@ class CollectiveScenario(BaseModel):
     latency_scale: float = Field(1.0, ge=0.0, le=1e6)
 
 
-
-
-
-
 class DataParallelScenario(BaseModel):
     """One data-parallel iteration (``dlsched dataparallel``): a zoo model (or a per-layer
     ``profile`` file) on ``workers`` ranks (None: the count ``network`` describes) behind
@@ -181,21 +180,41 @@ class DataParallelScenario(BaseModel):
             network_for_workers(info.data["network"], value)
         return value
 
+    def setup(self) -> DataParallelSetup:
+        """What ``dlsched dataparallel`` builds from the same options (not cached: a file
+        named by ``profile`` or ``network`` is read again)."""
+        times, batch, label = layer_times(self.compute, self.device, self.efficiency,
+                                          self.backward_ratio, self.model, self.profile,
+                                          self.batch_size)
+        comm, workers = network_for_workers(self.network, self.workers)
+        trained = load_trained(self.model, self.profile)
+        return DataParallelSetup(times, batch, label, comm, workers, trained,
+                                 problem_from_model(trained, times, batch, comm, self.in_flight))
+
     def problem(self) -> DPProblem:
         """The scheduling problem this scenario describes (cached per worker process)."""
-        return _dp_problem(self.model, self.profile, self.workers, self.network, self.in_flight,
-                           self.device, self.efficiency, self.backward_ratio, self.compute,
-                           self.batch_size)
+        return _dp_problem(self.model_copy(update={"policy": DataParallelScenario().policy}))
+
+
+@dataclass(frozen=True)
+class DataParallelSetup:
+    """A data-parallel scenario's inputs: the layer ``times`` (compute model), the
+    ``batch_size`` (samples per worker) and its ``compute_label`` for titles, the all-reduce
+    cost model ``comm`` and the rank count it describes (``workers``; None: as measured), the
+    ``trained`` model and the scheduling ``problem``."""
+
+    times: LayerTimes
+    batch_size: int
+    compute_label: str
+    comm: CommModel
+    workers: int | None
+    trained: Model
+    problem: DPProblem
 
 
 @lru_cache(maxsize=64)
-def _dp_problem(model: str, profile: str | None, workers: int | None, network: str,
-                in_flight: int, device: str, efficiency: float | None, backward_ratio: float,
-                compute: str, batch_size: int | None) -> DPProblem:
-    times, batch, _ = layer_times(compute, device, efficiency, backward_ratio, model, profile,
-                                  batch_size)
-    comm, _ = network_for_workers(network, workers)
-    return problem_from_model(load_trained(model, profile), times, batch, comm, in_flight)
+def _dp_problem(scenario: DataParallelScenario) -> DPProblem:
+    return scenario.setup().problem
 
 
 class PipelineScenario(BaseModel):
@@ -285,7 +304,7 @@ class TrainingScenario(BaseModel):
     policy: Annotated[str, AfterValidator(_training_policy)] = "dlsched"
     latency: choice(LATENCIES, "latency setting") = "table"
     latency_scale: float = Field(1.0, ge=0.0, le=1e6)
-    iterations: int = Field(2, ge=1, le=1000)
+    iterations: limited(ITERATIONS, int) = 2
     chunks: limited(CHUNKS, int) = 64
     concurrency: limited(CONCURRENCY, int) = 1
     astra_network: str | None = None
