@@ -8,8 +8,7 @@ The public names below load their modules on first use, so ``import dlsched`` (a
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dlsched.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -39,14 +38,4 @@ _SOURCES = {
 __all__ = sorted(_SOURCES)
 
 
-def __getattr__(name: str) -> Any:
-    """Load a public name's module on first use (PEP 562)."""
-    if name not in _SOURCES:
-        raise AttributeError(f"module 'dlsched' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_SOURCES[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_SOURCES])
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)

@@ -27,3 +27,17 @@ def test_version_loads_only_the_cli_parser() -> None:
     numpy or pydantic either: the library's names load on first use."""
     assert _heavy_modules_after("import dlsched, dlsched.cli.app") == "[]"
     assert _heavy_modules_after("from dlsched import run_collective") != "[]"
+
+
+def test_lazy_exports_are_listed_and_unknown_names_refused() -> None:
+    """``dlsched`` and ``dlsched.sweep`` list their lazy names and refuse others by name."""
+    import pytest
+
+    import dlsched
+    import dlsched.sweep
+
+    assert "run_collective" in dir(dlsched) and "ResultStore" in dir(dlsched.sweep)
+    assert dlsched.sweep.scenario_key.__module__ == "dlsched.sweep.store"
+    for package in (dlsched, dlsched.sweep):
+        with pytest.raises(AttributeError, match=f"module '{package.__name__}' has no"):
+            package.no_such_name  # noqa: B018

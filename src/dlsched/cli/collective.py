@@ -10,10 +10,10 @@ from rich.table import Table
 
 from dlsched.cli.columns import text, three_decimals, times
 from dlsched.cli.options import (
-    CSV_HELP,
     PLOT_HELP,
-    TRACE_HELP,
+    CsvOption,
     Outputs,
+    TraceOption,
     console,
     emit_rows,
     parse_names,
@@ -83,8 +83,8 @@ def collective(
                                              f"(1..{MAX_CONCURRENCY}).")] = 1,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
     = False,
-    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
-    trace: Annotated[Path | None, typer.Option(help=TRACE_HELP)] = None,
+    csv: CsvOption = None,
+    trace: TraceOption = None,
     show_plan: Annotated[bool, typer.Option(help="Print each chunk's size and stage order.")]
     = False,
     plot: Annotated[Path | None, typer.Option(help=PLOT_HELP + " Bars colored by chunk.")]

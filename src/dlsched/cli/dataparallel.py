@@ -9,10 +9,10 @@ import typer
 
 from dlsched.cli.columns import standard, text, times
 from dlsched.cli.options import (
-    CSV_HELP,
-    PLOT_HELP,
-    TRACE_HELP,
+    CsvOption,
     Outputs,
+    PlotOption,
+    TraceOption,
     console,
     parse_names,
     scenario_from_options,
@@ -72,9 +72,9 @@ def dataparallel(
                                         + ", ".join(POLICIES) + " (ours = dlsched)")]
     = ",".join(POLICIES),
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
-    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
-    trace: Annotated[Path | None, typer.Option(help=TRACE_HELP)] = None,
-    plot: Annotated[Path | None, typer.Option(help=PLOT_HELP)] = None,
+    csv: CsvOption = None,
+    trace: TraceOption = None,
+    plot: PlotOption = None,
 ) -> None:
     """Schedule one data-parallel iteration's gradient all-reduces under each policy.
 

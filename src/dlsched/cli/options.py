@@ -10,8 +10,9 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+import typer
 from rich.console import Console
 
 from dlsched.errors import ConfigError
@@ -27,6 +28,10 @@ CSV_HELP = "Write the result rows as CSV to this file (raw SI units)."
 TRACE_HELP = ("Write one Chrome-trace JSON file (open in Perfetto) holding every policy as its "
               "own process.")
 PLOT_HELP = "Write a PNG timeline to this .png file, one panel per policy."
+CsvOption = Annotated[Path | None, typer.Option(help=CSV_HELP)]
+TraceOption = Annotated[Path | None, typer.Option(help=TRACE_HELP)]
+PlotOption = Annotated[Path | None, typer.Option(help=PLOT_HELP)]
+"""The output files most commands take, declared once (``csv: CsvOption = None``)."""
 
 Scenario = TypeVar("Scenario")
 

@@ -12,10 +12,10 @@ from dlsched.cli import pipeline_runtime
 from dlsched.cli.aliases import renamed_option
 from dlsched.cli.columns import standard, text, three_decimals, times
 from dlsched.cli.options import (
-    CSV_HELP,
-    PLOT_HELP,
-    TRACE_HELP,
+    CsvOption,
     Outputs,
+    PlotOption,
+    TraceOption,
     announce,
     console,
     emit_rows,
@@ -130,9 +130,9 @@ def plan(
     = "dlsched",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
     = False,
-    csv: Annotated[Path | None, typer.Option(help=CSV_HELP)] = None,
-    trace: Annotated[Path | None, typer.Option(help=TRACE_HELP)] = None,
-    plot: Annotated[Path | None, typer.Option(help=PLOT_HELP)] = None,
+    csv: CsvOption = None,
+    trace: TraceOption = None,
+    plot: PlotOption = None,
     save: Annotated[Path | None, typer.Option(help="Save the plan(s) as JSON (pipeline export/"
                                               "run read it); several planners: one file each, "
                                               "named <stem>-<planner>.json.")] = None,

@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from dlsched.cli.options import CSV_HELP, Outputs
+from dlsched.cli.options import CsvOption, Outputs
 from dlsched.cli.progress import progress_bar
 from dlsched.errors import ConfigError
 from dlsched.sweep.executors import EXECUTORS, check_executor, open_executor
@@ -142,7 +142,7 @@ class Reproduction:
 _SHARED = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=annotation) for name, annotation, default in (
     ("json_out", Annotated[bool, typer.Option("--json", help="Print JSON rows only.")], False),
-    ("csv", Annotated[Path | None, typer.Option(help=CSV_HELP)], None),
+    ("csv", CsvOption, None),
     ("executor", ExecutorOption, "process"), ("workers", WorkersOption, None),
     ("address", AddressOption, None), ("db", DbOption, None), ("resume", ResumeOption, False))]
 

@@ -10,9 +10,9 @@ import typer
 from dlsched.cli import runtime
 from dlsched.cli.columns import beside_paper, text, three_decimals, times
 from dlsched.cli.options import (
-    PLOT_HELP,
     TRACE_HELP,
     Outputs,
+    PlotOption,
     console,
     parse_names,
     scenario_from_options,
@@ -80,7 +80,7 @@ def train(
     csv: Annotated[Path | None, typer.Option(help="Write rows as CSV.")] = None,
     trace: Annotated[Path | None, typer.Option(help=TRACE_HELP + " Threads: compute and every "
                                                "network dimension.")] = None,
-    plot: Annotated[Path | None, typer.Option(help=PLOT_HELP)] = None,
+    plot: PlotOption = None,
     astra_network: Annotated[Path | None, typer.Option(
         help="ASTRA-sim 2.x network YAML instead of --topology.")] = None,
     astra_system: Annotated[Path | None, typer.Option(
