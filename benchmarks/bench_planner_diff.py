@@ -6,6 +6,10 @@ Compare: ``python -m benchmarks.bench_planner_diff check BEFORE.json [groups ...
 case and planner, CPU-seconds before and after and the plan's iteration before and after,
 marking plans that changed (``moved``) and any that got slower (``SLOWER``); exit status 1
 when a plan got slower.
+
+Records made before the speed work (2026-11-25, CPU-seconds on a loaded 2-core machine):
+``benchmarks/records/planner_before_bench.json`` and ``planner_before_reproduce.json``;
+``tests/pipeline/data/planner_random_before.json`` (commit be5aa23) for the random group.
 """
 
 from __future__ import annotations

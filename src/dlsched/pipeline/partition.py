@@ -165,9 +165,9 @@ def _ring(problem: PipelineProblem, devices: list[int], param_span: np.ndarray) 
     r = len(devices)
     if r == 1:
         return np.zeros_like(param_span)
-    pairs = [(devices[i], devices[(i + 1) % r]) for i in range(r)]
-    bandwidth = min(problem.graph.bandwidth[a, b] for a, b in pairs)
-    latency = max(problem.graph.latency[a, b] for a, b in pairs)
+    senders, receivers = np.array(devices), np.roll(devices, -1)
+    bandwidth = problem.graph.bandwidth[senders, receivers].min()
+    latency = problem.graph.latency[senders, receivers].max()
     return ring_allreduce_steps(r) * (latency + np.maximum(param_span, 0) / r / bandwidth)
 
 
