@@ -1,35 +1,31 @@
-"""The torch runtime (optional extra ``dlsched[torch]``): profile modules, calibrate the
-network, execute data-parallel plans on torch.distributed and pipeline plans on
-torch.distributed.pipelining, and record measured timelines.
+"""The torch runtime (optional extra ``dlsched[torch]``): ``runtime.dataparallel`` profiles
+modules, calibrates the network and executes data-parallel plans on torch.distributed;
+``runtime.pipeline`` profiles chains of blocks, calibrates the link and the runtime's own cost
+and runs pipeline plans on torch.distributed.pipelining; both record measured timelines and
+spawn their ranks with this package's shared modules.
 
 Importing this package does not import torch; each name below loads its module on first use.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dlsched.lazy_exports import lazy_exports
 
-_EXPORTS = {
-    "Clock": "recorder",
-    "Execution": "execution",
-    "Recorder": "recorder",
-    "RankFailure": "spawn",
-    "SpawnOptions": "spawn",
-    "spawn": "spawn",
-    "PipelineModel": "pipeline.model",
-    "PipelineRun": "pipeline.run",
-    "calibrate_link": "pipeline.calibrate",
-    "profile_blocks": "pipeline.profile",
-    "retimed_chain": "pipeline.replay",
-    "run_pipeline": "pipeline.run",
-    "run_pipelines": "pipeline.run",
+_SOURCES = {
+    "Clock": "dlsched.runtime.recorder",
+    "Execution": "dlsched.runtime.execution",
+    "Recorder": "dlsched.runtime.recorder",
+    "RankFailure": "dlsched.runtime.spawn",
+    "SpawnOptions": "dlsched.runtime.spawn",
+    "spawn": "dlsched.runtime.spawn",
+    "PipelineModel": "dlsched.runtime.pipeline.model",
+    "PipelineRun": "dlsched.runtime.pipeline.run",
+    "calibrate_link": "dlsched.runtime.pipeline.calibrate",
+    "profile_blocks": "dlsched.runtime.pipeline.profile",
+    "retimed_chain": "dlsched.runtime.pipeline.replay",
+    "run_pipeline": "dlsched.runtime.pipeline.run",
+    "run_pipelines": "dlsched.runtime.pipeline.run",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'dlsched.runtime' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"dlsched.runtime.{_EXPORTS[name]}"), name)
+__all__ = sorted(_SOURCES)
+__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)
