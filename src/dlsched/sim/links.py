@@ -122,10 +122,11 @@ class SharedLinks:
     def touch(self, end: bool = True) -> None:
         """Progress every transfer to now, end those that are done (with ``end``) and plan
         the next completion again."""
-        self._advance()
         if end:
+            self._advance()
             self._end_done(False)
-        else:
+        elif self.engine.now > self.last:  # else nothing moved since the last plan
+            self._advance()
             self._reschedule()
 
     @property
@@ -240,7 +241,10 @@ class SharedLinks:
         equal = self.equal  # processor sharing: what it moves alone in 1e-15 s may be left
         done = [t for t in self.active if t.left <= self.residue * max(1.0, t.size)
                 + (t.solo if equal else t.rate) * 1e-15]
-        if not done and due:
+        if not done:
+            if not due:
+                self._reschedule()
+                return
             # This event was set for the transfer that finishes first; when its delay is below
             # the clock's resolution the clock cannot advance, so it is complete now.
             done = [min(self.active, key=lambda t: t.left / t.rate)]
