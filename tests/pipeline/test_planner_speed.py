@@ -10,6 +10,7 @@ import importlib
 import itertools
 import json
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -91,31 +92,37 @@ def test_deadlock_check_agrees_with_the_simulator_on_shuffled_orders() -> None:
     """Baseline plans of random instances with their per-GPU orders shuffled (F before B/I
     before W kept per microbatch): refused with the same message, or run, by both."""
     shuffle, checked = random.Random(0), 0
-    for seed in range(12):
+    for problem, plan in _baseline_plans(range(12)):
+        for _ in range(3):
+            shuffled = replace(plan, orders=tuple(_shuffled(order, shuffle)
+                                                  for order in plan.orders))
+            try:
+                simulate(problem, shuffled)
+                simulated = ""
+            except PlanError as error:
+                simulated = str(error)
+            except ConfigError:
+                continue  # memory: refused before running, by both
+            try:
+                check_plan(problem, shuffled)
+                found = ""
+            except PlanError as error:
+                found = str(error)
+            assert found == simulated
+            checked += 1
+    assert checked > 100
+
+
+def _baseline_plans(seeds: range) -> Iterator[tuple[PipelineProblem, PipelinePlan]]:
+    """(instance, plan) for every baseline's plan of the random instances ``seeds``; a
+    baseline that refuses an instance is skipped."""
+    for seed in seeds:
         problem = random_problem(seed)
         for planner in BASELINES.values():
             try:
-                plan = planner(problem)
+                yield problem, planner(problem)
             except ConfigError:
                 continue
-            for _ in range(3):
-                shuffled = replace(plan, orders=tuple(_shuffled(order, shuffle)
-                                                      for order in plan.orders))
-                try:
-                    simulate(problem, shuffled)
-                    simulated = ""
-                except PlanError as error:
-                    simulated = str(error)
-                except ConfigError:
-                    continue  # memory: refused before running, by both
-                try:
-                    check_plan(problem, shuffled)
-                    found = ""
-                except PlanError as error:
-                    found = str(error)
-                assert found == simulated
-                checked += 1
-    assert checked > 100
 
 
 def _shuffled(order: tuple, shuffle: random.Random) -> tuple:
@@ -296,23 +303,17 @@ def test_fast_order_check_agrees_with_the_full_check() -> None:
     (two actions swapped, one dropped, one repeated, one moved to another GPU): the fast
     check passes exactly the plans the full check passes."""
     mutate, checked = random.Random(2), {True: 0, False: 0}
-    for seed in range(10):
-        problem = random_problem(seed)
-        for planner in BASELINES.values():
+    for problem, plan in _baseline_plans(range(10)):
+        for variant in [plan] + [_mutated(plan, mutate) for _ in range(6)]:
+            instance = problem.for_plan(variant)
+            fast = plan_module._orders_valid(variant, variant.split_backward)
             try:
-                plan = planner(problem)
-            except ConfigError:
-                continue
-            for variant in [plan] + [_mutated(plan, mutate) for _ in range(6)]:
-                instance = problem.for_plan(variant)
-                fast = plan_module._orders_valid(variant, variant.split_backward)
-                try:
-                    _full_check(variant, instance.chain.num_blocks, instance.graph.num_devices)
-                    full = True
-                except PlanError:
-                    full = False
-                assert fast == full
-                checked[full] += 1
+                _full_check(variant, instance.chain.num_blocks, instance.graph.num_devices)
+                full = True
+            except PlanError:
+                full = False
+            assert fast == full
+            checked[full] += 1
     assert min(checked.values()) > 40
 
 
