@@ -164,7 +164,9 @@ class SharedNetwork:
 
     def _latency_done(self, running: _Running, version: int) -> None:
         if version == running.version and running.latency_end < math.inf:
-            self.links.touch()  # transfers that end now end before this one joins them
+            # Transfers that end now end before this one joins them; its send plans the
+            # next completion.
+            self.links.touch(replan=False)
             self._transfer(running)
 
     def _transfer(self, running: _Running) -> None:

@@ -37,6 +37,11 @@ class Engine:
         """Schedule ``callback(*args)`` ``delay`` seconds from now."""
         self.at(self.now + delay, callback, *args)
 
+    @property
+    def scheduled(self) -> int:
+        """Events scheduled so far (run or not)."""
+        return self._sequence
+
     def next_time(self) -> float:
         """Time of the next scheduled event, seconds (inf when none is)."""
         return self._heap[0][0] if self._heap else math.inf

@@ -81,6 +81,7 @@ class SharedLinks:
         self.waiting: dict[Hashable, deque[Transfer]] = {}
         self.last = 0.0
         self.version = 0
+        self.planned = -1  # engine.scheduled just after queuing the pending completion event
         self.settling = False
 
     def add(self, resource: Hashable, capacity: float) -> Hashable:
@@ -108,6 +109,7 @@ class SharedLinks:
             self._reschedule()
             return
         self.version += 1  # the pending completion event no longer holds
+        self.planned = -1
         if not self.settling:
             self.settling = True
             self.engine.after(0.0, self._settle)
@@ -119,12 +121,13 @@ class SharedLinks:
             self.slowed = slowed
             self._reschedule()
 
-    def touch(self, end: bool = True) -> None:
+    def touch(self, end: bool = True, replan: bool = True) -> None:
         """Progress every transfer to now, end those that are done (with ``end``) and plan
-        the next completion again."""
+        the next completion again (``replan=False``: not when none ended, for a caller that
+        sends a transfer right away, which plans it)."""
         if end:
             self._advance()
-            self._end_done(False)
+            self._end_done(False, replan)
         elif self.engine.now > self.last:  # else nothing moved since the last plan
             self._advance()
             self._reschedule()
@@ -218,32 +221,41 @@ class SharedLinks:
             unfrozen = [t for t in unfrozen if t.rate < 0]
 
     def _reschedule(self) -> None:
-        self.version += 1
         if not self.active:
-            self.due = math.inf
+            self.version += 1
+            self.due, self.planned = math.inf, -1
             return
         self._rates()
         if self.equal:
             delay = min(max(t.left, 0.0) * t.factor * t.count / t.solo for t in self.active)
         else:
             delay = min(max(t.left, 0.0) / t.rate for t in self.active)
-        self.due = self.engine.now + delay
-        self.engine.at(self.due, self._complete, self.version)
+        due = self.engine.now + delay
+        engine = self.engine
+        if due == self.due and self.planned == engine.scheduled:
+            return  # the pending event holds: same time, and none queued since (same order)
+        self.version += 1
+        self.due = due
+        engine.at(due, self._complete, self.version)
+        self.planned = engine.scheduled
 
     def _complete(self, version: int) -> None:
         if version == self.version:
+            self.planned = -1
             self._advance()
             self._end_done(True)
 
-    def _end_done(self, due: bool) -> None:
+    def _end_done(self, due: bool, replan: bool = True) -> None:
         """End the transfers that are done now (``due``: at least the first to finish: this
-        instant was planned for it) and plan the next completion."""
+        instant was planned for it) and plan the next completion (when none ended: only with
+        ``replan``)."""
         equal = self.equal  # processor sharing: what it moves alone in 1e-15 s may be left
         done = [t for t in self.active if t.left <= self.residue * max(1.0, t.size)
                 + (t.solo if equal else t.rate) * 1e-15]
         if not done:
             if not due:
-                self._reschedule()
+                if replan:
+                    self._reschedule()
                 return
             # This event was set for the transfer that finishes first; when its delay is below
             # the clock's resolution the clock cannot advance, so it is complete now.
