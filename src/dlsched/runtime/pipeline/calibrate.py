@@ -21,11 +21,12 @@ whose every compute action is stamped:
   ``REFERENCE_FLOPS`` / factor, so every profiled action is stretched by it.
 - *contention*: ranks that compute at the same time slow each other down (shared caches,
   memory bandwidth, a clock that drops as more cores are busy). With the one-stage factor
-  alone, every 2- and 4-rank plan of `gpt-small` on a 16-core machine was predicted 11-36%
-  short, and replaying the runs' own action times showed the actions themselves ~35% longer
-  than in the one-rank calibration. So the blocks are also profiled by every rank at once,
-  in lockstep, and the fastest such profile over the fastest one alone
-  (``measure_contention``) multiplies the factor for that many ranks.
+  alone, 9 of 10 2- and 4-rank plans of `gpt-small` on a 16-core machine were predicted
+  11-36% short, and replaying the runs' own action times gave 1.06-1.35x the prediction on
+  8 of them: the actions themselves were longer than in the one-rank calibration. So the
+  blocks are also profiled by every rank at once, in lockstep, and the fastest such profile
+  over the fastest one alone (``measure_contention``) multiplies the factor for that many
+  ranks.
 - *overhead*: the time between actions (the schedule's Python, argument and output
   handling, posting sends and receives): iteration - summed action time, per action, the
   median over rounds (a difference within one iteration: little noise). Without it a planner
