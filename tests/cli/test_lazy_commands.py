@@ -85,3 +85,19 @@ def test_a_mistyped_command_is_refused_with_suggestions_from_every_command(run_c
     assert code == 2 and "No such command 'reproduc'" in err and "'reproduce'" in err
     code, _, err = run_cli("reproduce", "themis-trainin")
     assert code == 2 and "'themis-training'" in err
+
+
+def test_command_built_before_all_its_modules_is_built_again() -> None:
+    """In a fresh process, ``run dataparallel`` adds the runtime module, which also adds the
+    ``train`` group (for its deprecated subcommand) before the training module gives it its
+    options; a later ``train`` in the same process still has them (it had none before)."""
+    out = _python(
+        "import contextlib, sys\n"
+        "from dlsched.cli.app import main\n"
+        "for argv in (['run', 'dataparallel', '--help'], ['train', '--help']):\n"
+        "    sys.argv = ['dlsched', *argv]\n"
+        "    with contextlib.suppress(SystemExit):\n"
+        "        main()\n"
+        "    print('END')\n")
+    train_help = out.split("END")[1]
+    assert "--topology" in train_help and "--policy" in train_help

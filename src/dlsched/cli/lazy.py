@@ -60,17 +60,19 @@ class LazyGroup(TyperGroup):
         return [*self.entries, *(name for name in self.commands if name not in self.entries)]
 
     def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
-        if cmd_name in self.commands:
-            return self.commands[cmd_name]
         entry = self.entries.get(cmd_name)
+        if cmd_name in self.commands and (entry is None
+                                          or _REGISTERED.issuperset(entry.modules)):
+            return self.commands[cmd_name]
         if self._listing and entry is not None and entry.help is not None:
             return TyperCommand(name=cmd_name, help=entry.help)
         # A name no entry lists loads every module, so that the parser's suggestions for a
         # mistyped command see every command.
         self.load(entry.modules if entry is not None else
                   dict.fromkeys(m for known in self.entries.values() for m in known.modules))
-        for name, command in typer.main.get_group(self.source()).commands.items():
-            self.commands.setdefault(name, command)
+        # A command built before all its modules were added (``train``'s group, first added by
+        # the runtime module for its deprecated subcommand) is built again now.
+        self.commands.update(typer.main.get_group(self.source()).commands)
         return self.commands.get(cmd_name)
 
     def format_help(self, ctx: typer.Context, formatter: Any) -> None:
