@@ -59,16 +59,6 @@ def _clean(code: int, out: str, err: str) -> None:
     _finite(json.loads(out, parse_constant=refuse))
 
 
-@pytest.fixture
-def chain_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A four-block chain for quick pipeline runs."""
-    path = tmp_path_factory.mktemp("fuzz") / "tiny.yaml"
-    path.write_text("name: tiny\nblocks:\n" + "".join(
-        f"  - {{name: b{i}, forward_flops: {i + 1}e11, activation: 4 MB, params: 20 MB}}\n"
-        for i in range(4)))
-    return path
-
-
 COLLECTIVE = ("collective", "--topology", "2D-SW_SW", "--policy", "baseline,themis",
               "--size", "1 MB", "--json")
 

@@ -4,20 +4,10 @@ simulate; the old spellings work for one release with a one-line note on stderr.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 NOTE = "is deprecated and goes in the next release"
-
-
-@pytest.fixture
-def chain_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text("name: tiny\nblocks:\n" + "".join(
-        f"  - {{name: b{i}, forward_flops: {i + 1}e11, activation: 4 MB, params: 20 MB}}\n"
-        for i in range(4)))
-    return path
 
 
 @pytest.mark.parametrize(("new", "old", "args", "message"), [

@@ -62,15 +62,6 @@ def _sweep_rows(tmp_path: Path, grid: dict) -> list[dict]:
     return read_rows(tmp_path / "r.db")
 
 
-@pytest.fixture
-def chain_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text("name: tiny\nblocks:\n" + "".join(
-        f"  - {{name: b{i}, forward_flops: {i + 1}e11, activation: 4 MB, params: 20 MB}}\n"
-        for i in range(4)))
-    return path
-
-
 def test_pipeline_sweep_varies_every_knob_as_the_command(run_cli, tmp_path, chain_file):
     """Recomputation, tensor parallelism, link sharing, one GPU per stage and the memory
     reserve swept: each row equals ``pipeline plan --json`` with the same options."""
