@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dlsched.runtime.spawn import usable_cores
+
 BENCHMARKS_FILE = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
 _HEADER = ("# dlsched benchmarks\n\nRegenerate a section with `python -m benchmarks.<script>` "
            "from the repository root.\n")
@@ -34,9 +36,8 @@ def host_facts() -> dict[str, Any]:
         torch_version: str | None = torch.__version__
     except ImportError:
         torch_version = None
-    usable = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-              else os.cpu_count())
-    return {"cores": os.cpu_count(), "usable_cores": usable, "load": os.getloadavg()[0],
+    return {"cores": os.cpu_count(), "usable_cores": usable_cores(),
+            "load": os.getloadavg()[0],
             "torch": torch_version, "host": platform.node(),
             "processor": platform.processor() or platform.machine()}
 
