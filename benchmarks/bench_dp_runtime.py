@@ -60,10 +60,10 @@ COMM_NICE = -20
 # and the section lists every run of the current method (change it when the method changes).
 METHOD = ("two-state network with queued-stream curve, robust compute slowdown, slowest-rank "
           "profile; 3 rounds of profile and policies, executed plan, 3-sample fit segments, "
-          "stream median of 15; issue 21: group warm-up, stream timed from issue to the last "
-          "completion, queued slowdown unclamped, calibrations whose per-size medians do not "
-          "hold (three parts of the repeats more than 25% and 20 us apart) pooled with the next "
-          "attempt, with a queued message below 0.5x idle measured again, refused after 3")
+          "issue 21: group warm-up, stream timed from issue to the last completion, queued "
+          "slowdown unclamped, per-size means of 15 repeats, sizes whose mean has a standard "
+          "error over 15% (and 20 us) measured again and pooled, a measurement with a queued "
+          "message below 0.5x idle discarded, refused after 8")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
@@ -365,11 +365,11 @@ INTRO = (
     "the other jobs' autogroups; inside it each rank's communication threads (gloo's worker "
     f"and transport) run at nice {COMM_NICE} (`--comm-nice`), the compute threads at 0. Per "
     "setting: timed all-reduces as in `dlsched calibrate --load both` (13 sizes, 4 KiB-16 MiB, "
-    f"median of {REPEATS}), idle and while every rank computes, with the compute's slowdown "
+    f"mean of {REPEATS} repeats, more where the mean is uncertain), idle and while every rank computes, with the compute's slowdown "
     "beside each size (the compute thread's share of a core alone / beside the all-reduce; "
     "median over ranks, then over repeats, then the non-decreasing fit in size), and under "
-    f"load the per-message time of {STREAM_LENGTH} all-reduces queued back to back (median "
-    f"of {REPEATS}); piecewise fits (two segments of at least {MIN_SEGMENT} sizes each) and "
+    f"load the per-message time of {STREAM_LENGTH} all-reduces queued back to back (mean "
+    f"of {REPEATS} or more); piecewise fits (two segments of at least {MIN_SEGMENT} sizes each) and "
     "the slowdowns are written as "
     "one two-state network file (the idle fit and its `under_load` block with the `stream` "
     "curve) read by the simulator through `--network FILE`: a message progresses at the loaded "

@@ -13,8 +13,8 @@ from dlsched.runtime.dataparallel.calibrate import (
     STREAM_LENGTH,
     implausible,
     loads_document,
-    median_spread,
     spread,
+    standard_error,
     stream_seconds,
 )
 
@@ -87,10 +87,13 @@ def test_stream_seconds_by_hand() -> None:
         stream_seconds(10.0, [10.002, 10.003], 3)
 
 
-def _timed(stream_s: float, idle_times: tuple[float, ...] = (IDLE,) * 5) -> dict:
-    sizes = (4096, 65536)
-    per_size = [(b, list(idle_times)) for b in sizes]
-    return {"none": [(b, sorted(idle_times)[len(idle_times) // 2]) for b in sizes],
+def _timed(stream_s: float, idle_times: tuple[float, ...] = (IDLE,) * 5,
+           sizes: tuple[int, ...] = (4096, 65536),
+           idle: dict[int, tuple[float, ...]] | None = None) -> dict:
+    """A measurement of ``sizes``: idle repeats ``idle[size]`` (default ``idle_times``),
+    loaded 2x idle, queued ``stream_s`` per message."""
+    per_size = [(b, list((idle or {}).get(b, idle_times))) for b in sizes]
+    return {"none": [(b, sum(t) / len(t)) for b, t in per_size],
             "none_times": per_size, "compute": [(b, 2 * IDLE) for b in sizes],
             "compute_times": [(b, [2 * IDLE] * 5) for b in sizes],
             "stream": [(b, stream_s) for b in sizes],
@@ -106,29 +109,36 @@ def test_queued_message_faster_than_half_an_idle_one_is_refused() -> None:
     assert implausible(_timed(0.5 * IDLE)) is None
 
 
-def test_median_that_does_not_hold_is_refused() -> None:
-    """Repeats scattered 200-900 us (quartiles 200 and 380 us: spread 49%) whose three
-    interleaved parts (i, i+3, ...) have medians
-    370, 370 and 380 us: the samples spread widely but the median holds (2.7% of 370 us:
-    passes); parts with medians 300, 370 and 450 us: 150 / 370 = 41% and 150 us (refused);
-    parts 30, 37, 45 us apart by 41% but 15 us, under the 20 us tolerance (passes)."""
+def test_mean_that_is_uncertain_is_refused() -> None:
+    """Repeats 300 and 440 us alternating, 16 of them: mean 370 us, sample standard deviation
+    70 * sqrt(16/15) = 72.3 us, standard error 72.3 / 4 = 18.07 us = 4.9% of the mean (holds);
+    repeats 100 and 1000 us alternating, 4 of them: mean 550 us, deviation 519.6 us, standard
+    error 259.8 us = 47% (refused, naming the size, the repeats and the limit); the same
+    repeats at a hundredth (standard error 2.6 us, under the 20 us tolerance) hold."""
+    steady = (300e-6, 440e-6) * 8
+    assert standard_error(steady) == pytest.approx(70 * (16 / 15) ** 0.5 / 4 / 370)
+    assert implausible(_timed(IDLE, steady)) is None
+    bimodal = (100e-6, 1000e-6) * 2
+    assert standard_error(bimodal) == pytest.approx(259.8 / 550, rel=1e-4)
+    assert implausible(_timed(IDLE, bimodal)) == (
+        "idle all-reduce of 4096 B: the mean of its 4 repeats is uncertain by 47% (standard "
+        "error; limit 15% or 20 us; the machine is too busy to calibrate)")
+    small = tuple(t / 100 for t in bimodal)
+    assert implausible(_timed(IDLE / 100, small)) is None
+    assert standard_error((IDLE,)) == 0.0
+
+
+def test_spread_by_hand() -> None:
+    """Interquartile range over median: repeats 200-900 us with quartiles 200 and 380 us and
+    median 370 us spread 180 / 370."""
     scattered = (200e-6, 370e-6, 380e-6, 370e-6, 900e-6, 380e-6, 900e-6, 200e-6, 200e-6)
     assert spread(scattered) == pytest.approx(180 / 370)
-    assert median_spread(scattered) == pytest.approx(10 / 370)
-    assert implausible(_timed(IDLE, scattered)) is None
-    drifting = (300e-6, 370e-6, 450e-6) * 3
-    assert median_spread(drifting) == pytest.approx(150 / 370)
-    assert implausible(_timed(IDLE, drifting)) == (
-        "idle all-reduce of 4096 B: the medians of 3 parts of its repeats spread 41% of the "
-        "median (limit 25% or 20 us; the machine is too busy to calibrate)")
-    small = tuple(t / 10 for t in drifting)
-    assert implausible(_timed(IDLE / 10, small)) is None
 
 
 def test_time_loads_measures_again_then_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """An implausible measurement is taken again; a plausible one after it is kept with the
-    rejected reason recorded in the document; three implausible ones are refused, and the
-    document is not written: ConfigError with the last reason."""
+    rejected reason recorded in the document; ``ATTEMPTS`` implausible ones are refused, and
+    the document is not written: ConfigError with the last reason."""
     measured = [_timed(1e-6), _timed(IDLE)]
     monkeypatch.setattr(calibrate, "warm_up", lambda sizes: None)
     monkeypatch.setattr(calibrate, "_measure_loads", lambda *args: measured.pop(0))
@@ -138,33 +148,45 @@ def test_time_loads_measures_again_then_refuses(monkeypatch: pytest.MonkeyPatch)
     assert document["measured_with"]["rejected"] == timed["rejected"]
     assert document["measured_with"]["largest_spread"] == {"idle": 0.0, "loaded": 0.0,
                                                            "queued": 0.0}
+    assert document["measured_with"]["largest_standard_error"] == {
+        "idle": 0.0, "loaded": 0.0, "queued": 0.0}
     monkeypatch.setattr(calibrate, "_measure_loads", lambda *args: _timed(1e-6))
-    refused = calibrate.time_loads(0, 2, (4096, 65536), 1, 5, "both")
-    assert len(refused["rejected"]) == calibrate.ATTEMPTS
+    refused = calibrate.time_loads(0, 2, (4096, 65536), 1, 5, "both", attempts=3)
+    assert len(refused["rejected"]) == 3
     with pytest.raises(ConfigError, match=r"^calibration: refused after 3 measurements: "
                        r"queued all-reduce of 4096 B"):
         loads_document(refused, 2, "t", "gloo", "alpha-beta")
     assert STREAM_LENGTH == 8
 
 
-def test_unsteady_measurements_are_pooled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Idle repeats 300, 370, 450 us three times: parts' medians 300, 370, 450 (refused);
-    then 450, 370, 300 three times: pooled, the parts (i mod 3 over 18 repeats) have medians
-    375, 370 and 375 us, the median holds and the pooled calibration is kept (median 370
-    us, 18 idle repeats per size). A measurement with an impossible queued stream in between
-    is discarded, not pooled."""
-    drifting = (300e-6, 370e-6, 450e-6) * 3
-    measured = [_timed(IDLE, drifting), _timed(1e-6), _timed(IDLE, drifting[::-1])]
+def test_uncertain_sizes_are_measured_again_and_pooled(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """4 KiB idle repeats 100, 1000, 100, 1000 us (mean 550, standard error 47%: refused),
+    64 KiB steady at 370 us: only 4 KiB is measured again. A measurement with an impossible
+    queued stream in between is discarded, not pooled; then 16 repeats of 550 us pooled with
+    the first 4: mean 550 us, deviation sqrt(4 x 450^2 / 19) = 206.5 us, standard error
+    206.5 / sqrt(20) = 8.4% (holds). 64 KiB keeps its 5 repeats."""
+    bimodal = (100e-6, 1000e-6) * 2
+    measured = [_timed(IDLE, idle={4096: bimodal}), _timed(1e-6, sizes=(4096,)),
+                _timed(IDLE, (550e-6,) * 16, sizes=(4096,))]
+    asked: list[list[int]] = []
+
+    def measure(rank: int, world: int, sizes: list[int], *rest: object) -> dict:
+        asked.append(list(sizes))
+        return measured.pop(0)
+
     monkeypatch.setattr(calibrate, "warm_up", lambda sizes: None)
-    monkeypatch.setattr(calibrate, "_measure_loads", lambda *args: measured.pop(0))
-    timed = calibrate.time_loads(0, 2, (4096, 65536), 1, 9, "both")
+    monkeypatch.setattr(calibrate, "_measure_loads", measure)
+    timed = calibrate.time_loads(0, 2, (4096, 65536), 1, 5, "both")
+    assert asked == [[4096, 65536], [4096], [4096]]
     assert "refused" not in timed and len(timed["rejected"]) == 2
-    assert "parts of its repeats spread 41%" in timed["rejected"][0]
+    assert "the mean of its 4 repeats is uncertain by 47%" in timed["rejected"][0]
     assert timed["rejected"][1].startswith("queued all-reduce of 4096 B: 1.0 us")
-    assert [len(samples) for _, samples in timed["none_times"]] == [18, 18]
-    assert timed["none"] == [(4096, pytest.approx(370e-6)), (65536, pytest.approx(370e-6))]
-    assert median_spread(timed["none_times"][0][1]) == pytest.approx(5 / 370)
-    assert len(timed["stream_times"][0][1]) == 10
+    assert [len(samples) for _, samples in timed["none_times"]] == [20, 5]
+    assert timed["none"] == [(4096, pytest.approx(550e-6)), (65536, pytest.approx(IDLE))]
+    assert standard_error(timed["none_times"][0][1]) == pytest.approx(
+        (4 * 450**2 / 19) ** 0.5 / 20**0.5 / 550)
+    assert [len(samples) for _, samples in timed["stream_times"]] == [10, 5]
 
 
 @pytest.fixture

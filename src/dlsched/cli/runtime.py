@@ -171,7 +171,9 @@ def calibrate_command(
     min_size: Annotated[str, typer.Option(help="Smallest all-reduce.")] = "4 KiB",
     max_size: Annotated[str, typer.Option(help="Largest all-reduce.")] = "64 MiB",
     points: Annotated[int, typer.Option(help="Sizes, geometric from min to max.")] = 8,
-    repeats: Annotated[int, typer.Option(help="Timed all-reduces per size (median).")] = 5,
+    repeats: Annotated[int, typer.Option(help="Timed all-reduces per size and measurement "
+                                         "(mean; sizes whose mean is uncertain are measured "
+                                         "again).")] = 15,
     model: Annotated[str, typer.Option(help="Fit --network uses: alpha-beta, ring, "
                                        "piecewise.")] = "piecewise",
     backend: Annotated[str, typer.Option(help="gloo (CPU) or nccl (CUDA).")] = "gloo",

@@ -2,9 +2,14 @@
 
 Each size is all-reduced ``warmup`` + ``repeats`` times after a barrier, the sizes taken in
 turn in every round (so a passing disturbance on a shared machine spoils one repeat of
-several sizes, which the medians drop, rather than every repeat of one size); a sample is the
-slowest rank's time (the operation ends when the last rank has its result), the size's value
-the median of the repeats. With ``load="compute"`` each rank issues the all-reduce
+several sizes rather than every repeat of one size); a sample is the slowest rank's time (the
+operation ends when the last rank has its result), the size's value the *mean* of the
+repeats: an iteration pays the sum of its messages, whose expectation is the sum of their
+means, and the repeats of a small loopback all-reduce can fall in two clusters (on the 2-core
+VM 0.3-1 ms and 2-6 ms for every size up to 512 KiB, idle), between which a median jumps
+from one measurement to the next. A size whose mean is still uncertain (``standard_error``)
+is measured again and its repeats pooled, until every mean holds or the calibration is
+refused. With ``load="compute"`` each rank issues the all-reduce
 asynchronously and keeps computing (matrix products on its own thread, as backward does)
 until it completes, stamped by a watcher thread: the cost under the CPU contention training
 overlaps its messages with. On a machine where ranks share cores with compute (a CPU
@@ -53,11 +58,10 @@ CHOICES = (*LOADS, "both")  # what `dlsched calibrate --load` accepts
 LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~1 ms each)
 STREAM_LENGTH = 8  # all-reduces queued back to back when timing a stream under load
 MIN_SEGMENT = 3  # samples in each piece of the piecewise fit (two are fitted exactly)
-SPREAD_LIMIT = 0.25  # largest disagreement of a size's part medians, relative to its median
-PARTS = 3  # interleaved parts of a size's repeats whose medians must agree
-TOLERANCE_S = 20e-6  # part medians closer than this agree (loopback one-way latency 39-66 us)
+ERROR_LIMIT = 0.15  # largest standard error of a size's mean, relative to the mean (see docs)
+TOLERANCE_S = 20e-6  # a mean known within this holds (loopback one-way latency 39-66 us)
 QUEUED_FLOOR = 0.5  # a queued message under load costs at least this times an idle one
-ATTEMPTS = 3  # measurements of an implausible calibration before it is refused
+ATTEMPTS = 8  # measurements (the later ones of the unsteady sizes only) before a refusal
 LOAD_NAMES = {"none": "idle", "compute": "loaded", "stream": "queued"}
 
 
@@ -149,23 +153,31 @@ def stream_seconds(issued: float, completions: Sequence[float], length: int) -> 
     return (max(completions) - issued) / length
 
 
-def implausible(timed: dict[str, Any], limit: float = SPREAD_LIMIT,
+def implausible(timed: dict[str, Any], limit: float = ERROR_LIMIT,
                 floor: float = QUEUED_FLOOR) -> str | None:
-    """The first reason to refuse a calibration, one line, or None: a size whose median is
-    not reproducible (the medians of ``PARTS`` interleaved parts of its repeats differ by
-    more than ``limit`` of the median and more than ``TOLERANCE_S``: ``median_spread``), or
-    an ``impossible`` value. Single repeats may scatter widely (a 4 KiB loopback
-    all-reduce's repeats spread 43-1175% of their median on an idle 16-core machine); the
-    fit uses the median, so it is the median that must hold."""
+    """The first reason to refuse a calibration, one line, or None: a size whose mean is
+    uncertain (``unsteady``), or an ``impossible`` value. Single repeats may scatter widely
+    (a 4 KiB loopback all-reduce's repeats spread 43-1175% of their median on an idle
+    16-core machine, 0.3-6 ms on the 2-core VM); the fit uses the mean, so it is the mean that
+    must hold."""
+    for load, size, relative, count in unsteady(timed, limit)[:1]:
+        return (f"{LOAD_NAMES[load]} all-reduce of {size} B: the mean of its {count} repeats "
+                f"is uncertain by {relative:.0%} (standard error; limit {limit:.0%} or "
+                f"{TOLERANCE_S * 1e6:.0f} us; the machine is too busy to calibrate)")
+    return impossible(timed, floor)
+
+
+def unsteady(timed: dict[str, Any], limit: float = ERROR_LIMIT
+             ) -> list[tuple[str, int, float, int]]:
+    """(load, bytes, relative standard error, repeats) of every size whose mean's standard
+    error is over ``limit`` of the mean and over ``TOLERANCE_S``."""
+    found = []
     for load in ("none", "compute", "stream"):
         for size, samples in timed.get(f"{load}_times", ()):
-            relative = median_spread(samples)
-            if relative > limit and relative * statistics.median(samples) > TOLERANCE_S:
-                return (f"{LOAD_NAMES[load]} all-reduce of {size} B: the medians of "
-                        f"{PARTS} parts of its repeats spread {relative:.0%} of the median "
-                        f"(limit {limit:.0%} or {TOLERANCE_S * 1e6:.0f} us; the machine is "
-                        "too busy to calibrate)")
-    return impossible(timed, floor)
+            relative = standard_error(samples)
+            if relative > limit and relative * statistics.mean(samples) > TOLERANCE_S:
+                found.append((load, int(size), relative, len(samples)))
+    return found
 
 
 def impossible(timed: dict[str, Any], floor: float = QUEUED_FLOOR) -> str | None:
@@ -190,15 +202,14 @@ def spread(samples: Sequence[float]) -> float:
     return (high - low) / middle if middle > 0 else math.inf
 
 
-def median_spread(samples: Sequence[float]) -> float:
-    """How far the median of repeated measurements holds: the medians of ``PARTS``
-    interleaved parts (repeats i, i + PARTS, ...), largest - smallest, over the median of
-    all (0 for fewer than ``PARTS`` samples)."""
-    if len(samples) < PARTS:
+def standard_error(samples: Sequence[float]) -> float:
+    """How well repeated measurements know their mean: the standard error (sample standard
+    deviation / sqrt(repeats)) over the mean (0 for fewer than two samples)."""
+    if len(samples) < 2:
         return 0.0
-    medians = [statistics.median(samples[part::PARTS]) for part in range(PARTS)]
-    middle = statistics.median(samples)
-    return (max(medians) - min(medians)) / middle if middle > 0 else math.inf
+    middle = statistics.mean(samples)
+    error = statistics.stdev(samples) / math.sqrt(len(samples))
+    return error / middle if middle > 0 else math.inf
 
 
 def _compute_factor(alone: float, beside: float) -> float:
@@ -261,51 +272,52 @@ def monotone_fit(values: Sequence[float]) -> list[float]:
 def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, repeats: int,
                load: str, attempts: int = ATTEMPTS) -> dict[str, Any]:
     """``time_allreduces`` under ``load`` (``both``: idle, then under compute load), after a
-    warm-up of the process group (``warm_up``): the median seconds per size per load (keys
+    warm-up of the process group (``warm_up``): the mean seconds per size per load (keys
     ``none``, ``compute``) and the samples they come from (``none_times``,
     ``compute_times``), with compute load the compute slowdowns (key
     ``compute_slowdown``, (bytes, factor) pairs from ``robust_slowdowns``) and the per-rank
     factors (key ``compute_samples``), and with ``both`` the per-message cost of queued
     streams under load (key ``stream``, samples ``stream_times``: ``time_streams``, as many
     ``repeats``).
-    A calibration that is ``implausible`` is measured again, up to ``attempts`` times; the
-    reasons are listed under ``rejected``, and after the last attempt under ``refused`` too
-    (``loads_document`` then refuses it). A measurement with an ``impossible`` value is
-    discarded; otherwise the repeats of the attempts so far are pooled (``pooled``), so a
-    median that did not hold on 15 repeats is judged again on 30, then 45. Every rank decides
+    A calibration that is ``implausible`` is measured again, up to ``attempts`` times in all:
+    the sizes whose mean is uncertain (``unsteady``; every size if none is) get ``repeats``
+    more repeats under every load, pooled with the earlier ones (``pooled``), so a mean known
+    within 28% on 15 repeats is judged again on 30, 45, ... The reasons are listed under
+    ``rejected``, and after the last attempt under ``refused`` too (``loads_document`` then
+    refuses it). A measurement with an ``impossible`` value is discarded. Every rank decides
     alike: each sample is the same reduced value on every rank."""
     if load not in CHOICES:
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
-    if not 1 <= attempts <= 10:
-        raise ConfigError(f"attempts: {attempts} must be in 1..10")
+    if not 1 <= attempts <= 20:
+        raise ConfigError(f"attempts: {attempts} must be in 1..20")
     warm_up(sizes)
     rejected: list[str] = []
     kept: dict[str, Any] | None = None
+    todo = list(sizes)
     for _ in range(attempts):
-        timed = _measure_loads(rank, world_size, sizes, warmup, repeats, load)
+        timed = _measure_loads(rank, world_size, todo, warmup, repeats, load)
         reason = impossible(timed)
         if reason is None:
             kept = timed if kept is None else pooled(kept, timed)
             reason = implausible(kept)
             if reason is None:
                 return kept | {"rejected": rejected}
+            todo = sorted({size for _, size, _, _ in unsteady(kept)}) or list(sizes)
         rejected.append(reason)
     return (kept or timed) | {"rejected": rejected, "refused": rejected[-1]}
 
 
 def pooled(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
-    """Two measurements of the same sizes and loads as one: every size's repeats of both
-    (``<load>_times``, ``compute_samples``), medians and compute slowdowns recomputed."""
+    """Two measurements as one: the repeats of the sizes ``later`` measured (all of
+    ``earlier``'s or some) added to ``earlier``'s (``<load>_times``, ``compute_samples``),
+    means and compute slowdowns recomputed."""
     timed = dict(earlier)
-    for key in [k for k in earlier if k.endswith("_times")]:
-        joined = [(b, [*first, *second]) for (b, first), (_, second)
-                  in zip(earlier[key], later[key], strict=True)]
-        timed[key] = joined
-        timed[key.removesuffix("_times")] = [(b, statistics.median(t)) for b, t in joined]
+    for key in [k for k in earlier if k.endswith("_times") or k == "compute_samples"]:
+        more = dict(later[key])
+        timed[key] = [(b, [*first, *more.get(b, ())]) for b, first in earlier[key]]
+        if key.endswith("_times"):
+            timed[key.removesuffix("_times")] = [(b, statistics.mean(t)) for b, t in timed[key]]
     if "compute_samples" in earlier:
-        timed["compute_samples"] = [(b, [*first, *second]) for (b, first), (_, second) in
-                                    zip(earlier["compute_samples"], later["compute_samples"],
-                                        strict=True)]
         timed["compute_slowdown"] = robust_slowdowns(timed["compute_samples"])
     return timed
 
@@ -319,7 +331,7 @@ def _measure_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int
         samples["stream"] = time_streams(rank, world_size, sizes, 1, repeats)
     timed: dict[str, Any] = {}
     for key, per_size in samples.items():
-        timed[key] = [(b, statistics.median(t)) for b, t in per_size]
+        timed[key] = [(b, statistics.mean(t)) for b, t in per_size]
         timed[f"{key}_times"] = per_size
     return timed | ({"compute_slowdown": robust_slowdowns(compute),
                      "compute_samples": compute} if compute else {})
@@ -448,9 +460,11 @@ def loads_document(timed: dict[str, Any], workers: int, name: str, backend: str,
     if timed.get("refused"):
         raise ConfigError(f"calibration: refused after {len(timed['rejected'])} "
                           f"measurements: {timed['refused']}")
-    quality = {"rejected": list(timed.get("rejected", ())), "largest_spread": {
-        LOAD_NAMES[load]: max(spread(t) for _, t in timed[f"{load}_times"])
-        for load in LOAD_NAMES if f"{load}_times" in timed}}
+    quality = {"rejected": list(timed.get("rejected", ())), **{
+        name: {LOAD_NAMES[load]: max(measure(t) for _, t in timed[f"{load}_times"])
+               for load in LOAD_NAMES if f"{load}_times" in timed}
+        for name, measure in (("largest_spread", spread),
+                              ("largest_standard_error", standard_error))}}
     if set(LOADS) <= set(timed):
         return network_document(timed["none"], workers, name, backend, model, "none",
                                 comm_nice, timed["compute"], timed.get("compute_slowdown"),
