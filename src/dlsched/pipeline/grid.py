@@ -137,7 +137,8 @@ def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
             skipped[reason] += 1
     best: SimResult | None = None
     for _, result in evaluate([Candidate(plan_bound(problem, plan), index,
-                                         lambda plan=plan: simulate(problem, plan))
+                                         lambda deadline, plan=plan: simulate(
+                                             problem, plan, deadline))
                                for index, plan in enumerate(runnable)]):
         if best is None or result.iteration_s < best.iteration_s * (1 - 1e-12):
             best = result

@@ -15,13 +15,20 @@ transfer or all-reduce. Two ways to pick each GPU's next action:
 * a fixed order (the plan's ``orders``): the GPU waits for its next action's inputs;
 * list scheduling (``Dispatch``): the GPU runs the ready action of best priority, subject to a
   per-stage in-flight cap and its memory; the executed orders become a fixed plan.
+
+A simulation given a ``deadline`` (seconds) stops with ``Late`` as soon as some compute,
+transfer or all-reduce ends after it: the iteration would end later still, so a planner that
+only keeps plans faster than the deadline (``pruning``) loses nothing. The timeline's spans
+are built when first read (``SimResult.timeline``): planners read only the time.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from weakref import WeakKeyDictionary
 
 from dlsched.pipeline.actions import Action
@@ -58,15 +65,29 @@ class Dispatch:
     split: bool
 
 
+class Late(Exception):
+    """A simulation passed its deadline: the iteration ends after it."""
+
+
+# A span as recorded during a simulation: the function that makes it and its arguments.
+SpanRecord = tuple[Callable[..., Span], tuple]
+
+
 @dataclass(frozen=True, eq=False)
 class SimResult:
-    """A simulated iteration: time (s), timeline, peak memory per GPU (bytes), the plan run."""
+    """A simulated iteration: time (s), peak memory per GPU (bytes), busy seconds per GPU,
+    the plan run, and the timeline (``timeline``, built from ``records`` when first read)."""
 
     plan: PipelinePlan
     iteration_s: float
-    timeline: Timeline
     peak_memory: tuple[float, ...]
     busy_s: tuple[float, ...]
+    records: tuple[SpanRecord, ...] = field(repr=False)
+
+    @cached_property
+    def timeline(self) -> Timeline:
+        """Every compute, transfer and all-reduce span (seconds), in the order they ended."""
+        return Timeline(make(*args) for make, args in self.records)
 
     @property
     def bubble_fraction(self) -> float:
@@ -82,8 +103,9 @@ class _Run:
 
     def __init__(self, problem: PipelineProblem, stages: tuple[Stage, ...],
                  orders: tuple[tuple[Action, ...], ...] | None, dispatch: Dispatch | None,
-                 bucketed: bool = False):
+                 bucketed: bool = False, deadline: float = math.inf):
         self.problem, self.stages, self.dispatch = problem, stages, dispatch
+        self.deadline, self.end = deadline, 0.0
         _check_split(problem, stages)
         self.engine = Engine()
         n = problem.graph.num_devices
@@ -102,7 +124,8 @@ class _Run:
         self.in_flight: dict[tuple[int, int], int] = {}
         self.backward_done = [0] * len(stages)
         self.network = PipelineNetwork(self.engine, problem.graph, problem.network)
-        self.spans: list[Span] = []
+        self.records: list[SpanRecord] = []
+        self.names = [device.name for device in problem.graph.devices]
         self.times = [problem.action_flops(stage) for stage in stages]
         self.stash = [action_stash(problem.chain, st) for st in stages]
         self.shares = problem.chain.grad_shares
@@ -132,6 +155,15 @@ class _Run:
         self.engine.run()
         if sum(len(e) for e in self.executed) != self.total:
             self._deadlock()
+
+    def _record(self, make: Callable[..., Span], *args: object) -> None:
+        """Keep a span ending now (``make(*args)``); Late when now is past the deadline."""
+        now = self.engine.now
+        if now > self.deadline:
+            raise Late
+        if now > self.end:
+            self.end = now
+        self.records.append((make, args))
 
     def _make_ready(self, action: Action, device: int) -> None:
         self.ready[device].add(action)
@@ -222,10 +254,7 @@ class _Run:
 
     def _finish(self, device: int, action: Action, start: float) -> None:
         now = self.engine.now
-        name = self.problem.graph.devices[device].name
-        self.spans.append(Span(name, start, now, KIND_NAMES[action.kind], str(action),
-                               group=name, args={"stage": action.stage,
-                                                 "microbatch": action.microbatch}))
+        self._record(_compute_span, self.names[device], start, now, action)
         self.busy_s[device] += now - start
         self.busy[device] = False
         self.executed[device].append(action)
@@ -282,9 +311,8 @@ class _Run:
 
         def arrived() -> None:
             if src != dst:
-                self.spans.append(Span(f"link {src}->{dst}", start, self.engine.now, kind,
-                                       f"{kind} {target}", int(num_bytes), "network",
-                                       {"stage": target.stage, "microbatch": target.microbatch}))
+                self._record(_link_span, src, dst, start, self.engine.now, kind, target,
+                             num_bytes)
             self.expected[key] -= 1
             if self.expected[key] == 0:
                 self._make_ready(target, dst)
@@ -311,9 +339,7 @@ class _Run:
         devices = self.stages[s].devices
         if steps_left == 0:
             for device in devices:
-                name = self.problem.graph.devices[device].name
-                self.spans.append(Span(f"{name} sync", start, self.engine.now, "allreduce",
-                                       label, group=name, args={"stage": s}))
+                self._record(_sync_span, self.names[device], start, self.engine.now, label, s)
             if on_done is not None:
                 on_done()
             return
@@ -403,19 +429,22 @@ def remember(problem: PipelineProblem, result: SimResult) -> None:
     _KEPT.setdefault(instance.root, {})[_plan_key(instance, result.plan)] = result
 
 
-def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
+def simulate(problem: PipelineProblem, plan: PipelinePlan,
+             deadline: float = math.inf) -> SimResult:
     """Run ``plan`` (fixed per-GPU orders) and return its timeline (times in seconds).
 
     The plan is validated first; a plan whose peak memory exceeds a GPU's is refused with a
     ConfigError naming the GPU and the shortfall. The chain runs under the plan's
     recomputation mode and tensor-parallel degree. A result kept by ``remember`` is returned
-    without simulating again (with ``plan`` as its plan); every result is kept."""
+    without simulating again (with ``plan`` as its plan); every result is kept. Late when
+    the iteration ends after ``deadline`` seconds (found as soon as the simulated clock
+    passes it; a result kept already is returned whatever its time)."""
     instance = problem.for_plan(plan)
     kept = _KEPT.get(instance.root, {}).get(_plan_key(instance, plan))
     if kept is not None:
         return replace(kept, plan=plan)
     problem = check_plan(problem, plan, deadlock=False)
-    run = _Run(problem, plan.stages, plan.orders, None, plan.ddp_buckets)
+    run = _Run(problem, plan.stages, plan.orders, None, plan.ddp_buckets, deadline)
     run.run()
     result = _result(run, plan)
     remember(problem, result)
@@ -423,14 +452,15 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan) -> SimResult:
 
 
 def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch: Dispatch,
-                  planner: str) -> SimResult:
+                  planner: str, deadline: float = math.inf) -> SimResult:
     """List-schedule ``stages`` with ``dispatch`` and return the simulated result; its plan
     holds the executed orders (and the chain's recomputation mode and the instance's
     tensor-parallel degree), so ``simulate`` of that
     plan reproduces the same timeline. PlanError when ``stages`` are no valid partition
-    (``validate_stages``: e.g. a stage listing one GPU twice)."""
+    (``validate_stages``: e.g. a stage listing one GPU twice); Late when the iteration ends
+    after ``deadline`` seconds."""
     validate_stages(stages, problem.chain.num_blocks, problem.graph.num_devices)
-    run = _Run(problem, stages, None, dispatch)
+    run = _Run(problem, stages, None, dispatch, deadline=deadline)
     run.run()
     orders = tuple(tuple(order) for order in run.executed)
     plan = PipelinePlan(planner, stages, orders, problem.num_microbatches,
@@ -439,5 +469,24 @@ def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch:
 
 
 def _result(run: _Run, plan: PipelinePlan) -> SimResult:
-    timeline = Timeline(run.spans)
-    return SimResult(plan, timeline.end, timeline, tuple(run.peak), tuple(run.busy_s))
+    return SimResult(plan, run.end, tuple(run.peak), tuple(run.busy_s), tuple(run.records))
+
+
+def _compute_span(name: str, start: float, end: float, action: Action) -> Span:
+    """GPU ``name`` running ``action`` from ``start`` to ``end`` (seconds)."""
+    return Span(name, start, end, KIND_NAMES[action.kind], str(action), group=name,
+                args={"stage": action.stage, "microbatch": action.microbatch})
+
+
+def _link_span(src: int, dst: int, start: float, end: float, kind: str, target: Action,
+               num_bytes: float) -> Span:
+    """An activation or gradient (``kind``) for ``target`` moving ``num_bytes`` bytes from
+    GPU ``src`` to ``dst`` between ``start`` and ``end`` (seconds)."""
+    return Span(f"link {src}->{dst}", start, end, kind, f"{kind} {target}", int(num_bytes),
+                "network", {"stage": target.stage, "microbatch": target.microbatch})
+
+
+def _sync_span(name: str, start: float, end: float, label: str, stage: int) -> Span:
+    """GPU ``name``'s part of an all-reduce of ``stage`` from ``start`` to ``end`` (s)."""
+    return Span(f"{name} sync", start, end, "allreduce", label, group=name,
+                args={"stage": stage})
