@@ -7,7 +7,9 @@ predict each executed plan). The summary per setting: per run the rows within 15
 mean absolute error; per policy the mean error over runs, its range, and the run-to-run spread
 of the measured iteration ((max - min) / median over runs); per run and model the measured
 rank of dlsched's plan among every measured plan (1 = fastest) and dlsched against real
-torch DDP. A calibration the runtime refuses is recorded as a refused run with its reason.
+torch DDP, per run and over the runs' pooled iterations, with a bootstrap 95% confidence
+interval of the ratio of median iterations (``ratio_interval``). A calibration the runtime
+refuses is recorded as a refused run with its reason.
 
 The method is fixed by ``bench_dp_runtime.METHOD`` and the commit each run records; settings
 other than the one the method was developed on (``DEVELOPED_ON``) are reported as held-out.
@@ -27,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks.bench_dp_runtime import (
     COMM_NICE,
     GROUP_NICE,
@@ -43,6 +47,7 @@ from dlsched.runtime.dataparallel.train import REFERENCE
 DEVELOPED_ON = {(4, 10)}  # (ranks, Gbit/s) the method was developed and tuned on
 WITHIN = 0.15
 FOLDER = Path("benchmarks/out")
+RESAMPLES = 4000  # bootstrap resamples of the ratio of medians
 
 
 def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -68,6 +73,27 @@ def dlsched_rank(rows: list[dict[str, Any]]) -> int:
     return 1 + sum(float(r["measured_s"]) < mine for r in rows)
 
 
+def ratio_interval(mine: list[float], other: list[float], confidence: float = 0.95,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """median(mine) / median(other) - 1, and the bootstrap ``confidence`` interval of it
+    (``RESAMPLES`` resamples of each list's iterations with replacement; percentiles)."""
+    a, b = np.asarray(mine, dtype=float), np.asarray(other, dtype=float)
+    rng = np.random.default_rng(seed)
+    ratios = (np.median(rng.choice(a, (RESAMPLES, a.size)), axis=1)
+              / np.median(rng.choice(b, (RESAMPLES, b.size)), axis=1) - 1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(np.median(a) / np.median(b) - 1), float(low), float(high)
+
+
+def _over_ddp(rows: list[dict[str, Any]]) -> tuple[float, float, float] | None:
+    """dlsched's iterations against real torch DDP's (``ratio_interval``), or None."""
+    iterations = {r["policy"]: r["iterations_s"] for r in rows if r.get("iterations_s")}
+    if REFERENCE not in iterations or "dlsched" not in iterations:
+        return None
+    return ratio_interval(iterations["dlsched"], iterations[REFERENCE])
+
+
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per run: rows within 15%, mean absolute error, per model dlsched's measured rank and
     its time over torch DDP's; per (model, policy): mean error, error range and the
@@ -81,9 +107,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         for model in models:
             rows = [r for r in run["rows"] if r["model"] == model]
             ranks[model] = f"{dlsched_rank(rows)} of {len(rows)}"
-            times = {r["policy"]: float(r["measured_s"]) for r in rows}
-            if REFERENCE in times and "dlsched" in times:
-                over_ddp[model] = times["dlsched"] / times[REFERENCE] - 1
+            if (interval := _over_ddp(rows)) is not None:
+                over_ddp[model] = interval
         per_run.append({"run": run.get("run", number),
                         "within": sum(abs(e) <= WITHIN for e in errors), "rows": len(errors),
                         "mae": statistics.mean(map(abs, errors)), "dlsched_rank": ranks,
@@ -102,8 +127,23 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                            "measured_ms": statistics.median(measured) * 1e3,
                            "run_spread": (max(measured) - min(measured))
                            / statistics.median(measured)})
-    return {"per_run": per_run, "per_policy": per_policy,
+    pooled = {}
+    for model in sorted({model for model, _ in policies}):
+        joined = [{"policy": policy, "iterations_s": [t for r in rows
+                                                      for t in r.get("iterations_s", ())]}
+                  for (m, policy), rows in policies.items() if m == model]
+        if (interval := _over_ddp(joined)) is not None:
+            pooled[model] = interval
+    return {"per_run": per_run, "per_policy": per_policy, "dlsched_over_ddp": pooled,
             "refused": [run["refused"] for run in runs if run.get("refused")]}
+
+
+def _interval_text(interval: Any) -> str:
+    """``+3.4% (95% CI -4.0 to +9.7%)``; a bare difference for older records."""
+    if not isinstance(interval, list | tuple):
+        return f"{interval * 100:+.1f}%"
+    point, low, high = interval
+    return f"{point * 100:+.1f}% (95% CI {low * 100:+.1f} to {high * 100:+.1f}%)"
 
 
 def _commit() -> str:
@@ -159,9 +199,13 @@ def run_protocol(ranks: int, rate: int | None, models: list[str], runs: int,
     return store
 
 
+def _link(rate: int | None) -> str:
+    return "loopback" if rate is None else f"{rate} Gbit/s emulated"
+
+
 def _setting_lines(record: dict[str, Any]) -> list[str]:
-    summary = record["summary"]
-    link = "loopback" if record["rate"] is None else f"{record['rate']} Gbit/s emulated"
+    summary = summarize(record["runs"])
+    link = _link(record["rate"])
     kind = "held-out" if record["held_out"] else "developed on"
     host = record["host_before"]
     oversubscribed = (f"; {record['ranks']} ranks share {host['usable_cores']} cores (the "
@@ -176,8 +220,12 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
               f"absolute error {run['mae'] * 100:.1f}%; dlsched's plan measured rank "
               + ", ".join(f"{m} {r}" for m, r in run["dlsched_rank"].items())
               + "; dlsched vs torch DDP "
-              + ", ".join(f"{m} {d * 100:+.1f}%" for m, d in run["dlsched_over_ddp"].items())
+              + ", ".join(f"{m} {_interval_text(d)}"
+                          for m, d in run["dlsched_over_ddp"].items())
               for run in summary["per_run"]]
+    if len(summary["per_run"]) > 1 and summary.get("dlsched_over_ddp"):
+        lines.append("- all runs' iterations pooled: dlsched vs torch DDP " + ", ".join(
+            f"{m} {_interval_text(d)}" for m, d in summary["dlsched_over_ddp"].items()))
     lines += [f"- run {run['run']} ({run['date']}, load {run['host']['load']:.1f}) refused: "
               f"{run['refused']}" for run in record["runs"] if run["refused"]]
     if summary["per_policy"]:
@@ -192,7 +240,9 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
 
 def write_table() -> None:
     """Rewrite the BENCHMARKS.md section from every stored setting, held-out ones apart."""
-    records = [json.loads(path.read_text()) for path in sorted(FOLDER.glob("validate-*.json"))]
+    stored = [json.loads(path.read_text()) for path in sorted(FOLDER.glob("validate-*.json"))]
+    records = [r for r in stored if r["method"] == METHOD]
+    earlier = [r for r in stored if r["method"] != METHOD]
     lines = ["## Data-parallel runtime: validation protocol (issue 21)", "",
              "`python -m benchmarks.validate_runtime --ranks R (--rate GBIT | --loopback) "
              "--model M --runs 3`: each run is one `bench_dp_runtime` setting from scratch "
@@ -208,6 +258,12 @@ def write_table() -> None:
             lines += ["**Held-out settings** (the method was not developed on them)"
                       if held_out else "**Setting the method was developed on**", ""]
             lines += [line for record in chosen for line in _setting_lines(record)]
+    if earlier:
+        lines += ["Runs of earlier methods (kept in benchmarks/out; section *Runtime calibration "
+                  "you can trust*): " + "; ".join(
+                      f"{r['ranks']} ranks {_link(r['rate'])}"
+                      f" ({r['started']}): {sum(bool(run['refused']) for run in r['runs'])} of "
+                      f"{len(r['runs'])} refused" for r in earlier), ""]
     write_section("dp-validation", "\n".join(lines))
 
 

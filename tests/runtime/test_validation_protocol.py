@@ -12,8 +12,8 @@ validate = pytest.importorskip("benchmarks.validate_runtime")
 
 
 def _rows(times: dict[str, float], errors: dict[str, float]) -> list[dict]:
-    return [{"model": "gpt", "policy": p, "measured_s": t, "error": errors[p]}
-            for p, t in times.items()]
+    return [{"model": "gpt", "policy": p, "measured_s": t, "error": errors[p],
+             "iterations_s": [t] * 5} for p, t in times.items()]
 
 
 def test_dlsched_rank_counts_strictly_faster_plans() -> None:
@@ -37,9 +37,21 @@ def test_summary_by_hand() -> None:
     assert (one["within"], two["within"]) == (2, 2)
     assert one["mae"] == pytest.approx(0.35 / 3) and two["mae"] == pytest.approx(0.07)
     assert one["dlsched_rank"] == {"gpt": "2 of 3"} and two["dlsched_rank"] == {"gpt": "3 of 3"}
-    assert one["dlsched_over_ddp"]["gpt"] == pytest.approx(0.100 / 0.120 - 1)
-    assert two["dlsched_over_ddp"]["gpt"] == pytest.approx(0.10)
+    assert one["dlsched_over_ddp"]["gpt"] == pytest.approx((0.100 / 0.120 - 1,) * 3)
+    assert two["dlsched_over_ddp"]["gpt"] == pytest.approx((0.10,) * 3)
+    point, low, high = summary["dlsched_over_ddp"]["gpt"]
+    assert point == pytest.approx(0.105 / 0.110 - 1)  # medians of the pooled 10 iterations
+    assert low <= point <= high
     mine = next(p for p in summary["per_policy"] if p["policy"] == "dlsched")
     assert mine["run_spread"] == pytest.approx(0.010 / 0.105)
     assert mine["mean_error"] == pytest.approx(-0.10) and mine["min_error"] == -0.20
     assert summary["refused"] == ["calibration: refused"]
+
+
+def test_ratio_interval() -> None:
+    """Iterations all 2.0 s against all 1.0 s: +100%, every resample alike; 20 iterations
+    alternating 0.9 and 1.1 s against 1.0 s: median 1.0 s, 0 difference, an interval that
+    contains it and is not empty (the resampled medians move between 0.9 and 1.1)."""
+    assert validate.ratio_interval([2.0] * 7, [1.0] * 7) == pytest.approx((1.0, 1.0, 1.0))
+    point, low, high = validate.ratio_interval([0.9, 1.1] * 10, [1.0] * 20)
+    assert point == pytest.approx(0.0) and -0.1 - 1e-9 <= low < 0 < high <= 0.1 + 1e-9
