@@ -31,7 +31,7 @@ from dlsched.pipeline.plan import PipelinePlan
 from dlsched.pipeline.planner import plan_dlsched
 from dlsched.pipeline.pruning import Candidate, evaluate
 from dlsched.pipeline.schedules import one_f_one_b_orders
-from dlsched.pipeline.simulate import check_plan
+from dlsched.pipeline.simulate import Late, check_plan
 
 simulate_module = importlib.import_module("dlsched.pipeline.simulate")
 plan_module = importlib.import_module("dlsched.pipeline.plan")
@@ -144,8 +144,9 @@ class _Result:
 
 def test_pruning_keeps_the_selection_and_skips_hopeless_candidates() -> None:
     """Random times with bounds below them: the first-fastest over the simulated candidates
-    (in their own order) is the first-fastest over all, and the kept groups too; candidates
-    whose bound is above the kept times are never run."""
+    (in their own order) is the first-fastest over all, and the kept groups' times too;
+    candidates whose bound is above the kept times are never run, and one run past its
+    deadline (Late) ends after the kept times."""
     rng = np.random.default_rng(1)
     for _ in range(200):
         times = rng.choice([1.0, 1.5, 2.0, 3.0, 5.0], size=12)
@@ -153,23 +154,36 @@ def test_pruning_keeps_the_selection_and_skips_hopeless_candidates() -> None:
         groups = rng.integers(0, 4, size=12)
         for keep in (1, 2):
             ran: list[int] = []
+            late: list[int] = []
+
+            def run(deadline: float, k: int, ran: list[int] = ran, late: list[int] = late,
+                    times: np.ndarray = times) -> _Result:
+                ran.append(k)
+                if times[k] > deadline:
+                    late.append(k)
+                    raise Late
+                return _Result(float(times[k]))
             candidates = [Candidate(float(bounds[k]), int(groups[k]),
-                                    lambda k=k, ran=ran, time=float(times[k]):
-                                    ran.append(k) or _Result(time))
+                                    lambda deadline, k=k, run=run: run(deadline, k))
                           for k in range(12)]
             kept = evaluate(candidates, keep)
-            assert [k for k, _ in kept] == sorted(ran)
-            fastest = {}
+            assert [k for k, _ in kept] == sorted(set(ran) - set(late))
+            fastest: dict[int, float] = {}
             for k in range(12):
-                fastest.setdefault(int(groups[k]), times[k])
-                fastest[int(groups[k])] = min(fastest[int(groups[k])], times[k])
+                fastest[int(groups[k])] = min(fastest.get(int(groups[k]), np.inf), times[k])
             top = sorted(fastest.values())[:keep]
             for k in range(12):
                 if times[k] <= top[-1]:
-                    assert k in ran  # could be kept, so it was simulated
+                    assert k in ran and k not in late  # could be kept, so it was simulated
+            assert all(times[k] > top[-1] for k in late)
             assert all(bounds[k] <= top[-1] * (1 + 1e-6) for k in ran)
             first = min(range(12), key=lambda k: (times[k], k))
             assert min(kept, key=lambda item: (item[1].iteration_s, item[0]))[0] == first
+            kept_fastest: dict[int, float] = {}
+            for k, result in kept:
+                kept_fastest[int(groups[k])] = min(kept_fastest.get(int(groups[k]), np.inf),
+                                                   result.iteration_s)
+            assert sorted(kept_fastest.values())[:keep] == top
 
 
 def test_grid_simulates_only_configurations_that_can_win() -> None:
@@ -188,9 +202,9 @@ def test_grid_simulates_only_configurations_that_can_win() -> None:
             exhaustive = time
     calls: list[int] = []
 
-    def counted(problem: PipelineProblem, plan: PipelinePlan):
+    def counted(problem: PipelineProblem, plan: PipelinePlan, deadline: float):
         calls.append(1)
-        return simulate(problem, plan)
+        return simulate(problem, plan, deadline)
     original = grid_module.simulate
     grid_module.simulate = counted
     try:

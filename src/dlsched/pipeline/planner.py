@@ -229,18 +229,19 @@ def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
             written[make] = make(stages, n, m)
         return written[make]
 
-    def candidate(split: bool, run: Callable[[], SimResult]) -> Candidate:
+    def candidate(split: bool, run: Callable[[float], SimResult]) -> Candidate:
         if split not in bounds:
             bounds[split] = _stages_bound(problem, stages, lambda: orders_of(
                 zb_h1_orders if split else one_f_one_b_orders))
-        return Candidate(bounds[split], group, lambda: _scored(problem, run))
+        return Candidate(bounds[split], group,
+                         lambda deadline: _scored(problem, lambda: run(deadline)))
 
-    def fixed(make: Callable, name: str) -> SimResult:
+    def fixed(make: Callable, name: str, deadline: float) -> SimResult:
         return simulate(problem, PipelinePlan("dlsched", stages, orders_of(make), m,
                                               {"schedule": name}, problem.chain.recompute,
-                                              problem.degree))
-    found = [candidate(rule.split, lambda rule=rule: list_schedule(problem, stages, rule,
-                                                                   "dlsched"))
+                                              problem.degree), deadline)
+    found = [candidate(rule.split, lambda deadline, rule=rule: list_schedule(
+                 problem, stages, rule, "dlsched", deadline))
              for rule in dispatch_rules(problem, stages) if only in (None, rule.name)]
     makers = [one_f_one_b_orders, gpipe_orders]
     if problem.chain.input_grad_fraction is not None:
@@ -249,7 +250,8 @@ def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
         name = make.__name__.removesuffix("_orders")
         if only in (None, name):
             found.append(candidate(make in (zb_h1_orders, zb_h2_orders),
-                                   lambda make=make, name=name: fixed(make, name)))
+                                   lambda deadline, make=make, name=name: fixed(make, name,
+                                                                                deadline)))
     return found
 
 
@@ -331,8 +333,8 @@ def _baseline_candidates(problem: PipelineProblem,
         plan = _attempt(lambda planner=planner: planner(problem))
         if plan is not None:
             found.append(Candidate(0.0, (plan.stages, plan.tensor_parallel),
-                                   lambda plan=plan: _scored(problem, lambda: simulate(problem,
-                                                                                       plan))))
+                                   lambda deadline, plan=plan: _scored(
+                                       problem, lambda: simulate(problem, plan, deadline))))
     return found
 
 
@@ -404,7 +406,7 @@ def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
             for candidate in schedule_candidates(problem, stages, schedule):
                 if candidate.bound > best.iteration_s * (1 + MARGIN):
                     continue  # cannot beat the best (``pruning``)
-                result = candidate.run()
+                result = candidate.within(best.iteration_s)
                 if result is not None and result.iteration_s < best.iteration_s * (1 - 1e-12):
                     best = result
         if best is start:
