@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import json
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -28,10 +29,10 @@ from dlsched.pipeline.chain import synthetic_chain
 from dlsched.pipeline.grid import grid_points, point_stages
 from dlsched.pipeline.partition import range_costs, sync_dp
 from dlsched.pipeline.plan import PipelinePlan
-from dlsched.pipeline.planner import plan_dlsched
+from dlsched.pipeline.planner import plan_dlsched, propose_partitions, schedule_candidates
 from dlsched.pipeline.pruning import Candidate, evaluate
-from dlsched.pipeline.schedules import one_f_one_b_orders
-from dlsched.pipeline.simulate import Late, check_plan
+from dlsched.pipeline.schedules import backward_first_dispatch, one_f_one_b_orders
+from dlsched.pipeline.simulate import Late, check_plan, list_schedule
 
 simulate_module = importlib.import_module("dlsched.pipeline.simulate")
 plan_module = importlib.import_module("dlsched.pipeline.plan")
@@ -305,11 +306,68 @@ def test_a_simulation_is_shared_only_by_plans_whose_numbers_are_equal(
     times = {mode: simulate(problem, PipelinePlan("x", stages, orders, 4, {}, mode)).iteration_s
              for mode in ("none", "selective", "full")}
     assert runs == ["none", "full"]
-    fresh = PipelineProblem(chain, graph, 4)
+    fresh = PipelineProblem(chain, server_graph("two", [(2, 1e12, 2**40, 1e11, 1e-6)], 1e9,
+                                                0.0), 4)
     assert times["selective"] == simulate(fresh, PipelinePlan("x", stages, orders, 4, {},
                                                                "selective")).iteration_s
     assert runs[-1] == "selective"
     assert times["full"] > times["none"]
+
+
+def test_list_schedules_are_shared_by_instances_that_simulate_alike(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A list schedule is kept per device graph: the same stages and rule on an instance that
+    differs only in what planners may choose (``runnable_only``) return the kept result (same
+    orders and time as simulating it on a fresh graph); under the other network mode it is
+    simulated again. A rule Late at a deadline is Late at an earlier one without simulating,
+    and without a deadline ends after it."""
+    chain = synthetic_chain([1e-3] * 4, [2e-3] * 4, [1e7] * 4, [1e8] * 4, [1e8] * 4)
+
+    def graph():
+        return server_graph("two", [(2, 1e12, 2**40, 1e11, 1e-6)] * 2, 1e9, 1e-5)
+    problem = PipelineProblem(chain, graph(), 4)
+    stages = (Stage(0, 2, (0, 2)), Stage(2, 4, (1, 3)))
+    rule = backward_first_dispatch(2, (4, 4), False)
+    runs: list[str] = []
+    original = simulate_module._Run.run
+
+    def counted(run) -> None:
+        runs.append(run.problem.network)
+        original(run)
+    monkeypatch.setattr(simulate_module._Run, "run", counted)
+    first = list_schedule(problem, stages, rule, "x")
+    again = list_schedule(replace(problem, runnable_only=True), stages, rule, "y")
+    assert runs == ["fifo"] and again.plan.planner == "y"
+    fresh = list_schedule(PipelineProblem(chain, graph(), 4), stages, rule, "x")
+    assert (again.iteration_s, again.plan.orders) == (fresh.iteration_s, fresh.plan.orders)
+    assert first.iteration_s == fresh.iteration_s
+    ps = replace(problem, network="ps")
+    list_schedule(ps, stages, rule, "x")
+    assert runs == ["fifo", "fifo", "ps"]
+    other = backward_first_dispatch(2, (1, 1), False)
+    for deadline in (first.iteration_s / 2, first.iteration_s / 3):
+        with pytest.raises(Late):  # the second is Late without simulating again
+            list_schedule(problem, stages, other, "x", deadline)
+    assert runs == ["fifo", "fifo", "ps", "fifo"]
+    assert list_schedule(problem, stages, other, "x").iteration_s > first.iteration_s / 2
+    assert runs[-1] == "fifo" and len(runs) == 5
+
+
+def test_candidate_bounds_are_kept_and_never_above_their_simulated_times() -> None:
+    """Random instances: a partition's candidate bounds asked again (kept) equal those found
+    on a fresh instance, and no candidate simulates faster than its bound."""
+    for seed in range(8):
+        problem = random_problem(seed)
+        for stages in propose_partitions(problem)[:3]:
+            first = schedule_candidates(problem, stages)
+            again = schedule_candidates(problem, stages)
+            fresh = schedule_candidates(replace(problem), stages)
+            assert ([c.bound for c in first] == [c.bound for c in again]
+                    == [c.bound for c in fresh])
+            for candidate in first:
+                result = candidate.run(math.inf)
+                if result is not None:
+                    assert result.iteration_s >= candidate.bound * (1 - 1e-9)
 
 
 def test_fast_order_check_agrees_with_the_full_check() -> None:

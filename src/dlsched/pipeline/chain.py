@@ -145,10 +145,14 @@ class Chain:
     def static_bytes(self, first: int, last: int) -> float:
         """Memory of blocks ``first..last-1`` that does not depend on the microbatches in
         flight (bytes): weights, gradients, optimizer state and the largest transient of a
-        running block (recomputation, workspace)."""
-        transient = self.transient_bytes[first:last] + self.workspace_bytes[first:last]
-        working = float(transient.max()) if last > first else 0.0
-        return float(self.param_bytes[first:last].sum() * self.state_factor) + working
+        running block (recomputation, workspace); found once per block range."""
+        known = self.__dict__.setdefault("_static_bytes", {})
+        if (first, last) not in known:
+            transient = self.transient_bytes[first:last] + self.workspace_bytes[first:last]
+            working = float(transient.max()) if last > first else 0.0
+            known[(first, last)] = (float(self.param_bytes[first:last].sum()
+                                          * self.state_factor) + working)
+        return known[(first, last)]
 
     def usable(self, capacity: float) -> float:
         """Bytes of a GPU of ``capacity`` bytes this chain may use (the module docstring)."""

@@ -49,6 +49,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from itertools import chain, islice, permutations
+from weakref import WeakKeyDictionary
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline.actions import Action
@@ -199,17 +200,25 @@ def _attempt(run: Callable[[], SimResult]) -> SimResult | None:
         return None
 
 
-def _stages_bound(problem: PipelineProblem, stages: tuple[Stage, ...],
+# ``_stages_bound`` per instance, stages and kind of backward (refinement meets the same
+# neighbours again from later passes and other starts).
+_BOUNDS: WeakKeyDictionary[PipelineProblem, dict[tuple, float]] = WeakKeyDictionary()
+
+
+def _stages_bound(problem: PipelineProblem, stages: tuple[Stage, ...], split: bool,
                   orders: Callable[[], tuple[tuple[Action, ...], ...]]) -> float:
     """``plan_bound`` of ``stages`` run in ``orders()`` (1F1B's for full backwards, ZB-H1's
-    for split ones: the bound holds for every schedule of the stages with the same kind of
-    backward; seconds; infinite when the stages are no valid partition, which no schedule
-    runs)."""
-    n, m = problem.graph.num_devices, problem.num_microbatches
-    if stages_error(stages, problem.chain.num_blocks, n) is not None:
-        return math.inf
-    return plan_bound(problem, PipelinePlan("dlsched", stages, orders(), m, {},
-                                            problem.chain.recompute, problem.degree))
+    for ``split`` ones: the bound holds for every schedule of the stages with the same kind
+    of backward; seconds; infinite when the stages are no valid partition, which no schedule
+    runs). Found once per instance, stages and ``split``."""
+    known = _BOUNDS.setdefault(problem, {})
+    if (stages, split) not in known:
+        n, m = problem.graph.num_devices, problem.num_microbatches
+        known[(stages, split)] = math.inf if stages_error(
+            stages, problem.chain.num_blocks, n) is not None else plan_bound(
+            problem, PipelinePlan("dlsched", stages, orders(), m, {}, problem.chain.recompute,
+                                  problem.degree))
+    return known[(stages, split)]
 
 
 def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
@@ -231,7 +240,7 @@ def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
 
     def candidate(split: bool, run: Callable[[float], SimResult]) -> Candidate:
         if split not in bounds:
-            bounds[split] = _stages_bound(problem, stages, lambda: orders_of(
+            bounds[split] = _stages_bound(problem, stages, split, lambda: orders_of(
                 zb_h1_orders if split else one_f_one_b_orders))
         return Candidate(bounds[split], group,
                          lambda deadline: _scored(problem, lambda: run(deadline)))

@@ -125,10 +125,14 @@ class PipelineProblem:
         return self.tensor(plan.tensor_parallel).under(plan.recompute)
 
     def stage_flops(self, stage: Stage) -> tuple[float, float]:
-        """(forward, backward) FLOP per microbatch of a stage."""
-        chain = self.chain
-        return (float(chain.forward_flops[stage.first:stage.last].sum()),
-                float(chain.backward_flops[stage.first:stage.last].sum()))
+        """(forward, backward) FLOP per microbatch of a stage (found once per block range)."""
+        known = self.__dict__.setdefault("_stage_flops", {})
+        blocks = (stage.first, stage.last)
+        if blocks not in known:
+            chain = self.chain
+            known[blocks] = (float(chain.forward_flops[stage.first:stage.last].sum()),
+                             float(chain.backward_flops[stage.first:stage.last].sum()))
+        return known[blocks]
 
     def allreduce_time(self, stage: Stage) -> float:
         """Seconds of a ring all-reduce of the stage's gradients over its replicas, alone on

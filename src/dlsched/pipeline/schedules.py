@@ -239,7 +239,7 @@ def backward_first_dispatch(num_stages: int, caps: tuple[int, ...], split: bool)
     oldest microbatch first; at most ``caps[s]`` microbatches in flight on stage ``s``."""
     kinds = ("I", "F", "W") if split else ("B", "F")
     return Dispatch(f"list-bwd-first{'-split' if split else ''}", _kind_first(kinds),
-                    caps, split)
+                    caps, split, kinds)
 
 
 def critical_path_dispatch(remaining: list[tuple[float, float]], caps: tuple[int, ...],
@@ -250,4 +250,5 @@ def critical_path_dispatch(remaining: list[tuple[float, float]], caps: tuple[int
         after_forward, after_backward = remaining[action.stage]
         level = {"F": after_forward, "B": after_backward, "I": after_backward, "W": 0.0}
         return (-level[action.kind], action.microbatch)
-    return Dispatch(f"list-critical-path{'-split' if split else ''}", priority, caps, split)
+    return Dispatch(f"list-critical-path{'-split' if split else ''}", priority, caps, split,
+                    tuple(map(tuple, remaining)))

@@ -27,10 +27,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, replace
 from weakref import WeakKeyDictionary
 
+from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.chain import Chain
 from dlsched.pipeline.ddp import ddp_buckets
@@ -47,55 +47,33 @@ from dlsched.pipeline.plan import (
     validate_stages,
 )
 from dlsched.pipeline.problem import PipelineProblem
-from dlsched.sim import Engine, Span, Timeline
+from dlsched.pipeline.sim_result import KIND_NAMES as KIND_NAMES  # the runtimes read it here
+from dlsched.pipeline.sim_result import (
+    Late,
+    SimResult,
+    SpanRecord,
+    compute_span,
+    link_span,
+    sync_span,
+)
+from dlsched.sim import Engine, Span
 from dlsched.sim.collective_cost import ring_allreduce_steps
-
-KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
 
 
 @dataclass(frozen=True)
 class Dispatch:
     """A list-scheduling rule: ``priority(action)`` (smaller runs first), ``caps[s]`` the most
     microbatches of stage ``s`` a GPU may have between their F and their B (or I), ``split``
-    I/W backwards. Memory is checked separately: activations stay until B (or W)."""
+    I/W backwards; ``inputs`` what ``priority`` reads besides the action (with ``name``,
+    they identify the rule: ``list_schedule`` keeps results by them). Memory is checked
+    separately: activations stay until B (or W)."""
 
     name: str
     priority: Callable[[Action], tuple]
     caps: tuple[int, ...]
     split: bool
+    inputs: tuple = ()
 
-
-class Late(Exception):
-    """A simulation passed its deadline: the iteration ends after it."""
-
-
-# A span as recorded during a simulation: the function that makes it and its arguments.
-SpanRecord = tuple[Callable[..., Span], tuple]
-
-
-@dataclass(frozen=True, eq=False)
-class SimResult:
-    """A simulated iteration: time (s), peak memory per GPU (bytes), busy seconds per GPU,
-    the plan run, and the timeline (``timeline``, built from ``records`` when first read)."""
-
-    plan: PipelinePlan
-    iteration_s: float
-    peak_memory: tuple[float, ...]
-    busy_s: tuple[float, ...]
-    records: tuple[SpanRecord, ...] = field(repr=False)
-
-    @cached_property
-    def timeline(self) -> Timeline:
-        """Every compute, transfer and all-reduce span (seconds), in the order they ended."""
-        return Timeline(make(*args) for make, args in self.records)
-
-    @property
-    def bubble_fraction(self) -> float:
-        """Idle share of the used GPUs' time: 1 - busy / (GPUs used x iteration)."""
-        used = [b for b, order in zip(self.busy_s, self.plan.orders, strict=True) if order]
-        if not used or self.iteration_s <= 0:
-            return 0.0
-        return 1.0 - sum(used) / (len(used) * self.iteration_s)
 
 
 class _Run:
@@ -130,6 +108,7 @@ class _Run:
         self.stash = [action_stash(problem.chain, st) for st in stages]
         self.shares = problem.chain.grad_shares
         self.expected: dict[tuple[Action, int], int] = {}
+        self.durations: dict[tuple[int, str, int], float] = {}
         self.total = self._total_actions()
         self.buckets = {s: ddp_buckets(problem.chain, st.first, st.last)
                         for s, st in enumerate(stages) if bucketed and len(st.devices) > 1}
@@ -245,16 +224,21 @@ class _Run:
                         self.engine.now, f"all-reduce stage {s} bucket {k}", reduced)
 
     def _duration(self, action: Action, device: int) -> float:
-        forward, backward = self.times[action.stage]
-        flops = self.problem.graph.devices[device].flops
-        inputs, weights = self.shares
-        work = {"F": forward, "B": backward, "I": backward * inputs,
-                "W": backward * weights}[action.kind]
-        return work / flops + self.problem.graph.devices[device].overhead
+        """Seconds of ``action`` on ``device`` (found once per stage, kind and GPU)."""
+        key = (action.stage, action.kind, device)
+        duration = self.durations.get(key)
+        if duration is None:
+            forward, backward = self.times[action.stage]
+            inputs, weights = self.shares
+            work = {"F": forward, "B": backward, "I": backward * inputs,
+                    "W": backward * weights}[action.kind]
+            gpu = self.problem.graph.devices[device]
+            duration = self.durations[key] = work / gpu.flops + gpu.overhead
+        return duration
 
     def _finish(self, device: int, action: Action, start: float) -> None:
         now = self.engine.now
-        self._record(_compute_span, self.names[device], start, now, action)
+        self._record(compute_span, self.names[device], start, now, action)
         self.busy_s[device] += now - start
         self.busy[device] = False
         self.executed[device].append(action)
@@ -295,6 +279,10 @@ class _Run:
         target is ready on a replica once every overlapping part has arrived."""
         source = self.stages[target.stage + (1 if kind == "gradient" else -1)]
         receiving = self.stages[target.stage]
+        if not (source.split or receiving.split):  # one receiver, one part: all of it
+            self._deliver(src, receiving.device_for(target.microbatch), target, num_bytes,
+                          kind, None)
+            return
         mine = source.part(src)
         for dst in receiving.devices_for(target.microbatch):
             share = overlap(mine, receiving.part(dst))
@@ -302,20 +290,24 @@ class _Run:
                 self._deliver(src, dst, target, num_bytes * share, kind, source)
 
     def _deliver(self, src: int, dst: int, target: Action, num_bytes: float, kind: str,
-                 source: Stage) -> None:
+                 source: Stage | None) -> None:
+        """Move one part for ``target`` to ``dst``; ``source`` (None when it is not split:
+        then this is the only part) tells how many parts ``dst`` waits for."""
         key = (target, dst)
-        if key not in self.expected:
+        if source is not None and key not in self.expected:
             theirs = self.stages[target.stage].part(dst)
             self.expected[key] = sum(1 for d in source.devices_for(target.microbatch)
                                      if overlap(source.part(d), theirs) > 0)
 
         def arrived() -> None:
             if src != dst:
-                self._record(_link_span, src, dst, start, self.engine.now, kind, target,
+                self._record(link_span, src, dst, start, self.engine.now, kind, target,
                              num_bytes)
-            self.expected[key] -= 1
-            if self.expected[key] == 0:
-                self._make_ready(target, dst)
+            if source is not None:
+                self.expected[key] -= 1
+                if self.expected[key]:
+                    return
+            self._make_ready(target, dst)
 
         start = self.engine.now
         if src == dst:
@@ -339,7 +331,7 @@ class _Run:
         devices = self.stages[s].devices
         if steps_left == 0:
             for device in devices:
-                self._record(_sync_span, self.names[device], start, self.engine.now, label, s)
+                self._record(sync_span, self.names[device], start, self.engine.now, label, s)
             if on_done is not None:
                 on_done()
             return
@@ -393,12 +385,16 @@ def check_plan(problem: PipelineProblem, plan: PipelinePlan,
     return problem
 
 
-# Simulated results kept per planning instance (``PipelineProblem.root``: all its TP degrees
-# and recomputation modes), so that a plan scored again (by dlsched among its candidates, by
-# ``run_planner``, by a grid point whose recomputation mode leaves the chain's numbers as they
-# are) is not simulated twice. The key is what a simulation reads: the TP degree, the chain's
-# numbers (``_chain_numbers``) and the plan's stages, orders and gradient sync.
-_KEPT: WeakKeyDictionary[PipelineProblem, dict[tuple, SimResult]] = WeakKeyDictionary()
+# Simulated results kept per device graph of a planning instance (``PipelineProblem.root``'s:
+# all its TP degrees and recomputation modes, and instances that differ only in what planners
+# may choose, e.g. ``runnable_only``), so that a plan scored again (by dlsched among its
+# candidates, by ``run_planner``, by a grid point whose recomputation mode leaves the chain's
+# numbers as they are, by a second search keeping to runnable plans) is not simulated twice.
+# The key is what a simulation reads besides the graph: the network mode, the TP degree, the
+# chain's numbers (``_chain_numbers``) and the plan's stages, orders and gradient sync (or,
+# for list scheduling, the stages and the rule).
+_KEPT: WeakKeyDictionary[DeviceGraph, dict[tuple, SimResult]] = WeakKeyDictionary()
+_LATE: WeakKeyDictionary[DeviceGraph, dict[tuple, float]] = WeakKeyDictionary()
 _NUMBERS: WeakKeyDictionary[Chain, tuple] = WeakKeyDictionary()
 
 
@@ -419,14 +415,19 @@ def _chain_numbers(chain: Chain) -> tuple:
 
 def _plan_key(problem: PipelineProblem, plan: PipelinePlan) -> tuple:
     """What simulating ``plan`` on ``problem`` (the instance it runs on) depends on."""
-    return (problem.degree, _chain_numbers(problem.chain), plan.stages, plan.orders,
-            plan.num_microbatches, plan.ddp_buckets)
+    return (problem.network, problem.degree, _chain_numbers(problem.chain), plan.stages,
+            plan.orders, plan.num_microbatches, plan.ddp_buckets)
+
+
+def _kept(instance: PipelineProblem) -> dict[tuple, SimResult]:
+    """The results kept for ``instance``'s planning instance (see ``_KEPT``)."""
+    return _KEPT.setdefault(instance.root.graph, {})
 
 
 def remember(problem: PipelineProblem, result: SimResult) -> None:
     """Keep ``result`` so that ``simulate`` of the same plan on ``problem`` returns it."""
     instance = problem.for_plan(result.plan)
-    _KEPT.setdefault(instance.root, {})[_plan_key(instance, result.plan)] = result
+    _kept(instance)[_plan_key(instance, result.plan)] = result
 
 
 def simulate(problem: PipelineProblem, plan: PipelinePlan,
@@ -440,7 +441,7 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan,
     the iteration ends after ``deadline`` seconds (found as soon as the simulated clock
     passes it; a result kept already is returned whatever its time)."""
     instance = problem.for_plan(plan)
-    kept = _KEPT.get(instance.root, {}).get(_plan_key(instance, plan))
+    kept = _kept(instance).get(_plan_key(instance, plan))
     if kept is not None:
         return replace(kept, plan=plan)
     problem = check_plan(problem, plan, deadlock=False)
@@ -458,35 +459,32 @@ def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch:
     tensor-parallel degree), so ``simulate`` of that
     plan reproduces the same timeline. PlanError when ``stages`` are no valid partition
     (``validate_stages``: e.g. a stage listing one GPU twice); Late when the iteration ends
-    after ``deadline`` seconds."""
+    after ``deadline`` seconds. Results are kept (``_KEPT``, by the rule's name, inputs, caps
+    and split) and returned again whatever the deadline; so is the latest deadline a run
+    passed (``_LATE``): it is Late again at once for any deadline up to that one."""
+    key = (problem.network, problem.degree, _chain_numbers(problem.chain),
+           problem.num_microbatches, stages, dispatch.name, dispatch.inputs, dispatch.caps,
+           dispatch.split)
+    kept = _kept(problem)
+    if key in kept:
+        result = kept[key]
+        return replace(result, plan=replace(result.plan, planner=planner))
+    late = _LATE.setdefault(problem.root.graph, {})
+    if deadline <= late.get(key, -math.inf):
+        raise Late
     validate_stages(stages, problem.chain.num_blocks, problem.graph.num_devices)
     run = _Run(problem, stages, None, dispatch, deadline=deadline)
-    run.run()
+    try:
+        run.run()
+    except Late:
+        late[key] = deadline
+        raise
     orders = tuple(tuple(order) for order in run.executed)
     plan = PipelinePlan(planner, stages, orders, problem.num_microbatches,
                         {"schedule": dispatch.name}, problem.chain.recompute, problem.degree)
-    return _result(run, plan)
+    kept[key] = _result(run, plan)
+    return kept[key]
 
 
 def _result(run: _Run, plan: PipelinePlan) -> SimResult:
     return SimResult(plan, run.end, tuple(run.peak), tuple(run.busy_s), tuple(run.records))
-
-
-def _compute_span(name: str, start: float, end: float, action: Action) -> Span:
-    """GPU ``name`` running ``action`` from ``start`` to ``end`` (seconds)."""
-    return Span(name, start, end, KIND_NAMES[action.kind], str(action), group=name,
-                args={"stage": action.stage, "microbatch": action.microbatch})
-
-
-def _link_span(src: int, dst: int, start: float, end: float, kind: str, target: Action,
-               num_bytes: float) -> Span:
-    """An activation or gradient (``kind``) for ``target`` moving ``num_bytes`` bytes from
-    GPU ``src`` to ``dst`` between ``start`` and ``end`` (seconds)."""
-    return Span(f"link {src}->{dst}", start, end, kind, f"{kind} {target}", int(num_bytes),
-                "network", {"stage": target.stage, "microbatch": target.microbatch})
-
-
-def _sync_span(name: str, start: float, end: float, label: str, stage: int) -> Span:
-    """GPU ``name``'s part of an all-reduce of ``stage`` from ``start`` to ``end`` (s)."""
-    return Span(f"{name} sync", start, end, "allreduce", label, group=name,
-                args={"stage": stage})
