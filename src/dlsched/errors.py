@@ -4,7 +4,8 @@
 that does not parse) and ``PlanError`` (a collective, data-parallel or pipeline plan that breaks
 a rule, e.g. one read from a file). ``RunFailure``: a run stopped for a reason
 outside dlsched's code and the user's input — a rank died or hung, a worker was lost (exit
-code 1). Any other exception is a bug in dlsched.
+code 1). ``Cutoff``: not an error, a computation stopped early on purpose and caught by its
+own caller (never reaches the CLI). Any other exception is a bug in dlsched.
 """
 
 from __future__ import annotations
@@ -35,3 +36,8 @@ class RunFailure(RuntimeError):
 class SweepIncomplete(RunFailure):
     """Some scenarios got no row because their worker or executor failed (not the scenario):
     the rows that did finish are committed; rerun with resume to complete the sweep."""
+
+
+class Cutoff(Exception):
+    """Not an error: a computation stopped early on purpose (e.g. a simulation past the
+    deadline its caller gave it); the caller catches it."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from dlsched.errors import Cutoff
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.plan import PipelinePlan
 from dlsched.sim import Span, Timeline
@@ -16,7 +17,7 @@ from dlsched.sim import Span, Timeline
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
 
 
-class Late(Exception):
+class Late(Cutoff):
     """A simulation passed its deadline: the iteration ends after it."""
 
 
