@@ -26,9 +26,10 @@ from dlsched.pipeline import grid as grid_module
 from dlsched.pipeline.actions import parse_orders
 from dlsched.pipeline.baselines import plan_1f1b
 from dlsched.pipeline.chain import synthetic_chain
+from dlsched.pipeline.deadlock import parts_from
 from dlsched.pipeline.grid import grid_points, point_stages
 from dlsched.pipeline.partition import range_costs, sync_dp
-from dlsched.pipeline.plan import PipelinePlan
+from dlsched.pipeline.plan import PipelinePlan, overlap
 from dlsched.pipeline.planner import plan_dlsched, propose_partitions, schedule_candidates
 from dlsched.pipeline.pruning import Candidate, evaluate
 from dlsched.pipeline.schedules import backward_first_dispatch, one_f_one_b_orders
@@ -73,6 +74,23 @@ def _two_stage_problem() -> PipelineProblem:
     chain = synthetic_chain([1.0, 1.0], [2.0, 2.0], [0.0, 0.0])
     graph = server_graph("two", [(2, 1e12, 2**40, 1e9, 0.0)], 1e9, 0.0)
     return PipelineProblem(chain, graph, 2)
+
+
+def test_parts_received_counted_once_per_replica_as_per_microbatch() -> None:
+    """``parts_from`` (kept per stage pair and replica) equals counting, for every
+    microbatch, the sending replicas of that microbatch whose part overlaps the receiver's,
+    for split and unsplit stages of 1-4 replicas."""
+    for senders, receivers in itertools.product(range(1, 5), repeat=2):
+        for split_a, split_b in itertools.product((False, True), repeat=2):
+            stages = (Stage(0, 1, tuple(range(senders)), split_a),
+                      Stage(1, 2, tuple(range(senders, senders + receivers)), split_b))
+            for source, target in ((0, 1), (1, 0)):
+                for dst in stages[target].devices:
+                    theirs = stages[target].part(dst)
+                    for j in range(6):
+                        count = sum(1 for d in stages[source].devices_for(j)
+                                    if overlap(stages[source].part(d), theirs) > 0)
+                        assert parts_from(stages, source, target, dst) == count
 
 
 def test_deadlock_found_without_simulating() -> None:

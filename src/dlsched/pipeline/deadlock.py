@@ -16,6 +16,17 @@ from dlsched.pipeline.actions import Action
 from dlsched.pipeline.plan import Stage, overlap
 
 
+def parts_from(stages: tuple[Stage, ...], source: int, target: int, dst: int) -> int:
+    """How many parts of a microbatch replica ``dst`` of stage ``target`` receives from the
+    replicas of its neighbour stage ``source``: those whose part overlaps its own (the same
+    for every microbatch: one whole one from an unsplit stage, a part from each overlapping
+    replica of a split one)."""
+    theirs, sender = stages[target].part(dst), stages[source]
+    if not sender.split:
+        return 1 if overlap((0.0, 1.0), theirs) > 0 else 0
+    return sum(1 for d in sender.devices if overlap(sender.part(d), theirs) > 0)
+
+
 def stalled_at(stages: tuple[Stage, ...], orders: tuple[tuple[Action, ...], ...],
                num_microbatches: int) -> tuple[int, int] | None:
     """(GPU, position in its order) of the first GPU that waits forever, None when every GPU
@@ -25,18 +36,21 @@ def stalled_at(stages: tuple[Stage, ...], orders: tuple[tuple[Action, ...], ...]
     pointer = [0] * len(orders)
     ready: set[tuple[Action, int]] = set()
     arrived: dict[tuple[Action, int], int] = {}
+    needed: dict[tuple[int, int, int], int] = {}  # parts_from, per stages and replica
 
-    def deliver(src: int, target: Action, source: Stage) -> list[int]:
+    def deliver(src: int, target: Action, s: int) -> list[int]:
         receiving = stages[target.stage]
+        mine = stages[s].part(src)
         woken = []
         for dst in receiving.devices_for(target.microbatch):
-            theirs = receiving.part(dst)
-            if overlap(source.part(src), theirs) <= 0:
+            if overlap(mine, receiving.part(dst)) <= 0:
                 continue
             key = (target, dst)
             arrived[key] = arrived.get(key, 0) + 1
-            if arrived[key] == sum(1 for d in source.devices_for(target.microbatch)
-                                   if overlap(source.part(d), theirs) > 0):
+            parts = (s, target.stage, dst)
+            if parts not in needed:
+                needed[parts] = parts_from(stages, *parts)
+            if arrived[key] == needed[parts]:
                 ready.add(key)
                 woken.append(dst)
         return woken
@@ -48,9 +62,9 @@ def stalled_at(stages: tuple[Stage, ...], orders: tuple[tuple[Action, ...], ...]
             if s == last:
                 ready.add((Action(s, backward, j), device))
             else:
-                woken += deliver(device, Action(s + 1, "F", j), stages[s])
+                woken += deliver(device, Action(s + 1, "F", j), s)
         if action.kind in ("B", "I") and s > 0:
-            woken += deliver(device, Action(s - 1, backward, j), stages[s])
+            woken += deliver(device, Action(s - 1, backward, j), s)
         if action.kind == "I":
             ready.add((Action(s, "W", j), device))
         return woken

@@ -34,7 +34,7 @@ from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.chain import Chain
 from dlsched.pipeline.ddp import ddp_buckets
-from dlsched.pipeline.deadlock import stalled_at
+from dlsched.pipeline.deadlock import parts_from, stalled_at
 from dlsched.pipeline.memory import action_stash, check_memory, peak_memory, static_memory
 from dlsched.pipeline.network import PipelineNetwork
 from dlsched.pipeline.plan import (
@@ -109,6 +109,7 @@ class _Run:
         self.shares = problem.chain.grad_shares
         self.expected: dict[tuple[Action, int], int] = {}
         self.durations: dict[tuple[int, str, int], float] = {}
+        self.parts: dict[tuple[int, int, int], int] = {}  # parts_from per stages and replica
         self.total = self._total_actions()
         self.buckets = {s: ddp_buckets(problem.chain, st.first, st.last)
                         for s, st in enumerate(stages) if bucketed and len(st.devices) > 1}
@@ -277,8 +278,8 @@ class _Run:
         """``src``'s output for ``target``: to each replica of the target stage whose part of
         the microbatch overlaps ``src``'s part, that overlap's share of ``num_bytes``; the
         target is ready on a replica once every overlapping part has arrived."""
-        source = self.stages[target.stage + (1 if kind == "gradient" else -1)]
-        receiving = self.stages[target.stage]
+        s = target.stage + (1 if kind == "gradient" else -1)
+        source, receiving = self.stages[s], self.stages[target.stage]
         if not (source.split or receiving.split):  # one receiver, one part: all of it
             self._deliver(src, receiving.device_for(target.microbatch), target, num_bytes,
                           kind, None)
@@ -287,17 +288,19 @@ class _Run:
         for dst in receiving.devices_for(target.microbatch):
             share = overlap(mine, receiving.part(dst))
             if share > 0:
-                self._deliver(src, dst, target, num_bytes * share, kind, source)
+                self._deliver(src, dst, target, num_bytes * share, kind, s)
 
     def _deliver(self, src: int, dst: int, target: Action, num_bytes: float, kind: str,
-                 source: Stage | None) -> None:
-        """Move one part for ``target`` to ``dst``; ``source`` (None when it is not split:
-        then this is the only part) tells how many parts ``dst`` waits for."""
+                 source: int | None) -> None:
+        """Move one part for ``target`` to ``dst``; stage ``source`` (None when neither it
+        nor the target stage is split: then this is the only part) tells how many parts
+        ``dst`` waits for (``parts_from``)."""
         key = (target, dst)
         if source is not None and key not in self.expected:
-            theirs = self.stages[target.stage].part(dst)
-            self.expected[key] = sum(1 for d in source.devices_for(target.microbatch)
-                                     if overlap(source.part(d), theirs) > 0)
+            parts = (source, target.stage, dst)
+            if parts not in self.parts:
+                self.parts[parts] = parts_from(self.stages, *parts)
+            self.expected[key] = self.parts[parts]
 
         def arrived() -> None:
             if src != dst:
