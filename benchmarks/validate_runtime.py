@@ -138,10 +138,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "refused": [run["refused"] for run in runs if run.get("refused")]}
 
 
-def _interval_text(interval: Any) -> str:
-    """``+3.4% (95% CI -4.0 to +9.7%)``; a bare difference for older records."""
-    if not isinstance(interval, list | tuple):
-        return f"{interval * 100:+.1f}%"
+def _interval_text(interval: tuple[float, float, float]) -> str:
+    """``+3.4% (95% CI -4.0 to +9.7%)`` from ``ratio_interval``'s result."""
     point, low, high = interval
     return f"{point * 100:+.1f}% (95% CI {low * 100:+.1f} to {high * 100:+.1f}%)"
 

@@ -47,7 +47,6 @@ from dlsched.pipeline.plan import (
     validate_stages,
 )
 from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.sim_result import KIND_NAMES as KIND_NAMES  # the runtimes read it here
 from dlsched.pipeline.sim_result import (
     Late,
     SimResult,

@@ -35,7 +35,7 @@ from torch.distributed.pipelining.schedules import (
 from dlsched.errors import ConfigError
 from dlsched.pipeline.plan import PipelinePlan
 from dlsched.pipeline.plan_file import SavedPlan
-from dlsched.pipeline.simulate import KIND_NAMES
+from dlsched.pipeline.sim_result import KIND_NAMES
 from dlsched.pipeline.torch_export import TorchSchedule, to_torch
 from dlsched.runtime.pipeline.model import PipelineModel, load_model
 from dlsched.runtime.spawn import SpawnOptions, spawn
