@@ -23,10 +23,12 @@ from dlsched.pipeline.model_source import ChainSpec
 from dlsched.pipeline.plan_file import saved_from_result
 from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline.calibrate import (
+    RuntimeFit,
     calibrate_link,
     cpu_devices_document,
     measure_contention,
     measure_runtime,
+    measure_transfer_overhead,
 )
 from dlsched.runtime.pipeline.model import GPT_PRESETS, load_model
 from dlsched.runtime.pipeline.profile import chain_document, profile_blocks
@@ -65,7 +67,7 @@ def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int,
          bare: DeviceGraph) -> str:
     """One table row; with more ranks than ``cores`` no prediction (the simulator's devices
     run in parallel, ranks waiting for a core do not). The replay runs on ``bare``: the same
-    link, devices at the reference speed without overhead (the run's own action times)."""
+    link and overheads, devices at the reference speed (the run's own action times)."""
     problem, plan = result.problem, result.plan
     replay = simulate(PipelineProblem(retimed_chain(problem.chain, plan, run.timeline),
                                       bare, problem.num_microbatches), plan)
@@ -118,18 +120,21 @@ def main() -> None:
     rows, notes = [], []
     runtime = measure_runtime(MODEL, MICROBATCH_SIZE, MICROBATCHES)
     overhead = max(0.0, runtime.overhead_s)
+    transfer = max(0.0, measure_transfer_overhead(MODEL, MICROBATCH_SIZE, overhead, latency,
+                                                  bandwidth, MICROBATCHES))
     factors = {}
     for ranks in ranks_list:
         factor = runtime.compute_factor * measure_contention(MODEL, MICROBATCH_SIZE, ranks)
         factors[ranks] = factor
+        fit = RuntimeFit(factor, overhead, transfer)
         graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY,
-                                                       overhead_s=overhead,
-                                                       compute_factor=factor), "benchmark")
+                                                       fit=fit), "benchmark")
         problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
         results = _plans(problem)
         runs = _run_all(results)
-        bare = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY),
-                                 "replay")
+        bare = devices_from_data(cpu_devices_document(
+            ranks, latency, bandwidth, MEMORY, fit=RuntimeFit(1.0, overhead, transfer)),
+            "replay")
         rows += [_row(ranks, result, run, cores, bare)
                  for result, run in zip(results, runs, strict=True)]
         free = run_planner(replace(problem, replicate=True), "dlsched")
@@ -162,12 +167,17 @@ def main() -> None:
         f"action), times the slowdown of every rank profiling at once over one alone "
         "(`measure_contention`, fastest of 12): factor "
         + ", ".join(f"{f:.3f} on {r} ranks" for r, f in factors.items())
-        + f", overhead {overhead * 1e3:.2f} ms per action. Every planner "
+        + f", overhead {overhead * 1e3:.2f} ms per action, and whose host time per "
+        "activation or gradient sent or received is measured from two ranks running the "
+        "model as two GPipe stages (`measure_transfer_overhead`: wait-free gaps between "
+        "actions minus the overhead, per transfer, median): "
+        f"{transfer * 1e3:.2f} ms per transfer. Every planner "
         "is kept to one GPU per stage "
         "(`--for-torch`: torch runs one rank per stage; the grid baselines search PP with "
         "DP = 1); error = predicted / measured - 1. "
-        "*replayed* simulates the same plan with the run's own median action times, which "
-        "separates compute-time misprediction from what the schedule and link model miss. "
+        "*replayed* simulates the same plan with the run's own median action times and the "
+        "calibrated overheads, which separates compute-time misprediction from what the "
+        "schedule, overhead and link model miss. "
         "*idle* is the share of the used ranks' time outside compute actions (bubble, waits "
         "for activations and gradients, runtime overhead between actions).",
         "",

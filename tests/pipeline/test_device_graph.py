@@ -57,20 +57,21 @@ def test_matrix_form_from_json(tmp_path) -> None:
     assert graph.latency[1, 2] == pytest.approx(5e-6)
 
 
-def test_overhead_per_action_in_every_form() -> None:
-    """``overhead`` ("1.5 ms") reaches each GPU in the servers, matrix and topology forms;
-    0 when not given."""
-    gpu = {"flops": "1 TFLOP/s", "memory": "1 GiB", "overhead": "1.5 ms"}
+@pytest.mark.parametrize("field", ["overhead", "transfer_overhead"])
+def test_overheads_in_every_form(field: str) -> None:
+    """``overhead`` per action and ``transfer_overhead`` per transfer ("1.5 ms") reach each
+    GPU in the servers, matrix and topology forms; 0 when not given."""
+    gpu = {"flops": "1 TFLOP/s", "memory": "1 GiB", field: "1.5 ms"}
     servers = devices_from_data({"servers": [
         {"count": 2, "gpu": gpu, "link": {"bandwidth": "1 GB/s"}},
         {"count": 1, "gpu": {"flops": 1e12, "memory": 2**30}, "link": {"bandwidth": 1e9}}],
         "inter": {"bandwidth": 1e9}})
-    assert [d.overhead for d in servers.devices] == pytest.approx([1.5e-3, 1.5e-3, 0.0])
+    assert [getattr(d, field) for d in servers.devices] == pytest.approx([1.5e-3, 1.5e-3, 0.0])
     matrix = devices_from_data({"devices": [{"name": "a", **gpu}, {"name": "b", **gpu}],
                                 "bandwidth": [[0, 1e9], [1e9, 0]]})
-    assert [d.overhead for d in matrix.devices] == pytest.approx([1.5e-3] * 2)
+    assert [getattr(d, field) for d in matrix.devices] == pytest.approx([1.5e-3] * 2)
     topology = devices_from_data({"topology": "2D-SW_SW", "count": 4, "gpu": gpu})
-    assert [d.overhead for d in topology.devices] == pytest.approx([1.5e-3] * 4)
+    assert [getattr(d, field) for d in topology.devices] == pytest.approx([1.5e-3] * 4)
 
 
 @pytest.mark.parametrize(("data", "message"), [

@@ -211,13 +211,14 @@ def test_dapple_searches_its_placement_policies() -> None:
 def test_no_plan_beats_its_bound_shared_gpus(problem: PipelineProblem, seed: int, schedule: str,
                                              network: str) -> None:
     """Stages may share GPUs (as interleaving does), backwards may be split, at a cost above
-    or below a full backward's, and GPUs may add an overhead per action: the heads-and-tails
-    term and every other term of plan_bound, and the instance bound, still hold, under both
-    network modes."""
+    or below a full backward's, and GPUs may add an overhead per action and per transfer:
+    the heads-and-tails term and every other term of plan_bound, and the instance bound,
+    still hold, under both network modes."""
     rng = np.random.default_rng(seed)
     chain = replace(problem.chain, input_grad_fraction=float(rng.uniform(0.2, 0.8)),
                     split_backward_factor=float(rng.uniform(0.8, 1.6)))
-    graph = problem.graph.with_overheads(rng.uniform(0.0, 1e-3, problem.graph.num_devices))
+    graph = problem.graph.with_overheads(rng.uniform(0.0, 1e-3, problem.graph.num_devices),
+                                         rng.uniform(0.0, 1e-3, problem.graph.num_devices))
     problem = replace(problem, chain=chain, graph=graph, network=network)
     n, blocks, m = problem.graph.num_devices, chain.num_blocks, problem.num_microbatches
     p = int(rng.integers(1, blocks + 1))

@@ -20,6 +20,7 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
+from dlsched.pipeline.plan import host_transfers
 from dlsched.pipeline.schedules import (
     gpipe_orders,
     one_f_one_b_orders,
@@ -253,6 +254,37 @@ def test_action_overhead_by_hand() -> None:
     assert result.iteration_s == pytest.approx(8.0)
     assert [s.duration for s in result.timeline.spans] == pytest.approx([1.5, 1.5, 2.5, 2.5])
     assert plan_bound(problem, plan) == pytest.approx(8.0)
+
+
+def test_transfer_overhead_by_hand() -> None:
+    """A GPU's transfer overhead is host time for each activation or gradient it sends or
+    receives across GPUs: two stages on two GPUs, one microbatch of F = 1 s, B = 2 s per
+    stage, 0.25 s per transfer on 1 GB/s (1 GB: 1 s): F0 1.25 + 1 + F1 1.25 + B1 2.25 + 1 +
+    B0 2.25 = 9 s. Both stages on one GPU: nothing crosses, 6 s."""
+    chain = synthetic_chain([1.0, 1.0], [2.0, 2.0], [1e9, 1e9])
+    graph = server_graph("g", [(2, 1e12, 2**30, 1e9, 0.0)], 1e9, 0.0).with_overheads(
+        [0.0, 0.0], [0.25, 0.25])
+    problem = PipelineProblem(chain, graph, 1)
+    apart = (Stage(0, 1, (0,)), Stage(1, 2, (1,)))
+    result = simulate(problem, PipelinePlan("x", apart, gpipe_orders(apart, 2, 1), 1))
+    assert result.iteration_s == pytest.approx(9.0)
+    computes = sorted(s.duration for s in result.timeline.spans if s.group != "network")
+    assert computes == pytest.approx([1.25, 1.25, 2.25, 2.25])
+    together = (Stage(0, 1, (0,)), Stage(1, 2, (0,)))
+    order = (Action(0, "F", 0), Action(1, "F", 0), Action(1, "B", 0), Action(0, "B", 0))
+    assert simulate(problem, PipelinePlan("x", together, (order, ()), 1)).iteration_s == \
+        pytest.approx(6.0)
+
+
+def test_host_transfers_counts_overlapping_parts() -> None:
+    """An F of a stage split over GPUs 1 and 2 receives from the one GPU before it and
+    sends to the two halves of the stage after it (split over 3 and 4) that overlap its half
+    (GPU 1: samples 0-1/2; GPU 3: 0-1/2, GPU 4: 1/2-1: one); a W moves nothing."""
+    stages = (Stage(0, 1, (0,)), Stage(1, 2, (1, 2), True), Stage(2, 3, (3, 4), True))
+    assert host_transfers(stages, Action(1, "F", 0), 1) == 2
+    assert host_transfers(stages, Action(0, "F", 0), 0) == 2
+    assert host_transfers(stages, Action(2, "B", 0), 4) == 1
+    assert host_transfers(stages, Action(1, "W", 0), 1) == 0
 
 
 def test_split_backward_factor_survives_recomputation() -> None:

@@ -279,3 +279,17 @@ def test_contention_measured_on_two_ranks(pipeline_calibrate) -> None:
     machine it can be below 1 by noise, so only its range is checked)."""
     contention = pipeline_calibrate.measure_contention("gpt-tiny", 1, 2, rounds=2)
     assert 0.2 < contention < 20
+
+
+@pytest.mark.parametrize(("cost", "parts", "reason"), [
+    (0.3e-3, (0.25e-3, 0.3e-3, 0.35e-3), None),
+    (1e-3, (0.5e-3, 1e-3, 1.5e-3), "its 3 parts give 0.50, 1.00, 1.50 ms"),
+    (-0.5e-3, (-0.5e-3,) * 3, "transfer overhead -0.50 ms is negative"),
+    (-0.1e-3, (-0.1e-3, 0.0, 0.05e-3), None),
+])
+def test_transfer_overhead_plausibility(pipeline_calibrate: types.ModuleType, cost: float,
+                                        parts: tuple, reason: str | None) -> None:
+    """A transfer overhead is refused when below -0.2 ms or when its parts spread more than
+    25% of it and 0.2 ms (1 ms with parts 0.5-1.5 ms); within the tolerance it passes."""
+    found = pipeline_calibrate.implausible_transfer(cost, parts)
+    assert (found is None) if reason is None else (reason in found)

@@ -158,6 +158,7 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     from dlsched.pipeline.chain import REFERENCE_FLOPS
     from dlsched.pipeline.model_source import load_chain
     from dlsched.runtime.pipeline.calibrate import (
+        RuntimeFit,
         cpu_devices_document,
         measure_runtime,
     )
@@ -189,14 +190,14 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     except ConfigError as error:
         assert str(error).startswith("runtime calibration: refused after 3 measurements")
         overhead, factor = 1e-3, 1.25
-    devices.write_text(yaml.safe_dump(cpu_devices_document(3, 1e-4, 1e9, 2**30,
-                                                           overhead_s=overhead,
-                                                           compute_factor=factor)))
+    fit = RuntimeFit(factor, overhead, 0.4e-3)
+    devices.write_text(yaml.safe_dump(cpu_devices_document(3, 1e-4, 1e9, 2**30, fit=fit)))
     graph = load_devices(devices)
     assert graph.num_devices == 3
     assert graph.flops == pytest.approx([REFERENCE_FLOPS / factor] * 3, rel=1e-5)
     assert graph.transfer_time(0, 2, 1e9) == pytest.approx(1.0001)
     assert [d.overhead for d in graph.devices] == pytest.approx([overhead] * 3, rel=1e-5)
+    assert [d.transfer_overhead for d in graph.devices] == pytest.approx([0.4e-3] * 3)
 
 
 def test_cli_run_refuses_a_plan_for_another_model(run_cli, tmp_path) -> None:

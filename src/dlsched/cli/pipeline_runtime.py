@@ -71,8 +71,9 @@ def profile(
     repeats: Annotated[int, typer.Option(help="Timed runs per block (median).")] = 5,
     threads: Annotated[int, typer.Option(help="torch threads (1 = as each rank runs).")] = 1,
     devices_out: Annotated[Path | None, typer.Option(
-        help="Also calibrate the rank-to-rank link and the runtime's overhead per compute "
-             "action, and write a device graph here.")] = None,
+        help="Also calibrate the rank-to-rank link, the runtime's compute factor and its "
+             "overheads per compute action and per transfer, and write a device graph "
+             "here.")] = None,
     ranks: Annotated[int, typer.Option(help="Ranks in the written device graph.")] = 2,
     memory: Annotated[str, typer.Option(help="Memory per rank in the device graph.")]
     = "16 GiB",
@@ -120,19 +121,21 @@ def profile(
             cpu_devices_document,
         )
 
-        with activity("calibrating the link and the runtime's compute factor and overhead",
+        with activity("calibrating the link and the runtime's compute factor and overheads",
                       json_out):
             latency, bandwidth, _ = calibrate_link()
-            factor, overhead = calibrate_runtime(model, microbatch_size, ranks)
+            fit = calibrate_runtime(model, microbatch_size, latency, bandwidth, ranks)
         write_text(devices_out, yaml.safe_dump(
-            cpu_devices_document(ranks, latency, bandwidth, memory_bytes, overhead_s=overhead,
-                                 compute_factor=factor), sort_keys=False))
+            cpu_devices_document(ranks, latency, bandwidth, memory_bytes, fit=fit),
+            sort_keys=False))
         announce(f"device graph: link latency {latency * 1e6:.0f} us, bandwidth "
                  f"{bandwidth / 1e9:.3g} GB/s (loopback, measured), runtime compute factor "
-                 f"{factor:.3f}, overhead {overhead * 1e3:.2f} ms per compute action",
+                 f"{fit.compute_factor:.3f}, overhead {fit.overhead_s * 1e3:.2f} ms per "
+                 f"compute action and {fit.transfer_overhead_s * 1e3:.2f} ms per transfer",
                  devices_out, json_out)
         extra |= {"devices": str(devices_out), "latency_s": latency, "bandwidth": bandwidth,
-                  "compute_factor": factor, "overhead_s": overhead}
+                  "compute_factor": fit.compute_factor, "overhead_s": fit.overhead_s,
+                  "transfer_overhead_s": fit.transfer_overhead_s}
     if json_out:
         emit_rows(rows, True, None, extra)
         return

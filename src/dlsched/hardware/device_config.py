@@ -39,13 +39,16 @@ from dlsched.validation import (
 
 class GpuSpec(BaseModel):
     """A GPU kind: sustained ``flops`` ("125 TFLOP/s"), ``memory`` ("80 GiB"), the
-    runtime's ``overhead`` per compute action ("1.2 ms"; default 0) and optionally ``peak``,
-    the datasheet's dense FLOP/s of the training precision ("312 TFLOP/s"; for MFU)."""
+    runtime's ``overhead`` per compute action ("1.2 ms"; default 0), its
+    ``transfer_overhead`` per activation or gradient sent to or received from another GPU
+    ("0.3 ms"; default 0) and optionally ``peak``, the datasheet's dense FLOP/s of the
+    training precision ("312 TFLOP/s"; for MFU)."""
 
     model_config = ConfigDict(extra="forbid")
     flops: FlopRate
     memory: ByteSize
     overhead: Seconds = 0.0
+    transfer_overhead: Seconds = 0.0
     peak: FlopRate | None = None
 
     @model_validator(mode="after")
@@ -90,8 +93,9 @@ class ServersForm(BaseModel):
                  for s in self.servers]
         graph = server_graph(self.name, specs, inter.bandwidth, inter.latency,
                              [s.gpu.peak for s in self.servers])
-        return graph.with_overheads([s.gpu.overhead for s in self.servers
-                                     for _ in range(s.count)])
+        return graph.with_overheads(
+            [s.gpu.overhead for s in self.servers for _ in range(s.count)],
+            [s.gpu.transfer_overhead for s in self.servers for _ in range(s.count)])
 
 
 class DeviceSpec(GpuSpec):
@@ -117,8 +121,8 @@ class MatrixForm(BaseModel):
         bandwidth = _matrix(self.bandwidth, n, "bandwidth", BANDWIDTH)
         latency = (np.zeros((n, n)) if self.latency is None
                    else _matrix(self.latency, n, "latency", LATENCY))
-        devices = tuple(Device(d.name, d.flops, d.memory, d.server, d.overhead, d.peak)
-                        for d in self.devices)
+        devices = tuple(Device(d.name, d.flops, d.memory, d.server, d.overhead, d.peak,
+                               d.transfer_overhead) for d in self.devices)
         return DeviceGraph(self.name, devices, bandwidth, latency)
 
 
@@ -136,7 +140,8 @@ class TopologyForm(BaseModel):
         """The device graph."""
         graph = graph_from_topology(load_topology(self.topology), self.count, self.gpu.flops,
                                     self.gpu.memory, self.gpu.peak)
-        graph = graph.with_overheads([self.gpu.overhead] * graph.num_devices)
+        graph = graph.with_overheads([self.gpu.overhead] * graph.num_devices,
+                                     [self.gpu.transfer_overhead] * graph.num_devices)
         if not self.name:
             return graph
         return DeviceGraph(self.name, graph.devices, graph.bandwidth, graph.latency)

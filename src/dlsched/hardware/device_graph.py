@@ -1,8 +1,9 @@
 """Device graphs: arbitrary GPUs and the links between every pair, for pipeline mapping.
 
 Units: ``flops`` is a GPU's sustained FLOP/s, ``memory`` bytes, ``bandwidth[i][j]`` bytes/s
-from GPU ``i`` to GPU ``j``, ``latency[i][j]`` seconds per transfer and a GPU's ``overhead``
-seconds per compute action. A graph is built from
+from GPU ``i`` to GPU ``j``, ``latency[i][j]`` seconds per transfer, a GPU's ``overhead``
+seconds per compute action and its ``transfer_overhead`` seconds per activation or gradient it
+sends to or receives from another GPU. A graph is built from
 per-server groups (NVLink/PCIe inside, a NIC between servers), from a full matrix, or from a
 multi-dimensional ``Topology`` of the Themis issue; all three load from YAML/JSON.
 """
@@ -22,9 +23,12 @@ from dlsched.validation import BANDWIDTH, DATA_SIZE, DEVICES, FLOP_RATE, LATENCY
 class Device:
     """One GPU: sustained compute ``flops`` (FLOP/s), ``memory`` (bytes), its ``server`` index,
     and ``overhead``: fixed seconds its runtime adds to every compute action (pipeline F, B,
-    I, W) beside the FLOP (framework dispatch, posting sends and receives; calibrated for CPU
-    torch ranks, 0 for GPUs whose launches overlap the compute); ``peak``: the datasheet's
-    dense FLOP/s of the training precision (what MFU divides by; None when not given)."""
+    I, W) beside the FLOP (framework dispatch; calibrated for CPU torch ranks, 0 for GPUs
+    whose launches overlap the compute); ``peak``: the datasheet's dense FLOP/s of the
+    training precision (what MFU divides by; None when not given); ``transfer_overhead``:
+    seconds of its host's time per activation or gradient it sends to or receives from
+    another GPU (posting and completing the operation; calibrated for CPU torch ranks, whose
+    transport shares their cores; 0 where a copy engine moves the bytes)."""
 
     name: str
     flops: float
@@ -32,6 +36,7 @@ class Device:
     server: int = 0
     overhead: float = 0.0
     peak: float | None = None
+    transfer_overhead: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,10 +48,15 @@ class DeviceGraph:
     bandwidth: np.ndarray
     latency: np.ndarray
 
-    def with_overheads(self, overheads: list[float]) -> DeviceGraph:
-        """This graph with ``overheads[k]`` seconds per compute action on GPU ``k``."""
-        devices = tuple(replace(d, overhead=float(o))
-                        for d, o in zip(self.devices, overheads, strict=True))
+    def with_overheads(self, overheads: list[float],
+                       transfer_overheads: list[float] | None = None) -> DeviceGraph:
+        """This graph with ``overheads[k]`` seconds per compute action on GPU ``k`` and
+        ``transfer_overheads[k]`` seconds per send or receive to or from another GPU (each
+        GPU's own kept when None)."""
+        transfers = (transfer_overheads if transfer_overheads is not None
+                     else [d.transfer_overhead for d in self.devices])
+        devices = tuple(replace(d, overhead=float(o), transfer_overhead=float(t))
+                        for d, o, t in zip(self.devices, overheads, transfers, strict=True))
         return DeviceGraph(self.name, devices, self.bandwidth, self.latency)
 
     def __post_init__(self) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.bounds import plan_bound
 from dlsched.pipeline.enumeration import all_partitions
-from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.plan import PipelinePlan, Stage, host_transfers
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.schedules import gpipe_orders
 
@@ -88,15 +88,19 @@ def oracle(problem: PipelineProblem, time_limit_s: float = 20.0) -> OracleResult
 
 
 def _actions(problem: PipelineProblem, stages: tuple[Stage, ...]) -> dict[Action, tuple]:
-    """Each action -> (device, duration in seconds)."""
+    """Each action -> (device, duration in seconds, the simulator's: compute, overhead and
+    host time of its transfers)."""
     result = {}
     for s, stage in enumerate(stages):
         forward, backward = problem.stage_flops(stage)
         for j in range(problem.num_microbatches):
             device = stage.device_for(j)
             gpu = problem.graph.devices[device]
-            result[Action(s, "F", j)] = (device, forward / gpu.flops + gpu.overhead)
-            result[Action(s, "B", j)] = (device, backward / gpu.flops + gpu.overhead)
+            for kind, work in (("F", forward), ("B", backward)):
+                action = Action(s, kind, j)
+                result[action] = (device, work / gpu.flops + gpu.overhead
+                                  + gpu.transfer_overhead * host_transfers(stages, action,
+                                                                           device))
     return result
 
 

@@ -83,6 +83,23 @@ def overlap(sender: tuple[float, float], receiver: tuple[float, float]) -> float
     return max(0.0, min(sender[1], receiver[1]) - max(sender[0], receiver[0]))
 
 
+def host_transfers(stages: tuple[Stage, ...], action: Action, device: int) -> int:
+    """How many activations or gradients ``action`` on ``device`` receives from and sends to
+    other GPUs: an F receives from the replicas of the stage before whose parts overlap its
+    own and sends to those of the stage after; a B or I the other way round; a W none."""
+    if action.kind == "W":
+        return 0
+    s, j = action.stage, action.microbatch
+    mine = stages[s].part(device)
+    count = 0
+    for neighbour in (s - 1, s + 1):
+        if 0 <= neighbour < len(stages):
+            stage = stages[neighbour]
+            count += sum(1 for d in stage.devices_for(j)
+                         if d != device and overlap(stage.part(d), mine) > 0)
+    return count
+
+
 @dataclass(frozen=True)
 class PipelinePlan:
     """A complete plan: ``orders[k]`` is GPU ``k``'s action order (empty when unused);

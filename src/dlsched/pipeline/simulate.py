@@ -42,6 +42,7 @@ from dlsched.pipeline.plan import (
     PlanError,
     Stage,
     grid,
+    host_transfers,
     overlap,
     validate_plan,
     validate_stages,
@@ -108,6 +109,7 @@ class _Run:
         self.shares = problem.chain.grad_shares
         self.expected: dict[tuple[Action, int], int] = {}
         self.durations: dict[tuple[int, str, int], float] = {}
+        self.transfer_costs = [d.transfer_overhead for d in problem.graph.devices]
         self.parts: dict[tuple[int, int, int], int] = {}  # parts_from per stages and replica
         self.total = self._total_actions()
         self.buckets = {s: ddp_buckets(problem.chain, st.first, st.last)
@@ -224,7 +226,9 @@ class _Run:
                         self.engine.now, f"all-reduce stage {s} bucket {k}", reduced)
 
     def _duration(self, action: Action, device: int) -> float:
-        """Seconds of ``action`` on ``device`` (found once per stage, kind and GPU)."""
+        """Seconds of ``action`` on ``device``: its compute and the GPU's overhead (found once
+        per stage, kind and GPU), and the GPU's ``transfer_overhead`` per activation or
+        gradient the action receives from or sends to another GPU (``host_transfers``)."""
         key = (action.stage, action.kind, device)
         duration = self.durations.get(key)
         if duration is None:
@@ -234,6 +238,9 @@ class _Run:
                     "W": backward * weights}[action.kind]
             gpu = self.problem.graph.devices[device]
             duration = self.durations[key] = work / gpu.flops + gpu.overhead
+        if self.transfer_costs[device]:
+            return duration + self.transfer_costs[device] * host_transfers(self.stages, action,
+                                                                           device)
         return duration
 
     def _finish(self, device: int, action: Action, start: float) -> None:

@@ -28,9 +28,13 @@ whose every compute action is stamped:
   over the fastest one alone (``measure_contention``) multiplies the factor for that many
   ranks.
 - *overhead*: the time between actions (the schedule's Python, argument and output
-  handling, posting sends and receives): iteration - summed action time, per action, the
-  median over rounds (a difference within one iteration: little noise). Without it a planner
-  would favour plans with many small actions (interleaving: 4x the actions of 1F1B).
+  handling): iteration - summed action time, per action, the median over rounds (a
+  difference within one iteration: little noise). Without it a planner would favour plans
+  with many small actions (interleaving: 4x the actions of 1F1B).
+- *transfer overhead*: the host time per activation or gradient sent or received
+  (``transfer_gaps``), from two ranks running the model as two GPipe stages
+  (``measure_transfer_overhead``); without it a planner favours plans with many stage
+  boundaries (interleaving: 3x the transfers of 1F1B on 2 ranks).
 
 On CPU both times are noisy: on an idle 16-core machine consecutive one-stage iterations of
 `gpt-small` ranged 100-204 ms, so a difference of medians taken minutes apart moved by more
@@ -62,7 +66,15 @@ from dlsched.pipeline.schedules import gpipe_orders
 from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline.model import load_model
 from dlsched.runtime.pipeline.profile import profile_blocks
-from dlsched.runtime.pipeline.run import RunJob, check_model, run_schedule, saved_for_model
+from dlsched.runtime.pipeline.run import (
+    RunJob,
+    check_model,
+    run_pipeline,
+    run_schedule,
+    saved_for_model,
+)
+from dlsched.runtime.pipeline.transfer_gaps import PARTS as TRANSFER_PARTS
+from dlsched.runtime.pipeline.transfer_gaps import transfer_cost, wait_free_gaps
 from dlsched.runtime.spawn import SpawnOptions, spawn
 
 SIZES = (4 * 2**10, 64 * 2**10, 2**20, 4 * 2**20)
@@ -283,30 +295,102 @@ def measure_contention(model: str, microbatch_size: int, ranks: int, rounds: int
     return contention_of(alone, together)
 
 
-def calibrate_runtime(model: str, microbatch_size: int, ranks: int = 1,
-                      microbatches: int = 8,
-                      options: SpawnOptions | None = None) -> tuple[float, float]:
-    """(compute factor, overhead s per compute action >= 0) of the torch pipeline runtime on
-    ``ranks`` ranks: ``measure_runtime``'s factor times ``measure_contention`` for ``ranks``
-    (an overhead within the tolerance below 0 is 0)."""
+def implausible_transfer(cost_s: float, parts: tuple[float, ...]) -> str | None:
+    """Why a transfer overhead of ``cost_s`` seconds whose interleaved parts gave ``parts``
+    cannot be used (one line), or None: below -``TOLERANCE_S``, or parts that disagree by
+    more than ``SPREAD_LIMIT`` of it and ``TOLERANCE_S``."""
+    if cost_s < -TOLERANCE_S:
+        return f"transfer overhead {cost_s * 1e3:.2f} ms is negative"
+    if max(parts) - min(parts) > max(SPREAD_LIMIT * abs(cost_s), TOLERANCE_S):
+        text = ", ".join(f"{part * 1e3:.2f}" for part in parts)
+        return (f"transfer overhead {cost_s * 1e3:.2f} ms, but its {TRANSFER_PARTS} parts give "
+                f"{text} ms (limit {SPREAD_LIMIT:.0%} or {TOLERANCE_S * 1e3:.1f} ms; the "
+                "machine is too busy to calibrate)")
+    return None
+
+
+def measure_transfer_overhead(model: str, microbatch_size: int, overhead_s: float,
+                              latency_s: float, bandwidth: float, microbatches: int = 8,
+                              iterations: int = 12, attempts: int = 3,
+                              options: SpawnOptions | None = None) -> float:
+    """Seconds of a rank's host time per activation or gradient it sends or receives
+    (``transfer_gaps``): ``model`` cut into two stages of half its blocks each on two ranks,
+    GPipe over ``microbatches`` microbatches of ``microbatch_size`` samples, ``iterations``
+    stamped iterations after one warm-up; ``overhead_s`` is the runtime's overhead per action
+    and ``latency_s`` + bytes / ``bandwidth`` (s, B/s) the link's time. Measured again up to
+    ``attempts`` times while ``implausible_transfer``, then ConfigError with the reason."""
+    if not 1 <= microbatches <= 1000 or not 1 <= iterations <= 1000 or not 1 <= attempts <= 10:
+        raise ConfigError(f"microbatches: {microbatches} (1..1000), iterations: {iterations} "
+                          f"(1..1000) and attempts: {attempts} (1..10) are out of range")
+    built = load_model(model)
+    blocks = len(built.block_names)
+    if blocks < 2:
+        raise ConfigError(f"model: {model} has {blocks} block; two stages need at least 2")
+    stages = (Stage(0, blocks // 2, (0,)), Stage(blocks // 2, blocks, (1,)))
+    plan = PipelinePlan("transfer-calibration", stages, gpipe_orders(stages, 2, microbatches),
+                        microbatches)
+    names = ("rank0", "rank1")
+    saved = saved_for_model(plan, built, microbatch_size, names)
+    link_s = latency_s + max(saved.activation_bytes) / bandwidth
+    rejected: list[str] = []
+    for _ in range(attempts):
+        run = run_pipeline(saved, model, iterations, options=options)
+        cost, parts, _ = transfer_cost(wait_free_gaps(run.timeline, stages, names, link_s),
+                                       overhead_s)
+        reason = implausible_transfer(cost, parts)
+        if reason is None:
+            return cost
+        rejected.append(reason)
+    raise ConfigError(f"transfer calibration: refused after {attempts} measurements: "
+                      f"{rejected[-1]}")
+
+
+@dataclass(frozen=True)
+class RuntimeFit:
+    """What the torch pipeline runtime adds to the profiled blocks on ``ranks`` ranks:
+    ``compute_factor`` (its actions over the profile, contention included), ``overhead_s``
+    per compute action and ``transfer_overhead_s`` per activation or gradient sent or
+    received (seconds, >= 0)."""
+
+    compute_factor: float
+    overhead_s: float
+    transfer_overhead_s: float
+
+
+def calibrate_runtime(model: str, microbatch_size: int, latency_s: float, bandwidth: float,
+                      ranks: int = 1, microbatches: int = 8,
+                      options: SpawnOptions | None = None) -> RuntimeFit:
+    """The torch pipeline runtime's ``RuntimeFit`` on ``ranks`` ranks whose link takes
+    ``latency_s`` + bytes / ``bandwidth`` (s, B/s): ``measure_runtime``'s factor times
+    ``measure_contention`` for ``ranks``, its overhead, and ``measure_transfer_overhead``
+    (0 on one rank); values within the tolerance below 0 are 0."""
     calibration = measure_runtime(model, microbatch_size, microbatches, options=options)
     contention = measure_contention(model, microbatch_size, ranks, options=options)
-    return calibration.compute_factor * contention, max(0.0, calibration.overhead_s)
+    overhead = max(0.0, calibration.overhead_s)
+    transfer = 0.0
+    if ranks > 1:
+        transfer = max(0.0, measure_transfer_overhead(model, microbatch_size, overhead,
+                                                      latency_s, bandwidth, microbatches,
+                                                      options=options))
+    return RuntimeFit(calibration.compute_factor * contention, overhead, transfer)
 
 
 def cpu_devices_document(ranks: int, latency_s: float, bandwidth: float, memory: int,
-                         name: str = "cpu-ranks", overhead_s: float = 0.0,
-                         compute_factor: float = 1.0) -> dict:
-    """A device-graph file (servers form): ``ranks`` devices at ``REFERENCE_FLOPS`` /
-    ``compute_factor`` with ``memory`` bytes each and ``overhead_s`` seconds per compute
-    action, the calibrated link between every pair."""
-    if ranks < 1 or memory <= 0 or overhead_s < 0 or not compute_factor > 0:
+                         name: str = "cpu-ranks", fit: RuntimeFit | None = None) -> dict:
+    """A device-graph file (servers form): ``ranks`` devices with ``memory`` bytes each at
+    ``REFERENCE_FLOPS`` / the ``fit``'s compute factor with its overheads per compute action
+    and per transfer (none without a fit), the calibrated link between every pair."""
+    fit = fit or RuntimeFit(1.0, 0.0, 0.0)
+    compute_factor = fit.compute_factor
+    if (ranks < 1 or memory <= 0 or fit.overhead_s < 0 or fit.transfer_overhead_s < 0
+            or not compute_factor > 0):
         raise ConfigError(f"ranks: {ranks} must be >= 1, memory: {memory} > 0 bytes, "
-                          f"overhead: {overhead_s} >= 0 s and compute factor: "
-                          f"{compute_factor} > 0")
+                          f"overheads: {fit.overhead_s}, {fit.transfer_overhead_s} >= 0 s and "
+                          f"compute factor: {compute_factor} > 0")
     link = {"bandwidth": f"{bandwidth:.6g} B/s", "latency": f"{latency_s:.6g} s"}
     gpu = {"flops": f"{REFERENCE_FLOPS / compute_factor:.6g} FLOP/s", "memory": f"{memory} B",
-           "overhead": f"{overhead_s:.6g} s"}
+           "overhead": f"{fit.overhead_s:.6g} s",
+           "transfer_overhead": f"{fit.transfer_overhead_s:.6g} s"}
     return {"name": name, "description": f"{ranks} CPU gloo ranks, link calibrated by "
             f"ping-pong, runtime compute factor {compute_factor:.3f}",
             "servers": [{"count": ranks, "gpu": gpu, "link": link}]}
