@@ -26,6 +26,7 @@ from dlsched.pipeline import grid as grid_module
 from dlsched.pipeline.actions import parse_orders
 from dlsched.pipeline.baselines import plan_1f1b
 from dlsched.pipeline.chain import synthetic_chain
+from dlsched.pipeline.checks import check_plan
 from dlsched.pipeline.deadlock import parts_from
 from dlsched.pipeline.grid import grid_points, point_stages
 from dlsched.pipeline.partition import range_costs, sync_dp
@@ -33,7 +34,7 @@ from dlsched.pipeline.plan import PipelinePlan, overlap
 from dlsched.pipeline.planner import plan_dlsched, propose_partitions, schedule_candidates
 from dlsched.pipeline.pruning import Candidate, evaluate
 from dlsched.pipeline.schedules import backward_first_dispatch, one_f_one_b_orders
-from dlsched.pipeline.simulate import Late, check_plan, list_schedule
+from dlsched.pipeline.simulate import Late, list_schedule
 
 simulate_module = importlib.import_module("dlsched.pipeline.simulate")
 plan_module = importlib.import_module("dlsched.pipeline.plan")

@@ -25,13 +25,14 @@ from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline.bounds import plan_bound
+from dlsched.pipeline.checks import check_plan
 from dlsched.pipeline.estimate import memory_slots
 from dlsched.pipeline.partition import balanced_stages
 from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.pruning import Candidate, evaluate
 from dlsched.pipeline.runtimes import runtime_for
-from dlsched.pipeline.simulate import SimResult, check_plan, remember, simulate
+from dlsched.pipeline.simulate import SimResult, remember, simulate
 
 MAPPINGS = ("pp-outer", "dp-outer")
 

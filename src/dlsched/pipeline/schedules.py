@@ -181,23 +181,24 @@ def zb_v_orders(num_microbatches: int, groups: tuple[tuple[int, ...], ...],
     for replica in range(d):
         local = list(range(replica, num_microbatches, d))
         for k in range(p):
-            order = _zb_v_rank(p, k, max(2 * p - 1, len(local)))
-            full[groups[k][replica]] = tuple(
-                Action(stage, kind, local[j]) for stage, kind, j in order if j < len(local))
+            full[groups[k][replica]] = tuple(Action(stage, kind, local[j])
+                                             for stage, kind, j in _zb_v_rank(p, k, len(local)))
     return tuple(full)
 
 
 @lru_cache(maxsize=1024)
-def _zb_v_rank(p: int, k: int, n: int) -> tuple[tuple[int, str, int], ...]:
-    """Rank ``k``'s ZB-V order over ``n`` microbatches as (stage, kind, local microbatch)
-    (the same for every replica of the rank: computed once)."""
+def _zb_v_rank(p: int, k: int, count: int) -> tuple[tuple[int, str, int], ...]:
+    """Rank ``k``'s ZB-V order for ``count`` microbatches as (stage, kind, local microbatch):
+    built for ``n = max(2p - 1, count)``, the actions of microbatches ``count`` and later
+    dropped (the same for every replica with ``count`` microbatches: computed once)."""
+    n = max(2 * p - 1, count)
     down, up = k, 2 * p - 1 - k
-    count = {(down, kind): 0 for kind in "FIW"} | {(up, kind): 0 for kind in "FIW"}
+    done = {(down, kind): 0 for kind in "FIW"} | {(up, kind): 0 for kind in "FIW"}
     order: list[tuple[int, str, int]] = []
 
     def run(stage: int, kind: str) -> None:
-        order.append((stage, kind, count[(stage, kind)]))
-        count[(stage, kind)] += 1
+        order.append((stage, kind, done[(stage, kind)]))
+        done[(stage, kind)] += 1
 
     for _ in range(2 * (p - k) - 1):
         run(down, "F")
@@ -207,8 +208,8 @@ def _zb_v_rank(p: int, k: int, n: int) -> tuple[tuple[int, str, int], ...]:
     for _ in range(p - k):
         for kind in "FIW":
             run(up, kind)
-    while count[(up, "F")] < count[(down, "F")] or count[(down, "F")] < n:
-        if count[(down, "F")] < n:
+    while done[(up, "F")] < done[(down, "F")] or done[(down, "F")] < n:
+        if done[(down, "F")] < n:
             run(down, "F")
         for stage in (down, up):
             for kind in ("I", "W") if stage == down else "FIW":
@@ -220,9 +221,9 @@ def _zb_v_rank(p: int, k: int, n: int) -> tuple[tuple[int, str, int], ...]:
         run(down, "I")
         run(down, "W")
     for stage in (up, down):
-        while count[(stage, "W")] < count[(stage, "I")]:
+        while done[(stage, "W")] < done[(stage, "I")]:
             run(stage, "W")
-    return tuple(order)
+    return tuple(action for action in order if action[2] < count)
 
 
 def _kind_first(kinds: tuple[str, ...]) -> Callable[[Action], tuple]:

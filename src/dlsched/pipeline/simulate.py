@@ -33,9 +33,10 @@ from weakref import WeakKeyDictionary
 from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.chain import Chain
+from dlsched.pipeline.checks import check_plan, check_split, deadlock_error
 from dlsched.pipeline.ddp import ddp_buckets
-from dlsched.pipeline.deadlock import parts_from, stalled_at
-from dlsched.pipeline.memory import action_stash, check_memory, peak_memory, static_memory
+from dlsched.pipeline.deadlock import parts_from
+from dlsched.pipeline.memory import action_stash, static_memory
 from dlsched.pipeline.network import PipelineNetwork
 from dlsched.pipeline.plan import (
     PipelinePlan,
@@ -44,7 +45,6 @@ from dlsched.pipeline.plan import (
     grid,
     host_transfers,
     overlap,
-    validate_plan,
     validate_stages,
 )
 from dlsched.pipeline.problem import PipelineProblem
@@ -84,7 +84,7 @@ class _Run:
                  bucketed: bool = False, deadline: float = math.inf):
         self.problem, self.stages, self.dispatch = problem, stages, dispatch
         self.deadline, self.end = deadline, 0.0
-        _check_split(problem, stages)
+        check_split(problem, stages)
         self.engine = Engine()
         n = problem.graph.num_devices
         self.split = dispatch.split if dispatch else any(
@@ -361,37 +361,7 @@ class _Run:
             raise PlanError("list scheduling stalled: in-flight caps or memory leave no ready "
                             f"action runnable; executed so far:\n{grid(executed)}")
         stuck = next(k for k, order in enumerate(self.orders) if self.pointer[k] < len(order))
-        raise _deadlock_error(self.orders, stuck, self.pointer[stuck])
-
-
-def _deadlock_error(orders: tuple[tuple[Action, ...], ...], gpu: int, position: int) -> PlanError:
-    return PlanError(f"the plan deadlocks: gpu{gpu} waits forever on {orders[gpu][position]}\n"
-                     f"{grid(orders, (gpu, position))}")
-
-
-def _check_split(problem: PipelineProblem, stages: tuple[Stage, ...]) -> None:
-    for s, stage in enumerate(stages):
-        if stage.split and not problem.chain.can_split(len(stage.devices)):
-            raise PlanError(f"stage {s} splits microbatches of {problem.chain.samples} "
-                            f"samples across {len(stage.devices)} replicas; the replica "
-                            "count must divide the samples")
-
-
-def check_plan(problem: PipelineProblem, plan: PipelinePlan,
-               deadlock: bool = True) -> PipelineProblem:
-    """Raise what ``simulate`` would refuse ``plan`` with (PlanError for an invalid or, with
-    ``deadlock``, a deadlocking plan, found by ``deadlock.stalled_at`` without simulating;
-    ConfigError when it does not fit memory), without running it; the instance it runs on."""
-    problem = problem.for_plan(plan)
-    graph = problem.graph
-    validate_plan(plan, problem.chain.num_blocks, graph.num_devices)
-    check_memory(peak_memory(problem.chain, plan, graph.num_devices),
-                 [d.name for d in graph.devices], [d.memory for d in graph.devices])
-    _check_split(problem, plan.stages)
-    stuck = stalled_at(plan.stages, plan.orders, plan.num_microbatches) if deadlock else None
-    if stuck is not None:
-        raise _deadlock_error(plan.orders, *stuck)
-    return problem
+        raise deadlock_error(self.orders, stuck, self.pointer[stuck])
 
 
 # Simulated results kept per device graph of a planning instance (``PipelineProblem.root``'s:
@@ -433,6 +403,12 @@ def _kept(instance: PipelineProblem) -> dict[tuple, SimResult]:
     return _KEPT.setdefault(instance.root.graph, {})
 
 
+def _late(instance: PipelineProblem) -> dict[tuple, float]:
+    """Per plan key (``_plan_key``) or list-scheduling key, the latest deadline (seconds) a
+    simulation on ``instance``'s planning instance passed."""
+    return _LATE.setdefault(instance.root.graph, {})
+
+
 def remember(problem: PipelineProblem, result: SimResult) -> None:
     """Keep ``result`` so that ``simulate`` of the same plan on ``problem`` returns it."""
     instance = problem.for_plan(result.plan)
@@ -448,16 +424,25 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan,
     recomputation mode and tensor-parallel degree. A result kept by ``remember`` is returned
     without simulating again (with ``plan`` as its plan); every result is kept. Late when
     the iteration ends after ``deadline`` seconds (found as soon as the simulated clock
-    passes it; a result kept already is returned whatever its time)."""
+    passes it; a result kept already is returned whatever its time); the latest deadline
+    the plan passed is kept too (``_LATE``): Late again at once for any deadline up to it."""
     instance = problem.for_plan(plan)
-    kept = _kept(instance).get(_plan_key(instance, plan))
+    key = _plan_key(instance, plan)
+    kept = _kept(instance).get(key)
     if kept is not None:
         return replace(kept, plan=plan)
+    late = _late(instance)
+    if deadline <= late.get(key, -math.inf):
+        raise Late
     problem = check_plan(problem, plan, deadlock=False)
     run = _Run(problem, plan.stages, plan.orders, None, plan.ddp_buckets, deadline)
-    run.run()
+    try:
+        run.run()
+    except Late:
+        late[key] = deadline
+        raise
     result = _result(run, plan)
-    remember(problem, result)
+    _kept(instance)[key] = result
     return result
 
 
@@ -478,7 +463,7 @@ def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch:
     if key in kept:
         result = kept[key]
         return replace(result, plan=replace(result.plan, planner=planner))
-    late = _LATE.setdefault(problem.root.graph, {})
+    late = _late(problem)
     if deadline <= late.get(key, -math.inf):
         raise Late
     validate_stages(stages, problem.chain.num_blocks, problem.graph.num_devices)

@@ -42,15 +42,18 @@ _RELATIVE_TOLERANCE = 1e-9
 class Transfer:
     """``size`` bytes over ``resources`` at most at ``cap`` bytes/s (``solo``: its rate when
     it shares nothing, bytes/s; ``slowdown``: how many times slower it moves while the links
-    are slowed); ``left`` bytes still to move at ``rate`` bytes/s."""
+    are slowed); ``left`` bytes still to move at ``rate`` bytes/s; ``floor``: the bytes it
+    may have left and still end with one that completes (``residue`` x its size, at least
+    ``residue``)."""
 
-    __slots__ = ("cap", "count", "factor", "left", "on_done", "rate", "resources", "size",
-                 "slowdown", "solo", "stream")
+    __slots__ = ("cap", "count", "factor", "floor", "left", "on_done", "rate", "resources",
+                 "size", "slowdown", "solo", "stream")
 
     def __init__(self, size: float, cap: float, resources: tuple[Hashable, ...],
                  stream: Hashable, on_done: Callable[[], None], solo: float,
-                 slowdown: float) -> None:
+                 slowdown: float, residue: float) -> None:
         self.size = self.left = size
+        self.floor = residue * max(1.0, size)
         self.cap, self.resources, self.stream, self.on_done = cap, resources, stream, on_done
         self.solo, self.slowdown, self.rate = solo, slowdown, 0.0
         self.count, self.factor = 1, 1.0  # under processor sharing: rate = solo / (count x factor)
@@ -96,10 +99,12 @@ class SharedLinks:
         ``on_done()`` runs when the last byte arrives."""
         if self.equal and (len(resources) != 1 or cap != math.inf):
             raise ValueError("processor sharing: a transfer holds one resource and no cap")
-        capacity = self.capacity
-        solo = min(cap, *(capacity[key] for key in resources)) if resources else cap
+        capacity, solo = self.capacity, cap
+        for key in resources:
+            if capacity[key] < solo:
+                solo = capacity[key]
         transfer = Transfer(float(num_bytes), cap, tuple(resources), stream, on_done, solo,
-                            slowdown)
+                            slowdown, self.residue)
         if self.in_flight is not None and self.moving.get(stream, 0) >= self.in_flight:
             self.waiting.setdefault(stream, deque()).append(transfer)
             return
@@ -227,9 +232,10 @@ class SharedLinks:
             return
         self._rates()
         if self.equal:
-            delay = min(max(t.left, 0.0) * t.factor * t.count / t.solo for t in self.active)
+            delay = min((t.left if t.left > 0.0 else 0.0) * t.factor * t.count / t.solo
+                        for t in self.active)
         else:
-            delay = min(max(t.left, 0.0) / t.rate for t in self.active)
+            delay = min((t.left if t.left > 0.0 else 0.0) / t.rate for t in self.active)
         due = self.engine.now + delay
         engine = self.engine
         if due == self.due and self.planned == engine.scheduled:
@@ -250,8 +256,8 @@ class SharedLinks:
         instant was planned for it) and plan the next completion (when none ended: only with
         ``replan``)."""
         equal = self.equal  # processor sharing: what it moves alone in 1e-15 s may be left
-        done = [t for t in self.active if t.left <= self.residue * max(1.0, t.size)
-                + (t.solo if equal else t.rate) * 1e-15]
+        done = [t for t in self.active
+                if t.left <= t.floor + (t.solo if equal else t.rate) * 1e-15]
         if not done:
             if not due:
                 if replan:

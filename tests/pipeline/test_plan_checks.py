@@ -1,0 +1,89 @@
+"""What planners keep between checks and simulations of the same plan (issue 23, item 4): a
+plan found valid is not validated again but its memory is checked every time, a deadlocking
+plan is refused every time, and a fixed-order plan Late at a deadline is Late again at once."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.hardware.device_graph import server_graph
+from dlsched.pipeline import PipelinePlan, PipelineProblem, PlanError, Stage, simulate
+from dlsched.pipeline.actions import parse_orders
+from dlsched.pipeline.chain import synthetic_chain
+from dlsched.pipeline.checks import check_plan
+from dlsched.pipeline.schedules import one_f_one_b_orders
+from dlsched.pipeline.simulate import Late
+
+checks_module = importlib.import_module("dlsched.pipeline.checks")
+simulate_module = importlib.import_module("dlsched.pipeline.simulate")
+STAGES = (Stage(0, 1, (0,)), Stage(1, 2, (1,)))
+
+
+def _problem(memory: float = 2.0**40) -> PipelineProblem:
+    """Two blocks of 1e9 stashed bytes on two GPUs of ``memory`` bytes: under 1F1B with two
+    microbatches GPU 0 holds 2e9 bytes without recomputation and 1e9 with full."""
+    chain = synthetic_chain([1.0, 1.0], [2.0, 2.0], [1e6, 1e6], [0.0, 0.0], [1e9, 1e9])
+    return PipelineProblem(chain, server_graph("two", [(2, 1e12, memory, 1e9, 0.0)], 1e9, 0.0),
+                           2)
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[int]:
+    calls: list[int] = []
+    original = getattr(module, name)
+
+    def counted(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return original(*args, **kwargs)
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+def test_a_valid_plan_is_validated_once_and_its_memory_checked_every_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same stages and orders under full recomputation (1e9 bytes on GPU 0, fits 1.5e9)
+    and without it (2e9, does not): validated and found to run to its end once, refused for
+    memory under 'none' after being found valid under 'full'."""
+    validated = _counting(monkeypatch, checks_module, "validate_plan")
+    stalled = _counting(monkeypatch, checks_module, "stalled_at")
+    problem = _problem(1.5e9)
+    orders = one_f_one_b_orders(STAGES, 2, 2)
+    full = PipelinePlan("x", STAGES, orders, 2, {}, "full")
+    check_plan(problem, full, deadlock=False)
+    assert (len(validated), len(stalled)) == (1, 0)
+    check_plan(problem, full)
+    check_plan(problem, full)
+    assert (len(validated), len(stalled)) == (1, 1)
+    with pytest.raises(ConfigError, match="does not fit in memory"):
+        check_plan(problem, PipelinePlan("x", STAGES, orders, 2, {}, "none"))
+    assert (len(validated), len(stalled)) == (1, 1)
+
+
+def test_a_deadlocking_plan_is_refused_every_time() -> None:
+    """GPU 0 waits for the gradient of microbatch 0 before sending microbatch 1 on, GPU 1 for
+    microbatch 1 first: valid, so kept as such, but it deadlocks at every check."""
+    problem = _problem()
+    plan = PipelinePlan("x", STAGES,
+                        parse_orders("gpu0: 0F0 0B0 0F1 0B1\ngpu1: 1F1 1B1 1F0 1B0"), 2)
+    for _ in range(2):
+        with pytest.raises(PlanError, match="gpu0 waits forever on 0B0"):
+            check_plan(problem, plan)
+
+
+def test_a_plan_late_at_a_deadline_is_late_at_an_earlier_one_without_simulating(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fixed-order plan Late at half its time is Late at a third of it without simulating
+    again; without a deadline it runs (once more) to the same time as on a fresh instance."""
+    runs = _counting(monkeypatch, simulate_module._Run, "run")
+    problem = _problem()
+    plan = PipelinePlan("x", STAGES, one_f_one_b_orders(STAGES, 2, 2), 2)
+    time = simulate(_problem(), plan).iteration_s
+    assert len(runs) == 1
+    for deadline in (time / 2, time / 3):
+        with pytest.raises(Late):
+            simulate(problem, plan, deadline)
+    assert len(runs) == 2
+    assert simulate(problem, plan).iteration_s == time
+    assert len(runs) == 3
