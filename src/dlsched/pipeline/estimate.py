@@ -10,11 +10,12 @@ ceil(m / (k r)) round trips through the rest of the pipeline that this forces â€
 from __future__ import annotations
 
 import math
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
 from dlsched.pipeline.memory import action_stash, static_footprint
-from dlsched.pipeline.partition import RangeCosts, replica_load, sync_dp
+from dlsched.pipeline.partition import RangeCosts, replica_load, sync_dp, uniform_speeds
 from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.problem import PipelineProblem
 
@@ -88,14 +89,27 @@ def candidate_periods(costs: RangeCosts) -> list[float]:
     return np.unique(picks).tolist()
 
 
+# Per range-cost table (of one instance), the distinct partitions of ``best_sync_partitions``
+# in ascending estimate, per ``identical``.
+_RANKED: WeakKeyDictionary[RangeCosts, dict[bool, list[tuple[Stage, ...]]]] = \
+    WeakKeyDictionary()
+
+
 def best_sync_partitions(problem: PipelineProblem, costs: RangeCosts, keep: int,
                          identical: bool = False) -> list[tuple[Stage, ...]]:
     """The ``keep`` distinct partitions of lowest estimate over all bottleneck candidates and
-    all-reduce weights (``sync_dp`` for each)."""
-    seen: dict[tuple[Stage, ...], float] = {}
-    settings = [(t_max, weight) for t_max in candidate_periods(costs) for weight in SYNC_WEIGHTS]
-    for found in sync_dp(costs, problem.chain.num_blocks, settings):
-        for stages in found:
-            if stages not in seen:
-                seen[stages] = estimate(problem, stages, identical)
-    return sorted(seen, key=lambda st: seen[st])[:keep]
+    all-reduce weights (``sync_dp`` for each); ``costs``: ``range_costs`` of ``problem``. The
+    ranking is kept per table (``identical`` left out where it changes nothing:
+    ``uniform_speeds``)."""
+    identical = identical and not uniform_speeds(problem)
+    ranked = _RANKED.setdefault(costs, {})
+    if identical not in ranked:
+        seen: dict[tuple[Stage, ...], float] = {}
+        settings = [(t_max, weight) for t_max in candidate_periods(costs)
+                    for weight in SYNC_WEIGHTS]
+        for found in sync_dp(costs, problem.chain.num_blocks, settings):
+            for stages in found:
+                if stages not in seen:
+                    seen[stages] = estimate(problem, stages, identical)
+        ranked[identical] = sorted(seen, key=lambda st: seen[st])
+    return ranked[identical][:keep]

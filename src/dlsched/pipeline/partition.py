@@ -29,6 +29,7 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
+from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline.chain import Chain
 from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.problem import PipelineProblem
@@ -95,13 +96,38 @@ def run_lengths(num_units: int) -> list[int]:
     return sorted(set(range(1, 9)) | set(powers))
 
 
+def uniform_speeds(problem: PipelineProblem) -> bool:
+    """Whether every GPU of the instance has the mean FLOP/s (then pricing them as identical
+    GPUs changes no number)."""
+    flops = problem.gpu_flops
+    return bool((flops == flops.mean()).all())
+
+
+# Range costs per instance and arguments (dlsched and the memory-aware baselines price the
+# same runs: PipeDream's and DAPPLE's searches share their orders and in-flight counts, and
+# dlsched's device order is often DAPPLE's append-first order).
+_COSTS: WeakKeyDictionary[PipelineProblem, dict[tuple, RangeCosts]] = WeakKeyDictionary()
+
+
 def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
                 in_flight: int = 1, split: bool = False) -> RangeCosts:
     """Cost bands (latency, period, all-reduce, transfers) for every run of the units;
     a stage must fit its static memory plus ``in_flight`` microbatches' activations. With
     ``split`` the replicas of a run split every microbatch (DAPPLE): a microbatch's latency
     and each replica's stash are 1/r of a whole one's. Without replication
-    (``PipelineProblem.replicate`` False) a unit is one GPU and a run one unit."""
+    (``PipelineProblem.replicate`` False) a unit is one GPU and a run one unit. Kept per
+    instance and arguments (``identical`` left out where it changes nothing:
+    ``uniform_speeds``)."""
+    identical = identical and not uniform_speeds(problem)
+    known = _COSTS.setdefault(problem, {})
+    key = (tuple(order), identical, in_flight, split)
+    if key not in known:
+        known[key] = _range_costs(problem, order, identical, in_flight, split)
+    return known[key]
+
+
+def _range_costs(problem: PipelineProblem, order: list[int], identical: bool,
+                 in_flight: int, split: bool) -> RangeCosts:
     g = unit_size(len(order)) if problem.replicate else 1
     units = len(order) // g
     order = tuple(order[: units * g])
@@ -113,6 +139,7 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
     stash_span = in_flight * (stash[None, :] - stash[:, None])
     valid = np.triu(np.ones((len(work), len(work)), dtype=bool), 1)
     flops, columns = graph.flops, np.arange(len(work))
+    mean_flops = flops.mean()
     widths: dict[tuple[float, float], int] = {}
     bands: dict[int, tuple[np.ndarray, ...]] = {}
     hops = {u1: _hops(problem, order, g, u1) for u1 in range(1, units + 1)}
@@ -122,7 +149,7 @@ def range_costs(problem: PipelineProblem, order: list[int], identical: bool,
             if u0 + z > units:
                 continue
             devices = list(order[u0 * g:(u0 + z) * g])
-            speeds = np.full(len(devices), flops.mean()) if identical else flops[devices]
+            speeds = np.full(len(devices), mean_flops) if identical else flops[devices]
             share = 1.0 / len(devices) if split else 1.0
             usable = chain.usable(min(graph.devices[d].memory for d in devices))
             if (usable, share) not in widths:
@@ -161,13 +188,23 @@ def _replica_load(speeds: tuple[float, ...], num_microbatches: int) -> float:
     return float((counts / ordered).max()) / num_microbatches
 
 
+# Per device graph, the slowest link (bandwidth B/s, latency s) of the ring over each list of
+# GPUs (``_ring``: every range-cost table of an instance prices the same runs).
+_RINGS: WeakKeyDictionary[DeviceGraph, dict[tuple[int, ...], tuple[float, float]]] = \
+    WeakKeyDictionary()
+
+
 def _ring(problem: PipelineProblem, devices: list[int], param_span: np.ndarray) -> np.ndarray:
     r = len(devices)
     if r == 1:
         return np.zeros_like(param_span)
-    senders, receivers = np.array(devices), np.roll(devices, -1)
-    bandwidth = problem.graph.bandwidth[senders, receivers].min()
-    latency = problem.graph.latency[senders, receivers].max()
+    known = _RINGS.setdefault(problem.graph, {})
+    ring = tuple(devices)
+    if ring not in known:
+        senders, receivers = np.array(ring), np.array(ring[1:] + ring[:1])
+        known[ring] = (problem.graph.bandwidth[senders, receivers].min(),
+                       problem.graph.latency[senders, receivers].max())
+    bandwidth, latency = known[ring]
     return ring_allreduce_steps(r) * (latency + np.maximum(param_span, 0) / r / bandwidth)
 
 
@@ -317,6 +354,8 @@ def balanced_stages(problem: PipelineProblem,
 # Cuts of ``balanced_stages`` per chain and per-stage loads (grid planners cut the same
 # configurations, and both GPU mappings of a configuration, alike).
 _CUTS: WeakKeyDictionary[Chain, dict[tuple[float, ...], tuple[int, ...]]] = WeakKeyDictionary()
+# Per chain, the forward+backward FLOP of every block range (infinite where it is empty).
+_SPANS: WeakKeyDictionary[Chain, np.ndarray] = WeakKeyDictionary()
 
 
 def _balanced_cuts(chain: Chain, loads: tuple[float, ...]) -> tuple[int, ...]:
@@ -324,17 +363,21 @@ def _balanced_cuts(chain: Chain, loads: tuple[float, ...]) -> tuple[int, ...]:
     After ``k`` stages a partition that can still be completed has covered ``k .. L - (p -
     k)`` blocks (every stage takes one at least), so each step runs on that window only."""
     blocks, p = chain.num_blocks, len(loads)
-    work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
-    span = work[None, :] - work[:, None]
-    span = np.where(np.triu(np.ones_like(span, dtype=bool), 1), span, np.inf)
+    span = _SPANS.get(chain)
+    if span is None:
+        work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
+        span = work[None, :] - work[:, None]
+        span = _SPANS[chain] = np.where(np.triu(np.ones_like(span, dtype=bool), 1), span,
+                                        np.inf)
     best = np.full(blocks - p + 1, np.inf)  # over blocks k .. blocks - (p - k) after k stages
     best[0] = 0.0
+    window = np.arange(blocks - p + 1)
     starts = []
     for k, load in enumerate(loads):
         rows, cols = slice(k, blocks - (p - k) + 1), slice(k + 1, blocks - (p - k - 1) + 1)
         candidate = np.maximum(best[:, None], span[rows, cols] * load)
         start = np.argmin(candidate, axis=0)
-        best = candidate[start, np.arange(candidate.shape[1])]
+        best = candidate[start, window]
         starts.append(start + k)
     firsts, i = [], blocks
     for k in range(p - 1, -1, -1):
