@@ -1,14 +1,16 @@
-"""Range costs and partition rankings shared by the planners of one instance (issue 23, item
-4): on GPUs of equal FLOP/s DAPPLE's and PipeDream's identical-GPU pricing is dlsched's, so
-one table and one ranking serve them all; on mixed GPUs they stay apart."""
+"""What the planners of one instance share (issue 23, item 4): on GPUs of equal FLOP/s
+DAPPLE's and PipeDream's identical-GPU pricing is dlsched's, so one range-cost table and one
+ranking serve them all (on mixed GPUs they stay apart); schedules are written once per layout
+(stages' GPUs, split and the other arguments), whatever the stages' blocks."""
 
 from __future__ import annotations
 
 from dlsched.hardware.device_graph import server_graph
-from dlsched.pipeline import PipelineProblem
+from dlsched.pipeline import PipelineProblem, Stage
 from dlsched.pipeline.chain import synthetic_chain
 from dlsched.pipeline.estimate import best_sync_partitions
 from dlsched.pipeline.partition import range_costs
+from dlsched.pipeline.schedules import interleaved_orders, one_f_one_b_orders, zb_h1_orders
 
 
 def _problem(flops: tuple[float, float]) -> PipelineProblem:
@@ -35,3 +37,20 @@ def test_identical_pricing_shares_the_table_only_where_it_changes_nothing() -> N
     alike, actual = (range_costs(mixed, order, identical=flag) for flag in (True, False))
     assert alike is not actual
     assert any((alike.runs[run].period != actual.runs[run].period).any() for run in actual.runs)
+
+
+def test_orders_are_written_once_per_layout_and_equal_fresh_ones() -> None:
+    """The same GPUs and split with other blocks give the kept orders, equal to writing them
+    afresh; other GPUs, caps, split or options give other orders."""
+    stages = (Stage(0, 2, (0, 1)), Stage(2, 5, (2,)), Stage(5, 6, (3,)))
+    moved = (Stage(0, 1, (0, 1)), Stage(1, 3, (2,)), Stage(3, 6, (3,)))
+    for make in (one_f_one_b_orders, zb_h1_orders):
+        kept = make(stages, 4, 6, (2, 1, 1))
+        assert make(moved, 4, 6, (2, 1, 1)) is kept
+        assert make.__wrapped__(moved, 4, 6, (2, 1, 1)) == kept
+        assert make(stages, 4, 6) != kept
+        other = (Stage(0, 2, (1, 0)), *stages[1:])
+        assert make(other, 4, 6, (2, 1, 1)) == make.__wrapped__(other, 4, 6, (2, 1, 1)) != kept
+    assert zb_h1_orders(stages, 4, 6, doubled=True) != zb_h1_orders(stages, 4, 6)
+    groups = ((0, 1), (2, 3))
+    assert interleaved_orders(2, 6, groups, 4) is interleaved_orders(2, 6, [[0, 1], [2, 3]], 4)

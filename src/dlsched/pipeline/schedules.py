@@ -9,11 +9,39 @@ microbatch, for their part of it, on a split stage).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import lru_cache
+from functools import lru_cache, wraps
+from typing import Any
 
 from dlsched.pipeline.actions import Action
 from dlsched.pipeline.plan import Stage
 from dlsched.pipeline.simulate import Dispatch
+
+KEPT_ORDERS = 256
+
+
+def _layout(value: Any) -> Any:
+    """``value`` with every stage replaced by its GPUs and split (what orders depend on; not
+    its blocks) and lists by tuples."""
+    if isinstance(value, tuple | list):
+        return tuple((v.devices, v.split) if isinstance(v, Stage) else _layout(v) for v in value)
+    return value
+
+
+def _kept_per_layout(make: Callable[..., tuple]) -> Callable[..., tuple]:
+    """``make`` (a writer of per-GPU orders) with its results kept per layout of its
+    arguments (``_layout``; the latest ``KEPT_ORDERS``): grid points of every recomputation
+    mode, and the candidate bounds and simulations of one partition, write the same orders."""
+    kept: dict[tuple, tuple] = {}
+
+    @wraps(make)
+    def orders(*args: Any, **options: Any) -> tuple:
+        key = (_layout(args), tuple(sorted(options.items())))
+        if key not in kept:
+            if len(kept) >= KEPT_ORDERS:
+                del kept[next(iter(kept))]
+            kept[key] = make(*args, **options)
+        return kept[key]
+    return orders
 
 
 def _assemble(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
@@ -60,6 +88,7 @@ def _distribute(stages: tuple[Stage, ...], sequences: list[list[Action]],
     return tuple(tuple(order) for order in orders)
 
 
+@_kept_per_layout
 def gpipe_orders(stages: tuple[Stage, ...], num_devices: int,
                  num_microbatches: int) -> tuple[tuple[Action, ...], ...]:
     """GPipe (Huang et al., NeurIPS 2019): every forward, then every backward, in order."""
@@ -68,6 +97,7 @@ def gpipe_orders(stages: tuple[Stage, ...], num_devices: int,
     return _assemble(stages, num_devices, num_microbatches, order)
 
 
+@_kept_per_layout
 def one_f_one_b_orders(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
                        caps: tuple[int, ...] | None = None) -> tuple[tuple[Action, ...], ...]:
     """1F1B / PipeDream-Flush (Narayanan et al., ICML 2021): stage ``s`` runs ``w_s`` warm-up
@@ -118,6 +148,7 @@ def interleaved_rank_order(chunks: int, microbatches: list[int], pp: int,
     return _steady_state(forwards, [[b] for b in backwards], warm)
 
 
+@_kept_per_layout
 def interleaved_orders(chunks: int, num_microbatches: int,
                        groups: tuple[tuple[int, ...], ...],
                        num_devices: int) -> tuple[tuple[Action, ...], ...]:
@@ -134,6 +165,7 @@ def interleaved_orders(chunks: int, num_microbatches: int,
     return tuple(full)
 
 
+@_kept_per_layout
 def zb_h1_orders(stages: tuple[Stage, ...], num_devices: int, num_microbatches: int,
                  caps: tuple[int, ...] | None = None,
                  doubled: bool = False) -> tuple[tuple[Action, ...], ...]:
@@ -163,6 +195,7 @@ def zb_h2_orders(stages: tuple[Stage, ...], num_devices: int, num_microbatches: 
     return zb_h1_orders(stages, num_devices, num_microbatches, caps, doubled=True)
 
 
+@_kept_per_layout
 def zb_v_orders(num_microbatches: int, groups: tuple[tuple[int, ...], ...],
                 num_devices: int) -> tuple[tuple[Action, ...], ...]:
     """ZB-V (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, section 6): ``2p``
