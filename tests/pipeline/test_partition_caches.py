@@ -1,4 +1,5 @@
-"""What the planners of one instance share (issue 23, item 4): on GPUs of equal FLOP/s
+"""What the planners of one instance share (issue 23, item 4): balanced cuts of several
+weightings found together are each the min-max optimum; on GPUs of equal FLOP/s
 DAPPLE's and PipeDream's identical-GPU pricing is dlsched's, so one range-cost table and one
 ranking serve them all (on mixed GPUs they stay apart); schedules are written once per layout
 (stages' GPUs, split and the other arguments), whatever the stages' blocks."""
@@ -9,7 +10,7 @@ from dlsched.hardware.device_graph import server_graph
 from dlsched.pipeline import PipelineProblem, Stage
 from dlsched.pipeline.chain import synthetic_chain
 from dlsched.pipeline.estimate import best_sync_partitions
-from dlsched.pipeline.partition import range_costs
+from dlsched.pipeline.partition import balanced_partitions, range_costs, replica_load
 from dlsched.pipeline.schedules import interleaved_orders, one_f_one_b_orders, zb_h1_orders
 
 
@@ -54,3 +55,24 @@ def test_orders_are_written_once_per_layout_and_equal_fresh_ones() -> None:
     assert zb_h1_orders(stages, 4, 6, doubled=True) != zb_h1_orders(stages, 4, 6)
     groups = ((0, 1), (2, 3))
     assert interleaved_orders(2, 6, groups, 4) is interleaved_orders(2, 6, [[0, 1], [2, 3]], 4)
+
+
+def test_balanced_cuts_found_together_are_each_the_min_max_optimum() -> None:
+    """Six blocks on three groups (one of two replicas) under five weightings, cut in one
+    batch: each partition's slowest stage (work x replica load x weight) is the smallest over
+    every cut of the blocks into three non-empty ranges."""
+    problem = _problem((1e12, 2e12))
+    groups = [(0, 1), (4,), (5,)]
+    weightings = [None, [1.0, 1.0, 2.0], [2.0, 1.0, 1.0], [1.5, 1.5, 1.0], [1.0, 3.0, 1.0]]
+    work = problem.chain.forward_flops + problem.chain.backward_flops
+    loads = [replica_load(problem.gpu_flops[list(group)], 8) for group in groups]
+    for weights, stages in zip(weightings, balanced_partitions(problem, groups, weightings),
+                               strict=True):
+        factors = [load * (weights[k] if weights else 1.0) for k, load in enumerate(loads)]
+
+        def slowest(cuts: tuple[int, ...], factors: list[float] = factors) -> float:
+            bounds = (0, *cuts, 6)
+            return max(work[bounds[k]:bounds[k + 1]].sum() * factors[k] for k in range(3))
+        best = min(slowest((a, b)) for a in range(1, 5) for b in range(a + 1, 6))
+        assert [st.devices for st in stages] == groups
+        assert slowest((stages[1].first, stages[2].first)) == best

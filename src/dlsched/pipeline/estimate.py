@@ -29,9 +29,10 @@ def estimate(problem: PipelineProblem, stages: tuple[Stage, ...],
     m = problem.num_microbatches
     times, hops = _stage_times(problem, stages, identical), _hop_times(problem, stages)
     head = tail = best = 0.0
+    computes = [f + b for f, b, _ in times]
     for s, stage in enumerate(stages):
         forward, backward, busy = times[s]
-        round_trip = sum(f + b for f, b, _ in times[s:]) + 2 * sum(hops[s:])
+        round_trip = sum(computes[s:]) + 2 * sum(hops[s:])
         slots = memory_slots(problem, stage) * stage.lanes
         paced = max(busy, math.ceil(m / slots) * round_trip) if slots else math.inf
         best = max(best, head + paced + max(tail, problem.allreduce_time(stage)))

@@ -337,18 +337,26 @@ def balanced_stages(problem: PipelineProblem,
     most), cut to minimise the slowest stage's time: forward+backward FLOP x the busiest
     replica's load (``replica_load``), times ``weights[k]`` for group ``k`` when given (a
     weight above 1 gives that stage less work)."""
+    return balanced_partitions(problem, groups, [weights])[0]
+
+
+def balanced_partitions(problem: PipelineProblem, groups: list[tuple[int, ...]] | list[int],
+                        weightings: list[list[float] | None]) -> list[tuple[Stage, ...]]:
+    """``balanced_stages`` of ``groups`` under each of ``weightings``, the cuts of all of
+    them found together (one DP step per stage for the whole batch)."""
     chain, m = problem.chain, problem.num_microbatches
     groups = [group if isinstance(group, tuple) else (int(group),) for group in groups]
     p = min(len(groups), chain.num_blocks)
-    loads = tuple(replica_load(problem.gpu_flops[list(groups[k])], m)
-                  * (weights[k] if weights is not None else 1.0) for k in range(p))
+    base = [replica_load(problem.gpu_flops[list(groups[k])], m) for k in range(p)]
+    batch = [tuple(base[k] * (weights[k] if weights is not None else 1.0) for k in range(p))
+             for weights in weightings]
     known = _CUTS.setdefault(chain, {})
-    if loads not in known:
-        known[loads] = _balanced_cuts(chain, loads)
-    firsts = known[loads]
-    return tuple(Stage(first, last, tuple(groups[k]))
-                 for k, (first, last) in enumerate(zip(firsts, (*firsts[1:], chain.num_blocks),
-                                                       strict=True)))
+    missing = list(dict.fromkeys(loads for loads in batch if loads not in known))
+    if missing:
+        known.update(zip(missing, _balanced_cuts(chain, missing), strict=True))
+    return [tuple(Stage(first, last, tuple(groups[k])) for k, (first, last) in enumerate(
+        zip(known[loads], (*known[loads][1:], chain.num_blocks), strict=True)))
+        for loads in batch]
 
 
 # Cuts of ``balanced_stages`` per chain and per-stage loads (grid planners cut the same
@@ -358,29 +366,35 @@ _CUTS: WeakKeyDictionary[Chain, dict[tuple[float, ...], tuple[int, ...]]] = Weak
 _SPANS: WeakKeyDictionary[Chain, np.ndarray] = WeakKeyDictionary()
 
 
-def _balanced_cuts(chain: Chain, loads: tuple[float, ...]) -> tuple[int, ...]:
-    """First block of each of ``p = len(loads)`` stages minimising the largest work x load.
-    After ``k`` stages a partition that can still be completed has covered ``k .. L - (p -
-    k)`` blocks (every stage takes one at least), so each step runs on that window only."""
-    blocks, p = chain.num_blocks, len(loads)
+def _balanced_cuts(chain: Chain, batch: list[tuple[float, ...]]) -> list[tuple[int, ...]]:
+    """For each ``loads`` of ``batch`` (all of ``p`` stages), the first block of each stage
+    minimising the largest work x load. After ``k`` stages a partition that can still be
+    completed has covered ``k .. L - (p - k)`` blocks (every stage takes one at least), so
+    each step runs on that window only."""
+    blocks, p = chain.num_blocks, len(batch[0])
     span = _SPANS.get(chain)
     if span is None:
         work = np.concatenate([[0.0], np.cumsum(chain.forward_flops + chain.backward_flops)])
         span = work[None, :] - work[:, None]
         span = _SPANS[chain] = np.where(np.triu(np.ones_like(span, dtype=bool), 1), span,
                                         np.inf)
-    best = np.full(blocks - p + 1, np.inf)  # over blocks k .. blocks - (p - k) after k stages
-    best[0] = 0.0
-    window = np.arange(blocks - p + 1)
+    loads = np.array(batch)
+    # over blocks k .. blocks - (p - k) after k stages, per loads of the batch
+    best = np.full((len(batch), blocks - p + 1), np.inf)
+    best[:, 0] = 0.0
+    which, window = np.arange(len(batch))[:, None], np.arange(blocks - p + 1)[None, :]
     starts = []
-    for k, load in enumerate(loads):
+    for k in range(p):
         rows, cols = slice(k, blocks - (p - k) + 1), slice(k + 1, blocks - (p - k - 1) + 1)
-        candidate = np.maximum(best[:, None], span[rows, cols] * load)
-        start = np.argmin(candidate, axis=0)
-        best = candidate[start, window]
+        candidate = np.maximum(best[:, :, None], span[None, rows, cols] * loads[:, k, None, None])
+        start = np.argmin(candidate, axis=1)
+        best = candidate[which, start, window]
         starts.append(start + k)
-    firsts, i = [], blocks
-    for k in range(p - 1, -1, -1):
-        i = int(starts[k][i - (k + 1)])
-        firsts.append(i)
-    return tuple(reversed(firsts))
+    cuts = []
+    for b in range(len(batch)):
+        firsts, i = [], blocks
+        for k in range(p - 1, -1, -1):
+            i = int(starts[k][b, i - (k + 1)])
+            firsts.append(i)
+        cuts.append(tuple(reversed(firsts)))
+    return cuts

@@ -57,7 +57,7 @@ from dlsched.pipeline.bounds import plan_bound
 from dlsched.pipeline.enumeration import all_partitions
 from dlsched.pipeline.estimate import best_sync_partitions, estimate, memory_slots
 from dlsched.pipeline.ordering import device_order
-from dlsched.pipeline.partition import balanced_stages, range_costs
+from dlsched.pipeline.partition import balanced_partitions, balanced_stages, range_costs
 from dlsched.pipeline.plan import PipelinePlan, Stage, stages_error
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.pruning import MARGIN, Candidate, evaluate
@@ -139,12 +139,12 @@ def front_light_partitions(problem: PipelineProblem, order: list[int]) -> list[t
         p = n // r
         if n % r == 0 and p <= blocks and p > 1:
             groups = [tuple(order[k * r:(k + 1) * r]) for k in range(p)]
-            for rho in FRONT_LIGHT_RATIOS:
-                for a in sorted({round(i * p / FRONT_LIGHT_STEPS)
-                                 for i in range(FRONT_LIGHT_STEPS + 1)}):
-                    stages = balanced_stages(problem, groups, [rho] * a + [1.0] * (p - a))
-                    if len(stages) == p and stages not in seen:
-                        seen[stages] = estimate(problem, stages)
+            weightings = [[rho] * a + [1.0] * (p - a) for rho in FRONT_LIGHT_RATIOS
+                          for a in sorted({round(i * p / FRONT_LIGHT_STEPS)
+                                           for i in range(FRONT_LIGHT_STEPS + 1)})]
+            for stages in balanced_partitions(problem, groups, weightings):
+                if len(stages) == p and stages not in seen:
+                    seen[stages] = estimate(problem, stages)
         r *= 2
     return sorted(seen, key=lambda st: seen[st])[:KEEP_FRONT_LIGHT]
 
