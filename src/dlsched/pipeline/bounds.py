@@ -34,6 +34,8 @@ FLOP/s with no idle time.
 from __future__ import annotations
 
 import math
+from typing import Any
+from weakref import WeakKeyDictionary
 
 import numpy as np
 
@@ -43,12 +45,25 @@ from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.tensor_parallel import ring_allreduce_s
 
+# Per instance, the terms of stages and stage pairs (``_hop``, ``_fastest``): candidate
+# partitions share most of their stages.
+_TERMS: WeakKeyDictionary[PipelineProblem, dict[tuple, Any]] = WeakKeyDictionary()
+
 
 def _hop(problem: PipelineProblem, plan: PipelinePlan, s: int) -> float:
     """Smallest uncontended transfer between stage ``s`` and ``s + 1`` (seconds): between
-    split stages each pair of replicas moves only the overlap of their parts."""
-    size = float(problem.chain.activation_bytes[plan.stages[s].last - 1])
-    graph, sender, receiver = problem.graph, plan.stages[s], plan.stages[s + 1]
+    split stages each pair of replicas moves only the overlap of their parts (found once
+    per instance and pair of stages)."""
+    known = _TERMS.setdefault(problem, {})
+    key = ("hop", plan.stages[s], plan.stages[s + 1])
+    if key not in known:
+        known[key] = _pair_hop(problem, plan.stages[s], plan.stages[s + 1])
+    return known[key]
+
+
+def _pair_hop(problem: PipelineProblem, sender: Stage, receiver: Stage) -> float:
+    size = float(problem.chain.activation_bytes[sender.last - 1])
+    graph = problem.graph
     senders, receivers = np.array(sender.devices), np.array(receiver.devices)
     mine, theirs = (np.array([stage.part(d) for d in stage.devices])
                     for stage in (sender, receiver))
@@ -62,8 +77,13 @@ def _hop(problem: PipelineProblem, plan: PipelinePlan, s: int) -> float:
 
 
 def _fastest(problem: PipelineProblem, plan: PipelinePlan) -> list[tuple[float, float]]:
-    """(forward, backward) seconds per stage on its fastest replica."""
-    return [tuple(problem.stage_times(stage).min(axis=0)) for stage in plan.stages]
+    """(forward, backward) seconds per stage on its fastest replica (found once per instance
+    and stage)."""
+    known = _TERMS.setdefault(problem, {})
+    for stage in plan.stages:
+        if ("fastest", stage) not in known:
+            known[("fastest", stage)] = tuple(problem.stage_times(stage).min(axis=0))
+    return [known[("fastest", stage)] for stage in plan.stages]
 
 
 def _shares(problem: PipelineProblem, split: bool) -> tuple[float, float]:

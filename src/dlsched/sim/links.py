@@ -215,14 +215,19 @@ class SharedLinks:
             frozen = [t for t in unfrozen if t.cap <= limit]
             for key in [key for key, count in rising.items() if left[key] / count <= limit]:
                 frozen.extend(t for t in users[key] if t.rate < 0)
+            newly = []
             for transfer in frozen:
                 if transfer.rate < 0:
                     transfer.rate = level
-                    for key in transfer.resources:
-                        left[key] -= level
-                        rising[key] -= 1
-                        if not rising[key]:
-                            del rising[key]
+                    newly.append(transfer)
+            if len(newly) == len(unfrozen):
+                return  # every rate is set: what the resources have left is not needed
+            for transfer in newly:
+                for key in transfer.resources:
+                    left[key] -= level
+                    rising[key] -= 1
+                    if not rising[key]:
+                        del rising[key]
             unfrozen = [t for t in unfrozen if t.rate < 0]
 
     def _reschedule(self) -> None:
