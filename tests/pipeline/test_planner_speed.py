@@ -434,8 +434,9 @@ def _mutated(plan: PipelinePlan, mutate: random.Random) -> PipelinePlan:
 
 
 def test_balanced_cuts_reach_the_brute_force_bottleneck() -> None:
-    """Random chains of 2-9 blocks cut into 1 to every block stages with random loads: the
-    windowed DP's cuts give the smallest largest (work x load) over all ways to cut."""
+    """Random chains of 2-9 blocks cut into 1 to every block stages with random loads (and
+    the same loads reversed, in the same batch): the windowed DP's cuts give the smallest
+    largest (work x load) over all ways to cut."""
     rng = random.Random(3)
     for _ in range(300):
         blocks = rng.randint(2, 9)
@@ -443,11 +444,13 @@ def test_balanced_cuts_reach_the_brute_force_bottleneck() -> None:
         chain = synthetic_chain(work, [2 * w for w in work], [0.0] * blocks)
         loads = tuple(rng.choice([1.0, 1.5, rng.random()]) for _ in range(rng.randint(1, blocks)))
         total = np.concatenate([[0.0], np.cumsum(np.array(work) * 3e12)])
-        firsts = partition_module._balanced_cuts(chain, loads)
-        assert firsts[0] == 0 and all(a < b for a, b in itertools.pairwise(firsts))
-        best = min(_bottleneck(total, (0, *cuts), loads)
-                   for cuts in itertools.combinations(range(1, blocks), len(loads) - 1))
-        assert _bottleneck(total, firsts, loads) == best
+        batch = [loads, loads[::-1]]
+        for weights, firsts in zip(batch, partition_module._balanced_cuts(chain, batch),
+                                   strict=True):
+            assert firsts[0] == 0 and all(a < b for a, b in itertools.pairwise(firsts))
+            best = min(_bottleneck(total, (0, *cuts), weights)
+                       for cuts in itertools.combinations(range(1, blocks), len(weights) - 1))
+            assert _bottleneck(total, firsts, weights) == best
 
 
 def _bottleneck(total: np.ndarray, firsts: tuple[int, ...], loads: tuple[float, ...]) -> float:
