@@ -295,8 +295,7 @@ def _dp(costs: RangeCosts, num_blocks: int, batch: int,
             before = np.where(band >= 0, best[rows, u0][:, np.maximum(band, 0)], np.inf)
             candidate = combine(before[None], np.stack([cost_of((u0, z), rows, cols)
                                                         for z in zs]))
-            row = np.argmin(candidate, axis=2)
-            value = np.take_along_axis(candidate, row[:, :, None, :], axis=2)[:, :, 0]
+            row, value = np.argmin(candidate, axis=2), np.min(candidate, axis=2)
             start = band[row, columns[:ends[-1] + 1 - ends[0]]]
             for k, z in enumerate(zs):
                 better = value[k] < best[rows, u0 + z, cols]
