@@ -20,9 +20,22 @@ _HEADER = ("# dlsched benchmarks\n\nRegenerate a section with `python -m benchma
            "from the repository root.\n")
 
 
+def processor() -> str:
+    """The processor's model as the kernel names it ("AMD EPYC"; Linux /proc/cpuinfo) and its
+    architecture, or the architecture alone where there is no such file: two machines with
+    the same core count and host name are told apart by it."""
+    architecture = platform.machine()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or architecture
+    models = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return f"{models[0]}, {architecture}" if models else architecture
+
+
 def machine_note() -> str:
     """One line naming the machine the numbers were taken on."""
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+    return (f"{processor()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
 
 
@@ -39,7 +52,7 @@ def host_facts() -> dict[str, Any]:
     return {"cores": os.cpu_count(), "usable_cores": usable_cores(),
             "load": os.getloadavg()[0],
             "torch": torch_version, "host": platform.node(),
-            "processor": platform.processor() or platform.machine()}
+            "processor": processor()}
 
 
 def host_text(facts: dict[str, Any]) -> str:
