@@ -28,6 +28,7 @@ from typing import Any
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_config import load_devices
 from dlsched.pipeline import BASELINES, PipelineProblem, PipelineResult, run_planner
+from dlsched.pipeline.collection import fewer_collections
 from dlsched.pipeline.memory_model import RECOMPUTE_MODES
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.planner import plan_dlsched
@@ -150,7 +151,14 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
     ``error``). Each row also names the runtime that can execute its plan and gives, in
     ``runnable_iteration_s``, the planner's best plan that some runtime executes: its own, or
     when no runtime executes that, the planner run again keeping to runnable plans
-    (``PipelineProblem.runnable_only``; dlsched then with the runnable baselines' plans)."""
+    (``PipelineProblem.runnable_only``; dlsched then with the runnable baselines' plans).
+    Full garbage collections are put off for the whole scenario
+    (``collection.fewer_collections``), not only within each planner."""
+    with fewer_collections():
+        return _scenario_rows(scenario)
+
+
+def _scenario_rows(scenario: Scenario) -> list[dict[str, Any]]:
     chain = load_chain(scenario.model, scenario.microbatch_size)
     problem = PipelineProblem(chain, load_devices(scenario.devices), scenario.microbatches,
                               scenario.recompute, scenario.network)

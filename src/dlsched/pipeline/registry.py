@@ -19,6 +19,7 @@ from dlsched.pipeline.baselines import (
     plan_zb_v,
 )
 from dlsched.pipeline.bounds import instance_bound, plan_bound
+from dlsched.pipeline.collection import fewer_collections
 from dlsched.pipeline.plan import PipelinePlan
 from dlsched.pipeline.planner import plan_dlsched
 from dlsched.pipeline.problem import PipelineProblem
@@ -111,11 +112,13 @@ def configuration(plan: PipelinePlan) -> dict:
 
 def run_planner(problem: PipelineProblem, name: str,
                 planner: Planner | None = None) -> PipelineResult:
-    """Plan with ``name`` (or with ``planner`` when given), simulate the plan and bound it."""
+    """Plan with ``name`` (or with ``planner`` when given), simulate the plan and bound it
+    (full garbage collections put off meanwhile: ``collection.fewer_collections``)."""
     planner = planner or get_planner(name)
-    start = time.perf_counter()
-    plan = planner(problem)
-    elapsed = time.perf_counter() - start
-    sim = simulate(problem, plan)
+    with fewer_collections():
+        start = time.perf_counter()
+        plan = planner(problem)
+        elapsed = time.perf_counter() - start
+        sim = simulate(problem, plan)
     return PipelineResult(problem, sim, plan_bound(problem, plan), instance_bound(problem),
                           elapsed)
