@@ -16,8 +16,9 @@ restores the thresholds after: the same two scenarios spent 2.55 s in the collec
 collection, peak resident memory 376 MB instead of 305 MB. On the whole of ``reproduce
 pipeline`` (2-core VM, exclusive lock, 2026-11-26) 139.1, 156.4 and 199.7 CPU-s against
 176.4, 185.8 and 198.0 for the code before, run alternately while the VM slowed (the last pair
-shows no gain; the two scenarios above, alternating in one process: 40.45 and 38.41 CPU-s
-against 47.70 and 44.96); the price is memory: a worker's peak resident
+shows no gain, a fourth 176.1 against 168.4: the end-to-end gain is not established; the two
+scenarios above, alternating in one process: 40.45 and 38.41 CPU-s against 47.70 and 44.96);
+the price is memory: a worker's peak resident
 size 879 MB instead of 343 MB, since cyclic garbage that reached the oldest generation waits
 for the next full collection. Running one full collection at the end of each scenario
 instead kept 344 MB but took 191.3 and 193.7 CPU-s, no gain. Nothing is switched off: the
