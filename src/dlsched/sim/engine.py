@@ -35,11 +35,7 @@ class Engine:
 
     def after(self, delay: float, callback: Callable[..., None], *args: Any) -> None:
         """Schedule ``callback(*args)`` ``delay`` seconds from now."""
-        time = self.now + delay
-        if time < self.now:
-            raise ValueError(f"cannot schedule an event in the past ({time} < now={self.now})")
-        self._sequence += 1
-        heapq.heappush(self._heap, (time, self._sequence, callback, args))
+        self.at(self.now + delay, callback, *args)
 
     @property
     def scheduled(self) -> int:

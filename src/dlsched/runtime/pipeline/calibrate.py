@@ -54,7 +54,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -73,7 +75,6 @@ from dlsched.runtime.pipeline.run import (
     run_schedule,
     saved_for_model,
 )
-from dlsched.runtime.pipeline.transfer_gaps import PARTS as TRANSFER_PARTS
 from dlsched.runtime.pipeline.transfer_gaps import transfer_cost, wait_free_gaps
 from dlsched.runtime.spawn import SpawnOptions, spawn
 
@@ -223,6 +224,24 @@ def implausible_calibration(calibration: RuntimeCalibration) -> str | None:
     return None
 
 
+Measured = TypeVar("Measured")
+
+
+def until_plausible(measure: Callable[[tuple[str, ...]], Measured],
+                    implausible: Callable[[Measured], str | None], attempts: int,
+                    what: str) -> Measured:
+    """``measure(reasons so far)`` again while ``implausible`` gives a reason, at most
+    ``attempts`` times; then ConfigError "``what``: refused after ..." with the last reason."""
+    rejected: list[str] = []
+    for _ in range(attempts):
+        measured = measure(tuple(rejected))
+        reason = implausible(measured)
+        if reason is None:
+            return measured
+        rejected.append(reason)
+    raise ConfigError(f"{what}: refused after {attempts} measurements: {rejected[-1]}")
+
+
 def measure_runtime(model: str, microbatch_size: int, microbatches: int = 8,
                     rounds: int = 36, repeats: int = 1, attempts: int = 3,
                     options: SpawnOptions | None = None) -> RuntimeCalibration:
@@ -243,17 +262,11 @@ def measure_runtime(model: str, microbatch_size: int, microbatches: int = 8,
     check_model(saved, built)
     job = RunJob(model, 0, microbatch_size, (to_torch(plan),), ("rank0",), iterations=2,
                  warmup=0)
-    rejected: list[str] = []
-    for _ in range(attempts):
-        samples = spawn(_calibration_rank, 1, (job, rounds, repeats),
-                        options or SpawnOptions())[0]
-        calibration = calibration_of(samples, microbatches, tuple(rejected))
-        reason = implausible_calibration(calibration)
-        if reason is None:
-            return calibration
-        rejected.append(reason)
-    raise ConfigError(f"runtime calibration: refused after {attempts} measurements: "
-                      f"{rejected[-1]}")
+    return until_plausible(
+        lambda rejected: calibration_of(spawn(_calibration_rank, 1, (job, rounds, repeats),
+                                              options or SpawnOptions())[0],
+                                        microbatches, rejected),
+        implausible_calibration, attempts, "runtime calibration")
 
 
 def _profile_rank(rank: int, world_size: int, model_name: str, microbatch_size: int,
@@ -303,7 +316,7 @@ def implausible_transfer(cost_s: float, parts: tuple[float, ...]) -> str | None:
         return f"transfer overhead {cost_s * 1e3:.2f} ms is negative"
     if max(parts) - min(parts) > max(SPREAD_LIMIT * abs(cost_s), TOLERANCE_S):
         text = ", ".join(f"{part * 1e3:.2f}" for part in parts)
-        return (f"transfer overhead {cost_s * 1e3:.2f} ms, but its {TRANSFER_PARTS} parts give "
+        return (f"transfer overhead {cost_s * 1e3:.2f} ms, but its {len(parts)} parts give "
                 f"{text} ms (limit {SPREAD_LIMIT:.0%} or {TOLERANCE_S * 1e3:.1f} ms; the "
                 "machine is too busy to calibrate)")
     return None
@@ -332,17 +345,15 @@ def measure_transfer_overhead(model: str, microbatch_size: int, overhead_s: floa
     names = ("rank0", "rank1")
     saved = saved_for_model(plan, built, microbatch_size, names)
     link_s = latency_s + max(saved.activation_bytes) / bandwidth
-    rejected: list[str] = []
-    for _ in range(attempts):
+
+    def measure(_: tuple[str, ...]) -> tuple[float, tuple[float, ...]]:
         run = run_pipeline(saved, model, iterations, options=options)
         cost, parts, _ = transfer_cost(wait_free_gaps(run.timeline, stages, names, link_s),
                                        overhead_s)
-        reason = implausible_transfer(cost, parts)
-        if reason is None:
-            return cost
-        rejected.append(reason)
-    raise ConfigError(f"transfer calibration: refused after {attempts} measurements: "
-                      f"{rejected[-1]}")
+        return cost, parts
+
+    return until_plausible(measure, lambda measured: implausible_transfer(*measured),
+                           attempts, "transfer calibration")[0]
 
 
 @dataclass(frozen=True)
