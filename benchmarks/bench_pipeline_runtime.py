@@ -26,9 +26,8 @@ from dlsched.runtime.pipeline.calibrate import (
     RuntimeFit,
     calibrate_link,
     cpu_devices_document,
-    measure_contention,
+    measure_ranks,
     measure_runtime,
-    measure_transfer_overhead,
 )
 from dlsched.runtime.pipeline.model import GPT_PRESETS, load_model
 from dlsched.runtime.pipeline.profile import chain_document, profile_blocks
@@ -120,13 +119,14 @@ def main() -> None:
     rows, notes = [], []
     runtime = measure_runtime(MODEL, MICROBATCH_SIZE, MICROBATCHES)
     overhead = max(0.0, runtime.overhead_s)
-    transfer = max(0.0, measure_transfer_overhead(MODEL, MICROBATCH_SIZE, overhead, latency,
-                                                  bandwidth, MICROBATCHES))
-    factors = {}
+    profiled = sum(p.forward_s + p.backward_s for p in profiles)
+    fits = {}
     for ranks in ranks_list:
-        factor = runtime.compute_factor * measure_contention(MODEL, MICROBATCH_SIZE, ranks)
-        factors[ranks] = factor
-        fit = RuntimeFit(factor, overhead, transfer)
+        measured = measure_ranks(MODEL, MICROBATCH_SIZE, ranks, profiled, overhead, latency,
+                                 bandwidth, MICROBATCHES)
+        fits[ranks] = measured
+        transfer = max(0.0, measured.transfer_overhead_s)
+        fit = RuntimeFit(measured.compute_factor, overhead, transfer)
         graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY,
                                                        fit=fit), "benchmark")
         problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
@@ -159,20 +159,24 @@ def main() -> None:
         f"{split * 1e3:.1f} ms per microbatch over all blocks) on CPU 'devices' whose link is "
         f"calibrated by gloo ping-pong between two ranks: latency {latency * 1e6:.0f} us, "
         f"bandwidth {bandwidth / 1e9:.2f} GB/s (loopback TCP; a nominal bandwidth would mean "
-        "nothing here), whose compute factor and overhead per compute action are calibrated "
-        "by one rank running the whole model as one GPipe stage with every action stamped "
-        "(`calibrate_runtime`: 36 rounds of two iterations and a profile of the blocks; "
-        "factor = fastest summed action time / fastest profile, overhead = median time "
-        "between actions; three parts of the rounds agreeing within 25% or 0.2 ms per "
-        f"action), times the slowdown of every rank profiling at once over one alone "
-        "(`measure_contention`, fastest of 12): factor "
-        + ", ".join(f"{f:.3f} on {r} ranks" for r, f in factors.items())
-        + f", overhead {overhead * 1e3:.2f} ms per action, and whose host time per "
-        "activation or gradient sent or received is measured from two ranks running the "
-        "model as two GPipe stages (`measure_transfer_overhead`: wait-free gaps between "
-        "actions minus the overhead, per transfer, median): "
-        f"{transfer * 1e3:.2f} ms per transfer. Every planner "
-        "is kept to one GPU per stage "
+        "nothing here), whose overhead per compute action is calibrated by one rank "
+        "running the whole model as one GPipe stage with every action stamped "
+        "(`measure_runtime`: 36 rounds of two iterations, median time between actions, three "
+        f"parts of the rounds agreeing within 25% or 0.2 ms per action): {overhead * 1e3:.2f} "
+        "ms per action (that run's own factor against blocks profiled in the same process: "
+        f"{runtime.compute_factor:.3f}), and whose compute factor against this profile and "
+        "host time per activation or gradient sent or received are measured on the ranks "
+        "themselves: as many ranks as the setting running the model cut into that many GPipe "
+        "stages of consecutive blocks, 12 stamped iterations after one warm-up "
+        "(`measure_ranks`: factor = the median over iterations of the ranks' summed action "
+        "time / (microbatches x profile); transfer = wait-free gaps between actions minus the "
+        "overhead, per transfer, median; three interleaved parts of the iterations agreeing): "
+        + "; ".join(f"{r} ranks: factor {f.compute_factor:.3f} (parts "
+                    + ", ".join(f"{p:.3f}" for p in f.factor_parts)
+                    + f"), {max(0.0, f.transfer_overhead_s) * 1e3:.2f} ms per transfer"
+                    for r, f in fits.items())
+        + ". That calibration workload (GPipe, even cut) is fixed and is none of the plans "
+        "compared. Every planner "        "is kept to one GPU per stage "
         "(`--for-torch`: torch runs one rank per stage; the grid baselines search PP with "
         "DP = 1); error = predicted / measured - 1. "
         "*replayed* simulates the same plan with the run's own median action times and the "

@@ -263,22 +263,18 @@ def test_runtime_measured_again_then_refused(pipeline_calibrate,
         pipeline_calibrate.measure_runtime("gpt-tiny", 1, 8)
 
 
-def test_contention_by_hand(pipeline_calibrate) -> None:
-    """Alone fastest 10 ms; together the ranks' fastest are 12, 13 and 11 ms: median 12 ms,
-    contention 1.2. Missing profiles are an error; one rank has no contention."""
-    assert pipeline_calibrate.contention_of(
-        [0.011, 0.010, 0.012], [[0.014, 0.012], [0.013, 0.015], [0.011, 0.020]]) == \
-        pytest.approx(1.2)
-    with pytest.raises(ConfigError, match="contention"):
-        pipeline_calibrate.contention_of([0.01], [[0.01], []])
-    assert pipeline_calibrate.measure_contention("gpt-tiny", 1, 1) == 1.0
-
-
-def test_contention_measured_on_two_ranks(pipeline_calibrate) -> None:
-    """Two real ranks profile gpt-tiny in lockstep: a positive, finite slowdown (on a busy
-    machine it can be below 1 by noise, so only its range is checked)."""
-    contention = pipeline_calibrate.measure_contention("gpt-tiny", 1, 2, rounds=2)
-    assert 0.2 < contention < 20
+@pytest.mark.parametrize(("factor", "parts", "transfer", "reason"), [
+    (0.8, (0.78, 0.80, 0.84), (0.1e-3,) * 3, None),
+    (0.8, (0.70, 0.80, 0.90), (0.1e-3,) * 3, "its 3 parts give 0.700, 0.800, 0.900"),
+    (1.2, (1.2,) * 3, (-0.5e-3,) * 3, "transfer overhead -0.50 ms is negative"),
+])
+def test_rank_fit_plausibility(pipeline_calibrate: types.ModuleType, factor: float,
+                               parts: tuple, transfer: tuple, reason: str | None) -> None:
+    """A multi-rank fit is refused when its factor's parts spread more than 10% of it (0.20
+    around 0.8; 0.06 passes) or its transfer overhead is implausible."""
+    fit = pipeline_calibrate.RankFit(factor, parts, transfer[0], transfer)
+    found = pipeline_calibrate.implausible_ranks(fit)
+    assert (found is None) if reason is None else (reason in found)
 
 
 @pytest.mark.parametrize(("cost", "parts", "reason"), [

@@ -200,22 +200,26 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     assert [d.transfer_overhead for d in graph.devices] == pytest.approx([0.4e-3] * 3)
 
 
-def test_transfer_overhead_measured_from_two_ranks() -> None:
-    """Two ranks running gpt-tiny as two GPipe stages give a transfer overhead that passes
-    its checks (not below -0.2 ms, parts agreeing), or on a busy machine a refusal saying
-    why; with the per-action overhead set above every gap the cost is negative and refused."""
-    from dlsched.runtime.pipeline.calibrate import measure_transfer_overhead
+def test_rank_fit_measured_from_two_ranks() -> None:
+    """Two ranks running gpt-tiny as two GPipe stages give a compute factor against the
+    chain's profile and a transfer overhead that pass their checks, or on a busy machine a refusal saying why; with the per-action
+    overhead set above every gap the transfer cost is negative and refused."""
+    from dlsched.runtime.pipeline.calibrate import measure_ranks
+    from dlsched.runtime.pipeline.profile import profile_blocks
 
+    profiled = sum(p.forward_s + p.backward_s
+                   for p in profile_blocks(load_model(MODEL), 1, repeats=3))
     try:
-        cost = measure_transfer_overhead(MODEL, 1, 0.0, 1e-4, 1e9, microbatches=4,
-                                         iterations=6)
-        assert -0.2e-3 <= cost < 0.1
+        fit = measure_ranks(MODEL, 1, 2, profiled, 0.0, 1e-4, 1e9, microbatches=4,
+                            iterations=6)
+        assert 0.2 < fit.compute_factor < 20 and len(fit.factor_parts) == 3
+        assert -0.2e-3 <= fit.transfer_overhead_s < 0.1
     except ConfigError as error:
-        assert str(error).startswith("transfer calibration")
-    with pytest.raises(ConfigError, match=r"transfer calibration: refused after 1 measurements: "
+        assert str(error).startswith("rank calibration")
+    with pytest.raises(ConfigError, match=r"rank calibration: refused after 1 measurements: "
                                           r"transfer overhead -[0-9.]+ ms is negative"):
-        measure_transfer_overhead(MODEL, 1, 1.0, 1e-4, 1e9, microbatches=4, iterations=6,
-                                  attempts=1)
+        measure_ranks(MODEL, 1, 2, profiled, 1.0, 1e-4, 1e9, microbatches=4, iterations=6,
+                      attempts=1)
 
 
 def test_cli_run_refuses_a_plan_for_another_model(run_cli, tmp_path) -> None:

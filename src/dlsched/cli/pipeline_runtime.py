@@ -71,9 +71,9 @@ def profile(
     repeats: Annotated[int, typer.Option(help="Timed runs per block (median).")] = 5,
     threads: Annotated[int, typer.Option(help="torch threads (1 = as each rank runs).")] = 1,
     devices_out: Annotated[Path | None, typer.Option(
-        help="Also calibrate the rank-to-rank link, the runtime's compute factor and its "
-             "overheads per compute action and per transfer, and write a device graph "
-             "here.")] = None,
+        help="Also calibrate the rank-to-rank link, the runtime's compute factor on --ranks "
+             "ranks against this profile and its overheads per compute action and per "
+             "transfer, and write a device graph here.")] = None,
     ranks: Annotated[int, typer.Option(help="Ranks in the written device graph.")] = 2,
     memory: Annotated[str, typer.Option(help="Memory per rank in the device graph.")]
     = "16 GiB",
@@ -107,6 +107,10 @@ def profile(
     torch.set_num_threads(threads)
     execution.check_device()
     built = load_model(model)
+    if devices_out is not None and ranks > len(built.block_names):
+        raise ConfigError(f"ranks: {ranks} must be at most the model's {len(built.block_names)} "
+                          "blocks (the calibration runs one stage of consecutive blocks per "
+                          "rank)")
     with activity(f"profiling {len(built.block_names)} blocks of {model}", json_out):
         profiles = profile_blocks(built, microbatch_size, repeats, execution=execution)
     write_text(chain, yaml.safe_dump(chain_document(model, profiles), sort_keys=False))
@@ -124,7 +128,8 @@ def profile(
         with activity("calibrating the link and the runtime's compute factor and overheads",
                       json_out):
             latency, bandwidth, _ = calibrate_link()
-            fit = calibrate_runtime(model, microbatch_size, latency, bandwidth, ranks)
+            profiled = sum(p.forward_s + p.backward_s for p in profiles)
+            fit = calibrate_runtime(model, microbatch_size, profiled, latency, bandwidth, ranks)
         write_text(devices_out, yaml.safe_dump(
             cpu_devices_document(ranks, latency, bandwidth, memory_bytes, fit=fit),
             sort_keys=False))

@@ -10,44 +10,39 @@ one "GPU" per rank at ``REFERENCE_FLOPS`` (profiled chains store seconds as FLOP
 device), the calibrated link between every pair (loopback is the same for every pair), and the
 memory given.
 
-The torch pipeline runtime's iteration is longer than the profile of its blocks says, in two
-ways, and both are calibrated from one rank running the whole model as a single GPipe stage,
-whose every compute action is stamped:
+The torch pipeline runtime's iteration differs from the profile of its blocks in three ways:
 
-- *compute factor*: its actions take longer than the same blocks profiled alone (the stage
-  module's autograd over every block, activations of all microbatches held at once rather
-  than one block's kept in cache): the fastest iteration's summed action time over
-  microbatches x the fastest profile of the blocks. The device graph's GPUs run at
+- *compute factor*: inside a run of several ranks the blocks take another time than profiled
+  alone (the stage module's autograd over its blocks, every microbatch's activations held at
+  once, ranks sharing caches and memory bandwidth, a machine whose state moved since the
+  profile). ``measure_ranks`` measures it where the plans run, against the very chain the
+  plans are made from (``rank_compute``). The device graph's GPUs run at
   ``REFERENCE_FLOPS`` / factor, so every profiled action is stretched by it.
-- *contention*: ranks that compute at the same time slow each other down (shared caches,
-  memory bandwidth, a clock that drops as more cores are busy). With the one-stage factor
-  alone, 9 of 10 2- and 4-rank plans of `gpt-small` on a 16-core machine were predicted
-  11-36% short, and replaying the runs' own action times gave 1.06-1.35x the prediction on
-  8 of them: the actions themselves were longer than in the one-rank calibration. So the
-  blocks are also profiled by every rank at once, in lockstep, and the fastest such profile
-  over the fastest one alone (``measure_contention``) multiplies the factor for that many
-  ranks.
 - *overhead*: the time between actions (the schedule's Python, argument and output
-  handling): iteration - summed action time, per action, the median over rounds (a
-  difference within one iteration: little noise). Without it a planner would favour plans
-  with many small actions (interleaving: 4x the actions of 1F1B).
+  handling), from one rank running the whole model as a single GPipe stage with every
+  compute action stamped (no waits for other ranks): iteration - summed action time, per
+  action, the median over rounds (a difference within one iteration: little noise). Without
+  it a planner would favour plans with many small actions (interleaving: 4x the actions of
+  1F1B). The same rounds give a one-rank factor (actions over blocks profiled in the same
+  process) that is checked for plausibility but not used for planning.
 - *transfer overhead*: the host time per activation or gradient sent or received
-  (``transfer_gaps``), from two ranks running the model as two GPipe stages
-  (``measure_transfer_overhead``); without it a planner favours plans with many stage
-  boundaries (interleaving: 3x the transfers of 1F1B on 2 ranks).
+  (``transfer_gaps``), from the same multi-rank run as the compute factor; without it a
+  planner favours plans with many stage boundaries (interleaving: 3x the transfers of 1F1B
+  on 2 ranks).
 
-On CPU both times are noisy: on an idle 16-core machine consecutive one-stage iterations of
-`gpt-small` ranged 100-204 ms, so a difference of medians taken minutes apart moved by more
-than 1 ms per action between calibrations (0.00, 13.83 and 21.78 ms on three runs). Noise only
-ever adds time, so the factor compares the *fastest* of many samples of each, taken in the
-same warm process and interleaved (``_calibration_rank``): a first round not counted (the
-process's first autograd passes and allocations), then per round two iterations and right
-after them one profile of every block. Reproducibility is checked on the same data: the
-rounds are split into three interleaved parts, each gives its own factor and overhead, and a
-calibration whose parts disagree by more than 10% of the factor or 25% of the overhead
-(and 0.2 ms of time per action) is measured again, then refused
+On CPU both one-rank times are noisy: on an idle 16-core machine consecutive one-stage
+iterations of `gpt-small` ranged 100-204 ms, so a difference of medians taken minutes apart
+moved by more than 1 ms per action between calibrations (0.00, 13.83 and 21.78 ms on three
+runs). Noise only ever adds time, so the one-rank factor compares the *fastest* of many
+samples of each, taken in the same warm process and interleaved (``_calibration_rank``): a
+first round not counted (the process's first autograd passes and allocations), then per round
+two iterations and right after them one profile of every block. Reproducibility is checked
+on the same data: the rounds are split into three interleaved parts, each gives its own
+factor and overhead, and a calibration whose parts disagree by more than 10% of the factor or
+25% of the overhead (and 0.2 ms of time per action) is measured again, then refused
 (``implausible_calibration``, which also refuses a factor below 1 beyond the tolerance or an
-overhead larger than the mean action itself).
+overhead larger than the mean action itself). The multi-rank factor and transfer overhead are
+checked the same way on three interleaved parts of their iterations (``implausible_ranks``).
 """
 
 from __future__ import annotations
@@ -68,6 +63,7 @@ from dlsched.pipeline.schedules import gpipe_orders
 from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline.model import load_model
 from dlsched.runtime.pipeline.profile import profile_blocks
+from dlsched.runtime.pipeline.rank_compute import even_stages, rank_compute_factor
 from dlsched.runtime.pipeline.run import (
     RunJob,
     check_model,
@@ -269,45 +265,6 @@ def measure_runtime(model: str, microbatch_size: int, microbatches: int = 8,
         implausible_calibration, attempts, "runtime calibration")
 
 
-def _profile_rank(rank: int, world_size: int, model_name: str, microbatch_size: int,
-                  rounds: int) -> list[float]:
-    """On every rank at once: 1 + ``rounds`` profiles of every block on one microbatch, each
-    after a barrier (all ranks compute together), the first not counted; summed forward +
-    backward seconds per round."""
-    torch.set_num_threads(1)
-    model = load_model(model_name)
-    sums = []
-    for _ in range(rounds + 1):
-        dist.barrier()
-        profiles = profile_blocks(model, microbatch_size, 1, warmup=0)
-        sums.append(sum(p.forward_s + p.backward_s for p in profiles))
-    return sums[1:]
-
-
-def contention_of(alone: list[float], together: list[list[float]]) -> float:
-    """How much slower a rank computes while every rank computes: the median over ranks of
-    the rank's fastest profile (``together``, one list of seconds per rank) over the fastest
-    profile of one rank alone (``alone``, seconds)."""
-    if not alone or not together or not all(together):
-        raise ConfigError("contention: need profiles alone and of every rank")
-    return statistics.median(min(sums) for sums in together) / min(alone)
-
-
-def measure_contention(model: str, microbatch_size: int, ranks: int, rounds: int = 12,
-                       options: SpawnOptions | None = None) -> float:
-    """``contention_of`` the blocks of ``model`` profiled ``rounds`` times by one rank, then by
-    ``ranks`` ranks at once (1.0 for one rank)."""
-    if not 1 <= ranks <= 1024 or not 1 <= rounds <= 1000:
-        raise ConfigError(f"ranks: {ranks} (1..1024) and rounds: {rounds} (1..1000) are out "
-                          "of range")
-    if ranks == 1:
-        return 1.0
-    options = options or SpawnOptions()
-    alone = spawn(_profile_rank, 1, (model, microbatch_size, rounds), options)[0]
-    together = spawn(_profile_rank, ranks, (model, microbatch_size, rounds), options)
-    return contention_of(alone, together)
-
-
 def implausible_transfer(cost_s: float, parts: tuple[float, ...]) -> str | None:
     """Why a transfer overhead of ``cost_s`` seconds whose interleaved parts gave ``parts``
     cannot be used (one line), or None: below -``TOLERANCE_S``, or parts that disagree by
@@ -322,44 +279,72 @@ def implausible_transfer(cost_s: float, parts: tuple[float, ...]) -> str | None:
     return None
 
 
-def measure_transfer_overhead(model: str, microbatch_size: int, overhead_s: float,
-                              latency_s: float, bandwidth: float, microbatches: int = 8,
-                              iterations: int = 12, attempts: int = 3,
-                              options: SpawnOptions | None = None) -> float:
-    """Seconds of a rank's host time per activation or gradient it sends or receives
-    (``transfer_gaps``): ``model`` cut into two stages of half its blocks each on two ranks,
-    GPipe over ``microbatches`` microbatches of ``microbatch_size`` samples, ``iterations``
-    stamped iterations after one warm-up; ``overhead_s`` is the runtime's overhead per action
-    and ``latency_s`` + bytes / ``bandwidth`` (s, B/s) the link's time. Measured again up to
-    ``attempts`` times while ``implausible_transfer``, then ConfigError with the reason."""
+@dataclass(frozen=True)
+class RankFit:
+    """What a run of several ranks gives: ``compute_factor`` (their actions over the chain's
+    profile, ``rank_compute``) with its ``factor_parts``, and ``transfer_overhead_s`` (seconds
+    per activation or gradient sent or received, ``transfer_gaps``; 0 on one rank) with its
+    ``transfer_parts``."""
+
+    compute_factor: float
+    factor_parts: tuple[float, ...]
+    transfer_overhead_s: float
+    transfer_parts: tuple[float, ...]
+
+
+def implausible_ranks(fit: RankFit) -> str | None:
+    """Why a ``RankFit`` cannot be used (one line), or None: an implausible transfer overhead
+    (``implausible_transfer``), or parts of the compute factor that disagree by more than
+    ``FACTOR_LIMIT`` of it."""
+    transfer = implausible_transfer(fit.transfer_overhead_s, fit.transfer_parts)
+    if transfer is not None:
+        return transfer
+    if max(fit.factor_parts) - min(fit.factor_parts) > FACTOR_LIMIT * fit.compute_factor:
+        parts = ", ".join(f"{part:.3f}" for part in fit.factor_parts)
+        return (f"compute factor {fit.compute_factor:.3f} on the ranks, but its "
+                f"{len(fit.factor_parts)} parts give {parts} (limit {FACTOR_LIMIT:.0%}; the "
+                "machine is too busy to calibrate)")
+    return None
+
+
+def measure_ranks(model: str, microbatch_size: int, ranks: int, profiled_s: float,
+                  overhead_s: float, latency_s: float, bandwidth: float, microbatches: int = 8,
+                  iterations: int = 12, attempts: int = 3,
+                  options: SpawnOptions | None = None) -> RankFit:
+    """The ``RankFit`` of ``ranks`` ranks running ``model`` cut into ``ranks`` GPipe stages of
+    consecutive blocks (``rank_compute.even_stages``) over ``microbatches`` microbatches of
+    ``microbatch_size`` samples, ``iterations`` stamped iterations after one warm-up:
+    ``profiled_s`` is the chain's forward + backward seconds of one microbatch over every
+    block, ``overhead_s`` the runtime's seconds per action and ``latency_s`` + bytes /
+    ``bandwidth`` (s, B/s) the link's time. Measured again up to ``attempts`` times while
+    ``implausible_ranks``, then ConfigError with the reason."""
     if not 1 <= microbatches <= 1000 or not 1 <= iterations <= 1000 or not 1 <= attempts <= 10:
         raise ConfigError(f"microbatches: {microbatches} (1..1000), iterations: {iterations} "
                           f"(1..1000) and attempts: {attempts} (1..10) are out of range")
     built = load_model(model)
-    blocks = len(built.block_names)
-    if blocks < 2:
-        raise ConfigError(f"model: {model} has {blocks} block; two stages need at least 2")
-    stages = (Stage(0, blocks // 2, (0,)), Stage(blocks // 2, blocks, (1,)))
-    plan = PipelinePlan("transfer-calibration", stages, gpipe_orders(stages, 2, microbatches),
+    stages = even_stages(len(built.block_names), ranks)
+    plan = PipelinePlan("rank-calibration", stages, gpipe_orders(stages, ranks, microbatches),
                         microbatches)
-    names = ("rank0", "rank1")
+    names = tuple(f"rank{k}" for k in range(ranks))
     saved = saved_for_model(plan, built, microbatch_size, names)
     link_s = latency_s + max(saved.activation_bytes) / bandwidth
 
-    def measure(_: tuple[str, ...]) -> tuple[float, tuple[float, ...]]:
+    def measure(_: tuple[str, ...]) -> RankFit:
         run = run_pipeline(saved, model, iterations, options=options)
+        factor, factor_parts = rank_compute_factor(run.timeline, microbatches, profiled_s)
+        if ranks == 1:
+            return RankFit(factor, factor_parts, 0.0, (0.0,))
         cost, parts, _ = transfer_cost(wait_free_gaps(run.timeline, stages, names, link_s),
                                        overhead_s)
-        return cost, parts
+        return RankFit(factor, factor_parts, cost, parts)
 
-    return until_plausible(measure, lambda measured: implausible_transfer(*measured),
-                           attempts, "transfer calibration")[0]
+    return until_plausible(measure, implausible_ranks, attempts, "rank calibration")
 
 
 @dataclass(frozen=True)
 class RuntimeFit:
     """What the torch pipeline runtime adds to the profiled blocks on ``ranks`` ranks:
-    ``compute_factor`` (its actions over the profile, contention included), ``overhead_s``
+    ``compute_factor`` (its actions over the chain's profile), ``overhead_s``
     per compute action and ``transfer_overhead_s`` per activation or gradient sent or
     received (seconds, >= 0)."""
 
@@ -368,22 +353,19 @@ class RuntimeFit:
     transfer_overhead_s: float
 
 
-def calibrate_runtime(model: str, microbatch_size: int, latency_s: float, bandwidth: float,
-                      ranks: int = 1, microbatches: int = 8,
+def calibrate_runtime(model: str, microbatch_size: int, profiled_s: float, latency_s: float,
+                      bandwidth: float, ranks: int = 1, microbatches: int = 8,
                       options: SpawnOptions | None = None) -> RuntimeFit:
     """The torch pipeline runtime's ``RuntimeFit`` on ``ranks`` ranks whose link takes
-    ``latency_s`` + bytes / ``bandwidth`` (s, B/s): ``measure_runtime``'s factor times
-    ``measure_contention`` for ``ranks``, its overhead, and ``measure_transfer_overhead``
-    (0 on one rank); values within the tolerance below 0 are 0."""
+    ``latency_s`` + bytes / ``bandwidth`` (s, B/s), for plans made from a chain whose forward
+    + backward of one microbatch over every block is ``profiled_s`` seconds: the overhead per
+    action from ``measure_runtime`` (one rank, no waits), the compute factor and transfer
+    overhead from ``measure_ranks``; overheads within the tolerance below 0 are 0."""
     calibration = measure_runtime(model, microbatch_size, microbatches, options=options)
-    contention = measure_contention(model, microbatch_size, ranks, options=options)
     overhead = max(0.0, calibration.overhead_s)
-    transfer = 0.0
-    if ranks > 1:
-        transfer = max(0.0, measure_transfer_overhead(model, microbatch_size, overhead,
-                                                      latency_s, bandwidth, microbatches,
-                                                      options=options))
-    return RuntimeFit(calibration.compute_factor * contention, overhead, transfer)
+    fit = measure_ranks(model, microbatch_size, ranks, profiled_s, overhead, latency_s,
+                        bandwidth, microbatches, options=options)
+    return RuntimeFit(fit.compute_factor, overhead, max(0.0, fit.transfer_overhead_s))
 
 
 def cpu_devices_document(ranks: int, latency_s: float, bandwidth: float, memory: int,
