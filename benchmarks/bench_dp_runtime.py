@@ -63,7 +63,8 @@ METHOD = ("two-state network with queued-stream curve, robust compute slowdown, 
           "issue 21: group warm-up, stream timed from issue to the last completion, queued "
           "slowdown unclamped, per-size means of 15 repeats, sizes whose mean has a standard "
           "error over 15% (and 20 us) measured again and pooled, a measurement with a queued "
-          "message below 0.5x idle discarded, refused after 8")
+          "message below 0.5x idle discarded, refused after 8; queued stream on idle ranks "
+          "(from 2026-11-26 05:20)")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
@@ -139,7 +140,8 @@ def _options(deadline_s: float, comm_nice: int | None, emulated: bool = True) ->
 def calibrate(ranks: int, rate_gbit: int | None, comm_nice: int | None,
               folder: Path) -> tuple[dict[str, str], list[Any]]:
     """Timed all-reduces idle and under load, written as piecewise network files: ``two``
-    (idle fit + under_load with the compute slowdowns and the queued-stream curve), and for
+    (idle fit + under_load with the compute slowdowns and the queued-stream curve + the
+    queued stream on idle ranks), and for
     the diagnostic columns ``idle`` and ``loaded`` (one curve each) and ``comm`` (two curves,
     compute never slowed); and every rank's compute slowdown per size and repeat (stored
     with the rows)."""
@@ -147,13 +149,13 @@ def calibrate(ranks: int, rate_gbit: int | None, comm_nice: int | None,
                   _options(900, comm_nice, rate_gbit is not None))[0]
     document = loads_document(timed, ranks, f"gloo-{setting_name(ranks, rate_gbit)}", "gloo",
                               "piecewise", comm_nice)
-    idle = {k: v for k, v in document.items() if k != "under_load"}
+    idle = {k: v for k, v in document.items() if k not in ("under_load", "stream")}
     loaded = idle | {k: v for k, v in document["under_load"].items()
                      if k not in ("compute_slowdown", "stream")}
     files = {}
     for which, doc in (("two", document), ("idle", idle), ("loaded", loaded),
-                       ("comm", idle | {"under_load": document["under_load"]
-                                        | {"compute_slowdown": []}})):
+                       ("comm", document | {"under_load": document["under_load"]
+                                            | {"compute_slowdown": []}})):
         files[which] = str(folder / f"network-{setting_name(ranks, rate_gbit)}-{which}.yaml")
         write_network(doc, files[which])
     return files, timed["compute_samples"]

@@ -125,9 +125,13 @@ def test_two_state_between_idle_and_loaded(case, factor):
     queued = DPProblem(forward, backward, grads,
                        TwoState(idle, loaded, stream=AlphaBeta(alpha / 2, beta / 2)),
                        in_flight=k)
-    for name in POLICIES:  # queued messages cheaper than idle ones: the bound still holds
-        result = run_dataparallel(queued, name)
-        assert result.time_s >= result.bound_s * (1 - 1e-9), name
+    idle_queued = DPProblem(forward, backward, grads,
+                            TwoState(idle, loaded, idle_stream=AlphaBeta(alpha / 2, beta / 3)),
+                            in_flight=k)
+    for problem in (queued, idle_queued):  # queued messages cheaper than idle ones
+        for name in POLICIES:
+            result = run_dataparallel(problem, name)
+            assert result.time_s >= result.bound_s * (1 - 1e-9), name
 
 
 GOOD = {"kind": "allreduce-cost", "name": "t", "workers": 4, "model": "alpha-beta",
@@ -260,6 +264,42 @@ def test_queued_message_uses_its_queued_slowdown_by_hand():
         network.set_loaded(True)
         done = network.advance(float("inf"))
         assert [end for _, _, end in done] == pytest.approx([6 * MS, second])
+
+
+def test_queued_message_on_idle_ranks_costs_its_idle_queued_factor_by_hand():
+    """Two messages of 1 ms latency and 2 ms transfer launched at 0 on one slot, never
+    loaded, queued-idle factor 1.5: the first (admitted at its launch) takes 3 ms, the
+    second waited behind it and takes 1.5 x 3 = 4.5 ms: ends at 3 and 7.5 ms. Loaded
+    throughout with queued slowdown 2, the second still takes 2 x 3 = 6 ms (ends at 3 x 3 + 6
+    = 15 ms, slowdown 3 for the first). Without the factor: 6 ms."""
+    for loaded, queued_idle, second in ((False, 1.5, 7.5 * MS), (False, 1.0, 6 * MS),
+                                        (True, 1.5, 15 * MS)):
+        network = SharedNetwork(1)
+        for index in range(2):
+            network.submit(index, 0.0, 1 * MS, 2 * MS, 3.0, 1.0, 2.0, 0.0, queued_idle)
+        network.set_loaded(loaded)
+        done = network.advance(float("inf"))
+        first = 9 * MS if loaded else 3 * MS
+        assert [end for _, _, end in done] == pytest.approx([first, second])
+
+
+def test_top_level_stream_gives_the_idle_queued_factor(tmp_path):
+    """A top-level stream block is the queue's cost per message on idle ranks:
+    idle_queued_slowdown = stream / idle (150 us + 1 MB / 1 GB/s over 100 us + 1 MB / 1 GB/s
+    = 1.15 / 1.1); 1 without it; refused without under_load, naming the field."""
+    document = json.loads(json.dumps(GOOD))
+    document["stream"] = {"model": "alpha-beta",
+                          "alpha_beta": {"alpha": "150 us", "bandwidth": "1 GB/s"}}
+    path = tmp_path / "net.json"
+    path.write_text(json.dumps(document))
+    comm = load_network_file(path)
+    assert comm.idle_queued_slowdown(1e6) == pytest.approx(1.15 / 1.1)
+    path.write_text(json.dumps(GOOD))
+    assert load_network_file(path).idle_queued_slowdown(1e6) == 1.0
+    del document["under_load"]
+    path.write_text(json.dumps(document))
+    with pytest.raises(ConfigError, match=r"stream .*give under_load too"):
+        load_network_file(path)
 
 
 def test_stream_block_gives_the_queued_slowdown(tmp_path):

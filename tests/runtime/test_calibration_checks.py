@@ -71,13 +71,16 @@ def late_stamps(monkeypatch: pytest.MonkeyPatch) -> _FakeClock:
 
 def test_queued_stream_is_timed_from_issue_to_the_last_completion(late_stamps) -> None:
     """Eight queued all-reduces of 370 us each, stamped late (all at once): from issue to the
-    last completion they cost 370 us per message, at least 0.5x idle. Between the first
+    last completion they cost 370 us per message, at least 0.5x idle, with the rank computing
+    or only waiting. Between the first
     and the last completion (the method before) they cost 0, which was clamped to 1 ns."""
-    result = calibrate.time_streams(0, 2, (4096, 65536), warmup=1, repeats=3)
-    for size, samples in result:
-        assert size in (4096, 65536) and len(samples) == 3
-        assert samples == pytest.approx([IDLE] * 3)
-        assert min(samples) >= 0.5 * IDLE
+    for computing in (True, False):
+        result = calibrate.time_streams(0, 2, (4096, 65536), warmup=1, repeats=3,
+                                        computing=computing)
+        for size, samples in result:
+            assert size in (4096, 65536) and len(samples) == 3
+            assert samples == pytest.approx([IDLE] * 3)
+            assert min(samples) >= 0.5 * IDLE
 
 
 def test_stream_seconds_by_hand() -> None:
@@ -102,11 +105,21 @@ def _timed(stream_s: float, idle_times: tuple[float, ...] = (IDLE,) * 5,
 
 def test_queued_message_faster_than_half_an_idle_one_is_refused() -> None:
     """Stream 1 us against 370 us idle (the issue's values): refused, naming the size and
-    both times; at 0.5x idle exactly it passes."""
+    both times; at 0.5x idle exactly it passes. The same for a stream on idle ranks (100 us
+    refused, 185 us passes)."""
     reason = implausible(_timed(1e-6))
-    assert reason == ("queued all-reduce of 4096 B: 1.0 us per message, below 0.5x its "
-                      "idle time 370.0 us")
+    assert reason == ("queued all-reduce of 4096 B under load: 1.0 us per message, below "
+                      "0.5x its idle time 370.0 us")
     assert implausible(_timed(0.5 * IDLE)) is None
+    sizes = (4096, 65536)
+    idle_queue = {"idle_stream": [(b, 100e-6) for b in sizes],
+                  "idle_stream_times": [(b, [100e-6] * 5) for b in sizes]}
+    assert implausible(_timed(IDLE) | idle_queue) == (
+        "queued all-reduce of 4096 B on idle ranks: 100.0 us per message, below 0.5x its idle "
+        "time 370.0 us")
+    idle_queue = {"idle_stream": [(b, 185e-6) for b in sizes],
+                  "idle_stream_times": [(b, [185e-6] * 5) for b in sizes]}
+    assert implausible(_timed(IDLE) | idle_queue) is None
 
 
 def test_mean_that_is_uncertain_is_refused() -> None:
@@ -181,7 +194,7 @@ def test_uncertain_sizes_are_measured_again_and_pooled(monkeypatch: pytest.Monke
     assert asked == [[4096, 65536], [4096], [4096]]
     assert "refused" not in timed and len(timed["rejected"]) == 2
     assert "the mean of its 4 repeats is uncertain by 47%" in timed["rejected"][0]
-    assert timed["rejected"][1].startswith("queued all-reduce of 4096 B: 1.0 us")
+    assert timed["rejected"][1].startswith("queued all-reduce of 4096 B under load: 1.0 us")
     assert [len(samples) for _, samples in timed["none_times"]] == [20, 5]
     assert timed["none"] == [(4096, pytest.approx(550e-6)), (65536, pytest.approx(IDLE))]
     assert standard_error(timed["none_times"][0][1]) == pytest.approx(

@@ -202,8 +202,9 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
 
 def test_rank_fit_measured_from_two_ranks() -> None:
     """Two ranks running gpt-tiny as two GPipe stages give a compute factor against the
-    chain's profile and a transfer overhead that pass their checks, or on a busy machine a refusal saying why; with the per-action
-    overhead set above every gap the transfer cost is negative and refused."""
+    chain's profile and a transfer overhead that pass their checks, or on a busy machine a
+    refusal saying why; with the per-action overhead set above every gap the transfer cost
+    is negative and refused."""
     from dlsched.runtime.pipeline.calibrate import measure_ranks
     from dlsched.runtime.pipeline.profile import profile_blocks
 

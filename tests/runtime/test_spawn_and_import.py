@@ -72,11 +72,14 @@ def _priorities(rank: int, world_size: int) -> dict[str, int]:
 
     timed = time_loads(rank, world_size, (4096, 65536), 1, 2, "both", attempts=1)
     assert set(timed) - {"refused"} == {"none", "compute", "compute_slowdown",
-                                        "compute_samples", "stream", "none_times",
-                                        "compute_times", "stream_times", "rejected"}
-    assert all(len(times) == 2 for key in ("none_times", "compute_times", "stream_times")
+                                        "compute_samples", "stream", "idle_stream",
+                                        "none_times", "compute_times", "stream_times",
+                                        "idle_stream_times", "rejected"}
+    assert all(len(times) == 2 for key in ("none_times", "compute_times", "stream_times",
+                                           "idle_stream_times")
                for _, times in timed[key])
-    for samples in (timed[key] for key in ("none", "compute", "compute_slowdown", "stream")):
+    for samples in (timed[key] for key in ("none", "compute", "compute_slowdown", "stream",
+                                           "idle_stream")):
         assert [b for b, _ in samples] == [4096, 65536] and all(s > 0 for _, s in samples)
     assert all(len(repeats) == 2 and all(len(ranks) == world_size for ranks in repeats)
                for _, repeats in timed["compute_samples"])

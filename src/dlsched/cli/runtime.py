@@ -227,10 +227,11 @@ def calibrate_command(
 
 def _calibration_rows(document: dict[str, Any], top: str) -> list[dict[str, Any]]:
     """A row per timed size and load (``top``: the load of the top-level samples; under load,
-    queued under load): bytes, seconds."""
+    queued under load, queued idle): bytes, seconds."""
     loaded = document.get("under_load") or {}
     blocks = ((top, document), ("under load", loaded),
-              ("queued under load", loaded.get("stream") or {}))
+              ("queued under load", loaded.get("stream") or {}),
+              ("queued idle", document.get("stream") or {}))
     return [{"load": name, "bytes": sample["bytes"], "seconds": sample["seconds"]}
             for name, block in blocks for sample in block.get("samples", [])]
 

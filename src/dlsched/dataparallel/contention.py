@@ -6,8 +6,9 @@ slower (the loaded curve over the idle one), and while messages are in flight th
 progresses ``compute_slowdown(bytes)`` times slower (the largest factor of the messages in
 flight; 1 when the file has no measurement); a message that waited behind earlier ones
 progresses ``queued_slowdown(bytes)`` times slower instead (the stream curve, when the file
-has one). Layer work is the profile's: seconds of compute
-with no message in flight. So a message overlapping compute for a fraction p of its idle
+has one) and, while no rank computes, costs ``idle_queued_slowdown(bytes)`` times its idle
+cost (the idle stream curve, when the file has one). Layer work is the profile's: seconds of
+compute with no message in flight. So a message overlapping compute for a fraction p of its idle
 progress costs p x loaded + (1 - p) x idle seconds, and a layer computed beside a message
 lasts its work x that factor.
 
@@ -72,7 +73,7 @@ class _Rank:
             self.network.submit(self.submitted, self.released.pop(self.submitted),
                                 *self.comm.split(size), self.comm.slowdown(size),
                                 self.comm.compute_slowdown(size), self.comm.queued_slowdown(size),
-                                size)
+                                size, self.comm.idle_queued_slowdown(size))
             self.submitted += 1
 
     def compute(self, work: float, marks: list[tuple[float, Callable[[], None]]]) -> None:

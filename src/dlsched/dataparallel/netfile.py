@@ -18,7 +18,9 @@ curve for the part of it that overlaps compute (``TwoState``). Its optional
 ``compute_slowdown`` (``{bytes, factor}`` ascending) says how many times slower the ranks
 compute beside an all-reduce of that size; its optional ``stream`` block (``model``, fits,
 ``samples``) is the loaded cost per message of all-reduces queued back to back, charged to
-messages that waited behind another (``TwoState.queued_slowdown``).
+messages that waited behind another (``TwoState.queued_slowdown``). With ``under_load``, an
+optional top-level ``stream`` block is the same queue's cost per message while no rank
+computes (``TwoState.idle_queued_slowdown``).
 """
 
 from __future__ import annotations
@@ -156,14 +158,23 @@ class NetworkFile(Fits):
     name: str = Field("fitted", min_length=1)
     workers: int = Field(ge=2, le=MAX_WORKERS)
     under_load: LoadedFits | None = None
+    stream: Fits | None = None
     measured_with: dict[str, Any] = {}
+
+    @model_validator(mode="after")
+    def _stream_needs_loads(self) -> NetworkFile:
+        if self.stream is not None and self.under_load is None:
+            raise ValueError("stream (queued all-reduces on idle ranks) is part of a two-state "
+                             "file: give under_load too (dlsched calibrate --load both)")
+        return self
 
     def build(self, workers: int | None = None) -> CommModel:
         """The cost model ``model`` names (with ``under_load``: idle and loaded curves).
         ``workers``: the job's ranks; a ring fit is re-evaluated for them, the other fits are
         valid only for the file's ``workers``."""
         ranks = self.workers if workers is None else workers
-        loaded_fits = [self.under_load, self.under_load.stream] if self.under_load else []
+        loaded_fits = ([self.under_load, self.under_load.stream, self.stream]
+                       if self.under_load else [])
         models = {self.model} | {fits.model for fits in loaded_fits if fits is not None}
         if ranks != self.workers and models != {"ring"}:
             raise ConfigError(f"workers: the network file {self.name!r} was fitted on "
@@ -183,7 +194,9 @@ class NetworkFile(Fits):
                         tuple((float(s.bytes), s.factor)
                               for s in self.under_load.compute_slowdown),
                         None if stream is None else stream.curve(
-                            ranks, f"{self.name} queued under load ({stream.model})"))
+                            ranks, f"{self.name} queued under load ({stream.model})"),
+                        None if self.stream is None else self.stream.curve(
+                            ranks, f"{self.name} queued, idle ({self.stream.model})"))
 
 
 def read_network_file(path: str | Path) -> NetworkFile:

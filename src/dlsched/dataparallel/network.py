@@ -17,7 +17,10 @@ slower. A message entirely under load thus lasts slowdown x its cost, one half u
 (by its idle progress) half of each. Without loading, slowdowns never act. A message admitted
 after waiting behind earlier ones (its launch time already past) uses its ``queued``
 slowdown instead when it has one: messages queued back to back keep the communication
-threads busy and cost less under load than one on a quiet network.
+threads busy and cost less under load than one on a quiet network; and while not loaded it
+costs its ``queued_idle`` times its idle cost (its latency and transfer stretched by it, its
+loaded slowdown divided by it, so that under load it still costs ``queued`` times the idle
+cost).
 """
 
 from __future__ import annotations
@@ -58,8 +61,8 @@ class SharedNetwork:
         self.engine = Engine()
         self.links = SharedLinks(self.engine, {_NETWORK: 1.0}, processor_sharing=True,
                                  residue=0.0)
-        self.waiting: deque[tuple[int, float, float, float, float, float, float, float]] = \
-            deque()
+        self.waiting: deque[tuple[int, float, float, float, float, float, float, float,
+                                  float]] = deque()
         self.running: dict[int, _Running] = {}
         self.held = 0.0  # bytes the running messages hold of the credit
         self.loaded = False
@@ -73,14 +76,15 @@ class SharedNetwork:
 
     def submit(self, index: int, launch: float, latency: float, transfer: float,
                slowdown: float = 1.0, compute: float = 1.0, queued: float | None = None,
-               size: float = 0.0) -> None:
+               size: float = 0.0, queued_idle: float = 1.0) -> None:
         """Queue message ``index``: launch (s), latency (s) and transfer (s at full rate) when
         not loaded, its ``slowdown`` (>= 1) while loaded (``queued`` instead, when given, if
-        it is admitted after its launch time, behind earlier messages), the ``compute``
+        it is admitted after its launch time, behind earlier messages, and then
+        ``queued_idle`` times its latency and transfer while not loaded), the ``compute``
         slowdown it causes while in flight (see ``compute_slowdown``) and its ``size`` (bytes
         taken from the credit while it runs)."""
         self.waiting.append((index, launch, latency, transfer, slowdown, compute,
-                             slowdown if queued is None else queued, size))
+                             slowdown if queued is None else queued, size, queued_idle))
 
     def compute_slowdown(self) -> float:
         """How many times slower the rank computes now: the largest ``compute`` factor of the
@@ -136,15 +140,18 @@ class SharedNetwork:
         launch time has come; wake up at its launch time otherwise."""
         now = self.now
         while self._admits():
-            index, launch, latency, transfer, slowdown, compute, queued, size = self.waiting[0]
+            (index, launch, latency, transfer, slowdown, compute, queued, size,
+             queued_idle) = self.waiting[0]
             if launch > now:
                 if launch < self.wake:
                     self.wake = launch
                     self.engine.at(launch, self._wake)
                 return
             self.waiting.popleft()
+            stretch = queued_idle if launch < now else 1.0
+            latency, transfer = latency * stretch, transfer * stretch
             running = _Running(index, now, 0.0, transfer, size,
-                               queued if launch < now else slowdown, compute)
+                               queued / stretch if launch < now else slowdown, compute)
             running.latency_end = now + latency * self._factor(running)
             self.running[index] = running
             self.held += size

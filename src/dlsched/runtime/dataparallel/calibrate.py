@@ -23,15 +23,15 @@ messages count as much as large ones):
 - ring: the same line read as 2(N-1) latency + 2(N-1)/N bytes / bandwidth (link bandwidth and
   per-step latency of a ring all-reduce over N ranks);
 - piecewise: two alpha-beta segments split at the sample size that fits best, each over at
-  least ``MIN_SEGMENT`` (3) samples: a line through two samples fits them exactly, so a
-  two-sample segment always wins the search and its line follows their noise (on the
-  emulated network two noisy small sizes made a 4 KiB message cost 1.4 MB/s of bandwidth).
+  least ``MIN_SEGMENT`` (3) samples: a two-sample segment fits its two samples exactly, so it
+  always wins and follows their noise (two noisy sizes once gave 4 KiB 1.4 MB/s).
 
 The result is the network file format ``dlsched dataparallel --network FILE`` reads
 (``kind: allreduce-cost``; seconds, bytes and bytes/s). With ``load="both"`` the sizes are
-timed idle and then under load in the same spawn; the idle fit is the file's own and the
-loaded one its ``under_load`` block, so the simulator charges each message by the curve of
-what its rank does meanwhile (``TwoState``).
+timed idle, under load, and queued back to back under load and on idle ranks, in one spawn:
+the idle fit is the file's own, the loaded one and its stream its ``under_load`` block, the
+idle stream its ``stream``; the simulator charges each message by the curve of what its rank
+does meanwhile (``TwoState``).
 """
 
 from __future__ import annotations
@@ -56,13 +56,14 @@ DEFAULT_SIZES = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
 LOADS = ("none", "compute")
 CHOICES = (*LOADS, "both")  # what `dlsched calibrate --load` accepts
 LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~1 ms each)
-STREAM_LENGTH = 8  # all-reduces queued back to back when timing a stream under load
+STREAM_LENGTH = 8  # all-reduces queued back to back when timing a stream
 MIN_SEGMENT = 3  # samples in each piece of the piecewise fit (two are fitted exactly)
 ERROR_LIMIT = 0.15  # largest standard error of a size's mean, relative to the mean (see docs)
 TOLERANCE_S = 20e-6  # a mean known within this holds (loopback one-way latency 39-66 us)
 QUEUED_FLOOR = 0.5  # a queued message under load costs at least this times an idle one
 ATTEMPTS = 8  # measurements (the later ones of the unsteady sizes only) before a refusal
-LOAD_NAMES = {"none": "idle", "compute": "loaded", "stream": "queued"}
+LOAD_NAMES = {"none": "idle", "compute": "loaded", "stream": "queued",
+              "idle_stream": "queued idle"}
 
 
 def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 2,
@@ -110,11 +111,12 @@ def time_allreduces(rank: int, world_size: int, sizes: Sequence[int], warmup: in
 
 
 def time_streams(rank: int, world_size: int, sizes: Sequence[int], warmup: int = 1,
-                 repeats: int = 5, length: int = STREAM_LENGTH
+                 repeats: int = 5, length: int = STREAM_LENGTH, computing: bool = True
                  ) -> list[tuple[int, list[float]]]:
     """Run on every rank of an initialized group: (bytes, seconds per message of every
     repeat) of ``length`` all-reduces of each size issued back to back while the calling
-    thread computes (as backward does beside a queue of gradient messages): the time from
+    thread computes (as backward does beside a queue of gradient messages), or with
+    ``computing`` False while it only waits (a queue left after backward): the time from
     issuing the first to the last completion over ``length``, the slowest rank's
     (``stream_seconds``)."""
     import torch
@@ -131,7 +133,12 @@ def time_streams(rank: int, world_size: int, sizes: Sequence[int], warmup: int =
             issued = time.perf_counter()
             works = [dist.all_reduce(buffer, async_op=True) for buffer in buffers]
             stamps: list[float] = []
-            _compute_until_done(works, stamps, matrix, out)
+            if computing:
+                _compute_until_done(works, stamps, matrix, out)
+            else:
+                for work in works:
+                    work.wait()
+                    stamps.append(time.perf_counter())
             per_message = torch.tensor([stream_seconds(issued, stamps, length)],
                                        dtype=torch.float64)
             dist.all_reduce(per_message, op=dist.ReduceOp.MAX)
@@ -172,7 +179,7 @@ def unsteady(timed: dict[str, Any], limit: float = ERROR_LIMIT
     """(load, bytes, relative standard error, repeats) of every size whose mean's standard
     error is over ``limit`` of the mean and over ``TOLERANCE_S``."""
     found = []
-    for load in ("none", "compute", "stream"):
+    for load in LOAD_NAMES:
         for size, samples in timed.get(f"{load}_times", ()):
             relative = standard_error(samples)
             if relative > limit and relative * statistics.mean(samples) > TOLERANCE_S:
@@ -181,14 +188,16 @@ def unsteady(timed: dict[str, Any], limit: float = ERROR_LIMIT
 
 
 def impossible(timed: dict[str, Any], floor: float = QUEUED_FLOOR) -> str | None:
-    """Why a measurement holds an impossible value, one line, or None: a queued message
-    under load faster than ``floor`` times an idle one of the same size (queued behind others
-    and beside compute, a message is not much faster than alone on idle ranks)."""
+    """Why a measurement holds an impossible value, one line, or None: a queued message,
+    under load or idle, faster than ``floor`` times an idle one of the same size (queued
+    behind others, a message is not much faster than alone on idle ranks)."""
     idle = dict(timed.get("none", ()))
-    for size, seconds in timed.get("stream", ()):
-        if size in idle and seconds < floor * idle[size]:
-            return (f"queued all-reduce of {size} B: {seconds * 1e6:.1f} us per message, "
-                    f"below {floor:g}x its idle time {idle[size] * 1e6:.1f} us")
+    for load in ("stream", "idle_stream"):
+        for size, seconds in timed.get(load, ()):
+            if size in idle and seconds < floor * idle[size]:
+                where = "under load" if load == "stream" else "on idle ranks"
+                return (f"queued all-reduce of {size} B {where}: {seconds * 1e6:.1f} us per "
+                        f"message, below {floor:g}x its idle time {idle[size] * 1e6:.1f} us")
     return None
 
 
@@ -273,12 +282,11 @@ def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, re
                load: str, attempts: int = ATTEMPTS) -> dict[str, Any]:
     """``time_allreduces`` under ``load`` (``both``: idle, then under compute load), after a
     warm-up of the process group (``warm_up``): the mean seconds per size per load (keys
-    ``none``, ``compute``) and the samples they come from (``none_times``,
-    ``compute_times``), with compute load the compute slowdowns (key
+    ``none``, ``compute``; samples ``<key>_times``), with compute load the compute slowdowns (key
     ``compute_slowdown``, (bytes, factor) pairs from ``robust_slowdowns``) and the per-rank
     factors (key ``compute_samples``), and with ``both`` the per-message cost of queued
-    streams under load (key ``stream``, samples ``stream_times``: ``time_streams``, as many
-    ``repeats``).
+    streams under load and on idle ranks (keys ``stream`` and ``idle_stream``, samples
+    ``<key>_times``: ``time_streams``, as many ``repeats``).
     A calibration that is ``implausible`` is measured again, up to ``attempts`` times in all:
     the sizes whose mean is uncertain (``unsteady``; every size if none is) get ``repeats``
     more repeats under every load, pooled with the earlier ones (``pooled``), so a mean known
@@ -329,6 +337,8 @@ def _measure_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int
                for one in (LOADS if load == "both" else (load,))}
     if load == "both":
         samples["stream"] = time_streams(rank, world_size, sizes, 1, repeats)
+        samples["idle_stream"] = time_streams(rank, world_size, sizes, 1, repeats,
+                                              computing=False)
     timed: dict[str, Any] = {}
     for key, per_size in samples.items():
         timed[key] = [(b, statistics.mean(t)) for b, t in per_size]
@@ -431,12 +441,14 @@ def network_document(samples: Sequence[tuple[int, float]], workers: int, name: s
                      loaded: Sequence[tuple[int, float]] | None = None,
                      compute: Sequence[tuple[int, float]] | None = None,
                      stream: Sequence[tuple[int, float]] | None = None,
-                     quality: dict[str, Any] | None = None) -> dict[str, Any]:
+                     quality: dict[str, Any] | None = None,
+                     idle_stream: Sequence[tuple[int, float]] | None = None) -> dict[str, Any]:
     """The ``kind: allreduce-cost`` document of these samples, using fit ``model``; with
     ``loaded`` (samples timed under compute load) its ``under_load`` block too, with the
     ``compute`` slowdowns ((bytes, factor) pairs) measured beside them and the fit of the
-    queued ``stream`` samples (seconds per message); ``quality`` (rejected measurements,
-    largest spreads) is recorded under ``measured_with``."""
+    queued ``stream`` samples (seconds per message), and the fit of the ``idle_stream``
+    samples (queued on idle ranks) as the top-level ``stream``; ``quality`` (rejected
+    measurements, largest spreads) is recorded under ``measured_with``."""
     if model not in ("alpha-beta", "ring", "piecewise"):
         raise ConfigError(f"model: {model!r} is not a fit; accepted: alpha-beta, ring, "
                           "piecewise")
@@ -446,6 +458,8 @@ def network_document(samples: Sequence[tuple[int, float]], workers: int, name: s
         document["under_load"] = _fits(loaded, workers, model) | {"compute_slowdown": [
             {"bytes": int(b), "factor": float(f)} for b, f in compute or ()]} | (
             {"stream": _fits(stream, workers, model)} if stream else {})
+        if idle_stream:
+            document["stream"] = _fits(idle_stream, workers, model)
     return document | {"measured_with": {
         "backend": backend, "host": platform.node(), "date": datetime.date.today().isoformat(),
         "load": "both" if loaded is not None else load, "comm_nice": comm_nice}
@@ -468,7 +482,7 @@ def loads_document(timed: dict[str, Any], workers: int, name: str, backend: str,
     if set(LOADS) <= set(timed):
         return network_document(timed["none"], workers, name, backend, model, "none",
                                 comm_nice, timed["compute"], timed.get("compute_slowdown"),
-                                timed.get("stream"), quality)
+                                timed.get("stream"), quality, timed.get("idle_stream"))
     (load, samples), = ((k, v) for k, v in timed.items() if k in LOADS)
     return network_document(samples, workers, name, backend, model, load, comm_nice,
                             quality=quality)
