@@ -351,9 +351,9 @@ class _Run:
             if pending[0] == 0:
                 self._ring_step(s, steps_left - 1, size, start, label, on_done)
 
-        for i, device in enumerate(devices):
-            self.network.send(device, devices[(i + 1) % len(devices)], size,
-                              ("allreduce", device), arrived)
+        self.network.send_each([(device, devices[(i + 1) % len(devices)], size,
+                                 ("allreduce", device), arrived)
+                                for i, device in enumerate(devices)])
 
     def _deadlock(self) -> None:
         if self.orders is None:

@@ -20,6 +20,15 @@ ring all-reduce step starts hundreds at once).
 every start and at every ``touch`` (a model that steps its own clock, such as data parallel's
 k-slot network, progresses the transfers at each of its events).
 
+Twins: transfers sent together (``send_each``) that move alike (same size, cap, rate alone and
+slowdown, from the same instant) are kept as one in flight, the first carrying the others as
+``twins``, while no resource any of them holds is shared: they then have the same rate (a
+transfer that shares nothing moves at the level of the first round of progressive filling that
+reaches its rate alone, whatever else shares), hence the same bytes left, float for float, and
+they end at the same event, in the order they were sent. Once one of their resources is shared
+they are split into single transfers with the bytes they have left. The arithmetic per
+transfer is unchanged: every time, rate and order is what single sends give.
+
 Slowed links: a transfer may carry a ``slowdown`` (>= 1); while the links are ``slowed``
 (``set_slowed``: e.g. the ranks compute and the communication threads wait for cores) it
 moves that many times slower than its fair share, the share it leaves unused going to no one.
@@ -44,10 +53,11 @@ class Transfer:
     it shares nothing, bytes/s; ``slowdown``: how many times slower it moves while the links
     are slowed); ``left`` bytes still to move at ``rate`` bytes/s; ``floor``: the bytes it
     may have left and still end with one that completes (``residue`` x its size, at least
-    ``residue``)."""
+    ``residue``); ``twins``: (resources, stream, on_done) of the transfers moving exactly as
+    this one (see the module docstring)."""
 
     __slots__ = ("cap", "count", "factor", "floor", "left", "on_done", "rate", "resources",
-                 "size", "slowdown", "solo", "stream")
+                 "size", "slowdown", "solo", "stream", "twins")
 
     def __init__(self, size: float, cap: float, resources: tuple[Hashable, ...],
                  stream: Hashable, on_done: Callable[[], None], solo: float,
@@ -57,6 +67,12 @@ class Transfer:
         self.cap, self.resources, self.stream, self.on_done = cap, resources, stream, on_done
         self.solo, self.slowdown, self.rate = solo, slowdown, 0.0
         self.count, self.factor = 1, 1.0  # under processor sharing: rate = solo / (count x factor)
+        self.twins: list[tuple[tuple[Hashable, ...], Hashable, Callable[[], None]]] = []
+
+    def parts(self) -> list[tuple[tuple[Hashable, ...], Hashable, Callable[[], None]]]:
+        """(resources, stream, on_done) of this transfer and of each of its twins, in the
+        order they were sent."""
+        return [(self.resources, self.stream, self.on_done), *self.twins]
 
 
 class SharedLinks:
@@ -97,22 +113,72 @@ class SharedLinks:
         """Move ``num_bytes`` bytes over ``resources`` (declared), at most ``cap`` bytes/s and
         ``slowdown`` times slower while slowed, from now (or once ``stream`` has room);
         ``on_done()`` runs when the last byte arrives."""
-        if self.equal and (len(resources) != 1 or cap != math.inf):
-            raise ValueError("processor sharing: a transfer holds one resource and no cap")
-        capacity, solo = self.capacity, cap
-        for key in resources:
-            if capacity[key] < solo:
-                solo = capacity[key]
-        transfer = Transfer(float(num_bytes), cap, tuple(resources), stream, on_done, solo,
-                            slowdown, self.residue)
-        if self.in_flight is not None and self.moving.get(stream, 0) >= self.in_flight:
-            self.waiting.setdefault(stream, deque()).append(transfer)
+        transfer = self._queued(num_bytes, resources, on_done, cap, stream, slowdown)
+        if transfer is None:
             return
         self._advance()
         self._admit(transfer)
         if self.equal:
             self._reschedule()
             return
+        self._started()
+
+    def send_each(self, sends: Sequence[tuple[float, Sequence[Hashable], Callable[[], None],
+                                              float, Hashable]]) -> None:
+        """``send(num_bytes, resources, on_done, cap, stream)`` for each of ``sends`` in
+        order, now: the same transfers, times and order as one call each; consecutive ones
+        that move alike are kept as twins (see the module docstring)."""
+        if self.equal:
+            for num_bytes, resources, on_done, cap, stream in sends:
+                self.send(num_bytes, resources, on_done, cap, stream)
+            return
+        head: Transfer | None = None
+        for num_bytes, resources, on_done, cap, stream in sends:
+            size, solo = float(num_bytes), self._solo(resources, cap)
+            if (head is not None and size == head.size and cap == head.cap
+                    and solo == head.solo and self._room(stream)):
+                resources = tuple(resources)
+                self._hold(resources, stream)
+                head.twins.append((resources, stream, on_done))
+                continue
+            transfer = self._queued(size, resources, on_done, cap, stream, 1.0)
+            if transfer is None:
+                continue
+            if head is None:
+                self._advance()
+            self._admit(transfer)
+            head = transfer
+        if head is not None:
+            self._started()
+
+    def _queued(self, num_bytes: float, resources: Sequence[Hashable],
+                on_done: Callable[[], None], cap: float, stream: Hashable,
+                slowdown: float) -> Transfer | None:
+        """A new transfer (see ``send``), or None when it waits for room on its stream."""
+        if self.equal and (len(resources) != 1 or cap != math.inf):
+            raise ValueError("processor sharing: a transfer holds one resource and no cap")
+        transfer = Transfer(float(num_bytes), cap, tuple(resources), stream, on_done,
+                            self._solo(resources, cap), slowdown, self.residue)
+        if not self._room(stream):
+            self.waiting.setdefault(stream, deque()).append(transfer)
+            return None
+        return transfer
+
+    def _solo(self, resources: Sequence[Hashable], cap: float) -> float:
+        """The rate (bytes/s) of a transfer over ``resources`` capped at ``cap`` alone."""
+        capacity, solo = self.capacity, cap
+        for key in resources:
+            if capacity[key] < solo:
+                solo = capacity[key]
+        return solo
+
+    def _room(self, stream: Hashable) -> bool:
+        """Whether ``stream`` may start another transfer now."""
+        return self.in_flight is None or self.moving.get(stream, 0) < self.in_flight
+
+    def _started(self) -> None:
+        """Transfers started now (not under processor sharing): recompute the rates once at
+        this instant."""
         self.version += 1  # the pending completion event no longer holds
         self.planned = -1
         if not self.settling:
@@ -140,7 +206,7 @@ class SharedLinks:
     @property
     def count(self) -> int:
         """Transfers in flight (not waiting on their stream)."""
-        return len(self.active)
+        return sum(1 + len(transfer.twins) for transfer in self.active)
 
     def _settle(self) -> None:
         """Recompute the rates once for every transfer that started at this instant."""
@@ -148,23 +214,54 @@ class SharedLinks:
         self._reschedule()
 
     def _admit(self, transfer: Transfer) -> None:
-        self.moving[transfer.stream] = self.moving.get(transfer.stream, 0) + 1
         self.active.append(transfer)
+        self._hold(transfer.resources, transfer.stream)
+
+    def _hold(self, resources: tuple[Hashable, ...], stream: Hashable) -> None:
+        """Count a transfer in flight on ``resources`` and ``stream``."""
+        self.moving[stream] = self.moving.get(stream, 0) + 1
         users = self.users
-        for key in transfer.resources:
+        for key in resources:
             count = users.get(key, 0) + 1
             users[key] = count
             if count == 2:
                 self.shared += 1
 
-    def _release(self, transfer: Transfer) -> None:
+    def _release(self, resources: tuple[Hashable, ...], stream: Hashable) -> None:
+        """Count a transfer on ``resources`` and ``stream`` ended; admit the next waiting on
+        ``stream``."""
         users = self.users
-        for key in transfer.resources:
+        for key in resources:
             count = users[key] - 1
             users[key] = count
             if count == 1:
                 self.shared -= 1
-        self.moving[transfer.stream] -= 1
+        self.moving[stream] -= 1
+        queue = self.waiting.get(stream)
+        if queue:
+            self._admit(queue.popleft())
+
+    def _split(self, transfer: Transfer) -> list[Transfer]:
+        """``transfer`` and its twins as single transfers with its bytes left and rate."""
+        singles = [transfer]
+        for resources, stream, on_done in transfer.twins:
+            twin = Transfer(transfer.size, transfer.cap, resources, stream, on_done,
+                            transfer.solo, transfer.slowdown, self.residue)
+            twin.left, twin.rate = transfer.left, transfer.rate
+            singles.append(twin)
+        transfer.twins = []
+        return singles
+
+    def _split_shared(self) -> None:
+        """Split every transfer with twins of which one holds a shared resource."""
+        users, active = self.users, []
+        for transfer in self.active:
+            if transfer.twins and any(users[key] > 1 for resources, _, _ in transfer.parts()
+                                      for key in resources):
+                active.extend(self._split(transfer))
+            else:
+                active.append(transfer)
+        self.active = active
 
     def _advance(self) -> None:
         now = self.engine.now
@@ -187,6 +284,8 @@ class SharedLinks:
                 transfer.factor = transfer.slowdown if slowed else 1.0
                 transfer.rate = transfer.solo / (transfer.count * transfer.factor)
             return
+        if self.shared:
+            self._split_shared()
         self._shares()
         if self.slowed:
             for transfer in self.active:
@@ -270,14 +369,16 @@ class SharedLinks:
                 return
             # This event was set for the transfer that finishes first; when its delay is below
             # the clock's resolution the clock cannot advance, so it is complete now.
-            done = [min(self.active, key=lambda t: t.left / t.rate)]
+            first = min(self.active, key=lambda t: t.left / t.rate)
+            if first.twins:  # only the first of them ends: the others become single
+                at = self.active.index(first)
+                self.active[at:at + 1] = self._split(first)
+            done = [first]
         finished = set(done)
         self.active = [t for t in self.active if t not in finished]
-        for transfer in done:
-            self._release(transfer)
-            queue = self.waiting.get(transfer.stream)
-            if queue:
-                self._admit(queue.popleft())
+        parts = [part for transfer in done for part in transfer.parts()]
+        for resources, stream, _ in parts:
+            self._release(resources, stream)
         self._reschedule()
-        for transfer in done:
-            transfer.on_done()
+        for _, _, on_done in parts:
+            on_done()
