@@ -39,7 +39,7 @@ MODEL, MICROBATCH_SIZE, MICROBATCHES = "gpt-small", 8, 8
 PLANNERS = ("dlsched", "gpipe", "1f1b", "interleaved", "zb-h1")
 RANKS = (2, 4)
 """Default numbers of ranks."""
-ITERATIONS, WARMUP = 5, 1
+ITERATIONS, WARMUP, ROUNDS = 5, 1, 3
 MEMORY = 16 * 2**30
 OPTIONS = SpawnOptions(timeout_s=300, deadline_s=1800, grace_s=10)
 
@@ -49,17 +49,21 @@ def _plans(problem: PipelineProblem) -> list[PipelineResult]:
 
 
 def _run_all(results: list[PipelineResult]) -> list[PipelineRun]:
-    """Run the plans, one process start per number of ranks they use."""
+    """Run the plans, one process start per number of ranks they use, in ``ROUNDS`` rounds
+    whose order is rotated (a drift of the machine spread over every plan), each plan's
+    rounds pooled."""
     groups: dict[int, list[int]] = defaultdict(list)
     for index, result in enumerate(results):
         groups[to_torch(result.plan).world_size].append(index)
-    runs: dict[int, PipelineRun] = {}
+    runs: dict[int, list[PipelineRun]] = defaultdict(list)
     for indices in groups.values():
-        saved = [saved_from_result(results[i], MICROBATCH_SIZE) for i in indices]
-        for index, run in zip(indices, run_pipelines(saved, MODEL, ITERATIONS, WARMUP,
-                                                     options=OPTIONS), strict=True):
-            runs[index] = run
-    return [runs[i] for i in range(len(results))]
+        order = [indices[(k + r) % len(indices)] for r in range(ROUNDS)
+                 for k in range(len(indices))]
+        saved = [saved_from_result(results[i], MICROBATCH_SIZE) for i in order]
+        for index, run in zip(order, run_pipelines(saved, MODEL, ITERATIONS, WARMUP,
+                                                   options=OPTIONS), strict=True):
+            runs[index].append(run)
+    return [PipelineRun.pooled(runs[i]) for i in range(len(results))]
 
 
 def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int,
@@ -152,8 +156,9 @@ def main() -> None:
         f"`{MODEL}` (ours: {config.layers} decoder layers, hidden {config.hidden}, "
         f"{config.heads} heads, {config.sequence} tokens, vocabulary {config.vocab}; 10 blocks "
         f"= embedding, layers, head), {MICROBATCHES} microbatches of {MICROBATCH_SIZE} "
-        f"sequences, one gloo process per rank with 1 torch thread, {WARMUP} warm-up and "
-        f"{ITERATIONS} measured iterations (median, min-max). Plans are made from a profile "
+        f"sequences, one gloo process per rank with 1 torch thread, {ROUNDS} rounds (the "
+        f"plans' order rotated) of {WARMUP} warm-up and {ITERATIONS} measured iterations "
+        "per plan, pooled (median, min-max). Plans are made from a profile "
         "of the blocks in one idle process (`dlsched pipeline profile`: forward "
         f"{forward * 1e3:.1f} ms, backward {backward * 1e3:.1f} ms, split backward I+W "
         f"{split * 1e3:.1f} ms per microbatch over all blocks) on CPU 'devices' whose link is "

@@ -30,6 +30,7 @@ from dlsched.pipeline.torch_export import to_torch  # noqa: E402
 from dlsched.runtime.pipeline import run as pipeline_run  # noqa: E402
 from dlsched.runtime.pipeline.model import PipelineModel, load_model  # noqa: E402
 from dlsched.runtime.pipeline.run import (  # noqa: E402
+    PipelineRun,
     reference_gradients,
     run_pipeline,
     run_pipelines,
@@ -284,3 +285,22 @@ def test_cli_export_then_run_writes_trace_and_plot(run_cli, tmp_path) -> None:
     labels = sorted(e["name"] for e in events if e.get("ph") == "X")
     assert labels == sorted(str(a) for order in plan.orders for a in order)
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_runs_pooled_keep_every_iteration_in_order() -> None:
+    """Two runs of 2 and 1 iterations pool into one of 3: spans, times and losses in order,
+    median of 0.1, 0.3, 0.2 s = 0.2 s; no runs is an error."""
+    from dlsched.sim import Span, Timeline
+
+    def run(times: tuple[float, ...]) -> PipelineRun:
+        spans = [Span("rank0", 0.0, t, "forward", "", args={"stage": 0, "microbatch": 0,
+                                                              "iteration": i})
+                 for i, t in enumerate(times)]
+        return PipelineRun(Timeline(spans), times, tuple(t * 10 for t in times), None)
+
+    pooled = PipelineRun.pooled([run((0.1, 0.3)), run((0.2,))])
+    assert pooled.iteration_s == (0.1, 0.3, 0.2) and pooled.losses == (1.0, 3.0, 2.0)
+    assert [span.end for span in pooled.timeline.spans] == [0.1, 0.3, 0.2]
+    assert pooled.median_iteration_s == 0.2 and pooled.gradients is None
+    with pytest.raises(ConfigError, match="at least one run"):
+        PipelineRun.pooled([])

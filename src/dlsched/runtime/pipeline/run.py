@@ -75,6 +75,17 @@ class PipelineRun:
         """Median measured iteration time (seconds)."""
         return statistics.median(self.iteration_s)
 
+    @classmethod
+    def pooled(cls, runs: list[PipelineRun]) -> PipelineRun:
+        """One run of the measured iterations of several runs of the same plan (e.g. rounds
+        interleaved with other plans): their spans, iteration times and losses in order;
+        no gradients."""
+        if not runs:
+            raise ConfigError("runs: need at least one run to pool")
+        return cls(Timeline(span for run in runs for span in run.timeline.spans),
+                   tuple(t for run in runs for t in run.iteration_s),
+                   tuple(loss for run in runs for loss in run.losses), None)
+
     def iteration_timeline(self, index: int) -> Timeline:
         """The spans of measured iteration ``index``, shifted to start at 0."""
         spans = [s for s in self.timeline.spans if s.args.get("iteration") == index]
