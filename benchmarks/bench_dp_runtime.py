@@ -64,7 +64,7 @@ METHOD = ("two-state network with queued-stream curve, robust compute slowdown, 
           "slowdown unclamped, per-size means of 15 repeats, sizes whose mean has a standard "
           "error over 15% (and 20 us) measured again and pooled, a measurement with a queued "
           "message below 0.5x idle discarded, refused after 8; queued stream on idle ranks "
-          "(from 2026-11-26 05:20)")
+          "(from 2026-11-26 04:16)")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
