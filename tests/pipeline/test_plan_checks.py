@@ -4,14 +4,17 @@ plan is refused every time, and a fixed-order plan Late at a deadline is Late ag
 
 from __future__ import annotations
 
+import gc
 import importlib
 
 import pytest
+from benchmarks.planner_cases import random_problem
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import server_graph
-from dlsched.pipeline import PipelinePlan, PipelineProblem, PlanError, Stage, simulate
+from dlsched.pipeline import BASELINES, PipelinePlan, PipelineProblem, PlanError, Stage, simulate
 from dlsched.pipeline.actions import parse_orders
+from dlsched.pipeline.bounds import drain_after
 from dlsched.pipeline.chain import synthetic_chain
 from dlsched.pipeline.checks import check_plan
 from dlsched.pipeline.schedules import one_f_one_b_orders
@@ -87,3 +90,62 @@ def test_a_plan_late_at_a_deadline_is_late_at_an_earlier_one_without_simulating(
     assert len(runs) == 2
     assert simulate(problem, plan).iteration_s == time
     assert len(runs) == 3
+
+
+def test_a_gpu_that_cannot_finish_its_compute_by_the_deadline_is_late_at_its_first_start(
+) -> None:
+    """``_problem``: blocks of 1 s forward and 2 s backward, two microbatches: each GPU has
+    6 s of compute. With a 5 s deadline the run is Late when GPU 0 starts its first action,
+    at t=0 with nothing recorded (before: when a span ended after 5 s); with 6.5 s (above
+    the compute, below the iteration with its waits) it stops later."""
+    problem = _problem()
+    orders = one_f_one_b_orders(STAGES, 2, 2)
+    run = simulate_module._Run(problem, STAGES, orders, None, False, 5.0)
+    with pytest.raises(Late):
+        run.run()
+    assert (run.engine.now, run.records) == (0.0, [])
+    time = simulate(problem, PipelinePlan("x", STAGES, orders, 2)).iteration_s
+    assert time > 6.5
+    run = simulate_module._Run(problem, STAGES, orders, None, False, 6.5)
+    with pytest.raises(Late):
+        run.run()
+    assert run.engine.now > 0.0
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_late_exactly_when_the_iteration_ends_after_the_deadline(seed: int) -> None:
+    """Random instances, every baseline's plan: with a deadline at its simulated time it
+    runs to that time; 1e-7 below it, Late (on a fresh instance each, nothing kept)."""
+    for planner in BASELINES.values():
+        try:
+            plan = planner(random_problem(seed))
+        except ConfigError:
+            continue
+        time = simulate(random_problem(seed), plan).iteration_s
+        assert simulate(random_problem(seed), plan, time).iteration_s == time
+        with pytest.raises(Late):
+            simulate(random_problem(seed), plan, time * (1 - 1e-7))
+
+
+def test_what_must_follow_a_gpus_last_action_by_hand() -> None:
+    """``_problem``: GPU 1's last action is a B of stage 1, whose gradient (1e6 B at 1e9 B/s:
+    1 ms) must reach GPU 0 and run its 2 s backward; nothing follows GPU 0's last B. With
+    split backwards only all-reduces follow (none here: no stage is replicated)."""
+    assert drain_after(_problem(), STAGES, False, False) == [0.0, pytest.approx(2.001)]
+    assert drain_after(_problem(), STAGES, True, False) == [0.0, 0.0]
+
+
+def test_a_run_stopped_late_leaves_no_cyclic_garbage() -> None:
+    """Its pending events and transfers referred back to it (a cycle that waited for a full
+    collection); they are dropped when it stops, so nothing is left for the collector."""
+    plan = PipelinePlan("x", STAGES, one_f_one_b_orders(STAGES, 2, 2), 2)
+    time = simulate(_problem(), plan).iteration_s
+    problem = _problem()
+    gc.collect()
+    gc.disable()
+    try:
+        with pytest.raises(Late):
+            simulate(problem, plan, time / 2)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -50,14 +50,14 @@ from dlsched.pipeline.tensor_parallel import ring_allreduce_s
 _TERMS: WeakKeyDictionary[PipelineProblem, dict[tuple, Any]] = WeakKeyDictionary()
 
 
-def _hop(problem: PipelineProblem, plan: PipelinePlan, s: int) -> float:
+def _hop(problem: PipelineProblem, stages: tuple[Stage, ...], s: int) -> float:
     """Smallest uncontended transfer between stage ``s`` and ``s + 1`` (seconds): between
     split stages each pair of replicas moves only the overlap of their parts (found once
     per instance and pair of stages)."""
     known = _TERMS.setdefault(problem, {})
-    key = ("hop", plan.stages[s], plan.stages[s + 1])
+    key = ("hop", stages[s], stages[s + 1])
     if key not in known:
-        known[key] = _pair_hop(problem, plan.stages[s], plan.stages[s + 1])
+        known[key] = _pair_hop(problem, stages[s], stages[s + 1])
     return known[key]
 
 
@@ -76,14 +76,14 @@ def _pair_hop(problem: PipelineProblem, sender: Stage, receiver: Stage) -> float
     return float(times[shared > 0].min())
 
 
-def _fastest(problem: PipelineProblem, plan: PipelinePlan) -> list[tuple[float, float]]:
+def _fastest(problem: PipelineProblem, stages: tuple[Stage, ...]) -> list[tuple[float, float]]:
     """(forward, backward) seconds per stage on its fastest replica (found once per instance
     and stage)."""
     known = _TERMS.setdefault(problem, {})
-    for stage in plan.stages:
+    for stage in stages:
         if ("fastest", stage) not in known:
             known[("fastest", stage)] = tuple(problem.stage_times(stage).min(axis=0))
-    return [known[("fastest", stage)] for stage in plan.stages]
+    return [known[("fastest", stage)] for stage in stages]
 
 
 def _shares(problem: PipelineProblem, split: bool) -> tuple[float, float]:
@@ -97,15 +97,10 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     problem = problem.for_plan(plan)
     p = plan.num_stages
     split = plan.split_backward
-    fastest = _fastest(problem, plan)
-    hops = [_hop(problem, plan, s) for s in range(p - 1)]
-    inputs = _shares(problem, split)[0]
-    head, tail = [0.0] * p, [0.0] * p
-    for s in range(1, p):
-        head[s] = head[s - 1] + fastest[s - 1][0] + hops[s - 1]
-        tail[s] = tail[s - 1] + fastest[s - 1][1] * inputs + hops[s - 1]
-    sync = [_sync_after(problem, plan, stage) for stage in plan.stages]
-    path = head[-1] + fastest[-1][0] + fastest[-1][1] * inputs + tail[-1]
+    fastest = _fastest(problem, plan.stages)
+    hops = [_hop(problem, plan.stages, s) for s in range(p - 1)]
+    head, tail, sync = _paths(problem, plan.stages, split, bool(plan.ddp_buckets))
+    path = head[-1] + fastest[-1][0] + fastest[-1][1] * _shares(problem, split)[0] + tail[-1]
     flops = [problem.action_flops(stage) for stage in plan.stages]
     jobs = _jobs(problem, split, fastest, hops, (head, tail, sync), flops)
     best = max(path, max(sync[s] + head[s] for s in range(p)),
@@ -124,10 +119,42 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     return best
 
 
-def _sync_after(problem: PipelineProblem, plan: PipelinePlan, stage: Stage) -> float:
+def _paths(problem: PipelineProblem, stages: tuple[Stage, ...], split: bool, bucketed: bool
+           ) -> tuple[list[float], list[float], list[float]]:
+    """Per stage (seconds): ``head``, the forwards and transfers before its first F can
+    start; ``tail``, the input-gradient backwards and transfers after one of its B (or I)
+    down to stage 0; ``sync``, the all-reduce that must follow its last backward."""
+    p = len(stages)
+    fastest = _fastest(problem, stages)
+    hops = [_hop(problem, stages, s) for s in range(p - 1)]
+    inputs = _shares(problem, split)[0]
+    head, tail = [0.0] * p, [0.0] * p
+    for s in range(1, p):
+        head[s] = head[s - 1] + fastest[s - 1][0] + hops[s - 1]
+        tail[s] = tail[s - 1] + fastest[s - 1][1] * inputs + hops[s - 1]
+    return head, tail, [_sync_after(problem, bucketed, stage) for stage in stages]
+
+
+def drain_after(problem: PipelineProblem, stages: tuple[Stage, ...], split: bool,
+                bucketed: bool) -> list[float]:
+    """Per GPU, seconds any schedule of ``stages`` (I/W backwards when ``split``; DDP buckets
+    when ``bucketed``) still runs after the GPU's last action (the device term's last part:
+    with full backwards that action is a B, followed by the way down to stage 0 and the
+    stage's all-reduce; with split ones an I or W, followed at least by the all-reduce);
+    0 for a GPU with no stage."""
+    _, tail, sync = _paths(problem, stages, split, bucketed)
+    drain = [math.inf] * problem.graph.num_devices
+    for s, stage in enumerate(stages):
+        after = sync[s] if split else max(tail[s], sync[s])
+        for device in stage.devices:
+            drain[device] = min(drain[device], after)
+    return [0.0 if math.isinf(seconds) else seconds for seconds in drain]
+
+
+def _sync_after(problem: PipelineProblem, bucketed: bool, stage: Stage) -> float:
     """The all-reduce time that must follow a replicated stage's last backward: all of it, or
-    with ``ddp_buckets`` the ring of the bucket that last backward completes."""
-    if not plan.ddp_buckets or len(stage.devices) == 1:
+    with DDP buckets (``bucketed``) the ring of the bucket that last backward completes."""
+    if not bucketed or len(stage.devices) == 1:
         return problem.allreduce_time(stage)
     return ring_allreduce_s(problem.graph, stage.devices,
                             last_bucket_bytes(problem.chain, stage.first, stage.last))

@@ -104,7 +104,12 @@ class PipelineNetwork:
         the last byte arrives. A transfer from a GPU to itself costs nothing: ``on_done`` runs
         at the current instant, with no latency and no link (the diagonal of the bandwidth
         matrix is unused)."""
-        self.send_each([(src, dst, num_bytes, stream, on_done)])
+        if src == dst:
+            self.engine.after(0.0, on_done)
+            return
+        resources, bandwidth, latency = self.routes.pair(src, dst)
+        self.engine.after(latency, self.links.send, float(num_bytes), resources, on_done,
+                          bandwidth, stream)
 
     def send_each(self, sends: list[tuple[int, int, float, Hashable, Callable[[], None]]]
                   ) -> None:

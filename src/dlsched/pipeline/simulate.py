@@ -17,9 +17,12 @@ transfer or all-reduce. Two ways to pick each GPU's next action:
   per-stage in-flight cap and its memory; the executed orders become a fixed plan.
 
 A simulation given a ``deadline`` (seconds) stops with ``Late`` as soon as some compute,
-transfer or all-reduce ends after it: the iteration would end later still, so a planner that
-only keeps plans faster than the deadline (``pruning``) loses nothing. The timeline's spans
-are built when first read (``SimResult.timeline``): planners read only the time.
+transfer or all-reduce ends after it, or a GPU starts an action at a time that, plus the
+compute it still runs and what must follow its last action (``bounds.drain_after``), passes
+it: the iteration would end later still, so a planner that only keeps plans faster than the
+deadline (``pruning``) loses nothing (a list schedule that would stall may be Late instead).
+The timeline's spans are built when first read (``SimResult.timeline``): planners read only
+the time.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from dataclasses import dataclass, replace
 from weakref import WeakKeyDictionary
 
 from dlsched.hardware.device_graph import DeviceGraph
+from dlsched.pipeline.action_times import ActionTimes
 from dlsched.pipeline.actions import Action
+from dlsched.pipeline.bounds import drain_after
 from dlsched.pipeline.chain import Chain
 from dlsched.pipeline.checks import check_plan, check_split, deadlock_error
 from dlsched.pipeline.ddp import ddp_buckets
@@ -43,7 +48,6 @@ from dlsched.pipeline.plan import (
     PlanError,
     Stage,
     grid,
-    host_transfers,
     overlap,
     validate_stages,
 )
@@ -58,6 +62,9 @@ from dlsched.pipeline.sim_result import (
 )
 from dlsched.sim import Engine, Span
 from dlsched.sim.collective_cost import ring_allreduce_steps
+
+# Relative slack of the early Late (``_Run._bound_end``) over the rounding of sums of seconds.
+BOUND_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -104,12 +111,9 @@ class _Run:
         self.network = PipelineNetwork(self.engine, problem.graph, problem.network)
         self.records: list[SpanRecord] = []
         self.names = [device.name for device in problem.graph.devices]
-        self.times = [problem.action_flops(stage) for stage in stages]
+        self.action_times = ActionTimes(problem, stages)
         self.stash = [action_stash(problem.chain, st) for st in stages]
-        self.shares = problem.chain.grad_shares
         self.expected: dict[tuple[Action, int], int] = {}
-        self.durations: dict[tuple[int, str, int], float] = {}
-        self.transfer_costs = [d.transfer_overhead for d in problem.graph.devices]
         self.parts: dict[tuple[int, int, int], int] = {}  # parts_from per stages and replica
         self.total = self._total_actions()
         self.buckets = {s: ddp_buckets(problem.chain, st.first, st.last)
@@ -121,6 +125,13 @@ class _Run:
         self.bucket_ready = {s: [0] * len(b) for s, b in self.buckets.items()}
         self.bucket_next = dict.fromkeys(self.buckets, 0)
         self.reducing: set[int] = set()
+        self.work_left = self._work_left(bucketed) if math.isfinite(deadline) else None
+
+    def discard(self) -> None:
+        """Drop the pending events and transfers of a run stopped Late: they refer back to
+        it, which then is freed at once, not left as cyclic garbage (``collection``)."""
+        self.engine.clear()
+        self.network.links.clear()
 
     def _total_actions(self) -> int:
         per = 3 if self.split else 2
@@ -191,7 +202,9 @@ class _Run:
             self.in_flight[key] = self.in_flight.get(key, 0) + 1
             self.memory[device] += self.stash[action.stage]
             self.peak[device] = max(self.peak[device], self.memory[device])
-        duration = self._duration(action, device)
+        duration = self.action_times.duration(action, device)
+        if self.work_left is not None:
+            self._bound_end(device, action)
         if action.frees and action.stage in self.buckets:
             self._last_gradients(device, action.stage, duration)
         self.engine.after(duration, self._finish, device, action, self.engine.now)
@@ -225,23 +238,23 @@ class _Run:
         self._ring_step(s, ring_allreduce_steps(replicas), self.buckets[s][k][0] / replicas,
                         self.engine.now, f"all-reduce stage {s} bucket {k}", reduced)
 
-    def _duration(self, action: Action, device: int) -> float:
-        """Seconds of ``action`` on ``device``: its compute and the GPU's overhead (found once
-        per stage, kind and GPU), and the GPU's ``transfer_overhead`` per activation or
-        gradient the action receives from or sends to another GPU (``host_transfers``)."""
-        key = (action.stage, action.kind, device)
-        duration = self.durations.get(key)
-        if duration is None:
-            forward, backward = self.times[action.stage]
-            inputs, weights = self.shares
-            work = {"F": forward, "B": backward, "I": backward * inputs,
-                    "W": backward * weights}[action.kind]
-            gpu = self.problem.graph.devices[device]
-            duration = self.durations[key] = work / gpu.flops + gpu.overhead
-        if self.transfer_costs[device]:
-            return duration + self.transfer_costs[device] * host_transfers(self.stages, action,
-                                                                           device)
-        return duration
+    def _work_left(self, bucketed: bool) -> list[float] | None:
+        """Per GPU, seconds of compute of its actions + ``drain_after`` (None: ``work``'s)."""
+        work = self.action_times.work(self.problem.num_microbatches, self.split)
+        if work is None:
+            return None
+        drain = drain_after(self.problem, self.stages, self.split, bucketed)
+        return [seconds + after for seconds, after in zip(work, drain, strict=True)]
+
+    def _bound_end(self, device: int, action: Action) -> None:
+        """Late when ``device``, starting ``action`` now, cannot end the iteration by the
+        deadline with the ``work_left`` seconds of compute it runs one at a time and what must
+        follow (the simulation would pass it later; ``BOUND_TOLERANCE``: sums' rounding)."""
+        left = self.work_left[device]
+        if self.engine.now + left > self.deadline * (1 + BOUND_TOLERANCE):
+            raise Late
+        self.work_left[device] = left - self.action_times.compute(action.stage, action.kind,
+                                                                  device)
 
     def _finish(self, device: int, action: Action, start: float) -> None:
         now = self.engine.now
@@ -440,6 +453,7 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan,
         run.run()
     except Late:
         late[key] = deadline
+        run.discard()
         raise
     result = _result(run, plan)
     _kept(instance)[key] = result
@@ -472,6 +486,7 @@ def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch:
         run.run()
     except Late:
         late[key] = deadline
+        run.discard()
         raise
     orders = tuple(tuple(order) for order in run.executed)
     plan = PipelinePlan(planner, stages, orders, problem.num_microbatches,

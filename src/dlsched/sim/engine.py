@@ -42,6 +42,12 @@ class Engine:
         """Events scheduled so far (run or not)."""
         return self._sequence
 
+    def clear(self) -> None:
+        """Drop every event still scheduled (a simulation stopped early: its callbacks,
+        which refer back to it, are freed with it instead of waiting for a full garbage
+        collection)."""
+        self._heap.clear()
+
     def next_time(self) -> float:
         """Time of the next scheduled event, seconds (inf when none is)."""
         return self._heap[0][0] if self._heap else math.inf

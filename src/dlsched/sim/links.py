@@ -203,6 +203,12 @@ class SharedLinks:
             self._advance()
             self._reschedule()
 
+    def clear(self) -> None:
+        """Drop every transfer in flight or waiting (with ``Engine.clear``, for a simulation
+        stopped early: their ``on_done`` callbacks refer back to it)."""
+        self.active.clear()
+        self.waiting.clear()
+
     @property
     def count(self) -> int:
         """Transfers in flight (not waiting on their stream)."""
