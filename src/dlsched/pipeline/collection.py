@@ -22,7 +22,7 @@ the price is memory: a worker's peak resident
 size 879 MB instead of 343 MB, since cyclic garbage that reached the oldest generation waits
 for the next full collection. Running one full collection at the end of each scenario
 instead kept 344 MB but took 191.3 and 193.7 CPU-s, no gain. Since a simulation stopped by
-``simulate.Late`` drops its pending events and transfers (``_Run.discard``: they referred back
+``simulate.Late`` drops its pending events and transfers (``_Run.run``: they referred back
 to it), it is freed by reference counting instead of waiting as cyclic garbage: the same two
 scenarios then spent 0.27 s in the collector with this and 0.83 s without (24.4 and 24.7
 CPU-s, shared lock, loaded machine), peak resident memory 297 MB either way; it is kept for

@@ -127,26 +127,29 @@ class _Run:
         self.reducing: set[int] = set()
         self.work_left = self._work_left(bucketed) if math.isfinite(deadline) else None
 
-    def discard(self) -> None:
-        """Drop the pending events and transfers of a run stopped Late: they refer back to
-        it, which then is freed at once, not left as cyclic garbage (``collection``)."""
-        self.engine.clear()
-        self.network.links.clear()
-
     def _total_actions(self) -> int:
         per = 3 if self.split else 2
         return per * sum(st.parts for st in self.stages) * self.problem.num_microbatches
 
     def run(self) -> None:
+        try:
+            self._release_first()
+            self.engine.run()
+        except Late:  # the pending events and transfers refer back to this run: dropped, it
+            self.engine.clear()  # is freed at once, not left as cyclic garbage (collection)
+            self.network.links.clear()
+            raise
+        if sum(len(e) for e in self.executed) != self.total:
+            self._deadlock()
+
+    def _release_first(self) -> None:
+        """Make stage 0's forwards ready, and the buckets of replicas that run no microbatch."""
         for (_, s), left in self.gradients_left.items():
             for k in range(len(self.buckets[s]) if left == 0 else 0):
                 self.engine.after(0.0, self._ready, s, k)  # a replica with no microbatch
         for j in range(self.problem.num_microbatches):
             for device in self.stages[0].devices_for(j):
                 self._make_ready(Action(0, "F", j), device)
-        self.engine.run()
-        if sum(len(e) for e in self.executed) != self.total:
-            self._deadlock()
 
     def _record(self, make: Callable[..., Span], *args: object) -> None:
         """Keep a span ending now (``make(*args)``); Late when now is past the deadline."""
@@ -453,7 +456,6 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan,
         run.run()
     except Late:
         late[key] = deadline
-        run.discard()
         raise
     result = _result(run, plan)
     _kept(instance)[key] = result
@@ -486,7 +488,6 @@ def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch:
         run.run()
     except Late:
         late[key] = deadline
-        run.discard()
         raise
     orders = tuple(tuple(order) for order in run.executed)
     plan = PipelinePlan(planner, stages, orders, problem.num_microbatches,
