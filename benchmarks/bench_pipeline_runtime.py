@@ -23,14 +23,13 @@ from dlsched.pipeline.model_source import ChainSpec
 from dlsched.pipeline.plan_file import saved_from_result
 from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline.calibrate import (
-    RuntimeFit,
     calibrate_link,
     cpu_devices_document,
     measure_ranks,
     measure_runtime,
 )
 from dlsched.runtime.pipeline.model import GPT_PRESETS, load_model
-from dlsched.runtime.pipeline.profile import chain_document, profile_blocks
+from dlsched.runtime.pipeline.profile import chain_document, microbatch_seconds, profile_blocks
 from dlsched.runtime.pipeline.replay import retimed_chain
 from dlsched.runtime.pipeline.run import PipelineRun, run_pipelines
 from dlsched.runtime.spawn import SpawnOptions
@@ -123,21 +122,20 @@ def main() -> None:
     rows, notes = [], []
     runtime = measure_runtime(MODEL, MICROBATCH_SIZE, MICROBATCHES)
     overhead = max(0.0, runtime.overhead_s)
-    profiled = sum(p.forward_s + p.backward_s for p in profiles)
+    profiled = microbatch_seconds(profiles)
     fits = {}
     for ranks in ranks_list:
         measured = measure_ranks(MODEL, MICROBATCH_SIZE, ranks, profiled, overhead, latency,
                                  bandwidth, MICROBATCHES)
         fits[ranks] = measured
-        transfer = max(0.0, measured.transfer_overhead_s)
-        fit = RuntimeFit(measured.compute_factor, overhead, transfer)
+        fit = measured.runtime_fit(overhead)
         graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY,
                                                        fit=fit), "benchmark")
         problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
         results = _plans(problem)
         runs = _run_all(results)
         bare = devices_from_data(cpu_devices_document(
-            ranks, latency, bandwidth, MEMORY, fit=RuntimeFit(1.0, overhead, transfer)),
+            ranks, latency, bandwidth, MEMORY, fit=replace(fit, compute_factor=1.0)),
             "replay")
         rows += [_row(ranks, result, run, cores, bare)
                  for result, run in zip(results, runs, strict=True)]
@@ -178,7 +176,8 @@ def main() -> None:
         "overhead, per transfer, median; three interleaved parts of the iterations agreeing): "
         + "; ".join(f"{r} ranks: factor {f.compute_factor:.3f} (parts "
                     + ", ".join(f"{p:.3f}" for p in f.factor_parts)
-                    + f"), {max(0.0, f.transfer_overhead_s) * 1e3:.2f} ms per transfer"
+                    + f"), {f.runtime_fit(overhead).transfer_overhead_s * 1e3:.2f} ms per "
+                    "transfer"
                     for r, f in fits.items())
         + ". That calibration workload (GPipe, even cut) is fixed and is none of the plans "
         "compared. Every planner "        "is kept to one GPU per stage "

@@ -207,10 +207,9 @@ def test_rank_fit_measured_from_two_ranks() -> None:
     refusal saying why; with the per-action overhead set above every gap the transfer cost
     is negative and refused."""
     from dlsched.runtime.pipeline.calibrate import measure_ranks
-    from dlsched.runtime.pipeline.profile import profile_blocks
+    from dlsched.runtime.pipeline.profile import microbatch_seconds, profile_blocks
 
-    profiled = sum(p.forward_s + p.backward_s
-                   for p in profile_blocks(load_model(MODEL), 1, repeats=3))
+    profiled = microbatch_seconds(profile_blocks(load_model(MODEL), 1, repeats=3))
     try:
         fit = measure_ranks(MODEL, 1, 2, profiled, 0.0, 1e-4, 1e9, microbatches=4,
                             iterations=6)

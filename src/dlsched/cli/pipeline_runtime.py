@@ -102,7 +102,11 @@ def profile(
     import torch
 
     from dlsched.runtime.pipeline.model import load_model
-    from dlsched.runtime.pipeline.profile import chain_document, profile_blocks
+    from dlsched.runtime.pipeline.profile import (
+        chain_document,
+        microbatch_seconds,
+        profile_blocks,
+    )
 
     torch.set_num_threads(threads)
     execution.check_device()
@@ -128,8 +132,8 @@ def profile(
         with activity("calibrating the link and the runtime's compute factor and overheads",
                       json_out):
             latency, bandwidth, _ = calibrate_link()
-            profiled = sum(p.forward_s + p.backward_s for p in profiles)
-            fit = calibrate_runtime(model, microbatch_size, profiled, latency, bandwidth, ranks)
+            fit = calibrate_runtime(model, microbatch_size, microbatch_seconds(profiles),
+                                    latency, bandwidth, ranks)
         write_text(devices_out, yaml.safe_dump(
             cpu_devices_document(ranks, latency, bandwidth, memory_bytes, fit=fit),
             sort_keys=False))

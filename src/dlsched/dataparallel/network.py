@@ -148,10 +148,10 @@ class SharedNetwork:
                     self.engine.at(launch, self._wake)
                 return
             self.waiting.popleft()
-            stretch = queued_idle if launch < now else 1.0
-            latency, transfer = latency * stretch, transfer * stretch
-            running = _Running(index, now, 0.0, transfer, size,
-                               queued / stretch if launch < now else slowdown, compute)
+            if launch < now:  # it waited behind earlier messages
+                latency, transfer = latency * queued_idle, transfer * queued_idle
+                slowdown = queued / queued_idle
+            running = _Running(index, now, 0.0, transfer, size, slowdown, compute)
             running.latency_end = now + latency * self._factor(running)
             self.running[index] = running
             self.held += size

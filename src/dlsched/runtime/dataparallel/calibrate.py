@@ -136,9 +136,7 @@ def time_streams(rank: int, world_size: int, sizes: Sequence[int], warmup: int =
             if computing:
                 _compute_until_done(works, stamps, matrix, out)
             else:
-                for work in works:
-                    work.wait()
-                    stamps.append(time.perf_counter())
+                _wait_stamping(works, stamps)
             per_message = torch.tensor([stream_seconds(issued, stamps, length)],
                                        dtype=torch.float64)
             dist.all_reduce(per_message, op=dist.ReduceOp.MAX)
@@ -368,19 +366,21 @@ def warm_up(sizes: Sequence[int], rounds: int = 3, products: int = 50) -> None:
 def _compute_until_done(works: Sequence[Any], stamp: list[float], matrix: Any,
                         out: Any) -> None:
     """Keep the calling thread busy with matrix products (as backward) until every one of
-    ``works`` has completed; a watcher thread waits for each in turn and appends the
-    perf-counter time it completed to ``stamp``."""
+    ``works`` has completed, stamped into ``stamp`` by a watcher thread (``_wait_stamping``)."""
     import torch
 
-    def wait() -> None:
-        for work in works:
-            work.wait()
-            stamp.append(time.perf_counter())
-
-    watcher = threading.Thread(target=wait, name="dlsched-stamp", daemon=True)
+    watcher = threading.Thread(target=_wait_stamping, args=(works, stamp),
+                               name="dlsched-stamp", daemon=True)
     watcher.start()
     while watcher.is_alive():
         torch.mm(matrix, matrix, out=out)
+
+
+def _wait_stamping(works: Sequence[Any], stamp: list[float]) -> None:
+    """Wait for each of ``works`` in turn; append the perf-counter time it completed."""
+    for work in works:
+        work.wait()
+        stamp.append(time.perf_counter())
 
 
 def _line(sizes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:

@@ -62,7 +62,7 @@ from dlsched.pipeline.plan import PipelinePlan, Stage
 from dlsched.pipeline.schedules import gpipe_orders
 from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline.model import load_model
-from dlsched.runtime.pipeline.profile import profile_blocks
+from dlsched.runtime.pipeline.profile import microbatch_seconds, profile_blocks
 from dlsched.runtime.pipeline.rank_compute import even_stages, rank_compute_factor
 from dlsched.runtime.pipeline.run import (
     RunJob,
@@ -159,7 +159,7 @@ def _calibration_rank(rank: int, world_size: int, job: RunJob, rounds: int,
         actions = sum(end - start for *_, start, end in fastest["stamps"])
         profiles = profile_blocks(model, job.microbatch_size, repeats, warmup=0)
         samples.append((fastest["end"] - fastest["start"], actions,
-                        sum(p.forward_s + p.backward_s for p in profiles)))
+                        microbatch_seconds(profiles)))
     return samples[1:]
 
 
@@ -291,6 +291,11 @@ class RankFit:
     transfer_overhead_s: float
     transfer_parts: tuple[float, ...]
 
+    def runtime_fit(self, overhead_s: float) -> RuntimeFit:
+        """The ``RuntimeFit`` with ``overhead_s`` seconds per compute action; a transfer
+        overhead within the tolerance below 0 is 0."""
+        return RuntimeFit(self.compute_factor, overhead_s, max(0.0, self.transfer_overhead_s))
+
 
 def implausible_ranks(fit: RankFit) -> str | None:
     """Why a ``RankFit`` cannot be used (one line), or None: an implausible transfer overhead
@@ -363,9 +368,8 @@ def calibrate_runtime(model: str, microbatch_size: int, profiled_s: float, laten
     overhead from ``measure_ranks``; overheads within the tolerance below 0 are 0."""
     calibration = measure_runtime(model, microbatch_size, microbatches, options=options)
     overhead = max(0.0, calibration.overhead_s)
-    fit = measure_ranks(model, microbatch_size, ranks, profiled_s, overhead, latency_s,
-                        bandwidth, microbatches, options=options)
-    return RuntimeFit(fit.compute_factor, overhead, max(0.0, fit.transfer_overhead_s))
+    return measure_ranks(model, microbatch_size, ranks, profiled_s, overhead, latency_s,
+                         bandwidth, microbatches, options=options).runtime_fit(overhead)
 
 
 def cpu_devices_document(ranks: int, latency_s: float, bandwidth: float, memory: int,

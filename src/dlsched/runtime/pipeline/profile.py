@@ -172,6 +172,11 @@ def profile_blocks(model: PipelineModel, microbatch_size: int, repeats: int = 5,
     return profiles
 
 
+def microbatch_seconds(profiles: list[BlockProfile]) -> float:
+    """Forward + full backward seconds of one microbatch over every profiled block."""
+    return sum(p.forward_s + p.backward_s for p in profiles)
+
+
 def chain_document(name: str, profiles: list[BlockProfile]) -> dict:
     """The chain file (``pipeline.model_source.ChainSpec``) of measured blocks: seconds as FLOP
     on the ``REFERENCE_FLOPS`` GPU, bytes as integers."""
