@@ -38,6 +38,7 @@ from torch.distributed.pipelining._backward import (
 from dlsched.errors import ConfigError
 from dlsched.pipeline.chain import REFERENCE_FLOPS
 from dlsched.runtime.execution import Execution
+from dlsched.runtime.host_memory import keep_freed_memory
 from dlsched.runtime.pipeline.model import PipelineModel
 from dlsched.runtime.recorder import Clock
 
@@ -150,10 +151,12 @@ def profile_blocks(model: PipelineModel, microbatch_size: int, repeats: int = 5,
                    warmup: int = 2, execution: Execution | None = None) -> list[BlockProfile]:
     """Measure every block of ``model`` on one microbatch of ``microbatch_size`` samples under
     ``execution`` (default: CPU, FP32, unused parameters skipped); the blocks move to its
-    device."""
+    device. Keeps this process's freed host memory from then on, as the pipeline ranks do
+    (``host_memory``)."""
     if not 1 <= microbatch_size <= 1_000_000 or not 1 <= repeats <= 1000 or warmup < 0:
         raise ConfigError(f"microbatch_size: {microbatch_size} (1..1e6), repeats: {repeats} "
                           f"(1..1000) and warmup: {warmup} (>= 0) are out of range")
+    keep_freed_memory()
     execution = execution or Execution()
     blocks, inputs, targets = execution.prepare(model.blocks, *model.make_batch(
         microbatch_size, 0))

@@ -37,6 +37,7 @@ from dlsched.pipeline.plan import PipelinePlan
 from dlsched.pipeline.plan_file import SavedPlan
 from dlsched.pipeline.sim_result import KIND_NAMES
 from dlsched.pipeline.torch_export import TorchSchedule, to_torch
+from dlsched.runtime.host_memory import keep_freed_memory
 from dlsched.runtime.pipeline.model import PipelineModel, load_model
 from dlsched.runtime.spawn import SpawnOptions, spawn
 from dlsched.sim import Span, Timeline
@@ -243,7 +244,9 @@ def _rank_main(rank: int, world_size: int, job: RunJob) -> list[dict]:
 
 
 def run_schedule(rank: int, job: RunJob, schedule: TorchSchedule) -> dict:
-    """Build this rank's stages, load the table, run and stamp every step."""
+    """Build this rank's stages, load the table, run and stamp every step (freed host memory
+    kept in the process, see ``host_memory``)."""
+    keep_freed_memory()
     model = load_model(job.model, job.seed)
     stamps: list = []
     stages = [_TimedStage(stage_module(model, *schedule.stage_blocks[s]), s,
