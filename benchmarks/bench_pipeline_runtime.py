@@ -4,18 +4,21 @@ ZB-H1; 2 and 4 ranks by default, ``--ranks 2 4 8`` on a machine with the cores; 
 GPT-style ``gpt-small``).
 
 Run: ``python -m benchmarks.bench_pipeline_runtime [--ranks R ...]`` (rewrites its section of
-BENCHMARKS.md; about 5 minutes on 2 cores). Needs torch.
+BENCHMARKS.md and writes every plan's measured iterations to
+``benchmarks/out/pipeline_runtime-<ranks>.json``; about 5 minutes on 2 cores). Needs torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
-from benchmarks.common import host_facts, host_text, write_section
+from benchmarks.common import host_facts, host_text, interval_text, ratio_interval, write_section
 from dlsched.hardware.device_config import devices_from_data
 from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline import PipelineProblem, PipelineResult, run_planner, simulate
@@ -47,13 +50,22 @@ def _plans(problem: PipelineProblem) -> list[PipelineResult]:
     return [run_planner(problem, name) for name in PLANNERS]
 
 
+def _same_plans(results: list[PipelineResult]) -> list[int]:
+    """Per result, the index of the first result whose plan torch runs the same way (stages,
+    ranks and every rank's actions in order; the planner's name aside)."""
+    keys = [replace(to_torch(result.plan), planner="") for result in results]
+    return [keys.index(key) for key in keys]
+
+
 def _run_all(results: list[PipelineResult]) -> list[PipelineRun]:
-    """Run the plans, one process start per number of ranks they use, in ``ROUNDS`` rounds
+    """Run the distinct plans (``_same_plans``: a plan two planners gave is run once and
+    counts for both), one process start per number of ranks they use, in ``ROUNDS`` rounds
     whose order is rotated (a drift of the machine spread over every plan), each plan's
     rounds pooled."""
+    same = _same_plans(results)
     groups: dict[int, list[int]] = defaultdict(list)
-    for index, result in enumerate(results):
-        groups[to_torch(result.plan).world_size].append(index)
+    for index in sorted(set(same)):
+        groups[to_torch(results[index].plan).world_size].append(index)
     runs: dict[int, list[PipelineRun]] = defaultdict(list)
     for indices in groups.values():
         order = [indices[(k + r) % len(indices)] for r in range(ROUNDS)
@@ -62,17 +74,22 @@ def _run_all(results: list[PipelineResult]) -> list[PipelineRun]:
         for index, run in zip(order, run_pipelines(saved, MODEL, ITERATIONS, WARMUP,
                                                    options=OPTIONS), strict=True):
             runs[index].append(run)
-    return [PipelineRun.pooled(runs[i]) for i in range(len(results))]
+    return [PipelineRun.pooled(runs[same[i]]) for i in range(len(results))]
+
+
+def _replay_s(result: PipelineResult, run: PipelineRun, bare: DeviceGraph) -> float:
+    """The plan simulated with the run's own median action times on ``bare`` (the same link
+    and overheads, devices at the reference speed), seconds."""
+    problem = result.problem
+    return simulate(PipelineProblem(retimed_chain(problem.chain, result.plan, run.timeline),
+                                    bare, problem.num_microbatches), result.plan).iteration_s
 
 
 def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int,
-         bare: DeviceGraph) -> str:
+         replay_s: float) -> str:
     """One table row; with more ranks than ``cores`` no prediction (the simulator's devices
-    run in parallel, ranks waiting for a core do not). The replay runs on ``bare``: the same
-    link and overheads, devices at the reference speed (the run's own action times)."""
-    problem, plan = result.problem, result.plan
-    replay = simulate(PipelineProblem(retimed_chain(problem.chain, plan, run.timeline),
-                                      bare, problem.num_microbatches), plan)
+    run in parallel, ranks waiting for a core do not)."""
+    plan = result.plan
     measured = run.median_iteration_s
     used = to_torch(plan).world_size
     busy = sum(span.duration for span in run.timeline.spans)
@@ -85,22 +102,43 @@ def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int,
     return (f"| {ranks} | {plan.planner} | {used} | {plan.num_stages} "
             f"| {schedule} | {measured * 1e3:.0f} "
             f"({min(run.iteration_s) * 1e3:.0f}-{max(run.iteration_s) * 1e3:.0f}) "
-            f"| {prediction} | {replay.iteration_s * 1e3:.0f} "
-            f"| {(replay.iteration_s / measured - 1) * 100:+.0f}% "
+            f"| {prediction} | {replay_s * 1e3:.0f} "
+            f"| {(replay_s / measured - 1) * 100:+.0f}% "
             f"| {'-' if shared else f'{result.sim.bubble_fraction * 100:.0f}%'} "
             f"| {idle * 100:.0f}% |")
 
 
 def measured_rank(results: list[PipelineResult], runs: list[PipelineRun]) -> str:
-    """dlsched's plan's measured rank among the measured plans (1 = fastest) and the gap to
-    the fastest."""
-    times = {r.plan.planner: run.median_iteration_s for r, run in zip(results, runs,
-                                                                      strict=True)}
-    fastest = min(times, key=times.__getitem__)
-    rank = 1 + sum(t < times["dlsched"] for t in times.values())
-    return (f"dlsched's plan measured rank {rank} of {len(times)} ({times['dlsched'] * 1e3:.0f}"
-            f" ms; fastest {fastest} {times[fastest] * 1e3:.0f} ms, dlsched "
-            f"{(times['dlsched'] / times[fastest] - 1) * 100:+.1f}%)")
+    """dlsched's plan's measured rank among the distinct measured plans (1 = fastest), the
+    planners whose plan it is, and its gap to the fastest other plan with a bootstrap 95%
+    interval of the ratio of median iterations."""
+    same = _same_plans(results)
+    mine = same[next(i for i, r in enumerate(results) if r.plan.planner == "dlsched")]
+    times = {i: runs[i].median_iteration_s for i in sorted(set(same))}
+    rank = 1 + sum(t < times[mine] for t in times.values())
+    twins = [r.plan.planner for i, r in enumerate(results) if same[i] == mine and i != mine]
+    twin_text = f"; the same plan as {', '.join(twins)}" if twins else ""
+    others = [i for i in times if i != mine]
+    if not others:
+        return f"dlsched's plan measured rank 1 of 1{twin_text}"
+    fastest = min(others, key=times.__getitem__)
+    gap = interval_text(ratio_interval(list(runs[mine].iteration_s),
+                                       list(runs[fastest].iteration_s)))
+    return (f"dlsched's plan measured rank {rank} of {len(times)} distinct plans "
+            f"({times[mine] * 1e3:.0f} ms{twin_text}); against the fastest other, "
+            f"{results[fastest].plan.planner} {times[fastest] * 1e3:.0f} ms: {gap}")
+
+
+def record(ranks: int, results: list[PipelineResult], runs: list[PipelineRun],
+           replays_s: list[float]) -> dict:
+    """The setting's plans and measurements for ``benchmarks/out`` (seconds)."""
+    same = _same_plans(results)
+    return {"ranks": ranks, "plans": [
+        {"planner": r.plan.planner, "schedule": r.plan.notes.get("schedule", r.plan.planner),
+         "stages": r.plan.stages_text(), "same_as": results[same[i]].plan.planner,
+         "predicted_s": r.sim.iteration_s, "replayed_s": replay,
+         "iterations_s": list(run.iteration_s)}
+        for i, (r, run, replay) in enumerate(zip(results, runs, replays_s, strict=True))]}
 
 
 def _arguments() -> argparse.Namespace:
@@ -113,13 +151,15 @@ def _arguments() -> argparse.Namespace:
 def main() -> None:
     """Profile, calibrate, plan, run and write the table."""
     ranks_list = _arguments().ranks
+    out = Path("benchmarks/out") / f"pipeline_runtime-{'-'.join(map(str, ranks_list))}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
     before = host_facts()
     cores = before["usable_cores"]
     profiles = profile_blocks(load_model(MODEL), MICROBATCH_SIZE, repeats=7)
     chain = ChainSpec.model_validate(chain_document(MODEL, profiles)).build()
     latency, bandwidth, _ = calibrate_link()
-    rows, notes = [], []
+    rows, notes, records = [], [], []
     runtime = measure_runtime(MODEL, MICROBATCH_SIZE, MICROBATCHES)
     overhead = max(0.0, runtime.overhead_s)
     profiled = microbatch_seconds(profiles)
@@ -137,13 +177,19 @@ def main() -> None:
         bare = devices_from_data(cpu_devices_document(
             ranks, latency, bandwidth, MEMORY, fit=replace(fit, compute_factor=1.0)),
             "replay")
-        rows += [_row(ranks, result, run, cores, bare)
-                 for result, run in zip(results, runs, strict=True)]
+        replays = [_replay_s(result, run, bare) for result, run in zip(results, runs,
+                                                                      strict=True)]
+        rows += [_row(ranks, result, run, cores, replay)
+                 for result, run, replay in zip(results, runs, replays, strict=True)]
+        records.append(record(ranks, results, runs, replays) | {
+            "compute_factor": fit.compute_factor, "overhead_s": fit.overhead_s,
+            "transfer_overhead_s": fit.transfer_overhead_s})
         free = run_planner(replace(problem, replicate=True), "dlsched")
         notes.append(f"{ranks} ranks: {measured_rank(results, runs)}; unrestricted dlsched "
                      f"plan {free.sim.iteration_s * 1e3:.0f} ms predicted, stages "
                      f"{free.plan.stages_text().replace(chr(10), '; ')}")
     after = host_facts()
+    out.write_text(json.dumps({"machine": host_text(before), "settings": records}, indent=1))
     config = GPT_PRESETS[MODEL]
     forward = sum(p.forward_s for p in profiles)
     backward = sum(p.backward_s for p in profiles)
@@ -154,9 +200,11 @@ def main() -> None:
         f"`{MODEL}` (ours: {config.layers} decoder layers, hidden {config.hidden}, "
         f"{config.heads} heads, {config.sequence} tokens, vocabulary {config.vocab}; 10 blocks "
         f"= embedding, layers, head), {MICROBATCHES} microbatches of {MICROBATCH_SIZE} "
-        f"sequences, one gloo process per rank with 1 torch thread, {ROUNDS} rounds (the "
+        f"sequences, one gloo process per rank with 1 torch thread and freed host memory "
+        "kept in the process (`runtime/host_memory.py`), the distinct plans (one that two "
+        f"planners gave runs once and counts for both) measured in {ROUNDS} rounds (the "
         f"plans' order rotated) of {WARMUP} warm-up and {ITERATIONS} measured iterations "
-        "per plan, pooled (median, min-max). Plans are made from a profile "
+        "each, pooled (median, min-max). Plans are made from a profile "
         "of the blocks in one idle process (`dlsched pipeline profile`: forward "
         f"{forward * 1e3:.1f} ms, backward {backward * 1e3:.1f} ms, split backward I+W "
         f"{split * 1e3:.1f} ms per microbatch over all blocks) on CPU 'devices' whose link is "

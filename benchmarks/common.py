@@ -13,7 +13,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dlsched.runtime.spawn import usable_cores
+
+RESAMPLES = 4000
+"""Bootstrap resamples of a ratio of medians."""
 
 BENCHMARKS_FILE = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
 _HEADER = ("# dlsched benchmarks\n\nRegenerate a section with `python -m benchmarks.<script>` "
@@ -83,3 +88,22 @@ def write_section(name: str, markdown: str) -> None:
         text = text.rstrip() + "\n\n" + block + "\n"
     BENCHMARKS_FILE.write_text(text)
     print(markdown)
+
+
+def ratio_interval(mine: list[float], other: list[float], confidence: float = 0.95,
+                   seed: int = 0) -> tuple[float, float, float]:
+    """median(mine) / median(other) - 1, and the bootstrap ``confidence`` interval of it
+    (``RESAMPLES`` resamples of each list's iterations with replacement; percentiles)."""
+    a, b = np.asarray(mine, dtype=float), np.asarray(other, dtype=float)
+    rng = np.random.default_rng(seed)
+    ratios = (np.median(rng.choice(a, (RESAMPLES, a.size)), axis=1)
+              / np.median(rng.choice(b, (RESAMPLES, b.size)), axis=1) - 1)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return float(np.median(a) / np.median(b) - 1), float(low), float(high)
+
+
+def interval_text(interval: tuple[float, float, float]) -> str:
+    """``+3.4% (95% CI -4.0 to +9.7%)`` from ``ratio_interval``'s result."""
+    point, low, high = interval
+    return f"{point * 100:+.1f}% (95% CI {low * 100:+.1f} to {high * 100:+.1f}%)"

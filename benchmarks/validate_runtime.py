@@ -29,8 +29,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from benchmarks.bench_dp_runtime import (
     COMM_NICE,
     GROUP_NICE,
@@ -40,14 +38,13 @@ from benchmarks.bench_dp_runtime import (
     run_setting,
     setting_name,
 )
-from benchmarks.common import host_facts, host_text, write_section
+from benchmarks.common import host_facts, host_text, interval_text, ratio_interval, write_section
 from dlsched.errors import ConfigError
 from dlsched.runtime.dataparallel.train import REFERENCE
 
 DEVELOPED_ON = {(4, 10)}  # (ranks, Gbit/s) the method was developed and tuned on
 WITHIN = 0.15
 FOLDER = Path("benchmarks/out")
-RESAMPLES = 4000  # bootstrap resamples of the ratio of medians
 
 
 def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -71,19 +68,6 @@ def dlsched_rank(rows: list[dict[str, Any]]) -> int:
     fastest; ties share the better rank)."""
     mine = next(float(r["measured_s"]) for r in rows if r["policy"] == "dlsched")
     return 1 + sum(float(r["measured_s"]) < mine for r in rows)
-
-
-def ratio_interval(mine: list[float], other: list[float], confidence: float = 0.95,
-                   seed: int = 0) -> tuple[float, float, float]:
-    """median(mine) / median(other) - 1, and the bootstrap ``confidence`` interval of it
-    (``RESAMPLES`` resamples of each list's iterations with replacement; percentiles)."""
-    a, b = np.asarray(mine, dtype=float), np.asarray(other, dtype=float)
-    rng = np.random.default_rng(seed)
-    ratios = (np.median(rng.choice(a, (RESAMPLES, a.size)), axis=1)
-              / np.median(rng.choice(b, (RESAMPLES, b.size)), axis=1) - 1)
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(ratios, [tail, 100 - tail])
-    return float(np.median(a) / np.median(b) - 1), float(low), float(high)
 
 
 def _over_ddp(rows: list[dict[str, Any]]) -> tuple[float, float, float] | None:
@@ -136,12 +120,6 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             pooled[model] = interval
     return {"per_run": per_run, "per_policy": per_policy, "dlsched_over_ddp": pooled,
             "refused": [run["refused"] for run in runs if run.get("refused")]}
-
-
-def _interval_text(interval: tuple[float, float, float]) -> str:
-    """``+3.4% (95% CI -4.0 to +9.7%)`` from ``ratio_interval``'s result."""
-    point, low, high = interval
-    return f"{point * 100:+.1f}% (95% CI {low * 100:+.1f} to {high * 100:+.1f}%)"
 
 
 def _commit() -> str:
@@ -218,12 +196,12 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
               f"absolute error {run['mae'] * 100:.1f}%; dlsched's plan measured rank "
               + ", ".join(f"{m} {r}" for m, r in run["dlsched_rank"].items())
               + "; dlsched vs torch DDP "
-              + ", ".join(f"{m} {_interval_text(d)}"
+              + ", ".join(f"{m} {interval_text(d)}"
                           for m, d in run["dlsched_over_ddp"].items())
               for run in summary["per_run"]]
     if len(summary["per_run"]) > 1 and summary.get("dlsched_over_ddp"):
         lines.append("- all runs' iterations pooled: dlsched vs torch DDP " + ", ".join(
-            f"{m} {_interval_text(d)}" for m, d in summary["dlsched_over_ddp"].items()))
+            f"{m} {interval_text(d)}" for m, d in summary["dlsched_over_ddp"].items()))
     lines += [f"- run {run['run']} ({run['date']}, load {run['host']['load']:.1f}) refused: "
               f"{run['refused']}" for run in record["runs"] if run["refused"]]
     if summary["per_policy"]:

@@ -1,0 +1,54 @@
+"""The pipeline runtime benchmark runs a plan two planners gave once and ranks distinct plans."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+pytest.importorskip("torch")
+bench = pytest.importorskip("benchmarks.bench_pipeline_runtime")
+
+from dlsched.hardware.device_config import devices_from_data  # noqa: E402
+from dlsched.pipeline import (  # noqa: E402
+    PipelineProblem,
+    PipelineResult,
+    run_planner,
+    synthetic_chain,
+)
+from dlsched.runtime.pipeline.calibrate import cpu_devices_document  # noqa: E402
+from dlsched.runtime.pipeline.run import PipelineRun  # noqa: E402
+from dlsched.sim import Timeline  # noqa: E402
+
+PROBLEM = PipelineProblem(
+    synthetic_chain([2e-3, 1e-3, 3e-3, 2e-3], [4e-3, 2e-3, 6e-3, 4e-3], [1e6] * 4,
+                    [1e7] * 4, [1e6] * 4, split=False),
+    devices_from_data(cpu_devices_document(2, 3e-5, 4e9, 2**34), "test"), 4, replicate=False)
+
+
+def _renamed(result: PipelineResult, planner: str) -> PipelineResult:
+    return replace(result, sim=replace(result.sim, plan=replace(result.plan, planner=planner)))
+
+
+def _run(*iterations_ms: float) -> PipelineRun:
+    return PipelineRun(Timeline([]), tuple(t / 1e3 for t in iterations_ms), (), None)
+
+
+def test_same_plans_ignore_the_planner_name() -> None:
+    ours, gpipe = run_planner(PROBLEM, "dlsched"), run_planner(PROBLEM, "gpipe")
+    twin = _renamed(ours, "twin")
+    assert bench._same_plans([ours, gpipe, twin]) == [0, 1, 0]
+
+
+def test_measured_rank_counts_distinct_plans() -> None:
+    ours, gpipe = run_planner(PROBLEM, "dlsched"), run_planner(PROBLEM, "gpipe")
+    if bench._same_plans([ours, gpipe]) != [0, 1]:
+        pytest.skip("dlsched gave GPipe's plan on this chain")
+    twin = _renamed(ours, "twin")
+    fast, slow = _run(90, 100, 110), _run(180, 200, 220)
+    text = bench.measured_rank([ours, gpipe, twin], [fast, slow, fast])
+    assert text.startswith("dlsched's plan measured rank 1 of 2 distinct plans (100 ms; "
+                           "the same plan as twin); against the fastest other, gpipe 200 ms: "
+                           "-50.0%")
+    assert bench.measured_rank([ours, gpipe, twin], [slow, fast, slow]).startswith(
+        "dlsched's plan measured rank 2 of 2")
