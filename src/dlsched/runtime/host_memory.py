@@ -2,15 +2,15 @@
 
 A CPU pipeline rank allocates every microbatch's activations and frees them in its backward.
 With glibc's defaults, large blocks come from fresh ``mmap`` regions and a heap whose free top
-is trimmed, so the next allocations fault their pages in again (whole zeroed 2 MiB pages where
-transparent huge pages are ``always``). How much depends on the schedule, which the model must
-not: on the 16-core machine lent to this project (2026-11-26, Intel Xeon, glibc 2.39, THP
-``always``, gpt-small, 8 microbatches of 8 sequences, 2 ranks) stage 0's forwards took 9.0 ms
-each in GPipe order, which holds all 8 microbatches' activations, against 5.6-7.9 ms in 1F1B;
-with the settings below both took 5.5-6.2 ms and the iterations measured 141-162 ms in GPipe
-and 141-144 ms in 1F1B (178-182 and 151-152 ms without). On the project's 2-core VM (glibc
-2.36, THP ``madvise``) the defaults fault a few thousand pages per iteration and the settings
-change nothing measurable.
+is trimmed, so the next allocations fault their pages in again (zeroed by the kernel; where
+transparent huge pages are ``always`` perhaps whole 2 MiB pages, not measured). How much
+depends on the schedule, which the model must not: on the 16-core machine lent to this project
+(2026-11-26, Intel Xeon, glibc 2.39, THP ``always``, gpt-small, 8 microbatches of 8 sequences,
+2 ranks) stage 0's forwards took 9.0 ms each in GPipe order, which holds all 8 microbatches'
+activations, against 5.6-7.9 ms in 1F1B; with the settings below both took 5.5-6.2 ms and the
+iterations measured 141-162 ms in GPipe and 141-144 ms in 1F1B (178-182 and 151-152 ms
+without). On the project's 2-core VM (glibc 2.36, THP ``madvise``) the defaults fault a few
+thousand pages per iteration and a probe saw no difference beyond its noise.
 
 The settings (``mallopt``; the same as the ``MALLOC_*_`` environment variables): blocks below
 256 MiB come from the heap (no per-tensor ``mmap``), the heap's free top is kept up to 2 GiB
