@@ -97,9 +97,9 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     problem = problem.for_plan(plan)
     p = plan.num_stages
     split = plan.split_backward
-    fastest = _fastest(problem, plan.stages)
-    hops = [_hop(problem, plan.stages, s) for s in range(p - 1)]
-    head, tail, sync = _paths(problem, plan.stages, split, bool(plan.ddp_buckets))
+    fastest, hops = _stage_terms(problem, plan.stages)
+    head, tail, sync = _paths(problem, plan.stages, split, bool(plan.ddp_buckets), fastest,
+                              hops)
     path = head[-1] + fastest[-1][0] + fastest[-1][1] * _shares(problem, split)[0] + tail[-1]
     flops = [problem.action_flops(stage) for stage in plan.stages]
     jobs = _jobs(problem, split, fastest, hops, (head, tail, sync), flops)
@@ -119,14 +119,21 @@ def plan_bound(problem: PipelineProblem, plan: PipelinePlan) -> float:
     return best
 
 
-def _paths(problem: PipelineProblem, stages: tuple[Stage, ...], split: bool, bucketed: bool
+def _stage_terms(problem: PipelineProblem, stages: tuple[Stage, ...]
+                 ) -> tuple[list[tuple[float, float]], list[float]]:
+    """(``_fastest`` per stage, ``_hop`` per pair of consecutive stages), seconds."""
+    return (_fastest(problem, stages),
+            [_hop(problem, stages, s) for s in range(len(stages) - 1)])
+
+
+def _paths(problem: PipelineProblem, stages: tuple[Stage, ...], split: bool, bucketed: bool,
+           fastest: list[tuple[float, float]], hops: list[float]
            ) -> tuple[list[float], list[float], list[float]]:
-    """Per stage (seconds): ``head``, the forwards and transfers before its first F can
-    start; ``tail``, the input-gradient backwards and transfers after one of its B (or I)
-    down to stage 0; ``sync``, the all-reduce that must follow its last backward."""
+    """Per stage (seconds), from the stages' ``_stage_terms`` (``fastest``, ``hops``):
+    ``head``, the forwards and transfers before its first F can start; ``tail``, the
+    input-gradient backwards and transfers after one of its B (or I) down to stage 0;
+    ``sync``, the all-reduce that must follow its last backward."""
     p = len(stages)
-    fastest = _fastest(problem, stages)
-    hops = [_hop(problem, stages, s) for s in range(p - 1)]
     inputs = _shares(problem, split)[0]
     head, tail = [0.0] * p, [0.0] * p
     for s in range(1, p):
@@ -142,7 +149,7 @@ def drain_after(problem: PipelineProblem, stages: tuple[Stage, ...], split: bool
     with full backwards that action is a B, followed by the way down to stage 0 and the
     stage's all-reduce; with split ones an I or W, followed at least by the all-reduce);
     0 for a GPU with no stage."""
-    _, tail, sync = _paths(problem, stages, split, bucketed)
+    _, tail, sync = _paths(problem, stages, split, bucketed, *_stage_terms(problem, stages))
     drain = [math.inf] * problem.graph.num_devices
     for s, stage in enumerate(stages):
         after = sync[s] if split else max(tail[s], sync[s])
