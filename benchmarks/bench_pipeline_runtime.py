@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -22,17 +22,23 @@ from benchmarks.common import host_facts, host_text, interval_text, ratio_interv
 from dlsched.hardware.device_config import devices_from_data
 from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline import PipelineProblem, PipelineResult, run_planner, simulate
+from dlsched.pipeline.chain import Chain
 from dlsched.pipeline.model_source import ChainSpec
-from dlsched.pipeline.plan_file import saved_from_result
+from dlsched.pipeline.plan_file import SavedPlan, saved_from_result
 from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline.calibrate import (
+    RankFit,
+    RuntimeFit,
     calibrate_link,
+    compute_drift,
     cpu_devices_document,
     measure_ranks,
     measure_runtime,
+    rank_calibration_plan,
 )
 from dlsched.runtime.pipeline.model import GPT_PRESETS, load_model
 from dlsched.runtime.pipeline.profile import chain_document, microbatch_seconds, profile_blocks
+from dlsched.runtime.pipeline.rank_compute import rank_compute_factor
 from dlsched.runtime.pipeline.replay import retimed_chain
 from dlsched.runtime.pipeline.run import PipelineRun, run_pipelines
 from dlsched.runtime.spawn import SpawnOptions
@@ -42,6 +48,11 @@ PLANNERS = ("dlsched", "gpipe", "1f1b", "interleaved", "zb-h1")
 RANKS = (2, 4)
 """Default numbers of ranks."""
 ITERATIONS, WARMUP, ROUNDS = 5, 1, 3
+ATTEMPTS = 2
+"""Times a setting is measured (calibration, plans, runs) while its calibration does not hold
+during the plans (``compute_drift``)."""
+CONTROL = -1
+"""Key of the calibration workload among the plans run."""
 MEMORY = 16 * 2**30
 OPTIONS = SpawnOptions(timeout_s=300, deadline_s=1800, grace_s=10)
 
@@ -57,24 +68,74 @@ def _same_plans(results: list[PipelineResult]) -> list[int]:
     return [keys.index(key) for key in keys]
 
 
-def _run_all(results: list[PipelineResult]) -> list[PipelineRun]:
+def _run_all(results: list[PipelineResult], control: SavedPlan
+             ) -> tuple[list[PipelineRun], PipelineRun]:
     """Run the distinct plans (``_same_plans``: a plan two planners gave is run once and
-    counts for both), one process start per number of ranks they use, in ``ROUNDS`` rounds
-    whose order is rotated (a drift of the machine spread over every plan), each plan's
-    rounds pooled."""
+    counts for both) and the calibration workload ``control``, one process start per number
+    of ranks they use, in ``ROUNDS`` rounds whose order is rotated (a drift of the machine
+    spread over every plan), each plan's rounds pooled; (the plans' runs, the control's)."""
     same = _same_plans(results)
+    saved = {i: saved_from_result(results[i], MICROBATCH_SIZE) for i in sorted(set(same))}
+    saved[CONTROL] = control
     groups: dict[int, list[int]] = defaultdict(list)
-    for index in sorted(set(same)):
-        groups[to_torch(results[index].plan).world_size].append(index)
+    for index, plan in saved.items():
+        groups[to_torch(plan.plan).world_size].append(index)
     runs: dict[int, list[PipelineRun]] = defaultdict(list)
     for indices in groups.values():
         order = [indices[(k + r) % len(indices)] for r in range(ROUNDS)
                  for k in range(len(indices))]
-        saved = [saved_from_result(results[i], MICROBATCH_SIZE) for i in order]
-        for index, run in zip(order, run_pipelines(saved, MODEL, ITERATIONS, WARMUP,
-                                                   options=OPTIONS), strict=True):
+        for index, run in zip(order, run_pipelines([saved[i] for i in order], MODEL,
+                                                   ITERATIONS, WARMUP, options=OPTIONS),
+                              strict=True):
             runs[index].append(run)
-    return [PipelineRun.pooled(runs[same[i]]) for i in range(len(results))]
+    return ([PipelineRun.pooled(runs[same[i]]) for i in range(len(results))],
+            PipelineRun.pooled(runs[CONTROL]))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One number of ranks measured: the calibration the plans were made with, the plans,
+    their runs, the calibration workload's factor measured among them, and the drifts that
+    made earlier attempts measure again (the last one's too when none held)."""
+
+    measured: RankFit
+    fit: RuntimeFit
+    problem: PipelineProblem
+    results: list[PipelineResult]
+    runs: list[PipelineRun]
+    factor_during: float
+    drifts: list[str]
+
+    @property
+    def held(self) -> bool:
+        """Whether the calibration still described the machine during the plans."""
+        return compute_drift(self.measured.compute_factor, self.factor_during) is None
+
+
+def measure_setting(ranks: int, chain: Chain, profiled_s: float, overhead_s: float,
+                    latency_s: float, bandwidth: float) -> Setting:
+    """Calibrate ``ranks`` ranks (``measure_ranks``), plan, run the plans with the
+    calibration workload among them; while its factor there drifts from the calibration's
+    (``compute_drift``), measure the whole setting again, at most ``ATTEMPTS`` times."""
+    drifts: list[str] = []
+    for _ in range(ATTEMPTS):
+        measured = measure_ranks(MODEL, MICROBATCH_SIZE, ranks, profiled_s, overhead_s,
+                                 latency_s, bandwidth, MICROBATCHES)
+        fit = measured.runtime_fit(overhead_s)
+        graph = devices_from_data(cpu_devices_document(ranks, latency_s, bandwidth, MEMORY,
+                                                       fit=fit), "benchmark")
+        problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
+        results = _plans(problem)
+        names = saved_from_result(results[0], MICROBATCH_SIZE).device_names
+        control = rank_calibration_plan(MODEL, MICROBATCH_SIZE, ranks, MICROBATCHES, names)
+        runs, control_run = _run_all(results, control)
+        during, _ = rank_compute_factor(control_run.timeline, MICROBATCHES, profiled_s)
+        setting = Setting(measured, fit, problem, results, runs, during, drifts)
+        drift = compute_drift(measured.compute_factor, during)
+        if drift is None:
+            return setting
+        drifts.append(drift)
+    return setting
 
 
 def _replay_s(result: PipelineResult, run: PipelineRun, bare: DeviceGraph) -> float:
@@ -85,10 +146,23 @@ def _replay_s(result: PipelineResult, run: PipelineRun, bare: DeviceGraph) -> fl
                                     bare, problem.num_microbatches), result.plan).iteration_s
 
 
+def drift_text(setting: Setting) -> str:
+    """The calibration workload's factor before and among the plans, and the drifts that made
+    the setting be measured again."""
+    again = setting.drifts if setting.held else setting.drifts[:-1]
+    again_text = f" (measured again after: {'; '.join(again)})" if again else ""
+    verdict = ("held" if setting.held
+               else f"did not hold after {ATTEMPTS} attempts, predictions marked *drift*")
+    return (f"compute factor {setting.measured.compute_factor:.3f} at calibration, "
+            f"{setting.factor_during:.3f} for the same workload among the plans: "
+            f"{verdict}{again_text}")
+
+
 def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int,
-         replay_s: float) -> str:
+         replay_s: float, held: bool) -> str:
     """One table row; with more ranks than ``cores`` no prediction (the simulator's devices
-    run in parallel, ranks waiting for a core do not)."""
+    run in parallel, ranks waiting for a core do not); an error marked *drift* when the
+    calibration did not hold during the plans (``compute_drift``)."""
     plan = result.plan
     measured = run.median_iteration_s
     used = to_torch(plan).world_size
@@ -97,8 +171,9 @@ def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int,
     schedule = plan.notes.get("schedule", plan.planner)
     shared = used > cores
     predicted = result.sim.iteration_s
+    mark = "" if held else " *drift*"
     prediction = ("not predicted | -" if shared
-                  else f"{predicted * 1e3:.0f} | {(predicted / measured - 1) * 100:+.0f}%")
+                  else f"{predicted * 1e3:.0f} | {(predicted / measured - 1) * 100:+.0f}%{mark}")
     return (f"| {ranks} | {plan.planner} | {used} | {plan.num_stages} "
             f"| {schedule} | {measured * 1e3:.0f} "
             f"({min(run.iteration_s) * 1e3:.0f}-{max(run.iteration_s) * 1e3:.0f}) "
@@ -165,29 +240,25 @@ def main() -> None:
     profiled = microbatch_seconds(profiles)
     fits = {}
     for ranks in ranks_list:
-        measured = measure_ranks(MODEL, MICROBATCH_SIZE, ranks, profiled, overhead, latency,
-                                 bandwidth, MICROBATCHES)
-        fits[ranks] = measured
-        fit = measured.runtime_fit(overhead)
-        graph = devices_from_data(cpu_devices_document(ranks, latency, bandwidth, MEMORY,
-                                                       fit=fit), "benchmark")
-        problem = PipelineProblem(chain, graph, MICROBATCHES, replicate=False)
-        results = _plans(problem)
-        runs = _run_all(results)
+        setting = measure_setting(ranks, chain, profiled, overhead, latency, bandwidth)
+        fits[ranks] = setting.measured
+        fit, results, runs = setting.fit, setting.results, setting.runs
         bare = devices_from_data(cpu_devices_document(
             ranks, latency, bandwidth, MEMORY, fit=replace(fit, compute_factor=1.0)),
             "replay")
         replays = [_replay_s(result, run, bare) for result, run in zip(results, runs,
                                                                       strict=True)]
-        rows += [_row(ranks, result, run, cores, replay)
+        rows += [_row(ranks, result, run, cores, replay, setting.held)
                  for result, run, replay in zip(results, runs, replays, strict=True)]
         records.append(record(ranks, results, runs, replays) | {
             "compute_factor": fit.compute_factor, "overhead_s": fit.overhead_s,
-            "transfer_overhead_s": fit.transfer_overhead_s})
-        free = run_planner(replace(problem, replicate=True), "dlsched")
-        notes.append(f"{ranks} ranks: {measured_rank(results, runs)}; unrestricted dlsched "
-                     f"plan {free.sim.iteration_s * 1e3:.0f} ms predicted, stages "
-                     f"{free.plan.stages_text().replace(chr(10), '; ')}")
+            "transfer_overhead_s": fit.transfer_overhead_s,
+            "compute_factor_during_plans": setting.factor_during,
+            "calibration_held": setting.held, "drifts": setting.drifts})
+        free = run_planner(replace(setting.problem, replicate=True), "dlsched")
+        notes.append(f"{ranks} ranks: {drift_text(setting)}; {measured_rank(results, runs)}; "
+                     f"unrestricted dlsched plan {free.sim.iteration_s * 1e3:.0f} ms "
+                     f"predicted, stages {free.plan.stages_text().replace(chr(10), '; ')}")
     after = host_facts()
     out.write_text(json.dumps({"machine": host_text(before), "settings": records}, indent=1))
     config = GPT_PRESETS[MODEL]
@@ -228,7 +299,12 @@ def main() -> None:
                     "transfer"
                     for r, f in fits.items())
         + ". That calibration workload (GPipe, even cut) is fixed and is none of the plans "
-        "compared. Every planner "        "is kept to one GPU per stage "
+        "compared; it also runs among the plans, in every round with them, and when its "
+        "factor there differs from the calibration's by more than 10% (`compute_drift`: the "
+        "machine's speed moved between calibration and plans) the setting is measured again "
+        f"from its calibration, at most {ATTEMPTS} times; errors of a setting whose "
+        "calibration still did not hold are marked *drift*. Every planner "
+        "is kept to one GPU per stage "
         "(`--for-torch`: torch runs one rank per stage; the grid baselines search PP with "
         "DP = 1); error = predicted / measured - 1. "
         "*replayed* simulates the same plan with the run's own median action times and the "

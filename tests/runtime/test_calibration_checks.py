@@ -302,3 +302,18 @@ def test_transfer_overhead_plausibility(pipeline_calibrate: types.ModuleType, co
     25% of it and 0.2 ms (1 ms with parts 0.5-1.5 ms); within the tolerance it passes."""
     found = pipeline_calibrate.implausible_transfer(cost, parts)
     assert (found is None) if reason is None else (reason in found)
+
+
+@pytest.mark.parametrize(("before", "during", "reason"), [
+    (1.00, 1.09, None),
+    (0.96, 0.87, None),
+    (1.42, 0.97, "compute factor 1.420 at calibration but 0.970 during the plans (-32%"),
+    (1.00, 1.11, "(+11%, limit 10%"),
+])
+def test_compute_drift(pipeline_calibrate: types.ModuleType, before: float, during: float,
+                       reason: str | None) -> None:
+    """The calibration workload measured again among the plans must give a factor within 10%
+    of the one the plans were made with (0.87 / 0.96 = -9.4% passes; 1.42 then 0.97, as on
+    the 16-core machine's second lease, is refused)."""
+    found = pipeline_calibrate.compute_drift(before, during)
+    assert (found is None) if reason is None else (reason in found)

@@ -288,7 +288,8 @@ def test_cli_export_then_run_writes_trace_and_plot(run_cli, tmp_path) -> None:
 
 def test_runs_pooled_keep_every_iteration_in_order() -> None:
     """Two runs of 2 and 1 iterations pool into one of 3: spans, times and losses in order,
-    median of 0.1, 0.3, 0.2 s = 0.2 s; no runs is an error."""
+    the second run's iteration 0 numbered 2 (a per-iteration sum must not add the runs' first
+    iterations together), median of 0.1, 0.3, 0.2 s = 0.2 s; no runs is an error."""
     from dlsched.sim import Span, Timeline
 
     def run(times: tuple[float, ...]) -> PipelineRun:
@@ -300,6 +301,7 @@ def test_runs_pooled_keep_every_iteration_in_order() -> None:
     pooled = PipelineRun.pooled([run((0.1, 0.3)), run((0.2,))])
     assert pooled.iteration_s == (0.1, 0.3, 0.2) and pooled.losses == (1.0, 3.0, 2.0)
     assert [span.end for span in pooled.timeline.spans] == [0.1, 0.3, 0.2]
+    assert [span.args["iteration"] for span in pooled.timeline.spans] == [0, 1, 2]
     assert pooled.median_iteration_s == 0.2 and pooled.gradients is None
     with pytest.raises(ConfigError, match="at least one run"):
         PipelineRun.pooled([])

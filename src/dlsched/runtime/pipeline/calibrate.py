@@ -59,6 +59,7 @@ import torch.distributed as dist
 from dlsched.errors import ConfigError
 from dlsched.pipeline.chain import REFERENCE_FLOPS
 from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.plan_file import SavedPlan
 from dlsched.pipeline.schedules import gpipe_orders
 from dlsched.pipeline.torch_export import to_torch
 from dlsched.runtime.pipeline.model import load_model
@@ -312,6 +313,29 @@ def implausible_ranks(fit: RankFit) -> str | None:
     return None
 
 
+def rank_calibration_plan(model: str, microbatch_size: int, ranks: int, microbatches: int,
+                          device_names: tuple[str, ...]) -> SavedPlan:
+    """The fixed workload ``measure_ranks`` times: ``model`` cut into ``ranks`` GPipe stages
+    of consecutive blocks (``rank_compute.even_stages``), ``microbatches`` microbatches of
+    ``microbatch_size`` samples, on ``device_names``."""
+    built = load_model(model)
+    stages = even_stages(len(built.block_names), ranks)
+    plan = PipelinePlan("rank-calibration", stages, gpipe_orders(stages, ranks, microbatches),
+                        microbatches)
+    return saved_for_model(plan, built, microbatch_size, device_names)
+
+
+def compute_drift(before: float, during: float) -> str | None:
+    """Why a compute factor measured ``before`` the plans no longer describes the machine
+    (one line), or None: the same workload measured again ``during`` the plans (interleaved
+    with them) gives a factor more than ``FACTOR_LIMIT`` away, relative to ``before``."""
+    if abs(during / before - 1) <= FACTOR_LIMIT:
+        return None
+    return (f"compute factor {before:.3f} at calibration but {during:.3f} during the plans "
+            f"({(during / before - 1) * 100:+.0f}%, limit {FACTOR_LIMIT:.0%}; the machine's "
+            "speed moved)")
+
+
 def measure_ranks(model: str, microbatch_size: int, ranks: int, profiled_s: float,
                   overhead_s: float, latency_s: float, bandwidth: float, microbatches: int = 8,
                   iterations: int = 12, attempts: int = 3,
@@ -326,12 +350,9 @@ def measure_ranks(model: str, microbatch_size: int, ranks: int, profiled_s: floa
     if not 1 <= microbatches <= 1000 or not 1 <= iterations <= 1000 or not 1 <= attempts <= 10:
         raise ConfigError(f"microbatches: {microbatches} (1..1000), iterations: {iterations} "
                           f"(1..1000) and attempts: {attempts} (1..10) are out of range")
-    built = load_model(model)
-    stages = even_stages(len(built.block_names), ranks)
-    plan = PipelinePlan("rank-calibration", stages, gpipe_orders(stages, ranks, microbatches),
-                        microbatches)
     names = tuple(f"rank{k}" for k in range(ranks))
-    saved = saved_for_model(plan, built, microbatch_size, names)
+    saved = rank_calibration_plan(model, microbatch_size, ranks, microbatches, names)
+    stages = saved.plan.stages
     link_s = latency_s + max(saved.activation_bytes) / bandwidth
 
     def measure(_: tuple[str, ...]) -> RankFit:

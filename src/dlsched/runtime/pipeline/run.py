@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -79,11 +79,17 @@ class PipelineRun:
     @classmethod
     def pooled(cls, runs: list[PipelineRun]) -> PipelineRun:
         """One run of the measured iterations of several runs of the same plan (e.g. rounds
-        interleaved with other plans): their spans, iteration times and losses in order;
-        no gradients."""
+        interleaved with other plans): their spans (iterations numbered on across the runs),
+        iteration times and losses in order; no gradients."""
         if not runs:
             raise ConfigError("runs: need at least one run to pool")
-        return cls(Timeline(span for run in runs for span in run.timeline.spans),
+        spans, offset = [], 0
+        for run in runs:
+            spans += [replace(span, args={**span.args,
+                                          "iteration": span.args["iteration"] + offset})
+                      for span in run.timeline.spans]
+            offset += len(run.iteration_s)
+        return cls(Timeline(spans),
                    tuple(t for run in runs for t in run.iteration_s),
                    tuple(loss for run in runs for loss in run.losses), None)
 
