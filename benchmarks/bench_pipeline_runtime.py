@@ -138,12 +138,15 @@ def measure_setting(ranks: int, chain: Chain, profiled_s: float, overhead_s: flo
     return setting
 
 
-def _replay_s(result: PipelineResult, run: PipelineRun, bare: DeviceGraph) -> float:
-    """The plan simulated with the run's own median action times on ``bare`` (the same link
-    and overheads, devices at the reference speed), seconds."""
+def _simulated_s(result: PipelineResult, graph: DeviceGraph,
+                 run: PipelineRun | None = None) -> float:
+    """The plan simulated on ``graph``, with the run's own median action times when a ``run``
+    is given (a replay: ``graph`` then runs at the reference speed), seconds."""
     problem = result.problem
-    return simulate(PipelineProblem(retimed_chain(problem.chain, result.plan, run.timeline),
-                                    bare, problem.num_microbatches), result.plan).iteration_s
+    chain = problem.chain if run is None else retimed_chain(problem.chain, result.plan,
+                                                            run.timeline)
+    return simulate(PipelineProblem(chain, graph, problem.num_microbatches),
+                    result.plan).iteration_s
 
 
 def drift_text(setting: Setting) -> str:
@@ -159,10 +162,11 @@ def drift_text(setting: Setting) -> str:
 
 
 def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int,
-         replay_s: float, held: bool) -> str:
+         replay_s: float, concurrent_s: float, held: bool) -> str:
     """One table row; with more ranks than ``cores`` no prediction (the simulator's devices
     run in parallel, ranks waiting for a core do not); an error marked *drift* when the
-    calibration did not hold during the plans (``compute_drift``)."""
+    calibration did not hold during the plans (``compute_drift``); ``concurrent_s``: the
+    plan predicted with the calibration workload's factor measured among the plans."""
     plan = result.plan
     measured = run.median_iteration_s
     used = to_torch(plan).world_size
@@ -172,8 +176,9 @@ def _row(ranks: int, result: PipelineResult, run: PipelineRun, cores: int,
     shared = used > cores
     predicted = result.sim.iteration_s
     mark = "" if held else " *drift*"
-    prediction = ("not predicted | -" if shared
-                  else f"{predicted * 1e3:.0f} | {(predicted / measured - 1) * 100:+.0f}%{mark}")
+    prediction = ("not predicted | - | - | -" if shared
+                  else f"{predicted * 1e3:.0f} | {(predicted / measured - 1) * 100:+.0f}%{mark} "
+                  f"| {concurrent_s * 1e3:.0f} | {(concurrent_s / measured - 1) * 100:+.0f}%")
     return (f"| {ranks} | {plan.planner} | {used} | {plan.num_stages} "
             f"| {schedule} | {measured * 1e3:.0f} "
             f"({min(run.iteration_s) * 1e3:.0f}-{max(run.iteration_s) * 1e3:.0f}) "
@@ -243,14 +248,17 @@ def main() -> None:
         setting = measure_setting(ranks, chain, profiled, overhead, latency, bandwidth)
         fits[ranks] = setting.measured
         fit, results, runs = setting.fit, setting.results, setting.runs
-        bare = devices_from_data(cpu_devices_document(
-            ranks, latency, bandwidth, MEMORY, fit=replace(fit, compute_factor=1.0)),
-            "replay")
-        replays = [_replay_s(result, run, bare) for result, run in zip(results, runs,
-                                                                      strict=True)]
-        rows += [_row(ranks, result, run, cores, replay, setting.held)
-                 for result, run, replay in zip(results, runs, replays, strict=True)]
+        bare, during = (devices_from_data(cpu_devices_document(
+            ranks, latency, bandwidth, MEMORY, fit=replace(fit, compute_factor=factor)), name)
+            for factor, name in ((1.0, "replay"), (setting.factor_during, "concurrent")))
+        replays = [_simulated_s(result, bare, run) for result, run in zip(results, runs,
+                                                                         strict=True)]
+        concurrent = [_simulated_s(result, during) for result in results]
+        rows += [_row(ranks, result, run, cores, replay, now, setting.held)
+                 for result, run, replay, now in zip(results, runs, replays, concurrent,
+                                                     strict=True)]
         records.append(record(ranks, results, runs, replays) | {
+            "predicted_concurrent_s": concurrent,
             "compute_factor": fit.compute_factor, "overhead_s": fit.overhead_s,
             "transfer_overhead_s": fit.transfer_overhead_s,
             "compute_factor_during_plans": setting.factor_during,
@@ -303,7 +311,11 @@ def main() -> None:
         "factor there differs from the calibration's by more than 10% (`compute_drift`: the "
         "machine's speed moved between calibration and plans) the setting is measured again "
         f"from its calibration, at most {ATTEMPTS} times; errors of a setting whose "
-        "calibration still did not hold are marked *drift*. Every planner "
+        "calibration still did not hold are marked *drift*. *predicted, factor among the "
+        "plans* simulates the same plans with the factor that workload gave among them (the "
+        "machine's speed while the plans ran, from none of the plans' own times): it tests "
+        "the model apart from the machine's drift, the first prediction tests the workflow "
+        "a user has (calibrate, then plan and run). Every planner "
         "is kept to one GPU per stage "
         "(`--for-torch`: torch runs one rank per stage; the grid baselines search PP with "
         "DP = 1); error = predicted / measured - 1. "
@@ -314,9 +326,9 @@ def main() -> None:
         "for activations and gradients, runtime overhead between actions).",
         "",
         "| ranks | planner | ranks used | stages | schedule | measured (ms) "
-        "| predicted (ms) | error | replayed (ms) | replay error | predicted idle "
-        "| measured idle |",
-        "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| predicted (ms) | error | predicted, factor among the plans (ms) | error "
+        "| replayed (ms) | replay error | predicted idle | measured idle |",
+        "|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
         "",
         *[f"- {note} (replicated stages: not runnable by torch.distributed.pipelining)"
