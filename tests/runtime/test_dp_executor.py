@@ -15,6 +15,7 @@ pytest.importorskip("torch", reason="optional torch extra not installed")
 from dlsched.dataparallel import POLICIES
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.problem import DPProblem
+from dlsched.errors import ConfigError
 from dlsched.runtime.dataparallel.train import (
     REFERENCE,
     TrainConfig,
@@ -48,6 +49,41 @@ def scrambled_plan(problem: DPProblem) -> DPPlan:
                    Message((*rest, Block(1, 0, half)), end)), barrier=False, policy="scrambled")
 
 
+def _recording(initial: Any, batch: Any, problem: DPProblem, plan: DPPlan) -> tuple[int, bool,
+                                                                                  bool]:
+    """(spans recorded while recording was off for 2 steps and a forward, whether every span
+    recorded after it was turned on starts at or after that forward's end, whether an executor
+    built without a recorder refuses to record)."""
+    import copy
+
+    from dlsched.runtime.dataparallel.executor import PlanExecutor
+    from dlsched.runtime.dataparallel.profile import default_loss
+    from dlsched.runtime.dataparallel.train import optimizer_factory
+
+    module = copy.deepcopy(initial)
+    executor = PlanExecutor(module, problem, plan, optimizer_factory("sgd", 0.01), record=True)
+    executor.set_recording(False)
+    for _ in range(2):
+        default_loss(module(batch)).backward()
+    loss = default_loss(module(batch))
+    off = len(executor.recorder.timeline(0.0)) if executor.recorder else -1
+    switched = executor.forward_ends[-1]
+    executor.set_recording(True)
+    loss.backward()
+    module(batch)
+    spans = executor.recorder.timeline(0.0).spans if executor.recorder else []
+    executor.finish()
+    executor.close()
+    plain = PlanExecutor(copy.deepcopy(initial), problem, plan, optimizer_factory("sgd", 0.01))
+    try:
+        plain.set_recording(True)
+        refused = False
+    except ConfigError:
+        refused = True
+    plain.close()
+    return off, bool(spans) and all(span.start >= switched for span in spans), refused
+
+
 def _every_policy(rank: int, world_size: int) -> dict[str, dict[str, Any]]:
     results = {}
     for name, config in CONFIGS.items():
@@ -58,6 +94,7 @@ def _every_policy(rank: int, world_size: int) -> dict[str, dict[str, Any]]:
         runs = [run_plan(plan, initial, batch, problem, config) for plan in plans]
         runs.append(run_reference(initial, batch, config))
         results[name] = {run.policy: (run.parameters, len(run.timeline)) for run in runs}
+        results[name]["recording"] = (_recording(initial, batch, problem, plans[0]), 0)
         results[name]["initial"] = ({k: p.detach().clone()
                                      for k, p in initial.named_parameters()}, 0)
         results[name]["profile"] = ({layer.name: (layer.params, layer.forward_time_s,
@@ -108,3 +145,16 @@ def test_profile_in_training_covers_every_parameter(ranks: list[dict[str, dict[s
     assert sum(b for _, _, b in layers.values()) > 0
     assert list(layers.values())[-1][1] > 0
     assert all(result[model]["profile"][0] == layers for result in ranks)
+
+
+@pytest.mark.parametrize("model", sorted(CONFIGS))
+def test_recording_only_when_switched_on(ranks: list[dict[str, dict[str, Any]]],
+                                         model: str) -> None:
+    """An executor with its recording switched off records nothing in 2 steps and a forward;
+    switched on, it records the next backward and forward (every span starts at or after that
+    forward's end); one built without a recorder refuses to record (run_plan measures
+    unrecorded steps, then records one more backward and forward for the timeline)."""
+    for result in ranks:
+        (off, after_switch, refused), _ = result[model]["recording"]
+        assert off == 0 and after_switch and refused
+

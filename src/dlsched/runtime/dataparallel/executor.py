@@ -135,6 +135,7 @@ class PlanExecutor:
         self._names = {id(sub): name or "(root)" for name, sub in module.named_modules()}
         self.expected: list[int] | None = None
         self.recorder = Recorder(Clock(), f"rank{dist.get_rank()}") if record else None
+        self.recording = record
         self._watcher = _Watcher() if record else None
         self._reset_iteration()
         self._pending_groups: set[int] = set()
@@ -210,7 +211,7 @@ class PlanExecutor:
         msg.buffer.div_(self.world)
         msg.issued_s = time.perf_counter()
         msg.work = dist.all_reduce(msg.buffer, async_op=True)
-        if self._watcher is not None:
+        if self.recording and self._watcher is not None:
             self._watcher.put(msg)
 
     def _end_backward(self) -> None:
@@ -227,7 +228,7 @@ class PlanExecutor:
                                "; every rank must use every parameter the same way each step")
         self._issue_ready()
         self._pending_groups = set(range(len(self.groups)))
-        if self.recorder is not None:
+        if self.recording:
             self._record_backward()
         self._backward_start = None
 
@@ -240,7 +241,7 @@ class PlanExecutor:
                 for view in msg.views:
                     view.copy_(msg.buffer[offset:offset + view.numel()])
                     offset += view.numel()
-            if self.recorder is not None:
+            if self.recording:
                 start = max(self._comm_free, msg.issued_s)
                 self._comm_free = max(start, msg.done_s or time.perf_counter())
                 self.recorder.add_seconds("network", "allreduce", f"m{self._waited}", start,
@@ -266,7 +267,7 @@ class PlanExecutor:
         return stepped
 
     def _mark_forward(self, now: float, label: str) -> None:
-        if self.recorder is not None and self._forward_mark is not None:
+        if self.recording and self._forward_mark is not None:
             start, name = self._forward_mark
             self.recorder.add_seconds("gpu", "forward", f"F {name}", start, now)
         self._forward_mark = (now, label) if label else None
@@ -279,7 +280,7 @@ class PlanExecutor:
         groups = [g for g in self._owner_groups[id(sub)] if g in self._pending_groups]
         stepped = self._apply(groups)
         now = time.perf_counter()
-        if self.recorder is not None and groups:
+        if self.recording and groups:
             self.recorder.add_seconds("gpu", "update", f"U {self._names[id(sub)]}", stepped,
                                       now)
         self._mark_forward(now, self._names[id(sub)])
@@ -297,6 +298,14 @@ class PlanExecutor:
         if self._backward_start is not None and any(self._fired):
             self._end_backward()
         self._apply(sorted(self._pending_groups))
+
+    def set_recording(self, on: bool) -> None:
+        """Record the spans (``on``) or not from the next hook on, e.g. only an iteration kept
+        for its timeline, so the measured ones do not pay for the recording; needs an executor
+        built with ``record=True``."""
+        if on and self.recorder is None:
+            raise ConfigError("record: the executor was built with record=False")
+        self.recording = on
 
     def _record_backward(self) -> None:
         assert self.recorder is not None and self._backward_start is not None
