@@ -64,7 +64,9 @@ METHOD = ("two-state network with queued-stream curve, robust compute slowdown, 
           "slowdown unclamped, per-size means of 15 repeats, sizes whose mean has a standard "
           "error over 15% (and 20 us) measured again and pooled, a measurement with a queued "
           "message below 0.5x idle discarded, refused after 8; queued stream on idle ranks "
-          "(from 2026-11-26 04:16)")
+          "(from 2026-11-26 04:16); the executor's measured iterations unrecorded, its "
+          "timeline from one extra step, torch DDP training the same extra step (from "
+          "2026-11-26 09:50, commit 0714893)")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
