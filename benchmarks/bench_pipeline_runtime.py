@@ -130,11 +130,11 @@ def measure_setting(ranks: int, chain: Chain, profiled_s: float, overhead_s: flo
         control = rank_calibration_plan(MODEL, MICROBATCH_SIZE, ranks, MICROBATCHES, names)
         runs, control_run = _run_all(results, control)
         during, _ = rank_compute_factor(control_run.timeline, MICROBATCHES, profiled_s)
-        setting = Setting(measured, fit, problem, results, runs, during, drifts)
         drift = compute_drift(measured.compute_factor, during)
+        drifts += [drift] if drift else []
+        setting = Setting(measured, fit, problem, results, runs, during, list(drifts))
         if drift is None:
-            return setting
-        drifts.append(drift)
+            break
     return setting
 
 
