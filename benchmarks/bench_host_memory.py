@@ -2,12 +2,13 @@
 same blocks in GPipe and in 1F1B order, per iteration the ranks' summed forward and backward
 seconds and the iteration's.
 
-``ranks`` ranks run ``gpt-small`` cut as the rank calibration cuts it (``even_stages``), 8
-microbatches of 8 sequences; per allocator setting one process start runs GPipe, 1F1B, GPipe,
-1F1B (each 1 warm-up and ``ITERATIONS`` measured iterations), so a drift of the machine shows
-as a difference between the two runs of one order. With glibc's defaults the schedule that
-holds more activations at once (GPipe) may pay for faulting its memory back in; with memory
-kept both orders should run their blocks at the same speed.
+``ranks`` ranks run ``gpt-small`` cut as the rank calibration cuts it (its workload,
+``rank_calibration_plan``, is the GPipe order), 8 microbatches of 8 sequences; per allocator
+setting one process start runs GPipe, 1F1B, GPipe, 1F1B (each 1 warm-up and ``ITERATIONS``
+measured iterations), so a drift of the machine shows as a difference between the two runs of
+one order. With glibc's defaults the schedule that holds more activations at once (GPipe) may
+pay for faulting its memory back in; with memory kept both orders should run their blocks at
+the same speed.
 
 Run: ``python -m benchmarks.bench_host_memory [--ranks R ...]`` (rewrites its section of
 BENCHMARKS.md; about a minute per number of ranks on 2 cores). Needs torch.
@@ -21,9 +22,9 @@ from collections import defaultdict
 
 from benchmarks.common import host_facts, host_text, write_section
 from dlsched.pipeline.plan import PipelinePlan
-from dlsched.pipeline.schedules import gpipe_orders, one_f_one_b_orders
+from dlsched.pipeline.schedules import one_f_one_b_orders
+from dlsched.runtime.pipeline.calibrate import rank_calibration_plan
 from dlsched.runtime.pipeline.model import load_model
-from dlsched.runtime.pipeline.rank_compute import even_stages
 from dlsched.runtime.pipeline.run import PipelineRun, run_pipelines, saved_for_model
 from dlsched.runtime.spawn import SpawnOptions
 
@@ -48,19 +49,18 @@ def _sums_ms(run: PipelineRun) -> tuple[float, float, float]:
 
 def rows(ranks: int) -> list[str]:
     """Table rows of one number of ranks: every setting, every run of ``ORDERS``."""
-    built = load_model(MODEL)
-    stages = even_stages(len(built.block_names), ranks)
     names = tuple(f"rank{k}" for k in range(ranks))
-    plans = {"gpipe": PipelinePlan("gpipe", stages, gpipe_orders(stages, ranks, MICROBATCHES),
-                                   MICROBATCHES),
-             "1f1b": PipelinePlan("1f1b", stages,
-                                  one_f_one_b_orders(stages, ranks, MICROBATCHES), MICROBATCHES)}
+    gpipe = rank_calibration_plan(MODEL, MICROBATCH_SIZE, ranks, MICROBATCHES, names)
+    stages = gpipe.plan.stages
+    one_f_one_b = PipelinePlan("1f1b", stages, one_f_one_b_orders(stages, ranks, MICROBATCHES),
+                               MICROBATCHES)
+    plans = {"gpipe": gpipe,
+             "1f1b": saved_for_model(one_f_one_b, load_model(MODEL), MICROBATCH_SIZE, names)}
     out = []
     for setting, switch in SETTINGS.items():
         options = SpawnOptions(timeout_s=300, deadline_s=900,
                                env=lambda _, value=switch: {"DLSCHED_KEEP_FREED_MEMORY": value})
-        saved = [saved_for_model(plans[order], built, MICROBATCH_SIZE, names)
-                 for order in ORDERS]
+        saved = [plans[order] for order in ORDERS]
         runs = run_pipelines(saved, MODEL, ITERATIONS, options=options)
         for order, run in zip(ORDERS, runs, strict=True):
             forward, backward, iteration = _sums_ms(run)
