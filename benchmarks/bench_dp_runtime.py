@@ -66,7 +66,8 @@ METHOD = ("two-state network with queued-stream curve, robust compute slowdown, 
           "message below 0.5x idle discarded, refused after 8; queued stream on idle ranks "
           "(from 2026-11-26 04:16); the executor's measured iterations unrecorded, its "
           "timeline from one extra step, torch DDP training the same extra step (from "
-          "2026-11-26 09:50, commit 0714893)")
+          "2026-11-26 09:50, commit 0714893); the queued-message floor against the lower "
+          "quartile of the idle repeats, not their mean (from 2026-11-26 12:40)")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
