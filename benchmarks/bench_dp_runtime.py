@@ -67,7 +67,7 @@ METHOD = ("two-state network with queued-stream curve, robust compute slowdown, 
           "(from 2026-11-26 04:16); the executor's measured iterations unrecorded, its "
           "timeline from one extra step, torch DDP training the same extra step (from "
           "2026-11-26 09:50, commit 0714893); the queued-message floor against the lower "
-          "quartile of the idle repeats, not their mean (from 2026-11-26 12:40)")
+          "quartile of the idle repeats, not their mean (from 2026-11-26 12:15)")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
