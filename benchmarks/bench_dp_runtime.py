@@ -2,7 +2,8 @@
 
 Each rank runs in its own network namespace; a veth link joins it to a bridge in a "switch"
 namespace, and a ``tc tbf`` rate limit on both ends of every link makes each rank's port a
-full-duplex link of 1 or 10 Gbit/s (netem is not available, so no delay is added). For 2 and 4
+full-duplex link of 1 or 10 Gbit/s (netem is not available, so no delay is added); each link
+delivers its packets in order (``_in_order``). For 2 and 4
 ranks and both rates: calibrate the all-reduce over gloo idle and under compute load (one
 two-state network file: the idle fit and its ``under_load`` block), then train the
 ResNet-style CNN and the GPT-style decoder with every policy (and real
@@ -67,7 +68,8 @@ METHOD = ("two-state network with queued-stream curve, robust compute slowdown, 
           "(from 2026-11-26 04:16); the executor's measured iterations unrecorded, its "
           "timeline from one extra step, torch DDP training the same extra step (from "
           "2026-11-26 09:50, commit 0714893); the queued-message floor against the lower "
-          "quartile of the idle repeats, not their mean (from 2026-11-26 12:15)")
+          "quartile of the idle repeats, not their mean, refused after 20, the emulated links "
+          "delivering in order (from 2026-11-26 12:45)")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
@@ -81,6 +83,20 @@ def _tc(namespace: str, device: str, rate_gbit: int) -> None:
     subprocess.run(["tc", "-n", namespace, "qdisc", "replace", "dev", device, "root", "tbf",
                     "rate", f"{rate_gbit}gbit", "burst", str(burst), "latency", "50ms"],
                    check=True, capture_output=True, timeout=30)
+
+
+def _in_order(namespace: str, device: str, cpu: int) -> None:
+    """Deliver ``device``'s received packets in order, as a link does: all of them through
+    one CPU's backlog (receive packet steering to ``cpu``). A veth hands each packet to the
+    backlog of the CPU that sent it, and a TCP flow is sent from whichever CPU its thread or
+    its ACK processing runs on, so without this the flow is reordered: on the 2-core VM, 2
+    ranks at 10 Gbit/s, 160 idle all-reduces of 4 KiB-1 MiB saw 84-109 retransmitted
+    segments, 14-19 of them shown spurious by D-SACK, and 4 KiB took 1.2-2.8 ms against 0.6-1.2
+    ms in order (2026-11-26 12:30, `nstat` in the namespaces; no packet was dropped)."""
+    command = (f"for queue in /sys/class/net/{device}/queues/rx-*; do "
+               f"echo {1 << cpu:x} > $queue/rps_cpus; done")
+    subprocess.run(["ip", "netns", "exec", namespace, "sh", "-c", command], check=True,
+                   capture_output=True, timeout=30)
 
 
 def _namespaces() -> list[str]:
@@ -100,6 +116,7 @@ def emulated_network(ranks: int, rate_gbit: int) -> Iterator[None]:
     """Namespaces ``dlsbench-r<i>`` joined through a bridge in ``dlsbench-sw``."""
     teardown()
     switch = f"{PREFIX}-sw"
+    cpus = sorted(os.sched_getaffinity(0))
     try:
         _ip("netns", "add", switch)
         _ip("-n", switch, "link", "add", "br0", "type", "bridge")
@@ -116,6 +133,9 @@ def emulated_network(ranks: int, rate_gbit: int) -> Iterator[None]:
             _ip("-n", switch, "link", "set", port, "up")
             _tc(namespace, "eth0", rate_gbit)
             _tc(switch, port, rate_gbit)
+            cpu = cpus[rank % len(cpus)]
+            _in_order(namespace, "eth0", cpu)
+            _in_order(switch, port, cpu)
         yield
     finally:
         teardown()

@@ -61,7 +61,7 @@ MIN_SEGMENT = 3  # samples in each piece of the piecewise fit (two are fitted ex
 ERROR_LIMIT = 0.15  # largest standard error of a size's mean, relative to the mean (see docs)
 TOLERANCE_S = 20e-6  # a mean known within this holds (loopback one-way latency 39-66 us)
 QUEUED_FLOOR = 0.5  # a queued message under load costs at least this times an idle one
-ATTEMPTS = 8  # measurements (the later ones of the unsteady sizes only) before a refusal
+ATTEMPTS = 20  # measurements (the later ones of the unsteady sizes only) before a refusal
 LOAD_NAMES = {"none": "idle", "compute": "loaded", "stream": "queued",
               "idle_stream": "queued idle"}
 
