@@ -13,7 +13,8 @@ refuses is recorded as a refused run with its reason.
 
 The method is fixed by ``bench_dp_runtime.METHOD`` and the commit each run records; settings
 other than the one the method was developed on (``DEVELOPED_ON``) are reported as held-out.
-Each run is stored in ``benchmarks/out/validate-<setting>.json`` and the BENCHMARKS.md
+Each run is stored in ``benchmarks/out/validate-<setting>.json`` (its rows and each model's
+in-training profile, so every prediction can be recomputed offline) and the BENCHMARKS.md
 section ``dp-validation`` is rewritten from every stored setting.
 """
 
@@ -166,7 +167,8 @@ def run_protocol(ranks: int, rate: int | None, models: list[str], runs: int,
                                "host": facts, "refused": refused,
                                "rows": [{k: v for k, v in row.items()
                                          if k not in ("profile", "fits", "compute_slowdown")}
-                                        for row in rows]})
+                                        for row in rows],
+                               "profiles": {row["model"]: row["profile"] for row in rows}})
         record["host_after"] = host_facts()
         record["summary"] = summarize(record["runs"])
         store.write_text(json.dumps(record, indent=1))
