@@ -44,10 +44,20 @@ def machine_note() -> str:
             f"Python {platform.python_version()}, {time.strftime('%Y-%m-%d')}")
 
 
+def steal_seconds() -> float | None:
+    """CPU seconds the hypervisor ran something else while this machine's CPUs wanted to run
+    (``steal`` in /proc/stat, all CPUs, since boot); None where the kernel does not say."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    except OSError:
+        return None
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else None
+
+
 def host_facts() -> dict[str, Any]:
     """The machine as measured now: ``cores`` (os.cpu_count), ``usable_cores`` (the ones this
     process may run on, its affinity), ``load`` (1-minute load average), ``torch`` (version,
-    None without torch)."""
+    None without torch), ``steal_s`` (``steal_seconds``, cumulative)."""
     try:
         import torch
 
@@ -57,7 +67,7 @@ def host_facts() -> dict[str, Any]:
     return {"cores": os.cpu_count(), "usable_cores": usable_cores(),
             "load": os.getloadavg()[0],
             "torch": torch_version, "host": platform.node(),
-            "processor": processor()}
+            "processor": processor(), "steal_s": steal_seconds()}
 
 
 def host_text(facts: dict[str, Any]) -> str:

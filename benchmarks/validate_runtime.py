@@ -97,7 +97,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         per_run.append({"run": run.get("run", number),
                         "within": sum(abs(e) <= WITHIN for e in errors), "rows": len(errors),
                         "mae": statistics.mean(map(abs, errors)), "dlsched_rank": ranks,
-                        "dlsched_over_ddp": over_ddp})
+                        "dlsched_over_ddp": over_ddp, "steal_s": run.get("steal_s")})
     policies: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in done:
         for row in run["rows"]:
@@ -170,6 +170,8 @@ def run_protocol(ranks: int, rate: int | None, models: list[str], runs: int,
                                         for row in rows],
                                "profiles": {row["model"]: row["profile"] for row in rows}})
         record["host_after"] = host_facts()
+        if None not in (facts["steal_s"], record["host_after"]["steal_s"]):
+            record["runs"][-1]["steal_s"] = record["host_after"]["steal_s"] - facts["steal_s"]
         record["summary"] = summarize(record["runs"])
         store.write_text(json.dumps(record, indent=1))
         print(f"run {number}: " + (f"refused: {refused}" if refused else "done")
@@ -200,6 +202,8 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
               + "; dlsched vs torch DDP "
               + ", ".join(f"{m} {interval_text(d)}"
                           for m, d in run["dlsched_over_ddp"].items())
+              + ("" if run.get("steal_s") is None
+                 else f"; {run['steal_s']:.1f} CPU s stolen by the host during the run")
               for run in summary["per_run"]]
     if len(summary["per_run"]) > 1 and summary.get("dlsched_over_ddp"):
         lines.append("- all runs' iterations pooled: dlsched vs torch DDP " + ", ".join(
