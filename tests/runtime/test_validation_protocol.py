@@ -56,3 +56,20 @@ def test_ratio_interval() -> None:
     assert common.ratio_interval([2.0] * 7, [1.0] * 7) == pytest.approx((1.0, 1.0, 1.0))
     point, low, high = common.ratio_interval([0.9, 1.1] * 10, [1.0] * 20)
     assert point == pytest.approx(0.0) and -0.1 - 1e-9 <= low < 0 < high <= 0.1 + 1e-9
+
+
+def test_steal_seconds_from_proc_stat(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The ``cpu`` line's eighth number is steal, in clock ticks: 37858 ticks at 100 per
+    second are 378.58 s; a line without it gives None."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  8183321 33094 1192018 5444648 10095 0 229409 37858 0 0\ncpu0 1 2\n")
+    real = Path
+
+    def fake(path: str) -> Path:
+        return stat if path == "/proc/stat" else real(path)
+
+    monkeypatch.setattr(common, "Path", fake)
+    monkeypatch.setattr(common.os, "sysconf", lambda name: 100)
+    assert common.steal_seconds() == pytest.approx(378.58)
+    stat.write_text("cpu  1 2 3 4\n")
+    assert common.steal_seconds() is None
