@@ -241,8 +241,8 @@ def write_table() -> None:
                       if held_out else "**Setting the method was developed on**", ""]
             lines += [line for record in chosen for line in _setting_lines(record)]
     if earlier:
-        lines += ["Runs of earlier methods (kept in benchmarks/out; section *Runtime calibration "
-                  "you can trust*): " + "; ".join(
+        lines += ["Runs of earlier methods (kept in benchmarks/out; their tables in the "
+                  "sections *the method before ...* below): " + "; ".join(
                       f"{r['ranks']} ranks {_link(r['rate'])}"
                       f" ({r['started']}): {sum(bool(run['refused']) for run in r['runs'])} of "
                       f"{len(r['runs'])} refused" for r in earlier), ""]
