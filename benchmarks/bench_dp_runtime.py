@@ -90,9 +90,10 @@ def _in_order(namespace: str, device: str, cpu: int) -> None:
     one CPU's backlog (receive packet steering to ``cpu``). A veth hands each packet to the
     backlog of the CPU that sent it, and a TCP flow is sent from whichever CPU its thread or
     its ACK processing runs on, so without this the flow is reordered: on the 2-core VM, 2
-    ranks at 10 Gbit/s, 160 idle all-reduces of 4 KiB-1 MiB saw 84-109 retransmitted
-    segments, 14-19 of them shown spurious by D-SACK, and 4 KiB took 1.2-2.8 ms against 0.6-1.2
-    ms in order (2026-11-26 12:30, `nstat` in the namespaces; no packet was dropped)."""
+    ranks, 415 idle all-reduces of 4 KiB-1 MiB saw 58-109 retransmitted segments per rank,
+    14-19 of them shown spurious by D-SACK, and 3-6 in order; 4 KiB took 2.3-2.8 ms on average
+    against 1.2-1.9 ms in order (2026-11-26 12:20-12:22, `nstat` in the namespaces; no packet
+    was dropped)."""
     command = (f"for queue in /sys/class/net/{device}/queues/rx-*; do "
                f"echo {1 << cpu:x} > $queue/rps_cpus; done")
     subprocess.run(["ip", "netns", "exec", namespace, "sh", "-c", command], check=True,
