@@ -8,14 +8,12 @@ import types
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.runtime.dataparallel import calibrate
-from dlsched.runtime.dataparallel.calibrate import (
-    STREAM_LENGTH,
+from dlsched.runtime.dataparallel import calibrate, calibration_checks
+from dlsched.runtime.dataparallel.calibrate import STREAM_LENGTH, loads_document, stream_seconds
+from dlsched.runtime.dataparallel.calibration_checks import (
     implausible,
-    loads_document,
     spread,
     standard_error,
-    stream_seconds,
 )
 
 IDLE = 370e-6  # seconds of one idle all-reduce, as measured on the 2-core machine
@@ -130,14 +128,14 @@ def test_queued_message_is_judged_against_an_idle_one_that_waited_for_nothing() 
     250 us) is refused, naming the quartile."""
     clusters = (500e-6,) * 4 + (3500e-6,) * 2
     sizes = (4096, 65536)
-    assert calibrate.fast_idle(_timed(IDLE, clusters)) == {4096: pytest.approx(500e-6),
+    assert calibration_checks.fast_idle(_timed(IDLE, clusters)) == {4096: pytest.approx(500e-6),
                                                           65536: pytest.approx(500e-6)}
     queue = {"idle_stream": [(b, 732e-6) for b in sizes],
              "idle_stream_times": [(b, [732e-6] * 5) for b in sizes]}
-    assert calibrate.impossible(_timed(732e-6, clusters) | queue) is None
+    assert calibration_checks.impossible(_timed(732e-6, clusters) | queue) is None
     queue = {"idle_stream": [(b, 240e-6) for b in sizes],
              "idle_stream_times": [(b, [240e-6] * 5) for b in sizes]}
-    assert calibrate.impossible(_timed(732e-6, clusters) | queue) == (
+    assert calibration_checks.impossible(_timed(732e-6, clusters) | queue) == (
         "queued all-reduce of 4096 B on idle ranks: 240.0 us per message, below 0.5x its idle "
         "time 500.0 us (lower quartile of the idle repeats)")
 
