@@ -128,8 +128,8 @@ def test_queued_message_is_judged_against_an_idle_one_that_waited_for_nothing() 
     250 us) is refused, naming the quartile."""
     clusters = (500e-6,) * 4 + (3500e-6,) * 2
     sizes = (4096, 65536)
-    assert calibration_checks.fast_idle(_timed(IDLE, clusters)) == {4096: pytest.approx(500e-6),
-                                                          65536: pytest.approx(500e-6)}
+    assert calibration_checks.fast_idle(_timed(IDLE, clusters)) == {
+        4096: pytest.approx(500e-6), 65536: pytest.approx(500e-6)}
     queue = {"idle_stream": [(b, 732e-6) for b in sizes],
              "idle_stream_times": [(b, [732e-6] * 5) for b in sizes]}
     assert calibration_checks.impossible(_timed(732e-6, clusters) | queue) is None

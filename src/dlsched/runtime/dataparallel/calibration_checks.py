@@ -16,7 +16,7 @@ from typing import Any
 
 ERROR_LIMIT = 0.15  # largest standard error of a size's mean, relative to the mean (see docs)
 TOLERANCE_S = 20e-6  # a mean known within this holds (loopback one-way latency 39-66 us)
-QUEUED_FLOOR = 0.5  # a queued message under load costs at least this times an idle one
+QUEUED_FLOOR = 0.5  # a queued message costs at least this times an idle one (fast_idle)
 LOAD_NAMES = {"none": "idle", "compute": "loaded", "stream": "queued",
               "idle_stream": "queued idle"}
 
@@ -73,8 +73,7 @@ def impossible(timed: dict[str, Any], floor: float = QUEUED_FLOOR) -> str | None
 def fast_idle(timed: dict[str, Any]) -> dict[int, float]:
     """Seconds per idle all-reduce that waited for nothing, per size (bytes): the lower
     quartile of its idle repeats (the repeat itself when there is one)."""
-    return {size: (statistics.quantiles(samples, n=4, method="inclusive")[0]
-                   if len(samples) > 1 else samples[0])
+    return {size: _quartiles(samples)[0] if len(samples) > 1 else samples[0]
             for size, samples in timed["none_times"]}
 
 
@@ -83,7 +82,7 @@ def spread(samples: Sequence[float]) -> float:
     two samples)."""
     if len(samples) < 2:
         return 0.0
-    low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
+    low, high = _quartiles(samples)
     middle = statistics.median(samples)
     return (high - low) / middle if middle > 0 else math.inf
 
@@ -96,3 +95,10 @@ def standard_error(samples: Sequence[float]) -> float:
     middle = statistics.mean(samples)
     error = statistics.stdev(samples) / math.sqrt(len(samples))
     return error / middle if middle > 0 else math.inf
+
+
+def _quartiles(samples: Sequence[float]) -> tuple[float, float]:
+    """Lower and upper quartile of two or more repeats (inclusive method: the repeats are the
+    whole population, not a sample of a wider one)."""
+    low, _, high = statistics.quantiles(samples, n=4, method="inclusive")
+    return low, high
