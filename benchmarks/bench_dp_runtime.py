@@ -69,7 +69,8 @@ METHOD = ("two-state network with queued-stream curve, robust compute slowdown, 
           "timeline from one extra step, torch DDP training the same extra step (from "
           "2026-11-26 09:50, commit 0714893); the queued-message floor against the lower "
           "quartile of the idle repeats, not their mean, refused after 20, the emulated links "
-          "delivering in order (from 2026-11-26 12:23)")
+          "delivering in order (from 2026-11-26 12:23); the executor updating modules in "
+          "update groups, one optimizer call per wait (from 2026-11-26 15:30)")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 

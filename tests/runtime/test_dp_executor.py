@@ -84,6 +84,19 @@ def _recording(initial: Any, batch: Any, problem: DPProblem, plan: DPPlan) -> tu
     return off, bool(spans) and all(span.start >= switched for span in spans), refused
 
 
+def _update_groups(initial: Any, problem: DPProblem, plan: DPPlan) -> tuple[int, int]:
+    """(optimizer groups of ``plan``'s executor, modules owning parameters)."""
+    import copy
+
+    from dlsched.runtime.dataparallel.executor import PlanExecutor
+    from dlsched.runtime.dataparallel.profile import parameter_owners
+    from dlsched.runtime.dataparallel.train import optimizer_factory
+
+    executor = PlanExecutor(copy.deepcopy(initial), problem, plan, optimizer_factory("sgd", 0.01))
+    executor.close()
+    return len(executor.groups), len(parameter_owners(initial))
+
+
 def _every_policy(rank: int, world_size: int) -> dict[str, dict[str, Any]]:
     results = {}
     for name, config in CONFIGS.items():
@@ -95,6 +108,7 @@ def _every_policy(rank: int, world_size: int) -> dict[str, dict[str, Any]]:
         runs.append(run_reference(initial, batch, config))
         results[name] = {run.policy: (run.parameters, len(run.timeline)) for run in runs}
         results[name]["recording"] = (_recording(initial, batch, problem, plans[0]), 0)
+        results[name]["groups"] = (_update_groups(initial, problem, POLICIES["ddp"](problem)), 0)
         results[name]["initial"] = ({k: p.detach().clone()
                                      for k, p in initial.named_parameters()}, 0)
         results[name]["profile"] = ({layer.name: (layer.params, layer.forward_time_s,
@@ -158,3 +172,12 @@ def test_recording_only_when_switched_on(ranks: list[dict[str, dict[str, Any]]],
         (off, after_switch, refused), _ = result[model]["recording"]
         assert off == 0 and after_switch and refused
 
+
+
+@pytest.mark.parametrize("model", sorted(CONFIGS))
+def test_barrier_plan_updates_in_one_group(ranks: list[dict[str, dict[str, Any]]],
+                                           model: str) -> None:
+    """A barrier plan (DDP's buckets) waits for every message before the first forward, so
+    all of the modules owning parameters (several) are updated by one optimizer call."""
+    (groups, owners), _ = ranks[0][model]["groups"]
+    assert groups == 1 < owners

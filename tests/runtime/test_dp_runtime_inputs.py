@@ -11,7 +11,7 @@ pytest.importorskip("torch", reason="optional torch extra not installed")
 from dlsched.dataparallel import POLICIES, PlanError
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.runtime.dataparallel.calibrate import fit, network_document, write_network
-from dlsched.runtime.dataparallel.executor import PlanExecutor
+from dlsched.runtime.dataparallel.executor import PlanExecutor, update_groups
 from dlsched.runtime.dataparallel.profile import profile, write_profile
 from dlsched.runtime.dataparallel.train import optimizer_factory, problem_from_profile
 from dlsched.runtime.models import example_input, gpt, resnet_cnn
@@ -38,6 +38,41 @@ def test_profile_has_one_layer_per_parameter_in_order(tiny: tuple) -> None:
     assert by_name["stem_bn.weight"].forward_time_s == 0.0
     assert by_name["stem_bn.bias"].forward_time_s > 0.0
     assert sum(layer.backward_time_s for layer in result.layers) > 0
+
+
+def test_update_groups_join_modules_whose_messages_have_arrived() -> None:
+    """Modules needing 3, 1, 2, 3, 4, 2 messages: the first waits for 3, after which the next
+    three need nothing more (one group); the fifth waits for a 4th and the sixth joins it."""
+    assert update_groups([3, 1, 2, 3, 4, 2]) == [[0, 1, 2, 3], [4, 5]]
+    assert update_groups([5, 5, 5]) == [[0, 1, 2]]
+    assert update_groups([1, 2, 3]) == [[0], [1], [2]]
+    assert update_groups([]) == []
+
+
+def test_profile_update_shares_follow_parameter_counts() -> None:
+    """One optimizer step over all parameters, split between the owning modules in
+    proportion to their parameter counts: with a step that only sleeps 2 ms, Linear(4, 4)
+    (20 parameters) gets twice the share of Linear(4, 2) (10), and the shares sum to at
+    least the sleep."""
+    import time
+
+    import torch
+
+    class Sleeper:
+        def __init__(self, params: list) -> None:
+            self.params = params
+
+        def step(self) -> None:
+            time.sleep(0.002)
+
+    from dlsched.runtime.dataparallel.profile import _time_updates, parameter_owners
+    from dlsched.runtime.recorder import Clock
+
+    module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    owners = parameter_owners(module)
+    shares = _time_updates(owners, list(module.parameters()), Sleeper, Clock(), repeats=3)
+    assert shares[0] == pytest.approx(2 * shares[1], rel=1e-12)
+    assert shares.sum() >= 0.002
 
 
 def test_profile_loads_in_dataparallel_cli(tiny: tuple, tmp_path, run_cli) -> None:

@@ -14,8 +14,10 @@ events on a GPU) uses the points a data-parallel executor sees:
 - forward: each module owning parameters starts when its forward pre-hook fires and lasts until
   the next owner starts (the last one until backward starts, so the loss is included). The
   whole time goes to the module's last parameter and 0 to the others, because the module can
-  only start once all of its parameters are updated. With an optimizer, the owner's optimizer
-  step (which the executor runs right before that forward) is added to it.
+  only start once all of its parameters are updated. With an optimizer, the owner's share of
+  one optimizer step over all parameters (in proportion to its parameter count; the executor
+  runs a barrier plan's update as that one call, right before the first forward) is added
+  to it.
 
 The loss is ``loss_fn(output)``, by default the mean of the squared output. ``execution``
 (``runtime.execution``) sets the precision (autocast around the forward and the loss, TF32 on
@@ -124,16 +126,18 @@ def unused_parameters(module: nn.Module, example_input: Any,
 
 def _time_updates(owners: list[tuple[nn.Module, list[int]]], parameters: list[nn.Parameter],
                   optimizer: OptimizerFactory, clock: Clock, repeats: int) -> np.ndarray:
-    groups = [optimizer([parameters[i] for i in layers]) for _, layers in owners]
-    runs = []
+    """Per owner, seconds of its share of one optimizer step over every parameter (the
+    median of ``repeats`` after one not timed), split in proportion to the owners' parameter
+    counts: the executor updates a barrier plan's modules in one call."""
+    step = optimizer(parameters)
+    seconds = []
     for _ in range(repeats + 1):
-        steps = []
-        for group in groups:
-            start = clock.stamp()
-            group.step()
-            steps.append(clock.seconds(clock.stamp()) - clock.seconds(start))
-        runs.append(steps)
-    return scaled_medians(np.array(runs[1:]))
+        start = clock.stamp()
+        step.step()
+        seconds.append(clock.seconds(clock.stamp()) - clock.seconds(start))
+    counts = np.array([sum(parameters[i].numel() for i in layers) for _, layers in owners],
+                      dtype=float)
+    return float(np.median(seconds[1:])) * counts / counts.sum()
 
 
 def scaled_medians(runs: np.ndarray) -> np.ndarray:

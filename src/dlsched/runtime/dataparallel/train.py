@@ -247,15 +247,18 @@ def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelPr
     max(``config.iterations``, ``config.warmup`` + ``config.profile_repeats``) iterations of a
     copy of ``initial`` through the executor with one all-reduce of every gradient after
     backward and a barrier, so the ranks compute in lockstep as training does, through the same
-    hooks and per-module lazy updates, while no message overlaps compute. Per iteration after
+    hooks and lazy updates, while no message overlaps compute. Per iteration after
     ``config.warmup``: each gradient's ready time after the previous forward's end (that
-    forward's loss included), each owning module's forward and update spans. The ranks gather
-    these and take, per iteration, the slowest rank's (largest backward + forward): every
-    all-reduce waits for the last rank to reach it, so training runs at the slowest rank's pace,
-    which on shared cores is a different rank each iteration. Returns (forward, ready): one row
-    per iteration, seconds, the same on every rank (``RoundProfiler.pooled`` turns them into
-    per-layer times). ``passes``: the module's profile from plain passes (names, sizes, the
-    plan's layers)."""
+    forward's loss included), each owning module's forward span and its share of the update
+    (the barrier plan updates every module in one optimizer call, before the first forward;
+    each module gets the call's seconds in proportion to its gradient bytes, so the shares sum
+    to what one call costs and a plan updating in several groups is charged the same work).
+    The ranks gather these and take, per iteration, the slowest rank's (largest backward +
+    forward): every all-reduce waits for the last rank to reach it, so training runs at the
+    slowest rank's pace, which on shared cores is a different rank each iteration. Returns
+    (forward, ready): one row per iteration, seconds, the same on every rank
+    (``RoundProfiler.pooled`` turns them into per-layer times). ``passes``: the module's
+    profile from plain passes (names, sizes, the plan's layers)."""
     import numpy as np
     import torch.distributed as dist
 
@@ -278,6 +281,7 @@ def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelPr
     owners = parameter_owners(module)
     names = {id(sub): name or "(root)" for name, sub in module.named_modules()}
     column = {names[id(sub)]: o for o, (sub, _) in enumerate(owners)}
+    owner_bytes = [sum(problem.grad_bytes[i] for i in layers) for _, layers in owners]
     spans = executor.recorder.timeline().spans if executor.recorder else []
     ends = executor.forward_ends
     forward = np.zeros((len(ends) - 1 - config.warmup, len(owners)))
@@ -286,8 +290,12 @@ def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelPr
         for span in (s for s in spans if start - 1e-9 <= s.start < end):
             if span.kind == "backward":
                 ready[row, span.args["layer"]] = span.end - start
-            elif span.kind in ("forward", "update"):
+            elif span.kind == "forward":
                 forward[row, column[span.label.split(" ", 1)[1]]] += span.duration
+            elif span.kind == "update":
+                group = [column[name] for name in span.args["owners"]]
+                share = np.array([owner_bytes[o] for o in group], dtype=float)
+                forward[row, group] += span.duration * share / share.sum()
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, (forward, ready))
     return slowest_iterations(gathered)
