@@ -149,7 +149,7 @@ class PlanExecutor:
         self._names = {id(sub): name or "(root)" for name, sub in module.named_modules()}
         needs = [self._need(layers) for _, layers in owners]
         self.groups: list[tuple[list[int], torch.optim.Optimizer]] = []
-        self._owner_groups: dict[int, list[int]] = {}
+        self._owner_group: dict[int, int] = {}
         self._group_owners: list[list[str]] = []
         self._group_need: list[int] = []
         for g, group in enumerate(update_groups(needs)):
@@ -158,7 +158,7 @@ class PlanExecutor:
             self._group_need.append(max(needs[o] for o in group))
             self._group_owners.append([self._names[id(owners[o][0])] for o in group])
             for o in group:
-                self._owner_groups[id(owners[o][0])] = [g]
+                self._owner_group[id(owners[o][0])] = g
         self.expected: list[int] | None = None
         self.recorder = Recorder(Clock(), f"rank{dist.get_rank()}") if record else None
         self.recording = record
@@ -307,7 +307,8 @@ class PlanExecutor:
         if self._backward_start is not None and any(self._fired):
             self._end_backward()
         self._mark_forward(start, "")
-        groups = [g for g in self._owner_groups[id(sub)] if g in self._pending_groups]
+        group = self._owner_group[id(sub)]
+        groups = [group] if group in self._pending_groups else []
         stepped = self._apply(groups)
         now = time.perf_counter()
         if self.recording and groups:
