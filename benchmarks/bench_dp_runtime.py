@@ -70,7 +70,8 @@ METHOD = ("two-state network with queued-stream curve, robust compute slowdown, 
           "2026-11-26 09:50, commit 0714893); the queued-message floor against the lower "
           "quartile of the idle repeats, not their mean, refused after 20, the emulated links "
           "delivering in order (from 2026-11-26 12:23); the executor updating modules in "
-          "update groups, one optimizer call per wait (from 2026-11-26 15:30)")
+          "update groups, one optimizer call per wait (from 2026-11-26 15:01, commit "
+          "d431362)")
 HISTORY = "runs-dp_runtime.json"
 GROUP_NICE = -20
 
