@@ -41,6 +41,7 @@ def _variants(model: str) -> dict[str, tuple[Callable[[], None], int]]:
     from torch.nn.parallel import DistributedDataParallel
 
     from dlsched.dataparallel import POLICIES
+    from dlsched.dataparallel.plan import DPPlan
     from dlsched.runtime.dataparallel.executor import PlanExecutor
     from dlsched.runtime.dataparallel.profile import default_loss, profile
     from dlsched.runtime.dataparallel.train import (
@@ -69,15 +70,15 @@ def _variants(model: str) -> dict[str, tuple[Callable[[], None], int]]:
         ddp_step.step()
         ddp_step.zero_grad()
 
-    def executed(policy: str) -> tuple[Callable[[], None], int]:
+    def executed(plan: DPPlan) -> tuple[Callable[[], None], int]:
         module = copy.deepcopy(initial)
-        plan = POLICIES[policy](problem)
         PlanExecutor(module, problem, plan, optimizer)
         return (lambda: default_loss(module(batch)).backward()), len(plan.messages)
 
-    buckets = len(POLICIES["ddp"](problem).messages)
-    return {"plain training": (train_plain, 0), REFERENCE: (train_ddp, buckets),
-            **{f"executor, {policy}'s plan": executed(policy) for policy in PLANS}}
+    plans = {policy: POLICIES[policy](problem) for policy in PLANS}
+    return {"plain training": (train_plain, 0),
+            REFERENCE: (train_ddp, len(plans["ddp"].messages)),
+            **{f"executor, {policy}'s plan": executed(plan) for policy, plan in plans.items()}}
 
 
 def _rank(rank: int, world_size: int, model: str) -> dict[str, tuple[int, list[float]]]:

@@ -67,6 +67,15 @@ def parameter_owners(module: nn.Module) -> list[tuple[nn.Module, list[int]]]:
     return owners
 
 
+def owner_sizes(owners: list[tuple[nn.Module, list[int]]],
+                parameters: list[nn.Parameter]) -> np.ndarray:
+    """Parameters (elements) of each owning module: the weights one optimizer step's seconds
+    are split by between the modules it updates (``parameters`` in ``named_parameters()``
+    order, as the owners' layer indices are)."""
+    return np.array([sum(parameters[i].numel() for i in layers) for _, layers in owners],
+                    dtype=float)
+
+
 def _stamper(stamps: dict[int, Any], key: int, clock: Clock,
              first: bool) -> Callable[..., None]:
     """A hook recording under ``key`` the first (or last) time it fires in a pass."""
@@ -135,9 +144,8 @@ def _time_updates(owners: list[tuple[nn.Module, list[int]]], parameters: list[nn
         start = clock.stamp()
         step.step()
         seconds.append(clock.seconds(clock.stamp()) - clock.seconds(start))
-    counts = np.array([sum(parameters[i].numel() for i in layers) for _, layers in owners],
-                      dtype=float)
-    return float(np.median(seconds[1:])) * counts / counts.sum()
+    sizes = owner_sizes(owners, parameters)
+    return float(np.median(seconds[1:])) * sizes / sizes.sum()
 
 
 def scaled_medians(runs: np.ndarray) -> np.ndarray:

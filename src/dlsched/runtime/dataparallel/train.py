@@ -251,7 +251,7 @@ def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelPr
     ``config.warmup``: each gradient's ready time after the previous forward's end (that
     forward's loss included), each owning module's forward span and its share of the update
     (the barrier plan updates every module in one optimizer call, before the first forward;
-    each module gets the call's seconds in proportion to its gradient bytes, so the shares sum
+    each module gets the call's seconds in proportion to its parameters, so the shares sum
     to what one call costs and a plan updating in several groups is charged the same work).
     The ranks gather these and take, per iteration, the slowest rank's (largest backward +
     forward): every all-reduce waits for the last rank to reach it, so training runs at the
@@ -264,7 +264,7 @@ def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelPr
 
     from dlsched.dataparallel.plan import Message, whole_layer
     from dlsched.runtime.dataparallel.executor import PlanExecutor
-    from dlsched.runtime.dataparallel.profile import parameter_owners
+    from dlsched.runtime.dataparallel.profile import owner_sizes, parameter_owners
 
     problem = problem_from_profile(passes, config.network, world_size)
     plan = DPPlan((Message(tuple(whole_layer(problem, layer)
@@ -281,7 +281,7 @@ def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelPr
     owners = parameter_owners(module)
     names = {id(sub): name or "(root)" for name, sub in module.named_modules()}
     column = {names[id(sub)]: o for o, (sub, _) in enumerate(owners)}
-    owner_bytes = [sum(problem.grad_bytes[i] for i in layers) for _, layers in owners]
+    sizes = owner_sizes(owners, executor.parameters)
     spans = executor.recorder.timeline().spans if executor.recorder else []
     ends = executor.forward_ends
     forward = np.zeros((len(ends) - 1 - config.warmup, len(owners)))
@@ -294,8 +294,7 @@ def training_rows(initial: Any, batch: Any, config: TrainConfig, passes: ModelPr
                 forward[row, column[span.label.split(" ", 1)[1]]] += span.duration
             elif span.kind == "update":
                 group = [column[name] for name in span.args["owners"]]
-                share = np.array([owner_bytes[o] for o in group], dtype=float)
-                forward[row, group] += span.duration * share / share.sum()
+                forward[row, group] += span.duration * sizes[group] / sizes[group].sum()
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, (forward, ready))
     return slowest_iterations(gathered)
