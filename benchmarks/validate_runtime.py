@@ -11,11 +11,16 @@ torch DDP, per run and over the runs' pooled iterations, with a bootstrap 95% co
 interval of the ratio of median iterations (``ratio_interval``). A calibration the runtime
 refuses is recorded as a refused run with its reason.
 
-The method is fixed by ``bench_dp_runtime.METHOD`` and the commit each run records; settings
-other than the one the method was developed on (``DEVELOPED_ON``) are reported as held-out.
-Each run is stored in ``benchmarks/out/validate-<setting>.json`` (its rows and each model's
-in-training profile, so every prediction can be recomputed offline) and the BENCHMARKS.md
-section ``dp-validation`` is rewritten from every stored setting.
+Beside it, the executor running DDP's own bucket plan against real torch DDP: the same plan
+by two implementations, so the difference is what a run can resolve.
+
+The method is fixed by ``bench_dp_runtime.METHOD`` and the commit each run records; a setting
+other than the one the method was developed on (``DEVELOPED_ON``), or any setting on another
+machine (``DEVELOPED_MACHINE``), is reported as held-out. Each run is stored in
+``benchmarks/records/dp-validation/validate-<setting>-<models>-<machine>.json`` (tracked, so a
+clean clone has them: its rows and each model's in-training profile, so every prediction can
+be recomputed offline) and the BENCHMARKS.md section ``dp-validation`` is rewritten from every
+stored setting.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,13 +45,23 @@ from benchmarks.bench_dp_runtime import (
     run_setting,
     setting_name,
 )
-from benchmarks.common import host_facts, host_text, interval_text, ratio_interval, write_section
+from benchmarks.common import (
+    host_facts,
+    host_text,
+    interval_text,
+    processor,
+    ratio_interval,
+    write_section,
+)
 from dlsched.errors import ConfigError
 from dlsched.runtime.dataparallel.train import REFERENCE
 
 DEVELOPED_ON = {(4, 10)}  # (ranks, Gbit/s) the method was developed and tuned on
+DEVELOPED_MACHINE = "AMD EPYC"  # the processor (``processor``) it was developed on
 WITHIN = 0.15
-FOLDER = Path("benchmarks/out")
+FOLDER = Path("benchmarks/out")  # the benchmark's scratch files (calibrations, network files)
+RECORDS = Path("benchmarks/records/dp-validation")  # the protocol's runs, kept in git
+SAME_PLAN = "ddp"  # the executor running DDP's own bucket plan, against torch DDP
 
 
 def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -71,12 +87,13 @@ def dlsched_rank(rows: list[dict[str, Any]]) -> int:
     return 1 + sum(float(r["measured_s"]) < mine for r in rows)
 
 
-def _over_ddp(rows: list[dict[str, Any]]) -> tuple[float, float, float] | None:
-    """dlsched's iterations against real torch DDP's (``ratio_interval``), or None."""
+def _over_ddp(rows: list[dict[str, Any]], policy: str = "dlsched"
+              ) -> tuple[float, float, float] | None:
+    """``policy``'s iterations against real torch DDP's (``ratio_interval``), or None."""
     iterations = {r["policy"]: r["iterations_s"] for r in rows if r.get("iterations_s")}
-    if REFERENCE not in iterations or "dlsched" not in iterations:
+    if REFERENCE not in iterations or policy not in iterations:
         return None
-    return ratio_interval(iterations["dlsched"], iterations[REFERENCE])
+    return ratio_interval(iterations[policy], iterations[REFERENCE])
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -88,16 +105,19 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for number, run in enumerate(done, 1):
         errors = [float(r["error"]) for r in run["rows"]]
         models = sorted({r["model"] for r in run["rows"]})
-        ranks, over_ddp = {}, {}
+        ranks, over_ddp, same_plan = {}, {}, {}
         for model in models:
             rows = [r for r in run["rows"] if r["model"] == model]
             ranks[model] = f"{dlsched_rank(rows)} of {len(rows)}"
             if (interval := _over_ddp(rows)) is not None:
                 over_ddp[model] = interval
+            if (interval := _over_ddp(rows, SAME_PLAN)) is not None:
+                same_plan[model] = interval
         per_run.append({"run": run.get("run", number),
                         "within": sum(abs(e) <= WITHIN for e in errors), "rows": len(errors),
                         "mae": statistics.mean(map(abs, errors)), "dlsched_rank": ranks,
-                        "dlsched_over_ddp": over_ddp, "steal_s": run.get("steal_s")})
+                        "dlsched_over_ddp": over_ddp, "same_plan_over_ddp": same_plan,
+                        "steal_s": run.get("steal_s")})
     policies: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in done:
         for row in run["rows"]:
@@ -112,14 +132,17 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                            "measured_ms": statistics.median(measured) * 1e3,
                            "run_spread": (max(measured) - min(measured))
                            / statistics.median(measured)})
-    pooled = {}
+    pooled, pooled_same = {}, {}
     for model in sorted({model for model, _ in policies}):
         joined = [{"policy": policy, "iterations_s": [t for r in rows
                                                       for t in r.get("iterations_s", ())]}
                   for (m, policy), rows in policies.items() if m == model]
         if (interval := _over_ddp(joined)) is not None:
             pooled[model] = interval
+        if (interval := _over_ddp(joined, SAME_PLAN)) is not None:
+            pooled_same[model] = interval
     return {"per_run": per_run, "per_policy": per_policy, "dlsched_over_ddp": pooled,
+            "same_plan_over_ddp": pooled_same,
             "refused": [run["refused"] for run in runs if run.get("refused")]}
 
 
@@ -130,6 +153,19 @@ def _commit() -> str:
     result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False)
     return result.stdout.strip() or "unknown"
+
+
+def machine_slug(name: str) -> str:
+    """A file-name part from a ``processor`` line: "Intel(R) Xeon(R) Processor, x86_64" ->
+    "intel-xeon-processor" (the model's words, lower case, marks and architecture dropped)."""
+    model = name.split(",")[0].replace("(R)", " ").replace("(TM)", " ")
+    return "-".join(re.findall(r"[a-z0-9]+", model.lower())) or "unknown"
+
+
+def held_out(ranks: int, rate: int | None, machine: str) -> bool:
+    """True unless the setting and the machine (a ``processor`` line) are both the ones the
+    method was developed on."""
+    return (ranks, rate) not in DEVELOPED_ON or not machine.startswith(DEVELOPED_MACHINE)
 
 
 def _stored(store: Path, append: bool) -> dict[str, Any] | None:
@@ -147,10 +183,13 @@ def run_protocol(ranks: int, rate: int | None, models: list[str], runs: int,
     loses only itself); with ``append`` the runs are added to the stored runs of the same
     method. The stored file's path."""
     FOLDER.mkdir(parents=True, exist_ok=True)
-    store = FOLDER / f"validate-{setting_name(ranks, rate)}-{'-'.join(models)}.json"
+    RECORDS.mkdir(parents=True, exist_ok=True)
+    machine = processor()
+    store = RECORDS / (f"validate-{setting_name(ranks, rate)}-{'-'.join(models)}-"
+                       f"{machine_slug(machine)}.json")
     record = _stored(store, append) or {
         "ranks": ranks, "rate": rate, "models": models, "method": METHOD,
-        "commit": _commit(), "held_out": (ranks, rate) not in DEVELOPED_ON,
+        "commit": _commit(), "held_out": held_out(ranks, rate, machine),
         "started": time.strftime("%Y-%m-%d %H:%M"), "host_before": host_facts(), "runs": []}
     for _ in range(runs):
         start = time.perf_counter()
@@ -183,11 +222,21 @@ def _link(rate: int | None) -> str:
     return "loopback" if rate is None else f"{rate} Gbit/s emulated"
 
 
+def _same_plan_text(summary: dict[str, Any]) -> str:
+    """"; DDP's plan on the executor vs torch DDP ..." from a run's or the pooled summary, or
+    nothing where it has no such pair."""
+    same = summary.get("same_plan_over_ddp")
+    return ("; the same plan (DDP's, on the executor) vs torch DDP " + ", ".join(
+        f"{m} {interval_text(d)}" for m, d in same.items())) if same else ""
+
+
 def _setting_lines(record: dict[str, Any]) -> list[str]:
     summary = summarize(record["runs"])
     link = _link(record["rate"])
-    kind = "held-out" if record["held_out"] else "developed on"
     host = record["host_before"]
+    kind = ("developed on" if not record["held_out"] else "held-out"
+            if (record["ranks"], record["rate"]) not in DEVELOPED_ON else
+            f"held-out: the setting developed on, another machine ({host['processor']})")
     oversubscribed = (f"; {record['ranks']} ranks share {host['usable_cores']} cores (the "
                       "profile and calibration are measured with every rank running, so the "
                       "sharing is in the model's inputs)"
@@ -202,12 +251,14 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
               + "; dlsched vs torch DDP "
               + ", ".join(f"{m} {interval_text(d)}"
                           for m, d in run["dlsched_over_ddp"].items())
+              + _same_plan_text(run)
               + ("" if run.get("steal_s") is None
                  else f"; {run['steal_s']:.1f} CPU s stolen by the host during the run")
               for run in summary["per_run"]]
     if len(summary["per_run"]) > 1 and summary.get("dlsched_over_ddp"):
         lines.append("- all runs' iterations pooled: dlsched vs torch DDP " + ", ".join(
-            f"{m} {interval_text(d)}" for m, d in summary["dlsched_over_ddp"].items()))
+            f"{m} {interval_text(d)}" for m, d in summary["dlsched_over_ddp"].items())
+            + _same_plan_text(summary))
     lines += [f"- run {run['run']} ({run['date']}, load {run['host']['load']:.1f}) refused: "
               f"{run['refused']}" for run in record["runs"] if run["refused"]]
     if summary["per_policy"]:
@@ -222,7 +273,7 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
 
 def write_table() -> None:
     """Rewrite the BENCHMARKS.md section from every stored setting, held-out ones apart."""
-    stored = [json.loads(path.read_text()) for path in sorted(FOLDER.glob("validate-*.json"))]
+    stored = [json.loads(path.read_text()) for path in sorted(RECORDS.glob("validate-*.json"))]
     records = [r for r in stored if r["method"] == METHOD]
     earlier = [r for r in stored if r["method"] != METHOD]
     lines = ["## Data-parallel runtime: validation protocol (issue 21)", "",
@@ -233,15 +284,19 @@ def write_table() -> None:
              "24 (12 per model), mean absolute error, per policy the run-to-run spread of the "
              "measured iteration ((max - min) / median) and the error over runs, dlsched's "
              "measured rank among every measured plan (1 = fastest), dlsched's measured time "
-             "against real torch DDP. Times in ms, errors = predicted / measured - 1.", ""]
+             "against real torch DDP, and beside it DDP's own plan on dlsched's executor "
+             "against torch DDP (the same plan by two implementations: what a run can "
+             "resolve). Times in ms, errors = predicted / measured - 1. Records: "
+             f"`{RECORDS}/`.", ""]
     for held_out in (False, True):
         chosen = [r for r in records if r["held_out"] == held_out]
         if chosen:
-            lines += ["**Held-out settings** (the method was not developed on them)"
-                      if held_out else "**Setting the method was developed on**", ""]
+            lines += ["**Held-out settings and machines** (the method was not developed on "
+                      "them)" if held_out else "**Setting and machine the method was developed "
+                      "on**", ""]
             lines += [line for record in chosen for line in _setting_lines(record)]
     if earlier:
-        lines += ["Runs of earlier methods (kept in benchmarks/out; their tables in the "
+        lines += [f"Runs of earlier methods (kept in {RECORDS}; their tables in the "
                   "sections *the method before ...* below): " + "; ".join(
                       f"{r['ranks']} ranks {_link(r['rate'])}"
                       f" ({r['started']}): {sum(bool(run['refused']) for run in r['runs'])} of "

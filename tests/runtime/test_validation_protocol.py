@@ -27,17 +27,21 @@ def test_dlsched_rank_counts_strictly_faster_plans() -> None:
 def test_summary_by_hand() -> None:
     """Two runs: errors +10%, -20%, +5% (2 within 15%, mean |e| 11.7%) and +16%, 0, -5% (2,
     7%); dlsched measured 100 then 110 ms against torch DDP 120 and 100 ms (-16.7%, +10%);
-    its run-to-run spread (110 - 100) / 105; a refused run is listed with its reason."""
-    first = _rows({"wfbp": 0.090, "dlsched": 0.100, "torch-ddp": 0.120},
-                  {"wfbp": 0.10, "dlsched": -0.20, "torch-ddp": 0.05})
+    its run-to-run spread (110 - 100) / 105; DDP's plan on the executor (run 1 only) 108 ms
+    against 120 ms; a refused run is listed with its reason."""
+    first = _rows({"wfbp": 0.090, "dlsched": 0.100, "ddp": 0.108, "torch-ddp": 0.120},
+                  {"wfbp": 0.10, "dlsched": -0.20, "ddp": 0.05, "torch-ddp": 0.05})
     second = _rows({"wfbp": 0.095, "dlsched": 0.110, "torch-ddp": 0.100},
                    {"wfbp": 0.16, "dlsched": 0.0, "torch-ddp": -0.05})
     summary = validate.summarize([{"rows": first}, {"rows": second},
                                   {"rows": [], "refused": "calibration: refused"}])
     one, two = summary["per_run"]
-    assert (one["within"], two["within"]) == (2, 2)
-    assert one["mae"] == pytest.approx(0.35 / 3) and two["mae"] == pytest.approx(0.07)
-    assert one["dlsched_rank"] == {"gpt": "2 of 3"} and two["dlsched_rank"] == {"gpt": "3 of 3"}
+    assert (one["within"], two["within"]) == (3, 2)
+    assert one["mae"] == pytest.approx(0.40 / 4) and two["mae"] == pytest.approx(0.07)
+    assert one["dlsched_rank"] == {"gpt": "2 of 4"} and two["dlsched_rank"] == {"gpt": "3 of 3"}
+    assert one["same_plan_over_ddp"]["gpt"] == pytest.approx((0.108 / 0.120 - 1,) * 3)
+    assert two["same_plan_over_ddp"] == {}
+    assert summary["same_plan_over_ddp"]["gpt"][0] == pytest.approx(0.108 / 0.110 - 1)
     assert one["dlsched_over_ddp"]["gpt"] == pytest.approx((0.100 / 0.120 - 1,) * 3)
     assert two["dlsched_over_ddp"]["gpt"] == pytest.approx((0.10,) * 3)
     point, low, high = summary["dlsched_over_ddp"]["gpt"]
@@ -47,6 +51,17 @@ def test_summary_by_hand() -> None:
     assert mine["run_spread"] == pytest.approx(0.010 / 0.105)
     assert mine["mean_error"] == pytest.approx(-0.10) and mine["min_error"] == -0.20
     assert summary["refused"] == ["calibration: refused"]
+
+
+def test_machine_slug_and_held_out() -> None:
+    """A processor line becomes its model's words; the setting developed on counts as held out
+    on another processor, every other setting on any processor."""
+    assert validate.machine_slug("Intel(R) Xeon(R) Processor, x86_64") == "intel-xeon-processor"
+    assert validate.machine_slug("AMD EPYC, x86_64") == "amd-epyc"
+    assert validate.held_out(4, 10, "AMD EPYC, x86_64") is False
+    assert validate.held_out(4, 10, "Intel(R) Xeon(R) Processor, x86_64") is True
+    assert validate.held_out(3, 10, "AMD EPYC, x86_64") is True
+    assert validate.held_out(2, None, "AMD EPYC, x86_64") is True
 
 
 def test_ratio_interval() -> None:
