@@ -235,8 +235,7 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
     link = _link(record["rate"])
     host = record["host_before"]
     kind = ("developed on" if not record["held_out"] else "held-out"
-            if (record["ranks"], record["rate"]) not in DEVELOPED_ON else
-            f"held-out: the setting developed on, another machine ({host['processor']})")
+            if (record["ranks"], record["rate"]) not in DEVELOPED_ON else "held-out machine")
     oversubscribed = (f"; {record['ranks']} ranks share {host['usable_cores']} cores (the "
                       "profile and calibration are measured with every rank running, so the "
                       "sharing is in the model's inputs)"
