@@ -98,8 +98,9 @@ def _over_ddp(rows: list[dict[str, Any]], policy: str = "dlsched"
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per run: rows within 15%, mean absolute error, per model dlsched's measured rank and
-    its time over torch DDP's; per (model, policy): mean error, error range and the
-    run-to-run spread of the measured iteration."""
+    its time over torch DDP's, and DDP's plan on the executor over torch DDP's
+    (``same_plan_over_ddp``); per (model, policy): mean error, error range and the run-to-run
+    spread of the measured iteration; both time ratios also over the runs' pooled iterations."""
     done = [run for run in runs if run["rows"]]
     per_run = []
     for number, run in enumerate(done, 1):
