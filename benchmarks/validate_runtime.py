@@ -62,6 +62,10 @@ WITHIN = 0.15
 FOLDER = Path("benchmarks/out")  # the benchmark's scratch files (calibrations, network files)
 RECORDS = Path("benchmarks/records/dp-validation")  # the protocol's runs, kept in git
 SAME_PLAN = "ddp"  # the executor running DDP's own bucket plan, against torch DDP
+AGAINST_DDP = {  # summary key: the policy timed against real torch DDP, and how lines name it
+    "dlsched_over_ddp": ("dlsched", "dlsched vs torch DDP"),
+    "same_plan_over_ddp": (SAME_PLAN, "the same plan (DDP's, on the executor) vs torch DDP"),
+}
 
 
 def _arguments(argv: list[str] | None = None) -> argparse.Namespace:
@@ -87,13 +91,14 @@ def dlsched_rank(rows: list[dict[str, Any]]) -> int:
     return 1 + sum(float(r["measured_s"]) < mine for r in rows)
 
 
-def _over_ddp(rows: list[dict[str, Any]], policy: str = "dlsched"
-              ) -> tuple[float, float, float] | None:
-    """``policy``'s iterations against real torch DDP's (``ratio_interval``), or None."""
+def _against_ddp(rows: list[dict[str, Any]]) -> dict[str, tuple[float, float, float]]:
+    """Per ``AGAINST_DDP`` key that ``rows`` (one model's) hold both sides of: the policy's
+    iterations against real torch DDP's (``ratio_interval``)."""
     iterations = {r["policy"]: r["iterations_s"] for r in rows if r.get("iterations_s")}
-    if REFERENCE not in iterations or policy not in iterations:
-        return None
-    return ratio_interval(iterations[policy], iterations[REFERENCE])
+    if REFERENCE not in iterations:
+        return {}
+    return {key: ratio_interval(iterations[policy], iterations[REFERENCE])
+            for key, (policy, _) in AGAINST_DDP.items() if policy in iterations}
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -106,19 +111,17 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     for number, run in enumerate(done, 1):
         errors = [float(r["error"]) for r in run["rows"]]
         models = sorted({r["model"] for r in run["rows"]})
-        ranks, over_ddp, same_plan = {}, {}, {}
+        ranks: dict[str, str] = {}
+        against: dict[str, dict[str, Any]] = {key: {} for key in AGAINST_DDP}
         for model in models:
             rows = [r for r in run["rows"] if r["model"] == model]
             ranks[model] = f"{dlsched_rank(rows)} of {len(rows)}"
-            if (interval := _over_ddp(rows)) is not None:
-                over_ddp[model] = interval
-            if (interval := _over_ddp(rows, SAME_PLAN)) is not None:
-                same_plan[model] = interval
+            for key, interval in _against_ddp(rows).items():
+                against[key][model] = interval
         per_run.append({"run": run.get("run", number),
                         "within": sum(abs(e) <= WITHIN for e in errors), "rows": len(errors),
                         "mae": statistics.mean(map(abs, errors)), "dlsched_rank": ranks,
-                        "dlsched_over_ddp": over_ddp, "same_plan_over_ddp": same_plan,
-                        "steal_s": run.get("steal_s")})
+                        **against, "steal_s": run.get("steal_s")})
     policies: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for run in done:
         for row in run["rows"]:
@@ -133,17 +136,14 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                            "measured_ms": statistics.median(measured) * 1e3,
                            "run_spread": (max(measured) - min(measured))
                            / statistics.median(measured)})
-    pooled, pooled_same = {}, {}
+    pooled: dict[str, dict[str, Any]] = {key: {} for key in AGAINST_DDP}
     for model in sorted({model for model, _ in policies}):
         joined = [{"policy": policy, "iterations_s": [t for r in rows
                                                       for t in r.get("iterations_s", ())]}
                   for (m, policy), rows in policies.items() if m == model]
-        if (interval := _over_ddp(joined)) is not None:
-            pooled[model] = interval
-        if (interval := _over_ddp(joined, SAME_PLAN)) is not None:
-            pooled_same[model] = interval
-    return {"per_run": per_run, "per_policy": per_policy, "dlsched_over_ddp": pooled,
-            "same_plan_over_ddp": pooled_same,
+        for key, interval in _against_ddp(joined).items():
+            pooled[key][model] = interval
+    return {"per_run": per_run, "per_policy": per_policy, **pooled,
             "refused": [run["refused"] for run in runs if run.get("refused")]}
 
 
@@ -223,12 +223,11 @@ def _link(rate: int | None) -> str:
     return "loopback" if rate is None else f"{rate} Gbit/s emulated"
 
 
-def _same_plan_text(summary: dict[str, Any]) -> str:
-    """"; DDP's plan on the executor vs torch DDP ..." from a run's or the pooled summary, or
-    nothing where it has no such pair."""
-    same = summary.get("same_plan_over_ddp")
-    return ("; the same plan (DDP's, on the executor) vs torch DDP " + ", ".join(
-        f"{m} {interval_text(d)}" for m, d in same.items())) if same else ""
+def _against_ddp_parts(summary: dict[str, Any]) -> list[str]:
+    """"dlsched vs torch DDP gpt ..., resnet ..." and the same for DDP's plan on the executor,
+    from a run's or the pooled summary: one part per ``AGAINST_DDP`` ratio it has."""
+    return [f"{label} " + ", ".join(f"{m} {interval_text(d)}" for m, d in summary[key].items())
+            for key, (_, label) in AGAINST_DDP.items() if summary.get(key)]
 
 
 def _setting_lines(record: dict[str, Any]) -> list[str]:
@@ -248,17 +247,13 @@ def _setting_lines(record: dict[str, Any]) -> list[str]:
     lines += [f"- run {run['run']}: **{run['within']}/{run['rows']}** rows within 15%, mean "
               f"absolute error {run['mae'] * 100:.1f}%; dlsched's plan measured rank "
               + ", ".join(f"{m} {r}" for m, r in run["dlsched_rank"].items())
-              + "; dlsched vs torch DDP "
-              + ", ".join(f"{m} {interval_text(d)}"
-                          for m, d in run["dlsched_over_ddp"].items())
-              + _same_plan_text(run)
+              + "".join(f"; {part}" for part in _against_ddp_parts(run))
               + ("" if run.get("steal_s") is None
                  else f"; {run['steal_s']:.1f} CPU s stolen by the host during the run")
               for run in summary["per_run"]]
     if len(summary["per_run"]) > 1 and summary.get("dlsched_over_ddp"):
-        lines.append("- all runs' iterations pooled: dlsched vs torch DDP " + ", ".join(
-            f"{m} {interval_text(d)}" for m, d in summary["dlsched_over_ddp"].items())
-            + _same_plan_text(summary))
+        lines.append("- all runs' iterations pooled: "
+                     + "; ".join(_against_ddp_parts(summary)))
     lines += [f"- run {run['run']} ({run['date']}, load {run['host']['load']:.1f}) refused: "
               f"{run['refused']}" for run in record["runs"] if run["refused"]]
     if summary["per_policy"]:
