@@ -56,6 +56,20 @@ def test_optimum_is_below_every_policy_and_ours_is_near_it(problem):
     assert times["dlsched"] <= best * 1.10
 
 
+def test_dlsched_halves_a_large_message_for_an_urgent_one():
+    """The case hypothesis found 12.3% above the optimum: layer 1's 2 MiB is ready at 50 us,
+    layer 0's 1 MiB at 170.2 us (alpha 50 us, 60 ps/B). Sending layer 1 whole first holds layer
+    0 until 339 us; the optimum sends half of layer 1, then layer 0 (170.2 + 50 + 62.9 us),
+    then the other half while layer 0's forward runs: 283.1 + 120.2 + 50 = 453.3 us, which
+    dlsched now reaches (its last sweep halves a message and defers the rest)."""
+    problem = DPProblem((120.2e-6, 50e-6), (120.2e-6, 50e-6), (MiB, 2 * MiB),
+                        AlphaBeta(50e-6, 6e-11))
+    expected = 170.2e-6 + 50e-6 + 6e-11 * MiB + 120.2e-6 + 50e-6
+    assert iteration_time(problem, optimal_plan(problem, MiB)) == pytest.approx(expected)
+    assert run_dataparallel(problem, "dlsched").time_s == pytest.approx(expected)
+    assert run_dataparallel(problem, "usbyte").time_s > 1.1 * expected
+
+
 def test_usbyte_is_within_a_few_percent_of_the_optimum_on_average():
     """60 seeded random 2-4 layer instances: US-Byte averages within 3% of the optimum
     (measured 0.66%), dlsched within 1% (measured 0.04%)."""

@@ -12,13 +12,14 @@ a short gap can hold up the first layers, which the next forward needs first. Ev
 plus each baseline's message order with its barrier removed, is scored by simulation and the
 fastest kept — so it is never slower than US-Byte (the one-layer-per-group candidate) or any
 baseline — and finally a local search fuses, splits and swaps messages while that shortens
-the iteration.
+the iteration, then one more sweep tries halving a message and deferring its second half
+behind the next one, so an urgent gradient need not wait for the whole of a large message.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from itertools import accumulate
 
@@ -127,7 +128,8 @@ def dlsched_plan(problem: DPProblem) -> DPPlan:
     priority, so the urgent first layers are not queued behind blocks of later ones, with gap
     blocks ending just past or just before the next gradient. Step 3: the
     baselines' orders without barriers. The fastest plan of all (ties: the earliest) then goes
-    through step 4, ``improve`` (local search: fuse, split and swap messages)."""
+    through step 4, ``improve`` (local search: fuse, split and swap messages), and one sweep
+    of ``_halvings``."""
     groupings = _unique([[[layer] for layer in range(problem.num_layers)],
                          mgwfbp_groups(problem),
                          *(threshold_groups(problem, t, end) for t in THRESHOLDS
@@ -141,21 +143,28 @@ def dlsched_plan(problem: DPProblem) -> DPPlan:
     candidates = [*refined, *cutoffs, *baselines]
     if problem.in_flight > 1:
         candidates += [replace(plan, in_flight=problem.in_flight) for plan in candidates]
-    return improve(problem, _fastest(problem, candidates))
+    return improve(problem, improve(problem, _fastest(problem, candidates)), passes=1,
+                   moves=_halvings)
 
 
-def improve(problem: DPProblem, plan: DPPlan, passes: int = LOCAL_SEARCH_PASSES) -> DPPlan:
+Moves = Callable[[DPProblem, list[Message], int], Iterator[list[Message]]]
+
+
+def improve(problem: DPProblem, plan: DPPlan, passes: int = LOCAL_SEARCH_PASSES,
+            moves: Moves | None = None) -> DPPlan:
     """Step 4, local search: at each message, try fusing it with the next one (one startup
     saved, its blocks arrive later), splitting it at a block boundary (either part first: the
-    urgent part no longer waits for the rest) and swapping it with the next one; keep the first
-    change that shortens the simulated iteration and try again at the message before. Stops
-    after ``passes`` sweeps or a sweep without improvement."""
+    urgent part no longer waits for the rest) and swapping it with the next one (``moves``,
+    default ``_moves``); keep the first change that shortens the simulated iteration and try
+    again at the message before. Stops after ``passes`` sweeps or a sweep without
+    improvement. ``dlsched_plan`` ends with one sweep of ``_halvings``."""
+    moves = moves or _moves
     msgs = list(plan.messages)
     best = iteration_time(problem, plan)
     for _ in range(passes):
         improved, index = False, 0
         while index < len(msgs):
-            for trial in _moves(problem, msgs, index):
+            for trial in moves(problem, msgs, index):
                 time = iteration_time(problem, replace(plan, messages=tuple(trial)))
                 if time < best:
                     msgs, best, improved, index = trial, time, True, max(index - 1, 0)
@@ -180,3 +189,20 @@ def _moves(problem: DPProblem, msgs: list[Message], index: int) -> Iterator[list
         yield [*head, second, first, *tail]
     if tail:
         yield [*head, tail[0], current, *tail[1:]]
+
+
+def _halvings(problem: DPProblem, msgs: list[Message], index: int) -> Iterator[list[Message]]:
+    """Message ``index``'s last block halved, the second half sent next or deferred behind the
+    next message, so an urgent message need not wait for the whole of a large one (the
+    optimum of a 2-layer case hypothesis found, 12% below the plan without it, does this). One
+    sweep after step 4: as a move of every sweep it made ``reproduce usbyte`` 1.6x slower."""
+    current, last = msgs[index], msgs[index].blocks[-1]
+    if last.length < 2:
+        return
+    half = last.length // 2
+    first = message(problem, [*current.blocks[:-1], replace(last, length=half)])
+    rest = message(problem, [replace(last, offset=last.offset + half, length=last.length - half)])
+    head, tail = msgs[:index], msgs[index + 1:]
+    yield [*head, first, rest, *tail]
+    if tail:
+        yield [*head, first, tail[0], rest, *tail[1:]]
