@@ -1,0 +1,54 @@
+"""Published counting formulas the ledger's rows are checked with.
+
+* ``parameter_count``: the parameters of a dense (or MoE) decoder-only transformer from its
+  shape: token embedding (and an untied output layer), learned position embeddings, attention
+  with grouped key/value heads, a plain or gated (SwiGLU) FFN, biases and norms.
+* ``sc21_iteration_flops``: Narayanan et al., SC 2021, Eq. 3, ``96 B s l h^2 (1 + s/6h +
+  V/16lh)`` FLOP per iteration with full recomputation (the forward counted four times).
+* ``sc21_training_days``: the same paper's Eq. 4, end-to-end training time ``8 T P / (n X)``.
+* ``korthikanti_model_flops``: Korthikanti et al. 2022, Section 6's model FLOP per iteration,
+  ``72 B s l h^2 (1 + s/6h + V/12hl)`` (no recomputation counted; MFU's numerator).
+"""
+
+from __future__ import annotations
+
+from dlsched.ledger.schema import ModelShape
+
+SECONDS_PER_DAY = 86400.0
+
+
+def parameter_count(shape: ModelShape) -> int:
+    """Parameters of ``shape``: embeddings, ``layers`` x (attention + FFN + two norms), and
+    the final norm. An MoE layer holds ``experts`` FFNs and a router of ``hidden x experts``."""
+    h, f, head_dim = shape.hidden, shape.ffn_hidden, shape.hidden // shape.heads
+    kv = shape.kv_heads * head_dim
+    norm = 2 * h if shape.norm == "layernorm" else h
+    attention = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if shape.bias else 0)
+    inputs = 2 if shape.gated_ffn else 1
+    ffn = (inputs + 1) * h * f + ((inputs * f + h) if shape.bias else 0)
+    if shape.experts is not None:
+        ffn = shape.experts * ffn + h * shape.experts
+    layer = attention + ffn + 2 * norm
+    embeddings = shape.vocab * h * (1 if shape.tied_embeddings else 2)
+    if shape.position_embedding == "learned":
+        embeddings += shape.seq * h
+    return embeddings + shape.layers * layer + norm
+
+
+def sc21_iteration_flops(shape: ModelShape, batch: int) -> float:
+    """FLOP per iteration of ``batch`` sequences by SC21's Eq. 3 (full recomputation)."""
+    b, s, depth, h, v = batch, shape.seq, shape.layers, shape.hidden, shape.vocab
+    return 96.0 * b * s * depth * h * h * (1 + s / (6 * h) + v / (16 * depth * h))
+
+
+def sc21_training_days(params: float, tokens: float, gpus: int, flops_per_gpu: float) -> float:
+    """SC21's Eq. 4: days to train ``params`` on ``tokens`` with ``gpus`` GPUs each at
+    ``flops_per_gpu`` FLOP/s, ``8 T P / (n X)``."""
+    return 8.0 * tokens * params / (gpus * flops_per_gpu) / SECONDS_PER_DAY
+
+
+def korthikanti_model_flops(shape: ModelShape, batch: int) -> float:
+    """Model FLOP per iteration of ``batch`` sequences (Korthikanti et al. 2022), without the
+    recomputation: ``72 B s l h^2 (1 + s/6h + V/12hl)``."""
+    b, s, depth, h, v = batch, shape.seq, shape.layers, shape.hidden, shape.vocab
+    return 72.0 * b * s * depth * h * h * (1 + s / (6 * h) + v / (12 * h * depth))

@@ -1,0 +1,166 @@
+"""The schema of a ledger row: one published, measured training run.
+
+A row holds the run's configuration exactly as its source publishes it and the values measured,
+each in the unit the source prints (``Measurement.si`` converts to dlsched's internal units:
+seconds, FLOP/s, bytes). A configuration field the source does not state is ``None`` and named in
+``unpublished``; a field worked out from other published facts (not stated outright) is named in
+``inferred`` with the derivation. Nothing is guessed: a row that would need a guess is left out
+of the data file, and the file's header says which and why.
+
+How the parallel degrees compose: ``tp * pp * dp * cp == gpus`` over the whole job. Expert
+parallelism (``ep``) does not multiply into that product: as in Megatron-LM it divides the
+data-parallel group within the expert layers (``dp * cp`` must be a multiple of ``ep``), the
+dense layers keep ``dp``. ZeRO / FSDP shard over the data-parallel group (``dp``), so
+``zero`` does not change the product either.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan"]
+Gpu = Literal["a100-80gb", "h100-sxm", "h100-hbm2e-96gb", "h200"]
+Metric = Literal["iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu",
+                 "memory_gib_per_gpu"]
+Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp"]
+
+# Each metric's published unit and its factor to dlsched's internal unit (units.py: seconds,
+# FLOP/s, bytes; utilizations as fractions, tokens/s as they are).
+METRIC_UNITS: dict[str, tuple[str, str, float]] = {
+    "iteration_s": ("s", "s", 1.0),
+    "tflops_per_gpu": ("TFLOP/s per GPU", "FLOP/s per GPU", 1e12),
+    "mfu": ("fraction of peak", "fraction of peak", 1.0),
+    "hfu": ("fraction of peak", "fraction of peak", 1.0),
+    "tokens_per_s_per_gpu": ("tokens/s per GPU", "tokens/s per GPU", 1.0),
+    "memory_gib_per_gpu": ("GiB per GPU", "B per GPU", float(2**30)),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Hardware(_Strict):
+    """The machines: GPU model and count, and what is known of the cluster and its network."""
+
+    gpu: Gpu
+    gpus: int = Field(gt=0)
+    cluster: str
+    gpus_per_node: int = Field(gt=0)
+    intra_node: str | None = None
+    inter_node_gbps_per_gpu: float | None = Field(default=None, gt=0)
+    gpu_power_w: float | None = Field(default=None, gt=0)
+
+
+class ModelShape(_Strict):
+    """A decoder-only transformer's shape. ``ffn_hidden`` is the width of the FFN's hidden
+    layer (each of the two input projections when ``gated_ffn``, SwiGLU); ``experts`` and
+    ``top_k`` only for mixture-of-experts models. ``params_published`` is the parameter count
+    the source states (count, not billions), kept to check the shape."""
+
+    name: str
+    layers: int = Field(gt=0)
+    hidden: int = Field(gt=0)
+    ffn_hidden: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    kv_heads: int = Field(gt=0)
+    vocab: int = Field(gt=0)
+    seq: int = Field(gt=0)
+    tied_embeddings: bool
+    gated_ffn: bool
+    bias: bool
+    norm: Literal["layernorm", "rmsnorm"]
+    position_embedding: Literal["learned", "rope"] | None
+    params_published: float = Field(gt=0)
+    experts: int | None = Field(default=None, gt=0)
+    top_k: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> ModelShape:
+        if self.hidden % self.heads or self.heads % self.kv_heads:
+            raise ValueError("heads must divide hidden and kv_heads must divide heads")
+        if (self.experts is None) != (self.top_k is None):
+            raise ValueError("experts and top_k go together")
+        return self
+
+
+class Parallelism(_Strict):
+    """How the run is split and scheduled. ``chunks``: model chunks (virtual pipeline stages)
+    per pipeline rank, 1 without interleaving; ``microbatch_size`` in sequences;
+    ``global_batch`` in sequences per iteration; ``zero``: 0-3 (Megatron's distributed
+    optimizer is 1) or ``fsdp`` (PyTorch FSDP2, parameters, gradients and optimizer state
+    sharded: ZeRO-3's layout)."""
+
+    tp: int = Field(gt=0)
+    pp: int = Field(gt=0)
+    dp: int = Field(gt=0)
+    cp: int = Field(default=1, gt=0)
+    ep: int = Field(default=1, gt=0)
+    chunks: int | None = Field(gt=0)
+    microbatch_size: int | None = Field(gt=0)
+    global_batch: int = Field(gt=0)
+    recompute: Literal["none", "selective", "full"] | None
+    sequence_parallel: bool | None
+    zero: Literal[0, 1, 2, 3, "fsdp"]
+    precision: Literal["bf16", "fp16", "fp8"] | None
+    overlap: tuple[Overlap, ...] = ()
+    torch_compile: bool = False
+
+
+class Measurement(_Strict):
+    """One published value in its published unit (``METRIC_UNITS``)."""
+
+    metric: Metric
+    value: float = Field(gt=0)
+
+    @property
+    def unit(self) -> str:
+        """The published unit, e.g. ``TFLOP/s per GPU``."""
+        return METRIC_UNITS[self.metric][0]
+
+    def si(self) -> float:
+        """The value in dlsched's internal unit (s, FLOP/s, B, fraction, tokens/s)."""
+        return self.value * METRIC_UNITS[self.metric][2]
+
+
+class LedgerRow(_Strict):
+    """One published run: where it is published, its configuration, what was measured."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
+    source: Source
+    citation: str
+    hardware: Hardware
+    model: ModelShape
+    parallel: Parallelism
+    measured: tuple[Measurement, ...] = Field(min_length=1)
+    supported: bool = True
+    reason: str | None = None
+    unpublished: tuple[str, ...] = ()
+    inferred: dict[str, str] = Field(default_factory=dict)
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _check_row(self) -> LedgerRow:
+        if self.supported == (self.reason is not None):
+            raise ValueError("an unsupported row needs a reason, a supported row has none")
+        missing = sorted(name for name in ("chunks", "microbatch_size", "recompute",
+                                           "sequence_parallel", "precision")
+                         if getattr(self.parallel, name) is None)
+        if self.model.position_embedding is None:
+            missing.append("position_embedding")
+        if self.hardware.inter_node_gbps_per_gpu is None and self.hardware.gpus > \
+                self.hardware.gpus_per_node:
+            missing.append("inter_node_gbps_per_gpu")
+        if sorted(missing) != sorted(self.unpublished):
+            raise ValueError(f"unpublished must name exactly the fields left empty: "
+                             f"{sorted(missing)}")
+        metrics = [m.metric for m in self.measured]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError("each metric at most once per row")
+        return self
+
+    def value(self, metric: str) -> float | None:
+        """The published value of ``metric`` in its published unit, None if not published."""
+        return next((m.value for m in self.measured if m.metric == metric), None)

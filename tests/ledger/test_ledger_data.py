@@ -1,0 +1,252 @@
+"""The ledger's data: every file loads under the schema, the configurations are consistent,
+and the published numbers agree with each other and with the papers' own formulas."""
+
+from __future__ import annotations
+
+import tomllib
+from collections import Counter
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dlsched.errors import ConfigError
+from dlsched.ledger import SOURCES, load_ledger
+from dlsched.ledger.formulas import (
+    korthikanti_model_flops,
+    parameter_count,
+    sc21_iteration_flops,
+    sc21_training_days,
+)
+from dlsched.ledger.schema import LedgerRow, Measurement
+
+ROWS = load_ledger()
+BY_ID = {row.id: row for row in ROWS}
+A100_PEAK = 312e12  # FLOP/s, A100 dense FP16/BF16 (datasheet), the peak both papers use
+
+
+def test_every_source_loads_with_its_published_row_count() -> None:
+    counts = Counter(row.source for row in ROWS)
+    assert counts == {"sc21": 10, "korthikanti": 8, "megatron-h100": 9, "torchtitan": 32}
+    assert len(ROWS) >= 50
+    assert [row.id for row in load_ledger("korthikanti")] == \
+        [row.id for row in ROWS if row.source == "korthikanti"]
+
+
+def test_ids_are_unique_across_the_raw_files() -> None:
+    ids = []
+    for source in SOURCES:
+        text = resources.files("dlsched").joinpath(f"ledger/data/{source}.yaml").read_text()
+        ids += [entry["id"] for entry in yaml.safe_load(text)]
+    assert len(ids) == len(set(ids)) == len(ROWS)
+
+
+def test_unknown_source_is_refused_with_the_accepted_ones() -> None:
+    with pytest.raises(ConfigError, match=r"^source: 'sc22'.*accepted: sc21, korthikanti"):
+        load_ledger("sc22")
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_parallel_degrees_compose_to_the_gpu_count(row: LedgerRow) -> None:
+    """tp x pp x dp x cp covers the job; EP divides the data-parallel group within the expert
+    layers (Megatron-LM), so it must divide dp x cp and does not enter the product."""
+    par = row.parallel
+    assert par.tp * par.pp * par.dp * par.cp == row.hardware.gpus
+    assert (par.dp * par.cp) % par.ep == 0
+    assert row.hardware.gpus % row.hardware.gpus_per_node == 0 or \
+        row.hardware.gpus < row.hardware.gpus_per_node
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_batches_and_stages_divide(row: LedgerRow) -> None:
+    par, model = row.parallel, row.model
+    if par.microbatch_size is not None:
+        assert par.global_batch % (par.microbatch_size * par.dp) == 0
+    if par.chunks is not None and row.source != "torchtitan":
+        # Megatron-LM requires equal layers per (virtual) stage; torchtitan splits at
+        # user-given points (its 405B: 126 layers over 8 stages)
+        assert model.layers % (par.pp * par.chunks) == 0
+    assert model.heads % par.tp == 0 and model.kv_heads % par.tp in (0, model.kv_heads)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_a_supported_row_has_everything_the_evaluator_needs(row: LedgerRow) -> None:
+    if row.supported:
+        assert row.unpublished == ()
+        assert row.parallel.precision in ("bf16", "fp16")
+        assert row.parallel.cp == 1 and row.parallel.ep == 1 and row.model.experts is None
+    else:
+        assert row.reason
+
+
+# Parameter counts. Hand-checked: GPT-3 175B (h 12288, l 96, V 51200, s 2048, tied, biases,
+# LayerNorm): 12 l h^2 = 173,946,175,488 + per layer 4h + (f + h) biases + 4h norms = 159,744
+# x 96 = 15,335,424 + token embeddings 629,145,600 + positions 25,165,824 + final norm 24,576
+# = 174,615,846,912. Llama 3.1 8B: 2 x 128256 x 4096 = 1,050,673,152 + 32 x (2 x 4096^2 +
+# 2 x 4096 x 1024 + 3 x 4096 x 14336 + 2 x 4096 = 218,112,000) + 4096 = 8,030,261,248 (Meta's
+# published count). Llama 3.1 70B likewise 70,553,706,496 (Meta's published count).
+HAND_COUNTS = {
+    "korthikanti-t5-175b-full": 174_615_846_912,
+    "torchtitan-2412-t1-8b-fsdp": 8_030_261_248,
+    "torchtitan-2506-asynctp-70b-bf16-vanilla-tp": 70_553_706_496,
+}
+# Published sizes that are rounded labels further than 1% from their shapes (shape count /
+# label - 1): SC21's "1.7" and "3.6" (Table 1 prints 1.7 and 3.6 for 1.652B and 3.562B),
+# Megatron's H100 "1.7B" (1.745B) and "32B" (31.48B).
+LABEL_DEVIATIONS = {
+    "sc21-t1-gpt-1.7b": -0.0281,
+    "sc21-t1-gpt-3.6b": -0.0105,
+    "megatron-h100-gpt-1.7b": 0.0267,
+    "megatron-h100-gpt-32b": -0.0163,
+}
+
+
+@pytest.mark.parametrize("row_id", sorted(HAND_COUNTS))
+def test_parameter_count_matches_the_hand_count(row_id: str) -> None:
+    assert parameter_count(BY_ID[row_id].model) == HAND_COUNTS[row_id]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_shapes_give_the_published_parameter_counts(row: LedgerRow) -> None:
+    deviation = parameter_count(row.model) / row.model.params_published - 1
+    expected = LABEL_DEVIATIONS.get(row.id)
+    if expected is None:
+        assert abs(deviation) < 0.01
+    else:
+        assert deviation == pytest.approx(expected, abs=5e-4)
+
+
+def test_parameter_count_of_a_moe_layer_holds_every_expert() -> None:
+    dense = BY_ID["torchtitan-2412-t1-8b-fsdp"].model
+    moe = dense.model_copy(update={"experts": 8, "top_k": 2})
+    h, f = dense.hidden, dense.ffn_hidden
+    assert parameter_count(moe) - parameter_count(dense) == dense.layers * (7 * 3 * h * f + 8 * h)
+
+
+def test_sc21_eq3_and_eq4_reproduce_the_papers_84_days_for_1t() -> None:
+    """SC21 Section 5.1: the 1T model on 3072 A100s at 163 TFLOP/s (Table 1's last row) trains
+    450B tokens in about 84 days by Eq. 4, 8TP/(nX). Eq. 3 for that row: 96 x 3072 x 2048 x
+    128 x 25600^2 x (1 + 2048/153600 + 51200/3276800) = 5.1390e19 FLOP per iteration, i.e.
+    102.6 s per iteration at 163 TFLOP/s on 3072 GPUs; 450e9 / (3072 x 2048) = 71,526
+    iterations = 85.0 days (Eq. 3 counts the attention and logit terms Eq. 4 drops)."""
+    row = BY_ID["sc21-t1-gpt-1008b"]
+    rate = row.measured[0].si()
+    days = sc21_training_days(parameter_count(row.model), 450e9, row.hardware.gpus, rate)
+    assert days == pytest.approx(84, abs=0.5)
+    flops = sc21_iteration_flops(row.model, row.parallel.global_batch)
+    assert flops == pytest.approx(5.1390e19, rel=1e-4)
+    iteration_s = flops / (rate * row.hardware.gpus)
+    assert iteration_s == pytest.approx(102.6, abs=0.05)
+    iterations = 450e9 / (row.parallel.global_batch * row.model.seq)
+    assert iterations * iteration_s / 86400 == pytest.approx(85.0, abs=0.05)
+
+
+@pytest.mark.parametrize("row", load_ledger("sc21"), ids=lambda row: row.id)
+def test_sc21_tflops_stay_under_the_a100_peak_and_match_the_existing_table(row: LedgerRow) -> None:
+    """The ledger's SC21 rows are the facts dlsched.experiments.megatron already prices."""
+    from dlsched.experiments.megatron import ROWS as MEGATRON_ROWS
+
+    mine = next(r for r in MEGATRON_ROWS if r.layers == row.model.layers)
+    par = row.parallel
+    assert (mine.hidden, mine.heads, mine.tp, mine.pp, mine.gpus, mine.batch, mine.microbatch,
+            mine.chunks) == (row.model.hidden, row.model.heads, par.tp, par.pp,
+                             row.hardware.gpus, par.global_batch, par.microbatch_size,
+                             par.chunks)
+    assert mine.published_tflops == row.value("tflops_per_gpu")
+    assert mine.torch_ddp == ("dp_grad_reduce" in par.overlap)
+    assert mine.iteration_flops() == pytest.approx(
+        sc21_iteration_flops(row.model, par.global_batch), rel=1e-12)
+    assert row.measured[0].si() < A100_PEAK
+
+
+@pytest.mark.parametrize("row", [r for r in load_ledger("korthikanti") if r.value("mfu")],
+                         ids=lambda row: row.id)
+def test_korthikanti_mfu_agrees_with_its_iteration_time(row: LedgerRow) -> None:
+    """MFU = model FLOP (72 B s l h^2 (1 + s/6h + V/12hl)) / (time x GPUs x 312 TFLOP/s):
+    e.g. 175B, 64 GPUs, 13.75 s: 1.4109e17 / 2.7456e17 = 51.39% (published 51.4%)."""
+    flops = korthikanti_model_flops(row.model, row.parallel.global_batch)
+    mfu = flops / (row.value("iteration_s") * row.hardware.gpus * A100_PEAK)
+    assert mfu == pytest.approx(row.value("mfu"), abs=0.002)
+    assert row.value("hfu") >= row.value("mfu")
+
+
+def test_korthikanti_pairs_differ_only_in_recomputation_and_sequence_parallelism() -> None:
+    rows = load_ledger("korthikanti")
+    for full, present in zip(rows[::2], rows[1::2], strict=True):
+        assert (full.parallel.recompute, full.parallel.sequence_parallel) == ("full", False)
+        assert (present.parallel.recompute, present.parallel.sequence_parallel) == \
+            ("selective", True)
+        same = {"recompute", "sequence_parallel"}
+        assert full.parallel.model_dump(exclude=same) == present.parallel.model_dump(exclude=same)
+        assert full.model == present.model and full.hardware == present.hardware
+        assert present.value("iteration_s") < full.value("iteration_s")
+
+
+# Megatron-LM README H100 table, last column: aggregate petaFLOP/s (images/model_table.png).
+H100_AGGREGATE_PFLOPS = {"1.7b": 19.6, "7.1b": 44.7, "16b": 93.9, "32b": 176.5, "70b": 322.3,
+                         "119b": 645.9, "177b": 997.2, "314b": 1457.4, "462b": 2825.6}
+
+
+@pytest.mark.parametrize("row", load_ledger("megatron-h100"), ids=lambda row: row.id)
+def test_megatron_h100_columns_agree(row: LedgerRow) -> None:
+    """Per-GPU TFLOP/s x GPUs rounds to the published aggregate, and MFU (whole percent) is
+    per-GPU TFLOP/s over H100 SXM's dense BF16 peak (989 TFLOP/s, datasheet 989.4: the 462B
+    row's 459.9 TFLOP/s is 46.50% of 989 and 46.48% of 989.4, printed 47%)."""
+    tflops = row.value("tflops_per_gpu")
+    aggregate = H100_AGGREGATE_PFLOPS[row.id.removeprefix("megatron-h100-gpt-")]
+    assert round(tflops * row.hardware.gpus / 1000, 1) == aggregate
+    assert abs(tflops / 989.0 - row.value("mfu")) <= 0.005
+
+
+def test_torchtitan_memory_fits_the_gpu_and_tps_falls_with_context() -> None:
+    capacity = {"h100-hbm2e-96gb": 96e9, "h200": 141e9}  # bytes, NVIDIA datasheets
+    rows = load_ledger("torchtitan")
+    for row in rows:
+        memory = next((m for m in row.measured if m.metric == "memory_gib_per_gpu"), None)
+        if memory is not None:
+            assert memory.si() < capacity[row.hardware.gpu]
+    table2 = [row for row in rows if "-t2-" in row.id]
+    assert [row.parallel.cp for row in table2] == [1, 2, 4, 8]
+    assert all(row.model.seq == 32768 * row.parallel.cp for row in table2)
+    tps = [row.value("tokens_per_s_per_gpu") for row in table2]
+    assert tps == sorted(tps, reverse=True)
+
+
+def test_measurements_convert_to_internal_units() -> None:
+    assert Measurement(metric="tflops_per_gpu", value=137).si() == 137e12
+    assert Measurement(metric="memory_gib_per_gpu", value=82.4).si() == 82.4 * 2**30
+    assert Measurement(metric="iteration_s", value=1.42).unit == "s"
+
+
+def _row_dict(row_id: str) -> dict:
+    return BY_ID[row_id].model_dump()
+
+
+def test_schema_refuses_an_unsupported_row_without_reason() -> None:
+    data = _row_dict("torchtitan-2412-t1-8b-fsdp") | {"supported": False}
+    with pytest.raises(ValueError, match="needs a reason"):
+        LedgerRow.model_validate(data)
+
+
+def test_schema_refuses_an_empty_field_not_declared_unpublished() -> None:
+    data = _row_dict("sc21-t1-gpt-39.1b")
+    data["parallel"]["microbatch_size"] = None
+    with pytest.raises(ValueError, match="unpublished must name"):
+        LedgerRow.model_validate(data)
+    data["unpublished"] = ["microbatch_size"]
+    assert LedgerRow.model_validate(data).parallel.microbatch_size is None
+
+
+def test_schema_refuses_unknown_fields_and_repeated_metrics() -> None:
+    data = _row_dict("sc21-t1-gpt-39.1b")
+    with pytest.raises(ValueError, match="extra"):
+        LedgerRow.model_validate(data | {"tflops": 138})
+    data["measured"] = [{"metric": "tflops_per_gpu", "value": 1}] * 2
+    with pytest.raises(ValueError, match="at most once"):
+        LedgerRow.model_validate(data)
+
+
+def test_the_yaml_files_are_installed_as_package_data() -> None:
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert "ledger/data/*.yaml" in pyproject["tool"]["setuptools"]["package-data"]["dlsched"]
