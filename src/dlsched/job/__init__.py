@@ -1,0 +1,9 @@
+"""The job-level planner: one plan for a whole hybrid-parallel training job.
+
+Three inputs (Calculon's split): what is trained (``model_spec.TransformerSpec``), how it is
+parallelised (``layout.Layout`` / ``layout.LayoutChoice``) and what it runs on
+(``cluster.Cluster``). The evaluator prices a layout by composing the domains: per-layer GPU
+compute (``models.compute``), every collective on the links its group spans (``collectives``),
+gradient buckets by the data-parallel policies (``dataparallel``) and the pipeline schedule,
+timed in closed form and checked against the pipeline simulator (``pipeline.simulate``).
+"""

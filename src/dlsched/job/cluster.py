@@ -1,0 +1,130 @@
+"""What the job runs on: GPUs on a multi-dimensional network (the job planner's third input).
+
+A ``Cluster`` is a ``Topology`` (dimension 1 innermost), the compute preset of its GPUs
+(``hardware.gpu``: ``a100``, ``h100``, a GPU file), each GPU's memory and the training
+precision. It comes from a node preset scaled to ``gpus`` GPUs (``dgx-a100``, ``dgx-h100``:
+an NVSwitch dimension of the node's 8 GPUs, then a non-blocking fabric of one NIC per GPU,
+modelled as a switch dimension over the nodes) or from a multi-dimensional topology preset or
+file (``3D-FC_Ring_SW``; its NPUs are the GPUs).
+
+Ranks are laid out as Megatron-LM lays them out (``--order`` default tp-cp-ep-dp-pp,
+``megatron/core/parallel_state.py``): tensor-parallel ranks innermost, then data-parallel,
+pipeline outermost. ``group_topology`` gives the sub-network a group of ranks spans: one
+dimension per network dimension the group crosses, with as many NPUs as the group has there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dlsched.errors import ConfigError
+from dlsched.hardware.topology import Dimension, Topology
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class NodePreset:
+    """A server type: ``gpus`` per node, the compute preset, GPU memory (bytes), NVLink
+    bandwidth per GPU per direction (B/s) and latency (s), NIC bandwidth per GPU (B/s) and
+    latency (s), and where the numbers come from."""
+
+    name: str
+    gpus: int
+    gpu: str
+    memory: int
+    nvlink: tuple[float, float]
+    nic: tuple[float, float]
+    source: str
+
+
+# Latencies: the 5 us per NVLink and per NIC transfer step the Megatron SC21 reproduction uses
+# (experiments/megatron.py), not separately measured.
+NODE_PRESETS = {
+    "dgx-a100": NodePreset(
+        "dgx-a100", 8, "a100", 80 * GIB, (300e9, 5e-6), (25e9, 5e-6),
+        "NVIDIA DGX A100 datasheet (Selene's nodes, Narayanan et al. SC21 Sec. 5): 8x A100 "
+        "80GB SXM4, NVLink 3 through NVSwitch 600 GB/s per GPU (300 GB/s each way), 8x "
+        "200 Gb/s HDR InfiniBand (one per GPU)"),
+    "dgx-h100": NodePreset(
+        "dgx-h100", 8, "h100", 80 * GIB, (450e9, 5e-6), (50e9, 5e-6),
+        "NVIDIA DGX H100 datasheet: 8x H100 80GB SXM5, NVLink 4 through NVSwitch 900 GB/s per "
+        "GPU (450 GB/s each way), 8x 400 Gb/s NDR ConnectX-7 (one per GPU)"),
+}
+GPU_MEMORY = {"v100": 32 * GIB, "a100": 80 * GIB, "h100": 80 * GIB, "h200": 141 * 10**9}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """GPUs on a network (see the module docstring): ``memory`` bytes per GPU."""
+
+    name: str
+    topology: Topology
+    gpu: str
+    memory: int
+    source: str = ""
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs in the cluster."""
+        return self.topology.num_npus
+
+    def group_topology(self, stride: int, size: int) -> Topology:
+        """The network a group of ``size`` ranks ``stride`` apart spans (ranks laid out
+        innermost dimension first); ConfigError when the group is not a product of whole
+        sub-blocks of the dimensions (it would need links the topology does not name)."""
+        dims, reach = [], 1
+        for dim in self.topology.dims:
+            low, high = reach, reach * dim.size
+            reach = high
+            covered_low, covered_high = max(low, stride), min(high, stride * size)
+            if covered_high <= covered_low:
+                continue
+            count = covered_high // covered_low
+            if covered_high % covered_low or covered_low % low:
+                raise ConfigError(f"layout: a group of {size} ranks {stride} apart does not "
+                                  f"align with the dimensions {self.topology.shape}")
+            dims.append(Dimension(dim.kind, count, dim.bandwidth, dim.latency, dim.algorithm))
+        if math.prod(d.size for d in dims) != size:
+            raise ConfigError(f"layout: a group of {size} ranks {stride} apart does not align "
+                              f"with the dimensions {self.topology.shape}")
+        return Topology(f"{self.name}[{stride}x{size}]", tuple(dims))
+
+
+def node_cluster(preset: str, gpus: int, gpu: str | None = None) -> Cluster:
+    """``gpus`` GPUs of the node preset ``preset`` (a multiple of its node size, or fewer
+    GPUs than one node)."""
+    node = NODE_PRESETS[preset]
+    if gpus < 1 or (gpus > node.gpus and gpus % node.gpus):
+        raise ConfigError(f"--gpus: {gpus} must be a multiple of {node.gpus} (GPUs per "
+                          f"{preset} node) or at most {node.gpus}")
+    dims = [Dimension("Switch", min(gpus, node.gpus), *node.nvlink)]
+    if gpus > node.gpus:
+        dims.append(Dimension("Switch", gpus // node.gpus, *node.nic))
+    name = gpu or node.gpu
+    return Cluster(f"{gpus}x{preset}", Topology(f"{preset}-{gpus}", tuple(dims)), name,
+                   GPU_MEMORY.get(name, node.memory), node.source)
+
+
+def load_cluster(name: str, gpus: int | None, gpu: str | None) -> Cluster:
+    """A node preset scaled to ``gpus``, or a topology preset or file whose NPUs are the GPUs
+    (``gpus``, when given, must equal its NPU count)."""
+    if name in NODE_PRESETS:
+        if gpus is None:
+            raise ConfigError(f"--gpus: needed with the node preset {name!r} (a multiple of "
+                              f"{NODE_PRESETS[name].gpus})")
+        return node_cluster(name, gpus, gpu)
+    from dlsched.hardware import load_topology
+
+    try:
+        topology = load_topology(name)
+    except ConfigError as error:
+        raise ConfigError(f"--cluster: {error}; accepted: {', '.join(NODE_PRESETS)}, a "
+                          "topology preset (dlsched topologies) or a topology file") from None
+    if gpus is not None and gpus != topology.num_npus:
+        raise ConfigError(f"--gpus: {gpus} differs from the {topology.num_npus} NPUs of "
+                          f"{name!r}")
+    chosen = gpu or "a100"
+    return Cluster(topology.name, topology, chosen, GPU_MEMORY.get(chosen, 80 * GIB),
+                   f"topology {topology.name} ({topology.shape})")
