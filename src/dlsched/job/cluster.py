@@ -4,7 +4,8 @@ A ``Cluster`` is a ``Topology`` (dimension 1 innermost), the compute preset of i
 (``hardware.gpu``: ``a100``, ``h100``, a GPU file), each GPU's memory and the training
 precision. It comes from a node preset scaled to ``gpus`` GPUs (``dgx-a100``, ``dgx-h100``:
 an NVSwitch dimension of the node's 8 GPUs, then a non-blocking fabric of one NIC per GPU,
-modelled as a switch dimension over the nodes) or from a multi-dimensional topology preset or
+modelled as a switch dimension over the nodes: halving-doubling when the nodes are a power of
+two, logarithmic in steps as NCCL's trees are, a ring otherwise) or from a multi-dimensional topology preset or
 file (``3D-FC_Ring_SW``; its NPUs are the GPUs).
 
 Ranks are laid out as Megatron-LM lays them out (``--order`` default tp-cp-ep-dp-pp,
@@ -70,10 +71,12 @@ class Cluster:
         """GPUs in the cluster."""
         return self.topology.num_npus
 
-    def group_topology(self, stride: int, size: int) -> Topology:
+    def group_topology(self, stride: int, size: int) -> Topology | None:
         """The network a group of ``size`` ranks ``stride`` apart spans (ranks laid out
-        innermost dimension first); ConfigError when the group is not a product of whole
+        innermost dimension first; None for a group of one); ConfigError when the group is not a product of whole
         sub-blocks of the dimensions (it would need links the topology does not name)."""
+        if size == 1:  # a group of one: no links (its collectives cost nothing)
+            return None
         dims, reach = [], 1
         for dim in self.topology.dims:
             low, high = reach, reach * dim.size
@@ -101,7 +104,9 @@ def node_cluster(preset: str, gpus: int, gpu: str | None = None) -> Cluster:
                           f"{preset} node) or at most {node.gpus}")
     dims = [Dimension("Switch", min(gpus, node.gpus), *node.nvlink)]
     if gpus > node.gpus:
-        dims.append(Dimension("Switch", gpus // node.gpus, *node.nic))
+        nodes = gpus // node.gpus
+        dims.append(Dimension("Switch", nodes, *node.nic, algorithm=None if nodes & (nodes - 1)
+                              == 0 else "ring"))
     name = gpu or node.gpu
     return Cluster(f"{gpus}x{preset}", Topology(f"{preset}-{gpus}", tuple(dims)), name,
                    GPU_MEMORY.get(name, node.memory), node.source)

@@ -38,7 +38,7 @@ class CollectiveCurve:
     """Simulated ``seconds`` at buffer ``sizes`` (bytes, ascending), interpolated (see the
     module docstring)."""
 
-    topology: Topology
+    topology: Topology | None
     op: str
     policy: str
     sizes: tuple[int, ...]
@@ -58,7 +58,7 @@ class CollectiveCurve:
     def seconds(self, num_bytes: float) -> float:
         """Seconds of the collective on a per-NPU buffer of ``num_bytes`` (0 for none or a
         group of one)."""
-        if num_bytes <= 0 or self.topology.num_npus == 1:
+        if num_bytes <= 0 or self.topology is None:
             return 0.0
         segment = bisect_left(self.sizes, num_bytes, 1, len(self.sizes) - 1) - 1
         intercept, slope = self._line(segment)
@@ -79,12 +79,13 @@ def chunks_for(topology: Topology) -> int:
 
 
 @lru_cache(maxsize=4096)
-def curve(topology: Topology, op: str, policy: str) -> CollectiveCurve:
-    """The cost line of ``op`` on ``topology`` under ``policy`` (kept per arguments)."""
+def curve(topology: Topology | None, op: str, policy: str) -> CollectiveCurve:
+    """The cost curve of ``op`` on ``topology`` under ``policy`` (kept per arguments; free
+    on a group of one, ``None``)."""
     check_policy(policy)
+    if topology is None:
+        return CollectiveCurve(None, op, policy, ONE_DIM_SIZES, (0.0, 0.0))
     sizes = ONE_DIM_SIZES if len(topology.dims) == 1 else MULTI_DIM_SIZES
-    if topology.num_npus == 1:
-        return CollectiveCurve(topology, op, policy, sizes, (0.0,) * len(sizes))
     chunks = chunks_for(topology)
     times = tuple(run_collective(topology, op, size, chunks, policy, "scf").time_s
                   for size in sizes)
@@ -112,7 +113,7 @@ class CurveComm:
     def lower(self, total_bytes: float, messages: int = 1, in_flight: int = 1) -> float:
         """The operation's ideal time on the group (bytes over the sum of its bandwidths):
         no split of ``total_bytes`` into messages beats it."""
-        if total_bytes <= 0 or self.curve.topology.num_npus == 1:
+        if total_bytes <= 0 or self.curve.topology is None:
             return 0.0
         return ideal_time(self.curve.topology, CollectiveOp(self.curve.op),
                           max(1, round(total_bytes)))
