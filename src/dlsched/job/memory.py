@@ -1,0 +1,351 @@
+"""Memory per GPU of a job plan, by part, for one pipeline stage (bytes).
+
+**Model states per parameter** (Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training
+Trillion Parameter Models", SC 2020, Sec. 3.1 and 5): mixed precision keeps 16-bit weights
+(2 B), gradients, and ``K`` = 12 B of optimizer state (FP32 master weights 4 B + Adam's two FP32
+moments 8 B). The paper's gradients are 16-bit (2 + 2 + 12 = 16 B); Megatron-LM accumulates
+and all-reduces them in an FP32 ``main_grad`` buffer (``--accumulate-allreduce-grads-in-fp32``,
+set automatically for bf16 in ``megatron/training/arguments.py``), 2 + 4 + 12 = 18 B, the
+figure of Megatron's own estimator (``megatron/training/theoretical_memory_usage.py``: "18 if
+not args.use_distributed_optimizer else 6 + (12 / data_parallel_size)"). ``grad_bytes`` picks 4
+(Megatron, the default) or 2 (ZeRO paper). With 16-bit gradients Megatron also casts (its shard
+of) the gradients to FP32 for the optimizer step; that transient is not counted. ``fp32`` and
+``autocast`` keep FP32 weights and gradients and no master copy (4 + 4 + 8 = 16 B).
+
+ZeRO-DP stages over the ``dp`` replicas (the paper's ``N_d``; Sec. 5.1-5.3): stage 1 divides
+the optimizer part by ``dp`` (Megatron's distributed optimizer: 6 + 12/dp), stage 2 the
+gradients too, stage 3 the weights too. The paper's Fig. 1 (7.5B parameters, K = 12, N_d = 64):
+120 GB -> 31.4 GB -> 16.6 GB -> 1.9 GB (``model_state_bytes`` reproduces it). Stage 3 also needs
+the full weights of the layers it computes: all-gathered 16-bit weights of **two** units (the one
+in use and the next, prefetched; FSDP's rate limiter allows two all-gathers in flight, Zhao et
+al., "PyTorch FSDP", VLDB 2023), and stages 2 and 3 the unsharded gradient of one unit before its
+reduce-scatter; a unit is one transformer layer, the embedding or the head (none of this for
+``dp`` = 1, where nothing is sharded).
+
+**Parameters of a stage.** Megatron-LM puts ``layers / (pp x chunks)`` layers on each virtual
+stage, ``chunks`` per rank (virtual stage ``c x pp + s`` is chunk ``c`` of rank ``s``). Under
+tensor parallelism of ``t``, a layer's QKV, projection and MLP weights and the column-parallel
+biases are split; the two row-parallel biases (projection, second MLP linear: ``RowParallelLinear``
+keeps its bias whole) and the two layer norms are replicated on every TP rank, with or without
+sequence parallelism (sequence parallelism splits their activations, not their weights): ``6 h``
+per layer. The first stage holds the vocabulary-parallel word embedding (``V' h / t``, ``V'``
+the vocabulary padded to a multiple of 128 t, Megatron's ``--make-vocab-size-divisible-by``
+128) and the learned positions (``s h``, a plain ``torch.nn.Embedding``, replicated); the last
+the final norm (``2 h``) and the output matrix ``V' h / t`` when untied, or, tied with
+``pp > 1``, Megatron's copy of the word embedding on the last stage (counted in full, with its
+own gradients and optimizer state).
+
+**Activations** (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
+Models", MLSys 2023, Sec. 4, Table 2; formulas in ``pipeline.memory_model``): per layer and
+microbatch ``s b h (34 + 5 a s / h)`` bytes at 16 bits, under TP without SP ``s b h (10 + 24 / t
++ 5 a s / (h t))``, with SP everything over ``t``; selective recomputation drops the ``5 a s /
+h`` term (recomputed in the backward: a transient of one layer), full recomputation keeps the
+layer input ``2 s b h`` (over ``t`` with SP) and recomputes one layer at a time (its full
+activations a transient). The derivation's MLP width ``4 h`` and K/V width ``h`` are replaced by
+the spec's ``ffn_hidden`` and ``kv_heads x head_dim`` (GeLU input and second linear input ``p s b
+f`` each; K and V ``p s b kv d`` each; all split by TP). The embedding keeps token ids (8 B each,
+whole on every TP rank) and its dropout mask (split by SP), the head the inputs of the final norm
+and the projection and the FP32 logits of the vocabulary-parallel loss ``4 s b V' / t`` (part
+``logits``), beside which the 16-bit logits
+``p s b V' / t`` are a transient.
+
+**Microbatches in flight** (the stash): 1F1B stage ``s`` holds ``min(pp - s, m)`` (Narayanan et
+al., SC21, Sec. 2.2; Megatron's warm-up ``pp - s - 1`` forwards plus one), GPipe all ``m``, ZB-H1
+as 1F1B (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Sec. 2.1: its peak is not
+above 1F1B's; the deferred weight-gradient inputs of later stages stay under the first stage's
+peak). Interleaved 1F1B runs Megatron-LM's order (``megatron/core/pipeline_parallel/
+schedules.py``: warm-up ``2 (pp - s - 1) + (chunks - 1) pp`` chunk-forwards, groups of ``pp``
+microbatches per chunk) and takes the peak of the bytes held; on the first stage that is
+``L (1 + (pp - 1) / (pp chunks))`` layers' worth, Korthikanti et al. Sec. 4.2.3's interleaving
+factor. Workspace: the ZeRO transients plus the larger of the recomputation and the 16-bit
+logits transients (they do not run together). Reserve: the CUDA context
+(``pipeline.memory_model.CONTEXT_BYTES``); fragmentation is the caller's (``usable_bytes``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from dlsched.errors import ConfigError
+from dlsched.job.layout import Layout
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.pipeline.memory_model import (
+    ADAM_MOMENT_BYTES,
+    CONTEXT_BYTES,
+    LOSS_BYTES,
+    MASTER_WEIGHT_BYTES,
+    TOKEN_ID_BYTES,
+    BlockMemory,
+    embedding_memory,
+    head_memory,
+    layer_memory,
+)
+
+PRECISIONS = ("bf16", "fp16", "autocast", "fp32")
+GRAD_BYTES = (2, 4)
+VOCAB_DIVISOR = 128  # Megatron-LM --make-vocab-size-divisible-by default
+PREFETCHED_UNITS = 2  # ZeRO-3: the unit in use and the next one, all-gathered ahead
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter on one GPU: ``weights``, ``gradients``, ``optimizer`` (FP32 master
+    weights and Adam's moments), after ZeRO's sharding."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        """All model-state bytes per parameter."""
+        return self.weights + self.gradients + self.optimizer
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU of pipeline ``stage`` by part; ``parameters`` held by the GPU before ZeRO
+    sharding; ``in_flight`` microbatches of each chunk held at the peak."""
+
+    stage: int
+    parameters: float
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    logits: float
+    workspace: float
+    reserve: float
+    in_flight: tuple[int, ...]
+
+    def parts(self) -> dict[str, float]:
+        """The parts by name (bytes)."""
+        return {"weights": self.weights, "gradients": self.gradients,
+                "optimizer": self.optimizer, "activations": self.activations,
+                "logits": self.logits, "workspace": self.workspace, "reserve": self.reserve}
+
+    @property
+    def total(self) -> float:
+        """All parts (bytes)."""
+        return sum(self.parts().values())
+
+
+def check_precision(precision: str, grad_bytes: int) -> None:
+    """ConfigError unless ``precision`` and ``grad_bytes`` are accepted."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision: {precision!r} is not accepted; accepted: "
+                          + ", ".join(PRECISIONS))
+    if grad_bytes not in GRAD_BYTES:
+        raise ConfigError(f"grad_bytes: {grad_bytes} is not accepted; accepted: 2, 4")
+
+
+def activation_bytes(precision: str) -> int:
+    """Bytes per stored activation element: 16-bit but for ``fp32`` (``autocast`` counted as
+    16-bit, Korthikanti et al.'s assumption; autocast keeps some outputs in FP32)."""
+    return 4 if precision == "fp32" else 2
+
+
+def state_bytes(precision: str, zero: int, dp: int, grad_bytes: int = 4) -> StateBytes:
+    """Model-state bytes per parameter per GPU under ZeRO stage ``zero`` over ``dp`` replicas
+    (module docstring)."""
+    check_precision(precision, grad_bytes)
+    mixed = precision in ("bf16", "fp16")
+    weights = 2.0 if mixed else 4.0
+    gradients = float(grad_bytes) if mixed else 4.0
+    optimizer = (MASTER_WEIGHT_BYTES if mixed else 0.0) + ADAM_MOMENT_BYTES
+    return StateBytes(weights / dp if zero >= 3 else weights,
+                      gradients / dp if zero >= 2 else gradients,
+                      optimizer / dp if zero >= 1 else optimizer)
+
+
+def model_state_bytes(parameters: float, zero: int, dp: int, weight_bytes: float = 2,
+                      grad_bytes: float = 2, k: float = 12) -> float:
+    """The ZeRO paper's model-state memory per GPU (Sec. 5, Fig. 1) for ``parameters`` (Psi):
+    ``(w + g + K) Psi`` for DP, ``(w + g) Psi + K Psi / N_d`` with P_os, ``w Psi + (g + K) Psi /
+    N_d`` with P_os+g, ``(w + g + K) Psi / N_d`` with P_os+g+p."""
+    w = weight_bytes / dp if zero >= 3 else weight_bytes
+    g = grad_bytes / dp if zero >= 2 else grad_bytes
+    o = k / dp if zero >= 1 else k
+    return parameters * (w + g + o)
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """Megatron-LM's padded vocabulary: a multiple of 128 x TP."""
+    multiple = VOCAB_DIVISOR * tp
+    return math.ceil(vocab / multiple) * multiple
+
+
+def layers_per_chunk(spec: TransformerSpec, layout: Layout) -> int:
+    """Transformer layers of one virtual stage; ConfigError unless they divide evenly (as
+    Megatron-LM requires without an uneven split)."""
+    if spec.layers % layout.virtual_stages:
+        raise ConfigError(f"--pp: {spec.layers} layers do not divide into pp x chunks = "
+                          f"{layout.virtual_stages} equal virtual stages; accepted: pp x "
+                          f"chunks dividing {spec.layers}")
+    return spec.layers // layout.virtual_stages
+
+
+def layer_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
+    """One layer's parameters on one TP rank: split weights and column-parallel biases over
+    ``tp``, the row-parallel biases and the layer norms (``6 h``) whole."""
+    replicated = 6 * spec.hidden
+    return (spec.layer_parameters() - replicated) / tp + replicated
+
+
+def embedding_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
+    """Vocabulary-parallel word embedding plus the replicated learned positions."""
+    return padded_vocab(spec.vocab, tp) * spec.hidden / tp + spec.seq * spec.hidden
+
+
+def head_parameters_per_gpu(spec: TransformerSpec, layout: Layout) -> float:
+    """Final norm plus the output matrix when untied, or Megatron's copy of the word embedding
+    on the last stage when tied and ``pp > 1``."""
+    matrix = padded_vocab(spec.vocab, layout.tp) * spec.hidden / layout.tp
+    own_matrix = not spec.tied_embeddings or layout.pp > 1
+    return 2 * spec.hidden + (matrix if own_matrix else 0.0)
+
+
+def stage_units(spec: TransformerSpec, layout: Layout, stage: int) -> list[float]:
+    """Parameters per GPU of each unit (layer, embedding, head) on pipeline rank ``stage``."""
+    _check_stage(layout, stage)
+    units = [layer_parameters_per_gpu(spec, layout.tp)] * (
+        layers_per_chunk(spec, layout) * layout.chunks)
+    if stage == 0:
+        units.append(embedding_parameters_per_gpu(spec, layout.tp))
+    if stage == layout.pp - 1:
+        units.append(head_parameters_per_gpu(spec, layout))
+    return units
+
+
+def _per_gpu(total: float, whole: float, tp: int) -> float:
+    """Bytes per GPU of a TP group: ``whole`` kept on every GPU, the rest split."""
+    return whole + (total - whole) / tp
+
+
+def layer_activations(spec: TransformerSpec, layout: Layout, precision: str) -> tuple[float, float]:
+    """One layer's stash per microbatch per GPU and the transient of recomputing it (bytes)."""
+    p = activation_bytes(precision)
+    s, b, h, t = spec.seq, layout.microbatch_size, spec.hidden, layout.tp
+    block = layer_memory(s, b, h, spec.heads, p, layout.sequence_parallel)
+    widths = 2 * p * s * b * ((spec.ffn_hidden - 4 * h) + (spec.kv_heads * spec.head_dim - h))
+    whole_none, whole_selective, whole_input = block.replicated
+    none = _per_gpu(block.stash, whole_none, t) + widths / t
+    selective = _per_gpu(block.selective, whole_selective, t) + widths / t
+    kept = _per_gpu(block.input, whole_input, t)
+    if layout.recompute == "full":
+        return kept, none - kept
+    if layout.recompute == "selective":
+        return selective, none - selective
+    return none, 0.0
+
+
+def _block_per_gpu(block: BlockMemory, tp: int) -> float:
+    return _per_gpu(block.stash, block.replicated[0], tp)
+
+
+def chunk_stash(spec: TransformerSpec, layout: Layout, precision: str,
+                stage: int) -> list[tuple[float, float]]:
+    """Per chunk of rank ``stage``: (activations, FP32 logits) one microbatch keeps (bytes)."""
+    p = activation_bytes(precision)
+    s, b, h, t = spec.seq, layout.microbatch_size, spec.hidden, layout.tp
+    layer, _ = layer_activations(spec, layout, precision)
+    per_chunk = layers_per_chunk(spec, layout) * layer
+    chunks = [[per_chunk, 0.0] for _ in range(layout.chunks)]
+    if stage == 0:
+        embedding = embedding_memory(s, b, h, p, False, layout.sequence_parallel)
+        ids = TOKEN_ID_BYTES * s * b  # every TP rank reads all the token ids, SP or not
+        whole = embedding.replicated[0] - ids if embedding.replicated[0] else 0.0
+        chunks[0][0] += ids + _per_gpu(embedding.stash - ids, whole, t)
+    if stage == layout.pp - 1:
+        head = head_memory(s, b, h, padded_vocab(spec.vocab, t), p, layout.sequence_parallel)
+        logits = LOSS_BYTES * s * b * padded_vocab(spec.vocab, t) / t
+        chunks[-1][0] += _block_per_gpu(head, t) - logits
+        chunks[-1][1] += logits
+    return [(acts, logits) for acts, logits in chunks]
+
+
+def warmup_forwards(layout: Layout, stage: int) -> int:
+    """Forwards (of chunk-microbatches) rank ``stage`` runs before its first backward."""
+    m = layout.num_microbatches
+    if layout.schedule == "gpipe":
+        return m * layout.chunks
+    if layout.schedule == "interleaved":
+        warmup = 2 * (layout.pp - stage - 1) + (layout.chunks - 1) * layout.pp
+        return min(warmup, m * layout.chunks)
+    return min(layout.pp - stage - 1, m)
+
+
+def in_flight_peak(layout: Layout, stage: int,
+                   chunk_bytes: list[tuple[float, float]]) -> tuple[float, float, tuple[int, ...]]:
+    """Peak stash of rank ``stage`` (activations, logits, chunk-microbatches held per chunk),
+    walking the schedule's order of forwards and backwards (module docstring)."""
+    m, v = layout.num_microbatches, layout.chunks
+    warmup = warmup_forwards(layout, stage)
+    if v == 1:
+        held = m if warmup >= m else warmup + 1
+        return held * chunk_bytes[0][0], held * chunk_bytes[0][1], (held,)
+    order = megatron_interleaved_chunks(m, v, layout.pp)
+    forwards = np.cumsum(order[None, :] == np.arange(v)[:, None], axis=1)
+    # after forward k, backwards 0 .. k - warmup - 1 have run; backward j is chunk v-1-order[j]
+    done = np.arange(order.size) - warmup - 1
+    backwards = np.where(done >= 0, forwards[::-1][:, np.maximum(done, 0)], 0)
+    counts = forwards - backwards
+    acts, logits = (np.array([part[i] for part in chunk_bytes]) for i in (0, 1))
+    held = (acts + logits) @ counts
+    peak = int(np.argmax(held))
+    return (float(acts @ counts[:, peak]), float(logits @ counts[:, peak]),
+            tuple(int(n) for n in counts[:, peak]))
+
+
+def megatron_interleaved_chunks(m: int, v: int, pp: int) -> np.ndarray:
+    """The chunk of each forward in Megatron-LM's interleaved order (``get_schedule_table``
+    with ``microbatch_group_size_per_vp_stage`` = pp): per group of ``pp`` microbatches (the
+    last group takes the rest), every chunk in turn; backward ``k`` runs chunk ``v - 1 -``
+    that of forward ``k``. Megatron-LM itself runs it only for ``m`` a multiple of ``pp``."""
+    groups = [m - first if first + pp >= m else pp for first in range(0, m, pp)]
+    return np.concatenate([np.repeat(np.arange(v), size) for size in groups])
+
+
+def memory_per_gpu(spec: TransformerSpec, layout: Layout, precision: str, stage: int = 0,
+                   grad_bytes: int = 4) -> MemoryBreakdown:
+    """Bytes per GPU of pipeline rank ``stage`` (0 = first) by part (module docstring)."""
+    check_precision(precision, grad_bytes)
+    units = stage_units(spec, layout, stage)
+    params = sum(units)
+    per_param = state_bytes(precision, layout.zero, layout.dp, grad_bytes)
+    unsharded = state_bytes(precision, 0, 1, grad_bytes)
+    acts, logits, held = in_flight_peak(layout, stage,
+                                        chunk_stash(spec, layout, precision, stage))
+    _, recompute = layer_activations(spec, layout, precision)
+    loss = 0.0
+    if stage == layout.pp - 1:
+        vocab = padded_vocab(spec.vocab, layout.tp)
+        loss = (activation_bytes(precision) * spec.seq * layout.microbatch_size * vocab
+                / layout.tp)
+    largest = max(units)
+    sharded = layout.dp > 1  # over one replica ZeRO shards nothing and gathers nothing
+    gathered = (PREFETCHED_UNITS * unsharded.weights * largest
+                if sharded and layout.zero >= 3 else 0.0)
+    gradient = unsharded.gradients * largest if sharded and layout.zero >= 2 else 0.0
+    return MemoryBreakdown(stage, params, params * per_param.weights,
+                           params * per_param.gradients, params * per_param.optimizer, acts,
+                           logits, gathered + gradient + max(recompute, loss), CONTEXT_BYTES,
+                           held)
+
+
+def peak_memory(spec: TransformerSpec, layout: Layout, precision: str,
+                grad_bytes: int = 4) -> MemoryBreakdown:
+    """The breakdown of the stage that needs the most. Only the first and last ranks can: a
+    middle rank holds the same layers as the first without the embedding, and no more
+    microbatches in flight (every schedule's warm-up shrinks with the rank)."""
+    stages = {0, layout.pp - 1}
+    return max((memory_per_gpu(spec, layout, precision, s, grad_bytes) for s in sorted(stages)),
+               key=lambda breakdown: breakdown.total)
+
+
+def _check_stage(layout: Layout, stage: int) -> None:
+    if not 0 <= stage < layout.pp:
+        raise ConfigError(f"stage: {stage} is not a pipeline rank; accepted: 0..{layout.pp - 1}")
