@@ -1,0 +1,162 @@
+"""A plan handed to Megatron-LM (arguments parsed back with shlex) and TorchTitan (TOML parsed
+with tomllib): every layout feature lands on its option, and a plan without an equivalent says
+so."""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from dataclasses import replace
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.layout import Layout
+from dlsched.job.model_spec import TransformerSpec, bundled_specs
+
+GPT3 = bundled_specs()["gpt3-175b"]
+# Korthikanti et al. Table 5's 175B row: TP8 PP8, 3 chunks (96 / 24 = 4 layers each), SP,
+# selective recomputation, microbatch 1, global batch 64
+TABLE5 = Layout(8, 8, 1, 1, 64, chunks=3, schedule="interleaved", recompute="selective",
+                sequence_parallel=True)
+
+
+def parse(text: str) -> tuple[dict[str, list[str]], list[str]]:
+    """Options and their values (flags: empty list), and the comment lines."""
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    options: dict[str, list[str]] = {}
+    for token in shlex.split(text, comments=True):
+        if token.startswith("--"):
+            assert token not in options, f"{token} given twice"
+            options[token] = []
+            last = token
+        else:
+            options[last].append(token)
+    return options, comments
+
+
+def test_megatron_table5_row():
+    options, comments = parse(megatron_args(GPT3, TABLE5, "fp16"))
+    assert options == {
+        "--num-layers": ["96"], "--hidden-size": ["12288"], "--num-attention-heads": ["96"],
+        "--ffn-hidden-size": ["49152"], "--seq-length": ["2048"],
+        "--max-position-embeddings": ["2048"], "--tensor-model-parallel-size": ["8"],
+        "--pipeline-model-parallel-size": ["8"], "--num-layers-per-virtual-pipeline-stage": ["4"],
+        "--micro-batch-size": ["1"], "--global-batch-size": ["64"], "--sequence-parallel": [],
+        "--recompute-granularity": ["selective"], "--fp16": [],
+        "--accumulate-allreduce-grads-in-fp32": []}
+    assert any("64 GPUs" in line for line in comments)
+
+
+def test_megatron_each_feature():
+    gqa = replace(GPT3, kv_heads=8, tied_embeddings=False)
+    full = replace(TABLE5, chunks=1, schedule="1f1b", recompute="full", sequence_parallel=False)
+    options, _ = parse(megatron_args(gqa, full, "bf16"))
+    assert options["--group-query-attention"] == [] and options["--num-query-groups"] == ["8"]
+    assert options["--recompute-granularity"] == ["full"]
+    assert options["--recompute-method"] == ["uniform"]
+    assert options["--recompute-num-layers"] == ["1"]
+    assert "--untie-embeddings-and-output-weights" in options and "--bf16" in options
+    for absent in ("--sequence-parallel", "--num-layers-per-virtual-pipeline-stage",
+                   "--use-distributed-optimizer", "--grad-reduce-in-bf16", "--fp16"):
+        assert absent not in options
+    bf16_grads, _ = parse(megatron_args(gqa, full, "bf16", grad_bytes=2))
+    assert "--grad-reduce-in-bf16" in bf16_grads
+
+
+@pytest.mark.parametrize("zero,expected", [
+    (0, {}), (1, {"--use-distributed-optimizer": []}),
+    (2, {"--use-megatron-fsdp": [], "--data-parallel-sharding-strategy": ["optim_grads"],
+         "--ckpt-format": ["fsdp_dtensor"]}),
+    (3, {"--use-megatron-fsdp": [], "--data-parallel-sharding-strategy": ["optim_grads_params"],
+         "--ckpt-format": ["fsdp_dtensor"]})])
+def test_megatron_zero_stages(zero, expected):
+    layout = Layout(8, 16, 8, 1, 1536, zero=zero)
+    options, _ = parse(megatron_args(GPT3, layout, "bf16"))
+    sharding = {key: value for key, value in options.items()
+                if key in ("--use-distributed-optimizer", "--use-megatron-fsdp",
+                           "--data-parallel-sharding-strategy", "--ckpt-format")}
+    assert sharding == expected
+
+
+@pytest.mark.parametrize("layout,precision,phrase", [
+    (replace(TABLE5, chunks=1, schedule="gpipe"), "bf16", "no GPipe schedule"),
+    (replace(TABLE5, chunks=1, schedule="zb-h1"), "bf16", "no zero-bubble schedule"),
+    (replace(TABLE5, global_batch=12), "bf16", "a multiple of pp"),
+    (TABLE5, "autocast", "no autocast mode")])
+def test_megatron_says_what_has_no_equivalent(layout, precision, phrase):
+    options, comments = parse(megatron_args(GPT3, layout, precision))
+    assert any(phrase in line for line in comments)
+    assert options["--num-layers"] == ["96"]  # the arguments still follow the comments
+    assert ("--bf16" in options) == (precision == "bf16") and "--fp16" not in options
+
+
+def test_torchtitan_table5_row():
+    config = tomllib.loads(torchtitan_toml(GPT3, TABLE5, "bf16"))
+    assert config["model"] == {"name": "llama3", "flavor": "gpt3-175b"}
+    assert config["training"] == {"local_batch_size": 64, "global_batch_size": 64,
+                                  "seq_len": 2048, "mixed_precision_param": "bfloat16",
+                                  "mixed_precision_reduce": "float32"}
+    assert config["parallelism"] == {
+        "data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1,
+        "tensor_parallel_degree": 8, "pipeline_parallel_degree": 8,
+        "pipeline_parallel_schedule": "Interleaved1F1B", "pipeline_parallel_microbatch_size": 1,
+        "pipeline_parallel_layers_per_stage": 4, "pipeline_parallel_first_stage_less_layers": 0,
+        "pipeline_parallel_last_stage_less_layers": 0, "context_parallel_degree": 1}
+    assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+
+
+def titan(layout: Layout, precision: str = "bf16", spec: TransformerSpec = GPT3):
+    text = torchtitan_toml(spec, layout, precision)
+    return tomllib.loads(text), [line for line in text.splitlines() if line.startswith("#")]
+
+
+@pytest.mark.parametrize("zero,replicate,shard,reshard", [
+    (0, 8, 1, None), (1, 8, 1, None), (2, 1, 8, "never"), (3, 1, 8, "always")])
+def test_torchtitan_data_parallel_without_tp_or_pp(zero, replicate, shard, reshard):
+    config, comments = titan(Layout(1, 1, 8, 2, 64, recompute="full", zero=zero))
+    parallelism = config["parallelism"]
+    assert parallelism["data_parallel_replicate_degree"] == replicate
+    assert parallelism["data_parallel_shard_degree"] == shard
+    assert parallelism.get("fsdp_reshard_after_forward") == reshard
+    assert "pipeline_parallel_schedule" not in parallelism
+    assert config["training"]["local_batch_size"] == 2  # 4 accumulation steps of 2 x 8
+    assert config["activation_checkpoint"] == {"mode": "full"}
+    assert any("no optimizer-only sharding" in line for line in comments) == (zero == 1)
+
+
+def test_torchtitan_ddp_with_tp_becomes_fsdp_and_says_so():
+    config, comments = titan(Layout(8, 16, 8, 1, 1536, sequence_parallel=True))
+    assert config["parallelism"]["data_parallel_shard_degree"] == 8
+    assert config["parallelism"]["fsdp_reshard_after_forward"] == "never"
+    assert config["training"]["local_batch_size"] == 192  # 192 microbatches of 1 per replica
+    assert any("DDP runs only without TP and PP" in line for line in comments)
+
+
+@pytest.mark.parametrize("layout,precision,phrase", [
+    (replace(TABLE5, chunks=1, schedule="zb-h1"), "bf16", "ZB-H1"),
+    (replace(TABLE5, sequence_parallel=False), "bf16", "TP without sequence parallelism"),
+    (TABLE5, "fp16", "no FP16 in TorchTitan")])
+def test_torchtitan_says_what_has_no_equivalent(layout, precision, phrase):
+    config, comments = titan(layout, precision)
+    assert any(phrase in line for line in comments)
+    assert config["parallelism"]["pipeline_parallel_schedule"] in ("1F1B", "Interleaved1F1B")
+
+
+def test_torchtitan_schedules_and_precision():
+    gpipe, _ = titan(replace(TABLE5, chunks=1, schedule="gpipe"), "fp32")
+    assert gpipe["parallelism"]["pipeline_parallel_schedule"] == "GPipe"
+    assert gpipe["parallelism"]["pipeline_parallel_layers_per_stage"] == 12
+    assert gpipe["training"]["mixed_precision_param"] == "float32"
+    assert gpipe["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    plain, _ = titan(replace(TABLE5, chunks=1, schedule="1f1b", recompute="none"))
+    assert plain["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
+    assert plain["activation_checkpoint"] == {"mode": "none"}
+
+
+def test_exports_refuse_bad_input():
+    with pytest.raises(ConfigError, match=r"^--precision: "):
+        megatron_args(GPT3, TABLE5, "int8")
+    with pytest.raises(ConfigError, match=r"^--pp: "):
+        torchtitan_toml(GPT3, replace(TABLE5, pp=5), "bf16")
