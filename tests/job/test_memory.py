@@ -139,6 +139,29 @@ def test_gqa_and_ffn_width_replace_4h_and_h():
             - layer_activations(base, layout, "bf16")[0]) == delta
 
 
+def test_megatron_estimator_layer_formula():
+    """Megatron-LM's theoretical_memory_usage.py (selective recomputation with SP): a layer
+    keeps s b h (18 + 4 f / h) / t bytes; 34 at f = 4h, and the FFN width enters as here."""
+    spec = replace(bundled_specs()["gpt3-175b"], ffn_hidden=3 * 12288)
+    layout = Layout(8, 1, 1, 2, 2, recompute="selective", sequence_parallel=True)
+    sbh = 2048 * 2 * 12288
+    assert layer_activations(spec, layout, "bf16")[0] == sbh * (18 + 4 * 3) / 8
+
+
+def test_autocast_keeps_a_16_bit_weight_copy_per_microbatch():
+    """torch.autocast saves each linear's 16-bit weight for its backward: 2 B per layer
+    parameter per microbatch in flight (2 on stage 0), none kept under full recomputation."""
+    layout = small_layout()
+    bf16, autocast = (memory_per_gpu(SMALL, layout, p, 0) for p in ("bf16", "autocast"))
+    assert autocast.activations - bf16.activations == 2 * 4 * LAYER_TP2 * 2
+    assert (autocast.weights, autocast.gradients, autocast.optimizer) == (
+        4 * STAGE0, 4 * STAGE0, 8 * STAGE0)  # FP32 weights and gradients, Adam, no master
+    full = small_layout(recompute="full")
+    kept = [memory_per_gpu(SMALL, full, p, 0) for p in ("bf16", "autocast")]
+    assert kept[0].activations == kept[1].activations
+    assert kept[1].workspace - kept[0].workspace == 2 * LAYER_TP2  # the recomputed layer's
+
+
 def test_small_stash_by_hand():
     """TP 2 without SP, s b h = 2,048, 5 a s / h = 10: a layer keeps 2,048 (10 + 12 + 5) =
     55,296 B; the embedding 8 s b + s b h = 2,304 B; the head 2 p s b h = 8,192 B and FP32

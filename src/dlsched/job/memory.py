@@ -53,11 +53,15 @@ and the projection and the FP32 logits of the vocabulary-parallel loss ``4 s b V
 al., SC21, Sec. 2.2; Megatron's warm-up ``pp - s - 1`` forwards plus one), GPipe all ``m``, ZB-H1
 as 1F1B (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, Sec. 2.1: its peak is not
 above 1F1B's; the deferred weight-gradient inputs of later stages stay under the first stage's
-peak). Interleaved 1F1B runs Megatron-LM's order (``megatron/core/pipeline_parallel/
-schedules.py``: warm-up ``2 (pp - s - 1) + (chunks - 1) pp`` chunk-forwards, groups of ``pp``
-microbatches per chunk) and takes the peak of the bytes held; on the first stage that is
-``L (1 + (pp - 1) / (pp chunks))`` layers' worth, Korthikanti et al. Sec. 4.2.3's interleaving
-factor. Workspace: the ZeRO transients plus the larger of the recomputation and the 16-bit
+peak). Under ``autocast`` each microbatch also keeps a 16-bit copy of the weights of its layers
+and of the output projection: ``torch.autocast`` casts a weight once per autocast region (the
+forward of one microbatch) and the linear saves the cast for its backward (under full
+recomputation only the recomputed layer's, a transient). Interleaved 1F1B runs Megatron-LM's
+order (``megatron/core/pipeline_parallel/schedules.py``: warm-up ``2 (pp - s - 1) + (chunks -
+1) pp`` chunk-forwards, groups of ``pp`` microbatches per chunk) and takes the peak of the bytes
+held; on the first stage that is ``L (1 + (pp - 1) / (pp chunks))`` layers' worth, Korthikanti
+et al. Sec. 4.2.3's interleaving factor.
+Workspace: the ZeRO transients plus the larger of the recomputation and the 16-bit
 logits transients (they do not run together). Reserve: the CUDA context
 (``pipeline.memory_model.CONTEXT_BYTES``); fragmentation is the caller's (``usable_bytes``).
 """
@@ -88,6 +92,7 @@ PRECISIONS = ("bf16", "fp16", "autocast", "fp32")
 GRAD_BYTES = (2, 4)
 VOCAB_DIVISOR = 128  # Megatron-LM --make-vocab-size-divisible-by default
 PREFETCHED_UNITS = 2  # ZeRO-3: the unit in use and the next one, all-gathered ahead
+AUTOCAST_COPY_BYTES = 2  # torch.autocast's 16-bit cast of a weight, saved by its linear
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,8 @@ def _per_gpu(total: float, whole: float, tp: int) -> float:
 
 
 def layer_activations(spec: TransformerSpec, layout: Layout, precision: str) -> tuple[float, float]:
-    """One layer's stash per microbatch per GPU and the transient of recomputing it (bytes)."""
+    """One layer's stash per microbatch per GPU and the transient of recomputing it (bytes),
+    with autocast's 16-bit weight copy (module docstring)."""
     p = activation_bytes(precision)
     s, b, h, t = spec.seq, layout.microbatch_size, spec.hidden, layout.tp
     block = layer_memory(s, b, h, spec.heads, p, layout.sequence_parallel)
@@ -235,11 +241,12 @@ def layer_activations(spec: TransformerSpec, layout: Layout, precision: str) -> 
     none = _per_gpu(block.stash, whole_none, t) + widths / t
     selective = _per_gpu(block.selective, whole_selective, t) + widths / t
     kept = _per_gpu(block.input, whole_input, t)
+    copy = AUTOCAST_COPY_BYTES * layer_parameters_per_gpu(spec, t) if precision == "autocast" else 0
     if layout.recompute == "full":
-        return kept, none - kept
+        return kept, none + copy - kept
     if layout.recompute == "selective":
-        return selective, none - selective
-    return none, 0.0
+        return selective + copy, none - selective
+    return none + copy, 0.0
 
 
 def _block_per_gpu(block: BlockMemory, tp: int) -> float:
@@ -263,6 +270,8 @@ def chunk_stash(spec: TransformerSpec, layout: Layout, precision: str,
         head = head_memory(s, b, h, padded_vocab(spec.vocab, t), p, layout.sequence_parallel)
         logits = LOSS_BYTES * s * b * padded_vocab(spec.vocab, t) / t
         chunks[-1][0] += _block_per_gpu(head, t) - logits
+        if precision == "autocast":  # the output projection's 16-bit weight, saved per microbatch
+            chunks[-1][0] += AUTOCAST_COPY_BYTES * padded_vocab(spec.vocab, t) * h / t
         chunks[-1][1] += logits
     return [(acts, logits) for acts, logits in chunks]
 
