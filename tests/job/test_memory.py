@@ -247,6 +247,14 @@ def test_one_stage_holds_one_microbatch_but_gpipe_holds_all():
     assert gpipe.activations == 2 * one_f_one_b.activations
 
 
+def test_fits_leaves_the_reserve_and_fragmentation():
+    breakdown = memory_per_gpu(SMALL, small_layout(), "bf16")
+    model = breakdown.total - CONTEXT_BYTES
+    exact = CONTEXT_BYTES + model / (1 - 0.15)  # the capacity that leaves exactly `model`
+    assert breakdown.fits(exact * (1 + 1e-9)) and not breakdown.fits(exact * (1 - 1e-9))
+    assert breakdown.fits(CONTEXT_BYTES + model, fragmentation=0.0)
+
+
 def test_vocabulary_padding_follows_megatron():
     assert padded_vocab(50257, 1) == 50304 and padded_vocab(50257, 8) == 51200
     assert padded_vocab(51200, 8) == 51200

@@ -79,6 +79,7 @@ from dlsched.job.model_spec import TransformerSpec
 from dlsched.pipeline.memory_model import (
     ADAM_MOMENT_BYTES,
     CONTEXT_BYTES,
+    FRAGMENTATION,
     LOSS_BYTES,
     MASTER_WEIGHT_BYTES,
     TOKEN_ID_BYTES,
@@ -86,6 +87,7 @@ from dlsched.pipeline.memory_model import (
     embedding_memory,
     head_memory,
     layer_memory,
+    usable_bytes,
 )
 
 PRECISIONS = ("bf16", "fp16", "autocast", "fp32")
@@ -136,6 +138,11 @@ class MemoryBreakdown:
     def total(self) -> float:
         """All parts (bytes)."""
         return sum(self.parts().values())
+
+    def fits(self, capacity: float, fragmentation: float = FRAGMENTATION) -> bool:
+        """Whether the parts but the reserve fit what a GPU of ``capacity`` bytes leaves the
+        model (``pipeline.memory_model.usable_bytes``)."""
+        return self.total - self.reserve <= usable_bytes(capacity, self.reserve, fragmentation)
 
 
 def check_precision(precision: str, grad_bytes: int) -> None:
