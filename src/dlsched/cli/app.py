@@ -39,6 +39,9 @@ COMMANDS = {
                        "dataparallel --network`` reads."),
     "reproduce": Entry(()),
     "compute": Entry(("compute",), "Predicted compute time and MFU of a zoo model on a GPU."),
+    "plan": Entry(("plan",), "Plan a whole training job: TP x PP x DP, schedule, "
+                  "recomputation, ZeRO; iteration\ntime, FLOP rates, memory per GPU and "
+                  "exposed communication, against the baselines."),
     "pipeline": Entry(("pipeline",), "Synchronous pipeline planning (partition, mapping, "
                       "schedule)."),
     "train": Entry(("runtime", "training"), "Simulate training iterations (see the options); "
@@ -88,8 +91,8 @@ app.add_typer(reproduce, name="reproduce")
 def commands() -> typer.Typer:
     """The app with every domain's commands imported and registered (the CLI itself imports a
     domain when one of its commands runs)."""
-    register(("collective", "compute", "dataparallel", "pipeline", "runtime", "training",
-              "sweep"), app, reproduce)
+    register(("collective", "compute", "dataparallel", "pipeline", "plan", "runtime",
+              "training", "sweep"), app, reproduce)
     return app
 
 

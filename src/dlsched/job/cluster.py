@@ -5,8 +5,9 @@ A ``Cluster`` is a ``Topology`` (dimension 1 innermost), the compute preset of i
 precision. It comes from a node preset scaled to ``gpus`` GPUs (``dgx-a100``, ``dgx-h100``:
 an NVSwitch dimension of the node's 8 GPUs, then a non-blocking fabric of one NIC per GPU,
 modelled as a switch dimension over the nodes: halving-doubling when the nodes are a power of
-two, logarithmic in steps as NCCL's trees are, a ring otherwise) or from a multi-dimensional topology preset or
-file (``3D-FC_Ring_SW``; its NPUs are the GPUs).
+two, logarithmic in steps as NCCL's trees are, a ring otherwise) or from a multi-dimensional
+topology preset or file (``3D-FC_Ring_SW``; its NPUs are the GPUs). A group that uses part of
+a ring dimension is priced as a ring of its members (the wrap-around link assumed).
 
 Ranks are laid out as Megatron-LM lays them out (``--order`` default tp-cp-ep-dp-pp,
 ``megatron/core/parallel_state.py``): tensor-parallel ranks innermost, then data-parallel,
@@ -73,8 +74,9 @@ class Cluster:
 
     def group_topology(self, stride: int, size: int) -> Topology | None:
         """The network a group of ``size`` ranks ``stride`` apart spans (ranks laid out
-        innermost dimension first; None for a group of one); ConfigError when the group is not a product of whole
-        sub-blocks of the dimensions (it would need links the topology does not name)."""
+        innermost dimension first; None for a group of one); ConfigError when the group is
+        not a product of whole sub-blocks of the dimensions (it would need links the topology
+        does not name)."""
         if size == 1:  # a group of one: no links (its collectives cost nothing)
             return None
         dims, reach = [], 1

@@ -22,6 +22,7 @@ fused kernel.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.run import run_dataparallel
@@ -74,9 +75,16 @@ def dp_step(layer_params: list[int], other_params: int, final_backward: list[flo
     gathered = gather.seconds(total * WEIGHT_BYTES) if zero in (1, 2) else 0.0
     if policy == "none":
         return DPStep(reduce.seconds(total * GRAD_BYTES), optimizer, gathered)
-    grads = tuple(p * GRAD_BYTES for p in layer_params) + (other_params * GRAD_BYTES,)
-    backward = tuple(final_backward) + (0.0,)
-    problem = DPProblem((0.0,) * len(grads), backward, grads, CurveComm(reduce),
-                        model="rank")
+    grads = (*(int(p) * GRAD_BYTES for p in layer_params), int(other_params) * GRAD_BYTES)
+    backward = (*final_backward, 0.0)
+    return DPStep(_overlapped(grads, backward, reduce, policy), optimizer, gathered)
+
+
+@lru_cache(maxsize=4096)
+def _overlapped(grads: tuple[int, ...], backward: tuple[float, ...], reduce: CollectiveCurve,
+                policy: str) -> float:
+    """Seconds the policy's reduction outlasts the backward (kept per arguments: a
+    pipeline's middle ranks, and a layout evaluated again, ask for the same)."""
+    problem = DPProblem((0.0,) * len(grads), backward, grads, CurveComm(reduce), model="rank")
     result = run_dataparallel(problem, policy)
-    return DPStep(max(0.0, result.time_s - sum(backward)), optimizer, gathered)
+    return max(0.0, result.time_s - sum(backward))

@@ -172,7 +172,7 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
     peak = gpu_compute(job.cluster.gpu, job.precision).peak_flops
     per_rank = layout.chunks * (job.spec.layers // layout.virtual_stages)
     m = layout.num_microbatches
-    memory = peak_memory(job.spec, layout, _memory_precision(job.precision))
+    memory = peak_memory(job.spec, layout, job.precision)
     exposed = {"tp_s": m * per_rank * (costs.tp_forward_s + costs.tp_backward_s),
                "pp_s": max(0.0, replica.end - quiet.end),
                "dp_s": steps[critical].exposed_reduce + steps[critical].gather,
@@ -181,13 +181,8 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
     result = JobResult(layout, iteration, flops["hardware"] / (iteration * layout.gpus) / 1e12,
                        flops["model"] / (iteration * layout.gpus * peak),
                        flops["hardware"] / (iteration * layout.gpus * peak),
-                       memory.parts() if hasattr(memory, "parts") else dict(memory), exposed,
-                       replica, _bound(times))
-    return replace(result, notes=_notes(job, result))
-
-
-def _memory_precision(precision: str) -> str:
-    return "bf16" if precision == "autocast" else precision
+                       memory.parts(), exposed, replica, _bound(times))
+    return replace(result, notes=_notes(job, result, memory.fits(job.cluster.memory)))
 
 
 def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int):
@@ -238,14 +233,15 @@ def _bound(times: PipelineTimes) -> float:
     return max(work[r] + before[r] + after[r] for r in range(pp))
 
 
-def _notes(job: Job, result: JobResult) -> tuple[str, ...]:
+def _notes(job: Job, result: JobResult, fits: bool) -> tuple[str, ...]:
     notes = []
     gpu = gpu_compute(job.cluster.gpu, job.precision).gpu
     best = getattr(gpu.spec, "best_published_utilization", None)
     if best is not None and result.mfu > best:
         notes.append(f"MFU {result.mfu:.1%} is above the best published for {gpu.spec.name} "
                      f"({best:.0%}): treat the prediction with care")
-    if result.memory_bytes > job.cluster.memory:
-        notes.append(f"needs {format_bytes(result.memory_bytes)} per GPU, more than the "
-                     f"{format_bytes(job.cluster.memory)} a GPU has")
+    if not fits:
+        notes.append(f"needs {format_bytes(result.memory_bytes)} per GPU: more than a "
+                     f"{format_bytes(job.cluster.memory)} GPU leaves after its runtime "
+                     "reserve and fragmentation")
     return tuple(notes)

@@ -37,7 +37,9 @@ from dlsched.pipeline.schedules import (
     one_f_one_b_orders,
     zb_h1_orders,
 )
+from dlsched.pipeline.sim_result import SimResult
 from dlsched.pipeline.simulate import simulate
+from dlsched.sim.timeline import Timeline
 
 EVENT_RATE = 1e12  # FLOP/s of the simulator's stand-in GPUs: FLOP = seconds x this rate
 EVENT_BANDWIDTH = 1e9  # B/s of its links: bytes = seconds x this bandwidth
@@ -167,9 +169,9 @@ def _ship(rank: int, ready: float, seconds: float, link: list[float]) -> float:
     return link[rank]
 
 
-def event_pipeline(times: PipelineTimes) -> ReplicaTiming:
-    """The same replica run by the pipeline simulator (``pipeline.simulate``): stand-in GPUs
-    of ``EVENT_RATE`` FLOP/s and links of ``EVENT_BANDWIDTH`` B/s without latency carry the
+def _simulated(times: PipelineTimes) -> SimResult:
+    """The replica run by the pipeline simulator (``pipeline.simulate``): stand-in GPUs of
+    ``EVENT_RATE`` FLOP/s and links of ``EVENT_BANDWIDTH`` B/s without latency carry the
     seconds given, so only the schedule's execution differs from ``fast_pipeline``."""
     stages_n = times.pp * times.chunks
     if len(set(times.send)) > 1:
@@ -186,7 +188,17 @@ def event_pipeline(times: PipelineTimes) -> ReplicaTiming:
     stages = tuple(Stage(s, s + 1, (s % times.pp,)) for s in range(stages_n))
     orders = rank_orders(times.schedule, times.pp, times.chunks, times.num_microbatches)
     plan = PipelinePlan("job", stages, orders, times.num_microbatches, {}, "none", 1)
-    result = simulate(problem, plan)
+    return simulate(problem, plan)
+
+
+def event_timeline(times: PipelineTimes) -> Timeline:
+    """The simulated replica's timeline (ranks as resources, seconds)."""
+    return _simulated(times).timeline
+
+
+def event_pipeline(times: PipelineTimes) -> ReplicaTiming:
+    """``fast_pipeline``'s timing by the pipeline simulator (``_simulated``)."""
+    result = _simulated(times)
     starts, ends = [0.0] * times.pp, [0.0] * times.pp
     for span in result.timeline.spans:
         if span.kind in ("B", "I", "W", "backward") and span.end >= ends[_rank(span)]:

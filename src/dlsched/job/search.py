@@ -7,9 +7,11 @@ rank's layers, recomputation, sequence parallelism and ZeRO stage — minus what
 (``LayoutChoice``) or the space leaves out. Layouts that do not fit GPU memory are dropped
 first (closed form, ``job.memory``), the rest sorted by a lower bound on their pipeline
 (``evaluate._bound``: the busiest rank's compute and the forwards before and backwards after
-it), and evaluated fast in that order until the bound of the next passes the best time found;
-the ``REFINE`` best are evaluated again by the pipeline simulator and the fastest of those
-wins (its simulated time reported beside the fast one).
+it), and evaluated fast in that order, with the gradients reduced after the backward, until the
+bound of the next passes the ``SHORTLIST``-th best time found (overlapping the reduction only
+shortens an iteration, so no layout left out could beat them without it); the shortlist is
+evaluated again with the job's data-parallel policy, and its ``REFINE`` best by the pipeline
+simulator: the fastest of those wins (its simulated time reported beside the fast one).
 
 Spaces (``SPACES``): ``megatron`` is Megatron-LM SC21's practice (TP within a node, 1F1B or
 interleaved 1F1B, full recomputation, no sequence parallelism, gradients all-reduced after the
@@ -21,17 +23,17 @@ job names (dlsched's own by default).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
-from dlsched.job.evaluate import Job, JobResult, check_layout, evaluate, pipeline_times, _bound
+from dlsched.job.evaluate import Job, JobResult, _bound, check_layout, evaluate, pipeline_times
 from dlsched.job.layout import RECOMPUTE, SCHEDULES, ZERO_STAGES, Layout, LayoutChoice
 from dlsched.job.memory import peak_memory
 
 MICROBATCH_SIZES = (1, 2, 4, 8)
 MAX_CHUNKS = 8
+SHORTLIST = 6
 REFINE = 2
 
 
@@ -132,9 +134,7 @@ def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
             check_layout(job, layout)
         except ConfigError:
             continue
-        memory = peak_memory(job.spec, layout, job.precision if job.precision != "autocast"
-                             else "bf16")
-        if _total(memory) > usable:
+        if not peak_memory(job.spec, layout, job.precision).fits(usable):
             continue
         times, _, _ = pipeline_times(job, layout)
         ranked.append((_bound(times), layout))
@@ -143,20 +143,20 @@ def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
                           f"{job.cluster.num_gpus} GPUs of {usable / 2**30:.0f} GiB with "
                           f"the options given")
     ranked.sort(key=lambda item: (item[0], item[1].label()))
+    plain = replace(job, dp_policy="none")
     best: list[JobResult] = []
     evaluated = 0
     for bound, layout in ranked:
-        if len(best) >= REFINE and bound >= best[REFINE - 1].iteration_s:
+        if len(best) >= SHORTLIST and bound >= best[SHORTLIST - 1].iteration_s:
             break
-        best.append(evaluate(job, layout))
+        best.append(evaluate(plain, layout))
         evaluated += 1
-        best.sort(key=lambda r: r.iteration_s)
-        best = best[:REFINE]
-    refined = [(evaluate(job, r.layout, fast=False), r) for r in best]
-    simulated, winner = min(refined, key=lambda pair: pair[0].iteration_s)
+        best.sort(key=lambda r: (r.iteration_s, r.layout.label()))
+        best = best[:SHORTLIST]
+    overlapped = sorted((evaluate(job, r.layout) for r in best),
+                        key=lambda r: (r.iteration_s, r.layout.label()))[:REFINE]
+    refined = [(evaluate(job, r.layout, fast=False), r) for r in overlapped]
+    simulated, winner = min(refined, key=lambda pair: (pair[0].iteration_s,
+                                                       pair[1].layout.label()))
     return SearchResult(space.name, winner, evaluated, candidates, simulated.iteration_s)
 
-
-def _total(memory: object) -> float:
-    values = memory.parts() if hasattr(memory, "parts") else memory
-    return math.fsum(values.values())

@@ -1,0 +1,136 @@
+"""The job planner's entry point: a request as the command line gives it, the report it prints.
+
+``plan(request)`` evaluates the layout when every layout field is fixed (one row per
+collective policy), and otherwise searches dlsched's space and, with ``baselines``, each
+baseline's (``job.search.SPACES``) under the same evaluator, reporting dlsched's plan with the
+best baseline's layout and ``speedup_vs_best_baseline`` = the best baseline's time / dlsched's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from dlsched.job.cluster import load_cluster
+from dlsched.job.evaluate import Job, JobResult, evaluate, pipeline_times
+from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.layout import Layout, LayoutChoice
+from dlsched.job.model_spec import load_spec
+from dlsched.job.pipeline_time import event_timeline
+from dlsched.job.search import BASELINES, SPACES, search
+from dlsched.sim.timeline import Timeline
+
+LAYOUT_FIELDS = ("tp", "pp", "dp", "chunks", "microbatch_size", "schedule", "recompute",
+                 "sequence_parallel", "zero")
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What ``dlsched plan`` was asked (see its options)."""
+
+    model: str
+    cluster: str
+    gpus: int | None
+    gpu: str | None
+    precision: str
+    global_batch: int
+    fixed: dict[str, Any]
+    collective_policies: tuple[str, ...] = ("baseline",)
+    dp_policy: str = "usbyte"
+    baselines: bool = True
+
+
+@dataclass
+class PlanReport:
+    """Rows (one per collective policy), notes, and dlsched's plans for the exports."""
+
+    title: str
+    rows: list[dict[str, Any]]
+    notes: tuple[str, ...]
+    plans: list[tuple[Job, JobResult]] = field(default_factory=list)
+
+    def timelines(self) -> list[tuple[str, str, Timeline]]:
+        """Each plan's pipeline replica as the simulator runs it."""
+        out = []
+        for job, result in self.plans:
+            times, _, _ = pipeline_times(job, result.layout)
+            name = f"dlsched {job.collective_policy}"
+            out.append((name, f"{name}: {result.layout.label()}", event_timeline(times)))
+        return out
+
+    def megatron_args(self) -> str:
+        """Megatron-LM arguments of the first plan."""
+        job, result = self.plans[0]
+        return megatron_args(job.spec, result.layout, job.precision)
+
+    def torchtitan_toml(self) -> str:
+        """A TorchTitan config of the first plan."""
+        job, result = self.plans[0]
+        return torchtitan_toml(job.spec, result.layout, job.precision)
+
+
+def plan(request: PlanRequest) -> PlanReport:
+    """Evaluate or search (module docstring)."""
+    spec = load_spec(request.model)
+    cluster = load_cluster(request.cluster, request.gpus, request.gpu)
+    choice = LayoutChoice(request.global_batch, **{k: v for k, v in request.fixed.items()
+                                                   if v is not None})
+    fixed = choice.fixed()
+    complete = all(name in fixed for name in LAYOUT_FIELDS if name != "dp") and (
+        "dp" in fixed or ("tp" in fixed and "pp" in fixed))
+    rows, notes, plans = [], [], []
+    for policy in request.collective_policies:
+        job = Job(spec, cluster, request.precision, policy, request.dp_policy)
+        if complete:
+            layout = _complete_layout(choice, cluster.num_gpus)
+            result = evaluate(job, layout)
+            rows.append(_row(job, result, "given", None, None))
+        else:
+            found = search(job, choice, SPACES["dlsched"])
+            result = found.best
+            best = _best_baseline(job, choice) if request.baselines else None
+            rows.append(_row(job, result, "dlsched", best, found.simulated_s))
+        plans.append((job, result))
+        notes.extend(note for note in result.notes if note not in notes)
+    title = f"{spec.name} on {cluster.name} ({cluster.gpu}, {request.precision})"
+    return PlanReport(title, rows, tuple(notes), plans)
+
+
+def _complete_layout(choice: LayoutChoice, gpus: int) -> Layout:
+    fixed = dict(choice.fixed())
+    if "dp" not in fixed:
+        fixed["dp"] = max(1, gpus // (fixed["tp"] * fixed["pp"]))
+    fixed.setdefault("chunks", 1)
+    return Layout(**{k: fixed[k] for k in ("tp", "pp", "dp", "microbatch_size",
+                                          "global_batch", "chunks", "schedule", "recompute",
+                                          "sequence_parallel", "zero")})
+
+
+def _best_baseline(job: Job, choice: LayoutChoice) -> tuple[str, JobResult] | None:
+    found = []
+    for name in BASELINES:
+        try:
+            found.append((name, search(job, choice, SPACES[name]).best))
+        except Exception as error:  # a baseline whose space has no layout is skipped
+            from dlsched.errors import ConfigError
+
+            if not isinstance(error, ConfigError):
+                raise
+    return min(found, key=lambda item: item[1].iteration_s) if found else None
+
+
+def _row(job: Job, result: JobResult, planner: str, best: tuple[str, JobResult] | None,
+         simulated: float | None) -> dict[str, Any]:
+    row = {"planner": planner, "layout": result.layout.label(), **result.row(job)}
+    row["simulated_iteration_s"] = simulated
+    if best is not None:
+        name, other = best
+        row.update({"best_baseline": name, "best_baseline_layout": other.layout.label(),
+                    "best_baseline_iteration_s": other.iteration_s,
+                    "speedup_vs_best_baseline": other.iteration_s / result.iteration_s})
+    else:
+        row["speedup_vs_best_baseline"] = None
+    return row
+
+
+__all__ = ["PlanReport", "PlanRequest", "plan", "replace"]
