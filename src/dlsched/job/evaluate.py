@@ -222,14 +222,16 @@ def _flops(spec: TransformerSpec, layout: Layout) -> dict[str, float]:
 
 def _bound(times: PipelineTimes) -> float:
     """A lower bound on the replica: the busiest rank's compute, plus what the first
-    microbatch's forward must pass before that rank's first action can start and what the last
-    backward must pass after its last."""
+    microbatch's forward must pass before that rank's first action can start and, unless the
+    backward is split (ZB-H1: a rank may end on a weight gradient nothing waits for), what the
+    last backward must pass after its last."""
     pp, m = times.pp, times.num_microbatches
     work = [0.0] * pp
     for s, (f, b) in enumerate(zip(times.forward, times.backward, strict=True)):
         work[s % pp] += m * (f + b)
     before = [sum(times.forward[:r]) for r in range(pp)]
-    after = [sum(times.backward[:r]) for r in range(pp)]
+    share = 0.0 if times.schedule == "zb-h1" else 1.0
+    after = [share * sum(times.backward[:r]) for r in range(pp)]
     return max(work[r] + before[r] + after[r] for r in range(pp))
 
 

@@ -139,9 +139,11 @@ def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
         times, _, _ = pipeline_times(job, layout)
         ranked.append((_bound(times), layout))
     if not ranked:
-        raise ConfigError(f"{space.name}: no layout of {job.spec.name} fits "
+        given = " ".join(f"--{name.replace('_', '-')} {value}"
+                         for name, value in choice.fixed().items())
+        raise ConfigError(f"{space.name}: no layout of {job.spec.name} runs on (or fits) "
                           f"{job.cluster.num_gpus} GPUs of {usable / 2**30:.0f} GiB with "
-                          f"the options given")
+                          f"{given}; fix fewer options or add GPUs")
     ranked.sort(key=lambda item: (item[0], item[1].label()))
     plain = replace(job, dp_policy="none")
     best: list[JobResult] = []

@@ -1,0 +1,108 @@
+"""``dlsched plan`` and the job evaluator: one row per layout, searched plans no slower than a
+given layout, collective policies ordered, and refusals."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from dlsched.collectives import run_collective
+from dlsched.errors import ConfigError
+from dlsched.job.cluster import load_cluster
+from dlsched.job.collective_costs import curve
+from dlsched.job.evaluate import Job, evaluate
+from dlsched.job.layout import Layout, LayoutChoice
+from dlsched.job.model_spec import bundled_specs
+from dlsched.job.search import SPACES, search
+
+
+def _plan(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlsched", "plan", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_given_layout_prints_one_row_with_its_parts() -> None:
+    """Korthikanti et al.'s 175B configuration written as options: one row; its memory parts
+    add up to the total, its time is at least its bound, and the MFU note rides along."""
+    done = _plan("--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "64", "--tp", "8",
+                 "--pp", "8", "--chunks", "3", "--schedule", "interleaved",
+                 "--microbatch-size", "1", "--global-batch", "64", "--recompute", "selective",
+                 "--sequence-parallel", "--zero", "0", "--precision", "fp16", "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    (row,) = out["rows"]
+    assert (row["tp"], row["pp"], row["dp"], row["chunks"]) == (8, 8, 1, 3)
+    parts = sum(value for key, value in row.items()
+                if key.startswith("memory_") and key.endswith("_gib") and key != "memory_gib")
+    assert parts == pytest.approx(row["memory_gib"])
+    assert row["iteration_s"] >= row["bound_s"]
+    assert row["notes"] == out["notes"]
+
+
+def test_searched_plan_is_no_slower_than_a_given_layout() -> None:
+    """dlsched's search on 64 GPUs beats or equals Megatron-style TP8 x PP1 x DP8 and every
+    baseline's best, all priced by the same evaluator."""
+    spec = bundled_specs()["gpt-18.4b"]
+    job = Job(spec, load_cluster("dgx-a100", 64, None), "fp16", "baseline", "ddp")
+    choice = LayoutChoice(256)
+    ours = search(job, choice, SPACES["dlsched"]).best
+    given = evaluate(job, Layout(8, 1, 8, 4, 256, recompute="full"))
+    assert ours.iteration_s <= given.iteration_s
+    for name in ("megatron", "megatron-sp", "fsdp"):
+        assert ours.iteration_s <= search(job, choice, SPACES[name]).best.iteration_s * 1.0001
+
+
+def test_zero_stages_lower_memory_and_keep_the_layout_valid() -> None:
+    """On 64 GPUs with DP 8, ZeRO 1, 2, 3 each need less memory per GPU than the stage
+    before."""
+    spec = bundled_specs()["gpt-18.4b"]
+    job = Job(spec, load_cluster("dgx-a100", 64, None), "bf16")
+    memory = [evaluate(job, Layout(8, 1, 8, 4, 256, zero=z)).memory_bytes for z in range(4)]
+    assert memory[0] > memory[1] > memory[2] > memory[3]
+
+
+def test_one_dimension_curves_equal_direct_simulation() -> None:
+    """On one dimension the curve through two simulated sizes is the simulator's time at any
+    other size (0.3 GB, between them, and 5 GB, beyond)."""
+    group = load_cluster("dgx-a100", 64, None).group_topology(8, 8)
+    line = curve(group, "all-reduce", "baseline")
+    for size in (3 * 10**8, 5 * 10**9):
+        direct = run_collective(group, "all-reduce", size, 1, "baseline", "scf").time_s
+        assert line.seconds(size) == pytest.approx(direct, rel=1e-9)
+
+
+def test_collective_policies_order_the_exposed_data_parallel_time() -> None:
+    """On 3D-FC_Ring_SW with a DP group across its ring and switch dimensions, dlsched's
+    collectives leave at most Themis's exposed DP time, and Themis at most the baseline's."""
+    spec = bundled_specs()["gpt-1.7b"]
+    cluster = load_cluster("3D-FC_Ring_SW", None, None)
+    layout = Layout(8, 1, 128, 1, 512, recompute="full")
+    exposed = {policy: evaluate(Job(spec, cluster, "fp16", policy), layout).exposed["dp_s"]
+               for policy in ("baseline", "themis", "dlsched")}
+    assert exposed["dlsched"] <= exposed["themis"] * (1 + 1e-9)
+    assert exposed["themis"] <= exposed["baseline"] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (["--tp", "3", "--pp", "1", "--microbatch-size", "1", "--schedule", "1f1b",
+      "--recompute", "full", "--no-sequence-parallel", "--zero", "0"], "--tp"),
+    (["--schedule", "round-robin"], "--schedule"),
+    (["--collective-policy", "nccl"], "collective-policy"),
+    (["--cluster", "no-such-cluster"], "--cluster"),
+])
+def test_bad_input_exits_2_with_one_line(args: list[str], field: str) -> None:
+    """Refusals name the field."""
+    done = _plan("--gpus", "64", "--global-batch", "64", *args)
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert field in done.stderr
+
+
+def test_a_layout_on_more_gpus_than_the_cluster_is_refused() -> None:
+    """TP x PP x DP must equal the cluster's GPUs."""
+    job = Job(bundled_specs()["gpt-1.7b"], load_cluster("dgx-a100", 32, None))
+    with pytest.raises(ConfigError, match="differs from the cluster"):
+        evaluate(job, Layout(8, 1, 8, 1, 64))
