@@ -1,0 +1,100 @@
+"""Job planner speed (``dlsched plan``): one given GPT-3 175B layout evaluated on 128-3,072
+GPUs (median of 5 evaluations after a first that builds the collective curves), GPT-3 175B
+planned on 1,024 ``dgx-a100`` GPUs at global batch 1,536 (dlsched's space and the three
+baselines, CPU seconds and peak RSS of a fresh process), and every SC21 Table 1 row planned by
+dlsched at its published GPUs and batch (CPU seconds in all).
+
+Run: ``python -m benchmarks.bench_plan`` (rewrites the ``plan`` section of BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from benchmarks.common import host_facts, host_text, write_section
+from dlsched.experiments.megatron import ROWS
+from dlsched.job.cluster import load_cluster
+from dlsched.job.evaluate import Job, evaluate
+from dlsched.job.layout import Layout, LayoutChoice
+from dlsched.job.model_spec import bundled_specs
+from dlsched.job.search import SPACES, search
+
+PLAN_175B = ["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "1024",
+             "--global-batch", "1536", "--precision", "fp16", "--json"]
+
+
+def evaluation_times() -> list[tuple[int, float, float]]:
+    """(GPUs, first evaluation s, median of five more s) of TP8 x PP16 x DP, 1F1B, mb 1."""
+    spec, out = bundled_specs()["gpt3-175b"], []
+    for gpus in (128, 512, 1024, 2048, 3072):
+        job = Job(spec, load_cluster("dgx-a100", gpus, None), "fp16")
+        dp = gpus // 128
+        layout = Layout(8, 16, dp, 1, 96 * dp, recompute="selective", sequence_parallel=True)
+        start = time.process_time()
+        evaluate(job, layout)
+        first = time.process_time() - start
+        times = []
+        for _ in range(5):
+            start = time.process_time()
+            evaluate(job, layout)
+            times.append(time.process_time() - start)
+        out.append((gpus, first, statistics.median(times)))
+    return out
+
+
+def plan_175b() -> dict[str, float]:
+    """CPU seconds, peak RSS (MB) and the plan of ``dlsched plan`` in a fresh process."""
+    command = ["/usr/bin/time", "-f", "%U %S %M", sys.executable, "-m", "dlsched", *PLAN_175B]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    user, system, rss = done.stderr.strip().splitlines()[-1].split()
+    row = json.loads(done.stdout)["rows"][0]
+    return {"cpu_s": float(user) + float(system), "rss_mb": int(rss) / 1024,
+            "layout": row["layout"], "iteration_s": row["iteration_s"],
+            "baseline": row["best_baseline_layout"],
+            "speedup": row["speedup_vs_best_baseline"]}
+
+
+def plan_sc21() -> tuple[float, list[str]]:
+    """CPU seconds to plan every SC21 row with dlsched, and one line per row."""
+    specs, lines, total = bundled_specs(), [], 0.0
+    for row in ROWS:
+        job = Job(specs[row.name], load_cluster("dgx-a100", row.gpus, None), "fp16",
+                  dp_policy="usbyte")
+        given = Layout(row.tp, row.pp, row.dp, row.microbatch, row.batch, row.chunks,
+                       "interleaved" if row.chunks > 1 else "1f1b", "full")
+        start = time.process_time()
+        found = search(job, LayoutChoice(row.batch), SPACES["dlsched"])
+        elapsed = time.process_time() - start
+        total += elapsed
+        theirs = evaluate(job, given).iteration_s
+        lines.append(f"| {row.name} | {row.gpus} | {found.best.layout.label()} | "
+                     f"{found.best.iteration_s:.2f} | {theirs:.2f} | "
+                     f"{theirs / found.best.iteration_s:.3f} | {elapsed:.1f} |")
+    return total, lines
+
+
+def main() -> None:
+    facts = host_facts()
+    evals = evaluation_times()
+    big = plan_175b()
+    total, lines = plan_sc21()
+    text = [host_text(facts), "",
+            "One given layout of GPT-3 175B (TP8 x PP16 x DP, 1F1B, microbatch 1, 96 "
+            "microbatches per replica), CPU seconds per evaluation:", "",
+            "| GPUs | first (builds curves) | median of 5 |", "|---|---|---|",
+            *(f"| {g} | {a:.3f} | {b:.4f} |" for g, a, b in evals), "",
+            f"`dlsched {' '.join(PLAN_175B)}`: {big['cpu_s']:.1f} CPU-s, peak RSS "
+            f"{big['rss_mb']:.0f} MB; plan {big['layout']} at {big['iteration_s']:.2f} s, "
+            f"{big['speedup']:.3f}x the best baseline ({big['baseline']}).", "",
+            f"Every SC21 Table 1 row planned by dlsched: {total:.1f} CPU-s in all.", "",
+            "| row | GPUs | dlsched's plan | its iteration (s) | Megatron's configuration (s) | "
+            "speedup | planning CPU-s |", "|---|---|---|---|---|---|---|", *lines]
+    write_section("plan", "\n".join(text))
+
+
+if __name__ == "__main__":
+    main()
