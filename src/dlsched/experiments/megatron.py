@@ -15,9 +15,9 @@ parallelism in 2021: norms, dropout and residual additions repeated on every GPU
 the TP all-reduces block the GPUs, the data-parallel all-reduce of FP32 gradients runs after
 the last backward with Megatron's ``local`` DDP, and in DDP's buckets overlapping the backward
 (FP16 gradients) for the four rows run with ``torch`` DDP; the optimizer step is left out
-(under 1% of these iterations). The
-same model prices dlsched's own plan (the ``dlsched`` pipeline planner over the same GPUs,
-batch and microbatch size), so the speedup compares like with like.
+(under 1% of these iterations). dlsched's own plan comes from the job-level planner
+(``dlsched plan``, ``job.search``) over the same GPUs and batch, and its speedup is over
+Megatron's configuration priced by that planner's evaluator, so it compares like with like.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def reproduce_row(row: MegatronRow, compute: CalibratedCompute,
         "hfu": predicted * 1e12 / peak,
         "fitted": row.name == FITTED_ROW, "ours": None}
     if plan_ours:
-        out["ours"] = _our_plan(row, compute, sim.iteration_s, peak)
+        out["ours"] = _our_plan(row, compute.gpu.name)
     return out
 
 
@@ -178,29 +178,33 @@ def _model_flops(row: MegatronRow) -> float:
     return 0.75 * row.iteration_flops()
 
 
-def _our_plan(row: MegatronRow, compute: CalibratedCompute, megatron_s: float,
-              peak: float) -> dict[str, Any]:
-    from dlsched.pipeline.registry import configuration, run_planner
+def _our_plan(row: MegatronRow, device: str) -> dict[str, Any]:
+    """dlsched's plan of the row's GPUs and batch by the job planner (``dlsched plan``'s
+    search over TP, PP, DP, chunks, schedule, recomputation, sequence parallelism and ZeRO),
+    and its speedup over Megatron's configuration priced by the same evaluator."""
+    import time
 
-    problem = row_problem(row, compute, ("none", "selective", "full"))
-    result = run_planner(problem, "dlsched")
-    seconds = result.sim.iteration_s
-    executed = _model_flops(row) * _recompute_factor(result.plan.recompute, row)
-    return {**configuration(result.plan), "iteration_s": seconds,
-            "mfu": _model_flops(row) / (seconds * row.gpus * peak),
-            "hfu": executed / (seconds * row.gpus * peak),
-            "speedup": megatron_s / seconds, "planning_s": result.planning_s}
+    from dlsched.job.cluster import load_cluster
+    from dlsched.job.evaluate import Job, evaluate
+    from dlsched.job.layout import Layout, LayoutChoice
+    from dlsched.job.model_spec import bundled_specs
+    from dlsched.job.search import SPACES, search
 
-
-def _recompute_factor(mode: str, row: MegatronRow) -> float:
-    """FLOP executed / model FLOP: 4/3 with full recomputation, the attention core's share
-    again with selective, 1 without."""
-    if mode == "full":
-        return 4.0 / 3.0
-    if mode == "selective":
-        h, s = row.hidden, SEQ
-        return 1.0 + (s / (6 * h)) / (3 * (1 + s / (6 * h) + VOCAB / (16 * row.layers * h)))
-    return 1.0
+    job = Job(bundled_specs()[row.name], load_cluster("dgx-a100", row.gpus, device), "fp16",
+              dp_policy="ddp" if row.torch_ddp else "none")
+    theirs = evaluate(job, Layout(row.tp, row.pp, row.dp, row.microbatch, row.batch,
+                                  row.chunks, "interleaved" if row.chunks > 1 else "1f1b",
+                                  "full"))
+    start = time.process_time()
+    found = search(job, LayoutChoice(row.batch), SPACES["dlsched"]).best
+    layout = found.layout
+    return {"schedule": layout.schedule, "pp": layout.pp, "chunks": layout.chunks,
+            "dp": layout.dp, "tp": layout.tp, "recompute": layout.recompute,
+            "sequence_parallel": layout.sequence_parallel, "zero": layout.zero,
+            "microbatch": layout.microbatch_size, "iteration_s": found.iteration_s,
+            "mfu": found.mfu, "hfu": found.hfu, "megatron_iteration_s": theirs.iteration_s,
+            "speedup": theirs.iteration_s / found.iteration_s,
+            "planning_s": time.process_time() - start}
 
 
 def reproduce(rows: Iterable[MegatronRow] = ROWS, device: str = "a100",
