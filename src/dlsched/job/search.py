@@ -130,13 +130,13 @@ def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
     candidates = 0
     for layout in layouts(job, choice, space):
         candidates += 1
-        try:
+        try:  # a layout the model or the network cannot express (groups off the dimensions)
             check_layout(job, layout)
+            if not peak_memory(job.spec, layout, job.precision).fits(usable):
+                continue
+            times, _, _ = pipeline_times(job, layout)
         except ConfigError:
             continue
-        if not peak_memory(job.spec, layout, job.precision).fits(usable):
-            continue
-        times, _, _ = pipeline_times(job, layout)
         ranked.append((_bound(times), layout))
     if not ranked:
         given = " ".join(f"--{name.replace('_', '-')} {value}"
