@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from dlsched.cli.paths import check_files
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
 from dlsched.hardware import load_topology
@@ -24,7 +25,6 @@ from dlsched.validation import (
     DimSize,
     Seconds,
     check_output_path,
-    check_output_paths,
     parse_document,
 )
 
@@ -166,7 +166,7 @@ def test_output_paths(tmp_path: Path) -> None:
     assert check_output_path(tmp_path / "new" / "deeper" / "p.png", "--plot", (".png",))
     assert not (tmp_path / "new").exists()
     with pytest.raises(ConfigError, match="also given to --csv"):
-        check_output_paths({"--csv": (tmp_path / "r.csv", ()),
+        check_files({"--csv": (tmp_path / "r.csv", ()),
                             "--trace": (tmp_path / "." / "r.csv", ())})
 
 

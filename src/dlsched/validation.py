@@ -10,8 +10,9 @@ up memory or turn into a silently wrong number. The same limits serve three kind
 
 Each error is a ``ConfigError`` naming the field, the value and what is accepted. Files are read
 by ``read_text_file`` / ``load_document_safely`` (size, type, encoding, nesting depth and YAML
-alias expansion are limited), and ``check_output_paths`` refuses unwritable outputs before any
-computation. The limits are listed in docs/inputs.md.
+alias expansion are limited), and ``check_output_path`` refuses an unwritable output before
+any computation (``dlsched.cli.paths`` adds that no output may be an input or another output).
+The limits are listed in docs/inputs.md.
 """
 
 from __future__ import annotations
@@ -425,21 +426,3 @@ def check_output_path(path: str | Path, option: str, suffixes: tuple[str, ...] =
         raise ConfigError(f"{option}: {str(path)!r}: folder {str(parent)!r} is not writable; "
                           f"accepted: {accepted}")
     return path
-
-
-def check_output_paths(outputs: Mapping[str, tuple[Path | None, tuple[str, ...]]],
-                       inputs: Mapping[str, str | Path | None] | None = None) -> None:
-    """Check every given output ``{option: (path or None, suffixes)}`` (see
-    ``check_output_path``): two options may not name the same file, and no output may be one
-    of the command's ``inputs`` ``{option: path or None}`` (it would be overwritten)."""
-    seen: dict[Path, str] = {Path(os.path.abspath(path)): f"{option} (an input)"
-                             for option, path in (inputs or {}).items() if path is not None}
-    for option, (path, suffixes) in outputs.items():
-        if path is None:
-            continue
-        check_output_path(path, option, suffixes)
-        key = Path(os.path.abspath(path))
-        if key in seen:
-            raise ConfigError(f"{option}: {str(path)!r} is also given to {seen[key]}; accepted: "
-                              "a different file per output, none of them an input")
-        seen[key] = option

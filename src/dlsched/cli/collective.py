@@ -106,7 +106,9 @@ def collective(
     dlsched may use more chunks or a higher concurrency than given: the table shows the values
     each policy used.
     """
-    outputs = Outputs(json_out, csv, trace, plot)
+    outputs = Outputs(json_out, csv, trace, plot,
+                      inputs={"--topology": topology, "--astra-network": astra_network,
+                              "--astra-system": astra_system})
     num_bytes = MESSAGE_SIZE.parse(size, "--size")
     CHUNKS.check(chunks, "--chunks")
     CONCURRENCY.check(concurrency, "--concurrency")

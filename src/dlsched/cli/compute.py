@@ -12,10 +12,11 @@ import typer
 import yaml
 
 from dlsched.cli.options import announce, console, parse_names
+from dlsched.cli.paths import check_files
 from dlsched.cli.progress import progress_bar
 from dlsched.errors import ConfigError
-from dlsched.report import Column, render_table
-from dlsched.validation import BATCH, MAX_BATCH, check_output_path
+from dlsched.report import Column, render_table, write_text
+from dlsched.validation import BATCH, MAX_BATCH
 
 compute_app = typer.Typer(help="Predicted compute time and MFU of a zoo model on a GPU.",
                           invoke_without_command=True)
@@ -109,15 +110,13 @@ def calibrate_command(
     that --device accepts."""
     from dlsched.models.calibration import fit_constants, gpu_document, load_measurements
 
-    if out is not None:
-        check_output_path(out, "--out", (".yaml", ".yml"))
+    check_files({"--out": (out, (".yaml", ".yml"))}, {"MEASUREMENTS": measurements})
     data = load_measurements(measurements)
     fit = fit_constants(data.gpu, data.cases, data.source, data.constants)
     rows = [{"case": label, "measured_s": measured, "predicted_s": predicted,
              "error": predicted / measured - 1} for label, measured, predicted in fit.steps]
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(yaml.safe_dump(gpu_document(fit.gpu), sort_keys=False))
+        write_text(out, yaml.safe_dump(gpu_document(fit.gpu), sort_keys=False))
     if json_out:
         print(json.dumps({"gpu": gpu_document(fit.gpu), "cases": rows}))
     else:

@@ -82,7 +82,8 @@ def dataparallel(
     the rows as JSON. Writes, when asked: --csv (rows), --trace (one Chrome-trace file, one
     process per policy), --plot (PNG, a panel per policy).
     """
-    outputs = Outputs(json_out, csv, trace, plot)
+    outputs = Outputs(json_out, csv, trace, plot, inputs={
+        "--profile": profile, "--network": network, "--device": device})
     names = parse_names(policy, POLICIES, "--policy")
     setup = scenario_from_options(DataParallelScenario, locals() | {"policy": names[0]}).setup()
     problem, comm, workers, batch_size = setup.problem, setup.comm, setup.workers, \

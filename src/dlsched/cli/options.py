@@ -15,10 +15,11 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from dlsched.cli.paths import check_files
 from dlsched.errors import ConfigError
 from dlsched.report import plot_timelines, rows_to_csv, to_json, write_chrome_traces, write_text
 from dlsched.sim.timeline import Timeline
-from dlsched.validation import POLICY_ALIASES, check_output_paths
+from dlsched.validation import POLICY_ALIASES
 
 # Piped output (CI logs, files) gets a wide fixed width so tables are not squeezed.
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -89,8 +90,8 @@ def announce(what: str, path: Path, json_out: bool) -> None:
 @dataclass(frozen=True)
 class Outputs:
     """The files one command writes; constructing it checks every path before any work, in
-    one ``check_output_paths`` call with the command's ``others`` outputs (e.g. ``--save``)
-    and ``inputs``: no two outputs and no output and input may name the same file."""
+    one ``check_files`` call (``cli/paths.py``) with the command's ``others`` outputs (e.g.
+    ``--save``) and ``inputs``: no two outputs and no output and input may be the same file."""
 
     json_out: bool = False
     csv: Path | None = None
@@ -100,7 +101,7 @@ class Outputs:
     inputs: Mapping[str, str | Path | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        check_output_paths({"--csv": (self.csv, (".csv",)), "--trace": (self.trace, (".json",)),
+        check_files({"--csv": (self.csv, (".csv",)), "--trace": (self.trace, (".json",)),
                             "--plot": (self.plot, (".png",)), **self.others}, self.inputs)
 
     def timelines(self, named: Sequence[tuple[str, str, Timeline]], color_by: str) -> None:

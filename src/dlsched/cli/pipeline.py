@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -21,14 +21,16 @@ from dlsched.cli.options import (
     emit_rows,
     parse_names,
     scenario_from_options,
+    status_console,
     suffixed,
 )
 from dlsched.cli.progress import progress_bar
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
+from dlsched.errors import ConfigError
 from dlsched.experiments import pipeline as experiment
 from dlsched.hardware.device_config import device_preset_description, device_preset_names
 from dlsched.hardware.device_config import load_devices as load_graph
-from dlsched.pipeline import PLANNERS, PipelineResult, run_planner
+from dlsched.pipeline import PLANNERS, PipelineProblem, PipelineResult, run_planner
 from dlsched.pipeline.memory_model import (
     CONTEXT_BYTES,
     FRAGMENTATION,
@@ -116,6 +118,27 @@ def _write_outputs(results: list[PipelineResult], outputs: Outputs) -> None:
                        for r in results], color_by="kind")
 
 
+def _plan_each(problem: PipelineProblem, names: list[str], progress: Any
+               ) -> tuple[dict[str, PipelineResult], dict[str, str]]:
+    """Each planner's result by name, and why each planner that found no plan (e.g. no
+    configuration fits memory) was skipped; with a single planner, or when none finds a
+    plan, the (first) planner's error stands."""
+    results: dict[str, PipelineResult] = {}
+    skipped: dict[str, str] = {}
+    first: ConfigError | None = None
+    for name in progress(names, len(names)):
+        try:
+            results[name] = run_planner(problem, name)
+        except ConfigError as error:
+            if len(names) == 1:
+                raise
+            first = first or error
+            skipped[name] = str(error)
+    if not results and first is not None:
+        raise first
+    return results, skipped
+
+
 def plan(
     model: Annotated[str, typer.Option(help="Zoo model name or chain YAML/JSON file.")]
     = "gpt2-xl",
@@ -183,25 +206,35 @@ def plan(
     Writes, when asked: --csv (rows), --trace (one Chrome-trace file, one process per planner
     and GPU), --plot (PNG, a panel per planner), --save (plan JSON).
     """
-    outputs = Outputs(json_out, csv, trace, plot, others={"--save": (save, (".json",))},
-                      inputs={"--model": model, "--devices": devices})
+    names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "--planner")
+    saves = {name: suffixed(save, name, len(names) > 1) for name in names
+             if save is not None}
+    outputs = Outputs(json_out, csv, trace, plot,
+                      others={f"--save ({name})" if len(saves) > 1 else "--save": (path, (".json",))
+                              for name, path in saves.items()},
+                      inputs={"--model": model, "--devices": devices, "--gpu": gpu})
     link_sharing = check_network(renamed_option(link_sharing, network, "--link-sharing",
                                                 "--network", "fifo"), "--link-sharing")
-    names = list(PLANNERS) if planner == "all" else parse_names(planner, PLANNERS, "--planner")
     scenario = scenario_from_options(PipelineScenario, locals() | {"planner": names[0]})
     problem = scenario.problem()
     chain, modes = problem.chain, scenario.recompute_modes()
-    progress = progress_bar("planning", json_out)
-    results = [run_planner(problem, name) for name in progress(names, len(names))]
+    planned, skipped = _plan_each(problem, names, progress_bar("planning", json_out))
+    for name, reason in skipped.items():
+        (status_console if json_out else console).print(
+            f"note: {name} skipped (no plan; the others are compared): {reason}",
+            highlight=False)
+    results = list(planned.values())
     rows = _rows(results)
-    for result in results if save is not None else []:
-        path = suffixed(save, result.plan.planner, len(results) > 1)
-        save_plan(saved_from_result(result, microbatch_size), path)
-        announce("plan JSON", path, json_out)
+    for name, result in planned.items():
+        if name in saves:
+            save_plan(saved_from_result(result, microbatch_size), saves[name])
+            announce("plan JSON", saves[name], json_out)
     if json_out:
         _write_outputs(results, outputs)
         outputs.rows(rows, {"stages": results[0].plan.stages_text(),
-                            "orders": results[0].plan.schedule_text()})
+                            "orders": results[0].plan.schedule_text(),
+                            "skipped": [{"planner": name, "reason": reason}
+                                        for name, reason in skipped.items()]})
         return
     render_table(rows, SUMMARY_COLUMNS, f"{problem.chain.name} ({problem.chain.num_blocks} "
                  f"blocks), {microbatches} microbatches of {microbatch_size}, on "

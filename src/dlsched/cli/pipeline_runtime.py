@@ -15,6 +15,7 @@ from rich.table import Table
 
 from dlsched.cli.aliases import deprecated_command
 from dlsched.cli.options import announce, console, emit_rows
+from dlsched.cli.paths import check_files
 from dlsched.cli.progress import activity
 from dlsched.cli.runtime import (
     ChannelsLastOption,
@@ -34,7 +35,7 @@ from dlsched.pipeline.torch_export import (
 )
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace, write_text
 from dlsched.report.tables import seconds_as_ms
-from dlsched.validation import BATCH, DATA_SIZE, THREADS, Limit, check_output_paths, count
+from dlsched.validation import BATCH, DATA_SIZE, THREADS, Limit, count
 
 REPEATS = count("repeat count", 1, 1000)
 RANKS = count("rank count", 1, 64)
@@ -84,8 +85,8 @@ def profile(
     unused: UnusedOption = "skip",
 ) -> None:
     """Measure forward, backward(-input/-weight) time and bytes per block into a chain file."""
-    check_output_paths({"chain": (chain, (".yaml", ".yml", ".json")),
-                        "devices-out": (devices_out, (".yaml", ".yml", ".json"))})
+    check_files({"--chain": (chain, (".yaml", ".yml", ".json")),
+                 "--devices-out": (devices_out, (".yaml", ".yml", ".json"))})
     memory_bytes = DATA_SIZE.parse(memory, "memory")
     BATCH.check(microbatch_size, "microbatch-size")
     REPEATS.check(repeats, "repeats")
@@ -161,9 +162,9 @@ def export(
                                            )] = False,
 ) -> None:
     """Write a plan as torch.distributed.pipelining's per-rank action table + stage mapping."""
-    check_output_paths({"--torch-csv": (torch_csv, (".csv",)),
-                        "--mapping": (mapping or mapping_path_for(torch_csv), (".json",))},
-                       {"PLAN": plan})
+    check_files({"--torch-csv": (torch_csv, (".csv",)),
+                 "--mapping": (mapping or mapping_path_for(torch_csv), (".json",))},
+                {"PLAN": plan})
     saved = load_plan(plan)
     schedule = to_torch(saved.plan)
     written = write_torch_export(schedule, saved.device_names, torch_csv, mapping)
@@ -220,8 +221,10 @@ def run(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
     """Train with a plan on one CPU gloo process per rank; measured vs predicted iteration."""
-    check_output_paths({"--trace": (trace, (".json",)), "--plot": (plot, (".png",))},
-                       {"PLAN": plan, "--torch-csv": torch_csv})
+    check_files({"--trace": (trace, (".json",)), "--plot": (plot, (".png",))},
+                {"PLAN": plan, "--torch-csv": torch_csv,
+                 "--torch-csv's mapping": None if torch_csv is None
+                 else mapping_path_for(torch_csv)})
     ITERATIONS.check(iterations, "iterations")
     WARMUP.check(warmup, "warmup")
     TIMEOUT.check(timeout, "timeout")

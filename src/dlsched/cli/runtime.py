@@ -18,6 +18,7 @@ import typer
 
 from dlsched.cli.aliases import deprecated_command
 from dlsched.cli.options import announce, console, emit_rows, parse_names, status_console
+from dlsched.cli.paths import check_files
 from dlsched.cli.progress import activity
 from dlsched.dataparallel import POLICIES
 from dlsched.dataparallel.netfile import FIT_MODELS
@@ -27,7 +28,7 @@ from dlsched.report import Column, plot_timelines, render_table, write_chrome_tr
 from dlsched.report.tables import as_percent, seconds_as_ms
 from dlsched.runtime.dataparallel.calibrate import CHOICES
 from dlsched.units import parse_bytes
-from dlsched.validation import BATCH, LEARNING_RATE, THREADS, WORKERS, check_output_paths
+from dlsched.validation import BATCH, LEARNING_RATE, THREADS, WORKERS
 
 train_app = typer.Typer(help="Simulate training iterations (see the options); `train "
                         "dataparallel` is the deprecated spelling of `run dataparallel`.",
@@ -121,7 +122,7 @@ def profile_command(
 ) -> None:
     """Profile a torch module: per-parameter forward/backward seconds and gradient sizes, in
     the format ``dlsched dataparallel --profile`` reads."""
-    check_output_paths({"--out": (out, (".csv", ".json"))})
+    check_files({"--out": (out, (".csv", ".json"))})
     THREADS.check(threads, "--threads")
     if not 0 <= warmup <= 1000 or not 1 <= repeats <= 1000:
         raise ConfigError(f"repeats: need 0 <= warmup <= 1000 and 1 <= repeats <= 1000 (got "
@@ -191,7 +192,7 @@ def calibrate_command(
 ) -> None:
     """Time all-reduces across spawned ranks and fit alpha-beta, ring and piecewise models;
     write the network file ``dlsched dataparallel --network`` reads."""
-    check_output_paths({"--out": (out, (".yaml", ".yml", ".json"))})
+    check_files({"--out": (out, (".yaml", ".yml", ".json"))})
     WORKERS.check(workers, "workers")
     low, high = parse_bytes(min_size), parse_bytes(max_size)
     if not 4 <= low < high <= 2**32 or not 2 <= points <= 64 or not 1 <= repeats <= 1000:
@@ -274,8 +275,8 @@ def train_dataparallel(
 ) -> None:
     """Train ITERATIONS steps per policy through the plan executor (and real DDP as
     torch-ddp) on spawned gloo ranks; print measured vs predicted iteration time."""
-    check_output_paths({"--csv": (csv, (".csv",)), "--trace": (trace, (".json",)),
-                        "--plot": (plot, (".png",))})
+    check_files({"--csv": (csv, (".csv",)), "--trace": (trace, (".json",)),
+                 "--plot": (plot, (".png",))}, {"--network": network})
     if workers is not None:
         WORKERS.check(workers, "--workers")
     LEARNING_RATE.check(lr, "--lr")

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from dlsched.cli.options import CsvOption, Outputs
+from dlsched.cli.paths import database_files
 from dlsched.cli.progress import progress_bar
 from dlsched.errors import ConfigError
 from dlsched.sweep.executors import EXECUTORS, check_executor, open_executor
@@ -114,7 +115,7 @@ class Reproduction:
     resume: bool = False
 
     def __post_init__(self) -> None:
-        Outputs(self.json_out, self.csv)
+        Outputs(self.json_out, self.csv, others=database_files("--db", self.db))
 
     def rows(self, name: str, scenarios: Sequence[Any], run_scenario: RunScenario
              ) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ export, summarize and plot its results."""
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from pathlib import Path
@@ -13,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from dlsched.cli.options import console, emit_rows
+from dlsched.cli.paths import check_files, database_files
 from dlsched.cli.scenario_runs import (
     AddressOption,
     ExecutorOption,
@@ -21,7 +23,7 @@ from dlsched.cli.scenario_runs import (
     open_store,
 )
 from dlsched.errors import ConfigError
-from dlsched.report import Column, render_table, rows_to_csv, to_json, write_text
+from dlsched.report import Column, atomic_output, render_table, rows_to_csv, to_json, write_text
 from dlsched.report.tables import as_ratio
 from dlsched.sweep import (
     Grid,
@@ -35,7 +37,7 @@ from dlsched.sweep.executors import check_executor, default_workers
 from dlsched.sweep.runner import pending_tasks, time_scenarios
 from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
 from dlsched.units import format_duration, format_time
-from dlsched.validation import check_output_paths, count
+from dlsched.validation import count
 
 BATCH_SIZE = count("batch size", 1, 100_000)
 SAMPLE = 12
@@ -83,12 +85,20 @@ def run(
     = False,
 ) -> None:
     """Run every scenario of a grid file, committing one row per scenario as it finishes."""
+    if resume and overwrite:
+        raise ConfigError("--overwrite: contradicts --resume (one deletes the results file, "
+                          "the other continues it); accepted: one of them")
+    if retry_errors and not resume:
+        raise ConfigError("--retry-errors: reruns the error rows of a resumed sweep; "
+                          "accepted: with --resume")
     check_executor(executor, workers, address)
     if batch_size is not None:
         BATCH_SIZE.check(batch_size, "--batch-size")
-    loaded = load_grid(grid)
-    job = SweepJob.from_grid(loaded)
     path = db if db is not None else Path(grid.stem + ".db")
+    check_files(database_files("--db", path), {"GRID": grid})
+    loaded = load_grid(grid)
+    check_files(database_files("--db", path), {"GRID": grid, **_named_files(loaded)})
+    job = SweepJob.from_grid(loaded)
     if dry_run:
         _dry_run(job, loaded, path, workers, resume, json_out)
         return
@@ -101,6 +111,19 @@ def run(
             print(to_json({"name": job.name, "ran": ran, "skipped": len(job.tasks()) - len(todo),
                            "rows": store.count(), "errors": len(store.keys("error")),
                            "seconds": time.perf_counter() - start, "db": store.path}))
+
+
+def _named_files(grid: Grid) -> dict[str, str]:
+    """The existing files the grid's values name (topology, profile, chain files ...), each
+    by its place in the grid file: inputs the results file may not overwrite."""
+    spec = grid.spec
+    places = [(f"fixed.{name}", value) for name, value in spec.fixed.items()]
+    places += [(f"axes.{name}[{i}]", value) for name, values in spec.axes.items()
+               for i, value in enumerate(values)]
+    places += [(f"zip[{g}].{name}[{i}]", value) for g, group in enumerate(spec.zipped)
+               for name, values in group.items() for i, value in enumerate(values)]
+    return {f"GRID's {place}": value for place, value in places
+            if isinstance(value, str) and os.path.isfile(value)}
 
 
 def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume: bool,
@@ -171,7 +194,7 @@ def export(
     """Export a results file (one row per scenario, SI units) to CSV and/or Parquet."""
     if csv is None and parquet is None:
         raise ConfigError("export: give --csv PATH and/or --parquet PATH")
-    check_output_paths({"--csv": (csv, (".csv",)), "--parquet": (parquet, (".parquet",))})
+    check_files({"--csv": (csv, (".csv",)), "--parquet": (parquet, (".parquet",))}, {"DB": db})
     if parquet is not None:
         try:
             import pyarrow as pa
@@ -184,7 +207,8 @@ def export(
         write_text(csv, rows_to_csv(rows))
         console.print(f"wrote {len(rows)} rows to {csv}")
     if parquet is not None:
-        pq.write_table(pa.Table.from_pylist(rows), parquet)
+        with atomic_output(parquet) as temporary:
+            pq.write_table(pa.Table.from_pylist(rows), str(temporary))
         console.print(f"wrote {len(rows)} rows to {parquet}")
 
 
@@ -229,7 +253,7 @@ def summary(
 ) -> None:
     """Best policy per group and speedup tables (speedup_vs_BASELINE = baseline time / time,
     geometric mean over the group's cases)."""
-    check_output_paths({"--csv": (csv, (".csv",))})
+    check_files({"--csv": (csv, (".csv",))}, {"DB": db})
     cases, time_metric = _cases(db, baseline, metric)
     groups = _split(by) if by is not None else list(cases.params[:1])
     best = best_per_group(cases, groups)
@@ -269,7 +293,7 @@ def plot(
         raise ConfigError("plot: give --heatmap PATH and/or --line PATH")
     if quantity not in ("speedup", "time"):
         raise ConfigError(f"--quantity: unknown {quantity!r}; accepted: speedup, time")
-    check_output_paths({"--heatmap": (heatmap, (".png",)), "--line": (line, (".png",))})
+    check_files({"--heatmap": (heatmap, (".png",)), "--line": (line, (".png",))}, {"DB": db})
     cases, time_metric = _cases(db, baseline, metric)
     names = list(cases.params)
     x_name = x or (names[0] if names else None)

@@ -96,7 +96,9 @@ def train(
     is its deprecated spelling)."""
     if ctx.invoked_subcommand is not None:
         return
-    outputs = Outputs(json_out, csv, trace, plot)
+    outputs = Outputs(json_out, csv, trace, plot, inputs={
+        "--topology": topology, "--astra-network": astra_network,
+        "--astra-system": astra_system, "--astra-workload": astra_workload})
     names = parse_names(policy, [*TRAINING_POLICIES, *POLICY_ALIASES], "policy")
     setup = scenario_from_options(TrainingScenario, locals() | {"policy": names[0]}).setup()
     job, net, system = setup.workload, setup.topology, setup.system

@@ -6,11 +6,13 @@ from dlsched.report.chrome_trace import (
     write_chrome_trace,
     write_chrome_traces,
 )
+from dlsched.report.files import atomic_output, write_text
 from dlsched.report.plots import plot_timeline, plot_timelines
-from dlsched.report.tables import Column, render_table, rows_to_csv, to_json, write_text
+from dlsched.report.tables import Column, render_table, rows_to_csv, to_json
 
 __all__ = [
     "Column",
+    "atomic_output",
     "plot_timeline",
     "plot_timelines",
     "render_table",

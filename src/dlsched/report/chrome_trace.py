@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dlsched.report.files import write_text
 from dlsched.sim.timeline import Timeline
 
 _US_PER_SECOND = 1e6
@@ -70,7 +71,4 @@ def write_chrome_trace(timeline: Timeline, path: str | Path, name: str = "") -> 
 
 def write_chrome_traces(named: Sequence[tuple[str, Timeline]], path: str | Path) -> Path:
     """Write several named timelines (one process each, see ``traces_events``) to one file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(traces_events(named)))
-    return path
+    return write_text(path, json.dumps(traces_events(named)))

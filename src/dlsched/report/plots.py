@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlsched.report.files import atomic_output
 from dlsched.sim.timeline import Timeline
 from dlsched.units import format_time
 
@@ -69,8 +70,6 @@ def plot_timelines(panels: Sequence[tuple[str, Timeline]], path: str | Path,
     on the axis.
     """
     plt = pyplot()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     scale, unit = _time_scale(max(max(t.end for _, t in panels), 1e-12))
     heights = [max(len(_rows(t, t.lanes())), 1) for _, t in panels]
     figure, axes_list = plt.subplots(len(panels), 1, sharex=True, squeeze=False,
@@ -81,9 +80,10 @@ def plot_timelines(panels: Sequence[tuple[str, Timeline]], path: str | Path,
         _draw(axes, timeline, title, color_by, scale, keys)
     axes_list[-1, 0].set_xlabel(f"time ({unit})")
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
+    with atomic_output(path) as temporary:
+        figure.savefig(temporary, dpi=110, format="png")
     plt.close(figure)
-    return path
+    return Path(path)
 
 
 def plot_timeline(timeline: Timeline, path: str | Path, title: str = "",

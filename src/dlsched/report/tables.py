@@ -12,7 +12,6 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -65,14 +64,6 @@ def rows_to_csv(rows: Sequence[dict[str, Any]]) -> str:
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
-
-
-def write_text(path: str | Path, text: str) -> Path:
-    """Write text to ``path`` (creating folders) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    return path
 
 
 def to_json(payload: Any) -> str:

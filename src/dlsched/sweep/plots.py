@@ -11,6 +11,7 @@ import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 
 from dlsched.report import plots as _agg  # noqa: F401  (selects the Agg backend)
+from dlsched.report.files import atomic_output
 from dlsched.sweep.summary import Cases, aggregate
 from dlsched.units import format_bytes
 
@@ -91,8 +92,7 @@ def plot_lines(cases: Cases, x: str, path: str | Path, quantity: str, time_metri
 
 
 def _save(figure: plt.Figure, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110, bbox_inches="tight")
+    with atomic_output(path) as temporary:
+        figure.savefig(temporary, dpi=110, bbox_inches="tight", format="png")
     plt.close(figure)
-    return path
+    return Path(path)
