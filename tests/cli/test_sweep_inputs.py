@@ -107,8 +107,9 @@ def test_durations_are_printed_in_readable_units() -> None:
 
 
 def test_sweep_run_and_dry_run_print_json(tmp_path: Path, run_cli) -> None:
-    """``sweep GRID --json``: what ran as JSON (32 rows, none skipped); ``--dry-run --json``
-    the counts and an estimate in seconds (0 to run after the sweep, with --resume)."""
+    """``sweep GRID --json``: what ran as one JSON row (32 stored, none skipped); ``--dry-run
+    --json`` a row per timed scenario, the counts and an estimate in seconds (0 to run after
+    the sweep, with --resume)."""
     import json
 
     grid = tmp_path / "g.yaml"
@@ -116,11 +117,11 @@ def test_sweep_run_and_dry_run_print_json(tmp_path: Path, run_cli) -> None:
     db = tmp_path / "g.db"
     code, out, err = run_cli("sweep", str(grid), "--db", str(db), "--jobs", "1", "--json")
     assert code == 0, err
-    ran = json.loads(out)
-    assert (ran["ran"], ran["skipped"], ran["rows"], ran["errors"]) == (32, 0, 32, 0)
+    [ran] = json.loads(out)["rows"]
+    assert (ran["ran"], ran["skipped"], ran["stored"], ran["errors"]) == (32, 0, 32, 0)
     code, out, err = run_cli("sweep", str(grid), "--db", str(db), "--dry-run", "--resume",
                              "--json")
     assert code == 0, err
     estimate = json.loads(out)
     assert (estimate["scenarios"], estimate["distinct"], estimate["to_run"]) == (32, 32, 0)
-    assert estimate["estimate_s"] == 0 and all(s > 0 for s in estimate["sampled_s"])
+    assert estimate["estimate_s"] == 0 and all(row["seconds"] > 0 for row in estimate["rows"])

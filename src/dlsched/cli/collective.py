@@ -17,13 +17,16 @@ from dlsched.cli.options import (
     console,
     emit_rows,
     parse_names,
+    refuse_overrides,
+    status_console,
 )
 from dlsched.cli.progress import progress_bar
 from dlsched.cli.themis_reproduction import reproduce_themis
 from dlsched.collectives import POLICIES, CollectiveOp, CollectiveResult, run_collective
 from dlsched.collectives.astra_compat import AstraCompat, compat_notes
-from dlsched.hardware import load_topology, preset_description, preset_names
-from dlsched.interop import read_astra_network, read_astra_system
+from dlsched.hardware import Topology, load_topology, preset_description, preset_names
+from dlsched.interop import AstraSystem, read_astra_network, read_astra_system
+from dlsched.interop.astra_system import IMPLEMENTATION_KEYS
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_percent, as_ratio
 from dlsched.units import format_bandwidth, format_bytes, format_time
@@ -68,6 +71,7 @@ def _dimension_table(result: CollectiveResult) -> Table:
 
 
 def collective(
+    ctx: typer.Context,
     topology: Annotated[str, typer.Option(help="Preset name or YAML/JSON file.")]
     = DEFAULT_TOPOLOGY,
     op: Annotated[str, typer.Option(help="all-reduce, reduce-scatter, all-gather, all-to-all")]
@@ -92,8 +96,9 @@ def collective(
     astra_network: Annotated[Path | None, typer.Option(
         help="ASTRA-sim network YAML; replaces --topology (docs/interop.md).")] = None,
     astra_system: Annotated[Path | None, typer.Option(
-        help="ASTRA-sim system JSON: sets --chunks, --concurrency, --intra and each dimension's "
-             "algorithm; its inter-dimension policy runs first.")] = None,
+        help="ASTRA-sim system JSON: sets --chunks, --concurrency, --intra (giving another "
+             "value is refused) and each dimension's algorithm; its inter-dimension policy "
+             "runs first.")] = None,
     astra_compat: Annotated[bool, typer.Option(
         "--astra-compat", help="Emulate ASTRA-sim 2.x: reduction pass (local-mem-bw), "
         "FullyConnected direct on all links, its Themis tracker (docs/interop.md).")] = False,
@@ -118,8 +123,13 @@ def collective(
     compat = None
     if astra_compat:
         compat = AstraCompat() if system is None else system.compat()
-    if system is not None:
+    if system is not None and astra_system is not None:
+        refuse_overrides(ctx, "--astra-system", astra_system, {
+            "chunks": (chunks, system.chunks, "preferred-dataset-splits"),
+            "concurrency": (concurrency, system.concurrency, "active-chunks-per-dimension"),
+            "intra": (intra, system.intra.value, "intra-dimension-scheduling")})
         if op in set(CollectiveOp):
+            _note_shared_algorithm(system, net, CollectiveOp(op), json_out)
             net = system.apply(net, CollectiveOp(op))
         chunks, concurrency, intra = system.chunks, system.concurrency, system.intra.value
         names = [system.policy] + [n for n in names if n != system.policy]
@@ -153,6 +163,20 @@ def collective(
                         f"{r.plan.policy}, {len(r.plan.routes)} chunks, {r.plan.concurrency} "
                         "per dimension", r.timeline) for r in results], color_by="chunk")
     outputs.rows(rows)
+
+
+def _note_shared_algorithm(system: AstraSystem, net: Topology, op: CollectiveOp,
+                           json_out: bool) -> None:
+    """Say so when the system file gives ``op`` one algorithm for a network of several
+    dimensions: it replaces every dimension's own algorithm."""
+    algorithms = system.algorithms(op)
+    if algorithms is None or len(algorithms) != 1 or len(net.dims) == 1:
+        return
+    own = ", ".join(f"{d.kind.value} {d.algorithm.value}" for d in net.dims)
+    (status_console if json_out else console).print(
+        f"note: {IMPLEMENTATION_KEYS[op]} gives one algorithm ({algorithms[0].value}) for "
+        f"{len(net.dims)} dimensions: every dimension runs it, in place of their own ({own})",
+        highlight=False)
 
 
 def topologies(json_out: Annotated[bool, typer.Option(

@@ -16,10 +16,12 @@ from dlsched.cli.options import (
     console,
     parse_names,
     scenario_from_options,
+    status_console,
 )
 from dlsched.cli.progress import progress_bar
 from dlsched.cli.usbyte import reproduce_usbyte
 from dlsched.dataparallel import POLICIES, run_dataparallel
+from dlsched.dataparallel.network_spec import assumed_latency_note
 from dlsched.models import training_flops
 from dlsched.report import Column, render_table
 from dlsched.report.tables import as_ratio
@@ -85,6 +87,9 @@ def dataparallel(
     outputs = Outputs(json_out, csv, trace, plot, inputs={
         "--profile": profile, "--network": network, "--device": device})
     names = parse_names(policy, POLICIES, "--policy")
+    note = assumed_latency_note(network)
+    if note is not None:
+        (status_console if json_out else console).print(f"note: {note}", highlight=False)
     setup = scenario_from_options(DataParallelScenario, locals() | {"policy": names[0]}).setup()
     problem, comm, workers, batch_size = setup.problem, setup.comm, setup.workers, \
         setup.batch_size

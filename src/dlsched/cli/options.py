@@ -75,6 +75,23 @@ def parse_names(text: str, accepted: Iterable[str], field: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def refuse_overrides(ctx: typer.Context, source: str, path: Path,
+                     settings: Mapping[str, tuple[Any, Any, str]]) -> None:
+    """Refuse an option the user gave that a file ``path`` (given to ``source``) also sets
+    to another value, e.g. ``--chunks 8`` with a system file of 64 splits: ``settings`` maps
+    each parameter name to (the option's value, the file's value, the file's key). An option
+    left at its default silently takes the file's value, as documented."""
+    for name, (given, from_file, key) in settings.items():
+        origin = ctx.get_parameter_source(name)  # typer's own copy of click's enum: by name
+        if origin is None or origin.name not in ("COMMANDLINE", "ENVIRONMENT"):
+            continue
+        if given != from_file:
+            option = "--" + name.replace("_", "-")
+            raise ConfigError(f"{option}: {given} contradicts {source} {str(path)!r}, whose "
+                              f"{key} is {from_file}; accepted: {from_file}, or leave "
+                              f"{option} out (the file sets it)")
+
+
 def suffixed(path: Path, suffix: str, many: bool) -> Path:
     """``path`` with ``-suffix`` before its extension when several results share one option."""
     return path.with_name(f"{path.stem}-{suffix}{path.suffix}") if many else path

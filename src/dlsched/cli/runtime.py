@@ -22,7 +22,7 @@ from dlsched.cli.paths import check_files
 from dlsched.cli.progress import activity
 from dlsched.dataparallel import POLICIES
 from dlsched.dataparallel.netfile import FIT_MODELS
-from dlsched.dataparallel.network_spec import network_for_workers
+from dlsched.dataparallel.network_spec import assumed_latency_note, network_for_workers
 from dlsched.errors import ConfigError
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, seconds_as_ms
@@ -71,6 +71,20 @@ def _require_torch() -> None:
     if importlib.util.find_spec("torch") is None:
         raise ConfigError("torch: not installed; the runtime commands need the optional "
                           "extra: pip install 'dlsched[torch]' (CPU: pip install torch==2.13.0)")
+
+
+def _check_backend(backend: str) -> None:
+    """Refuse NCCL, before any rank is spawned, where this torch cannot run it (a CPU build,
+    no visible GPU, no NCCL in the build)."""
+    if backend != "nccl":
+        return
+    import torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available() or not dist.is_nccl_available():
+        what = "has no NCCL" if torch.cuda.is_available() else "sees no CUDA GPU"
+        raise ConfigError(f"--backend: nccl needs CUDA GPUs and NCCL; this torch "
+                          f"{torch.__version__} {what}; accepted: gloo (CPU ranks)")
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -205,6 +219,7 @@ def calibrate_command(
     options = _spawn_options(backend=backend, timeout_s=timeout, comm_nice=comm_nice,
                              own_sessions=False)
     _require_torch()
+    _check_backend(backend)
     from dlsched.runtime.dataparallel.calibrate import loads_document, time_loads, write_network
     from dlsched.runtime.spawn import spawn
 
@@ -285,6 +300,8 @@ def train_dataparallel(
         raise ConfigError("policy: --trace and --plot show the plan executor's measured "
                           "timeline; add a dlsched policy (torch-ddp is not recorded)")
     workers = network_for_workers(network, workers, default=2)[1] or 2
+    if (note := assumed_latency_note(network)) is not None:
+        (status_console if json_out else console).print(f"note: {note}", highlight=False)
     options = _spawn_options(timeout_s=timeout, deadline_s=3600, comm_nice=comm_nice,
                              own_sessions=False)
     _require_torch()

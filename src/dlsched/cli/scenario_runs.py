@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,10 +22,10 @@ from rich.markup import escape
 from dlsched.cli.options import CsvOption, Outputs
 from dlsched.cli.paths import database_files
 from dlsched.cli.progress import progress_bar
-from dlsched.errors import ConfigError
+from dlsched.errors import ConfigError, RunFailure
 from dlsched.sweep.executors import EXECUTORS, check_executor, open_executor
 from dlsched.sweep.reproduce import RunScenario, collect_rows, reproduction_job
-from dlsched.sweep.runner import SweepIncomplete, SweepJob, iter_sweep, pending_tasks
+from dlsched.sweep.runner import PendingTasks, SweepIncomplete, SweepJob, iter_sweep
 from dlsched.sweep.store import ResultStore, read_meta
 from dlsched.units import format_duration
 from dlsched.validation import check_output_path
@@ -63,30 +64,33 @@ def open_store(db: Path, job: SweepJob, resume: bool, overwrite: bool) -> Result
 
 
 def _report(store: ResultStore, ran: int, skipped: int, seconds: float) -> None:
-    errors = len(store.keys("error"))
+    errors = store.count("error")
     rate = f", {ran / seconds:,.1f} scenarios/s" if seconds > 0 and ran else ""
     status.print(f"ran {ran} scenarios in {format_duration(seconds)}{rate}; {skipped} already "
                  f"in the store were skipped; {store.count()} rows in {store.path} "
                  f"({errors} errors)", highlight=False)
 
 
-def execute(job: SweepJob, store: ResultStore, todo: list, executor: str, workers: int | None,
-            address: str | None, batch_size: int | None, quiet: bool) -> int:
-    """Run ``todo`` with a progress bar and a closing report on stderr; the number run. Ctrl-C
-    exits 130 and lost workers exit 1, both after saying that the committed rows can be
-    resumed."""
+def execute(job: SweepJob, store: ResultStore, todo: PendingTasks, executor: str,
+            workers: int | None, address: str | None, batch_size: int | None,
+            quiet: bool) -> int:
+    """Run ``todo`` (streamed: the first scenarios start at once, whatever the grid's size)
+    with a progress bar and a closing report on stderr; the number run. Ctrl-C exits 130 and
+    lost workers exit 1, both after saying that the committed rows can be resumed."""
     check_executor(executor, workers, address)
-    skipped = len(job.tasks()) - len(todo)
     start = time.perf_counter()
     ran = 0
+    tasks = iter(todo)
     try:
-        if not todo:
+        first = next(tasks, None)
+        if first is None:
             return 0
         with open_executor(executor, workers, address) as engine:
-            status.print(f"{job.name}: {len(todo)} scenarios to run on {engine.description}",
-                         highlight=False)
+            status.print(f"{job.name}: {todo.estimate} scenarios to run on "
+                         f"{engine.description}", highlight=False)
             progress = progress_bar("sweeping", quiet)
-            for _ in progress(iter_sweep(job, store, engine, todo, batch_size), len(todo)):
+            for _ in progress(iter_sweep(job, store, engine, itertools.chain([first], tasks),
+                                         batch_size, todo.estimate), todo.estimate):
                 ran += 1
     except KeyboardInterrupt:
         status.print(f"interrupted: {store.count()} rows are committed in {store.path}; rerun "
@@ -96,7 +100,7 @@ def execute(job: SweepJob, store: ResultStore, todo: list, executor: str, worker
         status.print(f"[bold red]incomplete:[/] {escape(str(error))}", highlight=False)
         raise typer.Exit(1) from None
     finally:
-        _report(store, ran, skipped, time.perf_counter() - start)
+        _report(store, ran, todo.skipped, time.perf_counter() - start)
     return ran
 
 
@@ -120,7 +124,8 @@ class Reproduction:
     def rows(self, name: str, scenarios: Sequence[Any], run_scenario: RunScenario
              ) -> list[dict[str, Any]]:
         """Run the reproduction's scenarios through the sweep runner; its table rows in
-        scenario order (failed scenarios are reported on stderr and left out)."""
+        scenario order (failed scenarios are reported on stderr and left out; RunFailure,
+        exit 1, when every one failed)."""
         check_executor(self.executor, self.workers, self.address)
         job = reproduction_job(name, scenarios, run_scenario)
         if self.resume and self.db is None:
@@ -128,11 +133,14 @@ class Reproduction:
         store = (open_store(self.db, job, self.resume, overwrite=False) if self.db is not None
                  else ResultStore(":memory:", job.columns, job.meta))
         with store:
-            execute(job, store, pending_tasks(job, store), self.executor, self.workers,
+            execute(job, store, PendingTasks(job, store), self.executor, self.workers,
                     self.address, None, self.json_out)
             rows, errors = collect_rows(job, store)
         for error in errors:
             status.print(f"[bold red]scenario failed:[/] {escape(error)}", highlight=False)
+        if errors and not rows:
+            raise RunFailure(f"{name}: every scenario failed ({len(errors)}; the first: "
+                             f"{errors[0]}), so there is nothing to show")
         return rows
 
     def emit(self, rows: Sequence[dict[str, Any]], extra: dict[str, Any]) -> None:

@@ -34,14 +34,17 @@ from dlsched.sweep import (
     scenario_key,
 )
 from dlsched.sweep.executors import check_executor, default_workers
-from dlsched.sweep.runner import pending_tasks, time_scenarios
+from dlsched.sweep.runner import PendingTasks, time_scenarios
 from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
 from dlsched.units import format_duration, format_time
 from dlsched.validation import count
 
 BATCH_SIZE = count("batch size", 1, 100_000)
 SAMPLE = 12
-"""Scenarios ``--dry-run`` times (at most 30 s of them, see ``time_scenarios``)."""
+"""Scenarios ``--dry-run`` times (after one warm-up; see ``time_scenarios``)."""
+TIMING_BUDGET_S = 3.0
+"""Seconds ``--dry-run`` spends timing the sample after a warm-up of at most 3 s, so it answers
+in seconds even where one scenario runs for minutes (the estimate is then a lower bound)."""
 
 
 class _RunByDefault(TyperGroup):
@@ -103,14 +106,15 @@ def run(
         _dry_run(job, loaded, path, workers, resume, json_out)
         return
     with open_store(path, job, resume, overwrite) as store:
-        todo = pending_tasks(job, store, retry_errors)
+        todo = PendingTasks(job, store, retry_errors)
         start = time.perf_counter()
         ran = execute(job, store, todo, executor, workers, address, batch_size,
                       quiet or json_out)
         if json_out:
-            print(to_json({"name": job.name, "ran": ran, "skipped": len(job.tasks()) - len(todo),
-                           "rows": store.count(), "errors": len(store.keys("error")),
-                           "seconds": time.perf_counter() - start, "db": store.path}))
+            print(to_json({"rows": [{"name": job.name, "ran": ran, "skipped": todo.skipped,
+                                     "stored": store.count(), "errors": store.count("error"),
+                                     "seconds": time.perf_counter() - start,
+                                     "db": store.path}]}))
 
 
 def _named_files(grid: Grid) -> dict[str, str]:
@@ -129,7 +133,8 @@ def _named_files(grid: Grid) -> dict[str, str]:
 def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume: bool,
              json_out: bool) -> None:
     """Count the grid's scenarios, distinct ones and (with ``resume``) those still to run
-    without listing them (a grid may hold 10**7), and time up to 3 spread over the grid."""
+    without listing them (a grid may hold 10**7), and time up to ``SAMPLE`` scenarios spread
+    over the grid for ``TIMING_BUDGET_S`` seconds at most."""
     distinct, done = grid.distinct_count, 0
     if resume and path.exists():
         for row in read_rows(path):
@@ -137,26 +142,42 @@ def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume:
             done += index is not None and row["key"] == scenario_key(
                 job.domain, {name: grid.scenario(index)[name] for name in job.params})
     todo = distinct - done
-    seconds = time_scenarios(job, [("", i, grid.scenario(i))
-                                   for i in _stratified_sample(grid, SAMPLE + 1)])
+    sample = _stratified_sample(grid, SAMPLE + 1)
+    timed = time_scenarios(job, [("", i, grid.scenario(i)) for i in sample], TIMING_BUDGET_S)
+    seconds = timed.seconds + ([timed.unfinished_s] if timed.unfinished_s is not None else [])
     per = sum(seconds) / len(seconds)
     slots = check_executor("process", workers)
     parallel = min(slots, default_workers(), max(todo, 1))
     spread = max(seconds) / max(min(seconds), 1e-9)
+    at_least = "at least " if timed.unfinished_s is not None else ""
     if json_out:
-        print(to_json({"name": job.name, "scenarios": grid.count, "distinct": distinct,
-                       "to_run": todo, "sampled_s": seconds, "per_scenario_s": per,
-                       "estimate_s": per * todo / parallel, "workers": slots,
-                       "usable_cores": default_workers()}))
+        timed_indices = sample[:-1] if len(sample) > 1 else sample
+        rows = [{"scenario": index, "seconds": s, "finished": k < len(timed.seconds)}
+                for k, (index, s) in enumerate(zip(timed_indices, seconds, strict=False))]
+        print(to_json({"rows": rows, "name": job.name, "scenarios": grid.count,
+                       "distinct": distinct, "to_run": todo, "per_scenario_s": per,
+                       "estimate_s": per * todo / parallel, "lower_bound": bool(at_least),
+                       "workers": slots, "usable_cores": default_workers()}))
         return
+    if not timed.warmed:
+        console.print(f"{job.name}: {grid.count} scenarios in the grid ({distinct} distinct), "
+                      f"{todo} to run; the first scenario timed (imports included) was still "
+                      f"running after {format_time(per, 3)}, so at least about "
+                      f"{format_duration(per * todo / parallel)} with {slots} workers on "
+                      f"{default_workers()} usable cores (a lower bound: timing stops after a "
+                      "few seconds)", highlight=False)
+        return
+    cut = (f"; timing stopped after {TIMING_BUDGET_S:g} s with a scenario still running after "
+           f"{format_time(timed.unfinished_s, 3)}, counted as that: a lower bound"
+           if timed.unfinished_s is not None else "")
     console.print(f"{job.name}: {grid.count} scenarios in the grid ({distinct} distinct), "
-                  f"{todo} to run; about {format_time(per, 3)} each when run alone here, so "
-                  f"about {format_duration(per * todo / parallel)} with {slots} workers on "
-                  f"{default_workers()} usable cores (mean of {len(seconds)} scenarios sampled "
-                  f"across every parameter's values after one warm-up: "
-                  f"{format_time(min(seconds), 3)} to {format_time(max(seconds), 3)} each"
-                  + (f"; they differ {spread:.0f}x, so the estimate is rough" if spread > 10
-                     else "") + ")", highlight=False)
+                  f"{todo} to run; {at_least}about {format_time(per, 3)} each when run alone "
+                  f"here, so {at_least}about {format_duration(per * todo / parallel)} with "
+                  f"{slots} workers on {default_workers()} usable cores (mean of "
+                  f"{len(seconds)} scenarios sampled across every parameter's values after one "
+                  f"warm-up: {format_time(min(seconds), 3)} to {format_time(max(seconds), 3)} "
+                  "each" + (f"; they differ {spread:.0f}x, so the estimate is rough"
+                            if spread > 10 else "") + cut + ")", highlight=False)
 
 
 def _stratified_sample(grid: Grid, count: int) -> list[int]:
@@ -189,7 +210,9 @@ def export(
     csv: Annotated[Path | None, typer.Option(help="Write every row as CSV.")] = None,
     parquet: Annotated[Path | None, typer.Option(help="Write every row as Parquet (needs "
                                                  "pyarrow).")] = None,
-    where: Annotated[str, typer.Option(help="SQL condition, e.g. \"status = 'ok'\".")] = "",
+    where: Annotated[str, typer.Option(help="Row filter: COLUMN OP VALUE clauses joined by "
+                                       "AND (OP: =, !=, <, <=, >, >=, like), e.g. \"status = "
+                                       "ok AND size >= 1000000\"; never run as SQL.")] = "",
 ) -> None:
     """Export a results file (one row per scenario, SI units) to CSV and/or Parquet."""
     if csv is None and parquet is None:

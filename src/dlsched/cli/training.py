@@ -15,6 +15,7 @@ from dlsched.cli.options import (
     PlotOption,
     console,
     parse_names,
+    refuse_overrides,
     scenario_from_options,
 )
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
@@ -102,6 +103,10 @@ def train(
     names = parse_names(policy, [*TRAINING_POLICIES, *POLICY_ALIASES], "policy")
     setup = scenario_from_options(TrainingScenario, locals() | {"policy": names[0]}).setup()
     job, net, system = setup.workload, setup.topology, setup.system
+    if system is not None and astra_system is not None:
+        refuse_overrides(ctx, "--astra-system", astra_system, {
+            "chunks": (chunks, system.chunks, "preferred-dataset-splits"),
+            "concurrency": (concurrency, system.concurrency, "active-chunks-per-dimension")})
     if setup.compat is None and (system is not None or astra_network is not None):
         _astra_notes(job, net, names, system)
     wanted = names if "baseline" in names else [*names, "baseline"]

@@ -60,6 +60,16 @@ def parse_network(text: str, workers: int) -> CommModel:
     raise ConfigError(f"network: {text!r} is not understood; accepted: {ACCEPTED}")
 
 
+def assumed_latency_note(text: str) -> str | None:
+    """The note a formula network without a latency (``ring:10Gb/s``) deserves: its per-step
+    latency is taken as 0 s, which makes small all-reduces free of start-up cost."""
+    formula, colon, rest = text.partition(":")
+    if not colon or formula not in FORMULAS or "," in rest:
+        return None
+    return (f"--network {text!r} gives no per-step latency: 0 s is assumed (give one, e.g. "
+            f"'{text},5us')")
+
+
 DEFAULT_WORKERS = 8
 """Data-parallel ranks of a formula network (``ring:...``) when no count is given."""
 

@@ -182,6 +182,18 @@ class GridScenarios(Sequence[dict[str, Any]]):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self.grid.scenarios()
 
+    def distinct(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(index, scenario) of each distinct scenario, first occurrences in order, without
+        remembering those seen: blocks set disjoint parameters, so a scenario repeats an
+        earlier one exactly when some block's entry repeats an earlier entry of that block."""
+        grid = self.grid
+        firsts = [sorted(block.first_index.values()) for block in grid.blocks]
+        for entries in itertools.product(*firsts):
+            index = 0
+            for block, entry in zip(grid.blocks, entries, strict=True):
+                index = index * block.size + entry
+            yield index, grid._params(entries)
+
 
 def _identity(values: dict[str, Any]) -> str:
     """What tells two blocks' entries apart: their JSON text, as in ``scenario_key``."""
@@ -228,6 +240,21 @@ def _place(where: str, field: str, index: int) -> str:
     return f"{where}[{index}]" if where.startswith("axes.") else f"{where}.{field}[{index}]"
 
 
+def _check_baseline(baseline: str | None, policy_param: str, fixed: dict[str, Any],
+                    blocks: list[Block]) -> None:
+    """The grid's ``baseline`` must be one of the policies it runs (``summary`` and ``plot``
+    compare against it): refused before any scenario runs, naming the policies. ``fixed``:
+    the parameters the grid file fixes (not the domain's defaults)."""
+    if baseline is None:
+        return
+    policies = [fixed[policy_param]] if policy_param in fixed else []
+    for block in blocks:
+        policies += block.values.get(policy_param, [])
+    if baseline not in policies:
+        raise ConfigError(f"baseline: {baseline!r} is not a {policy_param} of this grid; "
+                          "accepted: " + ", ".join(dict.fromkeys(map(str, policies))))
+
+
 def build_grid(spec: GridSpec) -> Grid:
     """Check names against the domain, validate every value, normalize units."""
     domain = get_domain(spec.domain)
@@ -246,6 +273,8 @@ def build_grid(spec: GridSpec) -> Grid:
                    for i in range(block.size)]
         normal.append(Block(block.where, {name: [e[name] for e in entries]
                                           for name in block.values}))
+    _check_baseline(spec.baseline, domain.policy_param,
+                    {name: fixed[name] for name in spec.fixed}, normal)
     metrics = tuple(spec.metrics) if spec.metrics is not None else domain.metrics
     unknown = [m for m in metrics if m not in domain.metrics]
     if unknown or not metrics:

@@ -7,9 +7,12 @@ function, so grid domains and the paper reproductions share this runner.
 
 from __future__ import annotations
 
+import itertools
 import math
+import multiprocessing
+import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -66,13 +69,38 @@ class SweepJob:
         SQL type (``types``; NUMERIC when not given)."""
         return {name: self.types.get(name, "NUMERIC") for name in self.params + self.metrics}
 
-    def tasks(self) -> list[Task]:
-        """(key, index, params) of each distinct scenario, in order."""
-        seen: dict[str, Task] = {}
+    def iter_tasks(self) -> Iterator[Task]:
+        """(key, index, params) of each distinct scenario, in order, one at a time: a grid's
+        are computed on demand (memory flat in the grid's size); a list's are told apart by
+        their keys."""
+        from dlsched.sweep.grid import GridScenarios
+
+        if isinstance(self.scenarios, GridScenarios):
+            for index, params in self.scenarios.distinct():
+                yield self._key(params), index, params
+            return
+        seen: set[str] = set()
         for index, params in enumerate(self.scenarios):
-            key = scenario_key(self.domain, {name: params[name] for name in self.params})
-            seen.setdefault(key, (key, index, params))
-        return list(seen.values())
+            key = self._key(params)
+            if key not in seen:
+                seen.add(key)
+                yield key, index, params
+
+    def tasks(self) -> list[Task]:
+        """(key, index, params) of each distinct scenario, in order (``iter_tasks`` listed)."""
+        return list(self.iter_tasks())
+
+    @property
+    def task_count(self) -> int:
+        """Number of distinct scenarios (a grid's counted without listing them)."""
+        from dlsched.sweep.grid import GridScenarios
+
+        if isinstance(self.scenarios, GridScenarios):
+            return self.scenarios.grid.distinct_count
+        return sum(1 for _ in self.iter_tasks())
+
+    def _key(self, params: dict[str, Any]) -> str:
+        return scenario_key(self.domain, {name: params[name] for name in self.params})
 
 
 def _plain(value: Any) -> Any:
@@ -100,10 +128,31 @@ def evaluate_batch(evaluate: Evaluate, metrics: tuple[str, ...],
     return rows
 
 
+class PendingTasks:
+    """The tasks with no row in the store (with ``retry_errors``, also those stored as
+    errors), streamed: the store is asked about ``CHECK_BATCH`` keys at a time, so neither
+    the grid nor the store's keys are ever held whole. ``skipped`` counts the tasks passed
+    over so far; ``estimate`` is how many will run (exact for a fresh results file, else the
+    distinct count less the rows already stored)."""
+
+    CHECK_BATCH = 500
+
+    def __init__(self, job: SweepJob, store: ResultStore, retry_errors: bool = False) -> None:
+        self.job, self.store, self.status = job, store, "ok" if retry_errors else None
+        self.skipped = 0
+        self.estimate = max(job.task_count - store.count(self.status), 0)
+
+    def __iter__(self) -> Iterator[Task]:
+        tasks = self.job.iter_tasks()
+        while chunk := list(itertools.islice(tasks, self.CHECK_BATCH)):
+            done = self.store.stored([key for key, _, _ in chunk], self.status)
+            self.skipped += len(done)
+            yield from (task for task in chunk if task[0] not in done)
+
+
 def pending_tasks(job: SweepJob, store: ResultStore, retry_errors: bool = False) -> list[Task]:
-    """Tasks with no row in the store (with ``retry_errors``, also those stored as errors)."""
-    done = store.keys("ok") if retry_errors else store.keys()
-    return [task for task in job.tasks() if task[0] not in done]
+    """``PendingTasks`` listed (for small jobs and tests)."""
+    return list(PendingTasks(job, store, retry_errors))
 
 
 def batch_size_for(count: int, slots: int) -> int:
@@ -112,46 +161,51 @@ def batch_size_for(count: int, slots: int) -> int:
     return max(1, min(MAX_BATCH, math.ceil(count / (slots * BATCHES_PER_SLOT))))
 
 
-def iter_sweep(job: SweepJob, store: ResultStore, engine: WorkerPool, todo: list[Task],
-               batch_size: int | None = None) -> Iterator[dict[str, Any]]:
-    """Run ``todo`` on ``engine``, committing each finished batch to ``store`` and then
-    yielding its rows; at most two batches per worker slot are in flight. Raises
-    SweepIncomplete at the end when batches were lost to worker failures."""
-    size = batch_size or batch_size_for(len(todo), engine.slots)
-    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+def iter_sweep(job: SweepJob, store: ResultStore, engine: WorkerPool, todo: Iterable[Task],
+               batch_size: int | None = None, count: int | None = None
+               ) -> Iterator[dict[str, Any]]:
+    """Run ``todo`` (any iterable, consumed batch by batch: memory stays flat in its length)
+    on ``engine``, committing each finished batch to ``store`` and then yielding its rows; at
+    most two batches per worker slot are in flight. ``count``: about how many tasks ``todo``
+    holds (its length when it has one), which sizes the batches. Raises SweepIncomplete at the
+    end when batches were lost to worker failures."""
+    if count is None:
+        count = len(todo) if isinstance(todo, Sized) else MAX_BATCH * engine.slots
+    size = batch_size or batch_size_for(count, engine.slots)
+    tasks = iter(todo)
+    batch = list(itertools.islice(tasks, size))
     pending: dict[Future, list[Task]] = {}
     lost: list[str] = []
-    next_batch = 0
     workerless_s = 0.0
     try:
-        while next_batch < len(batches) or pending:
-            while next_batch < len(batches) and len(pending) < 2 * engine.slots:
-                batch = batches[next_batch]
+        while batch or pending:
+            while batch and len(pending) < 2 * engine.slots:
                 try:
                     future = engine.executor.submit(evaluate_batch, job.evaluate, job.metrics,
                                                     batch)
                 except Exception as error:  # the executor itself is broken: stop submitting
-                    lost += [f"{sum(map(len, batches[next_batch:]))} scenarios: {error!r}"]
-                    next_batch = len(batches)
+                    lost += [f"the {len(batch)} scenarios of a batch and those after it: "
+                             f"{error!r}"]
+                    batch = []
                     break
                 pending[future] = batch
-                next_batch += 1
+                batch = list(itertools.islice(tasks, size))
             if not pending:
                 break
             finished, _ = wait(pending, timeout=HEALTH_CHECK_S, return_when=FIRST_COMPLETED)
             alive = finished or engine.has_workers()
             workerless_s = 0.0 if alive else workerless_s + HEALTH_CHECK_S
             if workerless_s >= WORKERLESS_LIMIT_S:
-                unrun = [*pending.values(), *batches[next_batch:]]
-                lost.append(f"{sum(map(len, unrun))} scenarios: the executor has had no "
-                            f"worker for {workerless_s:.0f} s")
+                lost.append(f"the {sum(map(len, pending.values()))} scenarios in flight and "
+                            f"those not yet submitted: the executor has had no worker for "
+                            f"{workerless_s:.0f} s")
                 break
             for future in finished:
-                batch = pending.pop(future)
+                ended = pending.pop(future)
                 try:
                     rows = future.result()
                 except Exception as error:  # a worker died: its scenarios stay unrecorded
-                    lost.append(f"{len(batch)} scenarios: {error!r}")
+                    lost.append(f"{len(ended)} scenarios: {error!r}")
                     continue
                 store.write(rows)
                 yield from rows
@@ -164,22 +218,74 @@ def iter_sweep(job: SweepJob, store: ResultStore, engine: WorkerPool, todo: list
                               "rerun with --resume to complete the sweep")
 
 
-def time_scenarios(job: SweepJob, tasks: Sequence[Task], budget_s: float = 30.0
-                   ) -> list[float]:
-    """Wall seconds of each of ``tasks`` (a sample of the grid) run here one by one, after an
-    untimed warm-up run of a scenario outside the sample when there is one (lazy imports and
-    caches a worker pays once); stops once ``budget_s`` seconds are spent."""
-    if not tasks:
-        return []
+@dataclass(frozen=True)
+class SampleTimes:
+    """Wall seconds of sampled scenarios: ``seconds`` of those that finished, in order, and
+    ``unfinished_s``, how long the one running when the budget ran out had run by then (None
+    when none was cut off): a lower bound on that scenario's time."""
+
+    seconds: list[float]
+    unfinished_s: float | None = None
+    warmed: bool = True
+    """False when the warm-up run itself was cut off (``unfinished_s`` is its time)."""
+
+
+def _time_each(conn: Any, job: SweepJob, tasks: Sequence[Task]) -> None:
+    """In a child process: an untimed warm-up run (lazy imports and caches a worker pays
+    once), then each task, sending ``("warm", 0)`` and then ``("done", seconds)`` per task."""
     evaluate_batch(job.evaluate, job.metrics, [tasks[-1] if len(tasks) > 1 else tasks[0]])
-    seconds: list[float] = []
+    conn.send(("warm", 0.0))
     for task in tasks[:-1] if len(tasks) > 1 else tasks:
         start = time.perf_counter()
         evaluate_batch(job.evaluate, job.metrics, [task])
-        seconds.append(time.perf_counter() - start)
-        if sum(seconds) >= budget_s:
-            break
-    return seconds
+        conn.send(("done", time.perf_counter() - start))
+    conn.close()
+
+
+def time_scenarios(job: SweepJob, tasks: Sequence[Task], budget_s: float = 3.0,
+                   warmup_s: float = 3.0) -> SampleTimes:
+    """Wall seconds of ``tasks`` (a sample of the grid) run one by one in a child process,
+    after an untimed warm-up run of a scenario outside the sample when there is one. The
+    warm-up may take ``warmup_s`` seconds, the sample ``budget_s`` more; then the child is
+    stopped (a single scenario may run for minutes) and the scenario it was running (the
+    warm-up's, imports included, when it is cut) counts as a lower bound (``unfinished_s``)."""
+    if not tasks:
+        return SampleTimes([])
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    context = multiprocessing.get_context(method)
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_time_each, args=(send, job, tasks), daemon=True)
+    child.start()
+    send.close()
+    deadline = time.monotonic() + warmup_s
+    seconds: list[float] = []
+    started = time.monotonic()  # when the scenario now running (or the warm-up) began
+    unfinished: float | None = None
+    warmed = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not receive.poll(left):
+                unfinished = time.monotonic() - started if child.is_alive() else None
+                break
+            try:
+                kind, value = receive.recv()
+            except EOFError:  # the child finished every task
+                break
+            started = time.monotonic()
+            if kind == "warm":
+                deadline, warmed = started + budget_s, True
+            else:
+                seconds.append(value)
+    finally:
+        receive.close()
+        if child.is_alive():
+            child.terminate()
+        child.join()
+    if not seconds and unfinished is None:
+        raise SweepIncomplete(f"the sampled scenarios could not be timed (the timing "
+                              f"process ended with code {child.exitcode})")
+    return SampleTimes(seconds, unfinished, warmed)
 
 
 def run_sweep(job: SweepJob, store: ResultStore, engine: WorkerPool, retry_errors: bool = False,
@@ -188,8 +294,9 @@ def run_sweep(job: SweepJob, store: ResultStore, engine: WorkerPool, retry_error
               ) -> int:
     """Run every scenario of ``job`` not yet in ``store``; ``progress(rows, total)`` wraps the
     stream of finished rows. Returns the number of scenarios run."""
-    todo = pending_tasks(job, store, retry_errors)
+    todo = PendingTasks(job, store, retry_errors)
     count = 0
-    for _ in progress(iter_sweep(job, store, engine, todo, batch_size), len(todo)):
+    for _ in progress(iter_sweep(job, store, engine, todo, batch_size, todo.estimate),
+                      todo.estimate):
         count += 1
     return count

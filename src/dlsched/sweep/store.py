@@ -168,9 +168,23 @@ class ResultStore:
         return {key: (value, error) for key, value, error in self._select(
             f"SELECT key, {_quote(column)}, error FROM {TABLE}")}
 
-    def count(self) -> int:
-        """Number of stored scenarios."""
-        return self._select(f"SELECT COUNT(*) FROM {TABLE}")[0][0]
+    def stored(self, keys: Sequence[str], status: str | None = None) -> set[str]:
+        """Those of ``keys`` that have a row (with ``status`` when given): one query per call,
+        so a resumed sweep checks its scenarios batch by batch instead of loading every key."""
+        if not keys:
+            return set()
+        marks = ", ".join("?" * len(keys))
+        if status is None:
+            return {k for (k,) in self._select(
+                f"SELECT key FROM {TABLE} WHERE key IN ({marks})", *keys)}
+        return {k for (k,) in self._select(
+            f"SELECT key FROM {TABLE} WHERE status = ? AND key IN ({marks})", status, *keys)}
+
+    def count(self, status: str | None = None) -> int:
+        """Number of stored scenarios (only those with ``status`` when given)."""
+        if status is None:
+            return self._select(f"SELECT COUNT(*) FROM {TABLE}")[0][0]
+        return self._select(f"SELECT COUNT(*) FROM {TABLE} WHERE status = ?", status)[0][0]
 
     def write(self, rows: Iterable[dict[str, Any]]) -> None:
         """Insert (or replace) rows and commit them in one transaction."""
@@ -189,14 +203,19 @@ class ResultStore:
         self.close()
 
 
-def read_rows(path: str | Path, where: str = "", order: str = "idx, key") -> list[dict[str, Any]]:
-    """Every row of a results file (``where``: an SQL condition), in grid order by default."""
+def read_rows(path: str | Path, where: str = "") -> list[dict[str, Any]]:
+    """Every row of a results file in grid order (``where``: a filter as ``sweep.filters``
+    reads it, e.g. ``status = ok AND size >= 1e6``; its values are bound, never pasted)."""
+    from dlsched.sweep.filters import parse_where
+
     db = _open(path)
     try:
         db.row_factory = sqlite3.Row
-        query = f"SELECT * FROM {TABLE}" + (f" WHERE {where}" if where else "")
         try:
-            return [dict(row) for row in db.execute(f"{query} ORDER BY {order}")]
+            columns = [row[1] for row in db.execute(f"PRAGMA table_info({TABLE})")]
+            condition, values = parse_where(where, columns)
+            query = f"SELECT * FROM {TABLE}" + (f" WHERE {condition}" if condition else "")
+            return [dict(row) for row in db.execute(f"{query} ORDER BY idx, key", values)]
         except sqlite3.OperationalError as error:
             raise ConfigError(f"results: {path} is not a dlsched sweep file or the query is "
                               f"invalid ({error})") from None
