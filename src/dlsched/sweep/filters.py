@@ -3,7 +3,8 @@
 A filter is one or more clauses joined by ``AND`` (any case); a clause is ``COLUMN OP VALUE``
 with ``OP`` one of ``=``, ``!=``, ``<``, ``<=``, ``>``, ``>=`` or ``like`` (SQL's pattern
 match: ``%`` any text, ``_`` one character). ``COLUMN`` must be a column of the results table;
-``VALUE`` is a number, or text (quoted with ``'`` or ``"`` when it holds spaces). The SQL
+``VALUE`` is a number, or text (quoted with ``'`` or ``"`` unless it is made of letters,
+digits and ``_ . + - % : /``). The SQL
 built from it names only checked columns (quoted) and fixed operators, and binds every value
 as a parameter, so no input can change the query's shape.
 """
@@ -19,7 +20,7 @@ from dlsched.errors import ConfigError
 OPERATORS = ("=", "!=", "<=", ">=", "<", ">", "like")
 _CLAUSE = re.compile(r"""\s*(?P<column>[A-Za-z_][A-Za-z0-9_]*)\s*
                          (?P<op><=|>=|!=|=|<|>|(?i:like)(?=[\s'"]))\s*
-                         (?P<value>'[^']*'|"[^"]*"|[^\s'"]+)\s*""", re.VERBOSE)
+                         (?P<value>'[^']*'|"[^"]*"|[\w.+\-%:/]+)\s*""", re.VERBOSE)
 _AND = re.compile(r"(?i:and)\s+")
 ACCEPTED = ("COLUMN OP VALUE clauses joined by AND, OP one of " + ", ".join(OPERATORS)
             + ", e.g. \"status = ok AND size >= 1000000\"")
