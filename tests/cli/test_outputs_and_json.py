@@ -66,7 +66,9 @@ def test_a_plan_file_with_an_absurd_prediction_is_refused(tmp_path: Path, run_cl
 def test_calibrate_refuses_an_unknown_fit_before_timing(tmp_path: Path, run_cli,
                                                         monkeypatch) -> None:
     """--model foo is refused at once (it was refused after a 31 s calibration)."""
-    from dlsched.runtime import spawn
+    import importlib
+
+    spawn = importlib.import_module("dlsched.runtime.spawn")  # the package exports spawn()
 
     def never(*_: Any, **__: Any) -> None:
         raise AssertionError("calibrated although --model is unknown")
