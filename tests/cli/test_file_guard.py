@@ -60,6 +60,8 @@ CASES = [
     ("run-pipeline-plan", "run pipeline {a} --trace {b}", "plan.json", ("--trace", "PLAN")),
     ("run-pipeline-torch-csv-mapping", "run pipeline plan.json --torch-csv o.csv --trace {b}",
      "o.stages.json", ("--trace", "--torch-csv's mapping")),
+    ("plan-model", "plan --model {a} --trace {b}", "m.json", ("--trace", "--model")),
+    ("plan-cluster", "plan --cluster {a} --csv {b}", "c.csv", ("--csv", "--cluster")),
     ("run-dataparallel-network", "run dataparallel --network {a} --csv {b}", "n.csv",
      ("--csv", "--network")),
     ("sweep-grid-as-db", "sweep {a} --db {b}", "g.yaml", ("--db", "GRID")),

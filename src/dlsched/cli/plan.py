@@ -99,7 +99,7 @@ def plan(
     if megatron_args:
         print(report.megatron_args())
     if torchtitan_toml is not None:
-        from dlsched.report.tables import write_text
+        from dlsched.report import write_text
 
         write_text(torchtitan_toml, report.torchtitan_toml())
         announce("TorchTitan config", torchtitan_toml, json_out)
