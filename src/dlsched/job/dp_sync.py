@@ -15,8 +15,8 @@ torch DDP's 25 MB buckets, US-Byte, dlsched's own), its layers' gradients ready 
 backward produces them, the gradients of the rank's other chunks ready at its start, on the DP
 group's collective curve (``job.collective_costs.CurveComm``); the next iteration's forward is
 not overlapped (the optimizer step needs every gradient). The optimizer step is Adam's memory
-traffic (``ADAM_BYTES`` per parameter of the rank's shard) at the GPU's memory bandwidth, one
-fused kernel.
+traffic (``ADAM_BYTES`` per parameter of the rank's shard) at the GPU's achieved memory
+bandwidth (one fused kernel: its launch is left out).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def dp_step(layer_params: list[int], other_params: int, final_backward: list[flo
     ``other_params`` those of its other chunks."""
     total = sum(layer_params) + other_params
     shard = total / dp if zero >= 1 else total
-    optimizer = compute.gpu.op_seconds("elementwise", "fp32", 0.0, ADAM_BYTES * shard, 1.0)
+    optimizer = ADAM_BYTES * shard / compute.gpu.memory_rate
     if dp == 1 or zero == 3:
         return DPStep(0.0, optimizer, 0.0)
     gathered = gather.seconds(total * WEIGHT_BYTES) if zero in (1, 2) else 0.0
