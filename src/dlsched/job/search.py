@@ -112,7 +112,7 @@ def _inner(choice: LayoutChoice, space: Space, tp: int, pp: int, dp: int,
 
 
 def _chunks(schedule: str, per_rank: int, m: int, pp: int) -> list[int]:
-    if per_rank == 0:
+    if per_rank == 0 or (pp == 1 and schedule != "1f1b"):  # one stage: every schedule is 1F1B
         return []
     if schedule != "interleaved":
         return [1]
