@@ -1,19 +1,21 @@
 """One pipeline replica's iteration: fast, and by the pipeline simulator to check it.
 
-Every data-parallel replica of a layout runs the same pipeline on its own GPUs and links, so
-one replica is timed. Its ``pp`` ranks hold ``pp x chunks`` virtual stages (stage ``s`` on rank
-``s % pp``, Megatron-LM's interleaving), each running ``forward[s]`` / ``backward[s]`` seconds
-per microbatch; a transfer from stage ``s`` to ``s + 1`` (activation) or back (gradient)
-takes ``send[s]`` seconds and the transfers a rank sends leave one at a time (one stream per
-GPU, as the simulator's FIFO links). The schedules are the pipeline domain's orders
-(``pipeline.schedules``: GPipe, 1F1B, interleaved 1F1B, ZB-H1 with the backward split into
-input and weight gradients at ``input_fraction``).
+Every data-parallel replica of a layout runs the same pipeline on its own GPUs and links, so one
+replica is timed. Its ``pp`` ranks hold ``pp x chunks`` virtual stages (stage ``s`` on rank ``s
+% pp``, Megatron-LM's interleaving), each running ``forward[s]`` / ``backward[s]`` seconds per
+microbatch; a transfer from stage ``s`` to ``s + 1`` (activation) or back (gradient) takes
+``send[s]`` seconds and the transfers a rank sends leave one at a time (one stream per GPU, as
+the simulator's FIFO streams); transfers arriving at one rank do not slow each other (the
+simulator's ranks are given one server, whose links are per pair: a NIC's ingress shared by an
+activation and a gradient arriving together is not modelled). The schedules are the pipeline
+domain's orders (``pipeline.schedules``: GPipe, 1F1B, interleaved 1F1B, ZB-H1 with the backward
+split into input and weight gradients at ``input_fraction``).
 
-``fast_pipeline`` walks the per-rank orders once, starting each action when its rank is free
-and its input has arrived: an exact longest path through the schedule's dependency graph, in
-time linear in its actions, with no event queue and one replica instead of ``dp`` (the
-simulator's cost grows with both). ``event_pipeline`` runs the same replica through
-``pipeline.simulate`` (links with FIFO streams and per-GPU NICs); the property test
+``fast_pipeline`` walks the per-rank orders once, starting each action when its rank is free and
+its input has arrived: an exact longest path through the schedule's dependency graph, in time
+linear in its actions, with no event queue and one replica instead of ``dp`` (the simulator's
+cost grows with both). ``event_pipeline`` runs the same replica through ``pipeline.simulate``
+(links with FIFO streams and per-GPU NICs); the property test
 ``tests/job/test_pipeline_time.py`` holds the two within 1%. ``one_f_one_b_closed_form`` is the
 textbook ``(m + p - 1)(f + b) + 2 (p - 1) c`` of identical stages, the check of both.
 """
@@ -181,7 +183,7 @@ def _simulated(times: PipelineTimes) -> SimResult:
                   np.array(times.forward) * EVENT_RATE, np.array(times.backward) * EVENT_RATE,
                   np.full(stages_n, sent * EVENT_BANDWIDTH), np.zeros(stages_n),
                   np.zeros(stages_n), input_grad_fraction=times.input_fraction)
-    devices = tuple(Device(f"rank{k}", EVENT_RATE, 2**40, server=k) for k in range(times.pp))
+    devices = tuple(Device(f"rank{k}", EVENT_RATE, 2**40) for k in range(times.pp))
     graph = DeviceGraph("replica", devices, np.full((times.pp, times.pp), EVENT_BANDWIDTH),
                         np.zeros((times.pp, times.pp)))
     problem = PipelineProblem(chain, graph, times.num_microbatches, ("none",))
