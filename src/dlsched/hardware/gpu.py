@@ -1,23 +1,27 @@
-"""A GPU's compute model, calibrated per op kind and precision, with the source of every constant.
+"""A GPU's compute constants, per kernel class and precision, with the source of every one.
 
-One op (a kernel, or a few of the same kind) costs
+What a kernel costs on the GPU (``models.compute`` puts them together, ``models.kernels``
+gives the shape factors):
 
-    seconds = max(FLOP / (peak[precision] x efficiency[kind][precision]),
-                  bytes / (memory_bandwidth x memory_efficiency))
-              + kernels x kernel_overhead
+* a GEMM: FLOP / (peak[precision] x efficiency.gemm[precision] x utilization), the
+  utilization of its (M, N, K) by cuBLAS tiles in waves over ``sms`` SMs; at least its bytes
+  / memory rate;
+* a convolution: the implicit GEMM cuDNN runs, priced the same way with efficiency.conv (a
+  16-bit convolution in NCHW layout also pays the NCHW <-> NHWC conversions, priced as
+  memory traffic at ``transpose_efficiency`` of the bandwidth);
+* fused attention: efficiency.attention of the peak, with its wave quantization;
+* everything else (norms, activations, dropout, additions, casts): bytes / memory rate, the
+  rate being memory_bandwidth x memory_efficiency.
 
-``peak`` is the datasheet's dense FLOP/s of the precision the op runs in: ``fp32`` (CUDA
-cores), ``tf32`` and ``bf16``/``fp16`` (tensor cores; fp16 shares bf16's constants);
-elementwise ops run on the CUDA cores at the fp32 peak whatever the precision. Kinds: ``gemm``
-(matrix products), ``attention`` (the attention core's batched products), ``conv``
-(convolutions) and ``elementwise`` (norms, activations, dropout, additions, copies; bound by
-memory). ``kernel_overhead`` is what eager PyTorch adds per kernel launched (Python and
-dispatcher time that the GPU waits for when kernels are short).
+``kernel_overhead`` is the host's CPU time to launch one kernel of the forward from eager
+PyTorch (Python module, dispatcher, autograd recording), ``backward_overhead`` one of the
+backward (the autograd engine, in C++); both overlap the GPU's work (``models.timeline``).
 
-Presets (``v100``, ``a100``, ``h100``) live in ``presets/gpus.yaml``: datasheet peaks and
-bandwidth, efficiencies and overhead fitted to measurements or published throughputs, each with
-its source. A user's own preset is the same document in a YAML/JSON file (``dlsched compute
-calibrate`` writes one).
+``peak`` is the datasheet's dense FLOP/s of a precision: ``fp32`` (CUDA cores), ``tf32``,
+``bf16`` (also fp16's: the same tensor cores), ``fp8`` (Hopper; Transformer Engine's FP8
+GEMMs, the rest in bf16). Presets (``v100``, ``a100``, ``h100``, ``h200``) live in
+``presets/gpus.yaml``; a user's own GPU is the same document in a YAML/JSON file (``dlsched
+compute calibrate`` and ``dlsched compute measure`` write one).
 """
 
 from __future__ import annotations
@@ -32,21 +36,27 @@ from dlsched.config import bundled_presets, load_document, validate
 from dlsched.errors import ConfigError
 from dlsched.validation import Bandwidth, FlopRate, Fraction, Seconds
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 KINDS = ("gemm", "attention", "conv", "elementwise")
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2}
-# Where fp16 reads its constants: the same tensor cores and peak as bf16.
-_KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16"}
+# Bytes of an activation element: fp8 runs everything but its GEMMs in bf16.
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
+# Bytes of a GEMM operand element.
+OPERAND_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# Where a precision reads its constants: fp16 shares bf16's tensor cores and peak.
+KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 TENSOR_KINDS = ("gemm", "attention", "conv")
+OPTIONAL = ("tf32", "bf16", "fp8")
 
 
 class KindEfficiency(BaseModel):
-    """Fraction of the precision's peak one kind reaches, per precision (absent: unsupported)."""
+    """Fraction of the precision's peak one kind reaches at a large shape, per precision
+    (absent: unsupported)."""
 
     model_config = ConfigDict(extra="forbid")
     fp32: Fraction
     tf32: Fraction | None = None
     bf16: Fraction | None = None
+    fp8: Fraction | None = None
 
 
 class GpuSpec(BaseModel):
@@ -57,11 +67,13 @@ class GpuSpec(BaseModel):
     name: str
     description: str = ""
     peak: dict[str, FlopRate]
+    sms: int = Field(ge=1, le=1024)
     memory_bandwidth: Bandwidth
     memory_efficiency: Fraction
+    transpose_efficiency: Fraction
     kernel_overhead: Seconds
+    backward_overhead: Seconds
     efficiency: dict[str, KindEfficiency]
-    nchw_half_conv_efficiency: Fraction | None = None
     half_precisions: list[Literal["bf16", "fp16"]] = Field(default=["bf16", "fp16"],
                                                            min_length=1)
     best_published_utilization: Fraction | None = None
@@ -69,20 +81,25 @@ class GpuSpec(BaseModel):
 
     @model_validator(mode="after")
     def _complete(self) -> GpuSpec:
-        unknown = sorted(set(self.peak) - {"fp32", "tf32", "bf16"})
+        unknown = sorted(set(self.peak) - {"fp32", *OPTIONAL})
         if unknown or "fp32" not in self.peak:
-            raise ValueError("peak: needs fp32 and optionally tf32, bf16 "
+            raise ValueError("peak: needs fp32 and optionally tf32, bf16, fp8 "
                              f"(got {sorted(self.peak)})")
+        if "fp8" in self.peak and "bf16" not in self.peak:
+            raise ValueError("peak.fp8: needs peak.bf16 too (fp8 runs its non-GEMM ops in "
+                             "bf16)")
         missing = [kind for kind in KINDS if kind not in self.efficiency]
         extra = sorted(set(self.efficiency) - set(KINDS))
         if missing or extra:
             raise ValueError(f"efficiency: needs exactly the kinds {', '.join(KINDS)} "
                              f"(missing {missing}, unknown {extra})")
         for kind, table in self.efficiency.items():
-            for key in ("tf32", "bf16"):
-                if (getattr(table, key) is None) != (key not in self.peak):
-                    raise ValueError(f"efficiency.{kind}.{key}: give it exactly when peak.{key} "
-                                     "is given")
+            for key in OPTIONAL:
+                needed = key in self.peak and (key != "fp8" or kind == "gemm")
+                if needed and getattr(table, key) is None:
+                    raise ValueError(f"efficiency.{kind}.{key}: needed as peak.{key} is given")
+                if key not in self.peak and getattr(table, key) is not None:
+                    raise ValueError(f"efficiency.{kind}.{key}: given without peak.{key}")
         return self
 
 
@@ -100,8 +117,8 @@ class Gpu:
     def precisions(self) -> tuple[str, ...]:
         """The precisions this GPU runs (the 16-bit ones its ``half_precisions`` name; their
         constants are the ``bf16`` entries)."""
-        keys = [p for p in PRECISIONS if _KEY[p] in self.spec.peak
-                and (_KEY[p] != "bf16" or p in self.spec.half_precisions)]
+        keys = [p for p in PRECISIONS if KEY[p] in self.spec.peak
+                and (KEY[p] != "bf16" or p in self.spec.half_precisions)]
         return tuple(keys)
 
     def check_precision(self, precision: str) -> str:
@@ -113,36 +130,33 @@ class Gpu:
 
     def peak_flops(self, precision: str) -> float:
         """Dense FLOP/s of the tensor-core (or, for fp32, CUDA-core) peak of ``precision``."""
-        return float(self.spec.peak[_KEY[self.check_precision(precision)]])
+        return float(self.spec.peak[KEY[self.check_precision(precision)]])
 
     def efficiency(self, kind: str, precision: str) -> float:
-        """Fraction of the peak that ops of ``kind`` reach in ``precision``."""
+        """Fraction of the peak that large ops of ``kind`` reach in ``precision`` (fp8: only
+        GEMMs run in FP8, the other kinds take bf16's)."""
         if kind not in KINDS:
             raise ConfigError(f"op kind: {kind!r} is not one of " + ", ".join(KINDS))
-        value = getattr(self.spec.efficiency[kind], _KEY[self.check_precision(precision)])
-        return float(value)
+        key = KEY[self.check_precision(precision)]
+        if key == "fp8" and kind != "gemm":
+            key = "bf16"
+        return float(getattr(self.spec.efficiency[kind], key))
 
-    def kind_rate(self, kind: str, precision: str, channels_last: bool = True) -> float:
-        """Achieved FLOP/s of ``kind`` in ``precision``; elementwise ops run at the fp32 peak;
-        a 16-bit convolution in NCHW layout (not ``channels_last``) at
-        ``nchw_half_conv_efficiency`` when given (cuDNN transposes it for the tensor cores)."""
-        peak = self.peak_flops("fp32" if kind == "elementwise" else precision)
-        nchw = self.spec.nchw_half_conv_efficiency
-        if kind == "conv" and _KEY[precision] == "bf16" and not channels_last and nchw:
-            return peak * nchw
+    def kind_rate(self, kind: str, precision: str) -> float:
+        """Achieved FLOP/s of a large op of ``kind`` in ``precision``: the peak (fp32's for
+        elementwise ops, bf16's for non-GEMM ops in fp8) x the kind's efficiency."""
+        if kind == "elementwise":
+            peak = self.peak_flops("fp32")
+        elif KEY[precision] == "fp8" and kind != "gemm":
+            peak = float(self.spec.peak["bf16"])
+        else:
+            peak = self.peak_flops(precision)
         return peak * self.efficiency(kind, precision)
 
     @property
     def memory_rate(self) -> float:
         """Achieved bytes/s of memory-bound kernels."""
         return self.spec.memory_bandwidth * self.spec.memory_efficiency
-
-    def op_seconds(self, kind: str, precision: str, flops: float, num_bytes: float,
-                   kernels: float, channels_last: bool = True) -> float:
-        """Seconds of ``kernels`` kernels of ``kind`` doing ``flops`` FLOP and moving
-        ``num_bytes`` bytes (see the module docstring)."""
-        compute = flops / self.kind_rate(kind, precision, channels_last) if flops else 0.0
-        return max(compute, num_bytes / self.memory_rate) + kernels * self.spec.kernel_overhead
 
 
 def _presets() -> dict[str, Any]:
@@ -160,7 +174,8 @@ def gpu_from_data(data: Any, source: str) -> Gpu:
 
 
 def get_gpu(name_or_path: str | Path) -> Gpu:
-    """A bundled preset by name (``v100``, ``a100``, ``h100``) or a YAML/JSON GPU file."""
+    """A bundled preset by name (``v100``, ``a100``, ``h100``, ``h200``) or a YAML/JSON GPU
+    file."""
     key = str(name_or_path)
     presets = _presets()
     if key in presets:

@@ -42,7 +42,7 @@ from dlsched.models.layer import Model
 from dlsched.models.zoo import get_model
 from dlsched.validation import BATCH, Duration
 
-PRECISION_KEYS = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16"}
+PRECISION_KEYS = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 
 
 class CaseSpec(BaseModel):
@@ -101,8 +101,8 @@ class Case:
 
     def predict(self, gpu: Gpu) -> tuple[float, float]:
         """Predicted (forward, backward) seconds of the case's step on ``gpu``."""
-        forward, backward = self.compute(gpu).layer_times(self.model, self.spec.batch_size)
-        return sum(forward), sum(backward)
+        step = self.compute(gpu).step(self.model, self.spec.batch_size)
+        return sum(step.forward), sum(step.backward)
 
     def targets(self, gpu: Gpu) -> list[tuple[str, float, float]]:
         """(label, measured, predicted) of each measured quantity."""
@@ -169,30 +169,46 @@ def _bundled() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
+FITTED_KINDS = ("gemm", "conv")
+OVERHEADS = ("kernel_overhead", "backward_overhead")
+
+
 def _parameters(cases: list[Case]) -> list[tuple[str, ...]]:
-    """The constants the cases depend on: overhead, memory efficiency, and (kind, precision)
-    efficiencies of the tensor kinds each case's model runs."""
-    names: list[tuple[str, ...]] = [("kernel_overhead",), ("memory_efficiency",)]
+    """The constants the cases depend on by default: the launch overhead, the memory
+    efficiency, and the GEMM and convolution efficiencies of each precision the cases run
+    (attention keeps its published value unless ``constants`` names it)."""
+    names: list[tuple[str, ...]] = [("kernel_overhead",), ("backward_overhead",),
+                                    ("memory_efficiency",)]
+    if any(PRECISION_KEYS[c.spec.precision] != "fp32" and not c.spec.channels_last
+           and any(op.kind == "conv" for layer in c.model.layers for op in layer.ops)
+           for c in cases):
+        names.append(("transpose_efficiency",))
     for case in cases:
         key = PRECISION_KEYS[case.spec.precision]
         kinds = {op.kind for layer in case.model.layers for op in layer.ops}
-        for kind in ("gemm", "conv"):
+        for kind in FITTED_KINDS:
             entry = ("efficiency", kind, key)
-            if (kind in kinds or (kind == "gemm" and "attention" in kinds)) and entry not in names:
+            if kind in kinds and entry not in names and (key != "fp8" or kind == "gemm"):
                 names.append(entry)
-        nchw = ("nchw_half_conv_efficiency",)
-        if key == "bf16" and "conv" in kinds and not case.spec.channels_last and nchw not in names:
-            names.append(nchw)
     return names
+
+
+def _known(cases: list[Case]) -> dict[str, tuple[str, ...]]:
+    """Every constant ``constants`` may name for these cases."""
+    known = {".".join(n): n for n in _parameters(cases)}
+    for case in cases:
+        key = PRECISION_KEYS[case.spec.precision]
+        if any(op.kind == "attention" for layer in case.model.layers for op in layer.ops):
+            name = ("efficiency", "attention", "bf16" if key == "fp8" else key)
+            known[".".join(name)] = name
+    return known
 
 
 def _with(base: GpuSpec, names: list[tuple[str, ...]], values: np.ndarray) -> Gpu:
     data = base.model_dump()
     for name, value in zip(names, values, strict=True):
         if name[0] == "efficiency":
-            kinds = ("gemm", "attention") if name[1] == "gemm" else (name[1],)
-            for kind in kinds:
-                data["efficiency"][kind][name[2]] = float(value)
+            data["efficiency"][name[1]][name[2]] = float(value)
         else:
             data[name[0]] = float(value)
     return Gpu(GpuSpec.model_validate(data))
@@ -200,14 +216,14 @@ def _with(base: GpuSpec, names: list[tuple[str, ...]], values: np.ndarray) -> Gp
 
 def _to_free(name: tuple[str, ...], value: float) -> float:
     """Efficiencies as logits, the overhead as a log (the fit is unconstrained)."""
-    if name[0] == "kernel_overhead":
+    if name[0] in OVERHEADS:
         return math.log(max(value, 1e-9))
     value = min(max(value, 1e-6), 1 - 1e-6)
     return math.log(value / (1 - value))
 
 
 def _from_free(name: tuple[str, ...], free: float) -> float:
-    if name[0] == "kernel_overhead":
+    if name[0] in OVERHEADS:
         return math.exp(free)
     return 1.0 / (1.0 + math.exp(-free))
 
@@ -234,7 +250,7 @@ def fit_constants(base: Gpu, cases: list[Case], source: str = "",
 
     names = _parameters(cases)
     if constants is not None:
-        known = {".".join(n): n for n in names}
+        known = _known(cases)
         unknown = sorted(set(constants) - set(known))
         if unknown:
             raise ConfigError(f"constants: {', '.join(unknown)} not determined by these "
@@ -273,6 +289,8 @@ def gpu_document(gpu: Gpu) -> dict[str, Any]:
     data = gpu.spec.model_dump(exclude_none=True)
     data["efficiency"] = {kind: {k: round(v, 4) for k, v in table.items()}
                           for kind, table in data["efficiency"].items()}
-    data["memory_efficiency"] = round(data["memory_efficiency"], 4)
-    data["kernel_overhead"] = float(f"{data['kernel_overhead']:.4g}")
+    for name in ("memory_efficiency", "transpose_efficiency"):
+        data[name] = round(data[name], 4)
+    for name in OVERHEADS:
+        data[name] = float(f"{data[name]:.4g}")
     return data

@@ -22,13 +22,12 @@ import math
 from dataclasses import dataclass, field
 
 from dlsched.errors import ConfigError
-from dlsched.hardware.gpu import ELEMENT_BYTES, TENSOR_KINDS, Gpu, get_gpu
+from dlsched.hardware.gpu import ELEMENT_BYTES, Gpu, get_gpu
 from dlsched.models.layer import Layer, Model
-from dlsched.models.ops import BACKWARD_FACTOR, Op
+from dlsched.models.ops import Op
+from dlsched.models.pricing import op_work
+from dlsched.models.timeline import Clock, Work, alone
 from dlsched.validation import FLOP_RATE, FRACTION, RATIO
-
-HALF = ("bf16", "fp16")
-CAST_BYTES = 6  # an autocast cast reads 4 bytes and writes 2 per element
 
 
 @dataclass(frozen=True)
@@ -64,8 +63,30 @@ class ComputeModel:
 
 
 @dataclass(frozen=True)
+class StepTime:
+    """A training step on the calibrated model: per layer (forward order) the seconds the
+    GPU's clock advances in the forward and in the backward, and the GPU's busy and idle
+    (waiting for kernel launches) seconds over the step."""
+
+    forward: list[float]
+    backward: list[float]
+    gpu_busy_s: float
+    gpu_idle_s: float
+
+    @property
+    def step_s(self) -> float:
+        """Forward + backward seconds."""
+        return sum(self.forward) + sum(self.backward)
+
+    @property
+    def launch_bound(self) -> float:
+        """Fraction of the step the GPU waits for the host's kernel launches."""
+        return self.gpu_idle_s / self.step_s if self.step_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
 class CalibratedCompute:
-    """Op-level times on ``gpu`` in ``precision`` (see the module docstring).
+    """Kernel-level times on ``gpu`` in ``precision`` (see the module docstring).
     ``tensor_parallel`` prices one GPU of a Megatron-LM tensor-parallel group of that size
     (``Op.split`` work divided, the rest repeated unless ``sequence_parallel``)."""
 
@@ -81,43 +102,63 @@ class CalibratedCompute:
         if not 1 <= self.tensor_parallel <= 1024:
             raise ConfigError(f"tensor_parallel: {self.tensor_parallel} must be in 1..1024")
 
-    def op_time(self, op: Op, batch_size: float, backward: bool = False) -> float:
-        """Seconds of ``op`` on ``batch_size`` samples, forward or ``backward``."""
-        scale = BACKWARD_FACTOR if backward else 1.0
-        share = 1.0 / self.tensor_parallel if op.split or self.sequence_parallel else 1.0
-        element = ELEMENT_BYTES[self.precision]
-        activations = op.elements * batch_size * share
-        weights = op.weights / self.tensor_parallel if op.split else op.weights
-        seconds = self.gpu.op_seconds(op.kind, self.precision, scale * op.flops * batch_size
-                                      * share, scale * (activations + weights) * element,
-                                      scale * op.kernels, self.channels_last)
-        half = self.precision in HALF
-        if half and self.autocast and op.kind in TENSOR_KINDS and op.weights:
-            seconds += self.gpu.op_seconds("elementwise", self.precision, 0.0,
-                                           weights * CAST_BYTES, 1.0)
-        return seconds
+    def work(self, op: Op, batch_size: float, backward: bool = False) -> Work:
+        """GPU seconds and kernel launches of ``op`` on ``batch_size`` samples."""
+        return op_work(self, op, batch_size, backward)
 
-    def _layer_seconds(self, layer: Layer, batch_size: int, backward: bool) -> float:
-        if not layer.ops and layer.forward_flops:
-            return self.op_time(Op("gemm", layer.forward_flops, kernels=0), batch_size, backward)
-        return sum(self.op_time(op, batch_size, backward) for op in layer.ops)
+    def op_time(self, op: Op, batch_size: float, backward: bool = False) -> float:
+        """Seconds of ``op`` on ``batch_size`` samples, forward or ``backward``, run on its own
+        (its kernels' launches overlapping its GPU work)."""
+        return alone([self.work(op, batch_size, backward)], self._overhead(backward))
+
+    def _overhead(self, backward: bool) -> float:
+        """The host's seconds per kernel launched in the forward or the backward."""
+        spec = self.gpu.spec
+        return spec.backward_overhead if backward else spec.kernel_overhead
+
+    def _works(self, layer: Layer, batch_size: int, backward: bool) -> list[Work]:
+        ops = layer.ops
+        if not ops and layer.forward_flops:
+            ops = (Op("gemm", layer.forward_flops, kernels=0),)
+        works = [self.work(op, batch_size, backward) for op in ops]
+        return works[::-1] if backward else works
 
     def forward_time(self, layer: Layer, batch_size: int) -> float:
-        """Forward seconds of ``layer`` for ``batch_size`` samples (profiled time if given)."""
+        """Forward seconds of ``layer`` for ``batch_size`` samples run on its own (profiled
+        time if given)."""
         if layer.forward_time is not None:
             return layer.forward_time
-        return self._layer_seconds(layer, batch_size, backward=False)
+        return alone(self._works(layer, batch_size, False), self._overhead(False))
 
     def backward_time(self, layer: Layer, batch_size: int) -> float:
-        """Backward seconds of ``layer`` (profiled time if given)."""
+        """Backward seconds of ``layer`` run on its own (profiled time if given)."""
         if layer.backward_time is not None:
             return layer.backward_time
-        return self._layer_seconds(layer, batch_size, backward=True)
+        return alone(self._works(layer, batch_size, True), self._overhead(True))
+
+    def step(self, model: Model, batch_size: int) -> StepTime:
+        """One training step of ``model``: forward then backward along one dependency chain,
+        the host launching while the GPU runs (``models.timeline``); profiled layer times are
+        taken as GPU time of a single launch."""
+        clock = Clock()
+        forward = [clock.span(self._profiled(layer, False)
+                              or self._works(layer, batch_size, False), self._overhead(False))
+                   for layer in model.layers]
+        backward = [clock.span(self._profiled(layer, True)
+                               or self._works(layer, batch_size, True), self._overhead(True))
+                    for layer in reversed(model.layers)]
+        return StepTime(forward, backward[::-1], clock.busy, clock.idle)
+
+    @staticmethod
+    def _profiled(layer: Layer, backward: bool) -> list[Work]:
+        seconds = layer.backward_time if backward else layer.forward_time
+        return [] if seconds is None else [Work(seconds, 0.0)]
 
     def layer_times(self, model: Model, batch_size: int) -> tuple[list[float], list[float]]:
-        """Forward and backward seconds of every layer, in forward order."""
-        return ([self.forward_time(layer, batch_size) for layer in model.layers],
-                [self.backward_time(layer, batch_size) for layer in model.layers])
+        """Forward and backward seconds of every layer, in forward order: what each adds to
+        the step (``step``), so they sum to the step time."""
+        step = self.step(model, batch_size)
+        return step.forward, step.backward
 
     @property
     def peak_flops(self) -> float:

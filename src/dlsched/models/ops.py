@@ -1,11 +1,26 @@
-"""What a layer runs: ops with a kind, FLOP, memory traffic and kernel launches.
+"""What a layer runs: ops with a kind, FLOP, memory traffic, kernel launches and a shape.
 
 Units per op, for the forward pass: ``flops`` FLOP per sample, ``elements`` activation
 elements read plus written per sample, ``weights`` weight elements read once per pass (not per
 sample), ``kernels`` kernel launches per pass. Bytes follow from the precision the op runs in
-(``hardware.gpu.ELEMENT_BYTES``). The backward of every op is counted as twice its forward in
-FLOP, traffic and kernels (a product's input and weight gradients; an elementwise op reads the
-gradient and its saved input and writes the input gradient).
+(``hardware.gpu.ELEMENT_BYTES``; under ``torch.autocast`` an op marked ``fp32`` — LayerNorm,
+the FP32 residual stream of a transformer — moves 4 bytes per element). The backward of every
+op costs twice its forward in FLOP and traffic (a product's input and weight gradients; an
+elementwise op reads the gradient and its saved input and writes the input gradient) and
+launches ``backward_kernels`` kernels (default: twice ``kernels``).
+
+``shape`` says what the kernel is, for pricing by shape (``models.kernels``):
+
+* ``gemm``: ``(m, n, k, groups)``: with ``groups`` 0, one GEMM of (``m`` x batch) x ``n`` x
+  ``k`` (tokens flattened with the batch); otherwise ``groups`` x batch independent ``m`` x
+  ``n`` x ``k`` GEMMs in one batched kernel (attention scores per head);
+* ``conv``: ``(c_in, c_out, kernel, side_in, side_out)``, run as cuDNN's implicit GEMM;
+* ``attention``: ``(seq, heads, causal)``, PyTorch's fused scaled-dot-product attention.
+
+``cast_input``: under autocast the product first casts its FP32 input to 16 bits (an input
+coming from a LayerNorm, which autocast runs in FP32). ``input_grad`` False: the op's input
+needs no gradient (a network's first convolution, on the images), so its backward is the
+weight gradient alone.
 
 ``split`` says how tensor parallelism (Megatron-LM) treats the op: True when its work is
 divided across the group (the matrix products, the attention of each head, the MLP's
@@ -19,6 +34,7 @@ from dataclasses import dataclass
 
 KINDS = ("gemm", "attention", "conv", "elementwise")
 BACKWARD_FACTOR = 2.0
+SHAPE_LENGTHS = {"gemm": 4, "conv": 5, "attention": 3}
 
 
 @dataclass(frozen=True)
@@ -32,6 +48,11 @@ class Op:
     kernels: float = 1.0
     split: bool = True
     label: str = ""
+    shape: tuple[int, ...] = ()
+    fp32: bool = False
+    cast_input: bool = False
+    backward_kernels: float | None = None
+    input_grad: bool = True
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -39,41 +60,69 @@ class Op:
         for field in ("flops", "elements", "weights", "kernels"):
             if not getattr(self, field) >= 0:
                 raise ValueError(f"op {field}: must be >= 0 (got {getattr(self, field)!r})")
+        if self.shape and len(self.shape) != SHAPE_LENGTHS.get(self.kind, -1):
+            raise ValueError(f"op shape: {self.shape!r} does not fit a {self.kind} op")
+
+    @property
+    def launches_backward(self) -> float:
+        """Kernels launched by this op's backward."""
+        if self.backward_kernels is None:
+            return BACKWARD_FACTOR * self.kernels
+        return self.backward_kernels
 
 
-def matmul(label: str, fan_in: int, fan_out: int, tokens: int, bias: bool = True) -> Op:
+def matmul(label: str, fan_in: int, fan_out: int, tokens: int, bias: bool = True,
+           cast_input: bool = False, summed_grads: int = 0) -> Op:
     """A dense layer on ``tokens`` vectors per sample: 2 x in x out FLOP per token (plus the
-    fused bias), reads the input and writes the output."""
+    fused bias), reads the input and writes the output; its backward is the input- and
+    weight-gradient GEMMs, with a bias the bias gradient's reduction, and ``summed_grads``
+    additions where its input's gradient sums those of other consumers (BERT's query, key
+    and value projections of one input: 2)."""
     flops = 2 * fan_in * fan_out * tokens + (fan_out * tokens if bias else 0)
     return Op("gemm", flops, (fan_in + fan_out) * tokens, fan_in * fan_out + fan_out * bias,
-              label=label)
+              label=label, shape=(tokens, fan_out, fan_in, 0), cast_input=cast_input,
+              backward_kernels=2.0 + bias + summed_grads)
 
 
 def conv(label: str, c_in: int, c_out: int, kernel: int, side_in: int, side_out: int,
-         bias: bool = False) -> Op:
+         first: bool = False) -> Op:
     """A ``kernel`` x ``kernel`` convolution from ``c_in`` channels at ``side_in`` to ``c_out``
-    channels at ``side_out`` (square maps)."""
+    channels at ``side_out`` (square maps); backward: data and weight gradients. The
+    network's ``first`` convolution casts the FP32 images under autocast and computes no
+    data gradient."""
     out = c_out * side_out * side_out
     return Op("conv", 2 * kernel * kernel * c_in * out, c_in * side_in * side_in + out,
-              kernel * kernel * c_in * c_out, label=label)
+              kernel * kernel * c_in * c_out, label=label,
+              shape=(c_in, c_out, kernel, side_in, side_out), cast_input=first,
+              input_grad=not first, backward_kernels=2.0 if not first else 1.0)
 
 
 def elementwise(label: str, elements: float, passes: float = 2.0, flops: float = 0.0,
-                kernels: float = 1.0, split: bool = True) -> Op:
+                kernels: float = 1.0, split: bool = True, fp32: bool = False,
+                backward_kernels: float | None = None) -> Op:
     """A memory-bound op over ``elements`` elements per sample, touching each ``passes`` times
-    (2: read and write)."""
+    (2: read and write); its backward launches as many kernels unless told otherwise."""
     return Op("elementwise", flops, passes * elements, kernels=kernels, split=split,
-              label=label)
+              label=label, fp32=fp32,
+              backward_kernels=kernels if backward_kernels is None else backward_kernels)
 
 
-def norm(label: str, width: int, elements: int, split: bool = True) -> Op:
-    """A LayerNorm/BatchNorm in training: ~5 FLOP per element, reads its input twice (the
-    statistics, then the normalization) and writes the output; the ``2 x width`` affine
+def norm(label: str, width: int, elements: int, split: bool = True,
+         layer_norm: bool = True) -> Op:
+    """A LayerNorm (``layer_norm``, FP32 under autocast; backward: input gradient and the
+    affine parameters' gradients, 2 kernels) or a BatchNorm (cuDNN, in the activations'
+    precision; one backward kernel) in training: ~5 FLOP per element, reads its input twice
+    (the statistics, then the normalization) and writes the output; the ``2 x width`` affine
     parameters are read once."""
-    return Op("elementwise", 5 * elements, 3 * elements, 2 * width, split=split, label=label)
+    return Op("elementwise", 5 * elements, 3 * elements, 2 * width, split=split, label=label,
+              fp32=layer_norm, backward_kernels=2.0 if layer_norm else 1.0)
 
 
-def attention_core(label: str, seq: int, hidden: int) -> Op:
+def attention_core(label: str, seq: int, hidden: int, heads: int, causal: bool) -> Op:
     """A fused attention kernel (PyTorch SDPA, flash or memory-efficient): scores and weighted
-    sum, 4 x seq^2 x hidden FLOP per sample; reads q, k, v and writes the output."""
-    return Op("attention", 4 * seq * seq * hidden, 4 * seq * hidden, label=label)
+    sum, 4 x seq^2 x hidden FLOP per sample (half of them skipped when ``causal``: the
+    kernel does not compute masked blocks); reads q, k, v and writes the output. Backward:
+    one kernel (plus its preprocessing) of 2.5x the forward FLOP, as the scores are recomputed
+    (Dao, FlashAttention-2, 2023, §3.1)."""
+    return Op("attention", 4 * seq * seq * hidden, 4 * seq * hidden, label=label,
+              shape=(seq, heads, int(causal)), backward_kernels=2.0)

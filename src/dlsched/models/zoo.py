@@ -64,18 +64,23 @@ class _Layers:
         self.layers[-1] = replace(last, ops=last.ops + ops)
 
     def norm(self, prefix: str, width: int, elements: int, block: str,
-             split: bool = True) -> None:
-        """A LayerNorm/BatchNorm: weight and bias of ``width``; ~5 FLOP per element."""
+             split: bool = True, layer_norm: bool = True) -> None:
+        """A LayerNorm (or a BatchNorm: ``layer_norm`` False): weight and bias of ``width``;
+        ~5 FLOP per element."""
         self.add(f"{prefix}.weight", width, 5 * elements, elements, block,
-                 (norm(prefix, width, elements, split),))
+                 (norm(prefix, width, elements, split, layer_norm),))
         self.add(f"{prefix}.bias", width, 0, elements, block)
 
     def linear(self, prefix: str, fan_in: int, fan_out: int, tokens: int, block: str,
-               bias: bool = True, extra_flops: float = 0.0) -> None:
+               bias: bool = True, extra_flops: float = 0.0, cast_input: bool = False,
+               summed_grads: int = 0) -> None:
         """A dense layer applied to ``tokens`` vectors (weight then bias); ``extra_flops`` are
-        counted on the weight (the ops that carry them are attached by the caller)."""
+        counted on the weight (the ops that carry them are attached by the caller);
+        ``cast_input``: its input is FP32 under autocast (a LayerNorm's output);
+        ``summed_grads``: see ``ops.matmul``."""
         self.add(f"{prefix}.weight", fan_in * fan_out, 2 * fan_in * fan_out * tokens + extra_flops,
-                 fan_out * tokens, block, (matmul(prefix, fan_in, fan_out, tokens, bias),))
+                 fan_out * tokens, block,
+                 (matmul(prefix, fan_in, fan_out, tokens, bias, cast_input, summed_grads),))
         if bias:
             self.add(f"{prefix}.bias", fan_out, fan_out * tokens, fan_out * tokens, block)
 
@@ -102,7 +107,8 @@ def vgg(name: str, dtype_bytes: int = 4) -> Model:
         block = f"features.{index}"
         maps = width * side * side
         out.add(f"{block}.weight", 9 * channels * width, 2 * 9 * channels * width * side * side,
-                maps, block, (conv(block, channels, width, 3, side, side),))
+                maps, block, (conv(block, channels, width, 3, side, side,
+                                   first=index == 0),))
         out.add(f"{block}.bias", width, maps, maps, block,
                 (elementwise("bias", maps, 2, maps), elementwise("relu", maps)))
         channels, index = width, index + 2
@@ -118,13 +124,14 @@ def vgg(name: str, dtype_bytes: int = 4) -> Model:
 def _conv(out: _Layers, names: tuple[str, str], c_in: int, c_out: int, kernel: int,
           sides: tuple[int, int], block: str, relu: bool = True) -> None:
     """A bias-free convolution ``names[0]`` from a ``sides[0]`` to a ``sides[1]`` square map,
-    then its BatchNorm ``names[1]`` (and a ReLU when ``relu``)."""
+    then its BatchNorm ``names[1]`` (and a ReLU when ``relu``); the stem's convolution casts
+    the FP32 image under autocast."""
     conv_name, norm_name = names
     elements = c_out * sides[1] * sides[1]
     out.add(f"{conv_name}.weight", kernel * kernel * c_in * c_out,
             2 * kernel * kernel * c_in * elements, elements, block,
-            (conv(conv_name, c_in, c_out, kernel, *sides),))
-    out.norm(norm_name, c_out, elements, block)
+            (conv(conv_name, c_in, c_out, kernel, *sides, first=block == "stem"),))
+    out.norm(norm_name, c_out, elements, block, layer_norm=False)
     if relu:
         out.attach(elementwise("relu", elements))
 
@@ -154,7 +161,7 @@ def resnet(name: str, dtype_bytes: int = 4) -> Model:
                 _conv(out, (f"{block}.downsample.0", f"{block}.downsample.1"), inplanes,
                       planes * 4, 1, (side, out_side), block, relu=False)
             maps = planes * 4 * out_side * out_side
-            out.attach(elementwise("residual", maps, 3), elementwise("relu", maps))
+            out.attach(_add("residual", maps, fp32=False), elementwise("relu", maps))
             inplanes, side = planes * 4, out_side
     out.linear("fc", 2048, 1000, 1, "fc")
     out.attach(elementwise("avgpool", 2048 * 50, passes=1))
@@ -176,27 +183,30 @@ def bert(name: str, dtype_bytes: int = 4, sequence: int = BERT_SEQUENCE) -> Tran
     sh = seq * hidden
     for table, rows in (("word", BERT_VOCAB), ("position", BERT_POSITIONS), ("token_type", 2)):
         out.add(f"embeddings.{table}_embeddings.weight", rows * hidden, sh, sh, "embeddings",
-                (elementwise("gather", sh, 2, sh),))
-    out.attach(elementwise("add", sh, 3, kernels=2))
+                (_gather(sh),))
+    out.attach(elementwise("add", sh, 3, kernels=2, fp32=True, backward_kernels=0))
     out.norm("embeddings.LayerNorm", hidden, sh, "embeddings")
-    out.attach(elementwise("dropout", sh, 2.5))
+    out.attach(elementwise("dropout", sh, 2.5, fp32=True))
     for index in range(depth):
         block = f"encoder.layer.{index}"
         attention = 2 * 2 * seq * seq * hidden  # scores QK^T and the weighted sum
         out.linear(f"{block}.attention.self.query", hidden, hidden, seq, block,
-                   extra_flops=attention)
-        out.attach(attention_core("sdpa", seq, hidden), elementwise("merge-heads", sh))
-        out.linear(f"{block}.attention.self.key", hidden, hidden, seq, block)
-        out.linear(f"{block}.attention.self.value", hidden, hidden, seq, block)
+                   extra_flops=attention, cast_input=True, summed_grads=2)
+        out.attach(attention_core("sdpa", seq, hidden, BERT_HEADS[name], causal=False),
+                   elementwise("merge-heads", sh))
+        out.linear(f"{block}.attention.self.key", hidden, hidden, seq, block, cast_input=True)
+        out.linear(f"{block}.attention.self.value", hidden, hidden, seq, block,
+                   cast_input=True)
         out.linear(f"{block}.attention.output.dense", hidden, hidden, seq, block)
-        out.attach(elementwise("dropout", sh, 2.5), elementwise("residual", sh, 3))
+        out.attach(elementwise("dropout", sh, 2.5), _add("residual", sh))
         out.norm(f"{block}.attention.output.LayerNorm", hidden, sh, block)
-        out.linear(f"{block}.intermediate.dense", hidden, 4 * hidden, seq, block)
+        out.linear(f"{block}.intermediate.dense", hidden, 4 * hidden, seq, block,
+                   cast_input=True)
         out.attach(elementwise("gelu", 4 * sh))
         out.linear(f"{block}.output.dense", 4 * hidden, hidden, seq, block)
-        out.attach(elementwise("dropout", sh, 2.5), elementwise("residual", sh, 3))
+        out.attach(elementwise("dropout", sh, 2.5), _add("residual", sh))
         out.norm(f"{block}.output.LayerNorm", hidden, sh, block)
-    out.linear("pooler.dense", hidden, hidden, 1, "pooler")
+    out.linear("pooler.dense", hidden, hidden, 1, "pooler", cast_input=True)
     out.attach(elementwise("tanh", hidden))
     return TransformerModel(name, tuple(out.layers), dtype_bytes,
                             TransformerShape(seq, hidden, BERT_HEADS[name]))
@@ -216,8 +226,10 @@ GPT_VOCABS = {"transformer-1t": 51200}
 # Trained with Megatron-LM's fused kernels rather than Hugging Face's modules.
 MEGATRON_STYLE = ("gpt3-175b", "transformer-1t")
 # GPT-2's gelu_new as Hugging Face writes it: pow, 3 multiplies, 2 additions, tanh, multiply
-# (8 kernels; element passes: 2 per unary kernel, 3 per binary one).
-GELU_NEW = elementwise("gelu_new", 1, passes=18, kernels=8)
+# (8 kernels; element passes: 2 per unary kernel, 3 per binary one); its backward: 2 + 1 + 1
+# + 1 + 1 multiplies (the products and constants), tanh's, pow's 2 and 2 gradient additions
+# where x is used three times, 10 kernels.
+GELU_NEW = elementwise("gelu_new", 1, passes=18, kernels=8, backward_kernels=10)
 
 
 def gpt(name: str, dtype_bytes: int = 4, lm_head: bool = True) -> TransformerModel:
@@ -239,27 +251,28 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
     runs them (see the module docstring)."""
     out = _Layers(dtype_bytes)
     sh = seq * hidden
-    out.add("wte.weight", vocab * hidden, sh, sh, "embed", (elementwise("gather", sh, 2, sh),))
+    out.add("wte.weight", vocab * hidden, sh, sh, "embed", (_gather(sh),))
     out.add("wpe.weight", seq * hidden, sh, sh, "embed",
-            (elementwise("gather", sh, 2, sh), elementwise("add", sh, 3),
-             elementwise("dropout", sh, 2.5, split=False)))
+            (_gather(sh), elementwise("add", sh, 3, fp32=True, backward_kernels=0),
+             elementwise("dropout", sh, 2.5, split=False, fp32=True)))
     for index in range(depth):
         block = f"h.{index}"
         out.norm(f"{block}.ln_1", hidden, sh, block, split=False)
         out.linear(f"{block}.attn.c_attn", hidden, 3 * hidden, seq, block,
-                   extra_flops=2 * 2 * seq * seq * hidden)
+                   extra_flops=2 * 2 * seq * seq * hidden, cast_input=True)
         out.attach(*(_megatron_attention(seq, hidden, heads) if megatron
-                     else (attention_core("sdpa", seq, hidden), elementwise("merge-heads", sh))))
+                     else (attention_core("sdpa", seq, hidden, heads, causal=True),
+                           elementwise("merge-heads", sh))))
         out.linear(f"{block}.attn.c_proj", hidden, hidden, seq, block)
         out.attach(*_residual(sh, megatron))
         out.norm(f"{block}.ln_2", hidden, sh, block, split=False)
-        out.linear(f"{block}.mlp.c_fc", hidden, 4 * hidden, seq, block)
+        out.linear(f"{block}.mlp.c_fc", hidden, 4 * hidden, seq, block, cast_input=True)
         out.attach(elementwise("bias-gelu", 4 * sh) if megatron
                    else replace(GELU_NEW, elements=GELU_NEW.elements * 4 * sh))
         out.linear(f"{block}.mlp.c_proj", 4 * hidden, hidden, seq, block)
         out.attach(*_residual(sh, megatron))
     logits = 2 * hidden * vocab * seq if lm_head else 0
-    head = (matmul("lm_head", hidden, vocab, seq, bias=False),
+    head = (matmul("lm_head", hidden, vocab, seq, bias=False, cast_input=True),
             elementwise("cross-entropy", seq * vocab, 3, kernels=4)) if lm_head else ()
     out.add("ln_f.weight", hidden, 5 * sh + logits, seq * vocab if lm_head else sh, "ln_f",
             (norm("ln_f", hidden, sh, split=False), *head))
@@ -272,10 +285,12 @@ def _megatron_attention(seq: int, hidden: int, heads: int) -> tuple[Op, ...]:
     """Megatron-LM's attention core (2021): scores by batched product (written out, heads x
     seq^2 elements), fused scale-mask-softmax, dropout on the probabilities, the weighted sum,
     and the heads merged back."""
-    scores, sh = heads * seq * seq, seq * hidden
-    return (Op("attention", 2 * seq * seq * hidden, 2 * sh + scores, label="scores"),
+    scores, sh, width = heads * seq * seq, seq * hidden, hidden // heads
+    return (Op("gemm", 2 * seq * seq * hidden, 2 * sh + scores, label="scores",
+               shape=(seq, seq, width, heads)),
             elementwise("softmax", scores), elementwise("attention-dropout", scores, 2.5),
-            Op("attention", 2 * seq * seq * hidden, scores + 2 * sh, label="context"),
+            Op("gemm", 2 * seq * seq * hidden, scores + 2 * sh, label="context",
+               shape=(seq, width, seq, heads)),
             elementwise("merge-heads", sh))
 
 
@@ -284,8 +299,20 @@ def _residual(sh: int, megatron: bool) -> tuple[Op, ...]:
     two kernels in Hugging Face's modules; repeated on every GPU of a TP group."""
     if megatron:
         return (elementwise("bias-dropout-add", sh, 3.5, split=False),)
-    return (elementwise("dropout", sh, 2.5, split=False),
-            elementwise("residual", sh, 3, split=False))
+    return (elementwise("dropout", sh, 2.5, split=False), _add("residual", sh, split=False))
+
+
+def _add(label: str, elements: int, fp32: bool = True, split: bool = True) -> Op:
+    """A residual addition (FP32 under autocast in a transformer's residual stream, in the
+    activations' precision in a CNN); its backward is the gradient accumulation where the
+    stream forks (one kernel)."""
+    return elementwise(label, elements, 3, split=split, fp32=fp32, backward_kernels=1)
+
+
+def _gather(elements: int) -> Op:
+    """An embedding lookup (FP32 weights: FP32 under autocast); its backward sorts the indices
+    and accumulates the rows (PyTorch's embedding_dense_backward: about 4 kernels)."""
+    return elementwise("gather", elements, 2, elements, fp32=True, backward_kernels=4)
 
 
 GNMT_HIDDEN, GNMT_DEPTH, GNMT_VOCAB, GNMT_TOKENS = 1024, 8, 32000, 50
@@ -301,7 +328,8 @@ def _lstm(out: _Layers, prefix: str, fan_in: int, hidden: int, tokens: int, bloc
         flops = 2 * gates * (fan_in + hidden) * tokens + 10 * hidden * tokens
         out.add(f"{prefix}.weight_ih_l0{suffix}", gates * fan_in, flops, hidden * tokens, block,
                 (Op("gemm", flops, (fan_in + gates + 6 * hidden) * tokens,
-                    gates * (fan_in + hidden), kernels=2 * tokens, label="lstm"),))
+                    gates * (fan_in + hidden), kernels=2 * tokens, label="lstm",
+                    shape=(1, gates, fan_in + hidden, 0)),))
         out.add(f"{prefix}.weight_hh_l0{suffix}", gates * hidden, 0, hidden * tokens, block)
         out.add(f"{prefix}.bias_ih_l0{suffix}", gates, 0, hidden * tokens, block)
         out.add(f"{prefix}.bias_hh_l0{suffix}", gates, 0, hidden * tokens, block)
@@ -368,7 +396,8 @@ def dlrm(name: str = "dlrm", dtype_bytes: int = 4) -> Model:
         extra = 2 * pairs * DLRM_DIM if index == 0 else 0.0
         out.linear(f"top_l.{2 * index}", fan_in, width, 1, f"top_l.{index}", extra_flops=extra)
         if extra:
-            out.attach(Op("gemm", extra, vectors * DLRM_DIM + pairs, label="interaction"))
+            out.attach(Op("gemm", extra, vectors * DLRM_DIM + pairs, label="interaction",
+                          shape=(vectors, vectors, DLRM_DIM, 1)))
         out.attach(elementwise("relu" if index < len(DLRM_TOP) - 1 else "sigmoid", width))
         fan_in = width
     return Model(name, tuple(out.layers), dtype_bytes)

@@ -1,0 +1,154 @@
+"""One op's GPU seconds and kernel launches on a calibrated GPU, priced by its kernels' shapes.
+
+* GEMMs (``gemm``): FLOP / (kind rate x ``gemm_utilization`` of the (M, N, K) cuBLAS runs),
+  at least the operands' and result's bytes / memory rate. The backward is two GEMMs, the
+  input gradient (M x K, inner N) and the weight gradient (N x K, inner M: split-K).
+* Convolutions (``conv``): cuDNN's implicit GEMM, M = batch x output pixels, N = output
+  channels, K = input channels x kernel^2; backward: data gradient (M = batch x input
+  pixels, N = input channels) and weight gradient (M = output channels, N = K, inner batch x
+  pixels). A 16-bit convolution in NCHW layout (not ``channels_last``) also converts its
+  input and output to the tensor cores' NHWC and back (cuDNN's own transpose kernels, no
+  launch of their own): reading and writing both once in the forward, twice in the
+  backward (the gradients, and the input again for the weight gradient), at the memory rate
+  of transposes (``transpose_efficiency`` of the bandwidth).
+* Fused attention (``attention``, SDPA): FLOP (half of them when causal: masked blocks are
+  skipped) / (kind rate x its wave quantization); the backward recomputes the scores, 2.5x
+  the forward's FLOP (Dao, FlashAttention-2, 2023, §3.1).
+* Elementwise ops: bytes / memory rate at the precision they run in (4 bytes under autocast
+  for ops marked ``fp32``).
+
+Under ``torch.autocast`` (16 bits, FP32 weights) a weighted product casts its weight to 16
+bits in the forward (one kernel reading 4 and writing 2 bytes per element) and its gradient
+back in the backward, and a product marked ``cast_input`` casts its FP32 input the same way.
+In ``fp8`` GEMMs run as Transformer Engine runs them (Micikevicius et al., *FP8 Formats for
+Deep Learning*, 2022; NVIDIA Transformer Engine): the input and the weight are cast to FP8
+(one cast-transpose kernel each, reading 2 and writing 2 x 1 bytes per element: the tensor
+and its transpose for the backward), the output gradient likewise in the backward, and all
+three GEMMs run at the FP8 rate; everything else runs in bf16 under autocast.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from dlsched.hardware.gpu import ELEMENT_BYTES, KEY, OPERAND_BYTES
+from dlsched.models.kernels import attention_utilization, gemm_utilization
+from dlsched.models.ops import BACKWARD_FACTOR, Op
+from dlsched.models.timeline import Work
+
+if TYPE_CHECKING:
+    from dlsched.models.compute import CalibratedCompute
+
+CAST_BYTES = 6.0  # an autocast cast reads 4 bytes and writes 2 per element
+FP8_CAST_BYTES = 4.0  # a cast-transpose reads 2 bytes and writes 2 x 1 per element
+ATTENTION_BACKWARD = 2.5
+# Winograd F(2x2, 3x3): 16 multiplies per 2x2 output tile instead of 36 (Lavin & Gray, "Fast
+# Algorithms for Convolutional Neural Networks", CVPR 2016, Table 1: 2.25x fewer).
+WINOGRAD_SAVING = 2.25
+FP32_BYTES = 4
+
+
+def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) -> Work:
+    """GPU seconds and kernels of ``op`` on ``batch`` samples (see the module docstring)."""
+    gpu, precision = compute.gpu, compute.precision
+    key = KEY[precision]
+    half = key in ("bf16", "fp8")
+    tp = compute.tensor_parallel
+    share = 1.0 / tp if op.split or compute.sequence_parallel else 1.0
+    scale = BACKWARD_FACTOR if backward else 1.0
+    launches = op.launches_backward if backward else op.kernels
+    element = FP32_BYTES if op.fp32 and half and compute.autocast else ELEMENT_BYTES[precision]
+    rate = gpu.memory_rate
+    if op.kind == "elementwise":
+        moved = scale * (op.elements * batch * share * element
+                         + op.weights * (FP32_BYTES if compute.autocast else element))
+        flops = scale * op.flops * batch * share
+        return Work(max(moved / rate, flops / gpu.kind_rate("elementwise", precision)),
+                    launches)
+    weights = op.weights / tp if op.split else op.weights
+    operand = OPERAND_BYTES[precision] if op.kind == "gemm" else ELEMENT_BYTES[precision]
+    moved = scale * (op.elements * batch * share * ELEMENT_BYTES[precision] + weights * operand)
+    seconds = max(_compute_seconds(compute, op, batch * share, backward), moved / rate)
+    extra_bytes = 0.0
+    if half and compute.autocast and weights:
+        extra_bytes += weights * CAST_BYTES
+        launches += 1
+    if op.cast_input and half and compute.autocast:
+        extra_bytes += _input_elements(op) * batch * share * CAST_BYTES
+        launches += 1
+    if op.kind == "conv" and half and not compute.channels_last:
+        c_in, c_out, _, side_in, side_out = op.shape
+        converted = 2 * ELEMENT_BYTES[precision] * (c_in * side_in ** 2
+                                                    + c_out * side_out ** 2) * batch
+        seconds += scale * converted / (gpu.spec.memory_bandwidth
+                                        * gpu.spec.transpose_efficiency)
+    if key == "fp8" and op.kind == "gemm" and weights and op.shape:
+        m, n, k, _ = op.shape
+        quantized = (n * batch * share * m) if backward else (m * k * batch * share + weights)
+        extra_bytes += quantized * FP8_CAST_BYTES / (scale if backward else 1.0)
+        launches += 1 if backward else 2
+    return Work(seconds + scale * extra_bytes / rate, launches)
+
+
+def _input_elements(op: Op) -> float:
+    """Input elements per sample of a product (M x K of its GEMM, or the conv's input)."""
+    if op.kind == "conv":
+        return op.shape[0] * op.shape[3] ** 2
+    m, _, k, groups = op.shape
+    return m * k * max(groups, 1)
+
+
+def _compute_seconds(compute: CalibratedCompute, op: Op, samples: float,
+                     backward: bool) -> float:
+    """Seconds of the op's arithmetic at its kind's rate and its shapes' utilization."""
+    gpu, precision = compute.gpu, compute.precision
+    flops = op.flops * samples
+    if not flops:
+        return 0.0
+    rate = gpu.kind_rate(op.kind, precision)
+    sms = gpu.spec.sms
+    if op.kind == "attention":
+        seq, heads, causal = op.shape or (1, 1, 0)
+        problems = max(1, round(samples * heads))  # samples: this GPU's share of the batch
+        util = attention_utilization(seq, problems, sms) if op.shape else 1.0
+        executed = flops * (0.5 if causal else 1.0)
+        return executed * (ATTENTION_BACKWARD if backward else 1.0) / (rate * util)
+    if op.kind == "conv" and KEY[precision] == "fp32" and _winograd(op):
+        flops /= WINOGRAD_SAVING
+    shapes = _gemm_shapes(compute, op, samples, backward)
+    if not shapes:
+        return BACKWARD_FACTOR * flops / rate if backward else flops / rate
+    return sum(flops / (rate * gemm_utilization(*shape, sms)) for shape in shapes)
+
+
+def _winograd(op: Op) -> bool:
+    """A 3x3 stride-1 convolution, which cuDNN runs by Winograd's algorithm in FP32."""
+    return op.shape[2] == 3 and op.shape[3] == op.shape[4]
+
+
+def _gemm_shapes(compute: CalibratedCompute, op: Op, samples: float,
+                 backward: bool) -> list[tuple[int, int, int, int]]:
+    """The (M, N, K, groups) of the GEMMs the op runs: one forward, two backward (each
+    doing the forward's FLOP)."""
+    if not op.shape:
+        return []
+    tp = compute.tensor_parallel if op.split else 1
+    batch = max(1, round(samples * (tp if op.split and tp > 1 else 1)))
+    if op.kind == "conv":
+        c_in, c_out, kernel, side_in, side_out = op.shape
+        c_out = max(1, math.ceil(c_out / tp))
+        taps = c_in * kernel * kernel
+        forward = (batch * side_out * side_out, c_out, taps, 1)
+        if not backward:
+            return [forward]
+        data = [(batch * side_in * side_in, c_in, c_out * kernel * kernel, 1)]
+        return data * op.input_grad + [(c_out, taps, batch * side_out * side_out, 1)]
+    m, n, k, groups = op.shape
+    if groups:
+        groups = max(1, math.ceil(groups / tp)) * batch
+    else:
+        m, n, groups = m * batch, max(1, math.ceil(n / tp)), 1
+    if not backward:
+        return [(m, n, k, groups)]
+    return [(m, k, n, groups), (n, k, m, groups)]
