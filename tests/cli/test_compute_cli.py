@@ -7,7 +7,7 @@ import pytest
 from dlsched.cli.compute import step_row
 
 FIELDS = {"model", "batch_size", "device", "precision", "forward_s", "backward_s", "step_s",
-          "mfu"}
+          "mfu", "gpu_busy_s", "launch_bound"}
 
 
 def test_json_rows_carry_the_fields(run_cli):
@@ -15,10 +15,11 @@ def test_json_rows_carry_the_fields(run_cli):
     code, out, err = run_cli("compute", "--model", "resnet50", "--batch-size", "32",
                              "--device", "h100", "--precision", "tf32", "--json")
     assert code == 0, err
-    [row] = json.loads(out)
+    [row] = json.loads(out)["rows"]
     assert set(row) >= FIELDS
     assert row["step_s"] == pytest.approx(row["forward_s"] + row["backward_s"])
     assert 0 < row["mfu"] < 1
+    assert 0 <= row["launch_bound"] < 1 and row["gpu_busy_s"] <= row["step_s"]
 
 
 @pytest.mark.parametrize(("args", "field"), [
@@ -60,20 +61,58 @@ def test_calibrate_writes_a_gpu_file_compute_reads(run_cli, tmp_path):
     out = tmp_path / "fits" / "gpu.yaml"
     code, text, err = run_cli("compute", "calibrate", "--out", str(out), "--json")
     assert code == 0, err
-    assert all(abs(case["error"]) < 0.15 for case in json.loads(text)["cases"])
+    assert all(abs(case["error"]) < 0.15 for case in json.loads(text)["rows"])
     assert "wrote GPU file" in err
     code, text, err = run_cli("compute", "--model", "gpt2", "--no-lm-head", "--batch-size",
                               "8", "--precision", "bf16", "--device", str(out), "--json")
     assert code == 0, err
-    assert json.loads(text)[0]["step_s"] == pytest.approx(46.8e-3, rel=0.15)
+    assert json.loads(text)["rows"][0]["step_s"] == pytest.approx(46.8e-3, rel=0.15)
 
 
 def test_calibrate_refuses_bad_cases_and_outputs(run_cli, tmp_path):
     """A precision the GPU does not run, or a non-YAML output: exit 2, nothing written."""
     bad = tmp_path / "m.yaml"
-    bad.write_text("device: h100\ncases: [{model: resnet50, batch_size: 8, precision: fp8, "
+    bad.write_text("device: a100\ncases: [{model: resnet50, batch_size: 8, precision: fp8, "
                    "step: 1 ms}]\n")
     code, _, err = run_cli("compute", "calibrate", str(bad))
     assert code == 2 and "precision" in err
     code, _, err = run_cli("compute", "calibrate", "--out", str(tmp_path / "gpu.txt"))
     assert code == 2 and "--out" in err and not (tmp_path / "gpu.txt").exists()
+
+
+def _steps(tmp_path, lines, constants=None):
+    path = tmp_path / "m.yaml"
+    head = "device: h100\n" + (f"constants: {constants}\n" if constants else "")
+    path.write_text(head + "cases:\n" + "".join(f"  - {line}\n" for line in lines))
+    return path
+
+
+def test_calibrate_refuses_too_few_cases_and_impossible_times(run_cli, tmp_path):
+    """One case for many constants, a 1 us ResNet-50 step (faster than the H100's peak
+    allows), and a fit off by 100x: exit 2 with one line naming the problem, no GPU file
+    written; --force lets the too-few-cases fit through."""
+    out = tmp_path / "gpu.yaml"
+    one = _steps(tmp_path, ["{model: resnet50, batch_size: 32, precision: fp32, step: 43 ms}"])
+    code, _, err = run_cli("compute", "calibrate", str(one), "--out", str(out))
+    assert code == 2 and "cases: 1 measured times" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    code, _, err = run_cli("compute", "calibrate", str(one), "--out", str(out), "--force")
+    assert code == 0, err
+    fast = _steps(tmp_path, ["{model: resnet50, batch_size: 256, precision: bf16, step: 1 us}"])
+    code, _, err = run_cli("compute", "calibrate", str(fast), "--force")
+    assert code == 2 and "faster than the h100 peak allows" in err
+    scattered = _steps(tmp_path, [
+        "{model: resnet50, batch_size: 32, precision: fp32, step: 27.1 ms}",
+        "{model: resnet50, batch_size: 32, precision: fp32, step: 2710 ms}",
+        "{model: resnet50, batch_size: 32, precision: fp32, step: 271 ms}"],
+        constants="[efficiency.conv.fp32]")
+    code, _, err = run_cli("compute", "calibrate", str(scattered))
+    assert code == 2 and "worst error" in err and "resnet50 b32 fp32" in err
+
+
+def test_calibrate_out_may_not_be_its_input(run_cli, tmp_path):
+    """--out naming the measurements file is refused before any work."""
+    path = _steps(tmp_path, ["{model: resnet50, batch_size: 32, precision: fp32, step: 43 ms}"])
+    before = path.read_text()
+    code, _, err = run_cli("compute", "calibrate", str(path), "--out", str(path), "--force")
+    assert code == 2 and "--out" in err and path.read_text() == before

@@ -38,7 +38,7 @@ def test_reproduce_megatron_json_fields(run_cli):
     code, out, err = run_cli("reproduce", "megatron", "--rows", "gpt-1.7b",
                              "--max-plan-gpus", "0", "--json")
     assert code == 0, err
-    [row] = json.loads(out)
+    [row] = json.loads(out)["rows"]
     assert set(row) >= {"model", "gpus", "tp", "pp", "dp", "global_batch",
                         "published_tflops_per_gpu", "predicted_tflops_per_gpu", "error"}
     assert row["error"] == pytest.approx(row["predicted_tflops_per_gpu"] / 137 - 1)

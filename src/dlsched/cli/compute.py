@@ -27,6 +27,7 @@ STEP_COLUMNS = [Column("model", "model", justify="left"), Column("batch_size", "
                 Column("forward_s", "forward (ms)", lambda v: f"{v * 1e3:.2f}"),
                 Column("backward_s", "backward (ms)", lambda v: f"{v * 1e3:.2f}"),
                 Column("step_s", "step (ms)", lambda v: f"{v * 1e3:.2f}"),
+                Column("launch_bound", "GPU waits (%)", lambda v: f"{v * 100:.0f}"),
                 Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}")]
 
 
@@ -48,12 +49,25 @@ def step_row(model: str, batch_size: int, device: str, precision: str | None,
 
     compute = calibrated(device, precision, channels_last=channels_last)
     zoo = get_model(model, lm_head=lm_head)
-    forward, backward = compute.layer_times(zoo, batch_size)
-    step = sum(forward) + sum(backward)
+    timed = compute.step(zoo, batch_size)
+    step = timed.step_s
     return {"model": model, "batch_size": batch_size, "device": compute.gpu.name,
             "precision": compute.precision, "channels_last": channels_last, "lm_head": lm_head,
-            "forward_s": sum(forward), "backward_s": sum(backward), "step_s": step,
+            "forward_s": sum(timed.forward), "backward_s": sum(timed.backward), "step_s": step,
+            "gpu_busy_s": timed.gpu_busy_s, "launch_bound": timed.launch_bound,
             "mfu": mfu(training_flops(zoo, batch_size), step, 1, compute.peak_flops)}
+
+
+STARVED = 0.1  # a step whose GPU waits for launches this fraction of the time gets a note
+
+
+def starved_note(row: dict[str, Any]) -> str | None:
+    """A note when the GPU waits for the host's kernel launches much of the step."""
+    if row["launch_bound"] < STARVED:
+        return None
+    return (f"the GPU waits for kernel launches {row['launch_bound']:.0%} of the step (eager "
+            "PyTorch's host launches are the bottleneck: a larger batch, CUDA graphs or "
+            "torch.compile would hide them)")
 
 
 @compute_app.callback()
@@ -63,11 +77,11 @@ def compute(
     = None,
     batch_size: Annotated[float | None, typer.Option(
         help=f"Samples per step (1..{MAX_BATCH}).")] = None,
-    device: Annotated[str, typer.Option(help="GPU preset (v100, a100, h100) or GPU file.")]
-    = "h100",
+    device: Annotated[str, typer.Option(
+        help="GPU preset (v100, a100, h100, h200) or GPU file.")] = "h100",
     precision: Annotated[str | None, typer.Option(
-        help="fp32 (TF32 off), tf32, bf16 or fp16 (autocast); default bf16 (fp16 on v100).")]
-    = None,
+        help="fp32 (TF32 off), tf32, bf16 or fp16 (autocast), fp8 (h100/h200: Transformer "
+        "Engine GEMMs, the rest bf16); default bf16 (fp16 on v100).")] = None,
     channels_last: Annotated[bool, typer.Option(
         help="Convolutions in channels-last (NHWC) layout.")] = False,
     lm_head: Annotated[bool, typer.Option(
@@ -82,12 +96,15 @@ def compute(
         raise ConfigError("compute: --model and --batch-size are needed (or a subcommand: "
                           "calibrate)")
     row = step_row(model, _batch(batch_size), device, precision, channels_last, lm_head)
+    note = starved_note(row)
     if json_out:
-        print(json.dumps([row]))
+        print(json.dumps({"rows": [row], "notes": [note] if note else []}))
         return
     render_table([row], STEP_COLUMNS, f"{row['model']} training step (forward + backward, no "
                  f"optimizer) on one {row['device']}, {row['precision']}; MFU = 3 x forward "
                  "FLOP / step / peak", console)
+    if note:
+        console.print(f"note: {note}")
 
 
 FIT_COLUMNS = [Column("case", "case", justify="left"),
@@ -103,22 +120,35 @@ def calibrate_command(
     = None,
     out: Annotated[Path | None, typer.Option(help="Write the fitted GPU file here (.yaml).")]
     = None,
+    force: Annotated[bool, typer.Option(
+        help="Fit and write even with too few cases or a worst error above 25%.")] = False,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
 ) -> None:
-    """Fit a GPU's per-kernel overhead, memory efficiency and per-kind efficiencies to
-    measured training steps; prints measured vs predicted per case; --out writes a GPU file
-    that --device accepts."""
-    from dlsched.models.calibration import fit_constants, gpu_document, load_measurements
+    """Fit a GPU's launch overheads, memory and transpose efficiencies and per-kind
+    efficiencies to measured training steps; prints measured vs predicted per case; --out
+    writes a GPU file that --device accepts. Refused (exit 2): fewer cases than constants
+    fitted + 2, a measured step faster than the GPU's peak allows, a fit whose worst error
+    exceeds 25% (unless --force)."""
+    from dlsched.models.calibration import (
+        check_cases,
+        check_fit,
+        fit_constants,
+        gpu_document,
+        load_measurements,
+    )
 
     check_files({"--out": (out, (".yaml", ".yml"))}, {"MEASUREMENTS": measurements})
     data = load_measurements(measurements)
+    check_cases(data, force)
     fit = fit_constants(data.gpu, data.cases, data.source, data.constants)
+    check_fit(fit, force)
     rows = [{"case": label, "measured_s": measured, "predicted_s": predicted,
              "error": predicted / measured - 1} for label, measured, predicted in fit.steps]
     if out is not None:
         write_text(out, yaml.safe_dump(gpu_document(fit.gpu), sort_keys=False))
     if json_out:
-        print(json.dumps({"gpu": gpu_document(fit.gpu), "cases": rows}))
+        print(json.dumps({"rows": rows, "gpu": gpu_document(fit.gpu),
+                          "fitted": list(fit.fitted), "worst_error": fit.worst_error()}))
     else:
         render_table(rows, FIT_COLUMNS, f"{fit.gpu.name}: fitted {', '.join(fit.fitted)} "
                      f"(worst error {fit.worst_error():.1%})", console)
@@ -193,10 +223,10 @@ def reproduce_megatron(
     limit = get_gpu("a100").spec.best_published_utilization or 1.0
     rows, notes = _megatron_rows(results, limit, max_plan_gpus)
     if json_out:
-        print(json.dumps([{key: r[key] for key in (
+        print(json.dumps({"notes": notes, "rows": [{key: r[key] for key in (
             "model", "gpus", "tp", "pp", "dp", "chunks", "microbatch", "global_batch",
             "published_tflops_per_gpu", "predicted_tflops_per_gpu", "error", "iteration_s",
-            "mfu", "hfu", "fitted", "ours")} for r in rows]))
+            "mfu", "hfu", "fitted", "ours")} for r in rows]}))
         return
     render_table(rows, MEGATRON_COLUMNS, "Megatron-LM SC21 Table 1 on the calibrated a100 "
                  "preset (TFLOP/s per GPU by the paper's Eq. 3, recomputation counted; MFU "

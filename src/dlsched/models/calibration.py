@@ -12,13 +12,15 @@ backward), or its forward and backward, or a dlsched per-layer profile of the mo
       - {model: gpt2, lm_head: false, batch_size: 8, precision: fp32, step: 142.2 ms}
       - {model: resnet50, batch_size: 32, precision: fp32, profile: resnet50-b32.csv}
 
-The fit chooses the per-kernel overhead, the memory efficiency and the efficiency of each kind
-(GEMM and attention share one value) in each precision the cases use, minimizing the squared
-log error of the predicted steps (scipy's ``least_squares``, efficiencies kept in (0, 1]).
-Constants no case depends on keep the base's values; ``constants`` (names such as
-``kernel_overhead``, ``memory_efficiency``, ``efficiency.conv.tf32``,
-``nchw_half_conv_efficiency``) restricts the fit to those, the others kept from the base. With
-fewer cases than constants fitted the fit is not unique.
+The fit chooses the host's launch overheads (forward, backward), the memory and transpose
+efficiencies and the GEMM and convolution efficiencies in each precision the cases use,
+minimizing the squared log error of the predicted steps (scipy's ``least_squares``,
+efficiencies kept in (0, 1]). Constants no case depends on keep the base's values;
+``constants`` (names such as ``kernel_overhead``, ``memory_efficiency``,
+``efficiency.conv.tf32``, ``efficiency.attention.bf16``) restricts the fit to those, the others
+kept from the base. ``check_cases`` refuses times faster than the GPU's peak allows and fewer
+measured times than constants + 2; ``check_fit`` a worst error above 25% (the CLI's
+``--force`` lets the last two through).
 """
 
 from __future__ import annotations
@@ -214,18 +216,20 @@ def _with(base: GpuSpec, names: list[tuple[str, ...]], values: np.ndarray) -> Gp
     return Gpu(GpuSpec.model_validate(data))
 
 
+MAX_OVERHEAD = 1e-3  # s per launch: the bound of the fitted launch overheads
+
+
 def _to_free(name: tuple[str, ...], value: float) -> float:
-    """Efficiencies as logits, the overhead as a log (the fit is unconstrained)."""
-    if name[0] in OVERHEADS:
-        return math.log(max(value, 1e-9))
-    value = min(max(value, 1e-6), 1 - 1e-6)
+    """Efficiencies and overheads (as fractions of ``MAX_OVERHEAD``) as logits: the fit is
+    unconstrained and keeps them in (0, 1] and (0, MAX_OVERHEAD)."""
+    scale = MAX_OVERHEAD if name[0] in OVERHEADS else 1.0
+    value = min(max(value / scale, 1e-6), 1 - 1e-6)
     return math.log(value / (1 - value))
 
 
 def _from_free(name: tuple[str, ...], free: float) -> float:
-    if name[0] in OVERHEADS:
-        return math.exp(free)
-    return 1.0 / (1.0 + math.exp(-free))
+    scale = MAX_OVERHEAD if name[0] in OVERHEADS else 1.0
+    return scale / (1.0 + math.exp(-min(max(free, -700.0), 700.0)))
 
 
 @dataclass(frozen=True)
@@ -240,6 +244,56 @@ class Fit:
     def worst_error(self) -> float:
         """The largest |predicted / measured - 1| over the cases."""
         return max(abs(predicted / measured - 1) for _, measured, predicted in self.steps)
+
+
+MAX_WORST_ERROR = 0.25
+EXTRA_CASES = 2
+WINOGRAD_SAVING = 2.25  # FP32 3x3 convolutions: Winograd's multiplies (models.pricing)
+
+
+def fitted_names(data: Measurements) -> list[str]:
+    """The constants a fit of ``data`` chooses (its ``constants``, or every one its cases
+    depend on)."""
+    if data.constants is not None:
+        return list(data.constants)
+    return [".".join(name) for name in _parameters(data.cases)]
+
+
+def check_cases(data: Measurements, force: bool = False) -> None:
+    """Refuse (ConfigError) a measured time faster than the GPU's peak allows for the case's
+    model FLOP, and, unless ``force``, fewer measured quantities than the constants fitted
+    + ``EXTRA_CASES`` (the fit would describe the cases, not predict)."""
+    from dlsched.models.compute import training_flops
+
+    for case in data.cases:
+        spec = case.spec
+        peak = data.gpu.peak_flops(spec.precision)
+        peak *= WINOGRAD_SAVING if PRECISION_KEYS[spec.precision] == "fp32" else 1.0
+        fastest = training_flops(case.model, spec.batch_size) / peak
+        if sum(case.measured) < fastest:
+            raise ConfigError(f"cases: {spec.label()} measured {sum(case.measured) * 1e3:.4g} "
+                              f"ms, faster than the {data.gpu.name} peak allows "
+                              f"({fastest * 1e3:.4g} ms for its FLOP); accepted: times the "
+                              "GPU can reach (check the units)")
+    names = fitted_names(data)
+    quantities = sum(len(case.measured) for case in data.cases)
+    if quantities < len(names) + EXTRA_CASES and not force:
+        raise ConfigError(f"cases: {quantities} measured times for {len(names)} constants "
+                          f"fitted ({', '.join(names)}); accepted: at least "
+                          f"{len(names) + EXTRA_CASES} (add cases, restrict `constants`, or "
+                          "--force)")
+
+
+def check_fit(fit: Fit, force: bool = False) -> None:
+    """Refuse (ConfigError), unless ``force``, a fit whose worst error exceeds
+    ``MAX_WORST_ERROR``, naming that case."""
+    label, measured, predicted = max(fit.steps, key=lambda s: abs(s[2] / s[1] - 1))
+    error = predicted / measured - 1
+    if abs(error) > MAX_WORST_ERROR and not force:
+        raise ConfigError(f"fit: worst error {error:+.1%} ({label}: measured "
+                          f"{measured * 1e3:.4g} ms, predicted {predicted * 1e3:.4g} ms) "
+                          f"exceeds {MAX_WORST_ERROR:.0%}; accepted: a fit within "
+                          f"{MAX_WORST_ERROR:.0%} (check the measurements, or --force)")
 
 
 def fit_constants(base: Gpu, cases: list[Case], source: str = "",
