@@ -6,7 +6,8 @@ off), tf32, bf16 (``torch.autocast``) and, for convolutional models, bf16 with c
 it times one step as ``shared/reference/gpu-measurements.md`` did (forward + backward of
 ``loss = output.float().pow(2).mean()``, gradients set to None, median of ``STEPS`` steps after
 ``WARMUP``, CUDA events) and sets it beside ``dlsched compute``'s prediction on the calibrated
-preset of the GPU (``h100``, ``a100`` or ``v100`` from the device name, or ``--preset``).
+preset of the GPU (``h200``, ``h100``, ``a100`` or ``v100`` from the device name, or
+``--preset``).
 Cases the preset was fitted to are marked; the rest are held out.
 
 Run: ``python -m benchmarks.bench_gpu_compute [--preset NAME] [--models a,b]`` on a machine
@@ -29,10 +30,12 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 CONV_MODELS = ("resnet50", "resnet152", "vgg16")
 BATCHES = {"resnet50": (32, 256), "resnet152": (32, 128), "vgg16": (32, 128),
            "bert-base": (32, 128), "gpt2": (8,)}
-# (model, batch, precision, channels_last) of the steps the h100 preset was fitted to.
-FITTED = {("resnet50", b, p, cl) for b in (32, 256) for p, cl in
-          (("fp32", False), ("tf32", False), ("bf16", False), ("bf16", True))} | {
-    ("gpt2", 8, p, False) for p in PRECISIONS}
+# (model, batch, precision, channels_last) of the steps the h100 preset was fitted to
+# (presets/calibration-h100.yaml).
+_CONV = (("fp32", False), ("tf32", False), ("bf16", False), ("bf16", True))
+FITTED = ({("resnet50", b, p, cl) for b in (32, 256) for p, cl in _CONV}
+          | {(m, 32, p, cl) for m in ("resnet152", "vgg16") for p, cl in _CONV}
+          | {(m, b, p, False) for m, b in (("gpt2", 8), ("bert-base", 32)) for p in PRECISIONS})
 
 
 @dataclass(frozen=True)
@@ -64,10 +67,9 @@ def cases(models: list[str]) -> list[Case]:
 
 def preset_for(device_name: str) -> str | None:
     """The calibrated preset of a CUDA device name (``NVIDIA H100 80GB HBM3`` -> h100)."""
-    for preset in ("h100", "a100", "v100"):
-        if preset in device_name.lower():
-            return preset
-    return None
+    from dlsched.hardware.gpu import preset_for as bundled
+
+    return bundled(device_name)
 
 
 def predicted(case: Case, preset: str) -> dict[str, Any]:
@@ -160,7 +162,7 @@ def main() -> None:
     name = torch.cuda.get_device_name()
     preset = args.preset or preset_for(name)
     if preset is None:
-        print(f"skipped: no calibrated preset for {name!r}; pass --preset v100|a100|h100")
+        print(f"skipped: no calibrated preset for {name!r}; pass --preset v100|a100|h100|h200")
         return
     rows = []
     for case in cases([m.strip() for m in args.models.split(",") if m.strip()]):
@@ -170,7 +172,7 @@ def main() -> None:
             print(f"skipped {case.label}: {error}")
             continue
         guess = predicted(case, preset)["step_s"]
-        fitted = preset == "h100" and (case.model, case.batch_size, case.precision,
+        fitted = preset in ("h100", "h200") and (case.model, case.batch_size, case.precision,
                                        case.channels_last) in FITTED
         rows.append({"case": case.label, "measured_s": seconds, "predicted_s": guess,
                      "error": guess / seconds - 1, "fitted": fitted})

@@ -14,6 +14,7 @@ def test_cases_cover_every_precision_and_channels_last_for_convolutions():
 
 
 @pytest.mark.parametrize(("name", "preset"), [("NVIDIA H100 80GB HBM3", "h100"),
+                                              ("NVIDIA H200", "h200"),
                                               ("NVIDIA A100-SXM4-80GB", "a100"),
                                               ("Tesla V100-SXM2-32GB", "v100"),
                                               ("NVIDIA GeForce RTX 4090", None)])

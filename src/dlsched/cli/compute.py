@@ -1,5 +1,5 @@
-"""``dlsched compute`` (predicted step time and MFU), ``dlsched compute calibrate`` and
-``dlsched reproduce megatron``."""
+"""``dlsched compute`` (predicted step time and MFU), ``dlsched compute calibrate``,
+``dlsched compute measure`` and ``dlsched reproduce megatron``."""
 
 from __future__ import annotations
 
@@ -154,6 +154,64 @@ def calibrate_command(
                      f"(worst error {fit.worst_error():.1%})", console)
     if out is not None:
         announce("GPU file", out, json_out)
+
+
+MEASURE_COLUMNS = [Column("case", "kernel", justify="left"),
+                   Column("measured_s", "measured (us)", lambda v: f"{v * 1e6:.1f}"),
+                   Column("predicted_s", "fitted (us)", lambda v: f"{v * 1e6:.1f}"),
+                   Column("error", "error (%)", lambda v: f"{v * 100:+.1f}")]
+DEVICES = ("cuda", "cpu")
+
+
+@compute_app.command("measure")
+def measure_command(
+    out: Annotated[Path, typer.Option(help="Write the measured GPU file here (.yaml).")],
+    device: Annotated[str, typer.Option(
+        help="cuda (the GPU to calibrate) or cpu (runs the mechanics on torch's CPU build).")]
+    = "cuda",
+    base: Annotated[str | None, typer.Option(
+        help="Preset whose peaks, SMs and bandwidth are kept (default: from the CUDA device "
+        "name; h100 on cpu).")] = None,
+    tiny: Annotated[bool, typer.Option(
+        help="A few small kernels of every class (seconds; for tests), not the zoo's shapes.")]
+    = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+) -> None:
+    """Time GEMM, convolution (NCHW and channels-last), attention, elementwise and launch
+    kernels at the zoo's shapes on this machine (a few minutes on a GPU), fit the GPU's
+    constants kernel class by kernel class, print measured vs fitted per kernel, and write a
+    GPU file every --device accepts (docs/compute.md)."""
+    from dlsched.hardware.gpu import KEY, get_gpu, preset_for
+    from dlsched.models.calibration import gpu_document
+    from dlsched.models.measure import fit_grid, grid, rows
+    from dlsched.models.measure_torch import device_name, measure_grid
+
+    if device not in DEVICES:
+        raise ConfigError(f"--device: {device!r}; accepted: " + ", ".join(DEVICES))
+    check_output_paths({"--out": (out, (".yaml", ".yml"))})
+    name = device_name(device)
+    chosen = base or ("h100" if device == "cpu" else preset_for(name))
+    if chosen is None:
+        raise ConfigError(f"--base: no bundled preset for {name!r}; accepted: --base with a "
+                          "preset (v100, a100, h100, h200) or a GPU file of this GPU's peaks")
+    gpu = get_gpu(chosen)
+    precisions = tuple(p for p in gpu.precisions() if p != "fp16" and KEY[p] != "fp8"
+                       and (device == "cuda" or p in ("fp32", "bf16")))
+    kernels = grid(precisions, tiny)
+    progress = progress_bar(f"timing {len(kernels)} kernels on {name}", json_out)
+    timed = measure_grid(kernels, device, progress)
+    fitted, names = fit_grid(gpu, timed, f"{name}, {len(kernels)} kernels")
+    document = gpu_document(fitted)
+    document["name"] = out.stem
+    document["description"] = f"{name}, measured by dlsched compute measure (base {chosen})"
+    table = rows(fitted, timed)
+    write_text_atomic(out, yaml.safe_dump(document, sort_keys=False))
+    if json_out:
+        print(json.dumps({"rows": table, "gpu": document, "fitted": names}))
+    else:
+        render_table(table, MEASURE_COLUMNS, f"{name}: measured vs fitted per kernel (fitted "
+                     f"{', '.join(names)})", console)
+    announce("GPU file", out, json_out)
 
 
 MEGATRON_COLUMNS = [

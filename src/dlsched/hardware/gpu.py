@@ -168,6 +168,14 @@ def gpu_names() -> list[str]:
     return list(_presets())
 
 
+def preset_for(device_name: str) -> str | None:
+    """The bundled preset of a CUDA device name (``NVIDIA H100 80GB HBM3`` -> h100), if any."""
+    for preset in ("h200", "h100", "a100", "v100"):
+        if preset in device_name.lower():
+            return preset
+    return None
+
+
 def gpu_from_data(data: Any, source: str) -> Gpu:
     """Validate one GPU document."""
     return Gpu(validate(GpuSpec, data, source))

@@ -36,25 +36,25 @@ class Clock:
     idle: float = 0.0
     busy: float = 0.0
 
-    def run(self, work: Work, overhead: float) -> None:
-        """Advance both clocks over one op (see the module docstring)."""
-        start = self.gpu
-        if work.launches > 0:
-            tau = work.gpu_s / work.launches
-            self.gpu = max(self.gpu + work.gpu_s, self.cpu + overhead + work.gpu_s,
-                           self.cpu + work.launches * overhead + tau)
-            self.cpu += work.launches * overhead
-        else:
+    def run(self, work: Work, overhead: float) -> float:
+        """Advance both clocks over one op (see the module docstring); the seconds the GPU's
+        clock advanced (exactly ``gpu_s`` for work launched by no kernel, a profiled time)."""
+        if work.launches <= 0:
             self.gpu += work.gpu_s
+            self.busy += work.gpu_s
+            return work.gpu_s
+        start = self.gpu
+        tau = work.gpu_s / work.launches
+        self.gpu = max(self.gpu + work.gpu_s, self.cpu + overhead + work.gpu_s,
+                       self.cpu + work.launches * overhead + tau)
+        self.cpu += work.launches * overhead
         self.busy += work.gpu_s
         self.idle += self.gpu - start - work.gpu_s
+        return self.gpu - start
 
     def span(self, works: Iterable[Work], overhead: float) -> float:
         """Seconds the GPU clock advances over ``works`` run in order."""
-        start = self.gpu
-        for work in works:
-            self.run(work, overhead)
-        return self.gpu - start
+        return sum(self.run(work, overhead) for work in works)
 
 
 def alone(works: Iterable[Work], overhead: float) -> float:
