@@ -23,8 +23,9 @@ back in the backward, and a product marked ``cast_input`` casts its FP32 input t
 In ``fp8`` GEMMs run as Transformer Engine runs them (Micikevicius et al., *FP8 Formats for
 Deep Learning*, 2022; NVIDIA Transformer Engine): the input and the weight are cast to FP8
 (one cast-transpose kernel each, reading 2 and writing 2 x 1 bytes per element: the tensor
-and its transpose for the backward), the output gradient likewise in the backward, and all
-three GEMMs run at the FP8 rate; everything else runs in bf16 under autocast.
+and its transpose for the backward; the weight goes to FP8 directly, without autocast's bf16
+cast), the output gradient likewise in the backward, and all three GEMMs run at the FP8 rate;
+everything else runs in bf16 under autocast.
 """
 
 from __future__ import annotations
@@ -70,12 +71,13 @@ def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) ->
     operand = OPERAND_BYTES[precision] if op.kind == "gemm" else ELEMENT_BYTES[precision]
     moved = scale * (op.elements * batch * share * ELEMENT_BYTES[precision] + weights * operand)
     seconds = max(_compute_seconds(compute, op, batch * share, backward), moved / rate)
-    extra_bytes = 0.0
-    if half and compute.autocast and weights:
-        extra_bytes += weights * CAST_BYTES
+    te_gemm = key == "fp8" and op.kind == "gemm" and bool(op.shape) and bool(weights)
+    cast = 0.0  # bytes moved by casts, per pass (the backward's twice)
+    if half and compute.autocast and weights and not te_gemm:
+        cast += weights * CAST_BYTES
         launches += 1
     if op.cast_input and half and compute.autocast:
-        extra_bytes += _input_elements(op) * batch * share * CAST_BYTES
+        cast += _input_elements(op) * batch * share * CAST_BYTES
         launches += 1
     if op.kind == "conv" and half and not compute.channels_last:
         c_in, c_out, _, side_in, side_out = op.shape
@@ -83,12 +85,13 @@ def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) ->
                                                     + c_out * side_out ** 2) * batch
         seconds += scale * converted / (gpu.spec.memory_bandwidth
                                         * gpu.spec.transpose_efficiency)
-    if key == "fp8" and op.kind == "gemm" and weights and op.shape:
+    seconds += scale * cast / rate
+    if te_gemm:
         m, n, k, _ = op.shape
-        quantized = (n * batch * share * m) if backward else (m * k * batch * share + weights)
-        extra_bytes += quantized * FP8_CAST_BYTES / (scale if backward else 1.0)
+        quantized = m * n * batch * share if backward else m * k * batch * share + weights
+        seconds += quantized * FP8_CAST_BYTES / rate
         launches += 1 if backward else 2
-    return Work(seconds + scale * extra_bytes / rate, launches)
+    return Work(seconds, launches)
 
 
 def _input_elements(op: Op) -> float:
