@@ -70,8 +70,10 @@ def test_pipeline_plan_prices_a_zoo_model_on_a_calibrated_gpu(run_cli, tmp_path)
                              "--gpu", "h100", "--json")
     assert code == 0, err
     row = json.loads(out)["rows"][0]
-    forward, backward = calibrated("h100").layer_times(get_model("bert-base"), 1)
-    assert row["iteration_s"] == pytest.approx(4 * (sum(forward) + sum(backward)))
+    compute, model = calibrated("h100"), get_model("bert-base")
+    forward = sum(compute.forward_time(layer, 1) for layer in model.layers)  # each layer alone
+    backward = sum(compute.backward_time(layer, 1) for layer in model.layers)
+    assert row["iteration_s"] == pytest.approx(4 * (forward + backward))
     chain = tmp_path / "c.yaml"
     chain.write_text("blocks: [{name: a, forward_flops: 1e9}]\n")
     code, _, err = run_cli("pipeline", "plan", "--model", str(chain), "--devices",
