@@ -10,7 +10,6 @@ import pytest
 
 GRID = ("domain: collective\naxes: {policy: [baseline, themis], chunks: [2, 4]}\n"
         "fixed: {size: 1 MB, topology: 2D-SW_SW}\nbaseline: baseline\n")
-COMPUTE_HELPER = pytest.mark.xfail(strict=True, reason="compute helper")
 
 
 def _rows(run_cli, *args: str) -> list[dict]:
@@ -29,11 +28,9 @@ def _rows(run_cli, *args: str) -> list[dict]:
     ("pipeline", "devices"),
     ("train", "--workload", "resnet152", "--topology", "2D-SW_SW", "--policy", "baseline",
      "--iterations", "1"),
-    pytest.param(("compute", "--model", "resnet50", "--batch-size", "32"),
-                 marks=COMPUTE_HELPER),
-    pytest.param(("compute", "calibrate"), marks=COMPUTE_HELPER),
-    pytest.param(("reproduce", "megatron", "--rows", "gpt-1.7b", "--max-plan-gpus", "0"),
-                 marks=COMPUTE_HELPER),
+    ("compute", "--model", "resnet50", "--batch-size", "32"),
+    ("compute", "calibrate"),
+    ("reproduce", "megatron", "--rows", "gpt-1.7b", "--max-plan-gpus", "0"),
 ], ids=lambda args: "-".join(args[:2]))
 def test_a_command_prints_rows(run_cli, args: tuple[str, ...]) -> None:
     assert _rows(run_cli, *args)

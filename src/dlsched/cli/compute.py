@@ -188,7 +188,7 @@ def measure_command(
 
     if device not in DEVICES:
         raise ConfigError(f"--device: {device!r}; accepted: " + ", ".join(DEVICES))
-    check_output_paths({"--out": (out, (".yaml", ".yml"))})
+    check_files({"--out": (out, (".yaml", ".yml"))})
     name = device_name(device)
     chosen = base or ("h100" if device == "cpu" else preset_for(name))
     if chosen is None:
@@ -205,7 +205,7 @@ def measure_command(
     document["name"] = out.stem
     document["description"] = f"{name}, measured by dlsched compute measure (base {chosen})"
     table = rows(fitted, timed)
-    write_text_atomic(out, yaml.safe_dump(document, sort_keys=False))
+    write_text(out, yaml.safe_dump(document, sort_keys=False))
     if json_out:
         print(json.dumps({"rows": table, "gpu": document, "fitted": names}))
     else:
