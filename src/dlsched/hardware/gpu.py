@@ -158,15 +158,6 @@ class Gpu:
         """Achieved bytes/s of memory-bound kernels."""
         return self.spec.memory_bandwidth * self.spec.memory_efficiency
 
-    def op_seconds(self, kind: str, precision: str, flops: float, num_bytes: float,
-                   kernels: float) -> float:
-        """Seconds of ``kernels`` large kernels of ``kind`` doing ``flops`` FLOP and moving
-        ``num_bytes`` bytes, launched one after another from an idle host (no shape: a step's
-        ops are priced by ``models.compute``): max(FLOP / kind rate, bytes / memory rate)
-        plus the host's ``kernel_overhead`` per kernel."""
-        compute = flops / self.kind_rate(kind, precision) if flops else 0.0
-        return max(compute, num_bytes / self.memory_rate) + kernels * self.spec.kernel_overhead
-
 
 def _presets() -> dict[str, Any]:
     return bundled_presets("gpus.yaml")
