@@ -106,3 +106,32 @@ def test_a_layout_on_more_gpus_than_the_cluster_is_refused() -> None:
     job = Job(bundled_specs()["gpt-1.7b"], load_cluster("dgx-a100", 32, None))
     with pytest.raises(ConfigError, match="differs from the cluster"):
         evaluate(job, Layout(8, 1, 8, 1, 64))
+
+
+def test_llama3_shapes_count_their_model_cards_parameters() -> None:
+    """Grouped-query attention, SwiGLU, RMSNorm, no biases, untied output: Llama 3 8B and 70B
+    have 8,030,261,248 and 70,553,706,496 parameters (their model cards' 8.03B and 70.6B), in
+    the spec and in the zoo decoder it prices."""
+    from dlsched.job.layer_costs import decoder_model
+
+    specs = bundled_specs()
+    for name, count in (("llama3-8b", 8_030_261_248), ("llama3-70b", 70_553_706_496)):
+        spec = specs[name]
+        assert spec.parameters() == count
+        model = decoder_model(spec, spec.layers)
+        assert sum(layer.params for layer in model.layers) == count
+
+
+def test_a_gated_ffn_costs_a_third_more_ffn_flop() -> None:
+    """Model FLOP per token of a layer, by hand: 2 x (h q + h^2 + 3 h f) + 4 s h with SwiGLU,
+    2 x (h q + h^2 + 2 h f) + 4 s h without (one layer, h 64, f 256, 4 heads, 2 KV heads, s 16,
+    q = 64 + 2 x 2 x 16 = 128), plus 6 V h for the logits (V 100)."""
+    from dlsched.job.model_spec import TransformerSpec
+
+    plain = TransformerSpec("t", 1, 64, 4, 16, 100, 256, 2)
+    gated = TransformerSpec("t", 1, 64, 4, 16, 100, 256, 2, gated_ffn=True)
+    logits = 6 * 100 * 64
+    assert plain.model_flops_per_token() == 3 * (2 * (64 * 128 + 64**2 + 2 * 64 * 256)
+                                                 + 4 * 16 * 64) + logits
+    assert gated.model_flops_per_token() == 3 * (2 * (64 * 128 + 64**2 + 3 * 64 * 256)
+                                                 + 4 * 16 * 64) + logits

@@ -1,21 +1,21 @@
 """Seconds of one microbatch through each block of the model on one GPU of a layout.
 
-Compute: the zoo's Megatron-style GPT ops (``models.zoo.gpt_model``: fused layer norm,
-scale-mask-softmax, bias-GELU, bias-dropout-add, unfused attention products) of one layer, the
-embedding and the head, priced by the calibrated GPU model (``models.compute``) at the layout's
-tensor-parallel degree and sequence parallelism, in the job's precision: ``bf16`` and ``fp16``
-as Megatron-LM runs them (16-bit weights and activations, FP32 master weights: no per-op
-casts), ``autocast`` as ``torch.autocast`` (FP32 weights cast per op). Recomputation adds to
-the backward the layer's forward (``full``) or its attention core (``selective``: the scores,
-softmax, dropout and context ops).
+Compute: the zoo's Megatron-style decoder ops (``models.zoo.gpt_model``: fused layer norm, scale-
+mask-softmax, bias-GELU or SwiGLU, bias-dropout-add, unfused attention products; the spec's FFN
+width, KV heads, biases and norms) of one layer, the embedding and the head, priced by the
+calibrated GPU model (``models.compute``) at the layout's tensor-parallel degree and sequence
+parallelism, in the job's precision: ``bf16`` and ``fp16`` as Megatron-LM runs them (16-bit weights
+and activations, FP32 master weights: no per-op casts), ``autocast`` as ``torch.autocast`` (FP32
+weights cast per op). Recomputation adds to the backward the layer's forward (``full``) or its
+attention core (``selective``: the scores, softmax, dropout and context ops).
 
-Tensor parallelism (Shoeybi et al. 2019; Korthikanti et al. 2022 Sec. 4.2.2): per layer two
-all-reduces of the ``b s h`` activations in the forward and two in the backward; with sequence
-parallelism each becomes an all-gather and a reduce-scatter of the same buffer; full
-recomputation runs the forward's two again. The vocabulary-parallel embedding all-reduces its
-output in the forward, the head its input gradient in the backward. All are priced on the TP
-group's links by a collective policy (``job.collective_costs``) and block the GPU (Megatron-LM
-of 2021-2022 does not overlap them).
+Tensor parallelism (Shoeybi et al. 2019; Korthikanti et al. 2022 Sec. 4.2.2): per layer two all-
+reduces of the ``b s h`` activations in the forward and two in the backward; with sequence
+parallelism each becomes an all-gather and a reduce-scatter of the same buffer; full recomputation
+runs the forward's two again. The vocabulary-parallel embedding all-reduces its output in the
+forward, the head its input gradient in the backward. All are priced on the TP group's links by a
+collective policy (``job.collective_costs``) and block the GPU (Megatron-LM of 2021-2022 does not
+overlap them).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dlsched.hardware import Topology
 from dlsched.job.collective_costs import curve
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.compute import CalibratedCompute, calibrated
-from dlsched.models.zoo import gpt_model
+from dlsched.models.zoo import DecoderShape, TransformerModel, gpt_model
 from dlsched.pipeline.calibrated_chain import block_seconds
 
 PRECISIONS = ("bf16", "fp16", "autocast")
@@ -69,11 +69,12 @@ def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> Cali
                       sequence_parallel=sp)
 
 
-def _check_shape(spec: TransformerSpec) -> None:
-    if spec.ffn_hidden != 4 * spec.hidden or spec.kv_heads != spec.heads \
-            or not spec.tied_embeddings:
-        raise ConfigError(f"model: {spec.name}: only GPT-shaped transformers (FFN 4 x hidden, "
-                          "as many KV heads as heads, tied embeddings) are priced so far")
+def decoder_model(spec: TransformerSpec, depth: int = 1) -> TransformerModel:
+    """The zoo's Megatron-style decoder of ``spec``'s shape with ``depth`` layers."""
+    shape = DecoderShape(spec.ffn_hidden, spec.kv_heads, spec.gated_ffn, spec.bias,
+                         spec.rms_norm, spec.learned_positions, spec.tied_embeddings)
+    return gpt_model(spec.name, spec.hidden, depth, spec.heads, spec.seq, spec.vocab,
+                     dtype_bytes=ACTIVATION_BYTES, shape=shape)
 
 
 @lru_cache(maxsize=4096)
@@ -81,10 +82,8 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
                 tp: int, sp: bool, recompute: str, tp_group: Topology,
                 policy: str) -> BlockCosts:
     """The blocks' seconds (see ``BlockCosts`` and the module docstring)."""
-    _check_shape(spec)
     compute = gpu_compute(gpu, precision, tp, sp)
-    model = gpt_model(spec.name, spec.hidden, 1, spec.heads, spec.seq, spec.vocab,
-                      dtype_bytes=ACTIVATION_BYTES)
+    model = decoder_model(spec)
     forward, backward = block_seconds(model, microbatch_size, compute)
     message = microbatch_size * spec.seq * spec.hidden * ACTIVATION_BYTES
     if sp:

@@ -2,17 +2,20 @@
 
 A ``TransformerSpec`` holds what the cost, memory and parameter counts depend on: ``layers``,
 ``hidden`` size, ``heads`` (and ``kv_heads`` for grouped-query attention), the FFN's hidden size
-(``ffn_hidden``; 4 x hidden by default, as GPT-2/3), ``vocab``ulary, ``seq``uence length in
-tokens and whether the input embedding and the output projection share one matrix
-(``tied_embeddings``, as GPT-2/3 and Megatron-LM's GPT do). Bundled specs: GPT-3 175B (Brown et
-al. 2020, Table 2.1), the ten models of Megatron-LM SC21 Table 1 and the four of Korthikanti et
-al. 2022 Table 3; a YAML/JSON file with the same fields gives any other.
+(``ffn_hidden``; 4 x hidden by default, as GPT-2/3) and whether it is gated (``gated_ffn``: SwiGLU's
+three matrices), ``vocab``ulary, ``seq``uence length in tokens, whether the input embedding and the
+output projection share one matrix (``tied_embeddings``, as GPT-2/3 and Megatron-LM's GPT do),
+``bias``es, RMSNorm (``rms_norm``) and learned positions (False: rotary). Llama 3 8B/70B/405B are
+bundled with their published shapes. Bundled specs: GPT-3 175B (Brown et al. 2020, Table 2.1), the
+ten models of Megatron-LM SC21 Table 1 and the four of Korthikanti et al. 2022 Table 3; a YAML/JSON
+file with the same fields gives any other.
 
-Parameters (``parameters``): per layer ``12 h^2 + 13 h`` for a GPT layer (QKV 3h^2 + 3h,
-projection h^2 + h, MLP 8h^2 + 5h, two layer norms 4h) in general ``h (h + 2 kv d) + (h + 2 kv
-d) + h^2 + h + 2 h f + f + h + 4 h`` with head size ``d = h / heads``; the embedding ``V h``
-(plus ``V h`` again when untied), learned positions ``s h`` and the final norm ``2 h``: 174.6B
-for GPT-3 175B (the paper's "175B").
+Parameters (``parameters``): per layer ``12 h^2 + 13 h`` for a GPT layer (QKV 3h^2 + 3h, projection
+h^2 + h, MLP 8h^2 + 5h, two layer norms 4h) in general ``h (h + 2 kv d) + (h + 2 kv d) + h^2 + h + 2
+h f + f + h + 4 h`` with head size ``d = h / heads``; the embedding ``V h`` (plus ``V h`` again when
+untied), learned positions ``s h`` and the final norm ``2 h``: 174.6B for GPT-3 175B (the paper's
+"175B"); a gated FFN has ``3 h f`` weights, an RMSNorm ``h``: 8,030,261,248 for Llama 3 8B and
+70,553,706,496 for 70B (their model cards' 8.03B and 70.6B).
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ class TransformerSpec:
     ffn_hidden: int = 0
     kv_heads: int = 0
     tied_embeddings: bool = True
+    gated_ffn: bool = False
+    bias: bool = True
+    rms_norm: bool = False
+    learned_positions: bool = True
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "seq", "vocab"):
@@ -66,19 +73,31 @@ class TransformerSpec:
         """Output width of the fused QKV projection: queries plus keys and values."""
         return self.hidden + 2 * self.kv_heads * self.head_dim
 
+    @property
+    def ffn_matrices(self) -> int:
+        """Weight matrices of ``h x ffn_hidden`` in the FFN: 3 gated (gate, up, down), else 2."""
+        return 3 if self.gated_ffn else 2
+
+    def _norm_parameters(self) -> int:
+        return self.hidden if self.rms_norm or not self.bias else 2 * self.hidden
+
     def layer_parameters(self) -> int:
-        """Parameters of one transformer layer (weights and biases, two layer norms)."""
+        """Parameters of one transformer layer (weights, biases, two norms)."""
         h, f, q = self.hidden, self.ffn_hidden, self.qkv_width
-        return h * q + q + h * h + h + 2 * h * f + f + h + 4 * h
+        weights = h * q + h * h + self.ffn_matrices * h * f
+        up = (self.ffn_matrices - 1) * f
+        biases = q + h + up + h if self.bias else 0
+        return weights + biases + 2 * self._norm_parameters()
 
     def embedding_parameters(self) -> int:
         """Word embedding and learned positions (the input side)."""
-        return self.vocab * self.hidden + self.seq * self.hidden
+        positions = self.seq * self.hidden if self.learned_positions else 0
+        return self.vocab * self.hidden + positions
 
     def head_parameters(self) -> int:
-        """Final layer norm and, when untied, the output projection."""
+        """Final norm and, when untied, the output projection."""
         untied = 0 if self.tied_embeddings else self.vocab * self.hidden
-        return 2 * self.hidden + untied
+        return self._norm_parameters() + untied
 
     def parameters(self) -> int:
         """All parameters."""
@@ -92,7 +111,7 @@ class TransformerSpec:
         discounted), and ``2 V h`` for the logits; for a GPT ``72 h^2 + 12 s h`` per layer and
         ``6 V h``, Megatron-LM SC21's Eq. 3 without its recomputation pass."""
         h, s, f = self.hidden, self.seq, self.ffn_hidden
-        per_layer = 2 * (h * self.qkv_width + h * h + 2 * h * f) + 4 * s * h
+        per_layer = 2 * (h * self.qkv_width + h * h + self.ffn_matrices * h * f) + 4 * s * h
         return 3.0 * (self.layers * per_layer + 2 * self.vocab * h)
 
 
@@ -106,11 +125,23 @@ KORTHIKANTI_SHAPES = {  # Korthikanti et al. 2022, Table 3: sequence 2048, vocab
     "gpt-1t": (128, 25600, 160)}
 
 
+# Llama 3 (Meta, "The Llama 3 Herd of Models", 2024, Table 3; the model cards' config.json):
+# layers, hidden, FFN, heads, KV heads; vocabulary 128,256, 8,192-token pre-training context,
+# SwiGLU, RMSNorm, rotary positions, no biases, untied output projection.
+LLAMA3_SHAPES = {"llama3-8b": (32, 4096, 14336, 32, 8), "llama3-70b": (80, 8192, 28672, 64, 8),
+                 "llama3-405b": (126, 16384, 53248, 128, 8)}
+
+
 def bundled_specs() -> dict[str, TransformerSpec]:
     """Every bundled model by name."""
     shapes = {**SC21_SHAPES, **KORTHIKANTI_SHAPES}
-    return {name: TransformerSpec(name, layers, hidden, heads, 2048, 51200)
-            for name, (layers, hidden, heads) in shapes.items()}
+    specs = {name: TransformerSpec(name, layers, hidden, heads, 2048, 51200)
+             for name, (layers, hidden, heads) in shapes.items()}
+    for name, (layers, hidden, ffn, heads, kv) in LLAMA3_SHAPES.items():
+        specs[name] = TransformerSpec(name, layers, hidden, heads, 8192, 128256, ffn, kv,
+                                      tied_embeddings=False, gated_ffn=True, bias=False,
+                                      rms_norm=True, learned_positions=False)
+    return specs
 
 
 class TransformerFile(BaseModel):
@@ -126,6 +157,10 @@ class TransformerFile(BaseModel):
     ffn_hidden: int = Field(default=0, ge=0, le=10_000_000)
     kv_heads: int = Field(default=0, ge=0, le=100_000)
     tied_embeddings: bool = True
+    gated_ffn: bool = False
+    bias: bool = True
+    rms_norm: bool = False
+    learned_positions: bool = True
 
 
 def load_spec(name: str) -> TransformerSpec:

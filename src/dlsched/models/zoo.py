@@ -64,12 +64,13 @@ class _Layers:
         self.layers[-1] = replace(last, ops=last.ops + ops)
 
     def norm(self, prefix: str, width: int, elements: int, block: str,
-             split: bool = True, layer_norm: bool = True) -> None:
-        """A LayerNorm (or a BatchNorm: ``layer_norm`` False): weight and bias of ``width``;
-        ~5 FLOP per element."""
+             split: bool = True, layer_norm: bool = True, bias: bool = True) -> None:
+        """A LayerNorm (or a BatchNorm: ``layer_norm`` False): weight and bias of ``width``
+        (an RMSNorm: ``bias`` False, the weight only); ~5 FLOP per element."""
         self.add(f"{prefix}.weight", width, 5 * elements, elements, block,
                  (norm(prefix, width, elements, split, layer_norm),))
-        self.add(f"{prefix}.bias", width, 0, elements, block)
+        if bias:
+            self.add(f"{prefix}.bias", width, 0, elements, block)
 
     def linear(self, prefix: str, fan_in: int, fan_out: int, tokens: int, block: str,
                bias: bool = True, extra_flops: float = 0.0, cast_input: bool = False,
@@ -243,42 +244,79 @@ def gpt(name: str, dtype_bytes: int = 4, lm_head: bool = True) -> TransformerMod
                      dtype_bytes, megatron=name in MEGATRON_STYLE, lm_head=lm_head)
 
 
+@dataclass(frozen=True)
+class DecoderShape:
+    """How a decoder's layers depart from GPT-2's (the defaults): the FFN's hidden size
+    (``ffn_hidden``, 0: 4 x hidden), ``kv_heads`` of grouped-query attention (0: one per
+    head), a ``gated`` FFN (SwiGLU: gate and up projections fused into one of 2 x FFN width,
+    the product of SiLU(gate) and up, then down; Shazeer 2020, as Llama runs it), ``bias``es on
+    the linear layers and norms, RMSNorm instead of LayerNorm (``rms_norm``: a weight, no
+    bias), ``learned_positions`` (False: rotary embeddings, no position table) and ``tied``
+    input and output embeddings (False: the output projection has its own matrix)."""
+
+    ffn_hidden: int = 0
+    kv_heads: int = 0
+    gated: bool = False
+    bias: bool = True
+    rms_norm: bool = False
+    learned_positions: bool = True
+    tied: bool = True
+
+
 def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: int,
               dtype_bytes: int = 4, megatron: bool = True,
-              lm_head: bool = True) -> TransformerModel:
+              lm_head: bool = True, shape: DecoderShape = DecoderShape()) -> TransformerModel:
     """A GPT of any shape (``hidden``, ``depth`` layers, ``heads``, ``seq`` tokens, ``vocab``)
-    with GPT-2's layers and parameters; ops as Megatron-LM (``megatron``) or Hugging Face
-    runs them (see the module docstring)."""
+    with GPT-2's layers and parameters, or a Llama-like decoder's (``shape``); ops as
+    Megatron-LM (``megatron``) or Hugging Face runs them (see the module docstring)."""
     out = _Layers(dtype_bytes)
     sh = seq * hidden
+    ffn = shape.ffn_hidden or 4 * hidden
+    qkv = hidden + 2 * (shape.kv_heads or heads) * (hidden // heads)
+    norm_bias = shape.bias and not shape.rms_norm
     out.add("wte.weight", vocab * hidden, sh, sh, "embed", (_gather(sh),))
-    out.add("wpe.weight", seq * hidden, sh, sh, "embed",
-            (_gather(sh), elementwise("add", sh, 3, fp32=True, backward_kernels=0),
-             elementwise("dropout", sh, 2.5, split=False, fp32=True)))
+    if shape.learned_positions:
+        out.add("wpe.weight", seq * hidden, sh, sh, "embed",
+                (_gather(sh), elementwise("add", sh, 3, fp32=True, backward_kernels=0),
+                 elementwise("dropout", sh, 2.5, split=False, fp32=True)))
     for index in range(depth):
         block = f"h.{index}"
-        out.norm(f"{block}.ln_1", hidden, sh, block, split=False)
-        out.linear(f"{block}.attn.c_attn", hidden, 3 * hidden, seq, block,
+        out.norm(f"{block}.ln_1", hidden, sh, block, split=False, bias=norm_bias)
+        out.linear(f"{block}.attn.c_attn", hidden, qkv, seq, block, bias=shape.bias,
                    extra_flops=2 * 2 * seq * seq * hidden, cast_input=True)
         out.attach(*(_megatron_attention(seq, hidden, heads) if megatron
                      else (attention_core("sdpa", seq, hidden, heads, causal=True),
                            elementwise("merge-heads", sh))))
-        out.linear(f"{block}.attn.c_proj", hidden, hidden, seq, block)
+        out.linear(f"{block}.attn.c_proj", hidden, hidden, seq, block, bias=shape.bias)
         out.attach(*_residual(sh, megatron))
-        out.norm(f"{block}.ln_2", hidden, sh, block, split=False)
-        out.linear(f"{block}.mlp.c_fc", hidden, 4 * hidden, seq, block, cast_input=True)
-        out.attach(elementwise("bias-gelu", 4 * sh) if megatron
-                   else replace(GELU_NEW, elements=GELU_NEW.elements * 4 * sh))
-        out.linear(f"{block}.mlp.c_proj", 4 * hidden, hidden, seq, block)
+        out.norm(f"{block}.ln_2", hidden, sh, block, split=False, bias=norm_bias)
+        out.linear(f"{block}.mlp.c_fc", hidden, 2 * ffn if shape.gated else ffn, seq, block,
+                   bias=shape.bias, cast_input=True)
+        out.attach(_activation(ffn * seq, shape.gated, megatron))
+        out.linear(f"{block}.mlp.c_proj", ffn, hidden, seq, block, bias=shape.bias)
         out.attach(*_residual(sh, megatron))
     logits = 2 * hidden * vocab * seq if lm_head else 0
     head = (matmul("lm_head", hidden, vocab, seq, bias=False, cast_input=True),
             elementwise("cross-entropy", seq * vocab, 3, kernels=4)) if lm_head else ()
     out.add("ln_f.weight", hidden, 5 * sh + logits, seq * vocab if lm_head else sh, "ln_f",
             (norm("ln_f", hidden, sh, split=False), *head))
-    out.add("ln_f.bias", hidden, 0, sh, "ln_f")
+    if norm_bias:
+        out.add("ln_f.bias", hidden, 0, sh, "ln_f")
+    if not shape.tied:
+        out.add("lm_head.weight", vocab * hidden, 0, seq * vocab if lm_head else sh, "ln_f")
     return TransformerModel(name, tuple(out.layers), dtype_bytes,
                             TransformerShape(seq, hidden, heads, vocab if lm_head else 0))
+
+
+def _activation(elements: int, gated: bool, megatron: bool) -> Op:
+    """The FFN's activation on ``elements`` FFN-width elements per sample: Megatron-LM's fused
+    bias-GELU, Hugging Face's eight-kernel ``gelu_new``, or SwiGLU's fused kernel (reads the
+    gate and up halves, writes their product: three passes)."""
+    if gated:
+        return elementwise("swiglu", elements, 3)
+    if megatron:
+        return elementwise("bias-gelu", elements)
+    return replace(GELU_NEW, elements=GELU_NEW.elements * elements)
 
 
 def _megatron_attention(seq: int, hidden: int, heads: int) -> tuple[Op, ...]:
