@@ -61,24 +61,92 @@ def test_tracker_orders_by_hand() -> None:
 
 def test_reduction_pass_cost_by_hand() -> None:
     """R: a ring RS of 1 GiB over 4 NPUs reduces 3 x 256 MiB; each pass costs 3 x bytes /
-    1.6e12 B/s; halving-doubling skips its last message (reduces sent - data/2)."""
+    1.6e12 B/s; halving-doubling skips its last message (reduces sent - data/2). A phase of S
+    steps pays the 10 ns endpoint delay S + 1 times (once as it starts)."""
     ring = Dimension(DimKind.RING, 4, 250 * GIB, 0.0, DimAlgorithm.RING)
     sent = 0.75 * GIB
     assert COMPAT.stage_extra(ring, Phase.REDUCE_SCATTER, GIB, sent) == pytest.approx(
-        3 * 10e-9 + 3 * sent / 1600e9)
-    assert COMPAT.stage_extra(ring, Phase.ALL_GATHER, GIB, sent) == pytest.approx(3 * 10e-9)
+        4 * 10e-9 + 3 * sent / 1600e9)
+    assert COMPAT.stage_extra(ring, Phase.ALL_GATHER, GIB, sent) == pytest.approx(4 * 10e-9)
     hd = Dimension(DimKind.SWITCH, 8, 100 * GIB, 0.0, DimAlgorithm.HALVING_DOUBLING)
     assert COMPAT.stage_extra(hd, Phase.REDUCE_SCATTER, GIB, 7 / 8 * GIB) == pytest.approx(
-        3 * 10e-9 + 3 * (7 / 8 - 1 / 2) * GIB / 1600e9)
+        4 * 10e-9 + 3 * (7 / 8 - 1 / 2) * GIB / 1600e9)
 
 
-def test_fully_connected_direct_gets_peer_links() -> None:
-    """F: FullyConnected with direct gets (P-1) x the per-link bandwidth; others unchanged."""
-    net = Topology("fc", (Dimension(DimKind.FULLY_CONNECTED, 8, 25 * GIB, 0.0),
-                          Dimension(DimKind.FULLY_CONNECTED, 4, 25 * GIB, 0.0,
-                                    DimAlgorithm.RING)))
+def test_direct_gets_peer_links() -> None:
+    """F: direct gets (P-1) x the per-link bandwidth on any kind, a Ring's farthest peer P/2
+    hops; FullyConnected running ring is unchanged."""
+    net = Topology("fc", (Dimension(DimKind.FULLY_CONNECTED, 8, 25 * GIB, 1e-6),
+                          Dimension(DimKind.FULLY_CONNECTED, 4, 25 * GIB, 1e-6,
+                                    DimAlgorithm.RING),
+                          Dimension(DimKind.SWITCH, 4, 25 * GIB, 1e-6, DimAlgorithm.DIRECT),
+                          Dimension(DimKind.RING, 8, 25 * GIB, 1e-6, DimAlgorithm.DIRECT)))
     seen = AstraCompat().network(net)
-    assert [d.bandwidth for d in seen.dims] == [7 * 25 * GIB, 25 * GIB]
+    assert [d.bandwidth for d in seen.dims] == [7 * 25 * GIB, 25 * GIB, 3 * 25 * GIB,
+                                                7 * 25 * GIB]
+    assert [d.latency for d in seen.dims] == [1e-6, 1e-6, 1e-6, 4e-6]
+
+
+# One FullyConnected dimension of 4 NPUs, 50 GiB/s per link, 700 ns per hop, as ASTRA-sim's
+# network file gives it; a 1 MiB collective in one chunk with endpoint-delay 10 ns and
+# local-mem-bw 1600 GB/s. ASTRA's ``AllToAll`` (``direct``) phase, read in its source: the
+# P-1 = 3 first packets each go to memory (``MemBus``: endpoint delay d, all at once), then one
+# message of data/P = 256 KiB to each peer at once (``BasicTopology::send``: 1 hop x 700 ns +
+# 262144 B / 50 GiB/s = 700 + 4882.8125 ns each, independently), then each received message's
+# bundle (d, plus for a reduction 3 x 262144 B / 1.6e12 B/s = 491.52 ns, the three in
+# parallel). An All-Reduce phase (the baseline's last dimension) sends its gather half as soon
+# as the reduce half's bundles end and finishes after the gathered messages' bundles; Themis
+# runs a Reduce-Scatter phase, then an All-Gather phase.
+FC4 = Topology("fc4", (Dimension(DimKind.FULLY_CONNECTED, 4, 50 * GIB, 700e-9),))
+D, NET, RED = 10.0, 700 + 4882.8125, 491.52
+DIRECT_NS = {
+    ("reduce-scatter", "baseline"): D + NET + D + RED,
+    ("all-gather", "baseline"): D + NET + D,
+    ("all-reduce", "baseline"): D + NET + D + RED + NET + D,
+    ("all-reduce", "themis"): (D + NET + D + RED) + (D + NET + D),
+}
+
+
+@pytest.mark.parametrize(("op", "policy"), list(DIRECT_NS))
+def test_direct_phase_times_by_hand(op: str, policy: str) -> None:
+    """F and R on a direct FullyConnected dimension reproduce ASTRA's phase times (above)."""
+    result = run_collective(FC4, op, 2**20, 1, policy, "fifo", 1, COMPAT)
+    assert result.time_s * 1e9 == pytest.approx(DIRECT_NS[op, policy], rel=1e-9)
+
+
+FC_RING = Topology("fc_ring", (Dimension(DimKind.FULLY_CONNECTED, 4, 100 * GIB, 0.0),
+                               Dimension(DimKind.RING, 4, 200 * GIB, 0.0)))
+
+
+def test_greedy_weighs_direct_by_one_link() -> None:
+    """G by hand: FullyConnected 4 NPUs at 100 GiB/s per link (direct) and a Ring of 4 at
+    200 GiB/s; 4 chunks of 64 MiB; loads in MiB / (GiB/s) of the RS half, weighed with the
+    file's bandwidth as ``OfflineGreedy`` does. Chunk 1: equal loads, baseline order, FC
+    48/100 = 0.48, Ring (64/4 x 3/4)/200 = 0.06. Chunk 2: Ring first (gap 0.42 x 200 / (3/4) =
+    112 MiB > 64/16 MiB), Ring 0.30, FC 0.60; chunk 3: Ring 0.54, FC 0.72; chunk 4: gap 0.18 ->
+    48 MiB, Ring first again. Weighing FC with its 3 links instead (its load 0.16 after
+    chunk 1) would put it first again at chunk 3."""
+    view = COMPAT.network(FC_RING)
+    orders = COMPAT.themis_orders(view, CollectiveOp.ALL_REDUCE, [64 * 2**20] * 4)
+    assert orders == [(0, 1), (1, 0), (1, 0), (1, 0)]
+    assert COMPAT.tracker_bandwidth(view.dims[0]) == 100 * GIB
+
+
+def test_all_gather_threshold_uses_the_input_chunk() -> None:
+    """ASTRA sizes an All-Gather's chunk by its input (1/N of dlsched's output-sized chunk), so
+    its chunk/16 threshold is N x tighter. FullyConnected 4 NPUs at 100 GiB/s per link
+    (direct), a Ring of 4 at 800 GiB/s; All-Gather of 2 chunks of 64 MiB output (4 MiB in,
+    threshold 0.25 MiB); loads in MiB / (GiB/s). Chunk 1 takes the baseline order (0, 1), its
+    tracker list reversed (Ring, FC) and charged position by position with dimension 0's then
+    1's cost (``myReordered``): Ring 3 x 4 / 100 = 0.12, FC 3 x 16 / 800 = 0.06. Chunk 2 sorts
+    most loaded first (Ring, FC): the gap 0.06 as FC bytes is 0.06 x 100 / 3 = 2 MiB, / 4 for
+    the Ring = 0.5 MiB: not below 0.25 MiB, so chunk 2 takes (1, 0); against dlsched's 64/16
+    MiB it would have been balanced, (0, 1)."""
+    net = Topology("fc_ring", (Dimension(DimKind.FULLY_CONNECTED, 4, 100 * GIB, 0.0),
+                               Dimension(DimKind.RING, 4, 800 * GIB, 0.0)))
+    orders = COMPAT.themis_orders(COMPAT.network(net), CollectiveOp.ALL_GATHER,
+                                  [64 * 2**20] * 2)
+    assert orders == [(0, 1), (1, 0)]
 
 
 def test_notes_name_the_behaviours_that_would_change() -> None:

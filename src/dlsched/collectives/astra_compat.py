@@ -1,16 +1,24 @@
-"""ASTRA-sim 2.x compatibility: four behaviours of its analytical runs that dlsched does not
-model by default, found in its source (astra-sim/astra-sim, ``system/``), emulated on demand.
+"""ASTRA-sim 2.x compatibility: the behaviours of its analytical runs that dlsched does not
+model by default, found in its source (astra-sim/astra-sim ``astra-sim/system/``, and the
+congestion-unaware backend astra-sim/astra-network-analytical), emulated on demand.
 
-* **R** — every reduction step is followed by a local-memory pass: reading two operands and
-  writing the result, ``3 x bytes / local-mem-bw`` (``PacketBundle::call``), serial with the
-  step. A Reduce-Scatter stage (and the reduce half of an All-Reduce) therefore costs
-  ``3 x bytes sent / local-mem-bw`` more. ``local-mem-bw`` is read in GB/s with GB = 1e9 B
-  (``Sys.cc``: ``local_mem_bw * 1e9``), unlike the network's GiB.
+* **R** — every received message of a reduction is followed by a local-memory pass: two reads
+  and a write, ``3 x message / local-mem-bw`` (``PacketBundle::call``), serial with the
+  algorithm's next step. ``local-mem-bw`` is read in GB/s with GB = 1e9 B (``Sys.cc``:
+  ``local_mem_bw * 1e9``), unlike the network's GiB.
 * **F** — the congestion-unaware backend charges every message ``hops x latency + size /
-  link bandwidth`` independently, so on a FullyConnected dimension the ``direct`` algorithm
-  sends to its P-1 peers at once with (P-1) x the file's per-link bandwidth.
-* **Z** — Themis' load tracker (``OfflineGreedy``) starts every collective at zero load
-  (the paper and dlsched start it at each dimension's latency).
+  link bandwidth`` on its own (``BasicTopology::send``), with no link shared. ``direct``
+  (``AllToAll.cc``: a Ring subclass whose ``parallel_reduce`` is P-1 without a window) sends a
+  message of data/P to each of its P-1 peers at once, so a direct phase takes one message's
+  time: (P-1) x the file's per-link bandwidth; on a Ring dimension its farthest peer is P/2
+  hops away (``Ring::compute_hops_count``, bidirectional). Its P-1 received messages are
+  reduced at once too (one ``PacketBundle`` each, scheduled independently), so a direct
+  Reduce-Scatter's pass costs one message, 3 x (data/P) / local-mem-bw, not P-1 of them.
+* **G** — Themis' load tracker (``OfflineGreedy``) weighs every dimension with
+  ``comm_NI->get_BW_at_dimension``, the network file's per-link bandwidth, also on a direct
+  dimension that uses P-1 links at once: it sees a direct dimension's load (P-1) x too large.
+* **Z** — the tracker starts every collective at zero load (the paper and dlsched start it at
+  each dimension's latency).
 * **H** — for an All-Reduce the tracker charges only the Reduce-Scatter half of each chunk,
   so its threshold (the time of a chunk/16 RS on the least-loaded dimension) is twice as large
   relative to the load as dlsched's.
@@ -20,8 +28,9 @@ collective (a stable sort, so ties keep the previous order) and reset to dimensi
 new collective or after a chunk that took the baseline order; All-to-All ignores Themis (ASTRA
 only schedules other collectives with it); the baseline All-Reduce runs its last dimension as
 one All-Reduce phase (``collective-optimization: localBWAware``), which holds the dimension
-for the chunk's reduce and gather halves together; every algorithm step pays
-``endpoint-delay`` once (``MemBus``).
+for the chunk's reduce and gather halves together; ``endpoint-delay`` (``MemBus``, one per
+``PacketBundle``) is paid when a phase starts (its first packets go to memory) and after
+every received step, so a phase of S steps pays S + 1, an All-Reduce phase 2S + 1.
 """
 
 from __future__ import annotations
@@ -44,47 +53,79 @@ GB = 1e9
 NS = 1e-9
 BEHAVIOURS = {
     "R": "reduction steps cost 3 x bytes / local-mem-bw",
-    "F": "FullyConnected with direct gets (P-1) x the per-link bandwidth",
+    "F": "direct sends to its P-1 peers at once: (P-1) x the per-link bandwidth, one "
+         "message's reduction pass",
+    "G": "Themis' tracker weighs a direct dimension by one link's bandwidth",
     "Z": "Themis' load tracker starts at 0",
     "H": "Themis' tracker charges only an All-Reduce's Reduce-Scatter half",
 }
 
 
+def direct_peers(dim: Dimension) -> int:
+    """Messages a phase on ``dim`` has in flight at once in ASTRA-sim (F): P-1 for ``direct``
+    (``AllToAll`` constructor: ``parallel_reduce = nodes_in_ring - 1``), 1 otherwise."""
+    return dim.size - 1 if dim.algorithm is DimAlgorithm.DIRECT else 1
+
+
+def farthest_hops(dim: Dimension) -> int:
+    """Hops, in units of the dimension's per-step latency, to the farthest peer of a direct
+    phase: P // 2 on a (bidirectional) Ring (``Ring::compute_hops_count`` takes the shorter
+    way), 1 on FullyConnected and Switch (the reader's Switch latency holds its 2 hops)."""
+    return dim.size // 2 if dim.kind is DimKind.RING else 1
+
+
+def reduced_bytes(dim: Dimension, data: float, sent: float) -> float:
+    """Bytes whose local-memory pass (R) a Reduce-Scatter of ``data`` input bytes sending
+    ``sent`` waits for, per NPU. Ring reduces each of its P-1 received messages in turn
+    (``sent``); halving-doubling does not reduce its last received message (its packet counter
+    restarts one message early, ``HalvingDoubling.cc``), so data/4 + ... + data/P = sent -
+    data/2; direct reduces its P-1 messages of data/P at once (F), so one message waits."""
+    if dim.algorithm is DimAlgorithm.HALVING_DOUBLING:
+        return sent - data / 2
+    if dim.algorithm is DimAlgorithm.DIRECT:
+        return data / dim.size
+    return sent
+
+
 @dataclass(frozen=True)
 class AstraCompat:
-    """ASTRA-sim 2.x behaviours R, F, Z, H (module docstring). ``local_mem_bw``: bytes/s of
-    the local-memory pass after a reduction (None: no pass); ``endpoint_delay``: seconds per
-    algorithm step."""
+    """ASTRA-sim 2.x behaviours R, F, G, Z, H (module docstring). ``local_mem_bw``: bytes/s
+    of the local-memory pass after a reduction (None: no pass); ``endpoint_delay``: seconds
+    per memory-bus transfer (``endpoint-delay``)."""
 
     local_mem_bw: float | None = None
     endpoint_delay: float = 0.0
 
     def network(self, topology: Topology) -> Topology:
-        """``topology`` as ASTRA's congestion-unaware backend sees it (F): a FullyConnected
-        dimension running ``direct`` has (P-1) x its per-link bandwidth."""
-        dims = tuple(Dimension(d.kind, d.size, d.bandwidth * (d.size - 1), d.latency,
-                               d.algorithm)
-                     if d.kind is DimKind.FULLY_CONNECTED and d.algorithm is DimAlgorithm.DIRECT
-                     else d for d in topology.dims)
+        """``topology`` as ASTRA's congestion-unaware backend sees it (F): a ``direct``
+        dimension has (P-1) x its per-link bandwidth and, on a Ring, the latency of its
+        farthest peer. ``themis_orders`` and ``flows`` take this view."""
+        dims = tuple(Dimension(d.kind, d.size, d.bandwidth * direct_peers(d),
+                               d.latency * farthest_hops(d), d.algorithm)
+                     if d.algorithm is DimAlgorithm.DIRECT else d for d in topology.dims)
         return Topology(topology.name, dims)
+
+    @staticmethod
+    def tracker_bandwidth(dim: Dimension) -> float:
+        """Bytes/s Themis' tracker weighs ``dim`` (a dimension of ``network``'s view) with
+        (G): ``OfflineGreedy`` reads ``get_BW_at_dimension``, the file's per-link bandwidth,
+        which is the view's bandwidth / (P-1) on a direct dimension."""
+        return dim.bandwidth / direct_peers(dim)
 
     def stage_extra(self, dim: Dimension, phase: Phase, data: float, sent: float) -> float:
         """Seconds a stage of ``data`` input bytes sending ``sent`` costs beyond steps x
-        latency + bytes / bandwidth: the endpoint delay of every step and, for a reduction
-        (R), 3 x the bytes reduced / local-mem-bw. Halving-doubling does not reduce its last
-        received message (its packet counter restarts one message early), so it reduces
-        data/4 + ... + data/P = sent - data/2; ring and direct reduce everything received."""
-        extra = stage_steps(dim, phase) * self.endpoint_delay
+        latency + bytes / bandwidth: the endpoint delay when it starts and after each of its
+        steps and, for a reduction (R), 3 x ``reduced_bytes`` / local-mem-bw."""
+        extra = (stage_steps(dim, phase) + 1) * self.endpoint_delay
         if phase is Phase.REDUCE_SCATTER and self.local_mem_bw:
-            reduced = sent - data / 2 if dim.algorithm is DimAlgorithm.HALVING_DOUBLING \
-                else sent
-            extra += 3 * reduced / self.local_mem_bw
+            extra += 3 * reduced_bytes(dim, data, sent) / self.local_mem_bw
         return extra
 
     def flows(self, plan: CollectivePlan,
               dim_map: tuple[int, ...] | None = None) -> list[list[FlowStage]]:
-        """Each chunk's stages with ASTRA's costs; a baseline All-Reduce's reduce and gather
-        stages on its last dimension become one stage (one All-Reduce phase)."""
+        """Each chunk's stages with ASTRA's costs (``plan`` on ``network``'s view); a baseline
+        All-Reduce's reduce and gather stages on its last dimension become one stage (one
+        All-Reduce phase, which starts once: one endpoint delay less than two phases)."""
         merge = plan.policy == "baseline" and plan.op is CollectiveOp.ALL_REDUCE
         return [self._route_flow(plan.topology, plan.op, route, merge, dim_map)
                 for route in plan.routes]
@@ -99,15 +140,17 @@ class AstraCompat:
                 + self.stage_extra(dim, stage.phase, data, sent)
             if merge and flow and flow[-1].dim == physical and flow[-1].phase == "RS":
                 last = flow.pop()
-                flow.append(FlowStage(physical, last.latency + latency, last.sent + sent, "AR"))
+                flow.append(FlowStage(physical, last.latency + latency - self.endpoint_delay,
+                                      last.sent + sent, "AR"))
             else:
                 flow.append(FlowStage(physical, latency, sent, stage.phase.value))
         return flow
 
     def themis_orders(self, topology: Topology, op: CollectiveOp,
                       chunk_sizes: list[int]) -> list[tuple[int, ...]]:
-        """The dimension order ASTRA-sim's ``OfflineGreedy`` gives each chunk (Z, H, its
-        stable in-place sort); All-to-All takes the baseline order."""
+        """The dimension order ASTRA-sim's ``OfflineGreedy::get_chunk_scheduling`` gives each
+        chunk of a collective on ``topology`` (``network``'s view): G, Z, H, its stable in-place
+        sort; All-to-All takes the baseline order."""
         num = len(topology.dims)
         if op is CollectiveOp.ALL_TO_ALL:
             return [baseline_order(num, op)] * len(chunk_sizes)
@@ -132,7 +175,7 @@ class AstraCompat:
             for position, index in enumerate(order):
                 dim = topology.dims[index]
                 sent = stage_bytes(dim, phase, stage_data(dim, phase, data))
-                load[charged[position]] += sent / dim.bandwidth
+                load[charged[position]] += sent / self.tracker_bandwidth(dim)
                 data = data * dim.size if gather else data / dim.size
             orders.append(order)
         return orders
@@ -141,17 +184,20 @@ class AstraCompat:
     def _balanced(topology: Topology, phase: Phase, ranked: list[int], load: list[float],
                   size: int) -> bool:
         """ASTRA's threshold: the load gap, as bytes of the first stage on the dimension it
-        compares, is below a sixteenth of the chunk."""
+        compares, is below a sixteenth of the chunk as ASTRA sizes it: an All-Gather's chunk
+        is its input (``Ring``: ``final_data_size = data_size * nodes_in_ring``), 1/N of
+        dlsched's output-sized chunk."""
         first, last = ranked[0], ranked[-1]
         gap = abs(load[last] - load[first])
         if phase is Phase.REDUCE_SCATTER:
             dim = topology.dims[first]
-            return gap * dim.bandwidth / ((dim.size - 1) / dim.size) < size / 16
+            return gap * AstraCompat.tracker_bandwidth(dim) / ((dim.size - 1) / dim.size) \
+                < size / 16
         dim = topology.dims[last]
-        gap_bytes = gap * dim.bandwidth / (dim.size - 1)
+        gap_bytes = gap * AstraCompat.tracker_bandwidth(dim) / (dim.size - 1)
         for index in ranked[:-1]:
             gap_bytes /= topology.dims[index].size
-        return gap_bytes < size / 16
+        return gap_bytes < initial_data(topology, CollectiveOp.ALL_GATHER, size) / 16
 
 
 def compat_notes(topology: Topology, op: CollectiveOp, policy: str,
@@ -162,10 +208,12 @@ def compat_notes(topology: Topology, op: CollectiveOp, policy: str,
     reduces = op in (CollectiveOp.ALL_REDUCE, CollectiveOp.REDUCE_SCATTER)
     if reduces and local_mem_bw:
         notes.append(f"R: {BEHAVIOURS['R']}")
-    if any(d.kind is DimKind.FULLY_CONNECTED and d.algorithm is DimAlgorithm.DIRECT
-           for d in topology.dims):
+    direct = any(d.algorithm is DimAlgorithm.DIRECT for d in topology.dims)
+    if direct:
         notes.append(f"F: {BEHAVIOURS['F']}")
     if policy == "themis" and op is not CollectiveOp.ALL_TO_ALL:
+        if direct:
+            notes.append(f"G: {BEHAVIOURS['G']}")
         notes.append(f"Z: {BEHAVIOURS['Z']}")
         if op is CollectiveOp.ALL_REDUCE:
             notes.append(f"H: {BEHAVIOURS['H']}")

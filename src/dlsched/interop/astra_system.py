@@ -185,7 +185,8 @@ class AstraSystem(BaseModel):
                           "RS/AG form (ASTRA-sim's localBWAware)")
         if self.endpoint_delay_ns:
             result.append(f"endpoint-delay {self.endpoint_delay_ns:g} ns is not modelled "
-                          "(--astra-compat charges it per algorithm step)")
+                          "(--astra-compat charges it as each phase starts and after each of "
+                          "its steps)")
         if self.local_mem_bw_gbs is not None:
             result.append(f"local-mem-bw {self.local_mem_bw_gbs:g} GB/s is not modelled "
                           "(--astra-compat charges each reduction 3 x bytes / local-mem-bw)")
