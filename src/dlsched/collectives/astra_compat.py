@@ -37,13 +37,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dlsched.collectives.algorithms import Phase, stage_bytes, stage_data, stage_steps
+from dlsched.collectives.algorithms import Phase, stage_steps
 from dlsched.collectives.network import FlowStage
 from dlsched.collectives.plan import (
     ChunkRoute,
     CollectiveOp,
     CollectivePlan,
-    initial_data,
     route_stage_data,
 )
 from dlsched.collectives.policies.baseline import baseline_order
@@ -150,20 +149,25 @@ class AstraCompat:
                       chunk_sizes: list[int]) -> list[tuple[int, ...]]:
         """The dimension order ASTRA-sim's ``OfflineGreedy::get_chunk_scheduling`` gives each
         chunk of a collective on ``topology`` (``network``'s view): G, Z, H, its stable in-place
-        sort; All-to-All takes the baseline order."""
+        sort; All-to-All takes the baseline order. Loads and thresholds are computed in ASTRA's
+        own units and order of operations (MiB over the bandwidth relative to dimension 1,
+        integer chunk sizes), so that near-ties break as in ASTRA."""
         num = len(topology.dims)
         if op is CollectiveOp.ALL_TO_ALL:
             return [baseline_order(num, op)] * len(chunk_sizes)
-        phase = Phase.ALL_GATHER if op is CollectiveOp.ALL_GATHER else Phase.REDUCE_SCATTER
-        gather = phase is Phase.ALL_GATHER
+        gather = op is CollectiveOp.ALL_GATHER
+        first_bw = self.tracker_bandwidth(topology.dims[0])
+        relative = [self.tracker_bandwidth(d) / first_bw for d in topology.dims]
         load = [0.0] * num
         ranked = list(range(num))
         orders = []
         for size in chunk_sizes:
+            # ASTRA sizes an All-Gather by its input (``Ring``: final = data x nodes).
+            chunk = size // topology.num_npus if gather else size
             ranked.sort(key=load.__getitem__)
             if gather:
                 ranked.reverse()
-            if self._balanced(topology, phase, ranked, load, size):
+            if _balanced(topology, gather, relative, ranked, load, chunk):
                 # The baseline order; the list returns to dimension order (reversed for an
                 # All-Gather) and position i of it is charged with dimension i's cost.
                 order = tuple(range(num))
@@ -171,33 +175,40 @@ class AstraCompat:
                 charged = tuple(ranked)
             else:
                 order = charged = tuple(ranked)
-            data = initial_data(topology, op, size)
             for position, index in enumerate(order):
-                dim = topology.dims[index]
-                sent = stage_bytes(dim, phase, stage_data(dim, phase, data))
-                load[charged[position]] += sent / self.tracker_bandwidth(dim)
-                data = data * dim.size if gather else data / dim.size
+                peers = topology.dims[index].size
+                load[charged[position]] += _tracker_load(chunk, peers, relative[index], gather)
+                chunk = chunk * peers if gather else chunk // peers
             orders.append(order)
         return orders
 
-    @staticmethod
-    def _balanced(topology: Topology, phase: Phase, ranked: list[int], load: list[float],
-                  size: int) -> bool:
-        """ASTRA's threshold: the load gap, as bytes of the first stage on the dimension it
-        compares, is below a sixteenth of the chunk as ASTRA sizes it: an All-Gather's chunk
-        is its input (``Ring``: ``final_data_size = data_size * nodes_in_ring``), 1/N of
-        dlsched's output-sized chunk."""
-        first, last = ranked[0], ranked[-1]
-        gap = abs(load[last] - load[first])
-        if phase is Phase.REDUCE_SCATTER:
-            dim = topology.dims[first]
-            return gap * AstraCompat.tracker_bandwidth(dim) / ((dim.size - 1) / dim.size) \
-                < size / 16
-        dim = topology.dims[last]
-        gap_bytes = gap * AstraCompat.tracker_bandwidth(dim) / (dim.size - 1)
-        for index in ranked[:-1]:
-            gap_bytes /= topology.dims[index].size
-        return gap_bytes < initial_data(topology, CollectiveOp.ALL_GATHER, size) / 16
+
+MIB = 1048576
+
+
+def _tracker_load(chunk: int, size: int, relative_bw: float, gather: bool) -> float:
+    """``OfflineGreedy``'s load of one stage of a ``chunk``-byte chunk on a dimension of
+    ``size`` NPUs: MiB sent / (bandwidth / dimension 1's), RS (P-1)/P x chunk, AG (P-1) x
+    chunk, evaluated in ASTRA's order of operations."""
+    share = (size - 1) if gather else (size - 1) / size
+    return chunk / MIB * share / relative_bw
+
+
+def _balanced(topology: Topology, gather: bool, relative: list[float], ranked: list[int],
+              load: list[float], chunk: int) -> bool:
+    """ASTRA's threshold (``get_chunk_size_from_elapsed_time``): the load gap between the
+    ends of the ranked list, as whole bytes of the first stage on the dimension it compares
+    (for an All-Gather the last, then divided by the sizes before it), is below chunk / 16
+    (integer division)."""
+    first, last = ranked[0], ranked[-1]
+    gap = abs(load[last] - load[first])
+    if not gather:
+        size = topology.dims[first].size
+        return int(gap * relative[first] / ((size - 1) / size) * MIB) < chunk // 16
+    gap_bytes = int(gap * relative[last] / (topology.dims[last].size - 1) * MIB)
+    for index in reversed(ranked[:-1]):
+        gap_bytes //= topology.dims[index].size
+    return gap_bytes < chunk // 16
 
 
 def compat_notes(topology: Topology, op: CollectiveOp, policy: str,
