@@ -211,6 +211,9 @@ def test_notes_name_the_behaviours_that_would_change() -> None:
     notes = " ".join(compat_notes(_ring_sw("ring"), CollectiveOp.ALL_REDUCE, "themis", 1.6e12))
     assert "R:" in notes and "Z:" in notes and "H:" in notes and "F:" not in notes
     assert compat_notes(_ring_sw("ring"), CollectiveOp.ALL_TO_ALL, "themis", None) == []
+    fc = " ".join(compat_notes(FC4, CollectiveOp.ALL_REDUCE, "themis", None))
+    assert "F:" in fc and "G:" in fc and "R:" not in fc
+    assert "G:" not in " ".join(compat_notes(FC4, CollectiveOp.ALL_REDUCE, "baseline", None))
 
 
 NETWORK_YML = """topology: [Ring, Switch, Switch, Switch]
