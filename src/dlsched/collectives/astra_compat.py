@@ -30,14 +30,17 @@ only schedules other collectives with it); the baseline All-Reduce runs its last
 one All-Reduce phase (``collective-optimization: localBWAware``), which holds the dimension
 for the chunk's reduce and gather halves together; ``endpoint-delay`` (``MemBus``, one per
 ``PacketBundle``) is paid when a phase starts (its first packets go to memory) and after
-every received step, so a phase of S steps pays S + 1, an All-Reduce phase 2S + 1.
+every received step, so a phase of S steps pays S + 1, an All-Reduce phase 2S + 1; ASTRA's
+clock counts whole nanoseconds, so every message's delay and each term of a memory pass is
+rounded down (``rounding``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from dlsched.collectives.algorithms import Phase, stage_steps
+from dlsched.collectives.algorithms import Phase, stage_data, stage_steps
 from dlsched.collectives.network import FlowStage
 from dlsched.collectives.plan import (
     ChunkRoute,
@@ -114,11 +117,40 @@ class AstraCompat:
     def stage_extra(self, dim: Dimension, phase: Phase, data: float, sent: float) -> float:
         """Seconds a stage of ``data`` input bytes sending ``sent`` costs beyond steps x
         latency + bytes / bandwidth: the endpoint delay when it starts and after each of its
-        steps and, for a reduction (R), 3 x ``reduced_bytes`` / local-mem-bw."""
+        steps, for a reduction (R) 3 x ``reduced_bytes`` / local-mem-bw, less ``rounding``."""
         extra = (stage_steps(dim, phase) + 1) * self.endpoint_delay
         if phase is Phase.REDUCE_SCATTER and self.local_mem_bw:
             extra += 3 * reduced_bytes(dim, data, sent) / self.local_mem_bw
-        return extra
+        return extra + self.rounding(dim, phase, data)
+
+    def rounding(self, dim: Dimension, phase: Phase, data: float) -> float:
+        """Seconds (<= 0) ASTRA saves by rounding every delay down to whole nanoseconds
+        (``static_cast<EventTime>`` in ``BasicTopology::compute_communication_delay``, the
+        three ``uint64_t`` terms of ``PacketBundle::call``), summed over the messages on the
+        phase's critical path and the reductions it waits for: ring P-1 messages of data/P,
+        halving-doubling data/2 ... data/P (its passes sized as the next message: all but the
+        first), direct one message of data/P (its peers' in parallel), where data is the
+        larger of the stage's input and output; latency and bandwidth are converted back to
+        ASTRA's ns and B/ns."""
+        if phase is Phase.ALL_TO_ALL:
+            return 0.0
+        size = dim.size
+        whole = stage_data(dim, phase, data)
+        if dim.algorithm is DimAlgorithm.HALVING_DOUBLING:
+            messages = [whole / 2**k for k in range(1, size.bit_length())]
+            reduced = messages[1:]
+        elif dim.algorithm is DimAlgorithm.DIRECT:
+            messages = reduced = [whole / size]
+        else:
+            messages = reduced = [whole / size] * (size - 1)
+        latency_ns = round(dim.latency * 1e9, 6)
+        per_ns = dim.bandwidth / direct_peers(dim) / 1e9
+        saved = sum(math.floor(latency_ns + m / per_ns) - (latency_ns + m / per_ns)
+                    for m in messages)
+        if phase is Phase.REDUCE_SCATTER and self.local_mem_bw:
+            saved += 3 * sum(math.floor(m / self.local_mem_bw * 1e9) - m / self.local_mem_bw
+                             * 1e9 for m in reduced)
+        return saved * 1e-9
 
     def flows(self, plan: CollectivePlan,
               dim_map: tuple[int, ...] | None = None) -> list[list[FlowStage]]:
