@@ -131,7 +131,9 @@ def main() -> None:
     failed run or a bug (see the module docstring)."""
     DEBUG[0] = False
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:  # typer returns an Exit's code (Ctrl-C: 130)
+            sys.exit(code)
     except (ConfigError, UnitError) as error:
         _fail(str(error))
     except typer.Exit as done:

@@ -26,7 +26,7 @@ from dlsched.dataparallel.network_spec import assumed_latency_note, network_for_
 from dlsched.errors import ConfigError
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.tables import as_percent, seconds_as_ms
-from dlsched.runtime.dataparallel.calibrate import CHOICES
+from dlsched.runtime.dataparallel.calibrate import CHOICES, STREAM_LENGTH
 from dlsched.units import parse_bytes
 from dlsched.validation import BATCH, LEARNING_RATE, THREADS, WORKERS
 
@@ -100,12 +100,14 @@ def _shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def _spawn_options(**fields: Any) -> Any:
-    """SpawnOptions, checked before torch is needed (the module imports no torch). The
-    commands keep the ranks in the caller's session, so the scheduler treats them as one job
-    and ``--comm-nice`` compares across ranks (see docs/runtime.md)."""
-    from dlsched.runtime.spawn import SpawnOptions
+def _spawn_options(ranks: int, field: str, **fields: Any) -> Any:
+    """SpawnOptions, checked before torch is needed (the module imports no torch), with
+    ``ranks`` within the machine's bound (``field`` names the option). The commands keep the
+    ranks in the caller's session, so the scheduler treats them as one job and
+    ``--comm-nice`` compares across ranks (see docs/runtime.md)."""
+    from dlsched.runtime.spawn import SpawnOptions, check_ranks
 
+    check_ranks(ranks, field)
     return SpawnOptions(**fields)
 
 
@@ -216,15 +218,18 @@ def calibrate_command(
         raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
     if model not in FIT_MODELS:
         raise ConfigError(f"--model: {model!r} is not a fit; accepted: {', '.join(FIT_MODELS)}")
-    options = _spawn_options(backend=backend, timeout_s=timeout, comm_nice=comm_nice,
-                             own_sessions=False)
+    options = _spawn_options(workers, "--workers", backend=backend, timeout_s=timeout,
+                             comm_nice=comm_nice, own_sessions=False)
+    from dlsched.runtime.dataparallel.calibration_memory import check_calibration_memory
+
+    sizes = sorted({round(low * (high / low) ** (k / (points - 1)) / 4) * 4
+                    for k in range(points)})
+    check_calibration_memory(sizes, workers, load, STREAM_LENGTH)
     _require_torch()
     _check_backend(backend)
     from dlsched.runtime.dataparallel.calibrate import loads_document, time_loads, write_network
     from dlsched.runtime.spawn import spawn
 
-    sizes = sorted({round(low * (high / low) ** (k / (points - 1)) / 4) * 4
-                    for k in range(points)})
     with activity(f"timing all-reduces on {workers} ranks (load {load})", json_out):
         timed = spawn(time_loads, workers, (sizes, 2, repeats, load), options)[0]
     document = loads_document(timed, workers, f"{backend}-{workers}ranks", backend, model,
@@ -300,10 +305,10 @@ def train_dataparallel(
         raise ConfigError("policy: --trace and --plot show the plan executor's measured "
                           "timeline; add a dlsched policy (torch-ddp is not recorded)")
     workers = network_for_workers(network, workers, default=2)[1] or 2
+    options = _spawn_options(workers, "--workers", timeout_s=timeout, deadline_s=3600,
+                             comm_nice=comm_nice, own_sessions=False)
     if (note := assumed_latency_note(network)) is not None:
         (status_console if json_out else console).print(f"note: {note}", highlight=False)
-    options = _spawn_options(timeout_s=timeout, deadline_s=3600, comm_nice=comm_nice,
-                             own_sessions=False)
     _require_torch()
     from dlsched.runtime.dataparallel.train import (
         check_module,

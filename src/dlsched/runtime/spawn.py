@@ -9,6 +9,14 @@ or dies, the others get ``grace_s`` to fail on their own, then every rank is kil
 accord (an error, a signal); when every failed rank only timed out or lost its peers while
 others kept running, the ranks still running, which hung. Nothing is left running.
 
+Ranks die with their parent however it ends (``rank_guard``): the parent traps SIGTERM and
+SIGHUP while its ranks run (SIGINT raises KeyboardInterrupt already) and kills its ranks before
+it exits; each rank asks Linux for SIGKILL when its parent dies (``PR_SET_PDEATHSIG``, also
+after a SIGKILL of the parent), and watches a pipe from the parent whose write end only the
+parent holds: when it reads end-of-file (the parent is gone, on any platform), the rank exits
+at once. How many ranks one machine may run is bounded (``check_ranks``, ``max_ranks``), and
+a backend the torch build cannot run is refused before anything starts (``check_backend``).
+
 The function is called as ``fn(rank, world_size, *args)`` after the process group is up and
 must be importable by name (module-level); its return value comes back pickled.
 """
@@ -22,9 +30,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -73,9 +83,71 @@ class SpawnOptions:
         if self.comm_nice is not None and not -20 <= self.comm_nice <= 19:
             raise ConfigError(f"comm_nice: must be a nice value from -20 to 19 (got "
                               f"{self.comm_nice!r})")
-        if self.backend not in ("gloo", "nccl"):
-            raise ConfigError(f"backend: {self.backend!r} is not supported; accepted: gloo, "
-                              "nccl")
+        check_backend(self.backend)
+
+
+BACKENDS = ("gloo", "nccl")
+"""torch.distributed backends a rank may use: gloo (CPU tensors), nccl (CUDA tensors)."""
+
+
+def check_backend(backend: str, field: str = "backend") -> None:
+    """ConfigError (one line naming ``field``) unless this torch build can run ``backend``:
+    gloo on any build; nccl only where torch has CUDA with NCCL and sees a GPU. Imports torch
+    only for nccl (a CPU build says so here, before any rank starts, rather than in every
+    rank's first collective)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"{field}: {backend!r} is not supported; accepted: "
+                          f"{', '.join(BACKENDS)}")
+    if backend != "nccl":
+        return
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        raise ConfigError(f"{field}: nccl needs torch with CUDA (torch is not installed); "
+                          "accepted: gloo") from None
+    if not (torch.cuda.is_available() and dist.is_nccl_available()):
+        raise ConfigError(f"{field}: nccl needs a CUDA build of torch with NCCL and a GPU "
+                          f"(this torch {torch.__version__} has none); accepted: gloo")
+
+
+RANKS_PER_CORE = 4
+"""Default bound on ranks per usable core: up to 4 ranks share a core (each rank is a torch
+process; beyond that every rank gets under a quarter of a core and its collectives mostly
+wait for the scheduler)."""
+MIN_MAX_RANKS = 8
+"""The bound is never below 8 ranks, so a 1- or 2-core machine still runs the 4- and 8-rank
+examples."""
+MAX_RANKS_ENV = "DLSCHED_MAX_RANKS"
+"""Environment variable that sets the bound on ranks per machine (a positive integer)."""
+
+
+def max_ranks() -> int:
+    """The most ranks one spawn may start on this machine: ``DLSCHED_MAX_RANKS`` if set, else
+    max(``MIN_MAX_RANKS``, ``RANKS_PER_CORE`` x usable cores)."""
+    text = os.environ.get(MAX_RANKS_ENV)
+    if text is None:
+        return max(MIN_MAX_RANKS, RANKS_PER_CORE * usable_cores())
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 1_000_000:
+        raise ConfigError(f"{MAX_RANKS_ENV}: {text!r} is not a rank count; accepted: an "
+                          "integer from 1 to 1000000")
+    return value
+
+
+def check_ranks(count: int, field: str = "ranks") -> None:
+    """ConfigError (one line naming ``field``) unless 1 <= ``count`` <= ``max_ranks()``."""
+    limit = max_ranks()
+    if 1 <= count <= limit:
+        return
+    how = (f"{MAX_RANKS_ENV}" if MAX_RANKS_ENV in os.environ else
+           f"{RANKS_PER_CORE} per usable core x {usable_cores()}, at least {MIN_MAX_RANKS}; "
+           f"{MAX_RANKS_ENV} sets another bound")
+    raise ConfigError(f"{field}: {count} ranks; accepted: 1 to {limit} on this machine "
+                      f"({how})")
 
 
 def usable_cores() -> int:
@@ -89,24 +161,62 @@ def spawn(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (),
           options: SpawnOptions | None = None) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` ranks; their results by rank."""
     options = options or SpawnOptions()
-    if world_size < 1:
-        raise ConfigError(f"world_size: must be >= 1 rank (got {world_size})")
+    check_ranks(world_size, "world_size")
     if getattr(fn, "__module__", "__main__") == "__main__" or "<" in fn.__qualname__:
         raise ConfigError(f"fn: {fn!r} must be a module-level function importable by name "
                           "(not defined in __main__, not a lambda or a nested function)")
-    with tempfile.TemporaryDirectory(prefix="dlsched-spawn-") as tmp:
+    with _stopped_by_signals(), tempfile.TemporaryDirectory(prefix="dlsched-spawn-") as tmp:
         folder = Path(tmp)
-        procs = [_start(folder, rank, world_size, fn, args, options)
-                 for rank in range(world_size)]
+        procs: list[subprocess.Popen[bytes]] = []
+        watch, alive = os.pipe()  # the ranks read ``watch``; only this process holds ``alive``
         try:
+            for rank in range(world_size):
+                procs.append(_start(folder, rank, world_size, fn, args, options, watch))
             _wait(procs, folder, options)
         finally:
             _kill_all(procs)
+            os.close(watch)
+            os.close(alive)
         return [_result(folder, rank) for rank in range(world_size)]
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+"""Signals whose default action would end the parent without its ``finally`` blocks: while
+ranks run they raise SystemExit(128 + the signal's number) instead (143 for SIGTERM, the
+status a shell reports for a process the signal ended), so the ranks are killed and the
+spawn folder removed on the way out (SIGINT raises KeyboardInterrupt, which unwinds the same
+way)."""
+
+
+@contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """While the block runs, ``STOP_SIGNALS`` whose handler is the default one raise
+    SystemExit (once: a repeated signal does not interrupt the killing of the ranks); the
+    handlers are restored on the way out. Main thread only (Python runs handlers there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    numbers = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
+    previous = {n: signal.getsignal(n) for n in numbers}
+    trapped = [n for n in numbers if previous[n] is signal.SIG_DFL]
+    stopping: list[int] = []
+
+    def stop(number: int, _frame: object) -> None:
+        if not stopping:
+            stopping.append(number)
+            raise SystemExit(128 + number)
+
+    for number in trapped:
+        signal.signal(number, stop)
+    try:
+        yield
+    finally:
+        for number in trapped:
+            signal.signal(number, previous[number])
+
+
 def _start(folder: Path, rank: int, world_size: int, fn: Callable[..., Any],
-           args: Sequence[Any], options: SpawnOptions) -> subprocess.Popen[bytes]:
+           args: Sequence[Any], options: SpawnOptions, watch: int) -> subprocess.Popen[bytes]:
     spec = {"path": list(sys.path), "rank": rank, "world_size": world_size,
             "store": str(folder / "store"), "backend": options.backend,
             "timeout_s": options.timeout_s, "threads": options.threads,
@@ -116,13 +226,13 @@ def _start(folder: Path, rank: int, world_size: int, fn: Callable[..., Any],
     spec_path.write_bytes(pickle.dumps(spec))
     env = dict(os.environ) | (options.env(rank) if options.env else {})
     command = [*(options.prefix(rank) if options.prefix else ()), sys.executable, "-m",
-               "dlsched.runtime.spawn", str(spec_path)]
-    log = (folder / f"log-{rank}.txt").open("wb")
-    if options.own_sessions:
+               "dlsched.runtime.spawn", str(spec_path), str(watch),
+               str(0 if options.prefix else os.getpid())]  # a prefix may fork: its own pid
+    session: dict[str, Any] = ({"start_new_session": True} if options.own_sessions
+                               else {"process_group": 0})
+    with (folder / f"log-{rank}.txt").open("wb") as log:
         return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    return subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            process_group=0)
+                                pass_fds=(watch,), **session)
 
 
 def _wait(procs: list[subprocess.Popen[bytes]], folder: Path, options: SpawnOptions) -> None:
@@ -260,6 +370,45 @@ def prioritize_comm_threads() -> list[str]:
 _COMM_NICE: list[int | None] = [None]
 
 
+PR_SET_PDEATHSIG = 1
+"""prctl option: the signal this process gets when its parent dies (linux/prctl.h)."""
+
+
+def rank_guard(watch: int, parent: int) -> None:
+    """Make this rank die with its parent (process ``parent``), first thing in a rank: on
+    Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``; on every platform a daemon thread that
+    blocks reading ``watch`` (the pipe whose write end only the parent holds) and ends the
+    process at end-of-file. A parent already gone before the request (``parent``, when not
+    0, is no longer this process's parent) ends the rank at once."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # no prctl here: the pipe below still ends the rank
+    threading.Thread(target=_exit_at_end_of_file, args=(watch,), name="dlsched-parent-watch",
+                     daemon=True).start()
+    if os.getppid() != parent and parent != 0:
+        os._exit(_ORPHANED)
+
+
+_ORPHANED = 129
+"""Exit status of a rank whose parent is gone (nobody reads it but the tests)."""
+
+
+def _exit_at_end_of_file(fd: int) -> None:
+    while True:
+        try:
+            if not os.read(fd, 1):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            break
+    os._exit(_ORPHANED)
+
+
 def _worker(spec_path: str) -> int:
     spec = pickle.loads(Path(spec_path).read_bytes())
     sys.path[:0] = [p for p in spec["path"] if p not in sys.path]
@@ -291,4 +440,5 @@ def _worker(spec_path: str) -> int:
 
 
 if __name__ == "__main__":
+    rank_guard(int(sys.argv[2]), int(sys.argv[3]))
     sys.exit(_worker(sys.argv[1]))
