@@ -43,12 +43,11 @@ def even_stages(blocks: int, ranks: int) -> tuple[Stage, ...]:
                  in enumerate(pairwise(cuts)))
 
 
-def rank_compute_factor(timeline: Timeline, microbatches: int, profiled_s: float
-                        ) -> tuple[float, tuple[float, ...]]:
-    """(factor, the factor of each of the ``PARTS`` interleaved parts of the iterations) of a
-    measured ``timeline``: per iteration, the summed duration of its compute spans over
-    ``microbatches`` x ``profiled_s`` (the chain's forward + backward seconds of one microbatch
-    over every block); the median over iterations."""
+def iteration_factors(timeline: Timeline, microbatches: int, profiled_s: float
+                      ) -> list[float]:
+    """Per measured iteration of ``timeline`` (in iteration order), the summed duration of
+    its compute spans over ``microbatches`` x ``profiled_s`` (the chain's forward + backward
+    seconds of one microbatch over every block)."""
     if microbatches < 1 or not profiled_s > 0:
         raise ConfigError(f"microbatches: {microbatches} must be >= 1 and the profiled "
                           f"compute {profiled_s} s > 0")
@@ -56,11 +55,21 @@ def rank_compute_factor(timeline: Timeline, microbatches: int, profiled_s: float
     for span in timeline.spans:
         if span.kind in KIND_NAMES.values():
             sums[span.args["iteration"]] += span.duration
-    if len(sums) < PARTS:
-        raise ConfigError(f"compute factor: {len(sums)} measured iterations, need at least "
+    return [sums[iteration] / (microbatches * profiled_s) for iteration in sorted(sums)]
+
+
+def factor_and_parts(factors: list[float]) -> tuple[float, tuple[float, ...]]:
+    """(median of ``factors``, the median of each of the ``PARTS`` interleaved parts:
+    samples i, i + PARTS, ...)."""
+    if len(factors) < PARTS:
+        raise ConfigError(f"compute factor: {len(factors)} measured iterations, need at least "
                           f"{PARTS}")
-    factors = {iteration: total / (microbatches * profiled_s)
-               for iteration, total in sums.items()}
-    parts = tuple(statistics.median(f for i, f in factors.items() if i % PARTS == part)
-                  for part in range(PARTS))
-    return statistics.median(factors.values()), parts
+    return (statistics.median(factors),
+            tuple(statistics.median(factors[part::PARTS]) for part in range(PARTS)))
+
+
+def rank_compute_factor(timeline: Timeline, microbatches: int, profiled_s: float
+                        ) -> tuple[float, tuple[float, ...]]:
+    """(factor, the factor of each of the ``PARTS`` interleaved parts of the iterations) of a
+    measured ``timeline``: ``factor_and_parts`` of its ``iteration_factors``."""
+    return factor_and_parts(iteration_factors(timeline, microbatches, profiled_s))
