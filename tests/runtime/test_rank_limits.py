@@ -197,3 +197,17 @@ def test_a_calibrating_rank_holds_about_its_largest_size_not_the_sum() -> None:
     assert sizes[-1] == 16 * MiB and sum(sizes) > 67 * MiB
     for grown in spawn(_peak_buffer_bytes, 2, (sizes,)):
         assert grown <= 32 * MiB
+
+
+def test_pipeline_profile_refuses_more_ranks_than_the_bound(
+        run_cli: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        no_spawning: None) -> None:
+    """``pipeline profile --devices-out`` with ``--ranks`` above the bound stops before it
+    profiles or writes anything."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(MAX_RANKS_ENV, "2")
+    code, _, err = run_cli("pipeline", "profile", "--model", "gpt-tiny", "--ranks", "3",  # type: ignore[operator]
+                           "--devices-out", "d.yaml", "--chain", "c.yaml")
+    assert code == 2 and err == (f"error: ranks: 3 ranks; accepted: 1 to 2 on this machine "
+                                 f"({MAX_RANKS_ENV})\n")
+    assert list(tmp_path.iterdir()) == []

@@ -92,6 +92,10 @@ def profile(
     REPEATS.check(repeats, "repeats")
     THREADS.check(threads, "threads")
     RANKS.check(ranks, "ranks")
+    if devices_out is not None:
+        from dlsched.runtime.spawn import check_ranks
+
+        check_ranks(ranks, "ranks")
     from dlsched.runtime.execution import Execution
 
     execution = Execution(device, precision, channels_last, unused)
@@ -238,9 +242,10 @@ def run(
     edited = schedule is not None and to_plan(schedule) != saved.plan
     _torch()
     from dlsched.runtime.pipeline.run import check_torch_schedule, run_pipeline
-    from dlsched.runtime.spawn import SpawnOptions, usable_cores
+    from dlsched.runtime.spawn import SpawnOptions, check_ranks, usable_cores
 
     ranks = (schedule or to_torch(saved.plan)).world_size
+    check_ranks(ranks, "plan")
     shared = ranks > usable_cores()
     predicted = None if edited or shared else saved.predicted_iteration_s
     check_torch_schedule(schedule or to_torch(saved.plan), str(torch_csv or plan))
