@@ -179,7 +179,9 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     assert (chain.stash_bytes > 0).all() and 0 < chain.input_grad_fraction < 1
     split = sum(p.backward_input_s + p.backward_weight_s for p in profiles)
     full = sum(p.backward_s for p in profiles)
-    assert chain.split_backward_factor == pytest.approx(split / full)
+    # the chain file holds the ratio within its accepted 0.1..10 (a loaded machine once
+    # timed the split backward 14.8x the full one on a single repeat)
+    assert chain.split_backward_factor == pytest.approx(min(max(split / full, 0.1), 10.0))
     assert profiles[0].backward_input_s == 0.0  # token ids have no gradient
     devices = tmp_path / "cpu.yaml"
     try:  # a plausible calibration, or on a busy machine a refusal saying why
