@@ -99,8 +99,8 @@ def test_nccl_is_refused_where_torch_has_no_cuda(run_cli: object, tmp_path: Path
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli("calibrate", "--backend", "nccl")  # type: ignore[operator]
     assert code == 2 and err.count("\n") == 1
-    assert err.startswith("error: backend: nccl needs") and err.rstrip().endswith(
-        "accepted: gloo")
+    assert err.startswith("error: --backend: nccl needs CUDA GPUs and NCCL; ")
+    assert err.rstrip().endswith("accepted: gloo (CPU ranks)")
     with pytest.raises(ConfigError, match=r"^backend: 'mpi' is not supported; accepted: "
                        "gloo, nccl$"):
         check_backend("mpi")

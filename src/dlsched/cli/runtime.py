@@ -73,20 +73,6 @@ def _require_torch() -> None:
                           "extra: pip install 'dlsched[torch]' (CPU: pip install torch==2.13.0)")
 
 
-def _check_backend(backend: str) -> None:
-    """Refuse NCCL, before any rank is spawned, where this torch cannot run it (a CPU build,
-    no visible GPU, no NCCL in the build)."""
-    if backend != "nccl":
-        return
-    import torch
-    import torch.distributed as dist
-
-    if not torch.cuda.is_available() or not dist.is_nccl_available():
-        what = "has no NCCL" if torch.cuda.is_available() else "sees no CUDA GPU"
-        raise ConfigError(f"--backend: nccl needs CUDA GPUs and NCCL; this torch "
-                          f"{torch.__version__} {what}; accepted: gloo (CPU ranks)")
-
-
 def _shape(text: str) -> tuple[int, ...]:
     if not text:
         return ()
@@ -105,9 +91,10 @@ def _spawn_options(ranks: int, field: str, **fields: Any) -> Any:
     ``ranks`` within the machine's bound (``field`` names the option). The commands keep the
     ranks in the caller's session, so the scheduler treats them as one job and
     ``--comm-nice`` compares across ranks (see docs/runtime.md)."""
-    from dlsched.runtime.spawn import SpawnOptions, check_ranks
+    from dlsched.runtime.spawn import SpawnOptions, check_backend, check_ranks
 
     check_ranks(ranks, field)
+    check_backend(fields.get("backend", "gloo"), "--backend")
     return SpawnOptions(**fields)
 
 
@@ -226,7 +213,6 @@ def calibrate_command(
                     for k in range(points)})
     check_calibration_memory(sizes, workers, load, STREAM_LENGTH)
     _require_torch()
-    _check_backend(backend)
     from dlsched.runtime.dataparallel.calibrate import loads_document, time_loads, write_network
     from dlsched.runtime.spawn import spawn
 

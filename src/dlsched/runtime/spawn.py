@@ -104,11 +104,12 @@ def check_backend(backend: str, field: str = "backend") -> None:
         import torch
         import torch.distributed as dist
     except ImportError:
-        raise ConfigError(f"{field}: nccl needs torch with CUDA (torch is not installed); "
-                          "accepted: gloo") from None
-    if not (torch.cuda.is_available() and dist.is_nccl_available()):
-        raise ConfigError(f"{field}: nccl needs a CUDA build of torch with NCCL and a GPU "
-                          f"(this torch {torch.__version__} has none); accepted: gloo")
+        raise ConfigError(f"{field}: nccl needs CUDA GPUs and NCCL; torch is not "
+                          "installed; accepted: gloo (CPU ranks)") from None
+    if not torch.cuda.is_available() or not dist.is_nccl_available():
+        what = "has no NCCL" if torch.cuda.is_available() else "sees no CUDA GPU"
+        raise ConfigError(f"{field}: nccl needs CUDA GPUs and NCCL; this torch "
+                          f"{torch.__version__} {what}; accepted: gloo (CPU ranks)")
 
 
 RANKS_PER_CORE = 4
