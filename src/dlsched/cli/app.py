@@ -42,6 +42,9 @@ COMMANDS = {
     "plan": Entry(("plan",), "Plan a whole training job: TP x PP x DP, schedule, "
                   "recomputation, ZeRO; iteration\ntime, FLOP rates, memory per GPU and "
                   "exposed communication, against the baselines."),
+    "validate": Entry(("validate",), "Score dlsched against published training runs: each "
+                      "ledger row predicted, its error\nand 90% interval, and per source the "
+                      "mean error, bias, worst row and coverage."),
     "pipeline": Entry(("pipeline",), "Synchronous pipeline planning (partition, mapping, "
                       "schedule)."),
     "train": Entry(("runtime", "training"), "Simulate training iterations (see the options); "
@@ -92,7 +95,7 @@ def commands() -> typer.Typer:
     """The app with every domain's commands imported and registered (the CLI itself imports a
     domain when one of its commands runs)."""
     register(("collective", "compute", "dataparallel", "pipeline", "plan", "runtime",
-              "training", "sweep"), app, reproduce)
+              "training", "sweep", "validate"), app, reproduce)
     return app
 
 

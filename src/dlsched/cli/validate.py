@@ -1,0 +1,96 @@
+"""``dlsched validate``: every published run of the ledger predicted by the job evaluator and
+scored (``dlsched.ledger.report``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from dlsched.cli.options import CsvOption, Outputs, announce, console
+from dlsched.report import Column, render_table
+
+
+def _value(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _percent(value: float) -> str:
+    return f"{value * 100:+.1f}"
+
+
+ROW_COLUMNS = [Column("id", "row", justify="left"),
+               Column("metric", "metric", justify="left"),
+               Column("unit", "unit", justify="left"),
+               Column("published", "published", _value),
+               Column("predicted", "predicted", _value),
+               Column("error", "error (%)", _percent),
+               Column("low", "90% low", _value),
+               Column("high", "90% high", _value),
+               Column("covered", "covered", lambda v: "yes" if v else "no")]
+SOURCE_COLUMNS = [Column("source", "source", justify="left"),
+                  Column("family", "metrics", justify="left"),
+                  Column("rows", "rows"),
+                  Column("priced", "priced"),
+                  Column("mean_abs_error", "|error| (%)", lambda v: f"{v * 100:.1f}"),
+                  Column("mean_signed_error", "bias (%)", _percent),
+                  Column("held_out_mean_abs_error", "held-out |error| (%)",
+                         lambda v: f"{v * 100:.1f}"),
+                  Column("worst_row", "worst row", justify="left"),
+                  Column("worst_error", "worst (%)", _percent),
+                  Column("coverage", "covered (%)", lambda v: f"{v * 100:.0f}")]
+
+
+def validate(
+    source: Annotated[str | None, typer.Option(
+        help="Only this source's rows: sc21, korthikanti, megatron-h100, torchtitan (the "
+             "intervals still come from the other sources).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print {\"rows\": [...], "
+                                           "\"sources\": [...]} as JSON.")] = False,
+    plot: Annotated[Path | None, typer.Option(help="PNG of predicted against published "
+                                              "with the 90% intervals.")] = None,
+    csv: CsvOption = None,
+) -> None:
+    """Score dlsched against published training runs: each ledger row predicted, its error
+    and 90% interval, and per source the mean error, bias, worst row and coverage."""
+    from dlsched.errors import ConfigError
+    from dlsched.ledger import SOURCES
+    from dlsched.ledger.report import validate as run
+
+    outputs = Outputs(json_out, csv, None, plot)
+    if source is not None and source not in SOURCES:
+        raise ConfigError(f"--source: {source!r} is not a ledger source; accepted: "
+                          + ", ".join(SOURCES))
+    report = run(source)
+    if not json_out:
+        _print(report.rows, report.sources)
+    outputs.rows(report.rows, {"sources": report.sources})
+    if plot is not None:
+        from dlsched.ledger.plot import plot_validation
+
+        drawn = plot_validation(report.rows, plot)
+        announce(f"PNG plot ({drawn} predictions)", plot, json_out)
+
+
+def _print(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> None:
+    priced = [row for row in rows if row["predicted"] is not None]
+    render_table(priced, ROW_COLUMNS, title="Predicted against published (each metric in its "
+                 "published unit; error = predicted / published - 1)", console=console)
+    left = [row for row in rows if row["predicted"] is None]
+    if left:
+        print(f"{len({row['id'] for row in left})} rows unsupported:")
+        reasons: dict[str, list[str]] = {}
+        for row in left:
+            reasons.setdefault(row["reason"], [])
+            if row["id"] not in reasons[row["reason"]]:
+                reasons[row["reason"]].append(row["id"])
+        for reason, ids in reasons.items():
+            print(f"  {len(ids)}: {reason}: {', '.join(ids)}")
+    render_table(sources, SOURCE_COLUMNS, title="Per source (scored rows: one time-derived "
+                 "metric per row; errors in %)", console=console)
+
+
+def register(app: typer.Typer, reproduce: typer.Typer) -> None:
+    """Add ``validate``."""
+    app.command("validate")(validate)

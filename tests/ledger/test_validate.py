@@ -1,0 +1,219 @@
+"""``dlsched validate``: the ledger priced by the job evaluator, its intervals and its record.
+
+The whole ledger is predicted once for this module (``report``: about 10 s; the records are
+plain data the tests only read). The CI check: a source's mean absolute error may not grow more
+than one point above ``ledger/data/expected.yaml``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.ledger import SOURCES, load_ledger
+from dlsched.ledger.formulas import korthikanti_model_flops, sc21_iteration_flops
+from dlsched.ledger.predict import FITTED_ROWS, Prediction, job_and_layout
+from dlsched.ledger.report import LedgerReport, expected_errors, validate
+from dlsched.ledger.score import conformal_quantile, interval, source_stats
+
+A100_DENSE_16BIT = 312e12  # NVIDIA A100 datasheet: 312 TFLOP/s dense FP16/BF16 tensor core
+
+
+@pytest.fixture(scope="module")
+def report() -> LedgerReport:
+    return validate()
+
+
+@cache
+def _ledger() -> dict:
+    """The ledger's rows by id (frozen models: safe to share)."""
+    return {row.id: row for row in load_ledger()}
+
+
+def _row(row_id: str):
+    return _ledger()[row_id]
+
+
+def _stats(report: LedgerReport, source: str) -> dict:
+    return next(s for s in report.sources if s["source"] == source and s["family"] == "time")
+
+
+def test_no_source_error_grows_more_than_a_point_above_its_record(report) -> None:
+    """The CI check: every source with priced rows is recorded, and its mean absolute error
+    is at most the recorded one + 0.01; a source recorded as unpriced is still unpriced."""
+    expected = expected_errors()
+    assert set(expected) == set(SOURCES)
+    for source in SOURCES:
+        stats, record = _stats(report, source), expected[source]
+        if record.mean_abs_error is None:
+            assert stats["priced"] == 0, f"{source} is priced now: record it with a reason"
+            continue
+        assert stats["priced"] == record.priced, source
+        assert stats["mean_abs_error"] <= record.mean_abs_error + 0.01, (
+            f"{source}: mean |error| {stats['mean_abs_error']:.4f} is more than a point above "
+            f"the recorded {record.mean_abs_error:.4f} (ledger/data/expected.yaml)")
+
+
+def test_every_ledger_row_is_reported_with_the_fields_the_issue_names(report) -> None:
+    """>= 50 published rows from the four sources; every record has source, published,
+    predicted, error, low, high; a priced one has an interval around its prediction, an
+    unpriced one a reason."""
+    assert len({r["id"] for r in report.rows}) == len(load_ledger()) >= 50
+    assert {r["source"] for r in report.rows} == set(SOURCES)
+    for record in report.rows:
+        assert {"source", "published", "predicted", "error", "low", "high"} <= set(record)
+        if record["predicted"] is None:
+            assert record["reason"] and record["low"] is None and record["error"] is None
+        else:
+            assert record["reason"] is None
+            assert record["low"] < record["predicted"] < record["high"]
+            assert record["error"] == pytest.approx(
+                record["predicted"] / record["published"] - 1, rel=1e-12)
+    json.dumps(report.rows)  # plain data
+
+
+def test_predicted_rates_follow_the_sources_own_formulas(report) -> None:
+    """SC21's TFLOP/s is Eq. 3 over the predicted iteration; Korthikanti's MFU its model FLOP
+    over the iteration and the A100's 312 TFLOP/s; the records' parts add up to the
+    iteration."""
+    rows = {row.id: row for row in load_ledger()}
+    for record in report.rows:
+        row, seconds = rows[record["id"]], record["predicted_iteration_s"]
+        if record["predicted"] is None:
+            continue
+        gpus, batch = row.hardware.gpus, row.parallel.global_batch
+        if record["metric"] == "tflops_per_gpu":
+            assert record["predicted"] == pytest.approx(
+                sc21_iteration_flops(row.model, batch) / (seconds * gpus) / 1e12, rel=1e-9)
+        if record["metric"] == "mfu":
+            assert record["predicted"] == pytest.approx(
+                korthikanti_model_flops(row.model, batch) / (seconds * gpus
+                                                             * A100_DENSE_16BIT), rel=1e-9)
+        parts = sum(record[f"predicted_{k}"] for k in ("compute_s", "tp_s", "pp_s", "dp_s",
+                                                         "zero3_s", "optimizer_s"))
+        assert parts == pytest.approx(seconds, rel=1e-12)
+
+
+def test_interval_covers_exactly_the_errors_within_its_half_width(report) -> None:
+    """low = predicted / (1 + q) and high = predicted / (1 - q): a record is covered iff its
+    |error| <= q; the per-source coverage counts exactly those."""
+    for record in (r for r in report.rows if r["predicted"] is not None):
+        q = record["predicted"] / record["low"] - 1
+        assert record["predicted"] / record["high"] == pytest.approx(1 - q, rel=1e-9)
+        assert record["covered"] == (abs(record["error"]) <= q + 1e-12)
+    for source in ("sc21", "korthikanti"):
+        scored = [r for r in report.rows if r["source"] == source and r["scored"]]
+        stats = _stats(report, source)
+        assert stats["covered"] == sum(r["covered"] for r in scored)
+        assert stats["mean_abs_error"] == pytest.approx(
+            sum(abs(r["error"]) for r in scored) / len(scored), rel=1e-12)
+
+
+def test_conformal_quantile_by_hand() -> None:
+    """The ceil((n + 1) 0.9)-th smallest score: 9 scores -> the 9th, 19 -> the 18th, 8 ->
+    unbounded (fewer than 9 cannot give 90%)."""
+    nine = [0.09, 0.01, 0.08, 0.02, 0.07, 0.03, 0.06, 0.04, 0.05]
+    assert conformal_quantile(nine) == 0.09
+    assert conformal_quantile([k / 100 for k in range(19)]) == 0.17
+    assert math.isinf(conformal_quantile(nine[:8]))
+    assert conformal_quantile(nine[:8], level=0.8) == 0.09  # ceil(9 x 0.8) = 8: the largest
+
+
+def _fake(row_id: str, error: float, scored: bool = True) -> Prediction:
+    row = _row(row_id)
+    published = row.measured[0].value
+    return Prediction(row, row.measured[0].metric, published, published * (1 + error), None,
+                      scored, row.id not in FITTED_ROWS)
+
+
+def test_interval_is_built_without_its_own_source_and_never_from_a_fitted_row() -> None:
+    """A Korthikanti prediction's half-width comes from the 9 held-out SC21 errors (the
+    fitted 39.1B row's is not one: its huge fake error must not matter); an SC21 one, whose
+    other sources hold only 8, from every other row but itself."""
+    sc21 = [row.id for row in load_ledger("sc21")]
+    korthikanti = [row.id for row in load_ledger("korthikanti")]
+    errors = {row_id: 0.01 * (k + 1) for k, row_id in enumerate(sc21)}
+    errors["sc21-t1-gpt-39.1b"] = 5.0
+    predictions = [_fake(i, e) for i, e in errors.items()] + [
+        _fake(i, -0.001 * (k + 1)) for k, i in enumerate(korthikanti)]
+    own = interval(predictions[-1], predictions)
+    assert own.method == "leave-one-source-out" and own.n == 9
+    assert own.q == pytest.approx(0.10)  # the largest held-out SC21 error: 9 of 9
+    first = interval(predictions[0], predictions)
+    assert first.method == "leave-one-row-out" and first.n == 16
+    assert first.q == pytest.approx(0.10)  # the 16th smallest of 8 SC21 and 8 Korthikanti
+    assert first.low == pytest.approx(predictions[0].predicted / 1.10)
+    changed = [replace(p, predicted=p.published * 1.2) if p.row.source == "korthikanti"
+               else p for p in predictions]
+    assert interval(changed[-1], changed).q == own.q  # its own source's errors don't enter
+
+
+def test_statistics_of_a_small_case_by_hand() -> None:
+    """Mean absolute and signed error, worst row and coverage of three scored predictions."""
+    predictions = [_fake("korthikanti-t5-22b-full", 0.02),
+                   _fake("korthikanti-t5-175b-full", -0.04),
+                   _fake("korthikanti-t5-530b-full", 0.09)]
+    calibration = predictions + [_fake(i.id, 0.05) for i in load_ledger("sc21")]
+    intervals = [interval(p, calibration) for p in predictions]
+    stats = source_stats("korthikanti", "time", predictions, intervals)
+    assert stats.mean_abs_error == pytest.approx(0.05)
+    assert stats.mean_signed_error == pytest.approx(0.07 / 3)
+    assert stats.worst_row == "korthikanti-t5-530b-full"
+    assert stats.covered == 2 and stats.coverage == pytest.approx(2 / 3)
+
+
+def test_rows_map_to_their_published_configuration() -> None:
+    """SC21 76.1B: TP 8, PP 4, DP 32, 3 chunks interleaved, microbatch 2, batch 1792, full
+    recomputation, fp16, local DDP on 1024 A100s; 1.7B overlaps in torch DDP's buckets;
+    Korthikanti 22B with sequence parallelism and selective recomputation."""
+    job, layout = job_and_layout(_row("sc21-t1-gpt-76.1b"))
+    assert (layout.tp, layout.pp, layout.dp, layout.chunks, layout.schedule) == (
+        8, 4, 32, 3, "interleaved")
+    assert (layout.microbatch_size, layout.global_batch, layout.recompute, layout.zero) == (
+        2, 1792, "full", 0)
+    assert (job.precision, job.dp_policy, job.cluster.gpu, job.cluster.num_gpus) == (
+        "fp16", "none", "a100", 1024)
+    assert job_and_layout(_row("sc21-t1-gpt-1.7b"))[0].dp_policy == "ddp"
+    _, sp = job_and_layout(_row("korthikanti-t5-22b-sp-selective"))
+    assert sp.sequence_parallel and sp.recompute == "selective" and sp.schedule == "1f1b"
+
+
+@pytest.mark.parametrize(("row_id", "reason"), [
+    ("torchtitan-2412-t1-8b-fsdp", "SwiGLU"),
+    ("torchtitan-2412-t1-8b-fsdp-compile-fp8", "FP8"),
+    ("megatron-h100-gpt-70b", "not published")])
+def test_rows_the_evaluator_cannot_express_are_refused_with_the_reason(row_id: str,
+                                                                       reason: str) -> None:
+    with pytest.raises(ConfigError, match=reason):
+        job_and_layout(_row(row_id))
+
+
+def test_bad_source_and_bad_outputs_exit_2_before_any_work(run_cli, tmp_path: Path) -> None:
+    """An unknown --source or a --plot that is not a .png: one error line, exit 2, nothing
+    written."""
+    code, _, err = run_cli("validate", "--source", "sc22", "--csv", str(tmp_path / "r.csv"))
+    assert code == 2 and err.startswith("error: --source:") and "accepted: sc21" in err
+    code, _, err = run_cli("validate", "--plot", str(tmp_path / "p.txt"))
+    assert code == 2 and "--plot" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_json_plot_and_csv_of_one_source(run_cli, tmp_path: Path) -> None:
+    """``--source korthikanti --json --plot --csv``: its 8 rows (16 metrics) and its and the
+    pooled statistics as JSON, a PNG and a CSV of the same records."""
+    plot, csv = tmp_path / "v.png", tmp_path / "v.csv"
+    code, out, err = run_cli("validate", "--source", "korthikanti", "--json", "--plot",
+                             str(plot), "--csv", str(csv))
+    assert code == 0, err
+    payload = json.loads(out)
+    assert {r["source"] for r in payload["rows"]} == {"korthikanti"}
+    assert len(payload["rows"]) == 16
+    assert {s["source"] for s in payload["sources"]} == {"korthikanti", "all"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(csv.read_text().splitlines()) == 17
