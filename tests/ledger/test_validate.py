@@ -95,8 +95,8 @@ def test_predicted_rates_follow_the_sources_own_formulas(report) -> None:
             assert record["predicted"] == pytest.approx(
                 korthikanti_model_flops(row.model, batch) / (seconds * gpus
                                                              * A100_DENSE_16BIT), rel=1e-9)
-        parts = sum(record[f"predicted_{k}"] for k in ("compute_s", "tp_s", "pp_s", "dp_s",
-                                                         "zero3_s", "optimizer_s"))
+        parts = sum(record[f"predicted_{k}"] for k in ("compute_s", "bubble_s", "tp_s", "pp_s",
+                                                         "dp_s", "zero3_s", "optimizer_s"))
         assert parts == pytest.approx(seconds, rel=1e-12)
 
 

@@ -28,7 +28,8 @@ ROW_COLUMNS = [Column("id", "row", justify="left"),
                Column("error", "error (%)", _percent),
                Column("low", "90% low", _value),
                Column("high", "90% high", _value),
-               Column("covered", "covered", lambda v: "yes" if v else "no")]
+               Column("covered", "covered", lambda v: "yes" if v else "no"),
+               Column("held_out", "held out", lambda v: "yes" if v else "no (fitted)")]
 SOURCE_COLUMNS = [Column("source", "source", justify="left"),
                   Column("family", "metrics", justify="left"),
                   Column("rows", "rows"),

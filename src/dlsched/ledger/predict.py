@@ -20,14 +20,15 @@ follow from it and would count the same error twice) and the memory metric (its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dlsched.errors import ConfigError
 from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.cluster import load_cluster
-from dlsched.job.evaluate import Job, JobResult, evaluate
+from dlsched.job.evaluate import Job, JobResult, evaluate, pipeline_times
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.pipeline_time import fast_pipeline
 from dlsched.ledger.schema import LedgerRow
 
 # Ledger GPU -> (node preset, compute preset): one preset per GPU model. TorchTitan's Grand
@@ -46,7 +47,8 @@ FITTED_ROWS: dict[str, str] = {
 TIME_METRICS = ("iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
 MEMORY_METRICS = ("memory_gib_per_gpu",)
 # The predicted iteration's parts (seconds) a record carries (``breakdown``).
-BREAKDOWN_KEYS = ("iteration_s", "compute_s", "tp_s", "pp_s", "dp_s", "zero3_s", "optimizer_s")
+EXPOSED_KEYS = ("tp_s", "pp_s", "dp_s", "zero3_s", "optimizer_s")
+BREAKDOWN_KEYS = ("iteration_s", "compute_s", "bubble_s", *EXPOSED_KEYS)
 # Overlaps the evaluator does not model (it leaves TP traffic blocking and gathers ZeRO's
 # weights after the optimizer step).
 _UNMODELLED_OVERLAP = {"tp_comm": "TP communication overlapped with GEMMs",
@@ -138,12 +140,20 @@ def metric_value(metric: str, job: Job, result: JobResult) -> float:
     return float(getattr(result, metric))
 
 
-def breakdown(result: JobResult) -> dict[str, float]:
+def breakdown(job: Job, result: JobResult) -> dict[str, float]:
     """The predicted iteration split (seconds): the exposed communication and optimizer step
-    by kind (``JobResult.exposed``) and the rest (``compute_s``: compute and pipeline bubble)."""
-    exposed = {key: float(value) for key, value in result.exposed.items()}
-    rest = result.iteration_s - sum(exposed.values())
-    return {"iteration_s": result.iteration_s, "compute_s": rest, **exposed}
+    by kind (``JobResult.exposed``), the pipeline bubble (``bubble_s``: the replica without
+    transfers beyond its busiest rank's work) and the rest (``compute_s``: the busiest rank's
+    compute, what the other parts leave of the iteration)."""
+    times, _, _ = pipeline_times(job, result.layout)
+    quiet = fast_pipeline(replace(times, send=(0.0,) * len(times.send)))
+    work = [0.0] * times.pp
+    for stage, (f, b) in enumerate(zip(times.forward, times.backward, strict=True)):
+        work[stage % times.pp] += times.num_microbatches * (f + b)
+    parts = {key: float(result.exposed.get(key, 0.0)) for key in EXPOSED_KEYS}
+    parts["bubble_s"] = max(0.0, quiet.end - max(work))
+    return {"iteration_s": result.iteration_s,
+            "compute_s": result.iteration_s - sum(parts.values()), **parts}
 
 
 def predict_row(row: LedgerRow) -> list[Prediction]:
@@ -152,7 +162,7 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
         job, layout = job_and_layout(row)
         result = evaluate(job, layout)
         values = {m.metric: metric_value(m.metric, job, result) for m in row.measured}
-        reason, parts = None, breakdown(result)
+        reason, parts = None, breakdown(job, result)
     except ConfigError as error:
         reason, values, parts = str(error).removeprefix(f"{row.id}: "), {}, {}
     held_out = row.id not in FITTED_ROWS
