@@ -217,3 +217,14 @@ def test_cli_json_plot_and_csv_of_one_source(run_cli, tmp_path: Path) -> None:
     assert {s["source"] for s in payload["sources"]} == {"korthikanti", "all"}
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(csv.read_text().splitlines()) == 17
+
+
+def test_a_network_other_than_the_presets_is_refused() -> None:
+    """SC21's Selene has 200 Gb/s per GPU, dgx-a100's NIC; the same row at 100 Gb/s cannot be
+    priced on that preset (no per-row network)."""
+    row = _row("sc21-t1-gpt-76.1b")
+    slower = row.model_copy(update={"hardware": row.hardware.model_copy(
+        update={"inter_node_gbps_per_gpu": 100.0})})
+    job_and_layout(row)
+    with pytest.raises(ConfigError, match="inter_node_gbps_per_gpu: 100 Gb/s differs"):
+        job_and_layout(slower)

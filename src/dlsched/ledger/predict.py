@@ -7,7 +7,8 @@ one), microbatch, global batch, recomputation, sequence parallelism, ZeRO stage 
 and 16-bit format; gradients overlap the backward in DDP's buckets (``dp_policy`` ``ddp``) when
 the row says the run overlapped them (``dp_grad_reduce``), and are all-reduced after the last
 backward otherwise (Megatron-LM's ``local`` DDP, ``none``). A row the evaluator cannot express
-raises ``ConfigError`` with the reason (the data's own ``reason`` first).
+raises ``ConfigError`` with the reason (the data's own ``reason`` first), and so does a row
+whose network differs from its node preset's (inter-node Gb/s per GPU).
 
 ``predict_row(row)`` returns one ``Prediction`` per published metric, in the metric's published
 unit (``schema.METRIC_UNITS``): ``iteration_s`` (s), ``tflops_per_gpu`` (the FLOP executed,
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field, replace
 
 from dlsched.errors import ConfigError
 from dlsched.experiments.megatron import FITTED_ROW
-from dlsched.job.cluster import load_cluster
+from dlsched.job.cluster import NODE_PRESETS, load_cluster
 from dlsched.job.evaluate import Job, JobResult, evaluate, pipeline_times
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
@@ -112,10 +113,16 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
                if getattr(par, name) is None]
     if missing:
         raise ConfigError(f"{row.id}: parallel: not published: {', '.join(missing)}")
+    node, gpu = GPU_PRESETS[hw.gpu]
+    nic_gbps = NODE_PRESETS[node].nic[0] * 8 / 1e9
+    if hw.inter_node_gbps_per_gpu is not None and hw.gpus > hw.gpus_per_node and \
+            abs(hw.inter_node_gbps_per_gpu / nic_gbps - 1) > 0.01:
+        raise ConfigError(f"{row.id}: hardware.inter_node_gbps_per_gpu: "
+                          f"{hw.inter_node_gbps_per_gpu:g} Gb/s differs from the {node} "
+                          f"preset's {nic_gbps:g} Gb/s per GPU")
     spec = TransformerSpec(shape.name, shape.layers, shape.hidden, shape.heads, shape.seq,
                            shape.vocab, shape.ffn_hidden, shape.kv_heads,
                            shape.tied_embeddings)
-    node, gpu = GPU_PRESETS[hw.gpu]
     cluster = load_cluster(node, hw.gpus, gpu)
     dp_policy = "ddp" if "dp_grad_reduce" in par.overlap else "none"
     job = Job(spec, cluster, par.precision, "baseline", dp_policy)

@@ -65,7 +65,7 @@ def validate(source: str | None = None) -> LedgerReport:
     return LedgerReport(rows, sources)
 
 
-class ExpectedError(BaseModel):
+class ErrorRecord(BaseModel):
     """One source's recorded error: mean absolute (None while no row is priced) and signed
     error of its scored predictions, how many were priced, when, on which commit, and why
     the record is what it is."""
@@ -79,7 +79,7 @@ class ExpectedError(BaseModel):
     reason: str
 
 
-def expected_errors() -> dict[str, ExpectedError]:
+def expected_errors() -> dict[str, ErrorRecord]:
     """The recorded errors by source (``ledger/data/expected.yaml``); ConfigError when the
     file breaks its schema or names a source the ledger does not have."""
     path = "ledger/data/expected.yaml"
@@ -88,6 +88,6 @@ def expected_errors() -> dict[str, ExpectedError]:
         raise ConfigError(f"{path}: expected a mapping of ledger sources; accepted: "
                           + ", ".join(SOURCES))
     try:
-        return {name: ExpectedError.model_validate(entry) for name, entry in raw.items()}
+        return {name: ErrorRecord.model_validate(entry) for name, entry in raw.items()}
     except ValidationError as error:
         raise ConfigError(f"{path}: {error}") from error
