@@ -77,3 +77,17 @@ def test_measure_on_cuda(run_cli, tmp_path):
                               str(out), "--json")
     assert code == 0, err
     assert json.loads(text)["gpu"]["sms"] >= 1
+
+
+def test_a_tiny_fitted_fraction_is_written_as_a_valid_one():
+    """A fraction fitted far below 1 (a CPU against a GPU's peaks) keeps 4 significant
+    digits in the GPU file, not 4 decimals that would round it to an invalid 0."""
+    from dlsched.models.calibration import gpu_document
+
+    data = get_gpu("h100").spec.model_dump()
+    data.update(transpose_efficiency=3.21e-6)
+    data["efficiency"]["gemm"]["fp32"] = 1.234567e-7
+    document = gpu_document(gpu_from_data(data, "tiny"))
+    assert document["transpose_efficiency"] == 3.21e-6
+    assert document["efficiency"]["gemm"]["fp32"] == 1.235e-7
+    assert gpu_from_data(document, "again").spec.transpose_efficiency == 3.21e-6

@@ -341,10 +341,13 @@ def _current(spec: GpuSpec, name: tuple[str, ...]) -> float:
 def gpu_document(gpu: Gpu) -> dict[str, Any]:
     """The GPU as a document ``get_gpu`` reads back (units: FLOP/s, B/s, s)."""
     data = gpu.spec.model_dump(exclude_none=True)
-    data["efficiency"] = {kind: {k: round(v, 4) for k, v in table.items()}
+    data["efficiency"] = {kind: {k: _digits(v) for k, v in table.items()}
                           for kind, table in data["efficiency"].items()}
-    for name in ("memory_efficiency", "transpose_efficiency"):
-        data[name] = round(data[name], 4)
-    for name in OVERHEADS:
-        data[name] = float(f"{data[name]:.4g}")
+    for name in ("memory_efficiency", "transpose_efficiency", *OVERHEADS):
+        data[name] = _digits(data[name])
     return data
+
+
+def _digits(value: float) -> float:
+    """``value`` to 4 significant digits (a tiny fitted fraction stays above 0)."""
+    return float(f"{value:.4g}")
