@@ -22,8 +22,6 @@ COLUMNS = [Column("planner", "planner", justify="left"),
            Column("exposed_dp_s", "DP (s)", lambda v: f"{v:.3f}"),
            Column("speedup_vs_best_baseline", "vs best baseline",
                   lambda v: "" if v is None else f"{v:.3f}x")]
-LAYOUT_FIELDS = ("tp", "pp", "dp", "chunks", "microbatch_size", "schedule", "recompute",
-                 "sequence_parallel", "zero")
 
 
 def plan(

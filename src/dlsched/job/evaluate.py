@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import Cluster
 from dlsched.job.collective_costs import check_policy, curve
-from dlsched.job.dp_sync import GRAD_BYTES, WEIGHT_BYTES, check_dp_policy, dp_step
+from dlsched.job.dp_sync import GRAD_BYTES, WEIGHT_BYTES, DPStep, check_dp_policy, dp_step
 from dlsched.job.layer_costs import BlockCosts, block_costs, check_precision, gpu_compute
 from dlsched.job.layout import Layout
 from dlsched.job.memory import peak_memory
@@ -185,12 +185,11 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
     return replace(result, notes=_notes(job, result, memory.fits(job.cluster.memory)))
 
 
-def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int):
+def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPStep:
     """The DP step of pipeline rank ``rank``."""
     spec, tp = job.spec, layout.tp
     per_stage = spec.layers // layout.virtual_stages
     layer = spec.layer_parameters() // tp
-    stages = [c * layout.pp + rank for c in range(layout.chunks)]
     total = layer * per_stage * layout.chunks
     if rank == 0:
         total += spec.embedding_parameters() // tp
@@ -198,7 +197,7 @@ def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int):
         total += spec.head_parameters() // tp + (spec.vocab * spec.hidden // tp
                                                   if spec.tied_embeddings and layout.pp > 1
                                                   else 0)
-    final = stages[0]  # interleaved 1F1B ends each rank on its first chunk's backward
+    final = rank  # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward
     seconds = times.backward[final] / per_stage
     final_layers = [layer] * per_stage
     group = job.cluster.group_topology(tp, layout.dp)
