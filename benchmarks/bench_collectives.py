@@ -14,6 +14,7 @@ from dlsched.collectives.run import make_request
 from dlsched.collectives.simulate import execute_plan
 from dlsched.experiments import themis
 from dlsched.hardware import load_topology
+from dlsched.sweep.reproduce import reproduce
 
 TOPOLOGY = "4D-Ring_FC_Ring_SW"
 
@@ -35,7 +36,7 @@ def main() -> None:
             rate = events / (time.perf_counter() - start)
             lines.append(f"| {chunks} | {policy} | {seconds:.4f} | {events} | {rate:,.0f} |")
     start = time.perf_counter()
-    rows = themis.reproduce(workers=2)
+    rows = reproduce(themis, workers=2).rows
     total = time.perf_counter() - start
     lines += ["", f"`dlsched reproduce themis` (all {len(themis.scenarios())} scenarios, "
               f"{len(rows)} rows, 2 worker processes): **{total:.1f} s** (target: under 10 s "

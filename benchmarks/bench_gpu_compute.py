@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.common import write_section
-from dlsched.cli.compute import step_row
+from dlsched.training.step import step_row
 
 STEPS, WARMUP = 20, 8
 PRECISIONS = ("fp32", "tf32", "bf16")

@@ -4,7 +4,14 @@ planned on 1,024 ``dgx-a100`` GPUs at global batch 1,536 (dlsched's space and th
 baselines, CPU seconds and peak RSS of a fresh process), and every SC21 Table 1 row planned by
 dlsched at its published GPUs and batch (CPU seconds in all).
 
-Run: ``python -m benchmarks.bench_plan`` (rewrites the ``plan`` section of BENCHMARKS.md).
+Run: ``python -m benchmarks.bench_plan`` (rewrites the ``plan`` section of BENCHMARKS.md);
+``python -m benchmarks.bench_plan cp`` times issue 39's context-parallel rows alone (Llama 3 70B
+at 32,768 tokens, CP 2 ring and all-to-all, given and searched; wall and CPU seconds of a fresh
+process each) and rewrites the ``plan-cp`` section; ``python -m benchmarks.bench_plan ep``
+times the expert-parallel rows (Mixtral 8x7B on 64 H100s, EP 8: searched around TP 1 PP 4, one
+given layout, TP 2 x EP 8 with expert TP 2, whose EP group spans NVSwitch and the NICs, under
+each collective policy, the same folded with expert TP 1, and the whole search) and rewrites
+the ``plan-ep`` section.
 """
 
 from __future__ import annotations
@@ -63,7 +70,7 @@ def plan_sc21() -> tuple[float, list[str]]:
     specs, lines, total = bundled_specs(), [], 0.0
     for row in ROWS:
         job = Job(specs[row.name], load_cluster("dgx-a100", row.gpus, None), "fp16",
-                  dp_policy="usbyte")
+                  dp_policy="usbyte", attention="unfused")
         given = Layout(row.tp, row.pp, row.dp, row.microbatch, row.batch, row.chunks,
                        "interleaved" if row.chunks > 1 else "1f1b", "full")
         start = time.process_time()
@@ -75,6 +82,87 @@ def plan_sc21() -> tuple[float, list[str]]:
                      f"{found.best.iteration_s:.2f} | {theirs:.2f} | "
                      f"{theirs / found.best.iteration_s:.3f} | {elapsed:.1f} |")
     return total, lines
+
+
+CP_ROW = ["plan", "--model", "llama3-70b", "--seq", "32768", "--cp", "2", "--cluster",
+          "dgx-h100", "--gpus", "128", "--global-batch", "64", "--json"]
+CP_GIVEN = ["--tp", "4", "--pp", "8", "--microbatch-size", "1", "--recompute", "full",
+            "--zero", "1", "--sequence-parallel", "--schedule", "1f1b", "--chunks", "1"]
+
+
+def plan_cp() -> list[str]:
+    """One table line per CP run: the command's options, wall and CPU seconds of a fresh
+    process, and its row (layout, iteration, MFU, memory, exposed CP and TP)."""
+    runs = [[*CP_GIVEN, "--cp-algorithm", "ring"], [*CP_GIVEN, "--cp-algorithm", "all-to-all"],
+            []]
+    lines = []
+    for extra in runs:
+        wall, cpu, rows = _timed([*CP_ROW, *extra])
+        row = rows[0]
+        lines.append(f"| {' '.join(extra) or '(searched)'} | {row['layout']} | "
+                     f"{row['iteration_s']:.2f} | {row['mfu'] * 100:.1f} | "
+                     f"{row['memory_gib']:.1f} | {row['exposed_cp_s']:.3f} | "
+                     f"{row['exposed_tp_s']:.3f} | {wall:.2f} | {cpu:.2f} |")
+    return lines
+
+
+def _timed(arguments: list[str]) -> tuple[float, float, list[dict]]:
+    """Wall and CPU seconds of a fresh ``dlsched`` process, and its JSON rows."""
+    command = ["/usr/bin/time", "-f", "%e %U %S", sys.executable, "-m", "dlsched", *arguments]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    wall, user, system = map(float, done.stderr.strip().splitlines()[-1].split())
+    return wall, user + system, json.loads(done.stdout)["rows"]
+
+
+EP_ROW = ["plan", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "64", "--json"]
+EP_RUNS = (["--ep", "8", "--tp", "1", "--pp", "4"],
+           ["--ep", "8", "--tp", "1", "--pp", "4", "--dp", "16", "--microbatch-size", "1",
+            "--schedule", "1f1b", "--recompute", "selective", "--zero", "1"],
+           ["--ep", "8", "--tp", "2", "--expert-tp", "2", "--sequence-parallel", "--pp", "4",
+            "--dp", "8", "--microbatch-size", "1", "--schedule", "1f1b", "--recompute", "selective",
+            "--zero", "1", "--collective-policy", "baseline,themis,dlsched"],
+           ["--ep", "8", "--tp", "2", "--expert-tp", "1", "--sequence-parallel", "--pp", "4",
+            "--dp", "8", "--microbatch-size", "1", "--schedule", "1f1b", "--recompute",
+            "selective", "--zero", "1"],
+           [])
+
+
+def plan_ep() -> list[str]:
+    """One table line per row of each EP run (module docstring)."""
+    lines = []
+    for extra in EP_RUNS:
+        wall, cpu, rows = _timed([*EP_ROW, *extra])
+        lines += [f"| {' '.join(extra) or '(searched)'} | {row['collective_policy']} | "
+                  f"{row['layout']} | "
+                  f"{row['iteration_s']:.2f} | {row['mfu'] * 100:.1f} | "
+                  f"{row['memory_gib']:.1f} | {row['exposed_ep_a2a_s']:.3f} | "
+                  f"{row['exposed_dp_s']:.3f} | {wall:.2f} | {cpu:.2f} |" for row in rows]
+    return lines
+
+
+def main_ep() -> None:
+    """The ``plan-ep`` section (module docstring)."""
+    text = [host_text(host_facts()), "",
+            f"`dlsched {' '.join(EP_ROW)}` with the options of each line (issue 39's target: "
+            "a row in under 3 s; the first and last lines search the rest, baselines "
+            "included; the third splits each expert over TP 2, Megatron-Core's default, "
+            "its EP group over 4 GPUs of 2 nodes; the fourth folds EP 8 over TP 2 with "
+            "expert TP 1, one node):", "",
+            "| options | collectives | layout | iteration (s) | MFU (%) | memory (GiB/GPU) | "
+            "exposed A2A (s) | exposed DP (s) | wall (s) | CPU (s) |",
+            "|---|---|---|---|---|---|---|---|---|---|", *plan_ep()]
+    write_section("plan-ep", "\n".join(text))
+
+
+def main_cp() -> None:
+    """The ``plan-cp`` section (module docstring)."""
+    text = [host_text(host_facts()), "",
+            f"`dlsched {' '.join(CP_ROW)}` with the options of each line (issue 39's target: "
+            "a row in under 3 s):", "",
+            "| options | layout | iteration (s) | MFU (%) | memory (GiB/GPU) | exposed CP (s) "
+            "| exposed TP (s) | wall (s) | CPU (s) |", "|---|---|---|---|---|---|---|---|---|",
+            *plan_cp()]
+    write_section("plan-cp", "\n".join(text))
 
 
 def main() -> None:
@@ -97,4 +185,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    {"cp": main_cp, "ep": main_ep}.get(sys.argv[1] if sys.argv[1:] else "", main)()

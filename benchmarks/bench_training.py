@@ -9,21 +9,15 @@ seconds used (this process and its workers) are written beside the wall times.
 from __future__ import annotations
 
 import os
-import resource
 import time
 
-from benchmarks.common import write_section
+from benchmarks.common import cpu_seconds, write_section
 from dlsched.experiments import themis_training
 from dlsched.hardware import load_topology
+from dlsched.sweep.reproduce import reproduce
 from dlsched.training import get_workload, run_training
 
 TOPOLOGY = "4D-Ring_FC_Ring_SW"
-
-
-def _cpu_seconds() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def main() -> None:
@@ -41,11 +35,11 @@ def main() -> None:
         result = run_training(workload, net, policy, record=False)
         lines.append(f"| {policy} | {time.perf_counter() - start:.2f} | {result.run.events:,} | "
                      f"{result.iteration_s:.3f} |")
-    load_before, cpu_before = os.getloadavg()[0], _cpu_seconds()
+    load_before, cpu_before = os.getloadavg()[0], cpu_seconds()
     start = time.perf_counter()
-    themis_training.reproduce(themis_training.scenarios(method="overlap"), workers=2)
+    reproduce(themis_training, themis_training.Options(method="overlap"), workers=2)
     wall = time.perf_counter() - start
-    cpu, load_after = _cpu_seconds() - cpu_before, os.getloadavg()[0]
+    cpu, load_after = cpu_seconds() - cpu_before, os.getloadavg()[0]
     lines += ["", f"`reproduce themis-training` --method overlap (48 scenarios x 5 "
               f"policies, compute a100, "
               f"2 worker processes): **{wall:.1f} s** wall, {cpu:.1f} CPU-seconds "

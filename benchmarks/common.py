@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,14 @@ RESAMPLES = 4000
 BENCHMARKS_FILE = Path(__file__).resolve().parent.parent / "BENCHMARKS.md"
 _HEADER = ("# dlsched benchmarks\n\nRegenerate a section with `python -m benchmarks.<script>` "
            "from the repository root.\n")
+
+
+def cpu_seconds() -> float:
+    """CPU seconds (user + system) used so far by this process and by its children that have
+    ended (the worker processes of a closed pool)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def processor() -> str:

@@ -24,7 +24,7 @@ from dlsched.ledger.predict import job_and_layout, metric_value
 from dlsched.ledger.schema import LedgerRow
 
 A100 = bundled_presets("gpus.yaml")["a100"]
-PRESET_OVERHEAD_US = 26.48  # presets/gpus.yaml, a100 kernel_overhead
+PRESET_OVERHEAD_US = float(A100["kernel_overhead"].removesuffix(" us"))  # the preset's
 CASES = [("sc21-t1-gpt-39.1b", overhead) for overhead in (PRESET_OVERHEAD_US, 10.0, 5.0, 0.0)]
 CASES += [(f"sc21-t1-gpt-{name}", PRESET_OVERHEAD_US) for name in ("1.7b", "76.1b", "310.1b",
                                                                      "529.6b")]

@@ -3,8 +3,8 @@ one is planned and recorded.
 
 Cases: the benchmark's (a 96-layer GPT-3-like chain and the zoo's GPT-3 175B on 8 x 8 and
 64 x 8 GPUs, 16 microbatches), every scenario of ``reproduce pipeline`` under both network
-modes, and seeded random small instances (``random_problem``). Each case is planned by every
-baseline and then by dlsched with the baselines' plans handed in as candidates, as
+modes, and seeded random small instances (``dlsched.pipeline.random_cases``). Each case is
+planned by every baseline and then by dlsched with the baselines' plans handed in as candidates, as
 ``experiments.pipeline.run_scenario`` does (dlsched's total planning time is its own plus the
 baselines'). A record keeps, per planner, the simulated iteration (s), the CPU-seconds
 (``time.process_time``) and a fingerprint of the plan (stages, TP degree, recomputation and
@@ -18,12 +18,10 @@ import time
 from dataclasses import replace
 from typing import Any
 
-import numpy as np
-
 from benchmarks.bench_pipeline import gpt3_like_chain
 from dlsched.errors import ConfigError
 from dlsched.hardware import load_devices
-from dlsched.hardware.device_graph import Device, DeviceGraph, cluster_graph
+from dlsched.hardware.device_graph import cluster_graph
 from dlsched.models.zoo import get_model
 from dlsched.pipeline import (
     BASELINES,
@@ -31,10 +29,10 @@ from dlsched.pipeline import (
     PipelineProblem,
     chain_from_model,
     simulate,
-    synthetic_chain,
 )
 from dlsched.pipeline.model_source import load_chain
 from dlsched.pipeline.planner import plan_dlsched
+from dlsched.pipeline.random_cases import random_problem
 
 RANDOM_CASES = 40
 
@@ -78,31 +76,6 @@ def reproduce_problems() -> dict[str, PipelineProblem]:
             label = "/".join(modes) if modes else "any"
             problems[f"reproduce {network} {model} {devices} {label}"] = problem
     return problems
-
-
-def random_problem(seed: int) -> PipelineProblem:
-    """2-10 blocks (forward 1-4 ms, backward 2-8 ms on 1 TFLOP/s; activations 0.1-100 MB,
-    parameters and stashes 1 MB-1 GB), 2-8 GPUs of two speeds in one or two servers with
-    4, 32 or 256 GiB each (so memory binds on some), 1-8 microbatches, either network mode,
-    split backward or not, with replication in 3 of 4."""
-    rng = np.random.default_rng(seed)
-    blocks, gpus = int(rng.integers(2, 11)), int(rng.integers(2, 9))
-    columns = [rng.uniform(low, high, blocks).tolist()
-               for low, high in ((1e-3, 4e-3), (2e-3, 8e-3), (1e5, 1e8), (1e6, 1e9), (1e6, 1e9))]
-    chain = synthetic_chain(*columns, split=bool(rng.integers(0, 2)))
-    servers = np.sort(rng.integers(0, 2, gpus))
-    memory = int(rng.choice([2**32, 2**35, 2**38]))
-    devices = tuple(Device(f"g{k}", float(rng.choice([1e12, 2e12])), memory, int(servers[k]))
-                    for k in range(gpus))
-    same = servers[:, None] == servers[None, :]
-    bandwidth = np.where(same, rng.choice([1e10, 1e11]), rng.choice([1e9, 1e10]))
-    latency = np.where(same, 1e-6, 1e-5)
-    np.fill_diagonal(bandwidth, 0.0)
-    np.fill_diagonal(latency, 0.0)
-    graph = DeviceGraph("random", devices, bandwidth, latency)
-    return PipelineProblem(chain, graph, int(rng.integers(1, 9)),
-                           network=str(rng.choice(["fifo", "ps"])),
-                           replicate=bool(rng.integers(0, 4) > 0))
 
 
 def random_problems() -> dict[str, PipelineProblem]:

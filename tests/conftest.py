@@ -1,5 +1,6 @@
 """Shared test helpers: run the CLI in-process and capture its exit code and output; a tiny
-chain file for quick pipeline runs; a seeded shuffle of the test order.
+chain file for quick pipeline runs; a seeded shuffle of the test order; the options of the
+recorded reproductions (``--record-reproductions``, ``--recorded-full``).
 
 ``DLSCHED_TEST_SEED=random`` (CI's second run) or ``DLSCHED_TEST_SEED=<integer>`` runs the
 modules in a shuffled order and the tests of each module in a shuffled order (modules stay
@@ -37,6 +38,16 @@ def _order_seed() -> int | None:
 
 
 _SEED = pytest.StashKey[int | None]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The recorded reproductions' options (``tests/experiments/test_reproduce_recorded.py``)."""
+    group = parser.getgroup("recorded reproductions")
+    group.addoption("--record-reproductions", action="store_true",
+                    help="write the recorded outputs of dlsched reproduce again instead of "
+                    "comparing with them (a recording changes only with a stated reason)")
+    group.addoption("--recorded-full", action="store_true",
+                    help="also run the full (minutes-long) recorded reproductions")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -164,10 +164,11 @@ def test_profile_model(tmp_path_factory: pytest.TempPathFactory, field: str, val
 
 
 @pytest.mark.parametrize(("module", "function", "args"), [
-    ("dlsched.cli.collective", "run_collective", ("collective", "--topology", "2D-SW_SW")),
-    ("dlsched.cli.dataparallel", "run_dataparallel", ("dataparallel", "--model", "vgg16")),
-    ("dlsched.cli.pipeline", "run_planner", ("pipeline", "plan", "--devices", "1x8-NVLink")),
-    ("dlsched.cli.training", "run_policies", ("train", "--topology", "2D-SW_SW")),
+    ("dlsched.interop.astra_collective", "run_collective",
+     ("collective", "--topology", "2D-SW_SW")),
+    ("dlsched.dataparallel.compare", "run_dataparallel", ("dataparallel", "--model", "vgg16")),
+    ("dlsched.pipeline.compare", "run_planner", ("pipeline", "plan", "--devices", "1x8-NVLink")),
+    ("dlsched.training.compare", "run_policies", ("train", "--topology", "2D-SW_SW")),
 ])
 @pytest.mark.parametrize("option", ["--csv", "--trace", "--plot"])
 def test_unwritable_output_exits_before_any_work(run_cli, monkeypatch: pytest.MonkeyPatch,
@@ -196,8 +197,8 @@ def test_reproductions_check_csv_before_work(run_cli, monkeypatch: pytest.Monkey
     def never(*_: Any, **__: Any) -> None:
         raise AssertionError("ran before checking --csv")
 
-    monkeypatch.setattr(Reproduction, "rows", never)
-    for command in ("themis", "usbyte", "pipeline", "themis-training"):
+    monkeypatch.setattr(Reproduction, "run", never)
+    for command in ("themis", "usbyte", "pipeline", "themis-training", "megatron"):
         code, _, err = run_cli("reproduce", command, "--csv", "/proc/x.csv")
         assert code == 2 and "--csv" in err, (command, err)
 
@@ -309,7 +310,8 @@ def test_sweep_numeric_options(run_cli, tiny_grid: Path, option: str, value: str
         assert "2 scenarios in the grid" in " ".join(out.split())
 
 
-@pytest.mark.parametrize("command", ["themis", "usbyte", "pipeline", "themis-training"])
+@pytest.mark.parametrize("command", ["themis", "usbyte", "pipeline", "themis-training",
+                                     "megatron"])
 @FEW
 @given(value=numbers)
 def test_reproduce_jobs_option(run_cli, monkeypatch: pytest.MonkeyPatch, command: str,

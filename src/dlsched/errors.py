@@ -15,6 +15,15 @@ class ConfigError(ValueError):
     """Invalid user input: the message names the field, the value and what is accepted."""
 
 
+def check_choice(option: str, value: object, accepted: tuple) -> object:
+    """``value`` when it is one of ``accepted``; a ConfigError naming ``option`` (``--name``)
+    and the accepted values otherwise."""
+    if value not in accepted:
+        raise ConfigError(f"{option}: {value!r} is not accepted; accepted: "
+                          + ", ".join(map(str, accepted)))
+    return value
+
+
 class UnitError(ConfigError):
     """A quantity string could not be parsed; the message says what is accepted."""
 

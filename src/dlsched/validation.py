@@ -257,13 +257,6 @@ def policy_name(value: str, accepted: Any, what: str) -> str:
     return name
 
 
-def check_finite(value: float, field: str) -> float:
-    """``value`` if it is a finite number; ConfigError naming ``field`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{field}: {value!r} is not a finite number")
-    return float(value)
-
-
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 

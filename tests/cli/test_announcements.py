@@ -38,7 +38,7 @@ def test_topologies_and_device_presets_print_json_rows(run_cli) -> None:
 def test_pipeline_export_and_run_announce_every_file(run_cli, tmp_path: Path) -> None:
     """export --json announces the action table and the mapping on stderr and prints a row
     per stage; run --json announces its trace and plot (they were written silently)."""
-    pytest.importorskip("torch", reason="pipeline run needs torch")
+    pytest.importorskip("torch", reason="run pipeline needs torch")
     from dlsched.pipeline.plan import PipelinePlan, Stage
     from dlsched.pipeline.plan_file import save_plan
     from dlsched.pipeline.schedules import gpipe_orders
@@ -64,8 +64,8 @@ def test_pipeline_export_and_run_announce_every_file(run_cli, tmp_path: Path) ->
 
 
 def test_train_dataparallel_announces_its_trace_and_plot(run_cli, tmp_path: Path) -> None:
-    """--trace and --plot of train dataparallel are announced (on stderr with --json)."""
-    pytest.importorskip("torch", reason="train dataparallel needs torch")
+    """--trace and --plot of run dataparallel are announced (on stderr with --json)."""
+    pytest.importorskip("torch", reason="run dataparallel needs torch")
     trace, png = tmp_path / "t.json", tmp_path / "p.png"
     code, out, err = run_cli("run", "dataparallel", "--module", f"{__name__}:tiny_cnn",
                              "--input-shape", "2,3,8,8", "--workers", "2", "--network",

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dlsched.cli.compute import step_row
+from dlsched.training.step import step_row
 
 FIELDS = {"model", "batch_size", "device", "precision", "forward_s", "backward_s", "step_s",
           "mfu", "gpu_busy_s", "launch_bound"}

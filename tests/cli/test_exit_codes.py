@@ -22,7 +22,7 @@ def _raising(error: Exception) -> Any:
 def test_a_bug_exits_1_with_one_line_not_2(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """A ValueError (or any exception) from dlsched's own code is a bug: exit 1, one line that
     says so and names the exception; it is not reported as bad input (exit 2)."""
-    from dlsched.cli import collective
+    from dlsched.interop import astra_collective as collective
 
     for error in (ValueError("math domain error"), ZeroDivisionError("division by zero")):
         monkeypatch.setattr(collective, "run_collective", _raising(error))
@@ -35,7 +35,7 @@ def test_a_bug_exits_1_with_one_line_not_2(run_cli, monkeypatch: pytest.MonkeyPa
 
 def test_debug_shows_the_traceback_of_a_bug(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """With --debug the exception propagates (its traceback is printed by Python)."""
-    from dlsched.cli import collective
+    from dlsched.interop import astra_collective as collective
 
     monkeypatch.setattr(collective, "run_collective", _raising(ZeroDivisionError("boom")))
     with pytest.raises(ZeroDivisionError, match="boom"):
@@ -44,7 +44,7 @@ def test_debug_shows_the_traceback_of_a_bug(run_cli, monkeypatch: pytest.MonkeyP
 
 def test_input_errors_exit_2(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """ConfigError, a unit error and the parser's own errors exit 2 with one line."""
-    from dlsched.cli import collective
+    from dlsched.interop import astra_collective as collective
 
     for args in (("collective", "--size", "12 parsecs"), ("collective", "--chunks", "x"),
                  ("collective", "--no-such-option")):
@@ -57,7 +57,7 @@ def test_input_errors_exit_2(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_failed_run_exits_1_with_its_summary(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
     """A RunFailure (a rank died) prints its one-line summary, exit 1; --debug adds the logs."""
-    from dlsched.cli import collective
+    from dlsched.interop import astra_collective as collective
 
     failure = RunFailure("rank 1 failed (killed by signal 9 (SIGKILL))", "--- rank 0 ---\nlog")
     monkeypatch.setattr(collective, "run_collective", _raising(failure))

@@ -21,7 +21,7 @@ def test_a_reproduction_whose_every_scenario_fails_exits_1(run_cli, monkeypatch)
 
     two = themis.scenarios()[:2]
     monkeypatch.setattr(themis, "run_scenario", _fails)
-    monkeypatch.setattr(themis, "scenarios", lambda: two)
+    monkeypatch.setattr(themis, "scenarios", lambda options: two)
     code, out, err = run_cli("reproduce", "themis", "--jobs", "1", "--json")
     assert code == 1 and out == "", (code, out)
     last = err.strip().splitlines()[-1]

@@ -67,17 +67,19 @@ def test_help_lists_every_command_without_importing_any() -> None:
 
 def test_a_command_imports_only_its_domain(run_cli) -> None:
     """``dlsched topologies`` imports the collective domain's CLI module (which registers
-    ``reproduce themis`` too) and neither other domains nor every domain's sweep schema (the
-    reproductions' runner used to import them through ``dlsched.sweep``)."""
+    ``reproduce themis`` too) and neither other domains nor the sweep's domains with every
+    domain's scenario schema (the reproductions' runner used to import them through
+    ``dlsched.sweep``)."""
     probe = ("import sys; sys.argv = ['dlsched', 'topologies', '--json']; "
              "from dlsched.cli.app import main\n"
              "try:\n    main()\nexcept SystemExit:\n    pass\n"
              "print(sorted(m for m in sys.modules if m.startswith(('dlsched.cli.', "
-             "'dlsched.sweep.'))))")
+             "'dlsched.sweep.', 'dlsched.pipeline.', 'dlsched.dataparallel.'))))")
     loaded = _python(probe).splitlines()[-1]
     assert "'dlsched.cli.collective'" in loaded and "'dlsched.sweep.runner'" in loaded
     assert "dlsched.cli.pipeline" not in loaded and "dlsched.cli.dataparallel" not in loaded
-    assert "dlsched.sweep.domains" not in loaded and "dlsched.sweep.scenarios" not in loaded
+    assert "dlsched.sweep.domains" not in loaded and "dlsched.pipeline.scenario" not in loaded
+    assert "dlsched.dataparallel.scenario" not in loaded
 
 
 def test_a_mistyped_command_is_refused_with_suggestions_from_every_command(run_cli) -> None:
@@ -88,16 +90,16 @@ def test_a_mistyped_command_is_refused_with_suggestions_from_every_command(run_c
 
 
 def test_command_built_before_all_its_modules_is_built_again() -> None:
-    """In a fresh process, ``run dataparallel`` adds the runtime module, which also adds the
-    ``train`` group (for its deprecated subcommand) before the training module gives it its
-    options; a later ``train`` in the same process still has them (it had none before)."""
+    """In a fresh process, ``profile`` adds the runtime module, which also adds the ``run``
+    group with ``run dataparallel`` before the pipeline module adds ``run pipeline``; a later
+    ``run --help`` in the same process lists both (it listed one before)."""
     out = _python(
         "import contextlib, sys\n"
         "from dlsched.cli.app import main\n"
-        "for argv in (['run', 'dataparallel', '--help'], ['train', '--help']):\n"
+        "for argv in (['profile', '--help'], ['run', '--help']):\n"
         "    sys.argv = ['dlsched', *argv]\n"
         "    with contextlib.suppress(SystemExit):\n"
         "        main()\n"
         "    print('END')\n")
-    train_help = out.split("END")[1]
-    assert "--topology" in train_help and "--policy" in train_help
+    run_help = out.split("END")[1]
+    assert " dataparallel " in run_help and " pipeline " in run_help

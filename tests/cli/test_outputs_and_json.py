@@ -16,19 +16,19 @@ CHAIN = ("--model", "gpt2-xl", "--devices", "2x8-NVLink-100Gb", "--microbatches"
 def test_pipeline_plan_refuses_save_and_trace_on_the_same_file(tmp_path: Path, run_cli,
                                                                monkeypatch) -> None:
     """--save x.json --trace x.json: refused before planning (the trace overwrote the plan)."""
-    from dlsched.cli import pipeline
+    from dlsched.pipeline import compare
 
     def never(*_: Any, **__: Any) -> None:
         raise AssertionError("planned although the outputs clash")
 
-    monkeypatch.setattr(pipeline, "run_planner", never)
+    monkeypatch.setattr(compare, "run_planner", never)
     same = str(tmp_path / "x.json")
     code, _, err = run_cli("pipeline", "plan", *CHAIN, "--save", same, "--trace", same)
     assert code == 2 and "--save" in err and "is also given to --trace" in err
 
 
 def test_an_output_may_not_overwrite_an_input(tmp_path: Path, run_cli) -> None:
-    """pipeline run PLAN --trace PLAN would overwrite the plan it runs: refused."""
+    """run pipeline PLAN --trace PLAN would overwrite the plan it runs: refused."""
     plan = tmp_path / "plan.json"
     plan.write_text("{}")
     code, _, err = run_cli("run", "pipeline", str(plan), "--trace", str(plan))

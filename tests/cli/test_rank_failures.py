@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import time
@@ -68,8 +69,8 @@ def test_a_rank_refusing_its_input_is_an_input_error() -> None:
 
 
 def test_the_cli_prints_a_killed_rank_on_one_line(run_cli, monkeypatch) -> None:
-    """``train dataparallel`` whose rank is killed: exit 1 and one line, no traceback."""
-    from dlsched.runtime import spawn as spawn_module
+    """``run dataparallel`` whose rank is killed: exit 1 and one line, no traceback."""
+    spawn_module = importlib.import_module("dlsched.runtime.spawn")
 
     def killed(fn, world_size, args=(), options=None):  # the real spawn of a killed rank
         return spawn(_rank_one_is_killed, world_size, (), OPTIONS)

@@ -9,8 +9,9 @@ import pytest
 def reproduction():
     """Run the whole reproduction once for this module (about 10 s on 2 cores)."""
     from dlsched.experiments import themis
+    from dlsched.sweep.reproduce import reproduce
 
-    rows = themis.reproduce(workers=2)
+    rows = reproduce(themis, workers=2).rows
     return rows, {(s["latency"], s["policy"]): s for s in themis.summarize(rows)}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ def _errors(err: str) -> list[str]:
 @pytest.fixture
 def no_spawn(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if any rank would be spawned."""
-    from dlsched.runtime import spawn
+    spawn = importlib.import_module("dlsched.runtime.spawn")  # the module, not the function
 
     def never(*_: Any, **__: Any) -> None:
         raise AssertionError("ranks were spawned for input that should be refused")
@@ -131,11 +132,11 @@ def _network_file(path: Path, ranks: int) -> Path:
 
 def test_the_readme_chain_calibrate_then_train_uses_matching_ranks(tmp_path: Path, run_cli,
                                                                    monkeypatch) -> None:
-    """README: ``calibrate --workers 2`` then ``train dataparallel --workers 2 --network
+    """README: ``calibrate --workers 2`` then ``run dataparallel --workers 2 --network
     net.yaml`` reaches the ranks with 2; without --workers the file's 4 ranks are spawned;
     a 4-rank piecewise fit used at 2 is refused, saying how to calibrate for 2."""
     pytest.importorskip("torch", reason="the runtime commands need torch")
-    from dlsched.runtime import spawn
+    spawn = importlib.import_module("dlsched.runtime.spawn")  # the module, not the function
 
     spawned: list[int] = []
 
@@ -160,7 +161,7 @@ def test_the_readme_chain_calibrate_then_train_uses_matching_ranks(tmp_path: Pat
 def test_pipeline_run_names_the_file_torch_refuses(tmp_path: Path, run_cli, no_spawn,
                                                    monkeypatch) -> None:
     """When torch's own schedule check refuses a table (here made to refuse every table),
-    ``pipeline run`` exits 2 with one line naming the plan file, before spawning (it was a
+    ``run pipeline`` exits 2 with one line naming the plan file, before spawning (it was a
     98-line traceback from the ranks)."""
     pytest.importorskip("torch", reason="the runtime commands need torch")
     from dlsched.pipeline.plan import PipelinePlan, Stage
@@ -178,7 +179,7 @@ def test_pipeline_run_names_the_file_torch_refuses(tmp_path: Path, run_cli, no_s
     plan = PipelinePlan("gpipe", stages, gpipe_orders(stages, 2, 2), 2)
     path = tmp_path / "plan.json"
     save_plan(pipeline_run.saved_for_model(plan, load_model("gpt-tiny"), 2, ("a", "b")), path)
-    code, _, err = run_cli("pipeline", "run", str(path))
+    code, _, err = run_cli("run", "pipeline", str(path))
     assert code == 2, err
     assert _errors(err) == [f"error: {path}: torch.distributed.pipelining refuses the gpipe "
                            "schedule: Rank 1, step 0: Running Full Backward for stage 1, "

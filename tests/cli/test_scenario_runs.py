@@ -36,10 +36,8 @@ def test_the_shared_options_stand_in_the_place_of_run_and_arrive_as_one_reproduc
 
 
 @pytest.mark.parametrize("name", list(REPRODUCTIONS))
-def test_every_reproduction_that_runs_scenarios_has_every_shared_option(name: str) -> None:
+def test_every_reproduction_has_every_shared_option(name: str) -> None:
+    """All five run their scenarios through the one runner, so all five take its options."""
     command = typer.main.get_group(commands()).commands["reproduce"].commands[name]
     options = [param.name for param in command.params]
-    if name == "megatron":  # runs its rows in-process, one after another: no scenario runner
-        assert "executor" not in options
-    else:
-        assert [o for o in options if o in SHARED] == SHARED
+    assert [o for o in options if o in SHARED] == SHARED

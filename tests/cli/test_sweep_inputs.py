@@ -80,7 +80,7 @@ def test_dry_run_samples_every_value_of_every_parameter() -> None:
     the largest axis, every value of every axis is timed at least once (a grid whose cost
     hides in one policy is not estimated from the cheap ones only); indices are distinct and
     the same on every run."""
-    from dlsched.cli.sweep import _stratified_sample
+    from dlsched.sweep.estimate import stratified_sample
     from dlsched.sweep.grid import grid_from_data
 
     grid = grid_from_data({
@@ -88,8 +88,8 @@ def test_dry_run_samples_every_value_of_every_parameter() -> None:
         "axes": {"size": ["1 MB", "2 MB", "4 MB"], "policy": ["baseline", "themis", "dlsched"],
                  "chunks": [1, 2, 4, 8, 16]},
         "zip": [{"concurrency": [1, 2], "intra": ["fifo", "scf"]}]})
-    sample = _stratified_sample(grid, 5)
-    assert sample == _stratified_sample(grid, 5) and len(set(sample)) == len(sample) == 5
+    sample = stratified_sample(grid, 5)
+    assert sample == stratified_sample(grid, 5) and len(set(sample)) == len(sample) == 5
     chosen = [grid.scenario(i) for i in sample]
     for name, values in (("policy", {"baseline", "themis", "dlsched"}),
                          ("chunks", {1, 2, 4, 8, 16}), ("intra", {"fifo", "scf"})):

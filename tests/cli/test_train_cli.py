@@ -38,7 +38,7 @@ def test_train_bad_input_exits_2(run_cli):
 def test_reproduction_rows_and_summary_on_one_scenario():
     """A scenario gives one row per policy with speedups; the summary carries the paper."""
     scenario = themis_training.Scenario("dlrm", "3D-FC_Ring_SW", "zero", chunks=8)
-    rows = themis_training.reproduce([scenario])
+    rows = themis_training.run_scenario(scenario)
     assert [r["policy"] for r in rows] == list(themis_training.POLICIES)
     summary = themis_training.summarize(rows)
     assert summary[0]["paper_themis_avg"] == 1.30

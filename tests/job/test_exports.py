@@ -37,7 +37,7 @@ def parse(text: str) -> tuple[dict[str, list[str]], list[str]]:
 
 
 def test_megatron_table5_row():
-    options, comments = parse(megatron_args(GPT3, TABLE5, "fp16"))
+    options, comments = parse(megatron_args(GPT3, TABLE5, "fp16", attention="unfused"))
     assert options == {
         "--num-layers": ["96"], "--hidden-size": ["12288"], "--num-attention-heads": ["96"],
         "--ffn-hidden-size": ["49152"], "--seq-length": ["2048"],
@@ -45,7 +45,7 @@ def test_megatron_table5_row():
         "--pipeline-model-parallel-size": ["8"], "--num-layers-per-virtual-pipeline-stage": ["4"],
         "--micro-batch-size": ["1"], "--global-batch-size": ["64"], "--sequence-parallel": [],
         "--recompute-granularity": ["selective"], "--fp16": [],
-        "--accumulate-allreduce-grads-in-fp32": []}
+        "--accumulate-allreduce-grads-in-fp32": [], "--attention-backend": ["unfused"]}
     assert any("64 GPUs" in line for line in comments)
 
 
@@ -58,6 +58,7 @@ def test_megatron_each_feature():
     assert options["--recompute-method"] == ["uniform"]
     assert options["--recompute-num-layers"] == ["1"]
     assert "--untie-embeddings-and-output-weights" in options and "--bf16" in options
+    assert options["--attention-backend"] == ["flash"]  # Megatron-Core's fused kernel
     for absent in ("--sequence-parallel", "--num-layers-per-virtual-pipeline-stage",
                    "--use-distributed-optimizer", "--grad-reduce-in-bf16", "--fp16"):
         assert absent not in options

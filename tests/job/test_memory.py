@@ -122,7 +122,7 @@ def korthikanti(mode: str, sp: bool, t: int) -> float:
 def test_korthikanti_table_2(mode, sp, t):
     spec = bundled_specs()["gpt3-175b"]
     layout = Layout(t, 1, 1, 1, 1, recompute=mode, sequence_parallel=sp)
-    kept, transient = layer_activations(spec, layout, "bf16")
+    kept, transient = layer_activations(spec, layout, "bf16", "unfused")
     assert kept == pytest.approx(korthikanti(mode, sp, t), rel=1e-12)
     full = korthikanti("none", sp, t)
     assert transient == pytest.approx(full - kept, rel=1e-12)  # what one layer recomputes
@@ -145,7 +145,7 @@ def test_megatron_estimator_layer_formula():
     spec = replace(bundled_specs()["gpt3-175b"], ffn_hidden=3 * 12288)
     layout = Layout(8, 1, 1, 2, 2, recompute="selective", sequence_parallel=True)
     sbh = 2048 * 2 * 12288
-    assert layer_activations(spec, layout, "bf16")[0] == sbh * (18 + 4 * 3) / 8
+    assert layer_activations(spec, layout, "bf16", "unfused")[0] == sbh * (18 + 4 * 3) / 8
 
 
 def test_autocast_keeps_a_16_bit_weight_copy_per_microbatch():
@@ -167,13 +167,28 @@ def test_small_stash_by_hand():
     55,296 B; the embedding 8 s b + s b h = 2,304 B; the head 2 p s b h = 8,192 B and FP32
     logits 4 s b V / t = 16,384 B. 1F1B: stage 0 holds 2 microbatches, stage 1 one."""
     layout = small_layout()
-    first, last = (memory_per_gpu(SMALL, layout, "bf16", s) for s in (0, 1))
+    first, last = (memory_per_gpu(SMALL, layout, "bf16", s, attention="unfused") for s in (0, 1))
     assert first.activations == 2 * (4 * 55_296 + 2_304) and first.logits == 0
     assert last.activations == 4 * 55_296 + 8_192 and last.logits == 16_384
     assert last.workspace == 2 * 32 * 256 / 2  # the bf16 logits beside their FP32 copy
     assert first.in_flight == (2,) and last.in_flight == (1,)
     assert first.reserve == CONTEXT_BYTES
-    assert peak_memory(SMALL, layout, "bf16") == max(first, last, key=lambda b: b.total)
+    assert peak_memory(SMALL, layout, "bf16", attention="unfused") == max(
+        first, last, key=lambda b: b.total)
+
+
+@pytest.mark.parametrize("mode", ["none", "selective", "full"])
+def test_flash_attention_keeps_no_scores(mode):
+    """A fused attention kernel writes no scores: GPT-3 175B's layer (TP 8 with SP) keeps
+    Korthikanti's selective 34 s b h / t plus the FP32 log-sum-exp, 4 a s b / t bytes, whether
+    or not the core is recomputed; full recomputation keeps the layer input alone."""
+    spec = bundled_specs()["gpt3-175b"]
+    layout = Layout(8, 1, 1, 1, 1, recompute=mode, sequence_parallel=True)
+    kept, transient = layer_activations(spec, layout, "bf16", "flash")
+    s, h, a = 2048, 12288, 96
+    stash = (34 * s * h + 4 * a * s) / 8
+    assert kept == (2 * s * h / 8 if mode == "full" else stash)
+    assert transient == (stash - kept)
 
 
 def test_pipeline_stash_per_schedule():

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from dlsched.errors import ConfigError
+from dlsched.job.pipeline_split import stage_layers
 from dlsched.ledger import SOURCES, load_ledger
 from dlsched.ledger.formulas import (
     korthikanti_model_flops,
@@ -28,7 +29,8 @@ A100_PEAK = 312e12  # FLOP/s, A100 dense FP16/BF16 (datasheet), the peak both pa
 
 def test_every_source_loads_with_its_published_row_count() -> None:
     counts = Counter(row.source for row in ROWS)
-    assert counts == {"sc21": 10, "korthikanti": 8, "megatron-h100": 9, "torchtitan": 32}
+    assert counts == {"sc21": 10, "korthikanti": 8, "megatron-h100": 9, "torchtitan": 32,
+                      "megatron-bridge": 3, "dgxc": 15}
     assert len(ROWS) >= 50
     assert [row.id for row in load_ledger("korthikanti")] == \
         [row.id for row in ROWS if row.source == "korthikanti"]
@@ -63,21 +65,29 @@ def test_batches_and_stages_divide(row: LedgerRow) -> None:
     par, model = row.parallel, row.model
     if par.microbatch_size is not None:
         assert par.global_batch % (par.microbatch_size * par.dp) == 0
-    if par.chunks is not None and row.source != "torchtitan":
-        # Megatron-LM requires equal layers per (virtual) stage; torchtitan splits at
-        # user-given points (its 405B: 126 layers over 8 stages)
-        assert model.layers % (par.pp * par.chunks) == 0
+    if par.chunks is not None and row.source not in ("torchtitan", "megatron-bridge"):
+        # Megatron-LM (2021-2022) requires equal layers per (virtual) stage, Megatron-Core as
+        # NeMo (dgxc) runs it the row's split (126 + 2 over 64 for its 405B); torchtitan
+        # splits at user-given points (its 405B: 126 layers over 8 stages), Megatron-Bridge's
+        # rows do not say how theirs split
+        stage_layers(model.layers, par.pp, par.chunks, par.pipeline_split)
     assert model.heads % par.tp == 0 and model.kv_heads % par.tp in (0, model.kv_heads)
 
 
 @pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
 def test_a_supported_row_has_everything_the_evaluator_needs(row: LedgerRow) -> None:
+    """A supported row states everything (CP rows their algorithm, MoE rows their router's
+    balance); ledger.predict and the evaluator refuse what they cannot price with reasons of
+    their own, so no supported row carries a reason that could go stale."""
+    par = row.parallel
     if row.supported:
-        assert row.unpublished == ()
-        assert row.parallel.precision in ("bf16", "fp16")
-        assert row.parallel.cp == 1 and row.parallel.ep == 1 and row.model.experts is None
+        assert row.unpublished == () and row.reason is None
+        assert par.precision in ("bf16", "fp16")
+        assert par.cp == 1 or par.cp_algorithm in ("ring", "all-to-all", "all-gather")
+        assert row.model.experts is None or row.model.router_balance is not None
     else:
         assert row.reason
+    assert (par.ep > 1 or par.expert_tp is not None) <= (row.model.experts is not None)
 
 
 # Parameter counts. Hand-checked: GPT-3 175B (h 12288, l 96, V 51200, s 2048, tied, biases,
@@ -250,3 +260,92 @@ def test_schema_refuses_unknown_fields_and_repeated_metrics() -> None:
 def test_the_yaml_files_are_installed_as_package_data() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert "ledger/data/*.yaml" in pyproject["tool"]["setuptools"]["package-data"]["dlsched"]
+
+
+# Megatron-Bridge performance summary, DGX-H100 tables: each row's published GA column.
+BRIDGE_GA = {"megatron-bridge-2602-h100-llama3.1-405b-cp2": 192,
+             "megatron-bridge-2511-h100-llama3.1-405b-cp2": 64,
+             "megatron-bridge-2509-h100-llama3.1-405b-cp2": 64}
+
+
+@pytest.mark.parametrize("row", load_ledger("megatron-bridge"), ids=lambda row: row.id)
+def test_megatron_bridge_columns_agree(row: LedgerRow) -> None:
+    """TP x PP x CP x DP = GPUs (1024 = 8 x 8 x 2 x 8) and GBS / (MBS x DP) = the published
+    gradient accumulations (1536 / 8 = 192); each row is unsupported for its FP8 or unstated
+    precision and its unpublished settings (its CP algorithm among them), not for its CP."""
+    par = row.parallel
+    assert par.tp * par.pp * par.cp * par.dp == row.hardware.gpus
+    assert par.global_batch // (par.microbatch_size * par.dp) == BRIDGE_GA[row.id]
+    assert par.cp == 2 and not row.supported and "cp_algorithm" in row.unpublished
+    assert "not publish" in (row.reason or "") and "does not price" not in (row.reason or "")
+
+
+# NVIDIA/dgxc-benchmarking, H100 BF16 tables: per row the published throughput (tokens/s over
+# the whole job, the row after the step time), the configuration table's DP and GA columns.
+DGXC_PUBLISHED = {
+    "llama3.1-8b-bf16-8gpu": (85459, 4, 32), "llama3.1-8b-bf16-16gpu": (170500, 8, 32),
+    "llama3.1-8b-bf16-32gpu": (340447, 16, 32), "llama3.1-8b-bf16-64gpu": (680341, 32, 32),
+    "llama3.1-8b-bf16-128gpu": (1360683, 64, 32),
+    "llama3.1-70b-bf16-64gpu": (71526, 2, 64), "llama3.1-70b-bf16-128gpu": (142955, 4, 64),
+    "llama3.1-70b-bf16-256gpu": (285716, 8, 64), "llama3.1-70b-bf16-512gpu": (571821, 16, 64),
+    "llama3.1-70b-bf16-1024gpu": (1145202, 32, 64),
+    "llama3.1-70b-bf16-2048gpu": (2288843, 64, 64),
+    "llama3.1-405b-bf16-512gpu": (106024, 4, 64), "llama3.1-405b-bf16-1024gpu": (211406, 8, 64),
+    "llama3.1-405b-bf16-2048gpu": (422175, 16, 64),
+    "grok1-314b-bf16-512gpu": (526493, 8, 128)}
+
+
+@pytest.mark.parametrize("row", load_ledger("dgxc"), ids=lambda row: row.id)
+def test_dgxc_rows_cite_their_table_and_agree_with_its_columns(row: LedgerRow) -> None:
+    """Each row cites the README at its commit, the table, the GPU column and the row (the
+    step time); sequence x GBS / step time gives the printed throughput (8192 x 128 / 12.27 s =
+    85,459 tokens/s), TP x PP x CP x DP = GPUs with the printed DP, GBS / (MBS x DP) the printed
+    GA, and every CP row runs CP 2 with the ring exchange."""
+    key = row.id.removeprefix("dgxc-2504-h100-").removeprefix("dgxc-2505-h100-")
+    tokens_s, dp, ga = DGXC_PUBLISHED[key]
+    par, gpus = row.parallel, row.hardware.gpus
+    assert row.citation.startswith("NVIDIA/dgxc-benchmarking ")
+    assert ("(v25.04.01, 85380ff)" in row.citation) or ("(dfc8039, 2025-07-23)" in row.citation)
+    assert f"column {gpus}x H100 GPUs, row Training step time" in row.citation
+    assert [m.metric for m in row.measured] == ["iteration_s"]
+    assert round(row.model.seq * par.global_batch / row.value("iteration_s")) == \
+        pytest.approx(tokens_s, abs=1)
+    assert par.dp == dp and par.tp * par.pp * par.cp * par.dp == gpus
+    assert par.global_batch // (par.microbatch_size * par.dp) == ga
+    assert (par.cp, par.cp_algorithm, par.precision) == (2, "ring", "bf16")
+    assert row.supported and row.unpublished == () and row.hardware.inter_node_gbps_per_gpu == 400
+
+
+def test_dgxc_grok1_is_an_expert_parallel_row_with_its_folding() -> None:
+    """Grok 1 on 512 H100s: 8 experts, top 2, EP 8 carved out of CP 2 x DP 8, expert TP 1 under
+    TP 4, token dropping at capacity 1.0; its shape counts 316.5B (the recipe's name: 314b)."""
+    row = BY_ID["dgxc-2505-h100-grok1-314b-bf16-512gpu"]
+    model, par = row.model, row.parallel
+    assert (model.experts, model.top_k, model.capacity_factor, model.router_balance) == (
+        8, 2, 1.0, "learned")
+    assert (par.ep, par.expert_tp, par.tp, par.cp * par.dp % par.ep) == (8, 1, 4, 0)
+    assert parameter_count(model) == pytest.approx(316.46e9, rel=1e-4)
+
+
+def test_schema_refuses_cp_without_its_algorithm_and_moe_fields_without_experts() -> None:
+    data = _row_dict("dgxc-2504-h100-llama3.1-8b-bf16-8gpu")
+    data["parallel"]["cp_algorithm"] = None
+    with pytest.raises(ValueError, match=r"unpublished must name.*cp_algorithm"):
+        LedgerRow.model_validate(data)
+    assert LedgerRow.model_validate(data | {"unpublished": ["cp_algorithm"]})
+    data = _row_dict("dgxc-2504-h100-llama3.1-8b-bf16-8gpu")
+    data["parallel"] |= {"cp": 1, "dp": 8}
+    with pytest.raises(ValueError, match="cp_algorithm is for rows with cp > 1"):
+        LedgerRow.model_validate(data)
+    data = _row_dict("dgxc-2504-h100-llama3.1-8b-bf16-8gpu")
+    data["model"]["capacity_factor"] = 1.0
+    with pytest.raises(ValueError, match="for MoE models only"):
+        LedgerRow.model_validate(data)
+    data = _row_dict("dgxc-2504-h100-llama3.1-8b-bf16-8gpu")
+    data["parallel"]["ep"] = 2
+    with pytest.raises(ValueError, match="ep > 1 and expert_tp are for MoE models"):
+        LedgerRow.model_validate(data)
+    data = _row_dict("dgxc-2505-h100-grok1-314b-bf16-512gpu")
+    data["model"]["router_balance"] = None
+    with pytest.raises(ValueError, match=r"unpublished must name.*router_balance"):
+        LedgerRow.model_validate(data)

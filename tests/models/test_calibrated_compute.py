@@ -149,7 +149,7 @@ def test_fp8_gemms_run_at_the_fp8_rate_with_their_casts():
     assert fp8.work(big, 1).gpu_s == pytest.approx(bf16.work(big, 1).gpu_s / 2 + casts,
                                                    rel=0.01)
     assert fp8.work(big, 1).launches == bf16.work(big, 1).launches + 2
-    attention = Op("attention", 1e12, shape=(1024, 16, 0))
+    attention = Op("attention", 1e12, shape=(1024, 1024, 16, 0))
     assert fp8.work(attention, 8).gpu_s == bf16.work(attention, 8).gpu_s
     vllm = matmul("vllm", 5376, 12288, 128, bias=False)  # pre-quantized: no casts timed
     casts = (128 * 5376 + 5376 * 12288) * 4 / fp8.gpu.memory_rate
@@ -207,7 +207,9 @@ def test_named_devices_and_errors():
     """Preset names with precisions; unknown ones list what is accepted."""
     assert calibrated("h100-tf32").precision == "tf32"
     assert calibrated("v100").precision == "fp16"
-    assert calibrated("v100-amp").precision == "fp16"
+    assert calibrated("v100-fp16").precision == "fp16"
+    with pytest.raises(ConfigError, match="v100-amp"):
+        calibrated("v100-amp")  # the pre-0.1.0 spelling of v100-fp16 is gone
     assert device_compute("a100", efficiency=0.5).peak_flops == 312e12
     with pytest.raises(ConfigError, match="h100"):
         device_compute("tpu9")

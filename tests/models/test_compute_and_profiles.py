@@ -33,7 +33,7 @@ def test_bad_compute_model(kwargs, field):
 
 
 @pytest.mark.parametrize(("device", "channels_last", "images_per_s"),
-                         [("v100-fp32", False, 356), ("v100-amp", True, 1156)])
+                         [("v100-fp32", False, 356), ("v100-fp16", True, 1156)])
 def test_calibrated_devices_reproduce_their_published_throughput(device, channels_last,
                                                                  images_per_s):
     """ResNet-50 at batch 256 trains at the published img/s the v100 preset was fitted to

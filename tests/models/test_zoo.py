@@ -60,3 +60,22 @@ def test_unknown_model_lists_accepted_names():
     with pytest.raises(ConfigError, match="vgg16"):
         get_model("alexnet")
     assert "gpt2-xl" in model_names()
+
+
+def test_megatron_cross_entropy_moves_13_fp32_passes_per_logit():
+    """Megatron-LM's GPT casts its logits to FP32 before the cross-entropy: 13 FP32 passes per
+    logit over forward and backward (52 B), in fp16 as under autocast; Hugging Face's loss op
+    keeps 3 passes of the run's 16-bit elements forward and twice that backward (18 B)."""
+    from dlsched.models.compute import calibrated
+    from dlsched.models.pricing import op_work
+    from dlsched.models.zoo import gpt_model
+
+    seq, vocab = 128, 1000
+    for megatron, expected in ((True, 13 * 4), (False, 3 * 2 * 3)):
+        model = gpt_model("g", 64, 1, 4, seq, vocab, dtype_bytes=2, megatron=megatron)
+        op = next(op for layer in model.layers for op in layer.ops
+                  if op.label == "cross-entropy")
+        compute = calibrated("a100", "fp16", autocast=False)
+        seconds = op_work(compute, op, 1, False).gpu_s + op_work(compute, op, 1, True).gpu_s
+        moved = seconds * compute.gpu.memory_rate
+        assert moved == pytest.approx(expected * seq * vocab)

@@ -74,5 +74,6 @@ def test_conservation_bytes_over_a_nic() -> None:
 
 
 def test_unknown_mode_is_refused() -> None:
-    with pytest.raises(ConfigError, match="network: unknown 'tcp'; accepted: fifo, ps"):
+    with pytest.raises(ConfigError,
+                       match="network: unknown link sharing mode 'tcp'; accepted: fifo, ps"):
         check_network("tcp")

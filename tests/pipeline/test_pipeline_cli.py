@@ -58,7 +58,8 @@ def test_plan_tables(run_cli, chain_file: Path) -> None:
     (["--planner", "fastest"], "accepted: dlsched"),
     (["--devices", "nowhere"], "neither a preset"),
     (["--microbatches", "0"], "--microbatches: microbatch count 0 is out of range"),
-    (["--link-sharing", "tcp"], "--link-sharing: unknown 'tcp'; accepted: fifo, ps"),
+    (["--link-sharing", "tcp"],
+     "--link-sharing: unknown link sharing mode 'tcp'; accepted: fifo, ps"),
 ])
 def test_bad_inputs_exit_2(run_cli, chain_file: Path, args: list[str], message: str) -> None:
     """Bad options exit with code 2 and a message naming the field."""
@@ -99,4 +100,5 @@ def test_reproduce_pipeline_json(run_cli, monkeypatch: pytest.MonkeyPatch) -> No
             assert row["iteration_s"] >= row["bound_s"] * (1 - 1e-9)
     assert {s["baseline"] for s in payload["summary"]} == set(PLANNERS) - {"dlsched"}
     code, _, err = run_cli("reproduce", "pipeline", "--link-sharing", "tcp")
-    assert code == 2 and "--link-sharing: unknown 'tcp'; accepted: fifo, ps" in err
+    assert code == 2
+    assert "--link-sharing: unknown link sharing mode 'tcp'; accepted: fifo, ps" in err

@@ -8,7 +8,6 @@ import gc
 import importlib
 
 import pytest
-from benchmarks.planner_cases import random_problem
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import server_graph
@@ -17,6 +16,7 @@ from dlsched.pipeline.actions import parse_orders
 from dlsched.pipeline.bounds import drain_after
 from dlsched.pipeline.chain import synthetic_chain
 from dlsched.pipeline.checks import check_plan
+from dlsched.pipeline.random_cases import random_problem
 from dlsched.pipeline.schedules import one_f_one_b_orders
 from dlsched.pipeline.simulate import Late
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from benchmarks.planner_cases import fingerprint, random_problem
+from benchmarks.planner_cases import fingerprint
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import server_graph
@@ -33,6 +33,7 @@ from dlsched.pipeline.partition import range_costs, sync_dp
 from dlsched.pipeline.plan import PipelinePlan, overlap
 from dlsched.pipeline.planner import plan_dlsched, propose_partitions, schedule_candidates
 from dlsched.pipeline.pruning import Candidate, evaluate
+from dlsched.pipeline.random_cases import random_problem
 from dlsched.pipeline.schedules import backward_first_dispatch, one_f_one_b_orders
 from dlsched.pipeline.simulate import Late, list_schedule
 

@@ -54,7 +54,7 @@ def test_plot_is_a_png(tmp_path):
 
 def test_csv_round_trips_rows():
     """CSV has a header and one line per row with raw SI values."""
-    rows = [_result().row()]
+    rows = [_result().row(8, 2)]
     parsed = list(csv.DictReader(io.StringIO(rows_to_csv(rows))))
     assert float(parsed[0]["time_s"]) == rows[0]["time_s"]
     assert parsed[0]["topology"] == "3D-FC_Ring_SW"

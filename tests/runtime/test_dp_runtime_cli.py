@@ -1,4 +1,4 @@
-"""``dlsched train dataparallel``, ``profile`` and ``calibrate`` from the command line."""
+"""``dlsched run dataparallel``, ``profile`` and ``calibrate`` from the command line."""
 
 from __future__ import annotations
 

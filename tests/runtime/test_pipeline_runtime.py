@@ -4,6 +4,7 @@ models are refused before any process starts, and a dying rank ends the run."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 
@@ -226,7 +227,7 @@ def test_rank_fit_measured_from_two_ranks() -> None:
 
 
 def test_cli_run_refuses_a_plan_for_another_model(run_cli, tmp_path) -> None:
-    """``pipeline run`` with a model whose blocks differ from the plan's exits 2 at once."""
+    """``run pipeline`` with a model whose blocks differ from the plan's exits 2 at once."""
     from dlsched.pipeline.plan_file import save_plan
 
     saved = saved_for_model(_plans()[0], load_model(MODEL), MICROBATCH_SIZE, NAMES)
@@ -244,7 +245,7 @@ def test_cli_run_does_not_predict_more_ranks_than_cores(run_cli, tmp_path,
     import json
 
     from dlsched.pipeline.plan_file import save_plan
-    from dlsched.runtime import spawn as spawn_module
+    spawn_module = importlib.import_module("dlsched.runtime.spawn")
 
     save_plan(saved_for_model(_plans()[0], load_model(MODEL), MICROBATCH_SIZE, NAMES, 1.0),
               tmp_path / "plan.json")
@@ -262,7 +263,7 @@ def test_cli_run_does_not_predict_more_ranks_than_cores(run_cli, tmp_path,
 
 
 def test_cli_export_then_run_writes_trace_and_plot(run_cli, tmp_path) -> None:
-    """``pipeline export`` then ``pipeline run --torch-csv``: a JSON row with the measured
+    """``pipeline export`` then ``run pipeline --torch-csv``: a JSON row with the measured
     iteration beside the plan's prediction, a Chrome trace with every action, a PNG."""
     import json
 

@@ -1,11 +1,10 @@
-"""One scenario schema per domain: every option of ``pipeline plan``, ``dataparallel`` and
-``train`` is a sweep parameter with the same name and default, a swept scenario gives the same
-numbers as the command with those options, the microbatch limit holds in the API, and the
-results store is typed, indexed and versioned."""
+"""One scenario schema per domain (the command's options come from it:
+``tests/cli/test_options_from_schema.py``): a swept scenario gives the same numbers as the
+command with those options, the command and the grid accept the same values, the microbatch
+limit holds in the API, and the results store is typed, indexed and versioned."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import sqlite3
 from pathlib import Path
@@ -17,42 +16,8 @@ from dlsched.errors import ConfigError
 from dlsched.pipeline import PipelineProblem
 from dlsched.pipeline.model_source import load_chain
 from dlsched.sweep import ResultStore, SweepJob, grid_from_data, read_rows, run_sweep
-from dlsched.sweep.domains import DOMAINS
 from dlsched.sweep.store import SCHEMA_VERSION
 from dlsched.validation import MAX_MICROBATCHES
-
-OUTPUTS = {"json_out", "csv", "trace", "plot", "save"}
-"""Where results go: not scenario parameters."""
-MANY = {"policy", "planner"}
-"""A comma-separated list on the command (default: several), one value per scenario here."""
-
-
-def _commands() -> list[tuple[object, str, set[str]]]:
-    from dlsched.cli.dataparallel import dataparallel
-    from dlsched.cli.pipeline import plan
-    from dlsched.cli.training import train
-
-    return [(plan, "pipeline", {"network"}),  # --network: deprecated spelling of --link-sharing
-            (dataparallel, "dataparallel", set()),
-            (train, "training", {"ctx"})]
-
-
-@pytest.mark.parametrize(("index"), range(3))
-def test_every_command_option_is_a_parameter_with_the_same_default(index: int) -> None:
-    command, domain, skipped = _commands()[index]
-    schema = DOMAINS[domain].params
-    options = {name: p.default for name, p in inspect.signature(command).parameters.items()
-               if name not in OUTPUTS | skipped}
-    missing = sorted(set(options) - set(schema.model_fields))
-    assert missing == [], f"{domain}: options the sweep cannot vary"
-    defaults = schema()
-    for name, default in options.items():
-        if name in MANY:
-            continue
-        given = None if default is None else str(default) if isinstance(default, Path) \
-            else default
-        assert getattr(schema.model_validate({name: given}), name) == getattr(defaults, name), \
-            name
 
 
 def _sweep_rows(tmp_path: Path, grid: dict) -> list[dict]:

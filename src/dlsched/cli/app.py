@@ -1,4 +1,4 @@
-"""The ``dlsched`` command: a thin layer that parses arguments and calls the library.
+"""The ``dlsched`` command: the table of commands, exit codes and one-line errors.
 
 Each domain adds its commands from its own module (``cli/<domain>.py``) through a
 ``register(app, reproduce)`` function, so the domains stay independent. A domain is imported
@@ -47,8 +47,8 @@ COMMANDS = {
                       "mean error, bias, worst row and coverage."),
     "pipeline": Entry(("pipeline",), "Synchronous pipeline planning (partition, mapping, "
                       "schedule)."),
-    "train": Entry(("runtime", "training"), "Simulate training iterations (see the options); "
-                   "`train dataparallel` is the deprecated spelling of `run dataparallel`."),
+    "train": Entry(("training",), "Simulate whole training iterations of a workload under "
+                   "collective policies."),
     "run": Entry(("pipeline", "runtime"), "Execute plans on spawned torch.distributed ranks and "
                  "compare measured with predicted times."),
     "sweep": Entry(("sweep",), "Design-space sweeps: run a grid file (dlsched sweep GRID.yaml), "

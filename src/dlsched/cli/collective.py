@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from dlsched.cli.columns import text, three_decimals, times
 from dlsched.cli.options import (
     PLOT_HELP,
     CsvOption,
@@ -16,24 +15,21 @@ from dlsched.cli.options import (
     TraceOption,
     console,
     emit_rows,
-    parse_names,
     refuse_overrides,
     status_console,
 )
 from dlsched.cli.progress import progress_bar
-from dlsched.cli.themis_reproduction import reproduce_themis
-from dlsched.collectives import POLICIES, CollectiveOp, CollectiveResult, run_collective
-from dlsched.collectives.astra_compat import AstraCompat, compat_notes
-from dlsched.hardware import Topology, load_topology, preset_description, preset_names
-from dlsched.interop import AstraSystem, read_astra_network, read_astra_system
-from dlsched.interop.astra_system import IMPLEMENTATION_KEYS
+from dlsched.cli.scenario_runs import Reproduction, reproduction_command
+from dlsched.cli.schema_options import Given, options_from
+from dlsched.collectives import CollectiveResult
+from dlsched.collectives.scenario import CollectiveScenario
+from dlsched.experiments import themis
+from dlsched.hardware import load_topology, preset_description, preset_names
+from dlsched.interop.astra_collective import BASELINE, collective_setup, compare
 from dlsched.report import Column, render_table
+from dlsched.report.columns import text, three_decimals, times
 from dlsched.report.tables import as_percent, as_ratio
 from dlsched.units import format_bandwidth, format_bytes, format_time
-from dlsched.validation import CHUNKS, CONCURRENCY, MAX_CHUNKS, MAX_CONCURRENCY, MESSAGE_SIZE
-
-DEFAULT_TOPOLOGY = "4D-Ring_FC_Ring_SW"
-BASELINE = "baseline"
 
 
 def _ms(seconds: float) -> str:
@@ -52,14 +48,6 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def _row(result: CollectiveResult, chunks: int, concurrency: int) -> dict[str, object]:
-    """The result's row with ``chunks``/``concurrency`` as given and ``plan_chunks``/
-    ``plan_concurrency`` as the policy used them (the keys ``reproduce themis`` uses too)."""
-    row = result.row()
-    return row | {"chunks": chunks, "concurrency": concurrency,
-                  "plan_chunks": row["chunks"], "plan_concurrency": row["concurrency"]}
-
-
 def _dimension_table(result: CollectiveResult) -> Table:
     table = Table(title=f"{result.plan.policy}: per dimension")
     for header in ("dimension", "bytes sent per NPU (MB)", "busy (%)", "BW util (%)"):
@@ -70,21 +58,10 @@ def _dimension_table(result: CollectiveResult) -> Table:
     return table
 
 
+@options_from(CollectiveScenario)
 def collective(
     ctx: typer.Context,
-    topology: Annotated[str, typer.Option(help="Preset name or YAML/JSON file.")]
-    = DEFAULT_TOPOLOGY,
-    op: Annotated[str, typer.Option(help="all-reduce, reduce-scatter, all-gather, all-to-all")]
-    = "all-reduce",
-    size: Annotated[str, typer.Option(help="Buffer per NPU, e.g. '1 GB', '256 MiB' (plain "
-                                      "number: bytes; 1 B to 1 PiB).")] = "1 GB",
-    chunks: Annotated[int, typer.Option(help=f"Number of chunks (1..{MAX_CHUNKS}).")] = 64,
-    policy: Annotated[str, typer.Option(help="Policies, comma-separated: "
-                                        + ", ".join(POLICIES) + " (ours = dlsched)")]
-    = "baseline,themis,dlsched",
-    intra: Annotated[str, typer.Option(help="Intra-dimension order: fifo or scf.")] = "scf",
-    concurrency: Annotated[int, typer.Option(help="Chunks a dimension runs at once "
-                                             f"(1..{MAX_CONCURRENCY}).")] = 1,
+    given: Given[CollectiveScenario],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
     = False,
     csv: CsvOption = None,
@@ -93,15 +70,6 @@ def collective(
     = False,
     plot: Annotated[Path | None, typer.Option(help=PLOT_HELP + " Bars colored by chunk.")]
     = None,
-    astra_network: Annotated[Path | None, typer.Option(
-        help="ASTRA-sim network YAML; replaces --topology (docs/interop.md).")] = None,
-    astra_system: Annotated[Path | None, typer.Option(
-        help="ASTRA-sim system JSON: sets --chunks, --concurrency, --intra (giving another "
-             "value is refused) and each dimension's algorithm; its inter-dimension policy "
-             "runs first.")] = None,
-    astra_compat: Annotated[bool, typer.Option(
-        "--astra-compat", help="Emulate ASTRA-sim 2.x: reduction pass (local-mem-bw), "
-        "FullyConnected direct on all links, its Themis tracker (docs/interop.md).")] = False,
 ) -> None:
     """Simulate one chunked collective under one or more policies and compare them.
 
@@ -112,46 +80,33 @@ def collective(
     each policy used.
     """
     outputs = Outputs(json_out, csv, trace, plot,
-                      inputs={"--topology": topology, "--astra-network": astra_network,
-                              "--astra-system": astra_system})
-    num_bytes = MESSAGE_SIZE.parse(size, "--size")
-    CHUNKS.check(chunks, "--chunks")
-    CONCURRENCY.check(concurrency, "--concurrency")
-    names = parse_names(policy, POLICIES, "--policy")
-    net = load_topology(topology) if astra_network is None else read_astra_network(astra_network)
-    system = None if astra_system is None else read_astra_system(astra_system)
-    compat = None
-    if astra_compat:
-        compat = AstraCompat() if system is None else system.compat()
-    if system is not None and astra_system is not None:
-        refuse_overrides(ctx, "--astra-system", astra_system, {
-            "chunks": (chunks, system.chunks, "preferred-dataset-splits"),
-            "concurrency": (concurrency, system.concurrency, "active-chunks-per-dimension"),
-            "intra": (intra, system.intra.value, "intra-dimension-scheduling")})
-        if op in set(CollectiveOp):
-            _note_shared_algorithm(system, net, CollectiveOp(op), json_out)
-            net = system.apply(net, CollectiveOp(op))
-        chunks, concurrency, intra = system.chunks, system.concurrency, system.intra.value
-        names = [system.policy] + [n for n in names if n != system.policy]
-    if not json_out and compat is None and (system is not None or astra_network is not None):
-        memory = None if system is None else system.compat().local_mem_bw
-        notes = (system.notes() if system is not None else []) + sorted({
-            note for name in names if op in set(CollectiveOp)
-            for note in compat_notes(net, CollectiveOp(op), name, memory)})
-        for note in notes:
+                      inputs={"--topology": given["topology"],
+                              "--astra-network": given["astra_network"],
+                              "--astra-system": given["astra_system"]})
+    scenario = given.scenario()
+    setup = collective_setup(scenario, given.names("policy"))
+    system, net, compat = setup.system, setup.topology, setup.compat
+    if system is not None and scenario.astra_system is not None:
+        refuse_overrides(ctx, "--astra-system", Path(scenario.astra_system), {
+            "chunks": (scenario.chunks, system.chunks, "preferred-dataset-splits"),
+            "concurrency": (scenario.concurrency, system.concurrency,
+                            "active-chunks-per-dimension"),
+            "intra": (scenario.intra, system.intra.value, "intra-dimension-scheduling")})
+    if setup.shared_algorithm is not None:
+        (status_console if json_out else console).print(f"note: {setup.shared_algorithm}",
+                                                        highlight=False)
+    if not json_out and compat is None and (system is not None
+                                            or scenario.astra_network is not None):
+        for note in setup.notes():
             console.print(f"note: {note}", highlight=False)
-    runs = names if BASELINE in names else [*names, BASELINE]
-    progress = progress_bar("simulating policies", json_out)
-    by_name = {name: run_collective(net, op, num_bytes, chunks, name, intra, concurrency, compat)
-               for name in progress(runs, len(runs))}
-    results = [by_name[name] for name in names]
-    reference = by_name[BASELINE].time_s
-    rows = [_row(r, chunks, concurrency) | {f"speedup_vs_{BASELINE}": reference / r.time_s}
-            for r in results]
+    compared = compare(scenario, setup.policies, BASELINE,
+                       progress_bar("simulating policies", json_out), setup)
+    results, rows = compared.results, compared.rows
+    op, num_bytes = scenario.op, scenario.size
     if not json_out:
         title = (f"{op} of {format_bytes(num_bytes)} per NPU on {net.name} "
-                 f"({net.shape}, {net.num_npus} NPUs); given {chunks} chunks, concurrency "
-                 f"{concurrency}; speedup = {BASELINE} time / policy time"
+                 f"({net.shape}, {net.num_npus} NPUs); given {setup.chunks} chunks, "
+                 f"concurrency {setup.concurrency}; speedup = {BASELINE} time / policy time"
                  + ("; ASTRA-sim 2.x compatibility" if compat else ""))
         render_table(rows, SUMMARY_COLUMNS, title, console)
         for result in results:
@@ -163,20 +118,6 @@ def collective(
                         f"{r.plan.policy}, {len(r.plan.routes)} chunks, {r.plan.concurrency} "
                         "per dimension", r.timeline) for r in results], color_by="chunk")
     outputs.rows(rows)
-
-
-def _note_shared_algorithm(system: AstraSystem, net: Topology, op: CollectiveOp,
-                           json_out: bool) -> None:
-    """Say so when the system file gives ``op`` one algorithm for a network of several
-    dimensions: it replaces every dimension's own algorithm."""
-    algorithms = system.algorithms(op)
-    if algorithms is None or len(algorithms) != 1 or len(net.dims) == 1:
-        return
-    own = ", ".join(f"{d.kind.value} {d.algorithm.value}" for d in net.dims)
-    (status_console if json_out else console).print(
-        f"note: {IMPLEMENTATION_KEYS[op]} gives one algorithm ({algorithms[0].value}) for "
-        f"{len(net.dims)} dimensions: every dimension runs it, in place of their own ({own})",
-        highlight=False)
 
 
 def topologies(json_out: Annotated[bool, typer.Option(
@@ -205,6 +146,15 @@ def _topology_row(name: str) -> dict[str, object]:
                       "latency_s": d.latency, "algorithm": d.algorithm.value}
                      for d in net.dims],
             "description": preset_description(name)}
+
+
+@reproduction_command
+def reproduce_themis(run: Reproduction) -> None:
+    """Six topologies x All-Reduce 100 MB-1 GB and the chunk sweep, with and without latency.
+
+    Prints the summary (speedup = baseline time / variant time), per-topology utilization and
+    the chunk sweep; --json prints {"rows", "summary"}; --csv writes the rows."""
+    run.show(themis)
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import yaml
@@ -14,6 +14,7 @@ import yaml
 from dlsched.cli.options import announce, console, parse_names
 from dlsched.cli.paths import check_files
 from dlsched.cli.progress import progress_bar
+from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.errors import ConfigError
 from dlsched.report import Column, render_table, write_text
 from dlsched.validation import BATCH, MAX_BATCH
@@ -38,36 +39,6 @@ def _batch(value: float) -> int:
                           f"1..{MAX_BATCH}")
     BATCH.check(int(value), "batch-size")
     return int(value)
-
-
-def step_row(model: str, batch_size: int, device: str, precision: str | None,
-             channels_last: bool = False, lm_head: bool = True) -> dict[str, Any]:
-    """One prediction: forward, backward and step seconds and MFU (model FLOP / step time /
-    the precision's peak)."""
-    from dlsched.models.compute import calibrated, mfu, training_flops
-    from dlsched.models.zoo import get_model
-
-    compute = calibrated(device, precision, channels_last=channels_last)
-    zoo = get_model(model, lm_head=lm_head)
-    timed = compute.step(zoo, batch_size)
-    step = timed.step_s
-    return {"model": model, "batch_size": batch_size, "device": compute.gpu.name,
-            "precision": compute.precision, "channels_last": channels_last, "lm_head": lm_head,
-            "forward_s": sum(timed.forward), "backward_s": sum(timed.backward), "step_s": step,
-            "gpu_busy_s": timed.gpu_busy_s, "launch_bound": timed.launch_bound,
-            "mfu": mfu(training_flops(zoo, batch_size), step, 1, compute.peak_flops)}
-
-
-STARVED = 0.1  # a step whose GPU waits for launches this fraction of the time gets a note
-
-
-def starved_note(row: dict[str, Any]) -> str | None:
-    """A note when the GPU waits for the host's kernel launches much of the step."""
-    if row["launch_bound"] < STARVED:
-        return None
-    return (f"the GPU waits for kernel launches {row['launch_bound']:.0%} of the step (eager "
-            "PyTorch's host launches are the bottleneck: a larger batch, CUDA graphs or "
-            "torch.compile would hide them)")
 
 
 @compute_app.callback()
@@ -95,6 +66,8 @@ def compute(
     if model is None or batch_size is None:
         raise ConfigError("compute: --model and --batch-size are needed (or a subcommand: "
                           "calibrate)")
+    from dlsched.training import starved_note, step_row
+
     row = step_row(model, _batch(batch_size), device, precision, channels_last, lm_head)
     note = starved_note(row)
     if json_out:
@@ -129,29 +102,19 @@ def calibrate_command(
     writes a GPU file that --device accepts. Refused (exit 2): fewer cases than constants
     fitted + 2, a measured step faster than the GPU's peak allows, a fit whose worst error
     exceeds 25% (unless --force)."""
-    from dlsched.models.calibration import (
-        check_cases,
-        check_fit,
-        fit_constants,
-        gpu_document,
-        load_measurements,
-    )
+    from dlsched.runtime import calibrate_gpu
 
     check_files({"--out": (out, (".yaml", ".yml"))}, {"MEASUREMENTS": measurements})
-    data = load_measurements(measurements)
-    check_cases(data, force)
-    fit = fit_constants(data.gpu, data.cases, data.source, data.constants)
-    check_fit(fit, force)
-    rows = [{"case": label, "measured_s": measured, "predicted_s": predicted,
-             "error": predicted / measured - 1} for label, measured, predicted in fit.steps]
+    fit = calibrate_gpu(measurements, force)
+    rows = fit.rows
     if out is not None:
-        write_text(out, yaml.safe_dump(gpu_document(fit.gpu), sort_keys=False))
+        write_text(out, yaml.safe_dump(fit.document, sort_keys=False))
     if json_out:
-        print(json.dumps({"rows": rows, "gpu": gpu_document(fit.gpu),
-                          "fitted": list(fit.fitted), "worst_error": fit.worst_error()}))
+        print(json.dumps({"rows": rows, "gpu": fit.document, "fitted": fit.fitted,
+                          "worst_error": fit.worst_error}))
     else:
         render_table(rows, FIT_COLUMNS, f"{fit.gpu.name}: fitted {', '.join(fit.fitted)} "
-                     f"(worst error {fit.worst_error():.1%})", console)
+                     f"(worst error {fit.worst_error:.1%})", console)
     if out is not None:
         announce("GPU file", out, json_out)
 
@@ -160,8 +123,6 @@ MEASURE_COLUMNS = [Column("case", "kernel", justify="left"),
                    Column("measured_s", "measured (us)", lambda v: f"{v * 1e6:.1f}"),
                    Column("predicted_s", "fitted (us)", lambda v: f"{v * 1e6:.1f}"),
                    Column("error", "error (%)", lambda v: f"{v * 100:+.1f}")]
-DEVICES = ("cuda", "cpu")
-
 
 @compute_app.command("measure")
 def measure_command(
@@ -181,30 +142,14 @@ def measure_command(
     kernels at the zoo's shapes on this machine (a few minutes on a GPU), fit the GPU's
     constants kernel class by kernel class, print measured vs fitted per kernel, and write a
     GPU file every --device accepts (docs/compute.md)."""
-    from dlsched.hardware.gpu import KEY, get_gpu, preset_for
-    from dlsched.models.calibration import gpu_document
-    from dlsched.models.measure import fit_grid, grid, rows
-    from dlsched.models.measure_torch import device_name, measure_grid
+    from dlsched.runtime import kernel_grid, measure_gpu
 
-    if device not in DEVICES:
-        raise ConfigError(f"--device: {device!r}; accepted: " + ", ".join(DEVICES))
     check_files({"--out": (out, (".yaml", ".yml"))})
-    name = device_name(device)
-    chosen = base or ("h100" if device == "cpu" else preset_for(name))
-    if chosen is None:
-        raise ConfigError(f"--base: no bundled preset for {name!r}; accepted: --base with a "
-                          "preset (v100, a100, h100, h200) or a GPU file of this GPU's peaks")
-    gpu = get_gpu(chosen)
-    precisions = tuple(p for p in gpu.precisions() if p != "fp16" and KEY[p] != "fp8"
-                       and (device == "cuda" or p in ("fp32", "bf16")))
-    kernels = grid(precisions, tiny)
-    progress = progress_bar(f"timing {len(kernels)} kernels on {name}", json_out)
-    timed = measure_grid(kernels, device, progress)
-    fitted, names = fit_grid(gpu, timed, f"{name}, {len(kernels)} kernels")
-    document = gpu_document(fitted)
-    document["name"] = out.stem
-    document["description"] = f"{name}, measured by dlsched compute measure (base {chosen})"
-    table = rows(fitted, timed)
+    kernels = kernel_grid(device, base, tiny)
+    name = kernels.name
+    progress = progress_bar(f"timing {len(kernels.kernels)} kernels on {name}", json_out)
+    fitted = measure_gpu(kernels, out.stem, progress)
+    document, names, table = fitted.document, fitted.fitted, fitted.rows
     write_text(out, yaml.safe_dump(document, sort_keys=False))
     if json_out:
         print(json.dumps({"rows": table, "gpu": document, "fitted": names}))
@@ -214,84 +159,27 @@ def measure_command(
     announce("GPU file", out, json_out)
 
 
-MEGATRON_COLUMNS = [
-    Column("model", "model", justify="left"), Column("gpus", "GPUs"),
-    Column("config", "TP x PP x DP, mb, v", justify="left"),
-    Column("published_tflops_per_gpu", "published (TFLOP/s/GPU)", lambda v: f"{v:.0f}"),
-    Column("predicted_tflops_per_gpu", "predicted (TFLOP/s/GPU)", lambda v: f"{v:.1f}"),
-    Column("error", "error (%)", lambda v: f"{v * 100:+.1f}"),
-    Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}"),
-    Column("ours_config", "dlsched plan", justify="left"),
-    Column("ours_mfu", "dlsched MFU (%)", lambda v: f"{v * 100:.1f}"),
-    Column("speedup", "speedup (x)", lambda v: f"{v:.2f}"),
-]
-
-
-def _megatron_rows(results: list[dict[str, Any]], limit: float,
-                   max_plan_gpus: int) -> tuple[list[dict], list[str]]:
-    rows, notes = [], []
-    for r in results:
-        if r["fitted"]:
-            notes.append(f"{r['model']}: the row the a100 GEMM efficiency was fitted to; the "
-                         "other rows are held out")
-        ours = r["ours"] or {}
-        row = {**r, "config": f"{r['tp']}x{r['pp']}x{r['dp']}, {r['microbatch']}, "
-                              f"{r['chunks']}",
-               "ours_config": (f"{ours['schedule']} {ours['tp']}x{ours['pp']}x{ours['dp']} "
-                               f"{ours['recompute']}") if ours else None,
-               "ours_mfu": ours.get("mfu"), "speedup": ours.get("speedup")}
-        rows.append(row)
-        if r["hfu"] > limit:
-            notes.append(f"{r['model']}: Megatron's configuration predicted at {r['hfu']:.0%} "
-                         f"of peak (recomputation counted), above the best published "
-                         f"{limit:.0%}: the model over-predicts this row by {r['error']:.1%}")
-        if not ours:
-            notes.append(f"{r['model']}: dlsched's own plan not run ({r['gpus']} GPUs > "
-                         f"--max-plan-gpus {max_plan_gpus}: planning this many GPUs takes "
-                         "too long here)")
-        elif ours["hfu"] > limit:
-            notes.append(f"{r['model']}: dlsched's plan runs {ours['hfu']:.0%} of peak (FLOP "
-                         f"executed), above the best published {limit:.0%} on this GPU: the "
-                         "model, not a measurement, says it is faster")
-    return rows, notes
-
-
+@reproduction_command
 def reproduce_megatron(
     rows: Annotated[str, typer.Option(
         help="Rows, comma-separated (gpt-1.7b, gpt-39.1b, ...), or all.")] = "all",
     max_plan_gpus: Annotated[int, typer.Option(
         help="Run dlsched's own planner only on rows with at most this many GPUs (0: "
         "none); 32 plans the 1.7B row only (minutes; 64 GPUs take about 8).")] = 32,
-    json_out: Annotated[bool, typer.Option("--json", help="Print JSON rows.")] = False,
+    *,
+    run: Reproduction,
 ) -> None:
     """Megatron-LM SC21 Table 1: predicted TFLOP/s per GPU for Megatron's own configuration
     beside the published one, and dlsched's own plan (same GPUs, batch and model). All rows
     take about 10-15 minutes on 2 cores (the 530B and 1T rows simulate over half a million
     actions each; planning the 32-GPU row takes 2-4 minutes)."""
     from dlsched.experiments import megatron
-    from dlsched.hardware.gpu import get_gpu
 
-    by_name = {row.name: row for row in megatron.ROWS}
-    chosen = list(by_name) if rows == "all" else parse_names(rows, list(by_name), "--rows")
+    chosen = megatron.ROW_NAMES if rows == "all" else \
+        tuple(parse_names(rows, megatron.ROW_NAMES, "--rows"))
     if max_plan_gpus < 0:
         raise ConfigError(f"--max-plan-gpus: {max_plan_gpus} must be >= 0")
-    progress = progress_bar("pricing Table 1 rows", json_out)
-    results = megatron.reproduce([by_name[name] for name in chosen],
-                                 max_plan_gpus=max_plan_gpus, progress=progress)
-    limit = get_gpu("a100").spec.best_published_utilization or 1.0
-    rows, notes = _megatron_rows(results, limit, max_plan_gpus)
-    if json_out:
-        print(json.dumps({"notes": notes, "rows": [{key: r[key] for key in (
-            "model", "gpus", "tp", "pp", "dp", "chunks", "microbatch", "global_batch",
-            "published_tflops_per_gpu", "predicted_tflops_per_gpu", "error", "iteration_s",
-            "mfu", "hfu", "fitted", "ours")} for r in rows]}))
-        return
-    render_table(rows, MEGATRON_COLUMNS, "Megatron-LM SC21 Table 1 on the calibrated a100 "
-                 "preset (TFLOP/s per GPU by the paper's Eq. 3, recomputation counted; MFU "
-                 "without it; speedup = Megatron's time / dlsched plan's, same model)", console)
-    console.print(f"source: {megatron.SOURCE}")
-    for note in notes:
-        console.print(f"note: {note}")
+    run.show(megatron, megatron.Options(chosen, max_plan_gpus))
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

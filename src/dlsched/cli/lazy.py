@@ -70,8 +70,9 @@ class LazyGroup(TyperGroup):
         # mistyped command see every command.
         self.load(entry.modules if entry is not None else
                   dict.fromkeys(m for known in self.entries.values() for m in known.modules))
-        # A command built before all its modules were added (``train``'s group, first added by
-        # the runtime module for its deprecated subcommand) is built again now.
+        # A command built before all its modules were added (the ``run`` group, first added
+        # by the runtime module, before the pipeline module adds ``run pipeline``) is built
+        # again now.
         self.commands.update(typer.main.get_group(self.source()).commands)
         return self.commands.get(cmd_name)
 

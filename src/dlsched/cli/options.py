@@ -18,7 +18,7 @@ from rich.console import Console
 from dlsched.cli.paths import check_files
 from dlsched.errors import ConfigError
 from dlsched.report import plot_timelines, rows_to_csv, to_json, write_chrome_traces, write_text
-from dlsched.sim.timeline import Timeline
+from dlsched.sim import Timeline
 from dlsched.validation import POLICY_ALIASES
 
 # Piped output (CI logs, files) gets a wide fixed width so tables are not squeezed.
@@ -38,10 +38,10 @@ Scenario = TypeVar("Scenario")
 
 
 def scenario_from_options(schema: type[Scenario], options: Mapping[str, Any]) -> Scenario:
-    """The command's options (its parameters by name, e.g. ``locals()``; those that are not
-    fields of ``schema``, such as output files, are left out; paths as text) validated by the
-    domain's scenario schema (``sweep.scenarios``), which the sweep grid and the API use too; a
-    ConfigError naming the option (``--field-name``, in place of the field's own name where the
+    """The command's options (by name; those that are not fields of ``schema``, such as output
+    files, are left out; paths as text) validated by the domain's scenario schema (e.g.
+    ``pipeline.scenario``), which the sweep grid and the API use too; a ConfigError naming the
+    option (``--field-name``, in place of the field's own name where the
     message starts with it) and the schema's message otherwise."""
     from pydantic import ValidationError
 
@@ -137,12 +137,23 @@ class Outputs:
         """Write CSV when asked and print ``{"rows": [...], **extra}`` as JSON with ``--json``."""
         emit_rows(rows, self.json_out, self.csv, extra)
 
+    def document(self, document: dict[str, Any]) -> None:
+        """Write ``document["rows"]`` as CSV when asked and print ``document`` as JSON with
+        ``--json``."""
+        emit_document(document, self.json_out, self.csv)
+
+
+def emit_document(document: dict[str, Any], json_out: bool, csv_path: Path | None) -> None:
+    """Print ``document`` as JSON when asked, and write its ``rows`` as CSV when a path is
+    given."""
+    if csv_path is not None:
+        write_text(csv_path, rows_to_csv(document["rows"]))
+        announce(f"CSV ({len(document['rows'])} rows)", csv_path, json_out)
+    if json_out:
+        print(to_json(document))
+
 
 def emit_rows(rows: Sequence[dict[str, Any]], json_out: bool, csv_path: Path | None,
               extra: dict[str, Any] | None = None) -> None:
     """Print ``{"rows": [...], **extra}`` as JSON when asked, and write CSV when a path is given."""
-    if csv_path is not None:
-        write_text(csv_path, rows_to_csv(rows))
-        announce(f"CSV ({len(rows)} rows)", csv_path, json_out)
-    if json_out:
-        print(to_json({"rows": list(rows), **(extra or {})}))
+    emit_document({"rows": list(rows), **(extra or {})}, json_out, csv_path)

@@ -1,5 +1,5 @@
-"""``dlsched pipeline profile``, ``export`` and ``dlsched run pipeline`` (``pipeline run``:
-its deprecated spelling): pipeline plans on real torch ranks.
+"""``dlsched pipeline profile``, ``export`` and ``dlsched run pipeline``: pipeline plans on real
+torch ranks.
 
 torch is imported only inside these commands (``dlsched[torch]``), never at CLI start.
 """
@@ -13,7 +13,6 @@ import typer
 import yaml
 from rich.table import Table
 
-from dlsched.cli.aliases import deprecated_command
 from dlsched.cli.options import announce, console, emit_rows
 from dlsched.cli.paths import check_files
 from dlsched.cli.progress import activity
@@ -25,16 +24,15 @@ from dlsched.cli.runtime import (
     run_app,
 )
 from dlsched.errors import ConfigError
-from dlsched.pipeline.plan_file import load_plan
-from dlsched.pipeline.torch_export import (
+from dlsched.pipeline import (
+    load_plan,
     mapping_path_for,
     read_torch_export,
-    to_plan,
     to_torch,
     write_torch_export,
 )
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace, write_text
-from dlsched.report.tables import seconds_as_ms
+from dlsched.report.columns import text, times
 from dlsched.validation import BATCH, DATA_SIZE, THREADS, Limit, count
 
 REPEATS = count("repeat count", 1, 1000)
@@ -52,11 +50,9 @@ def _torch() -> None:
 
 
 PROFILE_COLUMNS = [
-    Column("block", "block", justify="left"),
-    Column("forward_s", "forward (ms)", seconds_as_ms),
-    Column("backward_s", "backward (ms)", seconds_as_ms),
-    Column("backward_input_s", "backward-input (ms)", seconds_as_ms),
-    Column("backward_weight_s", "backward-weight (ms)", seconds_as_ms),
+    *text("block"),
+    *times(forward_s="forward", backward_s="backward", backward_input_s="backward-input",
+           backward_weight_s="backward-weight"),
     Column("activation_bytes", "activation (B)"),
     Column("param_bytes", "params (B)"),
     Column("stash_bytes", "stash (B)"),
@@ -93,10 +89,10 @@ def profile(
     THREADS.check(threads, "threads")
     RANKS.check(ranks, "ranks")
     if devices_out is not None:
-        from dlsched.runtime.spawn import check_ranks
+        from dlsched.runtime import check_ranks
 
         check_ranks(ranks, "ranks")
-    from dlsched.runtime.execution import Execution
+    from dlsched.runtime import Execution
 
     execution = Execution(device, precision, channels_last, unused)
     if devices_out is not None and execution.cuda:
@@ -104,44 +100,21 @@ def profile(
                           "overhead), not GPUs; with --device cuda give the device graph as a "
                           "file instead")
     _torch()
-    import torch
+    from dlsched.runtime import calibrate_devices, profile_chain
 
-    from dlsched.runtime.pipeline.model import load_model
-    from dlsched.runtime.pipeline.profile import (
-        chain_document,
-        microbatch_seconds,
-        profile_blocks,
-    )
-
-    torch.set_num_threads(threads)
-    execution.check_device()
-    built = load_model(model)
-    if devices_out is not None and ranks > len(built.block_names):
-        raise ConfigError(f"ranks: {ranks} must be at most the model's {len(built.block_names)} "
-                          "blocks (the calibration runs one stage of consecutive blocks per "
-                          "rank)")
-    with activity(f"profiling {len(built.block_names)} blocks of {model}", json_out):
-        profiles = profile_blocks(built, microbatch_size, repeats, execution=execution)
-    write_text(chain, yaml.safe_dump(chain_document(model, profiles), sort_keys=False))
+    with activity(f"profiling the blocks of {model}", json_out):
+        profiled = profile_chain(model, microbatch_size, repeats, threads, execution,
+                                 None if devices_out is None else ranks)
+    write_text(chain, yaml.safe_dump(profiled.document, sort_keys=False))
     announce(f"chain file (plan with --microbatch-size {microbatch_size})", chain, json_out)
-    rows = [{"block": p.name, **{k: v for k, v in vars(p).items() if k != "name"}}
-            for p in profiles]
+    rows = profiled.rows()
     extra = {"chain": str(chain)}
     if devices_out is not None:
-        from dlsched.runtime.pipeline.calibrate import (
-            calibrate_link,
-            calibrate_runtime,
-            cpu_devices_document,
-        )
-
         with activity("calibrating the link and the runtime's compute factor and overheads",
                       json_out):
-            latency, bandwidth, _ = calibrate_link()
-            fit = calibrate_runtime(model, microbatch_size, microbatch_seconds(profiles),
-                                    latency, bandwidth, ranks)
-        write_text(devices_out, yaml.safe_dump(
-            cpu_devices_document(ranks, latency, bandwidth, memory_bytes, fit=fit),
-            sort_keys=False))
+            devices = calibrate_devices(model, microbatch_size, profiled, ranks, memory_bytes)
+        fit, latency, bandwidth = devices.fit, devices.latency_s, devices.bandwidth
+        write_text(devices_out, yaml.safe_dump(devices.document, sort_keys=False))
         announce(f"device graph: link latency {latency * 1e6:.0f} us, bandwidth "
                  f"{bandwidth / 1e9:.3g} GB/s (loopback, measured), runtime compute factor "
                  f"{fit.compute_factor:.3f}, overhead {fit.overhead_s * 1e3:.2f} ms per "
@@ -196,14 +169,12 @@ def export(
 
 
 RUN_COLUMNS = [
-    Column("planner", "planner", justify="left"),
+    *text("planner"),
     Column("ranks", "ranks"),
-    Column("predicted_s", "predicted (ms)", lambda v: "-" if v is None else seconds_as_ms(v)),
-    Column("measured_median_s", "measured median (ms)", seconds_as_ms),
-    Column("measured_min_s", "min (ms)", seconds_as_ms),
-    Column("measured_max_s", "max (ms)", seconds_as_ms),
-    Column("error", "error (%)", lambda v: "-" if v is None else f"{v * 100:+.1f}"),
-    Column("final_loss", "loss", lambda v: "-" if v is None else f"{v:.4f}"),
+    *times(predicted_s="predicted", measured_median_s="measured median", measured_min_s="min",
+           measured_max_s="max"),
+    Column("error", "error (%)", lambda v: f"{v * 100:+.1f}"),  # render_table shows None as -
+    Column("final_loss", "loss", lambda v: f"{v:.4f}"),
 ]
 
 
@@ -239,35 +210,22 @@ def run(
         schedule = read_torch_export(torch_csv, mapping_path_for(torch_csv))
         if schedule.stage_blocks != to_torch(saved.plan).stage_blocks:
             raise ConfigError(f"torch-csv: {torch_csv} cuts the blocks differently from {plan}")
-    edited = schedule is not None and to_plan(schedule) != saved.plan
     _torch()
-    from dlsched.runtime.pipeline.run import check_torch_schedule, run_pipeline
-    from dlsched.runtime.spawn import SpawnOptions, check_ranks, usable_cores
+    from dlsched.runtime import SpawnOptions, check_plan_run, run_plan
 
-    ranks = (schedule or to_torch(saved.plan)).world_size
-    check_ranks(ranks, "plan")
-    shared = ranks > usable_cores()
-    predicted = None if edited or shared else saved.predicted_iteration_s
-    check_torch_schedule(schedule or to_torch(saved.plan), str(torch_csv or plan))
-
+    check_plan_run(saved, schedule, str(torch_csv or plan))
     options = SpawnOptions(timeout_s=timeout, deadline_s=deadline)
     with activity(f"running {warmup + iterations} iterations on torch ranks", json_out):
-        result = run_pipeline(saved, model or saved.model, iterations, warmup, seed,
-                              schedule=schedule, options=options)
-    measured = result.median_iteration_s
-    rows = [{"planner": saved.plan.planner, "ranks": ranks, "predicted_s": predicted,
-             "measured_median_s": measured, "measured_min_s": min(result.iteration_s),
-             "measured_max_s": max(result.iteration_s),
-             "error": None if predicted is None else predicted / measured - 1.0,
-             "final_loss": result.losses[-1] if result.losses else None}]
+        ran = run_plan(saved, schedule, model or saved.model, iterations, warmup, seed, options)
+    result, rows = ran.run, ran.rows()
     if trace is not None:
         write_chrome_trace(result.timeline, trace)
         announce(f"Chrome trace ({iterations} measured iterations)", trace, json_out)
     if plot is not None:
-        index = sorted(range(iterations), key=lambda k: result.iteration_s[k])[iterations // 2]
+        index, median = ran.median_iteration()
         plot_timelines([(f"{saved.plan.planner} measured on CPU ranks, iteration {index}: "
-                         f"{result.iteration_s[index] * 1e3:.1f} ms",
-                         result.iteration_timeline(index))], plot, color_by="kind")
+                         f"{result.iteration_s[index] * 1e3:.1f} ms", median)], plot,
+                       color_by="kind")
         announce(f"PNG plot (median iteration {index})", plot, json_out)
     if json_out:
         emit_rows(rows, True, None, {"iteration_s": list(result.iteration_s)})
@@ -275,19 +233,17 @@ def run(
     render_table(rows, RUN_COLUMNS, f"{saved.model}: {iterations} iterations of "
                  f"{saved.plan.num_microbatches} microbatches of {saved.microbatch_size} "
                  "(error = predicted / measured - 1)", console)
-    if edited:
+    if ran.edited:
         console.print(f"{torch_csv} differs from the plan's orders: no prediction for it "
                       "(the plan file's prediction is for its own orders)")
-    if shared:
-        console.print(f"{ranks} ranks share {usable_cores()} usable cores: no prediction (the "
+    if ran.shared:
+        console.print(f"{ran.ranks} ranks share {ran.cores} usable cores: no prediction (the "
                       "plan's devices run in parallel; ranks waiting for a core do not)")
 
 
 def register(pipeline_app: typer.Typer) -> None:
-    """Add the runtime commands: ``dlsched run pipeline`` (``pipeline run``, its deprecated
-    spelling) and ``dlsched pipeline profile|export``."""
+    """Add the runtime commands: ``dlsched run pipeline`` and ``dlsched pipeline
+    profile|export``."""
     pipeline_app.command("profile")(profile)
     pipeline_app.command("export")(export)
     run_app.command("pipeline")(run)
-    pipeline_app.command("run", hidden=True)(deprecated_command(
-        run, "dlsched pipeline run", "dlsched run pipeline"))

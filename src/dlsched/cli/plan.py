@@ -20,6 +20,7 @@ COLUMNS = [Column("planner", "planner", justify="left"),
            Column("exposed_tp_s", "TP (s)", lambda v: f"{v:.3f}"),
            Column("exposed_pp_s", "PP (s)", lambda v: f"{v:.3f}"),
            Column("exposed_dp_s", "DP (s)", lambda v: f"{v:.3f}"),
+           Column("exposed_cp_s", "CP (s)", lambda v: f"{v:.3f}"),
            Column("speedup_vs_best_baseline", "vs best baseline",
                   lambda v: "" if v is None else f"{v:.3f}x")]
 
@@ -35,18 +36,54 @@ def plan(
                                             "node's; a100 on a topology).")] = None,
     precision: Annotated[str, typer.Option(help="bf16 | fp16 (Megatron's mixed precision: "
                                            "16-bit weights, FP32 master) | autocast.")] = "bf16",
+    attention: Annotated[str, typer.Option(
+        help="Attention core kernel: flash (one fused kernel: Megatron-Core's default "
+             "--attention-backend auto, TorchTitan's SDPA) | unfused (Megatron-LM 2021: "
+             "scores written out, softmax, dropout; what SC21 and Korthikanti et al. ran).")]
+    = "flash",
+    overlap_param_gather: Annotated[bool, typer.Option(
+        help="ZeRO 1-2: the weights' all-gather overlaps the next forward (Megatron-LM "
+             "--overlap-param-gather).")] = False,
+    tp_comm_overlap: Annotated[bool, typer.Option(
+        help="With sequence parallelism: TP collectives overlap their GEMMs (Megatron-Core "
+             "--tp-comm-overlap, Transformer Engine userbuffers).")] = False,
+    grad_reduce: Annotated[str, typer.Option(
+        help="Gradients reduced and kept as fp32 (Megatron-LM's default main gradients) | "
+             "bf16 (--grad-reduce-in-bf16; bf16 training only).")] = "fp32",
     global_batch: Annotated[int, typer.Option(help="Sequences per iteration.")] = 1536,
     tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree (searched if not "
                                            "given).")] = None,
+    cp: Annotated[int | None, typer.Option(help="Context-parallel degree (each sequence "
+                                           "split over CP GPUs; searched for long "
+                                           "sequences if not given).")] = None,
+    cp_algorithm: Annotated[str | None, typer.Option(
+        help="Context parallelism's attention: ring (Megatron-Core/TE p2p ring attention) | "
+             "all-to-all (DeepSpeed-Ulysses); searched if not given.")] = None,
+    seq: Annotated[int | None, typer.Option(help="Sequence length in tokens (overrides the "
+                                            "model's).")] = None,
+    ep: Annotated[int | None, typer.Option(help="Expert-parallel degree of the MoE layers "
+                                           "(1 if not given).")] = None,
+    expert_tp: Annotated[int | None, typer.Option(
+        help="Tensor-parallel degree of each expert (default: TP, Megatron-Core's "
+             "--expert-tensor-parallel-size; 1 = MoE parallel folding, EP over the TP ranks "
+             "too); searched with TP and 1 if not given.")] = None,
     pp: Annotated[int | None, typer.Option(help="Pipeline-parallel degree.")] = None,
     dp: Annotated[int | None, typer.Option(help="Data-parallel degree.")] = None,
     chunks: Annotated[int | None, typer.Option(help="Model chunks per pipeline rank "
                                                "(interleaved schedule).")] = None,
+    pipeline_split: Annotated[str | None, typer.Option(
+        help="Layers over the PP x chunks virtual stages: even | account-embedding | "
+             "account-loss | account-embedding-loss (Megatron-Core's "
+             "--account-for-embedding/loss-in-pipeline-split: each counted as a layer, the "
+             "first/last stage one layer fewer); searched (given layouts: the first accepted) "
+             "if not given.")] = None,
     microbatch_size: Annotated[int | None, typer.Option(help="Sequences per microbatch.")]
     = None,
     schedule: Annotated[str | None, typer.Option(help="1f1b | interleaved | gpipe | zb-h1.")]
     = None,
-    recompute: Annotated[str | None, typer.Option(help="none | selective | full.")] = None,
+    recompute: Annotated[str | None, typer.Option(
+        help="none | selective | full | selective-op (TorchTitan's per-op policy: every "
+             "other matmul kept; priced when given, not searched).")] = None,
     sequence_parallel: Annotated[bool | None, typer.Option(
         "--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism.")]
     = None,
@@ -81,9 +118,12 @@ def plan(
                            "collective-policy")
     fixed = {"tp": tp, "pp": pp, "dp": dp, "chunks": chunks, "microbatch_size": microbatch_size,
              "schedule": schedule, "recompute": recompute,
-             "sequence_parallel": sequence_parallel, "zero": zero}
+             "sequence_parallel": sequence_parallel, "zero": zero, "cp": cp, "ep": ep,
+             "cp_algorithm": cp_algorithm, "expert_tp": expert_tp,
+             "pipeline_split": pipeline_split}
     request = api.PlanRequest(model, cluster, gpus, gpu, precision, global_batch, fixed,
-                              tuple(policies), dp_policy, baselines)
+                              tuple(policies), dp_policy, baselines, seq, attention,
+                              overlap_param_gather, tp_comm_overlap, grad_reduce)
     report = api.plan(request)
     rows = report.rows
     if not json_out:

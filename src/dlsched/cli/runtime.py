@@ -4,35 +4,33 @@ runtime (optional extra ``dlsched[torch]``; torch is imported only when these co
 ``run`` is the group of commands that execute on torch, one subcommand per domain
 (``run dataparallel`` here, ``run pipeline`` from ``cli/pipeline_runtime.py``): ``dlsched
 dataparallel`` plans and simulates, ``dlsched run dataparallel`` executes the same plans on
-torch.distributed and compares. ``dlsched train`` simulates training iterations;
-``train dataparallel`` is the deprecated spelling of ``run dataparallel``.
+torch.distributed and compares. ``dlsched train`` simulates training iterations.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from dlsched.cli.aliases import deprecated_command
 from dlsched.cli.options import announce, console, emit_rows, parse_names, status_console
 from dlsched.cli.paths import check_files
 from dlsched.cli.progress import activity
-from dlsched.dataparallel import POLICIES
-from dlsched.dataparallel.netfile import FIT_MODELS
-from dlsched.dataparallel.network_spec import assumed_latency_note, network_for_workers
+from dlsched.dataparallel import (
+    FIT_MODELS,
+    POLICIES,
+    assumed_latency_note,
+    network_for_workers,
+)
 from dlsched.errors import ConfigError
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
-from dlsched.report.tables import as_percent, seconds_as_ms
-from dlsched.runtime.dataparallel.calibrate import CHOICES, STREAM_LENGTH
+from dlsched.report.columns import standard, text, times
+from dlsched.report.tables import as_percent
+from dlsched.runtime import check_load
 from dlsched.units import parse_bytes
 from dlsched.validation import BATCH, LEARNING_RATE, THREADS, WORKERS
 
-train_app = typer.Typer(help="Simulate training iterations (see the options); `train "
-                        "dataparallel` is the deprecated spelling of `run dataparallel`.",
-                        no_args_is_help=True)
 run_app = typer.Typer(help="Execute plans on spawned torch.distributed ranks and compare "
                       "measured with predicted times.", no_args_is_help=True)
 
@@ -58,19 +56,12 @@ CommNiceOption = Annotated[int | None, typer.Option(
     "needs root. Default: unchanged.")]
 
 COLUMNS = [
-    Column("policy", "policy", justify="left"),
-    Column("measured_s", "measured (ms)", seconds_as_ms),
-    Column("predicted_s", "predicted (ms)", seconds_as_ms),
+    *text("policy"),
+    *times(measured_s="measured", predicted_s="predicted"),
     Column("error", "error (%)", as_percent),
-    Column("bound_s", "bound (ms)", seconds_as_ms),
-    Column("messages", "all-reduces"),
+    *times(bound_s="bound"),
+    *standard("messages"),
 ]
-
-
-def _require_torch() -> None:
-    if importlib.util.find_spec("torch") is None:
-        raise ConfigError("torch: not installed; the runtime commands need the optional "
-                          "extra: pip install 'dlsched[torch]' (CPU: pip install torch==2.13.0)")
 
 
 def _shape(text: str) -> tuple[int, ...]:
@@ -91,7 +82,7 @@ def _spawn_options(ranks: int, field: str, **fields: Any) -> Any:
     ``ranks`` within the machine's bound (``field`` names the option). The commands keep the
     ranks in the caller's session, so the scheduler treats them as one job and
     ``--comm-nice`` compares across ranks (see docs/runtime.md)."""
-    from dlsched.runtime.spawn import SpawnOptions, check_backend, check_ranks
+    from dlsched.runtime import SpawnOptions, check_backend, check_ranks
 
     check_ranks(ranks, field)
     check_backend(fields.get("backend", "gloo"), "--backend")
@@ -99,7 +90,7 @@ def _spawn_options(ranks: int, field: str, **fields: Any) -> Any:
 
 
 def _config(module: str, input_shape: str, batch_size: int, **rest: Any) -> Any:
-    from dlsched.runtime.dataparallel.train import TrainConfig
+    from dlsched.runtime import TrainConfig
 
     return TrainConfig(model=module, input_shape=_shape(input_shape),
                        batch_size=BATCH.check(batch_size, "batch-size"), **rest)
@@ -132,32 +123,20 @@ def profile_command(
                           f"{warmup}, {repeats})")
     if optimizer not in ("sgd", "adam", "none"):
         raise ConfigError(f"optimizer: {optimizer!r}; accepted: sgd, adam, none")
-    from dlsched.runtime.execution import Execution
+    from dlsched.runtime import Execution, profile_module, require_torch, write_profile
 
     execution = Execution(device, precision, channels_last, unused)
-    _require_torch()
-    import torch
+    require_torch()
 
-    from dlsched.runtime.dataparallel.profile import profile, unused_parameters, write_profile
-    from dlsched.runtime.dataparallel.train import build_module, make_batch, optimizer_factory
-
-    torch.set_num_threads(threads)
     config = _config(module, input_shape, batch_size)
-    built = build_module(config)
-    model, batch = execution.prepare(built, make_batch(built, config))
-    skipped = unused_parameters(model, batch, execution=execution)
     with activity(f"profiling {module} ({warmup} + {repeats} iterations)", json_out):
-        result = profile(model, batch, warmup=warmup, repeats=repeats,
-                         optimizer=None if optimizer == "none" else optimizer_factory(optimizer,
-                                                                                       0.0),
-                         name=module.rpartition(":")[2], execution=execution)
+        profiled = profile_module(config, execution, warmup, repeats, optimizer, threads)
+    result, skipped = profiled.profile, profiled.skipped
+    forward, backward = profiled.forward_s, profiled.backward_s
     write_profile(result, out)
-    forward = sum(layer.forward_time_s for layer in result.layers)
-    backward = sum(layer.backward_time_s for layer in result.layers)
-    announce(f"profile ({len(result.layers)} parameter tensors, "
-             f"{sum(layer.params for layer in result.layers):,} parameters, forward "
-             f"{forward * 1e3:.3f} ms, backward {backward * 1e3:.3f} ms; medians of "
-             f"{repeats}, batch {batch_size}, {execution.describe()})", out, json_out)
+    announce(f"profile ({len(result.layers)} parameter tensors, {profiled.params:,} "
+             f"parameters, forward {forward * 1e3:.3f} ms, backward {backward * 1e3:.3f} ms; "
+             f"medians of {repeats}, batch {batch_size}, {execution.describe()})", out, json_out)
     if skipped:
         (status_console if json_out else console).print(
             f"{len(skipped)} parameter tensor(s) get no gradient from the loss, profiled with "
@@ -201,25 +180,17 @@ def calibrate_command(
     if not 4 <= low < high <= 2**32 or not 2 <= points <= 64 or not 1 <= repeats <= 1000:
         raise ConfigError(f"sizes: need 4 B <= min-size < max-size <= 4 GiB, 2 <= points <= 64 "
                           f"and 1 <= repeats <= 1000 (got {low}, {high}, {points}, {repeats})")
-    if load not in CHOICES:
-        raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
+    check_load(load)
     if model not in FIT_MODELS:
         raise ConfigError(f"--model: {model!r} is not a fit; accepted: {', '.join(FIT_MODELS)}")
     options = _spawn_options(workers, "--workers", backend=backend, timeout_s=timeout,
                              comm_nice=comm_nice, own_sessions=False)
-    from dlsched.runtime.dataparallel.calibration_memory import check_calibration_memory
+    from dlsched.runtime import calibrate_network, calibration_sizes, write_network
 
-    sizes = sorted({round(low * (high / low) ** (k / (points - 1)) / 4) * 4
-                    for k in range(points)})
-    check_calibration_memory(sizes, workers, load, STREAM_LENGTH)
-    _require_torch()
-    from dlsched.runtime.dataparallel.calibrate import loads_document, time_loads, write_network
-    from dlsched.runtime.spawn import spawn
-
+    sizes = calibration_sizes(low, high, points)
     with activity(f"timing all-reduces on {workers} ranks (load {load})", json_out):
-        timed = spawn(time_loads, workers, (sizes, 2, repeats, load), options)[0]
-    document = loads_document(timed, workers, f"{backend}-{workers}ranks", backend, model,
-                              comm_nice)
+        document = calibrate_network(sizes, workers, repeats, load, backend, model, comm_nice,
+                                     options)
     write_network(document, out)
     fit = document["alpha_beta"]
     announce(f"network file ({len(sizes)} sizes on {workers} ranks, load {load}; alpha-beta "
@@ -295,35 +266,22 @@ def train_dataparallel(
                              comm_nice=comm_nice, own_sessions=False)
     if (note := assumed_latency_note(network)) is not None:
         (status_console if json_out else console).print(f"note: {note}", highlight=False)
-    _require_torch()
-    from dlsched.runtime.dataparallel.train import (
-        check_module,
-        compare,
-        predict,
-        problem_from_profile,
-        train_rank,
-    )
-    from dlsched.runtime.spawn import spawn
+    from dlsched.runtime import require_torch, train_policies
+
+    require_torch()
 
     config = _config(module, input_shape, batch_size, policies=names, network=network,
                      iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr,
                      profile_in=profile_in, rounds=rounds)
-    check_module(config)
     with activity(f"training {len(names)} policies on {workers} ranks", json_out):
-        result = spawn(train_rank, workers, (config,), options)[0]
-    rows = compare(result, config, workers)
-    runs = result["runs"]
+        trained = train_policies(config, workers, options)
+    rows, runs = trained.rows, trained.runs
     if trace is not None:
         last = [run for run in runs if run.plan is not None][-1]
         write_chrome_trace(last.timeline, trace)
         announce(f"Chrome trace ({last.policy}, measured on rank 0)", trace, json_out)
     if plot is not None:
-        problem = problem_from_profile(result["profile"], network, workers)
-        panels = []
-        for run in runs:
-            if run.plan is not None:
-                panels.append((f"{run.policy}: measured (rank 0)", run.timeline))
-                panels.append((f"{run.policy}: predicted", predict(run, problem).timeline))
+        panels = trained.panels()
         plot_timelines(panels, plot)
         announce(f"PNG plot ({len(panels)} panels: measured and predicted per policy)", plot,
                  json_out)
@@ -339,7 +297,4 @@ def register(app: typer.Typer, reproduce: typer.Typer) -> None:
     app.command("profile")(profile_command)
     app.command("calibrate")(calibrate_command)
     run_app.command("dataparallel")(train_dataparallel)
-    train_app.command("dataparallel", hidden=True)(deprecated_command(
-        train_dataparallel, "dlsched train dataparallel", "dlsched run dataparallel"))
-    app.add_typer(train_app, name="train")
     app.add_typer(run_app, name="run")

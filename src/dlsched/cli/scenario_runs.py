@@ -1,7 +1,9 @@
 """Running scenarios through the sweep runner from a command: where they run (``--executor``,
 ``--jobs``, ``--address``), the results file (``--db``, ``--resume``), the progress bar and the
 closing report. ``dlsched sweep run`` and every ``dlsched reproduce`` command share them;
-``reproduction_command`` gives a reproduction all its shared options at once.
+``reproduction_command`` gives a reproduction all its shared options at once, as one
+``Reproduction``, whose ``show`` hands a paper module (``experiments.reproduction``) to the
+one runner (``sweep.reproduce``) and prints what it returns.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import functools
 import inspect
 import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,14 +21,26 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from dlsched.cli.options import CsvOption, Outputs
+from dlsched.cli.options import CsvOption, Outputs, console
 from dlsched.cli.paths import database_files
 from dlsched.cli.progress import progress_bar
-from dlsched.errors import ConfigError, RunFailure
-from dlsched.sweep.executors import EXECUTORS, check_executor, open_executor
-from dlsched.sweep.reproduce import RunScenario, collect_rows, reproduction_job
-from dlsched.sweep.runner import PendingTasks, SweepIncomplete, SweepJob, iter_sweep
-from dlsched.sweep.store import ResultStore, read_meta
+from dlsched.errors import ConfigError
+from dlsched.experiments.reproduction import Paper, Reproduced
+from dlsched.report.sections import render_sections
+from dlsched.sweep import (
+    EXECUTORS,
+    PendingTasks,
+    ResultStore,
+    SweepIncomplete,
+    SweepJob,
+    check_executor,
+    collect_rows,
+    iter_sweep,
+    open_executor,
+    paper_job,
+    read_meta,
+    reproduced,
+)
 from dlsched.units import format_duration
 from dlsched.validation import check_output_path
 
@@ -121,13 +135,12 @@ class Reproduction:
     def __post_init__(self) -> None:
         Outputs(self.json_out, self.csv, others=database_files("--db", self.db))
 
-    def rows(self, name: str, scenarios: Sequence[Any], run_scenario: RunScenario
-             ) -> list[dict[str, Any]]:
-        """Run the reproduction's scenarios through the sweep runner; its table rows in
-        scenario order (failed scenarios are reported on stderr and left out; RunFailure,
-        exit 1, when every one failed)."""
+    def run(self, paper: Paper, options: Any) -> Reproduced:
+        """Run the paper's scenarios through the sweep runner (``sweep.reproduce``) with a
+        progress bar, in ``--db`` when given; failed scenarios are reported on stderr and
+        left out (RunFailure, exit 1, when every one failed)."""
         check_executor(self.executor, self.workers, self.address)
-        job = reproduction_job(name, scenarios, run_scenario)
+        job = paper_job(paper, options)
         if self.resume and self.db is None:
             raise ConfigError("--resume: it needs --db FILE (the results of the earlier run)")
         store = (open_store(self.db, job, self.resume, overwrite=False) if self.db is not None
@@ -138,14 +151,15 @@ class Reproduction:
             rows, errors = collect_rows(job, store)
         for error in errors:
             status.print(f"[bold red]scenario failed:[/] {escape(error)}", highlight=False)
-        if errors and not rows:
-            raise RunFailure(f"{name}: every scenario failed ({len(errors)}; the first: "
-                             f"{errors[0]}), so there is nothing to show")
-        return rows
+        return reproduced(paper, options, rows, errors)
 
-    def emit(self, rows: Sequence[dict[str, Any]], extra: dict[str, Any]) -> None:
-        """Write the CSV when asked; with ``--json`` print ``{"rows": [...], **extra}``."""
-        Outputs(self.json_out, self.csv).rows(rows, extra if self.json_out else None)
+    def show(self, paper: Paper, options: Any = None) -> None:
+        """Run the paper (``run``) and print its sections, or with ``--json`` its document;
+        write the rows as CSV when asked."""
+        result = self.run(paper, options)
+        if not self.json_out:
+            render_sections(result.sections(), console)
+        Outputs(self.json_out, self.csv).document(result.document)
 
 
 _SHARED = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,

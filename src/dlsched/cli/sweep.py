@@ -3,9 +3,7 @@ export, summarize and plot its results."""
 
 from __future__ import annotations
 
-import math
 import os
-import random
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,25 +24,23 @@ from dlsched.errors import ConfigError
 from dlsched.report import Column, atomic_output, render_table, rows_to_csv, to_json, write_text
 from dlsched.report.tables import as_ratio
 from dlsched.sweep import (
+    TIMING_BUDGET_S,
     Grid,
+    PendingTasks,
     SweepJob,
+    best_per_group,
+    check_executor,
+    collect_cases,
+    dry_run,
     load_grid,
     read_meta,
     read_rows,
-    scenario_key,
+    speedup_pivot,
 )
-from dlsched.sweep.executors import check_executor, default_workers
-from dlsched.sweep.runner import PendingTasks, time_scenarios
-from dlsched.sweep.summary import best_per_group, collect_cases, speedup_pivot
 from dlsched.units import format_duration, format_time
 from dlsched.validation import count
 
 BATCH_SIZE = count("batch size", 1, 100_000)
-SAMPLE = 12
-"""Scenarios ``--dry-run`` times (after one warm-up; see ``time_scenarios``)."""
-TIMING_BUDGET_S = 3.0
-"""Seconds ``--dry-run`` spends timing the sample after a warm-up of at most 3 s, so it answers
-in seconds even where one scenario runs for minutes (the estimate is then a lower bound)."""
 
 
 class _RunByDefault(TyperGroup):
@@ -132,77 +128,37 @@ def _named_files(grid: Grid) -> dict[str, str]:
 
 def _dry_run(job: SweepJob, grid: Grid, path: Path, workers: int | None, resume: bool,
              json_out: bool) -> None:
-    """Count the grid's scenarios, distinct ones and (with ``resume``) those still to run
-    without listing them (a grid may hold 10**7), and time up to ``SAMPLE`` scenarios spread
-    over the grid for ``TIMING_BUDGET_S`` seconds at most."""
-    distinct, done = grid.distinct_count, 0
-    if resume and path.exists():
-        for row in read_rows(path):
-            index = grid.index_of(row)
-            done += index is not None and row["key"] == scenario_key(
-                job.domain, {name: grid.scenario(index)[name] for name in job.params})
-    todo = distinct - done
-    sample = _stratified_sample(grid, SAMPLE + 1)
-    timed = time_scenarios(job, [("", i, grid.scenario(i)) for i in sample], TIMING_BUDGET_S)
-    seconds = timed.seconds + ([timed.unfinished_s] if timed.unfinished_s is not None else [])
-    per = sum(seconds) / len(seconds)
-    slots = check_executor("process", workers)
-    parallel = min(slots, default_workers(), max(todo, 1))
-    spread = max(seconds) / max(min(seconds), 1e-9)
-    at_least = "at least " if timed.unfinished_s is not None else ""
+    """Print the grid's counts and estimated time (``sweep.estimate.dry_run``)."""
+    counted = dry_run(job, grid, path, workers, resume)
+    per, todo, slots, cores = counted.per_scenario_s, counted.to_run, counted.slots, \
+        counted.cores
+    seconds, timed = counted.seconds, counted.timed
+    at_least = "at least " if counted.lower_bound else ""
     if json_out:
-        timed_indices = sample[:-1] if len(sample) > 1 else sample
-        rows = [{"scenario": index, "seconds": s, "finished": k < len(timed.seconds)}
-                for k, (index, s) in enumerate(zip(timed_indices, seconds, strict=False))]
-        print(to_json({"rows": rows, "name": job.name, "scenarios": grid.count,
-                       "distinct": distinct, "to_run": todo, "per_scenario_s": per,
-                       "estimate_s": per * todo / parallel, "lower_bound": bool(at_least),
-                       "workers": slots, "usable_cores": default_workers()}))
+        print(to_json({"rows": counted.rows(), "name": job.name, "scenarios": grid.count,
+                       "distinct": counted.distinct, "to_run": todo, "per_scenario_s": per,
+                       "estimate_s": counted.estimate_s, "lower_bound": counted.lower_bound,
+                       "workers": slots, "usable_cores": cores}))
         return
+    head = (f"{job.name}: {grid.count} scenarios in the grid ({counted.distinct} distinct), "
+            f"{todo} to run; ")
     if not timed.warmed:
-        console.print(f"{job.name}: {grid.count} scenarios in the grid ({distinct} distinct), "
-                      f"{todo} to run; the first scenario timed (imports included) was still "
-                      f"running after {format_time(per, 3)}, so at least about "
-                      f"{format_duration(per * todo / parallel)} with {slots} workers on "
-                      f"{default_workers()} usable cores (a lower bound: timing stops after a "
-                      "few seconds)", highlight=False)
+        console.print(head + f"the first scenario timed (imports included) was still running "
+                      f"after {format_time(per, 3)}, so at least about "
+                      f"{format_duration(counted.estimate_s)} with {slots} workers on "
+                      f"{cores} usable cores (a lower bound: timing stops after a few seconds)",
+                      highlight=False)
         return
     cut = (f"; timing stopped after {TIMING_BUDGET_S:g} s with a scenario still running after "
            f"{format_time(timed.unfinished_s, 3)}, counted as that: a lower bound"
            if timed.unfinished_s is not None else "")
-    console.print(f"{job.name}: {grid.count} scenarios in the grid ({distinct} distinct), "
-                  f"{todo} to run; {at_least}about {format_time(per, 3)} each when run alone "
-                  f"here, so {at_least}about {format_duration(per * todo / parallel)} with "
-                  f"{slots} workers on {default_workers()} usable cores (mean of "
-                  f"{len(seconds)} scenarios sampled across every parameter's values after one "
-                  f"warm-up: {format_time(min(seconds), 3)} to {format_time(max(seconds), 3)} "
-                  "each" + (f"; they differ {spread:.0f}x, so the estimate is rough"
-                            if spread > 10 else "") + cut + ")", highlight=False)
-
-
-def _stratified_sample(grid: Grid, count: int) -> list[int]:
-    """Up to ``count`` distinct scenario indices that walk every block's entries in turn,
-    each block with its own seeded start and stride (coprime to its size), so every value of
-    a parameter is sampled about equally often and the combinations are mixed; O(1) memory
-    for any grid size, the same sample on every run."""
-    rng = random.Random(0)
-    walks = [(rng.randrange(block.size), _coprime_stride(rng, block.size), block.size)
-             for block in grid.blocks]
-    indices = []
-    for r in range(min(count, grid.count)):
-        index = 0
-        for start, stride, size in walks:
-            index = index * size + (start + r * stride) % size
-        indices.append(index)
-    return list(dict.fromkeys(indices))
-
-
-def _coprime_stride(rng: random.Random, size: int) -> int:
-    """A random step in 1..size-1 sharing no factor with ``size`` (1 for sizes 1 and 2)."""
-    while True:
-        stride = rng.randrange(1, size) if size > 2 else 1
-        if math.gcd(stride, size) == 1:
-            return stride
+    console.print(head + f"{at_least}about {format_time(per, 3)} each when run alone here, so "
+                  f"{at_least}about {format_duration(counted.estimate_s)} with {slots} workers "
+                  f"on {cores} usable cores (mean of {len(seconds)} scenarios sampled across "
+                  f"every parameter's values after one warm-up: {format_time(min(seconds), 3)} "
+                  f"to {format_time(max(seconds), 3)} each"
+                  + (f"; they differ {counted.spread:.0f}x, so the estimate is rough"
+                     if counted.spread > 10 else "") + cut + ")", highlight=False)
 
 
 def export(
@@ -310,7 +266,7 @@ def plot(
     metric: Annotated[str | None, typer.Option(help="Time metric (lower is better).")] = None,
 ) -> None:
     """Heat maps and line plots of a sweep's results (PNG)."""
-    from dlsched.sweep.plots import plot_heatmaps, plot_lines
+    from dlsched.sweep import plot_heatmaps, plot_lines
 
     if heatmap is None and line is None:
         raise ConfigError("plot: give --heatmap PATH and/or --line PATH")

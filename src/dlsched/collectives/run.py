@@ -59,13 +59,16 @@ class CollectiveResult:
         """Actual time / the provable latency-aware lower bound (>= 1)."""
         return self.time_s / self.bound_s
 
-    def row(self) -> dict[str, object]:
-        """A flat record for tables, CSV and JSON (seconds, bytes, fractions)."""
+    def row(self, chunks: int, concurrency: int) -> dict[str, object]:
+        """The one flat record of a collective, for tables, CSV, JSON and sweeps (seconds,
+        bytes, fractions): ``chunks`` and ``concurrency`` as asked, ``plan_chunks`` and
+        ``plan_concurrency`` as the policy used them (``dlsched`` may use more), and per
+        dimension the bytes sent per NPU, busy fraction and bandwidth utilization."""
         plan = self.plan
         record: dict[str, object] = {
             "topology": plan.topology.name, "op": plan.op.value, "size_bytes": plan.size,
-            "chunks": len(plan.routes), "policy": plan.policy, "intra": plan.intra.value,
-            "concurrency": plan.concurrency, "time_s": self.time_s, "ideal_s": self.ideal_s,
+            "chunks": chunks, "policy": plan.policy, "intra": plan.intra.value,
+            "concurrency": concurrency, "time_s": self.time_s, "ideal_s": self.ideal_s,
             "bandwidth_bound_s": self.bandwidth_bound_s, "bound_s": self.bound_s,
             "utilization": self.utilization,
             "time_over_bound": self.time_over_bound, "bytes_per_npu": self.bytes_per_npu,
@@ -74,7 +77,7 @@ class CollectiveResult:
             record[f"dim{index}_bytes"] = dim.num_bytes
             record[f"dim{index}_busy"] = dim.busy_fraction
             record[f"dim{index}_bw_util"] = dim.bandwidth_utilization
-        return record
+        return record | {"plan_chunks": len(plan.routes), "plan_concurrency": plan.concurrency}
 
 
 def _choice(value: str, enum: type, field: str) -> object:

@@ -15,12 +15,12 @@ sharing; ``with_networks`` makes the rows for both.
 The headline is per scenario (``per_scenario``, ``headline``): dlsched against the fastest
 baseline of that scenario, named, and beside it the same among plans an existing runtime can
 execute (``pipeline.runtimes``: dlsched's best plan may, e.g., put several replicated stages
-on every GPU, which neither Megatron-LM nor torch runs).
+on every GPU, which neither Megatron-LM nor torch runs). A reproduction module
+(``experiments.reproduction``) whose ``Options`` are the network modes.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,13 +29,18 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.device_config import load_devices
 from dlsched.pipeline import BASELINES, PipelineProblem, PipelineResult, run_planner
 from dlsched.pipeline.collection import fewer_collections
-from dlsched.pipeline.memory_model import RECOMPUTE_MODES
+from dlsched.pipeline.memory_model import RECOMPUTE_MODES, MemoryModel
 from dlsched.pipeline.model_source import load_chain
+from dlsched.pipeline.network import NETWORK_MODES
 from dlsched.pipeline.planner import plan_dlsched
 from dlsched.pipeline.runtimes import runtime_for
 from dlsched.report import Column
+from dlsched.report.averages import geomean
+from dlsched.report.columns import standard, text, times
+from dlsched.report.sections import Section, Table
 from dlsched.report.tables import as_ratio, seconds_as_ms
 
+NAME = "pipeline"
 PAPER_MAX_SPEEDUP = 2.57
 
 
@@ -70,6 +75,17 @@ SCENARIOS = (
     Scenario("gpt3-175b", 1, "8x8-NVLink-200Gb", 32),
 )
 
+
+@dataclass(frozen=True)
+class Options:
+    """The network modes every scenario runs under (``--link-sharing``; default both)."""
+
+    networks: tuple[str, ...] = NETWORK_MODES
+
+
+def scenarios(options: Options | None = None) -> tuple[Scenario, ...]:
+    """``SCENARIOS`` under each network mode of ``options``."""
+    return with_networks((options or Options()).networks)
 
 
 def with_networks(networks: tuple[str, ...],
@@ -208,18 +224,8 @@ def _config_text(result: PipelineResult | str | None) -> str:
     return f"PP {row['pp']} x DP {row['dp']} x TP {row['tp']}, {row['schedule']}"
 
 
-def reproduce(scenarios: tuple[Scenario, ...] | None = None) -> list[dict[str, Any]]:
-    """All rows of ``scenarios`` (default: ``SCENARIOS``)."""
-    chosen = SCENARIOS if scenarios is None else scenarios
-    return [row for scenario in chosen for row in run_scenario(scenario)]
-
-
 def _key(row: dict[str, Any]) -> tuple:
     return (row.get("network", "fifo"), row["model"], row["devices"], row["recompute_allowed"])
-
-
-def _geo_mean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 def per_scenario(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -267,12 +273,12 @@ def headline(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
         runnable = [row["runnable_speedup"] for row in group if row["runnable_speedup"]]
         result.append({
             "network": network, "scenarios": len(group),
-            "mean_speedup": _geo_mean(speedups), "min_speedup": min(speedups),
+            "mean_speedup": geomean(speedups), "min_speedup": min(speedups),
             "max_speedup": max(speedups),
             "ties": sum(1 for value in speedups if value < 1.005),
             "baseline_plans": sum(1 for row in group if row["origin"] in BASELINES),
             "unrunnable": sum(1 for row in group if row["dlsched_runtime"] == "none"),
-            "mean_runnable_speedup": _geo_mean(runnable) if runnable else None,
+            "mean_runnable_speedup": geomean(runnable) if runnable else None,
             "min_runnable_speedup": min(runnable, default=None),
             "max_runnable_speedup": max(runnable, default=None)})
     return result
@@ -286,7 +292,47 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if row["planner"] in BASELINES and row.get("dlsched_speedup"):
             speedups[(row.get("network", "fifo"), row["planner"])].append(row["dlsched_speedup"])
     return [{"network": network, "baseline": name, "rows": len(values),
-             "mean_speedup": _geo_mean(values),
+             "mean_speedup": geomean(values),
              "max_speedup": max(values), "min_speedup": min(values),
              "paper_max_speedup": PAPER_MAX_SPEEDUP}
             for (network, name), values in speedups.items()]
+
+
+def document(rows: list[dict[str, Any]], options: Options | None = None) -> dict[str, Any]:
+    """What ``--json`` prints: the rows, the per-network ``headline``, ``per_scenario`` and
+    the per-baseline ``summary``."""
+    scenarios = per_scenario(rows)
+    return {"rows": rows, "headline": headline(scenarios), "per_scenario": scenarios,
+            "summary": summarize(rows)}
+
+
+ROW_COLUMNS = [
+    *text("network", "model", "devices", "recompute_allowed", "planner", "schedule"),
+    *standard("pp", "dp", "tp"),
+    *text("recompute"),
+    *standard("gpus_used"),
+    *times(iteration_s="iteration", bound_s="bound"),
+    *standard("time_over_bound"),
+    Column("dlsched_speedup", "dlsched speedup (this / dlsched time)", as_ratio),
+    *text("runtime"),
+    *times(runnable_iteration_s="best runnable"),
+    Column("note", "note (no plan / configurations skipped)", str, justify="left"),
+]
+
+
+def sections(document: dict[str, Any], options: Options | None = None) -> list[Section]:
+    """The headline first (dlsched over each scenario's best baseline, and among runnable
+    plans), then per scenario, one row per (scenario, planner), and per baseline."""
+    return [
+        Table(document["headline"], HEADLINE_COLUMNS, "dlsched's speedup over the best "
+              "baseline of each scenario (that baseline's time / dlsched's), and among plans an "
+              "existing runtime executes (paper: up to 2.57x over the state of the art)"),
+        Table(document["per_scenario"], SCENARIO_COLUMNS, "per scenario: the fastest baseline, "
+              "named, against dlsched; runnable: each planner's best plan that Megatron-LM, "
+              "torch, PipeDream or DAPPLE can execute"),
+        Table(document["rows"], ROW_COLUMNS, "synchronous pipeline planning: iteration time "
+              "per planner, each baseline at its best configuration (dlsched speedup = planner "
+              "time / dlsched time; bound: memory-aware plan bound); memory model: "
+              f"{MemoryModel().describe()}"),
+        Table(document["summary"], SUMMARY_COLUMNS, "dlsched speedup over each baseline in turn "
+              "(paper: up to 2.57x, i.e. +157%)")]

@@ -3,21 +3,26 @@
 Six 1024-NPU topologies x All-Reduce sizes 100 MB..1 GB, 64 chunks, under the hierarchical
 baseline, Themis with FIFO and with SCF, dlsched's own policy, and the ideal time; and
 the chunk-count sweep. Each is run twice: with the step latencies of the paper's Table 2, and
-with zero latency (the published artifact configurations used ~1 ns links).
+with zero latency (the published artifact configurations used ~1 ns links). A reproduction
+module (``experiments.reproduction``): it takes no options.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import mean
 from typing import Any
 
 from dlsched.collectives import run_collective
-from dlsched.experiments.scenario_rows import scenario_rows
 from dlsched.hardware import load_topology
+from dlsched.report import Column
+from dlsched.report.columns import beside_paper, text, three_decimals
+from dlsched.report.sections import Section, Table
+from dlsched.report.tables import as_percent, as_ratio
 
+NAME = "themis"
 TOPOLOGIES = (
     "2D-SW_SW", "3D-SW_SW_SW_homo", "3D-SW_SW_SW_hetero",
     "3D-FC_Ring_SW", "4D-Ring_SW_SW_SW", "4D-Ring_FC_Ring_SW",
@@ -39,6 +44,9 @@ VARIANTS = (
 PAPER_UTILIZATION = {"baseline": 0.5631, "themis+fifo": 0.8767, "themis+scf": 0.9514}
 PAPER_SPEEDUP = {"themis+fifo": 1.58, "themis+scf": 1.72}
 PAPER_MAX_SPEEDUP = 2.70
+ROW_KEYS = ("time_s", "ideal_s", "bandwidth_bound_s", "bound_s", "utilization",
+            "time_over_bound", "plan_chunks", "plan_concurrency")
+"""What a variant's row keeps of the collective's row (seconds, fractions, plan used)."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,7 @@ class Scenario:
     sweep: str
 
 
-def scenarios() -> list[Scenario]:
+def scenarios(options: None = None) -> list[Scenario]:
     """The size sweep and the chunk sweep, under both latency settings."""
     result = []
     for latency in LATENCY_SETTINGS:
@@ -71,15 +79,9 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
               "chunks": scenario.chunks}
     rows = []
     for label, policy, intra in VARIANTS:
-        result = run_collective(topology, "all-reduce", scenario.size, scenario.chunks, policy,
-                                intra)
-        rows.append(common | {"policy": label, "time_s": result.time_s,
-                              "ideal_s": result.ideal_s,
-                              "bandwidth_bound_s": result.bandwidth_bound_s,
-                              "bound_s": result.bound_s, "utilization": result.utilization,
-                              "time_over_bound": result.time_over_bound,
-                              "plan_chunks": len(result.plan.routes),
-                              "plan_concurrency": result.plan.concurrency})
+        row = run_collective(topology, "all-reduce", scenario.size, scenario.chunks, policy,
+                             intra).row(scenario.chunks, 1)
+        rows.append(common | {"policy": label} | {key: row[key] for key in ROW_KEYS})
     ideal = rows[0]["ideal_s"]
     rows.append(common | {"policy": "ideal", "time_s": ideal, "ideal_s": ideal,
                           "bandwidth_bound_s": rows[0]["bandwidth_bound_s"],
@@ -87,13 +89,6 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
                           "time_over_bound": ideal / rows[0]["bound_s"],
                           "plan_chunks": scenario.chunks, "plan_concurrency": 1})
     return rows
-
-
-def reproduce(workers: int = 1, progress: Callable[[Iterable[Any], int], Iterable[Any]]
-              = lambda items, total: items) -> list[dict[str, Any]]:
-    """Run every scenario, in ``workers`` processes when > 1 (results in scenario order either
-    way); ``progress(iterable, total)`` wraps the stream of finished scenarios."""
-    return scenario_rows(run_scenario, scenarios(), workers, progress, chunksize=4)
 
 
 def summarize(rows: list[dict[str, Any]], sweep: str = "size") -> list[dict[str, Any]]:
@@ -124,3 +119,65 @@ def summarize(rows: list[dict[str, Any]], sweep: str = "size") -> list[dict[str,
                 "max_time_over_bound": max(case[label] / case["bound"] for case in cases),
             })
     return summary
+
+
+def document(rows: list[dict[str, Any]], options: None = None) -> dict[str, Any]:
+    """What ``--json`` prints: the rows and their ``summarize``."""
+    return {"rows": rows, "summary": summarize(rows)}
+
+
+SUMMARY_COLUMNS = [
+    *text("policy"),
+    *beside_paper("utilization", "avg BW util (%)", as_percent, "paper (%)"),
+    *beside_paper("speedup_vs_baseline", "avg speedup vs baseline", as_ratio),
+    Column("max_speedup_vs_baseline", "max speedup vs baseline", as_ratio),
+    Column("min_speedup_vs_themis_scf", "min speedup vs Themis+SCF", as_ratio),
+    Column("time_over_bound", "avg time/bound", three_decimals),
+    Column("max_time_over_bound", "max time/bound", three_decimals),
+]
+LATENCY_TITLES = {
+    "table": "with the step latencies of the paper's Table 2",
+    "zero": "with zero step latency (as the published artifact's ~1 ns links)",
+}
+
+
+def pivot(rows: list[dict[str, Any]], sweep: str, latency: str, key: str | None,
+          metric: str = "utilization",
+          combine: Callable[[list[float]], float] = mean) -> list[dict[str, Any]]:
+    """One row per topology (and ``key`` value), one ``metric`` column per policy, combined
+    over the group's rows with ``combine`` (mean by default)."""
+    cells: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row["sweep"] == sweep and row["latency"] == latency:
+            group = (row["topology"], row[key] if key else None)
+            cells[group][row["policy"]].append(row[metric])
+    return [{"topology": topo, "value": value} | {p: combine(u) for p, u in policies.items()}
+            for (topo, value), policies in cells.items()]
+
+
+def _policy_columns(first: list[Column], unit: str = "%",
+                    formatter: Callable[[Any], str] = as_percent) -> list[Column]:
+    return [*text("topology"), *first] + [
+        Column(label, f"{label} ({unit})", formatter) for label, *_ in VARIANTS]
+
+
+def sections(document: dict[str, Any], options: None = None) -> list[Section]:
+    """Per latency setting: the summary (speedup = baseline time / variant time), mean
+    utilization and worst time / bound per topology, and the chunk sweep."""
+    rows, summary = document["rows"], document["summary"]
+    printed: list[Section] = []
+    for latency, description in LATENCY_TITLES.items():
+        printed += [
+            Table([s for s in summary if s["latency"] == latency], SUMMARY_COLUMNS,
+                  f"All-Reduce 100 MB-1 GB, 64 chunks, 6 topologies x {len(SIZES)} sizes, "
+                  f"{description}"),
+            Table(pivot(rows, "size", latency, None), _policy_columns([]),
+                  f"bandwidth utilization per topology (mean over sizes), {latency} latency"),
+            Table(pivot(rows, "size", latency, None, "time_over_bound", max),
+                  _policy_columns([], "max", three_decimals),
+                  f"time / latency-aware lower bound per topology (worst over sizes), "
+                  f"{latency} latency"),
+            Table(pivot(rows, "chunks", latency, "chunks"),
+                  _policy_columns([Column("value", "chunks")]),
+                  f"chunk sweep, 100 MB All-Reduce, {latency} latency: bandwidth utilization")]
+    return printed

@@ -11,13 +11,13 @@ and the Ideal network; with zero step latency and with the table's latencies. Th
 * ``files`` — ASTRA-sim 1.0 text workloads (e.g. the Themis artifact's) with direct
   All-to-All, as the artifact's system files run them.
 
-``reproduce`` maps ``run_scenario`` over any list of scenarios (so sweeps can wrap it).
+A reproduction module (``experiments.reproduction``) whose ``Options`` are the method, the
+compute setting and the workload files.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
@@ -25,14 +25,18 @@ from typing import Any
 
 from dlsched.collectives.plan import CollectiveOp
 from dlsched.errors import ConfigError
-from dlsched.experiments.scenario_rows import scenario_rows
 from dlsched.experiments.themis import TOPOLOGIES
 from dlsched.hardware import Topology, load_topology
 from dlsched.interop import read_astra_workload
+from dlsched.report import Column
+from dlsched.report.columns import beside_paper, text, three_decimals, times
+from dlsched.report.sections import Section, Table
+from dlsched.report.tables import as_ratio
 from dlsched.training import Workload, get_workload, run_policies
 from dlsched.training.astra import workload_from_astra
 from dlsched.training.paper import direct_all_to_all, paper_workload
 
+NAME = "themis-training"
 WORKLOADS = ("resnet152", "gnmt", "dlrm", "transformer-1t")
 POLICIES = ("baseline", "themis", "themis-inflight", "dlsched", "ideal")
 LATENCY_SETTINGS = {"zero": 0.0, "table": 1.0}
@@ -68,10 +72,21 @@ class Scenario:
     workload_file: str = ""
 
 
-def scenarios(compute: str = "a100", method: str = "overlap",
-              workload_files: Sequence[Path] = ()) -> list[Scenario]:
-    """Every workload (or file) x topology x latency setting under one method (and, for
-    ``overlap``, one compute setting)."""
+@dataclass(frozen=True)
+class Options:
+    """One method (``files``: the ASTRA-sim 1.0 ``workload_files`` instead of the four
+    workloads) and, for ``overlap``, one compute setting."""
+
+    method: str = "overlap"
+    compute: str = "a100"
+    workload_files: tuple[Path, ...] = ()
+
+
+def scenarios(options: Options | None = None) -> list[Scenario]:
+    """Every workload (or file) x topology x latency setting under the options' method (and,
+    for ``overlap``, compute setting)."""
+    chosen = options or Options()
+    method, compute, workload_files = chosen.method, chosen.compute, chosen.workload_files
     if method not in METHODS:
         raise ConfigError(f"method: unknown method {method!r}; accepted: " + ", ".join(METHODS))
     if compute not in COMPUTE_SETTINGS:
@@ -115,13 +130,6 @@ def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
     for row in rows:
         row["speedup_vs_baseline"] = baseline / row["iteration_s"]
     return rows
-
-
-def reproduce(todo: Sequence[Scenario], workers: int = 1,
-              progress: Callable[[Iterable[Any], int], Iterable[Any]]
-              = lambda items, total: items) -> list[dict[str, Any]]:
-    """Rows of every scenario in order, in ``workers`` processes when > 1."""
-    return scenario_rows(run_scenario, todo, workers, progress)
 
 
 def _times(rows: list[dict[str, Any]]) -> dict[tuple, dict[str, float]]:
@@ -202,3 +210,53 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                       if all(c["compute"] > 0 for c in cases) else None}
         summary.append(entry)
     return summary
+
+
+def document(rows: list[dict[str, Any]], options: Options | None = None) -> dict[str, Any]:
+    """What ``--json`` prints: the rows and their ``summarize``."""
+    return {"rows": rows, "summary": summarize(rows)}
+
+
+SUMMARY_COLUMNS = [
+    *text("workload"),
+    *beside_paper("themis_avg", "Themis avg", as_ratio),
+    *beside_paper("themis_max", "Themis max", as_ratio),
+    *beside_paper("ideal_avg", "Ideal avg", as_ratio),
+    *beside_paper("themis_over_ideal_time", "Themis/Ideal time", three_decimals),
+    Column("baseline_exposed_over_compute", "baseline exposed/compute", three_decimals),
+    Column("exposed_factor_for_paper", "exposed x for paper avg",
+           lambda v: "none" if v is None else f"{v:.2f}"),
+    Column("dlsched_avg", "dlsched avg", as_ratio),
+    Column("themis_inflight_avg", "Themis in-flight avg", as_ratio),
+    Column("dlsched_over_themis_min", "min Themis/dlsched time", as_ratio),
+    Column("dlsched_vs_ideal_avg", "dlsched/Ideal time", three_decimals),
+]
+METHOD_TITLES = {
+    "paper": "the paper's method (FLOP-only A100 compute, fused gradients exposed at the end "
+             "of back-prop, HOTI'20 DLRM, direct All-to-All)",
+    "overlap": "dlsched's overlap model (per-block gradient collectives hidden behind "
+               "back-prop; not the paper's method)",
+    "files": "ASTRA-sim 1.0 workload files (direct All-to-All)",
+}
+COMPARABLE_TITLES = {
+    True: "zero step latency: compare with the paper",
+    False: "Table 2 step latencies, 64 chunks per collective: NOT comparable with the paper "
+           "(kept out of the paper summary)",
+}
+
+
+def sections(document: dict[str, Any], options: Options | None = None) -> list[Section]:
+    """The summary, paper-comparable rows first (speedup = baseline iteration time / policy
+    iteration time), then per latency setting the iteration time of every row (ms)."""
+    method = (options or Options()).method
+    printed: list[Section] = []
+    for comparable, title in COMPARABLE_TITLES.items():
+        chosen = [s for s in document["summary"] if s["paper_comparable"] is comparable]
+        if chosen:
+            printed.append(Table(chosen, SUMMARY_COLUMNS, f"{METHOD_TITLES[method]}; speedup = "
+                                 "baseline iteration time / policy iteration time; " + title))
+    columns = [*text("workload", "topology"), *times(**{p: p for p in POLICIES},
+                                                     compute="compute")]
+    return printed + [Table(pivot(document["rows"], latency), columns,
+                            f"iteration time per row, {latency} latency")
+                      for latency in LATENCY_SETTINGS]

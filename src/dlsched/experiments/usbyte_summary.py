@@ -9,11 +9,11 @@ against DDP, and the best policy over the lower bound.
 
 from __future__ import annotations
 
-from math import exp, log
+from collections.abc import Iterable, Sequence
 from statistics import mean
 from typing import Any
 
-from dlsched.experiments.usbyte import AUTHORS, PAPER, Case, cases, clusters
+from dlsched.report.averages import geomean
 
 BYTESCHEDULER_SHIPPED = ("ByteScheduler as shipped: its default partition (1,000,000 fp32 "
                          "elements), credit tuned on the grid US-Byte's credit uses")
@@ -44,12 +44,21 @@ WFBP_CAP = {
 }
 
 
-def _geomean(values: list[float]) -> float:
-    return exp(mean(log(v) for v in values))
+Case = tuple[str, str, str, str, int]  # model, cluster, cost model, compute, batch size
+
+
+def cases(rows: Iterable[dict[str, Any]]) -> dict[Case, dict[str, dict[str, Any]]]:
+    """Rows grouped by (model, cluster, cost model, compute, batch size), then by policy."""
+    grouped: dict[Case, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["model"], row["cluster"], row["cost_model"], row["compute"],
+               row["batch_size"])
+        grouped.setdefault(key, {})[row["policy"]] = row
+    return grouped
 
 
 def _span(values: list[float]) -> dict[str, Any]:
-    return {"min": min(values), "max": max(values), "geomean": _geomean(values),
+    return {"min": min(values), "max": max(values), "geomean": geomean(values),
             "faster_cases": sum(v > 1 + 1e-9 for v in values), "cases": len(values)}
 
 
@@ -69,8 +78,9 @@ def _paper_rows(grouped: dict[Case, dict[str, dict[str, Any]]],
             for case, policies in grouped.items() if case[1] == cluster]
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Headline numbers, each with the reference it is against (``against``)."""
+def summarize(rows: list[dict[str, Any]], paper: Sequence[str]) -> dict[str, Any]:
+    """Headline numbers, each with the reference it is against (``against``); ``paper``: the
+    names of the paper's own clusters."""
     grouped = cases(rows)
     usbyte = [c["usbyte"] for c in grouped.values()]
     tuned = [c["usbyte-tuned"] for c in grouped.values()]
@@ -80,7 +90,6 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     best = max(grouped, key=lambda k: grouped[k]["usbyte-tuned"]["speedup_vs_best_baseline"])
     shipped_max = max(grouped, key=lambda k: grouped[k]["usbyte"][
         "speedup_vs_bytescheduler_shipped"])
-    paper = [c.name for c in clusters() if c.paper]
     capped = [r for r in usbyte + tuned if r["peak_in_flight"] <= 1]
     return {
         "usbyte_vs_best_baseline": {
@@ -117,6 +126,4 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
                for kind in sorted({r["cost_model"] for r in tuned})}},
         "best_over_bound_mean": mean(c["wfbp"]["best_over_bound"] for c in grouped.values()),
         "best_over_bound_max": max(c["wfbp"]["best_over_bound"] for c in grouped.values()),
-        "authors_compute": AUTHORS,
-        "paper": PAPER,
     }

@@ -1,6 +1,10 @@
 """What the cluster is: multi-dimensional network topologies and their presets."""
 
-from dlsched.hardware.device_config import device_preset_names, load_devices
+from dlsched.hardware.device_config import (
+    device_preset_description,
+    device_preset_names,
+    load_devices,
+)
 from dlsched.hardware.device_graph import (
     Device,
     DeviceGraph,
@@ -31,6 +35,7 @@ __all__ = [
     "Dimension",
     "Topology",
     "cluster_graph",
+    "device_preset_description",
     "device_preset_names",
     "graph_from_topology",
     "load_devices",

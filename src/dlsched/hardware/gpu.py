@@ -163,11 +163,6 @@ def _presets() -> dict[str, Any]:
     return bundled_presets("gpus.yaml")
 
 
-def gpu_names() -> list[str]:
-    """Names of the bundled GPU presets."""
-    return list(_presets())
-
-
 def preset_for(device_name: str) -> str | None:
     """The bundled preset of a CUDA device name (``NVIDIA H100 80GB HBM3`` -> h100), if any."""
     for preset in ("h200", "h100", "a100", "v100"):

@@ -8,6 +8,7 @@ from dlsched.interop.astra_network import (
 )
 from dlsched.interop.astra_system import (
     AstraSystem,
+    astra_notes,
     format_astra_system,
     parse_astra_system,
     read_astra_system,
@@ -33,6 +34,7 @@ __all__ = [
     "AstraParallelism",
     "AstraSystem",
     "AstraWorkload",
+    "astra_notes",
     "comm_dimensions",
     "format_astra_network",
     "format_astra_system",

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from dlsched.collectives.astra_compat import AstraCompat
+from dlsched.collectives.astra_compat import AstraCompat, compat_notes
 from dlsched.collectives.plan import CollectiveOp, IntraPolicy
 from dlsched.errors import ConfigError
 from dlsched.hardware.topology import DimAlgorithm, Dimension, Topology
@@ -193,6 +194,18 @@ class AstraSystem(BaseModel):
         if self.ignored_keys:
             result.append("ignored (memory/compute settings): " + ", ".join(self.ignored_keys))
         return result
+
+
+def astra_notes(system: AstraSystem | None, topology: Topology, ops: Iterable[CollectiveOp],
+                policies: Iterable[str]) -> list[str]:
+    """What a run of ``ops`` under ``policies`` on ``topology`` tells a user running without
+    ``--astra-compat``: the system file's unmodelled settings (``AstraSystem.notes``), then
+    each ASTRA-sim behaviour that would change it (``compat_notes``), once each, sorted."""
+    memory = None if system is None else system.compat().local_mem_bw
+    names = tuple(policies)
+    return (system.notes() if system is not None else []) + sorted({
+        note for op in ops for name in names
+        for note in compat_notes(topology, op, name, memory)})
 
 
 def parse_astra_system(text: str, path: str | Path = "<system>") -> AstraSystem:

@@ -88,9 +88,6 @@ class AstraComm:
     num_bytes: int
 
 
-NO_COMM = AstraComm(AstraCommOp.NONE, 0)
-
-
 @dataclass(frozen=True)
 class AstraLayer:
     """One layer line; times in seconds, sizes in bytes. ``parallelism`` is the layer's own

@@ -1,14 +1,16 @@
 """The job planner's entry point: a request as the command line gives it, the report it prints.
 
 ``plan(request)`` evaluates the layout when every layout field is fixed (one row per
-collective policy), and otherwise searches dlsched's space and, with ``baselines``, each
-baseline's (``job.search.SPACES``) under the same evaluator, reporting dlsched's plan with the
-best baseline's layout and ``speedup_vs_best_baseline`` = the best baseline's time / dlsched's.
+collective policy; without a ``pipeline_split`` the first of ``job.pipeline_split.SPLITS`` that
+Megatron-Core accepts for its degrees, the even split when the layers divide), and otherwise
+searches dlsched's space and, with ``baselines``, each baseline's (``job.search.SPACES``)
+under the same evaluator, reporting dlsched's plan with the best baseline's layout and
+``speedup_vs_best_baseline`` = the best baseline's time / dlsched's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlsched.errors import ConfigError
@@ -16,13 +18,15 @@ from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluate import Job, JobResult, evaluate, pipeline_times
 from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.layout import Layout, LayoutChoice
-from dlsched.job.model_spec import load_spec
+from dlsched.job.model_spec import TransformerSpec, load_spec
+from dlsched.job.pipeline_split import feasible_splits
 from dlsched.job.pipeline_time import event_timeline
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.sim.timeline import Timeline
 
 LAYOUT_FIELDS = ("tp", "pp", "dp", "chunks", "microbatch_size", "schedule", "recompute",
                  "sequence_parallel", "zero")
+DEFAULT_ONE = ("cp", "ep")  # a complete layout leaves them 1 unless given
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,11 @@ class PlanRequest:
     collective_policies: tuple[str, ...] = ("baseline",)
     dp_policy: str = "usbyte"
     baselines: bool = True
+    seq: int | None = None
+    attention: str = "flash"
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    grad_reduce: str = "fp32"
 
 
 @dataclass
@@ -62,17 +71,24 @@ class PlanReport:
     def megatron_args(self) -> str:
         """Megatron-LM arguments of the first plan."""
         job, result = self.plans[0]
-        return megatron_args(job.spec, result.layout, job.precision)
+        layout = result.layout
+        flags = (("overlap-grad-reduce", job.dp_policy == "ddp"),  # DDP's buckets: Megatron's
+                 ("overlap-param-gather", job.overlap_param_gather and layout.zero in (1, 2)),
+                 ("tp-comm-overlap", job.tp_comm_overlap and layout.sequence_parallel))
+        return megatron_args(job.spec, result.layout, job.precision, job.grad_bytes,
+                             attention=job.attention,
+                             overlap=tuple(flag for flag, on in flags if on))
 
     def torchtitan_toml(self) -> str:
         """A TorchTitan config of the first plan."""
         job, result = self.plans[0]
-        return torchtitan_toml(job.spec, result.layout, job.precision)
+        return torchtitan_toml(job.spec, result.layout, job.precision, job.attention,
+                               job.grad_bytes)
 
 
 def plan(request: PlanRequest) -> PlanReport:
     """Evaluate or search (module docstring)."""
-    spec = load_spec(request.model)
+    spec = with_seq(load_spec(request.model), request.seq)
     cluster = load_cluster(request.cluster, request.gpus, request.gpu)
     choice = LayoutChoice(request.global_batch, **{k: v for k, v in request.fixed.items()
                                                    if v is not None})
@@ -81,9 +97,11 @@ def plan(request: PlanRequest) -> PlanReport:
         "dp" in fixed or ("tp" in fixed and "pp" in fixed))
     rows, notes, plans = [], [], []
     for policy in request.collective_policies:
-        job = Job(spec, cluster, request.precision, policy, request.dp_policy)
+        job = Job(spec, cluster, request.precision, policy, request.dp_policy,
+                  request.attention, request.overlap_param_gather, request.tp_comm_overlap,
+                  request.grad_reduce)
         if complete:
-            layout = _complete_layout(choice, cluster.num_gpus)
+            layout = _complete_layout(choice, cluster.num_gpus, spec.layers)
             result = evaluate(job, layout)
             rows.append(_row(job, result, "given", None, None))
         else:
@@ -93,18 +111,38 @@ def plan(request: PlanRequest) -> PlanReport:
             rows.append(_row(job, result, "dlsched", best, found.simulated_s))
         plans.append((job, result))
         notes.extend(note for note in result.notes if note not in notes)
-    title = f"{spec.name} on {cluster.name} ({cluster.gpu}, {request.precision})"
+    title = (f"{spec.name} on {cluster.name} ({cluster.gpu}, {request.precision}, "
+             f"{request.attention} attention)")
     return PlanReport(title, rows, tuple(notes), plans)
 
 
-def _complete_layout(choice: LayoutChoice, gpus: int) -> Layout:
+MAX_SEQ = 10_000_000  # tokens: the spec file's bound (model_spec.TransformerFile)
+
+
+def with_seq(spec: TransformerSpec, seq: int | None) -> TransformerSpec:
+    """``spec`` at sequence length ``seq`` (``--seq``; unchanged when None)."""
+    if seq is None:
+        return spec
+    if not 1 <= seq <= MAX_SEQ:
+        raise ConfigError(f"--seq: {seq} is not accepted; accepted: 1..{MAX_SEQ} tokens")
+    return replace(spec, seq=seq)
+
+
+def _complete_layout(choice: LayoutChoice, gpus: int, layers: int) -> Layout:
     fixed = dict(choice.fixed())
     if "dp" not in fixed:
-        fixed["dp"] = max(1, gpus // (fixed["tp"] * fixed["pp"]))
-    fixed.setdefault("chunks", 1)
+        fixed["dp"] = max(1, gpus // (fixed["tp"] * fixed.get("cp", 1) * fixed["pp"]))
+    for name in ("chunks", *DEFAULT_ONE):
+        fixed.setdefault(name, 1)
+    fixed.setdefault("cp_algorithm", "ring")
+    fixed.setdefault("expert_tp", None)
+    if "pipeline_split" not in fixed:  # the evaluator names the splits when none is accepted
+        fixed["pipeline_split"] = next(iter(feasible_splits(layers, fixed["pp"],
+                                                            fixed["chunks"])), "even")
     return Layout(**{k: fixed[k] for k in ("tp", "pp", "dp", "microbatch_size",
                                           "global_batch", "chunks", "schedule", "recompute",
-                                          "sequence_parallel", "zero")})
+                                          "sequence_parallel", "zero", *DEFAULT_ONE,
+                                          "cp_algorithm", "expert_tp", "pipeline_split")})
 
 
 def _best_baseline(job: Job, choice: LayoutChoice) -> tuple[str, JobResult] | None:

@@ -9,10 +9,13 @@ two, logarithmic in steps as NCCL's trees are, a ring otherwise) or from a multi
 topology preset or file (``3D-FC_Ring_SW``; its NPUs are the GPUs). A group that uses part of
 a ring dimension is priced as a ring of its members (the wrap-around link assumed).
 
-Ranks are laid out as Megatron-LM lays them out (``--order`` default tp-cp-ep-dp-pp,
-``megatron/core/parallel_state.py``): tensor-parallel ranks innermost, then data-parallel,
-pipeline outermost. ``group_topology`` gives the sub-network a group of ranks spans: one
-dimension per network dimension the group crosses, with as many NPUs as the group has there.
+Ranks are laid out as Megatron-Core lays them out (``--order`` default tp-cp-ep-dp-pp,
+``megatron/core/parallel_state.py``): tensor-parallel ranks innermost, then context-parallel,
+then data-parallel (the expert-parallel ranks of the MoE layers carved out of the CP x DP ones
+next to TP), pipeline outermost: the TP group is ranks ``1`` apart, CP ``tp`` apart, DP
+``tp x cp`` apart, PP ``tp x cp x dp`` apart. ``group_topology`` gives the sub-network a
+group of ranks spans: one dimension per network dimension the group crosses, with as many NPUs
+as the group has there.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dlsched.collectives import CollectiveOp, ideal_time, run_collective
-from dlsched.errors import ConfigError
+from dlsched.errors import check_choice
 from dlsched.hardware import Topology
 
 COLLECTIVE_POLICIES = ("baseline", "themis", "dlsched")
@@ -67,9 +67,7 @@ class CollectiveCurve:
 
 def check_policy(policy: str) -> str:
     """``policy`` when it is a collective policy; ConfigError otherwise."""
-    if policy not in COLLECTIVE_POLICIES:
-        raise ConfigError(f"--collective-policy: {policy!r} is not accepted; accepted: "
-                          + ", ".join(COLLECTIVE_POLICIES))
+    check_choice("--collective-policy", policy, COLLECTIVE_POLICIES)
     return policy
 
 

@@ -1,11 +1,12 @@
 """Price one layout of a job: iteration seconds, FLOP rates, memory and exposed communication.
 
 The evaluation composes the domains (``job`` package docstring): per-block seconds
-(``job.layer_costs``) make each virtual stage's forward and backward (``layers / (pp x
-chunks)`` layers, the embedding on the first stage, the head on the last, as Megatron-LM
-splits a GPT); ZeRO 3 adds per layer the all-gather of its weights in the forward and again in
-the backward and the reduce-scatter of its gradients, each prefetched behind the layer's
-compute (exposed: what exceeds it). One replica's pipeline is timed by ``job.pipeline_time``
+(``job.layer_costs``) make each virtual stage's forward and backward (its layers by the
+layout's ``pipeline_split``, ``job.pipeline_split``: ``layers / (pp x chunks)`` when even, the
+embedding on the first stage, the head on the last, as Megatron-Core splits a GPT); ZeRO 3
+adds per layer the all-gather of its weights in the forward and again in the backward and the
+reduce-scatter of its gradients, each prefetched behind the layer's compute (exposed: what
+exceeds it). One replica's pipeline is timed by ``job.pipeline_time``
 (``fast=False``: by the pipeline simulator), each pipeline rank then runs its data-parallel step
 (``job.dp_sync``), and the iteration ends when the last rank's does.
 
@@ -15,7 +16,14 @@ FLOP without recomputation over the GPUs' dense 16-bit peak, ``hfu`` the execute
 Exposed communication: ``tp_s`` the TP collectives on the critical rank (they block), ``pp_s``
 what the pipeline transfers add to the replica (the same walk without them), ``dp_s`` the
 data-parallel step's exposed reduction and gathers, ``zero3_s`` ZeRO 3's exposed per-layer
-traffic on the critical rank.
+traffic on the critical rank, ``cp_s`` context parallelism's (``job.context_parallel``: the
+ring's transfers beyond the attention they overlap, or the all-to-alls) on it. ZeRO shards
+and the DP step reduce over the CP x DP ranks (Megatron-Core's data-parallel group with
+context parallelism: ``get_data_parallel_group(with_context_parallel=True)`` for the gradient
+buffers and the distributed optimizer).
+``ep_a2a_s`` the MoE layers' dispatch and combine All-to-Alls on the critical rank (they block;
+``job.moe_costs``). An MoE model's routed experts' gradients are reduced over the
+expert-data-parallel group after the dense ones (``dp_s`` holds both).
 """
 
 from __future__ import annotations
@@ -23,13 +31,39 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from dlsched.errors import ConfigError
+from dlsched.hardware import Topology
 from dlsched.job.cluster import Cluster
 from dlsched.job.collective_costs import check_policy, curve
-from dlsched.job.dp_sync import GRAD_BYTES, WEIGHT_BYTES, DPStep, check_dp_policy, dp_step
-from dlsched.job.layer_costs import BlockCosts, block_costs, check_precision, gpu_compute
+from dlsched.job.context_parallel import CPCost, check_cp, cp_cost
+from dlsched.job.dp_sync import (
+    GRAD_REDUCE_BYTES,
+    WEIGHT_BYTES,
+    DPStep,
+    check_dp_policy,
+    check_grad_reduce,
+    dp_step,
+)
+from dlsched.job.layer_costs import (
+    BlockCosts,
+    block_costs,
+    check_attention,
+    check_precision,
+    gpu_compute,
+)
 from dlsched.job.layout import Layout
 from dlsched.job.memory import peak_memory
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.moe_costs import (
+    MoELayerCosts,
+    check_moe_layout,
+    ep_group,
+    expert_dp_group,
+    expert_dp_size,
+    expert_tp_group,
+    moe_layer_costs,
+)
+from dlsched.job.moe_memory import experts_per_gpu, moe_dense_delta, stage_moe_layers
+from dlsched.job.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
 from dlsched.job.pipeline_time import (
     PipelineTimes,
     ReplicaTiming,
@@ -41,18 +75,35 @@ from dlsched.units import format_bytes
 
 @dataclass(frozen=True)
 class Job:
-    """What is trained and what it runs on, and how its collectives are scheduled."""
+    """What is trained and what it runs on, how its collectives are scheduled, which
+    ``attention`` kernel runs its attention core (``job.layer_costs``: ``flash`` or
+    ``unfused``), whether ZeRO 1-2's weight all-gather overlaps the next forward
+    (``job.dp_sync``: Megatron-LM's ``--overlap-param-gather``) and whether the sequence-
+    parallel TP collectives overlap their GEMMs (``job.layer_costs``: ``--tp-comm-overlap``),
+    and the gradients' format as reduced and kept (``grad_reduce``: ``fp32``, Megatron-LM's
+    default main gradients, or ``bf16``, ``--grad-reduce-in-bf16``; ``job.dp_sync``)."""
 
     spec: TransformerSpec
     cluster: Cluster
     precision: str = "bf16"
     collective_policy: str = "baseline"
     dp_policy: str = "none"
+    attention: str = "flash"
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    grad_reduce: str = "fp32"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
+        check_grad_reduce(self.grad_reduce, self.precision)
+        check_attention(self.attention)
         check_policy(self.collective_policy)
         check_dp_policy(self.dp_policy)
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element reduced and kept (``grad_reduce``)."""
+        return GRAD_REDUCE_BYTES[self.grad_reduce]
 
 
 @dataclass(frozen=True)
@@ -79,8 +130,9 @@ class JobResult:
     def row(self, job: Job) -> dict[str, object]:
         """A flat record for tables, CSV and JSON."""
         return {"model": job.spec.name, "gpus": self.layout.gpus, **self.layout.row(),
-                "precision": job.precision, "collective_policy": job.collective_policy,
-                "dp_policy": job.dp_policy, "iteration_s": self.iteration_s,
+                "precision": job.precision, "attention": job.attention,
+                "collective_policy": job.collective_policy, "dp_policy": job.dp_policy,
+                "iteration_s": self.iteration_s,
                 "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
                 "memory_gib": self.memory_bytes / 2**30,
                 **{f"memory_{k}_gib": v / 2**30 for k, v in self.memory.items()},
@@ -93,35 +145,55 @@ def check_layout(job: Job, layout: Layout) -> None:
     """ConfigError naming the field when ``layout`` cannot run ``job``."""
     spec = job.spec
     if layout.gpus != job.cluster.num_gpus:
-        raise ConfigError(f"layout: TP x PP x DP = {layout.gpus} differs from the cluster's "
-                          f"{job.cluster.num_gpus} GPUs")
-    if spec.layers % layout.virtual_stages:
-        raise ConfigError(f"--pp/--chunks: {spec.layers} layers do not split into PP x chunks "
-                          f"= {layout.virtual_stages} equal stages")
+        raise ConfigError(f"layout: TP x CP x PP x DP = {layout.gpus} differs from the "
+                          f"cluster's {job.cluster.num_gpus} GPUs")
+    check_moe_layout(spec, layout)
+    check_op_checkpoint(spec, layout)
+    layout.stage_layers(spec.layers)  # ConfigError when the layers do not split
     if spec.heads % layout.tp:
         raise ConfigError(f"--tp: {layout.tp} does not divide the {spec.heads} heads")
+    check_cp(spec, layout)
     if layout.schedule == "interleaved" and layout.num_microbatches % layout.pp:
         raise ConfigError(f"--global-batch: interleaving needs microbatches per replica "
                           f"({layout.num_microbatches}) to be a multiple of PP ({layout.pp}), "
                           "as Megatron-LM requires")
 
 
+def dp_group(job: Job, layout: Layout) -> Topology | None:
+    """The network of the group a dense layer's gradients are reduced (and ZeRO-sharded)
+    over: the CP x DP ranks of one TP rank and pipeline stage, as Megatron-Core's
+    data-parallel-with-context-parallel group (ranks laid out tp-cp-dp-pp)."""
+    return job.cluster.group_topology(layout.tp, layout.cp * layout.dp)
+
+
 def _costs(job: Job, layout: Layout) -> BlockCosts:
     tp_group = job.cluster.group_topology(1, layout.tp)
     return block_costs(job.spec, layout.microbatch_size, job.cluster.gpu, job.precision,
                        layout.tp, layout.sequence_parallel, layout.recompute, tp_group,
-                       job.collective_policy)
+                       job.collective_policy, layout.cp, layout.cp_algorithm, job.attention,
+                       job.tp_comm_overlap)
+
+
+def cp_group(job: Job, layout: Layout) -> Topology | None:
+    """The network of the CP group: ``cp`` ranks ``tp`` apart (ranks laid out tp-cp-dp-pp)."""
+    return job.cluster.group_topology(layout.tp, layout.cp)
+
+
+def _cp(job: Job, layout: Layout, costs: BlockCosts) -> CPCost:
+    """Context parallelism's communication per layer per microbatch (``job.context_parallel``)."""
+    return cp_cost(job.spec, layout, cp_group(job, layout), job.collective_policy,
+                   costs.core_f, costs.core_b)
 
 
 def _zero3_exposed(job: Job, layout: Layout, costs: BlockCosts) -> tuple[float, float]:
     """Exposed seconds per layer per microbatch of ZeRO 3's traffic (forward, backward)."""
-    if layout.zero != 3 or layout.dp == 1:
+    if layout.zero != 3 or layout.cp * layout.dp == 1:
         return 0.0, 0.0
-    group = job.cluster.group_topology(layout.tp, layout.dp)
+    group = dp_group(job, layout)
     params = job.spec.layer_parameters() / layout.tp
     gather = curve(group, "all-gather", job.collective_policy).seconds(params * WEIGHT_BYTES)
     scatter = curve(group, "reduce-scatter", job.collective_policy).seconds(
-        params * GRAD_BYTES)
+        params * job.grad_bytes)
     return (max(0.0, gather - costs.layer_f),
             max(0.0, gather + scatter - costs.layer_b))
 
@@ -129,25 +201,43 @@ def _zero3_exposed(job: Job, layout: Layout, costs: BlockCosts) -> tuple[float, 
 def _send_s(job: Job, layout: Layout) -> float:
     """Seconds of one activation (or gradient) transfer between pipeline ranks: each GPU of
     the TP group sends its ``1/tp`` share (Megatron-LM's scatter-gather of SC21 Sec. 4.1) over
-    the slowest link the pipeline group spans."""
+    the slowest link the pipeline group spans (under CP, of its ``s / cp`` tokens)."""
     if layout.pp == 1:
         return 0.0
-    group = job.cluster.group_topology(layout.tp * layout.dp, layout.pp)
+    group = job.cluster.group_topology(layout.tp * layout.cp * layout.dp, layout.pp)
     assert group is not None
     link = min(group.dims, key=lambda dim: dim.bandwidth)
     spec = job.spec
-    message = layout.microbatch_size * spec.seq * spec.hidden * 2 / layout.tp
+    message = layout.microbatch_size * spec.seq * spec.hidden * 2 / (layout.tp * layout.cp)
     return link.latency + message / link.bandwidth
+
+
+def _moe_costs(job: Job, layout: Layout) -> MoELayerCosts | None:
+    """One MoE layer's costs (``job.moe_costs``), None for a dense model."""
+    if not job.spec.experts:
+        return None
+    return moe_layer_costs(job.spec, layout, job.cluster.gpu, job.precision,
+                           job.cluster.group_topology(1, layout.tp), ep_group(job.cluster, layout),
+                           job.collective_policy, job.attention,
+                           expert_tp_group(job.cluster, layout), job.tp_comm_overlap)
 
 
 def pipeline_times(job: Job, layout: Layout) -> tuple[PipelineTimes, BlockCosts,
                                                       tuple[float, float]]:
-    """The replica's per-stage seconds, the block costs and ZeRO 3's exposed seconds."""
+    """The replica's per-stage seconds, the block costs and ZeRO 3's exposed seconds (the
+    layers' times include context parallelism's exposed communication); an MoE layer of a stage
+    costs ``job.moe_costs``' seconds instead of a dense layer's."""
     costs = _costs(job, layout)
     extra_f, extra_b = _zero3_exposed(job, layout, costs)
-    per_stage = job.spec.layers // layout.virtual_stages
-    forward = [per_stage * (costs.layer_f + extra_f)] * layout.virtual_stages
-    backward = [per_stage * (costs.layer_b + extra_b)] * layout.virtual_stages
+    cp = _cp(job, layout, costs)
+    spans = layout.stage_layers(job.spec.layers)
+    forward = [len(span) * (costs.layer_f + extra_f + cp.forward_s) for span in spans]
+    backward = [len(span) * (costs.layer_b + extra_b + cp.backward_s) for span in spans]
+    moe = _moe_costs(job, layout)
+    for stage, span in enumerate(spans) if moe else ():
+        count = job.spec.moe_layers_in(span.start, span.stop)
+        forward[stage] += count * (moe.layer_f - costs.layer_f - extra_f)
+        backward[stage] += count * (moe.layer_b - costs.layer_b - extra_b)
     forward[0] += costs.embed_f
     backward[0] += costs.embed_b
     forward[-1] += costs.head_f
@@ -168,15 +258,22 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
     iteration = max(replica.end, *ends)
     quiet = fast_pipeline(replace(times, send=(0.0,) * len(times.send)))
     critical = max(range(layout.pp), key=lambda r: ends[r])
-    flops = _flops(job.spec, layout)
+    flops = _flops(job.spec, layout, job.attention)
     peak = gpu_compute(job.cluster.gpu, job.precision).peak_flops
-    per_rank = layout.chunks * (job.spec.layers // layout.virtual_stages)
+    per_rank = layout.rank_layers(job.spec.layers, critical)
     m = layout.num_microbatches
-    memory = peak_memory(job.spec, layout, job.precision)
-    exposed = {"tp_s": m * per_rank * (costs.tp_forward_s + costs.tp_backward_s),
+    memory = peak_memory(job.spec, layout, job.precision, job.grad_bytes, job.attention)
+    cp = _cp(job, layout, costs)
+    moe, sparse = _moe_costs(job, layout), stage_moe_layers(job.spec, layout, critical)
+    moe_tp = sparse * (moe.tp_forward_s + moe.tp_backward_s) if moe else 0.0
+    exposed = {"tp_s": m * ((per_rank - sparse) * (costs.tp_forward_s + costs.tp_backward_s)
+                            + moe_tp),
+               "ep_a2a_s": m * sparse * (moe.a2a_forward_s + moe.a2a_backward_s) if moe
+               else 0.0,
                "pp_s": max(0.0, replica.end - quiet.end),
                "dp_s": steps[critical].exposed_reduce + steps[critical].gather,
                "zero3_s": m * per_rank * (zero3[0] + zero3[1]),
+               "cp_s": m * per_rank * (cp.forward_s + cp.backward_s),
                "optimizer_s": steps[critical].optimizer}
     result = JobResult(layout, iteration, flops["hardware"] / (iteration * layout.gpus) / 1e12,
                        flops["model"] / (iteration * layout.gpus * peak),
@@ -188,9 +285,8 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
 def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPStep:
     """The DP step of pipeline rank ``rank``."""
     spec, tp = job.spec, layout.tp
-    per_stage = spec.layers // layout.virtual_stages
     layer = spec.layer_parameters() // tp
-    total = layer * per_stage * layout.chunks
+    total = layer * layout.rank_layers(spec.layers, rank)
     if rank == 0:
         total += spec.embedding_parameters() // tp
     if rank == layout.pp - 1:
@@ -198,25 +294,68 @@ def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPSte
                                                   if spec.tied_embeddings and layout.pp > 1
                                                   else 0)
     final = rank  # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward
-    seconds = times.backward[final] / per_stage
-    final_layers = [layer] * per_stage
-    group = job.cluster.group_topology(tp, layout.dp)
+    span = layout.stage_layers(spec.layers)[final]
+    seconds = times.backward[final] / len(span) if span else 0.0
+    delta = round(moe_dense_delta(spec, tp)) if spec.experts else 0
+    final_layers = [layer + delta * spec.is_moe_layer(i) for i in span]
+    sparse = stage_moe_layers(spec, layout, rank)
+    total += sparse * delta
+    group = dp_group(job, layout)
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
-    return dp_step(final_layers, total - layer * per_stage, [seconds] * per_stage, layout.zero,
-                   layout.dp, curve(group, op, job.collective_policy),
-                   curve(group, "all-gather", job.collective_policy),
-                   gpu_compute(job.cluster.gpu, job.precision), job.dp_policy)
+    compute = gpu_compute(job.cluster.gpu, job.precision)
+    units = _gather_units(job, layout, times, rank) if job.overlap_param_gather else ()
+    dense = dp_step(final_layers, total - sum(final_layers), [seconds] * len(span),
+                    layout.zero, layout.cp * layout.dp, curve(group, op, job.collective_policy),
+                    curve(group, "all-gather", job.collective_policy), compute, job.dp_policy,
+                    units, job.grad_bytes)
+    if not sparse:
+        return dense
+    # the experts' gradients over the expert-DP group, after the dense ones (same NICs)
+    experts = expert_dp_group(job.cluster, layout)
+    routed = dp_step([], round(sparse * experts_per_gpu(spec, layout)), [], layout.zero,
+                     expert_dp_size(layout), curve(experts, op, job.collective_policy),
+                     curve(experts, "all-gather", job.collective_policy), compute, "none",
+                     grad_bytes=job.grad_bytes)
+    return DPStep(dense.exposed_reduce + routed.exposed_reduce,
+                  dense.optimizer + routed.optimizer, dense.gather + routed.gather)
 
 
-def _flops(spec: TransformerSpec, layout: Layout) -> dict[str, float]:
-    """Model and executed FLOP of one iteration (module docstring)."""
+def _gather_units(job: Job, layout: Layout, times: PipelineTimes,
+                  rank: int) -> tuple[tuple[float, float], ...]:
+    """(dense parameters per GPU, forward seconds of one microbatch) of rank ``rank``'s units in
+    forward order: the embedding, each chunk's layers (its virtual stage's forward spread over
+    them, the embedding's and head's time included; a stage without layers gives its forward
+    to the embedding or the head), the head (``job.dp_sync``)."""
+    spec, tp = job.spec, layout.tp
+    spans = layout.stage_layers(spec.layers)
+    delta = round(moe_dense_delta(spec, tp)) if spec.experts else 0
+    units: list[tuple[float, float]] = []
+    if rank == 0:
+        units.append((spec.embedding_parameters() / tp, 0.0 if spans[0] else times.forward[0]))
+    for chunk in range(layout.chunks):
+        stage = chunk * layout.pp + rank
+        span = spans[stage]
+        seconds = times.forward[stage] / len(span) if span else 0.0
+        units += [(spec.layer_parameters() / tp + delta * spec.is_moe_layer(i), seconds)
+                  for i in span]
+    if rank == layout.pp - 1:
+        tied = spec.vocab * spec.hidden if spec.tied_embeddings and layout.pp > 1 else 0
+        units.append(((spec.head_parameters() + tied) / tp,
+                      0.0 if spans[-1] else times.forward[-1]))
+    return tuple(units)
+
+
+def _flops(spec: TransformerSpec, layout: Layout, attention: str = "flash") -> dict[str, float]:
+    """Model and executed FLOP of one iteration (module docstring); ``selective-op`` runs
+    ``job.op_checkpoint``'s recomputed matmuls again (and an unfused attention core)."""
     tokens = layout.global_batch * spec.seq
     model = spec.model_flops_per_token() * tokens
-    h, s = spec.hidden, spec.seq
-    layer_forward = 2 * (h * spec.qkv_width + h * h + 2 * h * spec.ffn_hidden) + 4 * s * h
-    again = {"none": 0.0, "selective": 4.0 * s * h, "full": float(layer_forward)}
-    return {"model": model,
-            "hardware": model + again[layout.recompute] * spec.layers * tokens}
+    h, s, moe = spec.hidden, spec.seq, spec.moe_layers
+    forward = ((spec.layers - moe) * 2 * spec.layer_matmul_elements()
+               + moe * 2 * spec.layer_matmul_elements(moe=True) + spec.layers * 4 * s * h)
+    again = {"none": 0.0, "selective": 4.0 * s * h * spec.layers, "full": float(forward),
+             "selective-op": spec.layers * recompute_flops_per_token(spec, attention)}
+    return {"model": model, "hardware": model + again[layout.recompute] * tokens}
 
 
 def _bound(times: PipelineTimes) -> float:

@@ -1,13 +1,23 @@
 """Seconds of one microbatch through each block of the model on one GPU of a layout.
 
-Compute: the zoo's Megatron-style decoder ops (``models.zoo.gpt_model``: fused layer norm, scale-
-mask-softmax, bias-GELU or SwiGLU, bias-dropout-add, unfused attention products; the spec's FFN
-width, KV heads, biases and norms) of one layer, the embedding and the head, priced by the
+Compute: the zoo's Megatron-style decoder ops (``models.zoo.gpt_model``: fused layer norm,
+bias-GELU or SwiGLU, bias-dropout-add; the spec's FFN width, KV heads, biases and norms) of one
+layer, with the attention core by the job's ``attention`` kernel: ``flash``, one fused causal
+kernel (Megatron-Core's default ``--attention-backend auto``: Transformer Engine's fused or
+flash attention; what TorchTitan's SDPA runs), or ``unfused``, Megatron-LM's 2021 products
+(scores written out, fused scale-mask-softmax, dropout, the weighted sum: what SC21 and
+Korthikanti et al. measured), the embedding and the head, priced by the
 calibrated GPU model (``models.compute``) at the layout's tensor-parallel degree and sequence
 parallelism, in the job's precision: ``bf16`` and ``fp16`` as Megatron-LM runs them (16-bit weights
 and activations, FP32 master weights: no per-op casts), ``autocast`` as ``torch.autocast`` (FP32
 weights cast per op). Recomputation adds to the backward the layer's forward (``full``) or its
-attention core (``selective``: the scores, softmax, dropout and context ops).
+attention core (``selective``: the scores, softmax, dropout and context ops, or the fused
+kernel's forward: Megatron-Core checkpoints ``core_attn`` whichever backend runs it) or, under
+TorchTitan's per-op policy (``selective-op``), the ops ``job.op_checkpoint`` says it does not
+keep (the unkept matmuls, the norms and elementwise ops before the last matmul; run as one
+sequence of the layer's ops), with the TP collectives whose outputs it does not keep.
+Under context parallelism (``job.context_parallel``) the model is one GPU's ``s / cp`` tokens
+with the attention core at its real shape; the CP communication is priced there.
 
 Tensor parallelism (Shoeybi et al. 2019; Korthikanti et al. 2022 Sec. 4.2.2): per layer two all-
 reduces of the ``b s h`` activations in the forward and two in the backward; with sequence
@@ -15,7 +25,9 @@ parallelism each becomes an all-gather and a reduce-scatter of the same buffer; 
 runs the forward's two again. The vocabulary-parallel embedding all-reduces its output in the
 forward, the head its input gradient in the backward. All are priced on the TP group's links by a
 collective policy (``job.collective_costs``) and block the GPU (Megatron-LM of 2021-2022 does not
-overlap them).
+overlap them) unless ``tp_overlap`` (Megatron-Core's ``--tp-comm-overlap``, Transformer Engine's
+userbuffers; it needs sequence parallelism): then each collective runs beside a GEMM as
+``job.tp_overlap`` prices it; the MoE layers' and the embedding's collectives stay blocking.
 """
 
 from __future__ import annotations
@@ -23,25 +35,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dlsched.errors import ConfigError
+from dlsched.errors import check_choice
 from dlsched.hardware import Topology
 from dlsched.job.collective_costs import curve
+from dlsched.job.context_parallel import core_shape, local_tokens
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.op_checkpoint import recomputed_ops
+from dlsched.job.tp_overlap import overlapped_tp
 from dlsched.models.compute import CalibratedCompute, calibrated
+from dlsched.models.layer import Layer
 from dlsched.models.zoo import DecoderShape, TransformerModel, gpt_model
 from dlsched.pipeline.calibrated_chain import block_seconds
 
 PRECISIONS = ("bf16", "fp16", "autocast")
 ACTIVATION_BYTES = 2
-ATTENTION_CORE = ("scores", "softmax", "attention-dropout", "context")
+ATTENTION_KERNELS = ("flash", "unfused")
+ATTENTION_CORE = ("scores", "softmax", "attention-dropout", "context", "flash-attention")
 
 
 @dataclass(frozen=True)
 class BlockCosts:
     """Seconds per microbatch on one GPU: forward and backward of the embedding, one layer
     and the head (compute and TP communication), the layer's recomputation (added to its
-    backward), and the TP communication inside those numbers (``tp_forward_s``,
-    ``tp_backward_s`` per layer, for reporting)."""
+    backward), the TP communication inside those numbers (``tp_forward_s``,
+    ``tp_backward_s`` per layer, for reporting) and the layer's attention core alone
+    (``core_f``, ``core_b``: what context parallelism's ring hides its transfers behind)."""
 
     embed_f: float
     embed_b: float
@@ -51,14 +69,20 @@ class BlockCosts:
     head_b: float
     tp_forward_s: float
     tp_backward_s: float
+    core_f: float = 0.0
+    core_b: float = 0.0
 
 
 def check_precision(precision: str) -> str:
     """``precision`` when accepted; ConfigError otherwise."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"--precision: {precision!r} is not accepted; accepted: "
-                          + ", ".join(PRECISIONS))
+    check_choice("--precision", precision, PRECISIONS)
     return precision
+
+
+def check_attention(attention: str) -> str:
+    """``attention`` when it names an attention kernel; ConfigError otherwise."""
+    check_choice("--attention", attention, ATTENTION_KERNELS)
+    return attention
 
 
 def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> CalibratedCompute:
@@ -69,38 +93,60 @@ def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> Cali
                       sequence_parallel=sp)
 
 
-def decoder_model(spec: TransformerSpec, depth: int = 1) -> TransformerModel:
-    """The zoo's Megatron-style decoder of ``spec``'s shape with ``depth`` layers."""
+def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
+                  cp_algorithm: str = "ring", attention: str = "flash") -> TransformerModel:
+    """The zoo's Megatron-style decoder of ``spec``'s shape with ``depth`` layers, as one GPU
+    of a CP group of ``cp`` runs it (``job.context_parallel``: ``s / cp`` tokens, the
+    attention core at its real shape), its attention core by the ``attention`` kernel."""
     shape = DecoderShape(spec.ffn_hidden, spec.kv_heads, spec.gated_ffn, spec.bias,
                          spec.rms_norm, spec.learned_positions, spec.tied_embeddings)
-    return gpt_model(spec.name, spec.hidden, depth, spec.heads, spec.seq, spec.vocab,
-                     dtype_bytes=ACTIVATION_BYTES, shape=shape)
+    return gpt_model(spec.name, spec.hidden, depth, spec.heads, local_tokens(spec, cp),
+                     spec.vocab, dtype_bytes=ACTIVATION_BYTES, shape=shape,
+                     core=core_shape(spec, cp, cp_algorithm),
+                     flash=check_attention(attention) == "flash")
 
 
 @lru_cache(maxsize=4096)
 def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision: str,
                 tp: int, sp: bool, recompute: str, tp_group: Topology,
-                policy: str) -> BlockCosts:
-    """The blocks' seconds (see ``BlockCosts`` and the module docstring)."""
+                policy: str, cp: int = 1, cp_algorithm: str = "ring",
+                attention: str = "flash", tp_overlap: bool = False) -> BlockCosts:
+    """The blocks' seconds (see ``BlockCosts`` and the module docstring) on one GPU of a CP
+    group of ``cp`` (its ``s / cp`` tokens; the CP communication is ``job.context_parallel``'s),
+    the attention core by the ``attention`` kernel, the TP collectives overlapped with their
+    GEMMs when ``tp_overlap`` and ``sp``."""
     compute = gpu_compute(gpu, precision, tp, sp)
-    model = decoder_model(spec)
+    model = decoder_model(spec, 1, cp, cp_algorithm, attention)
     forward, backward = block_seconds(model, microbatch_size, compute)
-    message = microbatch_size * spec.seq * spec.hidden * ACTIVATION_BYTES
+    message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     if sp:
         exchange = (curve(tp_group, "all-gather", policy).seconds(message)
                     + curve(tp_group, "reduce-scatter", policy).seconds(message))
     else:
         exchange = curve(tp_group, "all-reduce", policy).seconds(message)
-    tp_forward = 2 * exchange
-    tp_backward = 2 * exchange + (tp_forward if recompute == "full" else 0.0)
+    tp_forward = tp_backward = 2 * exchange
+    if sp and tp_overlap:
+        tp_forward, tp_backward = overlapped_tp(model, compute, microbatch_size, message,
+                                                tp_group, policy)
+    tp_backward += tp_forward if recompute == "full" else 0.0
+    if recompute == "selective-op":  # the gathers feeding QKV and FFN, or the first all-reduce
+        tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(message) if sp
+                        else curve(tp_group, "all-reduce", policy).seconds(message))
     layer_f, layer_b = float(forward[1]), float(backward[1])
+    layer = next(item for item in model.layers if item.block == "h.0" and any(
+        op.label in ATTENTION_CORE for op in item.ops))
+    core = [op for op in layer.ops if op.label in ATTENTION_CORE]
+    core_f = sum(compute.op_time(op, microbatch_size) for op in core)
+    core_b = sum(compute.op_time(op, microbatch_size, backward=True) for op in core)
     if recompute == "full":
         layer_b += layer_f
     elif recompute == "selective":
-        layer = next(item for item in model.layers if item.block == "h.0" and any(
-            op.label in ATTENTION_CORE for op in item.ops))
-        layer_b += sum(compute.op_time(op, microbatch_size) for op in layer.ops
-                       if op.label in ATTENTION_CORE)
+        layer_b += core_f
+    elif recompute == "selective-op":
+        ops = tuple(op for item in model.layers if item.block == "h.0" for op in item.ops)
+        rerun = Layer("h.0.recomputed", 0, ops=recomputed_ops(spec, ops, local_tokens(spec, cp)))
+        layer_b += compute.forward_time(rerun, microbatch_size)
     return BlockCosts(float(forward[0]) + exchange, float(backward[0]), layer_f + tp_forward,
                       layer_b + tp_backward, float(forward[2]), float(backward[2]) + exchange,
-                      tp_forward, tp_backward)
+                      tp_forward, tp_backward, core_f, core_b)
+

@@ -23,7 +23,9 @@ reduce-scatter; a unit is one transformer layer, the embedding or the head (none
 ``dp`` = 1, where nothing is sharded).
 
 **Parameters of a stage.** Megatron-LM puts ``layers / (pp x chunks)`` layers on each virtual
-stage, ``chunks`` per rank (virtual stage ``c x pp + s`` is chunk ``c`` of rank ``s``). Under
+stage, ``chunks`` per rank (virtual stage ``c x pp + s`` is chunk ``c`` of rank ``s``), or with
+the embedding and the loss accounted as layers one fewer on the first and the last
+(``Layout.pipeline_split``, ``job.pipeline_split``). Under
 tensor parallelism of ``t``, a layer's QKV, projection and MLP weights and the column-parallel
 biases are split; the two row-parallel biases (projection, second MLP linear: ``RowParallelLinear``
 keeps its bias whole) and the two layer norms are replicated on every TP rank, with or without
@@ -39,15 +41,21 @@ own gradients and optimizer state).
 Models", MLSys 2023, Sec. 4, Table 2; formulas in ``pipeline.memory_model``): per layer and
 microbatch ``s b h (34 + 5 a s / h)`` bytes at 16 bits, under TP without SP ``s b h (10 + 24 / t
 + 5 a s / (h t))``, with SP everything over ``t``; selective recomputation drops the ``5 a s /
-h`` term (recomputed in the backward: a transient of one layer), full recomputation keeps the
-layer input ``2 s b h`` (over ``t`` with SP) and recomputes one layer at a time (its full
-activations a transient). The derivation's MLP width ``4 h`` and K/V width ``h`` are replaced by
-the spec's ``ffn_hidden`` and ``kv_heads x head_dim`` (GeLU input and second linear input ``p s b
-f`` each; K and V ``p s b kv d`` each; all split by TP). The embedding keeps token ids (8 B each,
-whole on every TP rank) and its dropout mask (split by SP), the head the inputs of the final norm
-and the projection and the FP32 logits of the vocabulary-parallel loss ``4 s b V' / t`` (part
-``logits``), beside which the 16-bit logits
-``p s b V' / t`` are a transient.
+h`` term (recomputed in the backward: a transient of one layer). A fused (flash) attention
+kernel never writes the scores out: the stash is the selective one whatever the recomputation,
+plus the kernel's FP32 log-sum-exp per query and head (``4 a s b / t``, saved for its backward;
+Dao et al., FlashAttention, 2022, Alg. 2), and selective recomputation saves nothing more;
+full recomputation keeps the layer input ``2 s b h`` (over ``t`` with SP) and recomputes one
+layer at a time (its full activations a transient). TorchTitan's per-op policy
+(``selective-op``, ``job.op_checkpoint``) keeps the layer input, every other matmul's output and
+the fused kernel's output and log-sum-exp; the rest of the layer's full stash (and autocast's
+weight copies, cast again) is the transient of its backward. The derivation's MLP width ``4 h``
+and K/V width ``h`` are replaced by the spec's ``ffn_hidden`` and ``kv_heads x head_dim`` (GeLU
+input and second linear input ``p s b f`` each; K and V ``p s b kv d`` each; all split by TP). The
+embedding keeps token ids (8 B each, whole on every TP rank) and its dropout mask (split by SP),
+the head the inputs of the final norm and the projection and the FP32 logits of the
+vocabulary-parallel loss ``4 s b V' / t`` (part ``logits``), beside which the 16-bit logits ``p s
+b V' / t`` are a transient.
 
 **Microbatches in flight** (the stash): 1F1B stage ``s`` holds ``min(pp - s, m)`` (Narayanan et
 al., SC21, Sec. 2.2; Megatron's warm-up ``pp - s - 1`` forwards plus one), GPipe all ``m``, ZB-H1
@@ -61,8 +69,17 @@ order (``megatron/core/pipeline_parallel/schedules.py``: warm-up ``2 (pp - s - 1
 1) pp`` chunk-forwards, groups of ``pp`` microbatches per chunk) and takes the peak of the bytes
 held; on the first stage that is ``L (1 + (pp - 1) / (pp chunks))`` layers' worth, Korthikanti
 et al. Sec. 4.2.3's interleaving factor.
-Workspace: the ZeRO transients plus the larger of the recomputation and the 16-bit
-logits transients (they do not run together). Reserve: the CUDA context
+MoE layers (``job.moe_memory``): their routed experts' state sharded over the expert-data-
+parallel group, their stash of routed tokens in place of the dense FFN's.
+**Context parallelism** (``job.context_parallel``; Korthikanti et al.'s formula with ``s`` ->
+``s / cp``): every token-wise activation, the embedding's and the head's are those of ``s / cp``
+tokens; the unfused attention scores (the ``5 a s / h`` term) are the GPU's ``s / cp`` queries
+against all ``s`` keys, ``cp`` times the term at ``s / cp``. ZeRO shards over the CP x DP ranks
+(Megatron-Core's distributed optimizer over its data-parallel group with context parallelism),
+and the CP buffers (the ring's K/V blocks, the all-to-all's Q/K/V buffers) are a transient of
+the layer in its backward.
+Workspace: the ZeRO transients plus the larger of the recomputation (with the CP buffers) and
+the 16-bit logits transients (they do not run together). Reserve: the CUDA context
 (``pipeline.memory_model.CONTEXT_BYTES``); fragmentation is the caller's (``usable_bytes``).
 """
 
@@ -70,12 +87,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from dlsched.errors import ConfigError
+from dlsched.job.context_parallel import buffer_bytes, local_tokens
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.moe_costs import expert_dp_size
+from dlsched.job.moe_memory import (
+    experts_per_gpu,
+    layer_indices,
+    moe_dense_delta,
+    moe_stash_delta,
+    stage_moe_layers,
+)
+from dlsched.job.op_checkpoint import stash_elements
 from dlsched.pipeline.memory_model import (
     ADAM_MOMENT_BYTES,
     CONTEXT_BYTES,
@@ -95,6 +123,7 @@ GRAD_BYTES = (2, 4)
 VOCAB_DIVISOR = 128  # Megatron-LM --make-vocab-size-divisible-by default
 PREFETCHED_UNITS = 2  # ZeRO-3: the unit in use and the next one, all-gathered ahead
 AUTOCAST_COPY_BYTES = 2  # torch.autocast's 16-bit cast of a weight, saved by its linear
+LSE_BYTES = 4  # a fused attention kernel's FP32 log-sum-exp per query and head
 
 
 @dataclass(frozen=True)
@@ -190,16 +219,6 @@ def padded_vocab(vocab: int, tp: int) -> int:
     return math.ceil(vocab / multiple) * multiple
 
 
-def layers_per_chunk(spec: TransformerSpec, layout: Layout) -> int:
-    """Transformer layers of one virtual stage; ConfigError unless they divide evenly (as
-    Megatron-LM requires without an uneven split)."""
-    if spec.layers % layout.virtual_stages:
-        raise ConfigError(f"--pp: {spec.layers} layers do not divide into pp x chunks = "
-                          f"{layout.virtual_stages} equal virtual stages; accepted: pp x "
-                          f"chunks dividing {spec.layers}")
-    return spec.layers // layout.virtual_stages
-
-
 def layer_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
     """One layer's parameters on one TP rank: split weights and column-parallel biases over
     ``tp``, the row-parallel biases and the layer norms (``6 h``) whole."""
@@ -223,8 +242,9 @@ def head_parameters_per_gpu(spec: TransformerSpec, layout: Layout) -> float:
 def stage_units(spec: TransformerSpec, layout: Layout, stage: int) -> list[float]:
     """Parameters per GPU of each unit (layer, embedding, head) on pipeline rank ``stage``."""
     _check_stage(layout, stage)
-    units = [layer_parameters_per_gpu(spec, layout.tp)] * (
-        layers_per_chunk(spec, layout) * layout.chunks)
+    units = [layer_parameters_per_gpu(spec, layout.tp)] * layout.rank_layers(spec.layers, stage)
+    for index in range(stage_moe_layers(spec, layout, stage)):  # their experts: stage_experts
+        units[index] += moe_dense_delta(spec, layout.tp)
     if stage == 0:
         units.append(embedding_parameters_per_gpu(spec, layout.tp))
     if stage == layout.pp - 1:
@@ -237,22 +257,32 @@ def _per_gpu(total: float, whole: float, tp: int) -> float:
     return whole + (total - whole) / tp
 
 
-def layer_activations(spec: TransformerSpec, layout: Layout, precision: str) -> tuple[float, float]:
+def layer_activations(spec: TransformerSpec, layout: Layout, precision: str,
+                      attention: str = "flash") -> tuple[float, float]:
     """One layer's stash per microbatch per GPU and the transient of recomputing it (bytes),
-    with autocast's 16-bit weight copy (module docstring)."""
+    with autocast's 16-bit weight copy, the attention core by the ``attention`` kernel
+    (module docstring)."""
     p = activation_bytes(precision)
-    s, b, h, t = spec.seq, layout.microbatch_size, spec.hidden, layout.tp
+    s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
     block = layer_memory(s, b, h, spec.heads, p, layout.sequence_parallel)
     widths = 2 * p * s * b * ((spec.ffn_hidden - 4 * h) + (spec.kv_heads * spec.head_dim - h))
     whole_none, whole_selective, whole_input = block.replicated
-    none = _per_gpu(block.stash, whole_none, t) + widths / t
     selective = _per_gpu(block.selective, whole_selective, t) + widths / t
+    if attention == "flash":
+        none = selective = selective + LSE_BYTES * spec.heads * s * b / t
+    else:
+        scores = (layout.cp - 1) * (block.stash - block.selective)  # (s/cp) x s, not (s/cp)^2
+        none = _per_gpu(block.stash + scores, whole_none, t) + widths / t
     kept = _per_gpu(block.input, whole_input, t)
     copy = AUTOCAST_COPY_BYTES * layer_parameters_per_gpu(spec, t) if precision == "autocast" else 0
     if layout.recompute == "full":
         return kept, none + copy - kept
     if layout.recompute == "selective":
         return selective + copy, none - selective
+    if layout.recompute == "selective-op":  # TorchTitan's per-op policy: job.op_checkpoint
+        stash = stash_elements(spec, layout, attention)
+        kept = p * stash.activations + LSE_BYTES * stash.fp32
+        return kept, max(0.0, none - kept) + copy
     return none + copy, 0.0
 
 
@@ -261,13 +291,18 @@ def _block_per_gpu(block: BlockMemory, tp: int) -> float:
 
 
 def chunk_stash(spec: TransformerSpec, layout: Layout, precision: str,
-                stage: int) -> list[tuple[float, float]]:
+                stage: int, attention: str = "flash") -> list[tuple[float, float]]:
     """Per chunk of rank ``stage``: (activations, FP32 logits) one microbatch keeps (bytes)."""
     p = activation_bytes(precision)
-    s, b, h, t = spec.seq, layout.microbatch_size, spec.hidden, layout.tp
-    layer, _ = layer_activations(spec, layout, precision)
-    per_chunk = layers_per_chunk(spec, layout) * layer
-    chunks = [[per_chunk, 0.0] for _ in range(layout.chunks)]
+    s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
+    layer, _ = layer_activations(spec, layout, precision, attention)
+    chunks = [[len(layer_indices(spec, layout, stage, chunk)) * layer, 0.0]
+              for chunk in range(layout.chunks)]
+    if spec.experts and layout.recompute != "full":  # full recomputation keeps inputs only
+        for chunk, acts in enumerate(chunks):
+            span = layer_indices(spec, layout, stage, chunk)
+            acts[0] += spec.moe_layers_in(span.start, span.stop) * moe_stash_delta(spec, layout,
+                                                                                  p)
     if stage == 0:
         embedding = embedding_memory(s, b, h, p, False, layout.sequence_parallel)
         ids = TOKEN_ID_BYTES * s * b  # every TP rank reads all the token ids, SP or not
@@ -326,39 +361,54 @@ def megatron_interleaved_chunks(m: int, v: int, pp: int) -> np.ndarray:
 
 
 def memory_per_gpu(spec: TransformerSpec, layout: Layout, precision: str, stage: int = 0,
-                   grad_bytes: int = 4) -> MemoryBreakdown:
-    """Bytes per GPU of pipeline rank ``stage`` (0 = first) by part (module docstring)."""
+                   grad_bytes: int = 4, attention: str = "flash") -> MemoryBreakdown:
+    """Bytes per GPU of pipeline rank ``stage`` (0 = first) by part, the attention core by
+    the ``attention`` kernel (module docstring)."""
     check_precision(precision, grad_bytes)
     units = stage_units(spec, layout, stage)
     params = sum(units)
-    per_param = state_bytes(precision, layout.zero, layout.dp, grad_bytes)
+    shards = layout.cp * layout.dp  # Megatron-Core shards over the data-parallel group with CP
+    per_param = state_bytes(precision, layout.zero, shards, grad_bytes)
     unsharded = state_bytes(precision, 0, 1, grad_bytes)
     acts, logits, held = in_flight_peak(layout, stage,
-                                        chunk_stash(spec, layout, precision, stage))
-    _, recompute = layer_activations(spec, layout, precision)
+                                        chunk_stash(spec, layout, precision, stage,
+                                                    attention))
+    _, recompute = layer_activations(spec, layout, precision, attention)
+    if spec.experts and layout.recompute == "full":
+        recompute += max(0.0, moe_stash_delta(spec, layout, activation_bytes(precision)))
+    experts = stage_moe_layers(spec, layout, stage) * experts_per_gpu(spec, layout)
+    expert_state = state_bytes(precision, layout.zero, expert_dp_size(layout), grad_bytes)
     loss = 0.0
     if stage == layout.pp - 1:
         vocab = padded_vocab(spec.vocab, layout.tp)
-        loss = (activation_bytes(precision) * spec.seq * layout.microbatch_size * vocab
-                / layout.tp)
+        loss = (activation_bytes(precision) * local_tokens(spec, layout.cp)
+                * layout.microbatch_size * vocab / layout.tp)
     largest = max(units)
-    sharded = layout.dp > 1  # over one replica ZeRO shards nothing and gathers nothing
+    sharded = shards > 1  # over one replica ZeRO shards nothing and gathers nothing
     gathered = (PREFETCHED_UNITS * unsharded.weights * largest
                 if sharded and layout.zero >= 3 else 0.0)
     gradient = unsharded.gradients * largest if sharded and layout.zero >= 2 else 0.0
-    return MemoryBreakdown(stage, params, params * per_param.weights,
-                           params * per_param.gradients, params * per_param.optimizer, acts,
-                           logits, gathered + gradient + max(recompute, loss), CONTEXT_BYTES,
-                           held)
+    cp_buffers = buffer_bytes(spec, layout) * activation_bytes(precision) / 2
+    return MemoryBreakdown(stage, params + experts,
+                           params * per_param.weights + experts * expert_state.weights,
+                           params * per_param.gradients + experts * expert_state.gradients,
+                           params * per_param.optimizer + experts * expert_state.optimizer, acts,
+                           logits, gathered + gradient + max(recompute + cp_buffers, loss),
+                           CONTEXT_BYTES, held)
 
 
+@lru_cache(maxsize=65536)  # a plan's search and its baselines' ask again for the same layouts
 def peak_memory(spec: TransformerSpec, layout: Layout, precision: str,
-                grad_bytes: int = 4) -> MemoryBreakdown:
-    """The breakdown of the stage that needs the most. Only the first and last ranks can: a
-    middle rank holds the same layers as the first without the embedding, and no more
-    microbatches in flight (every schedule's warm-up shrinks with the rank)."""
-    stages = {0, layout.pp - 1}
-    return max((memory_per_gpu(spec, layout, precision, s, grad_bytes) for s in sorted(stages)),
+                grad_bytes: int = 4, attention: str = "flash") -> MemoryBreakdown:
+    """The breakdown of the stage that needs the most. Under an even split only the first and
+    last ranks can: a middle rank holds the same layers as the first without the embedding,
+    and no more microbatches in flight (every schedule's warm-up shrinks with the rank). An
+    accounted split takes a layer off the first (or last) rank: then the second rank, the
+    middle one with the most in flight, is a candidate too."""
+    stages = {0, layout.pp - 1} | ({1} if layout.pipeline_split != "even" and layout.pp > 2
+                                   else set())
+    return max((memory_per_gpu(spec, layout, precision, s, grad_bytes, attention)
+                for s in sorted(stages)),
                key=lambda breakdown: breakdown.total)
 
 

@@ -16,6 +16,22 @@ h f + f + h + 4 h`` with head size ``d = h / heads``; the embedding ``V h`` (plu
 untied), learned positions ``s h`` and the final norm ``2 h``: 174.6B for GPT-3 175B (the paper's
 "175B"); a gated FFN has ``3 h f`` weights, an RMSNorm ``h``: 8,030,261,248 for Llama 3 8B and
 70,553,706,496 for 70B (their model cards' 8.03B and 70.6B).
+
+Mixture of experts (``experts`` > 0): every ``moe_layer_freq``-th layer (layer ``i`` with ``i %
+moe_layer_freq == 0``, Megatron-Core's ``--moe-layer-freq``) replaces its FFN by a router (an
+``h x experts`` matrix, no bias), ``experts`` FFNs of width ``expert_ffn_hidden`` (each as the
+dense FFN: gated or not, with biases or not) of which each token uses ``top_k``, and
+``shared_experts`` FFNs of that width every token uses. ``capacity_factor`` caps the tokens an
+expert takes at that multiple of the mean (None: dropless, Megatron-Core's default);
+``router_imbalance`` is the busiest expert's tokens over the mean (1.0: a balanced router, the
+assumption of a load-balancing loss that reached its target; see ``job.moe_costs``); ``router``
+the score function (``softmax``: Mixtral, Switch; ``sigmoid``: DeepSeek-V3). Mixtral 8x7B
+(Jiang et al. 2024, "Mixtral of Experts", Table 1: 32 layers, dim 4096, FFN 14336, 32 heads, 8
+KV heads, vocabulary 32,000, 8 experts, top 2; SwiGLU, RMSNorm, rotary, untied as Mistral 7B):
+46,702,792,704 parameters, 12,879,925,248 active (the paper's 46.7B / 12.9B, "13B active");
+Mixtral 8x22B (Mistral AI's config.json of Mixtral-8x22B-v0.1: 56 layers, hidden 6144, FFN 16384,
+48 heads, 8 KV heads, vocabulary 32,000, 8 experts, top 2): 140,620,634,112 and 39,152,031,744
+(Mistral AI's announcement "Cheaper, Better, Faster, Stronger", 2024: 141B, 39B active).
 """
 
 from __future__ import annotations
@@ -47,6 +63,14 @@ class TransformerSpec:
     bias: bool = True
     rms_norm: bool = False
     learned_positions: bool = True
+    experts: int = 0
+    top_k: int = 2
+    expert_ffn_hidden: int = 0
+    shared_experts: int = 0
+    capacity_factor: float | None = None
+    moe_layer_freq: int = 1
+    router: str = "softmax"
+    router_imbalance: float = 1.0
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "seq", "vocab"):
@@ -62,6 +86,27 @@ class TransformerSpec:
         if self.heads % self.kv_heads:
             raise ConfigError(f"model: heads {self.heads} must be a multiple of kv_heads "
                               f"{self.kv_heads}")
+        if self.experts:
+            self._check_moe()
+
+    def _check_moe(self) -> None:
+        if self.experts < 0 or not 1 <= self.top_k <= self.experts:
+            raise ConfigError(f"model: top_k must be in 1..experts = {self.experts} (got "
+                              f"{self.top_k})")
+        if self.moe_layer_freq < 1 or self.shared_experts < 0:
+            raise ConfigError("model: moe_layer_freq must be >= 1 and shared_experts >= 0 "
+                              f"(got {self.moe_layer_freq}, {self.shared_experts})")
+        if self.router not in ROUTERS:
+            raise ConfigError(f"model: router {self.router!r} is not accepted; accepted: "
+                              + ", ".join(ROUTERS))
+        if self.router_imbalance < 1.0:
+            raise ConfigError(f"model: router_imbalance is the busiest expert's tokens over "
+                              f"the mean, >= 1 (got {self.router_imbalance})")
+        if self.capacity_factor is not None and self.capacity_factor <= 0:
+            raise ConfigError(f"model: capacity_factor must be > 0 or None (dropless; got "
+                              f"{self.capacity_factor})")
+        if self.expert_ffn_hidden == 0:
+            object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
 
     @property
     def head_dim(self) -> int:
@@ -81,13 +126,52 @@ class TransformerSpec:
     def _norm_parameters(self) -> int:
         return self.hidden if self.rms_norm or not self.bias else 2 * self.hidden
 
-    def layer_parameters(self) -> int:
-        """Parameters of one transformer layer (weights, biases, two norms)."""
-        h, f, q = self.hidden, self.ffn_hidden, self.qkv_width
-        weights = h * q + h * h + self.ffn_matrices * h * f
-        up = (self.ffn_matrices - 1) * f
-        biases = q + h + up + h if self.bias else 0
-        return weights + biases + 2 * self._norm_parameters()
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose FFN is a mixture of experts."""
+        return self.moe_layers_in(0, self.layers)
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0 = first) is an MoE layer."""
+        return self.experts > 0 and index % self.moe_layer_freq == 0
+
+    def moe_layers_in(self, start: int, stop: int) -> int:
+        """MoE layers among layers ``start .. stop - 1``: the multiples of ``moe_layer_freq``
+        in that range."""
+        if not self.experts or stop <= start:
+            return 0
+        return -(-stop // self.moe_layer_freq) - -(-start // self.moe_layer_freq)
+
+    def ffn_parameters(self, width: int) -> int:
+        """One FFN of hidden size ``width``: its matrices and (with ``bias``) biases."""
+        biases = (self.ffn_matrices - 1) * width + self.hidden if self.bias else 0
+        return self.ffn_matrices * self.hidden * width + biases
+
+    def attention_parameters(self) -> int:
+        """A layer's attention (QKV, projection, their biases) and its two norms."""
+        h, q = self.hidden, self.qkv_width
+        return h * q + h * h + (q + h if self.bias else 0) + 2 * self._norm_parameters()
+
+    def router_parameters(self) -> int:
+        """The router's ``h x experts`` matrix of an MoE layer (0 for a dense model)."""
+        return self.hidden * self.experts
+
+    def expert_parameters(self) -> int:
+        """The routed experts of one MoE layer (what expert parallelism shards)."""
+        return self.experts * self.ffn_parameters(self.expert_ffn_hidden)
+
+    def layer_parameters(self, moe: bool = False) -> int:
+        """Parameters of one transformer layer (weights, biases, two norms); ``moe``: an MoE
+        layer's (router, routed and shared experts)."""
+        if not moe:
+            return self.attention_parameters() + self.ffn_parameters(self.ffn_hidden)
+        return (self.attention_parameters() + self.router_parameters()
+                + self.expert_parameters()
+                + self.shared_experts * self.ffn_parameters(self.expert_ffn_hidden))
+
+    def _layers_parameters(self, moe_layer: int) -> int:
+        moe = self.moe_layers
+        return (self.layers - moe) * self.layer_parameters() + moe * moe_layer
 
     def embedding_parameters(self) -> int:
         """Word embedding and learned positions (the input side)."""
@@ -101,18 +185,38 @@ class TransformerSpec:
 
     def parameters(self) -> int:
         """All parameters."""
-        return (self.layers * self.layer_parameters() + self.embedding_parameters()
+        return (self._layers_parameters(self.layer_parameters(moe=True))
+                + self.embedding_parameters() + self.head_parameters())
+
+    def active_parameters(self) -> int:
+        """Parameters one token uses: an MoE layer's ``top_k`` routed experts, not all."""
+        routed = self.top_k * self.ffn_parameters(self.expert_ffn_hidden)
+        active = self.layer_parameters(moe=True) - self.expert_parameters() + routed
+        return (self._layers_parameters(active) + self.embedding_parameters()
                 + self.head_parameters())
+
+    def layer_matmul_elements(self, moe: bool = False) -> int:
+        """Weight elements one token multiplies by in a layer (the ``top_k`` routed experts,
+        the shared ones and the router of an MoE layer)."""
+        h, q = self.hidden, self.qkv_width
+        attention = h * q + h * h
+        if not moe:
+            return attention + self.ffn_matrices * h * self.ffn_hidden
+        experts = (self.top_k + self.shared_experts) * self.ffn_matrices * h * \
+            self.expert_ffn_hidden
+        return attention + experts + self.router_parameters()
 
     def model_flops_per_token(self) -> float:
         """Training FLOP per token without recomputation (MFU's numerator): the forward's
         matrix products x 3 (forward, and a backward of twice it): per layer 2 x its weight
         matrices' elements plus ``4 s h`` for the attention scores and context (causal mask not
         discounted), and ``2 V h`` for the logits; for a GPT ``72 h^2 + 12 s h`` per layer and
-        ``6 V h``, Megatron-LM SC21's Eq. 3 without its recomputation pass."""
-        h, s, f = self.hidden, self.seq, self.ffn_hidden
-        per_layer = 2 * (h * self.qkv_width + h * h + self.ffn_matrices * h * f) + 4 * s * h
-        return 3.0 * (self.layers * per_layer + 2 * self.vocab * h)
+        ``6 V h``, Megatron-LM SC21's Eq. 3 without its recomputation pass; an MoE layer counts
+        the experts a token uses (``layer_matmul_elements``)."""
+        h, s, moe = self.hidden, self.seq, self.moe_layers
+        dense = 2 * self.layer_matmul_elements() + 4 * s * h
+        sparse = 2 * self.layer_matmul_elements(moe=True) + 4 * s * h
+        return 3.0 * ((self.layers - moe) * dense + moe * sparse + 2 * self.vocab * h)
 
 
 SC21_SHAPES = {  # name: (layers, hidden, heads); SC21 Table 1, sequence 2048, vocabulary 51,200
@@ -128,8 +232,18 @@ KORTHIKANTI_SHAPES = {  # Korthikanti et al. 2022, Table 3: sequence 2048, vocab
 # Llama 3 (Meta, "The Llama 3 Herd of Models", 2024, Table 3; the model cards' config.json):
 # layers, hidden, FFN, heads, KV heads; vocabulary 128,256, 8,192-token pre-training context,
 # SwiGLU, RMSNorm, rotary positions, no biases, untied output projection.
+ROUTERS = ("softmax", "sigmoid")
+
 LLAMA3_SHAPES = {"llama3-8b": (32, 4096, 14336, 32, 8), "llama3-70b": (80, 8192, 28672, 64, 8),
                  "llama3-405b": (126, 16384, 53248, 128, 8)}
+
+
+# Mixtral (module docstring): layers, hidden, FFN, heads, KV heads, vocabulary; 8 experts, top 2,
+# SwiGLU, RMSNorm, rotary, no biases, untied. Sequence 4096 tokens: a training length chosen
+# here (the models' published context is 32k and 64k tokens; a spec file sets another).
+MIXTRAL_SHAPES = {"mixtral-8x7b": (32, 4096, 14336, 32, 8, 32000),
+                  "mixtral-8x22b": (56, 6144, 16384, 48, 8, 32000)}
+MIXTRAL_SEQ = 4096
 
 
 def bundled_specs() -> dict[str, TransformerSpec]:
@@ -141,6 +255,11 @@ def bundled_specs() -> dict[str, TransformerSpec]:
         specs[name] = TransformerSpec(name, layers, hidden, heads, 8192, 128256, ffn, kv,
                                       tied_embeddings=False, gated_ffn=True, bias=False,
                                       rms_norm=True, learned_positions=False)
+    for name, (layers, hidden, ffn, heads, kv, vocab) in MIXTRAL_SHAPES.items():
+        specs[name] = TransformerSpec(name, layers, hidden, heads, MIXTRAL_SEQ, vocab, ffn, kv,
+                                      tied_embeddings=False, gated_ffn=True, bias=False,
+                                      rms_norm=True, learned_positions=False, experts=8,
+                                      top_k=2)
     return specs
 
 
@@ -161,6 +280,14 @@ class TransformerFile(BaseModel):
     bias: bool = True
     rms_norm: bool = False
     learned_positions: bool = True
+    experts: int = Field(default=0, ge=0, le=100_000)
+    top_k: int = Field(default=2, ge=1, le=100_000)
+    expert_ffn_hidden: int = Field(default=0, ge=0, le=10_000_000)
+    shared_experts: int = Field(default=0, ge=0, le=1_000)
+    capacity_factor: float | None = Field(default=None, gt=0, le=1_000)
+    moe_layer_freq: int = Field(default=1, ge=1, le=10_000)
+    router: str = "softmax"
+    router_imbalance: float = Field(default=1.0, ge=1.0, le=1_000)
 
 
 def load_spec(name: str) -> TransformerSpec:

@@ -1,24 +1,31 @@
 """Find the fastest layout of a job, for dlsched and for each baseline in its own space.
 
 Every space is enumerated over the degrees a layout may take (``space``): TP up to the GPUs of
-the first network dimension and dividing the heads, PP dividing the layers, DP the rest, the
-microbatch sizes 1-8 that divide each replica's batch, the schedules with chunks dividing each
-rank's layers, recomputation, sequence parallelism and ZeRO stage — minus what the user fixed
-(``LayoutChoice``) or the space leaves out. Layouts that do not fit GPU memory are dropped
-first (closed form, ``job.memory``), the rest sorted by a lower bound on their pipeline
-(``evaluate._bound``: the busiest rank's compute and the forwards before and backwards after
-it), and evaluated fast in that order, with the gradients reduced after the backward, until the
-bound of the next passes the ``SHORTLIST``-th best time found (overlapping the reduction only
-shortens an iteration, so no layout left out could beat them without it); the shortlist is
-evaluated again with the job's data-parallel policy, and its ``REFINE`` best by the pipeline
-simulator: the fastest of those wins (its simulated time reported beside the fast one).
+the first network dimension and dividing the heads, PP and chunks that some pipeline split of
+the space takes (``job.pipeline_split``: PP x chunks dividing the layers, or the layers with the
+embedding and/or the loss counted; each split Megatron-Core accepts for them that places the
+layers differently), DP the rest, EP (an MoE model's) every divisor of its experts that divides
+CP x DP with expert TP = TP, or TP x CP x DP with expert TP 1 (``expert_tp_degrees``), the
+microbatch sizes 1-8 that divide each replica's batch, the schedules, recomputation, sequence
+parallelism and ZeRO stage, and CP degrees with their algorithms for long sequences
+(``context_degrees``) — minus what the user fixed (``LayoutChoice``) or the space leaves out
+(TorchTitan's per-op recomputation is tried only when fixed: ``SEARCHED_RECOMPUTE``).
+The layouts are sorted by a lower bound on their pipeline (``evaluate._bound``: the busiest
+rank's compute and the forwards before and backwards after it) and, in that order, those that
+fit GPU memory (closed form, ``job.memory``: asked only of the layouts reached) evaluated fast,
+with the gradients reduced after the backward, until the bound of the next passes the
+``SHORTLIST``-th best time found (overlapping the reduction only shortens an iteration, so no
+layout left out could beat them without it); the shortlist is evaluated again with the job's
+data-parallel policy, and its ``REFINE`` best by the pipeline simulator: the fastest of those
+wins (its simulated time reported beside the fast one).
 
 Spaces (``SPACES``): ``megatron`` is Megatron-LM SC21's practice (TP within a node, 1F1B or
 interleaved 1F1B, full recomputation, no sequence parallelism, gradients all-reduced after the
 backward), ``megatron-sp`` Korthikanti et al. 2022's (selective recomputation and sequence
 parallelism added, the distributed optimizer = ZeRO 1), ``fsdp`` ZeRO 3 / FSDP data
 parallelism without a pipeline, and ``dlsched`` every layout with the data-parallel policy the
-job names (dlsched's own by default).
+job names (dlsched's own by default). Only ``dlsched`` splits the layers unevenly: Megatron-LM
+then required equal stages (the accounting options came with Megatron-Core).
 """
 
 from __future__ import annotations
@@ -28,36 +35,54 @@ from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
 from dlsched.job.evaluate import Job, JobResult, _bound, check_layout, evaluate, pipeline_times
-from dlsched.job.layout import RECOMPUTE, SCHEDULES, ZERO_STAGES, Layout, LayoutChoice
+from dlsched.job.layout import (
+    CP_ALGORITHMS,
+    SCHEDULES,
+    ZERO_STAGES,
+    Layout,
+    LayoutChoice,
+)
 from dlsched.job.memory import peak_memory
+from dlsched.job.pipeline_split import SPLITS, feasible_splits
 
 MICROBATCH_SIZES = (1, 2, 4, 8)
 MAX_CHUNKS = 8
+# Space limit: CP is searched down to this many tokens of each sequence per GPU (8,192: the
+# context of Llama 3's pre-training, Meta 2024, which it trained without CP; shorter shares
+# only shrink every GEMM); a given --cp is evaluated whatever its share.
+CP_MIN_TOKENS = 8192
 SHORTLIST = 6
 REFINE = 2
+# Recomputation searched: Megatron-LM's three modes. TorchTitan's per-op policy (selective-op)
+# is tried only when the user fixes it (``Space.given_recompute``): Megatron-LM has no such
+# mode, so a searched plan that chose it could not be handed over as Megatron arguments.
+SEARCHED_RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)
 class Space:
-    """What a planner's search may choose (None: anything)."""
+    """What a planner's search may choose (None: anything); ``given_recompute``: modes it
+    runs only when the user fixes them."""
 
     name: str
     schedules: tuple[str, ...] = SCHEDULES
-    recompute: tuple[str, ...] = RECOMPUTE
+    recompute: tuple[str, ...] = SEARCHED_RECOMPUTE
     sequence_parallel: tuple[bool, ...] = (False, True)
     zero: tuple[int, ...] = ZERO_STAGES
     max_pp: int | None = None
     dp_policy: str | None = None
+    splits: tuple[str, ...] = SPLITS
+    given_recompute: tuple[str, ...] = ()
 
 
 SPACES = {
     "megatron": Space("megatron", ("1f1b", "interleaved"), ("full",), (False,), (0,),
-                      dp_policy="none"),
+                      dp_policy="none", splits=("even",)),
     "megatron-sp": Space("megatron-sp", ("1f1b", "interleaved"), ("selective", "full"),
-                         (True,), (1,), dp_policy="none"),
-    "fsdp": Space("fsdp", ("1f1b",), RECOMPUTE, (False, True), (3,), max_pp=1,
-                  dp_policy="none"),
-    "dlsched": Space("dlsched"),
+                         (True,), (1,), dp_policy="none", splits=("even",)),
+    "fsdp": Space("fsdp", ("1f1b",), SEARCHED_RECOMPUTE, (False, True), (3,), max_pp=1,
+                  dp_policy="none", given_recompute=("selective-op",)),
+    "dlsched": Space("dlsched", given_recompute=("selective-op",)),
 }
 BASELINES = ("megatron", "megatron-sp", "fsdp")
 
@@ -84,41 +109,90 @@ def layouts(job: Job, choice: LayoutChoice, space: Space) -> Iterator[Layout]:
     inner = job.cluster.topology.dims[0].size
     fixed = choice.fixed()
     tps = [t for t in _divisors(min(inner, gpus)) if spec.heads % t == 0]
+    eps = [fixed["ep"]] if "ep" in fixed else _divisors(max(1, spec.experts))
+    # a PP degree some split takes: dividing the layers, or them with the embedding/loss counted
+    pps = sorted({d for extra in (0, 1, 2) for d in _divisors(spec.layers + extra)})
     for tp in [fixed["tp"]] if "tp" in fixed else tps:
-        for pp in ([fixed["pp"]] if "pp" in fixed else _divisors(spec.layers)):
-            if gpus % (tp * pp) or (space.max_pp and pp > space.max_pp):
-                continue
-            dp = gpus // (tp * pp)
-            yield from _inner(choice, space, tp, pp, dp, spec.layers)
+        for cp in [fixed["cp"]] if "cp" in fixed else context_degrees(job, tp):
+            for pp in ([fixed["pp"]] if "pp" in fixed else pps):
+                if gpus % (tp * cp * pp) or (space.max_pp and pp > space.max_pp):
+                    continue
+                dp = gpus // (tp * cp * pp)
+                for etp in expert_tp_degrees(job, tp, fixed):
+                    for ep in eps:  # EP degrees: divisors of the experts the ranks can fold
+                        if (tp * cp * dp) % (etp * ep) == 0 and \
+                                (etp != tp or (cp * dp) % ep == 0):
+                            yield from _inner(choice, space, (tp, cp, ep, pp, dp, etp),
+                                              spec.layers)
 
 
-def _inner(choice: LayoutChoice, space: Space, tp: int, pp: int, dp: int,
+def expert_tp_degrees(job: Job, tp: int, fixed: dict[str, object]) -> list[int]:
+    """Expert-TP degrees searched beside TP ``tp``: the one fixed, else TP itself
+    (Megatron-Core's default) and, for an MoE model with TP > 1, 1 (MoE parallel folding, Liu
+    et al. 2025: whole experts on each GPU, EP free to span the TP ranks too)."""
+    if "expert_tp" in fixed:
+        return [int(fixed["expert_tp"])]  # type: ignore[call-overload]
+    return [tp, 1] if job.spec.experts and tp > 1 else [tp]
+
+
+def context_degrees(job: Job, tp: int) -> list[int]:
+    """CP degrees searched beside TP ``tp``: those dividing the GPUs left that split each
+    sequence into ``2 cp`` equal chunks (Megatron's load-balanced split) and leave each GPU at
+    least ``CP_MIN_TOKENS`` of it (1 always)."""
+    seq, gpus = job.spec.seq, job.cluster.num_gpus
+    return [c for c in _divisors(gpus // tp)
+            if c == 1 or (seq % (2 * c) == 0 and seq // c >= CP_MIN_TOKENS)]
+
+
+def _inner(choice: LayoutChoice, space: Space, degrees: tuple[int, int, int, int, int, int],
            layers: int) -> Iterator[Layout]:
+    """The layouts of the degrees ``(tp, cp, ep, pp, dp, expert tp)``."""
+    tp, cp, ep, pp, dp, etp = degrees
     fixed = choice.fixed()
     sizes = [fixed["microbatch_size"]] if "microbatch_size" in fixed else MICROBATCH_SIZES
+    splits = tuple(s for s in space.splits if s == fixed.get("pipeline_split", s))
+    modes = space.recompute + tuple(mode for mode in space.given_recompute
+                                    if fixed.get("recompute") == mode)
     for mb in sizes:
         if choice.global_batch % (mb * dp):
             continue
         m = choice.global_batch // (mb * dp)
         for schedule in space.schedules:
-            for chunks in _chunks(schedule, layers // pp if layers % pp == 0 else 0, m, pp):
-                for recompute in space.recompute:
+            for chunks, split in _chunks(schedule, layers, m, pp, splits):
+                for recompute in modes:
                     for sp in space.sequence_parallel if tp > 1 else (False,):
-                        for zero in space.zero if dp > 1 else (0,):
-                            layout = Layout(tp, pp, dp, mb, choice.global_batch, chunks,
-                                            schedule, recompute, sp, zero)
-                            if choice.admits(layout):
-                                yield layout
+                        for zero in space.zero if cp * dp > 1 else (0,):
+                            for algorithm in CP_ALGORITHMS if cp > 1 else ("ring",):
+                                layout = Layout(tp, pp, dp, mb, choice.global_batch, chunks,
+                                                schedule, recompute, sp, zero, cp, ep,
+                                                algorithm, etp, split)
+                                if choice.admits(layout):
+                                    yield layout
 
 
-def _chunks(schedule: str, per_rank: int, m: int, pp: int) -> list[int]:
-    if per_rank == 0 or (pp == 1 and schedule != "1f1b"):  # one stage: every schedule is 1F1B
+def _chunks(schedule: str, layers: int, m: int, pp: int,
+            splits: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(chunks, pipeline split) pairs of ``schedule`` over ``pp`` ranks: every split of
+    ``splits`` Megatron-Core accepts for the degrees (``job.pipeline_split``)."""
+    if pp == 1 and schedule != "1f1b":  # one stage: every schedule is 1F1B
         return []
     if schedule != "interleaved":
-        return [1]
-    if pp == 1 or m % pp:
+        options = [1]
+    elif pp == 1 or m % pp:
         return []
-    return [v for v in range(2, MAX_CHUNKS + 1) if per_rank % v == 0]
+    else:
+        options = list(range(2, MAX_CHUNKS + 1))
+    return [(v, split) for v in options for split in feasible_splits(layers, pp, v, splits)]
+
+
+def _fits(job: Job, layout: Layout, usable: float) -> bool:
+    """Whether ``layout``'s busiest GPU fits in ``usable`` bytes (asked in bound order, so a
+    layout past the search's cut never needs the memory model)."""
+    try:
+        return peak_memory(job.spec, layout, job.precision, job.grad_bytes,
+                           job.attention).fits(usable)
+    except ConfigError:
+        return False
 
 
 def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
@@ -132,18 +206,10 @@ def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
         candidates += 1
         try:  # a layout the model or the network cannot express (groups off the dimensions)
             check_layout(job, layout)
-            if not peak_memory(job.spec, layout, job.precision).fits(usable):
-                continue
             times, _, _ = pipeline_times(job, layout)
         except ConfigError:
             continue
         ranked.append((_bound(times), layout))
-    if not ranked:
-        given = " ".join(f"--{name.replace('_', '-')} {value}"
-                         for name, value in choice.fixed().items())
-        raise ConfigError(f"{space.name}: no layout of {job.spec.name} runs on (or fits) "
-                          f"{job.cluster.num_gpus} GPUs of {usable / 2**30:.0f} GiB with "
-                          f"{given}; fix fewer options or add GPUs")
     ranked.sort(key=lambda item: (item[0], item[1].label()))
     plain = replace(job, dp_policy="none")
     best: list[JobResult] = []
@@ -151,10 +217,18 @@ def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
     for bound, layout in ranked:
         if len(best) >= SHORTLIST and bound >= best[SHORTLIST - 1].iteration_s:
             break
+        if not _fits(job, layout, usable):
+            continue
         best.append(evaluate(plain, layout))
         evaluated += 1
         best.sort(key=lambda r: (r.iteration_s, r.layout.label()))
         best = best[:SHORTLIST]
+    if not best:
+        given = " ".join(f"--{name.replace('_', '-')} {value}"
+                         for name, value in choice.fixed().items())
+        raise ConfigError(f"{space.name}: no layout of {job.spec.name} runs on (or fits) "
+                          f"{job.cluster.num_gpus} GPUs of {usable / 2**30:.0f} GiB with "
+                          f"{given}; fix fewer options or add GPUs")
     overlapped = sorted((evaluate(job, r.layout) for r in best),
                         key=lambda r: (r.iteration_s, r.layout.label()))[:REFINE]
     refined = [(evaluate(job, r.layout, fast=False), r) for r in overlapped]

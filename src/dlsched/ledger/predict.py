@@ -1,14 +1,25 @@
 """Each ledger row priced by the job evaluator (``dlsched.job``), configured exactly as published.
 
 ``job_and_layout(row)`` maps a row to the ``Job`` and ``Layout`` that ``dlsched plan`` would
-evaluate: the row's model shape, one node preset and one compute preset per GPU (``GPU_PRESETS``:
-no per-row or per-source factor), its TP / PP / DP, model chunks (interleaved 1F1B when more than
-one), microbatch, global batch, recomputation, sequence parallelism, ZeRO stage (FSDP is ZeRO 3)
-and 16-bit format; gradients overlap the backward in DDP's buckets (``dp_policy`` ``ddp``) when
-the row says the run overlapped them (``dp_grad_reduce``), and are all-reduced after the last
-backward otherwise (Megatron-LM's ``local`` DDP, ``none``). A row the evaluator cannot express
-raises ``ConfigError`` with the reason (the data's own ``reason`` first), and so does a row
-whose network differs from its node preset's (inter-node Gb/s per GPU).
+evaluate: the row's model shape, one node preset and one compute preset per GPU
+(``GPU_PRESETS``: no per-row or per-source factor), its TP / CP / PP / DP and EP (``Layout.cp``
+with the row's ``cp_algorithm``, ring or all-to-all, priced by ``job.context_parallel``;
+``Layout.ep`` over the MoE layers that ``job.moe_costs`` prices), model chunks (interleaved 1F1B
+when more than one) and the layers' split over them (``Layout.pipeline_split``), microbatch,
+global batch, recomputation (TorchTitan's per-op ``selective-op`` as ``job.op_checkpoint``
+prices it), sequence parallelism, ZeRO stage
+(FSDP is ZeRO 3) and 16-bit format; the shape as published (FFN width, KV heads, SwiGLU,
+biases, RMSNorm, rotary or learned positions, tied or untied embeddings; for a
+mixture-of-experts model its experts, top-k and capacity factor, the router taken as balanced:
+``router_imbalance`` 1.0, which a row states by forced balancing or a capacity factor of at
+most 1, the busiest expert then capped at the mean); gradients overlap the backward in DDP's
+buckets (``dp_policy`` ``ddp``) when the row says the run overlapped them (``dp_grad_reduce``),
+and are all-reduced after the last backward otherwise (Megatron-LM's ``local`` DDP, ``none``).
+A row the evaluator cannot express raises ``ConfigError`` with every reason (the data's own
+``reason`` alone where it has one), and so does a row whose network differs from its node
+preset's (inter-node Gb/s per GPU); what the evaluator itself refuses (``job.evaluate``'s
+checks: e.g. MoE layers under CP, layers that do not split) comes back from ``predict_row`` as
+the row's reason.
 
 ``predict_row(row)`` returns one ``Prediction`` per published metric, in the metric's published
 unit (``schema.METRIC_UNITS``): ``iteration_s`` (s), ``tflops_per_gpu`` (the FLOP executed,
@@ -32,12 +43,20 @@ from dlsched.job.model_spec import TransformerSpec
 from dlsched.job.pipeline_time import fast_pipeline
 from dlsched.ledger.schema import LedgerRow
 
-# Ledger GPU -> (node preset, compute preset): one preset per GPU model. TorchTitan's Grand
-# Teton H100s (96 GB HBM2e, 500 W) have no preset of their own: the h100 (SXM5) one prices them.
+# Ledger GPU -> (node preset, compute preset): one preset per GPU model, the model the preset
+# describes (presets/gpus.yaml).
 GPU_PRESETS: dict[str, tuple[str, str]] = {
     "a100-80gb": ("dgx-a100", "a100"),
     "h100-sxm": ("dgx-h100", "h100"),
-    "h100-hbm2e-96gb": ("dgx-h100", "h100"),
+}
+# Ledger GPUs with no preset of their own, and why another's does not describe them.
+NO_PRESET: dict[str, str] = {
+    "h100-hbm2e-96gb": "TorchTitan's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s, capped at 500 W; "
+                       "its benchmark file puts the peak 'between SXM and NVL', 835-989 "
+                       "TFLOP/s) is not the h100 preset's 700 W SXM5 at 3.35 TB/s, and no "
+                       "measurement of it is here",
+    "h200": "the h200 preset's compute constants are the h100's, assumed, not measured on an "
+            "H200",
 }
 # Rows a preset constant was fitted to: their errors are not held out (presets/gpus.yaml,
 # a100 ``efficiency.gemm.bf16``: bisected so that SC21's 39.1B row gives its 138 TFLOP/s).
@@ -50,11 +69,10 @@ MEMORY_METRICS = ("memory_gib_per_gpu",)
 # The predicted iteration's parts (seconds) a record carries (``breakdown``).
 EXPOSED_KEYS = ("tp_s", "pp_s", "dp_s", "zero3_s", "optimizer_s")
 BREAKDOWN_KEYS = ("iteration_s", "compute_s", "bubble_s", *EXPOSED_KEYS)
-# Overlaps the evaluator does not model (it leaves TP traffic blocking and gathers ZeRO's
-# weights after the optimizer step).
-_UNMODELLED_OVERLAP = {"tp_comm": "TP communication overlapped with GEMMs",
-                       "async_tp": "asynchronous TP (collective matmuls)",
-                       "dp_param_gather": "the weights' all-gather overlapped with the forward"}
+# Overlaps the evaluator does not model (it leaves TP traffic blocking and gathers ZeRO 1/2's
+# weights after the optimizer step; ZeRO 3's per-layer gathers it prefetches behind the
+# layer's compute, as FSDP does).
+_UNMODELLED_OVERLAP = {"async_tp": "asynchronous TP (collective matmuls)"}
 
 
 @dataclass(frozen=True)
@@ -89,28 +107,37 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
     if not row.supported:
         raise ConfigError(f"{row.id}: {row.reason}")
     hw, shape, par = row.hardware, row.model, row.parallel
+    reasons = []
     if hw.gpu not in GPU_PRESETS:
-        raise ConfigError(f"{row.id}: hardware.gpu: no dlsched preset for {hw.gpu}; accepted: "
-                          + ", ".join(GPU_PRESETS))
-    if par.cp > 1 or par.ep > 1:
-        raise ConfigError(f"{row.id}: parallel: context / expert parallelism (cp {par.cp}, "
-                          f"ep {par.ep}) is not in the evaluator")
+        why = f" ({NO_PRESET[hw.gpu]})" if hw.gpu in NO_PRESET else ""
+        reasons.append(f"hardware.gpu: no dlsched preset for {hw.gpu}{why}; accepted: "
+                       + ", ".join(GPU_PRESETS))
     if par.precision not in ("bf16", "fp16"):
-        raise ConfigError(f"{row.id}: parallel.precision: {par.precision} has no peak or "
-                          "efficiency in the compute model; accepted: bf16, fp16")
-    if shape.gated_ffn or shape.experts is not None:
-        raise ConfigError(f"{row.id}: model: gated (SwiGLU) or mixture-of-experts FFNs are not "
-                          "priced: only GPT-shaped transformers (FFN 4 x hidden, as many KV "
-                          "heads as heads, tied embeddings)")
+        reasons.append(f"parallel.precision: {par.precision}: the job evaluator prices 16-bit "
+                       "runs only; accepted: bf16, fp16")
+    if shape.experts is not None and shape.router_balance == "learned" and \
+            (shape.capacity_factor is None or shape.capacity_factor > 1):
+        reasons.append("model.router_balance: a learned router without a capacity factor <= 1: "
+                       "the busiest expert's share of the tokens (the evaluator's "
+                       "router_imbalance) is not published")
+    if par.cp_algorithm == "all-gather":
+        reasons.append("parallel.cp_algorithm: all-gather context parallelism (every K/V shard "
+                       "gathered) is not an evaluator algorithm; accepted: ring, all-to-all")
     if par.torch_compile:
-        raise ConfigError(f"{row.id}: parallel.torch_compile: torch.compile's fusions are not "
-                          "in the compute model")
+        reasons.append("parallel.torch_compile: torch.compile's fusions are not in the compute "
+                       "model")
     unmodelled = [_UNMODELLED_OVERLAP[o] for o in par.overlap if o in _UNMODELLED_OVERLAP]
     if unmodelled:
-        raise ConfigError(f"{row.id}: parallel.overlap: the evaluator does not model "
-                          + ", ".join(unmodelled))
-    missing = [name for name in ("microbatch_size", "recompute", "sequence_parallel", "chunks")
+        reasons.append("parallel.overlap: the evaluator does not model " + ", ".join(unmodelled))
+    if reasons:
+        raise ConfigError(f"{row.id}: " + "; ".join(reasons))
+    missing = [name for name in ("microbatch_size", "recompute", "sequence_parallel", "chunks",
+                                 "zero", "fused_attention")
                if getattr(par, name) is None]
+    if par.cp > 1 and par.cp_algorithm is None:
+        missing.append("cp_algorithm")
+    if shape.experts is not None and shape.router_balance is None:
+        missing.append("router_balance")
     if missing:
         raise ConfigError(f"{row.id}: parallel: not published: {', '.join(missing)}")
     node, gpu = GPU_PRESETS[hw.gpu]
@@ -120,17 +147,25 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
         raise ConfigError(f"{row.id}: hardware.inter_node_gbps_per_gpu: "
                           f"{hw.inter_node_gbps_per_gpu:g} Gb/s differs from the {node} "
                           f"preset's {nic_gbps:g} Gb/s per GPU")
+    moe = {} if shape.experts is None else {"experts": shape.experts, "top_k": shape.top_k,
+                                            "capacity_factor": shape.capacity_factor}
     spec = TransformerSpec(shape.name, shape.layers, shape.hidden, shape.heads, shape.seq,
                            shape.vocab, shape.ffn_hidden, shape.kv_heads,
-                           shape.tied_embeddings)
+                           shape.tied_embeddings, shape.gated_ffn, shape.bias,
+                           shape.norm == "rmsnorm", shape.position_embedding == "learned", **moe)
     cluster = load_cluster(node, hw.gpus, gpu)
     dp_policy = "ddp" if "dp_grad_reduce" in par.overlap else "none"
-    job = Job(spec, cluster, par.precision, "baseline", dp_policy)
+    job = Job(spec, cluster, par.precision, "baseline", dp_policy,
+              "flash" if par.fused_attention else "unfused",
+              overlap_param_gather="dp_param_gather" in par.overlap,
+              tp_comm_overlap="tp_comm" in par.overlap, grad_reduce=par.grad_reduce)
     assert par.chunks is not None and par.microbatch_size is not None
     assert par.recompute is not None and par.sequence_parallel is not None
+    assert par.zero is not None
     layout = Layout(par.tp, par.pp, par.dp, par.microbatch_size, par.global_batch, par.chunks,
                     "interleaved" if par.chunks > 1 else "1f1b", par.recompute,
-                    par.sequence_parallel, 3 if par.zero == "fsdp" else par.zero)
+                    par.sequence_parallel, 3 if par.zero == "fsdp" else par.zero, par.cp,
+                    par.ep, par.cp_algorithm or "ring", par.expert_tp, par.pipeline_split)
     return job, layout
 
 

@@ -11,7 +11,9 @@ How the parallel degrees compose: ``tp * pp * dp * cp == gpus`` over the whole j
 parallelism (``ep``) does not multiply into that product: as in Megatron-LM it divides the
 data-parallel group within the expert layers (``dp * cp`` must be a multiple of ``ep``), the
 dense layers keep ``dp``. ZeRO / FSDP shard over the data-parallel group (``dp``), so
-``zero`` does not change the product either.
+``zero`` does not change the product either. A row with ``cp > 1`` names its
+``cp_algorithm`` (or lists it in ``unpublished``); a mixture-of-experts row (``experts``) names
+how its router's load was balanced (``router_balance``, or lists it in ``unpublished``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan"]
+Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron-bridge",
+                 "dgxc"]
 Gpu = Literal["a100-80gb", "h100-sxm", "h100-hbm2e-96gb", "h200"]
 Metric = Literal["iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu",
                  "memory_gib_per_gpu"]
@@ -57,8 +60,14 @@ class Hardware(_Strict):
 class ModelShape(_Strict):
     """A decoder-only transformer's shape. ``ffn_hidden`` is the width of the FFN's hidden
     layer (each of the two input projections when ``gated_ffn``, SwiGLU); ``experts`` and
-    ``top_k`` only for mixture-of-experts models. ``params_published`` is the parameter count
-    the source states (count, not billions), kept to check the shape."""
+    ``top_k`` only for mixture-of-experts models (every layer's FFN an MoE layer of
+    ``experts`` FFNs of ``ffn_hidden``, as Mixtral), with ``capacity_factor`` (tokens an expert
+    takes capped at that multiple of the mean, the rest dropped: Megatron-Core's
+    ``--moe-expert-capacity-factor``; None: dropless) and ``router_balance``: ``forced`` (the
+    benchmark forces a balanced token distribution, Megatron-Core's
+    ``--moe-router-force-load-balancing``) or ``learned`` (the trained router, balanced only as
+    far as its auxiliary loss gets it). ``params_published`` is the parameter count the source
+    states (count, not billions), kept to check the shape."""
 
     name: str
     layers: int = Field(gt=0)
@@ -76,6 +85,8 @@ class ModelShape(_Strict):
     params_published: float = Field(gt=0)
     experts: int | None = Field(default=None, gt=0)
     top_k: int | None = Field(default=None, gt=0)
+    capacity_factor: float | None = Field(default=None, gt=0)
+    router_balance: Literal["forced", "learned"] | None = None
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelShape:
@@ -83,6 +94,9 @@ class ModelShape(_Strict):
             raise ValueError("heads must divide hidden and kv_heads must divide heads")
         if (self.experts is None) != (self.top_k is None):
             raise ValueError("experts and top_k go together")
+        if self.experts is None and (self.capacity_factor is not None or
+                                     self.router_balance is not None):
+            raise ValueError("capacity_factor and router_balance are for MoE models only")
         return self
 
 
@@ -90,23 +104,47 @@ class Parallelism(_Strict):
     """How the run is split and scheduled. ``chunks``: model chunks (virtual pipeline stages)
     per pipeline rank, 1 without interleaving; ``microbatch_size`` in sequences;
     ``global_batch`` in sequences per iteration; ``zero``: 0-3 (Megatron's distributed
-    optimizer is 1) or ``fsdp`` (PyTorch FSDP2, parameters, gradients and optimizer state
-    sharded: ZeRO-3's layout)."""
+    optimizer is 1), ``fsdp`` (PyTorch FSDP2, parameters, gradients and optimizer state
+    sharded: ZeRO-3's layout). ``recompute``: ``selective`` is Megatron-LM's (the attention
+    core recomputed, Korthikanti et al. 2022), ``selective-op`` TorchTitan's per-op policy
+    (every other matmul's output saved with the attention's and the reduce-scatters', the rest
+    recomputed). ``fused_attention``: the run's attention is one fused kernel (PyTorch SDPA /
+    FlashAttention: the scores never written to memory), as the source's code runs it;
+    False: Megatron-LM's unfused core (scores, softmax, dropout, context as separate ops).
+    ``cp_algorithm`` (only with ``cp > 1``): ``ring`` (K/V blocks passed around the CP ring,
+    Megatron-Core / Transformer Engine's ``p2p``), ``all-to-all`` (DeepSpeed-Ulysses: heads
+    re-sharded by All-to-All, TE's ``a2a``) or ``all-gather`` (every K/V shard all-gathered,
+    PyTorch's experimental context parallel with its ``allgather`` rotate method).
+    ``expert_tp``: the MoE layers' tensor-parallel degree when it differs from ``tp``
+    (Megatron-Core's ``--expert-tensor-parallel-size``, MoE parallel folding); None: ``tp``,
+    Megatron-Core's default. ``pipeline_split``: how the layers fill the ``pp x chunks`` virtual
+    stages (``job.pipeline_split``): ``even`` (Megatron-Core's default), or the embedding and/or
+    the loss counted as a layer (``--account-for-embedding-in-pipeline-split``,
+    ``--account-for-loss-in-pipeline-split``), the first/last stage one layer fewer.
+    ``grad_reduce``: the gradients' format as reduced (``fp32``: Megatron-LM's default main
+    gradients, FSDP2's float32 reduce; ``bf16``: Megatron-Core's ``grad_reduce_in_fp32=False``,
+    ``--grad-reduce-in-bf16``)."""
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
     dp: int = Field(gt=0)
     cp: int = Field(default=1, gt=0)
     ep: int = Field(default=1, gt=0)
+    cp_algorithm: Literal["ring", "all-to-all", "all-gather"] | None = None
+    expert_tp: int | None = Field(default=None, gt=0)
+    pipeline_split: Literal["even", "account-embedding", "account-loss",
+                            "account-embedding-loss"] = "even"
     chunks: int | None = Field(gt=0)
     microbatch_size: int | None = Field(gt=0)
     global_batch: int = Field(gt=0)
-    recompute: Literal["none", "selective", "full"] | None
+    recompute: Literal["none", "selective", "selective-op", "full"] | None
     sequence_parallel: bool | None
-    zero: Literal[0, 1, 2, 3, "fsdp"]
+    zero: Literal[0, 1, 2, 3, "fsdp"] | None
     precision: Literal["bf16", "fp16", "fp8"] | None
     overlap: tuple[Overlap, ...] = ()
     torch_compile: bool = False
+    fused_attention: bool | None = False
+    grad_reduce: Literal["fp32", "bf16"] = "fp32"
 
 
 class Measurement(_Strict):
@@ -146,10 +184,20 @@ class LedgerRow(_Strict):
         if self.supported == (self.reason is not None):
             raise ValueError("an unsupported row needs a reason, a supported row has none")
         missing = sorted(name for name in ("chunks", "microbatch_size", "recompute",
-                                           "sequence_parallel", "precision")
+                                           "sequence_parallel", "precision", "zero",
+                                           "fused_attention")
                          if getattr(self.parallel, name) is None)
         if self.model.position_embedding is None:
             missing.append("position_embedding")
+        if self.parallel.cp > 1 and self.parallel.cp_algorithm is None:
+            missing.append("cp_algorithm")
+        if self.parallel.cp == 1 and self.parallel.cp_algorithm is not None:
+            raise ValueError("cp_algorithm is for rows with cp > 1")
+        if self.model.experts is not None and self.model.router_balance is None:
+            missing.append("router_balance")
+        if self.model.experts is None and (self.parallel.ep > 1 or
+                                           self.parallel.expert_tp is not None):
+            raise ValueError("ep > 1 and expert_tp are for MoE models (experts) only")
         if self.hardware.inter_node_gbps_per_gpu is None and self.hardware.gpus > \
                 self.hardware.gpus_per_node:
             missing.append("inter_node_gbps_per_gpu")

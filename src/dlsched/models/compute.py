@@ -11,8 +11,8 @@ forward and its gradient back in the backward; a 16-bit convolution in NCHW layo
 ``efficiency`` for every layer, backward = ``backward_ratio`` x forward.
 
 ``device_compute(name)`` gives the calibrated model of a named device: ``v100``, ``a100``,
-``h100`` (default precision: bf16, fp16 on the V100) or ``NAME-PRECISION`` (``h100-tf32``;
-``v100-amp`` is ``v100-fp16``); a GPU file path works too. An explicit ``efficiency`` gives the
+``h100`` (default precision: bf16, fp16 on the V100) or ``NAME-PRECISION`` (``h100-tf32``,
+``v100-fp16``); a GPU file path works too. An explicit ``efficiency`` gives the
 user's ``ComputeModel`` instead.
 """
 
@@ -180,14 +180,8 @@ def mfu(model_flops: float, seconds: float, gpus: int, peak_flops: float) -> flo
     return model_flops / (seconds * gpus * peak_flops)
 
 
-LEGACY = {"v100-amp": ("v100", "fp16")}
-
-
 def parse_device(name: str) -> tuple[str, str | None]:
-    """(GPU preset or file, precision or None) of ``v100``, ``h100-tf32``, ``v100-amp``,
-    ``my-gpu.yaml``."""
-    if name in LEGACY:
-        return LEGACY[name]
+    """(GPU preset or file, precision or None) of ``v100``, ``h100-tf32``, ``my-gpu.yaml``."""
     base, _, precision = name.rpartition("-")
     if base and precision in ELEMENT_BYTES:
         return base, precision

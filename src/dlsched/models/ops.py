@@ -15,11 +15,15 @@ launches ``backward_kernels`` kernels (default: twice ``kernels``).
   ``k`` (tokens flattened with the batch); otherwise ``groups`` x batch independent ``m`` x
   ``n`` x ``k`` GEMMs in one batched kernel (attention scores per head);
 * ``conv``: ``(c_in, c_out, kernel, side_in, side_out)``, run as cuDNN's implicit GEMM;
-* ``attention``: ``(seq, heads, causal)``, PyTorch's fused scaled-dot-product attention.
+* ``attention``: ``(queries, keys, heads, causal)``, one fused attention kernel (PyTorch's
+  scaled-dot-product attention, FlashAttention-2, Transformer Engine's fused attention):
+  ``queries`` attending ``keys`` (both the sequence, except under context parallelism) per head.
 
 ``cast_input``: under autocast the product first casts its FP32 input to 16 bits (an input
-coming from a LayerNorm, which autocast runs in FP32). ``input_grad`` False: the op's input
-needs no gradient (a network's first convolution, on the images), so its backward is the
+coming from a LayerNorm, which autocast runs in FP32). ``upcast``: an elementwise op that runs
+in FP32 whatever the precision (4 bytes per element in 16-bit runs with or without autocast:
+Megatron-LM's cross-entropy on logits it casts with ``.float()``). ``input_grad`` False: the
+op's input needs no gradient (a network's first convolution, on the images), so its backward is the
 weight gradient alone.
 
 ``split`` says how tensor parallelism (Megatron-LM) treats the op: True when its work is
@@ -34,7 +38,7 @@ from dataclasses import dataclass
 
 KINDS = ("gemm", "attention", "conv", "elementwise")
 BACKWARD_FACTOR = 2.0
-SHAPE_LENGTHS = {"gemm": 4, "conv": 5, "attention": 3}
+SHAPE_LENGTHS = {"gemm": 4, "conv": 5, "attention": 4}
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,7 @@ class Op:
     shape: tuple[int, ...] = ()
     fp32: bool = False
     cast_input: bool = False
+    upcast: bool = False
     backward_kernels: float | None = None
     input_grad: bool = True
 
@@ -99,11 +104,11 @@ def conv(label: str, c_in: int, c_out: int, kernel: int, side_in: int, side_out:
 
 def elementwise(label: str, elements: float, passes: float = 2.0, flops: float = 0.0,
                 kernels: float = 1.0, split: bool = True, fp32: bool = False,
-                backward_kernels: float | None = None) -> Op:
+                backward_kernels: float | None = None, upcast: bool = False) -> Op:
     """A memory-bound op over ``elements`` elements per sample, touching each ``passes`` times
     (2: read and write); its backward launches as many kernels unless told otherwise."""
     return Op("elementwise", flops, passes * elements, kernels=kernels, split=split,
-              label=label, fp32=fp32,
+              label=label, fp32=fp32, upcast=upcast,
               backward_kernels=kernels if backward_kernels is None else backward_kernels)
 
 
@@ -118,11 +123,16 @@ def norm(label: str, width: int, elements: int, split: bool = True,
               fp32=layer_norm, backward_kernels=2.0 if layer_norm else 1.0)
 
 
-def attention_core(label: str, seq: int, hidden: int, heads: int, causal: bool) -> Op:
-    """A fused attention kernel (PyTorch SDPA, flash or memory-efficient): scores and weighted
-    sum, 4 x seq^2 x hidden FLOP per sample (half of them skipped when ``causal``: the
-    kernel does not compute masked blocks); reads q, k, v and writes the output. Backward:
-    one kernel (plus its preprocessing) of 2.5x the forward FLOP, as the scores are recomputed
-    (Dao, FlashAttention-2, 2023, §3.1)."""
-    return Op("attention", 4 * seq * seq * hidden, 4 * seq * hidden, label=label,
-              shape=(seq, heads, int(causal)), backward_kernels=2.0)
+def attention_core(label: str, seq: int, hidden: int, heads: int, causal: bool,
+                   keys: int | None = None, kv_hidden: int | None = None) -> Op:
+    """A fused attention kernel (PyTorch SDPA, flash or memory-efficient; Transformer Engine's
+    fused attention) of ``heads`` heads, ``hidden`` elements wide in all, ``seq`` queries
+    attending ``keys`` keys (default ``seq``): scores and weighted sum, 4 x queries x keys x
+    hidden FLOP per sample (half of them skipped when ``causal``: the kernel does not compute
+    masked blocks); reads q, k, v (K and V ``kv_hidden`` wide: grouped-query attention; default
+    ``hidden``) and writes the output. Backward: one kernel (plus its preprocessing) of 2.5x the
+    forward FLOP, as the scores are recomputed (Dao, FlashAttention-2, 2023, §3.1)."""
+    keys = seq if keys is None else keys
+    kv_hidden = hidden if kv_hidden is None else kv_hidden
+    return Op("attention", 4 * seq * keys * hidden, 2 * seq * hidden + 2 * keys * kv_hidden,
+              label=label, shape=(seq, keys, heads, int(causal)), backward_kernels=2.0)

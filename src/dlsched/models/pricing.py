@@ -15,7 +15,7 @@
   skipped) / (kind rate x its wave quantization); the backward recomputes the scores, 2.5x
   the forward's FLOP (Dao, FlashAttention-2, 2023, §3.1).
 * Elementwise ops: bytes / memory rate at the precision they run in (4 bytes under autocast
-  for ops marked ``fp32``).
+  for ops marked ``fp32``, always for ops marked ``upcast``).
 
 Under ``torch.autocast`` (16 bits, FP32 weights) a weighted product casts its weight to 16
 bits in the forward (one kernel reading 4 and writing 2 bytes per element) and its gradient
@@ -59,7 +59,8 @@ def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) ->
     share = 1.0 / tp if op.split or compute.sequence_parallel else 1.0
     scale = BACKWARD_FACTOR if backward else 1.0
     launches = op.launches_backward if backward else op.kernels
-    element = FP32_BYTES if op.fp32 and half and compute.autocast else ELEMENT_BYTES[precision]
+    upcast = half and (op.upcast or (op.fp32 and compute.autocast))
+    element = FP32_BYTES if upcast else ELEMENT_BYTES[precision]
     rate = gpu.memory_rate
     if op.kind == "elementwise":
         moved = scale * (op.elements * batch * share * element
@@ -112,9 +113,9 @@ def _compute_seconds(compute: CalibratedCompute, op: Op, samples: float,
     rate = gpu.kind_rate(op.kind, precision)
     sms = gpu.spec.sms
     if op.kind == "attention":
-        seq, heads, causal = op.shape or (1, 1, 0)
+        queries, _, heads, causal = op.shape or (1, 1, 1, 0)
         problems = max(1, round(samples * heads))  # samples: this GPU's share of the batch
-        util = attention_utilization(seq, problems, sms) if op.shape else 1.0
+        util = attention_utilization(queries, problems, sms) if op.shape else 1.0
         executed = flops * (0.5 if causal else 1.0)
         return executed * (ATTENTION_BACKWARD if backward else 1.0) / (rate * util)
     if op.kind == "conv" and KEY[precision] == "fp32" and _winograd(op):

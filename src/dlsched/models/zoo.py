@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from dlsched.errors import ConfigError
-from dlsched.models.layer import Layer, Model
+from dlsched.models.layer import Model
+from dlsched.models.layer_builder import LayerBuilder
 from dlsched.models.ops import Op, attention_core, conv, elementwise, matmul, norm
 
 
@@ -46,46 +47,6 @@ class TransformerModel(Model):
     shape: TransformerShape | None = None
 
 
-class _Layers:
-    """Collects layers; activation bytes are given in elements and scaled by dtype_bytes."""
-
-    def __init__(self, dtype_bytes: int) -> None:
-        self.dtype_bytes = dtype_bytes
-        self.layers: list[Layer] = []
-
-    def add(self, name: str, params: int, flops: float, elements: int, block: str,
-            ops: tuple[Op, ...] = ()) -> None:
-        self.layers.append(Layer(name, params, float(flops), elements * self.dtype_bytes, block,
-                                 ops=ops))
-
-    def attach(self, *ops: Op) -> None:
-        """Append ``ops`` to the last layer added (what runs after its module)."""
-        last = self.layers[-1]
-        self.layers[-1] = replace(last, ops=last.ops + ops)
-
-    def norm(self, prefix: str, width: int, elements: int, block: str,
-             split: bool = True, layer_norm: bool = True, bias: bool = True) -> None:
-        """A LayerNorm (or a BatchNorm: ``layer_norm`` False): weight and bias of ``width``
-        (an RMSNorm: ``bias`` False, the weight only); ~5 FLOP per element."""
-        self.add(f"{prefix}.weight", width, 5 * elements, elements, block,
-                 (norm(prefix, width, elements, split, layer_norm),))
-        if bias:
-            self.add(f"{prefix}.bias", width, 0, elements, block)
-
-    def linear(self, prefix: str, fan_in: int, fan_out: int, tokens: int, block: str,
-               bias: bool = True, extra_flops: float = 0.0, cast_input: bool = False,
-               summed_grads: int = 0) -> None:
-        """A dense layer applied to ``tokens`` vectors (weight then bias); ``extra_flops`` are
-        counted on the weight (the ops that carry them are attached by the caller);
-        ``cast_input``: its input is FP32 under autocast (a LayerNorm's output);
-        ``summed_grads``: see ``ops.matmul``."""
-        self.add(f"{prefix}.weight", fan_in * fan_out, 2 * fan_in * fan_out * tokens + extra_flops,
-                 fan_out * tokens, block,
-                 (matmul(prefix, fan_in, fan_out, tokens, bias, cast_input, summed_grads),))
-        if bias:
-            self.add(f"{prefix}.bias", fan_out, fan_out * tokens, fan_out * tokens, block)
-
-
 VGG_CONFIGS = {
     "vgg16": [64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
               512, 512, 512, "M"],
@@ -96,7 +57,7 @@ VGG_CONFIGS = {
 
 def vgg(name: str, dtype_bytes: int = 4) -> Model:
     """torchvision VGG-16/19 (no batch norm): 3x3 convolutions then three linear layers."""
-    out = _Layers(dtype_bytes)
+    out = LayerBuilder(dtype_bytes)
     channels, side, index = 3, 224, 0
     for item in VGG_CONFIGS[name]:
         if item == "M":
@@ -122,7 +83,7 @@ def vgg(name: str, dtype_bytes: int = 4) -> Model:
     return Model(name, tuple(out.layers), dtype_bytes)
 
 
-def _conv(out: _Layers, names: tuple[str, str], c_in: int, c_out: int, kernel: int,
+def _conv(out: LayerBuilder, names: tuple[str, str], c_in: int, c_out: int, kernel: int,
           sides: tuple[int, int], block: str, relu: bool = True) -> None:
     """A bias-free convolution ``names[0]`` from a ``sides[0]`` to a ``sides[1]`` square map,
     then its BatchNorm ``names[1]`` (and a ReLU when ``relu``); the stem's convolution casts
@@ -142,7 +103,7 @@ RESNET_DEPTHS = {"resnet50": (3, 4, 6, 3), "resnet101": (3, 4, 23, 3), "resnet15
 
 def resnet(name: str, dtype_bytes: int = 4) -> Model:
     """torchvision ResNet-50/101/152 (v1.5: the stride sits on the 3x3 convolution)."""
-    out = _Layers(dtype_bytes)
+    out = LayerBuilder(dtype_bytes)
     _conv(out, ("conv1", "bn1"), 3, 64, 7, (224, 112), "stem")
     out.attach(elementwise("maxpool", 64 * 112 * 112 * 1.25, passes=1))
     inplanes, side = 64, 56
@@ -180,7 +141,7 @@ def bert(name: str, dtype_bytes: int = 4, sequence: int = BERT_SEQUENCE) -> Tran
     if not 1 <= sequence <= BERT_POSITIONS:
         raise ConfigError(f"sequence: {sequence} must be in 1..{BERT_POSITIONS}")
     hidden, depth = BERT_SHAPES[name]
-    seq, out = sequence, _Layers(dtype_bytes)
+    seq, out = sequence, LayerBuilder(dtype_bytes)
     sh = seq * hidden
     for table, rows in (("word", BERT_VOCAB), ("position", BERT_POSITIONS), ("token_type", 2)):
         out.add(f"embeddings.{table}_embeddings.weight", rows * hidden, sh, sh, "embeddings",
@@ -265,11 +226,22 @@ class DecoderShape:
 
 def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: int,
               dtype_bytes: int = 4, megatron: bool = True,
-              lm_head: bool = True, shape: DecoderShape = DecoderShape()) -> TransformerModel:
+              lm_head: bool = True, shape: DecoderShape = DecoderShape(),
+              core: tuple[int, int, int] | None = None,
+              flash: bool = False) -> TransformerModel:
     """A GPT of any shape (``hidden``, ``depth`` layers, ``heads``, ``seq`` tokens, ``vocab``)
     with GPT-2's layers and parameters, or a Llama-like decoder's (``shape``); ops as
-    Megatron-LM (``megatron``) or Hugging Face runs them (see the module docstring)."""
-    out = _Layers(dtype_bytes)
+    Megatron-LM (``megatron``) or Hugging Face runs them (see the module docstring).
+    ``core``: (queries, keys, heads) of each layer's attention core per sample where they are
+    not (seq, seq, heads): under context parallelism the model is one GPU's ``seq`` tokens of a
+    longer sequence whose keys its queries attend (Megatron ops only). ``flash``: Megatron's
+    attention core is one fused kernel (Megatron-Core's Transformer Engine or FlashAttention
+    backend) in place of the 2021 unfused products (``megatron_attention``)."""
+    if (core is not None or flash) and not megatron:
+        raise ConfigError("core/flash: an attention core of its own shape or kernel needs "
+                          "Megatron ops (Hugging Face's already runs SDPA)")
+    queries, keys, core_heads = core or (seq, seq, heads)
+    out = LayerBuilder(dtype_bytes)
     sh = seq * hidden
     ffn = shape.ffn_hidden or 4 * hidden
     qkv = hidden + 2 * (shape.kv_heads or heads) * (hidden // heads)
@@ -283,21 +255,24 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
         block = f"h.{index}"
         out.norm(f"{block}.ln_1", hidden, sh, block, split=False, bias=norm_bias)
         out.linear(f"{block}.attn.c_attn", hidden, qkv, seq, block, bias=shape.bias,
-                   extra_flops=2 * 2 * seq * seq * hidden, cast_input=True)
-        out.attach(*(_megatron_attention(seq, hidden, heads) if megatron
-                     else (attention_core("sdpa", seq, hidden, heads, causal=True),
-                           elementwise("merge-heads", sh))))
+                   extra_flops=2 * 2 * queries * keys * core_heads * (hidden // heads),
+                   cast_input=True)
+        out.attach(*_attention_ops(queries, keys, hidden // heads, core_heads,
+                                   (shape.kv_heads or heads) * core_heads // heads,
+                                   megatron, flash))
         out.linear(f"{block}.attn.c_proj", hidden, hidden, seq, block, bias=shape.bias)
         out.attach(*_residual(sh, megatron))
         out.norm(f"{block}.ln_2", hidden, sh, block, split=False, bias=norm_bias)
         out.linear(f"{block}.mlp.c_fc", hidden, 2 * ffn if shape.gated else ffn, seq, block,
                    bias=shape.bias, cast_input=True)
-        out.attach(_activation(ffn * seq, shape.gated, megatron))
+        out.attach(ffn_activation(ffn * seq, shape.gated, megatron))
         out.linear(f"{block}.mlp.c_proj", ffn, hidden, seq, block, bias=shape.bias)
         out.attach(*_residual(sh, megatron))
     logits = 2 * hidden * vocab * seq if lm_head else 0
+    loss = (_megatron_cross_entropy(seq * vocab) if megatron
+            else elementwise("cross-entropy", seq * vocab, 3, kernels=4))
     head = (matmul("lm_head", hidden, vocab, seq, bias=False, cast_input=True),
-            elementwise("cross-entropy", seq * vocab, 3, kernels=4)) if lm_head else ()
+            loss) if lm_head else ()
     out.add("ln_f.weight", hidden, 5 * sh + logits, seq * vocab if lm_head else sh, "ln_f",
             (norm("ln_f", hidden, sh, split=False), *head))
     if norm_bias:
@@ -308,7 +283,7 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
                             TransformerShape(seq, hidden, heads, vocab if lm_head else 0))
 
 
-def _activation(elements: int, gated: bool, megatron: bool) -> Op:
+def ffn_activation(elements: int, gated: bool, megatron: bool) -> Op:
     """The FFN's activation on ``elements`` FFN-width elements per sample: Megatron-LM's fused
     bias-GELU, Hugging Face's eight-kernel ``gelu_new``, or SwiGLU's fused kernel (reads the
     gate and up halves, writes their product: three passes)."""
@@ -319,17 +294,45 @@ def _activation(elements: int, gated: bool, megatron: bool) -> Op:
     return replace(GELU_NEW, elements=GELU_NEW.elements * elements)
 
 
-def _megatron_attention(seq: int, hidden: int, heads: int) -> tuple[Op, ...]:
-    """Megatron-LM's attention core (2021): scores by batched product (written out, heads x
-    seq^2 elements), fused scale-mask-softmax, dropout on the probabilities, the weighted sum,
-    and the heads merged back."""
-    scores, sh, width = heads * seq * seq, seq * hidden, hidden // heads
-    return (Op("gemm", 2 * seq * seq * hidden, 2 * sh + scores, label="scores",
-               shape=(seq, seq, width, heads)),
+def _attention_ops(queries: int, keys: int, width: int, heads: int, kv_heads: int,
+                   megatron: bool, flash: bool) -> tuple[Op, ...]:
+    """One layer's attention core per sample: Megatron-LM's unfused products, or one fused
+    causal kernel (``flash``; Hugging Face's SDPA, which also merges the heads back in a copy of
+    its own)."""
+    if megatron and not flash:
+        return megatron_attention(queries, keys, width, heads)
+    fused = attention_core("flash-attention" if megatron else "sdpa", queries, width * heads,
+                           heads, causal=True, keys=keys, kv_hidden=width * kv_heads)
+    return (fused,) if megatron else (fused, elementwise("merge-heads", queries * width * heads))
+
+
+def megatron_attention(queries: int, keys: int, width: int, heads: int) -> tuple[Op, ...]:
+    """Megatron-LM's attention core (2021) of ``heads`` heads of ``width`` elements, ``queries``
+    attending ``keys`` (both the sequence without context parallelism): scores by batched
+    product (written out, heads x queries x keys elements), fused scale-mask-softmax, dropout
+    on the probabilities, the weighted sum, and the heads merged back."""
+    scores, q, k = heads * queries * keys, queries * heads * width, keys * heads * width
+    flops = 2 * queries * keys * heads * width
+    return (Op("gemm", flops, q + k + scores, label="scores",
+               shape=(queries, keys, width, heads)),
             elementwise("softmax", scores), elementwise("attention-dropout", scores, 2.5),
-            Op("gemm", 2 * seq * seq * hidden, scores + 2 * sh, label="context",
-               shape=(seq, width, seq, heads)),
-            elementwise("merge-heads", sh))
+            Op("gemm", flops, scores + k + q, label="context",
+               shape=(queries, width, keys, heads)),
+            elementwise("merge-heads", q))
+
+
+def _megatron_cross_entropy(logits: int) -> Op:
+    """Megatron-LM's vocab-parallel cross-entropy on ``logits`` elements per sample: its GPT
+    casts the logits to FP32 first (``vocab_parallel_cross_entropy(output.float(), labels)``
+    unless ``--fp16-lm-cross-entropy``; neither SC21's scripts nor Korthikanti et al.'s pass
+    it), then in FP32: the maximum (read), subtract it (read, write), exp (read, write), the
+    sum (read), divide by it (read, write); the backward scales the saved softmax in place
+    (read, write) and casts the gradient back to 16 bits. With the casts (read 2 bytes, write 4;
+    read 4, write 2) that is 13 FP32 passes per logit over forward and backward, here split
+    1:2 as every elementwise op's (``models.ops``): 13/3 in the forward. Kernels: the cast,
+    max, subtract, exp, sum and divide in the forward; scale and cast in the backward."""
+    return elementwise("cross-entropy", logits, 13 / 3, kernels=6, backward_kernels=2,
+                       upcast=True)
 
 
 def _residual(sh: int, megatron: bool) -> tuple[Op, ...]:
@@ -356,7 +359,7 @@ def _gather(elements: int) -> Op:
 GNMT_HIDDEN, GNMT_DEPTH, GNMT_VOCAB, GNMT_TOKENS = 1024, 8, 32000, 50
 
 
-def _lstm(out: _Layers, prefix: str, fan_in: int, hidden: int, tokens: int, block: str,
+def _lstm(out: LayerBuilder, prefix: str, fan_in: int, hidden: int, tokens: int, block: str,
           directions: int = 1) -> None:
     """A PyTorch LSTM layer (weight_ih, weight_hh, bias_ih, bias_hh per direction) run over
     ``tokens`` steps: 2 x 4h x (in + h) FLOP per token and direction for the gates."""
@@ -380,7 +383,7 @@ def gnmt(name: str = "gnmt", dtype_bytes: int = 4) -> Model:
     vocabularies, separate embeddings and a softmax classifier, in the layer layout of the
     MLPerf PyTorch reference; 50 source and 50 target tokens per sample."""
     h, depth, vocab, tokens = GNMT_HIDDEN, GNMT_DEPTH, GNMT_VOCAB, GNMT_TOKENS
-    out = _Layers(dtype_bytes)
+    out = LayerBuilder(dtype_bytes)
     gather = (elementwise("gather", h * tokens),)
     out.add("encoder.embedder.weight", vocab * h, 0, h * tokens, "encoder.embedder", gather)
     _lstm(out, "encoder.rnn_layers.0", h, h, tokens, "encoder.rnn_layers.0", directions=2)
@@ -418,7 +421,7 @@ def dlrm(name: str = "dlrm", dtype_bytes: int = 4) -> Model:
     tables of width 128 (24.0B parameters), bottom MLP 13-512-256-128, dot interaction of the
     27 vectors (351 pairs) concatenated with the dense vector, top MLP 479-1024-1024-512-256-1.
     Blocks: ``embeddings``, ``bot_l.<i>``, ``top_l.<i>`` (the interaction runs in ``top_l.0``)."""
-    out = _Layers(dtype_bytes)
+    out = LayerBuilder(dtype_bytes)
     for index, rows in enumerate(DLRM_TABLE_ROWS):
         out.add(f"emb_l.{index}.weight", rows * DLRM_DIM, 0, DLRM_DIM, "embeddings",
                 (elementwise("embedding-bag", DLRM_DIM),))

@@ -8,6 +8,7 @@ from dlsched.pipeline.actions import Action, format_orders, parse_orders
 from dlsched.pipeline.bounds import instance_bound, plan_bound
 from dlsched.pipeline.chain import Chain, chain_from_model, synthetic_chain
 from dlsched.pipeline.memory_model import MemoryModel
+from dlsched.pipeline.network import NETWORK_MODES, check_network
 from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, validate_plan
 from dlsched.pipeline.plan_file import SavedPlan, load_plan, save_plan, saved_from_result
 from dlsched.pipeline.problem import PipelineProblem
@@ -22,6 +23,7 @@ from dlsched.pipeline.registry import (
 from dlsched.pipeline.simulate import SimResult, simulate
 from dlsched.pipeline.torch_export import (
     TorchSchedule,
+    mapping_path_for,
     read_torch_export,
     to_plan,
     to_torch,
@@ -31,6 +33,7 @@ from dlsched.pipeline.torch_export import (
 __all__ = [
     "BASELINES",
     "DEFAULT_PLANNER",
+    "NETWORK_MODES",
     "PLANNERS",
     "Action",
     "Chain",
@@ -44,10 +47,12 @@ __all__ = [
     "Stage",
     "TorchSchedule",
     "chain_from_model",
+    "check_network",
     "format_orders",
     "get_planner",
     "instance_bound",
     "load_plan",
+    "mapping_path_for",
     "parse_orders",
     "plan_bound",
     "read_torch_export",

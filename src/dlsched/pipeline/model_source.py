@@ -80,18 +80,6 @@ def _optional(values: list[int | None]) -> np.ndarray | None:
     return None if any(v is None for v in values) else np.array(values, dtype=float)
 
 
-def zoo_names() -> list[str]:
-    """Model names the zoo offers (empty when the zoo is not installed)."""
-    try:
-        from dlsched.models import zoo
-    except ImportError:
-        return []
-    names = getattr(zoo, "model_names", None) or getattr(zoo, "names", None)
-    if callable(names):
-        return list(names())
-    return list(getattr(zoo, "MODELS", {}))
-
-
 def load_chain(name_or_path: str | Path, microbatch_size: int,
                memory: MemoryModel | None = None) -> Chain:
     """A chain file by path, or the zoo model ``name`` at ``microbatch_size`` samples under

@@ -37,7 +37,8 @@ def check_network(mode: str, field: str = "network") -> str:
     """``mode`` when it is a network mode; ConfigError naming ``field`` and listing them
     otherwise."""
     if mode not in NETWORK_MODES:
-        raise ConfigError(f"{field}: unknown {mode!r}; accepted: " + ", ".join(NETWORK_MODES))
+        raise ConfigError(f"{field}: unknown link sharing mode {mode!r}; accepted: "
+                          + ", ".join(NETWORK_MODES))
     return mode
 
 

@@ -112,6 +112,16 @@ def check_backend(backend: str, field: str = "backend") -> None:
                           f"{torch.__version__} {what}; accepted: gloo (CPU ranks)")
 
 
+def require_torch() -> None:
+    """ConfigError (one line naming ``torch``) unless torch is installed: the runtime's work
+    needs the optional extra. Checked after the inputs, before anything runs."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise ConfigError("torch: not installed; the runtime commands need the optional "
+                          "extra: pip install 'dlsched[torch]' (CPU: pip install torch==2.13.0)")
+
+
 RANKS_PER_CORE = 4
 """Default bound on ranks per usable core: up to 4 ranks share a core (each rank is a torch
 process; beyond that every rank gets under a quarter of a core and its collectives mostly

@@ -1,5 +1,6 @@
-"""What a sweep can vary: one scenario schema (``sweep.scenarios``), one evaluator and one
-metric list per domain.
+"""What a sweep can vary: each domain's scenario schema (``collectives.scenario``,
+``dataparallel.scenario``, ``pipeline.scenario``, ``training.scenario``: the options of its
+command), one evaluator and one metric list per domain.
 
 Every domain maps a flat dict of parameters (plain numbers and names, SI units: bytes,
 seconds) to a flat dict of metrics. The evaluators are module-level functions, so they travel
@@ -17,56 +18,41 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from dlsched.collectives import run_collective
-from dlsched.dataparallel import run_dataparallel
+from dlsched.collectives.scenario import CollectiveScenario
+from dlsched.dataparallel.scenario import DataParallelScenario
 from dlsched.errors import ConfigError
-from dlsched.pipeline import run_planner
-from dlsched.sweep.scenarios import (
-    CollectiveScenario,
-    DataParallelScenario,
-    PipelineScenario,
-    TrainingScenario,
-    cached_topology,
-)
-from dlsched.training import run_policies
+from dlsched.pipeline.scenario import PipelineScenario
+from dlsched.training.scenario import TrainingScenario
 
 
 def run_collective_scenario(params: dict[str, Any]) -> dict[str, Any]:
     """Plan, simulate and score one collective; times in seconds, bytes per NPU."""
-    p = CollectiveScenario.model_construct(**params)
-    result = run_collective(cached_topology(p.topology, p.latency_scale), p.op, p.size,
-                            p.chunks, p.policy, p.intra, p.concurrency)
-    return {"time_s": result.time_s, "ideal_s": result.ideal_s, "bound_s": result.bound_s,
-            "utilization": result.utilization, "time_over_bound": result.time_over_bound,
-            "bytes_per_npu": result.bytes_per_npu, "events": result.events,
-            "plan_chunks": len(result.plan.routes), "plan_concurrency": result.plan.concurrency}
+    scenario = CollectiveScenario.model_construct(**params)
+    result = scenario.run()
+    row = result.row(scenario.chunks, scenario.concurrency) | {"events": result.events}
+    return {key: row[key] for key in COLLECTIVE_METRICS}
 
 
 def run_dataparallel_scenario(params: dict[str, Any]) -> dict[str, Any]:
     """Schedule one data-parallel iteration's all-reduces; times in seconds."""
-    scenario = DataParallelScenario.model_construct(**params)
-    row = run_dataparallel(scenario.problem(), scenario.policy).row()
+    row = DataParallelScenario.model_construct(**params).run().row()
     return {key: row[key] for key in DATAPARALLEL_METRICS}
 
 
 def run_pipeline_scenario(params: dict[str, Any]) -> dict[str, Any]:
     """Plan, simulate and bound one pipeline; seconds, bytes, fractions."""
-    scenario = PipelineScenario.model_construct(**params)
-    row = run_planner(scenario.problem(), scenario.planner).row()
+    row = PipelineScenario.model_construct(**params).run().row()
     return {key: row[key] for key in PIPELINE_METRICS}
 
 
 def run_training_scenario(params: dict[str, Any]) -> dict[str, Any]:
     """Simulate the iterations and report the last one; seconds and fractions."""
-    scenario = TrainingScenario.model_construct(**params)
-    setup = scenario.setup()
-    result, = run_policies(setup.workload, setup.topology, [scenario.policy],
-                           scenario.iterations, setup.chunks, setup.concurrency, False,
-                           setup.compat, setup.op_topologies)
-    row = result.row()
+    row = TrainingScenario.model_construct(**params).run().row()
     return {key: row[key] for key in TRAINING_METRICS}
 
 
+COLLECTIVE_METRICS = ("time_s", "ideal_s", "bound_s", "utilization", "time_over_bound",
+                      "bytes_per_npu", "events", "plan_chunks", "plan_concurrency")
 TRAINING_METRICS = ("iteration_s", "compute_s", "exposed_comm_s", "comm_fraction")
 DATAPARALLEL_METRICS = ("time_s", "bound_s", "time_over_bound", "backward_s", "forward_s",
                         "messages", "comm_busy_s")
@@ -113,9 +99,7 @@ def sql_type(annotation: Any) -> str:
 
 DOMAINS: dict[str, Domain] = {
     "collective": Domain("collective", CollectiveScenario, run_collective_scenario,
-                         ("time_s", "ideal_s", "bound_s", "utilization", "time_over_bound",
-                          "bytes_per_npu", "events", "plan_chunks", "plan_concurrency"),
-                         "policy", "time_s"),
+                         COLLECTIVE_METRICS, "policy", "time_s"),
     "dataparallel": Domain("dataparallel", DataParallelScenario, run_dataparallel_scenario,
                            DATAPARALLEL_METRICS, "policy", "time_s"),
     "pipeline": Domain("pipeline", PipelineScenario, run_pipeline_scenario, PIPELINE_METRICS,

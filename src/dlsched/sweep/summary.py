@@ -3,18 +3,19 @@
 A *case* is one point of the grid without the policy parameter (e.g. one topology x size x
 chunk count); within a case each policy has one time. ``speedup_vs_<baseline>`` = baseline
 time / this policy's time (> 1 = faster than the baseline); over several cases speedups are
-combined by geometric mean, the average that treats 2x faster and 2x slower symmetrically.
+combined by geometric mean (``report.averages.geomean``), the average that treats 2x faster
+and 2x slower symmetrically.
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dlsched.errors import ConfigError
+from dlsched.report.averages import geomean
 
 
 @dataclass(frozen=True)
@@ -36,13 +37,6 @@ class Cases:
     def speedup_column(self) -> str:
         """``speedup_vs_<baseline>``."""
         return f"speedup_vs_{self.baseline}"
-
-
-def geomean(values: Sequence[float]) -> float:
-    """Geometric mean of positive numbers (a single value is returned exactly)."""
-    if len(values) == 1:
-        return values[0]
-    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def collect_cases(rows: Sequence[dict[str, Any]], policy_param: str, time_metric: str,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -206,8 +206,3 @@ DLSCHED_CANDIDATES: tuple[TrainingPolicy, ...] = (
     TrainingPolicy("dlsched/themis", _themis, IntraPolicy.SCF, False, False),
 )
 POLICY_ALIASES = {"ours": "dlsched"}
-
-
-def policy_names(names: Sequence[str]) -> list[str]:
-    """Canonical names (``ours`` becomes ``dlsched``)."""
-    return [POLICY_ALIASES.get(name, name) for name in names]

@@ -4,7 +4,7 @@ emulation when asked. The CLI and the sweep's training domain both build it here
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +14,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware import Topology, load_topology
 from dlsched.interop import (
     AstraSystem,
+    astra_notes,
     read_astra_network,
     read_astra_system,
     read_astra_workload,
@@ -39,6 +40,12 @@ class TrainingSetup:
     compat: AstraCompat | None
     op_topologies: Mapping[CollectiveOp, Topology] | None
     system: AstraSystem | None
+
+    def notes(self, policies: Sequence[str]) -> list[str]:
+        """The system file's unmodelled settings and the ASTRA-sim behaviours that would change
+        this run under ``policies`` (``--astra-compat`` emulates them)."""
+        ops = {comm.op for layer in self.workload.layers for comm in layer.comms().values()}
+        return astra_notes(self.system, self.topology, ops, policies)
 
 
 def training_setup(workload: str, topology: str, latency: str = "table",

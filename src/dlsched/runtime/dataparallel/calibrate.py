@@ -59,7 +59,6 @@ from dlsched.runtime.dataparallel.calibration_checks import (
 )
 
 MiB = 2**20
-DEFAULT_SIZES = tuple(4096 * 4**k for k in range(8))  # 4 KiB .. 64 MiB
 LOADS = ("none", "compute")
 CHOICES = (*LOADS, "both")  # what `dlsched calibrate --load` accepts
 LOAD_MATRIX = 128  # side of the square matrix products that keep a rank busy (~1 ms each)
@@ -232,6 +231,12 @@ def monotone_fit(values: Sequence[float]) -> list[float]:
     return [mean for mean, count in pools for _ in range(count)]
 
 
+def check_load(load: str) -> None:
+    """Refuse a ``--load`` other than ``CHOICES`` (ConfigError naming them)."""
+    if load not in CHOICES:
+        raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
+
+
 def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, repeats: int,
                load: str, attempts: int = ATTEMPTS) -> dict[str, Any]:
     """``time_allreduces`` under ``load`` (``both``: idle, then under compute load), after a
@@ -248,8 +253,7 @@ def time_loads(rank: int, world_size: int, sizes: Sequence[int], warmup: int, re
     ``rejected``, and after the last attempt under ``refused`` too (``loads_document`` then
     refuses it). A measurement with an ``impossible`` value is discarded. Every rank decides
     alike: each sample is the same reduced value on every rank."""
-    if load not in CHOICES:
-        raise ConfigError(f"load: {load!r}; accepted: {', '.join(CHOICES)}")
+    check_load(load)
     if not 1 <= attempts <= 20:
         raise ConfigError(f"attempts: {attempts} must be in 1..20")
     warm_up(sizes)

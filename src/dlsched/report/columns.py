@@ -1,6 +1,7 @@
-"""How the CLI's tables show their row keys, each rule stated once: text columns, durations in
+"""How tables show their row keys, each rule stated once: text columns, durations in
 milliseconds (the unit in the header), the metrics every domain reports, and our value beside
-the paper's. A table lists its keys through these and spells out only its own columns.
+the paper's. A table (the CLI's, a reproduction's) lists its keys through these and spells out
+only its own columns.
 """
 
 from __future__ import annotations
@@ -8,8 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dlsched.report import Column
-from dlsched.report.tables import as_ratio, seconds_as_ms
+from dlsched.report.tables import Column, as_ratio, seconds_as_ms
 
 STANDARD = {column.key: column for column in (
     Column("time_over_bound", "time/bound", as_ratio),

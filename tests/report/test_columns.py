@@ -1,9 +1,9 @@
-"""The column rules of ``cli.columns``: each states a header and format once."""
+"""The column rules of ``report.columns``: each states a header and format once."""
 
 from __future__ import annotations
 
-from dlsched.cli.columns import STANDARD, beside_paper, standard, text, times
 from dlsched.report import Column
+from dlsched.report.columns import STANDARD, beside_paper, standard, text, times
 from dlsched.report.tables import as_ratio, seconds_as_ms
 
 

@@ -1,0 +1,254 @@
+"""Seconds of one mixture-of-experts layer per microbatch on one GPU of a layout with expert
+parallelism (Megatron-Core's MoE layer with its All-to-All token dispatcher).
+
+An MoE layer is the dense layer's attention half (the zoo's Megatron-style ops of
+``job.layer_costs``, priced the same way) followed by, in order:
+
+1. the **router**: an ``h x experts`` GEMM on the GPU's ``T`` tokens (``T = b s / (cp tp)``:
+   Megatron-Core requires sequence parallelism with MoE and TP > 1, so each TP rank routes its
+   share of its CP rank's ``s / cp`` tokens; the FFN is token-wise, so context parallelism
+   changes nothing else in it) and
+   the score function and top-k over the ``T x experts`` scores (FP32, three passes: softmax reads
+   and writes, top-k reads);
+2. the **permutation** of the ``T k`` routed copies of the tokens into expert order (a gather:
+   read and write ``T k h`` elements);
+3. the **dispatch All-to-All** over the EP group (``ep`` ranks ``e`` apart, ``e`` the expert
+   TP degree: ``cluster.group_topology(e, ep)``) of ``T k L h`` 16-bit elements per GPU, ``L``
+   the load factor below;
+4. with expert TP ``e > 1``, the **all-gather over the expert-TP group** (``e`` neighbouring
+   ranks) of the received tokens: each of them holds a ``1/e`` slice of every local expert and
+   computes it on the whole group's tokens. ``e`` is the layout's ``expert_tp``: the TP degree
+   by default (Megatron-Core's ``--expert-tensor-parallel-size`` default), or another degree
+   under MoE parallel folding (Liu et al. 2025), the expert groups laid out expert-TP, EP,
+   expert-DP over the ``tp x cp x dp`` ranks of a pipeline stage (Megatron-Core's expert rank
+   generator, order ``tp-ep-dp-pp``);
+5. the **expert GEMMs**: one grouped GEMM (``--moe-grouped-gemm``) of ``experts / ep`` local
+   experts, each an ``M x N x K`` product with ``M = R / (experts / ep)`` tokens per expert,
+   ``R = T e k L`` tokens at the rank; fc1 ``N = (2 if gated else 1) f_e / e, K = h``, the
+   activation (SwiGLU or GELU on ``R f_e / e`` elements), fc2 ``N = h, K = f_e / e``;
+6. with ``e > 1`` the **reduce-scatter** of the expert outputs back over expert TP, the
+   **combine All-to-All** (the dispatch's bytes back: dispatch = combine), and the
+   **unpermutation**, which reads the ``k`` expert outputs of each token and writes their
+   router-weighted sum;
+7. ``shared_experts`` (if any): a dense FFN of ``shared_experts x f_e`` on every token, with the
+   TP exchange a dense FFN has.
+
+The attention half is the dense layer's at the CP rank's ``s / cp`` tokens (its context-parallel
+communication is priced by ``job.context_parallel`` for every layer); with ``tp_overlap`` its two
+sequence-parallel collectives overlap their GEMMs as ``job.tp_overlap`` prices them.
+
+The backward runs the same ops' backward (each GEMM's input and weight gradients, priced by
+``models.compute`` at their shapes) and the two All-to-Alls again (the combine's gradient is a
+dispatch-sized exchange and vice versa); full recomputation runs the forward (All-to-Alls
+included) again before it, selective the attention core. The MoE collectives block the GPU
+(Megatron-Core's dispatcher waits for them unless its experimental expert-communication overlap
+is enabled; not modelled). All are priced by ``job.collective_costs.curve`` under the job's
+collective policy, so a multi-dimensional EP group's All-to-All is scheduled across its
+dimensions by ``baseline``, ``themis`` or ``dlsched``.
+
+**Load factor** ``L``: tokens on the busiest expert over the mean, ``min(router_imbalance,
+capacity_factor)`` (a capacity factor drops what exceeds it). The spec's ``router_imbalance``
+defaults to 1.0, i.e. the assumption that the auxiliary load-balancing loss keeps every expert
+at its mean share (Fedus et al. 2021's Switch Transformer loss, as Mixtral and Megatron-Core
+train); the busiest rank sets the pace of the All-to-Alls and the expert GEMMs, so both take
+``L``. Every rank is priced as the busiest (a lower bound on nothing: with ``L = 1`` exact for
+a balanced router).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from dlsched.errors import ConfigError
+from dlsched.hardware import Topology
+from dlsched.job.cluster import Cluster
+from dlsched.job.collective_costs import curve
+from dlsched.job.context_parallel import local_tokens
+from dlsched.job.layer_costs import ACTIVATION_BYTES, ATTENTION_CORE, decoder_model, gpu_compute
+from dlsched.job.layout import Layout
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.tp_overlap import overlapped_tp
+from dlsched.models.layer import Layer
+from dlsched.models.ops import Op, elementwise, matmul
+from dlsched.models.zoo import ffn_activation
+
+ROUTER_PASSES = 3.0  # softmax reads and writes the scores, top-k reads them
+
+
+@dataclass(frozen=True)
+class MoELayerCosts:
+    """Seconds per microbatch of one MoE layer on one GPU (forward; backward with its
+    recomputation), the blocking communication inside them (``a2a_*``: the EP All-to-Alls,
+    ``tp_*``: the TP exchanges), and the bytes per GPU of one dispatch and one combine."""
+
+    layer_f: float
+    layer_b: float
+    a2a_forward_s: float
+    a2a_backward_s: float
+    tp_forward_s: float
+    tp_backward_s: float
+    dispatch_bytes: float
+    combine_bytes: float
+    tokens_per_expert: float
+
+
+def load_factor(spec: TransformerSpec) -> float:
+    """The busiest expert's tokens over the mean (module docstring)."""
+    if spec.capacity_factor is None:
+        return spec.router_imbalance
+    return min(spec.router_imbalance, spec.capacity_factor)
+
+
+def check_moe_layout(spec: TransformerSpec, layout: Layout) -> None:
+    """ConfigError naming the field when ``layout`` cannot run ``spec``'s MoE layers."""
+    if not spec.experts:
+        if layout.ep > 1:
+            raise ConfigError(f"--ep: {spec.name} has no experts; accepted: 1")
+        if layout.expert_tp is not None:
+            raise ConfigError(f"--expert-tp: {spec.name} has no experts; accepted: the TP "
+                              f"degree ({layout.tp})")
+        return
+    if spec.experts % layout.ep:
+        raise ConfigError(f"--ep: {layout.ep} does not divide the {spec.experts} experts")
+    if spec.expert_ffn_hidden % layout.etp:
+        raise ConfigError(f"--expert-tp: {layout.etp} does not divide the experts' FFN width "
+                          f"{spec.expert_ffn_hidden}")
+    if layout.tp > 1 and not layout.sequence_parallel:
+        raise ConfigError("--sequence-parallel: MoE layers with TP > 1 need sequence "
+                          "parallelism (Megatron-Core's validate_args); accepted: "
+                          "--sequence-parallel")
+    if layout.zero == 3:
+        raise ConfigError("--zero: ZeRO-3 of MoE layers is not priced; accepted: 0, 1, 2")
+
+
+def ep_group(cluster: Cluster, layout: Layout) -> Topology | None:
+    """The EP group's network: ``ep`` ranks ``expert TP`` apart."""
+    return cluster.group_topology(layout.etp, layout.ep)
+
+
+def expert_tp_group(cluster: Cluster, layout: Layout) -> Topology | None:
+    """The expert-TP group's network: ``expert TP`` neighbouring ranks."""
+    return cluster.group_topology(1, layout.etp)
+
+
+def expert_dp_size(layout: Layout) -> int:
+    """Ranks of the expert-data-parallel group: ``tp x cp x dp / (expert TP x ep)``."""
+    return layout.expert_dp
+
+
+def expert_dp_group(cluster: Cluster, layout: Layout) -> Topology | None:
+    """The expert-data-parallel group's network: ``expert_dp_size`` ranks ``expert TP x ep``
+    apart, over which the expert weights' gradients are reduced (Megatron-Core's expert-DP
+    group)."""
+    return cluster.group_topology(layout.etp * layout.ep, expert_dp_size(layout))
+
+
+def routed_ops(spec: TransformerSpec, microbatch_size: int, tp: int, ep: int, cp: int = 1,
+               expert_tp: int | None = None
+               ) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+    """The MoE FFN's ops on one GPU, per microbatch, already divided over TP and expert TP:
+    those before the dispatch (router, top-k, permutation), those between the All-to-Alls (the
+    experts' grouped GEMMs and activation) and those after (unpermutation, shared experts);
+    ``ep`` the EP degree, ``cp`` the CP degree, ``expert_tp`` the experts' TP degree (None:
+    ``tp``)."""
+    h, k, fe = spec.hidden, spec.top_k, spec.expert_ffn_hidden
+    e = tp if expert_tp is None else expert_tp
+    tokens = microbatch_size * spec.seq // cp
+    local = tokens // tp
+    routed = local * e * k * load_factor(spec)
+    experts = spec.experts // ep
+    per_expert = routed / experts
+    m = math.ceil(per_expert)
+    up = (spec.ffn_matrices - 1) * fe // e
+    before = (matmul("router", h, spec.experts, local, bias=False),
+              elementwise("router-topk", local * spec.experts, ROUTER_PASSES, fp32=True),
+              elementwise("permute", local * k * h))
+    experts_ops = (
+        Op("gemm", 2 * routed * h * up, routed * (h + up), experts * h * up,
+           label="expert-fc1", shape=(m, up, h, experts), backward_kernels=2.0),
+        ffn_activation(round(routed * fe / e), spec.gated_ffn, True),
+        Op("gemm", 2 * routed * (fe // e) * h, routed * (fe // e + h),
+           experts * (fe // e) * h, label="expert-fc2", shape=(m, h, fe // e, experts),
+           backward_kernels=2.0))
+    after: tuple[Op, ...] = (elementwise("unpermute", local * h * (k + 1), 1.0),)
+    if spec.shared_experts:
+        width = spec.shared_experts * fe // tp
+        after += (matmul("shared-fc1", h, (spec.ffn_matrices - 1) * width, tokens, spec.bias),
+                  ffn_activation(tokens * width, spec.gated_ffn, True),
+                  matmul("shared-fc2", width, h, tokens, spec.bias))
+    return before, experts_ops, after
+
+
+def a2a_bytes(spec: TransformerSpec, microbatch_size: int, tp: int, cp: int = 1) -> float:
+    """Bytes one GPU exchanges in one dispatch (= one combine) All-to-All: its ``T k`` routed
+    token copies of ``h`` 16-bit elements, times the load factor (module docstring)."""
+    local = microbatch_size * spec.seq // (cp * tp)
+    return local * spec.top_k * load_factor(spec) * spec.hidden * ACTIVATION_BYTES
+
+
+def moe_layer_costs(spec: TransformerSpec, layout: Layout, gpu: str, precision: str,
+                    tp_group: Topology | None, ep_topology: Topology | None,
+                    policy: str, attention: str = "flash",
+                    expert_tp_topology: Topology | None = None,
+                    tp_overlap: bool = False) -> MoELayerCosts:
+    """One MoE layer's seconds (``MoELayerCosts``, module docstring), its attention core by
+    the ``attention`` kernel (``job.layer_costs``); ``expert_tp_topology`` the expert-TP
+    group's network (``tp_group`` when the experts' TP is the layout's), ``tp_overlap`` the
+    attention's sequence-parallel collectives overlapped with their GEMMs."""
+    experts_group = tp_group if layout.expert_tp is None else expert_tp_topology
+    return _layer_costs(spec, layout.microbatch_size, layout.tp, layout.sequence_parallel,
+                        layout.ep, layout.recompute, gpu, precision, tp_group, ep_topology,
+                        policy, attention, layout.cp, layout.cp_algorithm, layout.etp,
+                        experts_group, tp_overlap and layout.sequence_parallel)
+
+
+@lru_cache(maxsize=4096)
+def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, recompute: str,
+                 gpu: str, precision: str, tp_group: Topology | None,
+                 ep_topology: Topology | None, policy: str, attention: str, cp: int,
+                 cp_algorithm: str, etp: int, etp_group: Topology | None,
+                 tp_overlap: bool) -> MoELayerCosts:
+    """``moe_layer_costs`` kept per what it depends on (a search asks again per layout)."""
+    compute = gpu_compute(gpu, precision, tp, sp)
+    alone = gpu_compute(gpu, precision)  # the routed ops are given per GPU already
+    model = decoder_model(spec, 1, cp, cp_algorithm, attention)
+    layers = [layer for layer in model.layers if layer.block == "h.0"]
+    attention_layers = [layer for layer in layers if ".mlp." not in layer.name]
+    residual = Layer("h.0.mlp.residual", 0, ops=tuple(
+        op for layer in layers if ".mlp." in layer.name for op in layer.ops if not op.split))
+    before, experts, after = routed_ops(spec, b, tp, ep, cp, etp)
+    routed = [Layer(name, 0, ops=ops) for name, ops in
+              (("moe.router", before), ("moe.experts", experts), ("moe.combine", after))]
+    forward = (sum(compute.forward_time(layer, b) for layer in (*attention_layers, residual))
+               + sum(alone.forward_time(layer, 1) for layer in routed))
+    backward = (sum(compute.backward_time(layer, b) for layer in (*attention_layers, residual))
+                + sum(alone.backward_time(layer, 1) for layer in routed))
+    message = b * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
+    exchange = (curve(tp_group, "all-gather", policy).seconds(message)
+                + curve(tp_group, "reduce-scatter", policy).seconds(message)) if sp else \
+        curve(tp_group, "all-reduce", policy).seconds(message)
+    attention_f = attention_b = exchange
+    if tp_overlap:
+        attention_f, attention_b = overlapped_tp(model, compute, b, message, tp_group, policy,
+                                                 halves=("attn",))
+    sent = a2a_bytes(spec, b, tp, cp)
+    gathered = sent * etp  # the expert-TP group's received tokens, gathered on each of its ranks
+    expert_tp = (curve(etp_group, "all-gather", policy).seconds(gathered)
+                 + curve(etp_group, "reduce-scatter", policy).seconds(gathered)) if etp > 1 \
+        else 0.0
+    shared = exchange * (spec.shared_experts > 0)
+    tp_forward = attention_f + shared + expert_tp
+    a2a = 2 * curve(ep_topology, "all-to-all", policy).seconds(sent)
+    full = recompute == "full"
+    tp_backward = attention_b + shared + expert_tp + (tp_forward if full else 0.0)
+    a2a_backward = a2a * (2 if full else 1)
+    backward += forward if full else 0.0
+    if recompute == "selective":
+        backward += sum(compute.op_time(op, b) for layer in attention_layers for op in layer.ops
+                        if op.label in ATTENTION_CORE)
+    return MoELayerCosts(forward + tp_forward + a2a, backward + tp_backward + a2a_backward,
+                         a2a, a2a_backward, tp_forward, tp_backward, sent, sent,
+                         spec.top_k * load_factor(spec) * b * local_tokens(spec, cp) * etp
+                         / tp / (spec.experts // ep))

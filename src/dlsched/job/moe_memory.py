@@ -1,0 +1,70 @@
+"""Memory of the MoE layers per GPU: expert weights and their state, and the stash of the routed
+tokens (``job.memory`` adds these to a dense layer's accounting).
+
+Weights: an MoE layer keeps on each GPU its attention (split over TP as a dense layer's), the
+router (``h x experts``, replicated over TP as Megatron-Core's router), the shared experts
+(split over TP) and ``experts / ep`` routed experts, each split over the expert-TP group (``e``
+ranks: TP by default, ``Layout.expert_tp`` under parallel folding). The routed experts'
+gradients and optimizer state are ZeRO-sharded over the expert-data-parallel group (``tp x cp
+x dp / (e ep)`` ranks), the rest over the dense data-parallel group, as Megatron-Core's
+distributed optimizer shards each parameter over its own group.
+
+Activations kept per microbatch by one MoE layer on one GPU, in place of the dense FFN's ``h``
+(its input) and ``2 f`` (GELU's input and output) elements per token over TP: the router's input
+(``h`` per local token: ``T = b s / (cp tp)``) and FP32 scores (``experts`` per local token),
+the dispatched tokens (the dispatch All-to-All's receive buffer, gathered over expert TP:
+``R h`` with ``R = T e k L`` tokens at the rank, ``job.moe_costs``), fc1's output (``R
+(matrices - 1) f_e / e``), the activation's output (``R f_e / e``), and the expert outputs the
+combine All-to-All returns (``R h / e``: the unpermutation's router-weighted sum needs them for
+the scores' gradient); shared experts keep a dense FFN's stash of their width on the CP rank's
+``s / cp`` tokens. 16-bit elements (``activation_bytes``).
+"""
+
+from __future__ import annotations
+
+from dlsched.job.context_parallel import local_tokens
+from dlsched.job.layout import Layout
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.moe_costs import load_factor
+
+SCORE_BYTES = 4  # the router's scores in FP32
+
+
+def layer_indices(spec: TransformerSpec, layout: Layout, stage: int, chunk: int) -> range:
+    """The layers of chunk ``chunk`` of pipeline rank ``stage`` (virtual stage ``chunk x pp
+    + stage``; ``job.pipeline_split``)."""
+    return layout.stage_layers(spec.layers)[chunk * layout.pp + stage]
+
+
+def stage_moe_layers(spec: TransformerSpec, layout: Layout, stage: int) -> int:
+    """MoE layers held by pipeline rank ``stage`` over all its chunks."""
+    return sum(spec.moe_layers_in(r.start, r.stop) for r in
+               (layer_indices(spec, layout, stage, c) for c in range(layout.chunks)))
+
+
+def moe_dense_delta(spec: TransformerSpec, tp: int) -> float:
+    """Parameters per GPU an MoE layer's non-expert part holds beyond a dense layer's: the
+    dense FFN (split over TP) replaced by the router (whole) and the shared experts (split)."""
+    shared = spec.shared_experts * spec.ffn_parameters(spec.expert_ffn_hidden)
+    return spec.router_parameters() + (shared - spec.ffn_parameters(spec.ffn_hidden)) / tp
+
+
+def experts_per_gpu(spec: TransformerSpec, layout: Layout) -> float:
+    """One MoE layer's routed-expert parameters on one GPU: ``experts / ep`` of them, over
+    expert TP."""
+    return spec.expert_parameters() / (layout.ep * layout.etp)
+
+
+def moe_stash_delta(spec: TransformerSpec, layout: Layout, p: int) -> float:
+    """Bytes one MoE layer keeps per microbatch per GPU beyond a dense layer (module
+    docstring)."""
+    s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
+    fe, up = spec.expert_ffn_hidden, (spec.ffn_matrices - 1) * spec.expert_ffn_hidden
+    e = layout.etp
+    local = b * s / t
+    routed = local * e * spec.top_k * load_factor(spec)
+    moe = (p * local * h + SCORE_BYTES * local * spec.experts + p * routed * h
+           + p * routed * (up + fe) / e + p * routed * h / e
+           + p * b * s * spec.shared_experts * (up + fe) / t)
+    dense = p * local * h + 2 * p * b * s * spec.ffn_hidden / t
+    return moe - dense

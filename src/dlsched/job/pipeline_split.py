@@ -1,0 +1,105 @@
+"""Which transformer layers each virtual pipeline stage holds: Megatron-Core's pipeline split.
+
+Megatron-Core places the ``layers`` of a GPT on ``pp x chunks`` virtual stages in order (virtual
+stage ``c x pp + r`` is chunk ``c`` of pipeline rank ``r``, Megatron-LM's interleaving) and
+builds ``get_num_layers_to_build`` layers on each (``megatron/core/transformer/
+transformer_block.py`` of NVIDIA/Megatron-LM at d98e8a64ddf34856e74b24714e3bedb2f5a39553, the
+same rule at ee6737da824b18f945946b4c798adf2328374cb7, the Megatron-Core NeMo 25.02 runs).
+``Layout.pipeline_split`` names which of its rules a plan uses:
+
+* ``even``: ``layers / (pp x chunks)`` on every stage (both options below off, the default);
+* ``account-embedding`` (``--account-for-embedding-in-pipeline-split``): the input embedding
+  counts as one layer in the split, ``(layers + 1) / (pp x chunks)`` per stage, and the first
+  virtual stage builds one layer fewer beside the embedding;
+* ``account-loss`` (``--account-for-loss-in-pipeline-split``): the output layer and loss count
+  as one layer, the last virtual stage builds one fewer beside them;
+* ``account-embedding-loss``: both, ``(layers + 2) / (pp x chunks)`` per stage. NeMo's
+  ``llama31_405b`` recipe sets both (``trainer()``'s defaults
+  ``account_for_embedding_in_pipeline_split=True`` and ``account_for_loss_in_pipeline_split=
+  True``, ``nemo/collections/llm/recipes/llama31_405b.py`` lines 72-73 at NVIDIA/NeMo
+  d2b21556f2455b52ad7217f334bb66eaa13c0f83): Llama 3.1 405B's 126 layers over PP 8 x VP 8 are
+  128 = 64 x 2 slots, the first virtual stage the embedding and 1 layer, the last 1 layer and
+  the head, the 62 others 2 layers each.
+
+Megatron-Core requires the counted layers to divide into ``pp`` ranks and each rank's into
+``chunks`` (``TransformerConfig.__post_init__``): ``(layers + accounted) % (pp x chunks) == 0``,
+checked here with a ConfigError naming the splits that would work (at ee6737d, without
+interleaving, the config check also wanted the layers to divide into the ranks left beside
+accounted ones, a check d98e8a64 replaced by this one). A stage may then hold no
+layer at all (the embedding alone: Megatron asserts only ``>= 0``). Megatron-Core's other uneven
+options are not expressed: ``--decoder-first/last-pipeline-num-layers`` fix whole ranks' layers
+(each a multiple of ``chunks``, the middle ranks sharing the rest equally: 126 layers over PP 8 x
+VP 8 has no such split), and ``--pipeline-model-parallel-layout`` lists every stage's modules by
+hand; the accounting options are the ones that follow from the model and the degrees alone.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from dlsched.errors import ConfigError, check_choice
+
+SPLITS = ("even", "account-embedding", "account-loss", "account-embedding-loss")
+# (embedding, loss) counted as a layer in the split: Megatron-Core's two options
+ACCOUNTED = {"even": (0, 0), "account-embedding": (1, 0), "account-loss": (0, 1),
+             "account-embedding-loss": (1, 1)}
+
+
+def check_split(split: str) -> None:
+    """ConfigError unless ``split`` is one of ``SPLITS``."""
+    check_choice("--pipeline-split", split, SPLITS)
+
+
+def slots_per_stage(layers: int, pp: int, chunks: int, split: str) -> int:
+    """Layers per virtual stage counting the accounted embedding and loss as one each:
+    Megatron-LM's ``--num-layers-per-virtual-pipeline-stage`` for the split (module
+    docstring); ConfigError when they do not divide."""
+    check_split(split)
+    embedding, loss = ACCOUNTED[split]
+    stages = pp * chunks
+    slots = layers + embedding + loss
+    if slots % stages:
+        counted = "".join(f" + the {part}" for part, on in (("embedding", embedding),
+                                                             ("loss", loss)) if on)
+        others = [s for s in feasible_splits(layers, pp, chunks) if s != split]
+        accepted = (f"--pipeline-split {' or '.join(others)} for these degrees, or "
+                    if others else "")
+        raise ConfigError(f"--pp: {layers} layers{counted} do not split into PP x chunks = "
+                          f"{stages} equal virtual stages (--pipeline-split {split}); accepted: "
+                          f"{accepted}pp x chunks dividing {slots}")
+    return slots // stages
+
+
+@lru_cache(maxsize=4096)
+def stage_layers(layers: int, pp: int, chunks: int, split: str) -> tuple[range, ...]:
+    """The layer indices of each virtual stage, in stage order (module docstring);
+    ConfigError when the split is impossible."""
+    per = slots_per_stage(layers, pp, chunks, split)
+    embedding, loss = ACCOUNTED[split]
+    counts = [per] * (pp * chunks)
+    counts[0] -= embedding
+    counts[-1] -= loss
+    spans, first = [], 0
+    for count in counts:
+        spans.append(range(first, first + count))
+        first += count
+    return tuple(spans)
+
+
+def rank_layers(layers: int, pp: int, chunks: int, split: str, rank: int) -> int:
+    """Layers pipeline rank ``rank`` holds over all its chunks."""
+    spans = stage_layers(layers, pp, chunks, split)
+    return sum(len(spans[chunk * pp + rank]) for chunk in range(chunks))
+
+
+def feasible_splits(layers: int, pp: int, chunks: int,
+                    among: tuple[str, ...] = SPLITS) -> tuple[str, ...]:
+    """The splits of ``among`` Megatron-Core accepts for ``layers`` over ``pp x chunks``
+    stages, in their order, each placing the layers differently (of two that place them alike,
+    e.g. the even and the accounted split at ``pp x chunks`` <= 2, the first is kept)."""
+    found: dict[tuple[range, ...], str] = {}
+    for split in among:
+        embedding, loss = ACCOUNTED[split]
+        if (layers + embedding + loss) % (pp * chunks) == 0:
+            found.setdefault(stage_layers(layers, pp, chunks, split), split)
+    return tuple(found.values())

@@ -1,0 +1,86 @@
+"""Tensor-parallel collectives overlapped with their GEMMs (Megatron-Core ``--tp-comm-overlap``).
+
+Transformer Engine's userbuffers run each sequence-parallel collective of a layer beside the GEMM
+it feeds or drains, by one of three methods (named as NeMo's TP-overlap configurations name
+them: ``RingExchangeOverlapCfg``, ``PipelineOverlapCfg``, ``BulkOverlapCfg``):
+
+* ``ring``: the all-gather feeding a GEMM is a ring of point-to-point copies (copy engines), the
+  GEMM split into ``t`` pieces, each run while the next piece arrives: the collective exposes
+  ``max(0, collective - GEMM)`` and takes no SMs;
+* ``pipeline``: the GEMM draining into a reduce-scatter is split into ``k`` chunks; the
+  reduce-scatter of chunk ``i`` runs beside the GEMM of chunk ``i + 1`` on ``n`` SMs reserved
+  for it, so the GEMM runs on ``S - n`` of the GPU's ``S`` SMs (``set_sm_margin``): a two-stage
+  flow of ``k`` equal chunks, the last reduce-scatter chunk exposed;
+* ``bulk``: a whole collective beside a whole independent GEMM of the backward (the input's
+  all-gather beside the data-gradient GEMM, the data gradient's reduce-scatter beside the
+  weight-gradient GEMM), its kernel on ``n`` SMs: ``max(GEMM x S / (S - n), collective)``.
+
+Methods and SM counts are those of NeMo's H100 userbuffers configurations
+(``nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py``,
+``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192``: the proj and FC2 reduce-scatters pipelined
+on 24 and 16 SMs in 4 splits, the QKV and FC1 backward bulk on 4 / 24 and 2 / 4 SMs, the rest
+ring exchanges), used for every model (one setting, not tuned per model). The input's
+re-gather for the weight gradient (sequence parallelism saves the sharded input) is priced only
+here: Megatron's blocking path overlaps it with the data-gradient GEMM too
+(``job.layer_costs``).
+"""
+
+from __future__ import annotations
+
+from dlsched.hardware import Topology
+from dlsched.job.collective_costs import curve
+from dlsched.models.compute import CalibratedCompute
+from dlsched.models.zoo import TransformerModel
+
+PIPELINE_SPLITS = 4
+# (pass, collective, the GEMM it runs beside, method, SMs its kernel takes); pass ``dgrad`` and
+# ``wgrad`` are the backward's data- and weight-gradient GEMMs (half its time each)
+OVERLAPS = (
+    ("forward", "all-gather", "h.0.attn.c_attn", "ring", 0),
+    ("forward", "reduce-scatter", "h.0.attn.c_proj", "pipeline", 24),
+    ("forward", "all-gather", "h.0.mlp.c_fc", "ring", 0),
+    ("forward", "reduce-scatter", "h.0.mlp.c_proj", "pipeline", 16),
+    ("dgrad", "all-gather", "h.0.attn.c_proj", "ring", 0),
+    ("dgrad", "all-gather", "h.0.mlp.c_proj", "ring", 0),
+    ("dgrad", "all-gather", "h.0.attn.c_attn", "bulk", 4),
+    ("wgrad", "reduce-scatter", "h.0.attn.c_attn", "bulk", 24),
+    ("dgrad", "all-gather", "h.0.mlp.c_fc", "bulk", 2),
+    ("wgrad", "reduce-scatter", "h.0.mlp.c_fc", "bulk", 4),
+)
+
+
+def exposed_seconds(method: str, collective: float, gemm: float, sms: int,
+                    comm_sms: int) -> float:
+    """Seconds ``collective`` adds to a ``gemm`` beside it by ``method`` on a GPU of ``sms``
+    SMs, ``comm_sms`` of them taken by the collective's kernel (module docstring)."""
+    slowed = gemm * sms / (sms - comm_sms)
+    if method == "ring":
+        return max(0.0, collective - gemm)
+    if method == "bulk":
+        return max(slowed, collective) - gemm
+    k = PIPELINE_SPLITS
+    end = slowed / k + (k - 1) * max(slowed, collective) / k + collective / k
+    return end - gemm
+
+
+def overlapped_tp(model: TransformerModel, compute: CalibratedCompute, microbatch_size: int,
+                  message: float, tp_group: Topology | None, policy: str,
+                  halves: tuple[str, ...] = ("attn", "mlp")) -> tuple[float, float]:
+    """Exposed seconds of one layer's sequence-parallel collectives in the forward and the
+    backward (``OVERLAPS``), each collective of ``message`` bytes on ``tp_group``; ``halves``
+    the layer's parts whose collectives are counted (an MoE layer: the attention's only)."""
+    gemms = {op.label: op for layer in model.layers for op in layer.ops if op.kind == "gemm"}
+    sms = compute.gpu.spec.sms
+    forward = backward = 0.0
+    for phase, collective, label, method, comm_sms in OVERLAPS:
+        if not any(f".{half}." in label for half in halves):
+            continue
+        seconds = curve(tp_group, collective, policy).seconds(message)
+        if phase == "forward":
+            forward += exposed_seconds(method, seconds, compute.op_time(gemms[label],
+                                                                        microbatch_size),
+                                       sms, comm_sms)
+        else:
+            gemm = compute.op_time(gemms[label], microbatch_size, backward=True) / 2
+            backward += exposed_seconds(method, seconds, gemm, sms, comm_sms)
+    return forward, backward

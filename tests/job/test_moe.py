@@ -1,0 +1,187 @@
+"""Mixture-of-experts layers and expert parallelism in the job planner: parameter counts against
+the model cards, the All-to-All's seconds by hand, conserved bytes and FLOP, memory, the
+policies' order on a multi-dimensional EP group, the search over EP and the exports."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.cluster import load_cluster, node_cluster
+from dlsched.job.evaluate import Job, evaluate
+from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.layout import Layout, LayoutChoice
+from dlsched.job.memory import memory_per_gpu
+from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
+from dlsched.job.moe_costs import a2a_bytes, ep_group, moe_layer_costs, routed_ops
+from dlsched.job.search import SPACES, layouts
+
+SMALL = TransformerSpec("moe-small", 4, 1024, 8, 1024, 32000, 2048, 8, tied_embeddings=False,
+                        gated_ffn=True, bias=False, rms_norm=True, learned_positions=False,
+                        experts=8, top_k=2)
+
+
+def test_mixtral_8x7b_parameters_by_hand():
+    h, f, v, q = 4096, 14336, 32000, 4096 + 2 * 8 * 128
+    attention = h * q + h * h + 2 * h  # QKV, projection, two RMSNorms
+    expert = 3 * h * f  # SwiGLU: gate, up, down
+    layer = attention + h * 8 + 8 * expert  # router h x 8
+    total = 32 * layer + 2 * v * h + h  # untied embedding and output, final norm
+    active = 32 * (attention + h * 8 + 2 * expert) + 2 * v * h + h
+    spec = load_spec("mixtral-8x7b")
+    assert spec.parameters() == total == 46_702_792_704  # the paper's 46.7B
+    assert spec.active_parameters() == active == 12_879_925_248  # 12.9B active
+    assert spec.moe_layers == 32
+    flops = 3 * (32 * (2 * (h * q + h * h + h * 8 + 2 * expert) + 4 * 4096 * h) + 2 * v * h)
+    assert spec.model_flops_per_token() == flops
+
+
+def test_mixtral_8x22b_parameters_match_the_announcement():
+    spec = load_spec("mixtral-8x22b")
+    assert round(spec.parameters() / 1e9) == 141
+    assert round(spec.active_parameters() / 1e9) == 39
+
+
+def test_dense_models_are_unchanged():
+    spec = load_spec("llama3-8b")
+    assert spec.parameters() == spec.active_parameters() == 8_030_261_248
+    assert spec.moe_layers == 0
+
+
+def test_every_kth_layer_and_shared_experts():
+    spec = replace(SMALL, moe_layer_freq=2, shared_experts=1)
+    assert [spec.is_moe_layer(i) for i in range(4)] == [True, False, True, False]
+    h = 1024
+    dense = spec.layer_parameters()
+    moe = spec.attention_parameters() + 8 * h + 9 * 3 * h * 2048
+    assert spec.parameters() == 2 * dense + 2 * moe + 2 * 32000 * h + h
+
+
+def _small_job(policy: str = "baseline", gpus: int = 8) -> Job:
+    return Job(SMALL, node_cluster("dgx-h100", gpus), "bf16", policy, "none")
+
+
+def test_all_to_all_seconds_by_hand():
+    """8 GPUs on one NVSwitch (halving-doubling, 450 GB/s, 5 us a step): an All-to-All of D
+    bytes per GPU costs 3 steps x 5 us + D / 2 x log2(8) / 450 GB/s."""
+    job = _small_job()
+    layout = Layout(1, 1, 8, 1, 8, ep=8)
+    costs = moe_layer_costs(SMALL, layout, "h100", "bf16", None,
+                            ep_group(job.cluster, layout), "baseline")
+    sent = 1024 * 2 * 1024 * 2  # tokens x top-k x hidden x 2 bytes
+    assert costs.dispatch_bytes == costs.combine_bytes == sent == a2a_bytes(SMALL, 1, 1)
+    one = 3 * 5e-6 + sent / 2 * 3 / 450e9
+    assert costs.a2a_forward_s == pytest.approx(2 * one, rel=1e-9)
+    assert costs.a2a_backward_s == pytest.approx(2 * one, rel=1e-9)
+    assert costs.tokens_per_expert == 1024 * 2 / 1  # one expert per rank
+    result = evaluate(job, layout)
+    assert result.exposed["ep_a2a_s"] == pytest.approx(4 * 4 * one, rel=1e-9)  # m=1, 4 layers
+
+
+def test_expert_flops_conserved_over_the_ep_group():
+    """The routed FLOP on the EP group's ranks add up to every token's top-k experts."""
+    tokens, h, f = 1024, 1024, 2048
+    for ep in (1, 2, 4, 8):
+        _, experts, _ = routed_ops(SMALL, 1, 1, ep)
+        flops = ep * sum(op.flops for op in experts if op.kind == "gemm")
+        assert flops == 2 * ep * tokens * 2 * 3 * h * f
+        assert math.prod(experts[0].shape[::3]) == tokens * 2  # M x local experts: T k
+
+
+def test_capacity_factor_caps_the_imbalance():
+    skewed = replace(SMALL, router_imbalance=2.0)
+    capped = replace(skewed, capacity_factor=1.25)
+    assert a2a_bytes(skewed, 1, 1) == 2 * a2a_bytes(SMALL, 1, 1)
+    assert a2a_bytes(capped, 1, 1) == 1.25 * a2a_bytes(SMALL, 1, 1)
+    layout = Layout(1, 1, 8, 1, 8, ep=8)
+    group = ep_group(node_cluster("dgx-h100", 8), layout)
+    times = [moe_layer_costs(s, layout, "h100", "bf16", None, group, "baseline").layer_f
+             for s in (SMALL, capped, skewed)]
+    assert times[0] < times[1] < times[2]
+
+
+def test_expert_state_sharded_over_experts_and_expert_dp():
+    layout4, layout8 = Layout(1, 1, 8, 1, 8, ep=4), Layout(1, 1, 8, 1, 8, ep=8)
+    m4, m8 = (memory_per_gpu(SMALL, lay, "bf16") for lay in (layout4, layout8))
+    experts_per_layer = 8 * 3 * 1024 * 2048
+    held = 4 * experts_per_layer * (1 / 4 - 1 / 8)  # 4 layers, 2 vs 1 experts per GPU
+    assert m4.parameters - m8.parameters == pytest.approx(held)
+    assert m4.weights - m8.weights == pytest.approx(2 * held)
+    zero1 = [memory_per_gpu(SMALL, replace(lay, zero=1), "bf16") for lay in (layout4, layout8)]
+    # ZeRO-1 shards expert optimizer state over cp x dp / ep = 2 and 1 ranks
+    expert4 = 4 * experts_per_layer / 4 * 12 / 2
+    expert8 = 4 * experts_per_layer / 8 * 12 / 1
+    assert zero1[0].optimizer - zero1[1].optimizer == pytest.approx(expert4 - expert8)
+
+
+def test_policies_order_on_a_multi_dimensional_ep_group():
+    """EP 8 with TP 2 spans 4 GPUs of a node and 2 nodes of the NIC fabric."""
+    spec = load_spec("mixtral-8x7b")
+    cluster = load_cluster("dgx-h100", 64, None)
+    layout = Layout(2, 4, 8, 1, 64, sequence_parallel=True, ep=8)
+    exposed = {policy: evaluate(Job(spec, cluster, "bf16", policy, "none"),
+                                layout).exposed["ep_a2a_s"]
+               for policy in ("baseline", "themis", "dlsched")}
+    assert exposed["dlsched"] <= exposed["themis"] <= exposed["baseline"]
+    assert exposed["dlsched"] < exposed["baseline"]
+
+
+def test_policies_order_on_a_3d_topology():
+    cluster = load_cluster("3D-FC_Ring_SW", None, None)
+    spec = replace(SMALL, experts=64, layers=8)
+    layout = Layout(1, 1, cluster.num_gpus, 1, cluster.num_gpus, ep=64)
+    exposed = {policy: evaluate(Job(spec, cluster, "bf16", policy, "none"),
+                                layout).exposed["ep_a2a_s"]
+               for policy in ("baseline", "themis", "dlsched")}
+    assert exposed["dlsched"] <= exposed["themis"] <= exposed["baseline"]
+
+
+def test_search_covers_ep_of_moe_models_only():
+    choice = LayoutChoice(8, tp=1, pp=1)
+    moe = {layout.ep for layout in layouts(_small_job(), choice, SPACES["dlsched"])}
+    dense = Job(replace(SMALL, experts=0), node_cluster("dgx-h100", 8))
+    assert moe == {1, 2, 4, 8}
+    assert {layout.ep for layout in layouts(dense, choice, SPACES["dlsched"])} == {1}
+
+
+@pytest.mark.parametrize(("spec", "layout", "field"), [
+    (replace(SMALL, experts=0), Layout(1, 1, 8, 1, 8, ep=2), "--ep"),
+    (replace(SMALL, experts=6), Layout(1, 1, 8, 1, 8, ep=4), "--ep"),
+    (SMALL, Layout(2, 1, 4, 1, 8, ep=4), "--sequence-parallel"),
+    (SMALL, Layout(1, 1, 8, 1, 8, zero=3, ep=8), "--zero")])
+def test_layouts_moe_cannot_run_name_the_field(spec, layout, field):
+    with pytest.raises(ConfigError, match=field):
+        evaluate(Job(spec, node_cluster("dgx-h100", 8)), layout)
+
+
+def test_exports_carry_the_experts():
+    layout = Layout(1, 1, 8, 1, 8, ep=8)
+    args = megatron_args(SMALL, layout, "bf16")
+    assert "--num-experts 8 --moe-router-topk 2" in args
+    assert "--expert-model-parallel-size 8" in args and "--moe-grouped-gemm" in args
+    assert "expert_parallel_degree = 8" in torchtitan_toml(SMALL, layout, "bf16")
+
+
+def test_spec_file_with_experts(tmp_path):
+    path = tmp_path / "moe.yaml"
+    path.write_text("layers: 2\nhidden: 512\nheads: 8\nseq: 256\nvocab: 1000\n"
+                    "experts: 4\ntop_k: 1\ncapacity_factor: 1.5\n")
+    spec = load_spec(str(path))
+    assert (spec.experts, spec.top_k, spec.capacity_factor) == (4, 1, 1.5)
+    with pytest.raises(ConfigError, match="top_k"):
+        TransformerSpec("bad", 2, 512, 8, 256, 1000, experts=4, top_k=5)
+
+
+@pytest.mark.parametrize("freq", [1, 2, 3])
+def test_moe_layers_in_counts_every_multiple_of_the_frequency(freq: int) -> None:
+    """The closed form of ``moe_layers_in`` equals the per-layer count on every range, and a
+    dense model has none."""
+    spec = replace(bundled_specs()["mixtral-8x7b"], moe_layer_freq=freq)
+    for start in range(10):
+        for stop in range(start, 13):
+            assert spec.moe_layers_in(start, stop) == sum(spec.is_moe_layer(i)
+                                                          for i in range(start, stop))
+    assert bundled_specs()["llama3-70b"].moe_layers_in(0, 80) == 0
