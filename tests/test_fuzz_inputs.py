@@ -475,11 +475,11 @@ def test_profile_threads_refused_before_torch(run_cli, monkeypatch: pytest.Monke
                                               tmp_path: Path, value: str) -> None:
     """``dlsched profile --threads`` outside 1..256 exits 2 before torch is touched (0 used to
     end in a torch RuntimeError traceback, 100000 in a segmentation fault)."""
-    from dlsched.cli import runtime
+    import dlsched.runtime
 
     def never() -> None:
         raise AssertionError("torch was needed before --threads was checked")
 
-    monkeypatch.setattr(runtime, "_require_torch", never)
+    monkeypatch.setattr(dlsched.runtime, "require_torch", never)
     code, _, err = run_cli("profile", "--threads", value, "--out", str(tmp_path / "p.csv"))
     assert code == 2 and err.startswith("error: --threads: thread count"), err
