@@ -33,6 +33,7 @@ from dlsched.pipeline import (
 )
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace, write_text
 from dlsched.report.columns import text, times
+from dlsched.runtime import require_torch
 from dlsched.validation import BATCH, DATA_SIZE, THREADS, Limit, count
 
 REPEATS = count("repeat count", 1, 1000)
@@ -40,13 +41,6 @@ RANKS = count("rank count", 1, 64)
 ITERATIONS = count("iteration count", 1, 10_000)
 WARMUP = count("warm-up iteration count", 0, 100)
 TIMEOUT = Limit("time limit", 0.0, 86_400.0, low_open=True, show=lambda v: f"{v:g} s")
-
-
-def _torch() -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError as error:
-        raise ConfigError("this command needs torch: pip install 'dlsched[torch]'") from error
 
 
 PROFILE_COLUMNS = [
@@ -99,7 +93,7 @@ def profile(
         raise ConfigError("devices-out: calibrates CPU gloo ranks (loopback link, CPU action "
                           "overhead), not GPUs; with --device cuda give the device graph as a "
                           "file instead")
-    _torch()
+    require_torch()
     from dlsched.runtime import calibrate_devices, profile_chain
 
     with activity(f"profiling the blocks of {model}", json_out):
@@ -210,7 +204,7 @@ def run(
         schedule = read_torch_export(torch_csv, mapping_path_for(torch_csv))
         if schedule.stage_blocks != to_torch(saved.plan).stage_blocks:
             raise ConfigError(f"torch-csv: {torch_csv} cuts the blocks differently from {plan}")
-    _torch()
+    require_torch()
     from dlsched.runtime import SpawnOptions, check_plan_run, run_plan
 
     check_plan_run(saved, schedule, str(torch_csv or plan))

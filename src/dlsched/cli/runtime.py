@@ -123,10 +123,11 @@ def profile_command(
                           f"{warmup}, {repeats})")
     if optimizer not in ("sgd", "adam", "none"):
         raise ConfigError(f"optimizer: {optimizer!r}; accepted: sgd, adam, none")
-    from dlsched.runtime import Execution, profile_module, require_torch, write_profile
+    from dlsched.runtime import Execution, require_torch
 
     execution = Execution(device, precision, channels_last, unused)
     require_torch()
+    from dlsched.runtime import profile_module, write_profile
 
     config = _config(module, input_shape, batch_size)
     with activity(f"profiling {module} ({warmup} + {repeats} iterations)", json_out):
@@ -266,9 +267,10 @@ def train_dataparallel(
                              comm_nice=comm_nice, own_sessions=False)
     if (note := assumed_latency_note(network)) is not None:
         (status_console if json_out else console).print(f"note: {note}", highlight=False)
-    from dlsched.runtime import require_torch, train_policies
+    from dlsched.runtime import require_torch
 
     require_torch()
+    from dlsched.runtime import train_policies
 
     config = _config(module, input_shape, batch_size, policies=names, network=network,
                      iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr,

@@ -35,7 +35,8 @@ def _torch() -> Any:
         import torch
     except ImportError:
         raise ConfigError("device: torch is not installed; accepted: a Python with torch "
-                          "(pip install 'dlsched[runtime]')") from None
+                          "(pip install 'dlsched[torch]'; CPU: pip install torch==2.13.0)"
+                          ) from None
     return torch
 
 
