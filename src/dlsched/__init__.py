@@ -35,7 +35,4 @@ _SOURCES = {
     "Timeline": "dlsched.sim",
 }
 
-__all__ = sorted(_SOURCES)
-
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _SOURCES)

@@ -10,10 +10,10 @@ from typing import Any
 
 
 def lazy_exports(package: str, sources: dict[str, str]
-                 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``__getattr__`` and ``__dir__`` for ``package`` whose public names are the keys of
-    ``sources`` (name -> the module defining it); a name is imported on first use and kept in
-    the package."""
+                 ) -> tuple[list[str], Callable[[str], Any], Callable[[], list[str]]]:
+    """``__all__``, ``__getattr__`` and ``__dir__`` for ``package`` whose public names are the
+    keys of ``sources`` (name -> the module defining it): ``__all__`` lists them sorted; a name
+    is imported on first use and kept in the package."""
     namespace = importlib.import_module(package).__dict__
 
     def __getattr__(name: str) -> Any:
@@ -26,4 +26,4 @@ def lazy_exports(package: str, sources: dict[str, str]
     def __dir__() -> list[str]:
         return sorted([*namespace, *sources])
 
-    return __getattr__, __dir__
+    return sorted(sources), __getattr__, __dir__

@@ -4,7 +4,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlsched.dataparallel import AlphaBeta, DPProblem, run_dataparallel
+from dlsched.dataparallel.plan import DPPlan
 from dlsched.dataparallel.policies import TUNED_DEFAULTS
+from dlsched.dataparallel.policies.bytescheduler import bytescheduler_schedule
+from dlsched.dataparallel.tuning import (
+    CREDITS,
+    DEFAULT_CREDIT_MULTIPLE,
+    DEFAULT_PARTITION,
+    SIZES,
+    credit_bytes,
+    credit_search,
+)
 from dlsched.experiments.usbyte import cap
 
 MS = 1e-3
@@ -49,3 +59,23 @@ def test_usbyte_over_wfbp_never_exceeds_the_cap(problem):
 def test_cap_formula():
     """Backward = 2 x forward gives 4/3."""
     assert abs(cap(1.0, 2.0) - 4 / 3) < 1e-12
+
+
+def test_credit_search_plans_the_shipped_default_first_then_the_grid():
+    """ByteScheduler's core: the default partition and credit, then every credit (and, tuned,
+    every size of ``SIZES``), the plan named by the policy."""
+    problem = DPProblem((MS, MS), (MS, MS), (4 * MiB, 8 * MiB), AlphaBeta(0.1 * MS, 1e-10),
+                        in_flight=2)
+    tried: list[tuple[int, int]] = []
+
+    def build(problem: DPProblem, unit: int, credit_multiple: int) -> DPPlan:
+        tried.append((unit, credit_multiple))
+        return bytescheduler_schedule(problem, unit, credit_bytes(credit_multiple, unit))
+
+    assert credit_search(problem, build, "unit", "probe", tune_size=False).policy == "probe"
+    assert tried == [(DEFAULT_PARTITION, DEFAULT_CREDIT_MULTIPLE),
+                     *((DEFAULT_PARTITION, c) for c in CREDITS if c != DEFAULT_CREDIT_MULTIPLE)]
+    tried.clear()
+    credit_search(problem, build, "unit", "probe", tune_size=True, credits=(2,))
+    assert tried == [(DEFAULT_PARTITION, DEFAULT_CREDIT_MULTIPLE), (DEFAULT_PARTITION, 2),
+                     *((size, 2) for size in SIZES)]

@@ -17,19 +17,16 @@ from dlsched.cli.progress import progress_bar
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.errors import ConfigError
 from dlsched.report import Column, render_table, write_text
+from dlsched.report.columns import percents, standard, text, times
+from dlsched.report.tables import in_ms, in_percent, in_us
 from dlsched.validation import BATCH, MAX_BATCH
 
 compute_app = typer.Typer(help="Predicted compute time and MFU of a zoo model on a GPU.",
                           invoke_without_command=True)
 
-STEP_COLUMNS = [Column("model", "model", justify="left"), Column("batch_size", "batch"),
-                Column("device", "device", justify="left"),
-                Column("precision", "precision", justify="left"),
-                Column("forward_s", "forward (ms)", lambda v: f"{v * 1e3:.2f}"),
-                Column("backward_s", "backward (ms)", lambda v: f"{v * 1e3:.2f}"),
-                Column("step_s", "step (ms)", lambda v: f"{v * 1e3:.2f}"),
-                Column("launch_bound", "GPU waits (%)", lambda v: f"{v * 100:.0f}"),
-                Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}")]
+STEP_COLUMNS = [*text("model"), Column("batch_size", "batch"), *text("device", "precision"),
+                *times(in_ms(2), forward_s="forward", backward_s="backward", step_s="step"),
+                *percents(in_percent(0), launch_bound="GPU waits"), *standard("mfu")]
 
 
 def _batch(value: float) -> int:
@@ -80,10 +77,8 @@ def compute(
         console.print(f"note: {note}")
 
 
-FIT_COLUMNS = [Column("case", "case", justify="left"),
-               Column("measured_s", "measured (ms)", lambda v: f"{v * 1e3:.1f}"),
-               Column("predicted_s", "predicted (ms)", lambda v: f"{v * 1e3:.1f}"),
-               Column("error", "error (%)", lambda v: f"{v * 100:+.1f}")]
+FIT_COLUMNS = [*text("case"), *times(in_ms(1), measured_s="measured", predicted_s="predicted"),
+               *percents(in_percent(1, signed=True), error="error")]
 
 
 @compute_app.command("calibrate")
@@ -120,9 +115,9 @@ def calibrate_command(
 
 
 MEASURE_COLUMNS = [Column("case", "kernel", justify="left"),
-                   Column("measured_s", "measured (us)", lambda v: f"{v * 1e6:.1f}"),
-                   Column("predicted_s", "fitted (us)", lambda v: f"{v * 1e6:.1f}"),
-                   Column("error", "error (%)", lambda v: f"{v * 100:+.1f}")]
+                   Column("measured_s", "measured (us)", in_us(1)),
+                   Column("predicted_s", "fitted (us)", in_us(1)),
+                   *percents(in_percent(1, signed=True), error="error")]
 
 @compute_app.command("measure")
 def measure_command(

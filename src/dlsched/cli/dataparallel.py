@@ -33,7 +33,7 @@ COLUMNS = [
     *standard("time_over_bound"),
     *text("settings"),
     Column("speedup_vs_wfbp", "speedup vs WFBP", as_ratio),
-    Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}"),
+    *standard("mfu"),
     *standard("messages"),
     Column("peak_in_flight", "peak in flight"),
     *times(comm_busy_s="network busy"),

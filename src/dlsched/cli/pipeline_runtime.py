@@ -32,7 +32,8 @@ from dlsched.pipeline import (
     write_torch_export,
 )
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace, write_text
-from dlsched.report.columns import text, times
+from dlsched.report.columns import percents, text, times
+from dlsched.report.tables import fixed, in_percent
 from dlsched.runtime import require_torch
 from dlsched.validation import BATCH, DATA_SIZE, THREADS, Limit, count
 
@@ -167,8 +168,8 @@ RUN_COLUMNS = [
     Column("ranks", "ranks"),
     *times(predicted_s="predicted", measured_median_s="measured median", measured_min_s="min",
            measured_max_s="max"),
-    Column("error", "error (%)", lambda v: f"{v * 100:+.1f}"),  # render_table shows None as -
-    Column("final_loss", "loss", lambda v: f"{v:.4f}"),
+    *percents(in_percent(1, signed=True), error="error"),  # render_table shows None as -
+    Column("final_loss", "loss", fixed(4)),
 ]
 
 

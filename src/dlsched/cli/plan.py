@@ -9,20 +9,17 @@ import typer
 
 from dlsched.cli.options import Outputs, announce, parse_names
 from dlsched.report import Column, render_table
+from dlsched.report.columns import seconds, standard, text
+from dlsched.report.tables import fixed
 
-COLUMNS = [Column("planner", "planner", justify="left"),
-           Column("collective_policy", "collectives", justify="left"),
-           Column("layout", "layout", justify="left"),
-           Column("iteration_s", "iteration (s)", lambda v: f"{v:.3f}"),
-           Column("tflops_per_gpu", "TFLOP/s/GPU", lambda v: f"{v:.1f}"),
-           Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}"),
-           Column("memory_gib", "memory (GiB)", lambda v: f"{v:.1f}"),
-           Column("exposed_tp_s", "TP (s)", lambda v: f"{v:.3f}"),
-           Column("exposed_pp_s", "PP (s)", lambda v: f"{v:.3f}"),
-           Column("exposed_dp_s", "DP (s)", lambda v: f"{v:.3f}"),
-           Column("exposed_cp_s", "CP (s)", lambda v: f"{v:.3f}"),
-           Column("speedup_vs_best_baseline", "vs best baseline",
-                  lambda v: "" if v is None else f"{v:.3f}x")]
+COLUMNS = [*text("planner"), Column("collective_policy", "collectives", justify="left"),
+           *text("layout"),
+           *seconds(iteration_s="iteration"),
+           Column("tflops_per_gpu", "TFLOP/s/GPU", fixed(1)),
+           *standard("mfu"),
+           Column("memory_gib", "memory (GiB)", fixed(1)),
+           *seconds(exposed_tp_s="TP", exposed_pp_s="PP", exposed_dp_s="DP", exposed_cp_s="CP"),
+           Column("speedup_vs_best_baseline", "vs best baseline", lambda v: f"{v:.3f}x")]
 
 
 def plan(

@@ -10,14 +10,15 @@ import typer
 
 from dlsched.cli.options import CsvOption, Outputs, announce, console
 from dlsched.report import Column, render_table
+from dlsched.report.columns import percents
+from dlsched.report.tables import in_percent
 
 
 def _value(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _percent(value: float) -> str:
-    return f"{value * 100:+.1f}"
+_signed = in_percent(1, signed=True)
 
 
 ROW_COLUMNS = [Column("id", "row", justify="left"),
@@ -25,7 +26,7 @@ ROW_COLUMNS = [Column("id", "row", justify="left"),
                Column("unit", "unit", justify="left"),
                Column("published", "published", _value),
                Column("predicted", "predicted", _value),
-               Column("error", "error (%)", _percent),
+               *percents(_signed, error="error"),
                Column("low", "90% low", _value),
                Column("high", "90% high", _value),
                Column("covered", "covered", lambda v: "yes" if v else "no"),
@@ -34,13 +35,12 @@ SOURCE_COLUMNS = [Column("source", "source", justify="left"),
                   Column("family", "metrics", justify="left"),
                   Column("rows", "rows"),
                   Column("priced", "priced"),
-                  Column("mean_abs_error", "|error| (%)", lambda v: f"{v * 100:.1f}"),
-                  Column("mean_signed_error", "bias (%)", _percent),
-                  Column("held_out_mean_abs_error", "held-out |error| (%)",
-                         lambda v: f"{v * 100:.1f}"),
+                  *percents(in_percent(1), mean_abs_error="|error|"),
+                  *percents(_signed, mean_signed_error="bias"),
+                  *percents(in_percent(1), held_out_mean_abs_error="held-out |error|"),
                   Column("worst_row", "worst row", justify="left"),
-                  Column("worst_error", "worst (%)", _percent),
-                  Column("coverage", "covered (%)", lambda v: f"{v * 100:.0f}")]
+                  *percents(_signed, worst_error="worst"),
+                  *percents(in_percent(0), coverage="covered")]
 
 
 def validate(

@@ -72,3 +72,17 @@ def grid_search(problem: DPProblem, build: Callable[..., DPPlan],
             best, best_time = plan, time
     assert best is not None
     return replace(best, policy=policy)
+
+
+def credit_search(problem: DPProblem, build: Callable[..., DPPlan], size_knob: str,
+                  policy: str, *, tune_size: bool,
+                  credits: Sequence[int] = CREDITS) -> DPPlan:
+    """``grid_search`` of a policy on ByteScheduler's core, whose knobs are a size (bytes;
+    ``build``'s keyword ``size_knob``: ByteScheduler's partition, US-Byte's unit) and
+    ``credit_multiple``: the credit over ``credits`` and, with ``tune_size``, the size over
+    ``SIZES`` too (else the default partition only); the shipped default (``DEFAULT_PARTITION``,
+    ``DEFAULT_CREDIT_MULTIPLE``) wins ties."""
+    sizes = (DEFAULT_PARTITION, *SIZES) if tune_size else (DEFAULT_PARTITION,)
+    return grid_search(problem, build, {size_knob: sizes, "credit_multiple": credits},
+                       {size_knob: DEFAULT_PARTITION,
+                        "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, policy)

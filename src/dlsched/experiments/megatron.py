@@ -39,7 +39,9 @@ from dlsched.pipeline.problem import PipelineProblem
 from dlsched.pipeline.schedules import interleaved_orders, one_f_one_b_orders
 from dlsched.pipeline.simulate import simulate
 from dlsched.report import Column
+from dlsched.report.columns import percents, standard
 from dlsched.report.sections import Paragraph, Section, Table
+from dlsched.report.tables import fixed, in_percent
 
 NAME = "megatron"
 SEQ, VOCAB = 2048, 51200
@@ -282,13 +284,13 @@ def document(rows: list[dict[str, Any]], options: Options | None = None) -> dict
 COLUMNS = [
     Column("model", "model", justify="left"), Column("gpus", "GPUs"),
     Column("config", "TP x PP x DP, mb, v", justify="left"),
-    Column("published_tflops_per_gpu", "published (TFLOP/s/GPU)", lambda v: f"{v:.0f}"),
-    Column("predicted_tflops_per_gpu", "predicted (TFLOP/s/GPU)", lambda v: f"{v:.1f}"),
-    Column("error", "error (%)", lambda v: f"{v * 100:+.1f}"),
-    Column("mfu", "MFU (%)", lambda v: f"{v * 100:.1f}"),
+    Column("published_tflops_per_gpu", "published (TFLOP/s/GPU)", fixed(0)),
+    Column("predicted_tflops_per_gpu", "predicted (TFLOP/s/GPU)", fixed(1)),
+    *percents(in_percent(1, signed=True), error="error"),
+    *standard("mfu"),
     Column("ours_config", "dlsched plan", justify="left"),
-    Column("ours_mfu", "dlsched MFU (%)", lambda v: f"{v * 100:.1f}"),
-    Column("speedup", "speedup (x)", lambda v: f"{v:.2f}"),
+    *percents(in_percent(1), ours_mfu="dlsched MFU"),
+    Column("speedup", "speedup (x)", fixed(2)),
 ]
 
 

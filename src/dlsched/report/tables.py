@@ -43,6 +43,28 @@ def as_ratio(value: float) -> str:
     return f"{value:.2f}x"
 
 
+def in_ms(decimals: int) -> Callable[[float], str]:
+    """A formatter of seconds as milliseconds with ``decimals`` decimals."""
+    return lambda value: f"{value * 1e3:.{decimals}f}"
+
+
+def in_us(decimals: int) -> Callable[[float], str]:
+    """A formatter of seconds as microseconds with ``decimals`` decimals."""
+    return lambda value: f"{value * 1e6:.{decimals}f}"
+
+
+def in_percent(decimals: int, signed: bool = False) -> Callable[[float], str]:
+    """A formatter of a fraction (0..1) as a percentage with ``decimals`` decimals; ``signed``
+    writes the sign of a positive value too (an error: +3.1)."""
+    sign = "+" if signed else ""
+    return lambda value: f"{value * 100:{sign}.{decimals}f}"
+
+
+def fixed(decimals: int) -> Callable[[float], str]:
+    """A formatter of a plain number (in the header's unit) with ``decimals`` decimals."""
+    return lambda value: f"{value:.{decimals}f}"
+
+
 def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str = "",
                  console: Console | None = None) -> None:
     """Print rows as a rich table with the given columns."""

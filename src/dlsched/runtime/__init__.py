@@ -37,5 +37,4 @@ _SOURCES = {
     "run_pipelines": "dlsched.runtime.pipeline.run",
 }
 
-__all__ = sorted(_SOURCES)
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _SOURCES)

@@ -27,7 +27,4 @@ _SOURCES = {
                     "dlsched.sweep.summary"),
 }
 
-__all__ = sorted(_SOURCES)
-
-
-__getattr__, __dir__ = lazy_exports(__name__, _SOURCES)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, _SOURCES)

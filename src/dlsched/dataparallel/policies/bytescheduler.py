@@ -26,16 +26,7 @@ from dlsched.dataparallel.cache import cached_plan
 from dlsched.dataparallel.network import SharedNetwork
 from dlsched.dataparallel.plan import Block, DPPlan, Message
 from dlsched.dataparallel.problem import DPProblem
-from dlsched.dataparallel.tuning import (
-    CREDITS,
-    DEFAULT_CREDIT_MULTIPLE,
-    DEFAULT_PARTITION,
-    SIZES,
-    credit_bytes,
-    credit_text,
-    grid_search,
-    size_text,
-)
+from dlsched.dataparallel.tuning import credit_bytes, credit_search, credit_text, size_text
 
 
 def partitions(problem: DPProblem, layer: int, size: int) -> list[Block]:
@@ -86,16 +77,11 @@ def _schedule(problem: DPProblem, partition: int, credit_multiple: int) -> DPPla
 def bytescheduler_plan(problem: DPProblem) -> DPPlan:
     """ByteScheduler as shipped: the default 1M-element partition, credit tuned (the
     credit grid it shares with US-Byte)."""
-    return grid_search(problem, _schedule, {"partition": (DEFAULT_PARTITION,),
-                                            "credit_multiple": CREDITS},
-                       {"partition": DEFAULT_PARTITION,
-                        "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "bytescheduler")
+    return credit_search(problem, _schedule, "partition", "bytescheduler", tune_size=False)
 
 
 @cached_plan
 def bytescheduler_tuned_plan(problem: DPProblem) -> DPPlan:
     """ByteScheduler with partition and credit both tuned on the shared grid."""
-    return grid_search(problem, _schedule, {"partition": (DEFAULT_PARTITION, *SIZES),
-                                            "credit_multiple": CREDITS},
-                       {"partition": DEFAULT_PARTITION,
-                        "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "bytescheduler-tuned")
+    return credit_search(problem, _schedule, "partition", "bytescheduler-tuned",
+                         tune_size=True)

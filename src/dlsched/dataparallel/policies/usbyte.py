@@ -33,10 +33,9 @@ from dlsched.dataparallel.tuning import (
     CREDITS,
     DEFAULT_CREDIT_MULTIPLE,
     DEFAULT_PARTITION,
-    SIZES,
     credit_bytes,
+    credit_search,
     credit_text,
-    grid_search,
     size_text,
 )
 
@@ -160,16 +159,13 @@ def _credit_grid(problem: DPProblem) -> tuple[int, ...]:
 def usbyte_shipped_plan(problem: DPProblem) -> DPPlan:
     """US-Byte as the authors ship it: the 1M-element unit, the credit tuned on the grid
     ByteScheduler's shipped version uses (ByteScheduler's core tunes it by default)."""
-    return grid_search(problem, credited_plan,
-                       {"unit": (UNIT_BYTES,), "credit_multiple": _credit_grid(problem)},
-                       {"unit": UNIT_BYTES, "credit_multiple": DEFAULT_CREDIT_MULTIPLE}, "usbyte")
+    return credit_search(problem, credited_plan, "unit", "usbyte", tune_size=False,
+                         credits=_credit_grid(problem))
 
 
 @cached_plan
 def usbyte_tuned_plan(problem: DPProblem) -> DPPlan:
     """US-Byte with unit and credit tuned on the shared grid, as ``bytescheduler-tuned`` tunes
     partition and credit (in the authors' code the unit is ByteScheduler's partition)."""
-    return grid_search(problem, credited_plan,
-                       {"unit": (UNIT_BYTES, *SIZES), "credit_multiple": _credit_grid(problem)},
-                       {"unit": UNIT_BYTES, "credit_multiple": DEFAULT_CREDIT_MULTIPLE},
-                       "usbyte-tuned")
+    return credit_search(problem, credited_plan, "unit", "usbyte-tuned", tune_size=True,
+                         credits=_credit_grid(problem))
