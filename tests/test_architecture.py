@@ -316,15 +316,16 @@ ENTRY_MODULES: dict[str, frozenset[str]] = {
     **dict.fromkeys(("collectives", "dataparallel", "pipeline", "training"),
                     frozenset({"scenario", "compare"})),
     "interop": frozenset({"astra_collective"}),
-    "job": frozenset({"api"}),
+    "job": frozenset({"api", "scenario"}),
     "experiments": frozenset({"reproduction", "megatron", "pipeline", "themis",
                               "themis_training", "usbyte"}),
     "ledger": frozenset({"report", "plot"}),
 }
 """Besides the names of a domain package's ``__all__``, the modules of a domain a ``cli`` module
 may import from: each domain's scenario schema and its one comparison; the collective
-comparison with its ASTRA-sim files (``interop.astra_collective``); the job planner's API;
-the reproduction contract and each reproduction; the ledger's validation and its plot."""
+comparison with its ASTRA-sim files (``interop.astra_collective``); the job planner's API and
+scenario schema; the reproduction contract and each reproduction; the ledger's validation and
+its plot."""
 
 
 def _public_names(package: str) -> frozenset[str]:

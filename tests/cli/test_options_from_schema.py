@@ -1,6 +1,6 @@
 """Every command's options come from one schema: ``collective``, ``dataparallel``, ``pipeline
-plan`` and ``train`` take exactly their domain schema's fields as options (plus where results
-go), named, defaulted and helped as the schema says; the command functions declare none of
+plan``, ``train`` and ``plan`` take exactly their domain schema's fields as options (plus where
+results go), named, defaulted and helped as the schema says; the command functions declare none of
 them; the command line, the sweep and the Python API build the same scenario object."""
 
 from __future__ import annotations
@@ -17,13 +17,16 @@ from dlsched.cli.schema_options import Given, field_option
 from dlsched.collectives.scenario import CollectiveScenario
 from dlsched.dataparallel.scenario import DataParallelScenario
 from dlsched.inputs import Several
+from dlsched.job.scenario import PlanScenario
 from dlsched.pipeline.scenario import PipelineScenario
 from dlsched.training.scenario import TrainingScenario
 
-OUTPUTS = {"json_out", "csv", "trace", "plot", "save", "show_plan"}
+OUTPUTS = {"json_out", "csv", "trace", "plot", "save", "show_plan", "megatron_args",
+           "torchtitan_toml"}
 """Where results go and how they are shown: the command's own options, not scenario fields."""
 COMMANDS = [(("collective",), CollectiveScenario), (("dataparallel",), DataParallelScenario),
-            (("pipeline", "plan"), PipelineScenario), (("train",), TrainingScenario)]
+            (("pipeline", "plan"), PipelineScenario), (("train",), TrainingScenario),
+            (("plan",), PlanScenario)]
 
 
 def _click_command(path: tuple[str, ...]) -> Any:
@@ -38,10 +41,11 @@ def _function(path: tuple[str, ...]):
     from dlsched.cli.collective import collective
     from dlsched.cli.dataparallel import dataparallel
     from dlsched.cli.pipeline import plan
+    from dlsched.cli.plan import plan as plan_job
     from dlsched.cli.training import train
 
-    return {"collective": collective, "dataparallel": dataparallel, "plan": plan,
-            "train": train}[path[-1]]
+    return {("collective",): collective, ("dataparallel",): dataparallel,
+            ("pipeline", "plan"): plan, ("train",): train, ("plan",): plan_job}[path]
 
 
 @pytest.mark.parametrize(("path", "schema"), COMMANDS, ids=lambda v: getattr(v, "__name__", v))

@@ -9,13 +9,13 @@ from dataclasses import replace
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.job.api import PlanRequest, plan
 from dlsched.job.cluster import node_cluster
 from dlsched.job.collective_costs import curve
 from dlsched.job.evaluate import Job, dp_group, evaluate
 from dlsched.job.layout import Layout
 from dlsched.job.memory import memory_per_gpu
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.scenario import PlanScenario
 
 SPEC = bundled_specs()["llama3-8b"]
 LAYOUT = Layout(1, 1, 8, 1, 8)  # DP 8 on one node, ZeRO 0: the gradients all-reduced at the end
@@ -50,12 +50,12 @@ def test_a_format_the_training_cannot_reduce_in_names_the_option(precision: str,
 
 
 def test_the_plan_exports_the_bf16_reduction() -> None:
-    fixed = {"tp": 1, "pp": 1, "dp": 8, "chunks": 1, "microbatch_size": 1, "schedule": "1f1b",
-             "recompute": "full", "sequence_parallel": False, "zero": 1}
-    report = plan(PlanRequest("llama3-8b", "dgx-h100", 8, None, "bf16", 8, fixed,
-                              grad_reduce="bf16"))
+    scenario = PlanScenario(model="llama3-8b", cluster="dgx-h100", gpus=8, global_batch=8,
+                            tp=1, pp=1, dp=8, chunks=1, microbatch_size=1, schedule="1f1b",
+                            recompute="full", sequence_parallel=False, zero=1)
+    report = scenario.model_copy(update={"grad_reduce": "bf16"}).run()
     assert "--grad-reduce-in-bf16" in report.megatron_args()
     assert 'mixed_precision_reduce = "bfloat16"' in report.torchtitan_toml()
-    default = plan(PlanRequest("llama3-8b", "dgx-h100", 8, None, "bf16", 8, fixed))
+    default = scenario.run()
     assert "--grad-reduce-in-bf16" not in default.megatron_args()
     assert 'mixed_precision_reduce = "float32"' in default.torchtitan_toml()

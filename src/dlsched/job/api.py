@@ -1,6 +1,7 @@
-"""The job planner's entry point: a request as the command line gives it, the report it prints.
+"""The job planner's entry point: a scenario (``job.scenario.PlanScenario``, what the command
+line, a sweep and the Python API give), the report ``dlsched plan`` prints.
 
-``plan(request)`` evaluates the layout when every layout field is fixed (one row per
+``plan(scenario)`` evaluates the layout when every layout field is fixed (one row per
 collective policy; without a ``pipeline_split`` the first of ``job.pipeline_split.SPLITS`` that
 Megatron-Core accepts for its degrees, the even split when the layers divide), and otherwise
 searches dlsched's space and, with ``baselines``, each baseline's (``job.search.SPACES``)
@@ -10,8 +11,9 @@ under the same evaluator, reporting dlsched's plan with the best baseline's layo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
@@ -24,30 +26,12 @@ from dlsched.job.pipeline_time import event_timeline
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.sim.timeline import Timeline
 
-LAYOUT_FIELDS = ("tp", "pp", "dp", "chunks", "microbatch_size", "schedule", "recompute",
-                 "sequence_parallel", "zero")
+if TYPE_CHECKING:
+    from dlsched.job.scenario import PlanScenario
+
+COMPLETE_FIELDS = ("tp", "pp", "dp", "chunks", "microbatch_size", "schedule", "recompute",
+                   "sequence_parallel", "zero")  # given all (dp or tp and pp), it is evaluated
 DEFAULT_ONE = ("cp", "ep")  # a complete layout leaves them 1 unless given
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """What ``dlsched plan`` was asked (see its options)."""
-
-    model: str
-    cluster: str
-    gpus: int | None
-    gpu: str | None
-    precision: str
-    global_batch: int
-    fixed: dict[str, Any]
-    collective_policies: tuple[str, ...] = ("baseline",)
-    dp_policy: str = "usbyte"
-    baselines: bool = True
-    seq: int | None = None
-    attention: str = "flash"
-    overlap_param_gather: bool = False
-    tp_comm_overlap: bool = False
-    grad_reduce: str = "fp32"
 
 
 @dataclass
@@ -86,20 +70,20 @@ class PlanReport:
                                job.grad_bytes)
 
 
-def plan(request: PlanRequest) -> PlanReport:
-    """Evaluate or search (module docstring)."""
-    spec = with_seq(load_spec(request.model), request.seq)
-    cluster = load_cluster(request.cluster, request.gpus, request.gpu)
-    choice = LayoutChoice(request.global_batch, **{k: v for k, v in request.fixed.items()
-                                                   if v is not None})
+def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanReport:
+    """Evaluate or search (module docstring): one row per collective policy of ``policies``
+    (default: the scenario's ``collective_policy``)."""
+    spec = with_seq(load_spec(scenario.model), scenario.seq)
+    cluster = load_cluster(scenario.cluster, scenario.gpus, scenario.gpu)
+    choice = LayoutChoice(scenario.global_batch, **scenario.fixed())
     fixed = choice.fixed()
-    complete = all(name in fixed for name in LAYOUT_FIELDS if name != "dp") and (
+    complete = all(name in fixed for name in COMPLETE_FIELDS if name != "dp") and (
         "dp" in fixed or ("tp" in fixed and "pp" in fixed))
     rows, notes, plans = [], [], []
-    for policy in request.collective_policies:
-        job = Job(spec, cluster, request.precision, policy, request.dp_policy,
-                  request.attention, request.overlap_param_gather, request.tp_comm_overlap,
-                  request.grad_reduce)
+    for policy in (scenario.collective_policy,) if policies is None else tuple(policies):
+        job = Job(spec, cluster, scenario.precision, policy, scenario.dp_policy,
+                  scenario.attention, scenario.overlap_param_gather, scenario.tp_comm_overlap,
+                  scenario.grad_reduce)
         if complete:
             layout = _complete_layout(choice, cluster.num_gpus, spec.layers)
             result = evaluate(job, layout)
@@ -107,12 +91,12 @@ def plan(request: PlanRequest) -> PlanReport:
         else:
             found = search(job, choice, SPACES["dlsched"])
             result = found.best
-            best = _best_baseline(job, choice) if request.baselines else None
+            best = _best_baseline(job, choice) if scenario.baselines else None
             rows.append(_row(job, result, "dlsched", best, found.simulated_s))
         plans.append((job, result))
         notes.extend(note for note in result.notes if note not in notes)
-    title = (f"{spec.name} on {cluster.name} ({cluster.gpu}, {request.precision}, "
-             f"{request.attention} attention)")
+    title = (f"{spec.name} on {cluster.name} ({cluster.gpu}, {scenario.precision}, "
+             f"{scenario.attention} attention)")
     return PlanReport(title, rows, tuple(notes), plans)
 
 
@@ -169,4 +153,4 @@ def _row(job: Job, result: JobResult, planner: str, best: tuple[str, JobResult] 
     return row
 
 
-__all__ = ["PlanReport", "PlanRequest", "plan"]
+__all__ = ["PlanReport", "plan"]

@@ -1,6 +1,6 @@
 """What a sweep can vary: each domain's scenario schema (``collectives.scenario``,
-``dataparallel.scenario``, ``pipeline.scenario``, ``training.scenario``: the options of its
-command), one evaluator and one metric list per domain.
+``dataparallel.scenario``, ``pipeline.scenario``, ``training.scenario``, ``job.scenario``: the
+options of its command), one evaluator and one metric list per domain.
 
 Every domain maps a flat dict of parameters (plain numbers and names, SI units: bytes,
 seconds) to a flat dict of metrics. The evaluators are module-level functions, so they travel
@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from dlsched.collectives.scenario import CollectiveScenario
 from dlsched.dataparallel.scenario import DataParallelScenario
 from dlsched.errors import ConfigError
+from dlsched.job.scenario import PlanScenario
 from dlsched.pipeline.scenario import PipelineScenario
 from dlsched.training.scenario import TrainingScenario
 
@@ -51,6 +52,13 @@ def run_training_scenario(params: dict[str, Any]) -> dict[str, Any]:
     return {key: row[key] for key in TRAINING_METRICS}
 
 
+def run_plan_scenario(params: dict[str, Any]) -> dict[str, Any]:
+    """Plan one training job (evaluate a given layout or search): the plan's degrees, seconds
+    per iteration, FLOP rates, GiB per GPU, exposed seconds and the best baseline's time."""
+    row, = PlanScenario.model_construct(**params).run().rows
+    return {key: row.get(key) for key in PLAN_METRICS}
+
+
 COLLECTIVE_METRICS = ("time_s", "ideal_s", "bound_s", "utilization", "time_over_bound",
                       "bytes_per_npu", "events", "plan_chunks", "plan_concurrency")
 TRAINING_METRICS = ("iteration_s", "compute_s", "exposed_comm_s", "comm_fraction")
@@ -58,6 +66,12 @@ DATAPARALLEL_METRICS = ("time_s", "bound_s", "time_over_bound", "backward_s", "f
                         "messages", "comm_busy_s")
 PIPELINE_METRICS = ("iteration_s", "bound_s", "instance_bound_s", "time_over_bound", "bubble",
                     "peak_memory_bytes", "stages", "gpus_used", "tp", "planning_s")
+
+PLAN_METRICS = ("iteration_s", "tflops_per_gpu", "mfu", "hfu", "memory_gib", "tp", "cp", "ep",
+                "pp", "dp", "chunks", "microbatch_size", "zero", "exposed_tp_s",
+                "exposed_ep_a2a_s", "exposed_cp_s", "exposed_pp_s", "exposed_dp_s",
+                "exposed_zero3_s", "bound_s", "best_baseline_iteration_s",
+                "speedup_vs_best_baseline")
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,8 @@ DOMAINS: dict[str, Domain] = {
                        "planner", "iteration_s"),
     "training": Domain("training", TrainingScenario, run_training_scenario, TRAINING_METRICS,
                        "policy", "iteration_s"),
+    "plan": Domain("plan", PlanScenario, run_plan_scenario, PLAN_METRICS, "collective_policy",
+                   "iteration_s"),
 }
 
 

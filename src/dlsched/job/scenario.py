@@ -1,0 +1,122 @@
+"""The job planner's scenario schema: the three inputs of ``dlsched plan`` — what is trained
+(``model``, ``seq``), how it is parallelised (the layout fields, any subset fixed, the rest
+searched), what it runs on (``cluster``, ``gpus``, ``gpu``) — and how it is priced.
+
+One declaration serves the command line (``dlsched plan``'s options are made from it), a
+``plan`` sweep and the Python API: ``PlanScenario(model="llama3-70b", cluster="dgx-h100",
+gpus=64, tp=8).run()``. Each field is checked by the job domain where it is used (the
+evaluator, the layout, the cluster and model loaders), with an error naming its option.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from dlsched.inputs import STRICT, Choices, Several
+from dlsched.job.collective_costs import COLLECTIVE_POLICIES, check_policy
+from dlsched.job.dp_sync import DP_POLICIES
+from dlsched.job.layer_costs import ATTENTION_KERNELS, PRECISIONS
+from dlsched.job.layout import CP_ALGORITHMS, RECOMPUTE, SCHEDULES
+from dlsched.job.pipeline_split import SPLITS
+
+if TYPE_CHECKING:
+    from dlsched.job.api import PlanReport
+
+LAYOUT_FIELDS = ("tp", "cp", "cp_algorithm", "ep", "expert_tp", "pp", "dp", "chunks",
+                 "pipeline_split", "microbatch_size", "schedule", "recompute",
+                 "sequence_parallel", "zero")
+"""The fields that fix part of the layout (None: searched)."""
+
+
+def _names(names: tuple[str, ...]) -> str:
+    return " | ".join(names)
+
+
+class PlanScenario(BaseModel):
+    """One training job to plan: the model, the cluster, the fixed part of the layout and the
+    pricing settings (see each field). ``collective_policy`` is the one field several values
+    of which a command compares (one row each)."""
+
+    model_config = STRICT
+    model: Annotated[str, Field(description=(
+        "A bundled transformer (gpt3-175b, gpt-39.1b, ...) or a spec file (.yaml/.json)."))
+        ] = "gpt3-175b"
+    cluster: Annotated[str, Field(description=(
+        "Node preset scaled by --gpus (dgx-a100, dgx-h100) or a multi-dimensional topology "
+        "preset or file (3D-FC_Ring_SW)."))] = "dgx-a100"
+    gpus: Annotated[int | None, Field(description="GPUs (with a node preset).")] = None
+    gpu: Annotated[str | None, Field(description=(
+        "GPU compute preset or file (default: the node's; a100 on a topology)."))] = None
+    precision: Annotated[str, Choices(PRECISIONS), Field(description=(
+        "bf16 | fp16 (Megatron's mixed precision: 16-bit weights, FP32 master) | "
+        "autocast."))] = "bf16"
+    attention: Annotated[str, Choices(ATTENTION_KERNELS), Field(description=(
+        "Attention core kernel: flash (one fused kernel: Megatron-Core's default "
+        "--attention-backend auto, TorchTitan's SDPA) | unfused (Megatron-LM 2021: scores "
+        "written out, softmax, dropout; what SC21 and Korthikanti et al. ran)."))] = "flash"
+    overlap_param_gather: Annotated[bool, Field(description=(
+        "ZeRO 1-2: the weights' all-gather overlaps the next forward (Megatron-LM "
+        "--overlap-param-gather)."))] = False
+    tp_comm_overlap: Annotated[bool, Field(description=(
+        "With sequence parallelism: TP collectives overlap their GEMMs (Megatron-Core "
+        "--tp-comm-overlap, Transformer Engine userbuffers)."))] = False
+    grad_reduce: Annotated[str, Choices(("fp32", "bf16")), Field(description=(
+        "Gradients reduced and kept as fp32 (Megatron-LM's default main gradients) | bf16 "
+        "(--grad-reduce-in-bf16; bf16 training only)."))] = "fp32"
+    global_batch: Annotated[int, Field(description="Sequences per iteration.")] = 1536
+    tp: Annotated[int | None, Field(description=(
+        "Tensor-parallel degree (searched if not given)."))] = None
+    cp: Annotated[int | None, Field(description=(
+        "Context-parallel degree (each sequence split over CP GPUs; searched for long "
+        "sequences if not given)."))] = None
+    cp_algorithm: Annotated[str | None, Choices(CP_ALGORITHMS), Field(description=(
+        "Context parallelism's attention: ring (Megatron-Core/TE p2p ring attention) | "
+        "all-to-all (DeepSpeed-Ulysses); searched if not given."))] = None
+    seq: Annotated[int | None, Field(description=(
+        "Sequence length in tokens (overrides the model's)."))] = None
+    ep: Annotated[int | None, Field(description=(
+        "Expert-parallel degree of the MoE layers (1 if not given)."))] = None
+    expert_tp: Annotated[int | None, Field(description=(
+        "Tensor-parallel degree of each expert (default: TP, Megatron-Core's "
+        "--expert-tensor-parallel-size; 1 = MoE parallel folding, EP over the TP ranks too); "
+        "searched with TP and 1 if not given."))] = None
+    pp: Annotated[int | None, Field(description="Pipeline-parallel degree.")] = None
+    dp: Annotated[int | None, Field(description="Data-parallel degree.")] = None
+    chunks: Annotated[int | None, Field(description=(
+        "Model chunks per pipeline rank (interleaved schedule)."))] = None
+    pipeline_split: Annotated[str | None, Choices(SPLITS), Field(description=(
+        f"Layers over the PP x chunks virtual stages: {_names(SPLITS)} (Megatron-Core's "
+        "--account-for-embedding/loss-in-pipeline-split: each counted as a layer, the "
+        "first/last stage one layer fewer); searched (given layouts: the first accepted) if "
+        "not given."))] = None
+    microbatch_size: Annotated[int | None, Field(description="Sequences per microbatch.")] = None
+    schedule: Annotated[str | None, Choices(SCHEDULES), Field(description=(
+        f"{_names(SCHEDULES)}."))] = None
+    recompute: Annotated[str | None, Choices(RECOMPUTE), Field(description=(
+        "none | selective | full | selective-op (TorchTitan's per-op policy: every other "
+        "matmul kept; priced when given, not searched)."))] = None
+    sequence_parallel: Annotated[bool | None, Field(description=(
+        "Megatron sequence parallelism (searched if not given)."))] = None
+    zero: Annotated[int | None, Field(description="ZeRO stage 0-3 (3 = FSDP).")] = None
+    collective_policy: Annotated[str, AfterValidator(check_policy), Choices(COLLECTIVE_POLICIES),
+                                 Several("baseline"), Field(description=(
+                                     "Collective policy (one row each)"))] = "baseline"
+    dp_policy: Annotated[str, Choices(DP_POLICIES), Field(description=(
+        "How dlsched's plan overlaps gradient reduction with the last backward: "
+        f"{', '.join(DP_POLICIES)}."))] = "usbyte"
+    baselines: Annotated[bool, Field(description=(
+        "Search the baselines' spaces (megatron, megatron-sp, fsdp) too."))] = True
+
+    def fixed(self) -> dict[str, Any]:
+        """The layout fields given (the rest is searched)."""
+        return {name: getattr(self, name) for name in LAYOUT_FIELDS
+                if getattr(self, name) is not None}
+
+    def run(self, policies: tuple[str, ...] | None = None) -> PlanReport:
+        """Plan the job (``job.api.plan``): one row per collective policy (``policies``, each
+        checked; default: this scenario's ``collective_policy``)."""
+        from dlsched.job.api import plan
+
+        return plan(self, policies)

@@ -1,0 +1,67 @@
+"""One job scenario for the command line, the Python API and a sweep: ``dlsched plan``'s
+options are ``PlanScenario``'s fields, and the three give the same plan."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.scenario import LAYOUT_FIELDS, PlanScenario
+from dlsched.sweep.domains import PLAN_METRICS, get_domain
+
+GIVEN = {"model": "gpt-1.7b", "cluster": "dgx-a100", "gpus": 16, "global_batch": 64,
+         "precision": "fp16", "tp": 2, "pp": 2, "dp": 4, "chunks": 1, "microbatch_size": 2,
+         "schedule": "1f1b", "recompute": "full", "sequence_parallel": False, "zero": 1}
+
+
+def _options(values: dict[str, Any]) -> list[str]:
+    args = []
+    for name, value in values.items():
+        option = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(option if value else option.replace("--", "--no-", 1))
+        else:
+            args += [option, str(value)]
+    return args
+
+
+def test_the_command_line_and_the_api_plan_the_same_layout(run_cli: Any) -> None:
+    code, out, err = run_cli("plan", *_options(GIVEN), "--collective-policy",
+                             "baseline,dlsched", "--json")
+    assert code == 0, err
+    printed = json.loads(out)["rows"]
+    scenario = PlanScenario(**GIVEN)
+    api = scenario.run(("baseline", "dlsched")).rows
+    assert [row["iteration_s"] for row in printed] == [row["iteration_s"] for row in api]
+    assert [row["collective_policy"] for row in printed] == ["baseline", "dlsched"]
+    assert printed[0]["layout"] == "TP2 PP2 DP4 v1 mb2 1f1b full zero1"
+    one, = scenario.run().rows  # default: the scenario's own policy
+    assert one["iteration_s"] == api[0]["iteration_s"]
+
+
+def test_a_sweep_row_is_the_plans_row() -> None:
+    domain = get_domain("plan")
+    assert domain.param_names == tuple(PlanScenario.model_fields)
+    metrics = domain.evaluate(dict(PlanScenario(**GIVEN)))
+    assert tuple(metrics) == PLAN_METRICS
+    row, = PlanScenario(**GIVEN).run().rows
+    assert metrics["iteration_s"] == row["iteration_s"]
+    assert (metrics["tp"], metrics["pp"], metrics["dp"]) == (2, 2, 4)
+    assert metrics["speedup_vs_best_baseline"] is None  # a given layout: nothing searched
+
+
+def test_fixed_holds_exactly_the_layout_fields_given() -> None:
+    assert PlanScenario().fixed() == {}
+    fixed = PlanScenario(**GIVEN).fixed()
+    assert set(fixed) <= set(LAYOUT_FIELDS)
+    assert fixed == {name: GIVEN[name] for name in LAYOUT_FIELDS if name in GIVEN}
+
+
+def test_an_unknown_field_or_policy_is_refused() -> None:
+    with pytest.raises(ValueError, match="tensor_parallel"):
+        PlanScenario(tensor_parallel=8)
+    with pytest.raises(ConfigError, match="--collective-policy"):
+        PlanScenario(**GIVEN).run(("nccl",))
