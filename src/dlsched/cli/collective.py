@@ -18,7 +18,6 @@ from dlsched.cli.options import (
     refuse_overrides,
     status_console,
 )
-from dlsched.cli.progress import progress_bar
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.cli.schema_options import Given, options_from
 from dlsched.collectives import CollectiveResult
@@ -26,6 +25,7 @@ from dlsched.collectives.scenario import CollectiveScenario
 from dlsched.experiments import themis
 from dlsched.hardware import load_topology, preset_description, preset_names
 from dlsched.interop.astra_collective import BASELINE, collective_setup, compare
+from dlsched.progress import progress_bar
 from dlsched.report import Column, render_table
 from dlsched.report.columns import text, three_decimals, times
 from dlsched.report.tables import as_percent, as_ratio

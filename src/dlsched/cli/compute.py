@@ -13,9 +13,9 @@ import yaml
 
 from dlsched.cli.options import announce, console, parse_names
 from dlsched.cli.paths import check_files
-from dlsched.cli.progress import progress_bar
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.errors import ConfigError
+from dlsched.progress import progress_bar
 from dlsched.report import Column, render_table, write_text
 from dlsched.report.columns import percents, standard, text, times
 from dlsched.report.tables import in_ms, in_percent, in_us

@@ -15,7 +15,6 @@ from dlsched.cli.options import (
     parse_names,
     status_console,
 )
-from dlsched.cli.progress import progress_bar
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.cli.schema_options import Given, options_from
 from dlsched.dataparallel import assumed_latency_note
@@ -23,6 +22,7 @@ from dlsched.dataparallel.compare import compare
 from dlsched.dataparallel.scenario import DataParallelScenario
 from dlsched.experiments import usbyte
 from dlsched.models import model_names
+from dlsched.progress import progress_bar
 from dlsched.report import Column, render_table
 from dlsched.report.columns import standard, text, times
 from dlsched.report.tables import as_ratio

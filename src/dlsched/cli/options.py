@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from dlsched import progress
 from dlsched.cli.paths import check_files
 from dlsched.errors import ConfigError
 from dlsched.report import plot_timelines, rows_to_csv, to_json, write_chrome_traces, write_text
@@ -23,7 +24,7 @@ from dlsched.validation import POLICY_ALIASES
 
 # Piped output (CI logs, files) gets a wide fixed width so tables are not squeezed.
 console = Console(width=None if sys.stdout.isatty() else 140)
-status_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+status_console = progress.console
 
 CSV_HELP = "Write the result rows as CSV to this file (raw SI units)."
 TRACE_HELP = ("Write one Chrome-trace JSON file (open in Perfetto) holding every policy as its "

@@ -20,7 +20,6 @@ from dlsched.cli.options import (
     status_console,
     suffixed,
 )
-from dlsched.cli.progress import progress_bar
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.cli.schema_options import Given, options_from
 from dlsched.experiments import pipeline as experiment
@@ -35,6 +34,7 @@ from dlsched.pipeline import (
 )
 from dlsched.pipeline.compare import compare
 from dlsched.pipeline.scenario import LINK_SHARING_HELP, PipelineScenario
+from dlsched.progress import progress_bar
 from dlsched.report import Column, render_table
 from dlsched.report.columns import standard, text, three_decimals, times
 from dlsched.report.tables import as_percent, as_ratio

@@ -15,7 +15,6 @@ from rich.table import Table
 
 from dlsched.cli.options import announce, console, emit_rows
 from dlsched.cli.paths import check_files
-from dlsched.cli.progress import activity
 from dlsched.cli.runtime import (
     ChannelsLastOption,
     DeviceOption,
@@ -31,6 +30,7 @@ from dlsched.pipeline import (
     to_torch,
     write_torch_export,
 )
+from dlsched.progress import activity
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace, write_text
 from dlsched.report.columns import percents, text, times
 from dlsched.report.tables import fixed, in_percent

@@ -16,7 +16,6 @@ import typer
 
 from dlsched.cli.options import announce, console, emit_rows, parse_names, status_console
 from dlsched.cli.paths import check_files
-from dlsched.cli.progress import activity
 from dlsched.dataparallel import (
     FIT_MODELS,
     POLICIES,
@@ -24,6 +23,7 @@ from dlsched.dataparallel import (
     network_for_workers,
 )
 from dlsched.errors import ConfigError
+from dlsched.progress import activity
 from dlsched.report import Column, plot_timelines, render_table, write_chrome_trace
 from dlsched.report.columns import standard, text, times
 from dlsched.report.tables import as_percent

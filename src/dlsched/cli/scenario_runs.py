@@ -23,9 +23,9 @@ from rich.markup import escape
 
 from dlsched.cli.options import CsvOption, Outputs, console
 from dlsched.cli.paths import database_files
-from dlsched.cli.progress import progress_bar
 from dlsched.errors import ConfigError
 from dlsched.experiments.reproduction import Paper, Reproduced
+from dlsched.progress import progress_bar
 from dlsched.report.sections import render_sections
 from dlsched.sweep import (
     EXECUTORS,

@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from dlsched.cli import progress as progress_module
+from dlsched import progress as progress_module
 
 
 @pytest.mark.parametrize(("terminal", "quiet", "drawn"),
