@@ -19,7 +19,8 @@ from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
 from dlsched.job.moe_costs import a2a_bytes, ep_group, moe_layer_costs, routed_ops
 from dlsched.job.search import SPACES, layouts
 
-SMALL = TransformerSpec("moe-small", 4, 1024, 8, 1024, 32000, 2048, 8, tied_embeddings=False,
+SMALL = TransformerSpec("moe-small", 4, 1024, 8, 1024, 32000, ffn_hidden=2048, kv_heads=8,
+                        tied_embeddings=False,
                         gated_ffn=True, bias=False, rms_norm=True, learned_positions=False,
                         experts=8, top_k=2)
 

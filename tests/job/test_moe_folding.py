@@ -21,7 +21,8 @@ from dlsched.job.moe_memory import experts_per_gpu, moe_stash_delta
 from dlsched.job.search import SPACES, layouts
 from dlsched.job.tp_overlap import overlapped_tp
 
-SPEC = TransformerSpec("moe-fold", 4, 1024, 8, 2048, 32000, 2048, 8, tied_embeddings=False,
+SPEC = TransformerSpec("moe-fold", 4, 1024, 8, 2048, 32000, ffn_hidden=2048, kv_heads=8,
+                       tied_embeddings=False,
                        gated_ffn=True, bias=False, rms_norm=True, learned_positions=False,
                        experts=8, top_k=2)
 

@@ -128,8 +128,9 @@ def test_a_gated_ffn_costs_a_third_more_ffn_flop() -> None:
     q = 64 + 2 x 2 x 16 = 128), plus 6 V h for the logits (V 100)."""
     from dlsched.job.model_spec import TransformerSpec
 
-    plain = TransformerSpec("t", 1, 64, 4, 16, 100, 256, 2)
-    gated = TransformerSpec("t", 1, 64, 4, 16, 100, 256, 2, gated_ffn=True)
+    plain = TransformerSpec("t", 1, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2)
+    gated = TransformerSpec("t", 1, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2,
+                            gated_ffn=True)
     logits = 6 * 100 * 64
     assert plain.model_flops_per_token() == 3 * (2 * (64 * 128 + 64**2 + 2 * 64 * 256)
                                                  + 4 * 16 * 64) + logits

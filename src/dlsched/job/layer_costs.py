@@ -44,7 +44,7 @@ from dlsched.job.op_checkpoint import recomputed_ops
 from dlsched.job.tp_overlap import overlapped_tp
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Layer
-from dlsched.models.zoo import DecoderShape, TransformerModel, gpt_model
+from dlsched.models.zoo import TransformerModel, gpt_model
 from dlsched.pipeline.calibrated_chain import block_seconds
 
 PRECISIONS = ("bf16", "fp16", "autocast")
@@ -98,10 +98,8 @@ def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
     """The zoo's Megatron-style decoder of ``spec``'s shape with ``depth`` layers, as one GPU
     of a CP group of ``cp`` runs it (``job.context_parallel``: ``s / cp`` tokens, the
     attention core at its real shape), its attention core by the ``attention`` kernel."""
-    shape = DecoderShape(spec.ffn_hidden, spec.kv_heads, spec.gated_ffn, spec.bias,
-                         spec.rms_norm, spec.learned_positions, spec.tied_embeddings)
     return gpt_model(spec.name, spec.hidden, depth, spec.heads, local_tokens(spec, cp),
-                     spec.vocab, dtype_bytes=ACTIVATION_BYTES, shape=shape,
+                     spec.vocab, dtype_bytes=ACTIVATION_BYTES, shape=spec,
                      core=core_shape(spec, cp, cp_algorithm),
                      flash=check_attention(attention) == "flash")
 

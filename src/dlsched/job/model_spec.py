@@ -43,12 +43,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
+from dlsched.models.zoo import DecoderShape
 
 
 @dataclass(frozen=True)
-class TransformerSpec:
+class TransformerSpec(DecoderShape):
     """A decoder-only transformer (see the module docstring; sizes in elements, ``seq`` in
-    tokens)."""
+    tokens): the zoo's ``DecoderShape`` (FFN width, KV heads, gated FFN, biases, norm,
+    positions, tied embeddings; keyword-only) with its sizes and MoE layers."""
 
     name: str
     layers: int
@@ -56,13 +58,6 @@ class TransformerSpec:
     heads: int
     seq: int
     vocab: int
-    ffn_hidden: int = 0
-    kv_heads: int = 0
-    tied_embeddings: bool = True
-    gated_ffn: bool = False
-    bias: bool = True
-    rms_norm: bool = False
-    learned_positions: bool = True
     experts: int = 0
     top_k: int = 2
     expert_ffn_hidden: int = 0
@@ -252,11 +247,13 @@ def bundled_specs() -> dict[str, TransformerSpec]:
     specs = {name: TransformerSpec(name, layers, hidden, heads, 2048, 51200)
              for name, (layers, hidden, heads) in shapes.items()}
     for name, (layers, hidden, ffn, heads, kv) in LLAMA3_SHAPES.items():
-        specs[name] = TransformerSpec(name, layers, hidden, heads, 8192, 128256, ffn, kv,
+        specs[name] = TransformerSpec(name, layers, hidden, heads, 8192, 128256,
+                                      ffn_hidden=ffn, kv_heads=kv,
                                       tied_embeddings=False, gated_ffn=True, bias=False,
                                       rms_norm=True, learned_positions=False)
     for name, (layers, hidden, ffn, heads, kv, vocab) in MIXTRAL_SHAPES.items():
-        specs[name] = TransformerSpec(name, layers, hidden, heads, MIXTRAL_SEQ, vocab, ffn, kv,
+        specs[name] = TransformerSpec(name, layers, hidden, heads, MIXTRAL_SEQ, vocab,
+                                      ffn_hidden=ffn, kv_heads=kv,
                                       tied_embeddings=False, gated_ffn=True, bias=False,
                                       rms_norm=True, learned_positions=False, experts=8,
                                       top_k=2)

@@ -150,9 +150,10 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
     moe = {} if shape.experts is None else {"experts": shape.experts, "top_k": shape.top_k,
                                             "capacity_factor": shape.capacity_factor}
     spec = TransformerSpec(shape.name, shape.layers, shape.hidden, shape.heads, shape.seq,
-                           shape.vocab, shape.ffn_hidden, shape.kv_heads,
-                           shape.tied_embeddings, shape.gated_ffn, shape.bias,
-                           shape.norm == "rmsnorm", shape.position_embedding == "learned", **moe)
+                           shape.vocab, ffn_hidden=shape.ffn_hidden, kv_heads=shape.kv_heads,
+                           tied_embeddings=shape.tied_embeddings, gated_ffn=shape.gated_ffn,
+                           bias=shape.bias, rms_norm=shape.norm == "rmsnorm",
+                           learned_positions=shape.position_embedding == "learned", **moe)
     cluster = load_cluster(node, hw.gpus, gpu)
     dp_policy = "ddp" if "dp_grad_reduce" in par.overlap else "none"
     job = Job(spec, cluster, par.precision, "baseline", dp_policy,

@@ -205,23 +205,24 @@ def gpt(name: str, dtype_bytes: int = 4, lm_head: bool = True) -> TransformerMod
                      dtype_bytes, megatron=name in MEGATRON_STYLE, lm_head=lm_head)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DecoderShape:
     """How a decoder's layers depart from GPT-2's (the defaults): the FFN's hidden size
     (``ffn_hidden``, 0: 4 x hidden), ``kv_heads`` of grouped-query attention (0: one per
-    head), a ``gated`` FFN (SwiGLU: gate and up projections fused into one of 2 x FFN width,
-    the product of SiLU(gate) and up, then down; Shazeer 2020, as Llama runs it), ``bias``es on
-    the linear layers and norms, RMSNorm instead of LayerNorm (``rms_norm``: a weight, no
-    bias), ``learned_positions`` (False: rotary embeddings, no position table) and ``tied``
-    input and output embeddings (False: the output projection has its own matrix)."""
+    head), a gated FFN (``gated_ffn``, SwiGLU: gate and up projections fused into one of 2 x
+    FFN width, the product of SiLU(gate) and up, then down; Shazeer 2020, as Llama runs it),
+    ``bias``es on the linear layers and norms, RMSNorm instead of LayerNorm (``rms_norm``: a
+    weight, no bias), ``learned_positions`` (False: rotary embeddings, no position table) and
+    ``tied_embeddings`` (False: the output projection has its own matrix). The job planner's
+    model (``job.model_spec.TransformerSpec``) is such a shape with its sizes added."""
 
     ffn_hidden: int = 0
     kv_heads: int = 0
-    gated: bool = False
+    gated_ffn: bool = False
     bias: bool = True
     rms_norm: bool = False
     learned_positions: bool = True
-    tied: bool = True
+    tied_embeddings: bool = True
 
 
 def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: int,
@@ -263,9 +264,9 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
         out.linear(f"{block}.attn.c_proj", hidden, hidden, seq, block, bias=shape.bias)
         out.attach(*_residual(sh, megatron))
         out.norm(f"{block}.ln_2", hidden, sh, block, split=False, bias=norm_bias)
-        out.linear(f"{block}.mlp.c_fc", hidden, 2 * ffn if shape.gated else ffn, seq, block,
+        out.linear(f"{block}.mlp.c_fc", hidden, 2 * ffn if shape.gated_ffn else ffn, seq, block,
                    bias=shape.bias, cast_input=True)
-        out.attach(ffn_activation(ffn * seq, shape.gated, megatron))
+        out.attach(ffn_activation(ffn * seq, shape.gated_ffn, megatron))
         out.linear(f"{block}.mlp.c_proj", ffn, hidden, seq, block, bias=shape.bias)
         out.attach(*_residual(sh, megatron))
     logits = 2 * hidden * vocab * seq if lm_head else 0
@@ -277,7 +278,7 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
             (norm("ln_f", hidden, sh, split=False), *head))
     if norm_bias:
         out.add("ln_f.bias", hidden, 0, sh, "ln_f")
-    if not shape.tied:
+    if not shape.tied_embeddings:
         out.add("lm_head.weight", vocab * hidden, 0, seq * vocab if lm_head else sh, "ln_f")
     return TransformerModel(name, tuple(out.layers), dtype_bytes,
                             TransformerShape(seq, hidden, heads, vocab if lm_head else 0))
