@@ -65,3 +65,13 @@ def test_an_unknown_field_or_policy_is_refused() -> None:
         PlanScenario(tensor_parallel=8)
     with pytest.raises(ConfigError, match="--collective-policy"):
         PlanScenario(**GIVEN).run(("nccl",))
+
+
+def test_a_plan_sweep_with_a_bad_value_is_refused_before_it_runs(run_cli: Any,
+                                                                 tmp_path: Any) -> None:
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("name: bad\ndomain: plan\naxes:\n  schedule: [1f1b, round-robin]\n"
+                    "fixed: {cluster: dgx-h100, gpus: 8, model: llama3-8b, global_batch: 8}\n")
+    code, _, err = run_cli("sweep", "run", str(grid), "--db", str(tmp_path / "out.db"))
+    assert code == 2 and "unknown schedule 'round-robin'" in err
+    assert not (tmp_path / "out.db").exists()

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import BaseModel, Field
 
-from dlsched.inputs import STRICT, Choices, Several
-from dlsched.job.collective_costs import COLLECTIVE_POLICIES, check_policy
-from dlsched.job.dp_sync import DP_POLICIES
+from dlsched.inputs import STRICT, Several, choice
+from dlsched.job.collective_costs import COLLECTIVE_POLICIES
+from dlsched.job.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
 from dlsched.job.layer_costs import ATTENTION_KERNELS, PRECISIONS
 from dlsched.job.layout import CP_ALGORITHMS, RECOMPUTE, SCHEDULES
 from dlsched.job.pipeline_split import SPLITS
@@ -28,6 +28,8 @@ LAYOUT_FIELDS = ("tp", "cp", "cp_algorithm", "ep", "expert_tp", "pp", "dp", "chu
                  "pipeline_split", "microbatch_size", "schedule", "recompute",
                  "sequence_parallel", "zero")
 """The fields that fix part of the layout (None: searched)."""
+MAX_GPUS = 1_000_000
+MAX_COUNT = 10_000_000  # a degree, a batch or a sequence length: beyond any job planned
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -46,13 +48,14 @@ class PlanScenario(BaseModel):
     cluster: Annotated[str, Field(description=(
         "Node preset scaled by --gpus (dgx-a100, dgx-h100) or a multi-dimensional topology "
         "preset or file (3D-FC_Ring_SW)."))] = "dgx-a100"
-    gpus: Annotated[int | None, Field(description="GPUs (with a node preset).")] = None
+    gpus: Annotated[int | None, Field(ge=1, le=MAX_GPUS, description=(
+        "GPUs (with a node preset)."))] = None
     gpu: Annotated[str | None, Field(description=(
         "GPU compute preset or file (default: the node's; a100 on a topology)."))] = None
-    precision: Annotated[str, Choices(PRECISIONS), Field(description=(
+    precision: Annotated[choice(PRECISIONS, "precision"), Field(description=(
         "bf16 | fp16 (Megatron's mixed precision: 16-bit weights, FP32 master) | "
         "autocast."))] = "bf16"
-    attention: Annotated[str, Choices(ATTENTION_KERNELS), Field(description=(
+    attention: Annotated[choice(ATTENTION_KERNELS, "attention kernel"), Field(description=(
         "Attention core kernel: flash (one fused kernel: Megatron-Core's default "
         "--attention-backend auto, TorchTitan's SDPA) | unfused (Megatron-LM 2021: scores "
         "written out, softmax, dropout; what SC21 and Korthikanti et al. ran)."))] = "flash"
@@ -62,48 +65,51 @@ class PlanScenario(BaseModel):
     tp_comm_overlap: Annotated[bool, Field(description=(
         "With sequence parallelism: TP collectives overlap their GEMMs (Megatron-Core "
         "--tp-comm-overlap, Transformer Engine userbuffers)."))] = False
-    grad_reduce: Annotated[str, Choices(("fp32", "bf16")), Field(description=(
+    grad_reduce: Annotated[choice(tuple(GRAD_REDUCE_BYTES), "gradient format"), Field(description=(
         "Gradients reduced and kept as fp32 (Megatron-LM's default main gradients) | bf16 "
         "(--grad-reduce-in-bf16; bf16 training only)."))] = "fp32"
-    global_batch: Annotated[int, Field(description="Sequences per iteration.")] = 1536
-    tp: Annotated[int | None, Field(description=(
+    global_batch: Annotated[int, Field(ge=1, le=MAX_COUNT, description=(
+        "Sequences per iteration."))] = 1536
+    tp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
         "Tensor-parallel degree (searched if not given)."))] = None
-    cp: Annotated[int | None, Field(description=(
+    cp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
         "Context-parallel degree (each sequence split over CP GPUs; searched for long "
         "sequences if not given)."))] = None
-    cp_algorithm: Annotated[str | None, Choices(CP_ALGORITHMS), Field(description=(
+    cp_algorithm: Annotated[choice(CP_ALGORITHMS, "CP algorithm") | None, Field(description=(
         "Context parallelism's attention: ring (Megatron-Core/TE p2p ring attention) | "
         "all-to-all (DeepSpeed-Ulysses); searched if not given."))] = None
-    seq: Annotated[int | None, Field(description=(
+    seq: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
         "Sequence length in tokens (overrides the model's)."))] = None
-    ep: Annotated[int | None, Field(description=(
+    ep: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
         "Expert-parallel degree of the MoE layers (1 if not given)."))] = None
-    expert_tp: Annotated[int | None, Field(description=(
+    expert_tp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
         "Tensor-parallel degree of each expert (default: TP, Megatron-Core's "
         "--expert-tensor-parallel-size; 1 = MoE parallel folding, EP over the TP ranks too); "
         "searched with TP and 1 if not given."))] = None
-    pp: Annotated[int | None, Field(description="Pipeline-parallel degree.")] = None
-    dp: Annotated[int | None, Field(description="Data-parallel degree.")] = None
-    chunks: Annotated[int | None, Field(description=(
+    pp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
+        "Pipeline-parallel degree."))] = None
+    dp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description="Data-parallel degree.")] = None
+    chunks: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
         "Model chunks per pipeline rank (interleaved schedule)."))] = None
-    pipeline_split: Annotated[str | None, Choices(SPLITS), Field(description=(
+    pipeline_split: Annotated[choice(SPLITS, "pipeline split") | None, Field(description=(
         f"Layers over the PP x chunks virtual stages: {_names(SPLITS)} (Megatron-Core's "
         "--account-for-embedding/loss-in-pipeline-split: each counted as a layer, the "
         "first/last stage one layer fewer); searched (given layouts: the first accepted) if "
         "not given."))] = None
-    microbatch_size: Annotated[int | None, Field(description="Sequences per microbatch.")] = None
-    schedule: Annotated[str | None, Choices(SCHEDULES), Field(description=(
+    microbatch_size: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
+        "Sequences per microbatch."))] = None
+    schedule: Annotated[choice(SCHEDULES, "schedule") | None, Field(description=(
         f"{_names(SCHEDULES)}."))] = None
-    recompute: Annotated[str | None, Choices(RECOMPUTE), Field(description=(
+    recompute: Annotated[choice(RECOMPUTE, "recomputation") | None, Field(description=(
         "none | selective | full | selective-op (TorchTitan's per-op policy: every other "
         "matmul kept; priced when given, not searched)."))] = None
     sequence_parallel: Annotated[bool | None, Field(description=(
         "Megatron sequence parallelism (searched if not given)."))] = None
-    zero: Annotated[int | None, Field(description="ZeRO stage 0-3 (3 = FSDP).")] = None
-    collective_policy: Annotated[str, AfterValidator(check_policy), Choices(COLLECTIVE_POLICIES),
+    zero: Annotated[int | None, Field(ge=0, le=3, description="ZeRO stage (3 = FSDP).")] = None
+    collective_policy: Annotated[choice(COLLECTIVE_POLICIES, "collective policy"),
                                  Several("baseline"), Field(description=(
                                      "Collective policy (one row each)"))] = "baseline"
-    dp_policy: Annotated[str, Choices(DP_POLICIES), Field(description=(
+    dp_policy: Annotated[choice(DP_POLICIES, "DP policy"), Field(description=(
         "How dlsched's plan overlaps gradient reduction with the last backward: "
         f"{', '.join(DP_POLICIES)}."))] = "usbyte"
     baselines: Annotated[bool, Field(description=(
