@@ -25,7 +25,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware import Topology, load_topology
 from dlsched.hardware.device_config import load_devices
 from dlsched.units import UnitError, parse_bytes
-from dlsched.validation import CHUNKS, CONCURRENCY, Limit, policy_name
+from dlsched.validation import CHUNKS, CONCURRENCY, limited, policy_name
 
 STRICT = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, validate_default=True)
 """Every scenario schema's settings: unknown fields, NaN and infinity refused, defaults parsed."""
@@ -63,12 +63,6 @@ def one_of(value: str, accepted: Any, what: str) -> str:
     if value not in accepted:
         raise ConfigError(f"unknown {what} {value!r}; accepted: " + ", ".join(map(str, accepted)))
     return value
-
-
-def limited(limit: Limit, kind: type) -> Any:
-    """A field parsed and range-checked by the shared ``dlsched.validation`` limit (which its
-    option's help shows)."""
-    return Annotated[kind, BeforeValidator(limit.validator), limit]
 
 
 def checked(check: Callable[[Any], object], kind: Any = str) -> Any:

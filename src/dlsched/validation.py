@@ -210,34 +210,32 @@ JOBS = count("process count", 1, MAX_JOBS)
 THREADS = count("thread count", 1, 256)
 
 
-def _annotated(limit: Limit, kind: type) -> Any:
-    return Annotated[kind, BeforeValidator(limit.validator)]
+def limited(limit: Limit, kind: type) -> Any:
+    """A pydantic field parsed and range-checked by ``limit`` (which a schema option's help
+    shows: the limit travels with the field)."""
+    return Annotated[kind, BeforeValidator(limit.validator), limit]
 
 
-Bandwidth = _annotated(BANDWIDTH, float)
+Bandwidth = limited(BANDWIDTH, float)
 """Pydantic field: bytes/s from "200 GB/s", "100 Gb/s" or a plain number of B/s."""
-Seconds = _annotated(LATENCY, float)
+Seconds = limited(LATENCY, float)
 """Pydantic field: a latency in seconds from "700 ns" or a plain number of seconds."""
-Duration = _annotated(DURATION, float)
+Duration = limited(DURATION, float)
 """Pydantic field: a computation time in seconds."""
-ByteSize = _annotated(DATA_SIZE, int)
+ByteSize = limited(DATA_SIZE, int)
 """Pydantic field: bytes from "1 GiB", "100 MB" or a plain number of bytes."""
-FlopRate = _annotated(FLOP_RATE, float)
+FlopRate = limited(FLOP_RATE, float)
 """Pydantic field: FLOP/s from "312 TFLOP/s" or a plain number."""
-FlopCount = _annotated(FLOP_COUNT, float)
+FlopCount = limited(FLOP_COUNT, float)
 """Pydantic field: FLOP per (micro)batch."""
-PositiveFinite = _annotated(RATIO, float)
+PositiveFinite = limited(RATIO, float)
 """Pydantic field: a finite number > 0 (at most 10**6)."""
-Fraction = _annotated(FRACTION, float)
+Fraction = limited(FRACTION, float)
 """Pydantic field: a finite number in (0, 1]."""
-DimSize = _annotated(NPUS_PER_DIM, int)
+DimSize = limited(NPUS_PER_DIM, int)
 """Pydantic field: NPUs of one dimension."""
-LayerCount = _annotated(LAYERS, int)
-"""Pydantic field: layers or blocks."""
-DeviceCount = _annotated(DEVICES, int)
+DeviceCount = limited(DEVICES, int)
 """Pydantic field: GPUs."""
-NpuCount = _annotated(NPUS, int)
-"""Pydantic field: NPUs of a topology."""
 
 
 POLICY_ALIASES = {"ours": "dlsched"}
