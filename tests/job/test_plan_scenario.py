@@ -75,3 +75,18 @@ def test_a_plan_sweep_with_a_bad_value_is_refused_before_it_runs(run_cli: Any,
     code, _, err = run_cli("sweep", "run", str(grid), "--db", str(tmp_path / "out.db"))
     assert code == 2 and "unknown schedule 'round-robin'" in err
     assert not (tmp_path / "out.db").exists()
+
+
+def test_the_table_shows_the_communication_a_layout_has(run_cli: Any) -> None:
+    """TP, PP and DP always; CP, A2A and ZeRO-3 columns only where a row exposes them; the
+    table is as wide as the CLI's console (it was squeezed to 80 columns when piped)."""
+    code, out, err = run_cli("plan", *_options(GIVEN))
+    assert code == 0, err
+    header = " ".join(line for line in out.splitlines() if "┃" in line)
+    assert "TP" in header and "PP" in header and "A2A" not in header and "ZeRO-3" not in header
+    assert max(len(line) for line in out.splitlines()) > 80
+    moe = {**GIVEN, "model": "mixtral-8x7b", "cluster": "dgx-h100", "gpus": 16, "tp": 1,
+           "pp": 2, "dp": 8, "microbatch_size": 1, "global_batch": 16, "recompute": "full"}
+    code, out, err = run_cli("plan", *_options(moe), "--ep", "8", "--seq", "1024")
+    assert code == 0, err
+    assert "A2A" in " ".join(line for line in out.splitlines() if "┃" in line)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dlsched.cli.options import Outputs, announce
+from dlsched.cli.options import Outputs, announce, console
 from dlsched.cli.schema_options import Given, options_from
 from dlsched.job.scenario import PlanScenario
 from dlsched.report import Column, render_table
@@ -20,8 +20,16 @@ COLUMNS = [*text("planner"), Column("collective_policy", "collectives", justify=
            Column("tflops_per_gpu", "TFLOP/s/GPU", fixed(1)),
            *standard("mfu"),
            Column("memory_gib", "memory (GiB)", fixed(1)),
-           *seconds(exposed_tp_s="TP", exposed_pp_s="PP", exposed_dp_s="DP", exposed_cp_s="CP"),
+           *seconds(exposed_tp_s="TP", exposed_pp_s="PP", exposed_dp_s="DP", exposed_cp_s="CP",
+                    exposed_ep_a2a_s="A2A", exposed_zero3_s="ZeRO-3"),
            Column("speedup_vs_best_baseline", "vs best baseline", lambda v: f"{v:.3f}x")]
+WHEN_USED = ("exposed_cp_s", "exposed_ep_a2a_s", "exposed_zero3_s")
+"""Columns of communication only some layouts have: shown when a row exposes any."""
+
+
+def _columns(rows: list[dict[str, object]]) -> list[Column]:
+    return [column for column in COLUMNS if column.key not in WHEN_USED
+            or any(row.get(column.key) for row in rows)]
 
 
 @options_from(PlanScenario)
@@ -48,8 +56,8 @@ def plan(
     report = given.scenario().run(tuple(policies))
     rows = report.rows
     if not json_out:
-        render_table(rows, COLUMNS, title=f"{report.title} (seconds per iteration; memory "
-                     "GiB per GPU; exposed communication s)")
+        render_table(rows, _columns(rows), f"{report.title} (seconds per iteration; memory GiB "
+                     "per GPU; exposed communication s)", console)
         for note in report.notes:
             print(f"note: {note}")
     outputs.rows(rows, {"notes": list(report.notes)})
