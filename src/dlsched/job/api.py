@@ -58,10 +58,11 @@ class PlanReport:
         layout = result.layout
         flags = (("overlap-grad-reduce", job.dp_policy == "ddp"),  # DDP's buckets: Megatron's
                  ("overlap-param-gather", job.overlap_param_gather and layout.zero in (1, 2)),
-                 ("tp-comm-overlap", job.tp_comm_overlap and layout.sequence_parallel))
+                 ("tp-comm-overlap", job.tp_comm_overlap and layout.sequence_parallel),
+                 ("no-gradient-accumulation-fusion", job.grad_accumulation == "separate"))
         return megatron_args(job.spec, result.layout, job.precision, job.grad_bytes,
                              attention=job.attention,
-                             overlap=tuple(flag for flag, on in flags if on))
+                             flags=tuple(flag for flag, on in flags if on))
 
     def torchtitan_toml(self) -> str:
         """A TorchTitan config of the first plan."""
@@ -83,7 +84,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     for policy in (scenario.collective_policy,) if policies is None else tuple(policies):
         job = Job(spec, cluster, scenario.precision, policy, scenario.dp_policy,
                   scenario.attention, scenario.overlap_param_gather, scenario.tp_comm_overlap,
-                  scenario.grad_reduce)
+                  scenario.grad_reduce, scenario.grad_accumulation)
         if complete:
             layout = _complete_layout(choice, cluster.num_gpus, spec.layers)
             result = evaluate(job, layout)

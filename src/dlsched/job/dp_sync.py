@@ -44,8 +44,10 @@ from dlsched.models.compute import CalibratedCompute
 DP_POLICIES = ("none", "ddp", "usbyte", "dlsched")
 GRAD_BYTES = 4
 # bytes per gradient element reduced: Megatron-LM's default FP32 main gradients
-# (arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32) or --grad-reduce-in-bf16
-GRAD_REDUCE_BYTES = {"fp32": GRAD_BYTES, "bf16": 2}
+# (arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32), --grad-reduce-in-bf16, or the
+# 16-bit gradients of fp16 training without --accumulate-allreduce-grads-in-fp32 (Megatron-LM
+# of 2021-2022: its --fp16 default, and its example scripts')
+GRAD_REDUCE_BYTES = {"fp32": GRAD_BYTES, "bf16": 2, "fp16": 2}
 WEIGHT_BYTES = 2
 # Adam itself per parameter: reads the FP32 gradient, weight and two moments (16 B), writes the
 # weight and the moments (12 B): one fused kernel (apex FusedAdam in Megatron-LM, torch.optim's
@@ -78,12 +80,13 @@ class DPStep:
 
 
 def check_grad_reduce(grad_reduce: str, precision: str) -> str:
-    """``grad_reduce`` when accepted for ``precision``; ConfigError otherwise (BF16 gradient
-    buffers need BF16 training: Megatron-LM's --grad-reduce-in-bf16)."""
+    """``grad_reduce`` when accepted for ``precision``; ConfigError otherwise (16-bit gradient
+    buffers keep the training's own format: bf16 with bf16 training, Megatron-LM's
+    --grad-reduce-in-bf16; fp16 with fp16 training)."""
     check_choice("--grad-reduce", grad_reduce, tuple(GRAD_REDUCE_BYTES))
-    if grad_reduce == "bf16" and precision != "bf16":
-        raise ConfigError(f"--grad-reduce: bf16 needs --precision bf16 (got {precision}); "
-                          "accepted: fp32")
+    if grad_reduce != "fp32" and precision != grad_reduce:
+        raise ConfigError(f"--grad-reduce: {grad_reduce} needs --precision {grad_reduce} (got "
+                          f"{precision}); accepted: fp32")
     return grad_reduce
 
 

@@ -43,6 +43,11 @@ from dlsched.job.dp_sync import (
     check_grad_reduce,
     dp_step,
 )
+from dlsched.job.grad_accumulation import (
+    accumulation_bytes,
+    check_grad_accumulation,
+    stage_parameters,
+)
 from dlsched.job.layer_costs import (
     BlockCosts,
     block_costs,
@@ -80,8 +85,11 @@ class Job:
     ``unfused``), whether ZeRO 1-2's weight all-gather overlaps the next forward
     (``job.dp_sync``: Megatron-LM's ``--overlap-param-gather``) and whether the sequence-
     parallel TP collectives overlap their GEMMs (``job.layer_costs``: ``--tp-comm-overlap``),
-    and the gradients' format as reduced and kept (``grad_reduce``: ``fp32``, Megatron-LM's
-    default main gradients, or ``bf16``, ``--grad-reduce-in-bf16``; ``job.dp_sync``)."""
+    the gradients' format as reduced and kept (``grad_reduce``: ``fp32``, Megatron-LM's
+    default main gradients, or the training's 16-bit format, ``--grad-reduce-in-bf16`` or fp16
+    without ``--accumulate-allreduce-grads-in-fp32``; ``job.dp_sync``) and how they accumulate
+    over microbatches (``grad_accumulation``: ``fused`` into the weight-gradient GEMMs or
+    ``separate``; ``job.grad_accumulation``)."""
 
     spec: TransformerSpec
     cluster: Cluster
@@ -92,10 +100,12 @@ class Job:
     overlap_param_gather: bool = False
     tp_comm_overlap: bool = False
     grad_reduce: str = "fp32"
+    grad_accumulation: str = "fused"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
         check_grad_reduce(self.grad_reduce, self.precision)
+        check_grad_accumulation(self.grad_accumulation)
         check_attention(self.attention)
         check_policy(self.collective_policy)
         check_dp_policy(self.dp_policy)
@@ -242,6 +252,8 @@ def pipeline_times(job: Job, layout: Layout) -> tuple[PipelineTimes, BlockCosts,
     backward[0] += costs.embed_b
     forward[-1] += costs.head_f
     backward[-1] += costs.head_b
+    for stage, seconds in enumerate(_accumulation_seconds(job, layout)):
+        backward[stage] += seconds
     send = (_send_s(job, layout),) * (layout.virtual_stages - 1)
     times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,
                           tuple(forward), tuple(backward), send)
@@ -274,6 +286,8 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
                "dp_s": steps[critical].exposed_reduce + steps[critical].gather,
                "zero3_s": m * per_rank * (zero3[0] + zero3[1]),
                "cp_s": m * per_rank * (cp.forward_s + cp.backward_s),
+               "grad_accumulation_s": m * sum(_accumulation_seconds(job, layout)[
+                   critical::layout.pp]),
                "optimizer_s": steps[critical].optimizer}
     result = JobResult(layout, iteration, flops["hardware"] / (iteration * layout.gpus) / 1e12,
                        flops["model"] / (iteration * layout.gpus * peak),
@@ -282,24 +296,27 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
     return replace(result, notes=_notes(job, result, memory.fits(job.cluster.memory)))
 
 
+def _accumulation_seconds(job: Job, layout: Layout) -> list[float]:
+    """Each virtual stage's gradient accumulation per microbatch (``job.grad_accumulation``:
+    zero when fused)."""
+    per_parameter = accumulation_bytes(job.grad_accumulation, job.precision, job.grad_bytes)
+    rate = gpu_compute(job.cluster.gpu, job.precision).gpu.memory_rate
+    return [params * per_parameter / rate
+            for params in stage_parameters(job.spec, layout, experts=True)]
+
+
 def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPStep:
     """The DP step of pipeline rank ``rank``."""
     spec, tp = job.spec, layout.tp
     layer = spec.layer_parameters() // tp
-    total = layer * layout.rank_layers(spec.layers, rank)
-    if rank == 0:
-        total += spec.embedding_parameters() // tp
-    if rank == layout.pp - 1:
-        total += spec.head_parameters() // tp + (spec.vocab * spec.hidden // tp
-                                                  if spec.tied_embeddings and layout.pp > 1
-                                                  else 0)
+    stages = stage_parameters(spec, layout)
+    total = round(sum(stages[rank::layout.pp]))
     final = rank  # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward
     span = layout.stage_layers(spec.layers)[final]
     seconds = times.backward[final] / len(span) if span else 0.0
     delta = round(moe_dense_delta(spec, tp)) if spec.experts else 0
     final_layers = [layer + delta * spec.is_moe_layer(i) for i in span]
     sparse = stage_moe_layers(spec, layout, rank)
-    total += sparse * delta
     group = dp_group(job, layout)
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
     compute = gpu_compute(job.cluster.gpu, job.precision)

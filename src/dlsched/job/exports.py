@@ -51,11 +51,11 @@ TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "G
 
 def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
                   grad_bytes: int = 4, attention: str = "flash",
-                  overlap: tuple[str, ...] = ()) -> str:
+                  flags: tuple[str, ...] = ()) -> str:
     """Comment lines (``#``) on what the arguments cannot say, then one line of Megatron-LM
-    ``pretrain_gpt.py`` arguments for the plan (module docstring); ``overlap`` names the
-    Megatron-LM overlap flags the plan was priced with (``overlap-grad-reduce``,
-    ``overlap-param-gather``, ``tp-comm-overlap``)."""
+    ``pretrain_gpt.py`` arguments for the plan (module docstring); ``flags`` names the
+    Megatron-LM switches the plan was priced with (``overlap-grad-reduce``,
+    ``overlap-param-gather``, ``tp-comm-overlap``, ``no-gradient-accumulation-fusion``)."""
     check_precision(precision, grad_bytes)
     if layout.recompute == "selective-op":
         raise ConfigError("--recompute: selective-op (TorchTitan's per-op policy, every other "
@@ -109,7 +109,7 @@ def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
                  MEGATRON_FSDP[layout.zero], "--ckpt-format", "fsdp_dtensor"]
     args += ["--attention-backend", attention]
-    args += [f"--{flag}" for flag in overlap]
+    args += [f"--{flag}" for flag in flags]
     args += _megatron_moe(spec, layout)
     args += _megatron_precision(precision, grad_bytes, notes)
     if not spec.tied_embeddings:

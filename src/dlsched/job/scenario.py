@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from dlsched.inputs import STRICT, Several, choice
 from dlsched.job.collective_costs import COLLECTIVE_POLICIES
 from dlsched.job.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
+from dlsched.job.grad_accumulation import GRAD_ACCUMULATION
 from dlsched.job.layer_costs import ATTENTION_KERNELS, PRECISIONS
 from dlsched.job.layout import CP_ALGORITHMS, RECOMPUTE, SCHEDULES
 from dlsched.job.pipeline_split import SPLITS
@@ -67,7 +68,14 @@ class PlanScenario(BaseModel):
         "--tp-comm-overlap, Transformer Engine userbuffers)."))] = False
     grad_reduce: Annotated[choice(tuple(GRAD_REDUCE_BYTES), "gradient format"), Field(description=(
         "Gradients reduced and kept as fp32 (Megatron-LM's default main gradients) | bf16 "
-        "(--grad-reduce-in-bf16; bf16 training only)."))] = "fp32"
+        "(--grad-reduce-in-bf16; bf16 training only) | fp16 (fp16 training without "
+        "--accumulate-allreduce-grads-in-fp32)."))] = "fp32"
+    grad_accumulation: Annotated[choice(GRAD_ACCUMULATION, "gradient accumulation"), Field(
+        description=(
+            "How gradients add up over microbatches: fused (into the weight-gradient GEMMs: "
+            "Megatron-Core, Megatron-LM since 2022 with FP32 main gradients) | separate (an "
+            "add per parameter after each microbatch's backward: Megatron-LM before 2022, or "
+            "--no-gradient-accumulation-fusion)."))] = "fused"
     global_batch: Annotated[int, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per iteration."))] = 1536
     tp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(

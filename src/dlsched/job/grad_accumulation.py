@@ -1,0 +1,67 @@
+"""Gradient accumulation over a pipeline rank's microbatches, outside the weight-gradient GEMMs.
+
+Every microbatch's backward produces each parameter's gradient; with several microbatches per
+iteration they are summed into the gradient the data-parallel step reduces. How
+(``Job.grad_accumulation``):
+
+* ``fused`` (the default): the weight-gradient GEMM accumulates into the main gradient itself
+  (Megatron-LM's gradient accumulation fusion, commit 83b1e42 of 2022-02-13, on by default
+  with FP32 main gradients; Megatron-Core's default; Transformer Engine's
+  ``fuse_wgrad_accumulation``): no pass of its own.
+* ``separate``: after each microbatch's backward a kernel per parameter adds the fresh gradient
+  into the accumulator. Megatron-LM ran so before that commit, and after it whenever the main
+  gradients are 16-bit (the fusion then turns itself off: ``--fp16`` without
+  ``--accumulate-allreduce-grads-in-fp32``), through its DDP hook (``main_grad.add_(grad)``,
+  every microbatch) or PyTorch's ``AccumulateGrad`` (``grad += new``, the microbatches after
+  the first). Priced at the GPU's memory rate on every microbatch: the fresh gradient read
+  (16-bit under Megatron's mixed precision, FP32 under autocast) and the accumulator read and
+  written (``grad_reduce``'s bytes each); the first microbatch's add into a zeroed buffer is
+  counted as the hook runs it.
+
+``stage_parameters`` gives each virtual pipeline stage's parameters on one GPU of it, which
+this pass and the data-parallel step (``job.evaluate``) share.
+"""
+
+from __future__ import annotations
+
+from dlsched.errors import check_choice
+from dlsched.job.layout import Layout
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.moe_memory import experts_per_gpu, moe_dense_delta
+
+GRAD_ACCUMULATION = ("fused", "separate")
+GRADIENT_BYTES = {"autocast": 4}  # a fresh weight gradient's bytes; 2 under 16-bit training
+
+
+def check_grad_accumulation(mode: str) -> str:
+    """``mode`` when it names a way to accumulate gradients; ConfigError otherwise."""
+    check_choice("--grad-accumulation", mode, GRAD_ACCUMULATION)
+    return mode
+
+
+def accumulation_bytes(mode: str, precision: str, grad_bytes: int) -> int:
+    """Bytes moved per parameter per microbatch by the accumulation (module docstring)."""
+    if check_grad_accumulation(mode) == "fused":
+        return 0
+    return GRADIENT_BYTES.get(precision, 2) + 2 * grad_bytes
+
+
+def stage_parameters(spec: TransformerSpec, layout: Layout,
+                     experts: bool = False) -> list[float]:
+    """Parameters on one GPU of each virtual stage: its layers over TP (an MoE layer's
+    non-expert part as ``job.moe_memory`` counts it, and with ``experts`` its routed experts on
+    the GPU), the embedding on the first stage, the head on the last (with a copy of the tied
+    embedding when the pipeline has more than one rank)."""
+    tp = layout.tp
+    layer = spec.layer_parameters() // tp
+    delta = round(moe_dense_delta(spec, tp)) if spec.experts else 0
+    routed = experts_per_gpu(spec, layout) if spec.experts and experts else 0.0
+    spans = layout.stage_layers(spec.layers)
+    params = [float(layer * len(span) + (delta + routed) * spec.moe_layers_in(span.start,
+                                                                            span.stop))
+              for span in spans]
+    params[0] += spec.embedding_parameters() // tp
+    params[-1] += spec.head_parameters() // tp + (spec.vocab * spec.hidden // tp
+                                                  if spec.tied_embeddings and layout.pp > 1
+                                                  else 0)
+    return params
