@@ -14,14 +14,18 @@ ROW = MegatronRow(0.1, 8, 512, 4, 2, 2, 16, 32, 100, 2)  # a small model, TP 2 x
 
 
 def test_stage_times_are_calibrated_seconds():
-    """At TP 1 a block's time on the graph is its calibrated forward/backward seconds."""
+    """At TP 1 a block's time on the graph is its calibrated forward/backward seconds, the
+    backward's with the SC21 code's gradient accumulation: 6 bytes moved per 2-byte (fp16)
+    parameter at the GPU's memory rate."""
     compute = a100_compute()
     problem = row_problem(ROW, compute)
     model = gpt_model(ROW.name, ROW.hidden, ROW.layers, ROW.heads, 2048, 51200)
     forward, backward = block_seconds(model, ROW.microbatch, compute)
     rate = problem.graph.devices[0].flops
+    accumulate = problem.chain.param_bytes * 3 / compute.gpu.memory_rate
+    assert problem.chain.accumulation_per_byte == 3
     assert problem.chain.forward_flops / rate == pytest.approx(forward)
-    assert problem.chain.backward_flops / rate == pytest.approx(backward)
+    assert problem.chain.backward_flops / rate == pytest.approx(backward + accumulate)
 
 
 def test_tensor_parallel_reprices_and_adds_the_exchanges():

@@ -12,9 +12,13 @@ dlsched prices Megatron's configuration with the pipeline simulator on a DGX A10
 calibrated ``a100`` preset in fp16 (Megatron's fp16 weights, no autocast casts) prices every
 op of the Megatron-style zoo GPT at the per-GPU shapes of its TP degree (no sequence
 parallelism in 2021: norms, dropout and residual additions repeated on every GPU of a group),
-the TP all-reduces block the GPUs, the data-parallel all-reduce of FP32 gradients runs after
-the last backward with Megatron's ``local`` DDP, and in DDP's buckets overlapping the backward
-(FP16 gradients) for the four rows run with ``torch`` DDP; the optimizer step is left out
+the TP all-reduces block the GPUs, the data-parallel all-reduce of the 16-bit gradients runs
+after the last backward with Megatron's ``local`` DDP, and in DDP's buckets overlapping the
+backward for the four rows run with ``torch`` DDP; each microbatch's gradients are added to the
+accumulated ones by a pass of their own (``job.grad_accumulation``, ``separate``: the code of
+the paper's time, NVIDIA/Megatron-LM aed2f75, keeps fp16 gradients without
+``--accumulate-allreduce-grads-in-fp32``, which the scripts do not pass, and fused no
+accumulation into the GEMMs before 83b1e42 of 2022-02-13); the optimizer step is left out
 (under 1% of these iterations). dlsched's own plan comes from the job-level planner
 (``dlsched plan``, ``job.search``) over the same GPUs and batch, and its speedup is over
 Megatron's configuration priced by that planner's evaluator, so it compares like with like.
@@ -29,6 +33,7 @@ from typing import Any
 
 from dlsched.hardware.device_graph import cluster_graph
 from dlsched.hardware.gpu import get_gpu
+from dlsched.job.grad_accumulation import accumulation_bytes
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.zoo import gpt_model
 from dlsched.pipeline.calibrated_chain import calibrated_chain
@@ -49,6 +54,9 @@ GPUS_PER_SERVER, GPU_MEMORY = 8, 80 * 2**30
 NVLINK, NIC = (300e9, 5e-6), (25e9, 5e-6)
 # The row the a100 preset's 16-bit GEMM efficiency was fitted to; every other row is held out.
 FITTED_ROW = "gpt-39.1b"
+# The runs' gradients (module docstring): fp16, added up over the microbatches outside the GEMMs.
+GRADIENT_BYTES = 2
+GRAD_ACCUMULATION = "separate"
 SOURCE = ("Narayanan et al., 'Efficient Large-Scale Language Model Training on GPU Clusters "
           "Using Megatron-LM', SC 2021, Table 1; configurations from Megatron-LM "
           "examples/sc21/run_table_1.sh")
@@ -122,11 +130,12 @@ def row_problem(row: MegatronRow, compute: CalibratedCompute,
     """The row's model on its GPUs: a DGX A100 cluster whose GPUs run at the GEMM rate of
     ``compute`` (the calibrated chain's time unit)."""
     model = gpt_model(row.name, row.hidden, row.layers, row.heads, SEQ, VOCAB,
-                      dtype_bytes=2 if row.torch_ddp else 4)
+                      dtype_bytes=GRADIENT_BYTES)
     rate = compute.gpu.kind_rate("gemm", compute.precision)
-    memory = MemoryModel("fp16", sequence_parallel=False)  # 2021: no sequence parallelism
+    memory = MemoryModel("fp16", "fp16", sequence_parallel=False)  # 2021: no sequence parallelism
+    added = accumulation_bytes(GRAD_ACCUMULATION, "fp16", GRADIENT_BYTES) / memory.grad_bytes
     chain = calibrated_chain(model, row.microbatch, compute, rate, memory, heads=row.heads,
-                             seq=SEQ)
+                             seq=SEQ, accumulation_per_byte=added)
     graph = cluster_graph(row.gpus // GPUS_PER_SERVER, GPUS_PER_SERVER, rate, GPU_MEMORY,
                           NVLINK, NIC)
     return PipelineProblem(chain, graph, row.num_microbatches, recompute)
@@ -198,7 +207,8 @@ def _our_plan(row: MegatronRow, device: str) -> dict[str, Any]:
     from dlsched.job.search import SPACES, search
 
     job = Job(bundled_specs()[row.name], load_cluster("dgx-a100", row.gpus, device), "fp16",
-              dp_policy="ddp" if row.torch_ddp else "none", attention="unfused")
+              dp_policy="ddp" if row.torch_ddp else "none", attention="unfused",
+              grad_reduce="fp16", grad_accumulation=GRAD_ACCUMULATION)
     theirs = evaluate(job, Layout(row.tp, row.pp, row.dp, row.microbatch, row.batch,
                                   row.chunks, "interleaved" if row.chunks > 1 else "1f1b",
                                   "full"))

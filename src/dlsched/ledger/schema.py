@@ -123,7 +123,12 @@ class Parallelism(_Strict):
     ``--account-for-loss-in-pipeline-split``), the first/last stage one layer fewer.
     ``grad_reduce``: the gradients' format as reduced (``fp32``: Megatron-LM's default main
     gradients, FSDP2's float32 reduce; ``bf16``: Megatron-Core's ``grad_reduce_in_fp32=False``,
-    ``--grad-reduce-in-bf16``)."""
+    ``--grad-reduce-in-bf16``; ``fp16``: fp16 training without
+    ``--accumulate-allreduce-grads-in-fp32``). ``grad_accumulation``: how gradients add up over
+    microbatches (``job.grad_accumulation``): ``fused`` into the weight-gradient GEMMs
+    (Megatron-LM since 2022 with FP32 main gradients, Megatron-Core) or ``separate`` (an add
+    per parameter after each microbatch's backward: Megatron-LM before 2022, and with 16-bit
+    main gradients after)."""
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
@@ -144,7 +149,8 @@ class Parallelism(_Strict):
     overlap: tuple[Overlap, ...] = ()
     torch_compile: bool = False
     fused_attention: bool | None = False
-    grad_reduce: Literal["fp32", "bf16"] = "fp32"
+    grad_reduce: Literal["fp32", "bf16", "fp16"] = "fp32"
+    grad_accumulation: Literal["fused", "separate"] = "fused"
 
 
 class Measurement(_Strict):

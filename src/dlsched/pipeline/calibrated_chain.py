@@ -44,6 +44,17 @@ class CalibratedChain(Chain):
     model: Model | None = field(default=None, repr=False)
     compute: CalibratedCompute | None = field(default=None, repr=False)
     rate: float = 1.0
+    accumulation_per_byte: float = 0.0
+    """Bytes the gradient accumulation moves per byte of a block's parameters after each
+    microbatch's backward, at the GPU's memory rate (0: fused into the GEMMs;
+    ``job.grad_accumulation``)."""
+
+    def accumulation_flops(self, param_bytes: np.ndarray) -> np.ndarray:
+        """The accumulation's seconds per block in this chain's unit (seconds x ``rate``)."""
+        if not self.accumulation_per_byte:
+            return np.zeros_like(param_bytes, dtype=float)
+        assert self.compute is not None
+        return param_bytes * self.accumulation_per_byte / self.compute.gpu.memory_rate * self.rate
 
     def with_tensor_parallel(self, t: int, message_s: float, flops: float) -> Chain:
         """This chain per GPU of a TP group of ``t``: bytes and exchanges as ``Chain``'s, the
@@ -57,27 +68,33 @@ class CalibratedChain(Chain):
         messages = np.array(base.tensor_layout.messages, dtype=float) * message_s * flops
         scale = forward * self.rate / np.maximum(base.forward_flops, 1e-300)
         priced = replace(split, forward_flops=forward * self.rate + messages[:, 0],
-                         backward_flops=backward * self.rate + messages[:, 1],
+                         backward_flops=backward * self.rate + messages[:, 1]
+                         + self.accumulation_flops(split.param_bytes),
                          recompute_flops=base.recompute_flops * scale)
         return priced.with_recompute(self.recompute)
 
 
 def calibrated_chain(model: Model, microbatch_size: int, compute: CalibratedCompute,
                      rate: float, memory: MemoryModel | None = None,
-                     heads: int | None = None, seq: int | None = None) -> CalibratedChain:
+                     heads: int | None = None, seq: int | None = None,
+                     accumulation_per_byte: float = 0.0) -> CalibratedChain:
     """The chain of ``model`` at ``microbatch_size`` priced on ``compute`` for a graph whose
-    GPUs have ``rate`` FLOP/s. A transformer the memory model does not know (``heads`` and
-    ``seq`` given) gets its tensor layout and Korthikanti et al. stash here."""
+    GPUs have ``rate`` FLOP/s, each block's backward with its gradient accumulation
+    (``accumulation_per_byte``, ``CalibratedChain``). A transformer the memory model does not
+    know (``heads`` and ``seq`` given) gets its tensor layout and Korthikanti et al. stash
+    here."""
     memory = memory or MemoryModel()
     chain = chain_from_model(model, microbatch_size, memory=memory)
     forward, backward = block_seconds(model, microbatch_size, compute)
     if chain.tensor_layout is None and heads is not None and seq is not None:
         chain = _with_transformer_layout(chain, model, microbatch_size, heads, seq, memory)
     scale = forward * rate / np.maximum(chain.forward_flops, 1e-300)
-    return CalibratedChain(**{**_fields(chain), "forward_flops": forward * rate,
-                              "backward_flops": backward * rate,
-                              "recompute_flops": chain.recompute_flops * scale},
-                           model=model, compute=compute, rate=rate)
+    priced = CalibratedChain(**{**_fields(chain), "forward_flops": forward * rate,
+                                "recompute_flops": chain.recompute_flops * scale},
+                             model=model, compute=compute, rate=rate,
+                             accumulation_per_byte=accumulation_per_byte)
+    return replace(priced, backward_flops=backward * rate
+                   + priced.accumulation_flops(chain.param_bytes))
 
 
 def _with_transformer_layout(chain: Chain, model: Model, batch: int, heads: int, seq: int,
