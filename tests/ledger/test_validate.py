@@ -99,7 +99,8 @@ def test_predicted_rates_follow_the_sources_own_formulas(report) -> None:
                 korthikanti_model_flops(row.model, batch) / (seconds * gpus
                                                              * A100_DENSE_16BIT), rel=1e-9)
         parts = sum(record[f"predicted_{k}"] for k in ("compute_s", "bubble_s", "tp_s", "pp_s",
-                                                         "dp_s", "zero3_s", "optimizer_s"))
+                                                         "dp_s", "zero3_s", "optimizer_s",
+                                                         "grad_accumulation_s"))
         assert parts == pytest.approx(seconds, rel=1e-12)
 
 

@@ -67,7 +67,7 @@ FITTED_ROWS: dict[str, str] = {
 TIME_METRICS = ("iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
 MEMORY_METRICS = ("memory_gib_per_gpu",)
 # The predicted iteration's parts (seconds) a record carries (``breakdown``).
-EXPOSED_KEYS = ("tp_s", "pp_s", "dp_s", "zero3_s", "optimizer_s")
+EXPOSED_KEYS = ("tp_s", "pp_s", "dp_s", "zero3_s", "optimizer_s", "grad_accumulation_s")
 BREAKDOWN_KEYS = ("iteration_s", "compute_s", "bubble_s", *EXPOSED_KEYS)
 # Overlaps the evaluator does not model (it leaves TP traffic blocking and gathers ZeRO 1/2's
 # weights after the optimizer step; ZeRO 3's per-layer gathers it prefetches behind the
@@ -185,10 +185,11 @@ def metric_value(metric: str, job: Job, result: JobResult) -> float:
 
 
 def breakdown(job: Job, result: JobResult) -> dict[str, float]:
-    """The predicted iteration split (seconds): the exposed communication and optimizer step
-    by kind (``JobResult.exposed``), the pipeline bubble (``bubble_s``: the replica without
-    transfers beyond its busiest rank's work) and the rest (``compute_s``: the busiest rank's
-    compute, what the other parts leave of the iteration)."""
+    """The predicted iteration split (seconds): the exposed communication, the optimizer step
+    and the gradient accumulation outside the GEMMs by kind (``JobResult.exposed``), the
+    pipeline bubble (``bubble_s``: the replica without transfers beyond its busiest rank's
+    work) and the rest (``compute_s``: the busiest rank's compute, what the other parts leave
+    of the iteration)."""
     times, _, _ = pipeline_times(job, result.layout)
     quiet = fast_pipeline(replace(times, send=(0.0,) * len(times.send)))
     work = [0.0] * times.pp
