@@ -2,8 +2,10 @@
 still off"): the per-kernel overhead, and which SC21 row the 16-bit GEMM efficiency is fitted
 to. Each case writes a GPU file holding the ``a100`` preset with the case's kernel overhead and
 GEMM (and attention) efficiency, bisects the efficiency until the fitted row's predicted
-TFLOP/s equals its published value (the preset's protocol, through the job evaluator), and
-prints the held-out SC21 and the Korthikanti errors. An analysis, not a calibration: nothing
+TFLOP/s equals its published value (the preset's protocol, here through the job evaluator
+that prices the ledger; the preset itself is fitted through the SC21 reproduction,
+``experiments.megatron.reproduce_row``, which lands within 0.01 of it), and prints the
+held-out SC21 and the Korthikanti errors. An analysis, not a calibration: nothing
 here changes a preset.
 
 Run: ``python -m benchmarks.ledger_sensitivity`` (about 30 s).
