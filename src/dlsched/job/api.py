@@ -101,16 +101,10 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     return PlanReport(title, rows, tuple(notes), plans)
 
 
-MAX_SEQ = 10_000_000  # tokens: the spec file's bound (model_spec.TransformerFile)
-
-
 def with_seq(spec: TransformerSpec, seq: int | None) -> TransformerSpec:
-    """``spec`` at sequence length ``seq`` (``--seq``; unchanged when None)."""
-    if seq is None:
-        return spec
-    if not 1 <= seq <= MAX_SEQ:
-        raise ConfigError(f"--seq: {seq} is not accepted; accepted: 1..{MAX_SEQ} tokens")
-    return replace(spec, seq=seq)
+    """``spec`` at sequence length ``seq`` (``--seq``, bounded by ``PlanScenario``; unchanged
+    when None)."""
+    return spec if seq is None else replace(spec, seq=seq)
 
 
 def _complete_layout(choice: LayoutChoice, gpus: int, layers: int) -> Layout:

@@ -300,6 +300,8 @@ def _accumulation_seconds(job: Job, layout: Layout) -> list[float]:
     """Each virtual stage's gradient accumulation per microbatch (``job.grad_accumulation``:
     zero when fused)."""
     per_parameter = accumulation_bytes(job.grad_accumulation, job.precision, job.grad_bytes)
+    if not per_parameter:  # fused: no pass of its own (and nothing to count on the hot path)
+        return [0.0] * layout.virtual_stages
     rate = gpu_compute(job.cluster.gpu, job.precision).gpu.memory_rate
     return [params * per_parameter / rate
             for params in stage_parameters(job.spec, layout, experts=True)]
