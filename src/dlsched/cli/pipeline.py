@@ -37,7 +37,7 @@ from dlsched.pipeline.scenario import LINK_SHARING_HELP, PipelineScenario
 from dlsched.progress import progress_bar
 from dlsched.report import Column, render_table
 from dlsched.report.columns import standard, text, three_decimals, times
-from dlsched.report.tables import as_percent, as_ratio
+from dlsched.report.tables import as_percent, as_ratio, fixed
 
 SUMMARY_COLUMNS = [
     *text("planner", "schedule"),
@@ -48,7 +48,7 @@ SUMMARY_COLUMNS = [
     *standard("time_over_bound"),
     Column("bubble", "bubble (%)", as_percent),
     Column("mfu", "MFU (%)", as_percent),
-    Column("peak_memory_gib", "peak mem incl. reserve (GiB)", lambda v: f"{v:.2f}"),
+    Column("peak_memory_gib", "peak mem incl. reserve (GiB)", fixed(2)),
     Column("planning_s", "planning (s)", three_decimals),
     Column("speedup_vs_first", "speedup vs first planner", as_ratio),
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from dlsched.report.tables import Column, as_percent, as_ratio, in_percent, seconds_as_ms
+from dlsched.report.tables import Column, as_percent, as_ratio, fixed, in_percent, seconds_as_ms
 
 STANDARD = {column.key: column for column in (
     Column("time_over_bound", "time/bound", as_ratio),
@@ -23,9 +23,8 @@ STANDARD = {column.key: column for column in (
 """Metrics several commands report, shown the same way in each."""
 
 
-def three_decimals(value: float) -> str:
-    """A plain number with 3 decimals (e.g. a ratio to a lower bound)."""
-    return f"{value:.3f}"
+three_decimals = fixed(3)
+"""A plain number with 3 decimals (e.g. a ratio to a lower bound)."""
 
 
 def text(*keys: str) -> list[Column]:

@@ -28,16 +28,6 @@ class Column:
     justify: str = "right"
 
 
-def seconds_as_ms(value: float) -> str:
-    """Format seconds as milliseconds with 3 decimals."""
-    return f"{value * 1e3:.3f}"
-
-
-def as_percent(value: float) -> str:
-    """Format a fraction (0..1) as a percentage with 2 decimals."""
-    return f"{value * 100:.2f}"
-
-
 def as_ratio(value: float) -> str:
     """Format a ratio such as a speedup, e.g. 1.72x."""
     return f"{value:.2f}x"
@@ -63,6 +53,12 @@ def in_percent(decimals: int, signed: bool = False) -> Callable[[float], str]:
 def fixed(decimals: int) -> Callable[[float], str]:
     """A formatter of a plain number (in the header's unit) with ``decimals`` decimals."""
     return lambda value: f"{value:.{decimals}f}"
+
+
+seconds_as_ms = in_ms(3)
+"""Format seconds as milliseconds with 3 decimals."""
+as_percent = in_percent(2)
+"""Format a fraction (0..1) as a percentage with 2 decimals."""
 
 
 def render_table(rows: Sequence[dict[str, Any]], columns: Sequence[Column], title: str = "",
