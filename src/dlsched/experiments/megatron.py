@@ -55,7 +55,7 @@ NVLINK, NIC = (300e9, 5e-6), (25e9, 5e-6)
 # The row the a100 preset's 16-bit GEMM efficiency was fitted to; every other row is held out.
 FITTED_ROW = "gpt-39.1b"
 # The runs' gradients (module docstring): fp16, added up over the microbatches outside the GEMMs.
-GRADIENT_BYTES = 2
+GRAD_PRECISION = "fp16"
 GRAD_ACCUMULATION = "separate"
 SOURCE = ("Narayanan et al., 'Efficient Large-Scale Language Model Training on GPU Clusters "
           "Using Megatron-LM', SC 2021, Table 1; configurations from Megatron-LM "
@@ -129,11 +129,12 @@ def row_problem(row: MegatronRow, compute: CalibratedCompute,
                 recompute: tuple[str, ...] = ("full",)) -> PipelineProblem:
     """The row's model on its GPUs: a DGX A100 cluster whose GPUs run at the GEMM rate of
     ``compute`` (the calibrated chain's time unit)."""
-    model = gpt_model(row.name, row.hidden, row.layers, row.heads, SEQ, VOCAB,
-                      dtype_bytes=GRADIENT_BYTES)
+    model = gpt_model(row.name, row.hidden, row.layers, row.heads, SEQ, VOCAB, dtype_bytes=2)
     rate = compute.gpu.kind_rate("gemm", compute.precision)
-    memory = MemoryModel("fp16", "fp16", sequence_parallel=False)  # 2021: no sequence parallelism
-    added = accumulation_bytes(GRAD_ACCUMULATION, "fp16", GRADIENT_BYTES) / memory.grad_bytes
+    # 2021: no sequence parallelism
+    memory = MemoryModel("fp16", GRAD_PRECISION, sequence_parallel=False)
+    grad_bytes = memory.grad_bytes
+    added = accumulation_bytes(GRAD_ACCUMULATION, "fp16", grad_bytes) / grad_bytes
     chain = calibrated_chain(model, row.microbatch, compute, rate, memory, heads=row.heads,
                              seq=SEQ, accumulation_per_byte=added)
     graph = cluster_graph(row.gpus // GPUS_PER_SERVER, GPUS_PER_SERVER, rate, GPU_MEMORY,
@@ -208,7 +209,7 @@ def _our_plan(row: MegatronRow, device: str) -> dict[str, Any]:
 
     job = Job(bundled_specs()[row.name], load_cluster("dgx-a100", row.gpus, device), "fp16",
               dp_policy="ddp" if row.torch_ddp else "none", attention="unfused",
-              grad_reduce="fp16", grad_accumulation=GRAD_ACCUMULATION)
+              grad_reduce=GRAD_PRECISION, grad_accumulation=GRAD_ACCUMULATION)
     theirs = evaluate(job, Layout(row.tp, row.pp, row.dp, row.microbatch, row.batch,
                                   row.chunks, "interleaved" if row.chunks > 1 else "1f1b",
                                   "full"))

@@ -49,12 +49,6 @@ class CalibratedChain(Chain):
     microbatch's backward, at the GPU's memory rate (0: fused into the GEMMs;
     ``job.grad_accumulation``)."""
 
-    def accumulation_flops(self, param_bytes: np.ndarray) -> np.ndarray:
-        """The accumulation's seconds per block in this chain's unit (seconds x ``rate``)."""
-        if not self.accumulation_per_byte:
-            return np.zeros_like(param_bytes, dtype=float)
-        assert self.compute is not None
-        return param_bytes * self.accumulation_per_byte / self.compute.gpu.memory_rate * self.rate
 
     def with_tensor_parallel(self, t: int, message_s: float, flops: float) -> Chain:
         """This chain per GPU of a TP group of ``t``: bytes and exchanges as ``Chain``'s, the
@@ -69,7 +63,8 @@ class CalibratedChain(Chain):
         scale = forward * self.rate / np.maximum(base.forward_flops, 1e-300)
         priced = replace(split, forward_flops=forward * self.rate + messages[:, 0],
                          backward_flops=backward * self.rate + messages[:, 1]
-                         + self.accumulation_flops(split.param_bytes),
+                         + _accumulation_flops(split.param_bytes, self.accumulation_per_byte,
+                                               self.compute, self.rate),
                          recompute_flops=base.recompute_flops * scale)
         return priced.with_recompute(self.recompute)
 
@@ -89,12 +84,22 @@ def calibrated_chain(model: Model, microbatch_size: int, compute: CalibratedComp
     if chain.tensor_layout is None and heads is not None and seq is not None:
         chain = _with_transformer_layout(chain, model, microbatch_size, heads, seq, memory)
     scale = forward * rate / np.maximum(chain.forward_flops, 1e-300)
-    priced = CalibratedChain(**{**_fields(chain), "forward_flops": forward * rate,
-                                "recompute_flops": chain.recompute_flops * scale},
-                             model=model, compute=compute, rate=rate,
-                             accumulation_per_byte=accumulation_per_byte)
-    return replace(priced, backward_flops=backward * rate
-                   + priced.accumulation_flops(chain.param_bytes))
+    accumulate = _accumulation_flops(chain.param_bytes, accumulation_per_byte, compute, rate)
+    return CalibratedChain(**{**_fields(chain), "forward_flops": forward * rate,
+                              "backward_flops": backward * rate + accumulate,
+                              "recompute_flops": chain.recompute_flops * scale},
+                           model=model, compute=compute, rate=rate,
+                           accumulation_per_byte=accumulation_per_byte)
+
+
+def _accumulation_flops(param_bytes: np.ndarray, per_byte: float,
+                        compute: CalibratedCompute | None, rate: float) -> np.ndarray:
+    """The gradient accumulation's seconds per block (``per_byte`` bytes moved per byte of
+    parameters at the GPU's memory rate) in a chain's unit, seconds x ``rate``."""
+    if not per_byte:
+        return np.zeros_like(param_bytes, dtype=float)
+    assert compute is not None
+    return param_bytes * per_byte / compute.gpu.memory_rate * rate
 
 
 def _with_transformer_layout(chain: Chain, model: Model, batch: int, heads: int, seq: int,
