@@ -230,12 +230,12 @@ def test_a_llama_shape_maps_to_the_evaluator_as_published() -> None:
 def test_a_rows_overlaps_reach_the_job(row_id: str, param_gather: bool,
                                        tp_overlap: bool) -> None:
     """The distributed optimizer's --overlap-param-gather and TE's --tp-comm-overlap of a row
-    become the Job's flags (job.dp_sync, job.layer_costs), its fused attention the flash
-    kernel, its --overlap-grad-reduce DDP's buckets; each overlap shortens the prediction
-    against the same run blocking."""
+    become the Job's flags (job.dp_sync, job.layer_costs), its attention the cuDNN fused
+    kernel Transformer Engine prefers on Hopper, its --overlap-grad-reduce DDP's buckets;
+    each overlap shortens the prediction against the same run blocking."""
     job, layout = job_and_layout(_row(row_id))
     assert (job.overlap_param_gather, job.tp_comm_overlap) == (param_gather, tp_overlap)
-    assert (job.attention, job.dp_policy) == ("flash", "ddp")
+    assert (job.attention, job.dp_policy) == ("fused", "ddp")
     blocking = replace(job, overlap_param_gather=False, tp_comm_overlap=False)
     assert evaluate(job, layout).iteration_s < evaluate(blocking, layout).iteration_s
 
@@ -266,7 +266,7 @@ def _grok_without_cp(**parallel: object) -> LedgerRow:
     TP 1, fused attention, the unmodelled overlaps), then ``parallel`` on top."""
     row = _row("dgxc-2505-h100-grok1-314b-bf16-512gpu")
     update = {"cp": 1, "dp": 16, "cp_algorithm": None, "expert_tp": None,
-              "fused_attention": False, "overlap": ("dp_grad_reduce",)} | parallel
+              "attention": "unfused", "overlap": ("dp_grad_reduce",)} | parallel
     return row.model_copy(update={"parallel": row.parallel.model_copy(update=update)})
 
 
@@ -286,7 +286,7 @@ def test_a_moe_row_maps_its_experts_and_ep_to_the_evaluator() -> None:
     job, published = job_and_layout(_row("dgxc-2505-h100-grok1-314b-bf16-512gpu"))
     assert (published.cp, published.etp, published.ep, published.expert_dp) == (2, 1, 8, 8)
     assert (job.attention, job.tp_comm_overlap, job.overlap_param_gather) == (
-        "flash", True, True)
+        "fused", True, True)
 
 
 def test_a_moe_row_is_refused_for_an_unbounded_learned_router() -> None:

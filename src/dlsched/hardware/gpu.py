@@ -9,7 +9,10 @@ gives the shape factors):
 * a convolution: the implicit GEMM cuDNN runs, priced the same way with efficiency.conv (a
   16-bit convolution in NCHW layout also pays the NCHW <-> NHWC conversions, priced as
   memory traffic at ``transpose_efficiency`` of the bandwidth);
-* fused attention: efficiency.attention of the peak, with its wave quantization;
+* fused attention: efficiency.attention of the peak (FlashAttention-2, what PyTorch's SDPA
+  runs), with its wave quantization; Transformer Engine's cuDNN fused attention (Megatron-Core's
+  ``--attention-backend fused``, what ``auto`` picks on Hopper) at efficiency.fused_attention,
+  an optional kind of 16-bit entries only (a GPU without it refuses that kernel);
 * everything else (norms, activations, dropout, additions, casts): bytes / memory rate, the
   rate being memory_bandwidth x memory_efficiency.
 
@@ -38,22 +41,25 @@ from dlsched.validation import Bandwidth, FlopRate, Fraction, Seconds
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 KINDS = ("gemm", "attention", "conv", "elementwise")
+# Kinds a GPU document may leave out, and the one precision key they take (cuDNN's fused
+# attention runs 16-bit inputs only).
+OPTIONAL_KINDS = {"fused_attention": "bf16"}
 # Bytes of an activation element: fp8 runs everything but its GEMMs in bf16.
 ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 # Bytes of a GEMM operand element.
 OPERAND_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 # Where a precision reads its constants: fp16 shares bf16's tensor cores and peak.
 KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
-TENSOR_KINDS = ("gemm", "attention", "conv")
+TENSOR_KINDS = ("gemm", "attention", "fused_attention", "conv")
 OPTIONAL = ("tf32", "bf16", "fp8")
 
 
 class KindEfficiency(BaseModel):
     """Fraction of the precision's peak one kind reaches at a large shape, per precision
-    (absent: unsupported)."""
+    (absent: unsupported; ``fp32`` is needed by every kind but the optional ones)."""
 
     model_config = ConfigDict(extra="forbid")
-    fp32: Fraction
+    fp32: Fraction | None = None
     tf32: Fraction | None = None
     bf16: Fraction | None = None
     fp8: Fraction | None = None
@@ -89,11 +95,21 @@ class GpuSpec(BaseModel):
             raise ValueError("peak.fp8: needs peak.bf16 too (fp8 runs its non-GEMM ops in "
                              "bf16)")
         missing = [kind for kind in KINDS if kind not in self.efficiency]
-        extra = sorted(set(self.efficiency) - set(KINDS))
+        extra = sorted(set(self.efficiency) - set(KINDS) - set(OPTIONAL_KINDS))
         if missing or extra:
-            raise ValueError(f"efficiency: needs exactly the kinds {', '.join(KINDS)} "
-                             f"(missing {missing}, unknown {extra})")
+            raise ValueError(f"efficiency: needs the kinds {', '.join(KINDS)}, optionally "
+                             f"{', '.join(OPTIONAL_KINDS)} (missing {missing}, unknown {extra})")
         for kind, table in self.efficiency.items():
+            if kind in OPTIONAL_KINDS:
+                only = OPTIONAL_KINDS[kind]
+                given = sorted(key for key in ("fp32", *OPTIONAL)
+                               if getattr(table, key) is not None)
+                if given != [only] or only not in self.peak:
+                    raise ValueError(f"efficiency.{kind}: takes {only} alone, with peak.{only} "
+                                     f"(got {given})")
+                continue
+            if table.fp32 is None:
+                raise ValueError(f"efficiency.{kind}.fp32: needed")
             for key in OPTIONAL:
                 needed = key in self.peak and (key != "fp8" or kind == "gemm")
                 if needed and getattr(table, key) is None:
@@ -135,12 +151,21 @@ class Gpu:
     def efficiency(self, kind: str, precision: str) -> float:
         """Fraction of the peak that large ops of ``kind`` reach in ``precision`` (fp8: only
         GEMMs run in FP8, the other kinds take bf16's)."""
-        if kind not in KINDS:
-            raise ConfigError(f"op kind: {kind!r} is not one of " + ", ".join(KINDS))
+        if kind not in (*KINDS, *OPTIONAL_KINDS):
+            raise ConfigError(f"op kind: {kind!r} is not one of "
+                              + ", ".join((*KINDS, *OPTIONAL_KINDS)))
         key = KEY[self.check_precision(precision)]
         if key == "fp8" and kind != "gemm":
             key = "bf16"
-        return float(getattr(self.spec.efficiency[kind], key))
+        table = self.spec.efficiency.get(kind)
+        value = None if table is None else getattr(table, key)
+        if value is None:
+            raise ConfigError(f"efficiency.{kind}.{key}: {self.name} gives no rate for this "
+                              f"kernel in {precision}" + (
+                                  "; Transformer Engine's cuDNN fused attention needs a 16-bit "
+                                  "precision and a GPU file that measures it (else use "
+                                  "--attention flash)" if kind in OPTIONAL_KINDS else ""))
+        return float(value)
 
     def kind_rate(self, kind: str, precision: str) -> float:
         """Achieved FLOP/s of a large op of ``kind`` in ``precision``: the peak (fp32's for

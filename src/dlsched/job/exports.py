@@ -182,6 +182,9 @@ def torchtitan_toml(spec: TransformerSpec, layout: Layout, precision: str,
     if attention == "unfused":
         notes.append("unfused attention planned: TorchTitan's llama3 always runs SDPA (a fused "
                      "kernel); expect a faster attention core than the plan's")
+    elif attention == "fused":
+        notes.append("cuDNN fused attention planned: TorchTitan's llama3 runs SDPA, whose flash "
+                     "backend (FlashAttention-2) is slower; plan with --attention flash for it")
     return _toml(notes, {"job": {"description": f"dlsched plan {layout.label()}"},
                          "model": {"name": "llama3", "flavor": spec.name},
                          "training": training,

@@ -2,9 +2,11 @@
 
 Compute: the zoo's Megatron-style decoder ops (``models.zoo.gpt_model``: fused layer norm,
 bias-GELU or SwiGLU, bias-dropout-add; the spec's FFN width, KV heads, biases and norms) of one
-layer, with the attention core by the job's ``attention`` kernel: ``flash``, one fused causal
-kernel (Megatron-Core's default ``--attention-backend auto``: Transformer Engine's fused or
-flash attention; what TorchTitan's SDPA runs), or ``unfused``, Megatron-LM's 2021 products
+layer, with the attention core by the job's ``attention`` kernel (Megatron-Core's
+``--attention-backend`` names): ``flash``, one fused causal kernel at FlashAttention-2's rate
+(what TorchTitan's SDPA runs, and Megatron-Core's ``auto`` before Hopper), ``fused``, the same
+kernel at the rate of Transformer Engine's cuDNN fused attention (what ``auto`` picks on Hopper:
+Transformer Engine prefers it there), or ``unfused``, Megatron-LM's 2021 products
 (scores written out, fused scale-mask-softmax, dropout, the weighted sum: what SC21 and
 Korthikanti et al. measured), the embedding and the head, priced by the
 calibrated GPU model (``models.compute``) at the layout's tensor-parallel degree and sequence
@@ -44,12 +46,11 @@ from dlsched.job.op_checkpoint import recomputed_ops
 from dlsched.job.tp_overlap import overlapped_tp
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Layer
-from dlsched.models.zoo import TransformerModel, gpt_model
+from dlsched.models.zoo import ATTENTION_KERNELS, TransformerModel, gpt_model
 from dlsched.pipeline.calibrated_chain import block_seconds
 
 PRECISIONS = ("bf16", "fp16", "autocast")
 ACTIVATION_BYTES = 2
-ATTENTION_KERNELS = ("flash", "unfused")
 ATTENTION_CORE = ("scores", "softmax", "attention-dropout", "context", "flash-attention")
 
 
@@ -101,7 +102,7 @@ def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
     return gpt_model(spec.name, spec.hidden, depth, spec.heads, local_tokens(spec, cp),
                      spec.vocab, dtype_bytes=ACTIVATION_BYTES, shape=spec,
                      core=core_shape(spec, cp, cp_algorithm),
-                     flash=check_attention(attention) == "flash")
+                     attention=check_attention(attention))
 
 
 @lru_cache(maxsize=4096)

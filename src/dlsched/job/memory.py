@@ -41,10 +41,10 @@ own gradients and optimizer state).
 Models", MLSys 2023, Sec. 4, Table 2; formulas in ``pipeline.memory_model``): per layer and
 microbatch ``s b h (34 + 5 a s / h)`` bytes at 16 bits, under TP without SP ``s b h (10 + 24 / t
 + 5 a s / (h t))``, with SP everything over ``t``; selective recomputation drops the ``5 a s /
-h`` term (recomputed in the backward: a transient of one layer). A fused (flash) attention
-kernel never writes the scores out: the stash is the selective one whatever the recomputation,
-plus the kernel's FP32 log-sum-exp per query and head (``4 a s b / t``, saved for its backward;
-Dao et al., FlashAttention, 2022, Alg. 2), and selective recomputation saves nothing more;
+h`` term (recomputed in the backward: a transient of one layer). A fused attention kernel
+(``flash`` or ``fused``) never writes the scores out: the stash is the selective one whatever
+the recomputation, plus the kernel's FP32 log-sum-exp per query and head (``4 a s b / t``,
+saved for its backward; Dao et al., FlashAttention, 2022, Alg. 2), and selective recomputation saves nothing more;
 full recomputation keeps the layer input ``2 s b h`` (over ``t`` with SP) and recomputes one
 layer at a time (its full activations a transient). TorchTitan's per-op policy
 (``selective-op``, ``job.op_checkpoint``) keeps the layer input, every other matmul's output and
@@ -268,7 +268,7 @@ def layer_activations(spec: TransformerSpec, layout: Layout, precision: str,
     widths = 2 * p * s * b * ((spec.ffn_hidden - 4 * h) + (spec.kv_heads * spec.head_dim - h))
     whole_none, whole_selective, whole_input = block.replicated
     selective = _per_gpu(block.selective, whole_selective, t) + widths / t
-    if attention == "flash":
+    if attention != "unfused":
         none = selective = selective + LSE_BYTES * spec.heads * s * b / t
     else:
         scores = (layout.cp - 1) * (block.stash - block.selective)  # (s/cp) x s, not (s/cp)^2

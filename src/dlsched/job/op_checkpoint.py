@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from dlsched.errors import ConfigError
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.models.ops import Op, matmul
+from dlsched.models.ops import ATTENTION_KINDS, Op, matmul
 
 MODE = "selective-op"
 # The zoo's fused linears (``models.zoo.gpt_model`` labels) and the TorchTitan matmuls each one
@@ -126,7 +126,7 @@ def recomputed_ops(spec: TransformerSpec, ops: tuple[Op, ...], tokens: int) -> t
         if linear is not None:
             out += [matmul(name, again[name].fan_in, again[name].fan_out, tokens, bias=False,
                            cast_input=op.cast_input) for name in linear if name in again]
-        elif op.kind != "attention":  # a fused kernel's outputs are kept
+        elif op.kind not in ATTENTION_KINDS:  # a fused kernel's outputs are kept
             out.append(op)
     return tuple(out)
 

@@ -57,9 +57,11 @@ class PlanScenario(BaseModel):
         "bf16 | fp16 (Megatron's mixed precision: 16-bit weights, FP32 master) | "
         "autocast."))] = "bf16"
     attention: Annotated[choice(ATTENTION_KERNELS, "attention kernel"), Field(description=(
-        "Attention core kernel: flash (one fused kernel: Megatron-Core's default "
-        "--attention-backend auto, TorchTitan's SDPA) | unfused (Megatron-LM 2021: scores "
-        "written out, softmax, dropout; what SC21 and Korthikanti et al. ran)."))] = "flash"
+        "Attention core kernel, as Megatron-Core's --attention-backend names them: flash "
+        "(FlashAttention-2: TorchTitan's SDPA, Megatron-Core's auto before Hopper) | fused "
+        "(Transformer Engine's cuDNN fused attention: what auto runs on H100/H200) | unfused "
+        "(Megatron-LM 2021: scores written out, softmax, dropout; what SC21 and Korthikanti "
+        "et al. ran)."))] = "flash"
     overlap_param_gather: Annotated[bool, Field(description=(
         "ZeRO 1-2: the weights' all-gather overlaps the next forward (Megatron-LM "
         "--overlap-param-gather)."))] = False

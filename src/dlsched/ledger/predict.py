@@ -132,7 +132,7 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
     if reasons:
         raise ConfigError(f"{row.id}: " + "; ".join(reasons))
     missing = [name for name in ("microbatch_size", "recompute", "sequence_parallel", "chunks",
-                                 "zero", "fused_attention")
+                                 "zero", "attention")
                if getattr(par, name) is None]
     if par.cp > 1 and par.cp_algorithm is None:
         missing.append("cp_algorithm")
@@ -157,7 +157,7 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
     cluster = load_cluster(node, hw.gpus, gpu)
     dp_policy = "ddp" if "dp_grad_reduce" in par.overlap else "none"
     job = Job(spec, cluster, par.precision, "baseline", dp_policy,
-              "flash" if par.fused_attention else "unfused",
+              par.attention,
               overlap_param_gather="dp_param_gather" in par.overlap,
               tp_comm_overlap="tp_comm" in par.overlap, grad_reduce=par.grad_reduce,
               grad_accumulation=par.grad_accumulation)

@@ -108,9 +108,11 @@ class Parallelism(_Strict):
     sharded: ZeRO-3's layout). ``recompute``: ``selective`` is Megatron-LM's (the attention
     core recomputed, Korthikanti et al. 2022), ``selective-op`` TorchTitan's per-op policy
     (every other matmul's output saved with the attention's and the reduce-scatters', the rest
-    recomputed). ``fused_attention``: the run's attention is one fused kernel (PyTorch SDPA /
-    FlashAttention: the scores never written to memory), as the source's code runs it;
-    False: Megatron-LM's unfused core (scores, softmax, dropout, context as separate ops).
+    recomputed). ``attention``: the run's attention core, as the source's code runs it, by
+    Megatron-Core's ``--attention-backend`` names: ``unfused`` (Megatron-LM's 2021 core: scores,
+    softmax, dropout, context as separate ops), ``flash`` (one fused kernel, FlashAttention-2:
+    PyTorch SDPA's flash backend, the flash-attn package) or ``fused`` (Transformer Engine's
+    cuDNN fused attention, which Transformer Engine prefers on Hopper when both are enabled).
     ``cp_algorithm`` (only with ``cp > 1``): ``ring`` (K/V blocks passed around the CP ring,
     Megatron-Core / Transformer Engine's ``p2p``), ``all-to-all`` (DeepSpeed-Ulysses: heads
     re-sharded by All-to-All, TE's ``a2a``) or ``all-gather`` (every K/V shard all-gathered,
@@ -148,7 +150,7 @@ class Parallelism(_Strict):
     precision: Literal["bf16", "fp16", "fp8"] | None
     overlap: tuple[Overlap, ...] = ()
     torch_compile: bool = False
-    fused_attention: bool | None = False
+    attention: Literal["unfused", "flash", "fused"] | None = "unfused"
     grad_reduce: Literal["fp32", "bf16", "fp16"] = "fp32"
     grad_accumulation: Literal["fused", "separate"] = "fused"
 
@@ -191,7 +193,7 @@ class LedgerRow(_Strict):
             raise ValueError("an unsupported row needs a reason, a supported row has none")
         missing = sorted(name for name in ("chunks", "microbatch_size", "recompute",
                                            "sequence_parallel", "precision", "zero",
-                                           "fused_attention")
+                                           "attention")
                          if getattr(self.parallel, name) is None)
         if self.model.position_embedding is None:
             missing.append("position_embedding")

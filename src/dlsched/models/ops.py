@@ -15,9 +15,10 @@ launches ``backward_kernels`` kernels (default: twice ``kernels``).
   ``k`` (tokens flattened with the batch); otherwise ``groups`` x batch independent ``m`` x
   ``n`` x ``k`` GEMMs in one batched kernel (attention scores per head);
 * ``conv``: ``(c_in, c_out, kernel, side_in, side_out)``, run as cuDNN's implicit GEMM;
-* ``attention``: ``(queries, keys, heads, causal)``, one fused attention kernel (PyTorch's
-  scaled-dot-product attention, FlashAttention-2, Transformer Engine's fused attention):
-  ``queries`` attending ``keys`` (both the sequence, except under context parallelism) per head.
+* ``attention`` and ``fused_attention``: ``(queries, keys, heads, causal)``, one fused attention
+  kernel (``attention``: PyTorch's scaled-dot-product attention, FlashAttention-2;
+  ``fused_attention``: Transformer Engine's cuDNN fused attention): ``queries`` attending
+  ``keys`` (both the sequence, except under context parallelism) per head.
 
 ``cast_input``: under autocast the product first casts its FP32 input to 16 bits (an input
 coming from a LayerNorm, which autocast runs in FP32). ``upcast``: an elementwise op that runs
@@ -36,9 +37,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-KINDS = ("gemm", "attention", "conv", "elementwise")
+KINDS = ("gemm", "attention", "fused_attention", "conv", "elementwise")
+ATTENTION_KINDS = ("attention", "fused_attention")
 BACKWARD_FACTOR = 2.0
-SHAPE_LENGTHS = {"gemm": 4, "conv": 5, "attention": 4}
+SHAPE_LENGTHS = {"gemm": 4, "conv": 5, "attention": 4, "fused_attention": 4}
 
 
 @dataclass(frozen=True)
@@ -124,15 +126,18 @@ def norm(label: str, width: int, elements: int, split: bool = True,
 
 
 def attention_core(label: str, seq: int, hidden: int, heads: int, causal: bool,
-                   keys: int | None = None, kv_hidden: int | None = None) -> Op:
-    """A fused attention kernel (PyTorch SDPA, flash or memory-efficient; Transformer Engine's
-    fused attention) of ``heads`` heads, ``hidden`` elements wide in all, ``seq`` queries
-    attending ``keys`` keys (default ``seq``): scores and weighted sum, 4 x queries x keys x
-    hidden FLOP per sample (half of them skipped when ``causal``: the kernel does not compute
-    masked blocks); reads q, k, v (K and V ``kv_hidden`` wide: grouped-query attention; default
-    ``hidden``) and writes the output. Backward: one kernel (plus its preprocessing) of 2.5x the
-    forward FLOP, as the scores are recomputed (Dao, FlashAttention-2, 2023, §3.1)."""
+                   keys: int | None = None, kv_hidden: int | None = None,
+                   kind: str = "attention") -> Op:
+    """A fused attention kernel (``kind`` ``attention``: FlashAttention-2, PyTorch SDPA's flash
+    or memory-efficient kernel; ``fused_attention``: Transformer Engine's cuDNN fused attention,
+    priced at the GPU's ``efficiency.fused_attention``) of ``heads`` heads, ``hidden``
+    elements wide in all, ``seq`` queries attending ``keys`` keys (default ``seq``): scores and
+    weighted sum, 4 x queries x keys x hidden FLOP per sample (half of them skipped when
+    ``causal``: the kernel does not compute masked blocks); reads q, k, v (K and V
+    ``kv_hidden`` wide: grouped-query attention; default ``hidden``) and writes the output.
+    Backward: one kernel (plus its preprocessing) of 2.5x the forward FLOP, as the scores are
+    recomputed (Dao, FlashAttention-2, 2023, §3.1)."""
     keys = seq if keys is None else keys
     kv_hidden = hidden if kv_hidden is None else kv_hidden
-    return Op("attention", 4 * seq * keys * hidden, 2 * seq * hidden + 2 * keys * kv_hidden,
+    return Op(kind, 4 * seq * keys * hidden, 2 * seq * hidden + 2 * keys * kv_hidden,
               label=label, shape=(seq, keys, heads, int(causal)), backward_kernels=2.0)

@@ -11,8 +11,9 @@
   launch of their own): reading and writing both once in the forward, twice in the
   backward (the gradients, and the input again for the weight gradient), at the memory rate
   of transposes (``transpose_efficiency`` of the bandwidth).
-* Fused attention (``attention``, SDPA): FLOP (half of them when causal: masked blocks are
-  skipped) / (kind rate x its wave quantization); the backward recomputes the scores, 2.5x
+* Fused attention (``attention``: SDPA / FlashAttention-2; ``fused_attention``: cuDNN's, at
+  its own rate): FLOP (half of them when causal: masked blocks are skipped) / (kind rate x its
+  wave quantization); the backward recomputes the scores, 2.5x
   the forward's FLOP (Dao, FlashAttention-2, 2023, §3.1).
 * Elementwise ops: bytes / memory rate at the precision they run in (4 bytes under autocast
   for ops marked ``fp32``, always for ops marked ``upcast``).
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING
 
 from dlsched.hardware.gpu import ELEMENT_BYTES, KEY, OPERAND_BYTES
 from dlsched.models.kernels import attention_utilization, gemm_utilization
-from dlsched.models.ops import BACKWARD_FACTOR, Op
+from dlsched.models.ops import ATTENTION_KINDS, BACKWARD_FACTOR, Op
 from dlsched.models.timeline import Work
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def _compute_seconds(compute: CalibratedCompute, op: Op, samples: float,
         return 0.0
     rate = gpu.kind_rate(op.kind, precision)
     sms = gpu.spec.sms
-    if op.kind == "attention":
+    if op.kind in ATTENTION_KINDS:
         queries, _, heads, causal = op.shape or (1, 1, 1, 0)
         problems = max(1, round(samples * heads))  # samples: this GPU's share of the batch
         util = attention_utilization(queries, problems, sms) if op.shape else 1.0

@@ -187,6 +187,7 @@ GPT_VOCAB = 50257
 GPT_VOCABS = {"transformer-1t": 51200}
 # Trained with Megatron-LM's fused kernels rather than Hugging Face's modules.
 MEGATRON_STYLE = ("gpt3-175b", "transformer-1t")
+ATTENTION_KERNELS = ("flash", "fused", "unfused")
 # GPT-2's gelu_new as Hugging Face writes it: pow, 3 multiplies, 2 additions, tanh, multiply
 # (8 kernels; element passes: 2 per unary kernel, 3 per binary one); its backward: 2 + 1 + 1
 # + 1 + 1 multiplies (the products and constants), tanh's, pow's 2 and 2 gradient additions
@@ -229,16 +230,20 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
               dtype_bytes: int = 4, megatron: bool = True,
               lm_head: bool = True, shape: DecoderShape = DecoderShape(),
               core: tuple[int, int, int] | None = None,
-              flash: bool = False) -> TransformerModel:
+              attention: str = "unfused") -> TransformerModel:
     """A GPT of any shape (``hidden``, ``depth`` layers, ``heads``, ``seq`` tokens, ``vocab``)
     with GPT-2's layers and parameters, or a Llama-like decoder's (``shape``); ops as
     Megatron-LM (``megatron``) or Hugging Face runs them (see the module docstring).
     ``core``: (queries, keys, heads) of each layer's attention core per sample where they are
     not (seq, seq, heads): under context parallelism the model is one GPU's ``seq`` tokens of a
-    longer sequence whose keys its queries attend (Megatron ops only). ``flash``: Megatron's
-    attention core is one fused kernel (Megatron-Core's Transformer Engine or FlashAttention
-    backend) in place of the 2021 unfused products (``megatron_attention``)."""
-    if (core is not None or flash) and not megatron:
+    longer sequence whose keys its queries attend (Megatron ops only). ``attention``: Megatron's
+    attention core as the 2021 unfused products (``unfused``, ``megatron_attention``) or one
+    fused kernel: ``flash`` (FlashAttention-2) or ``fused`` (Transformer Engine's cuDNN fused
+    attention), Megatron-Core's ``--attention-backend`` names."""
+    if attention not in ATTENTION_KERNELS:
+        raise ConfigError(f"attention: {attention!r} is not one of "
+                          + ", ".join(ATTENTION_KERNELS))
+    if (core is not None or attention != "unfused") and not megatron:
         raise ConfigError("core/flash: an attention core of its own shape or kernel needs "
                           "Megatron ops (Hugging Face's already runs SDPA)")
     queries, keys, core_heads = core or (seq, seq, heads)
@@ -260,7 +265,7 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
                    cast_input=True)
         out.attach(*_attention_ops(queries, keys, hidden // heads, core_heads,
                                    (shape.kv_heads or heads) * core_heads // heads,
-                                   megatron, flash))
+                                   megatron, attention))
         out.linear(f"{block}.attn.c_proj", hidden, hidden, seq, block, bias=shape.bias)
         out.attach(*_residual(sh, megatron))
         out.norm(f"{block}.ln_2", hidden, sh, block, split=False, bias=norm_bias)
@@ -296,14 +301,15 @@ def ffn_activation(elements: int, gated: bool, megatron: bool) -> Op:
 
 
 def _attention_ops(queries: int, keys: int, width: int, heads: int, kv_heads: int,
-                   megatron: bool, flash: bool) -> tuple[Op, ...]:
+                   megatron: bool, attention: str) -> tuple[Op, ...]:
     """One layer's attention core per sample: Megatron-LM's unfused products, or one fused
-    causal kernel (``flash``; Hugging Face's SDPA, which also merges the heads back in a copy of
-    its own)."""
-    if megatron and not flash:
+    causal kernel (``flash``: FlashAttention-2, or ``fused``: cuDNN's, see ``gpt_model``;
+    Hugging Face's SDPA, which also merges the heads back in a copy of its own)."""
+    if megatron and attention == "unfused":
         return megatron_attention(queries, keys, width, heads)
     fused = attention_core("flash-attention" if megatron else "sdpa", queries, width * heads,
-                           heads, causal=True, keys=keys, kv_hidden=width * kv_heads)
+                           heads, causal=True, keys=keys, kv_hidden=width * kv_heads,
+                           kind="fused_attention" if attention == "fused" else "attention")
     return (fused,) if megatron else (fused, elementwise("merge-heads", queries * width * heads))
 
 
