@@ -46,8 +46,8 @@ h`` term (recomputed in the backward: a transient of one layer). A fused attenti
 the recomputation, plus the kernel's FP32 log-sum-exp per query and head (``4 a s b / t``,
 saved for its backward; Dao et al., FlashAttention, 2022, Alg. 2), and selective
 recomputation saves nothing more; full recomputation keeps the layer input ``2 s b h`` (over
-``t`` with SP) and recomputes one layer at a time (its full activations a transient). TorchTitan's per-op policy
-(``selective-op``, ``job.op_checkpoint``) keeps the layer input, every other matmul's output and
+``t`` with SP) and recomputes one layer at a time (its full activations a transient).
+TorchTitan's per-op policy (``selective-op``, ``job.op_checkpoint``) keeps the layer input, every other matmul's output and
 the fused kernel's output and log-sum-exp; the rest of the layer's full stash (and autocast's
 weight copies, cast again) is the transient of its backward. The derivation's MLP width ``4 h``
 and K/V width ``h`` are replaced by the spec's ``ffn_hidden`` and ``kv_heads x head_dim`` (GeLU
