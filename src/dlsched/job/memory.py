@@ -39,23 +39,23 @@ own gradients and optimizer state).
 
 **Activations** (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
 Models", MLSys 2023, Sec. 4, Table 2; formulas in ``pipeline.memory_model``): per layer and
-microbatch ``s b h (34 + 5 a s / h)`` bytes at 16 bits, under TP without SP ``s b h (10 + 24 / t
-+ 5 a s / (h t))``, with SP everything over ``t``; selective recomputation drops the ``5 a s /
-h`` term (recomputed in the backward: a transient of one layer). A fused attention kernel
+microbatch ``s b h (34 + 5 a s / h)`` bytes at 16 bits, under TP without SP ``s b h (10 + 24 /
+t + 5 a s / (h t))``, with SP everything over ``t``; selective recomputation drops the ``5 a s
+/ h`` term (recomputed in the backward: a transient of one layer). A fused attention kernel
 (``flash`` or ``fused``) never writes the scores out: the stash is the selective one whatever
 the recomputation, plus the kernel's FP32 log-sum-exp per query and head (``4 a s b / t``,
-saved for its backward; Dao et al., FlashAttention, 2022, Alg. 2), and selective
-recomputation saves nothing more; full recomputation keeps the layer input ``2 s b h`` (over
-``t`` with SP) and recomputes one layer at a time (its full activations a transient).
-TorchTitan's per-op policy (``selective-op``, ``job.op_checkpoint``) keeps the layer input, every other matmul's output and
-the fused kernel's output and log-sum-exp; the rest of the layer's full stash (and autocast's
-weight copies, cast again) is the transient of its backward. The derivation's MLP width ``4 h``
-and K/V width ``h`` are replaced by the spec's ``ffn_hidden`` and ``kv_heads x head_dim`` (GeLU
-input and second linear input ``p s b f`` each; K and V ``p s b kv d`` each; all split by TP). The
-embedding keeps token ids (8 B each, whole on every TP rank) and its dropout mask (split by SP),
-the head the inputs of the final norm and the projection and the FP32 logits of the
-vocabulary-parallel loss ``4 s b V' / t`` (part ``logits``), beside which the 16-bit logits ``p s
-b V' / t`` are a transient.
+saved for its backward; Dao et al., FlashAttention, 2022, Alg. 2), and selective recomputation
+saves nothing more; full recomputation keeps the layer input ``2 s b h`` (over ``t`` with SP)
+and recomputes one layer at a time (its full activations a transient). TorchTitan's per-op
+policy (``selective-op``, ``job.op_checkpoint``) keeps the layer input, every other matmul's
+output and the fused kernel's output and log-sum-exp; the rest of the layer's full stash (and
+autocast's weight copies, cast again) is the transient of its backward. The derivation's MLP
+width ``4 h`` and K/V width ``h`` are replaced by the spec's ``ffn_hidden`` and ``kv_heads x
+head_dim`` (GeLU input and second linear input ``p s b f`` each; K and V ``p s b kv d`` each;
+all split by TP). The embedding keeps token ids (8 B each, whole on every TP rank) and its
+dropout mask (split by SP), the head the inputs of the final norm and the projection and the
+FP32 logits of the vocabulary-parallel loss ``4 s b V' / t`` (part ``logits``), beside which
+the 16-bit logits ``p s b V' / t`` are a transient.
 
 **Microbatches in flight** (the stash): 1F1B stage ``s`` holds ``min(pp - s, m)`` (Narayanan et
 al., SC21, Sec. 2.2; Megatron's warm-up ``pp - s - 1`` forwards plus one), GPipe all ``m``, ZB-H1
