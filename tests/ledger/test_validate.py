@@ -139,26 +139,34 @@ def _fake(row_id: str, error: float, scored: bool = True) -> Prediction:
                       scored, row.id not in FITTED_ROWS)
 
 
-def test_interval_is_built_without_its_own_source_and_never_from_a_fitted_row() -> None:
-    """A Korthikanti prediction's half-width comes from the 9 held-out SC21 errors (the
-    fitted 39.1B row's is not one: its huge fake error must not matter); an SC21 one, whose
-    other sources hold only 8, from every other row but itself."""
+def test_interval_is_built_without_its_group_and_never_from_a_fitted_row() -> None:
+    """Korthikanti's 22B full-recomputation interval comes from the 9 held-out SC21 errors and
+    the 6 Korthikanti rows of other models: not from its 22B twin (its group), never from the
+    fitted 39.1B row (its huge fake error must not matter); an SC21 row's from the 8 other
+    held-out SC21 rows and the 8 Korthikanti ones."""
     sc21 = [row.id for row in load_ledger("sc21")]
     korthikanti = [row.id for row in load_ledger("korthikanti")]
     errors = {row_id: 0.01 * (k + 1) for k, row_id in enumerate(sc21)}
     errors["sc21-t1-gpt-39.1b"] = 5.0
     predictions = [_fake(i, e) for i, e in errors.items()] + [
         _fake(i, -0.001 * (k + 1)) for k, i in enumerate(korthikanti)]
-    own = interval(predictions[-1], predictions)
-    assert own.method == "leave-one-source-out" and own.n == 9
-    assert own.q == pytest.approx(0.10)  # the largest held-out SC21 error: 9 of 9
+    index = {p.row.id: k for k, p in enumerate(predictions)}
+    full = predictions[index["korthikanti-t5-22b-full"]]
+    own = interval(full, predictions)
+    assert own.method == "leave-one-group-out" and own.n == 15
+    assert own.q == pytest.approx(0.10)  # ceil(16 x 0.9) = 15th of 15: the largest, SC21's
     first = interval(predictions[0], predictions)
-    assert first.method == "leave-one-row-out" and first.n == 16
-    assert first.q == pytest.approx(0.10)  # the 16th smallest of 8 SC21 and 8 Korthikanti
+    assert first.n == 16 and first.q == pytest.approx(0.10)
     assert first.low == pytest.approx(predictions[0].predicted / 1.10)
-    changed = [replace(p, predicted=p.published * 1.2) if p.row.source == "korthikanti"
-               else p for p in predictions]
-    assert interval(changed[-1], changed).q == own.q  # its own source's errors don't enter
+
+    def with_error(row_id: str, error: float) -> list[Prediction]:
+        return [replace(p, predicted=p.published * (1 + error)) if p.row.id == row_id else p
+                for p in predictions]
+
+    twin = with_error("korthikanti-t5-22b-sp-selective", 1.0)
+    assert interval(full, twin).q == own.q  # its own group's errors don't enter
+    other = with_error("korthikanti-t5-1t-full", 1.0)
+    assert interval(full, other).q == pytest.approx(1.0)  # another model of its source does
 
 
 def test_statistics_of_a_small_case_by_hand() -> None:

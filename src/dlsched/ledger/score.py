@@ -4,17 +4,20 @@ Error: ``predicted / published - 1`` in the metric's own terms (a positive error
 a slower prediction, on a rate a faster one).
 
 Intervals (split conformal, Vovk et al. 2005; Lei et al. 2018): the score of a prediction is
-``|error|``; a prediction of source S gets the half-width ``q``, the ``ceil((n + 1) x 0.9)``-th
-smallest score of the ``n`` calibration predictions, and its interval on the published value is
+``|error|``; a prediction gets the half-width ``q``, the ``ceil((n + 1) x 0.9)``-th smallest
+score of the ``n`` calibration predictions, and its interval on the published value is
 ``[predicted / (1 + q), predicted / (1 - q)]`` (exactly the published values whose error would
-be within ``q``; unbounded above when ``q >= 1``). Calibration: the scored, held-out predictions
-of the same family (time or memory) from every OTHER source (leave one source out). When the
-other sources hold too few (``ceil((n + 1) x 0.9) > n``: fewer than 9), a 90% interval cannot
-come from them alone, and the calibration is every other scored, held-out prediction of the
-family but the one covered (leave one row out), said in the prediction's ``method``; with too
-few of those too the interval is unbounded. A row a preset constant was fitted to is never a
-calibration score (its error is not a held-out error). Coverage is counted on scored
-predictions, each against an interval its own row did not build.
+be within ``q``; unbounded above when ``q >= 1``). Calibration (leave one group out): the
+scored, held-out predictions of the same family (time or memory) outside the covered row's
+group, a group being the rows of one source that run the same model (they differ only in scale
+or in one setting: dgxc's Llama 3.1 70B on 64 to 2,048 GPUs, Korthikanti's two runs of each
+model), so neither the row nor its near-copies build its interval. Leaving one whole source out
+instead cannot give a 90% interval to SC21 (its others hold 8 rows) and calibrates the only
+H100 source on A100 residuals alone; pooling the groups lets a run on one GPU inherit the
+misses measured on another. With too few calibration rows (``ceil((n + 1) x 0.9) > n``: fewer
+than 9) the interval is unbounded. A row a preset constant was fitted to is never a calibration
+score (its error is not a held-out error). Coverage is counted on scored predictions, each
+against an interval its own group did not build.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ LEVEL = 0.9
 class Interval:
     """A prediction's interval on the published value (``high`` None: unbounded), its
     half-width in relative error (``q``, inf when unbounded), the calibration size and how it
-    was built (``leave-one-source-out``, ``leave-one-row-out``, ``unbounded``)."""
+    was built (``leave-one-group-out``, or ``unbounded``)."""
 
     low: float
     high: float | None
@@ -53,6 +56,11 @@ def conformal_quantile(scores: Sequence[float], level: float = LEVEL) -> float:
     return sorted(scores)[rank - 1] if rank <= len(scores) else math.inf
 
 
+def _group(prediction: Prediction) -> tuple[str, str]:
+    """The rows that share the prediction's source and model (module docstring)."""
+    return prediction.row.source, prediction.row.model.name
+
+
 def _calibration(prediction: Prediction) -> bool:
     return prediction.scored and prediction.held_out and prediction.predicted is not None
 
@@ -63,15 +71,12 @@ def interval(prediction: Prediction, predictions: Sequence[Prediction],
     if prediction.predicted is None:
         return None
     family = [p for p in predictions if _calibration(p) and p.family == prediction.family]
-    others = [abs(p.error or 0.0) for p in family if p.row.source != prediction.row.source]
-    q, method, n = conformal_quantile(others, level), "leave-one-source-out", len(others)
-    if math.isinf(q):
-        rest = [abs(p.error or 0.0) for p in family if p.row.id != prediction.row.id]
-        q, method, n = conformal_quantile(rest, level), "leave-one-row-out", len(rest)
+    scores = [abs(p.error or 0.0) for p in family if _group(p) != _group(prediction)]
+    q, n = conformal_quantile(scores, level), len(scores)
     if math.isinf(q):
         return Interval(0.0, None, q, n, "unbounded")
     high = prediction.predicted / (1 - q) if q < 1 else None
-    return Interval(prediction.predicted / (1 + q), high, q, n, method)
+    return Interval(prediction.predicted / (1 + q), high, q, n, "leave-one-group-out")
 
 
 @dataclass(frozen=True)
