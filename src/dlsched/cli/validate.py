@@ -46,7 +46,7 @@ SOURCE_COLUMNS = [Column("source", "source", justify="left"),
 def validate(
     source: Annotated[str | None, typer.Option(
         help="Only this source's rows: sc21, korthikanti, megatron-h100, torchtitan, "
-             "megatron-bridge, dgxc (the intervals still come from the other sources).")] = None,
+             "megatron-bridge, dgxc (the intervals still come from the whole ledger).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {\"rows\": [...], "
                                            "\"sources\": [...]} as JSON.")] = False,
     plot: Annotated[Path | None, typer.Option(help="PNG of predicted against published "
