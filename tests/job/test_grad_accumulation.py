@@ -44,7 +44,9 @@ def test_fp32_accumulators_move_ten_bytes() -> None:
 
 def test_each_stage_pays_for_its_own_parameters() -> None:
     """PP 4: every virtual stage's backward grows by its parameters' pass; over the stages a
-    GPU of each holds half the model (TP 2) and the tied output embedding's copy on the last."""
+    GPU of each holds half the split weights (TP 2), the norms, row-parallel biases and
+    learned positions whole, and half the padded vocabulary twice (the tied output
+    embedding's copy on the last), as the memory model counts them."""
     layout = Layout(2, 4, 1, 1, 16, recompute="full")
     plain, _, _ = pipeline_times(FUSED, layout)
     added, _, _ = pipeline_times(SEPARATE, layout)
@@ -54,8 +56,10 @@ def test_each_stage_pays_for_its_own_parameters() -> None:
             count * 6 / RATE)
         assert added.forward[stage] == plain.forward[stage]
     assert params[0] > params[1] and params[-1] > params[1]  # the embedding, the tied copy
-    assert sum(params) == pytest.approx((SPEC.parameters() + SPEC.vocab * SPEC.hidden) / 2,
-                                        rel=1e-6)
+    h, vocab = SPEC.hidden, 51200  # GPT's 50,257 padded to a multiple of 128 x TP 2
+    layer = (SPEC.layer_parameters() - 6 * h) / 2 + 6 * h  # 2 norms, 2 row-parallel biases
+    by_hand = SPEC.layers * layer + vocab * h / 2 + SPEC.seq * h + 2 * h + vocab * h / 2
+    assert sum(params) == pytest.approx(by_hand, rel=1e-12)
 
 
 def test_a_mode_that_does_not_exist_names_the_option() -> None:

@@ -283,3 +283,31 @@ def test_vocabulary_padding_follows_megatron():
 def test_bad_input_names_the_field(call, field):
     with pytest.raises(ConfigError, match=f"^{field}: .*; accepted: "):
         call()
+
+
+@pytest.mark.parametrize("name", sorted(bundled_specs()))
+def test_one_gpu_holds_the_specs_parameters_and_tp_splits_only_the_split_ones(name: str):
+    """At TP 1 and PP 1 the memory model's per-GPU count (which the DP step and the gradient
+    accumulation share, ``job.grad_accumulation.stage_parameters``) is the spec's own
+    parameter count plus the vocabulary's padding; over TP 4 the four ranks together hold it
+    plus three more copies of what every rank keeps whole: the norms, the row-parallel biases,
+    the learned positions."""
+    from dlsched.job.grad_accumulation import stage_parameters
+    from dlsched.job.memory import padded_vocab
+
+    spec = bundled_specs()[name]
+    h, copies = spec.hidden, 1 if spec.tied_embeddings else 2
+    one = Layout(1, 1, 1, 1, 1)
+    padding = (padded_vocab(spec.vocab, 1) - spec.vocab) * h * copies
+    assert memory_per_gpu(spec, one, "bf16").parameters == spec.parameters() + padding
+    assert sum(stage_parameters(spec, one, experts=True)) == pytest.approx(
+        spec.parameters() + padding, rel=1e-12)
+    four = Layout(4, 1, 1, 1, 1)
+    whole = (spec.layers * (2 * spec.norm_parameters() + (2 * h if spec.bias else 0))
+             + spec.norm_parameters() + (spec.seq * h if spec.learned_positions else 0))
+    split = spec.parameters() + (padded_vocab(spec.vocab, 4) - spec.vocab) * h * copies - whole
+    if spec.experts:
+        split -= spec.moe_layers * spec.router_parameters()  # the router is kept whole too
+        whole += spec.moe_layers * spec.router_parameters()
+    assert 4 * memory_per_gpu(spec, four, "bf16").parameters == pytest.approx(
+        split + 4 * whole, rel=1e-12)

@@ -56,7 +56,12 @@ from dlsched.job.layer_costs import (
     gpu_compute,
 )
 from dlsched.job.layout import Layout
-from dlsched.job.memory import peak_memory
+from dlsched.job.memory import (
+    embedding_parameters_per_gpu,
+    head_parameters_per_gpu,
+    layer_parameters_per_gpu,
+    peak_memory,
+)
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.job.moe_costs import (
     MoELayerCosts,
@@ -310,13 +315,13 @@ def _accumulation_seconds(job: Job, layout: Layout) -> list[float]:
 def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPStep:
     """The DP step of pipeline rank ``rank``."""
     spec, tp = job.spec, layout.tp
-    layer = spec.layer_parameters() // tp
+    layer = layer_parameters_per_gpu(spec, tp)
     stages = stage_parameters(spec, layout)
     total = round(sum(stages[rank::layout.pp]))
     final = rank  # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward
     span = layout.stage_layers(spec.layers)[final]
     seconds = times.backward[final] / len(span) if span else 0.0
-    delta = round(moe_dense_delta(spec, tp)) if spec.experts else 0
+    delta = moe_dense_delta(spec, tp) if spec.experts else 0.0
     final_layers = [layer + delta * spec.is_moe_layer(i) for i in span]
     sparse = stage_moe_layers(spec, layout, rank)
     group = dp_group(job, layout)
@@ -344,22 +349,23 @@ def _gather_units(job: Job, layout: Layout, times: PipelineTimes,
     """(dense parameters per GPU, forward seconds of one microbatch) of rank ``rank``'s units in
     forward order: the embedding, each chunk's layers (its virtual stage's forward spread over
     them, the embedding's and head's time included; a stage without layers gives its forward
-    to the embedding or the head), the head (``job.dp_sync``)."""
+    to the embedding or the head), the head (``job.dp_sync``); parameters counted as
+    ``stage_parameters`` counts them."""
     spec, tp = job.spec, layout.tp
     spans = layout.stage_layers(spec.layers)
-    delta = round(moe_dense_delta(spec, tp)) if spec.experts else 0
+    layer = layer_parameters_per_gpu(spec, tp)
+    delta = moe_dense_delta(spec, tp) if spec.experts else 0.0
     units: list[tuple[float, float]] = []
     if rank == 0:
-        units.append((spec.embedding_parameters() / tp, 0.0 if spans[0] else times.forward[0]))
+        units.append((embedding_parameters_per_gpu(spec, tp),
+                      0.0 if spans[0] else times.forward[0]))
     for chunk in range(layout.chunks):
         stage = chunk * layout.pp + rank
         span = spans[stage]
         seconds = times.forward[stage] / len(span) if span else 0.0
-        units += [(spec.layer_parameters() / tp + delta * spec.is_moe_layer(i), seconds)
-                  for i in span]
+        units += [(layer + delta * spec.is_moe_layer(i), seconds) for i in span]
     if rank == layout.pp - 1:
-        tied = spec.vocab * spec.hidden if spec.tied_embeddings and layout.pp > 1 else 0
-        units.append(((spec.head_parameters() + tied) / tp,
+        units.append((head_parameters_per_gpu(spec, layout),
                       0.0 if spans[-1] else times.forward[-1]))
     return tuple(units)
 

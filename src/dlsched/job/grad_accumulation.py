@@ -26,6 +26,11 @@ from __future__ import annotations
 
 from dlsched.errors import check_choice
 from dlsched.job.layout import Layout
+from dlsched.job.memory import (
+    embedding_parameters_per_gpu,
+    head_parameters_per_gpu,
+    layer_parameters_per_gpu,
+)
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.job.moe_memory import experts_per_gpu, moe_dense_delta
 
@@ -48,20 +53,18 @@ def accumulation_bytes(mode: str, precision: str, grad_bytes: int) -> int:
 
 def stage_parameters(spec: TransformerSpec, layout: Layout,
                      experts: bool = False) -> list[float]:
-    """Parameters on one GPU of each virtual stage: its layers over TP (an MoE layer's
-    non-expert part as ``job.moe_memory`` counts it, and with ``experts`` its routed experts on
-    the GPU), the embedding on the first stage, the head on the last (with a copy of the tied
-    embedding when the pipeline has more than one rank)."""
+    """Parameters on one GPU of each virtual stage, counted as the memory model counts them
+    (``job.memory``: split weights over TP with the norms and row-parallel biases whole, the
+    vocabulary padded): its layers (an MoE layer's non-expert part as ``job.moe_memory`` counts
+    it, and with ``experts`` its routed experts on the GPU), the embedding on the first stage,
+    the head on the last (with a copy of the tied embedding when the pipeline has more than one
+    rank)."""
     tp = layout.tp
-    layer = spec.layer_parameters() // tp
-    delta = round(moe_dense_delta(spec, tp)) if spec.experts else 0
+    layer = layer_parameters_per_gpu(spec, tp)
+    delta = moe_dense_delta(spec, tp) if spec.experts else 0.0
     routed = experts_per_gpu(spec, layout) if spec.experts and experts else 0.0
-    spans = layout.stage_layers(spec.layers)
-    params = [float(layer * len(span) + (delta + routed) * spec.moe_layers_in(span.start,
-                                                                            span.stop))
-              for span in spans]
-    params[0] += spec.embedding_parameters() // tp
-    params[-1] += spec.head_parameters() // tp + (spec.vocab * spec.hidden // tp
-                                                  if spec.tied_embeddings and layout.pp > 1
-                                                  else 0)
+    params = [layer * len(span) + (delta + routed) * spec.moe_layers_in(span.start, span.stop)
+              for span in layout.stage_layers(spec.layers)]
+    params[0] += embedding_parameters_per_gpu(spec, tp)
+    params[-1] += head_parameters_per_gpu(spec, layout)
     return params

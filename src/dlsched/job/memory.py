@@ -221,14 +221,16 @@ def padded_vocab(vocab: int, tp: int) -> int:
 
 def layer_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
     """One layer's parameters on one TP rank: split weights and column-parallel biases over
-    ``tp``, the row-parallel biases and the layer norms (``6 h``) whole."""
-    replicated = 6 * spec.hidden
+    ``tp``, the two norms and (with biases) the two row-parallel biases whole."""
+    replicated = 2 * spec.norm_parameters() + (2 * spec.hidden if spec.bias else 0)
     return (spec.layer_parameters() - replicated) / tp + replicated
 
 
 def embedding_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
-    """Vocabulary-parallel word embedding plus the replicated learned positions."""
-    return padded_vocab(spec.vocab, tp) * spec.hidden / tp + spec.seq * spec.hidden
+    """Vocabulary-parallel word embedding plus the replicated learned positions (none with
+    rotary embeddings)."""
+    positions = spec.seq * spec.hidden if spec.learned_positions else 0
+    return padded_vocab(spec.vocab, tp) * spec.hidden / tp + positions
 
 
 def head_parameters_per_gpu(spec: TransformerSpec, layout: Layout) -> float:
@@ -236,7 +238,7 @@ def head_parameters_per_gpu(spec: TransformerSpec, layout: Layout) -> float:
     on the last stage when tied and ``pp > 1``."""
     matrix = padded_vocab(spec.vocab, layout.tp) * spec.hidden / layout.tp
     own_matrix = not spec.tied_embeddings or layout.pp > 1
-    return 2 * spec.hidden + (matrix if own_matrix else 0.0)
+    return spec.norm_parameters() + (matrix if own_matrix else 0.0)
 
 
 def stage_units(spec: TransformerSpec, layout: Layout, stage: int) -> list[float]:

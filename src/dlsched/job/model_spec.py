@@ -118,7 +118,9 @@ class TransformerSpec(DecoderShape):
         """Weight matrices of ``h x ffn_hidden`` in the FFN: 3 gated (gate, up, down), else 2."""
         return 3 if self.gated_ffn else 2
 
-    def _norm_parameters(self) -> int:
+    def norm_parameters(self) -> int:
+        """One norm's parameters: RMSNorm's (or a bias-free LayerNorm's) scale, or LayerNorm's
+        scale and shift."""
         return self.hidden if self.rms_norm or not self.bias else 2 * self.hidden
 
     @property
@@ -145,7 +147,7 @@ class TransformerSpec(DecoderShape):
     def attention_parameters(self) -> int:
         """A layer's attention (QKV, projection, their biases) and its two norms."""
         h, q = self.hidden, self.qkv_width
-        return h * q + h * h + (q + h if self.bias else 0) + 2 * self._norm_parameters()
+        return h * q + h * h + (q + h if self.bias else 0) + 2 * self.norm_parameters()
 
     def router_parameters(self) -> int:
         """The router's ``h x experts`` matrix of an MoE layer (0 for a dense model)."""
@@ -176,7 +178,7 @@ class TransformerSpec(DecoderShape):
     def head_parameters(self) -> int:
         """Final norm and, when untied, the output projection."""
         untied = 0 if self.tied_embeddings else self.vocab * self.hidden
-        return self._norm_parameters() + untied
+        return self.norm_parameters() + untied
 
     def parameters(self) -> int:
         """All parameters."""
