@@ -67,8 +67,7 @@ def test_fused_attention_is_refused_where_no_rate_is_given() -> None:
     """The a100 preset measures no cuDNN attention rate, and cuDNN's kernel is 16-bit only:
     both refusals name the field."""
     with pytest.raises(ConfigError, match=r"efficiency\.fused_attention\.bf16"):
-        evaluate(Job(LLAMA_8B, load_cluster("dgx-a100", 8, "a100"), "bf16", attention="fused"),
-                 Layout(1, 1, 8, 1, 64))
+        Job(LLAMA_8B, load_cluster("dgx-a100", 8, "a100"), "bf16", attention="fused")
     with pytest.raises(ConfigError, match=r"efficiency\.fused_attention\.fp32"):
         get_gpu("h100").efficiency("fused_attention", "fp32")
     with pytest.raises(ConfigError, match="--attention"):

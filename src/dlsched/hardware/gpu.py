@@ -50,7 +50,6 @@ ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
 OPERAND_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 # Where a precision reads its constants: fp16 shares bf16's tensor cores and peak.
 KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
-TENSOR_KINDS = ("gemm", "attention", "fused_attention", "conv")
 OPTIONAL = ("tf32", "bf16", "fp8")
 
 

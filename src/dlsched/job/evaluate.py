@@ -112,6 +112,9 @@ class Job:
         check_grad_reduce(self.grad_reduce, self.precision)
         check_grad_accumulation(self.grad_accumulation)
         check_attention(self.attention)
+        if self.attention == "fused":  # refused here when the GPU gives no cuDNN rate
+            gpu_compute(self.cluster.gpu, self.precision).gpu.efficiency("fused_attention",
+                                                                         self.precision)
         check_policy(self.collective_policy)
         check_dp_policy(self.dp_policy)
 
