@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
-from dlsched.job.evaluate import Job, JobResult, evaluate, pipeline_times
+from dlsched.job.evaluate import Job, JobResult, evaluate, executed_times, pipeline_times
 from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import TransformerSpec, load_spec
@@ -49,7 +49,8 @@ class PlanReport:
         for job, result in self.plans:
             times, _, _ = pipeline_times(job, result.layout)
             name = f"dlsched {job.collective_policy}"
-            out.append((name, f"{name}: {result.layout.label()}", event_timeline(times)))
+            executed = executed_times(job, result.layout, times)
+            out.append((name, f"{name}: {result.layout.label()}", event_timeline(executed)))
         return out
 
     def megatron_args(self) -> str:
@@ -62,13 +63,14 @@ class PlanReport:
                  ("no-gradient-accumulation-fusion", job.grad_accumulation == "separate"))
         return megatron_args(job.spec, result.layout, job.precision, job.grad_bytes,
                              attention=job.attention,
-                             flags=tuple(flag for flag, on in flags if on))
+                             flags=tuple(flag for flag, on in flags if on),
+                             pipeline_p2p=job.pipeline_p2p)
 
     def torchtitan_toml(self) -> str:
         """A TorchTitan config of the first plan."""
         job, result = self.plans[0]
         return torchtitan_toml(job.spec, result.layout, job.precision, job.attention,
-                               job.grad_bytes)
+                               job.grad_bytes, job.pipeline_p2p)
 
 
 def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanReport:
@@ -84,7 +86,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     for policy in (scenario.collective_policy,) if policies is None else tuple(policies):
         job = Job(spec, cluster, scenario.precision, policy, scenario.dp_policy,
                   scenario.attention, scenario.overlap_param_gather, scenario.tp_comm_overlap,
-                  scenario.grad_reduce, scenario.grad_accumulation)
+                  scenario.grad_reduce, scenario.grad_accumulation, scenario.pipeline_p2p)
         if complete:
             layout = _complete_layout(choice, cluster.num_gpus, spec.layers)
             result = evaluate(job, layout)

@@ -7,14 +7,16 @@ embedding on the first stage, the head on the last, as Megatron-Core splits a GP
 adds per layer the all-gather of its weights in the forward and again in the backward and the
 reduce-scatter of its gradients, each prefetched behind the layer's compute (exposed: what
 exceeds it). One replica's pipeline is timed by ``job.pipeline_time``
-(``fast=False``: by the pipeline simulator), each pipeline rank then runs its data-parallel step
+(``fast=False``: by the pipeline simulator) with its transfers blocking or beside the compute
+(``job.pipeline_p2p``), each pipeline rank then runs its data-parallel step
 (``job.dp_sync``), and the iteration ends when the last rank's does.
 
 Reported FLOP rates: ``tflops_per_gpu`` counts the FLOP executed, recomputation included (what
 Megatron-LM SC21's Eq. 3 counts with full recomputation: "hardware FLOP"), ``mfu`` the model
 FLOP without recomputation over the GPUs' dense 16-bit peak, ``hfu`` the executed ones.
 Exposed communication: ``tp_s`` the TP collectives on the critical rank (they block), ``pp_s``
-what the pipeline transfers add to the replica (the same walk without them), ``dp_s`` the
+what the pipeline transfers (and the TP gathers of their pieces) add to the replica (the same
+walk without them), ``dp_s`` the
 data-parallel step's exposed reduction and gathers, ``zero3_s`` ZeRO 3's exposed per-layer
 traffic on the critical rank, ``cp_s`` context parallelism's (``job.context_parallel``: the
 ring's transfers beyond the attention they overlap, or the all-to-alls) on it. ZeRO shards
@@ -74,6 +76,7 @@ from dlsched.job.moe_costs import (
 )
 from dlsched.job.moe_memory import experts_per_gpu, moe_dense_delta, stage_moe_layers
 from dlsched.job.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
+from dlsched.job.pipeline_p2p import check_pipeline_p2p, with_p2p
 from dlsched.job.pipeline_time import (
     PipelineTimes,
     ReplicaTiming,
@@ -94,7 +97,9 @@ class Job:
     default main gradients, or the training's 16-bit format, ``--grad-reduce-in-bf16`` or fp16
     without ``--accumulate-allreduce-grads-in-fp32``; ``job.dp_sync``) and how they accumulate
     over microbatches (``grad_accumulation``: ``fused`` into the weight-gradient GEMMs or
-    ``separate``; ``job.grad_accumulation``)."""
+    ``separate``; ``job.grad_accumulation``) and whether a pipeline rank computes while its
+    transfers run (``pipeline_p2p``: ``auto``, ``blocking`` or ``overlapped``;
+    ``job.pipeline_p2p``)."""
 
     spec: TransformerSpec
     cluster: Cluster
@@ -106,11 +111,13 @@ class Job:
     tp_comm_overlap: bool = False
     grad_reduce: str = "fp32"
     grad_accumulation: str = "fused"
+    pipeline_p2p: str = "auto"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
         check_grad_reduce(self.grad_reduce, self.precision)
         check_grad_accumulation(self.grad_accumulation)
+        check_pipeline_p2p(self.pipeline_p2p)
         check_attention(self.attention)
         if self.attention == "fused":  # refused here when the GPU gives no cuDNN rate
             gpu_compute(self.cluster.gpu, self.precision).gpu.efficiency("fused_attention",
@@ -230,6 +237,23 @@ def _send_s(job: Job, layout: Layout) -> float:
     return link.latency + message / link.bandwidth
 
 
+def _receive_gather_s(job: Job, layout: Layout) -> float:
+    """Seconds of the all-gather over the TP group that reassembles a transfer sent in ``1/tp``
+    pieces (``_send_s``; with sequence parallelism the pieces are the ranks' own shards and
+    stay apart): ``job.pipeline_p2p``."""
+    if layout.pp == 1 or layout.tp == 1 or layout.sequence_parallel:
+        return 0.0
+    group = job.cluster.group_topology(1, layout.tp)
+    message = layout.microbatch_size * job.spec.seq * job.spec.hidden * 2 / layout.cp
+    return curve(group, "all-gather", job.collective_policy).seconds(message)
+
+
+def executed_times(job: Job, layout: Layout, times: PipelineTimes) -> PipelineTimes:
+    """The stages' ``times`` as the replica runs them, its transfers blocking the ranks or
+    beside their compute and their pieces gathered (``job.pipeline_p2p``)."""
+    return with_p2p(times, job.pipeline_p2p, _receive_gather_s(job, layout))
+
+
 def _moe_costs(job: Job, layout: Layout) -> MoELayerCosts | None:
     """One MoE layer's costs (``job.moe_costs``), None for a dense model."""
     if not job.spec.experts:
@@ -272,7 +296,8 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
     """Price ``layout`` for ``job`` (module docstring); ConfigError when it cannot run."""
     check_layout(job, layout)
     times, costs, zero3 = pipeline_times(job, layout)
-    replica = fast_pipeline(times) if fast else event_pipeline(times)
+    executed = executed_times(job, layout, times)
+    replica = fast_pipeline(executed) if fast else event_pipeline(executed)
     steps = [_rank_dp(job, layout, times, rank) for rank in range(layout.pp)]
     ends = [replica.last_backward_end[r] + steps[r].total for r in range(layout.pp)]
     iteration = max(replica.end, *ends)

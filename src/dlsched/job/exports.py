@@ -39,6 +39,7 @@ from dlsched.errors import ConfigError
 from dlsched.job.layout import Layout
 from dlsched.job.memory import check_precision
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.pipeline_p2p import resolved_p2p
 from dlsched.job.pipeline_split import ACCOUNTED, slots_per_stage
 
 MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
@@ -51,11 +52,14 @@ TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "G
 
 def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
                   grad_bytes: int = 4, attention: str = "flash",
-                  flags: tuple[str, ...] = ()) -> str:
+                  flags: tuple[str, ...] = (), pipeline_p2p: str = "auto") -> str:
     """Comment lines (``#``) on what the arguments cannot say, then one line of Megatron-LM
     ``pretrain_gpt.py`` arguments for the plan (module docstring); ``flags`` names the
     Megatron-LM switches the plan was priced with (``overlap-grad-reduce``,
-    ``overlap-param-gather``, ``tp-comm-overlap``, ``no-gradient-accumulation-fusion``)."""
+    ``overlap-param-gather``, ``tp-comm-overlap``, ``no-gradient-accumulation-fusion``);
+    ``pipeline_p2p`` how its transfers were priced (``job.pipeline_p2p``: Megatron-LM
+    overlaps them with the interleaved schedule unless ``--no-overlap-p2p-communication``,
+    and blocks on them with every other)."""
     check_precision(precision, grad_bytes)
     if layout.recompute == "selective-op":
         raise ConfigError("--recompute: selective-op (TorchTitan's per-op policy, every other "
@@ -110,11 +114,28 @@ def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
                  MEGATRON_FSDP[layout.zero], "--ckpt-format", "fsdp_dtensor"]
     args += ["--attention-backend", attention]
     args += [f"--{flag}" for flag in flags]
+    args += _megatron_p2p(layout, pipeline_p2p, notes)
     args += _megatron_moe(spec, layout)
     args += _megatron_precision(precision, grad_bytes, notes)
     if not spec.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     return "".join(f"# {note}\n" for note in notes) + shlex.join(args) + "\n"
+
+
+def _megatron_p2p(layout: Layout, pipeline_p2p: str, notes: list[str]) -> list[str]:
+    """``--no-overlap-p2p-communication`` for an interleaved plan priced with blocking
+    transfers; a note for a non-interleaved one priced overlapped (Megatron-LM turns the
+    overlap off there)."""
+    if layout.pp == 1:
+        return []
+    mode = resolved_p2p(pipeline_p2p, layout.schedule)
+    if layout.schedule == "interleaved":
+        return ["--no-overlap-p2p-communication"] if mode == "blocking" else []
+    if mode == "overlapped":
+        notes.append(f"pipeline transfers priced overlapped: Megatron-LM overlaps them only "
+                     f"with the interleaved schedule and runs {layout.schedule} blocking on "
+                     "them; expect a slower iteration than the plan's")
+    return []
 
 
 def _megatron_moe(spec: TransformerSpec, layout: Layout) -> list[str]:
@@ -153,9 +174,11 @@ def _megatron_precision(precision: str, grad_bytes: int, notes: list[str]) -> li
 
 
 def torchtitan_toml(spec: TransformerSpec, layout: Layout, precision: str,
-                    attention: str = "flash", grad_bytes: int = 4) -> str:
+                    attention: str = "flash", grad_bytes: int = 4,
+                    pipeline_p2p: str = "auto") -> str:
     """A TorchTitan job config (TOML) for the plan, with comments where TorchTitan has no
-    equivalent (module docstring)."""
+    equivalent (module docstring; ``pipeline_p2p``: how the plan's transfers were priced,
+    ``job.pipeline_p2p``)."""
     check_precision(precision, 4)
     notes = [f"TorchTitan job config of the dlsched plan {layout.label()}",
              "TOML schema of torchtitan/config/job_config.py at 238fa99 (the last TOML version); "
@@ -185,6 +208,9 @@ def torchtitan_toml(spec: TransformerSpec, layout: Layout, precision: str,
     elif attention == "fused":
         notes.append("cuDNN fused attention planned: TorchTitan's llama3 runs SDPA, whose flash "
                      "backend (FlashAttention-2) is slower; plan with --attention flash for it")
+    if layout.pp > 1 and resolved_p2p(pipeline_p2p, layout.schedule) == "blocking":
+        notes.append("pipeline transfers priced blocking: torch.distributed.pipelining sends "
+                     "asynchronously; plan with --pipeline-p2p overlapped for it")
     return _toml(notes, {"job": {"description": f"dlsched plan {layout.label()}"},
                          "model": {"name": "llama3", "flavor": spec.name},
                          "training": training,

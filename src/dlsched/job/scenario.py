@@ -20,6 +20,7 @@ from dlsched.job.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
 from dlsched.job.grad_accumulation import GRAD_ACCUMULATION
 from dlsched.job.layer_costs import ATTENTION_KERNELS, PRECISIONS
 from dlsched.job.layout import CP_ALGORITHMS, RECOMPUTE, SCHEDULES
+from dlsched.job.pipeline_p2p import PIPELINE_P2P
 from dlsched.job.pipeline_split import SPLITS
 
 if TYPE_CHECKING:
@@ -78,6 +79,12 @@ class PlanScenario(BaseModel):
             "Megatron-Core, Megatron-LM since 2022 with FP32 main gradients) | separate (an "
             "add per parameter after each microbatch's backward: Megatron-LM before 2022, or "
             "--no-gradient-accumulation-fusion)."))] = "fused"
+    pipeline_p2p: Annotated[choice(PIPELINE_P2P, "pipeline transfers"), Field(description=(
+        "Whether a pipeline rank computes while its transfers run: auto (Megatron-Core: "
+        "overlapped for the interleaved schedule, blocking otherwise) | blocking (batched "
+        "send/recv then a device sync: Megatron-LM 2021-22, Megatron-Core's non-interleaved "
+        "schedule, --no-overlap-p2p-communication) | overlapped (transfers beside the "
+        "compute)."))] = "auto"
     global_batch: Annotated[int, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per iteration."))] = 1536
     tp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(

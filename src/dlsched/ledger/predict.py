@@ -160,7 +160,8 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
               par.attention,
               overlap_param_gather="dp_param_gather" in par.overlap,
               tp_comm_overlap="tp_comm" in par.overlap, grad_reduce=par.grad_reduce,
-              grad_accumulation=par.grad_accumulation)
+              grad_accumulation=par.grad_accumulation,
+              pipeline_p2p="overlapped" if "pp_p2p" in par.overlap else "blocking")
     assert par.chunks is not None and par.microbatch_size is not None
     assert par.recompute is not None and par.sequence_parallel is not None
     assert par.zero is not None

@@ -27,7 +27,7 @@ Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron
 Gpu = Literal["a100-80gb", "h100-sxm", "h100-hbm2e-96gb", "h200"]
 Metric = Literal["iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu",
                  "memory_gib_per_gpu"]
-Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp"]
+Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp", "pp_p2p"]
 
 # Each metric's published unit and its factor to dlsched's internal unit (units.py: seconds,
 # FLOP/s, bytes; utilizations as fractions, tokens/s as they are).
