@@ -283,3 +283,29 @@ def test_every_zoo_model_runs_below_peak(device):
             # FP32 3x3 convolutions run Winograd's algorithm: 2.25x fewer multiplies.
             bound = 2.25 if precision == "fp32" else 1.0
             assert mfu(training_flops(model, 4), step, 1, compute.peak_flops) < bound
+
+
+def test_repeated_blocks_run_at_the_pace_of_the_slower_of_gpu_and_host():
+    """A block run back to back: max(GPU seconds, launches x the host's overhead). A large
+    GEMM after small elementwise kernels: GPU-bound, the small kernels' launches hidden, so
+    less than the same layers priced from an idle host each; a block of tiny kernels: host-
+    bound, one launch overhead per kernel."""
+    from dlsched.models.layer import Layer
+
+    compute = calibrated("h100", "bf16", autocast=False)
+    small = Op("elementwise", elements=1e4, kernels=3)
+    big = Op("gemm", 2 * 8192**3, shape=(8192, 8192, 8192, 0))
+    layers = [Layer("norm", 0, ops=(small,)), Layer("mm", 0, ops=(big,))]
+    works = [compute.work(op, 1) for op in (small, big)]
+    gpu = sum(work.gpu_s for work in works)
+    host = sum(work.launches for work in works) * 77.44e-6
+    assert gpu > host
+    assert compute.repeated_time(layers, 1, False) == pytest.approx(gpu, rel=1e-12)
+    alone = sum(compute.forward_time(layer, 1) for layer in layers)
+    assert compute.repeated_time(layers, 1, False) < alone
+    tiny = [Layer(f"t{k}", 0, ops=(small,)) for k in range(4)]
+    assert compute.repeated_time(tiny, 1, False) == pytest.approx(4 * 3 * 77.44e-6, rel=1e-12)
+    backward = compute.repeated_time(tiny, 1, True)
+    launches = sum(compute.work(small, 1, True).launches for _ in tiny)
+    assert backward == pytest.approx(max(launches * 23.81e-6, 4 * compute.work(
+        small, 1, True).gpu_s), rel=1e-12)

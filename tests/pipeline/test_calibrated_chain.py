@@ -61,8 +61,10 @@ def test_megatron_plan_runs_equal_stages():
 
 def test_pipeline_plan_prices_a_zoo_model_on_a_calibrated_gpu(run_cli, tmp_path):
     """--gpu prices the blocks on the calibrated GPU: a one-GPU plan's iteration is the
-    microbatches' calibrated forward + backward seconds; chain files are refused."""
+    microbatches' calibrated forward + backward seconds, each block as one of a stage's blocks
+    run back to back; chain files are refused."""
     import json
+    from itertools import groupby
 
     from dlsched.models import calibrated, get_model
 
@@ -75,8 +77,10 @@ def test_pipeline_plan_prices_a_zoo_model_on_a_calibrated_gpu(run_cli, tmp_path)
     assert code == 0, err
     row = json.loads(out)["rows"][0]
     compute, model = calibrated("h100"), get_model("bert-base")
-    forward = sum(compute.forward_time(layer, 1) for layer in model.layers)  # each layer alone
-    backward = sum(compute.backward_time(layer, 1) for layer in model.layers)
+    blocks = [list(group) for _, group in groupby(model.layers,
+                                                  key=lambda layer: layer.block or layer.name)]
+    forward = sum(compute.repeated_time(block, 1, False) for block in blocks)
+    backward = sum(compute.repeated_time(block, 1, True) for block in blocks)
     assert row["iteration_s"] == pytest.approx(4 * (forward + backward))
     chain = tmp_path / "c.yaml"
     chain.write_text("blocks: [{name: a, forward_flops: 1e9}]\n")

@@ -19,6 +19,7 @@ user's ``ComputeModel`` instead.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dlsched.errors import ConfigError
@@ -135,6 +136,21 @@ class CalibratedCompute:
         if layer.backward_time is not None:
             return layer.backward_time
         return alone(self._works(layer, batch_size, True), self._overhead(True))
+
+    def repeated_time(self, layers: Sequence[Layer], batch_size: int, backward: bool) -> float:
+        """Seconds per repetition of ``layers`` (their forward, or their backward) when they
+        run back to back many times, as a pipeline stage's blocks do: the host launches ahead
+        while the GPU is busy, so the pace is the larger of the GPU's seconds and the host's
+        launch seconds (the periodic steady state of ``models.timeline``; a profiled layer
+        is GPU time launched by no kernel). Pricing each layer ``alone`` instead would charge
+        every layer the wait for its first launches from an idle host, which a stage pays
+        only once per action."""
+        works = [work for layer in layers
+                 for work in (self._profiled(layer, backward)
+                              or self._works(layer, batch_size, backward))]
+        gpu = sum(work.gpu_s for work in works)
+        host = sum(work.launches for work in works) * self._overhead(backward)
+        return max(gpu, host)
 
     def step(self, model: Model, batch_size: int) -> StepTime:
         """One training step of ``model``: forward then backward along one dependency chain,

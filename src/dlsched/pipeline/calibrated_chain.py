@@ -28,12 +28,13 @@ from dlsched.pipeline.tensor_parallel import transformer_layout
 def block_seconds(model: Model, microbatch_size: int,
                   compute: CalibratedCompute) -> tuple[np.ndarray, np.ndarray]:
     """Per block (consecutive layers sharing ``Layer.block``): forward and backward seconds
-    of one microbatch on ``compute``."""
+    of one microbatch on ``compute``, each block run as one of a stage's blocks back to back
+    (``CalibratedCompute.repeated_time``)."""
     forward, backward = [], []
     for _, group in groupby(model.layers, key=lambda layer: layer.block or layer.name):
         layers = list(group)
-        forward.append(sum(compute.forward_time(layer, microbatch_size) for layer in layers))
-        backward.append(sum(compute.backward_time(layer, microbatch_size) for layer in layers))
+        forward.append(compute.repeated_time(layers, microbatch_size, False))
+        backward.append(compute.repeated_time(layers, microbatch_size, True))
     return np.array(forward), np.array(backward)
 
 
