@@ -174,7 +174,9 @@ def test_size_buffers_share_one_tensor_of_the_largest_size() -> None:
 
 
 def _peak_buffer_bytes(rank: int, world_size: int, sizes: tuple[int, ...]) -> int:
-    """Resident bytes a rank added while calibrating ``sizes`` (peak minus before)."""
+    """Resident bytes a rank added while calibrating ``sizes`` (peak minus before). The peak
+    is reset first (``5`` to ``/proc/self/clear_refs``, Linux 4.0+), so a transient of the
+    rank's start-up (importing torch, gloo's set-up) is not counted as the calibration's."""
     from dlsched.runtime.dataparallel.calibrate import time_loads
 
     def status(field: str) -> int:
@@ -182,6 +184,10 @@ def _peak_buffer_bytes(rank: int, world_size: int, sizes: tuple[int, ...]) -> in
                     if line.startswith(field))
         return int(line.split()[1]) * 1024
 
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass  # a kernel or sandbox without it: the peak since start-up is measured instead
     before = status("VmRSS:")
     time_loads(rank, world_size, sizes, 0, 1, "none", attempts=1)
     return status("VmHWM:") - before
