@@ -3,6 +3,7 @@ can run, and the memory a network calibration's buffers need."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import itertools
@@ -184,10 +185,9 @@ def _peak_buffer_bytes(rank: int, world_size: int, sizes: tuple[int, ...]) -> in
                     if line.startswith(field))
         return int(line.split()[1]) * 1024
 
-    try:
+    # a kernel or sandbox without it: the peak since start-up is measured instead
+    with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass  # a kernel or sandbox without it: the peak since start-up is measured instead
     before = status("VmRSS:")
     time_loads(rank, world_size, sizes, 0, 1, "none", attempts=1)
     return status("VmHWM:") - before
