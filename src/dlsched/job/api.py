@@ -99,7 +99,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
         plans.append((job, result))
         notes.extend(note for note in result.notes if note not in notes)
     title = (f"{spec.name} on {cluster.name} ({cluster.gpu}, {scenario.precision}, "
-             f"{scenario.attention} attention)")
+             f"{scenario.attention} attention, {scenario.pipeline_p2p} pipeline transfers)")
     return PlanReport(title, rows, tuple(notes), plans)
 
 
