@@ -121,7 +121,8 @@ def qkv_bytes(spec: TransformerSpec, layout: Layout) -> float:
 
 
 def output_bytes(spec: TransformerSpec, layout: Layout) -> float:
-    """Bytes of one GPU's attention output: ``b (s / cp) h / t`` 16-bit elements."""
+    """Bytes of one GPU's attention output: ``b (s / cp) h / t`` 16-bit elements (as much as
+    each TP rank sends of a ``b (s / cp) h`` activation between pipeline stages)."""
     return (layout.microbatch_size * local_tokens(spec, layout.cp) * spec.hidden / layout.tp
             * ELEMENT_BYTES)
 

@@ -36,7 +36,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.job.cluster import Cluster
 from dlsched.job.collective_costs import check_policy, curve
-from dlsched.job.context_parallel import CPCost, check_cp, cp_cost
+from dlsched.job.context_parallel import CPCost, check_cp, cp_cost, output_bytes
 from dlsched.job.dp_sync import (
     GRAD_REDUCE_BYTES,
     WEIGHT_BYTES,
@@ -232,9 +232,7 @@ def _send_s(job: Job, layout: Layout) -> float:
     group = job.cluster.group_topology(layout.tp * layout.cp * layout.dp, layout.pp)
     assert group is not None
     link = min(group.dims, key=lambda dim: dim.bandwidth)
-    spec = job.spec
-    message = layout.microbatch_size * spec.seq * spec.hidden * 2 / (layout.tp * layout.cp)
-    return link.latency + message / link.bandwidth
+    return link.latency + output_bytes(job.spec, layout) / link.bandwidth
 
 
 def _receive_gather_s(job: Job, layout: Layout) -> float:
@@ -244,8 +242,8 @@ def _receive_gather_s(job: Job, layout: Layout) -> float:
     if layout.pp == 1 or layout.tp == 1 or layout.sequence_parallel:
         return 0.0
     group = job.cluster.group_topology(1, layout.tp)
-    message = layout.microbatch_size * job.spec.seq * job.spec.hidden * 2 / layout.cp
-    return curve(group, "all-gather", job.collective_policy).seconds(message)
+    whole = output_bytes(job.spec, layout) * layout.tp  # the activation the pieces make up
+    return curve(group, "all-gather", job.collective_policy).seconds(whole)
 
 
 def executed_times(job: Job, layout: Layout, times: PipelineTimes) -> PipelineTimes:
@@ -343,14 +341,12 @@ def _accumulation_seconds(job: Job, layout: Layout) -> list[float]:
 def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPStep:
     """The DP step of pipeline rank ``rank``."""
     spec, tp = job.spec, layout.tp
-    layer = layer_parameters_per_gpu(spec, tp)
     stages = stage_parameters(spec, layout)
     total = round(sum(stages[rank::layout.pp]))
     final = rank  # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward
     span = layout.stage_layers(spec.layers)[final]
     seconds = times.backward[final] / len(span) if span else 0.0
-    delta = moe_dense_delta(spec, tp) if spec.experts else 0.0
-    final_layers = [layer + delta * spec.is_moe_layer(i) for i in span]
+    final_layers = _dense_layer_parameters(spec, tp, span)
     sparse = stage_moe_layers(spec, layout, rank)
     group = dp_group(job, layout)
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
@@ -372,6 +368,14 @@ def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPSte
                   dense.optimizer + routed.optimizer, dense.gather + routed.gather)
 
 
+def _dense_layer_parameters(spec: TransformerSpec, tp: int, layers: range) -> list[float]:
+    """Parameters per GPU of each of ``layers`` without its routed experts (an MoE layer's
+    router and shared experts in place of the dense FFN), as ``stage_parameters`` counts them."""
+    layer = layer_parameters_per_gpu(spec, tp)
+    delta = moe_dense_delta(spec, tp) if spec.experts else 0.0
+    return [layer + delta * spec.is_moe_layer(index) for index in layers]
+
+
 def _gather_units(job: Job, layout: Layout, times: PipelineTimes,
                   rank: int) -> tuple[tuple[float, float], ...]:
     """(dense parameters per GPU, forward seconds of one microbatch) of rank ``rank``'s units in
@@ -381,8 +385,6 @@ def _gather_units(job: Job, layout: Layout, times: PipelineTimes,
     ``stage_parameters`` counts them."""
     spec, tp = job.spec, layout.tp
     spans = layout.stage_layers(spec.layers)
-    layer = layer_parameters_per_gpu(spec, tp)
-    delta = moe_dense_delta(spec, tp) if spec.experts else 0.0
     units: list[tuple[float, float]] = []
     if rank == 0:
         units.append((embedding_parameters_per_gpu(spec, tp),
@@ -391,7 +393,7 @@ def _gather_units(job: Job, layout: Layout, times: PipelineTimes,
         stage = chunk * layout.pp + rank
         span = spans[stage]
         seconds = times.forward[stage] / len(span) if span else 0.0
-        units += [(layer + delta * spec.is_moe_layer(i), seconds) for i in span]
+        units += [(params, seconds) for params in _dense_layer_parameters(spec, tp, span)]
     if rank == layout.pp - 1:
         units.append((head_parameters_per_gpu(spec, layout),
                       0.0 if spans[-1] else times.forward[-1]))

@@ -102,7 +102,7 @@ def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
     return gpt_model(spec.name, spec.hidden, depth, spec.heads, local_tokens(spec, cp),
                      spec.vocab, dtype_bytes=ACTIVATION_BYTES, shape=spec,
                      core=core_shape(spec, cp, cp_algorithm),
-                     attention=check_attention(attention))
+                     attention=attention)
 
 
 @lru_cache(maxsize=4096)
