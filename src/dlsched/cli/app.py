@@ -58,7 +58,7 @@ COMMANDS = {
 paragraph (``tests/cli/test_lazy_commands.py`` checks both against the commands)."""
 REPRODUCTIONS = {"themis": Entry(("collective",)), "megatron": Entry(("compute",)),
                  "usbyte": Entry(("dataparallel",)), "pipeline": Entry(("pipeline",)),
-                 "themis-training": Entry(("training",))}
+                 "themis-training": Entry(("training",)), "vtrain": Entry(("vtrain",))}
 """``dlsched reproduce`` commands: their modules (``reproduce --help`` imports all five)."""
 
 
@@ -95,7 +95,7 @@ def commands() -> typer.Typer:
     """The app with every domain's commands imported and registered (the CLI itself imports a
     domain when one of its commands runs)."""
     register(("collective", "compute", "dataparallel", "pipeline", "plan", "runtime",
-              "training", "sweep", "validate"), app, reproduce)
+              "training", "sweep", "validate", "vtrain"), app, reproduce)
     return app
 
 

@@ -1,0 +1,227 @@
+"""vTrain's single-node measured layouts (Bang et al., MICRO 2024) priced by dlsched's job
+evaluator: how well dlsched ranks the layouts a user chooses between.
+
+The data (``data/vtrain_single.csv``, bundled from VIA-Research/vTrain
+``data/ground_truth_single.csv`` at f8dda84; ``data/vtrain_single.source.yaml`` gives the
+provenance): 1,440 measured iteration times of 8 GPT models (hidden 1024 or 2048, 12 to 24
+layers, 16 heads, sequence 1024) on one node of 2, 4 or 8 A100s, one row per TP x PP x DP
+layout, microbatch and global batch, run with Megatron-DeepSpeed. The run settings the CSV does
+not print come from the repository's per-row configurations (``config/validation/single/``):
+activation checkpointing (full recomputation), no gradient bucketing (the gradients all-reduced
+after the last backward: ``dp_policy`` ``none``), the 1F1B schedule, vocabulary 50,257; and
+fp16 (the simulator's model runs in half precision). Nothing else is stated: these are
+assumptions, each a choice of the code the runs used, not fitted: fp16 gradients all-reduced
+in fp16 and added up over the microbatches outside the GEMMs (DeepSpeed's fp16 engine keeps
+16-bit ``.grad`` that autograd accumulates), Megatron's unfused attention (its fused
+softmax; FlashAttention is an option Megatron-DeepSpeed leaves off), pipeline transfers that
+block the rank (DeepSpeed's pipeline engine runs them as instructions between its compute
+steps), no ZeRO. Every row is priced on the ``dgx-a100`` node preset with one compute preset
+(``a100`` by default, or a GPU file): no per-model or per-row factor, nothing fitted to these
+rows.
+
+A group is one model, GPU count and global batch (144 groups of 2 to 26 layouts). Reported:
+mean |error| and bias overall, per model, by TP, PP and microbatch; per group the Kendall tau
+between predicted and measured times and whether the layout predicted fastest measures within
+3% / 5% of the best measured one (``experiments.layout_ranking``). A reproduction module
+(``experiments.reproduction``): a scenario is one model.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from dlsched.errors import ConfigError
+from dlsched.experiments.layout_ranking import by, error, error_summary, groups, ranking_summary
+from dlsched.hardware.gpu import get_gpu
+from dlsched.job.cluster import load_cluster
+from dlsched.job.evaluation.evaluate import Job, evaluate
+from dlsched.job.layout import Layout
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.report import Column
+from dlsched.report.columns import percents, text
+from dlsched.report.sections import Paragraph, Section, Table
+from dlsched.report.tables import fixed, in_percent
+
+NAME = "vtrain"
+DATA = "vtrain_single.csv"
+VOCAB = 50257  # vTrainConfig's default vocabulary (src/config.py)
+NODE = "dgx-a100"
+# The runs' settings (module docstring): Job fields and the layout's recomputation.
+PRECISION, ATTENTION, DP_POLICY = "fp16", "unfused", "none"
+GRAD_REDUCE, GRAD_ACCUMULATION, PIPELINE_P2P, RECOMPUTE = "fp16", "separate", "blocking", "full"
+SOURCE = ("VIA-Research/vTrain data/ground_truth_single.csv at f8dda84 (Bang et al., 'vTrain', "
+          "MICRO 2024): Megatron-DeepSpeed on one node of 2-8 A100s; settings from the "
+          "repository's config/validation/single/*.json")
+HEADER = ("# GPUs", "global batch", "micro batch", "hidden size", "attention heads",
+          "# layers", "sequence length", "tensor parallelism", "data parallelism",
+          "pipeline parallelism", "iteration time (ms)")
+
+
+@dataclass(frozen=True)
+class VTrainRow:
+    """One measured layout (sizes in elements, ``seq`` in tokens, ``measured_s`` seconds)."""
+
+    gpus: int
+    global_batch: int
+    microbatch: int
+    hidden: int
+    heads: int
+    layers: int
+    seq: int
+    tp: int
+    dp: int
+    pp: int
+    measured_s: float
+
+    @property
+    def model(self) -> str:
+        """``h1024-l24``: the model's width and depth."""
+        return f"h{self.hidden}-l{self.layers}"
+
+    def spec(self) -> TransformerSpec:
+        """The GPT (tied embeddings, learned positions, biases, LayerNorm: the zoo's GPT)."""
+        return TransformerSpec(f"gpt-{self.model}", self.layers, self.hidden, self.heads,
+                               self.seq, VOCAB)
+
+    def layout(self) -> Layout:
+        """The measured layout: 1F1B, full recomputation, no sequence parallelism or ZeRO."""
+        return Layout(self.tp, self.pp, self.dp, self.microbatch, self.global_batch, 1, "1f1b",
+                      RECOMPUTE)
+
+
+def parse_rows(text_: str) -> list[VTrainRow]:
+    """The CSV's rows (its header must be ``HEADER``); ConfigError naming the line."""
+    reader = csv.reader(io.StringIO(text_.lstrip("\ufeff")))
+    header = tuple(next(reader, ()))
+    if header != HEADER:
+        raise ConfigError(f"vtrain data: header {header!r}; accepted: {HEADER!r}")
+    rows = []
+    for line, cells in enumerate(reader, start=2):
+        try:
+            *ints, ms = cells
+            values = [int(v) for v in ints]
+            rows.append(VTrainRow(*values, float(ms) / 1e3))  # type: ignore[arg-type]
+        except (ValueError, TypeError) as failure:
+            raise ConfigError(f"vtrain data: line {line}: {cells!r} ({failure})") from None
+    return rows
+
+
+@cache
+def load_rows() -> tuple[VTrainRow, ...]:
+    """The bundled measurements, in the CSV's order."""
+    text_ = resources.files("dlsched.experiments").joinpath("data", DATA).read_text("utf-8")
+    return tuple(parse_rows(text_))
+
+
+MODELS = tuple(sorted({row.model for row in load_rows()},
+                      key=lambda m: tuple(int(p[1:]) for p in m.split("-"))))
+"""The eight models (width, then depth)."""
+
+
+def job(row: VTrainRow, gpu: str = "a100") -> Job:
+    """The evaluator's job for ``row``: its model on ``row.gpus`` GPUs of the node preset with
+    the GPU preset or file ``gpu``, the runs' settings (module docstring)."""
+    return Job(row.spec(), load_cluster(NODE, row.gpus, gpu), PRECISION, "baseline", DP_POLICY,
+               ATTENTION, grad_reduce=GRAD_REDUCE, grad_accumulation=GRAD_ACCUMULATION,
+               pipeline_p2p=PIPELINE_P2P)
+
+
+def price(row: VTrainRow, gpu: str = "a100") -> dict[str, Any]:
+    """One row measured and predicted (seconds), with its layout and error."""
+    result = evaluate(job(row, gpu), row.layout())
+    return {"model": row.model, "gpus": row.gpus, "global_batch": row.global_batch,
+            "tp": row.tp, "pp": row.pp, "dp": row.dp, "microbatch": row.microbatch,
+            "measured_s": row.measured_s, "predicted_s": result.iteration_s,
+            "error": error(result.iteration_s, row.measured_s)}
+
+
+def group_key(row: dict[str, Any]) -> tuple[str, int, int]:
+    """A group of layouts a user chooses between: model, GPUs, global batch."""
+    return row["model"], row["gpus"], row["global_batch"]
+
+
+@dataclass(frozen=True)
+class Options:
+    """The models to price (``MODELS`` names) and the GPU preset or file."""
+
+    models: tuple[str, ...] = MODELS
+    gpu: str = "a100"
+
+    def __post_init__(self) -> None:
+        get_gpu(self.gpu)  # ConfigError for an unknown preset or unreadable file, before work
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One model's rows on ``gpu``."""
+
+    model: str
+    gpu: str = "a100"
+
+
+def scenarios(options: Options | None = None) -> list[Scenario]:
+    """One scenario per chosen model."""
+    chosen = options or Options()
+    return [Scenario(model, chosen.gpu) for model in chosen.models]
+
+
+def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
+    """Every row of the scenario's model, priced (``price``)."""
+    return [price(row, scenario.gpu) for row in load_rows() if row.model == scenario.model]
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Errors (``layout_ranking.error_summary``) and the group ranking over ``rows``."""
+    return {**error_summary(rows), **ranking_summary(groups(rows, group_key))}
+
+
+def document(rows: list[dict[str, Any]], options: Options | None = None) -> dict[str, Any]:
+    """What ``--json`` prints: the totals, per model, by TP, PP and microbatch, then the
+    rows."""
+    models = [m for m in (options or Options()).models if any(r["model"] == m for r in rows)]
+    return {"summary": summary(rows),
+            "models": [{"model": m, **summary([r for r in rows if r["model"] == m])}
+                       for m in models],
+            "by_tp": by(rows, "tp"), "by_pp": by(rows, "pp"),
+            "by_microbatch": by(rows, "microbatch"), "rows": rows}
+
+
+_signed = in_percent(1, signed=True)
+SUMMARY_COLUMNS = [
+    *text("model"), Column("rows", "rows"),
+    *percents(in_percent(1), mean_abs_error="|error|"), *percents(_signed, bias="bias"),
+    *percents(_signed, worst_error="worst"), Column("groups", "groups"),
+    Column("mean_kendall_tau", "mean Kendall tau", fixed(2)),
+    Column("first_within_3pct", "first within 3%"),
+    Column("first_within_5pct", "first within 5%"),
+    Column("worst_first_ratio", "worst first/best (x)", fixed(3))]
+
+
+def _by_columns(key: str, header: str) -> list[Column]:
+    return [Column(key, header), Column("rows", "rows"),
+            *percents(in_percent(1), mean_abs_error="|error|"), *percents(_signed, bias="bias"),
+            *percents(_signed, worst_error="worst")]
+
+
+def sections(document_: dict[str, Any], options: Options | None = None) -> list[Section]:
+    """The per-model summary with the totals, the errors by TP, PP and microbatch, the
+    source and the settings."""
+    gpu = (options or Options()).gpu
+    total = {"model": "all", **document_["summary"]}
+    return [
+        Table([*document_["models"], total], SUMMARY_COLUMNS,
+              f"vTrain single-node layouts on {NODE} ({gpu}): error = predicted / measured - 1; "
+              "per group (model, GPUs, global batch) Kendall tau of predicted vs measured "
+              "time, and the layout predicted fastest against the best measured"),
+        *(Table(document_[f"by_{key}"], _by_columns(key, header), f"errors by {header}")
+          for key, header in (("tp", "TP"), ("pp", "PP"), ("microbatch", "microbatch"))),
+        Paragraph(f"source: {SOURCE}"),
+        Paragraph(f"settings (assumed, not fitted): {PRECISION}, {ATTENTION} attention, "
+                  f"{RECOMPUTE} recomputation, gradients reduced in {GRAD_REDUCE} after the "
+                  f"last backward and accumulated {GRAD_ACCUMULATION}ly, {PIPELINE_P2P} "
+                  "pipeline transfers, no ZeRO, vocabulary 50,257")]

@@ -1,0 +1,1 @@
+"""Compute costs of a job layout: per-block seconds, MoE layers, per-op checkpointing and gradient accumulation."""

@@ -1,0 +1,1 @@
+"""Pricing one layout of a job: the evaluator, the pipeline replica's time and the pipeline split."""

@@ -1,0 +1,1 @@
+"""Pipeline plans as data: actions, stages, the microbatch schedules, their checks, files and exports."""
