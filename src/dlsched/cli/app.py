@@ -34,9 +34,9 @@ COMMANDS = {
     "profile": Entry(("runtime",), "Profile a torch module: per-parameter forward/backward "
                      "seconds and gradient sizes, in\nthe format ``dlsched dataparallel "
                      "--profile`` reads."),
-    "calibrate": Entry(("runtime",), "Time all-reduces across spawned ranks and fit alpha-beta, "
-                       "ring and piecewise models;\nwrite the network file ``dlsched "
-                       "dataparallel --network`` reads."),
+    "calibrate": Entry(("runtime", "calibration"), "Time all-reduces across spawned ranks "
+                       "and fit alpha-beta, ring and piecewise models;\nwrite the network "
+                       "file ``dlsched dataparallel --network`` reads."),
     "reproduce": Entry(()),
     "compute": Entry(("compute",), "Predicted compute time and MFU of a zoo model on a GPU."),
     "plan": Entry(("plan",), "Plan a whole training job: TP x PP x DP, schedule, "
@@ -95,7 +95,7 @@ def commands() -> typer.Typer:
     """The app with every domain's commands imported and registered (the CLI itself imports a
     domain when one of its commands runs)."""
     register(("collective", "compute", "dataparallel", "pipeline", "plan", "runtime",
-              "training", "sweep", "validate", "vtrain"), app, reproduce)
+              "training", "sweep", "validate", "vtrain", "calibration"), app, reproduce)
     return app
 
 

@@ -148,7 +148,11 @@ def profile_command(
                    "unused": list(skipped)})
 
 
+calibrate_app = typer.Typer(invoke_without_command=True)
+
+
 def calibrate_command(
+    ctx: typer.Context,
     workers: Annotated[int, typer.Option(help="Ranks to spawn.")] = 2,
     out: Annotated[Path, typer.Option(help="Network file to write (.yaml or .json).")]
     = Path("network.yaml"),
@@ -174,7 +178,12 @@ def calibrate_command(
                                            "and load (seconds, bytes) and the fits.")] = False,
 ) -> None:
     """Time all-reduces across spawned ranks and fit alpha-beta, ring and piecewise models;
-    write the network file ``dlsched dataparallel --network`` reads."""
+    write the network file ``dlsched dataparallel --network`` reads.
+
+    ``dlsched calibrate runs RUNS --out GPU.yaml`` instead fits a GPU file to measured
+    training runs (``cli/calibration.py``)."""
+    if ctx.invoked_subcommand is not None:
+        return
     check_files({"--out": (out, (".yaml", ".yml", ".json"))})
     WORKERS.check(workers, "workers")
     low, high = parse_bytes(min_size), parse_bytes(max_size)
@@ -297,6 +306,7 @@ def train_dataparallel(
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:
     """Add this module's commands to the CLI."""
     app.command("profile")(profile_command)
-    app.command("calibrate")(calibrate_command)
+    calibrate_app.callback()(calibrate_command)
+    app.add_typer(calibrate_app, name="calibrate")
     run_app.command("dataparallel")(train_dataparallel)
     app.add_typer(run_app, name="run")

@@ -52,6 +52,12 @@ def validate(
     plot: Annotated[Path | None, typer.Option(help="PNG of predicted against published "
                                               "with the 90% intervals.")] = None,
     csv: CsvOption = None,
+    ledger: Annotated[Path | None, typer.Option(
+        help="Score this file of your own measured runs (the ledger schema; "
+        "docs/examples/my-runs.yaml) instead of the bundled ledger.")] = None,
+    gpu: Annotated[str | None, typer.Option(
+        help="With --ledger: price the runs with this GPU preset or file (`dlsched "
+        "calibrate runs` writes one); default: each run's own preset.")] = None,
 ) -> None:
     """Score dlsched against published training runs: each ledger row predicted, its error
     and 90% interval, and per source the mean error, bias, worst row and coverage."""
@@ -59,6 +65,9 @@ def validate(
     from dlsched.ledger import SOURCES
     from dlsched.ledger.report import validate as run
 
+    if ledger is not None or gpu is not None:
+        _validate_runs(ledger, gpu, source, json_out, plot, csv)
+        return
     outputs = Outputs(json_out, csv, None, plot)
     if source is not None and source not in SOURCES:
         raise ConfigError(f"--source: {source!r} is not a ledger source; accepted: "
@@ -90,6 +99,33 @@ def _print(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> None:
             print(f"  {len(ids)}: {reason}: {', '.join(ids)}")
     render_table(sources, SOURCE_COLUMNS, title="Per source (scored rows: one time-derived "
                  "metric per row; errors in %)", console=console)
+
+
+RUN_COLUMNS = [*ROW_COLUMNS[:6], Column("reason", "not priced because", justify="left")]
+
+
+def _validate_runs(ledger: Path | None, gpu: str | None, source: str | None, json_out: bool,
+                   plot: Path | None, csv: Path | None) -> None:
+    """``--ledger``: the user's runs priced (with ``gpu``) and scored; no intervals."""
+    from dlsched.errors import ConfigError
+    from dlsched.ledger.user_runs import load_runs, score_runs
+
+    if ledger is None:
+        raise ConfigError("--gpu: it prices the runs of --ledger FILE; give both")
+    if source is not None or plot is not None:
+        raise ConfigError("--ledger: scores your own runs; --source and --plot are for the "
+                          "bundled ledger")
+    outputs = Outputs(json_out, csv, inputs={"--ledger": ledger})
+    rows, summary = score_runs(load_runs(ledger), gpu)
+    if not json_out:
+        on = gpu or "each run's preset"
+        render_table(rows, RUN_COLUMNS, title=f"{ledger.name} on {on} (error = predicted / "
+                     "measured - 1)", console=console)
+        print(f"{summary['priced']} of {summary['runs']} runs priced; mean |error| "
+              + ("-" if summary["mean_abs_error"] is None else
+                 f"{summary['mean_abs_error']:.1%}, bias {summary['bias']:+.1%}, worst "
+                 f"{summary['worst_run']} {summary['worst_error']:+.1%}"))
+    outputs.rows(rows, {"summary": summary})
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

@@ -225,3 +225,27 @@ def sections(document_: dict[str, Any], options: Options | None = None) -> list[
                   f"{RECOMPUTE} recomputation, gradients reduced in {GRAD_REDUCE} after the "
                   f"last backward and accumulated {GRAD_ACCUMULATION}ly, {PIPELINE_P2P} "
                   "pipeline transfers, no ZeRO, vocabulary 50,257")]
+
+
+def ledger_run(row: VTrainRow, index: int) -> dict[str, Any]:
+    """``row`` as a run in the ledger's schema (``dlsched calibrate runs`` and ``dlsched
+    validate --ledger`` read a list of them), with the runs' settings (module docstring);
+    ``index`` is its line in the CSV after the header (from 0)."""
+    return {
+        "id": f"vtrain-single-{index:04d}", "source": "vtrain-single",
+        "citation": f"VIA-Research/vTrain data/ground_truth_single.csv at f8dda84, row {index}",
+        "hardware": {"gpu": "a100-80gb", "gpus": row.gpus, "cluster": "vtrain-a100-node",
+                     "gpus_per_node": 8},
+        "model": {"name": f"gpt-{row.model}", "layers": row.layers, "hidden": row.hidden,
+                  "ffn_hidden": 4 * row.hidden, "heads": row.heads, "kv_heads": row.heads,
+                  "vocab": VOCAB, "seq": row.seq, "tied_embeddings": True, "gated_ffn": False,
+                  "bias": True, "norm": "layernorm", "position_embedding": "learned",
+                  "params_published": float(row.spec().parameters())},
+        "parallel": {"tp": row.tp, "pp": row.pp, "dp": row.dp, "chunks": 1,
+                     "microbatch_size": row.microbatch, "global_batch": row.global_batch,
+                     "recompute": RECOMPUTE, "sequence_parallel": False, "zero": 0,
+                     "precision": PRECISION, "attention": ATTENTION,
+                     "grad_reduce": GRAD_REDUCE, "grad_accumulation": GRAD_ACCUMULATION},
+        "measured": [{"metric": "iteration_s", "value": row.measured_s}],
+        "notes": "A100 memory size not stated (a100-80gb: the only A100 of the schema); "
+                 "params_published: the shape's count, not published"}
