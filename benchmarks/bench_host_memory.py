@@ -21,8 +21,8 @@ import statistics
 from collections import defaultdict
 
 from benchmarks.common import host_facts, host_text, write_section
-from dlsched.pipeline.plan import PipelinePlan
-from dlsched.pipeline.schedules import one_f_one_b_orders
+from dlsched.pipeline.plans.plan import PipelinePlan
+from dlsched.pipeline.plans.schedules import one_f_one_b_orders
 from dlsched.runtime.pipeline.calibrate import rank_calibration_plan
 from dlsched.runtime.pipeline.model import load_model
 from dlsched.runtime.pipeline.run import PipelineRun, run_pipelines, saved_for_model

@@ -22,10 +22,10 @@ from benchmarks.common import host_facts, host_text, interval_text, ratio_interv
 from dlsched.hardware.device_config import devices_from_data
 from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline import PipelineProblem, PipelineResult, run_planner, simulate
-from dlsched.pipeline.chain import Chain
-from dlsched.pipeline.model_source import ChainSpec
-from dlsched.pipeline.plan_file import SavedPlan, saved_from_result
-from dlsched.pipeline.torch_export import to_torch
+from dlsched.pipeline.chains.chain import Chain
+from dlsched.pipeline.chains.model_source import ChainSpec
+from dlsched.pipeline.plans.plan_file import SavedPlan, saved_from_result
+from dlsched.pipeline.plans.torch_export import to_torch
 from dlsched.runtime.pipeline.calibrate import (
     RankFit,
     RuntimeFit,

@@ -25,7 +25,7 @@ import time
 from benchmarks.common import host_facts, host_text, write_section
 from dlsched.experiments.megatron import ROWS
 from dlsched.job.cluster import load_cluster
-from dlsched.job.evaluate import Job, evaluate
+from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.search import SPACES, search

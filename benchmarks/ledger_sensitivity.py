@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from dlsched.config import bundled_presets
-from dlsched.job.evaluate import evaluate
+from dlsched.job.evaluation.evaluate import evaluate
 from dlsched.ledger import load_ledger
 from dlsched.ledger.predict import job_and_layout, metric_value
 from dlsched.ledger.schema import LedgerRow

@@ -3,7 +3,7 @@ one is planned and recorded.
 
 Cases: the benchmark's (a 96-layer GPT-3-like chain and the zoo's GPT-3 175B on 8 x 8 and
 64 x 8 GPUs, 16 microbatches), every scenario of ``reproduce pipeline`` under both network
-modes, and seeded random small instances (``dlsched.pipeline.random_cases``). Each case is
+modes, and seeded random small instances (``dlsched.pipeline.chains.random_cases``). Each case is
 planned by every baseline and then by dlsched with the baselines' plans handed in as candidates, as
 ``experiments.pipeline.run_scenario`` does (dlsched's total planning time is its own plus the
 baselines'). A record keeps, per planner, the simulated iteration (s), the CPU-seconds
@@ -30,9 +30,9 @@ from dlsched.pipeline import (
     chain_from_model,
     simulate,
 )
-from dlsched.pipeline.model_source import load_chain
-from dlsched.pipeline.planner import plan_dlsched
-from dlsched.pipeline.random_cases import random_problem
+from dlsched.pipeline.chains.model_source import load_chain
+from dlsched.pipeline.chains.random_cases import random_problem
+from dlsched.pipeline.planners.planner import plan_dlsched
 
 RANDOM_CASES = 40
 

@@ -45,8 +45,8 @@ def test_the_tracer_sees_a_planted_callback() -> None:
     """A cli function handed to a domain as its progress hook is reported when the domain
     calls it; the same function called from outside any domain is not."""
     from dlsched.cli import options
+    from dlsched.pipeline.chains.random_cases import random_problem
     from dlsched.pipeline.compare import compare
-    from dlsched.pipeline.random_cases import random_problem
 
     def hook(names: list[str], total: int) -> list[str]:
         return options.parse_names(",".join(names), names, "planner")

@@ -18,7 +18,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.device_config import devices_from_data
 from dlsched.hardware.topology_config import topology_from_data
 from dlsched.models.profile_io import load_profile
-from dlsched.pipeline.model_source import load_chain
+from dlsched.pipeline.chains.model_source import load_chain
 
 FUZZ = settings(max_examples=12, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])

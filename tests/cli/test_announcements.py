@@ -39,9 +39,9 @@ def test_pipeline_export_and_run_announce_every_file(run_cli, tmp_path: Path) ->
     """export --json announces the action table and the mapping on stderr and prints a row
     per stage; run --json announces its trace and plot (they were written silently)."""
     pytest.importorskip("torch", reason="run pipeline needs torch")
-    from dlsched.pipeline.plan import PipelinePlan, Stage
-    from dlsched.pipeline.plan_file import save_plan
-    from dlsched.pipeline.schedules import gpipe_orders
+    from dlsched.pipeline.plans.plan import PipelinePlan, Stage
+    from dlsched.pipeline.plans.plan_file import save_plan
+    from dlsched.pipeline.plans.schedules import gpipe_orders
     from dlsched.runtime.pipeline.model import load_model
     from dlsched.runtime.pipeline.run import saved_for_model
 

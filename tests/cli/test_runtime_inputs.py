@@ -86,8 +86,8 @@ def test_pipeline_run_refuses_a_plan_naming_no_model(tmp_path: Path, run_cli,
     """A plan file whose ``model`` is a function that does not build a PipelineModel: exit 2,
     one line, before any rank starts."""
     pytest.importorskip("torch", reason="the runtime commands need torch")
-    from dlsched.pipeline.plan import PipelinePlan, Stage
-    from dlsched.pipeline.plan_file import SavedPlan, save_plan
+    from dlsched.pipeline.plans.plan import PipelinePlan, Stage
+    from dlsched.pipeline.plans.plan_file import SavedPlan, save_plan
 
     plan = PipelinePlan("gpipe", (Stage(0, 1, (0,)),), (tuple(_orders()),), 1)
     saved = SavedPlan(plan, "os:getcwd", "cpu", ("r0",), 1, ("b0",), (4.0,), (4.0,), 0.001)
@@ -99,7 +99,7 @@ def test_pipeline_run_refuses_a_plan_naming_no_model(tmp_path: Path, run_cli,
 
 
 def _orders() -> list[Any]:
-    from dlsched.pipeline.actions import Action
+    from dlsched.pipeline.plans.actions import Action
 
     return [Action.parse("0F0"), Action.parse("0B0")]
 
@@ -109,8 +109,8 @@ def test_torch_refusals_are_found_before_spawning() -> None:
     is refused here with torch's first line, not on the ranks."""
     pytest.importorskip("torch", reason="the runtime commands need torch")
     from dlsched.errors import ConfigError
-    from dlsched.pipeline.actions import Action
-    from dlsched.pipeline.torch_export import TorchSchedule
+    from dlsched.pipeline.plans.actions import Action
+    from dlsched.pipeline.plans.torch_export import TorchSchedule
     from dlsched.runtime.pipeline.run import check_torch_schedule
 
     rows = ((Action.parse("0B0"), Action.parse("0F0")),)
@@ -164,9 +164,9 @@ def test_pipeline_run_names_the_file_torch_refuses(tmp_path: Path, run_cli, no_s
     ``run pipeline`` exits 2 with one line naming the plan file, before spawning (it was a
     98-line traceback from the ranks)."""
     pytest.importorskip("torch", reason="the runtime commands need torch")
-    from dlsched.pipeline.plan import PipelinePlan, Stage
-    from dlsched.pipeline.plan_file import save_plan
-    from dlsched.pipeline.schedules import gpipe_orders
+    from dlsched.pipeline.plans.plan import PipelinePlan, Stage
+    from dlsched.pipeline.plans.plan_file import save_plan
+    from dlsched.pipeline.plans.schedules import gpipe_orders
     from dlsched.runtime.pipeline import run as pipeline_run
     from dlsched.runtime.pipeline.model import load_model
 

@@ -12,9 +12,9 @@ import pytest
 from dlsched.errors import ConfigError
 from dlsched.hardware.gpu import get_gpu, gpu_from_data
 from dlsched.job.cluster import load_cluster
-from dlsched.job.evaluate import Job, evaluate
+from dlsched.job.compute.layer_costs import ATTENTION_CORE, block_costs, decoder_model, gpu_compute
+from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.exports import megatron_args
-from dlsched.job.layer_costs import ATTENTION_CORE, block_costs, decoder_model, gpu_compute
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import bundled_specs
 from dlsched.models.calibration import gpu_document

@@ -14,17 +14,17 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
-from dlsched.job.context_parallel import (
+from dlsched.job.communication.context_parallel import (
     check_cp,
     cp_cost,
     kv_block_bytes,
     output_bytes,
     qkv_bytes,
 )
-from dlsched.job.evaluate import Job, cp_group, evaluate
-from dlsched.job.layer_costs import ATTENTION_CORE, decoder_model
+from dlsched.job.compute.layer_costs import ATTENTION_CORE, decoder_model
+from dlsched.job.evaluation.evaluate import Job, cp_group, evaluate
 from dlsched.job.layout import Layout, LayoutChoice
-from dlsched.job.memory import layer_activations, memory_per_gpu
+from dlsched.job.memory.per_gpu import layer_activations, memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
 from dlsched.job.search import SPACES, search
 

@@ -11,9 +11,9 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import node_cluster
-from dlsched.job.evaluate import Job, evaluate, pipeline_times
-from dlsched.job.grad_accumulation import accumulation_bytes, stage_parameters
-from dlsched.job.layer_costs import gpu_compute
+from dlsched.job.compute.grad_accumulation import accumulation_bytes, stage_parameters
+from dlsched.job.compute.layer_costs import gpu_compute
+from dlsched.job.evaluation.evaluate import Job, evaluate, pipeline_times
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import bundled_specs
 

@@ -10,10 +10,10 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import node_cluster
-from dlsched.job.collective_costs import curve
-from dlsched.job.evaluate import Job, dp_group, evaluate
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.evaluation.evaluate import Job, dp_group, evaluate
 from dlsched.job.layout import Layout
-from dlsched.job.memory import memory_per_gpu
+from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.scenario import PlanScenario
 

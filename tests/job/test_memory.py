@@ -9,7 +9,7 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.layout import Layout
-from dlsched.job.memory import (
+from dlsched.job.memory.per_gpu import (
     chunk_stash,
     in_flight_peak,
     layer_activations,
@@ -21,7 +21,7 @@ from dlsched.job.memory import (
     state_bytes,
 )
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
-from dlsched.pipeline.memory_model import CONTEXT_BYTES
+from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES
 
 # h = 64, a = 4, s = 32, V = 256 (a multiple of 128 x TP 2: no padding), FFN 4h, tied.
 SMALL = TransformerSpec("small", layers=8, hidden=64, heads=4, seq=32, vocab=256)
@@ -292,8 +292,8 @@ def test_one_gpu_holds_the_specs_parameters_and_tp_splits_only_the_split_ones(na
     parameter count plus the vocabulary's padding; over TP 4 the four ranks together hold it
     plus three more copies of what every rank keeps whole: the norms, the row-parallel biases,
     the learned positions."""
-    from dlsched.job.grad_accumulation import stage_parameters
-    from dlsched.job.memory import padded_vocab
+    from dlsched.job.compute.grad_accumulation import stage_parameters
+    from dlsched.job.memory.per_gpu import padded_vocab
 
     spec = bundled_specs()[name]
     h, copies = spec.hidden, 1 if spec.tied_embeddings else 2

@@ -11,12 +11,12 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster, node_cluster
-from dlsched.job.evaluate import Job, evaluate
+from dlsched.job.compute.moe_costs import a2a_bytes, ep_group, moe_layer_costs, routed_ops
+from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.layout import Layout, LayoutChoice
-from dlsched.job.memory import memory_per_gpu
+from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
-from dlsched.job.moe_costs import a2a_bytes, ep_group, moe_layer_costs, routed_ops
 from dlsched.job.search import SPACES, layouts
 
 SMALL = TransformerSpec("moe-small", 4, 1024, 8, 1024, 32000, ffn_hidden=2048, kv_heads=8,

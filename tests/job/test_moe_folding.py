@@ -10,16 +10,16 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import node_cluster
-from dlsched.job.evaluate import Job, evaluate
+from dlsched.job.communication.tp_overlap import overlapped_tp
+from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
+from dlsched.job.compute.moe_costs import a2a_bytes, ep_group, expert_dp_group, routed_ops
+from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.exports import megatron_args, torchtitan_toml
-from dlsched.job.layer_costs import decoder_model, gpu_compute
 from dlsched.job.layout import Layout, LayoutChoice
-from dlsched.job.memory import memory_per_gpu
+from dlsched.job.memory.moe import experts_per_gpu, moe_stash_delta
+from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.moe_costs import a2a_bytes, ep_group, expert_dp_group, routed_ops
-from dlsched.job.moe_memory import experts_per_gpu, moe_stash_delta
 from dlsched.job.search import SPACES, layouts
-from dlsched.job.tp_overlap import overlapped_tp
 
 SPEC = TransformerSpec("moe-fold", 4, 1024, 8, 2048, 32000, ffn_hidden=2048, kv_heads=8,
                        tied_embeddings=False,

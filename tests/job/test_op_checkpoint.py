@@ -11,19 +11,19 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
-from dlsched.job.collective_costs import curve
-from dlsched.job.evaluate import Job, _costs, _flops, evaluate
-from dlsched.job.exports import megatron_args, torchtitan_toml
-from dlsched.job.layer_costs import decoder_model, gpu_compute
-from dlsched.job.layout import Layout, LayoutChoice
-from dlsched.job.memory import layer_activations, peak_memory
-from dlsched.job.model_spec import TransformerSpec, load_spec
-from dlsched.job.op_checkpoint import (
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
+from dlsched.job.compute.op_checkpoint import (
     kept_matmuls,
     recompute_flops_per_token,
     recomputed_matmuls,
     recomputed_ops,
 )
+from dlsched.job.evaluation.evaluate import Job, _costs, _flops, evaluate
+from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.layout import Layout, LayoutChoice
+from dlsched.job.memory.per_gpu import layer_activations, peak_memory
+from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.search import SPACES, layouts
 from dlsched.ledger import load_ledger
 from dlsched.ledger.predict import job_and_layout

@@ -9,13 +9,13 @@ from dataclasses import replace
 import pytest
 
 from dlsched.job.cluster import load_cluster
-from dlsched.job.collective_costs import CollectiveCurve, curve
-from dlsched.job.dp_sync import WEIGHT_BYTES, overlapped_gather
-from dlsched.job.evaluate import Job, evaluate
-from dlsched.job.layer_costs import block_costs, decoder_model, gpu_compute
+from dlsched.job.communication.collective_costs import CollectiveCurve, curve
+from dlsched.job.communication.dp_sync import WEIGHT_BYTES, overlapped_gather
+from dlsched.job.communication.tp_overlap import OVERLAPS, exposed_seconds
+from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
+from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import bundled_specs
-from dlsched.job.tp_overlap import OVERLAPS, exposed_seconds
 
 # 1 s per 1e9 bytes, no latency: a unit of p parameters gathers in 2 p / 1e9 s
 LINEAR = CollectiveCurve(load_cluster("dgx-h100", 16, None).group_topology(8, 2), "all-gather",

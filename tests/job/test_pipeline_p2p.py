@@ -12,13 +12,19 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
-from dlsched.job.collective_costs import curve
-from dlsched.job.evaluate import Job, evaluate, event_pipeline, executed_times, pipeline_times
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.communication.pipeline_p2p import resolved_p2p, with_p2p
+from dlsched.job.evaluation.evaluate import (
+    Job,
+    evaluate,
+    event_pipeline,
+    executed_times,
+    pipeline_times,
+)
+from dlsched.job.evaluation.pipeline_time import PipelineTimes, fast_pipeline
 from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import bundled_specs
-from dlsched.job.pipeline_p2p import resolved_p2p, with_p2p
-from dlsched.job.pipeline_time import PipelineTimes, fast_pipeline
 from dlsched.ledger import load_ledger
 from dlsched.ledger.predict import job_and_layout
 

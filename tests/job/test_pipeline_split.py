@@ -14,15 +14,15 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
-from dlsched.job.evaluate import Job, evaluate, pipeline_times
+from dlsched.job.evaluation.evaluate import Job, evaluate, pipeline_times
+from dlsched.job.evaluation.pipeline_split import feasible_splits, slots_per_stage, stage_layers
+from dlsched.job.evaluation.pipeline_time import event_pipeline, fast_pipeline
 from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.layout import Layout, LayoutChoice
-from dlsched.job.memory import memory_per_gpu, peak_memory, stage_units
+from dlsched.job.memory.per_gpu import memory_per_gpu, peak_memory, stage_units
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
-from dlsched.job.pipeline_split import feasible_splits, slots_per_stage, stage_layers
-from dlsched.job.pipeline_time import event_pipeline, fast_pipeline
 from dlsched.job.search import SPACES, search
-from dlsched.pipeline.memory_model import CONTEXT_BYTES
+from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES
 
 SPLIT = "account-embedding-loss"
 # Llama 3.1 405B as NeMo's llama31_405b recipe runs it: TP8 CP2 PP8 VP8, 64 microbatches

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dlsched.job.evaluate import _bound
-from dlsched.job.pipeline_time import (
+from dlsched.job.evaluation.evaluate import _bound
+from dlsched.job.evaluation.pipeline_time import (
     PipelineTimes,
     event_pipeline,
     fast_pipeline,

@@ -12,8 +12,8 @@ import pytest
 from dlsched.collectives import run_collective
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
-from dlsched.job.collective_costs import curve
-from dlsched.job.evaluate import Job, evaluate
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.search import SPACES, search
@@ -112,7 +112,7 @@ def test_llama3_shapes_count_their_model_cards_parameters() -> None:
     """Grouped-query attention, SwiGLU, RMSNorm, no biases, untied output: Llama 3 8B and 70B
     have 8,030,261,248 and 70,553,706,496 parameters (their model cards' 8.03B and 70.6B), in
     the spec and in the zoo decoder it prices."""
-    from dlsched.job.layer_costs import decoder_model
+    from dlsched.job.compute.layer_costs import decoder_model
 
     specs = bundled_specs()
     for name, count in (("llama3-8b", 8_030_261_248), ("llama3-70b", 70_553_706_496)):

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from dlsched.errors import ConfigError
-from dlsched.job.pipeline_split import stage_layers
+from dlsched.job.evaluation.pipeline_split import stage_layers
 from dlsched.ledger import SOURCES, load_ledger
 from dlsched.ledger.formulas import (
     korthikanti_model_flops,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.job.evaluate import evaluate
+from dlsched.job.evaluation.evaluate import evaluate
 from dlsched.ledger import SOURCES, load_ledger
 from dlsched.ledger.formulas import korthikanti_model_flops, sc21_iteration_flops
 from dlsched.ledger.predict import FITTED_ROWS, Prediction, job_and_layout, predict_row

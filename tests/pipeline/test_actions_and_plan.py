@@ -11,8 +11,8 @@ from pipeline_cases import one_gpu_stages
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline import Action, PipelinePlan, PlanError, format_orders, parse_orders
-from dlsched.pipeline.plan import validate_plan
-from dlsched.pipeline.schedules import gpipe_orders, one_f_one_b_orders
+from dlsched.pipeline.plans.plan import validate_plan
+from dlsched.pipeline.plans.schedules import gpipe_orders, one_f_one_b_orders
 
 
 @given(st.integers(0, 999), st.sampled_from("FBIW"), st.integers(0, 999))

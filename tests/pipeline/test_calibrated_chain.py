@@ -6,9 +6,9 @@ import pytest
 
 from dlsched.experiments.megatron import MegatronRow, a100_compute, megatron_plan, row_problem
 from dlsched.models.zoo import gpt_model
-from dlsched.pipeline.calibrated_chain import block_seconds
-from dlsched.pipeline.simulate import simulate
-from dlsched.pipeline.tensor_parallel import ring_allreduce_s
+from dlsched.pipeline.chains.calibrated_chain import block_seconds
+from dlsched.pipeline.chains.tensor_parallel import ring_allreduce_s
+from dlsched.pipeline.simulation.simulate import simulate
 
 ROW = MegatronRow(0.1, 8, 512, 4, 2, 2, 16, 32, 100, 2)  # a small model, TP 2 x PP 2 x DP 4
 

@@ -7,7 +7,7 @@ import pytest
 from dlsched.errors import ConfigError
 from dlsched.models.layer import Layer, Model
 from dlsched.pipeline import chain_from_model
-from dlsched.pipeline.model_source import load_chain
+from dlsched.pipeline.chains.model_source import load_chain
 
 
 def test_layers_group_into_blocks() -> None:

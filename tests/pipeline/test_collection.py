@@ -7,8 +7,8 @@ import gc
 import pytest
 from pipeline_cases import uniform_problem
 
-from dlsched.pipeline.baselines import plan_1f1b
-from dlsched.pipeline.collection import FULL_THRESHOLD, fewer_collections
+from dlsched.pipeline.planners.baselines import plan_1f1b
+from dlsched.pipeline.planners.collection import FULL_THRESHOLD, fewer_collections
 from dlsched.pipeline.registry import run_planner
 
 

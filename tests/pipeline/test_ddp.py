@@ -14,10 +14,10 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.baselines import plan_1f1b
-from dlsched.pipeline.chain import REFERENCE_FLOPS
-from dlsched.pipeline.ddp import ddp_buckets
-from dlsched.pipeline.schedules import one_f_one_b_orders
+from dlsched.pipeline.chains.chain import REFERENCE_FLOPS
+from dlsched.pipeline.planners.baselines import plan_1f1b
+from dlsched.pipeline.plans.schedules import one_f_one_b_orders
+from dlsched.pipeline.simulation.ddp import ddp_buckets
 
 MIB = 2**20
 

@@ -11,7 +11,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.device_config import device_preset_names, devices_from_data, load_devices
 from dlsched.hardware.device_graph import DeviceGraph, graph_from_topology
 from dlsched.hardware.topology_config import load_topology
-from dlsched.pipeline.ordering import device_order
+from dlsched.pipeline.planners.ordering import device_order
 
 
 @pytest.mark.parametrize("name", device_preset_names())

@@ -17,9 +17,9 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.baselines import plan_interleaved
-from dlsched.pipeline.plan import validate_plan
-from dlsched.pipeline.schedules import (
+from dlsched.pipeline.planners.baselines import plan_interleaved
+from dlsched.pipeline.plans.plan import validate_plan
+from dlsched.pipeline.plans.schedules import (
     interleaved_orders,
     interleaved_rank_order,
     interleaved_rounds,

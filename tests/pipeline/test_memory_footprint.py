@@ -22,9 +22,9 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.memory import static_footprint
-from dlsched.pipeline.memory_model import CONTEXT_BYTES, FRAGMENTATION, MemoryModel
-from dlsched.pipeline.schedules import gpipe_orders, one_f_one_b_orders
+from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES, FRAGMENTATION, MemoryModel
+from dlsched.pipeline.plans.schedules import gpipe_orders, one_f_one_b_orders
+from dlsched.pipeline.simulation.memory import static_footprint
 
 MIB, GIB = 2**20, 2**30
 S, H, A, V = 2048, 12288, 96, 50257  # GPT-3 175B: sequence, hidden, heads, vocabulary

@@ -19,9 +19,9 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.memory_model import MemoryModel, transformer_stash
-from dlsched.pipeline.oracle import oracle
-from dlsched.pipeline.schedules import interleaved_orders, one_f_one_b_orders
+from dlsched.pipeline.chains.memory_model import MemoryModel, transformer_stash
+from dlsched.pipeline.planners.oracle import oracle
+from dlsched.pipeline.plans.schedules import interleaved_orders, one_f_one_b_orders
 
 
 def test_korthikanti_stash_per_layer() -> None:

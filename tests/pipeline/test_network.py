@@ -7,7 +7,7 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import server_graph
-from dlsched.pipeline.network import PipelineNetwork, check_network
+from dlsched.pipeline.simulation.network import PipelineNetwork, check_network
 from dlsched.sim import Engine
 
 GB = 1e9

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dlsched.hardware.device_graph import server_graph
 from dlsched.pipeline import PipelineProblem, Stage
-from dlsched.pipeline.chain import synthetic_chain
-from dlsched.pipeline.estimate import best_sync_partitions
-from dlsched.pipeline.partition import balanced_partitions, range_costs, replica_load
-from dlsched.pipeline.schedules import interleaved_orders, one_f_one_b_orders, zb_h1_orders
+from dlsched.pipeline.chains.chain import synthetic_chain
+from dlsched.pipeline.planners.estimate import best_sync_partitions
+from dlsched.pipeline.planners.partition import balanced_partitions, range_costs, replica_load
+from dlsched.pipeline.plans.schedules import interleaved_orders, one_f_one_b_orders, zb_h1_orders
 
 
 def _problem(flops: tuple[float, float]) -> PipelineProblem:

@@ -12,16 +12,16 @@ import pytest
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import server_graph
 from dlsched.pipeline import BASELINES, PipelinePlan, PipelineProblem, PlanError, Stage, simulate
-from dlsched.pipeline.actions import parse_orders
-from dlsched.pipeline.bounds import drain_after
-from dlsched.pipeline.chain import synthetic_chain
-from dlsched.pipeline.checks import check_plan
-from dlsched.pipeline.random_cases import random_problem
-from dlsched.pipeline.schedules import one_f_one_b_orders
-from dlsched.pipeline.simulate import Late
+from dlsched.pipeline.chains.chain import synthetic_chain
+from dlsched.pipeline.chains.random_cases import random_problem
+from dlsched.pipeline.plans.actions import parse_orders
+from dlsched.pipeline.plans.checks import check_plan
+from dlsched.pipeline.plans.schedules import one_f_one_b_orders
+from dlsched.pipeline.simulation.bounds import drain_after
+from dlsched.pipeline.simulation.simulate import Late
 
-checks_module = importlib.import_module("dlsched.pipeline.checks")
-simulate_module = importlib.import_module("dlsched.pipeline.simulate")
+checks_module = importlib.import_module("dlsched.pipeline.plans.checks")
+simulate_module = importlib.import_module("dlsched.pipeline.simulation.simulate")
 STAGES = (Stage(0, 1, (0,)), Stage(1, 2, (1,)))
 
 

@@ -22,12 +22,12 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.baselines import plan_zb_v
-from dlsched.pipeline.network import PipelineNetwork
-from dlsched.pipeline.plan import validate_plan
-from dlsched.pipeline.planner import _split_merge_moves, plan_dlsched, refine
-from dlsched.pipeline.schedules import backward_first_dispatch
-from dlsched.pipeline.simulate import list_schedule
+from dlsched.pipeline.planners.baselines import plan_zb_v
+from dlsched.pipeline.planners.planner import _split_merge_moves, plan_dlsched, refine
+from dlsched.pipeline.plans.plan import validate_plan
+from dlsched.pipeline.plans.schedules import backward_first_dispatch
+from dlsched.pipeline.simulation.network import PipelineNetwork
+from dlsched.pipeline.simulation.simulate import list_schedule
 from dlsched.sim import Engine
 
 INSTANCES = 200

@@ -22,24 +22,24 @@ from benchmarks.planner_cases import fingerprint
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import server_graph
 from dlsched.pipeline import BASELINES, PipelineProblem, PlanError, Stage, simulate
-from dlsched.pipeline import grid as grid_module
-from dlsched.pipeline.actions import parse_orders
-from dlsched.pipeline.baselines import plan_1f1b
-from dlsched.pipeline.chain import synthetic_chain
-from dlsched.pipeline.checks import check_plan
-from dlsched.pipeline.deadlock import parts_from
-from dlsched.pipeline.grid import grid_points, point_stages
-from dlsched.pipeline.partition import range_costs, sync_dp
-from dlsched.pipeline.plan import PipelinePlan, overlap
-from dlsched.pipeline.planner import plan_dlsched, propose_partitions, schedule_candidates
-from dlsched.pipeline.pruning import Candidate, evaluate
-from dlsched.pipeline.random_cases import random_problem
-from dlsched.pipeline.schedules import backward_first_dispatch, one_f_one_b_orders
-from dlsched.pipeline.simulate import Late, list_schedule
+from dlsched.pipeline.chains.chain import synthetic_chain
+from dlsched.pipeline.chains.random_cases import random_problem
+from dlsched.pipeline.planners import grid as grid_module
+from dlsched.pipeline.planners.baselines import plan_1f1b
+from dlsched.pipeline.planners.grid import grid_points, point_stages
+from dlsched.pipeline.planners.partition import range_costs, sync_dp
+from dlsched.pipeline.planners.planner import plan_dlsched, propose_partitions, schedule_candidates
+from dlsched.pipeline.planners.pruning import Candidate, evaluate
+from dlsched.pipeline.plans.actions import parse_orders
+from dlsched.pipeline.plans.checks import check_plan
+from dlsched.pipeline.plans.deadlock import parts_from
+from dlsched.pipeline.plans.plan import PipelinePlan, overlap
+from dlsched.pipeline.plans.schedules import backward_first_dispatch, one_f_one_b_orders
+from dlsched.pipeline.simulation.simulate import Late, list_schedule
 
-simulate_module = importlib.import_module("dlsched.pipeline.simulate")
-plan_module = importlib.import_module("dlsched.pipeline.plan")
-partition_module = importlib.import_module("dlsched.pipeline.partition")
+simulate_module = importlib.import_module("dlsched.pipeline.simulation.simulate")
+plan_module = importlib.import_module("dlsched.pipeline.plans.plan")
+partition_module = importlib.import_module("dlsched.pipeline.planners.partition")
 
 BEFORE = json.loads((Path(__file__).parent / "data" / "planner_random_before.json").read_text())
 

@@ -27,21 +27,21 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.baselines import PLACEMENTS, RE_PLACEMENTS, _memory_aware
-from dlsched.pipeline.estimate import best_sync_partitions, estimate
-from dlsched.pipeline.model_source import load_chain
-from dlsched.pipeline.oracle import oracle
-from dlsched.pipeline.ordering import device_order
-from dlsched.pipeline.plan import validate_plan
-from dlsched.pipeline.planner import propose_partitions
-from dlsched.pipeline.schedules import (
+from dlsched.pipeline.chains.model_source import load_chain
+from dlsched.pipeline.planners.baselines import PLACEMENTS, RE_PLACEMENTS, _memory_aware
+from dlsched.pipeline.planners.estimate import best_sync_partitions, estimate
+from dlsched.pipeline.planners.oracle import oracle
+from dlsched.pipeline.planners.ordering import device_order
+from dlsched.pipeline.planners.planner import propose_partitions
+from dlsched.pipeline.plans.plan import validate_plan
+from dlsched.pipeline.plans.schedules import (
     backward_first_dispatch,
     gpipe_orders,
     one_f_one_b_orders,
     zb_h1_orders,
     zb_h2_orders,
 )
-from dlsched.pipeline.simulate import list_schedule
+from dlsched.pipeline.simulation.simulate import list_schedule
 
 
 def _chain(seed: int, blocks: int, split: bool = True, act: float = 4e6):

@@ -10,7 +10,7 @@ import pytest
 from dlsched.experiments.pipeline import headline, per_scenario
 from dlsched.hardware.device_graph import server_graph
 from dlsched.pipeline import PipelinePlan, PipelineProblem, Stage, run_planner, synthetic_chain
-from dlsched.pipeline.runtimes import runtime_for
+from dlsched.pipeline.plans.runtimes import runtime_for
 
 ALL = tuple(range(8))
 

@@ -20,8 +20,8 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.plan import host_transfers
-from dlsched.pipeline.schedules import (
+from dlsched.pipeline.plans.plan import host_transfers
+from dlsched.pipeline.plans.schedules import (
     gpipe_orders,
     one_f_one_b_orders,
     zb_h1_orders,

@@ -29,9 +29,8 @@ from dlsched.pipeline import (
     simulate,
     to_torch,
 )
-from dlsched.pipeline.model_source import load_chain
-from dlsched.pipeline.schedules import gpipe_orders
-from dlsched.pipeline.tensor_parallel import (
+from dlsched.pipeline.chains.model_source import load_chain
+from dlsched.pipeline.chains.tensor_parallel import (
     TensorLayout,
     check_degree,
     group_graph,
@@ -39,6 +38,7 @@ from dlsched.pipeline.tensor_parallel import (
     tensor_groups,
     valid_degrees,
 )
+from dlsched.pipeline.plans.schedules import gpipe_orders
 
 
 def _layer_chain(forward_s: float = 0.010, backward_s: float = 0.020,

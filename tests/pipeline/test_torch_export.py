@@ -21,10 +21,15 @@ from dlsched.pipeline import (
     simulate,
     synthetic_chain,
 )
-from dlsched.pipeline.plan_file import load_plan, save_plan, saved_from_result
-from dlsched.pipeline.schedules import backward_first_dispatch, one_f_one_b_orders
-from dlsched.pipeline.simulate import list_schedule
-from dlsched.pipeline.torch_export import read_torch_export, to_plan, to_torch, write_torch_export
+from dlsched.pipeline.plans.plan_file import load_plan, save_plan, saved_from_result
+from dlsched.pipeline.plans.schedules import backward_first_dispatch, one_f_one_b_orders
+from dlsched.pipeline.plans.torch_export import (
+    read_torch_export,
+    to_plan,
+    to_torch,
+    write_torch_export,
+)
+from dlsched.pipeline.simulation.simulate import list_schedule
 from dlsched.runtime.pipeline.replay import retimed_chain
 
 KINDS = ("gpipe", "1f1b", "interleaved", "zb-h1")

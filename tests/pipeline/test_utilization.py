@@ -5,8 +5,8 @@ import pytest
 
 from dlsched.hardware.device_graph import cluster_graph
 from dlsched.pipeline import PipelineProblem, run_planner
-from dlsched.pipeline.chain import Chain
-from dlsched.pipeline.utilization import plan_mfu
+from dlsched.pipeline.chains.chain import Chain
+from dlsched.pipeline.simulation.utilization import plan_mfu
 
 
 def _chain() -> Chain:

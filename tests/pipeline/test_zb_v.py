@@ -9,9 +9,9 @@ import pytest
 from pipeline_cases import uniform_problem
 
 from dlsched.pipeline import PipelinePlan, Stage, plan_bound, simulate, synthetic_chain
-from dlsched.pipeline.memory import peak_memory
-from dlsched.pipeline.plan import validate_plan
-from dlsched.pipeline.schedules import zb_v_orders
+from dlsched.pipeline.plans.plan import validate_plan
+from dlsched.pipeline.plans.schedules import zb_v_orders
+from dlsched.pipeline.simulation.memory import peak_memory
 
 
 def _v_stages(p: int, replicas: int = 1) -> tuple[Stage, ...]:

@@ -18,7 +18,7 @@ from torch.distributed.pipelining.schedules import _Action, _validate_schedule  
 from dlsched.errors import ConfigError  # noqa: E402
 from dlsched.hardware.device_graph import server_graph  # noqa: E402
 from dlsched.pipeline import PipelinePlan, PipelineProblem, Stage, synthetic_chain  # noqa: E402
-from dlsched.pipeline.schedules import (  # noqa: E402
+from dlsched.pipeline.plans.schedules import (  # noqa: E402
     backward_first_dispatch,
     critical_path_dispatch,
     gpipe_orders,
@@ -26,8 +26,8 @@ from dlsched.pipeline.schedules import (  # noqa: E402
     one_f_one_b_orders,
     zb_h1_orders,
 )
-from dlsched.pipeline.simulate import list_schedule  # noqa: E402
-from dlsched.pipeline.torch_export import to_torch  # noqa: E402
+from dlsched.pipeline.plans.torch_export import to_torch  # noqa: E402
+from dlsched.pipeline.simulation.simulate import list_schedule  # noqa: E402
 from dlsched.runtime.pipeline import run as pipeline_run  # noqa: E402
 from dlsched.runtime.pipeline.model import PipelineModel, load_model  # noqa: E402
 from dlsched.runtime.pipeline.run import (  # noqa: E402
@@ -157,8 +157,8 @@ def test_profile_writes_a_chain_the_planner_reads(tmp_path) -> None:
     import yaml
 
     from dlsched.hardware.device_config import load_devices
-    from dlsched.pipeline.chain import REFERENCE_FLOPS
-    from dlsched.pipeline.model_source import load_chain
+    from dlsched.pipeline.chains.chain import REFERENCE_FLOPS
+    from dlsched.pipeline.chains.model_source import load_chain
     from dlsched.runtime.pipeline.calibrate import (
         RuntimeFit,
         cpu_devices_document,
@@ -228,7 +228,7 @@ def test_rank_fit_measured_from_two_ranks() -> None:
 
 def test_cli_run_refuses_a_plan_for_another_model(run_cli, tmp_path) -> None:
     """``run pipeline`` with a model whose blocks differ from the plan's exits 2 at once."""
-    from dlsched.pipeline.plan_file import save_plan
+    from dlsched.pipeline.plans.plan_file import save_plan
 
     saved = saved_for_model(_plans()[0], load_model(MODEL), MICROBATCH_SIZE, NAMES)
     save_plan(saved, tmp_path / "plan.json")
@@ -244,7 +244,7 @@ def test_cli_run_does_not_predict_more_ranks_than_cores(run_cli, tmp_path,
     says why."""
     import json
 
-    from dlsched.pipeline.plan_file import save_plan
+    from dlsched.pipeline.plans.plan_file import save_plan
     spawn_module = importlib.import_module("dlsched.runtime.spawn")
 
     save_plan(saved_for_model(_plans()[0], load_model(MODEL), MICROBATCH_SIZE, NAMES, 1.0),
@@ -267,7 +267,7 @@ def test_cli_export_then_run_writes_trace_and_plot(run_cli, tmp_path) -> None:
     iteration beside the plan's prediction, a Chrome trace with every action, a PNG."""
     import json
 
-    from dlsched.pipeline.plan_file import save_plan
+    from dlsched.pipeline.plans.plan_file import save_plan
 
     plan = _plans()[3]
     save_plan(saved_for_model(plan, load_model(MODEL), MICROBATCH_SIZE, NAMES, 1.0),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.plan import Stage
+from dlsched.pipeline.plans.plan import Stage
 from dlsched.runtime.pipeline.rank_compute import even_stages, rank_compute_factor
 from dlsched.sim import Span, Timeline
 

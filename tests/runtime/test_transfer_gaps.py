@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.plan import Stage
-from dlsched.pipeline.sim_result import KIND_NAMES
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import Stage
+from dlsched.pipeline.simulation.sim_result import KIND_NAMES
 from dlsched.runtime.pipeline.transfer_gaps import gap_transfers, transfer_cost, wait_free_gaps
 from dlsched.sim import Span, Timeline
 

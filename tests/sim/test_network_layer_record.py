@@ -119,13 +119,13 @@ def dataparallel_case(seed: int) -> list[float]:
 
 
 def pipeline_case(seed: int) -> list[float]:
-    """``dlsched.pipeline.random_cases.random_problem(seed)`` planned by GPipe, 1F1B, DAPPLE and
-    ZB-H1, each simulated under both link-sharing modes."""
+    """``dlsched.pipeline.chains.random_cases.random_problem(seed)`` planned by GPipe, 1F1B,
+    DAPPLE and ZB-H1, each simulated under both link-sharing modes."""
     from dataclasses import replace
 
     from dlsched.errors import ConfigError
     from dlsched.pipeline import BASELINES, simulate
-    from dlsched.pipeline.random_cases import random_problem
+    from dlsched.pipeline.chains.random_cases import random_problem
 
     problem = random_problem(seed)
     values = []

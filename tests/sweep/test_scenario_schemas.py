@@ -14,7 +14,7 @@ from sweep_cases import thread_engine
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline import PipelineProblem
-from dlsched.pipeline.model_source import load_chain
+from dlsched.pipeline.chains.model_source import load_chain
 from dlsched.sweep import ResultStore, SweepJob, grid_from_data, read_rows, run_sweep
 from dlsched.sweep.store import SCHEMA_VERSION
 from dlsched.validation import MAX_MICROBATCHES

@@ -33,16 +33,16 @@ from typing import Any
 
 from dlsched.hardware.device_graph import cluster_graph
 from dlsched.hardware.gpu import get_gpu
-from dlsched.job.grad_accumulation import accumulation_bytes
+from dlsched.job.compute.grad_accumulation import accumulation_bytes
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.zoo import gpt_model
-from dlsched.pipeline.calibrated_chain import calibrated_chain
-from dlsched.pipeline.grid import stage_groups
-from dlsched.pipeline.memory_model import MemoryModel
-from dlsched.pipeline.plan import PipelinePlan, Stage
-from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.schedules import interleaved_orders, one_f_one_b_orders
-from dlsched.pipeline.simulate import simulate
+from dlsched.pipeline.chains.calibrated_chain import calibrated_chain
+from dlsched.pipeline.chains.memory_model import MemoryModel
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.planners.grid import stage_groups
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage
+from dlsched.pipeline.plans.schedules import interleaved_orders, one_f_one_b_orders
+from dlsched.pipeline.simulation.simulate import simulate
 from dlsched.report import Column
 from dlsched.report.columns import percents, standard
 from dlsched.report.sections import Paragraph, Section, Table
@@ -202,7 +202,7 @@ def _our_plan(row: MegatronRow, device: str) -> dict[str, Any]:
     import time
 
     from dlsched.job.cluster import load_cluster
-    from dlsched.job.evaluate import Job, evaluate
+    from dlsched.job.evaluation.evaluate import Job, evaluate
     from dlsched.job.layout import Layout, LayoutChoice
     from dlsched.job.model_spec import bundled_specs
     from dlsched.job.search import SPACES, search

@@ -28,12 +28,12 @@ from typing import Any
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_config import load_devices
 from dlsched.pipeline import BASELINES, PipelineProblem, PipelineResult, run_planner
-from dlsched.pipeline.collection import fewer_collections
-from dlsched.pipeline.memory_model import RECOMPUTE_MODES, MemoryModel
-from dlsched.pipeline.model_source import load_chain
-from dlsched.pipeline.network import NETWORK_MODES
-from dlsched.pipeline.planner import plan_dlsched
-from dlsched.pipeline.runtimes import runtime_for
+from dlsched.pipeline.chains.memory_model import RECOMPUTE_MODES, MemoryModel
+from dlsched.pipeline.chains.model_source import load_chain
+from dlsched.pipeline.planners.collection import fewer_collections
+from dlsched.pipeline.planners.planner import plan_dlsched
+from dlsched.pipeline.plans.runtimes import runtime_for
+from dlsched.pipeline.simulation.network import NETWORK_MODES
 from dlsched.report import Column
 from dlsched.report.averages import geomean
 from dlsched.report.columns import standard, text, times

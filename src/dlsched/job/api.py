@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
-from dlsched.job.evaluate import Job, JobResult, evaluate, executed_times, pipeline_times
+from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, executed_times, pipeline_times
+from dlsched.job.evaluation.pipeline_split import feasible_splits
+from dlsched.job.evaluation.pipeline_time import event_timeline
 from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import TransformerSpec, load_spec
-from dlsched.job.pipeline_split import feasible_splits
-from dlsched.job.pipeline_time import event_timeline
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.sim.timeline import Timeline
 

@@ -36,11 +36,11 @@ import json
 import shlex
 
 from dlsched.errors import ConfigError
+from dlsched.job.communication.pipeline_p2p import resolved_p2p
+from dlsched.job.evaluation.pipeline_split import ACCOUNTED, slots_per_stage
 from dlsched.job.layout import Layout
-from dlsched.job.memory import check_precision
+from dlsched.job.memory.per_gpu import check_precision
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.pipeline_p2p import resolved_p2p
-from dlsched.job.pipeline_split import ACCOUNTED, slots_per_stage
 
 MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 MEGATRON_CP = {"ring": "p2p", "all-to-all": "a2a"}  # --cp-comm-type (TransformerConfig)

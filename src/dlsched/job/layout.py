@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from dlsched.errors import ConfigError, check_choice
-from dlsched.job.pipeline_split import check_split, rank_layers, stage_layers
+from dlsched.job.evaluation.pipeline_split import check_split, rank_layers, stage_layers
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
 RECOMPUTE = ("none", "selective", "full", "selective-op")

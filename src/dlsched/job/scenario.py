@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import BaseModel, Field
 
 from dlsched.inputs import STRICT, Several, choice
-from dlsched.job.collective_costs import COLLECTIVE_POLICIES
-from dlsched.job.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
-from dlsched.job.grad_accumulation import GRAD_ACCUMULATION
-from dlsched.job.layer_costs import ATTENTION_KERNELS, PRECISIONS
+from dlsched.job.communication.collective_costs import COLLECTIVE_POLICIES
+from dlsched.job.communication.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
+from dlsched.job.communication.pipeline_p2p import PIPELINE_P2P
+from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION
+from dlsched.job.compute.layer_costs import ATTENTION_KERNELS, PRECISIONS
+from dlsched.job.evaluation.pipeline_split import SPLITS
 from dlsched.job.layout import CP_ALGORITHMS, RECOMPUTE, SCHEDULES
-from dlsched.job.pipeline_p2p import PIPELINE_P2P
-from dlsched.job.pipeline_split import SPLITS
 
 if TYPE_CHECKING:
     from dlsched.job.api import PlanReport

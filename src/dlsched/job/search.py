@@ -34,7 +34,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
-from dlsched.job.evaluate import Job, JobResult, _bound, check_layout, evaluate, pipeline_times
+from dlsched.job.evaluation.evaluate import (
+    Job,
+    JobResult,
+    _bound,
+    check_layout,
+    evaluate,
+    pipeline_times,
+)
+from dlsched.job.evaluation.pipeline_split import SPLITS, feasible_splits
 from dlsched.job.layout import (
     CP_ALGORITHMS,
     SCHEDULES,
@@ -42,8 +50,7 @@ from dlsched.job.layout import (
     Layout,
     LayoutChoice,
 )
-from dlsched.job.memory import peak_memory
-from dlsched.job.pipeline_split import SPLITS, feasible_splits
+from dlsched.job.memory.per_gpu import peak_memory
 
 MICROBATCH_SIZES = (1, 2, 4, 8)
 MAX_CHUNKS = 8

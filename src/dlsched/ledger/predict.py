@@ -37,10 +37,10 @@ from dataclasses import dataclass, field, replace
 from dlsched.errors import ConfigError
 from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.cluster import NODE_PRESETS, load_cluster
-from dlsched.job.evaluate import Job, JobResult, evaluate, pipeline_times
+from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, pipeline_times
+from dlsched.job.evaluation.pipeline_time import fast_pipeline
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.pipeline_time import fast_pipeline
 from dlsched.ledger.schema import LedgerRow
 
 # Ledger GPU -> (node preset, compute preset): one preset per GPU model, the model the preset

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.chains.problem import PipelineProblem
 from dlsched.pipeline.registry import PipelineResult, run_planner
-from dlsched.pipeline.utilization import plan_mfu
+from dlsched.pipeline.simulation.utilization import plan_mfu
 from dlsched.progress import Progress, quiet
 
 

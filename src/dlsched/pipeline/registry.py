@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.baselines import (
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.planners.baselines import (
     plan_1f1b,
     plan_dapple,
     plan_gpipe,
@@ -18,13 +19,12 @@ from dlsched.pipeline.baselines import (
     plan_zb_h2,
     plan_zb_v,
 )
-from dlsched.pipeline.bounds import instance_bound, plan_bound
-from dlsched.pipeline.collection import fewer_collections
-from dlsched.pipeline.plan import PipelinePlan
-from dlsched.pipeline.planner import plan_dlsched
-from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.runtimes import runtime_for
-from dlsched.pipeline.simulate import SimResult, simulate
+from dlsched.pipeline.planners.collection import fewer_collections
+from dlsched.pipeline.planners.planner import plan_dlsched
+from dlsched.pipeline.plans.plan import PipelinePlan
+from dlsched.pipeline.plans.runtimes import runtime_for
+from dlsched.pipeline.simulation.bounds import instance_bound, plan_bound
+from dlsched.pipeline.simulation.simulate import SimResult, simulate
 
 Planner = Callable[[PipelineProblem], PipelinePlan]
 

@@ -24,12 +24,17 @@ from dlsched.inputs import (
     one_of,
     policy_choice,
 )
-from dlsched.pipeline.calibrated_chain import zoo_chain_on_gpu
-from dlsched.pipeline.memory_model import CONTEXT_BYTES, FRAGMENTATION, RECOMPUTE_MODES, MemoryModel
-from dlsched.pipeline.model_source import load_chain
-from dlsched.pipeline.network import NETWORK_MODES
-from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.chains.calibrated_chain import zoo_chain_on_gpu
+from dlsched.pipeline.chains.memory_model import (
+    CONTEXT_BYTES,
+    FRAGMENTATION,
+    RECOMPUTE_MODES,
+    MemoryModel,
+)
+from dlsched.pipeline.chains.model_source import load_chain
+from dlsched.pipeline.chains.problem import PipelineProblem
 from dlsched.pipeline.registry import PLANNERS, PipelineResult, run_planner
+from dlsched.pipeline.simulation.network import NETWORK_MODES
 from dlsched.validation import BATCH, MICROBATCHES
 
 MAX_TENSOR_PARALLEL = 64

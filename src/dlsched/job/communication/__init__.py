@@ -1,1 +1,2 @@
-"""Communication costs of a job layout: collectives on their groups' links, the DP step, pipeline transfers, TP overlap and context parallelism."""
+"""Communication costs of a job layout: collectives on their groups' links, the DP step, pipeline
+transfers, TP overlap and context parallelism."""

@@ -51,7 +51,7 @@ from functools import lru_cache
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.hardware.topology import Dimension
-from dlsched.job.collective_costs import curve
+from dlsched.job.communication.collective_costs import curve
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
 

@@ -38,7 +38,7 @@ from functools import lru_cache
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.run import run_dataparallel
 from dlsched.errors import ConfigError, check_choice
-from dlsched.job.collective_costs import CollectiveCurve, CurveComm
+from dlsched.job.communication.collective_costs import CollectiveCurve, CurveComm
 from dlsched.models.compute import CalibratedCompute
 
 DP_POLICIES = ("none", "ddp", "usbyte", "dlsched")

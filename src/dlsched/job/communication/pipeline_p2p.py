@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlsched.errors import check_choice
-from dlsched.job.pipeline_time import PipelineTimes
+from dlsched.job.evaluation.pipeline_time import PipelineTimes
 
 PIPELINE_P2P = ("auto", "blocking", "overlapped")
 

@@ -28,7 +28,7 @@ here: Megatron's blocking path overlaps it with the data-gradient GEMM too
 from __future__ import annotations
 
 from dlsched.hardware import Topology
-from dlsched.job.collective_costs import curve
+from dlsched.job.communication.collective_costs import curve
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.zoo import TransformerModel
 

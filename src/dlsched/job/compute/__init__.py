@@ -1,1 +1,2 @@
-"""Compute costs of a job layout: per-block seconds, MoE layers, per-op checkpointing and gradient accumulation."""
+"""Compute costs of a job layout: per-block seconds, MoE layers, per-op checkpointing and gradient
+accumulation."""

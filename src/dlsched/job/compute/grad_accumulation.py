@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from dlsched.errors import check_choice
 from dlsched.job.layout import Layout
-from dlsched.job.memory import (
+from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta
+from dlsched.job.memory.per_gpu import (
     embedding_parameters_per_gpu,
     head_parameters_per_gpu,
     layer_parameters_per_gpu,
 )
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.moe_memory import experts_per_gpu, moe_dense_delta
 
 GRAD_ACCUMULATION = ("fused", "separate")
 GRADIENT_BYTES = {"autocast": 4}  # a fresh weight gradient's bytes; 2 under 16-bit training

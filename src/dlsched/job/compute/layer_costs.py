@@ -39,15 +39,15 @@ from functools import lru_cache
 
 from dlsched.errors import check_choice
 from dlsched.hardware import Topology
-from dlsched.job.collective_costs import curve
-from dlsched.job.context_parallel import core_shape, local_tokens
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.communication.context_parallel import core_shape, local_tokens
+from dlsched.job.communication.tp_overlap import overlapped_tp
+from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.op_checkpoint import recomputed_ops
-from dlsched.job.tp_overlap import overlapped_tp
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Layer
 from dlsched.models.zoo import ATTENTION_KERNELS, TransformerModel, gpt_model
-from dlsched.pipeline.calibrated_chain import block_seconds
+from dlsched.pipeline.chains.calibrated_chain import block_seconds
 
 PRECISIONS = ("bf16", "fp16", "autocast")
 ACTIVATION_BYTES = 2

@@ -64,12 +64,17 @@ from functools import lru_cache
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.job.cluster import Cluster
-from dlsched.job.collective_costs import curve
-from dlsched.job.context_parallel import local_tokens
-from dlsched.job.layer_costs import ACTIVATION_BYTES, ATTENTION_CORE, decoder_model, gpu_compute
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.communication.context_parallel import local_tokens
+from dlsched.job.communication.tp_overlap import overlapped_tp
+from dlsched.job.compute.layer_costs import (
+    ACTIVATION_BYTES,
+    ATTENTION_CORE,
+    decoder_model,
+    gpu_compute,
+)
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.tp_overlap import overlapped_tp
 from dlsched.models.layer import Layer
 from dlsched.models.ops import Op, elementwise, matmul
 from dlsched.models.zoo import ffn_activation

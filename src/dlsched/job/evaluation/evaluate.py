@@ -35,9 +35,9 @@ from dataclasses import dataclass, field, replace
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.job.cluster import Cluster
-from dlsched.job.collective_costs import check_policy, curve
-from dlsched.job.context_parallel import CPCost, check_cp, cp_cost, output_bytes
-from dlsched.job.dp_sync import (
+from dlsched.job.communication.collective_costs import check_policy, curve
+from dlsched.job.communication.context_parallel import CPCost, check_cp, cp_cost, output_bytes
+from dlsched.job.communication.dp_sync import (
     GRAD_REDUCE_BYTES,
     WEIGHT_BYTES,
     DPStep,
@@ -45,27 +45,20 @@ from dlsched.job.dp_sync import (
     check_grad_reduce,
     dp_step,
 )
-from dlsched.job.grad_accumulation import (
+from dlsched.job.communication.pipeline_p2p import check_pipeline_p2p, with_p2p
+from dlsched.job.compute.grad_accumulation import (
     accumulation_bytes,
     check_grad_accumulation,
     stage_parameters,
 )
-from dlsched.job.layer_costs import (
+from dlsched.job.compute.layer_costs import (
     BlockCosts,
     block_costs,
     check_attention,
     check_precision,
     gpu_compute,
 )
-from dlsched.job.layout import Layout
-from dlsched.job.memory import (
-    embedding_parameters_per_gpu,
-    head_parameters_per_gpu,
-    layer_parameters_per_gpu,
-    peak_memory,
-)
-from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.moe_costs import (
+from dlsched.job.compute.moe_costs import (
     MoELayerCosts,
     check_moe_layout,
     ep_group,
@@ -74,15 +67,22 @@ from dlsched.job.moe_costs import (
     expert_tp_group,
     moe_layer_costs,
 )
-from dlsched.job.moe_memory import experts_per_gpu, moe_dense_delta, stage_moe_layers
-from dlsched.job.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
-from dlsched.job.pipeline_p2p import check_pipeline_p2p, with_p2p
-from dlsched.job.pipeline_time import (
+from dlsched.job.compute.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
+from dlsched.job.evaluation.pipeline_time import (
     PipelineTimes,
     ReplicaTiming,
     event_pipeline,
     fast_pipeline,
 )
+from dlsched.job.layout import Layout
+from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta, stage_moe_layers
+from dlsched.job.memory.per_gpu import (
+    embedding_parameters_per_gpu,
+    head_parameters_per_gpu,
+    layer_parameters_per_gpu,
+    peak_memory,
+)
+from dlsched.job.model_spec import TransformerSpec
 from dlsched.units import format_bytes
 
 

@@ -30,18 +30,18 @@ import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import Device, DeviceGraph
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.chain import Chain
-from dlsched.pipeline.plan import PipelinePlan, Stage
-from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.schedules import (
+from dlsched.pipeline.chains.chain import Chain
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage
+from dlsched.pipeline.plans.schedules import (
     gpipe_orders,
     interleaved_orders,
     one_f_one_b_orders,
     zb_h1_orders,
 )
-from dlsched.pipeline.sim_result import SimResult
-from dlsched.pipeline.simulate import simulate
+from dlsched.pipeline.simulation.sim_result import SimResult
+from dlsched.pipeline.simulation.simulate import simulate
 from dlsched.sim.timeline import Timeline
 
 EVENT_RATE = 1e12  # FLOP/s of the simulator's stand-in GPUs: FLOP = seconds x this rate

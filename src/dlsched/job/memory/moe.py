@@ -22,10 +22,10 @@ the scores' gradient); shared experts keep a dense FFN's stash of their width on
 
 from __future__ import annotations
 
-from dlsched.job.context_parallel import local_tokens
+from dlsched.job.communication.context_parallel import local_tokens
+from dlsched.job.compute.moe_costs import load_factor
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.moe_costs import load_factor
 
 SCORE_BYTES = 4  # the router's scores in FP32
 

@@ -92,19 +92,19 @@ from functools import lru_cache
 import numpy as np
 
 from dlsched.errors import ConfigError
-from dlsched.job.context_parallel import buffer_bytes, local_tokens
+from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
+from dlsched.job.compute.moe_costs import expert_dp_size
+from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.layout import Layout
-from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.moe_costs import expert_dp_size
-from dlsched.job.moe_memory import (
+from dlsched.job.memory.moe import (
     experts_per_gpu,
     layer_indices,
     moe_dense_delta,
     moe_stash_delta,
     stage_moe_layers,
 )
-from dlsched.job.op_checkpoint import stash_elements
-from dlsched.pipeline.memory_model import (
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.pipeline.chains.memory_model import (
     ADAM_MOMENT_BYTES,
     CONTEXT_BYTES,
     FRAGMENTATION,

@@ -20,9 +20,13 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Model
-from dlsched.pipeline.chain import Chain, chain_from_model
-from dlsched.pipeline.memory_model import MemoryModel, is_transformer_layer, transformer_stash
-from dlsched.pipeline.tensor_parallel import transformer_layout
+from dlsched.pipeline.chains.chain import Chain, chain_from_model
+from dlsched.pipeline.chains.memory_model import (
+    MemoryModel,
+    is_transformer_layer,
+    transformer_stash,
+)
+from dlsched.pipeline.chains.tensor_parallel import transformer_layout
 
 
 def block_seconds(model: Model, microbatch_size: int,

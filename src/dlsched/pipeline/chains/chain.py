@@ -41,7 +41,7 @@ import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.models.layer import Model
-from dlsched.pipeline.memory_model import (
+from dlsched.pipeline.chains.memory_model import (
     MAX_RESERVE,
     BlockMemory,
     MemoryModel,
@@ -55,7 +55,7 @@ from dlsched.pipeline.memory_model import (
     transformer_shape,
     usable_bytes,
 )
-from dlsched.pipeline.tensor_parallel import TensorLayout, transformer_layout
+from dlsched.pipeline.chains.tensor_parallel import TensorLayout, transformer_layout
 
 # FLOP/s of the "reference GPU" used to turn profiled per-layer seconds into FLOP.
 REFERENCE_FLOPS = 1e12

@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
-from dlsched.pipeline.chain import Chain, chain_from_model
-from dlsched.pipeline.memory_model import MemoryModel
+from dlsched.pipeline.chains.chain import Chain, chain_from_model
+from dlsched.pipeline.chains.memory_model import MemoryModel
 from dlsched.validation import MAX_LAYERS, ByteSize, FlopCount
 
 

@@ -8,16 +8,16 @@ import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import DeviceGraph
-from dlsched.pipeline.chain import Chain
-from dlsched.pipeline.memory_model import RECOMPUTE_MODES, check_recompute
-from dlsched.pipeline.network import check_network
-from dlsched.pipeline.plan import PipelinePlan, Stage
-from dlsched.pipeline.tensor_parallel import (
+from dlsched.pipeline.chains.chain import Chain
+from dlsched.pipeline.chains.memory_model import RECOMPUTE_MODES, check_recompute
+from dlsched.pipeline.chains.tensor_parallel import (
     check_degree,
     group_graph,
     ring_allreduce_s,
     valid_degrees,
 )
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage
+from dlsched.pipeline.simulation.network import check_network
 from dlsched.validation import MICROBATCHES
 
 

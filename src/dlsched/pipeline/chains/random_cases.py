@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from dlsched.hardware.device_graph import Device, DeviceGraph
-from dlsched.pipeline.chain import synthetic_chain
-from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.chains.chain import synthetic_chain
+from dlsched.pipeline.chains.problem import PipelineProblem
 
 
 def random_problem(seed: int) -> PipelineProblem:

@@ -43,12 +43,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.estimate import best_sync_partitions
-from dlsched.pipeline.grid import GridPoint, Variants, best_plan, grid_points, in_flight_caps
-from dlsched.pipeline.partition import RangeCosts, range_costs, throughput_dp
-from dlsched.pipeline.plan import PipelinePlan, Stage
-from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.schedules import (
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.planners.estimate import best_sync_partitions
+from dlsched.pipeline.planners.grid import (
+    GridPoint,
+    Variants,
+    best_plan,
+    grid_points,
+    in_flight_caps,
+)
+from dlsched.pipeline.planners.partition import RangeCosts, range_costs, throughput_dp
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage
+from dlsched.pipeline.plans.schedules import (
     gpipe_orders,
     interleaved_orders,
     one_f_one_b_orders,
@@ -56,7 +62,7 @@ from dlsched.pipeline.schedules import (
     zb_h2_orders,
     zb_v_orders,
 )
-from dlsched.pipeline.simulate import SimResult, remember, simulate
+from dlsched.pipeline.simulation.simulate import SimResult, remember, simulate
 
 INTERLEAVE_CHUNKS = (2, 4)
 OrdersMaker = Callable[..., tuple]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from itertools import combinations, permutations, product
 
-from dlsched.pipeline.plan import Stage
+from dlsched.pipeline.plans.plan import Stage
 
 
 def cut_sets(num_blocks: int, max_stages: int) -> list[tuple[int, ...]]:

@@ -14,10 +14,10 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from dlsched.pipeline.memory import action_stash, static_footprint
-from dlsched.pipeline.partition import RangeCosts, replica_load, sync_dp, uniform_speeds
-from dlsched.pipeline.plan import Stage
-from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.planners.partition import RangeCosts, replica_load, sync_dp, uniform_speeds
+from dlsched.pipeline.plans.plan import Stage
+from dlsched.pipeline.simulation.memory import action_stash, static_footprint
 
 SYNC_WEIGHTS = (0.0, 1.0)
 MAX_CANDIDATE_PERIODS = 40

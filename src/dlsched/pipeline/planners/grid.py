@@ -24,15 +24,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.bounds import plan_bound
-from dlsched.pipeline.checks import check_plan
-from dlsched.pipeline.estimate import memory_slots
-from dlsched.pipeline.partition import balanced_stages
-from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage
-from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.pruning import Candidate, evaluate
-from dlsched.pipeline.runtimes import runtime_for
-from dlsched.pipeline.simulate import SimResult, remember, simulate
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.planners.estimate import memory_slots
+from dlsched.pipeline.planners.partition import balanced_stages
+from dlsched.pipeline.planners.pruning import Candidate, evaluate
+from dlsched.pipeline.plans.checks import check_plan
+from dlsched.pipeline.plans.plan import PipelinePlan, PlanError, Stage
+from dlsched.pipeline.plans.runtimes import runtime_for
+from dlsched.pipeline.simulation.bounds import plan_bound
+from dlsched.pipeline.simulation.simulate import SimResult, remember, simulate
 
 MAPPINGS = ("pp-outer", "dp-outer")
 

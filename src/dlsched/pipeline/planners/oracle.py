@@ -22,12 +22,12 @@ from itertools import combinations
 
 import numpy as np
 
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.bounds import plan_bound
-from dlsched.pipeline.enumeration import all_partitions
-from dlsched.pipeline.plan import PipelinePlan, Stage, host_transfers
-from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.schedules import gpipe_orders
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.planners.enumeration import all_partitions
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage, host_transfers
+from dlsched.pipeline.plans.schedules import gpipe_orders
+from dlsched.pipeline.simulation.bounds import plan_bound
 
 
 @dataclass(frozen=True)

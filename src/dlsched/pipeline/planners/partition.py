@@ -30,9 +30,9 @@ from weakref import WeakKeyDictionary
 import numpy as np
 
 from dlsched.hardware.device_graph import DeviceGraph
-from dlsched.pipeline.chain import Chain
-from dlsched.pipeline.plan import Stage
-from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.chains.chain import Chain
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.plans.plan import Stage
 from dlsched.sim.collective_cost import ring_allreduce_steps
 
 MAX_UNITS = 64

@@ -52,17 +52,16 @@ from itertools import chain, islice, permutations
 from weakref import WeakKeyDictionary
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.bounds import plan_bound
-from dlsched.pipeline.enumeration import all_partitions
-from dlsched.pipeline.estimate import best_sync_partitions, estimate, memory_slots
-from dlsched.pipeline.ordering import device_order
-from dlsched.pipeline.partition import balanced_partitions, balanced_stages, range_costs
-from dlsched.pipeline.plan import PipelinePlan, Stage, stages_error
-from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.pruning import MARGIN, Candidate, evaluate
-from dlsched.pipeline.runtimes import runtime_for
-from dlsched.pipeline.schedules import (
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.planners.enumeration import all_partitions
+from dlsched.pipeline.planners.estimate import best_sync_partitions, estimate, memory_slots
+from dlsched.pipeline.planners.ordering import device_order
+from dlsched.pipeline.planners.partition import balanced_partitions, balanced_stages, range_costs
+from dlsched.pipeline.planners.pruning import MARGIN, Candidate, evaluate
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage, stages_error
+from dlsched.pipeline.plans.runtimes import runtime_for
+from dlsched.pipeline.plans.schedules import (
     backward_first_dispatch,
     critical_path_dispatch,
     gpipe_orders,
@@ -70,7 +69,14 @@ from dlsched.pipeline.schedules import (
     zb_h1_orders,
     zb_h2_orders,
 )
-from dlsched.pipeline.simulate import Dispatch, SimResult, list_schedule, remember, simulate
+from dlsched.pipeline.simulation.bounds import plan_bound
+from dlsched.pipeline.simulation.simulate import (
+    Dispatch,
+    SimResult,
+    list_schedule,
+    remember,
+    simulate,
+)
 
 KEEP_PARTITIONS = 3
 REFINE_ACTIONS = 256

@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
-from dlsched.pipeline.simulate import Late, SimResult
+from dlsched.pipeline.simulation.simulate import Late, SimResult
 
 MARGIN = 1e-6
 

@@ -1,1 +1,2 @@
-"""Pipeline plans as data: actions, stages, the microbatch schedules, their checks, files and exports."""
+"""Pipeline plans as data: actions, stages, the microbatch schedules, their checks, files and
+exports."""

@@ -8,11 +8,11 @@ from __future__ import annotations
 from weakref import WeakKeyDictionary
 
 from dlsched.hardware.device_graph import DeviceGraph
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.deadlock import stalled_at
-from dlsched.pipeline.memory import check_memory, peak_memory
-from dlsched.pipeline.plan import PipelinePlan, PlanError, Stage, grid, validate_plan
-from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.deadlock import stalled_at
+from dlsched.pipeline.plans.plan import PipelinePlan, PlanError, Stage, grid, validate_plan
+from dlsched.pipeline.simulation.memory import check_memory, peak_memory
 
 # Per planning instance (``PipelineProblem.root``'s graph), the plans (stages, orders,
 # microbatches, blocks, GPUs) ``check_plan`` found valid: True once they are also known to

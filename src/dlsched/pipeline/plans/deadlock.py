@@ -12,8 +12,8 @@ in O(actions x overlapping replicas).
 
 from __future__ import annotations
 
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.plan import Stage, overlap
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import Stage, overlap
 
 
 def parts_from(stages: tuple[Stage, ...], source: int, target: int, dst: int) -> int:

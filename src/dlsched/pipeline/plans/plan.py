@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dlsched.errors import PlanError
-from dlsched.pipeline.actions import Action, format_orders
+from dlsched.pipeline.plans.actions import Action, format_orders
 
 
 @dataclass(frozen=True)

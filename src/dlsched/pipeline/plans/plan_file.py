@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
-from dlsched.pipeline.actions import parse_orders
-from dlsched.pipeline.plan import PipelinePlan, Stage, validate_plan
+from dlsched.pipeline.plans.actions import parse_orders
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage, validate_plan
 from dlsched.pipeline.registry import PipelineResult
 from dlsched.report import to_json, write_text
 from dlsched.validation import DATA_SIZE, MAX_BATCH, MAX_LAYERS, MAX_MICROBATCHES, Duration

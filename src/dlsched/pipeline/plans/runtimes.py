@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from dlsched.pipeline.plan import PipelinePlan
+from dlsched.pipeline.plans.plan import PipelinePlan
 
 ONE_F_ONE_B = ("1f1b", "one_f_one_b")
 """Schedule notes of 1F1B orders (a baseline's name, dlsched's fixed order)."""

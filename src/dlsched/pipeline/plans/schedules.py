@@ -12,9 +12,9 @@ from collections.abc import Callable
 from functools import lru_cache, wraps
 from typing import Any
 
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.plan import Stage
-from dlsched.pipeline.simulate import Dispatch
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import Stage
+from dlsched.pipeline.simulation.simulate import Dispatch
 
 KEPT_ORDERS = 256
 

@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlsched.config import load_document, validate
 from dlsched.errors import ConfigError
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.plan import PipelinePlan, Stage, validate_plan
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage, validate_plan
 from dlsched.report import to_json, write_text
 
 

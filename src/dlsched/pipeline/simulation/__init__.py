@@ -1,1 +1,2 @@
-"""Executing a plan: the network, the event simulation, its timings, memory and utilization, and the provable bounds."""
+"""Executing a plan: the network, the event simulation, its timings, memory and utilization, and
+the provable bounds."""

@@ -3,9 +3,9 @@ total compute (what an early ``Late`` bounds the iteration with)."""
 
 from __future__ import annotations
 
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.plan import Stage, host_transfers
-from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import Stage, host_transfers
 
 
 class ActionTimes:

@@ -39,11 +39,11 @@ from weakref import WeakKeyDictionary
 
 import numpy as np
 
-from dlsched.pipeline.ddp import last_bucket_bytes
-from dlsched.pipeline.memory import action_stash, static_memory
-from dlsched.pipeline.plan import PipelinePlan, Stage
-from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.tensor_parallel import ring_allreduce_s
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.chains.tensor_parallel import ring_allreduce_s
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage
+from dlsched.pipeline.simulation.ddp import last_bucket_bytes
+from dlsched.pipeline.simulation.memory import action_stash, static_memory
 
 # Per instance, the terms of stages and stage pairs (``_hop``, ``_fastest``): candidate
 # partitions share most of their stages.

@@ -18,7 +18,7 @@ favours the DDP plan.
 
 from __future__ import annotations
 
-from dlsched.pipeline.chain import Chain
+from dlsched.pipeline.chains.chain import Chain
 
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch DDP's default ``bucket_cap_mb``: 25 MiB of gradients per bucket."""

@@ -11,8 +11,8 @@ model's bytes fitting ``Chain.usable(memory)``.
 from __future__ import annotations
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.chain import Chain
-from dlsched.pipeline.plan import PipelinePlan, Stage
+from dlsched.pipeline.chains.chain import Chain
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage
 from dlsched.units import format_bytes
 
 

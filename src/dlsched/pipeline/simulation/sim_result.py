@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from dlsched.errors import Cutoff
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.plan import PipelinePlan
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import PipelinePlan
 from dlsched.sim import Span, Timeline
 
 KIND_NAMES = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}

@@ -34,16 +34,12 @@ from dataclasses import dataclass, replace
 from weakref import WeakKeyDictionary
 
 from dlsched.hardware.device_graph import DeviceGraph
-from dlsched.pipeline.action_times import ActionTimes
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.bounds import drain_after
-from dlsched.pipeline.chain import Chain
-from dlsched.pipeline.checks import check_plan, check_split, deadlock_error
-from dlsched.pipeline.ddp import ddp_buckets
-from dlsched.pipeline.deadlock import parts_from
-from dlsched.pipeline.memory import action_stash, static_memory
-from dlsched.pipeline.network import PipelineNetwork
-from dlsched.pipeline.plan import (
+from dlsched.pipeline.chains.chain import Chain
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.checks import check_plan, check_split, deadlock_error
+from dlsched.pipeline.plans.deadlock import parts_from
+from dlsched.pipeline.plans.plan import (
     PipelinePlan,
     PlanError,
     Stage,
@@ -51,8 +47,12 @@ from dlsched.pipeline.plan import (
     overlap,
     validate_stages,
 )
-from dlsched.pipeline.problem import PipelineProblem
-from dlsched.pipeline.sim_result import (
+from dlsched.pipeline.simulation.action_times import ActionTimes
+from dlsched.pipeline.simulation.bounds import drain_after
+from dlsched.pipeline.simulation.ddp import ddp_buckets
+from dlsched.pipeline.simulation.memory import action_stash, static_memory
+from dlsched.pipeline.simulation.network import PipelineNetwork
+from dlsched.pipeline.simulation.sim_result import (
     Late,
     SimResult,
     SpanRecord,

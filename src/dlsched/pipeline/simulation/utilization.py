@@ -9,10 +9,10 @@ does not state one.
 
 from __future__ import annotations
 
-from dlsched.pipeline.calibrated_chain import CalibratedChain
-from dlsched.pipeline.chain import Chain
-from dlsched.pipeline.plan import PipelinePlan
-from dlsched.pipeline.problem import PipelineProblem
+from dlsched.pipeline.chains.calibrated_chain import CalibratedChain
+from dlsched.pipeline.chains.chain import Chain
+from dlsched.pipeline.chains.problem import PipelineProblem
+from dlsched.pipeline.plans.plan import PipelinePlan
 
 
 def forward_flops_per_microbatch(chain: Chain) -> float:

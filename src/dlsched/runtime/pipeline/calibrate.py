@@ -69,11 +69,11 @@ import torch
 import torch.distributed as dist
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.chain import REFERENCE_FLOPS
-from dlsched.pipeline.plan import PipelinePlan, Stage
-from dlsched.pipeline.plan_file import SavedPlan
-from dlsched.pipeline.schedules import gpipe_orders
-from dlsched.pipeline.torch_export import to_torch
+from dlsched.pipeline.chains.chain import REFERENCE_FLOPS
+from dlsched.pipeline.plans.plan import PipelinePlan, Stage
+from dlsched.pipeline.plans.plan_file import SavedPlan
+from dlsched.pipeline.plans.schedules import gpipe_orders
+from dlsched.pipeline.plans.torch_export import to_torch
 from dlsched.runtime.pipeline.model import load_model
 from dlsched.runtime.pipeline.profile import microbatch_seconds, profile_blocks
 from dlsched.runtime.pipeline.rank_compute import (

@@ -36,7 +36,7 @@ from torch.distributed.pipelining._backward import (
 )
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.chain import REFERENCE_FLOPS
+from dlsched.pipeline.chains.chain import REFERENCE_FLOPS
 from dlsched.runtime.execution import Execution
 from dlsched.runtime.host_memory import keep_freed_memory
 from dlsched.runtime.pipeline.model import PipelineModel

@@ -26,8 +26,8 @@ from collections import defaultdict
 from itertools import pairwise
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.plan import Stage
-from dlsched.pipeline.sim_result import KIND_NAMES
+from dlsched.pipeline.plans.plan import Stage
+from dlsched.pipeline.simulation.sim_result import KIND_NAMES
 from dlsched.sim import Timeline
 
 PARTS = 3

@@ -20,9 +20,9 @@ from collections import defaultdict
 import numpy as np
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.chain import REFERENCE_FLOPS, Chain
-from dlsched.pipeline.plan import PipelinePlan
-from dlsched.pipeline.sim_result import KIND_NAMES
+from dlsched.pipeline.chains.chain import REFERENCE_FLOPS, Chain
+from dlsched.pipeline.plans.plan import PipelinePlan
+from dlsched.pipeline.simulation.sim_result import KIND_NAMES
 from dlsched.sim import Timeline
 
 _KIND_OF = {name: kind for kind, name in KIND_NAMES.items()}

@@ -33,10 +33,10 @@ from torch.distributed.pipelining.schedules import (
 )
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.plan import PipelinePlan
-from dlsched.pipeline.plan_file import SavedPlan
-from dlsched.pipeline.sim_result import KIND_NAMES
-from dlsched.pipeline.torch_export import TorchSchedule, to_torch
+from dlsched.pipeline.plans.plan import PipelinePlan
+from dlsched.pipeline.plans.plan_file import SavedPlan
+from dlsched.pipeline.plans.torch_export import TorchSchedule, to_torch
+from dlsched.pipeline.simulation.sim_result import KIND_NAMES
 from dlsched.runtime.host_memory import keep_freed_memory
 from dlsched.runtime.pipeline.model import PipelineModel, load_model
 from dlsched.runtime.spawn import SpawnOptions, spawn

@@ -27,9 +27,9 @@ from collections import defaultdict
 from itertools import pairwise
 
 from dlsched.errors import ConfigError
-from dlsched.pipeline.actions import Action
-from dlsched.pipeline.plan import Stage, host_transfers
-from dlsched.pipeline.sim_result import KIND_NAMES
+from dlsched.pipeline.plans.actions import Action
+from dlsched.pipeline.plans.plan import Stage, host_transfers
+from dlsched.pipeline.simulation.sim_result import KIND_NAMES
 from dlsched.sim import Span, Timeline
 
 _KIND_OF = {name: kind for kind, name in KIND_NAMES.items()}

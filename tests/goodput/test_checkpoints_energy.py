@@ -1,0 +1,92 @@
+"""Checkpoint sizes and times by hand (goodput.checkpoints), energy by hand (goodput.energy),
+counts with suffixes (goodput.counts)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.goodput.checkpoints import Storage, checkpoint_plan, load_storage, shard_bytes
+from dlsched.goodput.counts import parse_count
+from dlsched.goodput.energy import power_model, run_energy
+
+GB = 1e9
+
+
+def test_shard_bytes_by_hand() -> None:
+    """2 GB of weights and 1.5 GB of optimizer per GPU over 4 replicas: ZeRO 1 writes 2/4 +
+    1.5 = 2 GB per GPU; ZeRO 0 (optimizer replicated too) 2/4 + 1.5/4 = 0.875 GB; ZeRO 3
+    (both sharded) 3.5 GB."""
+    assert shard_bytes(2 * GB, 1.5 * GB, 1, 4) == pytest.approx(2 * GB)
+    assert shard_bytes(2 * GB, 1.5 * GB, 0, 4) == pytest.approx(0.875 * GB)
+    assert shard_bytes(2 * GB, 1.5 * GB, 3, 4) == pytest.approx(3.5 * GB)
+
+
+def test_checkpoint_of_a_small_plan_by_hand() -> None:
+    """1.2B parameters, TP2 PP2 DP4 (16 GPUs, 8 per node), bf16 with ZeRO 1: a GPU holds 0.3B
+    parameters, 0.6 GB of weights and 12 B x 0.3B / 4 = 0.9 GB of optimizer; it writes
+    0.6/4 + 0.9 = 1.05 GB, 16.8 GB in all = 1.2B x 14 B; a node 8.4 GB: at 4.2 GB/s per node, 2
+    s. The restart reads 1.5 GB per GPU, 12 GB per node: 12 / 4.2 s."""
+    storage = Storage("test", 4.2 * GB, None, "by hand")
+    plan = checkpoint_plan(0.6 * GB, 0.9 * GB, 1, 4, 16, 8, storage)
+    assert plan.total_bytes == pytest.approx(1.2e9 * 14)
+    assert plan.node_bytes == pytest.approx(8.4 * GB)
+    assert plan.save_s == pytest.approx(2.0)
+    assert plan.blocking_s == plan.save_s and plan.durable_s == 0.0
+    assert plan.load_s == pytest.approx(12 / 4.2)
+    slow_fs = Storage("test", 4.2 * GB, 1 * GB, "by hand")  # 16.8 GB at 1 GB/s aggregate
+    assert checkpoint_plan(0.6 * GB, 0.9 * GB, 1, 4, 16, 8, slow_fs).save_s == pytest.approx(16.8)
+
+
+def test_async_blocks_for_the_snapshot_only() -> None:
+    """H100: 1.05 GB over PCIe Gen5 at 64 GB/s blocks 16.4 ms; the write follows in 2 s; the
+    node pins its 8.4 GB."""
+    storage = Storage("test", 4.2 * GB, None, "by hand")
+    plan = checkpoint_plan(0.6 * GB, 0.9 * GB, 1, 4, 16, 8, storage, "async", "h100")
+    assert plan.blocking_s == pytest.approx(1.05 / 64)
+    assert plan.durable_s == pytest.approx(2.0)
+    assert plan.host_bytes == pytest.approx(8.4 * GB)
+
+
+def test_storage_input() -> None:
+    assert load_storage("25 GB/s").per_node == 25e9
+    assert load_storage("tectonic").aggregate == 2e12
+    with pytest.raises(ConfigError, match="--storage"):
+        load_storage("fast")
+    with pytest.raises(ConfigError, match="--checkpoint"):
+        checkpoint_plan(1.0, 1.0, 1, 1, 8, 8, load_storage("tectonic"), "lazy")
+
+
+def test_energy_by_hand() -> None:
+    """H100: busy 700 W, idle 700 - 1e7 / 16384 = 89.65 W, host 10.2 kW x 8.4 / 10.2 - 5.6 kW =
+    2.8 kW. 16 GPUs on 2 nodes, one hour at busy 0.5 and half an hour waiting, PUE 1.1, $2 per
+    GPU-hour."""
+    model = power_model("h100")
+    idle = 700 - 1e7 / 16384
+    assert model.idle_w == pytest.approx(idle)
+    assert model.host_w == pytest.approx(2800.0)
+    out = run_energy(model, 16, 2, 3600.0, 1800.0, 0.5, pue=1.1, gpu_hour_price=2.0)
+    gpu_j = 16 * ((idle + (700 - idle) * 0.5) * 3600 + idle * 1800)
+    host_j = 2 * 2800 * 5400
+    assert out.it_j == pytest.approx(gpu_j + host_j)
+    assert out.mwh == pytest.approx((gpu_j + host_j) * 1.1 / 3.6e9)
+    assert out.cost == pytest.approx(16 * 1.5 * 2.0)
+
+
+def test_energy_refuses_bad_input() -> None:
+    with pytest.raises(ConfigError, match="--pue"):
+        run_energy(power_model("a100"), 8, 1, 1.0, 0.0, 1.0, pue=0.9)
+    with pytest.raises(ConfigError, match="gpu"):
+        power_model("tpu")
+
+
+@pytest.mark.parametrize(("text", "value"), [("15.6T", 15.6e12), ("500k", 5e5), ("2B", 2e9),
+                                             ("1e6", 1e6), (1000, 1000.0)])
+def test_counts(text: object, value: float) -> None:
+    assert parse_count(text, "--tokens") == pytest.approx(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("text", ["15.6 X", "-3", "0", "T"])
+def test_bad_counts_name_the_option(text: str) -> None:
+    with pytest.raises(ConfigError, match="--tokens"):
+        parse_count(text, "--tokens")
