@@ -1,4 +1,4 @@
-"""What the five ``dlsched reproduce`` commands print, held against a recording.
+"""What the six ``dlsched reproduce`` commands print, held against a recording.
 
 Each case runs one ``dlsched reproduce <paper>`` command in-process, once with ``--json`` and
 once printing its tables (from the first run's ``--db`` with ``--resume``, where the command
@@ -80,6 +80,7 @@ CASES = {
     "themis-training-files": Case(
         ("themis-training", "--workload-files", EXAMPLES, "--jobs", "1"),
         {"dlsched.experiments.themis_training": {"TOPOLOGIES": ("2D-SW_SW",)}}),
+    "vtrain": Case(("vtrain", "--models", "h2048-l12", "--jobs", "1")),
     "themis-full": Case(("themis", "--jobs", "2"), full=True),
     "pipeline-fifo-full": Case(("pipeline", "--link-sharing", "fifo", "--jobs", "2"),
                                full=True),

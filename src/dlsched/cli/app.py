@@ -59,7 +59,7 @@ paragraph (``tests/cli/test_lazy_commands.py`` checks both against the commands)
 REPRODUCTIONS = {"themis": Entry(("collective",)), "megatron": Entry(("compute",)),
                  "usbyte": Entry(("dataparallel",)), "pipeline": Entry(("pipeline",)),
                  "themis-training": Entry(("training",)), "vtrain": Entry(("vtrain",))}
-"""``dlsched reproduce`` commands: their modules (``reproduce --help`` imports all five)."""
+"""``dlsched reproduce`` commands: their modules (``reproduce --help`` imports all six)."""
 
 
 class _Commands(LazyGroup):

@@ -1,5 +1,5 @@
 """The contract every paper reproduction keeps: one module of ``experiments`` (``themis``,
-``themis_training``, ``usbyte``, ``pipeline``, ``megatron``) giving
+``themis_training``, ``usbyte``, ``pipeline``, ``megatron``, ``vtrain``) giving
 
 * ``NAME``: its ``dlsched reproduce`` command, also the domain of its results file;
 * ``scenarios(options)``: what runs, as frozen dataclasses (a scenario's repr identifies its

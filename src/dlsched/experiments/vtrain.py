@@ -131,10 +131,11 @@ def job(row: VTrainRow, gpu: str = "a100") -> Job:
                pipeline_p2p=PIPELINE_P2P)
 
 
-def price(row: VTrainRow, gpu: str = "a100") -> dict[str, Any]:
-    """One row measured and predicted (seconds), with its layout and error."""
+def price(row: VTrainRow, gpu: str = "a100", index: int = 0) -> dict[str, Any]:
+    """One row measured and predicted (seconds), with its layout and error; ``index``: its
+    line in the CSV after the header (from 0)."""
     result = evaluate(job(row, gpu), row.layout())
-    return {"model": row.model, "gpus": row.gpus, "global_batch": row.global_batch,
+    return {"index": index, "model": row.model, "gpus": row.gpus, "global_batch": row.global_batch,
             "tp": row.tp, "pp": row.pp, "dp": row.dp, "microbatch": row.microbatch,
             "measured_s": row.measured_s, "predicted_s": result.iteration_s,
             "error": error(result.iteration_s, row.measured_s)}
@@ -147,10 +148,12 @@ def group_key(row: dict[str, Any]) -> tuple[str, int, int]:
 
 @dataclass(frozen=True)
 class Options:
-    """The models to price (``MODELS`` names) and the GPU preset or file."""
+    """The models to price (``MODELS`` names), the GPU preset or file, and the rows (CSV
+    indices) that file was fitted to: reported apart from the held-out rest."""
 
     models: tuple[str, ...] = MODELS
     gpu: str = "a100"
+    fitted: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         get_gpu(self.gpu)  # ConfigError for an unknown preset or unreadable file, before work
@@ -172,7 +175,14 @@ def scenarios(options: Options | None = None) -> list[Scenario]:
 
 def run_scenario(scenario: Scenario) -> list[dict[str, Any]]:
     """Every row of the scenario's model, priced (``price``)."""
-    return [price(row, scenario.gpu) for row in load_rows() if row.model == scenario.model]
+    return [price(row, scenario.gpu, index) for index, row in enumerate(load_rows())
+            if row.model == scenario.model]
+
+
+def sample(model: str, every: int) -> list[int]:
+    """CSV indices of every ``every``-th row of ``model`` (from its first): a calibration
+    sample (``every`` 20: 9 of the model's 180 rows, 5%)."""
+    return [i for i, row in enumerate(load_rows()) if row.model == model][::every]
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -181,14 +191,19 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def document(rows: list[dict[str, Any]], options: Options | None = None) -> dict[str, Any]:
-    """What ``--json`` prints: the totals, per model, by TP, PP and microbatch, then the
-    rows."""
-    models = [m for m in (options or Options()).models if any(r["model"] == m for r in rows)]
-    return {"summary": summary(rows),
-            "models": [{"model": m, **summary([r for r in rows if r["model"] == m])}
+    """What ``--json`` prints: over the held-out rows (all but ``Options.fitted``) the totals,
+    per model, by TP, PP and microbatch; the fitted rows' errors (None when none was); then
+    every row."""
+    chosen = options or Options()
+    held = [r for r in rows if r["index"] not in chosen.fitted]
+    fitted = [r for r in rows if r["index"] in chosen.fitted]
+    models = [m for m in chosen.models if any(r["model"] == m for r in held)]
+    return {"summary": summary(held),
+            "models": [{"model": m, **summary([r for r in held if r["model"] == m])}
                        for m in models],
-            "by_tp": by(rows, "tp"), "by_pp": by(rows, "pp"),
-            "by_microbatch": by(rows, "microbatch"), "rows": rows}
+            "by_tp": by(held, "tp"), "by_pp": by(held, "pp"),
+            "by_microbatch": by(held, "microbatch"),
+            "fitted_rows": error_summary(fitted) if fitted else None, "rows": rows}
 
 
 _signed = in_percent(1, signed=True)
@@ -211,13 +226,19 @@ def _by_columns(key: str, header: str) -> list[Column]:
 def sections(document_: dict[str, Any], options: Options | None = None) -> list[Section]:
     """The per-model summary with the totals, the errors by TP, PP and microbatch, the
     source and the settings."""
-    gpu = (options or Options()).gpu
+    chosen = options or Options()
     total = {"model": "all", **document_["summary"]}
+    fitted = document_["fitted_rows"]
+    held = (f", the {fitted['rows']} rows it was fitted to left out"
+            if fitted else "")
     return [
         Table([*document_["models"], total], SUMMARY_COLUMNS,
-              f"vTrain single-node layouts on {NODE} ({gpu}): error = predicted / measured - 1; "
-              "per group (model, GPUs, global batch) Kendall tau of predicted vs measured "
-              "time, and the layout predicted fastest against the best measured"),
+              f"vTrain single-node layouts on {NODE} ({chosen.gpu}{held}): error = predicted / "
+              "measured - 1; per group (model, GPUs, global batch) Kendall tau of predicted vs "
+              "measured time, and the layout predicted fastest against the best measured"),
+        *([Paragraph(f"fitted rows ({fitted['rows']}): mean |error| "
+                     f"{fitted['mean_abs_error']:.1%}, bias {fitted['bias']:+.1%}")]
+          if fitted else []),
         *(Table(document_[f"by_{key}"], _by_columns(key, header), f"errors by {header}")
           for key, header in (("tp", "TP"), ("pp", "PP"), ("microbatch", "microbatch"))),
         Paragraph(f"source: {SOURCE}"),

@@ -1,0 +1,84 @@
+"""vTrain's single-node layouts (``dlsched reproduce vtrain``): the bundled data is the
+repository's file, the ranking statistics are right on small cases, a row priced through the
+ledger schema is priced as the reproduction prices it, and the whole set still gives the
+numbers docs/validation.md records."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from importlib import resources
+
+import pytest
+import yaml
+
+from dlsched.errors import ConfigError
+from dlsched.experiments import vtrain
+from dlsched.experiments.layout_ranking import error_summary, group_ranking, kendall_tau
+from dlsched.ledger.user_runs import UserRun, price
+
+DATA = resources.files("dlsched.experiments").joinpath("data")
+# docs/validation.md, "vTrain's single-node layouts" (main, 2026-12-06, a100 preset).
+RECORDED = {"rows": 1440, "mean_abs_error": 0.1021, "bias": -0.0502, "groups": 144,
+            "mean_kendall_tau": 0.851, "first_within_3pct": 75, "first_within_5pct": 84,
+            "worst_first_ratio": 1.259}
+
+
+def test_the_bundled_csv_is_the_repository_file() -> None:
+    """The CSV's SHA-256 is the one its provenance file names; 1,440 rows of 8 models in 144
+    groups of 2 to 26 layouts, every TP x PP x DP equal to the GPUs."""
+    source = yaml.safe_load(DATA.joinpath("vtrain_single.source.yaml").read_text())
+    digest = hashlib.sha256(DATA.joinpath("vtrain_single.csv").read_bytes()).hexdigest()
+    assert digest == source["sha256"]
+    rows = vtrain.load_rows()
+    assert len(rows) == 1440 and len(vtrain.MODELS) == 8
+    assert all(r.tp * r.pp * r.dp == r.gpus for r in rows)
+    sizes: dict[tuple[str, int, int], int] = {}
+    for r in rows:
+        key = (r.model, r.gpus, r.global_batch)
+        sizes[key] = sizes.get(key, 0) + 1
+    assert len(sizes) == 144 and min(sizes.values()) == 2 and max(sizes.values()) == 26
+
+
+def test_a_malformed_csv_is_refused_naming_the_line() -> None:
+    """A wrong header or a non-number is a one-line ConfigError."""
+    header = ",".join(vtrain.HEADER)
+    with pytest.raises(ConfigError, match="header"):
+        vtrain.parse_rows("a,b\n1,2\n")
+    with pytest.raises(ConfigError, match="line 3"):
+        vtrain.parse_rows(f"{header}\n2,16,8,1024,16,24,1024,1,1,2,372.1\n2,x,8,1,1,1,1,1,1,1,1\n")
+
+
+def test_kendall_tau_and_the_first_ranked_layout() -> None:
+    """tau is 1 for the same order, -1 for the reverse, 1/3 for one swap in three items
+    ((2 - 1) / 3); the first-ranked layout's ratio is its measured time over the best."""
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == pytest.approx(1)
+    assert kendall_tau([1, 2, 3], [30, 20, 10]) == pytest.approx(-1)
+    assert kendall_tau([1, 2, 3], [10, 30, 20]) == pytest.approx(1 / 3)
+    assert math.isnan(kendall_tau([1], [1]))
+    rows = [{"predicted_s": 1.0, "measured_s": 1.06}, {"predicted_s": 2.0, "measured_s": 1.0}]
+    ranked = group_ranking(rows)
+    assert ranked["first_ratio"] == pytest.approx(1.06)
+    assert not ranked["first_within_3pct"] and not ranked["first_within_5pct"]
+    summary = error_summary(rows)
+    assert summary["mean_abs_error"] == pytest.approx((0.06 / 1.06 + 1.0) / 2)
+    assert summary["bias"] == pytest.approx((-0.06 / 1.06 + 1.0) / 2)
+
+
+@pytest.mark.parametrize("index", [0, 7, 18, 999])
+def test_a_row_in_the_ledger_schema_is_priced_the_same(index: int) -> None:
+    """``vtrain.ledger_run`` (what ``calibrate runs`` reads) and ``vtrain.price`` give one
+    prediction: the runs' settings are stated once."""
+    row = vtrain.load_rows()[index]
+    run = UserRun.model_validate(vtrain.ledger_run(row, index))
+    assert price(run).predicted == vtrain.price(row, index=index)["predicted_s"]
+
+
+def test_the_whole_set_gives_the_recorded_numbers() -> None:
+    """All 1,440 rows on the a100 preset (about 2 s): the totals docs/validation.md records
+    (a change to the evaluator that moves them updates the record there and here, with the
+    reason)."""
+    rows = [r for s in vtrain.scenarios() for r in vtrain.run_scenario(s)]
+    summary = vtrain.document(rows)["summary"]
+    for key, value in RECORDED.items():
+        assert summary[key] == pytest.approx(value, abs=5e-4), key
