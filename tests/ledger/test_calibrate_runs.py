@@ -135,3 +135,14 @@ def test_calibrate_runs_writes_a_gpu_file_plan_and_validate_read(
                               "--json")
     assert code == 0, err
     assert json.loads(text)["rows"][0]["iteration_s"] > 0
+
+
+def test_the_template_calibrates_as_documented(tmp_path: Path, run_cli: Any) -> None:
+    """docs/examples/my-runs.yaml loads, and its placeholder times (dlsched's own at 0.70)
+    calibrate back to 0.70, as docs/validation.md says."""
+    template = Path(__file__).parents[2] / "docs" / "examples" / "my-runs.yaml"
+    assert len(load_runs(template)) == 4
+    code, text, err = run_cli("calibrate", "runs", str(template), "--out",
+                              str(tmp_path / "my-a100.yaml"), "--json")
+    assert code == 0, err
+    assert json.loads(text)["value"] == pytest.approx(0.70, abs=1e-3)
