@@ -52,11 +52,13 @@ def reproduce_vtrain(
         run.show(vtrain, vtrain.Options(chosen, gpu))
         return
     model = parse_names(calibrate_on, vtrain.MODELS, "--calibrate-on")[0]
+    if gpu != "a100":
+        raise ConfigError(f"--gpu: {gpu!r} with --calibrate-on, which fits its own file from "
+                          "the a100 preset; give one of the two")
     if gpu_out is None or not 1 <= every <= 180:
         raise ConfigError("--calibrate-on: needs --gpu-out FILE.yaml and 1 <= --every <= 180 "
                           f"(got {gpu_out}, {every})")
-    check_files({"--gpu-out": (gpu_out, (".yaml", ".yml"))},
-                {"--gpu": gpu, **({"--csv": run.csv} if run.csv else {})})
+    check_files({"--gpu-out": (gpu_out, (".yaml", ".yml")), "--csv": (run.csv, (".csv",))})
     run.show(vtrain, vtrain.Options(chosen, _fit(model, every, gpu_out, run.json_out),
                                     tuple(vtrain.sample(model, every))))
 

@@ -156,7 +156,10 @@ class Options:
     fitted: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        get_gpu(self.gpu)  # ConfigError for an unknown preset or unreadable file, before work
+        try:  # an unknown preset or an unreadable file is refused before any work
+            get_gpu(self.gpu)
+        except ConfigError as error:
+            raise ConfigError(f"--gpu: {error}") from None
 
 
 @dataclass(frozen=True)
