@@ -20,7 +20,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "units", "validation", "config", "lazy_exports", "progress", "dlsched"),
     ("hardware", "sim", "report"),
     ("collectives", "models", "inputs"),
-    ("dataparallel", "pipeline", "interop"),
+    ("dataparallel", "pipeline", "interop", "goodput"),
     ("training", "job"),
     ("experiments", "runtime"),
     ("sweep", "ledger"),

@@ -51,7 +51,9 @@ def test_async_blocks_for_the_snapshot_only() -> None:
 def test_storage_input() -> None:
     assert load_storage("25 GB/s").per_node == 25e9
     assert load_storage("tectonic").aggregate == 2e12
-    with pytest.raises(ConfigError, match="--storage"):
+    total = load_storage("200 GB/s total")
+    assert total.aggregate == 200e9 and total.per_node is None
+    with pytest.raises(ConfigError, match="storage: 'fast' is not accepted"):
         load_storage("fast")
     with pytest.raises(ConfigError, match="--checkpoint"):
         checkpoint_plan(1.0, 1.0, 1, 1, 8, 8, load_storage("tectonic"), "lazy")

@@ -12,7 +12,7 @@ from dlsched.cli.schema_options import Given, options_from
 from dlsched.job.scenario import PlanScenario
 from dlsched.report import Column, render_table
 from dlsched.report.columns import seconds, standard, text
-from dlsched.report.tables import fixed
+from dlsched.report.tables import fixed, in_percent
 
 COLUMNS = [*text("planner"), Column("collective_policy", "collectives", justify="left"),
            *text("layout"),
@@ -25,6 +25,18 @@ COLUMNS = [*text("planner"), Column("collective_policy", "collectives", justify=
            Column("speedup_vs_best_baseline", "vs best baseline", lambda v: f"{v:.3f}x")]
 WHEN_USED = ("exposed_cp_s", "exposed_ep_a2a_s", "exposed_zero3_s")
 """Columns of communication only some layouts have: shown when a row exposes any."""
+TIME_TO_TRAIN = [*text("planner", "layout"),
+                 *seconds(iteration_mean_s="mean iteration", iteration_p95_s="p95 iteration"),
+                 Column("ttt_days", "days", fixed(1)),
+                 Column("gpu_hours", "GPU-hours (M)", lambda v: f"{v / 1e6:.2f}"),
+                 Column("interruptions", "interruptions", fixed(0)),
+                 Column("goodput", "goodput (%)", in_percent(1)),
+                 Column("checkpoint_interval_s", "checkpoint every (min)",
+                        lambda v: f"{v / 60:.1f}"),
+                 Column("energy_mwh", "MWh", fixed(0)),
+                 Column("cost", "cost", lambda v: f"{v:,.0f}")]
+"""The second table, with ``--tokens`` or ``--iterations`` (cost with ``--gpu-hour-price``;
+dlsched.goodput)."""
 
 
 def _columns(rows: list[dict[str, object]]) -> list[Column]:
@@ -58,6 +70,10 @@ def plan(
     if not json_out:
         render_table(rows, _columns(rows), f"{report.title} (seconds per iteration; memory GiB "
                      "per GPU; exposed communication s)", console)
+        if any("ttt_days" in row for row in rows):
+            columns = [c for c in TIME_TO_TRAIN if c.key != "cost" or rows[0].get("cost")]
+            render_table(rows, columns, "Time to train (dlsched.goodput: failures, checkpoints, "
+                         "stragglers; seconds; energy with the PUE)", console)
         for note in report.notes:
             print(f"note: {note}")
     outputs.rows(rows, {"notes": list(report.notes)})

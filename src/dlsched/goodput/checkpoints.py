@@ -59,20 +59,25 @@ direction; a bound the copy does not exceed."""
 
 
 def load_storage(value: str | float | Storage) -> Storage:
-    """A preset name (``STORAGE``), or a per-node write bandwidth ("25 GB/s", bytes/s)."""
+    """A preset name (``STORAGE``), a bandwidth per node ("25 GB/s", or bytes/s) or the file
+    system's in all ("200 GB/s total"), for writes and reads alike."""
     if isinstance(value, Storage):
         return value
     if isinstance(value, str) and value in STORAGE:
         return STORAGE[value]
+    text = str(value).strip()
+    aggregate = text.endswith(" total")
     try:
-        per_node = parse_bandwidth(value)
+        bandwidth = parse_bandwidth(text.removesuffix(" total"))
     except ConfigError as error:
-        raise ConfigError(f"--storage: {value!r} is not accepted; accepted: "
-                          f"{', '.join(STORAGE)} or a bandwidth per node such as '25 GB/s' "
-                          f"({error})") from None
-    if not per_node > 0:
-        raise ConfigError(f"--storage: {value!r} is not accepted; accepted: a bandwidth > 0")
-    return Storage(str(value), per_node, None, "given")
+        raise ConfigError(f"storage: {value!r} is not accepted; accepted: "
+                          f"{', '.join(STORAGE)}, a bandwidth per node such as '25 GB/s' or "
+                          f"in all such as '200 GB/s total' ({error})") from None
+    if not bandwidth > 0:
+        raise ConfigError(f"storage: {value!r} is not accepted; accepted: a bandwidth > 0")
+    if aggregate:
+        return Storage(text, None, bandwidth, "given")
+    return Storage(text, bandwidth, None, "given")
 
 
 @dataclass(frozen=True)

@@ -13,15 +13,16 @@ _COUNT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?)\s*([kKMBGTP]
 
 def parse_count(value: str | int | float, option: str) -> float:
     """A positive count: a number, optionally with k, M, B (or G), T or P (powers of ten;
-    "15.6T" = 1.56e13). ConfigError naming ``option`` otherwise."""
+    "15.6T" = 1.56e13). ConfigError naming ``option`` (if not empty) otherwise."""
+    name = f"{option}: " if option else ""
     if isinstance(value, int | float) and not isinstance(value, bool):
         number = float(value)
     else:
         match = _COUNT.match(str(value))
         if match is None:
-            raise ConfigError(f"{option}: {value!r} is not accepted; accepted: a number with an "
+            raise ConfigError(f"{name}{value!r} is not accepted; accepted: a number with an "
                               "optional k, M, B, T or P suffix, e.g. '15.6T'")
         number = float(match.group(1)) * SUFFIX[match.group(2)]
     if not (math.isfinite(number) and number > 0):
-        raise ConfigError(f"{option}: {value!r} is not accepted; accepted: a finite count > 0")
+        raise ConfigError(f"{name}{value!r} is not accepted; accepted: a finite count > 0")
     return number
