@@ -116,3 +116,14 @@ def test_calibrate_out_may_not_be_its_input(run_cli, tmp_path):
     before = path.read_text()
     code, _, err = run_cli("compute", "calibrate", str(path), "--out", str(path), "--force")
     assert code == 2 and "--out" in err and path.read_text() == before
+
+
+def test_measure_out_may_not_be_its_base(run_cli, tmp_path):
+    """``compute measure --base g.yaml --out g.yaml`` is refused before any kernel is timed
+    (it would overwrite the GPU file it starts from)."""
+    path = tmp_path / "g.yaml"
+    path.write_text("name: g\n")
+    code, _, err = run_cli("compute", "measure", "--device", "cpu", "--tiny", "--base",
+                           str(path), "--out", str(path))
+    assert code == 2 and "--out" in err and "--base" in err
+    assert path.read_text() == "name: g\n"

@@ -139,7 +139,7 @@ def measure_command(
     GPU file every --device accepts (docs/compute.md)."""
     from dlsched.runtime import kernel_grid, measure_gpu
 
-    check_files({"--out": (out, (".yaml", ".yml"))})
+    check_files({"--out": (out, (".yaml", ".yml"))}, {"--base": base})
     kernels = kernel_grid(device, base, tiny)
     name = kernels.name
     progress = progress_bar(f"timing {len(kernels.kernels)} kernels on {name}", json_out)
