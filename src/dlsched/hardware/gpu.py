@@ -22,22 +22,24 @@ backward (the autograd engine, in C++); both overlap the GPU's work (``models.ti
 
 ``peak`` is the datasheet's dense FLOP/s of a precision: ``fp32`` (CUDA cores), ``tf32``,
 ``bf16`` (also fp16's: the same tensor cores), ``fp8`` (Hopper; Transformer Engine's FP8
-GEMMs, the rest in bf16). Presets (``v100``, ``a100``, ``h100``, ``h200``) live in
-``presets/gpus.yaml``; a user's own GPU is the same document in a YAML/JSON file (``dlsched
-compute calibrate`` and ``dlsched compute measure`` write one).
+GEMMs, the rest in bf16). Presets (``v100``, ``a100``, ``h100``, ``h100-hbm2e-96gb``,
+``h800``, ``h200``, ``b200``, ``gb200``, ``mi300x``) live in ``presets/gpus.yaml``, each with
+its ``memory`` (bytes) and the ``provenance`` of its constants (``PROVENANCES``); a user's own
+GPU is the same document in a YAML/JSON file (``dlsched compute calibrate`` and ``dlsched
+compute measure`` write one).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dlsched.config import bundled_presets, load_document, validate
 from dlsched.errors import ConfigError
-from dlsched.validation import Bandwidth, FlopRate, Fraction, Seconds
+from dlsched.validation import Bandwidth, ByteSize, FlopRate, Fraction, Seconds
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
 KINDS = ("gemm", "attention", "conv", "elementwise")
@@ -51,6 +53,12 @@ OPERAND_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 # Where a precision reads its constants: fp16 shares bf16's tensor cores and peak.
 KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 OPTIONAL = ("tf32", "bf16", "fp8")
+# How a constant's value was obtained (``GpuSpec.provenance``): from the vendor's datasheet,
+# measured on this GPU model (``compute measure`` / ``compute calibrate`` on its own steps),
+# fitted on one named ledger row of this GPU (the others held out), transferred from another
+# GPU by a published ratio, or assumed equal to another GPU's without one (unvalidated).
+Provenance = Literal["datasheet", "measured", "fitted", "transferred", "assumed"]
+PROVENANCES: tuple[str, ...] = get_args(Provenance)
 
 
 class KindEfficiency(BaseModel):
@@ -65,8 +73,9 @@ class KindEfficiency(BaseModel):
 
 
 class GpuSpec(BaseModel):
-    """One GPU document (see the module docstring); ``sources`` maps a constant's name to
-    where its value comes from."""
+    """One GPU document (see the module docstring); ``memory``: its capacity (bytes);
+    ``sources`` maps a constant's name to where its value comes from, ``provenance`` to how it
+    was obtained (``PROVENANCES``)."""
 
     model_config = ConfigDict(extra="forbid")
     name: str
@@ -82,7 +91,19 @@ class GpuSpec(BaseModel):
     half_precisions: list[Literal["bf16", "fp16"]] = Field(default=["bf16", "fp16"],
                                                            min_length=1)
     best_published_utilization: Fraction | None = None
+    memory: ByteSize | None = None
     sources: dict[str, str] = Field(default_factory=dict)
+    provenance: dict[str, Provenance] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _provenance_keys(self) -> GpuSpec:
+        unknown = sorted(key for key in self.provenance
+                         if key.split(".")[0] not in type(self).model_fields
+                         or key.split(".")[0] in ("name", "description", "sources",
+                                                  "provenance"))
+        if unknown:
+            raise ValueError(f"provenance: {unknown} name no constant of the GPU document")
+        return self
 
     @model_validator(mode="after")
     def _complete(self) -> GpuSpec:
@@ -189,7 +210,7 @@ def _presets() -> dict[str, Any]:
 
 def preset_for(device_name: str) -> str | None:
     """The bundled preset of a CUDA device name (``NVIDIA H100 80GB HBM3`` -> h100), if any."""
-    for preset in ("h200", "h100", "a100", "v100"):
+    for preset in ("h200", "h100", "h800", "gb200", "b200", "mi300x", "a100", "v100"):
         if preset in device_name.lower():
             return preset
     return None
@@ -201,8 +222,7 @@ def gpu_from_data(data: Any, source: str) -> Gpu:
 
 
 def get_gpu(name_or_path: str | Path) -> Gpu:
-    """A bundled preset by name (``v100``, ``a100``, ``h100``, ``h200``) or a YAML/JSON GPU
-    file."""
+    """A bundled preset by name (``presets/gpus.yaml``) or a YAML/JSON GPU file."""
     key = str(name_or_path)
     presets = _presets()
     if key in presets:

@@ -2,8 +2,10 @@
 
 A ``Cluster`` is a ``Topology`` (dimension 1 innermost), the compute preset of its GPUs
 (``hardware.gpu``: ``a100``, ``h100``, a GPU file), each GPU's memory and the training
-precision. It comes from a node preset scaled to ``gpus`` GPUs (``dgx-a100``, ``dgx-h100``:
-an NVSwitch dimension of the node's 8 GPUs, then a non-blocking fabric of one NIC per GPU,
+precision. It comes from a node preset scaled to ``gpus`` GPUs (``hardware.nodes``: ``dgx-a100``,
+``dgx-h100``, ``dgx-b200``, ``gb200-nvl72``, ``mi300x-8``, ...: a dimension of the node's GPUs,
+an NVSwitch, a 72-GPU NVLink domain or AMD's fully connected Infinity Fabric, a ring over a
+domain that is not a power of two, then a non-blocking fabric of one NIC per GPU,
 modelled as a switch dimension over the nodes: halving-doubling when the nodes are a power of
 two, logarithmic in steps as NCCL's trees are, a ring otherwise) or from a multi-dimensional
 topology preset or file (``3D-FC_Ring_SW``; its NPUs are the GPUs). A group that uses part of
@@ -24,40 +26,16 @@ import math
 from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
+from dlsched.hardware.gpu import get_gpu
+from dlsched.hardware.nodes import node_presets
 from dlsched.hardware.topology import Dimension, Topology
 
 GIB = 2**30
 
 
-@dataclass(frozen=True)
-class NodePreset:
-    """A server type: ``gpus`` per node, the compute preset, GPU memory (bytes), NVLink
-    bandwidth per GPU per direction (B/s) and latency (s), NIC bandwidth per GPU (B/s) and
-    latency (s), and where the numbers come from."""
-
-    name: str
-    gpus: int
-    gpu: str
-    memory: int
-    nvlink: tuple[float, float]
-    nic: tuple[float, float]
-    source: str
-
-
-# Latencies: the 5 us per NVLink and per NIC transfer step the Megatron SC21 reproduction uses
-# (experiments/megatron.py), not separately measured.
-NODE_PRESETS = {
-    "dgx-a100": NodePreset(
-        "dgx-a100", 8, "a100", 80 * GIB, (300e9, 5e-6), (25e9, 5e-6),
-        "NVIDIA DGX A100 datasheet (Selene's nodes, Narayanan et al. SC21 Sec. 5): 8x A100 "
-        "80GB SXM4, NVLink 3 through NVSwitch 600 GB/s per GPU (300 GB/s each way), 8x "
-        "200 Gb/s HDR InfiniBand (one per GPU)"),
-    "dgx-h100": NodePreset(
-        "dgx-h100", 8, "h100", 80 * GIB, (450e9, 5e-6), (50e9, 5e-6),
-        "NVIDIA DGX H100 datasheet: 8x H100 80GB SXM5, NVLink 4 through NVSwitch 900 GB/s per "
-        "GPU (450 GB/s each way), 8x 400 Gb/s NDR ConnectX-7 (one per GPU)"),
-}
-GPU_MEMORY = {"v100": 32 * GIB, "a100": 80 * GIB, "h100": 80 * GIB, "h200": 141 * 10**9}
+# The node presets (presets/nodes.yaml, with their sources) and each GPU's memory
+# (presets/gpus.yaml ``memory``).
+NODE_PRESETS = node_presets()
 
 
 @dataclass(frozen=True)
@@ -107,14 +85,27 @@ def node_cluster(preset: str, gpus: int, gpu: str | None = None) -> Cluster:
     if gpus < 1 or (gpus > node.gpus and gpus % node.gpus):
         raise ConfigError(f"--gpus: {gpus} must be a multiple of {node.gpus} (GPUs per "
                           f"{preset} node) or at most {node.gpus}")
-    dims = [Dimension("Switch", min(gpus, node.gpus), *node.nvlink)]
+    inside = min(gpus, node.gpus)
+    dims = [Dimension(node.kind, inside, *node.nvlink,
+                      algorithm="ring" if node.kind == "Switch" and inside & (inside - 1)
+                      else None)]
     if gpus > node.gpus:
         nodes = gpus // node.gpus
         dims.append(Dimension("Switch", nodes, *node.nic, algorithm=None if nodes & (nodes - 1)
                               == 0 else "ring"))
     name = gpu or node.gpu
     return Cluster(f"{gpus}x{preset}", Topology(f"{preset}-{gpus}", tuple(dims)), name,
-                   GPU_MEMORY.get(name, node.memory), node.source)
+                   gpu_memory_or(name, node.gpu), node.source)
+
+
+def gpu_memory_or(gpu: str, fallback: str) -> int:
+    """Bytes of memory of GPU preset or file ``gpu`` (``--gpu``), else of preset
+    ``fallback``; ConfigError naming the presets when ``gpu`` is neither a preset nor a file."""
+    try:
+        memory = get_gpu(gpu).spec.memory
+    except ConfigError as error:
+        raise ConfigError(f"--gpu: {error}".replace("device: ", "")) from None
+    return memory if memory is not None else int(get_gpu(fallback).spec.memory or 80 * GIB)
 
 
 def load_cluster(name: str, gpus: int | None, gpu: str | None) -> Cluster:
@@ -136,5 +127,5 @@ def load_cluster(name: str, gpus: int | None, gpu: str | None) -> Cluster:
         raise ConfigError(f"--gpus: {gpus} differs from the {topology.num_npus} NPUs of "
                           f"{name!r}")
     chosen = gpu or "a100"
-    return Cluster(topology.name, topology, chosen, GPU_MEMORY.get(chosen, 80 * GIB),
+    return Cluster(topology.name, topology, chosen, gpu_memory_or(chosen, "a100"),
                    f"topology {topology.name} ({topology.shape})")

@@ -1,0 +1,176 @@
+"""The GPU and node presets: datasheet figures, how each constant was obtained, and what the
+planner builds from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.config import bundled_presets
+from dlsched.errors import ConfigError
+from dlsched.hardware.gpu import KINDS, OPTIONAL, PROVENANCES, get_gpu, gpu_from_data
+from dlsched.hardware.nodes import node_presets
+from dlsched.hardware.topology import DimAlgorithm, DimKind
+from dlsched.job.cluster import load_cluster, node_cluster
+from dlsched.models.compute import calibrated
+
+PRESETS = tuple(bundled_presets("gpus.yaml"))
+A100_FIT = 0.7268  # a100 efficiency.gemm.bf16, fitted to SC21's 39.1B row
+A100_MAMF = 271.2 / 312  # Bekman's MAMF table: A100 SXM BF16 271.2 of 312 TFLOP/s
+
+
+def _constants(name: str) -> list[str]:
+    """Every constant a preset gives, as the dotted names ``provenance`` keys use."""
+    spec = get_gpu(name).spec
+    names = ["peak", "sms", "memory", "memory_bandwidth", "memory_efficiency",
+             "transpose_efficiency", "kernel_overhead", "backward_overhead"]
+    if spec.best_published_utilization is not None:
+        names.append("best_published_utilization")
+    for kind, table in spec.efficiency.items():
+        names += [f"efficiency.{kind}.{key}" for key in ("fp32", *OPTIONAL)
+                  if getattr(table, key) is not None]
+    return names
+
+
+def _provenance(name: str, constant: str) -> str | None:
+    """The provenance of ``constant``: its own key or the nearest enclosing one."""
+    table = get_gpu(name).spec.provenance
+    parts = constant.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in table:
+            return table[".".join(parts[:end])]
+    return None
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_constant_says_how_it_was_obtained(name: str) -> None:
+    """No preset constant without a provenance, and every one is one of the five kinds."""
+    missing = [c for c in _constants(name) if _provenance(name, c) is None]
+    assert missing == []
+    assert set(get_gpu(name).spec.provenance.values()) <= set(PROVENANCES)
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_datasheet_constants_are_cited_and_capacity_is_known(name: str) -> None:
+    """Peaks, memory and bandwidth come from datasheets with a source; every preset has a
+    capacity."""
+    spec = get_gpu(name).spec
+    assert spec.memory is not None and spec.memory > 16 * 2**30
+    for constant in ("peak", "memory_bandwidth"):
+        assert _provenance(name, constant) == "datasheet"
+        assert constant in spec.sources
+
+
+@pytest.mark.parametrize("name", ["h100", "h100-hbm2e-96gb", "h800", "h200", "b200", "gb200",
+                                  "mi300x"])
+def test_dense_peaks_follow_the_datasheets_ratios(name: str) -> None:
+    """Dense FP8 is twice dense BF16 and TF32 half of it on every tensor-core GPU here."""
+    peak = get_gpu(name).spec.peak
+    assert peak["fp8"] == pytest.approx(2 * peak["bf16"], rel=1e-3)
+    assert peak["tf32"] == pytest.approx(peak["bf16"] / 2, rel=1e-3)
+
+
+def test_system_datasheet_totals() -> None:
+    """Per-GPU dense peaks times the GPUs of the system, doubled for sparsity, give the
+    system datasheets' figures: HGX B200 36 PFLOP/s BF16 and 72 FP8 over 8 GPUs, GB200 NVL72
+    360 and 720 over 72, MI300X 2,614.9 TFLOP/s BF16 with sparsity."""
+    b200, gb200, mi300x = (get_gpu(n).spec.peak for n in ("b200", "gb200", "mi300x"))
+    assert 8 * 2 * b200["bf16"] == pytest.approx(36e15)
+    assert 8 * 2 * b200["fp8"] == pytest.approx(72e15)
+    assert 72 * 2 * gb200["bf16"] == pytest.approx(360e15)
+    assert 72 * 2 * gb200["fp8"] == pytest.approx(720e15)
+    assert 2 * mi300x["bf16"] == pytest.approx(2614.8e12)
+
+
+@pytest.mark.parametrize(("name", "key", "mamf"), [  # MAMF / theory, TFLOP/s
+    ("h100", "bf16", 794.5 / 989), ("h100", "fp8", 1402.6 / 1979),
+    ("h200", "fp8", 1453.4 / 1979), ("b200", "bf16", 1745.0 / 2250),
+    ("b200", "fp8", 3432.5 / 4500), ("gb200", "bf16", 1822.0 / 2500),
+    ("gb200", "fp8", 3615.6 / 5000), ("mi300x", "bf16", 668.4 / 1300)])
+def test_transferred_gemm_fractions_follow_the_published_ratio(name: str, key: str,
+                                                               mamf: float) -> None:
+    """A transferred GEMM fraction is the a100 fit x the GPU's MAMF efficiency / the A100's
+    (the ratio each source names), to the four digits the file keeps."""
+    value = getattr(get_gpu(name).spec.efficiency["gemm"], key)
+    assert _provenance(name, f"efficiency.gemm.{key}") == "transferred"
+    assert value == pytest.approx(A100_FIT * mamf / A100_MAMF, abs=5e-5)
+
+
+def test_mi300x_has_no_cudnn_attention_and_its_fp8_fraction_is_an_assumption() -> None:
+    """cuDNN does not run on AMD GPUs; no FP8 matmul measurement of MI300X is published."""
+    gpu = get_gpu("mi300x")
+    with pytest.raises(ConfigError, match="fused_attention"):
+        gpu.efficiency("fused_attention", "bf16")
+    assert _provenance("mi300x", "efficiency.gemm.fp8") == "assumed"
+
+
+def test_a_provenance_must_name_a_constant_and_a_known_kind() -> None:
+    """A misspelt constant or an unknown provenance kind is refused, naming the field."""
+    document = {"name": "x", **bundled_presets("gpus.yaml")["h100"]}
+    with pytest.raises(ConfigError, match="provenance"):
+        gpu_from_data({**document, "provenance": {"efficency.gemm": "measured"}}, "x")
+    with pytest.raises(ConfigError, match="provenance"):
+        gpu_from_data({**document, "provenance": {"sms": "guessed"}}, "x")
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_every_preset_prices_a_kernel(name: str) -> None:
+    """``dlsched compute --device NAME``'s model builds for every preset and every kind it
+    gives prices at a positive rate no higher than the peak."""
+    gpu = get_gpu(name)
+    for kind in KINDS:
+        for precision in gpu.precisions():
+            rate = gpu.kind_rate(kind, precision)
+            assert 0 < rate <= max(gpu.spec.peak.values())
+    assert calibrated(name).gpu.name == name
+
+
+def test_node_presets_name_gpu_presets_and_cite_sources() -> None:
+    """Every node's GPU is a GPU preset and every node says where its figures come from."""
+    for node in node_presets().values():
+        assert node.gpu in PRESETS
+        assert len(node.source) > 40
+
+
+def test_node_links_as_the_datasheets_give_them() -> None:
+    """Per GPU per direction: NVLink 5 900 GB/s (B200, GB200), H800's 400 GB/s both ways,
+    MI300X's 7 Infinity Fabric links of 128 GB/s both ways, 400 Gb/s NICs."""
+    nodes = node_presets()
+    assert nodes["dgx-b200"].nvlink[0] == nodes["gb200-nvl72"].nvlink[0] == 900e9
+    assert nodes["dgx-h800"].nvlink[0] == 400e9 / 2
+    assert nodes["mi300x-8"].nvlink[0] == 7 * 128e9 / 2
+    assert nodes["mi300x-8"].kind == "FullyConnected"
+    assert {node.nic[0] for name, node in nodes.items() if name != "dgx-a100"} == {400e9 / 8}
+
+
+def test_gb200_nvl72_is_one_72_gpu_dimension() -> None:
+    """144 GPUs of GB200 NVL72: a 72-GPU NVLink dimension (a ring: 72 is no power of two)
+    and two racks over the NICs; the memory is the GPU's."""
+    cluster = node_cluster("gb200-nvl72", 144)
+    inside, across = cluster.topology.dims
+    assert (inside.size, across.size) == (72, 2)
+    assert inside.algorithm is DimAlgorithm.RING
+    assert inside.bandwidth == 900e9
+    assert cluster.memory == 186e9
+    tp_group = cluster.group_topology(1, 8)
+    assert tp_group is not None and tp_group.dims[0].size == 8
+
+
+def test_mi300x_node_is_fully_connected() -> None:
+    """The MI300X node's 8 GPUs form one fully connected dimension priced directly."""
+    (dim,) = node_cluster("mi300x-8", 8).topology.dims
+    assert dim.kind is DimKind.FULLY_CONNECTED and dim.algorithm is DimAlgorithm.DIRECT
+
+
+def test_an_unknown_gpu_is_refused_naming_the_presets() -> None:
+    """``--gpu nonsense`` is one line naming the field and every preset, before any search."""
+    with pytest.raises(ConfigError) as error:
+        load_cluster("dgx-h100", 8, "nonsense")
+    message = str(error.value)
+    assert message.startswith("--gpu:")
+    assert all(name in message for name in PRESETS)
+
+
+def test_memory_of_a_gpu_other_than_the_nodes_is_the_gpus() -> None:
+    """``--gpu mi300x`` on dgx-h100 nodes takes the MI300X's 192 GB."""
+    assert load_cluster("dgx-h100", 8, "mi300x").memory == 192e9
+    assert load_cluster("dgx-h100", 8, None).memory == 80 * 2**30
