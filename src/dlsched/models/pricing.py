@@ -70,9 +70,7 @@ def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) ->
         return Work(max(moved / rate, flops / gpu.kind_rate("elementwise", precision)),
                     launches)
     weights = op.weights / tp if op.split else op.weights
-    operand = OPERAND_BYTES[precision] if op.kind == "gemm" else ELEMENT_BYTES[precision]
-    moved = scale * (op.elements * batch * share * ELEMENT_BYTES[precision] + weights * operand)
-    seconds = max(_compute_seconds(compute, op, batch * share, backward), moved / rate)
+    seconds = product_seconds(compute, op, batch, backward)
     te_gemm = key == "fp8" and op.kind == "gemm" and bool(op.shape) and bool(weights)
     cast = 0.0  # bytes moved by casts, per pass (the backward's twice)
     if half and compute.autocast and weights and not te_gemm:
@@ -94,6 +92,21 @@ def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) ->
         seconds += quantized * FP8_CAST_BYTES / rate
         launches += 1 if backward else 2
     return Work(seconds, launches)
+
+
+def product_seconds(compute: CalibratedCompute, op: Op, batch: float, backward: bool) -> float:
+    """Seconds of a product's (GEMM or convolution) kernels alone on ``batch`` samples, forward
+    or ``backward``: its arithmetic at its shapes' rate, at least its operands' and result's
+    bytes at the memory rate; no casts or layout conversions (``op_work`` adds those)."""
+    precision = compute.precision
+    tp = compute.tensor_parallel
+    share = 1.0 / tp if op.split or compute.sequence_parallel else 1.0
+    weights = op.weights / tp if op.split else op.weights
+    operand = OPERAND_BYTES[precision] if op.kind == "gemm" else ELEMENT_BYTES[precision]
+    moved = ((BACKWARD_FACTOR if backward else 1.0)
+             * (op.elements * batch * share * ELEMENT_BYTES[precision] + weights * operand))
+    return max(_compute_seconds(compute, op, batch * share, backward),
+               moved / compute.gpu.memory_rate)
 
 
 def _input_elements(op: Op) -> float:

@@ -12,7 +12,11 @@ Korthikanti et al. measured), the embedding and the head, priced by the
 calibrated GPU model (``models.compute``) at the layout's tensor-parallel degree and sequence
 parallelism, in the job's precision: ``bf16`` and ``fp16`` as Megatron-LM runs them (16-bit weights
 and activations, FP32 master weights: no per-op casts), ``autocast`` as ``torch.autocast`` (FP32
-weights cast per op). Recomputation adds to the backward the layer's forward (``full``) or its
+weights cast per op), ``fp8`` as bf16 with the four linear layers of each transformer layer in
+FP8 by the job's recipe (``job.compute.fp8``); under ``--compile`` the memory-bound ops fused
+as torch.compile fuses them (``job.compute.compile_fusion``; both through
+``job.compute.block_pricing``). Recomputation adds to the backward the layer's forward
+(``full``) or its
 attention core (``selective``: the scores, softmax, dropout and context ops, or the fused
 kernel's forward: Megatron-Core checkpoints ``core_attn`` whichever backend runs it) or, under
 TorchTitan's per-op policy (``selective-op``), the ops ``job.op_checkpoint`` says it does not
@@ -39,18 +43,26 @@ from functools import lru_cache
 
 from dlsched.errors import check_choice
 from dlsched.hardware import Topology
+from dlsched.job.communication.async_tp import async_tp_exposed
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import core_shape, local_tokens
 from dlsched.job.communication.tp_overlap import overlapped_tp
+from dlsched.job.compute.block_pricing import (
+    KernelOptions,
+    ops_seconds,
+    ops_works,
+    priced_blocks,
+)
+from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Layer
 from dlsched.models.zoo import ATTENTION_KERNELS, TransformerModel, gpt_model
-from dlsched.pipeline.chains.calibrated_chain import block_seconds
 
-PRECISIONS = ("bf16", "fp16", "autocast")
+PRECISIONS = ("bf16", "fp16", "autocast", "fp8")
 ACTIVATION_BYTES = 2
+EAGER_16BIT = KernelOptions()
 ATTENTION_CORE = ("scores", "softmax", "attention-dropout", "context", "flash-attention")
 
 
@@ -87,9 +99,11 @@ def check_attention(attention: str) -> str:
 
 
 def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> CalibratedCompute:
-    """The calibrated GPU in the job's precision (module docstring) at TP degree ``tp``."""
+    """The calibrated GPU in the job's precision (module docstring) at TP degree ``tp``: fp8
+    runs all but its FP8 linears in bf16 (``job.compute.fp8`` prices those), so its GPU is the
+    bf16 one (its peak the 16-bit one MFU is counted against)."""
     check_precision(precision)
-    half = "bf16" if precision == "autocast" else precision
+    half = "bf16" if precision in ("autocast", "fp8") else precision
     return calibrated(gpu, half, autocast=precision == "autocast", tensor_parallel=tp,
                       sequence_parallel=sp)
 
@@ -109,14 +123,17 @@ def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
 def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision: str,
                 tp: int, sp: bool, recompute: str, tp_group: Topology,
                 policy: str, cp: int = 1, cp_algorithm: str = "ring",
-                attention: str = "flash", tp_overlap: bool = False) -> BlockCosts:
+                attention: str = "flash", tp_overlap: bool = False,
+                kernels: KernelOptions = EAGER_16BIT, async_tp: bool = False) -> BlockCosts:
     """The blocks' seconds (see ``BlockCosts`` and the module docstring) on one GPU of a CP
     group of ``cp`` (its ``s / cp`` tokens; the CP communication is ``job.context_parallel``'s),
     the attention core by the ``attention`` kernel, the TP collectives overlapped with their
-    GEMMs when ``tp_overlap`` and ``sp``."""
+    GEMMs when ``tp_overlap`` and ``sp`` (Transformer Engine's userbuffers) or ``async_tp``
+    (PyTorch's micro-pipelined collectives, ``job.async_tp``), the kernels in FP8 and compiled
+    as ``kernels`` says."""
     compute = gpu_compute(gpu, precision, tp, sp)
     model = decoder_model(spec, 1, cp, cp_algorithm, attention)
-    forward, backward = block_seconds(model, microbatch_size, compute)
+    forward, backward = priced_blocks(model, microbatch_size, compute, kernels)
     message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     if sp:
         exchange = (curve(tp_group, "all-gather", policy).seconds(message)
@@ -127,6 +144,12 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
     if sp and tp_overlap:
         tp_forward, tp_backward = overlapped_tp(model, compute, microbatch_size, message,
                                                 tp_group, policy)
+    elif sp and async_tp:
+        gemms = {op.label: op for item in model.layers for op in item.ops if op.kind == "gemm"}
+        tp_forward, tp_backward = async_tp_exposed(
+            gemms, lambda op, back: ops_works((op,), microbatch_size, compute, kernels,
+                                              back)[0].gpu_s,
+            tp, message, tp_group, policy, compute.gpu.memory_rate)
     tp_backward += tp_forward if recompute == "full" else 0.0
     if recompute == "selective-op":  # the gathers feeding QKV and FFN, or the first all-reduce
         tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(message) if sp
@@ -143,8 +166,11 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         layer_b += core_f
     elif recompute == "selective-op":
         ops = tuple(op for item in model.layers if item.block == "h.0" for op in item.ops)
-        rerun = Layer("h.0.recomputed", 0, ops=recomputed_ops(spec, ops, local_tokens(spec, cp)))
-        layer_b += compute.forward_time(rerun, microbatch_size)
+        again = recomputed_ops(spec, ops, local_tokens(spec, cp))
+        again = compiled_ops(again, cyclic=False) if kernels.compiled else again
+        layer_b += (compute.forward_time(Layer("h.0.recomputed", 0, ops=again), microbatch_size)
+                    if kernels.eager_16bit
+                    else ops_seconds(again, microbatch_size, compute, kernels, False))
     return BlockCosts(float(forward[0]) + exchange, float(backward[0]), layer_f + tp_forward,
                       layer_b + tp_backward, float(forward[2]), float(backward[2]) + exchange,
                       tp_forward, tp_backward, core_f, core_b)

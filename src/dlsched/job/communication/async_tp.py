@@ -1,0 +1,109 @@
+"""Asynchronous tensor parallelism (``--async-tp``): PyTorch's micro-pipelined TP collectives.
+
+TorchTitan's ``enable_async_tensor_parallel`` (with ``torch.compile``) lets Inductor's
+micro-pipeline TP pass replace each sequence-parallel all-gather feeding a matmul and each
+matmul feeding a reduce-scatter with PyTorch's symmetric-memory fused ops
+(``torch/distributed/_symmetric_memory``: ``fused_all_gather_matmul``,
+``fused_matmul_reduce_scatter``; Wang et al., "Overlap communication with dependent computation
+via decomposition", ASPLOS 2023, the collective matmul they implement):
+
+* **all-gather + matmul** (``_pipelined_all_gather_and_consume``): each of the ``t`` ranks
+  multiplies its own shard first, then for each other rank copies that rank's shard out of its
+  symmetric-memory buffer (``Tensor.copy_`` over NVLink: a copy engine, no SMs) and multiplies
+  it, the copy of the next shard running while the current one is multiplied (two streams);
+* **matmul + reduce-scatter** (``_pipelined_produce_and_all2all``): each rank computes the
+  partial product destined to each rank, one row chunk at a time, copies it into that rank's
+  buffer (copy engine) while computing the next, then sums the ``t`` partials it received: one
+  memory-bound kernel reading ``t`` chunks and writing one, on the SMs.
+
+Priced per collective of a layer: the GEMM split into ``t`` row pieces (each priced at its own
+shape by the GPU model, so the decomposition's smaller tiles cost what they cost), a copy
+engine moving one piece per ``1 / (t - 1)`` of the collective's time on the TP links
+(``job.collective_costs``), the two-stage flow of pieces and copies, and the reduce-scatter's
+final sum at the memory rate. What a collective adds to the layer is the flow's end beyond the
+undecomposed GEMM. The forward decomposes QKV and FC1 (all-gather) and the projection and FC2
+(reduce-scatter); the backward the data-gradient GEMMs the other way round (the projection's
+and FC2's data gradients need the gathered output gradient; QKV's and FC1's data gradients are
+reduce-scattered), half of each linear's backward (the weight gradient runs undecomposed, on
+the gathered input the fused op keeps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from dlsched.hardware import Topology
+from dlsched.job.communication.collective_costs import curve
+from dlsched.models.ops import Op
+
+# (label suffix, forward collective, backward collective) of the four TP linears
+DECOMPOSED = (
+    ("attn.c_attn", "all-gather", "reduce-scatter"),
+    ("attn.c_proj", "reduce-scatter", "all-gather"),
+    ("mlp.c_fc", "all-gather", "reduce-scatter"),
+    ("mlp.c_proj", "reduce-scatter", "all-gather"),
+)
+
+
+def piece(op: Op, tp: int) -> Op:
+    """One of ``tp`` row pieces of GEMM ``op`` (its tokens split, the weight whole)."""
+    tokens, fan_out, fan_in, groups = op.shape
+    rows = max(1, tokens // tp)
+    share = rows / tokens
+    return replace(op, flops=op.flops * share, elements=op.elements * share,
+                   shape=(rows, fan_out, fan_in, groups))
+
+
+def flow_end(gemm_piece: float, copy: float, pieces: int, gather: bool) -> float:
+    """End of ``pieces`` GEMM pieces of ``gemm_piece`` seconds beside a copy engine moving one
+    piece in ``copy`` seconds (module docstring). All-gather: the local piece first, then piece
+    ``i`` once its copy has arrived. Reduce-scatter: the ``pieces - 1`` remote pieces first,
+    each copied out after it is computed, the local one last."""
+    if gather:
+        end, copies = gemm_piece, 0.0
+        for _ in range(1, pieces):
+            copies += copy
+            end = max(end, copies) + gemm_piece
+        return end
+    end = copies = 0.0
+    for _ in range(1, pieces):
+        end += gemm_piece
+        copies = max(copies, end) + copy
+    return max(copies, end + gemm_piece)
+
+
+def collective_seconds(gemm: float, gemm_piece: float, collective: float, reduce: float,
+                       tp: int, gather: bool) -> float:
+    """Seconds one decomposed collective adds to its ``gemm`` (module docstring):
+    ``collective`` its blocking time on the TP links, ``reduce`` the reduce-scatter's sum."""
+    copy = collective / (tp - 1)
+    end = flow_end(gemm_piece, copy, tp, gather) + (0.0 if gather else reduce)
+    return max(0.0, end - gemm)
+
+
+def async_tp_exposed(gemms: dict[str, Op], seconds: Callable[[Op, bool], float], tp: int,
+                     message: float, tp_group: Topology | None, policy: str,
+                     memory_rate: float) -> tuple[float, float]:
+    """Seconds a layer's decomposed TP collectives add to its forward and its backward:
+    ``gemms`` the layer's linears by label, ``seconds(op, backward)`` one op's GPU seconds as the
+    job runs it, ``message`` the bytes of one collective's whole buffer (``b s h`` elements)."""
+    if tp == 1:
+        return 0.0, 0.0
+    reduce = (message + message / tp) / memory_rate  # read t partial chunks, write one
+    forward = backward = 0.0
+    for suffix, ahead, behind in DECOMPOSED:
+        op = next(op for label, op in gemms.items() if label.endswith(suffix))
+        part = piece(op, tp)
+        for phase, collective in (("forward", ahead), ("backward", behind)):
+            back = phase == "backward"
+            whole = seconds(op, back) / (2 if back else 1)
+            pieces = seconds(part, back) / (2 if back else 1)
+            added = collective_seconds(whole, pieces, curve(tp_group, collective, policy)
+                                       .seconds(message), reduce, tp,
+                                       collective == "all-gather")
+            if back:
+                backward += added
+            else:
+                forward += added
+    return forward, backward

@@ -1,0 +1,90 @@
+"""A block's kernels as the job runs them: the zoo's ops on the calibrated GPU, their four
+linear layers in FP8 (``job.compute.fp8``) and their memory-bound ops fused by torch.compile
+(``job.compute.compile_fusion``) when the job says so.
+
+Each block (consecutive layers sharing ``Layer.block``: the embedding, a transformer layer, the
+head) is priced as ``CalibratedCompute.repeated_time`` prices it: one of a stage's blocks back
+to back, the larger of the GPU's seconds and the host's launch seconds. Without FP8 or compile
+the zoo's own pricing runs unchanged (``pipeline.chains.calibrated_chain.block_seconds``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from itertools import groupby
+
+import numpy as np
+
+from dlsched.job.compute.compile_fusion import compiled_ops
+from dlsched.job.compute.fp8 import fp8_linear_work, is_fp8_linear
+from dlsched.models.compute import CalibratedCompute
+from dlsched.models.ops import Op
+from dlsched.models.timeline import Work
+from dlsched.models.zoo import TransformerModel
+from dlsched.pipeline.chains.calibrated_chain import block_seconds
+
+
+@dataclass(frozen=True)
+class KernelOptions:
+    """How the job's kernels run: ``fp8_recipe`` (None: 16-bit linears), ``compiled``
+    (torch.compile), the iteration's ``microbatches`` (Transformer Engine casts a weight once per
+    iteration) and ``weight_shards`` (torchao's FP8 all-gather casts the weight on its FSDP
+    shard of that many ranks; 1 otherwise)."""
+
+    fp8_recipe: str | None = None
+    compiled: bool = False
+    microbatches: int = 1
+    weight_shards: int = 1
+
+    @property
+    def eager_16bit(self) -> bool:
+        """Whether the zoo's own pricing applies (no FP8, no compile)."""
+        return self.fp8_recipe is None and not self.compiled
+
+
+def ops_works(ops: Sequence[Op], microbatch_size: int, compute: CalibratedCompute,
+              options: KernelOptions, backward: bool) -> list[Work]:
+    """Each op's GPU seconds and launches (an FP8 linear as ``job.compute.fp8`` prices it)."""
+    fp8 = replace(compute, precision="fp8", autocast=False) if options.fp8_recipe else None
+    works = []
+    for op in ops:
+        if fp8 is not None and options.fp8_recipe and is_fp8_linear(op):
+            works.append(fp8_linear_work(op, microbatch_size, fp8, options.fp8_recipe, backward,
+                                         options.compiled, options.microbatches,
+                                         options.weight_shards))
+        else:
+            works.append(compute.work(op, microbatch_size, backward))
+    return works
+
+
+def ops_seconds(ops: Sequence[Op], microbatch_size: int, compute: CalibratedCompute,
+                options: KernelOptions, backward: bool) -> float:
+    """Seconds of ``ops`` run back to back (module docstring), forward or ``backward``."""
+    works = ops_works(ops, microbatch_size, compute, options, backward)
+    spec = compute.gpu.spec
+    overhead = spec.backward_overhead if backward else spec.kernel_overhead
+    return max(sum(work.gpu_s for work in works),
+               sum(work.launches for work in works) * overhead)
+
+
+def block_ops(model: TransformerModel, compiled: bool) -> list[tuple[str, tuple[Op, ...]]]:
+    """Each block's name and ops, in order, as the job runs them (compiled: fused)."""
+    blocks = []
+    for name, group in groupby(model.layers, key=lambda layer: layer.block or layer.name):
+        ops = tuple(op for layer in group for op in layer.ops)
+        if compiled:
+            ops = compiled_ops(ops, cyclic=name.startswith("h."))
+        blocks.append((name, ops))
+    return blocks
+
+
+def priced_blocks(model: TransformerModel, microbatch_size: int, compute: CalibratedCompute,
+                  options: KernelOptions) -> tuple[np.ndarray, np.ndarray]:
+    """Per block: forward and backward seconds of one microbatch (module docstring)."""
+    if options.eager_16bit:
+        return block_seconds(model, microbatch_size, compute)
+    blocks = block_ops(model, options.compiled)
+    forward = [ops_seconds(ops, microbatch_size, compute, options, False) for _, ops in blocks]
+    backward = [ops_seconds(ops, microbatch_size, compute, options, True) for _, ops in blocks]
+    return np.array(forward), np.array(backward)

@@ -1,0 +1,205 @@
+"""FP8 linear layers as each framework runs them (``--precision fp8 --fp8-recipe R``).
+
+**Which GEMMs run in FP8.** The four linear layers of every transformer layer (QKV, the
+attention's output projection, FC1 and FC2: ``FP8_LINEARS``), their forward and both backward
+GEMMs (data and weight gradient). Everything else stays 16-bit: the attention core (Megatron-
+Core runs it in bf16 unless ``--fp8-dot-product-attention``; TorchTitan's SDPA is bf16), the
+embedding and the LM head (Megatron-Core's output layer is a ``ColumnParallelLinear`` outside
+Transformer Engine's FP8 autocast; TorchTitan's float8 converter skips ``output``:
+``torchtitan/components/quantization/float8.py``, ``filter_fqns`` with the output layer by
+default), norms and activations. Megatron-LM's ``--first-last-layers-bf16`` (the first and
+last ``--num-layers-at-start-in-bf16`` / ``-at-end-in-bf16`` layers, default 1 each, kept in
+bf16 when set; off by default, and in the published runs priced here) is not modelled: every
+layer's linears are priced in FP8.
+
+**Casts as memory traffic** (bf16 source: 2 bytes read per element, 1 byte per FP8 copy
+written), per element of each GEMM operand: the input ``X`` (tokens x fan-in), the weight ``W``
+and the output gradient ``G`` (tokens x fan-out), at the shapes one GPU of the TP group holds
+(a column-parallel layer's input is the whole gathered activation, a row-parallel layer's its
+``1/t`` slice; the gradient the other way round), at the GPU's memory rate:
+
+* ``delayed`` (Transformer Engine ``DelayedScaling``, Hopper): one fused cast-transpose kernel
+  per tensor reads bf16, writes the FP8 tensor and its transpose (Hopper's FP8 GEMMs take only
+  the TN layout, so the backward needs the transposed copies) and records the amax in the same
+  pass: 4 bytes per element; the scale comes from the amax history (a few floats per tensor).
+  The weight's FP8 copy is cached over an iteration's microbatches (``is_first_microbatch``,
+  which Megatron-Core's schedules set at each iteration's first microbatch): cast once per
+  iteration.
+* ``current`` (TE ``Float8CurrentScaling``): the scale from the tensor itself, so one amax
+  pass (read 2 bytes) before the cast-transpose: 6 bytes per element; the weight cached as for
+  ``delayed``.
+* ``mxfp8`` (TE ``MXFP8BlockScaling``, Blackwell only: ``tcgen05`` block-scaled MMA): a scale
+  (E8M0, 1 byte) per 32 elements along the reduction axis, so each tensor is quantized rowwise
+  and columnwise in one kernel: read 2, write 2 x (1 + 1/32) bytes; weight cached.
+* ``tensorwise`` (torchao ``Float8Linear``, dynamic per-tensor scaling, TorchTitan's default):
+  per tensor an amax reduction (read 2 bytes; under ``torch.compile`` fused into the kernel
+  that produced the input or the gradient, free) and a cast writing the row- and column-major
+  FP8 copies (read 2, write 2): input and gradient 4 bytes per element compiled, 6 eager; the
+  weight 2 + (2 + 1) + (2 + 1) = 8 (amax, forward cast, backward cast), every microbatch (no
+  cache). torchao's own roofline (``torchao/float8/roofline_utils.py``,
+  ``get_tensor_memory_traffic_ovhd_s``) counts the same kernels.
+* ``rowwise`` (torchao ``Float8LinearRecipeName.ROWWISE``): scales per row along each GEMM's
+  reduction axis, so every tensor is quantized twice along different axes through a bf16
+  transposed copy: input and gradient: a kernel reading bf16 (2 bytes, free when fused into
+  the producer under compile) and writing the FP8 rows (1) and a bf16 transposed copy (2),
+  then one reading that copy (2) and writing its FP8 (1): 6 bytes compiled, 8 eager; weight
+  3 + 4 (the transpose) + 3 = 10 (the same roofline).
+  Its backward GEMMs run as cuBLAS tensorwise GEMMs with the row scales applied after
+  (torchao PR #1325: the CUTLASS rowwise kernel without fast accumulation is too slow): one
+  more pass reading and writing each backward GEMM's bf16 output (4 bytes per element of the
+  data and weight gradients).
+
+The FP8 GEMMs run at the calibrated GPU's FP8 GEMM rate (``efficiency.gemm.fp8`` of
+``peak.fp8``, the same kernels ``dlsched compute`` prices in fp8), operands 1 byte. Rowwise's
+forward CUTLASS kernel is taken at the tensorwise rate (pytorch/pytorch#147971: with fast
+accumulation most shapes run at 90-100% of the tensorwise cuBLAS kernel). MXFP8's GEMMs at the
+FP8 rate (NVIDIA's Blackwell datasheet gives MXFP8 and FP8 the same dense rate).
+
+**FSDP float8 all-gather** (torchao ``enable_fsdp_float8_all_gather``, tensorwise only):
+FSDP2 gathers the weights' FP8 copies (1 byte per parameter instead of 2) cast on each rank's
+shard before the gather (``weight_shards``: the cast of the weight then reads and writes only
+the shard; the column-major copy for the backward is written after the gather, read 1 write 1
+byte per element).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlsched.errors import ConfigError, check_choice
+from dlsched.models.compute import CalibratedCompute
+from dlsched.models.ops import Op
+from dlsched.models.pricing import product_seconds
+from dlsched.models.timeline import Work
+
+FP8_RECIPES = ("delayed", "current", "mxfp8", "tensorwise", "rowwise")
+TE_RECIPES = ("delayed", "current", "mxfp8")
+TORCHAO_RECIPES = ("tensorwise", "rowwise")
+FP8_LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
+COLUMN_PARALLEL = ("attn.c_attn", "mlp.c_fc")
+MX_BLOCK = 32  # OCP Microscaling: one E8M0 scale per 32 elements
+# Presets with Blackwell's block-scaled tensor cores (MXFP8 GEMMs).
+MXFP8_GPUS = ("b200", "gb200")
+BF16, FP8 = 2.0, 1.0  # bytes per element
+
+
+@dataclass(frozen=True)
+class CastCost:
+    """Bytes moved per element (module docstring) and kernels launched per microbatch, for
+    one operand of an FP8 linear."""
+
+    bytes_per_element: float
+    kernels: float
+
+
+def _tensor(recipe: str, compiled: bool) -> CastCost:
+    """An activation operand's cast (the input, or the output gradient)."""
+    amax = 0.0 if compiled else BF16  # torchao: fused into the producing kernel when compiled
+    return {"delayed": CastCost(BF16 + 2 * FP8, 1),
+            "current": CastCost(BF16 + BF16 + 2 * FP8, 2),
+            "mxfp8": CastCost(BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK), 1),
+            "tensorwise": CastCost(amax + BF16 + 2 * FP8, 2 if compiled else 3),
+            "rowwise": CastCost(amax + FP8 + BF16 + (BF16 + FP8), 2)}[recipe]
+
+
+def _weight(recipe: str, shards: int) -> CastCost:
+    """The weight's casts over one forward and backward (before caching: ``cast_weight``)."""
+    if recipe == "tensorwise" and shards > 1:  # FP8 all-gather: cast on the shard
+        return CastCost((BF16 + BF16 + FP8) / shards + 2 * FP8, 3)
+    return {"delayed": CastCost(BF16 + 2 * FP8, 1),
+            "current": CastCost(BF16 + BF16 + 2 * FP8, 2),
+            "mxfp8": CastCost(BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK), 1),
+            "tensorwise": CastCost(BF16 + 2 * (BF16 + FP8), 4),
+            "rowwise": CastCost((BF16 + FP8) + 2 * BF16 + (BF16 + FP8), 3)}[recipe]
+
+
+def check_fp8(precision: str, recipe: str | None, gpu_name: str, peaks: dict[str, object],
+              moe: bool = False) -> str | None:
+    """The recipe when ``precision`` is fp8 (None otherwise); ConfigError naming the field
+    when the recipe is missing, unknown, given without fp8, or not run by the GPU."""
+    if precision != "fp8":
+        if recipe is not None:
+            raise ConfigError(f"--fp8-recipe: {recipe} needs --precision fp8 (got {precision})")
+        return None
+    if recipe is None:
+        raise ConfigError("--fp8-recipe: needed with --precision fp8; accepted: "
+                          + ", ".join(FP8_RECIPES))
+    check_choice("--fp8-recipe", recipe, FP8_RECIPES)
+    if "fp8" not in peaks:
+        raise ConfigError(f"--precision: fp8 needs FP8 tensor cores (Hopper or later); "
+                          f"{gpu_name} has none; accepted: bf16, fp16")
+    if recipe == "mxfp8" and gpu_name not in MXFP8_GPUS:
+        raise ConfigError(f"--fp8-recipe: mxfp8 needs Blackwell's block-scaled tensor cores "
+                          f"({', '.join(MXFP8_GPUS)}), not {gpu_name}; accepted: delayed, "
+                          "current, tensorwise, rowwise")
+    if moe:
+        raise ConfigError("--precision: fp8 MoE experts (grouped FP8 GEMMs) are not modelled; "
+                          "accepted: bf16, fp16")
+    return recipe
+
+
+def is_fp8_linear(op: Op) -> bool:
+    """Whether ``op`` is one of a layer's four linear layers (``FP8_LINEARS``)."""
+    return op.kind == "gemm" and bool(op.shape) and op.label.endswith(FP8_LINEARS)
+
+
+def operand_elements(op: Op, batch: float, tp: int) -> tuple[float, float, float]:
+    """Elements of the input, the weight and the output gradient of FP8 linear ``op`` on one
+    GPU of a TP group of ``tp`` for ``batch`` samples (module docstring)."""
+    tokens, fan_out, fan_in, _ = op.shape
+    rows = tokens * batch
+    if op.label.endswith(COLUMN_PARALLEL):
+        return rows * fan_in, fan_in * fan_out / tp, rows * fan_out / tp
+    return rows * fan_in / tp, fan_in * fan_out / tp, rows * fan_out
+
+
+def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compiled: bool,
+               microbatches: int = 1, weight_shards: int = 1) -> float:
+    """Bytes the casts of FP8 linear ``op`` move in one microbatch's forward or ``backward``
+    (module docstring): the forward casts the input and the weight (a cached weight once per
+    ``microbatches``), the backward the output gradient (and rowwise's rescaled outputs)."""
+    x, w, g = operand_elements(op, batch, tp)
+    if backward:
+        moved = g * _tensor(recipe, compiled).bytes_per_element
+        if recipe == "rowwise":
+            moved += 2 * BF16 * (x + w)
+        return moved
+    weight = w * _weight(recipe, weight_shards).bytes_per_element
+    if recipe in TE_RECIPES:
+        weight /= microbatches
+    return x * _tensor(recipe, compiled).bytes_per_element + weight
+
+
+def cast_kernels(recipe: str, backward: bool, compiled: bool, microbatches: int = 1,
+                 weight_shards: int = 1) -> float:
+    """Kernels the casts of one FP8 linear launch per microbatch's forward or ``backward``."""
+    tensor = _tensor(recipe, compiled).kernels
+    if backward:
+        return tensor + (2 if recipe == "rowwise" else 0)
+    weight = _weight(recipe, weight_shards).kernels
+    return tensor + (weight / microbatches if recipe in TE_RECIPES else weight)
+
+
+def fp8_linear_work(op: Op, batch: float, fp8: CalibratedCompute, recipe: str, backward: bool,
+                    compiled: bool, microbatches: int = 1, weight_shards: int = 1) -> Work:
+    """GPU seconds and kernels of FP8 linear ``op`` (module docstring) on ``batch`` samples:
+    its GEMMs on ``fp8`` (the GPU in fp8 at the layout's TP degree) and its casts at the
+    memory rate."""
+    gemm = product_seconds(fp8, op, batch, backward)
+    moved = cast_bytes(op, batch, fp8.tensor_parallel, recipe, backward, compiled,
+                       microbatches, weight_shards)
+    launches = (op.launches_backward if backward else op.kernels) + cast_kernels(
+        recipe, backward, compiled, microbatches, weight_shards)
+    return Work(gemm + moved / fp8.gpu.memory_rate, launches)
+
+
+def fp8_weight_bytes(recipe: str, parameters: float) -> float:
+    """Bytes per GPU of the FP8 weight copies kept besides the 16-bit weights of
+    ``parameters`` FP8-linear parameters: TE keeps the cached FP8 weight and its transpose
+    (``delayed``, ``current``; ``mxfp8`` its rowwise and columnwise copies with their scales);
+    torchao keeps nothing past a layer's backward (its casts are transient, ``0``)."""
+    if recipe in ("delayed", "current"):
+        return 2 * FP8 * parameters
+    if recipe == "mxfp8":
+        return 2 * FP8 * (1 + 1 / MX_BLOCK) * parameters
+    return 0.0

@@ -1,0 +1,109 @@
+"""torch.compile's fusions (``job.compute.compile_fusion``) and asynchronous TP
+(``job.async_tp``) checked by hand: fused traffic and kernels of a Llama layer, the compiled
+loss, the pieces-and-copies flow, and bounds against the blocking collectives."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.job.cluster import load_cluster
+from dlsched.job.communication.async_tp import collective_seconds, flow_end, piece
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.compute.block_pricing import KernelOptions, block_ops, ops_seconds
+from dlsched.job.compute.compile_fusion import compiled_ops
+from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.pipeline.chains.calibrated_chain import block_seconds
+
+L8 = TransformerSpec("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
+                     tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+                     learned_positions=False)
+SH = 8192 * 4096
+
+
+def test_eager_block_ops_price_as_the_zoo() -> None:
+    """Without compile or FP8, the per-block op lists priced back to back equal the zoo's own
+    block pricing (the same model, reached by another path)."""
+    model = decoder_model(L8, 1)
+    compute = gpu_compute("h100", "bf16")
+    forward, backward = block_seconds(model, 2, compute)
+    options = KernelOptions()
+    ours = [(ops_seconds(ops, 2, compute, options, False),
+             ops_seconds(ops, 2, compute, options, True)) for _, ops in block_ops(model, False)]
+    assert [f for f, _ in ours] == pytest.approx(list(forward), rel=1e-12)
+    assert [b for _, b in ours] == pytest.approx(list(backward), rel=1e-12)
+
+
+def test_residual_add_and_norm_fuse_by_hand() -> None:
+    """A layer compiled: the second residual add joins the next layer's first norm (cyclic),
+    the first joins the second norm; each group moves 3.5 + 3 - 2 = 4.5 s h elements (the
+    norm's two reads of the sum come from registers); SwiGLU and the GEMMs are untouched."""
+    model = decoder_model(L8, 1)
+    layer = dict(block_ops(model, True))["h.0"]
+    eager = dict(block_ops(model, False))["h.0"]
+    fused = [op for op in layer if "+" in op.label]
+    assert [op.label for op in fused] == ["bias-dropout-add+h.0.ln_1",
+                                          "bias-dropout-add+h.0.ln_2"]
+    assert all(op.elements == pytest.approx(4.5 * SH) for op in fused)
+    assert all((op.kernels, op.backward_kernels) == (1, 2) for op in fused)
+    gemms = [op for op in eager if op.kind != "elementwise"]
+    assert [op for op in layer if op.kind != "elementwise"] == gemms
+    assert len(layer) == len(eager) - 2
+
+
+def test_compiled_loss_moves_8_bytes_per_logit() -> None:
+    """Megatron's eager FP32 loss: 13 FP32 passes (52 bytes) per logit; compiled: 8 bytes."""
+    model = decoder_model(L8, 1)
+    head = dict(block_ops(model, True))["ln_f"]
+    loss = next(op for op in head if op.label == "cross-entropy")
+    logits = 8192 * 128256
+    assert 3 * loss.elements * 2 == pytest.approx(8 * logits)  # forward + 2x backward, 2 B
+    assert (loss.kernels, loss.backward_kernels, loss.upcast) == (2, 1, False)
+
+
+def test_compile_makes_a_layer_faster_never_slower() -> None:
+    eager = block_costs(L8, 2, "h100", "bf16", 1, False, "none", None, "baseline")
+    compiled = block_costs(L8, 2, "h100", "bf16", 1, False, "none", None, "baseline",
+                           kernels=KernelOptions(compiled=True))
+    assert compiled.layer_f < eager.layer_f and compiled.layer_b < eager.layer_b
+    assert compiled.head_f < eager.head_f
+    assert compiled_ops((), cyclic=True) == ()
+
+
+def test_flow_by_hand() -> None:
+    """4 pieces of 1 s: copies of 0.5 s hide behind them (4 s); copies of 2 s expose all but
+    one piece (all-gather: the local piece, then each piece after its copy: 1 + 3 x 2 = 7;
+    reduce-scatter: the last remote copy ends at 1 + 3 x 2 = 7, the local piece inside it)."""
+    assert flow_end(1.0, 0.5, 4, gather=True) == pytest.approx(4.0)
+    assert flow_end(1.0, 2.0, 4, gather=True) == pytest.approx(7.0)
+    assert flow_end(1.0, 0.5, 4, gather=False) == pytest.approx(4.0)
+    assert flow_end(1.0, 2.0, 4, gather=False) == pytest.approx(7.0)
+    # what it adds beyond the undecomposed 4 s GEMM; the reduce-scatter's sum after it
+    assert collective_seconds(4.0, 1.0, 1.5, 0.25, 4, gather=False) == pytest.approx(0.25)
+    assert collective_seconds(4.0, 1.0, 6.0, 0.0, 4, gather=True) == pytest.approx(3.0)
+
+
+def test_piece_is_a_quarter_of_the_rows() -> None:
+    op = next(op for layer in decoder_model(L8, 1).layers for op in layer.ops
+              if op.label == "h.0.mlp.c_fc")
+    part = piece(op, 4)
+    assert part.shape == (2048, 28672, 4096, 0)
+    assert part.flops == pytest.approx(op.flops / 4) and part.weights == op.weights
+
+
+def test_async_tp_between_no_communication_and_blocking() -> None:
+    """TP 8 with sequence parallelism on one DGX H100: async TP adds less than the blocking
+    all-gathers and reduce-scatters and never less than nothing."""
+    group = load_cluster("dgx-h100", 8, None).group_topology(1, 8)
+    base = block_costs(L8, 2, "h100", "bf16", 8, True, "none", group, "baseline",
+                       kernels=KernelOptions(compiled=True))
+    overlapped = block_costs(L8, 2, "h100", "bf16", 8, True, "none", group, "baseline",
+                             kernels=KernelOptions(compiled=True), async_tp=True)
+    message = 2 * 8192 * 4096 * 2
+    blocking = 2 * (curve(group, "all-gather", "baseline").seconds(message)
+                    + curve(group, "reduce-scatter", "baseline").seconds(message))
+    assert base.tp_forward_s == pytest.approx(blocking)
+    assert 0.0 <= overlapped.tp_forward_s < blocking
+    assert 0.0 <= overlapped.tp_backward_s < base.tp_backward_s
+    assert overlapped.layer_f - overlapped.tp_forward_s == pytest.approx(
+        base.layer_f - base.tp_forward_s)

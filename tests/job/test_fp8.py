@@ -1,0 +1,152 @@
+"""FP8 linear layers in the job evaluator (``job.compute.fp8``): one Llama 3 8B layer's FP8
+GEMM seconds and cast bytes computed by hand per recipe, the layer's other ops untouched, the
+recipes' checks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.compute.block_pricing import KernelOptions, ops_works
+from dlsched.job.compute.fp8 import (
+    FP8_RECIPES,
+    cast_bytes,
+    check_fp8,
+    fp8_linear_work,
+    fp8_weight_bytes,
+    is_fp8_linear,
+    operand_elements,
+)
+from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.models.kernels import gemm_utilization
+
+L8 = TransformerSpec("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
+                     tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+                     learned_positions=False)
+B = 2  # microbatch size
+TOKENS = B * 8192
+
+
+def _layer_ops() -> dict[str, object]:
+    model = decoder_model(L8, 1)
+    return {op.label: op for layer in model.layers if layer.block == "h.0" for op in layer.ops}
+
+
+def test_the_four_linears_run_in_fp8_the_core_and_head_do_not() -> None:
+    model = decoder_model(L8, 1)
+    fp8 = sorted(op.label for layer in model.layers for op in layer.ops if is_fp8_linear(op))
+    assert fp8 == ["h.0.attn.c_attn", "h.0.attn.c_proj", "h.0.mlp.c_fc", "h.0.mlp.c_proj"]
+
+
+def test_fc1_operands_by_hand_column_and_row_parallel() -> None:
+    """FC1 (column-parallel, 4096 -> 2 x 14336) and FC2 (row-parallel, 14336 -> 4096) at TP 4:
+    FC1's input is the whole gathered activation, its gradient a quarter; FC2 the other way."""
+    ops = _layer_ops()
+    assert operand_elements(ops["h.0.mlp.c_fc"], B, 4) == (
+        TOKENS * 4096, 4096 * 28672 / 4, TOKENS * 28672 / 4)
+    assert operand_elements(ops["h.0.mlp.c_proj"], B, 4) == (
+        TOKENS * 14336 / 4, 14336 * 4096 / 4, TOKENS * 4096)
+
+
+@pytest.mark.parametrize(("recipe", "compiled", "forward", "backward"), [
+    # per element: input x, weight w (TE: once per 8 microbatches), gradient g
+    ("delayed", False, lambda x, w: 4 * x + 4 * w / 8, lambda x, w, g: 4 * g),
+    ("current", False, lambda x, w: 6 * x + 6 * w / 8, lambda x, w, g: 6 * g),
+    ("mxfp8", False, lambda x, w: (2 + 2 * 33 / 32) * (x + w / 8),
+     lambda x, w, g: (2 + 2 * 33 / 32) * g),
+    ("tensorwise", True, lambda x, w: 4 * x + 8 * w, lambda x, w, g: 4 * g),
+    ("tensorwise", False, lambda x, w: 6 * x + 8 * w, lambda x, w, g: 6 * g),
+    ("rowwise", True, lambda x, w: 6 * x + 10 * w, lambda x, w, g: 6 * g + 4 * (x + w)),
+    ("rowwise", False, lambda x, w: 8 * x + 10 * w, lambda x, w, g: 8 * g + 4 * (x + w)),
+])
+def test_cast_bytes_of_fc1_by_hand(recipe, compiled, forward, backward) -> None:
+    op = _layer_ops()["h.0.mlp.c_fc"]
+    x, w, g = TOKENS * 4096, 4096 * 28672, TOKENS * 28672
+    assert cast_bytes(op, B, 1, recipe, False, compiled, 8) == pytest.approx(forward(x, w))
+    assert cast_bytes(op, B, 1, recipe, True, compiled, 8) == pytest.approx(backward(x, w, g))
+
+
+def test_fsdp_float8_all_gather_casts_the_weight_on_its_shard() -> None:
+    """Tensorwise with the FP8 all-gather over 8 ranks: the shard's amax and cast (2 + 2 + 1
+    bytes per shard element), the gathered FP8 weight's column-major copy (1 + 1)."""
+    op = _layer_ops()["h.0.mlp.c_fc"]
+    x, w = TOKENS * 4096, 4096 * 28672
+    assert cast_bytes(op, B, 1, "tensorwise", False, True, 1, 8) == pytest.approx(
+        4 * x + 5 * w / 8 + 2 * w)
+
+
+def test_fc1_fp8_work_by_hand_delayed() -> None:
+    """FC1 forward on an H100 in FP8: 2 x 16384 x 28672 x 4096 FLOP at 1978.9 TFLOP/s x the
+    fp8 GEMM fraction x the tile utilization of (16384, 28672, 4096), plus 4 x (x + w / 8) cast
+    bytes at the memory rate."""
+    op = _layer_ops()["h.0.mlp.c_fc"]
+    bf16 = gpu_compute("h100", "fp8")
+    fp8 = replace(bf16, precision="fp8", autocast=False)
+    gpu = fp8.gpu
+    flops = 2 * TOKENS * 28672 * 4096
+    rate = 1978.9e12 * gpu.efficiency("gemm", "fp8") * gemm_utilization(
+        TOKENS, 28672, 4096, 1, gpu.spec.sms)
+    moved = 4 * (TOKENS * 4096 + 4096 * 28672 / 8)
+    work = fp8_linear_work(op, B, fp8, "delayed", False, False, 8)
+    assert work.gpu_s == pytest.approx(flops / rate + moved / gpu.memory_rate)
+    assert flops / rate > (TOKENS * (4096 + 28672) * 2 + 4096 * 28672) / gpu.memory_rate
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current", "tensorwise", "rowwise"])
+def test_a_layer_in_fp8_is_the_bf16_layer_with_its_linears_replaced(recipe: str) -> None:
+    """Everything but the four linears is priced as in bf16: the FP8 layer's forward and
+    backward differ from the bf16 layer's by exactly the linears' difference (GPU-bound)."""
+    options = KernelOptions(recipe, compiled=True, microbatches=4)
+    plain = KernelOptions(compiled=True)
+    compute = gpu_compute("h100", "fp8")
+    fp8 = block_costs(L8, B, "h100", "fp8", 1, False, "none", None, "baseline", kernels=options)
+    bf16 = block_costs(L8, B, "h100", "bf16", 1, False, "none", None, "baseline", kernels=plain)
+    linears = [op for op in _layer_ops().values() if is_fp8_linear(op)]
+    for backward, fp8_s, bf16_s in ((False, fp8.layer_f, bf16.layer_f),
+                                    (True, fp8.layer_b, bf16.layer_b)):
+        new = sum(w.gpu_s for w in ops_works(linears, B, compute, options, backward))
+        old = sum(w.gpu_s for w in ops_works(linears, B, compute, plain, backward))
+        assert fp8_s - bf16_s == pytest.approx(new - old, rel=1e-9)
+        assert fp8_s < bf16_s  # at this shape FP8 pays for its casts
+    assert (fp8.head_f, fp8.core_f) == (bf16.head_f, bf16.core_f)
+
+
+def test_rowwise_is_slower_than_tensorwise_and_te_caches_weights() -> None:
+    costs = {r: block_costs(L8, B, "h100", "fp8", 1, False, "none", None, "baseline",
+                            kernels=KernelOptions(r, True, 8)).layer_b
+             for r in ("delayed", "tensorwise", "rowwise")}
+    assert costs["tensorwise"] < costs["rowwise"]
+    # the cached weight: fewer cast bytes per microbatch with more microbatches
+    one = block_costs(L8, B, "h100", "fp8", 1, False, "none", None, "baseline",
+                      kernels=KernelOptions("delayed", True, 1)).layer_f
+    eight = block_costs(L8, B, "h100", "fp8", 1, False, "none", None, "baseline",
+                        kernels=KernelOptions("delayed", True, 8)).layer_f
+    assert eight < one
+
+
+def test_fp8_weight_copies_by_recipe() -> None:
+    assert fp8_weight_bytes("delayed", 1000) == 2000
+    assert fp8_weight_bytes("mxfp8", 3200) == pytest.approx(2 * 3300)
+    assert fp8_weight_bytes("tensorwise", 1000) == 0
+
+
+@pytest.mark.parametrize(("precision", "recipe", "gpu", "peaks", "field"), [
+    ("bf16", "delayed", "h100", {"fp8": 1}, "--fp8-recipe"),
+    ("fp8", None, "h100", {"fp8": 1}, "--fp8-recipe"),
+    ("fp8", "nonsense", "h100", {"fp8": 1}, "--fp8-recipe"),
+    ("fp8", "delayed", "a100", {"bf16": 1}, "--precision"),
+    ("fp8", "mxfp8", "h100", {"fp8": 1}, "--fp8-recipe"),
+])
+def test_refused_with_the_field(precision, recipe, gpu, peaks, field) -> None:
+    with pytest.raises(ConfigError, match=field):
+        check_fp8(precision, recipe, gpu, peaks)
+
+
+def test_every_recipe_accepted_where_it_runs() -> None:
+    for recipe in FP8_RECIPES:
+        gpu = "b200" if recipe == "mxfp8" else "h100"
+        assert check_fp8("fp8", recipe, gpu, {"fp8": 1}) == recipe
+    assert check_fp8("bf16", None, "a100", {}) is None
