@@ -47,7 +47,7 @@ def check_plan(problem: PipelineProblem, plan: PipelinePlan,
     graph = problem.graph
     checked = _CHECKED.setdefault(problem.root.graph, {})
     key = (plan.stages, plan.orders, plan.num_microbatches, problem.chain.num_blocks,
-           graph.num_devices)
+           graph.num_devices, plan.joined)
     runs = checked.get(key)
     if runs is None:
         validate_plan(plan, problem.chain.num_blocks, graph.num_devices)
@@ -56,7 +56,7 @@ def check_plan(problem: PipelineProblem, plan: PipelinePlan,
                  [d.name for d in graph.devices], [d.memory for d in graph.devices])
     check_split(problem, plan.stages)
     if deadlock and not runs:
-        stuck = stalled_at(plan.stages, plan.orders, plan.num_microbatches)
+        stuck = stalled_at(plan.stages, plan.orders, plan.num_microbatches, plan.joined)
         if stuck is not None:
             raise deadlock_error(plan.orders, *stuck)
         checked[key] = True

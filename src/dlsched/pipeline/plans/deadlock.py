@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dlsched.pipeline.plans.actions import Action
 from dlsched.pipeline.plans.plan import Stage, overlap
+from dlsched.pipeline.plans.units import next_unit
 
 
 def parts_from(stages: tuple[Stage, ...], source: int, target: int, dst: int) -> int:
@@ -28,9 +29,11 @@ def parts_from(stages: tuple[Stage, ...], source: int, target: int, dst: int) ->
 
 
 def stalled_at(stages: tuple[Stage, ...], orders: tuple[tuple[Action, ...], ...],
-               num_microbatches: int) -> tuple[int, int] | None:
+               num_microbatches: int,
+               joined: tuple[frozenset[int], ...] = ()) -> tuple[int, int] | None:
     """(GPU, position in its order) of the first GPU that waits forever, None when every GPU
-    runs its whole order."""
+    runs its whole order; with ``joined`` (``PipelinePlan.joined``) a unit of actions starts
+    only once all its inputs are there (``units.next_unit``)."""
     split = any(a.kind == "I" for order in orders for a in order)
     backward, last = ("I" if split else "B"), len(stages) - 1
     pointer = [0] * len(orders)
@@ -75,10 +78,11 @@ def stalled_at(stages: tuple[Stage, ...], orders: tuple[tuple[Action, ...], ...]
     pending = list(range(len(orders)))
     while pending:
         device = pending.pop()
-        order = orders[device]
-        while pointer[device] < len(order) and (order[pointer[device]], device) in ready:
-            action = order[pointer[device]]
-            pointer[device] += 1
-            pending.extend(consequences(device, action))
+        order, links = orders[device], joined[device] if joined else frozenset()
+        while unit := next_unit(order, pointer[device], links,
+                                lambda action, device=device: (action, device) in ready):
+            pointer[device] += len(unit)
+            for action in unit:
+                pending.extend(consequences(device, action))
     return next(((k, pointer[k]) for k, order in enumerate(orders) if pointer[k] < len(order)),
                 None)

@@ -107,7 +107,11 @@ class PipelinePlan:
     ``tensor_parallel`` its tensor-parallel degree: above 1, "GPU" ``k`` is the ``k``-th TP
     group of that many GPUs (``PipelineProblem.tensor``); ``ddp_buckets`` whether replicated
     stages all-reduce their gradients in DDP buckets overlapped with their last backward
-    (``pipeline.ddp``; False: one all-reduce once every replica's backwards are done)."""
+    (``pipeline.ddp``; False: one all-reduce once every replica's backwards are done);
+    ``joined[k]`` the positions ``i`` of GPU ``k``'s order whose action runs as one unit with
+    the action at ``i + 1`` (empty: every action alone): the unit starts when all its inputs
+    are there and sends its outputs when it ends, e.g. DualPipe's overlapped F & B pairs
+    (``plans.dualpipe``)."""
 
     planner: str
     stages: tuple[Stage, ...]
@@ -117,6 +121,7 @@ class PipelinePlan:
     recompute: str = "none"
     tensor_parallel: int = 1
     ddp_buckets: bool = False
+    joined: tuple[frozenset[int], ...] = ()
 
     @property
     def num_stages(self) -> int:
@@ -198,6 +203,11 @@ def validate_plan(plan: PipelinePlan, num_blocks: int, num_devices: int) -> None
     if plan.num_microbatches < 1:
         raise PlanError(f"num_microbatches: {plan.num_microbatches} must be >= 1")
     _check_stages(plan, num_blocks, num_devices)
+    if plan.joined and (len(plan.joined) != len(plan.orders) or any(
+            not 0 <= i < len(order) - 1 for links, order in zip(plan.joined, plan.orders,
+                                                                strict=True)
+            for i in links)):
+        raise _fail(plan, "joined: one set per GPU of positions before its order's last action")
     split = plan.split_backward
     if _orders_valid(plan, split):
         return

@@ -34,7 +34,6 @@ from dataclasses import dataclass, replace
 from weakref import WeakKeyDictionary
 
 from dlsched.hardware.device_graph import DeviceGraph
-from dlsched.pipeline.chains.chain import Chain
 from dlsched.pipeline.chains.problem import PipelineProblem
 from dlsched.pipeline.plans.actions import Action
 from dlsched.pipeline.plans.checks import check_plan, check_split, deadlock_error
@@ -47,8 +46,10 @@ from dlsched.pipeline.plans.plan import (
     overlap,
     validate_stages,
 )
+from dlsched.pipeline.plans.units import next_unit
 from dlsched.pipeline.simulation.action_times import ActionTimes
 from dlsched.pipeline.simulation.bounds import drain_after
+from dlsched.pipeline.simulation.chain_numbers import chain_numbers
 from dlsched.pipeline.simulation.ddp import ddp_buckets
 from dlsched.pipeline.simulation.memory import action_stash, static_memory
 from dlsched.pipeline.simulation.network import PipelineNetwork
@@ -82,13 +83,13 @@ class Dispatch:
     inputs: tuple = ()
 
 
-
 class _Run:
     """State of one simulation (see the module docstring)."""
 
     def __init__(self, problem: PipelineProblem, stages: tuple[Stage, ...],
                  orders: tuple[tuple[Action, ...], ...] | None, dispatch: Dispatch | None,
-                 bucketed: bool = False, deadline: float = math.inf):
+                 bucketed: bool = False, deadline: float = math.inf,
+                 joined: tuple[frozenset[int], ...] = ()):
         self.problem, self.stages, self.dispatch = problem, stages, dispatch
         self.deadline, self.end = deadline, 0.0
         check_split(problem, stages)
@@ -96,7 +97,7 @@ class _Run:
         n = problem.graph.num_devices
         self.split = dispatch.split if dispatch else any(
             a.kind == "I" for order in orders for a in order)
-        self.orders = orders
+        self.orders, self.joined = orders, joined
         self.pointer = [0] * n
         self.executed: list[list[Action]] = [[] for _ in range(n)]
         self.ready: list[set[Action]] = [set() for _ in range(n)]
@@ -166,14 +167,19 @@ class _Run:
             heapq.heappush(self.heaps[device], (self.dispatch.priority(action), action))
         self._try_start(device)
 
-    def _pick(self, device: int) -> Action | None:
+    def _pick(self, device: int) -> tuple[Action, ...]:
+        """The unit to start next on ``device`` (one action unless ``joined``), or ``()``."""
         if self.dispatch is None:
-            order = self.orders[device]
-            pointer = self.pointer[device]
-            if pointer < len(order) and order[pointer] in self.ready[device]:
-                self.pointer[device] += 1
-                return order[pointer]
-            return None
+            order, pointer = self.orders[device], self.pointer[device]
+            if self.joined:
+                unit = next_unit(order, pointer, self.joined[device],
+                                 self.ready[device].__contains__)
+            elif pointer < len(order) and order[pointer] in self.ready[device]:
+                unit = (order[pointer],)
+            else:
+                return ()
+            self.pointer[device] += len(unit)
+            return unit
         heap, blocked, chosen = self.heaps[device], [], None
         while heap:
             entry = heapq.heappop(heap)
@@ -184,7 +190,7 @@ class _Run:
             break
         for entry in blocked:
             heapq.heappush(heap, entry)
-        return chosen
+        return () if chosen is None else (chosen,)
 
     def _fits(self, device: int, action: Action) -> bool:
         count = self.in_flight.get((device, action.stage), 0)
@@ -195,22 +201,25 @@ class _Run:
     def _try_start(self, device: int) -> None:
         if self.busy[device]:
             return
-        action = self._pick(device)
-        if action is None:
+        unit = self._pick(device)
+        if not unit:
             return
-        self.ready[device].discard(action)
         self.busy[device] = True
-        if action.kind == "F":
-            key = (device, action.stage)
-            self.in_flight[key] = self.in_flight.get(key, 0) + 1
-            self.memory[device] += self.stash[action.stage]
-            self.peak[device] = max(self.peak[device], self.memory[device])
-        duration = self.action_times.duration(action, device)
-        if self.work_left is not None:
-            self._bound_end(device, action)
-        if action.frees and action.stage in self.buckets:
-            self._last_gradients(device, action.stage, duration)
-        self.engine.after(duration, self._finish, device, action, self.engine.now)
+        total = 0.0
+        for action in unit:
+            self.ready[device].discard(action)
+            if action.kind == "F":
+                key = (device, action.stage)
+                self.in_flight[key] = self.in_flight.get(key, 0) + 1
+                self.memory[device] += self.stash[action.stage]
+                self.peak[device] = max(self.peak[device], self.memory[device])
+            duration = self.action_times.duration(action, device)
+            if self.work_left is not None:
+                self._bound_end(device, action)
+            if action.frees and action.stage in self.buckets:
+                self._last_gradients(device, action.stage, duration)
+            total += duration
+        self.engine.after(total, self._finish, device, unit, self.engine.now)
 
     def _last_gradients(self, device: int, s: int, duration: float) -> None:
         """Count a gradient action of ``device`` on stage ``s``; when it is the replica's last,
@@ -259,13 +268,19 @@ class _Run:
         self.work_left[device] = left - self.action_times.compute(action.stage, action.kind,
                                                                   device)
 
-    def _finish(self, device: int, action: Action, start: float) -> None:
-        now = self.engine.now
-        self._record(compute_span, self.names[device], start, now, action)
+    def _finish(self, device: int, unit: tuple[Action, ...], start: float) -> None:
+        """End ``unit`` (its actions' spans one after another), then send its outputs."""
+        now, begin = self.engine.now, start
+        for action in unit[:-1]:
+            end = begin + self.action_times.duration(action, device)
+            self._record(compute_span, self.names[device], begin, end, action)
+            begin = end
+        self._record(compute_span, self.names[device], begin, now, unit[-1])
         self.busy_s[device] += now - start
         self.busy[device] = False
-        self.executed[device].append(action)
-        self._consequences(device, action)
+        self.executed[device].extend(unit)
+        for action in unit:
+            self._consequences(device, action)
         self._try_start(device)
 
     def _consequences(self, device: int, action: Action) -> None:
@@ -386,32 +401,16 @@ class _Run:
 # candidates, by ``run_planner``, by a grid point whose recomputation mode leaves the chain's
 # numbers as they are, by a second search keeping to runnable plans) is not simulated twice.
 # The key is what a simulation reads besides the graph: the network mode, the TP degree, the
-# chain's numbers (``_chain_numbers``) and the plan's stages, orders and gradient sync (or,
+# chain's numbers (``chain_numbers``) and the plan's stages, orders, units and gradient sync (or,
 # for list scheduling, the stages and the rule).
 _KEPT: WeakKeyDictionary[DeviceGraph, dict[tuple, SimResult]] = WeakKeyDictionary()
 _LATE: WeakKeyDictionary[DeviceGraph, dict[tuple, float]] = WeakKeyDictionary()
-_NUMBERS: WeakKeyDictionary[Chain, tuple] = WeakKeyDictionary()
-
-
-def _chain_numbers(chain: Chain) -> tuple:
-    """Everything of ``chain`` a simulation and its memory check read: per-block FLOP, bytes
-    sent, gradient bytes, stash, recomputation transients and workspace, the backward
-    shares, static-state factor, samples and memory reserve (not its name or mode label)."""
-    numbers = _NUMBERS.get(chain)
-    if numbers is None:
-        arrays = (chain.forward_flops, chain.backward_flops, chain.activation_bytes,
-                  chain.param_bytes, chain.stash_bytes, chain.transient_bytes,
-                  chain.workspace_bytes)
-        numbers = (*(array.tobytes() for array in arrays), chain.grad_shares,
-                   chain.state_factor, chain.samples, chain.reserve_bytes, chain.fragmentation)
-        _NUMBERS[chain] = numbers
-    return numbers
 
 
 def _plan_key(problem: PipelineProblem, plan: PipelinePlan) -> tuple:
     """What simulating ``plan`` on ``problem`` (the instance it runs on) depends on."""
-    return (problem.network, problem.degree, _chain_numbers(problem.chain), plan.stages,
-            plan.orders, plan.num_microbatches, plan.ddp_buckets)
+    return (problem.network, problem.degree, chain_numbers(problem.chain), plan.stages,
+            plan.orders, plan.num_microbatches, plan.ddp_buckets, plan.joined)
 
 
 def _kept(instance: PipelineProblem) -> dict[tuple, SimResult]:
@@ -451,7 +450,7 @@ def simulate(problem: PipelineProblem, plan: PipelinePlan,
     if deadline <= late.get(key, -math.inf):
         raise Late
     problem = check_plan(problem, plan, deadlock=False)
-    run = _Run(problem, plan.stages, plan.orders, None, plan.ddp_buckets, deadline)
+    run = _Run(problem, plan.stages, plan.orders, None, plan.ddp_buckets, deadline, plan.joined)
     try:
         run.run()
     except Late:
@@ -472,7 +471,7 @@ def list_schedule(problem: PipelineProblem, stages: tuple[Stage, ...], dispatch:
     after ``deadline`` seconds. Results are kept (``_KEPT``, by the rule's name, inputs, caps
     and split) and returned again whatever the deadline; so is the latest deadline a run
     passed (``_LATE``): it is Late again at once for any deadline up to that one."""
-    key = (problem.network, problem.degree, _chain_numbers(problem.chain),
+    key = (problem.network, problem.degree, chain_numbers(problem.chain),
            problem.num_microbatches, stages, dispatch.name, dispatch.inputs, dispatch.caps,
            dispatch.split)
     kept = _kept(problem)
