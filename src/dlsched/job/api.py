@@ -24,6 +24,7 @@ from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.search import BASELINES, SPACES, search
+from dlsched.job.time_to_train_fields import choose_plan, settings_of, with_time_to_train
 from dlsched.sim.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     fixed = choice.fixed()
     complete = all(name in fixed for name in COMPLETE_FIELDS if name != "dp") and (
         "dp" in fixed or ("tp" in fixed and "pp" in fixed))
+    settings = settings_of(scenario)
     rows, notes, plans = [], [], []
     for policy in (scenario.collective_policy,) if policies is None else tuple(policies):
         job = Job(spec, cluster, scenario.precision, policy, scenario.dp_policy,
@@ -93,11 +95,14 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
             rows.append(_row(job, result, "given", None, None))
         else:
             found = search(job, choice, SPACES["dlsched"])
-            result = found.best
+            result, simulated, why = choose_plan(job, found, scenario.objective, spec.seq,
+                                                 cluster, settings)
             best = _best_baseline(job, choice) if scenario.baselines else None
-            rows.append(_row(job, result, "dlsched", best, found.simulated_s))
+            rows.append(_row(job, result, "dlsched", best, simulated))
+            notes.extend([why] if why else [])
         plans.append((job, result))
         notes.extend(note for note in result.notes if note not in notes)
+    rows = [with_time_to_train(row, spec.seq, cluster, settings) for row in rows]
     title = (f"{spec.name} on {cluster.name} ({cluster.gpu}, {scenario.precision}, "
              f"{scenario.attention} attention, {scenario.pipeline_p2p} pipeline transfers)")
     return PlanReport(title, rows, tuple(notes), plans)

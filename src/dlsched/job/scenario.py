@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field
 
+from dlsched.goodput.checkpoints import MODES as CHECKPOINT_MODES
+from dlsched.goodput.energy import DEFAULT_PUE
+from dlsched.goodput.failures import DEFAULT_MTBF_GPU_HOURS
+from dlsched.goodput.objective import OBJECTIVES
 from dlsched.inputs import STRICT, Several, choice
 from dlsched.job.communication.collective_costs import COLLECTIVE_POLICIES
 from dlsched.job.communication.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
@@ -22,6 +26,7 @@ from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION
 from dlsched.job.compute.layer_costs import ATTENTION_KERNELS, PRECISIONS
 from dlsched.job.evaluation.pipeline_split import SPLITS
 from dlsched.job.layout import CP_ALGORITHMS, RECOMPUTE, SCHEDULES
+from dlsched.job.time_to_train_fields import Count, Duration, StorageName
 
 if TYPE_CHECKING:
     from dlsched.job.api import PlanReport
@@ -131,6 +136,30 @@ class PlanScenario(BaseModel):
         f"{', '.join(DP_POLICIES)}."))] = "usbyte"
     baselines: Annotated[bool, Field(description=(
         "Search the baselines' spaces (megatron, megatron-sp, fsdp) too."))] = True
+    tokens: Annotated[Count | None, Field(description=(
+        "Tokens to train on (15.6T, 2B, ...): adds the time to train (days, GPU-hours, "
+        "interruptions, goodput, checkpoint interval, MWh, cost; dlsched.goodput)."))] = None
+    iterations: Annotated[Count | None, Field(description=(
+        "Iterations to train (500k, ...), instead of --tokens."))] = None
+    mtbf_gpu_hours: Annotated[float, Field(gt=0, le=1e9, description=(
+        "GPU-hours between job-stopping failures, per GPU (default: Llama 3 405B's 419 "
+        "unexpected interruptions in 54 days on 16,384 GPUs)."))] = DEFAULT_MTBF_GPU_HOURS
+    restart: Annotated[Duration, Field(description=(
+        "Time from a failure to training again, before the checkpoint load."))] = "10 min"
+    storage: Annotated[StorageName, Field(description=(
+        "Checkpoint storage: tectonic (Llama 3's, 2 TB/s in all), a bandwidth per node "
+        "('25 GB/s') or in all ('200 GB/s total')."))] = "tectonic"
+    checkpoint: Annotated[choice(CHECKPOINT_MODES, "checkpoint mode"), Field(description=(
+        "sync (training waits for the write) | async (waits for a snapshot to host memory, "
+        "the write runs behind)."))] = "sync"
+    pue: Annotated[float, Field(ge=1, le=3, description=(
+        "Data-centre power usage effectiveness (facility / IT energy)."))] = DEFAULT_PUE
+    gpu_hour_price: Annotated[float | None, Field(ge=0, le=1e6, description=(
+        "Price per GPU-hour (adds the cost column)."))] = None
+    objective: Annotated[choice(tuple(OBJECTIVES), "objective"), Field(description=(
+        "What the searched plan minimises: iteration | time-to-train | energy | cost (the "
+        "latter three re-rank the search's shortlist; need --tokens or --iterations)."))
+        ] = "iteration"
 
     def fixed(self) -> dict[str, Any]:
         """The layout fields given (the rest is searched)."""

@@ -104,6 +104,8 @@ class SearchResult:
     evaluated: int
     candidates: int
     simulated_s: float
+    shortlist: tuple[JobResult, ...] = ()
+    """The shortlist evaluated with the job's data-parallel policy, fastest first."""
 
 
 def _divisors(n: int) -> list[int]:
@@ -236,10 +238,11 @@ def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
         raise ConfigError(f"{space.name}: no layout of {job.spec.name} runs on (or fits) "
                           f"{job.cluster.num_gpus} GPUs of {usable / 2**30:.0f} GiB with "
                           f"{given}; fix fewer options or add GPUs")
-    overlapped = sorted((evaluate(job, r.layout) for r in best),
-                        key=lambda r: (r.iteration_s, r.layout.label()))[:REFINE]
-    refined = [(evaluate(job, r.layout, fast=False), r) for r in overlapped]
+    shortlist = sorted((evaluate(job, r.layout) for r in best),
+                       key=lambda r: (r.iteration_s, r.layout.label()))
+    refined = [(evaluate(job, r.layout, fast=False), r) for r in shortlist[:REFINE]]
     simulated, winner = min(refined, key=lambda pair: (pair[0].iteration_s,
                                                        pair[1].layout.label()))
-    return SearchResult(space.name, winner, evaluated, candidates, simulated.iteration_s)
+    return SearchResult(space.name, winner, evaluated, candidates, simulated.iteration_s,
+                        tuple(shortlist))
 
