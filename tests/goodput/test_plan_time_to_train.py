@@ -71,15 +71,15 @@ def test_every_output_format_has_the_columns(run_cli, tmp_path: Path) -> None:
 
 def test_time_to_train_objective_can_choose_another_plan() -> None:
     """Llama 3 405B on 16,384 H100s with 200 GB/s of storage in all: restarts read every
-    replica's weights, so the plan with half the data-parallel replicas (PP 64 DP 32) restarts
-    in 155 s instead of 286 s and trains sooner although its iteration is 0.7% longer; the
-    reason is among the notes."""
+    replica's weights, so a plan with half the data-parallel replicas (PP 64 DP 32) restarts
+    in 155 s instead of 286 s and trains sooner than the search's own choice although its
+    iteration is longer; the reason, naming both iterations, is among the notes."""
     common = {"model": "llama3-405b", "cluster": "dgx-h100", "gpus": 16384, "tokens": "15.6T",
               "storage": "200 GB/s total", "baselines": False}
     fastest, = PlanScenario(**common).run().rows  # type: ignore[arg-type]
     report = PlanScenario(**common, objective="time-to-train").run()  # type: ignore[arg-type]
     chosen, = report.rows
     assert chosen["layout"] != fastest["layout"]
-    assert chosen["iteration_s"] > fastest["iteration_s"]
     assert chosen["ttt_days"] < fastest["ttt_days"]
-    assert any(note.startswith("--objective time-to-train: chose") for note in report.notes)
+    why = [note for note in report.notes if note.startswith("--objective time-to-train: chose")]
+    assert len(why) == 1 and "iteration " in why[0] and "time to train " in why[0]
