@@ -150,3 +150,43 @@ def test_every_recipe_accepted_where_it_runs() -> None:
         gpu = "b200" if recipe == "mxfp8" else "h100"
         assert check_fp8("fp8", recipe, gpu, {"fp8": 1}) == recipe
     assert check_fp8("bf16", None, "a100", {}) is None
+
+
+def _plan(**fields):
+    from dlsched.job.scenario import PlanScenario
+
+    base = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "global_batch": 16,
+            "tp": 1, "pp": 1, "zero": 3, "microbatch_size": 2, "recompute": "selective-op",
+            "baselines": False}
+    row, = PlanScenario(**{**base, **fields}).run().rows
+    return row
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current", "tensorwise", "rowwise"])
+def test_plan_in_fp8_is_faster_than_bf16_on_h100(recipe: str) -> None:
+    bf16 = _plan(precision="bf16")
+    fp8 = _plan(precision="fp8", fp8_recipe=recipe)
+    assert fp8["iteration_s"] < bf16["iteration_s"]
+    assert fp8["precision"] == "fp8"
+
+
+def test_plan_fp8_refused_on_a100_and_without_a_recipe() -> None:
+    with pytest.raises(ConfigError, match="--precision: fp8 needs FP8 tensor cores"):
+        _plan(cluster="dgx-a100", precision="fp8", fp8_recipe="delayed")
+    with pytest.raises(ConfigError, match="--fp8-recipe"):
+        _plan(precision="fp8")
+    with pytest.raises(ConfigError, match="--fp8-all-gather"):
+        _plan(precision="fp8", fp8_recipe="delayed", fp8_all_gather=True)
+    with pytest.raises(ConfigError, match="--async-tp"):
+        _plan(async_tp=True)
+
+
+def test_te_keeps_fp8_weight_copies_in_memory() -> None:
+    """Delayed scaling keeps each linear's FP8 weight and its transpose: 2 bytes per linear
+    parameter of the rank's 32 layers on top of bf16's weights; tensorwise keeps none."""
+    bf16, te, ao = (_plan(precision="bf16"), _plan(precision="fp8", fp8_recipe="delayed"),
+                    _plan(precision="fp8", fp8_recipe="tensorwise"))
+    linear = 4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336
+    assert (te["memory_weights_gib"] - bf16["memory_weights_gib"]) * 2**30 == pytest.approx(
+        2 * 32 * linear)
+    assert ao["memory_weights_gib"] == pytest.approx(bf16["memory_weights_gib"])

@@ -88,7 +88,9 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     for policy in (scenario.collective_policy,) if policies is None else tuple(policies):
         job = Job(spec, cluster, scenario.precision, policy, scenario.dp_policy,
                   scenario.attention, scenario.overlap_param_gather, scenario.tp_comm_overlap,
-                  scenario.grad_reduce, scenario.grad_accumulation, scenario.pipeline_p2p)
+                  scenario.grad_reduce, scenario.grad_accumulation, scenario.pipeline_p2p,
+                  scenario.fp8_recipe, scenario.fp8_all_gather, scenario.compile,
+                  scenario.async_tp)
         if complete:
             layout = _complete_layout(choice, cluster.num_gpus, spec.layers)
             result = evaluate(job, layout)

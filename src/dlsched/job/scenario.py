@@ -22,6 +22,7 @@ from dlsched.inputs import STRICT, Several, choice
 from dlsched.job.communication.collective_costs import COLLECTIVE_POLICIES
 from dlsched.job.communication.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
 from dlsched.job.communication.pipeline_p2p import PIPELINE_P2P
+from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION
 from dlsched.job.compute.layer_costs import ATTENTION_KERNELS, PRECISIONS
 from dlsched.job.evaluation.pipeline_split import SPLITS
@@ -61,7 +62,20 @@ class PlanScenario(BaseModel):
         "GPU compute preset or file (default: the node's; a100 on a topology)."))] = None
     precision: Annotated[choice(PRECISIONS, "precision"), Field(description=(
         "bf16 | fp16 (Megatron's mixed precision: 16-bit weights, FP32 master) | "
-        "autocast."))] = "bf16"
+        "autocast | fp8 (the linear layers in FP8 by --fp8-recipe, the rest bf16; a GPU with "
+        "FP8 tensor cores)."))] = "bf16"
+    fp8_recipe: Annotated[choice(FP8_RECIPES, "FP8 recipe") | None, Field(description=(
+        "With --precision fp8: delayed | current | mxfp8 (Transformer Engine's delayed, "
+        "per-tensor current and MXFP8 block scaling; mxfp8 on Blackwell) | tensorwise | "
+        "rowwise (torchao's float8, TorchTitan)."))] = None
+    fp8_all_gather: Annotated[bool, Field(description=(
+        "ZeRO 3 gathers the weights in FP8 (torchao's enable_fsdp_float8_all_gather; "
+        "tensorwise)."))] = False
+    compile: Annotated[bool, Field(description=(
+        "torch.compile (TorchTitan's --compile): memory-bound ops fused by Inductor."))] = False
+    async_tp: Annotated[bool, Field(description=(
+        "Asynchronous TP (TorchTitan's enable_async_tensor_parallel, with --compile): TP "
+        "collectives decomposed beside their GEMMs."))] = False
     attention: Annotated[choice(ATTENTION_KERNELS, "attention kernel"), Field(description=(
         "Attention core kernel, as Megatron-Core's --attention-backend names them: flash "
         "(FlashAttention-2: TorchTitan's SDPA, Megatron-Core's auto before Hopper) | fused "

@@ -16,9 +16,10 @@ from itertools import groupby
 
 import numpy as np
 
+from dlsched.errors import ConfigError
 from dlsched.job.compute.compile_fusion import compiled_ops
-from dlsched.job.compute.fp8 import fp8_linear_work, is_fp8_linear
-from dlsched.models.compute import CalibratedCompute
+from dlsched.job.compute.fp8 import TE_RECIPES, check_fp8, fp8_linear_work, is_fp8_linear
+from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.ops import Op
 from dlsched.models.timeline import Work
 from dlsched.models.zoo import TransformerModel
@@ -41,6 +42,32 @@ class KernelOptions:
     def eager_16bit(self) -> bool:
         """Whether the zoo's own pricing applies (no FP8, no compile)."""
         return self.fp8_recipe is None and not self.compiled
+
+
+def kernel_options(fp8_recipe: str | None, compiled: bool, microbatches: int,
+                   shards: int) -> KernelOptions:
+    """The options of a job's kernels, keeping only what changes a price (the microbatches
+    for Transformer Engine's cached weights, the shards for tensorwise's FP8 all-gather), so
+    that equal prices share one cache entry."""
+    return KernelOptions(fp8_recipe, compiled,
+                         microbatches if fp8_recipe in TE_RECIPES else 1,
+                         shards if fp8_recipe == "tensorwise" else 1)
+
+
+def check_kernel_options(precision: str, fp8_recipe: str | None, gpu: str, moe: bool,
+                         fp8_all_gather: bool, compiled: bool, async_tp: bool) -> None:
+    """ConfigError naming the option when the kernels cannot run so: the FP8 recipe on this
+    GPU (``job.compute.fp8.check_fp8``), the FSDP float8 all-gather without torchao's
+    tensorwise recipe (TorchTitan's ``enable_fsdp_float8_all_gather`` supports only it), async
+    TP without torch.compile (TorchTitan refuses it: the micro-pipeline pass is Inductor's)."""
+    spec = calibrated(gpu, "bf16").gpu.spec
+    recipe = check_fp8(precision, fp8_recipe, spec.name, spec.peak, moe)
+    if fp8_all_gather and recipe != "tensorwise":
+        raise ConfigError(f"--fp8-all-gather: needs --precision fp8 --fp8-recipe tensorwise "
+                          f"(torchao's FSDP float8 all-gather; got {recipe or precision})")
+    if async_tp and not compiled:
+        raise ConfigError("--async-tp: needs --compile (the micro-pipeline TP pass is "
+                          "torch.compile's)")
 
 
 def ops_works(ops: Sequence[Op], microbatch_size: int, compute: CalibratedCompute,

@@ -67,6 +67,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlsched.errors import ConfigError, check_choice
+from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
 from dlsched.models.pricing import product_seconds
@@ -191,6 +192,14 @@ def fp8_linear_work(op: Op, batch: float, fp8: CalibratedCompute, recipe: str, b
     launches = (op.launches_backward if backward else op.kernels) + cast_kernels(
         recipe, backward, compiled, microbatches, weight_shards)
     return Work(gemm + moved / fp8.gpu.memory_rate, launches)
+
+
+def fp8_weight_copies(recipe: str | None, spec: TransformerSpec, tp: int, layers: int) -> float:
+    """Bytes per GPU of the FP8 weight copies (``fp8_weight_bytes``) of ``layers`` dense
+    transformer layers at TP degree ``tp`` (0 without FP8)."""
+    if recipe is None:
+        return 0.0
+    return fp8_weight_bytes(recipe, layers * spec.layer_matmul_elements() / tp)
 
 
 def fp8_weight_bytes(recipe: str, parameters: float) -> float:

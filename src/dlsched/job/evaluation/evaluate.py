@@ -46,6 +46,8 @@ from dlsched.job.communication.dp_sync import (
     dp_step,
 )
 from dlsched.job.communication.pipeline_p2p import check_pipeline_p2p, with_p2p
+from dlsched.job.compute.block_pricing import check_kernel_options, kernel_options
+from dlsched.job.compute.fp8 import fp8_weight_copies
 from dlsched.job.compute.grad_accumulation import (
     accumulation_bytes,
     check_grad_accumulation,
@@ -99,7 +101,10 @@ class Job:
     over microbatches (``grad_accumulation``: ``fused`` into the weight-gradient GEMMs or
     ``separate``; ``job.grad_accumulation``) and whether a pipeline rank computes while its
     transfers run (``pipeline_p2p``: ``auto``, ``blocking`` or ``overlapped``;
-    ``job.pipeline_p2p``)."""
+    ``job.pipeline_p2p``). How its kernels run (``job.compute.block_pricing``):
+    ``fp8_recipe`` with ``precision`` fp8 (``job.compute.fp8``), ``fp8_all_gather`` (torchao's
+    FSDP float8 all-gather: ZeRO 3 gathers 1-byte weights), ``compile`` (torch.compile's
+    fusions, ``job.compute.compile_fusion``) and ``async_tp`` (``job.async_tp``)."""
 
     spec: TransformerSpec
     cluster: Cluster
@@ -112,10 +117,17 @@ class Job:
     grad_reduce: str = "fp32"
     grad_accumulation: str = "fused"
     pipeline_p2p: str = "auto"
+    fp8_recipe: str | None = None
+    fp8_all_gather: bool = False
+    compile: bool = False
+    async_tp: bool = False
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
-        check_grad_reduce(self.grad_reduce, self.precision)
+        check_kernel_options(self.precision, self.fp8_recipe, self.cluster.gpu,
+                             bool(self.spec.experts), self.fp8_all_gather, self.compile,
+                             self.async_tp)
+        check_grad_reduce(self.grad_reduce, "bf16" if self.precision == "fp8" else self.precision)
         check_grad_accumulation(self.grad_accumulation)
         check_pipeline_p2p(self.pipeline_p2p)
         check_attention(self.attention)
@@ -196,7 +208,10 @@ def _costs(job: Job, layout: Layout) -> BlockCosts:
     return block_costs(job.spec, layout.microbatch_size, job.cluster.gpu, job.precision,
                        layout.tp, layout.sequence_parallel, layout.recompute, tp_group,
                        job.collective_policy, layout.cp, layout.cp_algorithm, job.attention,
-                       job.tp_comm_overlap)
+                       job.tp_comm_overlap,
+                       kernel_options(job.fp8_recipe, job.compile, layout.num_microbatches,
+                                      layout.cp * layout.dp if job.fp8_all_gather else 1),
+                       job.async_tp)
 
 
 def cp_group(job: Job, layout: Layout) -> Topology | None:
@@ -216,7 +231,8 @@ def _zero3_exposed(job: Job, layout: Layout, costs: BlockCosts) -> tuple[float, 
         return 0.0, 0.0
     group = dp_group(job, layout)
     params = job.spec.layer_parameters() / layout.tp
-    gather = curve(group, "all-gather", job.collective_policy).seconds(params * WEIGHT_BYTES)
+    gather = curve(group, "all-gather", job.collective_policy).seconds(
+        params * (1 if job.fp8_all_gather else WEIGHT_BYTES))
     scatter = curve(group, "reduce-scatter", job.collective_policy).seconds(
         params * job.grad_bytes)
     return (max(0.0, gather - costs.layer_f),
@@ -306,6 +322,8 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
     per_rank = layout.rank_layers(job.spec.layers, critical)
     m = layout.num_microbatches
     memory = peak_memory(job.spec, layout, job.precision, job.grad_bytes, job.attention)
+    memory = replace(memory, weights=memory.weights + fp8_weight_copies(
+        job.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage)))
     cp = _cp(job, layout, costs)
     moe, sparse = _moe_costs(job, layout), stage_moe_layers(job.spec, layout, critical)
     moe_tp = sparse * (moe.tp_forward_s + moe.tp_backward_s) if moe else 0.0

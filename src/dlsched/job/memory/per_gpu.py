@@ -118,7 +118,7 @@ from dlsched.pipeline.chains.memory_model import (
     usable_bytes,
 )
 
-PRECISIONS = ("bf16", "fp16", "autocast", "fp32")
+PRECISIONS = ("bf16", "fp16", "autocast", "fp32", "fp8")  # fp8: bf16 states (job.compute.fp8)
 GRAD_BYTES = (2, 4)
 VOCAB_DIVISOR = 128  # Megatron-LM --make-vocab-size-divisible-by default
 PREFETCHED_UNITS = 2  # ZeRO-3: the unit in use and the next one, all-gathered ahead
@@ -193,7 +193,7 @@ def state_bytes(precision: str, zero: int, dp: int, grad_bytes: int = 4) -> Stat
     """Model-state bytes per parameter per GPU under ZeRO stage ``zero`` over ``dp`` replicas
     (module docstring)."""
     check_precision(precision, grad_bytes)
-    mixed = precision in ("bf16", "fp16")
+    mixed = precision in ("bf16", "fp16", "fp8")
     weights = 2.0 if mixed else 4.0
     gradients = float(grad_bytes) if mixed else 4.0
     optimizer = (MASTER_WEIGHT_BYTES if mixed else 0.0) + ADAM_MOMENT_BYTES
