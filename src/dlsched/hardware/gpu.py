@@ -32,6 +32,7 @@ compute measure`` write one).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -221,12 +222,19 @@ def gpu_from_data(data: Any, source: str) -> Gpu:
     return Gpu(validate(GpuSpec, data, source))
 
 
+@cache
+def _preset_gpu(name: str) -> Gpu:
+    """A bundled preset, validated once per process (the job evaluator asks for it per
+    pipeline rank; a preset does not change while dlsched runs, a GPU file is read anew)."""
+    return gpu_from_data({"name": name, **_presets()[name]}, f"GPU preset {name}")
+
+
 def get_gpu(name_or_path: str | Path) -> Gpu:
     """A bundled preset by name (``presets/gpus.yaml``) or a YAML/JSON GPU file."""
     key = str(name_or_path)
     presets = _presets()
     if key in presets:
-        return gpu_from_data({"name": key, **presets[key]}, f"GPU preset {key}")
+        return _preset_gpu(key)
     if Path(key).suffix.lower() in {".yaml", ".yml", ".json"}:
         data = load_document(key)
         if isinstance(data, dict):
