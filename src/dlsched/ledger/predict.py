@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from dlsched.errors import ConfigError
 from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.cluster import NODE_PRESETS, load_cluster
+from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, pipeline_times
 from dlsched.job.evaluation.pipeline_time import fast_pipeline
 from dlsched.job.layout import Layout
@@ -69,10 +70,9 @@ MEMORY_METRICS = ("memory_gib_per_gpu",)
 # The predicted iteration's parts (seconds) a record carries (``breakdown``).
 EXPOSED_KEYS = ("tp_s", "pp_s", "dp_s", "zero3_s", "optimizer_s", "grad_accumulation_s")
 BREAKDOWN_KEYS = ("iteration_s", "compute_s", "bubble_s", *EXPOSED_KEYS)
-# Overlaps the evaluator does not model (it leaves TP traffic blocking and gathers ZeRO 1/2's
-# weights after the optimizer step; ZeRO 3's per-layer gathers it prefetches behind the
-# layer's compute, as FSDP does).
-_UNMODELLED_OVERLAP = {"async_tp": "asynchronous TP (collective matmuls)"}
+# Overlaps the evaluator does not model (none today: asynchronous TP is job.async_tp's, ZeRO 3's
+# per-layer gathers it prefetches behind the layer's compute, as FSDP does).
+_UNMODELLED_OVERLAP: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -112,9 +112,9 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
         why = f" ({NO_PRESET[hw.gpu]})" if hw.gpu in NO_PRESET else ""
         reasons.append(f"hardware.gpu: no dlsched preset for {hw.gpu}{why}; accepted: "
                        + ", ".join(GPU_PRESETS))
-    if par.precision not in ("bf16", "fp16"):
-        reasons.append(f"parallel.precision: {par.precision}: the job evaluator prices 16-bit "
-                       "runs only; accepted: bf16, fp16")
+    if par.precision == "fp8" and par.fp8_recipe is None:
+        reasons.append("parallel.fp8_recipe: not published (how the run scaled its FP8 "
+                       "tensors); accepted: " + ", ".join(FP8_RECIPES))
     if shape.experts is not None and shape.router_balance == "learned" and \
             (shape.capacity_factor is None or shape.capacity_factor > 1):
         reasons.append("model.router_balance: a learned router without a capacity factor <= 1: "
@@ -123,9 +123,6 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
     if par.cp_algorithm == "all-gather":
         reasons.append("parallel.cp_algorithm: all-gather context parallelism (every K/V shard "
                        "gathered) is not an evaluator algorithm; accepted: ring, all-to-all")
-    if par.torch_compile:
-        reasons.append("parallel.torch_compile: torch.compile's fusions are not in the compute "
-                       "model")
     unmodelled = [_UNMODELLED_OVERLAP[o] for o in par.overlap if o in _UNMODELLED_OVERLAP]
     if unmodelled:
         reasons.append("parallel.overlap: the evaluator does not model " + ", ".join(unmodelled))
@@ -161,7 +158,9 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
               overlap_param_gather="dp_param_gather" in par.overlap,
               tp_comm_overlap="tp_comm" in par.overlap, grad_reduce=par.grad_reduce,
               grad_accumulation=par.grad_accumulation,
-              pipeline_p2p="overlapped" if "pp_p2p" in par.overlap else "blocking")
+              pipeline_p2p="overlapped" if "pp_p2p" in par.overlap else "blocking",
+              fp8_recipe=par.fp8_recipe, fp8_all_gather=par.fp8_all_gather,
+              compile=par.torch_compile, async_tp="async_tp" in par.overlap)
     assert par.chunks is not None and par.microbatch_size is not None
     assert par.recompute is not None and par.sequence_parallel is not None
     assert par.zero is not None

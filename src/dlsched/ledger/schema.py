@@ -130,7 +130,10 @@ class Parallelism(_Strict):
     microbatches (``job.grad_accumulation``): ``fused`` into the weight-gradient GEMMs
     (Megatron-LM since 2022 with FP32 main gradients, Megatron-Core) or ``separate`` (an add
     per parameter after each microbatch's backward: Megatron-LM before 2022, and with 16-bit
-    main gradients after)."""
+    main gradients after). ``fp8_recipe`` (with ``precision`` fp8): how the linear layers run
+    in FP8 (``job.compute.fp8``: Transformer Engine's ``delayed``, ``current``, ``mxfp8``;
+    torchao's ``tensorwise``, ``rowwise``); ``fp8_all_gather``: FSDP gathers the weights in FP8
+    (torchao's ``enable_fsdp_float8_all_gather``)."""
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
@@ -148,6 +151,8 @@ class Parallelism(_Strict):
     sequence_parallel: bool | None
     zero: Literal[0, 1, 2, 3, "fsdp"] | None
     precision: Literal["bf16", "fp16", "fp8"] | None
+    fp8_recipe: Literal["delayed", "current", "mxfp8", "tensorwise", "rowwise"] | None = None
+    fp8_all_gather: bool = False
     overlap: tuple[Overlap, ...] = ()
     torch_compile: bool = False
     attention: Literal["unfused", "flash", "fused"] | None = "unfused"
