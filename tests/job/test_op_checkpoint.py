@@ -186,12 +186,12 @@ def test_exports_torchtitan_op_and_refuses_megatron():
 
 
 def test_torchtitan_rows_map_onto_the_mode():
-    """The row's per-op policy reaches the layout as ``selective-op``; the row itself is refused
-    for its GPU (no preset of the 500 W HBM2e H100), so the variant here names the SXM5."""
+    """The row's per-op policy reaches the layout as ``selective-op``, on its own GPU's
+    preset (the 500 W HBM2e H100) and on the SXM5's."""
     rows = {row.id: row for row in load_ledger("torchtitan")}
     row = rows["torchtitan-2412-t1-8b-fsdp"]
-    with pytest.raises(ConfigError, match="no dlsched preset for h100-hbm2e-96gb"):
-        job_and_layout(row)
     sxm = row.model_copy(update={"hardware": row.hardware.model_copy(update={"gpu": "h100-sxm"})})
-    job, layout = job_and_layout(sxm)
-    assert layout.recompute == "selective-op" and job.attention == "flash"
+    for variant, gpu in ((row, "h100-hbm2e-96gb"), (sxm, "h100")):
+        job, layout = job_and_layout(variant)
+        assert layout.recompute == "selective-op" and job.attention == "flash"
+        assert job.cluster.gpu == gpu

@@ -201,7 +201,6 @@ def test_rows_map_to_their_published_configuration() -> None:
 
 @pytest.mark.parametrize(("row_id", "reason"), [
     ("torchtitan-2412-t1-8b-fsdp-compile", "torch.compile"),
-    ("torchtitan-2412-t1-8b-fsdp", "no dlsched preset for h100-hbm2e-96gb"),
     ("torchtitan-2412-t1-8b-fsdp-compile-fp8", "FP8"),
     ("torchtitan-2412-t2-8b-fsdp4-cp2", "all-gather"),
     ("megatron-h100-gpt-70b", "not published"),

@@ -25,7 +25,8 @@ the row's reason.
 unit (``schema.METRIC_UNITS``): ``iteration_s`` (s), ``tflops_per_gpu`` (the FLOP executed,
 recomputation included: SC21's Eq. 3 convention), ``mfu`` and ``hfu`` (fractions of the 16-bit
 dense peak), ``tokens_per_s_per_gpu`` (global batch x sequence / iteration / GPUs) and
-``memory_gib_per_gpu`` (GiB). ``scored`` marks the one time-derived metric of the row that the
+``memory_gib_per_gpu`` (GiB, the counter the source's figure reads: ``ledger.memory``).
+``scored`` marks the one time-derived metric of the row that the
 statistics count (the first the row publishes; MFU and HFU published beside an iteration time
 follow from it and would count the same error twice) and the memory metric (its own family).
 """
@@ -42,6 +43,7 @@ from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, pipeline_t
 from dlsched.job.evaluation.pipeline_time import fast_pipeline
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.ledger.memory import published_memory_gib
 from dlsched.ledger.schema import LedgerRow
 
 # Ledger GPU -> (node preset, compute preset): one preset per GPU model, the model the preset
@@ -49,21 +51,19 @@ from dlsched.ledger.schema import LedgerRow
 GPU_PRESETS: dict[str, tuple[str, str]] = {
     "a100-80gb": ("dgx-a100", "a100"),
     "h100-sxm": ("dgx-h100", "h100"),
+    "h100-hbm2e-96gb": ("grand-teton-h100", "h100-hbm2e-96gb"),
+    "h200": ("dgx-h200", "h200"),
 }
-# Ledger GPUs with no preset of their own, and why another's does not describe them.
-NO_PRESET: dict[str, str] = {
-    "h100-hbm2e-96gb": "TorchTitan's Grand Teton H100 (96 GB HBM2e at 2.4 TB/s, capped at 500 W; "
-                       "its benchmark file puts the peak 'between SXM and NVL', 835-989 "
-                       "TFLOP/s) is not the h100 preset's 700 W SXM5 at 3.35 TB/s, and no "
-                       "measurement of it is here",
-    "h200": "the h200 preset's compute constants are the h100's, assumed, not measured on an "
-            "H200",
-}
+# Ledger GPUs with no preset of their own, and why another's does not describe them (none
+# today: every ledger GPU has its preset; presets/gpus.yaml says how each constant was got).
+NO_PRESET: dict[str, str] = {}
 # Rows a preset constant was fitted to: their errors are not held out (presets/gpus.yaml,
 # a100 ``efficiency.gemm.bf16``: bisected so that SC21's 39.1B row gives its 138 TFLOP/s).
 FITTED_ROWS: dict[str, str] = {
     f"sc21-t1-{FITTED_ROW}": "the a100 preset's 16-bit GEMM efficiency was fitted to this row "
                              "(presets/gpus.yaml)",
+    "torchtitan-2412-t1-8b-fsdp": "the h100-hbm2e-96gb preset's 16-bit tensor-core fractions "
+                                  "were fitted to this row (presets/gpus.yaml)",
 }
 TIME_METRICS = ("iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
 MEMORY_METRICS = ("memory_gib_per_gpu",)
@@ -206,14 +206,17 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
     try:
         job, layout = job_and_layout(row)
         result = evaluate(job, layout)
-        values = {m.metric: metric_value(m.metric, job, result) for m in row.measured}
+        values = {m.metric: published_memory_gib(row.source, result.memory)
+                  if m.metric in MEMORY_METRICS else metric_value(m.metric, job, result)
+                  for m in row.measured}
         reason, parts = None, breakdown(job, result)
     except ConfigError as error:
         reason, values, parts = str(error).removeprefix(f"{row.id}: "), {}, {}
-    held_out = row.id not in FITTED_ROWS
+    held_out = row.id not in FITTED_ROWS  # the fits are compute constants: memory held out
     first_time = next((m.metric for m in row.measured if m.metric in TIME_METRICS), None)
     return [Prediction(row, m.metric, m.value, values.get(m.metric), reason,
-                       m.metric == first_time or m.metric in MEMORY_METRICS, held_out, parts)
+                       m.metric == first_time or m.metric in MEMORY_METRICS,
+                       held_out or m.metric in MEMORY_METRICS, parts)
             for m in row.measured]
 
 

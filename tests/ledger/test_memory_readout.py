@@ -1,0 +1,112 @@
+"""Memory as frameworks report it (job.memory.allocator) and the ledger's memory rows priced
+through it (ledger.memory); the fitted H100 HBM2e preset's protocol."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.memory.allocator import (
+    NCCL_BUFFSIZE,
+    allocated_bytes,
+    nccl_buffer_bytes,
+    reported_bytes,
+)
+from dlsched.ledger import load_ledger
+from dlsched.ledger.memory import READOUTS, published_memory_gib
+from dlsched.ledger.predict import FITTED_ROWS, Prediction, predict_row
+from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES, FRAGMENTATION
+
+PARTS = {"weights": 1.0, "gradients": 2.0, "optimizer": 3.0, "activations": 10.0,
+         "logits": 4.0, "workspace": 5.0, "reserve": 1.5}
+
+
+@cache
+def _memory_predictions() -> tuple[Prediction, ...]:
+    return tuple(p for row in load_ledger() for p in predict_row(row)
+                 if p.metric == "memory_gib_per_gpu")
+
+
+def test_allocated_by_loss_implementation_by_hand() -> None:
+    """Megatron's loss: every part but the CUDA context (1+2+3+10+4+5 = 25). PyTorch's
+    cross-entropy: three FP32 logit buffers (12) against logits + workspace (9): 16 + 12."""
+    assert allocated_bytes(PARTS, "megatron") == 25.0
+    assert allocated_bytes(PARTS, "torch") == 28.0
+    small_loss = {**PARTS, "logits": 1.0}  # 3 x 1 < 1 + 5: the recomputation's transient wins
+    assert allocated_bytes(small_loss, "torch") == allocated_bytes(small_loss, "megatron")
+
+
+def test_reserved_and_device_readouts_by_hand() -> None:
+    """reserved = allocated / (1 - 0.15); nvidia-smi adds the CUDA context and NCCL's
+    buffers: 2 communicators x 4 channels x 2 neighbours x 2 directions x 4 MiB = 128 MiB."""
+    reserved = reported_bytes(PARTS, "reserved", "torch")
+    assert reserved == pytest.approx(28.0 / (1 - FRAGMENTATION))
+    assert FRAGMENTATION == 0.15
+    assert nccl_buffer_bytes(2, 4) == 128 * 2**20 == 2 * 4 * 2 * 2 * NCCL_BUFFSIZE
+    device = reported_bytes(PARTS, "device", "torch", communicators=2, channels=4)
+    assert device == pytest.approx(reserved + CONTEXT_BYTES + 128 * 2**20)
+    assert reported_bytes(PARTS, "allocated") < reported_bytes(PARTS, "reserved")
+
+
+@pytest.mark.parametrize(("readout", "loss", "field"), [
+    ("smi", "torch", "readout"), ("reserved", "fused", "loss")])
+def test_unknown_readout_or_loss_is_refused_naming_the_field(readout: str, loss: str,
+                                                             field: str) -> None:
+    with pytest.raises(ConfigError, match=f"^{field}: .*accepted"):
+        reported_bytes(PARTS, readout, loss)
+
+
+def test_a_source_whose_counter_is_unknown_is_not_scored() -> None:
+    """A memory figure of a source without a recorded counter is refused, naming the table."""
+    with pytest.raises(ConfigError, match="READOUTS"):
+        published_memory_gib("sc21", PARTS)
+
+
+def test_every_memory_row_belongs_to_a_source_with_a_known_counter() -> None:
+    """Every source that publishes memory says which counter it reads."""
+    sources = {row.source for row in load_ledger() if row.value("memory_gib_per_gpu")}
+    assert sources <= set(READOUTS)
+
+
+def test_torchtitan_memory_is_reserved_with_three_fp32_logit_buffers() -> None:
+    """The 8B FSDP row (b 2, s 8192, vocabulary 128,256): its FP32 logits are 4 s b V bytes
+    and its predicted figure is (the parts without the context, with 3 x the logits for the
+    loss) / 0.85 in GiB."""
+    from dlsched.job.evaluation.evaluate import evaluate
+    from dlsched.ledger.predict import job_and_layout
+
+    row = next(r for r in load_ledger("torchtitan") if r.id == "torchtitan-2412-t1-8b-fsdp")
+    job, execution = job_and_layout(row)
+    parts = evaluate(job, execution).memory
+    assert parts["logits"] == 4 * 8192 * 2 * 128256
+    expected = (sum(parts.values()) - parts["reserve"] - parts["logits"] - parts["workspace"]
+                + max(3 * parts["logits"], parts["logits"] + parts["workspace"])) / 0.85
+    assert published_memory_gib("torchtitan", parts) == pytest.approx(expected / 2**30)
+
+
+def test_priced_memory_rows_are_held_out_and_within_eight_percent() -> None:
+    """Every priced memory row is held out (no constant was fitted to memory) and within 8%
+    of its published figure; at least the two eager bf16 TorchTitan rows are priced."""
+    priced = [p for p in _memory_predictions() if p.predicted is not None]
+    assert {p.row.id for p in priced} >= {"torchtitan-2412-t1-8b-fsdp",
+                                          "torchtitan-2412-t3-8b-fsdp"}
+    for prediction in priced:
+        assert prediction.held_out and prediction.scored
+        assert abs(prediction.error) < 0.08, (prediction.row.id, prediction.error)
+
+
+def test_the_h100_hbm2e_fit_reproduces_its_row_and_holds_the_others_out() -> None:
+    """The fitted row comes out at its published rate (within the bisection's 0.1%) and is
+    the only one of its GPU marked fitted; the other rows of the GPU are held out."""
+    fitted = "torchtitan-2412-t1-8b-fsdp"
+    assert fitted in FITTED_ROWS
+    rows = [r for r in load_ledger() if r.hardware.gpu == "h100-hbm2e-96gb"]
+    for row in rows:
+        for prediction in predict_row(row):
+            if prediction.metric != "tokens_per_s_per_gpu" or prediction.predicted is None:
+                continue
+            assert prediction.held_out == (row.id != fitted)
+            if row.id == fitted:
+                assert abs(prediction.error) < 1e-3
