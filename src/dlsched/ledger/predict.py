@@ -201,6 +201,20 @@ def breakdown(job: Job, result: JobResult) -> dict[str, float]:
             "compute_s": result.iteration_s - sum(parts.values()), **parts}
 
 
+def _memory_unmodelled(row: LedgerRow) -> str | None:
+    """Why a row's memory is not priced though its time is: the memory model
+    (``job.memory.per_gpu``) counts eager activations in 16 bits, not what torch.compile's
+    partitioner saves for the backward (it chooses its own saved set and recomputes cheap ops)
+    nor FP8's saved FP8 tensors and cast buffers."""
+    par = row.parallel
+    missing = [what for what, used in (("torch.compile's saved activations", par.torch_compile),
+                                       ("FP8's saved tensors and buffers",
+                                        par.precision == "fp8")) if used]
+    if not missing:
+        return None
+    return "memory: the memory model does not count " + " or ".join(missing)
+
+
 def predict_row(row: LedgerRow) -> list[Prediction]:
     """One ``Prediction`` per published metric of ``row`` (module docstring)."""
     try:
@@ -214,7 +228,12 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
         reason, values, parts = str(error).removeprefix(f"{row.id}: "), {}, {}
     held_out = row.id not in FITTED_ROWS  # the fits are compute constants: memory held out
     first_time = next((m.metric for m in row.measured if m.metric in TIME_METRICS), None)
-    return [Prediction(row, m.metric, m.value, values.get(m.metric), reason,
+    unmodelled = reason or _memory_unmodelled(row)
+    if unmodelled:
+        values = {metric: value for metric, value in values.items()
+                  if metric not in MEMORY_METRICS}
+    return [Prediction(row, m.metric, m.value, values.get(m.metric),
+                       unmodelled if m.metric in MEMORY_METRICS else reason,
                        m.metric == first_time or m.metric in MEMORY_METRICS,
                        held_out or m.metric in MEMORY_METRICS, parts)
             for m in row.measured]
