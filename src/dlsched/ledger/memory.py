@@ -3,9 +3,11 @@ runs compute the loss, so that ``dlsched validate`` prices the quantity that was
 (``job.memory.allocator``), not the evaluator's own total.
 
 ``READOUTS`` holds, per source whose rows publish ``memory_gib_per_gpu``, the counter
-(``allocated``, ``reserved`` or ``device``), the loss implementation (``megatron`` or
-``torch``) and the evidence for both. A memory row of a source not listed is refused with that
-reason: a number whose meaning is unknown is not scored.
+(``allocated``, ``reserved`` or ``device``), the loss implementation its runs use
+(``job.memory.allocator.LOSS_BUFFERS``: ``megatron``, ``torch``), the rows whose framework
+version compiles that loss under ``torch.compile`` (``compiled``), and the evidence. A memory
+row of a source not listed is refused with that reason: a number whose meaning is unknown is
+not scored.
 """
 
 from __future__ import annotations
@@ -15,36 +17,48 @@ from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
 from dlsched.job.memory.allocator import reported_bytes
+from dlsched.ledger.schema import LedgerRow
 
 
 @dataclass(frozen=True)
 class Readout:
     """What a source's memory figure is: the allocator ``counter``, the runs' ``loss``
-    implementation (``job.memory.allocator.LOSS_BUFFERS``) and the ``evidence``."""
+    implementation (``job.memory.allocator.LOSS_BUFFERS``), the id prefixes of the rows whose
+    framework version compiles the loss when the row runs ``torch.compile``
+    (``compiled_loss``), and the ``evidence``."""
 
     counter: str
     loss: str
+    compiled_loss: tuple[str, ...]
     evidence: str
+
+    def loss_of(self, row: LedgerRow) -> str:
+        """The loss implementation ``row`` ran."""
+        compiled = row.parallel.torch_compile and row.id.startswith(self.compiled_loss)
+        return "compiled" if compiled else self.loss
 
 
 READOUTS: dict[str, Readout] = {
     "torchtitan": Readout(
-        "reserved", "torch",
+        "reserved", "torch", ("torchtitan-2506-h200-",),
         "TorchTitan's benchmark tables copy its 'memory:' log line, which prints "
         "DeviceMemoryMonitor.max_reserved_gib, torch.cuda.memory_stats()['reserved_bytes.all."
         "peak'] (torchtitan/metrics.py at 9dec370; the file's footnote 1: the maximum over the "
         "GPUs); its loss is cross_entropy_loss, F.cross_entropy(pred.flatten(0, 1).float(), "
         "labels.flatten(0, 1)) in train.py (the log-softmax of FP32 logits, not Megatron's "
-        "vocabulary-parallel loss)"),
+        "vocabulary-parallel loss), left eager at 9dec370, the 2412 rows' commit ('TODO: "
+        "compiling loss function causes CUDA errors, turning off for now'), compiled with the "
+        "model under training.compile at e7c0cae, the H200 rows' commit "
+        "(torchtitan/components/loss.py, build_cross_entropy_loss)"),
 }
 
 
-def published_memory_gib(source: str, parts: Mapping[str, float]) -> float:
-    """The memory per GPU (GiB) a row of ``source`` publishes, predicted from the evaluator's
-    parts (bytes); ConfigError when the source's counter is not known."""
-    if source not in READOUTS:
-        raise ConfigError(f"memory_gib_per_gpu: which memory counter {source}'s figures read "
-                          "(allocated, reserved or nvidia-smi) is not recorded "
+def published_memory_gib(row: LedgerRow, parts: Mapping[str, float]) -> float:
+    """The memory per GPU (GiB) ``row`` publishes, predicted from the evaluator's parts
+    (bytes); ConfigError when its source's counter is not known."""
+    if row.source not in READOUTS:
+        raise ConfigError(f"memory_gib_per_gpu: which memory counter {row.source}'s figures "
+                          "read (allocated, reserved or nvidia-smi) is not recorded "
                           "(ledger.memory.READOUTS); accepted sources: " + ", ".join(READOUTS))
-    readout = READOUTS[source]
-    return reported_bytes(parts, readout.counter, readout.loss) / 2**30
+    readout = READOUTS[row.source]
+    return reported_bytes(parts, readout.counter, readout.loss_of(row)) / 2**30

@@ -220,7 +220,7 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
     try:
         job, layout = job_and_layout(row)
         result = evaluate(job, layout)
-        values = {m.metric: published_memory_gib(row.source, result.memory)
+        values = {m.metric: published_memory_gib(row, result.memory)
                   if m.metric in MEMORY_METRICS else metric_value(m.metric, job, result)
                   for m in row.measured}
         reason, parts = None, breakdown(job, result)

@@ -29,7 +29,10 @@ The loss. Megatron-LM's vocabulary-parallel cross-entropy keeps one FP32 copy of
 ``F.cross_entropy`` on ``logits.float()`` (TorchTitan's ``cross_entropy_loss``) keeps its
 log-softmax output (FP32) for the backward, and the backward of the log-softmax holds three
 FP32 tensors of the logits' size at once (the saved output, the gradient it receives from the
-NLL loss and the gradient it returns): ``LOSS_BUFFERS`` of each implementation. The recomputed
+NLL loss and the gradient it returns). The same loss compiled by ``torch.compile`` (Inductor
+fuses the cast, the log-softmax and the NLL loss, keeps the 16-bit logits and a log-sum-exp per
+token for the backward, which writes a 16-bit gradient) holds two 16-bit logit tensors, one FP32
+tensor's worth: ``LOSS_BUFFERS`` of each implementation, in FP32 logit sizes. The recomputed
 layer's transient (``workspace``) does not run at the same time as the loss's backward, so the
 peak takes the larger of the two.
 """
@@ -43,7 +46,7 @@ from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES, FRAGMENTATION
 
 READOUTS = ("allocated", "reserved", "device")
 # FP32 logit-sized buffers live at the peak of the loss's backward, by loss implementation.
-LOSS_BUFFERS = {"megatron": 1, "torch": 3}
+LOSS_BUFFERS = {"megatron": 1, "torch": 3, "compiled": 1}
 NCCL_BUFFSIZE = 4 * 2**20  # NCCL's default NCCL_BUFFSIZE (bytes), per channel, peer, direction
 RING_NEIGHBOURS = 2
 
