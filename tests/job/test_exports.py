@@ -16,6 +16,7 @@ from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
 
 GPT3 = bundled_specs()["gpt3-175b"]
+LLAMA70 = bundled_specs()["llama3-70b"]
 # Korthikanti et al. Table 5's 175B row: TP8 PP8, 3 chunks (96 / 24 = 4 layers each), SP,
 # selective recomputation, microbatch 1, global batch 64
 TABLE5 = Layout(8, 8, 1, 1, 64, chunks=3, schedule="interleaved", recompute="selective",
@@ -40,7 +41,7 @@ def test_megatron_table5_row():
     options, comments = parse(megatron_args(GPT3, TABLE5, "fp16", attention="unfused"))
     assert options == {
         "--num-layers": ["96"], "--hidden-size": ["12288"], "--num-attention-heads": ["96"],
-        "--ffn-hidden-size": ["49152"], "--seq-length": ["2048"],
+        "--ffn-hidden-size": ["49152"], "--vocab-size": ["51200"], "--seq-length": ["2048"],
         "--max-position-embeddings": ["2048"], "--tensor-model-parallel-size": ["8"],
         "--pipeline-model-parallel-size": ["8"], "--num-layers-per-virtual-pipeline-stage": ["4"],
         "--micro-batch-size": ["1"], "--global-batch-size": ["64"], "--sequence-parallel": [],
@@ -83,7 +84,6 @@ def test_megatron_zero_stages(zero, expected):
 
 @pytest.mark.parametrize("layout,precision,phrase", [
     (replace(TABLE5, chunks=1, schedule="gpipe"), "bf16", "no GPipe schedule"),
-    (replace(TABLE5, chunks=1, schedule="zb-h1"), "bf16", "no zero-bubble schedule"),
     (replace(TABLE5, global_batch=12), "bf16", "a multiple of pp"),
     (TABLE5, "autocast", "no autocast mode")])
 def test_megatron_says_what_has_no_equivalent(layout, precision, phrase):
@@ -93,22 +93,26 @@ def test_megatron_says_what_has_no_equivalent(layout, precision, phrase):
     assert ("--bf16" in options) == (precision == "bf16") and "--fp16" not in options
 
 
+# Table 5's layout with Llama 3 70B's 80 layers: 2 chunks of 5 layers per rank
+TITAN = replace(TABLE5, chunks=2)
+
+
 def test_torchtitan_table5_row():
-    config = tomllib.loads(torchtitan_toml(GPT3, TABLE5, "bf16"))
-    assert config["model"] == {"name": "llama3", "flavor": "gpt3-175b"}
+    config = tomllib.loads(torchtitan_toml(LLAMA70, TITAN, "bf16"))
+    assert config["model"] == {"name": "llama3", "flavor": "70B"}
     assert config["training"] == {"local_batch_size": 64, "global_batch_size": 64,
-                                  "seq_len": 2048, "mixed_precision_param": "bfloat16",
+                                  "seq_len": 8192, "mixed_precision_param": "bfloat16",
                                   "mixed_precision_reduce": "float32"}
     assert config["parallelism"] == {
         "data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1,
         "tensor_parallel_degree": 8, "pipeline_parallel_degree": 8,
         "pipeline_parallel_schedule": "Interleaved1F1B", "pipeline_parallel_microbatch_size": 1,
-        "pipeline_parallel_layers_per_stage": 4, "pipeline_parallel_first_stage_less_layers": 0,
+        "pipeline_parallel_layers_per_stage": 5, "pipeline_parallel_first_stage_less_layers": 0,
         "pipeline_parallel_last_stage_less_layers": 0, "context_parallel_degree": 1}
     assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
 
 
-def titan(layout: Layout, precision: str = "bf16", spec: TransformerSpec = GPT3):
+def titan(layout: Layout, precision: str = "bf16", spec: TransformerSpec = LLAMA70):
     text = torchtitan_toml(spec, layout, precision)
     return tomllib.loads(text), [line for line in text.splitlines() if line.startswith("#")]
 
@@ -136,9 +140,8 @@ def test_torchtitan_ddp_with_tp_becomes_fsdp_and_says_so():
 
 
 @pytest.mark.parametrize("layout,precision,phrase", [
-    (replace(TABLE5, chunks=1, schedule="zb-h1"), "bf16", "ZB-H1"),
-    (replace(TABLE5, sequence_parallel=False), "bf16", "TP without sequence parallelism"),
-    (TABLE5, "fp16", "no FP16 in TorchTitan")])
+    (replace(TITAN, sequence_parallel=False), "bf16", "TP without sequence parallelism"),
+    (TITAN, "fp16", "no FP16 in TorchTitan")])
 def test_torchtitan_says_what_has_no_equivalent(layout, precision, phrase):
     config, comments = titan(layout, precision)
     assert any(phrase in line for line in comments)
@@ -146,12 +149,12 @@ def test_torchtitan_says_what_has_no_equivalent(layout, precision, phrase):
 
 
 def test_torchtitan_schedules_and_precision():
-    gpipe, _ = titan(replace(TABLE5, chunks=1, schedule="gpipe"), "fp32")
+    gpipe, _ = titan(replace(TITAN, chunks=1, schedule="gpipe"), "fp32")
     assert gpipe["parallelism"]["pipeline_parallel_schedule"] == "GPipe"
-    assert gpipe["parallelism"]["pipeline_parallel_layers_per_stage"] == 12
+    assert gpipe["parallelism"]["pipeline_parallel_layers_per_stage"] == 10
     assert gpipe["training"]["mixed_precision_param"] == "float32"
     assert gpipe["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
-    plain, _ = titan(replace(TABLE5, chunks=1, schedule="1f1b", recompute="none"))
+    plain, _ = titan(replace(TITAN, chunks=1, schedule="1f1b", recompute="none"))
     assert plain["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
     assert plain["activation_checkpoint"] == {"mode": "none"}
 
@@ -160,4 +163,62 @@ def test_exports_refuse_bad_input():
     with pytest.raises(ConfigError, match=r"^--precision: "):
         megatron_args(GPT3, TABLE5, "int8")
     with pytest.raises(ConfigError, match=r"^--pp: "):
-        torchtitan_toml(GPT3, replace(TABLE5, pp=5), "bf16")
+        torchtitan_toml(LLAMA70, replace(TITAN, pp=3), "bf16")
+
+
+def test_megatron_builds_the_model_the_plan_priced():
+    """Llama 3 70B: SwiGLU, RMSNorm, rotary positions, no biases, untied output, 8 query
+    groups, its FFN width and vocabulary; Mixtral 8x7B the same and its experts; GPT-3 none of
+    the Llama flags (Megatron-LM's defaults are GPT's)."""
+    llama, comments = parse(megatron_args(LLAMA70, Layout(8, 4, 2, 1, 64), "bf16"))
+    assert {key: llama[key] for key in (
+        "--swiglu", "--normalization", "--position-embedding-type", "--disable-bias-linear",
+        "--untie-embeddings-and-output-weights", "--group-query-attention",
+        "--num-query-groups", "--ffn-hidden-size", "--vocab-size")} == {
+        "--swiglu": [], "--normalization": ["RMSNorm"], "--position-embedding-type": ["rope"],
+        "--disable-bias-linear": [], "--untie-embeddings-and-output-weights": [],
+        "--group-query-attention": [], "--num-query-groups": ["8"],
+        "--ffn-hidden-size": ["28672"], "--vocab-size": ["128256"]}
+    assert any("--rotary-base" in line for line in comments)
+    mixtral, _ = parse(megatron_args(bundled_specs()["mixtral-8x7b"],
+                                     Layout(2, 4, 8, 1, 64, ep=8), "bf16"))
+    assert mixtral["--swiglu"] == [] and mixtral["--normalization"] == ["RMSNorm"]
+    assert (mixtral["--num-experts"], mixtral["--moe-router-topk"],
+            mixtral["--expert-model-parallel-size"], mixtral["--moe-ffn-hidden-size"]) == (
+        ["8"], ["2"], ["8"], ["14336"])
+    gpt, _ = parse(megatron_args(GPT3, TABLE5, "bf16"))
+    assert not {"--swiglu", "--normalization", "--position-embedding-type",
+                "--disable-bias-linear", "--untie-embeddings-and-output-weights"} & set(gpt)
+
+
+@pytest.mark.parametrize(("export", "spec", "layout", "field"), [
+    (megatron_args, GPT3, replace(TABLE5, chunks=1, schedule="zb-h1"), "--schedule: zb-h1"),
+    (torchtitan_toml, LLAMA70, replace(TITAN, chunks=1, schedule="zb-h1"), "--schedule: zb-h1"),
+    (megatron_args, LLAMA70, Layout(16, 4, 1, 1, 64), "--tp: 16 does not divide"),
+    (torchtitan_toml, LLAMA70, Layout(16, 4, 1, 1, 64), "--tp: 16 does not divide"),
+    (torchtitan_toml, bundled_specs()["mixtral-8x7b"], Layout(1, 4, 8, 1, 64, ep=8),
+     "--model: mixtral-8x7b is a mixture of experts"),
+    (torchtitan_toml, GPT3, TABLE5, "--model: gpt3-175b is not a Llama")])
+def test_exports_refuse_a_plan_the_framework_cannot_run(export, spec, layout, field):
+    """A plan the framework would run otherwise than priced (a schedule it does not have, TP
+    16 over 8 KV heads) or a model it would build otherwise is refused with one line naming
+    the field, not handed over with a comment."""
+    with pytest.raises(ConfigError, match=f"^{field}") as refused:
+        export(spec, layout, "bf16")
+    assert "\n" not in str(refused.value) and "accepted" in str(refused.value)
+
+
+@pytest.mark.parametrize(("name", "flavor"), [("llama3-8b", "8B"), ("llama3-70b", "70B"),
+                                              ("llama3-405b", "405B")])
+def test_torchtitan_names_its_own_flavors(name, flavor):
+    """The bundled Llama 3 models are TorchTitan's llama3 flavors (its llama3_configs keys);
+    another Llama shape keeps its own name with how to register it."""
+    spec = bundled_specs()[name]
+    layout = Layout(8, 1, 2, 1, 64)
+    config, comments = titan(layout, spec=spec)
+    assert config["model"] == {"name": "llama3", "flavor": flavor}
+    assert not any("register flavor" in line for line in comments)
+    wider = replace(spec, name="my-llama", layers=spec.layers * 2)
+    config, comments = titan(layout, spec=wider)
+    assert config["model"] == {"name": "llama3", "flavor": "my-llama"}
+    assert any("register flavor 'my-llama'" in line for line in comments)

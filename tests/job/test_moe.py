@@ -163,7 +163,8 @@ def test_exports_carry_the_experts():
     args = megatron_args(SMALL, layout, "bf16")
     assert "--num-experts 8 --moe-router-topk 2" in args
     assert "--expert-model-parallel-size 8" in args and "--moe-grouped-gemm" in args
-    assert "expert_parallel_degree = 8" in torchtitan_toml(SMALL, layout, "bf16")
+    with pytest.raises(ConfigError, match=r"^--model: moe-small is a mixture of experts"):
+        torchtitan_toml(SMALL, layout, "bf16")  # TorchTitan's llama3 is dense
 
 
 def test_spec_file_with_experts(tmp_path):

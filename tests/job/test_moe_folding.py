@@ -14,7 +14,7 @@ from dlsched.job.communication.tp_overlap import overlapped_tp
 from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
 from dlsched.job.compute.moe_costs import a2a_bytes, ep_group, expert_dp_group, routed_ops
 from dlsched.job.evaluation.evaluate import Job, evaluate
-from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.exports import megatron_args
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.memory.moe import experts_per_gpu, moe_stash_delta
 from dlsched.job.memory.per_gpu import memory_per_gpu
@@ -155,6 +155,5 @@ def test_search_folds_experts_beside_tp():
 def test_exports_write_the_expert_tp():
     layout = Layout(4, 1, 4, 1, 16, sequence_parallel=True, ep=8, expert_tp=1)
     assert "--expert-tensor-parallel-size 1" in megatron_args(SPEC, layout, "bf16")
-    assert "expert_tensor_parallel_degree = 1" in torchtitan_toml(SPEC, layout, "bf16")
     assert "--expert-tensor-parallel-size 4" in megatron_args(SPEC, replace(
         layout, ep=4, expert_tp=None), "bf16")

@@ -67,6 +67,9 @@ def plan(
     policies = given.names("collective_policy")
     report = given.scenario().run(tuple(policies))
     rows = report.rows
+    # the exports first: a plan the framework cannot run is refused before any output
+    megatron = report.megatron_args() if megatron_args else None
+    titan = report.torchtitan_toml() if torchtitan_toml is not None else None
     if not json_out:
         render_table(rows, _columns(rows), f"{report.title} (seconds per iteration; memory GiB "
                      "per GPU; exposed communication s)", console)
@@ -76,15 +79,18 @@ def plan(
                          "stragglers; seconds; energy with the PUE)", console)
         for note in report.notes:
             print(f"note: {note}")
-    outputs.rows(rows, {"notes": list(report.notes)})
+    document = {"notes": list(report.notes)}
+    if megatron is not None and json_out:  # inside the JSON document, not a line after it
+        document["megatron_args"] = report.megatron_document()
+    outputs.rows(rows, document)
     if trace is not None or plot is not None:
         outputs.timelines(report.timelines(), "kind")
-    if megatron_args:
-        print(report.megatron_args())
-    if torchtitan_toml is not None:
+    if megatron is not None and not json_out:
+        print(megatron)
+    if titan is not None:
         from dlsched.report import write_text
 
-        write_text(torchtitan_toml, report.torchtitan_toml())
+        write_text(torchtitan_toml, titan)
         announce("TorchTitan config", torchtitan_toml, json_out)
 
 

@@ -20,7 +20,7 @@ from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, executed_times, pipeline_times
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.pipeline_time import event_timeline
-from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.exports import megatron_args, megatron_document, torchtitan_toml
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.search import BASELINES, SPACES, search
@@ -66,6 +66,10 @@ class PlanReport:
                              attention=job.attention,
                              flags=tuple(flag for flag, on in flags if on),
                              pipeline_p2p=job.pipeline_p2p)
+
+    def megatron_document(self) -> dict[str, list[str]]:
+        """``megatron_args`` as JSON: its comment lines and its arguments (``plan --json``)."""
+        return megatron_document(self.megatron_args())
 
     def torchtitan_toml(self) -> str:
         """A TorchTitan config of the first plan."""

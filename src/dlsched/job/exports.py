@@ -10,7 +10,9 @@ tensor_model_parallel_size, pipeline_model_parallel_size, sequence_parallel,
 recompute_granularity / _method / _num_layers, fp16, bf16, context_parallel_size),
 ``TrainingConfig`` (micro_batch_size, global_batch_size), ``CheckpointConfig`` (ckpt_format)
 and ``DistributedInitConfig`` (use_megatron_fsdp); the rest are ``add_argument`` calls
-(--cp-comm-type: p2p = ring attention, a2a = Ulysses; --group-query-attention, --seq-length,
+(--cp-comm-type: p2p = ring attention, a2a = Ulysses; --group-query-attention, --swiglu,
+--normalization LayerNorm | RMSNorm, --position-embedding-type learned_absolute | rope,
+--disable-bias-linear (add_bias_linear), --vocab-size (what NullTokenizer reads), --seq-length,
 --max-position-embeddings, --num-layers-per-virtual-pipeline-stage (counting the embedding
 and the loss as layers under --account-for-embedding-in-pipeline-split and
 --account-for-loss-in-pipeline-split, ``TransformerConfig`` fields: ``job.pipeline_split``),
@@ -26,8 +28,14 @@ distributed optimizer; ZeRO-2 and ZeRO-3 are Megatron-FSDP's ``optim_grads`` and
 System Refactor: TOML to Python Dataclass Registry" (pytorch/torchtitan 9810191, 2026-02-23);
 the TOML written here follows ``torchtitan/config/job_config.py`` of its parent 238fa99, the
 last version that reads ``--job.config_file``. Schedule names are those of
-``torch.distributed.pipelining.schedules.get_schedule_class`` (torch 2.13). Where a plan has no
-equivalent, the output says so in comment lines.
+``torch.distributed.pipelining.schedules.get_schedule_class`` (torch 2.13). The model is
+TorchTitan's ``llama3`` (``torchtitan/models/__init__.py``: llama3, deepseek_v3, qwen3) with
+the flavor of the spec's shape (``TITAN_LLAMA3``: 8B, 70B, 405B), or the spec's name as a
+flavor to register; a MoE or GPT-style model is refused (llama3 would build another model).
+
+Where a plan has a near equivalent the output says so in comment lines; a plan the framework
+cannot run as priced is refused with the reason (``check_runs``: a schedule it does not have,
+such as ZB-H1, or a TP degree that does not divide the heads or the KV heads).
 """
 
 from __future__ import annotations
@@ -46,8 +54,13 @@ MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 MEGATRON_CP = {"ring": "p2p", "all-to-all": "a2a"}  # --cp-comm-type (TransformerConfig)
 MEGATRON_ACCOUNTED = ("account-for-embedding-in-pipeline-split",
                       "account-for-loss-in-pipeline-split")  # ACCOUNTED's (embedding, loss)
-TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe",
-                   "zb-h1": "1F1B"}
+# TorchTitan's llama3 flavors (torchtitan/models/llama3/__init__.py llama3_configs at 238fa99:
+# dim, n_layers, n_heads, n_kv_heads; the FFN width compute_ffn_hidden_dim gives from
+# multiple_of and ffn_dim_multiplier; vocab_size's default 128,256)
+TITAN_LLAMA3 = {"8B": (4096, 32, 32, 8, 14336, 128256), "70B": (8192, 80, 64, 8, 28672, 128256),
+                "405B": (16384, 126, 128, 8, 53248, 128256)}
+TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
+MEGATRON_SCHEDULES = ("1f1b", "interleaved", "gpipe")  # gpipe runs as 1F1B (a note says so)
 
 
 def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
@@ -61,6 +74,7 @@ def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
     overlaps them with the interleaved schedule unless ``--no-overlap-p2p-communication``,
     and blocks on them with every other)."""
     check_precision(precision, grad_bytes)
+    check_runs(spec, layout, "Megatron-LM", MEGATRON_SCHEDULES)
     if layout.recompute == "selective-op":
         raise ConfigError("--recompute: selective-op (TorchTitan's per-op policy, every other "
                           "matmul kept) has no Megatron-LM equivalent (--recompute-granularity "
@@ -70,14 +84,16 @@ def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
     notes = [f"Megatron-LM pretrain_gpt.py arguments of the dlsched plan {layout.label()}",
              f"launch on tp x cp x pp x dp = {layout.gpus} GPUs: Megatron-LM derives the "
              f"data-parallel size {layout.dp} from the world size",
-             f"vocabulary {spec.vocab}: from the tokenizer (e.g. --tokenizer-type "
-             f"NullTokenizer --vocab-size {spec.vocab}), padded to a multiple of 128 x TP"]
+             f"vocabulary {spec.vocab}: from the tokenizer (--vocab-size is what "
+             "NullTokenizer reads), padded to a multiple of 128 x TP"]
     args: list[str] = [
         "--num-layers", str(spec.layers), "--hidden-size", str(spec.hidden),
         "--num-attention-heads", str(spec.heads)]
     if spec.kv_heads < spec.heads:
         args += ["--group-query-attention", "--num-query-groups", str(spec.kv_heads)]
-    args += ["--ffn-hidden-size", str(spec.ffn_hidden), "--seq-length", str(spec.seq),
+    args += _megatron_architecture(spec, notes)
+    args += ["--ffn-hidden-size", str(spec.ffn_hidden), "--vocab-size", str(spec.vocab),
+             "--seq-length", str(spec.seq),
              "--max-position-embeddings", str(spec.seq),
              "--tensor-model-parallel-size", str(layout.tp),
              "--pipeline-model-parallel-size", str(layout.pp)]
@@ -95,9 +111,6 @@ def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
     elif layout.schedule == "gpipe" and layout.pp > 1:
         notes.append("no GPipe schedule in Megatron-LM: it runs 1F1B (same microbatches, "
                      "fewer in flight)")
-    elif layout.schedule == "zb-h1" and layout.pp > 1:
-        notes.append("no zero-bubble schedule in Megatron-LM (Qi et al.'s ZB-H1 is the fork "
-                     "sail-sg/zero-bubble-pipeline-parallelism): it runs 1F1B")
     args += ["--micro-batch-size", str(layout.microbatch_size),
              "--global-batch-size", str(layout.global_batch)]
     if layout.sequence_parallel:
@@ -120,6 +133,51 @@ def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
     if not spec.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     return "".join(f"# {note}\n" for note in notes) + shlex.join(args) + "\n"
+
+
+def check_runs(spec: TransformerSpec, layout: Layout, framework: str,
+               schedules: tuple[str, ...]) -> None:
+    """ConfigError naming the field when ``framework`` (Megatron-LM or TorchTitan) cannot run
+    the plan as priced: a pipeline schedule it does not have (``schedules``: ZB-H1 is the fork
+    sail-sg/zero-bubble-pipeline-parallelism; torch.distributed.pipelining's zero-bubble
+    schedules need two or more stages per rank), or a TP degree that does not divide the
+    attention heads or the KV heads (both split them over TP: Megatron-Core's
+    ``divide(num_query_groups, world_size)``, TorchTitan's column-wise wk/wv)."""
+    if layout.schedule not in schedules and layout.pp > 1:
+        raise ConfigError(f"--schedule: {layout.schedule} has no {framework} schedule, and the "
+                          f"plan was not priced as any schedule {framework} runs; accepted for "
+                          f"the export: {', '.join(schedules)} (plan with --schedule "
+                          f"{' or '.join(schedules[:2])})")
+    for count, what in ((spec.heads, "attention heads"), (spec.kv_heads, "KV heads")):
+        if count % layout.tp:
+            raise ConfigError(f"--tp: {layout.tp} does not divide {spec.name}'s {count} {what}, "
+                              f"which {framework} splits over the TP ranks; accepted: a TP "
+                              f"degree dividing {spec.heads} heads and {spec.kv_heads} KV heads")
+
+
+def megatron_document(text: str) -> dict[str, list[str]]:
+    """``megatron_args``'s text as JSON's ``megatron_args`` (``plan --json --megatron-args``):
+    its comment lines and its arguments, one string each."""
+    lines = text.splitlines()
+    return {"comments": [line.removeprefix("# ") for line in lines if line.startswith("#")],
+            "args": shlex.split(lines[-1])}
+
+
+def _megatron_architecture(spec: TransformerSpec, notes: list[str]) -> list[str]:
+    """What the layers are where they are not GPT's (Megatron-LM's defaults: GeLU MLP,
+    LayerNorm, learned absolute positions, biases): ``--swiglu``, ``--normalization
+    RMSNorm``, ``--position-embedding-type rope`` (with a note on the rotary base, which the
+    model spec does not carry) and ``--disable-bias-linear``."""
+    args = ["--swiglu"] if spec.gated_ffn else []
+    if spec.rms_norm:
+        args += ["--normalization", "RMSNorm"]
+    if not spec.learned_positions:
+        args += ["--position-embedding-type", "rope"]
+        notes.append("rotary embeddings: Megatron-LM's --rotary-base defaults to 10000; add the "
+                     "model's (Llama 3: 500000, Mixtral: 1000000) and its --norm-epsilon")
+    if not spec.bias:
+        args.append("--disable-bias-linear")
+    return args
 
 
 def _megatron_p2p(layout: Layout, pipeline_p2p: str, notes: list[str]) -> list[str]:
@@ -180,20 +238,21 @@ def torchtitan_toml(spec: TransformerSpec, layout: Layout, precision: str,
     equivalent (module docstring; ``pipeline_p2p``: how the plan's transfers were priced,
     ``job.pipeline_p2p``)."""
     check_precision(precision, 4)
+    model = titan_model(spec)
+    check_runs(spec, layout, "TorchTitan", tuple(TITAN_SCHEDULES))
     notes = [f"TorchTitan job config of the dlsched plan {layout.label()}",
              "TOML schema of torchtitan/config/job_config.py at 238fa99 (the last TOML version); "
              "TorchTitan main configures runs in Python: same [parallelism] names there, batch "
              f"in tokens (num_tokens_per_microbatch_per_dp_rank = "
              f"{layout.microbatch_size * spec.seq}, num_tokens_per_train_step = "
              f"{layout.global_batch * spec.seq}, max_context_length = {spec.seq}, "
-             f"num_pp_microbatches = {layout.num_microbatches})",
-             f"model: register flavor {spec.name!r} in torchtitan/models/llama3 as "
-             f"TransformerModelArgs(dim={spec.hidden}, n_layers={spec.layers}, "
-             f"n_heads={spec.heads}, n_kv_heads={spec.kv_heads}, vocab_size={spec.vocab}); "
-             "TorchTitan's llama3 is a Llama (RoPE, SwiGLU sized by multiple_of / "
-             "ffn_dim_multiplier, RMSNorm, untied output): no GPT layer (learned positions, "
-             f"GeLU MLP of {spec.ffn_hidden}, LayerNorm"
-             + (", tied embeddings" if spec.tied_embeddings else "") + ")"]
+             f"num_pp_microbatches = {layout.num_microbatches})"]
+    if model["flavor"] not in TITAN_LLAMA3:
+        notes.append(f"model: register flavor {spec.name!r} in torchtitan/models/llama3 "
+                     f"(llama3_configs) as TransformerModelArgs(dim={spec.hidden}, "
+                     f"n_layers={spec.layers}, n_heads={spec.heads}, "
+                     f"n_kv_heads={spec.kv_heads}, vocab_size={spec.vocab}) with the FFN "
+                     f"width {spec.ffn_hidden} (its multiple_of / ffn_dim_multiplier)")
     training = {"local_batch_size": layout.global_batch // layout.dp if layout.pp > 1
                 else layout.microbatch_size,
                 "global_batch_size": layout.global_batch, "seq_len": spec.seq,
@@ -212,10 +271,34 @@ def torchtitan_toml(spec: TransformerSpec, layout: Layout, precision: str,
         notes.append("pipeline transfers priced blocking: torch.distributed.pipelining sends "
                      "asynchronously; plan with --pipeline-p2p overlapped for it")
     return _toml(notes, {"job": {"description": f"dlsched plan {layout.label()}"},
-                         "model": {"name": "llama3", "flavor": spec.name},
+                         "model": model,
                          "training": training,
                          "parallelism": _titan_parallelism(spec, layout, notes),
                          "activation_checkpoint": _titan_checkpoint(layout, notes)})
+
+
+def titan_model(spec: TransformerSpec) -> dict[str, str]:
+    """TorchTitan's [model] of ``spec``: ``llama3`` with the flavor of its shape
+    (``TITAN_LLAMA3``), or the spec's own name as a flavor to register for another Llama
+    shape; ConfigError for a model TorchTitan's llama3 does not build (a mixture of experts,
+    or a GPT: LayerNorm, learned positions, a GeLU MLP, biases, tied embeddings)."""
+    if spec.experts:
+        raise ConfigError(f"--model: {spec.name} is a mixture of experts; TorchTitan has no "
+                          "Mixtral-style model (its MoE models, deepseek_v3 and qwen3, are "
+                          "other architectures) and llama3 is dense; accepted for "
+                          "--torchtitan-toml: a dense Llama-architecture model (use "
+                          "--megatron-args for MoE plans)")
+    llama = (spec.gated_ffn and spec.rms_norm and not spec.learned_positions and not spec.bias
+             and not spec.tied_embeddings)
+    if not llama:
+        raise ConfigError(f"--model: {spec.name} is not a Llama-architecture decoder (SwiGLU, "
+                          "RMSNorm, rotary positions, no biases, untied output), the only dense "
+                          "model TorchTitan's llama3 builds; accepted for --torchtitan-toml: "
+                          "llama3-8b, llama3-70b, llama3-405b or a spec file of that "
+                          "architecture")
+    shape = (spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.ffn_hidden, spec.vocab)
+    flavor = next((name for name, known in TITAN_LLAMA3.items() if known == shape), spec.name)
+    return {"name": "llama3", "flavor": flavor}
 
 
 def _titan_parallelism(spec: TransformerSpec, layout: Layout,
@@ -253,10 +336,6 @@ def _titan_parallelism(spec: TransformerSpec, layout: Layout,
                            spec.layers, layout.pp, layout.chunks, layout.pipeline_split),
                        pipeline_parallel_first_stage_less_layers=embedding,
                        pipeline_parallel_last_stage_less_layers=loss)
-        if layout.schedule == "zb-h1":
-            notes.append("ZB-H1 (one stage per rank) has no torch.distributed.pipelining "
-                         "schedule (InterleavedZeroBubble needs >= 2 stages per rank, "
-                         "ZBVZeroBubble exactly 2 in a V): 1F1B written")
     section["context_parallel_degree"] = layout.cp
     if layout.cp > 1:
         section["context_parallel_rotate_method"] = "alltoall"
@@ -265,14 +344,6 @@ def _titan_parallelism(spec: TransformerSpec, layout: Layout,
                          "attention only (torch's _attention rotates the K/V shards); "
                          "context_parallel_rotate_method alltoall (the ring's rotation) "
                          "written")
-    if spec.experts:
-        section["expert_parallel_degree"] = layout.ep
-        section["expert_tensor_parallel_degree"] = layout.etp
-        notes.append("MoE: TorchTitan's EP borrows its ranks from data_parallel_shard_degree "
-                     "x context x TP (job_config.py's expert_parallel_degree), Megatron-Core's "
-                     "(dlsched's) folds expert TP x EP x expert DP into TP x CP x DP: the same "
-                     "degrees, its own rank order; the model is one of its MoE flavors "
-                     "(deepseek_v3, qwen3), not llama3")
     return section
 
 
