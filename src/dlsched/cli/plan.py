@@ -10,6 +10,7 @@ import typer
 from dlsched.cli.options import Outputs, announce, console
 from dlsched.cli.schema_options import Given, options_from
 from dlsched.job.scenario import PlanScenario
+from dlsched.job.torchtitan_config import plan_fields, read_torchtitan_toml
 from dlsched.report import Column, render_table
 from dlsched.report.columns import seconds, standard, text
 from dlsched.report.tables import fixed, in_percent
@@ -56,6 +57,9 @@ def plan(
         "--megatron-args", help="Print the Megatron-LM arguments of dlsched's plan.")] = False,
     torchtitan_toml: Annotated[Path | None, typer.Option(
         help="Write a TorchTitan config of dlsched's plan.")] = None,
+    from_torchtitan: Annotated[Path | None, typer.Option(
+        help="Read a TorchTitan job config (TOML): the layout, batch, precision, compile and "
+             "async TP it sets replace those options (job.torchtitan_config).")] = None,
 ) -> None:
     """Plan a whole training job: TP x PP x DP, schedule, recomputation, ZeRO; iteration
     time, FLOP rates, memory per GPU and exposed communication, against the baselines."""
@@ -63,9 +67,14 @@ def plan(
     model_input = model if model.lower().endswith((".yaml", ".yml", ".json")) else None
     outputs = Outputs(json_out, csv, trace, plot,
                       {"--torchtitan-toml": (torchtitan_toml, (".toml",))},
-                      {"--model": model_input, "--cluster": given["cluster"]})
+                      {"--model": model_input, "--cluster": given["cluster"],
+                       "--from-torchtitan": from_torchtitan})
     policies = given.names("collective_policy")
-    report = given.scenario().run(tuple(policies))
+    scenario = given.scenario()
+    if from_torchtitan is not None:
+        fields = plan_fields(read_torchtitan_toml(from_torchtitan))
+        scenario = PlanScenario(**{**scenario.model_dump(), **fields})
+    report = scenario.run(tuple(policies))
     rows = report.rows
     # the exports first: a plan the framework cannot run is refused before any output
     megatron = report.megatron_args() if megatron_args else None

@@ -65,7 +65,7 @@ class PlanReport:
         return megatron_args(job.spec, result.layout, job.precision, job.grad_bytes,
                              attention=job.attention,
                              flags=tuple(flag for flag, on in flags if on),
-                             pipeline_p2p=job.pipeline_p2p)
+                             pipeline_p2p=job.pipeline_p2p, fp8_recipe=job.fp8_recipe)
 
     def megatron_document(self) -> dict[str, list[str]]:
         """``megatron_args`` as JSON: its comment lines and its arguments (``plan --json``)."""
@@ -75,7 +75,8 @@ class PlanReport:
         """A TorchTitan config of the first plan."""
         job, result = self.plans[0]
         return torchtitan_toml(job.spec, result.layout, job.precision, job.attention,
-                               job.grad_bytes, job.pipeline_p2p)
+                               job.grad_bytes, job.pipeline_p2p, job.fp8_recipe,
+                               job.fp8_all_gather, job.compile, job.async_tp)
 
 
 def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanReport:

@@ -47,6 +47,7 @@ from dlsched.errors import ConfigError
 from dlsched.job.communication.pipeline_p2p import resolved_p2p
 from dlsched.job.evaluation.pipeline_split import ACCOUNTED, slots_per_stage
 from dlsched.job.layout import Layout
+from dlsched.job.framework_flags import megatron_fp8_args, titan_run_sections
 from dlsched.job.memory.per_gpu import check_precision
 from dlsched.job.model_spec import TransformerSpec
 
@@ -65,7 +66,8 @@ MEGATRON_SCHEDULES = ("1f1b", "interleaved", "gpipe")  # gpipe runs as 1F1B (a n
 
 def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
                   grad_bytes: int = 4, attention: str = "flash",
-                  flags: tuple[str, ...] = (), pipeline_p2p: str = "auto") -> str:
+                  flags: tuple[str, ...] = (), pipeline_p2p: str = "auto",
+                  fp8_recipe: str | None = None) -> str:
     """Comment lines (``#``) on what the arguments cannot say, then one line of Megatron-LM
     ``pretrain_gpt.py`` arguments for the plan (module docstring); ``flags`` names the
     Megatron-LM switches the plan was priced with (``overlap-grad-reduce``,
@@ -129,7 +131,8 @@ def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
     args += [f"--{flag}" for flag in flags]
     args += _megatron_p2p(layout, pipeline_p2p, notes)
     args += _megatron_moe(spec, layout)
-    args += _megatron_precision(precision, grad_bytes, notes)
+    args += _megatron_precision("bf16" if precision == "fp8" else precision, grad_bytes, notes)
+    args += megatron_fp8_args(fp8_recipe, notes)  # job.framework_flags
     if not spec.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     return "".join(f"# {note}\n" for note in notes) + shlex.join(args) + "\n"
@@ -233,7 +236,9 @@ def _megatron_precision(precision: str, grad_bytes: int, notes: list[str]) -> li
 
 def torchtitan_toml(spec: TransformerSpec, layout: Layout, precision: str,
                     attention: str = "flash", grad_bytes: int = 4,
-                    pipeline_p2p: str = "auto") -> str:
+                    pipeline_p2p: str = "auto", fp8_recipe: str | None = None,
+                    fp8_all_gather: bool = False, compiled: bool = False,
+                    async_tp: bool = False) -> str:
     """A TorchTitan job config (TOML) for the plan, with comments where TorchTitan has no
     equivalent (module docstring; ``pipeline_p2p``: how the plan's transfers were priced,
     ``job.pipeline_p2p``)."""
@@ -270,11 +275,13 @@ def torchtitan_toml(spec: TransformerSpec, layout: Layout, precision: str,
     if layout.pp > 1 and resolved_p2p(pipeline_p2p, layout.schedule) == "blocking":
         notes.append("pipeline transfers priced blocking: torch.distributed.pipelining sends "
                      "asynchronously; plan with --pipeline-p2p overlapped for it")
+    run = titan_run_sections(fp8_recipe, fp8_all_gather, compiled, async_tp, notes)
     return _toml(notes, {"job": {"description": f"dlsched plan {layout.label()}"},
-                         "model": model,
+                         "model": {**model, **run.pop("model")},
                          "training": training,
-                         "parallelism": _titan_parallelism(spec, layout, notes),
-                         "activation_checkpoint": _titan_checkpoint(layout, notes)})
+                         "parallelism": {**_titan_parallelism(spec, layout, notes),
+                                         **run.pop("parallelism")},
+                         "activation_checkpoint": _titan_checkpoint(layout, notes), **run})
 
 
 def titan_model(spec: TransformerSpec) -> dict[str, str]:

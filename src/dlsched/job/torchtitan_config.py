@@ -1,0 +1,160 @@
+"""A TorchTitan job config (TOML) read into the plan's fixed fields (``dlsched plan
+--from-torchtitan FILE``): the run a TorchTitan user has, priced as written.
+
+Read from the TOML schema ``job.exports`` writes (``torchtitan/config/job_config.py`` at
+238fa99, the last TOML version; the older spellings ``[training] compile`` and ``[float8]``
+read too):
+
+* ``[model] flavor`` 8B / 70B / 405B -> ``llama3-8b`` / ``-70b`` / ``-405b`` (TorchTitan's llama3
+  flavors, the bundled specs of the same shapes); another flavor is refused (its shape lives in
+  TorchTitan's Python, not in the file);
+* ``[training]`` ``seq_len``, ``local_batch_size`` (the microbatch without PP),
+  ``global_batch_size`` (-1 or absent: local batch x data-parallel degree), ``mixed_precision_
+  reduce`` (float32 -> ``grad_reduce`` fp32, bfloat16 -> bf16);
+* ``[parallelism]`` ``tensor_parallel_degree`` (with TorchTitan's always-on sequence
+  parallelism), ``pipeline_parallel_degree``, ``context_parallel_degree`` (its
+  ``context_parallel_rotate_method``: allgather -> ``all-gather``, alltoall is not one of
+  dlsched's and is refused), ``data_parallel_shard_degree`` (FSDP2: ZeRO 3; -1 = the GPUs
+  left, searched) and ``data_parallel_replicate_degree`` (DDP: ZeRO 0; with sharding, HSDP,
+  refused), ``pipeline_parallel_schedule`` (1F1B, Interleaved1F1B, GPipe),
+  ``pipeline_parallel_microbatch_size``, ``enable_async_tensor_parallel``;
+* ``[activation_checkpoint] mode`` none / full / selective with ``selective_ac_option = "op"``
+  (``selective-op``; a layer interval such as "2" is refused: not a dlsched mode);
+* ``[compile] enable`` (or ``[training] compile``);
+* ``[model] converters`` with ``quantize.linear.float8`` (or ``float8``): precision fp8, the
+  ``recipe_name`` (tensorwise when absent, torchao's default), the FSDP float8 all-gather;
+  ``quantize.linear.mx``: mxfp8.
+
+Every other key is ignored (logging, checkpointing, data). A value dlsched cannot price is
+refused with one line naming the TOML key and what is accepted.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from dlsched.errors import ConfigError
+
+FLAVORS = {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}
+SCHEDULES = {"1F1B": "1f1b", "Interleaved1F1B": "interleaved", "GPipe": "gpipe"}
+RECOMPUTE = {"none": "none", "full": "full"}
+CP_METHODS = {"allgather": "all-gather"}
+FLOAT8_CONVERTERS = ("quantize.linear.float8", "float8")
+MX_CONVERTERS = ("quantize.linear.mx", "mx")
+MAX_BYTES = 1 << 20  # a job config is a few KiB
+
+
+def read_torchtitan_toml(path: str | Path) -> dict[str, Any]:
+    """The TOML document at ``path``; ConfigError naming the file when unreadable."""
+    file = Path(path)
+    try:
+        if file.stat().st_size > MAX_BYTES:
+            raise ConfigError(f"--from-torchtitan: {file} is over {MAX_BYTES} bytes; accepted: "
+                              "a TorchTitan job config")
+        return tomllib.loads(file.read_text())
+    except OSError as error:
+        raise ConfigError(f"--from-torchtitan: cannot read {file}: {error.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"--from-torchtitan: {file} is not TOML: {error}") from None
+
+
+def _pick(table: dict[str, Any], key: str, mapping: dict[str, str], where: str) -> str:
+    value = table[key]
+    if value not in mapping:
+        raise ConfigError(f"{where}.{key}: {value!r} is not priced; accepted: "
+                          + ", ".join(mapping))
+    return mapping[value]
+
+
+def _int(table: dict[str, Any], key: str, where: str, default: int) -> int:
+    value = table.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{where}.{key}: {value!r} is not an integer")
+    return value
+
+
+def _recompute(doc: dict[str, Any]) -> str | None:
+    table = doc.get("activation_checkpoint", {})
+    if "mode" not in table:
+        return None
+    if table["mode"] == "selective":
+        option = str(table.get("selective_ac_option", "2"))
+        if option != "op":
+            raise ConfigError(f"activation_checkpoint.selective_ac_option: {option!r} (every "
+                              "n-th layer) is not a dlsched recomputation; accepted: op")
+        return "selective-op"
+    return _pick(table, "mode", {**RECOMPUTE, "selective": "selective-op"},
+                 "activation_checkpoint")
+
+
+def _precision(doc: dict[str, Any]) -> dict[str, Any]:
+    converters = doc.get("model", {}).get("converters", [])
+    if isinstance(converters, str):
+        converters = [name.strip() for name in converters.split(",") if name.strip()]
+    if any(name in MX_CONVERTERS for name in converters):
+        return {"precision": "fp8", "fp8_recipe": "mxfp8"}
+    if not any(name in FLOAT8_CONVERTERS for name in converters):
+        return {}
+    table = doc.get("quantize", {}).get("linear", {}).get("float8") or doc.get("float8", {})
+    recipe = table.get("recipe_name") or "tensorwise"
+    if recipe not in ("tensorwise", "rowwise"):
+        raise ConfigError(f"quantize.linear.float8.recipe_name: {recipe!r} is not priced; "
+                          "accepted: tensorwise, rowwise")
+    return {"precision": "fp8", "fp8_recipe": recipe,
+            "fp8_all_gather": bool(table.get("enable_fsdp_float8_all_gather", False))}
+
+
+def _data_parallel(par: dict[str, Any]) -> dict[str, Any]:
+    shard = _int(par, "data_parallel_shard_degree", "parallelism", -1)
+    replicate = _int(par, "data_parallel_replicate_degree", "parallelism", 1)
+    if replicate > 1 and shard != 1:
+        raise ConfigError("parallelism.data_parallel_replicate_degree: HSDP (replicated and "
+                          "sharded) is not a dlsched layout; accepted: 1, or "
+                          "data_parallel_shard_degree = 1 (DDP)")
+    if replicate > 1:
+        return {"dp": replicate, "zero": 0}
+    return {"dp": None if shard == -1 else shard, "zero": 3}
+
+
+def plan_fields(doc: dict[str, Any]) -> dict[str, Any]:
+    """The ``PlanScenario`` fields a TorchTitan config fixes (module docstring)."""
+    model, training = doc.get("model", {}), doc.get("training", {})
+    par = doc.get("parallelism", {})
+    fields: dict[str, Any] = {"attention": "flash"}  # TorchTitan's llama3 runs SDPA's flash
+    if "flavor" in model:
+        fields["model"] = _pick(model, "flavor", FLAVORS, "model")
+    if "seq_len" in training:
+        fields["seq"] = _int(training, "seq_len", "training", 0)
+    tp = _int(par, "tensor_parallel_degree", "parallelism", 1)
+    pp = _int(par, "pipeline_parallel_degree", "parallelism", 1)
+    cp = _int(par, "context_parallel_degree", "parallelism", 1)
+    fields |= {"tp": tp, "pp": pp, "cp": cp, "sequence_parallel": tp > 1,
+               **_data_parallel(par)}
+    if cp > 1:
+        fields["cp_algorithm"] = _pick({"m": par.get("context_parallel_rotate_method",
+                                                     "allgather")}, "m", CP_METHODS,
+                                       "parallelism.context_parallel_rotate_method")
+    local = _int(training, "local_batch_size", "training", 8)
+    fields["microbatch_size"] = (
+        _int(par, "pipeline_parallel_microbatch_size", "parallelism", 1) if pp > 1 else local)
+    if pp > 1:
+        schedule = _pick(par, "pipeline_parallel_schedule", SCHEDULES, "parallelism") \
+            if "pipeline_parallel_schedule" in par else "1f1b"
+        fields["schedule"] = schedule
+    batch = _int(training, "global_batch_size", "training", -1)
+    if batch > 0:
+        fields["global_batch"] = batch
+    elif fields["dp"] is not None:
+        fields["global_batch"] = local * fields["dp"]
+    if "mixed_precision_reduce" in training:
+        fields["grad_reduce"] = _pick(training, "mixed_precision_reduce",
+                                      {"float32": "fp32", "bfloat16": "bf16"}, "training")
+    recompute = _recompute(doc)
+    if recompute is not None:
+        fields["recompute"] = recompute
+    compiled = doc.get("compile", {}).get("enable", training.get("compile", False))
+    fields["compile"] = bool(compiled)
+    fields["async_tp"] = bool(par.get("enable_async_tensor_parallel", False))
+    return fields | _precision(doc)
