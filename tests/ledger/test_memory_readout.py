@@ -124,3 +124,33 @@ def test_the_h100_hbm2e_fit_reproduces_its_row_and_holds_the_others_out() -> Non
             assert prediction.held_out == (row.id != fitted)
             if row.id == fitted:
                 assert abs(prediction.error) < 1e-3
+
+
+def test_validate_reports_each_gpu_apart_with_its_provenance() -> None:
+    """One record per ledger GPU and family, on the GPU's own preset; its counts add up to the
+    source records'; the 16-bit GEMM efficiency's provenance names the row it was fitted on
+    (a100: SC21's 39.1B row; the Grand Teton H100: TorchTitan's 8B FSDP row) or says it was
+    transferred; the per-kind counts cover every provenance entry of the preset."""
+    from dlsched.hardware.gpu import get_gpu
+    from dlsched.ledger.by_gpu import gpu_summary
+    from dlsched.ledger.predict import GPU_PRESETS
+    from dlsched.ledger.report import validate
+
+    report = validate()
+    by_gpu = {(g["gpu"], g["family"]): g for g in report.gpus}
+    assert {gpu for gpu, _ in by_gpu} == {row.hardware.gpu for row in load_ledger()}
+    for (gpu, _), summary in by_gpu.items():
+        assert summary["preset"] == GPU_PRESETS[gpu][1]
+        counts = summary["provenance"].split(", ")
+        assert sum(int(c.split()[-1]) for c in counts) == \
+            len(get_gpu(summary["preset"]).spec.provenance)
+    assert by_gpu[("a100-80gb", "time")]["gemm_provenance"] == "fitted: sc21-t1-gpt-39.1b"
+    assert by_gpu[("h100-hbm2e-96gb", "time")]["gemm_provenance"] == \
+        "fitted: torchtitan-2412-t1-8b-fsdp"
+    assert by_gpu[("h100-sxm", "time")]["gemm_provenance"] == "transferred"
+    time_priced = sum(g["priced"] for g in report.gpus if g["family"] == "time")
+    all_time = next(s for s in report.sources if s["source"] == "all" and s["family"] == "time")
+    assert time_priced == all_time["priced"]
+    torchtitan = validate("torchtitan")
+    assert {g["gpu"] for g in torchtitan.gpus} == {"h100-hbm2e-96gb", "h200"}
+    assert gpu_summary([]) == []

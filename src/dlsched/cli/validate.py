@@ -41,6 +41,15 @@ SOURCE_COLUMNS = [Column("source", "source", justify="left"),
                   Column("worst_row", "worst row", justify="left"),
                   *percents(_signed, worst_error="worst"),
                   *percents(in_percent(0), coverage="covered")]
+GPU_COLUMNS = [Column("gpu", "GPU", justify="left"),
+               Column("preset", "preset", justify="left"),
+               Column("family", "metrics", justify="left"),
+               Column("rows", "rows"),
+               Column("priced", "priced"),
+               *percents(in_percent(1), mean_abs_error="|error|"),
+               *percents(_signed, mean_signed_error="bias"),
+               *percents(in_percent(1), held_out_mean_abs_error="held-out |error|"),
+               Column("gemm_provenance", "16-bit GEMM efficiency", justify="left")]
 
 
 def validate(
@@ -48,7 +57,8 @@ def validate(
         help="Only this source's rows: sc21, korthikanti, megatron-h100, torchtitan, "
              "megatron-bridge, dgxc (the intervals still come from the whole ledger).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {\"rows\": [...], "
-                                           "\"sources\": [...]} as JSON.")] = False,
+                                           "\"sources\": [...], \"gpus\": [...]} as "
+                                           "JSON.")] = False,
     plot: Annotated[Path | None, typer.Option(help="PNG of predicted against published "
                                               "with the 90% intervals.")] = None,
     csv: CsvOption = None,
@@ -60,7 +70,8 @@ def validate(
         "calibrate runs` writes one); default: each run's own preset.")] = None,
 ) -> None:
     """Score dlsched against published training runs: each ledger row predicted, its error
-    and 90% interval, and per source the mean error, bias, worst row and coverage."""
+    and 90% interval, per source the mean error, bias, worst row and coverage, and per GPU
+    the same with how its preset's constants were obtained."""
     from dlsched.errors import ConfigError
     from dlsched.ledger import SOURCES
     from dlsched.ledger.report import validate as run
@@ -75,7 +86,8 @@ def validate(
     report = run(source)
     if not json_out:
         _print(report.rows, report.sources)
-    outputs.rows(report.rows, {"sources": report.sources})
+        _print_gpus(report.gpus)
+    outputs.rows(report.rows, {"sources": report.sources, "gpus": report.gpus})
     if plot is not None:
         from dlsched.ledger.plot import plot_validation
 
@@ -99,6 +111,15 @@ def _print(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> None:
             print(f"  {len(ids)}: {reason}: {', '.join(ids)}")
     render_table(sources, SOURCE_COLUMNS, title="Per source (scored rows: one time-derived "
                  "metric per row; errors in %)", console=console)
+
+
+def _print_gpus(gpus: list[dict[str, Any]]) -> None:
+    render_table(gpus, GPU_COLUMNS, title="Per GPU (each generation on its own preset; errors "
+                 "in %)", console=console)
+    presets = {row["preset"]: row["provenance"] for row in gpus}
+    print("How each preset's constants were obtained (presets/gpus.yaml, provenance):")
+    for preset, counts in presets.items():
+        print(f"  {preset}: {counts}")
 
 
 RUN_COLUMNS = [*ROW_COLUMNS[:6], Column("reason", "not priced because", justify="left")]

@@ -13,7 +13,7 @@ iteration's parts (seconds); per source and family the ``SourceStats`` fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dlsched.errors import ConfigError
 from dlsched.ledger import SOURCES, load_ledger
+from dlsched.ledger.by_gpu import gpu_summary
 from dlsched.ledger.predict import BREAKDOWN_KEYS, Prediction, predict_rows
 from dlsched.ledger.schema import METRIC_UNITS
 from dlsched.ledger.score import Interval, summarize
@@ -29,11 +30,12 @@ from dlsched.ledger.score import Interval, summarize
 
 @dataclass(frozen=True)
 class LedgerReport:
-    """The records of each published metric and the statistics per source (module
-    docstring)."""
+    """The records of each published metric, the statistics per source (module docstring)
+    and per GPU with the provenance of its constants (``ledger.by_gpu``)."""
 
     rows: list[dict[str, Any]]
     sources: list[dict[str, Any]]
+    gpus: list[dict[str, Any]] = field(default_factory=list)
 
 
 def record(prediction: Prediction, interval: Interval | None) -> dict[str, Any]:
@@ -62,7 +64,7 @@ def validate(source: str | None = None) -> LedgerReport:
     rows = [record(p, i) for p, i in zip(predictions, intervals, strict=True)
             if source is None or p.row.source == source]
     sources = [s.row() for s in stats if source is None or s.source in (source, "all")]
-    return LedgerReport(rows, sources)
+    return LedgerReport(rows, sources, gpu_summary(rows))
 
 
 class ErrorRecord(BaseModel):
