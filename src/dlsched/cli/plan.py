@@ -9,8 +9,8 @@ import typer
 
 from dlsched.cli.options import Outputs, announce, console
 from dlsched.cli.schema_options import Given, options_from
+from dlsched.job.api import with_torchtitan_config
 from dlsched.job.scenario import PlanScenario
-from dlsched.job.torchtitan_config import plan_fields, read_torchtitan_toml
 from dlsched.report import Column, render_table
 from dlsched.report.columns import seconds, standard, text
 from dlsched.report.tables import fixed, in_percent
@@ -72,8 +72,7 @@ def plan(
     policies = given.names("collective_policy")
     scenario = given.scenario()
     if from_torchtitan is not None:
-        fields = plan_fields(read_torchtitan_toml(from_torchtitan))
-        scenario = PlanScenario(**{**scenario.model_dump(), **fields})
+        scenario = with_torchtitan_config(scenario, from_torchtitan)
     report = scenario.run(tuple(policies))
     rows = report.rows
     # the exports first: a plan the framework cannot run is refused before any output

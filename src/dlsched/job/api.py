@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dlsched.errors import ConfigError
@@ -25,6 +26,7 @@ from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.job.time_to_train_fields import choose_plan, settings_of, with_time_to_train
+from dlsched.job.torchtitan_config import plan_fields, read_torchtitan_toml
 from dlsched.sim.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -113,6 +115,13 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     title = (f"{spec.name} on {cluster.name} ({cluster.gpu}, {scenario.precision}, "
              f"{scenario.attention} attention, {scenario.pipeline_p2p} pipeline transfers)")
     return PlanReport(title, rows, tuple(notes), plans)
+
+
+def with_torchtitan_config(scenario: PlanScenario, path: str | Path) -> PlanScenario:
+    """``scenario`` with the fields a TorchTitan job config at ``path`` fixes in place of its
+    own (``job.torchtitan_config``); ConfigError naming the TOML key it cannot price."""
+    fields = plan_fields(read_torchtitan_toml(path))
+    return scenario.model_validate({**scenario.model_dump(), **fields})
 
 
 def with_seq(spec: TransformerSpec, seq: int | None) -> TransformerSpec:
