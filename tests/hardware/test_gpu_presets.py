@@ -174,3 +174,15 @@ def test_memory_of_a_gpu_other_than_the_nodes_is_the_gpus() -> None:
     """``--gpu mi300x`` on dgx-h100 nodes takes the MI300X's 192 GB."""
     assert load_cluster("dgx-h100", 8, "mi300x").memory == 192e9
     assert load_cluster("dgx-h100", 8, None).memory == 80 * 2**30
+
+
+def test_every_ledger_gpu_has_its_node_and_compute_preset() -> None:
+    """A ledger row on any GPU the schema accepts is priced on a node preset of that GPU."""
+    from typing import get_args
+
+    from dlsched.ledger.predict import GPU_PRESETS
+    from dlsched.ledger.schema import Gpu
+
+    assert set(GPU_PRESETS) == set(get_args(Gpu))
+    for node, gpu in GPU_PRESETS.values():
+        assert node_presets()[node].gpu == gpu

@@ -53,6 +53,10 @@ GPU_PRESETS: dict[str, tuple[str, str]] = {
     "h100-sxm": ("dgx-h100", "h100"),
     "h100-hbm2e-96gb": ("grand-teton-h100", "h100-hbm2e-96gb"),
     "h200": ("dgx-h200", "h200"),
+    "h800": ("dgx-h800", "h800"),
+    "b200": ("dgx-b200", "b200"),
+    "gb200": ("gb200-nvl72", "gb200"),
+    "mi300x": ("mi300x-8", "mi300x"),
 }
 # Ledger GPUs with no preset of their own, and why another's does not describe them (none
 # today: every ledger GPU has its preset; presets/gpus.yaml says how each constant was got).

@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron-bridge",
                  "dgxc"]
-Gpu = Literal["a100-80gb", "h100-sxm", "h100-hbm2e-96gb", "h200"]
+Gpu = Literal["a100-80gb", "h100-sxm", "h100-hbm2e-96gb", "h200", "h800", "b200", "gb200",
+              "mi300x"]
 Metric = Literal["iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu",
                  "memory_gib_per_gpu"]
 Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp", "pp_p2p"]
