@@ -3,6 +3,10 @@ planner builds from them."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from dlsched.config import bundled_presets
@@ -186,3 +190,32 @@ def test_every_ledger_gpu_has_its_node_and_compute_preset() -> None:
     assert set(GPU_PRESETS) == set(get_args(Gpu))
     for node, gpu in GPU_PRESETS.values():
         assert node_presets()[node].gpu == gpu
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dlsched", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_commands_the_issue_names() -> None:
+    """``compute --device b200`` keeps the GPU busy for less of a step than the h100 preset;
+    ``plan --gpu mi300x`` plans on 192 GB GPUs; ``plan --gpu nonsense`` is one line naming the
+    presets."""
+    steps = {}
+    for device in ("h100", "b200"):
+        done = _cli("compute", "--model", "gpt2", "--batch-size", "64", "--device", device,
+                    "--json")
+        assert done.returncode == 0, done.stderr
+        (row,) = json.loads(done.stdout)["rows"]
+        steps[device] = row["gpu_busy_s"]
+    assert steps["b200"] < steps["h100"]
+    plan = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8",
+            "--global-batch", "16", "--tp", "1", "--pp", "1", "--microbatch-size", "2"]
+    done = _cli(*plan, "--gpu", "mi300x", "--json")
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["rows"]
+    assert row["memory_gib"] < 192e9 / 2**30
+    done = _cli(*plan, "--gpu", "nonsense")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("error: --gpu: unknown GPU 'nonsense'")
+    assert "mi300x" in done.stderr and "b200" in done.stderr
