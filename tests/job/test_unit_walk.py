@@ -110,3 +110,4 @@ def test_refused_shapes() -> None:
         unit_layout("dualpipe", 3, 12)
     with pytest.raises(ConfigError, match="num_microbatches"):
         unit_layout("dualpipev", 4, 6)
+

@@ -150,3 +150,30 @@ def test_refused_shapes(make, p: int, m: int, field: str) -> None:
     2 x ranks, as the authors' repository asserts; DualPipeV at least 2 x ranks."""
     with pytest.raises(ConfigError, match=field):
         make(p, m)
+
+
+def test_a_pair_hides_each_chunks_communication_behind_the_others_compute() -> None:
+    """The pair unit of ``test_a_unit_waits_for_all_inputs_and_sends_at_its_end`` (0F1 with
+    0I0 0W0, 3 s of compute one after another) on a chain whose stage 0 spends 0.4 s of its
+    forward and 0.5 s of its backward in its own communication (``Chain.overlap_seconds``):
+    the pair takes max(3 - 0.9, 0.9) = 2.1 s (3-5.1 s), then 1F1 5.1-6.1, 1I1 6.1-7.1, 0I1
+    7.1-8.1, 0W1 8.1-9.1 s; lone actions keep their communication (no unit: 8 s as before);
+    the spans of the pair share its 2.1 s in proportion (0.7 s each)."""
+    chain = synthetic_chain([1.0, 1.0], [2.0, 2.0], [0.0, 0.0], split=True)
+    chain = replace(chain, overlap_seconds=[[0.4, 0.5], [0.0, 0.0]])
+    problem = replace(uniform_problem(2, 2, split=True), chain=chain)
+    assert simulate(problem, _two_stage_plan((frozenset(), frozenset()))).iteration_s == 8.0
+    result = simulate(problem, _two_stage_plan((frozenset({1, 2}), frozenset())))
+    assert result.iteration_s == pytest.approx(9.1)
+    spans = {s.label: (s.start, s.end) for s in result.timeline.spans if s.resource == "s0g0"}
+    assert spans["0F1"] == pytest.approx((3.0, 3.7))
+    assert spans["0W0"] == pytest.approx((4.4, 5.1))
+
+
+def test_overlap_seconds_refused_when_malformed() -> None:
+    """One (forward, backward) pair of seconds >= 0 per block, named in the error."""
+    chain = synthetic_chain([1.0, 1.0], [2.0, 2.0], [0.0, 0.0])
+    with pytest.raises(ConfigError, match="overlap_seconds"):
+        replace(chain, overlap_seconds=[[0.4, -0.5], [0.0, 0.0]])
+    with pytest.raises(ConfigError, match="overlap_seconds"):
+        replace(chain, overlap_seconds=[0.4, 0.5])

@@ -36,6 +36,7 @@ from dlsched.job.evaluation.pipeline_walk import (
     fast_pipeline,
     walk_pipeline,
 )
+from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, unit_layout
 from dlsched.pipeline.chains.chain import Chain
 from dlsched.pipeline.chains.problem import PipelineProblem
 from dlsched.pipeline.plans.plan import PipelinePlan, Stage
@@ -58,11 +59,18 @@ def _simulated(times: PipelineTimes) -> SimResult:
     chain = Chain("job", tuple(f"stage{s}" for s in range(stages_n)),
                   np.array(times.forward) * EVENT_RATE, np.array(times.backward) * EVENT_RATE,
                   np.full(stages_n, sent * EVENT_BANDWIDTH), np.zeros(stages_n),
-                  np.zeros(stages_n), input_grad_fraction=times.input_fraction)
+                  np.zeros(stages_n), input_grad_fraction=times.input_fraction,
+                  overlap_seconds=np.column_stack([times.forward_comm or np.zeros(stages_n),
+                                                   times.backward_comm or np.zeros(stages_n)]))
     devices = tuple(Device(f"rank{k}", EVENT_RATE, 2**40) for k in range(times.pp))
     graph = DeviceGraph("replica", devices, np.full((times.pp, times.pp), EVENT_BANDWIDTH),
                         np.zeros((times.pp, times.pp)))
     problem = PipelineProblem(chain, graph, times.num_microbatches, ("none",))
+    if times.schedule in UNIT_SCHEDULES:  # a V or two directions, units (job.unit_walk)
+        layout = unit_layout(times.schedule, times.pp, times.num_microbatches)
+        plan = PipelinePlan("job", layout.stages, layout.orders, times.num_microbatches,
+                            joined=layout.joined)
+        return simulate(problem, plan)
     stages = tuple(Stage(s, s + 1, (s % times.pp,)) for s in range(stages_n))
     orders = rank_orders(times.schedule, times.pp, times.chunks, times.num_microbatches)
     plan = PipelinePlan("job", stages, orders, times.num_microbatches, {}, "none", 1)
@@ -79,7 +87,8 @@ def event_pipeline(times: PipelineTimes) -> ReplicaTiming:
     result = _simulated(times)
     starts, ends = [0.0] * times.pp, [0.0] * times.pp
     for span in result.timeline.spans:
-        if span.kind in ("B", "I", "W", "backward") and span.end >= ends[_rank(span)]:
+        if span.kind in ("backward", "backward-input", "backward-weight") \
+                and span.end >= ends[_rank(span)]:
             starts[_rank(span)], ends[_rank(span)] = span.start, span.end
     return ReplicaTiming(tuple(starts), tuple(ends), result.iteration_s)
 

@@ -31,6 +31,7 @@ from dlsched.job.evaluation.pipeline_orders import (
     repeated,
     shifted,
 )
+from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, walk_units
 
 MAX_CYCLE = 8  # rounds a repeat may take (a steady state's cyclicity); longer ones are walked
 MAX_TRANSIENT = 2  # rounds per virtual stage searched for a repeat before walking the rest
@@ -40,7 +41,9 @@ TOLERANCE = 1e-12  # of the largest time: rounding in the comparison of two roun
 @dataclass(frozen=True)
 class PipelineTimes:
     """One replica's per-stage seconds (``job.evaluation.pipeline_time``): ``send[s]`` from
-    stage ``s`` to ``s + 1`` (``len = stages - 1``)."""
+    stage ``s`` to ``s + 1`` (``len = stages - 1``); ``forward_comm`` / ``backward_comm``
+    (empty: none) the part of ``forward`` / ``backward`` that is the stage's own communication,
+    which an overlapped pair of DualPipe and DualPipeV hides (``job.evaluation.unit_walk``)."""
 
     pp: int
     chunks: int
@@ -50,6 +53,8 @@ class PipelineTimes:
     backward: tuple[float, ...]
     send: tuple[float, ...]
     input_fraction: float = 0.5
+    forward_comm: tuple[float, ...] = ()
+    backward_comm: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         stages = self.pp * self.chunks
@@ -166,6 +171,8 @@ class _Walk:
 
 def walk_pipeline(times: PipelineTimes) -> ReplicaTiming:
     """The replica's timing by one walk through the full per-rank orders."""
+    if times.schedule in UNIT_SCHEDULES:
+        return unit_timing(times)
     walk = _Walk(times)
     walk.run(coded_orders(times.schedule, times.pp, times.chunks, times.num_microbatches),
              times.schedule)
@@ -177,6 +184,8 @@ def fast_pipeline(times: PipelineTimes) -> ReplicaTiming:
     """``walk_pipeline``'s timing, the repeating rounds of the steady state skipped (module
     docstring; kept per replica: an evaluation asks again for its replica without transfers,
     the same one when it has none)."""
+    if times.schedule in UNIT_SCHEDULES:
+        return unit_timing(times)
     m = times.num_microbatches
     structure = periodic_orders(times.schedule, times.pp, times.chunks, m)
     if structure is None:
@@ -201,6 +210,11 @@ def fast_pipeline(times: PipelineTimes) -> ReplicaTiming:
                    for period, suffix in zip(structure.period, structure.suffix, strict=True)),
              times.schedule)
     return walk.timing()
+
+
+def unit_timing(times: PipelineTimes) -> ReplicaTiming:
+    """The timing of a ZB-V, DualPipe or DualPipeV replica (``unit_walk.walk_units``)."""
+    return ReplicaTiming(*walk_units(times))
 
 
 def _repeat(history: list[tuple[tuple[int, ...], list[float]]],

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol
 
 from dlsched.errors import ConfigError
 from dlsched.pipeline.plans.actions import Action
@@ -39,7 +40,11 @@ from dlsched.pipeline.plans.plan import Stage
 from dlsched.pipeline.plans.schedules import zb_v_orders
 
 UNIT_SCHEDULES = ("zb-v", "dualpipe", "dualpipev")
-"""Schedules walked here; each holds two stages (chunks) per rank."""
+"""Schedules walked here; each holds two stages per rank. The job planner runs them only when
+``--schedule`` names one (its search keeps to the others)."""
+UNIT_CHUNKS = {"zb-v": 2, "dualpipe": 1, "dualpipev": 2}
+"""Chunks (virtual stages per rank, ``Execution.chunks``) of each: the two halves of a V, or
+one stage per direction on ``pp`` stages for DualPipe (whose rank holds two of them)."""
 
 
 @dataclass(frozen=True)
@@ -57,9 +62,48 @@ def stage_count(schedule: str, pp: int) -> int:
     return pp if schedule == "dualpipe" else 2 * pp
 
 
-def check_unit_schedule(schedule: str, pp: int, num_microbatches: int) -> None:
-    """ConfigError when ``schedule`` cannot run ``num_microbatches`` on ``pp`` ranks: ZB-V
-    needs two ranks or more, DualPipe and DualPipeV what ``dualpipe.check_dualpipe`` asks."""
+def held_stages(schedule: str, pp: int, chunks: int, rank: int) -> tuple[int, ...]:
+    """The virtual stages pipeline rank ``rank`` holds, chunk by chunk: ``c x pp + rank``
+    (Megatron-LM's interleaving) for every schedule but ZB-V and DualPipeV (``rank`` and ``2 pp
+    - 1 - rank``, a V) and DualPipe (``rank`` and ``pp - 1 - rank``, one per direction: twice
+    the parameters of one stage, DeepSeek-V3 report Table 2)."""
+    if schedule == "dualpipe":
+        return (rank, pp - 1 - rank)
+    if schedule in UNIT_SCHEDULES:
+        return (rank, 2 * pp - 1 - rank)
+    return tuple(c * pp + rank for c in range(chunks))
+
+
+def microbatch_share(schedule: str) -> float:
+    """The share of a rank's layers one microbatch passes through: 1/2 for DualPipe (it runs
+    one of the rank's two stages, the one of its direction), 1 for every other schedule."""
+    return 0.5 if schedule == "dualpipe" else 1.0
+
+
+def held_in_flight(schedule: str, pp: int, num_microbatches: int,
+                   rank: int) -> tuple[tuple[int, ...], ...]:
+    """Chunk-microbatches whose activations ``rank`` holds after each unit of its order, per
+    chunk of ``held_stages`` (stashed by F, freed by W; a unit's forward stashes before its
+    backward frees, as both run together)."""
+    layout = unit_layout(schedule, pp, num_microbatches)
+    chunk = {s: c for c, s in enumerate(held_stages(schedule, pp, 2, rank))}
+    counts, held = [0, 0], []
+    for action in layout.orders[rank]:
+        if action.kind in "FW":
+            counts[chunk[action.stage]] += 1 if action.kind == "F" else -1
+            held.append(tuple(counts))
+    return tuple(held)
+
+
+def check_unit_schedule(schedule: str, pp: int, num_microbatches: int,
+                        chunks: int | None = None) -> None:
+    """ConfigError when ``schedule`` cannot run ``num_microbatches`` on ``pp`` ranks (with
+    ``chunks`` other than ``UNIT_CHUNKS``' when given): ZB-V needs two ranks or more, DualPipe
+    and DualPipeV what ``dualpipe.check_dualpipe`` asks."""
+    if chunks is not None and chunks != UNIT_CHUNKS[schedule]:
+        raise ConfigError(f"--chunks: the {schedule} schedule runs {UNIT_CHUNKS[schedule]} "
+                          f"chunk(s) per rank (got {chunks}); accepted: "
+                          f"{UNIT_CHUNKS[schedule]}")
     if pp < 2:
         raise ConfigError(f"--pp: the {schedule} schedule needs 2 or more pipeline ranks "
                           f"(got {pp})")
@@ -82,11 +126,8 @@ def unit_layout(schedule: str, pp: int, num_microbatches: int) -> UnitLayout:
     return UnitLayout(stages, orders, tuple(frozenset() for _ in range(pp)))
 
 
-@dataclass(frozen=True)
-class UnitTimes:
-    """Per-stage seconds of one microbatch: ``forward`` / ``backward`` (compute and the
-    chunk's own communication), of which ``forward_comm`` / ``backward_comm`` is that
-    communication; ``send[s]`` the transfer between stage ``s`` and ``s + 1``."""
+class Times(Protocol):
+    """What the walk reads of a replica (``UnitTimes``, or the job's ``PipelineTimes``)."""
 
     schedule: str
     pp: int
@@ -99,7 +140,24 @@ class UnitTimes:
     backward_comm: tuple[float, ...]
 
 
-def unit_seconds(times: UnitTimes, unit: tuple[Action, ...]) -> float:
+@dataclass(frozen=True)
+class UnitTimes:
+    """Per-stage seconds of one microbatch: ``forward`` / ``backward`` (compute and the
+    chunk's own communication), of which ``forward_comm`` / ``backward_comm`` (empty: none)
+    is that communication; ``send[s]`` the transfer between stage ``s`` and ``s + 1``."""
+
+    schedule: str
+    pp: int
+    num_microbatches: int
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    send: tuple[float, ...]
+    input_fraction: float
+    forward_comm: tuple[float, ...] = ()
+    backward_comm: tuple[float, ...] = ()
+
+
+def unit_seconds(times: Times, unit: tuple[Action, ...]) -> float:
     """Seconds of ``unit``: its actions one after another, or an overlapped pair's ``max``
     of compute and communication (module docstring)."""
     share = times.input_fraction
@@ -110,11 +168,44 @@ def unit_seconds(times: UnitTimes, unit: tuple[Action, ...]) -> float:
     backward = [a.stage for a in unit if a.kind == "I"]
     if not (forward and backward):
         return total
-    comm = times.forward_comm[forward[0]] + times.backward_comm[backward[0]]
+    comm = _comm(times.forward_comm, forward[0]) + _comm(times.backward_comm, backward[0])
     return max(total - comm, comm)
 
 
-def walk_units(times: UnitTimes) -> tuple[tuple[float, ...], tuple[float, ...], float]:
+def _comm(seconds: tuple[float, ...], stage: int) -> float:
+    return seconds[stage] if seconds else 0.0
+
+
+def rank_units(times: Times, rank: int) -> list[tuple[Action, ...]]:
+    """Rank ``rank``'s units in order."""
+    layout = unit_layout(times.schedule, times.pp, times.num_microbatches)
+    order, joined = layout.orders[rank], layout.joined[rank]
+    units, start = [], 0
+    for i in range(len(order)):
+        if i not in joined:
+            units.append(order[start:i + 1])
+            start = i + 1
+    return units
+
+
+def hidden_comm(times: Times, rank: int) -> float:
+    """Seconds of communication rank ``rank``'s overlapped pairs hide in one iteration (0
+    for the schedules walked elsewhere)."""
+    if times.schedule not in UNIT_SCHEDULES:
+        return 0.0
+    alone = {"F": lambda s: times.forward[s], "I": lambda s: times.backward[s]
+             * times.input_fraction, "W": lambda s: times.backward[s] * (1 - times.input_fraction)}
+    return sum(sum(alone[a.kind](a.stage) for a in unit) - unit_seconds(times, unit)
+               for unit in rank_units(times, rank))
+
+
+def unit_bound(times: Times) -> float:
+    """A lower bound on the replica: the busiest rank's units, one after another."""
+    return max(sum(unit_seconds(times, unit) for unit in rank_units(times, rank))
+               for rank in range(times.pp))
+
+
+def walk_units(times: Times) -> tuple[tuple[float, ...], tuple[float, ...], float]:
     """Per rank the start and end of its last backward unit, and the replica's end
     (seconds): every rank runs its units in order, each when the rank is free and its
     inputs are there (module docstring)."""
@@ -124,8 +215,7 @@ def walk_units(times: UnitTimes) -> tuple[tuple[float, ...], tuple[float, ...], 
     free, link = [0.0] * pp, [0.0] * pp
     last_start, last_end = [0.0] * pp, [0.0] * pp
     pointer = [0] * pp
-    units = [_units(order, joined) for order, joined in zip(layout.orders, layout.joined,
-                                                            strict=True)]
+    units = [rank_units(times, rank) for rank in range(pp)]
     progressed = True
     while progressed:
         progressed = False
@@ -146,15 +236,6 @@ def walk_units(times: UnitTimes) -> tuple[tuple[float, ...], tuple[float, ...], 
     if any(p < len(u) for p, u in zip(pointer, units, strict=True)):
         raise ConfigError(f"pipeline: the {times.schedule} orders deadlock")
     return tuple(last_start), tuple(last_end), max(free)
-
-
-def _units(order: tuple[Action, ...], joined: frozenset[int]) -> list[tuple[Action, ...]]:
-    units, start = [], 0
-    for i in range(len(order)):
-        if i not in joined:
-            units.append(order[start:i + 1])
-            start = i + 1
-    return units
 
 
 def _ready(unit: tuple[Action, ...], inputs: dict) -> float | None:

@@ -86,6 +86,10 @@ class Chain:
     workspace_bytes: np.ndarray | None = None
     reserve_bytes: float = 0.0
     fragmentation: float = 0.0
+    # per block, (forward, backward) seconds of its own communication inside its time that an
+    # overlapped F & B pair hides behind the other chunk's compute (DualPipe's expert
+    # all-to-alls, ``plans.dualpipe``; the job evaluator's stand-in chains); zeros by default
+    overlap_seconds: np.ndarray | None = None
     origin: Chain | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -108,6 +112,12 @@ class Chain:
                 raise ConfigError(f"{name}: expected {n} finite values >= 0, got "
                                   f"{values.tolist()}")
             object.__setattr__(self, name, values)
+        hidden = np.zeros((n, 2)) if self.overlap_seconds is None else np.asarray(
+            self.overlap_seconds, dtype=float)
+        if hidden.shape != (n, 2) or not np.isfinite(hidden).all() or (hidden < 0).any():
+            raise ConfigError(f"overlap_seconds: expected {n} (forward, backward) pairs of "
+                              "finite seconds >= 0")
+        object.__setattr__(self, "overlap_seconds", hidden)
         check_recompute(self.recompute)
         if not 0 <= self.reserve_bytes <= MAX_RESERVE or not 0 <= self.fragmentation < 1:
             raise ConfigError(f"memory reserve: {self.reserve_bytes} B (0..1 TiB) and "

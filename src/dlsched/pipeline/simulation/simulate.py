@@ -219,6 +219,7 @@ class _Run:
             if action.frees and action.stage in self.buckets:
                 self._last_gradients(device, action.stage, duration)
             total += duration
+        total = self.action_times.overlapped(unit, total) if len(unit) > 1 else total
         self.engine.after(total, self._finish, device, unit, self.engine.now)
 
     def _last_gradients(self, device: int, s: int, duration: float) -> None:
@@ -270,12 +271,9 @@ class _Run:
 
     def _finish(self, device: int, unit: tuple[Action, ...], start: float) -> None:
         """End ``unit`` (its actions' spans one after another), then send its outputs."""
-        now, begin = self.engine.now, start
-        for action in unit[:-1]:
-            end = begin + self.action_times.duration(action, device)
+        now = self.engine.now
+        for action, begin, end in self.action_times.spans(unit, device, start, now):
             self._record(compute_span, self.names[device], begin, end, action)
-            begin = end
-        self._record(compute_span, self.names[device], begin, now, unit[-1])
         self.busy_s[device] += now - start
         self.busy[device] = False
         self.executed[device].extend(unit)
