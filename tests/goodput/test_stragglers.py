@@ -11,6 +11,8 @@ import pytest
 
 from dlsched.goodput.stragglers import (
     DEFAULT_SIGMA,
+    SINHA_GPUS,
+    SINHA_SPREAD,
     expected_max_normal,
     expected_slowest,
     sample_slowest,
@@ -28,7 +30,9 @@ def test_expected_max_of_normals_by_hand() -> None:
 
 def test_sigma_from_sinha_et_al() -> None:
     """8% spread over ~24,883 GPUs: sigma = ln 1.08 / (2 E[Z_(n)]), about 0.0095."""
-    assert pytest.approx(0.00945, abs=5e-5) == DEFAULT_SIGMA
+    derived = math.log1p(SINHA_SPREAD) / (2 * expected_max_normal(SINHA_GPUS))
+    assert derived == pytest.approx(DEFAULT_SIGMA, rel=1e-4)
+    assert SINHA_GPUS == 24883
 
 
 def test_one_gpu_is_the_lognormal_mean_and_median() -> None:

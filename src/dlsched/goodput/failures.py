@@ -35,8 +35,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from scipy.optimize import minimize_scalar
-
 from dlsched.errors import ConfigError
 
 LLAMA3_UNEXPECTED_INTERRUPTIONS = 419
@@ -110,6 +108,8 @@ def exact_waste(interval: float, cost: float, restart: float, mtbf: float) -> fl
 def optimal_interval(cost: float, restart: float, mtbf: float) -> float:
     """The interval minimising the exact expected wall time (bounded scalar minimisation around
     Daly's estimate; seconds)."""
+    from scipy.optimize import minimize_scalar  # here: the CLI starts without scipy
+
     guess = max(daly_interval(cost, mtbf), 1e-9)
     found = minimize_scalar(exact_waste, bounds=(guess / 20.0, guess * 20.0), method="bounded",
                             args=(cost, restart, mtbf), options={"xatol": guess * 1e-7})

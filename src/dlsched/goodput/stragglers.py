@@ -25,8 +25,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import integrate
-from scipy.special import log_ndtr, ndtri
 
 from dlsched.errors import ConfigError
 
@@ -41,6 +39,9 @@ def expected_max_normal(n: int) -> float:
 
 def _expected_max_exp(n: int, sigma: float, power: int) -> float:
     """E[Z_(n)] (power 1, sigma ignored) or E[exp(sigma Z_(n))] (power 0)."""
+    from scipy import integrate  # here: the CLI starts without scipy
+    from scipy.special import log_ndtr
+
     def density(z: float) -> float:
         log_pdf = -0.5 * z * z - 0.5 * math.log(2 * math.pi)
         weight = math.exp(math.log(n) + log_pdf + (n - 1) * float(log_ndtr(z)))
@@ -51,7 +52,9 @@ def _expected_max_exp(n: int, sigma: float, power: int) -> float:
     return value
 
 
-DEFAULT_SIGMA = math.log1p(SINHA_SPREAD) / (2.0 * expected_max_normal(SINHA_GPUS))
+DEFAULT_SIGMA = 0.0094543
+"""``ln(1 + SINHA_SPREAD) / (2 E[Z_(SINHA_GPUS)])`` (module docstring), rounded; the test
+recomputes it."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,8 @@ def slowest_quantile(n: int, q: float, sigma: float = DEFAULT_SIGMA) -> float:
     _check(n, sigma)
     if not 0 < q < 1:
         raise ConfigError(f"quantile: {q} is not accepted; accepted: 0 < q < 1")
+    from scipy.special import ndtri
+
     return math.exp(sigma * float(ndtri(q ** (1.0 / n))))
 
 
