@@ -60,7 +60,11 @@ MEGATRON_ACCOUNTED = ("account-for-embedding-in-pipeline-split",
 # multiple_of and ffn_dim_multiplier; vocab_size's default 128,256)
 TITAN_LLAMA3 = {"8B": (4096, 32, 32, 8, 14336, 128256), "70B": (8192, 80, 64, 8, 28672, 128256),
                 "405B": (16384, 126, 128, 8, 53248, 128256)}
-TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe"}
+# torch.distributed.pipelining's get_schedule_class names; ZB-V and DualPipeV are the V-style
+# schedules TorchTitan places two stages per rank for (rank k: k and 2 pp - 1 - k,
+# torchtitan/distributed/pipeline_parallel.py); DualPipe (two directions) has no torch schedule
+TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "GPipe",
+                   "zb-v": "ZBVZeroBubble", "dualpipev": "DualPipeV"}
 MEGATRON_SCHEDULES = ("1f1b", "interleaved", "gpipe")  # gpipe runs as 1F1B (a note says so)
 
 
