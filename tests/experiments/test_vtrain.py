@@ -40,6 +40,14 @@ def test_the_bundled_csv_is_the_repository_file() -> None:
     assert len(sizes) == 144 and min(sizes.values()) == 2 and max(sizes.values()) == 26
 
 
+def test_the_bundled_allreduce_tables_are_the_repository_files() -> None:
+    """vTrain's A100 NCCL tables (evidence in docs/validation.md): the SHA-256s their
+    provenance file names."""
+    source = yaml.safe_load(DATA.joinpath("vtrain_a100_allreduce.source.yaml").read_text())
+    for name, digest in source["sha256"].items():
+        assert hashlib.sha256(DATA.joinpath(name).read_bytes()).hexdigest() == digest, name
+
+
 def test_a_malformed_csv_is_refused_naming_the_line() -> None:
     """A wrong header or a non-number is a one-line ConfigError."""
     header = ",".join(vtrain.HEADER)
