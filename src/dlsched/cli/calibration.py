@@ -37,6 +37,7 @@ RUN_COLUMNS = [Column("id", "run", justify="left"), Column("metric", "metric", j
 
 def calibrate_runs(
     runs: Annotated[Path, typer.Argument(
+        metavar="RUNS",
         help="Measured runs in the ledger schema (YAML/JSON; docs/examples/my-runs.yaml).")],
     out: Annotated[Path, typer.Option(help="Write the fitted GPU file here (.yaml).")],
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON: a row per run and "
