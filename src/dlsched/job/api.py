@@ -24,6 +24,7 @@ from dlsched.job.evaluation.pipeline_time import event_timeline
 from dlsched.job.exports import megatron_args, megatron_document, torchtitan_toml
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import TransformerSpec, load_spec
+from dlsched.job.refusals import check_plan, default_notes
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.job.time_to_train_fields import choose_plan, settings_of, with_time_to_train
 from dlsched.job.torchtitan_config import plan_fields, read_torchtitan_toml
@@ -85,6 +86,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     """Evaluate or search (module docstring): one row per collective policy of ``policies``
     (default: the scenario's ``collective_policy``)."""
     spec = with_seq(load_spec(scenario.model), scenario.seq)
+    check_plan(scenario, spec)  # each mistake refused with its own cause, before any search
     cluster = load_cluster(scenario.cluster, scenario.gpus, scenario.gpu)
     choice = LayoutChoice(scenario.global_batch, **scenario.fixed())
     fixed = choice.fixed()
@@ -112,6 +114,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
         plans.append((job, result))
         notes.extend(note for note in result.notes if note not in notes)
     rows = [with_time_to_train(row, spec.seq, cluster, settings) for row in rows]
+    notes.extend(default_notes(scenario, cluster))
     title = (f"{spec.name} on {cluster.name} ({cluster.gpu}, {scenario.precision}, "
              f"{scenario.attention} attention, {scenario.pipeline_p2p} pipeline transfers)")
     return PlanReport(title, rows, tuple(notes), plans)

@@ -117,7 +117,8 @@ def layouts(job: Job, choice: LayoutChoice, space: Space) -> Iterator[Layout]:
     spec, gpus = job.spec, job.cluster.num_gpus
     inner = job.cluster.topology.dims[0].size
     fixed = choice.fixed()
-    tps = [t for t in _divisors(min(inner, gpus)) if spec.heads % t == 0]
+    tps = [t for t in _divisors(min(inner, gpus)) if spec.heads % t == 0
+           and spec.kv_heads % t == 0]  # whole heads and KV heads per TP rank
     eps = [fixed["ep"]] if "ep" in fixed else _divisors(max(1, spec.experts))
     # a PP degree some split takes: dividing the layers, or them with the embedding/loss counted
     pps = sorted({d for extra in (0, 1, 2) for d in _divisors(spec.layers + extra)})

@@ -1,0 +1,180 @@
+"""Mistakes in a ``dlsched plan`` scenario, each refused with its own cause before any search.
+
+A search that finds no layout can only say "no layout fits"; these checks name the option
+that cannot hold instead (``check_plan``, called first by ``job.api.plan``):
+
+- ``--gpus`` on a node preset: at least 2 (one GPU has no network to price), at most one node
+  or whole nodes, and at most ``MAX_NPUS_PER_DIM`` nodes (the nodes form one network
+  dimension, ``validation.MAX_NPUS_PER_DIM``): 32,768 GPUs of 8-GPU nodes;
+- the degrees given: TP x CP x PP x DP equal to the GPUs (those given dividing them), TP
+  dividing the attention heads and the KV heads (each TP rank holds whole heads: Megatron-
+  Core's ``divide(num_query_groups, tp)``), PP that some pipeline split takes, EP only on a
+  mixture of experts and dividing its experts, the global batch a multiple of microbatch x DP;
+- options that would be silently ignored: ``--expert-tp`` on a dense model,
+  ``--tp-comm-overlap`` without sequence parallelism (Megatron-Core overlaps the TP
+  collectives of sequence parallelism only), ``--overlap-param-gather`` with ZeRO 0 or 3
+  (ZeRO 0 gathers no weights; ZeRO 3 gathers each layer's before its forward anyway, priced
+  as such: ``job.evaluation.evaluate``).
+
+``default_notes`` names the defaults behind the rows (printed as notes with them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from dlsched.errors import ConfigError
+from dlsched.job.cluster import NODE_PRESETS, load_cluster
+from dlsched.job.evaluation.pipeline_split import feasible_splits
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.validation import MAX_NPUS_PER_DIM
+
+if TYPE_CHECKING:
+    from dlsched.job.cluster import Cluster
+    from dlsched.job.scenario import PlanScenario
+
+DEGREES = ("tp", "cp", "pp", "dp")
+
+
+def check_plan(scenario: PlanScenario, spec: TransformerSpec) -> None:
+    """Refuse the scenario's first mistake (module docstring) with a one-line ConfigError
+    naming its option and what is accepted."""
+    check_gpus(scenario.cluster, scenario.gpus)
+    gpus = int(scenario.gpus or 0) if scenario.cluster in NODE_PRESETS else load_cluster(
+        scenario.cluster, scenario.gpus, scenario.gpu).num_gpus
+    _check_degrees(scenario, spec, gpus)
+    _check_heads(scenario.tp, spec)
+    _check_pipeline(scenario.pp, scenario.chunks, spec)
+    _check_experts(scenario, spec)
+    _check_batch(scenario)
+    _check_ignored(scenario)
+
+
+def check_gpus(cluster: str, gpus: int | None) -> None:
+    """``--gpus`` on node preset ``cluster``: needed, at least 2, at most one node or whole
+    nodes, at most ``MAX_NPUS_PER_DIM`` nodes."""
+    if cluster not in NODE_PRESETS:
+        return
+    per_node = NODE_PRESETS[cluster].gpus
+    accepted = (f"accepted: 2 to {per_node}, or a multiple of {per_node} up to "
+                f"{per_node * MAX_NPUS_PER_DIM:,} ({MAX_NPUS_PER_DIM:,} {cluster} nodes, the "
+                "most one network dimension holds)")
+    if gpus is None:
+        raise ConfigError(f"--gpus: needed with the node preset {cluster!r}; {accepted}")
+    if gpus < 2:
+        raise ConfigError(f"--gpus: {gpus} GPU leaves no parallel layout and no network to "
+                          f"price; {accepted}")
+    if gpus > per_node and gpus % per_node:
+        raise ConfigError(f"--gpus: {gpus} is more than one {cluster} node and not whole nodes "
+                          f"of {per_node}; {accepted}")
+    if gpus > per_node * MAX_NPUS_PER_DIM:
+        raise ConfigError(f"--gpus: {gpus:,} is {gpus // per_node:,} nodes, more than the "
+                          f"{MAX_NPUS_PER_DIM:,} one network dimension holds; {accepted}")
+
+
+def _check_degrees(scenario: PlanScenario, spec: TransformerSpec, gpus: int) -> None:
+    """TP x CP x PP x DP: the GPUs when all four are given, a divisor of them otherwise."""
+    given = {name: getattr(scenario, name) for name in DEGREES
+             if getattr(scenario, name) is not None}
+    if not given:
+        return
+    product = math.prod(given.values())
+    names = " x ".join(name.upper() for name in given)
+    values = " x ".join(str(value) for value in given.values())
+    options = "/".join(f"--{name}" for name in given)
+    if len(given) == 1:
+        names = values = ""
+    else:
+        names, values = f"{names} = ", f"{values} = "
+    if len(given) == len(DEGREES) and product != gpus:
+        raise ConfigError(f"{options}: {names}{values}{product:,} GPUs, not the {gpus:,} "
+                          f"of --gpus; accepted: degrees whose product is {gpus:,}")
+    if gpus % product:
+        raise ConfigError(f"{options}: {names}{values}{product:,} does not divide the "
+                          f"{gpus:,} GPUs of --gpus; accepted: degrees whose product divides "
+                          f"{gpus:,}")
+
+
+def _check_heads(tp: int | None, spec: TransformerSpec) -> None:
+    """TP dividing the attention heads and the KV heads."""
+    if tp is None or (spec.heads % tp == 0 and spec.kv_heads % tp == 0):
+        return
+    accepted = [t for t in range(1, spec.kv_heads + 1)
+                if spec.heads % t == 0 and spec.kv_heads % t == 0]
+    raise ConfigError(f"--tp: {tp} does not divide {spec.name}'s {spec.heads} attention heads "
+                      f"and {spec.kv_heads} KV heads (each TP rank holds whole heads); "
+                      f"accepted: {', '.join(map(str, accepted))}")
+
+
+def _check_pipeline(pp: int | None, chunks: int | None, spec: TransformerSpec) -> None:
+    """PP (x chunks) that some pipeline split of the layers takes (``job.pipeline_split``)."""
+    if pp is None:
+        return
+    options = [chunks] if chunks is not None else range(1, spec.layers + 1)
+    if not any(feasible_splits(spec.layers, pp, v) for v in options):
+        per = f"PP x chunks = {pp} x {chunks}" if chunks is not None else f"PP {pp}"
+        raise ConfigError(f"--pp: {per} splits none of {spec.name}'s {spec.layers} layers "
+                          "evenly, with or without the embedding and the loss counted as "
+                          f"layers (--pipeline-split); accepted: a PP (x chunks) dividing "
+                          f"{spec.layers}, {spec.layers + 1} or {spec.layers + 2}")
+
+
+def _check_experts(scenario: PlanScenario, spec: TransformerSpec) -> None:
+    """EP and expert TP only on a mixture of experts; EP dividing its experts."""
+    if not spec.experts:
+        for name, value, default in (("ep", scenario.ep, 1), ("expert_tp", scenario.expert_tp,
+                                                               None)):
+            if value is not None and value != default:
+                raise ConfigError(f"--{name.replace('_', '-')}: {value} on {spec.name}, a dense "
+                                  "model (no experts to place: it would be ignored); accepted: "
+                                  "an MoE model (mixtral-8x7b, ...) or leave it out")
+        return
+    if scenario.ep is not None and spec.experts % scenario.ep:
+        accepted = [e for e in range(1, spec.experts + 1) if spec.experts % e == 0]
+        raise ConfigError(f"--ep: {scenario.ep} does not divide {spec.name}'s {spec.experts} "
+                          f"experts; accepted: {', '.join(map(str, accepted))}")
+
+
+def _check_batch(scenario: PlanScenario) -> None:
+    """The global batch a multiple of the microbatch size x DP given."""
+    step = (scenario.microbatch_size or 1) * (scenario.dp or 1)
+    if scenario.global_batch % step:
+        given = " x ".join(f"--{name.replace('_', '-')} {getattr(scenario, name)}"
+                           for name in ("microbatch_size", "dp")
+                           if getattr(scenario, name) is not None)
+        raise ConfigError(f"--global-batch: {scenario.global_batch} is not a multiple of "
+                          f"{given} = {step} (every replica runs whole microbatches); "
+                          f"accepted: a multiple of {step}")
+
+
+def _check_ignored(scenario: PlanScenario) -> None:
+    """Overlap options that the layout given leaves nothing to do."""
+    if scenario.tp_comm_overlap and (scenario.sequence_parallel is False or scenario.tp == 1):
+        raise ConfigError("--tp-comm-overlap: overlaps the TP collectives of sequence "
+                          "parallelism (Megatron-Core's userbuffers), which this layout does not "
+                          "use (--no-sequence-parallel or --tp 1): it would be ignored; "
+                          "accepted: with --sequence-parallel and TP > 1, or left out")
+    if scenario.overlap_param_gather and scenario.zero in (0, 3):
+        raise ConfigError(f"--overlap-param-gather: overlaps ZeRO 1-2's weight all-gather with "
+                          f"the next forward; with --zero {scenario.zero} it would be ignored "
+                          "(ZeRO 0 gathers no weights, ZeRO 3 gathers each layer's before its "
+                          "forward); accepted: with --zero 1 or 2, or left out")
+
+
+def default_notes(scenario: PlanScenario, cluster: Cluster) -> list[str]:
+    """The defaults behind the rows: the global batch and the attention kernel when they are
+    the schema's defaults (given or not: the command line cannot tell), and the GPU of a
+    topology cluster when ``--gpu`` is not given."""
+    fields = type(scenario).model_fields
+    notes = []
+    if scenario.global_batch == fields["global_batch"].default:
+        notes.append(f"global batch: {scenario.global_batch} sequences, the default "
+                     "(--global-batch)")
+    if scenario.attention == fields["attention"].default:
+        notes.append(f"attention core: {scenario.attention}, the default kernel (--attention "
+                     "flash|fused|unfused)")
+    if scenario.cluster not in NODE_PRESETS and scenario.gpu is None:
+        notes.append(f"GPU: {cluster.gpu}, the default for a topology cluster, which names no "
+                     "GPU (--gpu)")
+    return notes

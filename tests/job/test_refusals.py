@@ -1,0 +1,83 @@
+"""``dlsched plan``'s mistakes refused with their own cause before any search: each names its
+option and what is accepted, in one line, and the search is never entered."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job import api
+from dlsched.job.scenario import PlanScenario
+
+LLAMA = {"model": "llama3-70b", "cluster": "dgx-h100", "gpus": 64, "global_batch": 256}
+COMPLETE = {"chunks": 1, "microbatch_size": 1, "schedule": "1f1b", "recompute": "full",
+            "zero": 1}
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ({"gpus": 1}, "--gpus: 1 GPU leaves no parallel layout"),
+    ({"gpus": 12}, "--gpus: 12 is more than one dgx-h100 node and not whole nodes of 8"),
+    ({"gpus": 65536}, "--gpus: 65,536 is 8,192 nodes, more than the 4,096"),
+    ({"tp": 8, "pp": 4, "dp": 4, "cp": 1}, "--tp/--cp/--pp/--dp: TP x CP x PP x DP = "
+                                          "8 x 1 x 4 x 4 = 128 GPUs, not the 64 of --gpus"),
+    ({"tp": 8, "pp": 16}, "--tp/--pp: TP x PP = 8 x 16 = 128 does not divide the 64 GPUs"),
+    ({"tp": 16}, "--tp: 16 does not divide llama3-70b's 64 attention heads and 8 KV heads"),
+    ({"tp": 64, "model": "gpt3-175b"}, "--tp: 64 does not divide gpt3-175b's 96"),
+    ({"ep": 2}, "--ep: 2 on llama3-70b, a dense model"),
+    ({"ep": 16, "model": "mixtral-8x7b"}, "--ep: 16 does not divide mixtral-8x7b's 8 experts"),
+    ({"expert_tp": 2}, "--expert-tp: 2 on llama3-70b, a dense model"),
+    ({"pp": 32, "chunks": 1}, "--pp: PP x chunks = 32 x 1 splits none of llama3-70b's 80"),
+    ({"dp": 16, "microbatch_size": 3}, "--global-batch: 256 is not a multiple of "
+                                       "--microbatch-size 3 x --dp 16 = 48"),
+    ({"tp_comm_overlap": True, "sequence_parallel": False}, "--tp-comm-overlap: overlaps"),
+    ({"tp_comm_overlap": True, "tp": 1}, "--tp-comm-overlap: overlaps"),
+    ({"overlap_param_gather": True, "zero": 0}, "--overlap-param-gather: overlaps"),
+    ({"overlap_param_gather": True, "zero": 3}, "--overlap-param-gather: overlaps ZeRO 1-2"),
+    ({"gpu": "h9000"}, "--gpu: unknown GPU 'h9000'; accepted: h100")])
+def test_each_mistake_is_refused_with_its_own_cause(given, message, monkeypatch):
+    """The message starts with the option at fault, says what is accepted, is one line, and
+    comes before the search (which would only say that no layout fits)."""
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched")
+
+    monkeypatch.setattr(api, "search", no_search)
+    with pytest.raises(ConfigError) as refused:
+        PlanScenario(**(LLAMA | given)).run()
+    text = str(refused.value)
+    assert text.startswith(message.split(":")[0] + ":") and message in text, text
+    assert "accepted" in text and "\n" not in text
+
+
+def test_a_broken_gpu_file_names_its_field(tmp_path):
+    """A GPU file with an unparsable peak: the error names --gpu, the file and the field."""
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: broken\npeak: {bf16: fast}\n")
+    with pytest.raises(ConfigError, match=r"^--gpu: .*peak\.bf16: cannot parse 'fast'"):
+        PlanScenario(**(LLAMA | {"gpu": str(path)})).run()
+
+
+@pytest.mark.parametrize("gpus", [2, 7, 8, 32768])
+def test_what_gpus_accepts_gets_past_the_checks(gpus):
+    """2 to 8 GPUs of one node and whole nodes up to 4,096 pass ``--gpus``'s check (7 used to
+    fail on the NVSwitch dimension's halving-doubling); a complete layout is then priced."""
+    from dlsched.job.refusals import check_gpus
+
+    check_gpus("dgx-h100", gpus)
+    if gpus == 7:
+        row, = PlanScenario(model="gpt-1.7b", cluster="dgx-h100", gpus=7, global_batch=14,
+                            tp=1, pp=1, dp=7, **COMPLETE | {"zero": 0}).run().rows
+        assert row["layout"].startswith("TP1 PP1 DP7")
+
+
+def test_the_defaults_behind_a_row_are_printed_with_it():
+    """Global batch, attention kernel and a topology's GPU, when defaults, are named in the
+    notes; given ones are not."""
+    notes = PlanScenario(model="gpt-1.7b", cluster="3D-FC_Ring_SW", tp=4, pp=4, dp=64,
+                         **COMPLETE).run().notes
+    assert any(n.startswith("global batch: 1536 sequences, the default") for n in notes)
+    assert any(n.startswith("attention core: flash, the default") for n in notes)
+    assert any(n.startswith("GPU: a100, the default for a topology cluster") for n in notes)
+    given = PlanScenario(model="gpt-1.7b", cluster="3D-FC_Ring_SW", tp=4, pp=4, dp=64,
+                         global_batch=1024, attention="unfused", gpu="h100",
+                         **COMPLETE).run().notes
+    assert not any(n.startswith(("global batch:", "attention core:", "GPU:")) for n in given)
