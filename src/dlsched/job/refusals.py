@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import NODE_PRESETS, load_cluster
 from dlsched.job.evaluation.pipeline_split import feasible_splits
+from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.validation import MAX_NPUS_PER_DIM
 
@@ -48,6 +49,7 @@ def check_plan(scenario: PlanScenario, spec: TransformerSpec) -> None:
     _check_pipeline(scenario.pp, scenario.chunks, spec)
     _check_experts(scenario, spec)
     _check_batch(scenario)
+    _check_schedule(scenario)
     _check_ignored(scenario)
 
 
@@ -146,6 +148,23 @@ def _check_batch(scenario: PlanScenario) -> None:
         raise ConfigError(f"--global-batch: {scenario.global_batch} is not a multiple of "
                           f"{given} = {step} (every replica runs whole microbatches); "
                           f"accepted: a multiple of {step}")
+
+
+def _check_schedule(scenario: PlanScenario) -> None:
+    """ZB-V, DualPipe and DualPipeV (``job.unit_walk``): their chunks per rank, their pipeline
+    ranks and, when the degrees given fix them, their microbatches per replica."""
+    if scenario.schedule not in UNIT_SCHEDULES or scenario.pp is None:
+        return
+    check_unit_schedule(scenario.schedule, scenario.pp, 2 * scenario.pp, scenario.chunks)
+    if scenario.dp is None or scenario.microbatch_size is None:
+        return
+    m = scenario.global_batch // (scenario.microbatch_size * scenario.dp)
+    try:
+        check_unit_schedule(scenario.schedule, scenario.pp, m)
+    except ConfigError as error:
+        raise ConfigError(f"--global-batch: {scenario.global_batch} sequences in microbatches "
+                          f"of {scenario.microbatch_size} over DP {scenario.dp} are {m} per "
+                          f"replica; {str(error).partition(': ')[2]}") from None
 
 
 def _check_ignored(scenario: PlanScenario) -> None:

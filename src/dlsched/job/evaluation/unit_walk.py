@@ -80,6 +80,7 @@ def microbatch_share(schedule: str) -> float:
     return 0.5 if schedule == "dualpipe" else 1.0
 
 
+@lru_cache(maxsize=256)
 def held_in_flight(schedule: str, pp: int, num_microbatches: int,
                    rank: int) -> tuple[tuple[int, ...], ...]:
     """Chunk-microbatches whose activations ``rank`` holds after each unit of its order, per
