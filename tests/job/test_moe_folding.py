@@ -87,7 +87,7 @@ def test_folded_memory_by_hand():
     assert experts_per_gpu(SPEC, layout) == 3 * h * fe
     local, routed = 1024 // 4, 1024 // 4 * 2
     moe = 2 * local * h + 4 * local * 8 + 2 * routed * h + 2 * routed * 3 * fe + 2 * routed * h
-    dense = 2 * local * h + 2 * 2 * 1024 * 2048 / 4
+    dense = 2 * local * h + 3 * 2 * 1024 * 2048 / 4  # gated: gate, up and down inputs
     assert moe_stash_delta(SPEC, layout, 2) == pytest.approx(moe - dense)
     default = Layout(4, 1, 2, 1, 16, sequence_parallel=True, ep=2, cp=2)
     held = memory_per_gpu(SPEC, default, "bf16").parameters - memory_per_gpu(

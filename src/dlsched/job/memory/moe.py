@@ -10,7 +10,8 @@ x dp / (e ep)`` ranks), the rest over the dense data-parallel group, as Megatron
 distributed optimizer shards each parameter over its own group.
 
 Activations kept per microbatch by one MoE layer on one GPU, in place of the dense FFN's ``h``
-(its input) and ``2 f`` (GELU's input and output) elements per token over TP: the router's input
+(its input) and ``2 f`` (GELU's input and output; ``3 f`` gated: gate, up and the down
+projection's input) elements per token over TP: the router's input
 (``h`` per local token: ``T = b s / (cp tp)``) and FP32 scores (``experts`` per local token),
 the dispatched tokens (the dispatch All-to-All's receive buffer, gathered over expert TP:
 ``R h`` with ``R = T e k L`` tokens at the rank, ``job.moe_costs``), fc1's output (``R
@@ -66,5 +67,5 @@ def moe_stash_delta(spec: TransformerSpec, layout: Layout, p: int) -> float:
     moe = (p * local * h + SCORE_BYTES * local * spec.experts + p * routed * h
            + p * routed * (up + fe) / e + p * routed * h / e
            + p * b * s * spec.shared_experts * (up + fe) / t)
-    dense = p * local * h + 2 * p * b * s * spec.ffn_hidden / t
+    dense = p * local * h + spec.ffn_matrices * p * b * s * spec.ffn_hidden / t
     return moe - dense

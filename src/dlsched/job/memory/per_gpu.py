@@ -51,8 +51,10 @@ policy (``selective-op``, ``job.op_checkpoint``) keeps the layer input, every ot
 output and the fused kernel's output and log-sum-exp; the rest of the layer's full stash (and
 autocast's weight copies, cast again) is the transient of its backward. The derivation's MLP
 width ``4 h`` and K/V width ``h`` are replaced by the spec's ``ffn_hidden`` and ``kv_heads x
-head_dim`` (GeLU input and second linear input ``p s b f`` each; K and V ``p s b kv d`` each;
-all split by TP). The embedding keeps token ids (8 B each, whole on every TP rank) and its
+head_dim`` (GeLU input and second linear input ``p s b f`` each; a gated FFN keeps its gate
+and up projections' outputs, the input of SwiGLU's backward, and the down projection's input:
+``3 p s b f``; K and V ``p s b kv d`` each; all split by TP). The embedding keeps token ids
+(8 B each, whole on every TP rank) and its
 dropout mask (split by SP), the head the inputs of the final norm and the projection and the
 FP32 logits of the vocabulary-parallel loss ``4 s b V' / t`` (part ``logits``), beside which
 the 16-bit logits ``p s b V' / t`` are a transient.
@@ -267,7 +269,8 @@ def layer_activations(spec: TransformerSpec, layout: Layout, precision: str,
     p = activation_bytes(precision)
     s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
     block = layer_memory(s, b, h, spec.heads, p, layout.sequence_parallel)
-    widths = 2 * p * s * b * ((spec.ffn_hidden - 4 * h) + (spec.kv_heads * spec.head_dim - h))
+    widths = p * s * b * (spec.ffn_matrices * spec.ffn_hidden - 8 * h
+                          + 2 * (spec.kv_heads * spec.head_dim - h))
     whole_none, whole_selective, whole_input = block.replicated
     selective = _per_gpu(block.selective, whole_selective, t) + widths / t
     if attention != "unfused":
