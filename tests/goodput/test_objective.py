@@ -18,7 +18,7 @@ ROWS = [
 
 
 @pytest.mark.parametrize(("objective", "expected"),
-                         [("iteration", 0), ("time-to-train", 1), ("energy", 2), ("cost", 1)])
+                         [("expected", 0), ("time-to-train", 1), ("energy", 2), ("cost", 1)])
 def test_each_objective_minimises_its_column(objective: str, expected: int) -> None:
     assert choose(ROWS, objective) == expected
 

@@ -17,10 +17,10 @@ from dlsched.report.tables import fixed, in_percent
 
 COLUMNS = [*text("planner"), Column("collective_policy", "collectives", justify="left"),
            *text("layout"),
-           *seconds(iteration_s="iteration"),
+           *seconds(iteration_s="iteration"), Column("iteration_90", "90% (s)"),
            Column("tflops_per_gpu", "TFLOP/s/GPU", fixed(1)),
-           *standard("mfu"),
-           Column("memory_gib", "memory (GiB)", fixed(1)),
+           *standard("mfu"), Column("mfu_90", "90% (%)"),
+           Column("memory_gib", "memory (GiB)", fixed(1)), Column("memory_90", "90% (GiB)"),
            *seconds(exposed_tp_s="TP", exposed_pp_s="PP", exposed_dp_s="DP", exposed_cp_s="CP",
                     exposed_ep_a2a_s="A2A", exposed_zero3_s="ZeRO-3"),
            Column("speedup_vs_best_baseline", "vs best baseline", lambda v: f"{v:.3f}x")]
@@ -38,6 +38,19 @@ TIME_TO_TRAIN = [*text("planner", "layout"),
                  Column("cost", "cost", lambda v: f"{v:,.0f}")]
 """The second table, with ``--tokens`` or ``--iterations`` (cost with ``--gpu-hour-price``;
 dlsched.goodput)."""
+
+
+def _span(low: float, high: float | None, scale: float = 1.0, digits: int = 3) -> str:
+    """An interval as the table shows it: ``low-high`` (``low-inf`` when unbounded)."""
+    top = "inf" if high is None else f"{high * scale:.{digits}f}"
+    return f"{low * scale:.{digits}f}-{top}"
+
+
+def _shown(row: dict[str, object]) -> dict[str, object]:
+    """``row`` with its 90% intervals as text, for the table (``job.intervals``)."""
+    return {**row, "iteration_90": _span(row["iteration_low_s"], row["iteration_high_s"]),
+            "mfu_90": _span(row["mfu_low"], row["mfu_high"], 100, 1),
+            "memory_90": _span(row["memory_gib_low"], row["memory_gib_high"], digits=1)}
 
 
 def _columns(rows: list[dict[str, object]]) -> list[Column]:
@@ -79,8 +92,9 @@ def plan(
     megatron = report.megatron_args() if megatron_args else None
     titan = report.torchtitan_toml() if torchtitan_toml is not None else None
     if not json_out:
-        render_table(rows, _columns(rows), f"{report.title} (seconds per iteration; memory GiB "
-                     "per GPU; exposed communication s)", console)
+        render_table([_shown(row) for row in rows], _columns(rows), f"{report.title} (seconds "
+                     "per iteration; memory GiB per GPU; 90% intervals from the ledger; exposed "
+                     "communication s)", console)
         if any("ttt_days" in row for row in rows):
             columns = [c for c in TIME_TO_TRAIN if c.key != "cost" or rows[0].get("cost")]
             render_table(rows, columns, "Time to train (dlsched.goodput: failures, checkpoints, "

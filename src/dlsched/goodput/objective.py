@@ -13,9 +13,12 @@ from typing import Any
 
 from dlsched.errors import ConfigError
 
-OBJECTIVES = {"iteration": "iteration_s", "time-to-train": "ttt_days",
-              "energy": "energy_mwh", "cost": "cost"}
+OBJECTIVES = {"upper": "iteration_high_s", "expected": "iteration_s",
+              "time-to-train": "ttt_days", "energy": "energy_mwh", "cost": "cost"}
 """Objective name -> the row column it minimises."""
+SEARCH_RANKED = ("upper", "expected")
+"""Objectives the search ranks by itself (``job.ranking``): the upper end of the iteration's
+90% interval, or the predicted iteration; the others re-rank its shortlist."""
 EXPLAINED = (("iteration_s", "iteration", "{:.3f} s"),
              ("iteration_mean_s", "mean iteration with stragglers", "{:.3f} s"),
              ("goodput", "goodput", "{:.2%}"),
@@ -32,7 +35,7 @@ def check_objective(objective: str, priced: bool) -> str:
     if objective not in OBJECTIVES:
         raise ConfigError(f"--objective: {objective!r} is not accepted; accepted: "
                           + ", ".join(OBJECTIVES))
-    if objective != "iteration" and not priced:
+    if objective not in SEARCH_RANKED and not priced:
         raise ConfigError(f"--objective: {objective} needs --tokens or --iterations")
     return OBJECTIVES[objective]
 

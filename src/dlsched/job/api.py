@@ -22,8 +22,10 @@ from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, executed_t
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.pipeline_time import event_timeline
 from dlsched.job.exports import megatron_args, megatron_document, torchtitan_toml
+from dlsched.job.intervals import envelope_notes, interval_columns
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import TransformerSpec, load_spec
+from dlsched.job.ranking import Ranking, best_of, difference_note
 from dlsched.job.refusals import check_plan, default_notes
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.job.time_to_train_fields import choose_plan, settings_of, with_time_to_train
@@ -93,6 +95,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     complete = all(name in fixed for name in COMPLETE_FIELDS if name != "dp") and (
         "dp" in fixed or ("tp" in fixed and "pp" in fixed))
     settings = settings_of(scenario)
+    ranking = Ranking("upper" if scenario.objective == "upper" else "expected")
     rows, notes, plans = [], [], []
     for policy in (scenario.collective_policy,) if policies is None else tuple(policies):
         job = Job(spec, cluster, scenario.precision, policy, scenario.dp_policy,
@@ -105,15 +108,19 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
             result = evaluate(job, layout)
             rows.append(_row(job, result, "given", None, None))
         else:
-            found = search(job, choice, SPACES["dlsched"])
+            found = search(job, choice, SPACES["dlsched"], ranking)
             result, simulated, why = choose_plan(job, found, scenario.objective, spec.seq,
                                                  cluster, settings)
-            best = _best_baseline(job, choice) if scenario.baselines else None
+            best = _best_baseline(job, choice, ranking) if scenario.baselines else None
             rows.append(_row(job, result, "dlsched", best, simulated))
+            if ranking.upper:  # the point-best, to say when the choice differs
+                why = why or difference_note(job, result, search(
+                    job, choice, SPACES["dlsched"]).best, ranking)
             notes.extend([why] if why else [])
         plans.append((job, result))
         notes.extend(note for note in result.notes if note not in notes)
     rows = [with_time_to_train(row, spec.seq, cluster, settings) for row in rows]
+    notes.extend(note for note in envelope_notes(rows) if note not in notes)
     notes.extend(default_notes(scenario, cluster))
     title = (f"{spec.name} on {cluster.name} ({cluster.gpu}, {scenario.precision}, "
              f"{scenario.attention} attention, {scenario.pipeline_p2p} pipeline transfers)")
@@ -150,19 +157,25 @@ def _complete_layout(choice: LayoutChoice, gpus: int, layers: int) -> Layout:
                                           "cp_algorithm", "expert_tp", "pipeline_split")})
 
 
-def _best_baseline(job: Job, choice: LayoutChoice) -> tuple[str, JobResult] | None:
-    found = []
+def _best_baseline(job: Job, choice: LayoutChoice, ranking: Ranking
+                   ) -> tuple[str, JobResult] | None:
+    """Each baseline's search ranked by ``ranking``, and the one it puts first."""
+    found = {}
     for name in BASELINES:
         try:
-            found.append((name, search(job, choice, SPACES[name]).best))
+            found[name] = search(job, choice, SPACES[name], ranking).best
         except ConfigError:  # a baseline whose space has no layout is skipped
             continue
-    return min(found, key=lambda item: item[1].iteration_s) if found else None
+    if not found:
+        return None
+    first = best_of(job, list(found.values()), ranking)
+    return next((name, r) for name, r in found.items() if r is first)
 
 
 def _row(job: Job, result: JobResult, planner: str, best: tuple[str, JobResult] | None,
          simulated: float | None) -> dict[str, Any]:
-    row = {"planner": planner, "layout": result.layout.label(), **result.row(job)}
+    row = {"planner": planner, "layout": result.layout.label(), **result.row(job),
+           **interval_columns(job, result)}
     row["simulated_iteration_s"] = simulated
     if best is not None:
         name, other = best

@@ -172,9 +172,10 @@ class PlanScenario(BaseModel):
     gpu_hour_price: Annotated[float | None, Field(ge=0, le=1e6, description=(
         "Price per GPU-hour (adds the cost column)."))] = None
     objective: Annotated[choice(tuple(OBJECTIVES), "objective"), Field(description=(
-        "What the searched plan minimises: iteration | time-to-train | energy | cost (the "
-        "latter three re-rank the search's shortlist; need --tokens or --iterations)."))
-        ] = "iteration"
+        "What the searched plan minimises: upper (the upper end of the iteration's 90% "
+        "interval from the ledger's residuals, docs/plan.md) | expected (the predicted "
+        "iteration) | time-to-train | energy | cost (the latter three re-rank the search's "
+        "shortlist; need --tokens or --iterations)."))] = "upper"
 
     def fixed(self) -> dict[str, Any]:
         """The layout fields given (the rest is searched)."""

@@ -51,6 +51,7 @@ from dlsched.job.layout import (
     LayoutChoice,
 )
 from dlsched.job.memory.per_gpu import peak_memory
+from dlsched.job.ranking import POINT, Ranking
 
 MICROBATCH_SIZES = (1, 2, 4, 8)
 MAX_CHUNKS = 8
@@ -105,7 +106,7 @@ class SearchResult:
     candidates: int
     simulated_s: float
     shortlist: tuple[JobResult, ...] = ()
-    """The shortlist evaluated with the job's data-parallel policy, fastest first."""
+    """The shortlist evaluated with the job's data-parallel policy, first by the ranking."""
 
 
 def _divisors(n: int) -> list[int]:
@@ -205,8 +206,11 @@ def _fits(job: Job, layout: Layout, usable: float) -> bool:
         return False
 
 
-def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
-    """The fastest layout of ``space`` (module docstring); ConfigError when none fits."""
+def search(job: Job, choice: LayoutChoice, space: Space,
+           ranking: Ranking = POINT) -> SearchResult:
+    """The fastest layout of ``space`` (module docstring), ranked by ``ranking``
+    (``job.ranking``: the predicted iteration, or its interval's upper end); ConfigError when
+    none fits."""
     if space.dp_policy is not None:
         job = replace(job, dp_policy=space.dp_policy)
     usable = job.cluster.memory
@@ -219,19 +223,19 @@ def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
             times, _, _ = pipeline_times(job, layout)
         except ConfigError:
             continue
-        ranked.append((_bound(times), layout))
+        ranked.append((ranking.order(job, layout, _bound(times)), layout))
     ranked.sort(key=lambda item: (item[0], item[1].label()))
     plain = replace(job, dp_policy="none")
     best: list[JobResult] = []
     evaluated = 0
-    for bound, layout in ranked:
-        if len(best) >= SHORTLIST and bound >= best[SHORTLIST - 1].iteration_s:
+    for order, layout in ranked:
+        if len(best) >= SHORTLIST and order >= ranking.key(job, best[SHORTLIST - 1]):
             break
         if not _fits(job, layout, usable):
             continue
         best.append(evaluate(plain, layout))
         evaluated += 1
-        best.sort(key=lambda r: (r.iteration_s, r.layout.label()))
+        best.sort(key=lambda r: (*ranking.key(job, r), r.layout.label()))
         best = best[:SHORTLIST]
     if not best:
         given = " ".join(f"--{name.replace('_', '-')} {value}"
@@ -240,9 +244,9 @@ def search(job: Job, choice: LayoutChoice, space: Space) -> SearchResult:
                           f"{job.cluster.num_gpus} GPUs of {usable / 2**30:.0f} GiB with "
                           f"{given}; fix fewer options or add GPUs")
     shortlist = sorted((evaluate(job, r.layout) for r in best),
-                       key=lambda r: (r.iteration_s, r.layout.label()))
+                       key=lambda r: (*ranking.key(job, r), r.layout.label()))
     refined = [(evaluate(job, r.layout, fast=False), r) for r in shortlist[:REFINE]]
-    simulated, winner = min(refined, key=lambda pair: (pair[0].iteration_s,
+    simulated, winner = min(refined, key=lambda pair: (*ranking.key(job, pair[0]),
                                                        pair[1].layout.label()))
     return SearchResult(space.name, winner, evaluated, candidates, simulated.iteration_s,
                         tuple(shortlist))

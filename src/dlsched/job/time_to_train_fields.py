@@ -13,7 +13,7 @@ from pydantic import AfterValidator, BeforeValidator
 from dlsched.errors import ConfigError
 from dlsched.goodput.checkpoints import load_storage
 from dlsched.goodput.counts import parse_count
-from dlsched.goodput.objective import check_objective, choose, reason
+from dlsched.goodput.objective import SEARCH_RANKED, check_objective, choose, reason
 from dlsched.goodput.time_to_train import Settings, time_to_train
 from dlsched.inputs import Text
 from dlsched.job.evaluation.evaluate import evaluate
@@ -69,9 +69,9 @@ def pick(rows: Sequence[dict[str, Any]], objective: str) -> tuple[int, str | Non
 def choose_plan(job: Job, found: SearchResult, objective: str, seq: int, cluster: Cluster,
                 settings: Settings) -> tuple[JobResult, float, str | None]:
     """The search's plan under ``objective``: its winner (and simulated seconds) for
-    ``iteration``, else the shortlist re-ranked by the objective's column, the choice
-    simulated; with the reason when it is not the winner."""
-    if objective == "iteration" or not settings.wanted:
+    ``upper`` and ``expected`` (the search ranks by them), else the shortlist re-ranked by the
+    objective's column, the choice simulated; with the reason when it is not the winner."""
+    if objective in SEARCH_RANKED or not settings.wanted:
         return found.best, found.simulated_s, None
     label = found.best.layout.label()
     candidates = [found.best, *(r for r in found.shortlist if r.layout.label() != label)]
