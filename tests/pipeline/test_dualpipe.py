@@ -17,6 +17,8 @@ from dlsched.pipeline.plans.actions import parse_orders
 from dlsched.pipeline.plans.deadlock import stalled_at
 from dlsched.pipeline.plans.dualpipe import dualpipe_units, dualpipev_units, flatten
 from dlsched.pipeline.plans.plan import validate_plan
+from dlsched.pipeline.plans.runtimes import runtime_for
+from dlsched.pipeline.plans.schedules import zb_v_orders
 from dlsched.pipeline.simulation.memory import peak_memory
 
 
@@ -177,3 +179,12 @@ def test_overlap_seconds_refused_when_malformed() -> None:
         replace(chain, overlap_seconds=[[0.4, -0.5], [0.0, 0.0]])
     with pytest.raises(ConfigError, match="overlap_seconds"):
         replace(chain, overlap_seconds=[0.4, 0.5])
+
+
+def test_torch_runs_dualpipev_plans() -> None:
+    """A DualPipeV plan is torch's V-style ``ScheduleDualPipeV`` (its pairs are
+    OVERLAP_F_B actions there), a ZB-V plan of the same stages ``ScheduleZBVZeroBubble``."""
+    assert runtime_for(_dualpipev(4, 8)) == "torch (DualPipeV)"
+    zb_v = PipelinePlan("zb-v", _v_stages(4), zb_v_orders(8, tuple((k,) for k in range(4)), 4),
+                        8)
+    assert runtime_for(zb_v) == "torch (ZB-V)"

@@ -10,7 +10,8 @@
 * Several stages per GPU: only the looped layout of interleaved 1F1B (stage ``s`` on rank
   ``s mod p``; Megatron-LM's virtual pipeline and torch's ``ScheduleInterleaved1F1B`` in that
   order, torch's runtime in any other) or the V
-  of ZB-V (torch's ``ScheduleZBVZeroBubble``), over ``p >= 2`` pipeline ranks of equal,
+  of ZB-V (torch's ``ScheduleZBVZeroBubble``, or ``ScheduleDualPipeV`` for DualPipeV's
+  overlapped pairs), over ``p >= 2`` pipeline ranks of equal,
   round-robin replicas. Anything else, e.g. several replicated stages on every GPU (a
   "pipeline" of one rank), no runtime we know of executes.
 """
@@ -52,5 +53,5 @@ def runtime_for(plan: PipelinePlan) -> str | None:
                 else "torch (looped stages)")
     if count == 2 * p and all(stage.devices == groups[min(s, 2 * p - 1 - s)]
                               for s, stage in enumerate(stages)):
-        return "torch (ZB-V)"
+        return "torch (DualPipeV)" if plan.joined else "torch (ZB-V)"
     return None
