@@ -43,8 +43,9 @@ COMMANDS = {
                   "recomputation, ZeRO; iteration\ntime, FLOP rates, memory per GPU and "
                   "exposed communication, against the baselines."),
     "validate": Entry(("validate",), "Score dlsched against published training runs: each "
-                      "ledger row predicted, its error\nand 90% interval, and per source the "
-                      "mean error, bias, worst row and coverage."),
+                      "ledger row predicted, its error\nand 90% interval, per source the "
+                      "mean error, bias, worst row and coverage, and per GPU\nthe same with "
+                      "how its preset's constants were obtained."),
     "pipeline": Entry(("pipeline",), "Synchronous pipeline planning (partition, mapping, "
                       "schedule)."),
     "train": Entry(("training",), "Simulate whole training iterations of a workload under "
