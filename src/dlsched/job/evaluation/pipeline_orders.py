@@ -11,11 +11,13 @@ where ``period(k)`` is one period's actions with their microbatches ``k x shift`
 ``suffix(m)`` the cool-down with its microbatches ``m - base`` later; ``R = periods + (m -
 base) / shift``. The structure is read off the orders of ``base``, ``base + shift`` and ``base
 + 2 shift`` microbatches (each rank's orders must differ by one inserted period each time), and
-the prefix is then shortened by as many whole periods as every rank's order repeats before the
-insertion, so that the prefix is the warm-up (and the first actions of the steady state). Every
-round boundary must be a cut of the dependencies (no action before it waits for one after it),
-which is checked: ``job.evaluation.pipeline_walk`` then walks round by round and jumps over the
-rounds that only repeat. ``tests/job/test_pipeline_periods.py`` checks that the expanded
+each rank's prefix is then shortened by the whole periods its order repeats before the
+insertion, so that the prefix is the warm-up and round 0 the first period of every rank (the
+ranks then have different numbers of rounds, 1F1B's rank ``r`` ``m - (pp - 1 - r)``); when that
+is not a cut, by as many periods on every rank. Every round boundary must be a cut of the
+dependencies (no action before it waits for one after it; a suffix counts as after every
+round), which is checked: ``job.evaluation.pipeline_walk`` then walks round by round and jumps
+over the rounds that only repeat. ``tests/job/test_pipeline_periods.py`` checks that the expanded
 structure is ``rank_orders`` exactly for every schedule on random degrees and microbatches.
 GPipe (its forwards and backwards grow at two places per rank) and an interleaved schedule
 whose microbatches are not a multiple of ``pp`` have no such structure (None: walked in full).
@@ -72,26 +74,28 @@ def coded_orders(schedule: str, pp: int, chunks: int,
 @dataclass(frozen=True)
 class PeriodicOrders:
     """The orders of ``base + n x shift`` microbatches (any ``n >= 0``) as per-rank prefix,
-    period (its round-0 microbatches) and suffix (its microbatches at ``base``); the order of
-    ``base`` has ``periods`` rounds (module docstring)."""
+    period (its round-0 microbatches) and suffix (its microbatches at ``base``); each rank's
+    order of ``base`` has ``periods[rank]`` rounds (module docstring)."""
 
     shift: int
     base: int
-    periods: int
+    periods: tuple[int, ...]
     prefix: tuple[tuple[Coded, ...], ...]
     period: tuple[tuple[Coded, ...], ...]
     suffix: tuple[tuple[Coded, ...], ...]
 
-    def rounds(self, num_microbatches: int) -> int:
-        """Rounds of the period in the order of ``num_microbatches``."""
-        return self.periods + (num_microbatches - self.base) // self.shift
+    def rounds(self, num_microbatches: int) -> tuple[int, ...]:
+        """Each rank's rounds of its period in the order of ``num_microbatches``."""
+        return tuple(n + (num_microbatches - self.base) // self.shift for n in self.periods)
 
     def expand(self, num_microbatches: int) -> tuple[tuple[Coded, ...], ...]:
         """The full orders of ``num_microbatches`` (for checking; the walk never builds them)."""
-        rounds, later = self.rounds(num_microbatches), num_microbatches - self.base
+        later = num_microbatches - self.base
         return tuple(
             prefix + repeated(period, self.shift, 0, rounds) + shifted(suffix, later)
-            for prefix, period, suffix in zip(self.prefix, self.period, self.suffix, strict=True))
+            for prefix, period, suffix, rounds in zip(
+                self.prefix, self.period, self.suffix, self.rounds(num_microbatches),
+                strict=True))
 
 
 def repeated(period: tuple[Coded, ...], shift: int, first: int,
@@ -156,13 +160,17 @@ def _read(schedule: str, pp: int, chunks: int, shift: int,
         period.append(inserted)
         suffix.append(one[at:])
         rounds.append(back)
-    keep = min(rounds)
-    length_of = [len(p) for p in period]
-    structure = PeriodicOrders(
-        shift, base, keep,
-        tuple(p[:len(p) - keep * n] for p, n in zip(prefix, length_of, strict=True)),
-        tuple(shifted(p, -keep * shift) for p in period), tuple(suffix))
-    return structure if _cuts(structure) else None
+    # each rank's own repeats taken out of its prefix (the rounds start together, right after
+    # the warm-up), else as many on every rank (the rounds end together)
+    for keep in (rounds, [min(rounds)] * pp):
+        structure = PeriodicOrders(
+            shift, base, tuple(keep),
+            tuple(p[:len(p) - n * len(q)] for p, q, n in zip(prefix, period, keep, strict=True)),
+            tuple(shifted(q, -n * shift) for q, n in zip(period, keep, strict=True)),
+            tuple(suffix))
+        if _cuts(structure):
+            return structure
+    return None
 
 
 def _common(one: tuple[Coded, ...], two: tuple[Coded, ...]) -> int:
@@ -178,17 +186,17 @@ def _cuts(structure: PeriodicOrders) -> bool:
     no action waits for one in a later round (its input's producer: the stage before for a
     forward, the stage after, or the last stage's forward, for a backward, its backward for
     a weight gradient)."""
-    rounds = structure.periods + 1
-    where: dict[tuple[int, int, int], int] = {}  # action -> its round (rounds + 1: suffix)
-    for prefix, period, suffix in zip(structure.prefix, structure.period, structure.suffix,
-                                      strict=True):
+    every = structure.rounds(structure.base + structure.shift)
+    where: dict[tuple[int, int, int], int] = {}  # action -> its round (the suffix: after all)
+    for prefix, period, suffix, rounds in zip(structure.prefix, structure.period,
+                                              structure.suffix, every, strict=True):
         for action in prefix:
             where[action] = 0
         for k in range(rounds):
             for action in shifted(period, k * structure.shift):
                 where[action] = k + 1
         for action in shifted(suffix, structure.shift):
-            where[action] = rounds + 1
+            where[action] = max(every) + 1
     last = max(s for s, _, _ in where)
     for (s, kind, j), round_ in where.items():
         if kind == 0:

@@ -34,7 +34,7 @@ from dlsched.job.evaluation.pipeline_orders import (
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, walk_units
 
 MAX_CYCLE = 8  # rounds a repeat may take (a steady state's cyclicity); longer ones are walked
-MAX_TRANSIENT = 2  # rounds per virtual stage searched for a repeat before walking the rest
+MAX_TRANSIENT = 1  # rounds per virtual stage searched for a repeat before walking the rest
 TOLERANCE = 1e-12  # of the largest time: rounding in the comparison of two rounds' states
 
 
@@ -193,21 +193,23 @@ def fast_pipeline(times: PipelineTimes) -> ReplicaTiming:
     walk = _Walk(times)
     walk.run(structure.prefix, times.schedule)
     rounds, k, shift = structure.rounds(m), 0, structure.shift
+    steady = min(rounds)  # rounds every rank runs
     tried = MAX_TRANSIENT * times.pp * times.chunks // shift + MAX_CYCLE
     history = [walk.state(0)]
-    while k < min(rounds, tried):
+    while k < min(steady, tried):
         walk.run(tuple(shifted(p, k * shift) for p in structure.period), times.schedule)
         k += 1
         history = [*history[-MAX_CYCLE + 1:], walk.state(k * shift)]
-        jump = _repeat(history, rounds - k)
+        jump = _repeat(history, steady - k)
         if jump is not None:
             repeats, cycle, moved = jump
             walk.translate(repeats * moved, repeats * cycle * shift)
             k += repeats * cycle
             break
     # what is left (all of it when no repeat was found in the rounds tried) in one phase
-    walk.run(tuple(repeated(period, shift, k, rounds) + shifted(suffix, m - structure.base)
-                   for period, suffix in zip(structure.period, structure.suffix, strict=True)),
+    walk.run(tuple(repeated(period, shift, k, last) + shifted(suffix, m - structure.base)
+                   for period, suffix, last in zip(structure.period, structure.suffix, rounds,
+                                                   strict=True)),
              times.schedule)
     return walk.timing()
 
