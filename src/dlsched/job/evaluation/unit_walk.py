@@ -17,9 +17,10 @@ layers' dispatch and combine all-to-alls, ``forward_comm`` / ``backward_comm`` s
 stage's forward and backward) hides behind the other's compute, so the pair takes ``max(compute
 of both, communication of both)`` (DeepSeek-V3 report, section 3.2.1: "both all-to-all and PP
 communication can be fully hidden"); alone, a chunk takes its compute plus its communication.
-Without communication to hide this is the simulator's timing exactly (the property test
-``tests/job/test_unit_walk.py`` holds them equal); the pipeline domain has no in-chunk
-communication, so the hiding is checked by hand there.
+This is the simulator's timing exactly, which runs the same units and hides the same
+communication (``Chain.overlap_seconds``, ``job.evaluation.pipeline_time.event_pipeline``):
+``tests/job/test_unit_walk.py`` holds them equal on random replicas, ``test_plan_dualpipe.py``
+on whole plans with expert all-to-alls.
 """
 
 from __future__ import annotations
@@ -83,9 +84,9 @@ def microbatch_share(schedule: str) -> float:
 @lru_cache(maxsize=256)
 def held_in_flight(schedule: str, pp: int, num_microbatches: int,
                    rank: int) -> tuple[tuple[int, ...], ...]:
-    """Chunk-microbatches whose activations ``rank`` holds after each unit of its order, per
-    chunk of ``held_stages`` (stashed by F, freed by W; a unit's forward stashes before its
-    backward frees, as both run together)."""
+    """Chunk-microbatches whose activations ``rank`` holds after each forward and weight
+    gradient of its order, per chunk of ``held_stages`` (stashed by F, freed by W; a pair's
+    forward stashes before its backward frees, as both run together)."""
     layout = unit_layout(schedule, pp, num_microbatches)
     chunk = {s: c for c, s in enumerate(held_stages(schedule, pp, 2, rank))}
     counts, held = [0, 0], []
@@ -161,16 +162,21 @@ class UnitTimes:
 def unit_seconds(times: Times, unit: tuple[Action, ...]) -> float:
     """Seconds of ``unit``: its actions one after another, or an overlapped pair's ``max``
     of compute and communication (module docstring)."""
-    share = times.input_fraction
-    seconds = {"F": lambda s: times.forward[s], "I": lambda s: times.backward[s] * share,
-               "W": lambda s: times.backward[s] * (1 - share)}
-    total = sum(seconds[a.kind](a.stage) for a in unit)
+    total = _one_after_another(times, unit)
     forward = [a.stage for a in unit if a.kind == "F"]
     backward = [a.stage for a in unit if a.kind == "I"]
     if not (forward and backward):
         return total
     comm = _comm(times.forward_comm, forward[0]) + _comm(times.backward_comm, backward[0])
     return max(total - comm, comm)
+
+
+def _one_after_another(times: Times, unit: tuple[Action, ...]) -> float:
+    """Seconds of ``unit``'s actions run one after another (I: ``input_fraction`` of the
+    backward, W the rest)."""
+    share = times.input_fraction
+    return sum(times.forward[a.stage] if a.kind == "F" else times.backward[a.stage]
+               * (share if a.kind == "I" else 1 - share) for a in unit)
 
 
 def _comm(seconds: tuple[float, ...], stage: int) -> float:
@@ -194,9 +200,7 @@ def hidden_comm(times: Times, rank: int) -> float:
     for the schedules walked elsewhere)."""
     if times.schedule not in UNIT_SCHEDULES:
         return 0.0
-    alone = {"F": lambda s: times.forward[s], "I": lambda s: times.backward[s]
-             * times.input_fraction, "W": lambda s: times.backward[s] * (1 - times.input_fraction)}
-    return sum(sum(alone[a.kind](a.stage) for a in unit) - unit_seconds(times, unit)
+    return sum(_one_after_another(times, unit) - unit_seconds(times, unit)
                for unit in rank_units(times, rank))
 
 
