@@ -29,6 +29,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.gpu import get_gpu
 from dlsched.hardware.nodes import node_presets
 from dlsched.hardware.topology import Dimension, Topology
+from dlsched.job.communication.nccl_costs import NcclGroup, NcclNode, nccl_node
 
 GIB = 2**30
 
@@ -47,6 +48,7 @@ class Cluster:
     gpu: str
     memory: int
     source: str = ""
+    nccl: NcclNode | None = None
 
     @property
     def num_gpus(self) -> int:
@@ -75,7 +77,17 @@ class Cluster:
         if math.prod(d.size for d in dims) != size:
             raise ConfigError(f"layout: a group of {size} ranks {stride} apart does not align "
                               f"with the dimensions {self.topology.shape}")
-        return Topology(f"{self.name}[{stride}x{size}]", tuple(dims))
+        name = f"{self.name}[{stride}x{size}]"
+        if self.nccl is None:
+            return Topology(name, tuple(dims))
+        return NcclGroup(name, tuple(dims), self.nccl, *self._per_node(stride, size))
+
+    def _per_node(self, stride: int, size: int) -> tuple[int, int]:
+        """(ranks per node, nodes) of a group of ``size`` ranks ``stride`` apart on a node
+        preset's cluster (dimension 1 the node)."""
+        per_node = self.topology.dims[0].size
+        inside = max(1, min(size, per_node // stride)) if stride < per_node else 1
+        return inside, size // inside
 
 
 def node_cluster(preset: str, gpus: int, gpu: str | None = None) -> Cluster:
@@ -94,8 +106,9 @@ def node_cluster(preset: str, gpus: int, gpu: str | None = None) -> Cluster:
         dims.append(Dimension("Switch", nodes, *node.nic, algorithm=None if nodes & (nodes - 1)
                               == 0 else "ring"))
     name = gpu or node.gpu
+    nccl = nccl_node(preset, node.gpu, node.nvlink[0], node.nic[0], node.kind == "Switch")
     return Cluster(f"{gpus}x{preset}", Topology(f"{preset}-{gpus}", tuple(dims)), name,
-                   gpu_memory_or(name, node.gpu), node.source)
+                   gpu_memory_or(name, node.gpu), node.source, nccl)
 
 
 def gpu_memory_or(gpu: str, fallback: str) -> int:

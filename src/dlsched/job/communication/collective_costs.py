@@ -13,6 +13,13 @@ dimension only repeats its latency), ``MULTI_DIM_CHUNKS`` on groups across sever
 per (group network, operation, policy): an evaluation of a layout reuses every curve an
 earlier one built.
 
+On a node preset's cluster (``job.cluster``: NVIDIA GPUs, a group is an ``NcclGroup``) the
+``baseline`` policy's all-reduce, all-gather and reduce-scatter are NCCL's: the curve is
+``job.communication.nccl_costs`` (NCCL's own tuner model: ring, tree or NVLS with LL, LL128 or
+Simple, whichever it predicts fastest, across nodes through the NICs) at every quarter power of
+two from 64 B to 64 GiB (``NCCL_SIZES``), interpolated as above. Other policies (Themis, ours:
+chunk schedules NCCL does not run), all-to-all and topology files keep the simulated curve.
+
 ``CurveComm`` adapts a curve to the data-parallel domain's cost-model protocol
 (``dataparallel.comm``), so the DP policies order and split a stage's gradient buckets on it.
 """
@@ -26,11 +33,14 @@ from functools import lru_cache
 from dlsched.collectives import CollectiveOp, ideal_time, run_collective
 from dlsched.errors import check_choice
 from dlsched.hardware import Topology
+from dlsched.job.communication.nccl_costs import OPS as NCCL_OPS
+from dlsched.job.communication.nccl_costs import NcclGroup, nccl_seconds
 
 COLLECTIVE_POLICIES = ("baseline", "themis", "dlsched")
 ONE_DIM_SIZES = (2**26, 2**30)  # bytes: 64 MiB and 1 GiB
 MULTI_DIM_SIZES = tuple(2**k for k in range(20, 35, 2))  # bytes: 1 MiB, 4 MiB, ..., 16 GiB
 MULTI_DIM_CHUNKS = 16
+NCCL_SIZES = tuple(sorted({round(2 ** (k / 4)) for k in range(24, 145)}))  # 64 B to 64 GiB
 
 
 @dataclass(frozen=True)
@@ -83,6 +93,10 @@ def curve(topology: Topology | None, op: str, policy: str) -> CollectiveCurve:
     check_policy(policy)
     if topology is None:
         return CollectiveCurve(None, op, policy, ONE_DIM_SIZES, (0.0, 0.0))
+    if policy == "baseline" and op in NCCL_OPS and isinstance(topology, NcclGroup) \
+            and topology.node is not None:
+        return CollectiveCurve(topology, op, policy, NCCL_SIZES,
+                               tuple(nccl_seconds(topology, op, size) for size in NCCL_SIZES))
     sizes = ONE_DIM_SIZES if len(topology.dims) == 1 else MULTI_DIM_SIZES
     chunks = chunks_for(topology)
     times = tuple(run_collective(topology, op, size, chunks, policy, "scf").time_s
