@@ -81,7 +81,8 @@ def kernel_grid(device: str, base: str | None, tiny: bool) -> KernelGrid:
     chosen = base or ("h100" if device == "cpu" else preset_for(name))
     if chosen is None:
         raise ConfigError(f"--base: no bundled preset for {name!r}; accepted: --base with a "
-                          "preset (v100, a100, h100, h200) or a GPU file of this GPU's peaks")
+                          "preset (presets/gpus.yaml: v100, a100, h100, h800, h200, b200, "
+                          "gb200, mi300x, ...) or a GPU file of this GPU's peaks")
     precisions = tuple(p for p in get_gpu(chosen).precisions() if p != "fp16"
                        and KEY[p] != "fp8" and (device == "cuda" or p in ("fp32", "bf16")))
     return KernelGrid(device, name, chosen, grid(precisions, tiny))
