@@ -34,7 +34,11 @@ from dlsched.job.evaluation.pipeline_orders import (
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, walk_units
 
 MAX_CYCLE = 8  # rounds a repeat may take (a steady state's cyclicity); longer ones are walked
-MAX_TRANSIENT = 1  # rounds per virtual stage searched for a repeat before walking the rest
+# Rounds searched for a repeat before the rest is walked unchecked: MAX_CYCLE plus one per
+# TRANSIENT_SHARE virtual stages (ZB-H1 of equal stages repeats after about pp / 2.5 rounds;
+# with heavier first and last stages, as a model's embedding and loss make them, after
+# hundreds: each searched round costs a state comparison, about 0.3 ms at PP 64)
+TRANSIENT_SHARE = 2
 TOLERANCE = 1e-12  # of the largest time: rounding in the comparison of two rounds' states
 
 
@@ -91,9 +95,11 @@ class _Walk:
         self.last_start, self.last_end = [0.0] * pp, [0.0] * pp
         self.made: dict[int, float] = {}
 
-    def run(self, orders: tuple[tuple[Coded, ...], ...], schedule: str) -> None:
+    def run(self, orders: tuple[tuple[Coded, ...], ...], schedule: str,
+            start: tuple[int, ...] | None = None) -> None:
         """Walk one phase: every rank's ``orders`` (a cut: no action waits for a later
-        phase's). A rank runs its actions while their inputs are there and is taken up again
+        phase's), each from its ``start`` index (default 0). A rank runs its actions while their
+        inputs are there and is taken up again
         when an input for it arrives. An output's key is ``microbatch x 3 stages + what x
         stages + stage``, what being 0 (a last-stage forward done), 1 (an activation
         arrived) or 2 (a gradient arrived)."""
@@ -102,7 +108,7 @@ class _Walk:
         last = self.last
         stages = last + 1
         width = 3 * stages
-        pointer, queued = [0] * pp, [True] * pp
+        pointer, queued = list(start or (0,) * pp), [True] * pp
         woken = list(range(pp - 1, -1, -1))  # ranks with new inputs (a stack)
         while woken:
             rank = woken.pop()
@@ -194,7 +200,7 @@ def fast_pipeline(times: PipelineTimes) -> ReplicaTiming:
     walk.run(structure.prefix, times.schedule)
     rounds, k, shift = structure.rounds(m), 0, structure.shift
     steady = min(rounds)  # rounds every rank runs
-    tried = MAX_TRANSIENT * times.pp * times.chunks // shift + MAX_CYCLE
+    tried = times.pp * times.chunks // (TRANSIENT_SHARE * shift) + MAX_CYCLE
     history = [walk.state(0)]
     while k < min(steady, tried):
         walk.run(tuple(shifted(p, k * shift) for p in structure.period), times.schedule)
@@ -206,7 +212,13 @@ def fast_pipeline(times: PipelineTimes) -> ReplicaTiming:
             walk.translate(repeats * moved, repeats * cycle * shift)
             k += repeats * cycle
             break
-    # what is left (all of it when no repeat was found in the rounds tried) in one phase
+    else:  # no repeat in the rounds tried: the rest of the full orders, from where they are
+        walk.run(coded_orders(times.schedule, times.pp, times.chunks, m), times.schedule,
+                 tuple(len(prefix) + k * len(period)
+                       for prefix, period in zip(structure.prefix, structure.period,
+                                                 strict=True)))
+        return walk.timing()
+    # what is left in one phase: the last rounds and the cool-down
     walk.run(tuple(repeated(period, shift, k, last) + shifted(suffix, m - structure.base)
                    for period, suffix, last in zip(structure.period, structure.suffix, rounds,
                                                    strict=True)),
