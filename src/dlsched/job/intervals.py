@@ -34,11 +34,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from dlsched.job.envelope import FEATURES, Features, Residual, bundled_residuals, features, label
+from dlsched.job.envelope import (
+    FEATURES,
+    Features,
+    Residual,
+    bundled_residuals,
+    features,
+    label,
+)
 from dlsched.pipeline.chains.memory_model import FRAGMENTATION
 
 if TYPE_CHECKING:
@@ -69,11 +76,12 @@ def distance(a: Features, b: Features) -> int:
 def nearest(plan: Features, residuals: Sequence[Residual]) -> list[Residual]:
     """The residuals of the runs nearest ``plan``: whole distance levels, nearest first, until
     ``MIN_ROWS`` (all when fewer)."""
+    scored = [(distance(plan, r.features), r) for r in residuals]
     chosen: list[Residual] = []
-    for level in sorted({distance(plan, r.features) for r in residuals}):
+    for level in sorted({d for d, _ in scored}):
         if len(chosen) >= MIN_ROWS:
             break
-        chosen.extend(r for r in residuals if distance(plan, r.features) == level)
+        chosen.extend(r for d, r in scored if d == level)
     return chosen
 
 
@@ -125,11 +133,17 @@ def uncovered(plan: Features, residuals: Sequence[Residual], mfu: float | None =
         if not first <= plan.stages <= last:
             found.append(f"{label(name, value)} at {plan.stages} pipeline stages (priced runs: "
                          f"{first:g}-{last:g})")
+    above = _above_frontier(plan, residuals, mfu)
+    return found if above is None else [*found, above]
+
+
+def _above_frontier(plan: Features, residuals: Sequence[Residual], mfu: float | None
+                    ) -> str | None:
+    """The note of an MFU above every priced run of the plan's GPU (None: not above)."""
     best = frontier(plan, residuals)
-    if mfu is not None and best is not None and mfu > best:
-        found.append(f"MFU {mfu:.1%} above every priced {plan.get('gpu')} run (best "
-                     f"{best:.1%})")
-    return found
+    if mfu is None or best is None or mfu <= best:
+        return None
+    return f"MFU {mfu:.1%} above every priced {plan.get('gpu')} run (best {best:.1%})"
 
 
 def frontier(plan: Features, residuals: Sequence[Residual]) -> float | None:
@@ -163,6 +177,14 @@ def family_residuals(family: str, residuals: Sequence[Residual] | None = None
     return tuple(r for r in chosen if r.family == family)
 
 
+@lru_cache(maxsize=65536)
+def _envelope(plan: Features, table: tuple[Residual, ...]) -> tuple[float, tuple[str, ...], int]:
+    """``plan``'s half-width without the MFU term, its uncovered features and the residuals
+    its base interval is built on (cached: the search asks it of every layout)."""
+    outside = tuple(uncovered(plan, table))
+    return _half_width(plan, table, outside), outside, len(nearest(plan, table))
+
+
 def _half_width(plan: Features, table: tuple[Residual, ...], outside: Sequence[str]) -> float:
     """The base ``q`` plus the widening once per uncovered feature."""
     base = base_half_width(plan, table)
@@ -176,13 +198,14 @@ def time_bounds(plan: Features, seconds: float, mfu: float | None,
     table = family_residuals("time", residuals)
     if not table:
         return Bounds(0.0, math.inf, math.inf, 0, ("no priced time residual",))
-    outside = tuple(uncovered(plan, table, mfu))
-    q = _half_width(plan, table, outside)
-    bounds = _bounds(seconds, q, len(nearest(plan, table)), outside)
-    best = frontier(plan, table)
-    if mfu is None or best is None or mfu <= best:
-        return bounds
-    return Bounds(bounds.low, max(bounds.high, seconds * mfu / best), q, bounds.rows, outside)
+    q, outside, rows = _envelope(plan, table)
+    above = _above_frontier(plan, table, mfu)
+    if above is None:
+        return _bounds(seconds, q, rows, outside)
+    outside = (*outside, above)
+    bounds = _bounds(seconds, _half_width(plan, table, outside), rows, outside)
+    at_best = seconds * mfu / frontier(plan, table)  # type: ignore[operator]
+    return replace(bounds, high=max(bounds.high, at_best))
 
 
 def memory_bounds(plan: Features, peak: float, residuals: Sequence[Residual] | None = None

@@ -24,10 +24,6 @@ if TYPE_CHECKING:
     from dlsched.job.evaluation.evaluate import Job, JobResult
     from dlsched.job.execution import Execution
 
-RISK_OBJECTIVES = ("upper", "expected")
-"""The objectives the search itself ranks by (the others re-rank its shortlist)."""
-
-
 @dataclass(frozen=True)
 class Ranking:
     """Order of layouts for ``objective`` (``upper`` or ``expected``; module docstring), with
@@ -35,20 +31,22 @@ class Ranking:
 
     objective: str = "expected"
     residuals: tuple[Residual, ...] | None = None
-    _floors: dict[Features, float] = field(default_factory=dict, compare=False, repr=False)
+    _factors: dict[Features, float] = field(default_factory=dict, compare=False, repr=False)
+    _time: tuple[Residual, ...] = field(default=(), init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.upper:  # read once per ranking (the point ranking needs no interval)
+            object.__setattr__(self, "_time", family_residuals("time", self.residuals))
 
     @property
     def upper(self) -> bool:
         """Whether layouts are ranked by their interval's upper end."""
         return self.objective == "upper"
 
-    def _table(self) -> tuple[Residual, ...]:
-        return family_residuals("time", self.residuals)
-
     def high(self, job: Job, result: JobResult) -> float:
         """The upper end of ``result``'s iteration-time interval (inf: unbounded)."""
         return time_bounds(features(job, result.layout), result.iteration_s, result.mfu,
-                           self._table()).high
+                           self._time).high
 
     def order(self, job: Job, layout: Execution, bound: float) -> tuple[float, ...]:
         """A lower bound on ``key`` of any evaluation of ``layout`` whose iteration is at least
@@ -56,10 +54,10 @@ class Ranking:
         if not self.upper:
             return (bound,)
         plan = features(job, layout)
-        if plan not in self._floors:
-            q = time_bounds(plan, 1.0, None, self._table()).q
-            self._floors[plan] = 1 / (1 - q) if q < 1 else math.inf
-        return (bound * self._floors[plan], bound)
+        if plan not in self._factors:  # one interval per feature set, not per layout
+            q = time_bounds(plan, 1.0, None, self._time).q
+            self._factors[plan] = 1 / (1 - q) if q < 1 else math.inf
+        return (bound * self._factors[plan], bound)
 
     def key(self, job: Job, result: JobResult) -> tuple[float, ...]:
         """What the search minimises: (iteration) or (upper end, iteration)."""
