@@ -11,7 +11,9 @@ process each) and rewrites the ``plan-cp`` section; ``python -m benchmarks.bench
 times the expert-parallel rows (Mixtral 8x7B on 64 H100s, EP 8: searched around TP 1 PP 4, one
 given layout, TP 2 x EP 8 with expert TP 2, whose EP group spans NVSwitch and the NICs, under
 each collective policy, the same folded with expert TP 1, and the whole search) and rewrites
-the ``plan-ep`` section.
+the ``plan-ep`` section; ``python -m benchmarks.bench_plan walk`` times one evaluation of GPT 1T on
+4,096 GPUs with the fast pipeline walk and with the full walk (issue 49 item 5: 10 ms or less),
+several microbatch counts and schedules, and rewrites the ``plan-walk`` section.
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from unittest.mock import patch
 
 from benchmarks.common import host_facts, host_text, write_section
 from dlsched.experiments.megatron import ROWS
 from dlsched.job.cluster import load_cluster
+from dlsched.job.evaluation import evaluate as evaluate_module
 from dlsched.job.evaluation.evaluate import Job, evaluate
+from dlsched.job.evaluation.pipeline_walk import fast_pipeline, walk_pipeline
 from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.search import SPACES, search
@@ -166,6 +172,53 @@ def main_cp() -> None:
     write_section("plan-cp", "\n".join(text))
 
 
+def _median_cpu(run: Callable[[], object], repeats: int = 5) -> float:
+    """Median CPU seconds of ``repeats`` calls of ``run``, the replica walks' cache cleared
+    before each (every call walks its replicas as a new configuration does)."""
+    times = []
+    for _ in range(repeats):
+        fast_pipeline.cache_clear()
+        start = time.process_time()
+        run()
+        times.append(time.process_time() - start)
+    return statistics.median(times)
+
+
+def walk_times() -> list[tuple[str, int, float, float]]:
+    """(layout, microbatches per replica, CPU s per evaluation with the fast walk, with the
+    full walk) of GPT 1T on 4,096 dgx-a100 GPUs (bf16), after a first evaluation that builds
+    the collective curves and the orders' periodic structure."""
+    job = Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), "bf16")
+    layouts = [Layout(8, 64, 8, 1, batch, recompute="full") for batch in (768, 3072, 12288)]
+    layouts += [Layout(8, 64, 8, 1, 3072, 2, "interleaved", "full"),
+                Layout(8, 32, 16, 1, 3072, recompute="selective", sequence_parallel=True),
+                Layout(8, 64, 8, 1, 3072, schedule="zb-h1")]
+    out = []
+    for layout in layouts:
+        evaluate(job, layout)
+        fast = _median_cpu(lambda layout=layout: evaluate(job, layout))
+        with patch.object(evaluate_module, "fast_pipeline", walk_pipeline):
+            full = _median_cpu(lambda layout=layout: evaluate(job, layout))
+        out.append((layout.label(), layout.num_microbatches, fast, full))
+    return out
+
+
+def main_walk() -> None:
+    """The ``plan-walk`` section (module docstring)."""
+    text = [host_text(host_facts()), "",
+            "One configuration of GPT 1T (128 layers, hidden 25,600) on 4,096 dgx-a100 GPUs, "
+            "bf16, priced by the job evaluator: CPU seconds per evaluation (median of 5, each "
+            "walking its replicas anew), with the fast walk (warm-up, the steady state's "
+            "rounds until they repeat, cool-down: job.evaluation.pipeline_walk) and with the "
+            "full walk of every action (what an evaluation cost before, O(stages x "
+            "microbatches)). An evaluation walks two replicas (with and without the pipeline "
+            "transfers):", "",
+            "| layout | microbatches | fast walk (ms) | full walk (ms) |", "|---|---|---|---|",
+            *(f"| {label} | {m} | {fast * 1e3:.1f} | {full * 1e3:.1f} |"
+              for label, m, fast, full in walk_times())]
+    write_section("plan-walk", "\n".join(text))
+
+
 def main() -> None:
     facts = host_facts()
     evals = evaluation_times()
@@ -186,4 +239,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    {"cp": main_cp, "ep": main_ep}.get(sys.argv[1] if sys.argv[1:] else "", main)()
+    {"cp": main_cp, "ep": main_ep, "walk": main_walk}.get(sys.argv[1] if sys.argv[1:] else "",
+                                                          main)()
