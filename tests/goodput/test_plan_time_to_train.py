@@ -13,6 +13,7 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.goodput.failures import job_mtbf
+from dlsched.job.model_spec import load_spec
 from dlsched.job.scenario import PlanScenario
 
 GIVEN = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 64, "global_batch": 256,
@@ -36,6 +37,10 @@ def test_time_to_train_columns_by_hand_from_the_row() -> None:
     assert row["interruptions_per_day"] == pytest.approx(86400 / job_mtbf(64))
     share = row["memory_weights_gib"] / 16 + row["memory_optimizer_gib"]
     assert row["checkpoint_gb"] == pytest.approx(share * 2**30 * 64 / 1e9)
+    # = 2 + 12 B per parameter of the model, but for the TP padding of the vocabulary and the
+    # peak stage's parts standing for both stages
+    parameters = load_spec("llama3-8b").parameters()
+    assert row["checkpoint_gb"] == pytest.approx(14 * parameters / 1e9, rel=1e-3)
     assert 0.99 < row["goodput"] < 1.0  # 64 GPUs: a failure every ~33 days of the job
     assert row["iteration_p95_s"] >= row["iteration_p50_s"] > row["iteration_s"] * 0.999
     days = row["iterations"] * row["iteration_mean_s"] / row["goodput"] / 86400
