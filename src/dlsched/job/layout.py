@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 
 from dlsched.errors import ConfigError, check_choice
 from dlsched.job.evaluation.pipeline_split import check_split, rank_layers, stage_layers
+from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule, held_stages
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
 RECOMPUTE = ("none", "selective", "full", "selective-op")
@@ -64,7 +65,7 @@ class Layout:
             if getattr(self, field) is not None and getattr(self, field) < 1:
                 raise ConfigError(f"--{field.replace('_', '-')}: must be >= 1 (got "
                                   f"{getattr(self, field)})")
-        _choice("schedule", self.schedule, SCHEDULES)
+        _choice("schedule", self.schedule, SCHEDULES + UNIT_SCHEDULES)
         _choice("recompute", self.recompute, RECOMPUTE)
         _choice("zero", self.zero, ZERO_STAGES)
         _choice("cp-algorithm", self.cp_algorithm, CP_ALGORITHMS)
@@ -72,7 +73,9 @@ class Layout:
         if self.global_batch % (self.microbatch_size * self.dp):
             raise ConfigError(f"--global-batch: {self.global_batch} is not a multiple of "
                               f"microbatch size x DP = {self.microbatch_size * self.dp}")
-        if (self.schedule == "interleaved") != (self.chunks > 1):
+        if self.schedule in UNIT_SCHEDULES:  # two stages per rank (job.unit_walk)
+            check_unit_schedule(self.schedule, self.pp, self.num_microbatches, self.chunks)
+        elif (self.schedule == "interleaved") != (self.chunks > 1):
             raise ConfigError("--chunks: more than one chunk per rank needs --schedule "
                               f"interleaved, and interleaved needs chunks > 1 (got schedule "
                               f"{self.schedule}, chunks {self.chunks})")
@@ -119,6 +122,10 @@ class Layout:
 
     def rank_layers(self, layers: int, rank: int) -> int:
         """Layers pipeline rank ``rank`` holds over its chunks."""
+        if self.schedule in UNIT_SCHEDULES:  # two stages of pp for DualPipe (unit_walk)
+            spans = self.stage_layers(layers)
+            return sum(len(spans[s]) for s in held_stages(self.schedule, self.pp, self.chunks,
+                                                          rank))
         return rank_layers(layers, self.pp, self.chunks, self.pipeline_split, rank)
 
     def label(self) -> str:
@@ -168,7 +175,7 @@ class LayoutChoice:
             if value is not None and value < 1:
                 raise ConfigError(f"--{field.replace('_', '-')}: must be >= 1 (got {value})")
         if self.schedule is not None:
-            _choice("schedule", self.schedule, SCHEDULES)
+            _choice("schedule", self.schedule, SCHEDULES + UNIT_SCHEDULES)
         if self.recompute is not None:
             _choice("recompute", self.recompute, RECOMPUTE)
         if self.zero is not None:

@@ -26,6 +26,7 @@ from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION
 from dlsched.job.compute.layer_costs import ATTENTION_KERNELS, PRECISIONS
 from dlsched.job.evaluation.pipeline_split import SPLITS
+from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES
 from dlsched.job.layout import CP_ALGORITHMS, RECOMPUTE, SCHEDULES
 from dlsched.job.time_to_train_fields import Count, Duration, StorageName
 
@@ -135,8 +136,10 @@ class PlanScenario(BaseModel):
         "not given."))] = None
     microbatch_size: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per microbatch."))] = None
-    schedule: Annotated[choice(SCHEDULES, "schedule") | None, Field(description=(
-        f"{_names(SCHEDULES)}."))] = None
+    schedule: Annotated[choice(SCHEDULES + UNIT_SCHEDULES, "schedule") | None, Field(
+        description=(f"{_names(SCHEDULES + UNIT_SCHEDULES)} (the last three: ZB-V, DualPipe "
+                     "and DualPipeV with its overlapped F & B pairs; priced when given, not "
+                     "searched)."))] = None
     recompute: Annotated[choice(RECOMPUTE, "recomputation") | None, Field(description=(
         "none | selective | full | selective-op (TorchTitan's per-op policy: every other "
         "matmul kept; priced when given, not searched)."))] = None

@@ -43,6 +43,7 @@ from dlsched.job.evaluation.evaluate import (
     pipeline_times,
 )
 from dlsched.job.evaluation.pipeline_split import SPLITS, feasible_splits
+from dlsched.job.evaluation.unit_walk import UNIT_CHUNKS, UNIT_SCHEDULES, check_unit_schedule
 from dlsched.job.layout import (
     CP_ALGORITHMS,
     SCHEDULES,
@@ -69,8 +70,9 @@ SEARCHED_RECOMPUTE = ("none", "selective", "full")
 
 @dataclass(frozen=True)
 class Space:
-    """What a planner's search may choose (None: anything); ``given_recompute``: modes it
-    runs only when the user fixes them."""
+    """What a planner's search may choose (None: anything); ``given_recompute`` and
+    ``given_schedules``: modes and schedules it runs only when the user fixes them (ZB-V,
+    DualPipe and DualPipeV: ``job.unit_walk``)."""
 
     name: str
     schedules: tuple[str, ...] = SCHEDULES
@@ -81,6 +83,7 @@ class Space:
     dp_policy: str | None = None
     splits: tuple[str, ...] = SPLITS
     given_recompute: tuple[str, ...] = ()
+    given_schedules: tuple[str, ...] = ()
 
 
 SPACES = {
@@ -90,7 +93,8 @@ SPACES = {
                          (True,), (1,), dp_policy="none", splits=("even",)),
     "fsdp": Space("fsdp", ("1f1b",), SEARCHED_RECOMPUTE, (False, True), (3,), max_pp=1,
                   dp_policy="none", given_recompute=("selective-op",)),
-    "dlsched": Space("dlsched", given_recompute=("selective-op",)),
+    "dlsched": Space("dlsched", given_recompute=("selective-op",),
+                     given_schedules=UNIT_SCHEDULES),
 }
 BASELINES = ("megatron", "megatron-sp", "fsdp")
 
@@ -168,7 +172,8 @@ def _inner(choice: LayoutChoice, space: Space, degrees: tuple[int, int, int, int
         if choice.global_batch % (mb * dp):
             continue
         m = choice.global_batch // (mb * dp)
-        for schedule in space.schedules:
+        given = tuple(s for s in space.given_schedules if fixed.get("schedule") == s)
+        for schedule in space.schedules + given:
             for chunks, split in _chunks(schedule, layers, m, pp, splits):
                 for recompute in modes:
                     for sp in space.sequence_parallel if tp > 1 else (False,):
@@ -187,7 +192,13 @@ def _chunks(schedule: str, layers: int, m: int, pp: int,
     ``splits`` Megatron-Core accepts for the degrees (``job.pipeline_split``)."""
     if pp == 1 and schedule != "1f1b":  # one stage: every schedule is 1F1B
         return []
-    if schedule != "interleaved":
+    if schedule in UNIT_SCHEDULES:
+        try:
+            check_unit_schedule(schedule, pp, m)
+        except ConfigError:
+            return []
+        options = [UNIT_CHUNKS[schedule]]
+    elif schedule != "interleaved":
         options = [1]
     elif pp == 1 or m % pp:
         return []

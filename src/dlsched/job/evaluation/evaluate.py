@@ -76,6 +76,13 @@ from dlsched.job.evaluation.pipeline_time import (
     event_pipeline,
     fast_pipeline,
 )
+from dlsched.job.evaluation.unit_walk import (
+    UNIT_SCHEDULES,
+    held_stages,
+    hidden_comm,
+    microbatch_share,
+    unit_bound,
+)
 from dlsched.job.layout import Layout
 from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta, stage_moe_layers
 from dlsched.job.memory.per_gpu import (
@@ -301,8 +308,13 @@ def pipeline_times(job: Job, layout: Layout) -> tuple[PipelineTimes, BlockCosts,
     for stage, seconds in enumerate(_accumulation_seconds(job, layout)):
         backward[stage] += seconds
     send = (_send_s(job, layout),) * (layout.virtual_stages - 1)
+    # the EP all-to-alls inside each stage: what an overlapped F & B pair hides (unit_walk)
+    sparse = [job.spec.moe_layers_in(span.start, span.stop) if moe else 0 for span in spans]
+    comm = ((tuple(n * moe.a2a_forward_s for n in sparse),
+             tuple(n * moe.a2a_backward_s for n in sparse)) if moe else ((), ()))
     times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,
-                          tuple(forward), tuple(backward), send)
+                          tuple(forward), tuple(backward), send, forward_comm=comm[0],
+                          backward_comm=comm[1])
     return times, costs, (extra_f, extra_b)
 
 
@@ -319,24 +331,26 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
     critical = max(range(layout.pp), key=lambda r: ends[r])
     flops = _flops(job.spec, layout, job.attention)
     peak = gpu_compute(job.cluster.gpu, job.precision).peak_flops
-    per_rank = layout.rank_layers(job.spec.layers, critical)
+    share = microbatch_share(layout.schedule)  # DualPipe: a microbatch passes half the layers
+    per_rank = layout.rank_layers(job.spec.layers, critical) * share
     m = layout.num_microbatches
     memory = peak_memory(job.spec, layout, job.precision, job.grad_bytes, job.attention)
     memory = replace(memory, weights=memory.weights + fp8_weight_copies(
         job.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage)))
     cp = _cp(job, layout, costs)
-    moe, sparse = _moe_costs(job, layout), stage_moe_layers(job.spec, layout, critical)
+    moe, sparse = _moe_costs(job, layout), stage_moe_layers(job.spec, layout, critical) * share
     moe_tp = sparse * (moe.tp_forward_s + moe.tp_backward_s) if moe else 0.0
     exposed = {"tp_s": m * ((per_rank - sparse) * (costs.tp_forward_s + costs.tp_backward_s)
                             + moe_tp),
-               "ep_a2a_s": m * sparse * (moe.a2a_forward_s + moe.a2a_backward_s) if moe
-               else 0.0,
+               "ep_a2a_s": (m * sparse * (moe.a2a_forward_s + moe.a2a_backward_s)
+                            - hidden_comm(times, critical)) if moe else 0.0,
                "pp_s": max(0.0, replica.end - quiet.end),
                "dp_s": steps[critical].exposed_reduce + steps[critical].gather,
                "zero3_s": m * per_rank * (zero3[0] + zero3[1]),
                "cp_s": m * per_rank * (cp.forward_s + cp.backward_s),
-               "grad_accumulation_s": m * sum(_accumulation_seconds(job, layout)[
-                   critical::layout.pp]),
+               "grad_accumulation_s": m * share * sum(
+                   _accumulation_seconds(job, layout)[stage] for stage
+                   in held_stages(layout.schedule, layout.pp, layout.chunks, critical)),
                "optimizer_s": steps[critical].optimizer}
     result = JobResult(layout, iteration, flops["hardware"] / (iteration * layout.gpus) / 1e12,
                        flops["model"] / (iteration * layout.gpus * peak),
@@ -360,8 +374,11 @@ def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPSte
     """The DP step of pipeline rank ``rank``."""
     spec, tp = job.spec, layout.tp
     stages = stage_parameters(spec, layout)
-    total = round(sum(stages[rank::layout.pp]))
-    final = rank  # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward
+    held = held_stages(layout.schedule, layout.pp, layout.chunks, rank)
+    total = round(sum(stages[stage] for stage in held))
+    # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward, the V and
+    # DualPipe on the stage nearer the start of its direction
+    final = min(held)
     span = layout.stage_layers(spec.layers)[final]
     seconds = times.backward[final] / len(span) if span else 0.0
     final_layers = _dense_layer_parameters(spec, tp, span)
@@ -404,15 +421,15 @@ def _gather_units(job: Job, layout: Layout, times: PipelineTimes,
     spec, tp = job.spec, layout.tp
     spans = layout.stage_layers(spec.layers)
     units: list[tuple[float, float]] = []
-    if rank == 0:
+    held = held_stages(layout.schedule, layout.pp, layout.chunks, rank)
+    if 0 in held:
         units.append((embedding_parameters_per_gpu(spec, tp),
                       0.0 if spans[0] else times.forward[0]))
-    for chunk in range(layout.chunks):
-        stage = chunk * layout.pp + rank
+    for stage in held:
         span = spans[stage]
         seconds = times.forward[stage] / len(span) if span else 0.0
         units += [(params, seconds) for params in _dense_layer_parameters(spec, tp, span)]
-    if rank == layout.pp - 1:
+    if len(spans) - 1 in held:
         units.append((head_parameters_per_gpu(spec, layout),
                       0.0 if spans[-1] else times.forward[-1]))
     return tuple(units)
@@ -437,6 +454,8 @@ def _bound(times: PipelineTimes) -> float:
     backward is split (ZB-H1: a rank may end on a weight gradient nothing waits for), what the
     last backward must pass after its last."""
     pp, m = times.pp, times.num_microbatches
+    if times.schedule in UNIT_SCHEDULES:
+        return unit_bound(times)
     work = [0.0] * pp
     for s, (f, b) in enumerate(zip(times.forward, times.backward, strict=True)):
         work[s % pp] += m * (f + b)

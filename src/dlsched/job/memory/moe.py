@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dlsched.job.communication.context_parallel import local_tokens
 from dlsched.job.compute.moe_costs import load_factor
+from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec
 
@@ -33,14 +34,17 @@ SCORE_BYTES = 4  # the router's scores in FP32
 
 def layer_indices(spec: TransformerSpec, layout: Layout, stage: int, chunk: int) -> range:
     """The layers of chunk ``chunk`` of pipeline rank ``stage`` (virtual stage ``chunk x pp
-    + stage``; ``job.pipeline_split``)."""
-    return layout.stage_layers(spec.layers)[chunk * layout.pp + stage]
+    + stage``, or the V's and DualPipe's placements: ``unit_walk.held_stages``;
+    ``job.pipeline_split``)."""
+    held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
+    return layout.stage_layers(spec.layers)[held[chunk]]
 
 
 def stage_moe_layers(spec: TransformerSpec, layout: Layout, stage: int) -> int:
     """MoE layers held by pipeline rank ``stage`` over all its chunks."""
+    held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
     return sum(spec.moe_layers_in(r.start, r.stop) for r in
-               (layer_indices(spec, layout, stage, c) for c in range(layout.chunks)))
+               (layer_indices(spec, layout, stage, c) for c in range(len(held))))
 
 
 def moe_dense_delta(spec: TransformerSpec, tp: int) -> float:

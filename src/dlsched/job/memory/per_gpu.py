@@ -70,7 +70,12 @@ recomputation only the recomputed layer's, a transient). Interleaved 1F1B runs M
 order (``megatron/core/pipeline_parallel/schedules.py``: warm-up ``2 (pp - s - 1) + (chunks -
 1) pp`` chunk-forwards, groups of ``pp`` microbatches per chunk) and takes the peak of the bytes
 held; on the first stage that is ``L (1 + (pp - 1) / (pp chunks))`` layers' worth, Korthikanti
-et al. Sec. 4.2.3's interleaving factor.
+et al. Sec. 4.2.3's interleaving factor. ZB-V, DualPipe and DualPipeV walk their own orders
+(``job.unit_walk.held_in_flight``): ``2 pp`` chunks in flight for ZB-V, ``PP + 1`` stages'
+worth for DualPipe and DualPipeV (DeepSeek-V3 report Table 2), an overlapped pair's forward
+counted before its backward frees; their ranks hold two stages (``unit_walk.held_stages``: the
+V's ``k`` and ``2 pp - 1 - k``, embedding and head on rank 0; DualPipe's ``k`` and ``pp - 1 -
+k``, twice the parameters).
 MoE layers (``job.moe_memory``): their routed experts' state sharded over the expert-data-
 parallel group, their stash of routed tokens in place of the dense FFN's.
 **Context parallelism** (``job.context_parallel``; Korthikanti et al.'s formula with ``s`` ->
@@ -97,6 +102,7 @@ from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
 from dlsched.job.compute.moe_costs import expert_dp_size
 from dlsched.job.compute.op_checkpoint import stash_elements
+from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, held_in_flight, held_stages
 from dlsched.job.layout import Layout
 from dlsched.job.memory.moe import (
     experts_per_gpu,
@@ -249,11 +255,22 @@ def stage_units(spec: TransformerSpec, layout: Layout, stage: int) -> list[float
     units = [layer_parameters_per_gpu(spec, layout.tp)] * layout.rank_layers(spec.layers, stage)
     for index in range(stage_moe_layers(spec, layout, stage)):  # their experts: stage_experts
         units[index] += moe_dense_delta(spec, layout.tp)
-    if stage == 0:
+    first, last = _ends_held(layout, stage)
+    if first is not None:
         units.append(embedding_parameters_per_gpu(spec, layout.tp))
-    if stage == layout.pp - 1:
+    if last is not None:
         units.append(head_parameters_per_gpu(spec, layout))
     return units
+
+
+def _ends_held(layout: Layout, stage: int) -> tuple[int | None, int | None]:
+    """The chunks of rank ``stage`` holding the first and the last virtual stage (None:
+    neither): rank 0's first and rank ``pp - 1``'s last chunk, both on rank 0 in a V
+    (ZB-V, DualPipeV), on ranks 0 and ``pp - 1`` for DualPipe (``unit_walk.held_stages``)."""
+    held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
+    last = layout.virtual_stages - 1
+    return (held.index(0) if 0 in held else None,
+            held.index(last) if last in held else None)
 
 
 def _per_gpu(total: float, whole: float, tp: int) -> float:
@@ -301,25 +318,27 @@ def chunk_stash(spec: TransformerSpec, layout: Layout, precision: str,
     p = activation_bytes(precision)
     s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
     layer, _ = layer_activations(spec, layout, precision, attention)
+    first, last = _ends_held(layout, stage)
     chunks = [[len(layer_indices(spec, layout, stage, chunk)) * layer, 0.0]
-              for chunk in range(layout.chunks)]
+              for chunk in range(len(held_stages(layout.schedule, layout.pp, layout.chunks,
+                                                 stage)))]
     if spec.experts and layout.recompute != "full":  # full recomputation keeps inputs only
         for chunk, acts in enumerate(chunks):
             span = layer_indices(spec, layout, stage, chunk)
             acts[0] += spec.moe_layers_in(span.start, span.stop) * moe_stash_delta(spec, layout,
                                                                                   p)
-    if stage == 0:
+    if first is not None:
         embedding = embedding_memory(s, b, h, p, False, layout.sequence_parallel)
         ids = TOKEN_ID_BYTES * s * b  # every TP rank reads all the token ids, SP or not
         whole = embedding.replicated[0] - ids if embedding.replicated[0] else 0.0
-        chunks[0][0] += ids + _per_gpu(embedding.stash - ids, whole, t)
-    if stage == layout.pp - 1:
+        chunks[first][0] += ids + _per_gpu(embedding.stash - ids, whole, t)
+    if last is not None:
         head = head_memory(s, b, h, padded_vocab(spec.vocab, t), p, layout.sequence_parallel)
         logits = LOSS_BYTES * s * b * padded_vocab(spec.vocab, t) / t
-        chunks[-1][0] += _block_per_gpu(head, t) - logits
+        chunks[last][0] += _block_per_gpu(head, t) - logits
         if precision == "autocast":  # the output projection's 16-bit weight, saved per microbatch
-            chunks[-1][0] += AUTOCAST_COPY_BYTES * padded_vocab(spec.vocab, t) * h / t
-        chunks[-1][1] += logits
+            chunks[last][0] += AUTOCAST_COPY_BYTES * padded_vocab(spec.vocab, t) * h / t
+        chunks[last][1] += logits
     return [(acts, logits) for acts, logits in chunks]
 
 
@@ -339,6 +358,9 @@ def in_flight_peak(layout: Layout, stage: int,
     """Peak stash of rank ``stage`` (activations, logits, chunk-microbatches held per chunk),
     walking the schedule's order of forwards and backwards (module docstring)."""
     m, v = layout.num_microbatches, layout.chunks
+    if layout.schedule in UNIT_SCHEDULES:  # their own orders, two chunks (job.unit_walk)
+        counts = np.array(held_in_flight(layout.schedule, layout.pp, m, stage)).T
+        return _peak_of(counts, chunk_bytes)
     warmup = warmup_forwards(layout, stage)
     if v == 1:
         held = m if warmup >= m else warmup + 1
@@ -348,7 +370,13 @@ def in_flight_peak(layout: Layout, stage: int,
     # after forward k, backwards 0 .. k - warmup - 1 have run; backward j is chunk v-1-order[j]
     done = np.arange(order.size) - warmup - 1
     backwards = np.where(done >= 0, forwards[::-1][:, np.maximum(done, 0)], 0)
-    counts = forwards - backwards
+    return _peak_of(forwards - backwards, chunk_bytes)
+
+
+def _peak_of(counts: np.ndarray, chunk_bytes: list[tuple[float, float]]
+             ) -> tuple[float, float, tuple[int, ...]]:
+    """(activations, logits, chunk-microbatches per chunk) at the step of ``counts`` (chunks
+    x steps: microbatches held) where the stash is largest."""
     acts, logits = (np.array([part[i] for part in chunk_bytes]) for i in (0, 1))
     held = (acts + logits) @ counts
     peak = int(np.argmax(held))
@@ -384,7 +412,7 @@ def memory_per_gpu(spec: TransformerSpec, layout: Layout, precision: str, stage:
     experts = stage_moe_layers(spec, layout, stage) * experts_per_gpu(spec, layout)
     expert_state = state_bytes(precision, layout.zero, expert_dp_size(layout), grad_bytes)
     loss = 0.0
-    if stage == layout.pp - 1:
+    if _ends_held(layout, stage)[1] is not None:
         vocab = padded_vocab(spec.vocab, layout.tp)
         loss = (activation_bytes(precision) * local_tokens(spec, layout.cp)
                 * layout.microbatch_size * vocab / layout.tp)
