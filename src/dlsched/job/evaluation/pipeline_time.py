@@ -9,7 +9,10 @@ the simulator's FIFO streams); transfers arriving at one rank do not slow each o
 simulator's ranks are given one server, whose links are per pair: a NIC's ingress shared by an
 activation and a gradient arriving together is not modelled). The schedules are the pipeline
 domain's orders (``pipeline.schedules``: GPipe, 1F1B, interleaved 1F1B, ZB-H1 with the backward
-split into input and weight gradients at ``input_fraction``).
+split into input and weight gradients at ``input_fraction``). ZB-V, DualPipe and DualPipeV place
+their stages in a V or in two directions and run overlapped F & B pairs as units: both walks
+hand them to ``job.evaluation.unit_walk``, and the simulation runs the same units with the
+stages' all-to-alls as ``Chain.overlap_seconds``.
 
 ``walk_pipeline`` (``job.evaluation.pipeline_walk``) walks the per-rank orders once, starting
 each action when its rank is free and its input has arrived: an exact longest path through the
