@@ -103,3 +103,5 @@ def test_plan_written_as_toml_and_read_back_prices_the_same(tmp_path) -> None:
     again = PlanScenario(**{**BASE, **plan_fields(read_torchtitan_toml(path))}).run()
     assert again.rows[0]["iteration_s"] == pytest.approx(report.rows[0]["iteration_s"])
     assert again.rows[0]["layout"] == report.rows[0]["layout"]
+    named = PlanScenario(**{**BASE, "tp": None, "zero": None}, from_torchtitan=str(path)).run()
+    assert named.rows[0]["iteration_s"] == pytest.approx(report.rows[0]["iteration_s"])

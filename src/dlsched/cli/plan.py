@@ -9,7 +9,6 @@ import typer
 
 from dlsched.cli.options import Outputs, announce, console
 from dlsched.cli.schema_options import Given, options_from
-from dlsched.job.api import with_torchtitan_config
 from dlsched.job.scenario import PlanScenario
 from dlsched.report import Column, render_table
 from dlsched.report.columns import seconds, standard, text
@@ -70,9 +69,6 @@ def plan(
         "--megatron-args", help="Print the Megatron-LM arguments of dlsched's plan.")] = False,
     torchtitan_toml: Annotated[Path | None, typer.Option(
         help="Write a TorchTitan config of dlsched's plan.")] = None,
-    from_torchtitan: Annotated[Path | None, typer.Option(
-        help="Read a TorchTitan job config (TOML): the layout, batch, precision, compile and "
-             "async TP it sets replace those options (job.torchtitan_config).")] = None,
 ) -> None:
     """Plan a whole training job: TP x PP x DP, schedule, recomputation, ZeRO; iteration
     time, FLOP rates, memory per GPU and exposed communication, against the baselines."""
@@ -81,12 +77,9 @@ def plan(
     outputs = Outputs(json_out, csv, trace, plot,
                       {"--torchtitan-toml": (torchtitan_toml, (".toml",))},
                       {"--model": model_input, "--cluster": given["cluster"],
-                       "--from-torchtitan": from_torchtitan})
+                       "--from-torchtitan": given["from_torchtitan"]})
     policies = given.names("collective_policy")
-    scenario = given.scenario()
-    if from_torchtitan is not None:
-        scenario = with_torchtitan_config(scenario, from_torchtitan)
-    report = scenario.run(tuple(policies))
+    report = given.scenario().run(tuple(policies))
     rows = report.rows
     # the exports first: a plan the framework cannot run is refused before any output
     megatron = report.megatron_args() if megatron_args else None

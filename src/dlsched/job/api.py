@@ -86,7 +86,11 @@ class PlanReport:
 
 def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanReport:
     """Evaluate or search (module docstring): one row per collective policy of ``policies``
-    (default: the scenario's ``collective_policy``)."""
+    (default: the scenario's ``collective_policy``); a TorchTitan config it names first
+    replaces the fields it sets (``with_torchtitan_config``)."""
+    if scenario.from_torchtitan is not None:
+        scenario = with_torchtitan_config(scenario.model_copy(update={"from_torchtitan": None}),
+                                          scenario.from_torchtitan)
     spec = with_seq(load_spec(scenario.model), scenario.seq)
     check_plan(scenario, spec)  # each mistake refused with its own cause, before any search
     cluster = load_cluster(scenario.cluster, scenario.gpus, scenario.gpu)

@@ -78,6 +78,9 @@ class PlanScenario(BaseModel):
     async_tp: Annotated[bool, Field(description=(
         "Asynchronous TP (TorchTitan's enable_async_tensor_parallel, with --compile): TP "
         "collectives decomposed beside their GEMMs."))] = False
+    from_torchtitan: Annotated[str | None, Field(description=(
+        "A TorchTitan job config (TOML): the layout, batch, precision, compile and async TP it "
+        "sets replace these fields (job.torchtitan_config)."))] = None
     attention: Annotated[choice(ATTENTION_KERNELS, "attention kernel"), Field(description=(
         "Attention core kernel, as Megatron-Core's --attention-backend names them: flash "
         "(FlashAttention-2: TorchTitan's SDPA, Megatron-Core's auto before Hopper) | fused "
