@@ -32,7 +32,7 @@ from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation import evaluate as evaluate_module
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.evaluation.pipeline_walk import fast_pipeline, walk_pipeline
-from dlsched.job.layout import Layout, LayoutChoice
+from dlsched.job.execution import Execution
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.search import SPACES, search
 
@@ -46,7 +46,7 @@ def evaluation_times() -> list[tuple[int, float, float]]:
     for gpus in (128, 512, 1024, 2048, 3072):
         job = Job(spec, load_cluster("dgx-a100", gpus, None), "fp16")
         dp = gpus // 128
-        layout = Layout(8, 16, dp, 1, 96 * dp, recompute="selective", sequence_parallel=True)
+        layout = Execution(8, 16, dp, 1, 96 * dp, recompute="selective", sequence_parallel=True)
         start = time.process_time()
         evaluate(job, layout)
         first = time.process_time() - start
@@ -77,10 +77,10 @@ def plan_sc21() -> tuple[float, list[str]]:
     for row in ROWS:
         job = Job(specs[row.name], load_cluster("dgx-a100", row.gpus, None), "fp16",
                   dp_policy="usbyte", attention="unfused")
-        given = Layout(row.tp, row.pp, row.dp, row.microbatch, row.batch, row.chunks,
+        given = Execution(row.tp, row.pp, row.dp, row.microbatch, row.batch, row.chunks,
                        "interleaved" if row.chunks > 1 else "1f1b", "full")
         start = time.process_time()
-        found = search(job, LayoutChoice(row.batch), SPACES["dlsched"])
+        found = search(job, Execution.searching(global_batch=row.batch), SPACES["dlsched"])
         elapsed = time.process_time() - start
         total += elapsed
         theirs = evaluate(job, given).iteration_s
@@ -189,10 +189,10 @@ def walk_times() -> list[tuple[str, int, float, float]]:
     full walk) of GPT 1T on 4,096 dgx-a100 GPUs (bf16), after a first evaluation that builds
     the collective curves and the orders' periodic structure."""
     job = Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), "bf16")
-    layouts = [Layout(8, 64, 8, 1, batch, recompute="full") for batch in (768, 3072, 12288)]
-    layouts += [Layout(8, 64, 8, 1, 3072, 2, "interleaved", "full"),
-                Layout(8, 32, 16, 1, 3072, recompute="selective", sequence_parallel=True),
-                Layout(8, 64, 8, 1, 3072, schedule="zb-h1")]
+    layouts = [Execution(8, 64, 8, 1, batch, recompute="full") for batch in (768, 3072, 12288)]
+    layouts += [Execution(8, 64, 8, 1, 3072, 2, "interleaved", "full"),
+                Execution(8, 32, 16, 1, 3072, recompute="selective", sequence_parallel=True),
+                Execution(8, 64, 8, 1, 3072, schedule="zb-h1")]
     out = []
     for layout in layouts:
         evaluate(job, layout)

@@ -14,8 +14,8 @@ from dlsched.hardware.gpu import get_gpu, gpu_from_data
 from dlsched.job.cluster import load_cluster
 from dlsched.job.compute.layer_costs import ATTENTION_CORE, block_costs, decoder_model, gpu_compute
 from dlsched.job.evaluation.evaluate import Job, evaluate
+from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args
-from dlsched.job.layout import Layout
 from dlsched.job.model_spec import bundled_specs
 from dlsched.models.calibration import gpu_document
 from dlsched.models.kernels import attention_utilization
@@ -58,7 +58,7 @@ def test_fused_attention_shortens_only_the_attention() -> None:
     saved = compute.work(core_flash, 1).gpu_s - compute.work(core_fused, 1).gpu_s
     assert flash.layer_f - fused.layer_f == pytest.approx(saved, rel=1e-3)
     job = Job(LLAMA_8B, cluster, "bf16", attention="fused")
-    layout = Layout(1, 1, 8, 1, 64)
+    layout = Execution(1, 1, 8, 1, 64)
     assert evaluate(job, layout).iteration_s < evaluate(replace(job, attention="flash"),
                                                         layout).iteration_s
 
@@ -90,7 +90,7 @@ def test_a_gpu_files_fused_attention_takes_bf16_alone() -> None:
 
 def test_megatron_export_names_the_backend() -> None:
     """``--attention-backend`` carries Megatron-Core's name of the planned kernel."""
-    layout = Layout(1, 1, 8, 1, 64)
+    layout = Execution(1, 1, 8, 1, 64)
     for attention in ("flash", "fused", "unfused"):
         words = megatron_args(LLAMA_8B, layout, "bf16", attention=attention).split()
         assert words[words.index("--attention-backend") + 1] == attention

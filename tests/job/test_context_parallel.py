@@ -23,7 +23,7 @@ from dlsched.job.communication.context_parallel import (
 )
 from dlsched.job.compute.layer_costs import ATTENTION_CORE, decoder_model
 from dlsched.job.evaluation.evaluate import Job, cp_group, evaluate
-from dlsched.job.layout import Layout, LayoutChoice
+from dlsched.job.execution import Execution
 from dlsched.job.memory.per_gpu import layer_activations, memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
 from dlsched.job.search import SPACES, search
@@ -34,8 +34,8 @@ NVLINK = (450e9, 5e-6)
 
 
 def _layout(tp: int, cp: int, algorithm: str = "ring", recompute: str = "none",
-            dp: int = 1) -> Layout:
-    return Layout(tp, 1, dp, 1, 8 * dp, recompute=recompute, cp=cp, cp_algorithm=algorithm)
+            dp: int = 1) -> Execution:
+    return Execution(tp, 1, dp, 1, 8 * dp, recompute=recompute, cp=cp, cp_algorithm=algorithm)
 
 
 def test_ring_step_exposes_what_its_transfer_outlasts_the_block_attention() -> None:
@@ -146,7 +146,7 @@ def test_activations_divide_by_cp_as_korthikanti_with_s_over_cp(cp: int) -> None
     """Korthikanti et al. Table 2 with SP over t: selective ``34 s b h / t``, none ``s b h (34
     + 5 a s / h) / t``; under CP the tokens are s / cp and the scores (s / cp) x s."""
     s, b, h, a, t = GPT.seq, 1, GPT.hidden, GPT.heads, 4
-    layout = Layout(t, 1, 1, b, 8, recompute="selective", sequence_parallel=True, cp=cp)
+    layout = Execution(t, 1, 1, b, 8, recompute="selective", sequence_parallel=True, cp=cp)
     selective, _ = layer_activations(GPT, layout, "bf16", "unfused")
     assert selective == pytest.approx(34 * (s / cp) * b * h / t)
     none, _ = layer_activations(GPT, replace(layout, recompute="none"), "bf16", "unfused")
@@ -156,11 +156,11 @@ def test_activations_divide_by_cp_as_korthikanti_with_s_over_cp(cp: int) -> None
 def test_zero_shards_over_cp_times_dp() -> None:
     """CP 2 x DP 2 with ZeRO 1 keeps the optimizer state of DP 4: Megatron-Core's distributed
     optimizer shards over the data-parallel group with CP."""
-    four = memory_per_gpu(GPT, Layout(4, 1, 4, 1, 8, zero=1), "bf16")
-    two = memory_per_gpu(GPT, Layout(4, 1, 2, 1, 8, zero=1, cp=2), "bf16")
+    four = memory_per_gpu(GPT, Execution(4, 1, 4, 1, 8, zero=1), "bf16")
+    two = memory_per_gpu(GPT, Execution(4, 1, 2, 1, 8, zero=1, cp=2), "bf16")
     assert two.optimizer == pytest.approx(four.optimizer)
     assert two.weights == pytest.approx(four.weights)
-    one = memory_per_gpu(GPT, Layout(4, 1, 2, 1, 8, zero=1), "bf16")
+    one = memory_per_gpu(GPT, Execution(4, 1, 2, 1, 8, zero=1), "bf16")
     assert one.optimizer == pytest.approx(2 * four.optimizer)
 
 
@@ -169,7 +169,7 @@ def test_an_evaluated_cp_row_reports_its_exposed_cp_time() -> None:
     microbatches x layers per rank x the per-layer cost, and CP 1 reports none."""
     cluster = load_cluster("dgx-h100", 64, None)
     job = Job(LLAMA_32K, cluster)
-    layout = Layout(8, 4, 2, 1, 16, recompute="full", sequence_parallel=True, zero=1, cp=1)
+    layout = Execution(8, 4, 2, 1, 16, recompute="full", sequence_parallel=True, zero=1, cp=1)
     assert evaluate(job, layout).exposed["cp_s"] == 0.0
     layout = replace(layout, dp=1, cp=2)
     result = evaluate(job, layout)
@@ -183,7 +183,7 @@ def test_search_chooses_cp_for_a_long_sequence() -> None:
     in memory that CP's does, and the search picks CP > 1."""
     spec = replace(bundled_specs()["llama3-8b"], seq=65536)
     job = Job(spec, load_cluster("dgx-h100", 32, None), dp_policy="none")
-    best = search(job, LayoutChoice(32), SPACES["dlsched"]).best
+    best = search(job, Execution.searching(global_batch=32), SPACES["dlsched"]).best
     assert best.layout.cp > 1
 
 
@@ -191,14 +191,14 @@ def test_search_chooses_cp_for_a_long_sequence() -> None:
     (_layout(8, 3), "--cp"),  # 32,768 is not a multiple of 6
     (_layout(8, 2, "all-to-all"), "--cp"),  # 8 KV heads over TP x CP = 16
 ])
-def test_refusals_name_the_field(layout: Layout, field: str) -> None:
+def test_refusals_name_the_field(layout: Execution, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         check_cp(LLAMA_32K, layout)
 
 
 def test_cp_algorithm_is_checked() -> None:
     with pytest.raises(ConfigError, match="--cp-algorithm"):
-        Layout(8, 1, 1, 1, 8, cp=2, cp_algorithm="tree")
+        Execution(8, 1, 1, 1, 8, cp=2, cp_algorithm="tree")
 
 
 @pytest.mark.parametrize("args", [["--seq", "0"], ["--cp-algorithm", "tree"]])
@@ -230,7 +230,7 @@ def test_exports_carry_cp(algorithm: str, comm: str) -> None:
     its context_parallel_degree; without CP neither flag is written."""
     from dlsched.job.exports import megatron_args, torchtitan_toml
 
-    layout = Layout(4, 1, 1, 1, 8, cp=2, cp_algorithm=algorithm)
+    layout = Execution(4, 1, 1, 1, 8, cp=2, cp_algorithm=algorithm)
     args = megatron_args(LLAMA_32K, layout, "bf16").splitlines()[-1]
     assert f"--context-parallel-size 2 --cp-comm-type {comm}" in args
     assert "context_parallel_degree = 2" in torchtitan_toml(LLAMA_32K, layout, "bf16")

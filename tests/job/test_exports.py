@@ -11,15 +11,15 @@ from dataclasses import replace
 import pytest
 
 from dlsched.errors import ConfigError
+from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args, torchtitan_toml
-from dlsched.job.layout import Layout
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
 
 GPT3 = bundled_specs()["gpt3-175b"]
 LLAMA70 = bundled_specs()["llama3-70b"]
 # Korthikanti et al. Table 5's 175B row: TP8 PP8, 3 chunks (96 / 24 = 4 layers each), SP,
 # selective recomputation, microbatch 1, global batch 64
-TABLE5 = Layout(8, 8, 1, 1, 64, chunks=3, schedule="interleaved", recompute="selective",
+TABLE5 = Execution(8, 8, 1, 1, 64, chunks=3, schedule="interleaved", recompute="selective",
                 sequence_parallel=True)
 
 
@@ -74,7 +74,7 @@ def test_megatron_each_feature():
     (3, {"--use-megatron-fsdp": [], "--data-parallel-sharding-strategy": ["optim_grads_params"],
          "--ckpt-format": ["fsdp_dtensor"]})])
 def test_megatron_zero_stages(zero, expected):
-    layout = Layout(8, 16, 8, 1, 1536, zero=zero)
+    layout = Execution(8, 16, 8, 1, 1536, zero=zero)
     options, _ = parse(megatron_args(GPT3, layout, "bf16"))
     sharding = {key: value for key, value in options.items()
                 if key in ("--use-distributed-optimizer", "--use-megatron-fsdp",
@@ -112,7 +112,7 @@ def test_torchtitan_table5_row():
     assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
 
 
-def titan(layout: Layout, precision: str = "bf16", spec: TransformerSpec = LLAMA70):
+def titan(layout: Execution, precision: str = "bf16", spec: TransformerSpec = LLAMA70):
     text = torchtitan_toml(spec, layout, precision)
     return tomllib.loads(text), [line for line in text.splitlines() if line.startswith("#")]
 
@@ -120,7 +120,7 @@ def titan(layout: Layout, precision: str = "bf16", spec: TransformerSpec = LLAMA
 @pytest.mark.parametrize("zero,replicate,shard,reshard", [
     (0, 8, 1, None), (1, 8, 1, None), (2, 1, 8, "never"), (3, 1, 8, "always")])
 def test_torchtitan_data_parallel_without_tp_or_pp(zero, replicate, shard, reshard):
-    config, comments = titan(Layout(1, 1, 8, 2, 64, recompute="full", zero=zero))
+    config, comments = titan(Execution(1, 1, 8, 2, 64, recompute="full", zero=zero))
     parallelism = config["parallelism"]
     assert parallelism["data_parallel_replicate_degree"] == replicate
     assert parallelism["data_parallel_shard_degree"] == shard
@@ -132,7 +132,7 @@ def test_torchtitan_data_parallel_without_tp_or_pp(zero, replicate, shard, resha
 
 
 def test_torchtitan_ddp_with_tp_becomes_fsdp_and_says_so():
-    config, comments = titan(Layout(8, 16, 8, 1, 1536, sequence_parallel=True))
+    config, comments = titan(Execution(8, 16, 8, 1, 1536, sequence_parallel=True))
     assert config["parallelism"]["data_parallel_shard_degree"] == 8
     assert config["parallelism"]["fsdp_reshard_after_forward"] == "never"
     assert config["training"]["local_batch_size"] == 192  # 192 microbatches of 1 per replica
@@ -170,7 +170,7 @@ def test_megatron_builds_the_model_the_plan_priced():
     """Llama 3 70B: SwiGLU, RMSNorm, rotary positions, no biases, untied output, 8 query
     groups, its FFN width and vocabulary; Mixtral 8x7B the same and its experts; GPT-3 none of
     the Llama flags (Megatron-LM's defaults are GPT's)."""
-    llama, comments = parse(megatron_args(LLAMA70, Layout(8, 4, 2, 1, 64), "bf16"))
+    llama, comments = parse(megatron_args(LLAMA70, Execution(8, 4, 2, 1, 64), "bf16"))
     assert {key: llama[key] for key in (
         "--swiglu", "--normalization", "--position-embedding-type", "--disable-bias-linear",
         "--untie-embeddings-and-output-weights", "--group-query-attention",
@@ -181,7 +181,7 @@ def test_megatron_builds_the_model_the_plan_priced():
         "--ffn-hidden-size": ["28672"], "--vocab-size": ["128256"]}
     assert any("--rotary-base" in line for line in comments)
     mixtral, _ = parse(megatron_args(bundled_specs()["mixtral-8x7b"],
-                                     Layout(2, 4, 8, 1, 64, ep=8), "bf16"))
+                                     Execution(2, 4, 8, 1, 64, ep=8), "bf16"))
     assert mixtral["--swiglu"] == [] and mixtral["--normalization"] == ["RMSNorm"]
     assert (mixtral["--num-experts"], mixtral["--moe-router-topk"],
             mixtral["--expert-model-parallel-size"], mixtral["--moe-ffn-hidden-size"]) == (
@@ -194,9 +194,9 @@ def test_megatron_builds_the_model_the_plan_priced():
 @pytest.mark.parametrize(("export", "spec", "layout", "field"), [
     (megatron_args, GPT3, replace(TABLE5, chunks=1, schedule="zb-h1"), "--schedule: zb-h1"),
     (torchtitan_toml, LLAMA70, replace(TITAN, chunks=1, schedule="zb-h1"), "--schedule: zb-h1"),
-    (megatron_args, LLAMA70, Layout(16, 4, 1, 1, 64), "--tp: 16 does not divide"),
-    (torchtitan_toml, LLAMA70, Layout(16, 4, 1, 1, 64), "--tp: 16 does not divide"),
-    (torchtitan_toml, bundled_specs()["mixtral-8x7b"], Layout(1, 4, 8, 1, 64, ep=8),
+    (megatron_args, LLAMA70, Execution(16, 4, 1, 1, 64), "--tp: 16 does not divide"),
+    (torchtitan_toml, LLAMA70, Execution(16, 4, 1, 1, 64), "--tp: 16 does not divide"),
+    (torchtitan_toml, bundled_specs()["mixtral-8x7b"], Execution(1, 4, 8, 1, 64, ep=8),
      "--model: mixtral-8x7b is a mixture of experts"),
     (torchtitan_toml, GPT3, TABLE5, "--model: gpt3-175b is not a Llama")])
 def test_exports_refuse_a_plan_the_framework_cannot_run(export, spec, layout, field):
@@ -214,7 +214,7 @@ def test_torchtitan_names_its_own_flavors(name, flavor):
     """The bundled Llama 3 models are TorchTitan's llama3 flavors (its llama3_configs keys);
     another Llama shape keeps its own name with how to register it."""
     spec = bundled_specs()[name]
-    layout = Layout(8, 1, 2, 1, 64)
+    layout = Execution(8, 1, 2, 1, 64)
     config, comments = titan(layout, spec=spec)
     assert config["model"] == {"name": "llama3", "flavor": flavor}
     assert not any("register flavor" in line for line in comments)

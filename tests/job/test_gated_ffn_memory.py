@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.memory.moe import moe_stash_delta
 from dlsched.job.memory.per_gpu import layer_activations
 from dlsched.job.model_spec import TransformerSpec
@@ -24,7 +24,7 @@ def test_the_gate_is_kept_once_per_token(recompute, extra, attention):
     """Gated minus the same layer ungated: one more ``p s b f / t`` bytes kept (bf16, s 2048,
     b 2, f 3072, TP 4: 12 MiB) without full recomputation, nothing with it (the layer input
     alone is kept); the recomputation transient grows by what the stash no longer keeps."""
-    layout = Layout(4, 1, 2, 2, 16, recompute=recompute, sequence_parallel=True)
+    layout = Execution(4, 1, 2, 2, 16, recompute=recompute, sequence_parallel=True)
     gated = layer_activations(LLAMA, layout, "bf16", attention)
     plain = layer_activations(replace(LLAMA, gated_ffn=False), layout, "bf16", attention)
     by_hand = 2 * 2048 * 2 * 3072 / 4
@@ -36,7 +36,7 @@ def test_an_moe_layer_replaces_the_gated_stash_it_counts():
     """An MoE layer's delta takes out the dense FFN's 3 f (gated) or 2 f: the layer's total
     is the same whichever dense FFN it replaces."""
     moe = replace(LLAMA, experts=8, top_k=2)
-    layout = Layout(4, 1, 2, 1, 16, sequence_parallel=True, ep=2)
+    layout = Execution(4, 1, 2, 1, 16, sequence_parallel=True, ep=2)
     both = [layer_activations(spec, layout, "bf16")[0] + moe_stash_delta(spec, layout, 2)
             for spec in (moe, replace(moe, gated_ffn=False))]
     f, local = 3072, 2048 / 4

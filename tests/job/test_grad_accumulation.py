@@ -14,7 +14,7 @@ from dlsched.job.cluster import node_cluster
 from dlsched.job.compute.grad_accumulation import accumulation_bytes, stage_parameters
 from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.evaluation.evaluate import Job, evaluate, pipeline_times
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.model_spec import bundled_specs
 
 SPEC = bundled_specs()["gpt-1.7b"]
@@ -27,7 +27,7 @@ def test_one_gpu_adds_six_bytes_per_parameter_per_microbatch_by_hand() -> None:
     """TP 1, PP 1, 8 microbatches of 1 on each of 8 GPUs: the iteration grows by 8 passes over
     the GPU's parameters, each reading the 16-bit gradient (2 B) and reading and writing the
     16-bit accumulator (2 + 2 B)."""
-    layout = Layout(1, 1, 8, 1, 64, recompute="full")
+    layout = Execution(1, 1, 8, 1, 64, recompute="full")
     fused, separate = evaluate(FUSED, layout), evaluate(SEPARATE, layout)
     expected = 8 * SPEC.parameters() * 6 / RATE
     assert separate.exposed["grad_accumulation_s"] == pytest.approx(expected)
@@ -47,7 +47,7 @@ def test_each_stage_pays_for_its_own_parameters() -> None:
     GPU of each holds half the split weights (TP 2), the norms, row-parallel biases and
     learned positions whole, and half the padded vocabulary twice (the tied output
     embedding's copy on the last), as the memory model counts them."""
-    layout = Layout(2, 4, 1, 1, 16, recompute="full")
+    layout = Execution(2, 4, 1, 1, 16, recompute="full")
     plain, _, _ = pipeline_times(FUSED, layout)
     added, _, _ = pipeline_times(SEPARATE, layout)
     params = stage_parameters(SPEC, layout)

@@ -12,13 +12,13 @@ from dlsched.errors import ConfigError
 from dlsched.job.cluster import node_cluster
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.evaluation.evaluate import Job, dp_group, evaluate
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.scenario import PlanScenario
 
 SPEC = bundled_specs()["llama3-8b"]
-LAYOUT = Layout(1, 1, 8, 1, 8)  # DP 8 on one node, ZeRO 0: the gradients all-reduced at the end
+LAYOUT = Execution(1, 1, 8, 1, 8)  # DP 8 on one node, ZeRO 0: the gradients all-reduced at the end
 FP32 = Job(SPEC, node_cluster("dgx-h100", 8), "bf16", dp_policy="none")
 BF16 = replace(FP32, grad_reduce="bf16")
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.memory.per_gpu import (
     chunk_stash,
     in_flight_peak,
@@ -32,9 +32,9 @@ HEAD_TP2 = 2 * 64 + 256 * 64 / 2  # 8,320: final norm + the tied embedding's las
 STAGE0 = 4 * LAYER_TP2 + EMBED_TP2  # 110,976 parameters on the first of 2 stages
 
 
-def small_layout(**fields) -> Layout:
+def small_layout(**fields) -> Execution:
     base = dict(tp=2, pp=2, dp=4, microbatch_size=1, global_batch=8)  # 2 microbatches
-    return Layout(**{**base, **fields})
+    return Execution(**{**base, **fields})
 
 
 def test_stage_parameters_by_hand():
@@ -121,7 +121,7 @@ def korthikanti(mode: str, sp: bool, t: int) -> float:
 @pytest.mark.parametrize("sp,t", [(False, 1), (False, 8), (True, 8), (True, 2)])
 def test_korthikanti_table_2(mode, sp, t):
     spec = bundled_specs()["gpt3-175b"]
-    layout = Layout(t, 1, 1, 1, 1, recompute=mode, sequence_parallel=sp)
+    layout = Execution(t, 1, 1, 1, 1, recompute=mode, sequence_parallel=sp)
     kept, transient = layer_activations(spec, layout, "bf16", "unfused")
     assert kept == pytest.approx(korthikanti(mode, sp, t), rel=1e-12)
     full = korthikanti("none", sp, t)
@@ -133,7 +133,7 @@ def test_gqa_and_ffn_width_replace_4h_and_h():
     wide: p s b (2 (f - 4h) + 2 (kv d - h)) bytes fewer/more than the MHA/4h formula."""
     base = TransformerSpec("mha", 2, 64, 8, 32, 256)
     gqa = replace(base, kv_heads=2, ffn_hidden=192)
-    layout = Layout(2, 1, 1, 1, 1)
+    layout = Execution(2, 1, 1, 1, 1)
     delta = 2 * 32 * (2 * (192 - 256) + 2 * (2 * 8 - 64)) / 2
     assert (layer_activations(gqa, layout, "bf16")[0]
             - layer_activations(base, layout, "bf16")[0]) == delta
@@ -143,7 +143,7 @@ def test_megatron_estimator_layer_formula():
     """Megatron-LM's theoretical_memory_usage.py (selective recomputation with SP): a layer
     keeps s b h (18 + 4 f / h) / t bytes; 34 at f = 4h, and the FFN width enters as here."""
     spec = replace(bundled_specs()["gpt3-175b"], ffn_hidden=3 * 12288)
-    layout = Layout(8, 1, 1, 2, 2, recompute="selective", sequence_parallel=True)
+    layout = Execution(8, 1, 1, 2, 2, recompute="selective", sequence_parallel=True)
     sbh = 2048 * 2 * 12288
     assert layer_activations(spec, layout, "bf16", "unfused")[0] == sbh * (18 + 4 * 3) / 8
 
@@ -183,7 +183,7 @@ def test_flash_attention_keeps_no_scores(mode):
     Korthikanti's selective 34 s b h / t plus the FP32 log-sum-exp, 4 a s b / t bytes, whether
     or not the core is recomputed; full recomputation keeps the layer input alone."""
     spec = bundled_specs()["gpt3-175b"]
-    layout = Layout(8, 1, 1, 1, 1, recompute=mode, sequence_parallel=True)
+    layout = Execution(8, 1, 1, 1, 1, recompute=mode, sequence_parallel=True)
     kept, transient = layer_activations(spec, layout, "bf16", "flash")
     s, h, a = 2048, 12288, 96
     stash = (34 * s * h + 4 * a * s) / 8
@@ -195,7 +195,7 @@ def test_pipeline_stash_per_schedule():
     """Korthikanti et al. Sec. 4.2.3: 1F1B's first stage holds L layers' worth (pp microbatches
     of L/pp layers), interleaving multiplies it by 1 + (pp - 1)/(pp v); GPipe holds all m."""
     spec = bundled_specs()["gpt3-175b"]
-    base = Layout(8, 8, 1, 1, 64, recompute="selective", sequence_parallel=True)
+    base = Execution(8, 8, 1, 1, 64, recompute="selective", sequence_parallel=True)
     layer = layer_activations(spec, base, "fp16")[0]
     embedding = 8 * 2048 + 2048 * 12288 / 8  # token ids whole, dropout mask split by SP
 
@@ -234,7 +234,7 @@ def walk_interleaved(m: int, v: int, pp: int, stage: int, sizes: list[float]) ->
 @pytest.mark.parametrize("m,v,pp", [(8, 2, 4), (12, 3, 4), (4, 2, 4), (16, 4, 2), (6, 2, 3)])
 def test_interleaved_peak_matches_event_walk(m, v, pp):
     spec = TransformerSpec("walk", layers=pp * v * 2, hidden=64, heads=4, seq=32, vocab=256)
-    layout = Layout(1, pp, 1, 1, m, chunks=v, schedule="interleaved")
+    layout = Execution(1, pp, 1, 1, m, chunks=v, schedule="interleaved")
     for stage in range(pp):
         sizes = [a + b for a, b in chunk_stash(spec, layout, "bf16", stage)]
         acts, logits, held = in_flight_peak(layout, stage, chunk_stash(spec, layout, "bf16",
@@ -297,12 +297,12 @@ def test_one_gpu_holds_the_specs_parameters_and_tp_splits_only_the_split_ones(na
 
     spec = bundled_specs()[name]
     h, copies = spec.hidden, 1 if spec.tied_embeddings else 2
-    one = Layout(1, 1, 1, 1, 1)
+    one = Execution(1, 1, 1, 1, 1)
     padding = (padded_vocab(spec.vocab, 1) - spec.vocab) * h * copies
     assert memory_per_gpu(spec, one, "bf16").parameters == spec.parameters() + padding
     assert sum(stage_parameters(spec, one, experts=True)) == pytest.approx(
         spec.parameters() + padding, rel=1e-12)
-    four = Layout(4, 1, 1, 1, 1)
+    four = Execution(4, 1, 1, 1, 1)
     whole = (spec.layers * (2 * spec.norm_parameters() + (2 * h if spec.bias else 0))
              + spec.norm_parameters() + (spec.seq * h if spec.learned_positions else 0))
     split = spec.parameters() + (padded_vocab(spec.vocab, 4) - spec.vocab) * h * copies - whole

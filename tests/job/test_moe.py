@@ -11,10 +11,10 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster, node_cluster
-from dlsched.job.compute.moe_costs import a2a_bytes, ep_group, moe_layer_costs, routed_ops
+from dlsched.job.compute.moe_costs import a2a_bytes, moe_layer_costs, routed_ops
 from dlsched.job.evaluation.evaluate import Job, evaluate
+from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args, torchtitan_toml
-from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
 from dlsched.job.search import SPACES, layouts
@@ -69,9 +69,9 @@ def test_all_to_all_seconds_by_hand():
     """8 GPUs on one NVSwitch (halving-doubling, 450 GB/s, 5 us a step): an All-to-All of D
     bytes per GPU costs 3 steps x 5 us + D / 2 x log2(8) / 450 GB/s."""
     job = _small_job()
-    layout = Layout(1, 1, 8, 1, 8, ep=8)
+    layout = Execution(1, 1, 8, 1, 8, ep=8)
     costs = moe_layer_costs(SMALL, layout, "h100", "bf16", None,
-                            ep_group(job.cluster, layout), "baseline")
+                            layout.group("ep", job.cluster), "baseline")
     sent = 1024 * 2 * 1024 * 2  # tokens x top-k x hidden x 2 bytes
     assert costs.dispatch_bytes == costs.combine_bytes == sent == a2a_bytes(SMALL, 1, 1)
     one = 3 * 5e-6 + sent / 2 * 3 / 450e9
@@ -97,15 +97,15 @@ def test_capacity_factor_caps_the_imbalance():
     capped = replace(skewed, capacity_factor=1.25)
     assert a2a_bytes(skewed, 1, 1) == 2 * a2a_bytes(SMALL, 1, 1)
     assert a2a_bytes(capped, 1, 1) == 1.25 * a2a_bytes(SMALL, 1, 1)
-    layout = Layout(1, 1, 8, 1, 8, ep=8)
-    group = ep_group(node_cluster("dgx-h100", 8), layout)
+    layout = Execution(1, 1, 8, 1, 8, ep=8)
+    group = layout.group("ep", node_cluster("dgx-h100", 8))
     times = [moe_layer_costs(s, layout, "h100", "bf16", None, group, "baseline").layer_f
              for s in (SMALL, capped, skewed)]
     assert times[0] < times[1] < times[2]
 
 
 def test_expert_state_sharded_over_experts_and_expert_dp():
-    layout4, layout8 = Layout(1, 1, 8, 1, 8, ep=4), Layout(1, 1, 8, 1, 8, ep=8)
+    layout4, layout8 = Execution(1, 1, 8, 1, 8, ep=4), Execution(1, 1, 8, 1, 8, ep=8)
     m4, m8 = (memory_per_gpu(SMALL, lay, "bf16") for lay in (layout4, layout8))
     experts_per_layer = 8 * 3 * 1024 * 2048
     held = 4 * experts_per_layer * (1 / 4 - 1 / 8)  # 4 layers, 2 vs 1 experts per GPU
@@ -122,7 +122,7 @@ def test_policies_order_on_a_multi_dimensional_ep_group():
     """EP 8 with TP 2 spans 4 GPUs of a node and 2 nodes of the NIC fabric."""
     spec = load_spec("mixtral-8x7b")
     cluster = load_cluster("dgx-h100", 64, None)
-    layout = Layout(2, 4, 8, 1, 64, sequence_parallel=True, ep=8)
+    layout = Execution(2, 4, 8, 1, 64, sequence_parallel=True, ep=8)
     exposed = {policy: evaluate(Job(spec, cluster, "bf16", policy, "none"),
                                 layout).exposed["ep_a2a_s"]
                for policy in ("baseline", "themis", "dlsched")}
@@ -133,7 +133,7 @@ def test_policies_order_on_a_multi_dimensional_ep_group():
 def test_policies_order_on_a_3d_topology():
     cluster = load_cluster("3D-FC_Ring_SW", None, None)
     spec = replace(SMALL, experts=64, layers=8)
-    layout = Layout(1, 1, cluster.num_gpus, 1, cluster.num_gpus, ep=64)
+    layout = Execution(1, 1, cluster.num_gpus, 1, cluster.num_gpus, ep=64)
     exposed = {policy: evaluate(Job(spec, cluster, "bf16", policy, "none"),
                                 layout).exposed["ep_a2a_s"]
                for policy in ("baseline", "themis", "dlsched")}
@@ -141,7 +141,7 @@ def test_policies_order_on_a_3d_topology():
 
 
 def test_search_covers_ep_of_moe_models_only():
-    choice = LayoutChoice(8, tp=1, pp=1)
+    choice = Execution.searching(global_batch=8, tp=1, pp=1)
     moe = {layout.ep for layout in layouts(_small_job(), choice, SPACES["dlsched"])}
     dense = Job(replace(SMALL, experts=0), node_cluster("dgx-h100", 8))
     assert moe == {1, 2, 4, 8}
@@ -149,17 +149,17 @@ def test_search_covers_ep_of_moe_models_only():
 
 
 @pytest.mark.parametrize(("spec", "layout", "field"), [
-    (replace(SMALL, experts=0), Layout(1, 1, 8, 1, 8, ep=2), "--ep"),
-    (replace(SMALL, experts=6), Layout(1, 1, 8, 1, 8, ep=4), "--ep"),
-    (SMALL, Layout(2, 1, 4, 1, 8, ep=4), "--sequence-parallel"),
-    (SMALL, Layout(1, 1, 8, 1, 8, zero=3, ep=8), "--zero")])
+    (replace(SMALL, experts=0), Execution(1, 1, 8, 1, 8, ep=2), "--ep"),
+    (replace(SMALL, experts=6), Execution(1, 1, 8, 1, 8, ep=4), "--ep"),
+    (SMALL, Execution(2, 1, 4, 1, 8, ep=4), "--sequence-parallel"),
+    (SMALL, Execution(1, 1, 8, 1, 8, zero=3, ep=8), "--zero")])
 def test_layouts_moe_cannot_run_name_the_field(spec, layout, field):
     with pytest.raises(ConfigError, match=field):
         evaluate(Job(spec, node_cluster("dgx-h100", 8)), layout)
 
 
 def test_exports_carry_the_experts():
-    layout = Layout(1, 1, 8, 1, 8, ep=8)
+    layout = Execution(1, 1, 8, 1, 8, ep=8)
     args = megatron_args(SMALL, layout, "bf16")
     assert "--num-experts 8 --moe-router-topk 2" in args
     assert "--expert-model-parallel-size 8" in args and "--moe-grouped-gemm" in args

@@ -12,10 +12,10 @@ from dlsched.errors import ConfigError
 from dlsched.job.cluster import node_cluster
 from dlsched.job.communication.tp_overlap import overlapped_tp
 from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
-from dlsched.job.compute.moe_costs import a2a_bytes, ep_group, expert_dp_group, routed_ops
+from dlsched.job.compute.moe_costs import a2a_bytes, routed_ops
 from dlsched.job.evaluation.evaluate import Job, evaluate
+from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args
-from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.memory.moe import experts_per_gpu, moe_stash_delta
 from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec
@@ -56,12 +56,12 @@ def test_the_ffn_under_cp_is_the_ffn_of_the_cp_ranks_tokens():
 
 def test_expert_tp_equal_to_tp_is_megatron_cores_default():
     job = _job(tp_comm_overlap=True)
-    layout = Layout(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, cp=1)
-    same = Layout(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, expert_tp=4)
+    layout = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, cp=1)
+    same = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, expert_tp=4)
     assert same == layout and same.expert_tp is None and same.etp == 4
     assert evaluate(job, same).iteration_s == evaluate(job, layout).iteration_s
     assert "ETP" not in layout.label()
-    assert "ETP1" in Layout(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, expert_tp=1).label()
+    assert "ETP1" in Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, expert_tp=1).label()
 
 
 def test_expert_groups_fold_into_the_node():
@@ -69,27 +69,27 @@ def test_expert_groups_fold_into_the_node():
     NVSwitch dimension); EP 4 with expert TP 4 is 4 ranks 4 apart, crossing into the other
     node; expert DP is what is left of TP x CP x DP = 16."""
     cluster = node_cluster("dgx-h100", 16)
-    folded = Layout(4, 1, 4, 1, 16, sequence_parallel=True, ep=8, expert_tp=1)
-    group = ep_group(cluster, folded)
+    folded = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=8, expert_tp=1)
+    group = folded.group("ep", cluster)
     assert [dim.size for dim in group.dims] == [8]
     assert folded.expert_dp == 2
-    assert [dim.size for dim in expert_dp_group(cluster, folded).dims] == [2]
-    default = Layout(4, 1, 4, 1, 16, sequence_parallel=True, ep=4)
-    assert [dim.size for dim in ep_group(cluster, default).dims] == [2, 2]
+    assert [dim.size for dim in folded.group("expert_dp", cluster).dims] == [2]
+    default = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=4)
+    assert [dim.size for dim in default.group("ep", cluster).dims] == [2, 2]
     assert default.expert_dp == 1  # 16 / (4 x 4)
 
 
 def test_folded_memory_by_hand():
     """Expert TP 1, EP 8: each GPU holds one whole expert per layer (3 h f_e parameters); its
     stash of the routed tokens is that of T e k = 256 x 1 x 2 tokens at the whole width."""
-    layout = Layout(4, 1, 2, 1, 16, sequence_parallel=True, ep=8, expert_tp=1, cp=2)
+    layout = Execution(4, 1, 2, 1, 16, sequence_parallel=True, ep=8, expert_tp=1, cp=2)
     h, fe = 1024, 2048
     assert experts_per_gpu(SPEC, layout) == 3 * h * fe
     local, routed = 1024 // 4, 1024 // 4 * 2
     moe = 2 * local * h + 4 * local * 8 + 2 * routed * h + 2 * routed * 3 * fe + 2 * routed * h
     dense = 2 * local * h + 3 * 2 * 1024 * 2048 / 4  # gated: gate, up and down inputs
     assert moe_stash_delta(SPEC, layout, 2) == pytest.approx(moe - dense)
-    default = Layout(4, 1, 2, 1, 16, sequence_parallel=True, ep=2, cp=2)
+    default = Execution(4, 1, 2, 1, 16, sequence_parallel=True, ep=2, cp=2)
     held = memory_per_gpu(SPEC, default, "bf16").parameters - memory_per_gpu(
         SPEC, layout, "bf16").parameters
     assert held == pytest.approx(4 * (8 / 2 / 4 - 1) * 3 * h * fe)  # 4 layers: 1 vs 1 expert
@@ -118,8 +118,8 @@ def test_folding_keeps_the_all_to_all_on_nvlink():
     """EP 8 across the node's TP x CP ranks (expert TP 1) exchanges over NVLink; EP 8 carved out
     of DP with expert TP 4 crosses the NICs: its All-to-All is slower."""
     job = _job(64)
-    folded = Layout(4, 1, 8, 1, 64, sequence_parallel=True, ep=8, expert_tp=1, cp=2)
-    default = Layout(4, 1, 8, 1, 64, sequence_parallel=True, ep=8, cp=2)
+    folded = Execution(4, 1, 8, 1, 64, sequence_parallel=True, ep=8, expert_tp=1, cp=2)
+    default = Execution(4, 1, 8, 1, 64, sequence_parallel=True, ep=8, cp=2)
     fast, slow = evaluate(job, folded), evaluate(job, default)
     assert fast.exposed["ep_a2a_s"] < slow.exposed["ep_a2a_s"]
     assert evaluate(job, folded, fast=False).iteration_s == pytest.approx(fast.iteration_s)
@@ -130,30 +130,30 @@ def test_folding_keeps_the_all_to_all_on_nvlink():
     ({"tp": 2, "dp": 2, "ep": 1, "expert_tp": 0}, "--expert-tp")])
 def test_a_fold_that_does_not_fit_names_the_field(kwargs, field):
     with pytest.raises(ConfigError, match=field):
-        Layout(pp=1, microbatch_size=1, global_batch=8, sequence_parallel=True, **kwargs)
+        Execution(pp=1, microbatch_size=1, global_batch=8, sequence_parallel=True, **kwargs)
 
 
 def test_expert_tp_on_a_dense_model_or_an_uneven_width_is_refused():
     dense = Job(replace(SPEC, experts=0), node_cluster("dgx-h100", 8))
     with pytest.raises(ConfigError, match="--expert-tp"):
-        evaluate(dense, Layout(2, 1, 4, 1, 8, sequence_parallel=True, expert_tp=1))
+        evaluate(dense, Execution(2, 1, 4, 1, 8, sequence_parallel=True, expert_tp=1))
     odd = Job(replace(SPEC, expert_ffn_hidden=2050), node_cluster("dgx-h100", 8))
     with pytest.raises(ConfigError, match="--expert-tp"):
-        evaluate(odd, Layout(1, 1, 8, 1, 8, ep=2, expert_tp=4))
+        evaluate(odd, Execution(1, 1, 8, 1, 8, ep=2, expert_tp=4))
 
 
 def test_search_folds_experts_beside_tp():
     """With TP 4 fixed on 16 GPUs the search tries expert TP 4 (EP out of DP 4: 1, 2, 4) and
     expert TP 1 (EP out of the 16 ranks: 1, 2, 4, 8); a fixed expert TP is kept."""
-    choice = LayoutChoice(16, tp=4, pp=1, cp=1)
+    choice = Execution.searching(global_batch=16, tp=4, pp=1, cp=1)
     pairs = {(layout.etp, layout.ep) for layout in layouts(_job(), choice, SPACES["dlsched"])}
     assert pairs == {(4, 1), (4, 2), (4, 4), (1, 1), (1, 2), (1, 4), (1, 8)}
-    fixed = LayoutChoice(16, tp=4, pp=1, cp=1, expert_tp=4)
+    fixed = Execution.searching(global_batch=16, tp=4, pp=1, cp=1, expert_tp=4)
     assert {layout.etp for layout in layouts(_job(), fixed, SPACES["dlsched"])} == {4}
 
 
 def test_exports_write_the_expert_tp():
-    layout = Layout(4, 1, 4, 1, 16, sequence_parallel=True, ep=8, expert_tp=1)
+    layout = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=8, expert_tp=1)
     assert "--expert-tensor-parallel-size 1" in megatron_args(SPEC, layout, "bf16")
     assert "--expert-tensor-parallel-size 4" in megatron_args(SPEC, replace(
         layout, ep=4, expert_tp=None), "bf16")

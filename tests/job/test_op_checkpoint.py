@@ -20,8 +20,8 @@ from dlsched.job.compute.op_checkpoint import (
     recomputed_ops,
 )
 from dlsched.job.evaluation.evaluate import Job, _costs, _flops, evaluate
+from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args, torchtitan_toml
-from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.memory.per_gpu import layer_activations, peak_memory
 from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.search import SPACES, layouts
@@ -77,12 +77,12 @@ def test_stash_by_hand():
     64 x 4 heads x 4 B: 58,368 B. TP 2 with SP: the input, the column-parallel outputs and the
     kernel's halved, w2's partial sum whole, the two reduce-scatter outputs added: 20,480 x 2 B
     + 128 x 4 B = 41,472 B. The transient is the rest of the full stash."""
-    one = Layout(1, 1, 1, 2, 2, recompute="selective-op")
+    one = Execution(1, 1, 1, 2, 2, recompute="selective-op")
     kept, transient = layer_activations(LLAMA, one, "bf16", "flash")
     assert kept == 2 * 28_672 + 4 * 256 == 58_368
     none, _ = layer_activations(LLAMA, replace(one, recompute="none"), "bf16", "flash")
     assert transient == none - kept > 0
-    two = Layout(2, 1, 1, 2, 2, recompute="selective-op", sequence_parallel=True)
+    two = Execution(2, 1, 1, 2, 2, recompute="selective-op", sequence_parallel=True)
     assert layer_activations(LLAMA, two, "bf16", "flash")[0] == 2 * 20_480 + 4 * 128 == 41_472
     unfused, _ = layer_activations(LLAMA, one, "bf16", "unfused")
     assert unfused == 2 * (28_672 - 4096)  # nothing of the core kept: it is rerun
@@ -92,7 +92,7 @@ def test_stash_by_hand():
 def fsdp8() -> dict[str, object]:
     """Llama 3 8B on 8 H100s, FSDP, microbatch 2 (TorchTitan's Table 1 layout), each mode."""
     job = Job(LLAMA8B, load_cluster("dgx-h100", 8, None))
-    layout = Layout(1, 1, 8, 2, 16, zero=3)
+    layout = Execution(1, 1, 8, 2, 16, zero=3)
     return {"job": job, **{mode: (replace(layout, recompute=mode),
                                   evaluate(job, replace(layout, recompute=mode)))
                            for mode in MODES}}
@@ -141,7 +141,7 @@ def test_hardware_flop_count_the_rerun_matmuls_and_mfu_does_not(fsdp8):
 
 def test_sequence_parallel_tp_reruns_the_two_gathers():
     job = Job(LLAMA8B, load_cluster("dgx-h100", 8, None))
-    op = Layout(2, 1, 4, 1, 4, recompute="selective-op", sequence_parallel=True)
+    op = Execution(2, 1, 4, 1, 4, recompute="selective-op", sequence_parallel=True)
     extra = (_costs(job, op).tp_backward_s
              - _costs(job, replace(op, recompute="none")).tp_backward_s)
     gather = curve(job.cluster.group_topology(1, 2), "all-gather", "baseline")
@@ -149,9 +149,9 @@ def test_sequence_parallel_tp_reruns_the_two_gathers():
 
 
 @pytest.mark.parametrize("spec,layout,field", [
-    (replace(LLAMA, bias=True), Layout(1, 1, 8, 1, 8, recompute="selective-op"), "biases"),
-    (load_spec("mixtral-8x7b"), Layout(1, 1, 8, 1, 8, recompute="selective-op"), "MoE"),
-    (replace(LLAMA8B, seq=32768), Layout(1, 1, 4, 1, 4, cp=2, recompute="selective-op"),
+    (replace(LLAMA, bias=True), Execution(1, 1, 8, 1, 8, recompute="selective-op"), "biases"),
+    (load_spec("mixtral-8x7b"), Execution(1, 1, 8, 1, 8, recompute="selective-op"), "MoE"),
+    (replace(LLAMA8B, seq=32768), Execution(1, 1, 4, 1, 4, cp=2, recompute="selective-op"),
      "context parallelism")])
 def test_outside_the_policy_is_refused(spec, layout, field):
     """By the evaluator and by the memory model alike, naming the option and the reason."""
@@ -166,7 +166,7 @@ def test_searched_only_when_given():
     """The searches try Megatron's three modes; a fixed selective-op is tried by dlsched's
     and FSDP's spaces, not by Megatron's."""
     job = Job(LLAMA8B, load_cluster("dgx-h100", 8, None))
-    free = LayoutChoice(16, tp=1, pp=1, microbatch_size=2)
+    free = Execution.searching(global_batch=16, tp=1, pp=1, microbatch_size=2)
     assert {lay.recompute for lay in layouts(job, free, SPACES["dlsched"])} == {
         "none", "selective", "full"}
     given = replace(free, recompute="selective-op")
@@ -176,7 +176,7 @@ def test_searched_only_when_given():
 
 
 def test_exports_torchtitan_op_and_refuses_megatron():
-    layout = Layout(1, 1, 8, 2, 16, recompute="selective-op", zero=3)
+    layout = Execution(1, 1, 8, 2, 16, recompute="selective-op", zero=3)
     text = torchtitan_toml(LLAMA8B, layout, "bf16")
     assert tomllib.loads(text)["activation_checkpoint"] == {
         "mode": "selective", "selective_ac_option": "op"}

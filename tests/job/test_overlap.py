@@ -14,7 +14,7 @@ from dlsched.job.communication.dp_sync import WEIGHT_BYTES, overlapped_gather
 from dlsched.job.communication.tp_overlap import OVERLAPS, exposed_seconds
 from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
 from dlsched.job.evaluation.evaluate import Job, evaluate
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.model_spec import bundled_specs
 
 # 1 s per 1e9 bytes, no latency: a unit of p parameters gathers in 2 p / 1e9 s
@@ -32,7 +32,7 @@ def test_gathers_wait_for_the_network_then_the_forward_by_hand() -> None:
 
 
 LLAMA = bundled_specs()["llama3-70b"]
-LAYOUT = Layout(4, 4, 2, 1, 128, 5, "interleaved", "none", True, 1, cp=2)
+LAYOUT = Execution(4, 4, 2, 1, 128, 5, "interleaved", "none", True, 1, cp=2)
 JOB = Job(LLAMA, load_cluster("dgx-h100", 64, None), "bf16", dp_policy="ddp")
 
 

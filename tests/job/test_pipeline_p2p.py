@@ -22,8 +22,8 @@ from dlsched.job.evaluation.evaluate import (
     pipeline_times,
 )
 from dlsched.job.evaluation.pipeline_time import PipelineTimes, fast_pipeline
+from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args, torchtitan_toml
-from dlsched.job.layout import Layout
 from dlsched.job.model_spec import bundled_specs
 from dlsched.ledger import load_ledger
 from dlsched.ledger.predict import job_and_layout
@@ -57,7 +57,7 @@ def test_auto_is_megatron_cores_choice() -> None:
 @pytest.mark.parametrize("pp", [2, 4])
 def test_one_microbatch_costs_the_same_either_way(pp: int) -> None:
     """With one microbatch every transfer is on the critical path, blocking or not."""
-    layout = Layout(8, pp, 1, 1, 1, recompute="full")
+    layout = Execution(8, pp, 1, 1, 1, recompute="full")
     job = replace(JOB, cluster=load_cluster("dgx-a100", 8 * pp, "a100"))
     blocking = evaluate(job, layout).iteration_s
     overlapped = evaluate(replace(job, pipeline_p2p="overlapped"), layout).iteration_s
@@ -68,7 +68,7 @@ def test_blocking_is_never_faster_and_exposes_its_transfers() -> None:
     """PP 4 over 4 nodes, 32 microbatches of 1F1B: blocking adds to the exposed PP time, by
     at most two transfers per microbatch and stage boundary on the critical rank's path; the
     event simulator agrees with the fast walk on the executed times."""
-    layout = Layout(8, 4, 2, 1, 64, recompute="full")
+    layout = Execution(8, 4, 2, 1, 64, recompute="full")
     blocking = evaluate(JOB, layout)
     overlapped = evaluate(replace(JOB, pipeline_p2p="overlapped"), layout)
     assert blocking.iteration_s > overlapped.iteration_s
@@ -83,7 +83,7 @@ def test_blocking_is_never_faster_and_exposes_its_transfers() -> None:
 def test_pieces_sent_without_sequence_parallelism_are_gathered_on_the_receiver() -> None:
     """TP 8 without SP sends eighths and all-gathers them over the TP group (the full
     activation, b s h 16-bit elements); with SP the shards stay apart."""
-    layout = Layout(8, 2, 4, 1, 64, recompute="full")
+    layout = Execution(8, 2, 4, 1, 64, recompute="full")
     times, _, _ = pipeline_times(JOB, layout)
     executed = executed_times(replace(JOB, pipeline_p2p="overlapped"), layout, times)
     gather = curve(JOB.cluster.group_topology(1, 8), "all-gather", "baseline").seconds(
@@ -109,11 +109,11 @@ def test_exports_say_how_the_transfers_were_priced() -> None:
     """An interleaved plan priced blocking carries Megatron-LM's --no-overlap-p2p-communication;
     a 1F1B plan priced overlapped, a note (Megatron-LM blocks there); TorchTitan's asynchronous
     sends, a note on a plan priced blocking."""
-    interleaved = Layout(8, 4, 2, 1, 64, chunks=2, schedule="interleaved", recompute="full")
+    interleaved = Execution(8, 4, 2, 1, 64, chunks=2, schedule="interleaved", recompute="full")
     assert "--no-overlap-p2p-communication" in megatron_args(
         SPEC, interleaved, "fp16", pipeline_p2p="blocking")
     assert "--no-overlap-p2p-communication" not in megatron_args(SPEC, interleaved, "fp16")
-    plain = Layout(8, 4, 2, 1, 64, recompute="full")
+    plain = Execution(8, 4, 2, 1, 64, recompute="full")
     assert "only with the interleaved schedule" in megatron_args(
         SPEC, plain, "fp16", pipeline_p2p="overlapped")
     llama = bundled_specs()["llama3-8b"]

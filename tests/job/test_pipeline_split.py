@@ -17,8 +17,8 @@ from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, evaluate, pipeline_times
 from dlsched.job.evaluation.pipeline_split import feasible_splits, slots_per_stage, stage_layers
 from dlsched.job.evaluation.pipeline_time import event_pipeline, fast_pipeline
+from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args, torchtitan_toml
-from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.memory.per_gpu import memory_per_gpu, peak_memory, stage_units
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
 from dlsched.job.search import SPACES, search
@@ -26,7 +26,7 @@ from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES
 
 SPLIT = "account-embedding-loss"
 # Llama 3.1 405B as NeMo's llama31_405b recipe runs it: TP8 CP2 PP8 VP8, 64 microbatches
-L405 = Layout(8, 8, 4, 1, 256, chunks=8, schedule="interleaved", sequence_parallel=True,
+L405 = Execution(8, 8, 4, 1, 256, chunks=8, schedule="interleaved", sequence_parallel=True,
               zero=1, cp=2, pipeline_split=SPLIT)
 
 
@@ -77,7 +77,7 @@ def test_impossible_splits_name_the_option_and_what_works() -> None:
                                           r"accepted: even, account-embedding"):
         replace(L405, pipeline_split="uneven")
     with pytest.raises(ConfigError, match=r"^--pipeline-split: "):
-        LayoutChoice(64, pipeline_split="first-last")
+        Execution.searching(global_batch=64, pipeline_split="first-last")
     job = Job(bundled_specs()["llama3-405b"], load_cluster("dgx-h100", 512, None))
     with pytest.raises(ConfigError, match=r"^--pp: 126 layers"):
         evaluate(job, replace(L405, pipeline_split="even"))
@@ -94,7 +94,7 @@ def test_stage_time_is_the_sum_of_its_layers() -> None:
     """22 layers + 2 over PP 4 x 3 chunks = 2 per stage, beside the even split of the same
     layer shape with 24 layers (2 per stage): the same block costs, the first and last stage
     one layer's time shorter, the others equal, every stage its layers' count x the layer."""
-    uneven = Layout(2, 4, 1, 1, 8, chunks=3, schedule="interleaved", pipeline_split=SPLIT)
+    uneven = Execution(2, 4, 1, 1, 8, chunks=3, schedule="interleaved", pipeline_split=SPLIT)
     even = replace(uneven, pipeline_split="even")
     times_u, costs_u, _ = pipeline_times(_job(replace(GPT, layers=22)), uneven)
     times_e, costs_e, _ = pipeline_times(_job(GPT), even)
@@ -114,7 +114,7 @@ def test_simulator_against_the_closed_form_on_an_uneven_split() -> None:
     embedding, then 3 layers and the head. Without transfers, stage 1 longer than stage 0's
     forward and backward: F0 on rank 0, F and B on rank 1, rank 1's second F and B right after
     (rank 0's second F ends first), rank 0's last B after them: T = f0 + 2 (f1 + b1) + b0."""
-    layout = Layout(1, 2, 4, 1, 8, pipeline_split="account-embedding")
+    layout = Execution(1, 2, 4, 1, 8, pipeline_split="account-embedding")
     job = _job(replace(GPT, layers=5))
     times, costs, _ = pipeline_times(job, layout)
     f0, b0 = 2 * costs.layer_f + costs.embed_f, 2 * costs.layer_b + costs.embed_b
@@ -127,9 +127,9 @@ def test_simulator_against_the_closed_form_on_an_uneven_split() -> None:
 
 
 @pytest.mark.parametrize("layout", [
-    Layout(2, 4, 1, 1, 8, chunks=3, schedule="interleaved", pipeline_split=SPLIT),
-    Layout(2, 4, 1, 1, 8, schedule="1f1b", pipeline_split=SPLIT)])
-def test_simulated_evaluation_agrees_with_the_fast_one(layout: Layout) -> None:
+    Execution(2, 4, 1, 1, 8, chunks=3, schedule="interleaved", pipeline_split=SPLIT),
+    Execution(2, 4, 1, 1, 8, schedule="1f1b", pipeline_split=SPLIT)])
+def test_simulated_evaluation_agrees_with_the_fast_one(layout: Execution) -> None:
     """The evaluator with the pipeline simulator (``fast=False``) within 1% of its fast walk
     on uneven stages, transfers and the DP step included."""
     job = _job(replace(GPT, layers=22 if layout.chunks == 3 else 6))
@@ -151,7 +151,7 @@ def test_heaviest_stage_is_a_middle_one_by_hand() -> None:
     microbatches of one layer and the embedding, rank 1 3 of two layers: 331,776 B of
     activations against 230,400, and 2 layers' state (18 B per parameter: bf16 weights, FP32
     gradients, Adam) against a layer's and the embedding's: rank 1 is the peak."""
-    layout = Layout(2, 4, 4, 1, 16, pipeline_split=SPLIT)
+    layout = Execution(2, 4, 4, 1, 16, pipeline_split=SPLIT)
     first, second = (memory_per_gpu(SMALL, layout, "bf16", s, attention="unfused")
                      for s in (0, 1))
     assert sum(stage_units(SMALL, layout, 0)) == LAYER_TP2 + EMBED_TP2
@@ -199,7 +199,7 @@ def test_search_takes_the_accounted_split_where_layers_do_not_divide() -> None:
     spec = bundled_specs()["gpt-3.6b"]
     assert spec.layers == 30
     job = _job(spec, 64)
-    choice = LayoutChoice(64, tp=8, pp=8, microbatch_size=1, schedule="1f1b",
+    choice = Execution.searching(global_batch=64, tp=8, pp=8, microbatch_size=1, schedule="1f1b",
                           recompute="selective", sequence_parallel=True)
     found = search(job, choice, SPACES["dlsched"])
     assert found.best.layout.pipeline_split == SPLIT

@@ -247,7 +247,7 @@ def test_a_rows_overlaps_reach_the_job(row_id: str, param_gather: bool,
 
 
 def test_context_parallelism_reaches_the_layout_the_evaluator_prices() -> None:
-    """A row's CP and its algorithm become ``Layout.cp`` and ``cp_algorithm`` (SC21 1.7B with
+    """A row's CP and its algorithm become ``Execution.cp`` and ``cp_algorithm`` (SC21 1.7B with
     its 32 GPUs as CP 2 x DP 16, ring and all-to-all), the prediction is the evaluator's for
     that layout (job.context_parallel prices CP); a CP row without its algorithm is refused as
     unpublished, PyTorch's all-gather CP as no evaluator algorithm."""
@@ -278,9 +278,9 @@ def _grok_without_cp(**parallel: object) -> LedgerRow:
 
 def test_a_moe_row_maps_its_experts_and_ep_to_the_evaluator() -> None:
     """Grok 1's 8 experts, top 2 and capacity factor 1.0 reach the TransformerSpec, its EP 8 the
-    Layout (EP 8 out of DP 16, expert-data-parallel 2): the MoE model the evaluator prices; the
+    Execution (EP 8 out of DP 16, expert-data-parallel 2): the MoE model the evaluator prices; the
     published row (CP 2, expert TP 1: MoE parallel folding, EP 8 over TP 4 x CP 2) reaches
-    the Layout with its expert TP and its expert-data-parallel group of 8."""
+    the Execution with its expert TP and its expert-data-parallel group of 8."""
     job, layout = job_and_layout(_grok_without_cp())
     spec = job.spec
     assert (spec.experts, spec.top_k, spec.capacity_factor, spec.expert_ffn_hidden) == (

@@ -203,18 +203,18 @@ def _our_plan(row: MegatronRow, device: str) -> dict[str, Any]:
 
     from dlsched.job.cluster import load_cluster
     from dlsched.job.evaluation.evaluate import Job, evaluate
-    from dlsched.job.layout import Layout, LayoutChoice
+    from dlsched.job.execution import Execution
     from dlsched.job.model_spec import bundled_specs
     from dlsched.job.search import SPACES, search
 
     job = Job(bundled_specs()[row.name], load_cluster("dgx-a100", row.gpus, device), "fp16",
               dp_policy="ddp" if row.torch_ddp else "none", attention="unfused",
               grad_reduce=GRAD_PRECISION, grad_accumulation=GRAD_ACCUMULATION)
-    theirs = evaluate(job, Layout(row.tp, row.pp, row.dp, row.microbatch, row.batch,
+    theirs = evaluate(job, Execution(row.tp, row.pp, row.dp, row.microbatch, row.batch,
                                   row.chunks, "interleaved" if row.chunks > 1 else "1f1b",
                                   "full"))
     start = time.process_time()
-    found = search(job, LayoutChoice(row.batch), SPACES["dlsched"]).best
+    found = search(job, Execution.searching(global_batch=row.batch), SPACES["dlsched"]).best
     layout = found.layout
     return {"schedule": layout.schedule, "pp": layout.pp, "chunks": layout.chunks,
             "dp": layout.dp, "tp": layout.tp, "recompute": layout.recompute,

@@ -40,7 +40,7 @@ from dlsched.experiments.layout_ranking import by, error, error_summary, groups,
 from dlsched.hardware.gpu import get_gpu
 from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, evaluate
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.report import Column
 from dlsched.report.columns import percents, text
@@ -88,9 +88,9 @@ class VTrainRow:
         return TransformerSpec(f"gpt-{self.model}", self.layers, self.hidden, self.heads,
                                self.seq, VOCAB)
 
-    def layout(self) -> Layout:
+    def layout(self) -> Execution:
         """The measured layout: 1F1B, full recomputation, no sequence parallelism or ZeRO."""
-        return Layout(self.tp, self.pp, self.dp, self.microbatch, self.global_batch, 1, "1f1b",
+        return Execution(self.tp, self.pp, self.dp, self.microbatch, self.global_batch, 1, "1f1b",
                       RECOMPUTE)
 
 

@@ -21,9 +21,9 @@ from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, executed_times, pipeline_times
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.pipeline_time import event_timeline
+from dlsched.job.execution import LAYOUT_FIELDS, Execution
 from dlsched.job.exports import megatron_args, megatron_document, torchtitan_toml
 from dlsched.job.intervals import envelope_notes, interval_columns
-from dlsched.job.layout import Layout, LayoutChoice
 from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.ranking import Ranking, best_of, difference_note
 from dlsched.job.refusals import check_plan, default_notes
@@ -35,9 +35,9 @@ from dlsched.sim.timeline import Timeline
 if TYPE_CHECKING:
     from dlsched.job.scenario import PlanScenario
 
-COMPLETE_FIELDS = ("tp", "pp", "dp", "chunks", "microbatch_size", "schedule", "recompute",
-                   "sequence_parallel", "zero")  # given all (dp or tp and pp), it is evaluated
-DEFAULT_ONE = ("cp", "ep")  # a complete layout leaves them 1 unless given
+LEFT_AT_DEFAULT = ("cp", "cp_algorithm", "ep", "expert_tp", "pipeline_split")
+"""The layout fields a layout otherwise given (DP, or TP and PP) leaves at ``Execution``'s
+defaults instead of searching them: such a layout is evaluated, not searched."""
 
 
 @dataclass
@@ -94,9 +94,10 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     spec = with_seq(load_spec(scenario.model), scenario.seq)
     check_plan(scenario, spec)  # each mistake refused with its own cause, before any search
     cluster = load_cluster(scenario.cluster, scenario.gpus, scenario.gpu)
-    choice = LayoutChoice(scenario.global_batch, **scenario.fixed())
+    choice = scenario.execution()
     fixed = choice.fixed()
-    complete = all(name in fixed for name in COMPLETE_FIELDS if name != "dp") and (
+    complete = all(name in fixed for name in LAYOUT_FIELDS
+                   if name not in (*LEFT_AT_DEFAULT, "dp")) and (
         "dp" in fixed or ("tp" in fixed and "pp" in fixed))
     settings = settings_of(scenario)
     ranking = Ranking("upper" if scenario.objective == "upper" else "expected")
@@ -144,24 +145,19 @@ def with_seq(spec: TransformerSpec, seq: int | None) -> TransformerSpec:
     return spec if seq is None else replace(spec, seq=seq)
 
 
-def _complete_layout(choice: LayoutChoice, gpus: int, layers: int) -> Layout:
-    fixed = dict(choice.fixed())
+def _complete_layout(choice: Execution, gpus: int, layers: int) -> Execution:
+    """``choice`` complete: DP the GPUs left, the pipeline split the first Megatron-Core
+    accepts, the other fields not given at ``Execution``'s defaults."""
+    fixed = choice.fixed()
     if "dp" not in fixed:
         fixed["dp"] = max(1, gpus // (fixed["tp"] * fixed.get("cp", 1) * fixed["pp"]))
-    for name in ("chunks", *DEFAULT_ONE):
-        fixed.setdefault(name, 1)
-    fixed.setdefault("cp_algorithm", "ring")
-    fixed.setdefault("expert_tp", None)
     if "pipeline_split" not in fixed:  # the evaluator names the splits when none is accepted
         fixed["pipeline_split"] = next(iter(feasible_splits(layers, fixed["pp"],
-                                                            fixed["chunks"])), "even")
-    return Layout(**{k: fixed[k] for k in ("tp", "pp", "dp", "microbatch_size",
-                                          "global_batch", "chunks", "schedule", "recompute",
-                                          "sequence_parallel", "zero", *DEFAULT_ONE,
-                                          "cp_algorithm", "expert_tp", "pipeline_split")})
+                                                            fixed.get("chunks", 1))), "even")
+    return Execution(**fixed)
 
 
-def _best_baseline(job: Job, choice: LayoutChoice, ranking: Ranking
+def _best_baseline(job: Job, choice: Execution, ranking: Ranking
                    ) -> tuple[str, JobResult] | None:
     """Each baseline's search ranked by ``ranking``, and the one it puts first."""
     found = {}

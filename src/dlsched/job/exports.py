@@ -46,7 +46,7 @@ import shlex
 from dlsched.errors import ConfigError
 from dlsched.job.communication.pipeline_p2p import resolved_p2p
 from dlsched.job.evaluation.pipeline_split import ACCOUNTED, slots_per_stage
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.framework_flags import megatron_fp8_args, titan_run_sections
 from dlsched.job.memory.per_gpu import check_precision
 from dlsched.job.model_spec import TransformerSpec
@@ -68,7 +68,7 @@ TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "G
 MEGATRON_SCHEDULES = ("1f1b", "interleaved", "gpipe")  # gpipe runs as 1F1B (a note says so)
 
 
-def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
+def megatron_args(spec: TransformerSpec, layout: Execution, precision: str,
                   grad_bytes: int = 4, attention: str = "flash",
                   flags: tuple[str, ...] = (), pipeline_p2p: str = "auto",
                   fp8_recipe: str | None = None) -> str:
@@ -142,7 +142,7 @@ def megatron_args(spec: TransformerSpec, layout: Layout, precision: str,
     return "".join(f"# {note}\n" for note in notes) + shlex.join(args) + "\n"
 
 
-def check_runs(spec: TransformerSpec, layout: Layout, framework: str,
+def check_runs(spec: TransformerSpec, layout: Execution, framework: str,
                schedules: tuple[str, ...]) -> None:
     """ConfigError naming the field when ``framework`` (Megatron-LM or TorchTitan) cannot run
     the plan as priced: a pipeline schedule it does not have (``schedules``: ZB-H1 is the fork
@@ -187,7 +187,7 @@ def _megatron_architecture(spec: TransformerSpec, notes: list[str]) -> list[str]
     return args
 
 
-def _megatron_p2p(layout: Layout, pipeline_p2p: str, notes: list[str]) -> list[str]:
+def _megatron_p2p(layout: Execution, pipeline_p2p: str, notes: list[str]) -> list[str]:
     """``--no-overlap-p2p-communication`` for an interleaved plan priced with blocking
     transfers; a note for a non-interleaved one priced overlapped (Megatron-LM turns the
     overlap off there)."""
@@ -203,7 +203,7 @@ def _megatron_p2p(layout: Layout, pipeline_p2p: str, notes: list[str]) -> list[s
     return []
 
 
-def _megatron_moe(spec: TransformerSpec, layout: Layout) -> list[str]:
+def _megatron_moe(spec: TransformerSpec, layout: Execution) -> list[str]:
     """The MoE flags (``TransformerConfig``'s moe_* fields and --num-experts): experts, top-k,
     expert FFN width, which layers, shared experts, capacity, router score function, EP and
     expert TP (the layout's ``etp``), grouped GEMM and the All-to-All dispatcher dlsched prices."""
@@ -238,7 +238,7 @@ def _megatron_precision(precision: str, grad_bytes: int, notes: list[str]) -> li
     return []
 
 
-def torchtitan_toml(spec: TransformerSpec, layout: Layout, precision: str,
+def torchtitan_toml(spec: TransformerSpec, layout: Execution, precision: str,
                     attention: str = "flash", grad_bytes: int = 4,
                     pipeline_p2p: str = "auto", fp8_recipe: str | None = None,
                     fp8_all_gather: bool = False, compiled: bool = False,
@@ -312,7 +312,7 @@ def titan_model(spec: TransformerSpec) -> dict[str, str]:
     return {"name": "llama3", "flavor": flavor}
 
 
-def _titan_parallelism(spec: TransformerSpec, layout: Layout,
+def _titan_parallelism(spec: TransformerSpec, layout: Execution,
                        notes: list[str]) -> dict[str, object]:
     """[parallelism]: DP as DDP (replicate) or FSDP (shard), TP, PP and CP degrees."""
     replicate, shard, reshard = layout.dp, 1, None
@@ -358,7 +358,7 @@ def _titan_parallelism(spec: TransformerSpec, layout: Layout,
     return section
 
 
-def _titan_checkpoint(layout: Layout, notes: list[str]) -> dict[str, object]:
+def _titan_checkpoint(layout: Execution, notes: list[str]) -> dict[str, object]:
     """[activation_checkpoint]: none, full, or per-op selective (``selective-op`` exactly;
     Megatron's ``selective`` as its nearest)."""
     if layout.recompute == "selective-op":

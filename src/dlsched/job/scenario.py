@@ -27,16 +27,12 @@ from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION
 from dlsched.job.compute.layer_costs import ATTENTION_KERNELS, PRECISIONS
 from dlsched.job.evaluation.pipeline_split import SPLITS
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES
-from dlsched.job.layout import CP_ALGORITHMS, RECOMPUTE, SCHEDULES
+from dlsched.job.execution import CP_ALGORITHMS, LAYOUT_FIELDS, RECOMPUTE, SCHEDULES, Execution
 from dlsched.job.time_to_train_fields import Count, Duration, StorageName
 
 if TYPE_CHECKING:
     from dlsched.job.api import PlanReport
 
-LAYOUT_FIELDS = ("tp", "cp", "cp_algorithm", "ep", "expert_tp", "pp", "dp", "chunks",
-                 "pipeline_split", "microbatch_size", "schedule", "recompute",
-                 "sequence_parallel", "zero")
-"""The fields that fix part of the layout (None: searched)."""
 MAX_GPUS = 1_000_000
 MAX_COUNT = 10_000_000  # a degree, a batch or a sequence length: beyond any job planned
 
@@ -184,9 +180,13 @@ class PlanScenario(BaseModel):
         "shortlist; need --tokens or --iterations)."))] = "upper"
 
     def fixed(self) -> dict[str, Any]:
-        """The layout fields given (the rest is searched)."""
+        """The layout fields given (the rest is searched; ``global_batch`` is always given)."""
         return {name: getattr(self, name) for name in LAYOUT_FIELDS
-                if getattr(self, name) is not None}
+                if name != "global_batch" and getattr(self, name) is not None}
+
+    def execution(self) -> Execution:
+        """The execution to price or search: the layout fields given, the rest searched."""
+        return Execution.searching(global_batch=self.global_batch, **self.fixed())
 
     def run(self, policies: tuple[str, ...] | None = None) -> PlanReport:
         """Plan the job (``job.api.plan``): one row per collective policy (``policies``, each

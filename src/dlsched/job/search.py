@@ -8,7 +8,7 @@ layers differently), DP the rest, EP (an MoE model's) every divisor of its exper
 CP x DP with expert TP = TP, or TP x CP x DP with expert TP 1 (``expert_tp_degrees``), the
 microbatch sizes 1-8 that divide each replica's batch, the schedules, recomputation, sequence
 parallelism and ZeRO stage, and CP degrees with their algorithms for long sequences
-(``context_degrees``) — minus what the user fixed (``LayoutChoice``) or the space leaves out
+(``context_degrees``) — minus what the user fixed (``Execution``) or the space leaves out
 (TorchTitan's per-op recomputation is tried only when fixed: ``SEARCHED_RECOMPUTE``).
 The layouts are sorted by a lower bound on their pipeline (``evaluate._bound``: the busiest
 rank's compute and the forwards before and backwards after it) and, in that order, those that
@@ -44,13 +44,7 @@ from dlsched.job.evaluation.evaluate import (
 )
 from dlsched.job.evaluation.pipeline_split import SPLITS, feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_CHUNKS, UNIT_SCHEDULES, check_unit_schedule
-from dlsched.job.layout import (
-    CP_ALGORITHMS,
-    SCHEDULES,
-    ZERO_STAGES,
-    Layout,
-    LayoutChoice,
-)
+from dlsched.job.execution import CP_ALGORITHMS, SCHEDULES, ZERO_STAGES, Execution
 from dlsched.job.memory.per_gpu import peak_memory
 from dlsched.job.ranking import POINT, Ranking
 
@@ -117,7 +111,7 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def layouts(job: Job, choice: LayoutChoice, space: Space) -> Iterator[Layout]:
+def layouts(job: Job, choice: Execution, space: Space) -> Iterator[Execution]:
     """Every layout of ``space`` that keeps ``choice``'s fixed fields (module docstring)."""
     spec, gpus = job.spec, job.cluster.num_gpus
     inner = job.cluster.topology.dims[0].size
@@ -159,8 +153,8 @@ def context_degrees(job: Job, tp: int) -> list[int]:
             if c == 1 or (seq % (2 * c) == 0 and seq // c >= CP_MIN_TOKENS)]
 
 
-def _inner(choice: LayoutChoice, space: Space, degrees: tuple[int, int, int, int, int, int],
-           layers: int) -> Iterator[Layout]:
+def _inner(choice: Execution, space: Space, degrees: tuple[int, int, int, int, int, int],
+           layers: int) -> Iterator[Execution]:
     """The layouts of the degrees ``(tp, cp, ep, pp, dp, expert tp)``."""
     tp, cp, ep, pp, dp, etp = degrees
     fixed = choice.fixed()
@@ -179,7 +173,7 @@ def _inner(choice: LayoutChoice, space: Space, degrees: tuple[int, int, int, int
                     for sp in space.sequence_parallel if tp > 1 else (False,):
                         for zero in space.zero if cp * dp > 1 else (0,):
                             for algorithm in CP_ALGORITHMS if cp > 1 else ("ring",):
-                                layout = Layout(tp, pp, dp, mb, choice.global_batch, chunks,
+                                layout = Execution(tp, pp, dp, mb, choice.global_batch, chunks,
                                                 schedule, recompute, sp, zero, cp, ep,
                                                 algorithm, etp, split)
                                 if choice.admits(layout):
@@ -207,7 +201,7 @@ def _chunks(schedule: str, layers: int, m: int, pp: int,
     return [(v, split) for v in options for split in feasible_splits(layers, pp, v, splits)]
 
 
-def _fits(job: Job, layout: Layout, usable: float) -> bool:
+def _fits(job: Job, layout: Execution, usable: float) -> bool:
     """Whether ``layout``'s busiest GPU fits in ``usable`` bytes (asked in bound order, so a
     layout past the search's cut never needs the memory model)."""
     try:
@@ -217,7 +211,7 @@ def _fits(job: Job, layout: Layout, usable: float) -> bool:
         return False
 
 
-def search(job: Job, choice: LayoutChoice, space: Space,
+def search(job: Job, choice: Execution, space: Space,
            ranking: Ranking = POINT) -> SearchResult:
     """The fastest layout of ``space`` (module docstring), ranked by ``ranking``
     (``job.ranking``: the predicted iteration, or its interval's upper end); ConfigError when

@@ -1,11 +1,11 @@
 """Each ledger row priced by the job evaluator (``dlsched.job``), configured exactly as published.
 
-``job_and_layout(row)`` maps a row to the ``Job`` and ``Layout`` that ``dlsched plan`` would
+``job_and_layout(row)`` maps a row to the ``Job`` and ``Execution`` that ``dlsched plan`` would
 evaluate: the row's model shape, one node preset and one compute preset per GPU
-(``GPU_PRESETS``: no per-row or per-source factor), its TP / CP / PP / DP and EP (``Layout.cp``
+(``GPU_PRESETS``: no per-row or per-source factor), its TP / CP / PP / DP and EP (``Execution.cp``
 with the row's ``cp_algorithm``, ring or all-to-all, priced by ``job.context_parallel``;
-``Layout.ep`` over the MoE layers that ``job.moe_costs`` prices), model chunks (interleaved 1F1B
-when more than one) and the layers' split over them (``Layout.pipeline_split``), microbatch,
+``Execution.ep`` over the MoE layers that ``job.moe_costs`` prices), model chunks (interleaved 1F1B
+when more than one) and the layers' split over them (``Execution.pipeline_split``), microbatch,
 global batch, recomputation (TorchTitan's per-op ``selective-op`` as ``job.op_checkpoint``
 prices it), sequence parallelism, ZeRO stage
 (FSDP is ZeRO 3) and 16-bit format; the shape as published (FFN width, KV heads, SwiGLU,
@@ -41,7 +41,7 @@ from dlsched.job.cluster import NODE_PRESETS, load_cluster
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, pipeline_times
 from dlsched.job.evaluation.pipeline_time import fast_pipeline
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.ledger.memory import published_memory_gib
 from dlsched.ledger.schema import LedgerRow
@@ -105,7 +105,7 @@ class Prediction:
         return None if self.predicted is None else self.predicted / self.published - 1
 
 
-def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
+def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
     """The evaluator's inputs for ``row`` (module docstring); ConfigError with the reason
     when the row cannot be expressed."""
     if not row.supported:
@@ -168,7 +168,7 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Layout]:
     assert par.chunks is not None and par.microbatch_size is not None
     assert par.recompute is not None and par.sequence_parallel is not None
     assert par.zero is not None
-    layout = Layout(par.tp, par.pp, par.dp, par.microbatch_size, par.global_batch, par.chunks,
+    layout = Execution(par.tp, par.pp, par.dp, par.microbatch_size, par.global_batch, par.chunks,
                     "interleaved" if par.chunks > 1 else "1f1b", par.recompute,
                     par.sequence_parallel, 3 if par.zero == "fsdp" else par.zero, par.cp,
                     par.ep, par.cp_algorithm or "ring", par.expert_tp, par.pipeline_split)

@@ -52,7 +52,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.hardware.topology import Dimension
 from dlsched.job.communication.collective_costs import curve
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 
 ELEMENT_BYTES = 2  # 16-bit Q/K/V and their gradients (layer_costs.ACTIVATION_BYTES)
@@ -74,7 +74,7 @@ class CPCost:
     backward_bytes: float
 
 
-def check_cp(spec: TransformerSpec, layout: Layout) -> None:
+def check_cp(spec: TransformerSpec, layout: Execution) -> None:
     """ConfigError naming ``--cp`` unless ``layout``'s CP can split ``spec``."""
     cp = layout.cp
     if cp == 1:
@@ -108,19 +108,19 @@ def core_shape(spec: TransformerSpec, cp: int, algorithm: str) -> tuple[int, int
     return spec.seq, spec.seq, spec.heads // cp
 
 
-def kv_block_bytes(spec: TransformerSpec, layout: Layout) -> float:
+def kv_block_bytes(spec: TransformerSpec, layout: Execution) -> float:
     """Bytes of one GPU's K and V block: ``2 b (s / cp) kv d / t`` 16-bit elements."""
     return (2 * layout.microbatch_size * local_tokens(spec, layout.cp) * spec.kv_heads
             * spec.head_dim / layout.tp * ELEMENT_BYTES)
 
 
-def qkv_bytes(spec: TransformerSpec, layout: Layout) -> float:
+def qkv_bytes(spec: TransformerSpec, layout: Execution) -> float:
     """Bytes of one GPU's Q, K and V: ``b (s / cp) (h + 2 kv d) / t`` 16-bit elements."""
     return (layout.microbatch_size * local_tokens(spec, layout.cp) * spec.qkv_width
             / layout.tp * ELEMENT_BYTES)
 
 
-def output_bytes(spec: TransformerSpec, layout: Layout) -> float:
+def output_bytes(spec: TransformerSpec, layout: Execution) -> float:
     """Bytes of one GPU's attention output: ``b (s / cp) h / t`` 16-bit elements (as much as
     each TP rank sends of a ``b (s / cp) h`` activation between pipeline stages)."""
     return (layout.microbatch_size * local_tokens(spec, layout.cp) * spec.hidden / layout.tp
@@ -157,7 +157,7 @@ def ring_exposed(block: float, cp: int, link: Dimension, block_forward: float,
 
 
 @lru_cache(maxsize=4096)
-def cp_cost(spec: TransformerSpec, layout: Layout, group: Topology | None, policy: str,
+def cp_cost(spec: TransformerSpec, layout: Execution, group: Topology | None, policy: str,
             core_forward: float, core_backward: float) -> CPCost:
     """The CP communication of one layer per microbatch (module docstring) on the CP group
     ``group`` with the attention core taking ``core_forward`` / ``core_backward`` seconds on
@@ -180,7 +180,7 @@ def cp_cost(spec: TransformerSpec, layout: Layout, group: Topology | None, polic
     return CPCost(forward, backward + rerun, sent_f, sent_b + (sent_f if rerun else 0.0))
 
 
-def buffer_bytes(spec: TransformerSpec, layout: Layout) -> float:
+def buffer_bytes(spec: TransformerSpec, layout: Execution) -> float:
     """Transient bytes of one layer's CP communication buffers (module docstring)."""
     if layout.cp == 1:
         return 0.0

@@ -25,7 +25,7 @@ this pass and the data-parallel step (``job.evaluate``) share.
 from __future__ import annotations
 
 from dlsched.errors import check_choice
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta
 from dlsched.job.memory.per_gpu import (
     embedding_parameters_per_gpu,
@@ -51,7 +51,7 @@ def accumulation_bytes(mode: str, precision: str, grad_bytes: int) -> int:
     return GRADIENT_BYTES.get(precision, 2) + 2 * grad_bytes
 
 
-def stage_parameters(spec: TransformerSpec, layout: Layout,
+def stage_parameters(spec: TransformerSpec, layout: Execution,
                      experts: bool = False) -> list[float]:
     """Parameters on one GPU of each virtual stage, counted as the memory model counts them
     (``job.memory``: split weights over TP with the norms and row-parallel biases whole, the

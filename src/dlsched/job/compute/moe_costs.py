@@ -13,7 +13,7 @@ An MoE layer is the dense layer's attention half (the zoo's Megatron-style ops o
 2. the **permutation** of the ``T k`` routed copies of the tokens into expert order (a gather:
    read and write ``T k h`` elements);
 3. the **dispatch All-to-All** over the EP group (``ep`` ranks ``e`` apart, ``e`` the expert
-   TP degree: ``cluster.group_topology(e, ep)``) of ``T k L h`` 16-bit elements per GPU, ``L``
+   TP degree: ``Execution.group("ep")``) of ``T k L h`` 16-bit elements per GPU, ``L``
    the load factor below;
 4. with expert TP ``e > 1``, the **all-gather over the expert-TP group** (``e`` neighbouring
    ranks) of the received tokens: each of them holds a ``1/e`` slice of every local expert and
@@ -63,7 +63,6 @@ from functools import lru_cache
 
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
-from dlsched.job.cluster import Cluster
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import local_tokens
 from dlsched.job.communication.tp_overlap import overlapped_tp
@@ -73,7 +72,7 @@ from dlsched.job.compute.layer_costs import (
     decoder_model,
     gpu_compute,
 )
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.layer import Layer
 from dlsched.models.ops import Op, elementwise, matmul
@@ -106,7 +105,7 @@ def load_factor(spec: TransformerSpec) -> float:
     return min(spec.router_imbalance, spec.capacity_factor)
 
 
-def check_moe_layout(spec: TransformerSpec, layout: Layout) -> None:
+def check_moe_layout(spec: TransformerSpec, layout: Execution) -> None:
     """ConfigError naming the field when ``layout`` cannot run ``spec``'s MoE layers."""
     if not spec.experts:
         if layout.ep > 1:
@@ -126,28 +125,6 @@ def check_moe_layout(spec: TransformerSpec, layout: Layout) -> None:
                           "--sequence-parallel")
     if layout.zero == 3:
         raise ConfigError("--zero: ZeRO-3 of MoE layers is not priced; accepted: 0, 1, 2")
-
-
-def ep_group(cluster: Cluster, layout: Layout) -> Topology | None:
-    """The EP group's network: ``ep`` ranks ``expert TP`` apart."""
-    return cluster.group_topology(layout.etp, layout.ep)
-
-
-def expert_tp_group(cluster: Cluster, layout: Layout) -> Topology | None:
-    """The expert-TP group's network: ``expert TP`` neighbouring ranks."""
-    return cluster.group_topology(1, layout.etp)
-
-
-def expert_dp_size(layout: Layout) -> int:
-    """Ranks of the expert-data-parallel group: ``tp x cp x dp / (expert TP x ep)``."""
-    return layout.expert_dp
-
-
-def expert_dp_group(cluster: Cluster, layout: Layout) -> Topology | None:
-    """The expert-data-parallel group's network: ``expert_dp_size`` ranks ``expert TP x ep``
-    apart, over which the expert weights' gradients are reduced (Megatron-Core's expert-DP
-    group)."""
-    return cluster.group_topology(layout.etp * layout.ep, expert_dp_size(layout))
 
 
 def routed_ops(spec: TransformerSpec, microbatch_size: int, tp: int, ep: int, cp: int = 1,
@@ -193,7 +170,7 @@ def a2a_bytes(spec: TransformerSpec, microbatch_size: int, tp: int, cp: int = 1)
     return local * spec.top_k * load_factor(spec) * spec.hidden * ACTIVATION_BYTES
 
 
-def moe_layer_costs(spec: TransformerSpec, layout: Layout, gpu: str, precision: str,
+def moe_layer_costs(spec: TransformerSpec, layout: Execution, gpu: str, precision: str,
                     tp_group: Topology | None, ep_topology: Topology | None,
                     policy: str, attention: str = "flash",
                     expert_tp_topology: Topology | None = None,

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.ops import ATTENTION_KINDS, Op, matmul
 
@@ -93,7 +93,7 @@ def recomputed_matmuls(spec: TransformerSpec) -> tuple[Matmul, ...]:
     return tuple(m for m in matmuls[1::2] if m is not matmuls[-1])
 
 
-def check_op_checkpoint(spec: TransformerSpec, layout: Layout) -> None:
+def check_op_checkpoint(spec: TransformerSpec, layout: Execution) -> None:
     """ConfigError when ``layout`` asks for the policy where it is not defined (module
     docstring)."""
     if layout.recompute != MODE:
@@ -139,7 +139,7 @@ def recompute_flops_per_token(spec: TransformerSpec, attention: str) -> float:
     return matmuls + (4.0 * spec.seq * spec.hidden if attention == "unfused" else 0.0)
 
 
-def stash_elements(spec: TransformerSpec, layout: Layout, attention: str) -> Stash:
+def stash_elements(spec: TransformerSpec, layout: Execution, attention: str) -> Stash:
     """Elements one layer keeps per microbatch on one GPU (module docstring); ConfigError
     where the policy is not defined."""
     check_op_checkpoint(spec, layout)

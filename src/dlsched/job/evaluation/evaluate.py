@@ -63,10 +63,6 @@ from dlsched.job.compute.layer_costs import (
 from dlsched.job.compute.moe_costs import (
     MoELayerCosts,
     check_moe_layout,
-    ep_group,
-    expert_dp_group,
-    expert_dp_size,
-    expert_tp_group,
     moe_layer_costs,
 )
 from dlsched.job.compute.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
@@ -83,7 +79,7 @@ from dlsched.job.evaluation.unit_walk import (
     microbatch_share,
     unit_bound,
 )
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta, stage_moe_layers
 from dlsched.job.memory.per_gpu import (
     embedding_parameters_per_gpu,
@@ -154,7 +150,7 @@ class Job:
 class JobResult:
     """One evaluated layout (see the module docstring; seconds, bytes, FLOP/s)."""
 
-    layout: Layout
+    layout: Execution
     iteration_s: float
     tflops_per_gpu: float
     mfu: float
@@ -185,7 +181,7 @@ class JobResult:
                 "notes": list(self.notes), **self.extra}
 
 
-def check_layout(job: Job, layout: Layout) -> None:
+def check_layout(job: Job, layout: Execution) -> None:
     """ConfigError naming the field when ``layout`` cannot run ``job``."""
     spec = job.spec
     if layout.gpus != job.cluster.num_gpus:
@@ -203,15 +199,15 @@ def check_layout(job: Job, layout: Layout) -> None:
                           "as Megatron-LM requires")
 
 
-def dp_group(job: Job, layout: Layout) -> Topology | None:
+def dp_group(job: Job, layout: Execution) -> Topology | None:
     """The network of the group a dense layer's gradients are reduced (and ZeRO-sharded)
     over: the CP x DP ranks of one TP rank and pipeline stage, as Megatron-Core's
-    data-parallel-with-context-parallel group (ranks laid out tp-cp-dp-pp)."""
-    return job.cluster.group_topology(layout.tp, layout.cp * layout.dp)
+    data-parallel-with-context-parallel group (``Execution.group``)."""
+    return layout.group("dp_cp", job.cluster)
 
 
-def _costs(job: Job, layout: Layout) -> BlockCosts:
-    tp_group = job.cluster.group_topology(1, layout.tp)
+def _costs(job: Job, layout: Execution) -> BlockCosts:
+    tp_group = layout.group("tp", job.cluster)
     return block_costs(job.spec, layout.microbatch_size, job.cluster.gpu, job.precision,
                        layout.tp, layout.sequence_parallel, layout.recompute, tp_group,
                        job.collective_policy, layout.cp, layout.cp_algorithm, job.attention,
@@ -221,18 +217,18 @@ def _costs(job: Job, layout: Layout) -> BlockCosts:
                        job.async_tp)
 
 
-def cp_group(job: Job, layout: Layout) -> Topology | None:
-    """The network of the CP group: ``cp`` ranks ``tp`` apart (ranks laid out tp-cp-dp-pp)."""
-    return job.cluster.group_topology(layout.tp, layout.cp)
+def cp_group(job: Job, layout: Execution) -> Topology | None:
+    """The network of the CP group: ``cp`` ranks ``tp`` apart (``Execution.group``)."""
+    return layout.group("cp", job.cluster)
 
 
-def _cp(job: Job, layout: Layout, costs: BlockCosts) -> CPCost:
+def _cp(job: Job, layout: Execution, costs: BlockCosts) -> CPCost:
     """Context parallelism's communication per layer per microbatch (``job.context_parallel``)."""
     return cp_cost(job.spec, layout, cp_group(job, layout), job.collective_policy,
                    costs.core_f, costs.core_b)
 
 
-def _zero3_exposed(job: Job, layout: Layout, costs: BlockCosts) -> tuple[float, float]:
+def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[float, float]:
     """Exposed seconds per layer per microbatch of ZeRO 3's traffic (forward, backward)."""
     if layout.zero != 3 or layout.cp * layout.dp == 1:
         return 0.0, 0.0
@@ -246,46 +242,46 @@ def _zero3_exposed(job: Job, layout: Layout, costs: BlockCosts) -> tuple[float, 
             max(0.0, gather + scatter - costs.layer_b))
 
 
-def _send_s(job: Job, layout: Layout) -> float:
+def _send_s(job: Job, layout: Execution) -> float:
     """Seconds of one activation (or gradient) transfer between pipeline ranks: each GPU of
     the TP group sends its ``1/tp`` share (Megatron-LM's scatter-gather of SC21 Sec. 4.1) over
     the slowest link the pipeline group spans (under CP, of its ``s / cp`` tokens)."""
     if layout.pp == 1:
         return 0.0
-    group = job.cluster.group_topology(layout.tp * layout.cp * layout.dp, layout.pp)
+    group = layout.group("pp", job.cluster)
     assert group is not None
     link = min(group.dims, key=lambda dim: dim.bandwidth)
     return link.latency + output_bytes(job.spec, layout) / link.bandwidth
 
 
-def _receive_gather_s(job: Job, layout: Layout) -> float:
+def _receive_gather_s(job: Job, layout: Execution) -> float:
     """Seconds of the all-gather over the TP group that reassembles a transfer sent in ``1/tp``
     pieces (``_send_s``; with sequence parallelism the pieces are the ranks' own shards and
     stay apart): ``job.pipeline_p2p``."""
     if layout.pp == 1 or layout.tp == 1 or layout.sequence_parallel:
         return 0.0
-    group = job.cluster.group_topology(1, layout.tp)
+    group = layout.group("tp", job.cluster)
     whole = output_bytes(job.spec, layout) * layout.tp  # the activation the pieces make up
     return curve(group, "all-gather", job.collective_policy).seconds(whole)
 
 
-def executed_times(job: Job, layout: Layout, times: PipelineTimes) -> PipelineTimes:
+def executed_times(job: Job, layout: Execution, times: PipelineTimes) -> PipelineTimes:
     """The stages' ``times`` as the replica runs them, its transfers blocking the ranks or
     beside their compute and their pieces gathered (``job.pipeline_p2p``)."""
     return with_p2p(times, job.pipeline_p2p, _receive_gather_s(job, layout))
 
 
-def _moe_costs(job: Job, layout: Layout) -> MoELayerCosts | None:
+def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
     """One MoE layer's costs (``job.moe_costs``), None for a dense model."""
     if not job.spec.experts:
         return None
     return moe_layer_costs(job.spec, layout, job.cluster.gpu, job.precision,
-                           job.cluster.group_topology(1, layout.tp), ep_group(job.cluster, layout),
+                           layout.group("tp", job.cluster), layout.group("ep", job.cluster),
                            job.collective_policy, job.attention,
-                           expert_tp_group(job.cluster, layout), job.tp_comm_overlap)
+                           layout.group("expert_tp", job.cluster), job.tp_comm_overlap)
 
 
-def pipeline_times(job: Job, layout: Layout) -> tuple[PipelineTimes, BlockCosts,
+def pipeline_times(job: Job, layout: Execution) -> tuple[PipelineTimes, BlockCosts,
                                                       tuple[float, float]]:
     """The replica's per-stage seconds, the block costs and ZeRO 3's exposed seconds (the
     layers' times include context parallelism's exposed communication); an MoE layer of a stage
@@ -318,7 +314,7 @@ def pipeline_times(job: Job, layout: Layout) -> tuple[PipelineTimes, BlockCosts,
     return times, costs, (extra_f, extra_b)
 
 
-def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
+def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     """Price ``layout`` for ``job`` (module docstring); ConfigError when it cannot run."""
     check_layout(job, layout)
     times, costs, zero3 = pipeline_times(job, layout)
@@ -359,7 +355,7 @@ def evaluate(job: Job, layout: Layout, fast: bool = True) -> JobResult:
     return replace(result, notes=_notes(job, result, memory.fits(job.cluster.memory)))
 
 
-def _accumulation_seconds(job: Job, layout: Layout) -> list[float]:
+def _accumulation_seconds(job: Job, layout: Execution) -> list[float]:
     """Each virtual stage's gradient accumulation per microbatch (``job.grad_accumulation``:
     zero when fused)."""
     per_parameter = accumulation_bytes(job.grad_accumulation, job.precision, job.grad_bytes)
@@ -370,7 +366,7 @@ def _accumulation_seconds(job: Job, layout: Layout) -> list[float]:
             for params in stage_parameters(job.spec, layout, experts=True)]
 
 
-def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPStep:
+def _rank_dp(job: Job, layout: Execution, times: PipelineTimes, rank: int) -> DPStep:
     """The DP step of pipeline rank ``rank``."""
     spec, tp = job.spec, layout.tp
     stages = stage_parameters(spec, layout)
@@ -394,9 +390,9 @@ def _rank_dp(job: Job, layout: Layout, times: PipelineTimes, rank: int) -> DPSte
     if not sparse:
         return dense
     # the experts' gradients over the expert-DP group, after the dense ones (same NICs)
-    experts = expert_dp_group(job.cluster, layout)
+    experts = layout.group("expert_dp", job.cluster)
     routed = dp_step([], round(sparse * experts_per_gpu(spec, layout)), [], layout.zero,
-                     expert_dp_size(layout), curve(experts, op, job.collective_policy),
+                     layout.expert_dp, curve(experts, op, job.collective_policy),
                      curve(experts, "all-gather", job.collective_policy), compute, "none",
                      grad_bytes=job.grad_bytes)
     return DPStep(dense.exposed_reduce + routed.exposed_reduce,
@@ -411,7 +407,7 @@ def _dense_layer_parameters(spec: TransformerSpec, tp: int, layers: range) -> li
     return [layer + delta * spec.is_moe_layer(index) for index in layers]
 
 
-def _gather_units(job: Job, layout: Layout, times: PipelineTimes,
+def _gather_units(job: Job, layout: Execution, times: PipelineTimes,
                   rank: int) -> tuple[tuple[float, float], ...]:
     """(dense parameters per GPU, forward seconds of one microbatch) of rank ``rank``'s units in
     forward order: the embedding, each chunk's layers (its virtual stage's forward spread over
@@ -435,7 +431,7 @@ def _gather_units(job: Job, layout: Layout, times: PipelineTimes,
     return tuple(units)
 
 
-def _flops(spec: TransformerSpec, layout: Layout, attention: str = "flash") -> dict[str, float]:
+def _flops(spec: TransformerSpec, layout: Execution, attention: str = "flash") -> dict[str, float]:
     """Model and executed FLOP of one iteration (module docstring); ``selective-op`` runs
     ``job.op_checkpoint``'s recomputed matmuls again (and an unfused attention core)."""
     tokens = layout.global_batch * spec.seq

@@ -5,7 +5,7 @@ stage ``c x pp + r`` is chunk ``c`` of pipeline rank ``r``, Megatron-LM's interl
 builds ``get_num_layers_to_build`` layers on each (``megatron/core/transformer/
 transformer_block.py`` of NVIDIA/Megatron-LM at d98e8a64ddf34856e74b24714e3bedb2f5a39553, the
 same rule at ee6737da824b18f945946b4c798adf2328374cb7, the Megatron-Core NeMo 25.02 runs).
-``Layout.pipeline_split`` names which of its rules a plan uses:
+``Execution.pipeline_split`` names which of its rules a plan uses:
 
 * ``even``: ``layers / (pp x chunks)`` on every stage (both options below off, the default);
 * ``account-embedding`` (``--account-for-embedding-in-pipeline-split``): the input embedding

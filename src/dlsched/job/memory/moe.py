@@ -4,7 +4,7 @@ tokens (``job.memory`` adds these to a dense layer's accounting).
 Weights: an MoE layer keeps on each GPU its attention (split over TP as a dense layer's), the
 router (``h x experts``, replicated over TP as Megatron-Core's router), the shared experts
 (split over TP) and ``experts / ep`` routed experts, each split over the expert-TP group (``e``
-ranks: TP by default, ``Layout.expert_tp`` under parallel folding). The routed experts'
+ranks: TP by default, ``Execution.expert_tp`` under parallel folding). The routed experts'
 gradients and optimizer state are ZeRO-sharded over the expert-data-parallel group (``tp x cp
 x dp / (e ep)`` ranks), the rest over the dense data-parallel group, as Megatron-Core's
 distributed optimizer shards each parameter over its own group.
@@ -26,13 +26,13 @@ from __future__ import annotations
 from dlsched.job.communication.context_parallel import local_tokens
 from dlsched.job.compute.moe_costs import load_factor
 from dlsched.job.evaluation.unit_walk import held_stages
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 
 SCORE_BYTES = 4  # the router's scores in FP32
 
 
-def layer_indices(spec: TransformerSpec, layout: Layout, stage: int, chunk: int) -> range:
+def layer_indices(spec: TransformerSpec, layout: Execution, stage: int, chunk: int) -> range:
     """The layers of chunk ``chunk`` of pipeline rank ``stage`` (virtual stage ``chunk x pp
     + stage``, or the V's and DualPipe's placements: ``unit_walk.held_stages``;
     ``job.pipeline_split``)."""
@@ -40,7 +40,7 @@ def layer_indices(spec: TransformerSpec, layout: Layout, stage: int, chunk: int)
     return layout.stage_layers(spec.layers)[held[chunk]]
 
 
-def stage_moe_layers(spec: TransformerSpec, layout: Layout, stage: int) -> int:
+def stage_moe_layers(spec: TransformerSpec, layout: Execution, stage: int) -> int:
     """MoE layers held by pipeline rank ``stage`` over all its chunks."""
     held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
     return sum(spec.moe_layers_in(r.start, r.stop) for r in
@@ -54,13 +54,13 @@ def moe_dense_delta(spec: TransformerSpec, tp: int) -> float:
     return spec.router_parameters() + (shared - spec.ffn_parameters(spec.ffn_hidden)) / tp
 
 
-def experts_per_gpu(spec: TransformerSpec, layout: Layout) -> float:
+def experts_per_gpu(spec: TransformerSpec, layout: Execution) -> float:
     """One MoE layer's routed-expert parameters on one GPU: ``experts / ep`` of them, over
     expert TP."""
     return spec.expert_parameters() / (layout.ep * layout.etp)
 
 
-def moe_stash_delta(spec: TransformerSpec, layout: Layout, p: int) -> float:
+def moe_stash_delta(spec: TransformerSpec, layout: Execution, p: int) -> float:
     """Bytes one MoE layer keeps per microbatch per GPU beyond a dense layer (module
     docstring)."""
     s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp

@@ -25,7 +25,7 @@ reduce-scatter; a unit is one transformer layer, the embedding or the head (none
 **Parameters of a stage.** Megatron-LM puts ``layers / (pp x chunks)`` layers on each virtual
 stage, ``chunks`` per rank (virtual stage ``c x pp + s`` is chunk ``c`` of rank ``s``), or with
 the embedding and the loss accounted as layers one fewer on the first and the last
-(``Layout.pipeline_split``, ``job.pipeline_split``). Under
+(``Execution.pipeline_split``, ``job.pipeline_split``). Under
 tensor parallelism of ``t``, a layer's QKV, projection and MLP weights and the column-parallel
 biases are split; the two row-parallel biases (projection, second MLP linear: ``RowParallelLinear``
 keeps its bias whole) and the two layer norms are replicated on every TP rank, with or without
@@ -100,10 +100,9 @@ import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
-from dlsched.job.compute.moe_costs import expert_dp_size
 from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, held_in_flight, held_stages
-from dlsched.job.layout import Layout
+from dlsched.job.execution import Execution
 from dlsched.job.memory.moe import (
     experts_per_gpu,
     layer_indices,
@@ -241,7 +240,7 @@ def embedding_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
     return padded_vocab(spec.vocab, tp) * spec.hidden / tp + positions
 
 
-def head_parameters_per_gpu(spec: TransformerSpec, layout: Layout) -> float:
+def head_parameters_per_gpu(spec: TransformerSpec, layout: Execution) -> float:
     """Final norm plus the output matrix when untied, or Megatron's copy of the word embedding
     on the last stage when tied and ``pp > 1``."""
     matrix = padded_vocab(spec.vocab, layout.tp) * spec.hidden / layout.tp
@@ -249,7 +248,7 @@ def head_parameters_per_gpu(spec: TransformerSpec, layout: Layout) -> float:
     return spec.norm_parameters() + (matrix if own_matrix else 0.0)
 
 
-def stage_units(spec: TransformerSpec, layout: Layout, stage: int) -> list[float]:
+def stage_units(spec: TransformerSpec, layout: Execution, stage: int) -> list[float]:
     """Parameters per GPU of each unit (layer, embedding, head) on pipeline rank ``stage``."""
     _check_stage(layout, stage)
     units = [layer_parameters_per_gpu(spec, layout.tp)] * layout.rank_layers(spec.layers, stage)
@@ -263,7 +262,7 @@ def stage_units(spec: TransformerSpec, layout: Layout, stage: int) -> list[float
     return units
 
 
-def _ends_held(layout: Layout, stage: int) -> tuple[int | None, int | None]:
+def _ends_held(layout: Execution, stage: int) -> tuple[int | None, int | None]:
     """The chunks of rank ``stage`` holding the first and the last virtual stage (None:
     neither): rank 0's first and rank ``pp - 1``'s last chunk, both on rank 0 in a V
     (ZB-V, DualPipeV), on ranks 0 and ``pp - 1`` for DualPipe (``unit_walk.held_stages``)."""
@@ -278,7 +277,7 @@ def _per_gpu(total: float, whole: float, tp: int) -> float:
     return whole + (total - whole) / tp
 
 
-def layer_activations(spec: TransformerSpec, layout: Layout, precision: str,
+def layer_activations(spec: TransformerSpec, layout: Execution, precision: str,
                       attention: str = "flash") -> tuple[float, float]:
     """One layer's stash per microbatch per GPU and the transient of recomputing it (bytes),
     with autocast's 16-bit weight copy, the attention core by the ``attention`` kernel
@@ -312,7 +311,7 @@ def _block_per_gpu(block: BlockMemory, tp: int) -> float:
     return _per_gpu(block.stash, block.replicated[0], tp)
 
 
-def chunk_stash(spec: TransformerSpec, layout: Layout, precision: str,
+def chunk_stash(spec: TransformerSpec, layout: Execution, precision: str,
                 stage: int, attention: str = "flash") -> list[tuple[float, float]]:
     """Per chunk of rank ``stage``: (activations, FP32 logits) one microbatch keeps (bytes)."""
     p = activation_bytes(precision)
@@ -342,7 +341,7 @@ def chunk_stash(spec: TransformerSpec, layout: Layout, precision: str,
     return [(acts, logits) for acts, logits in chunks]
 
 
-def warmup_forwards(layout: Layout, stage: int) -> int:
+def warmup_forwards(layout: Execution, stage: int) -> int:
     """Forwards (of chunk-microbatches) rank ``stage`` runs before its first backward."""
     m = layout.num_microbatches
     if layout.schedule == "gpipe":
@@ -353,7 +352,7 @@ def warmup_forwards(layout: Layout, stage: int) -> int:
     return min(layout.pp - stage - 1, m)
 
 
-def in_flight_peak(layout: Layout, stage: int,
+def in_flight_peak(layout: Execution, stage: int,
                    chunk_bytes: list[tuple[float, float]]) -> tuple[float, float, tuple[int, ...]]:
     """Peak stash of rank ``stage`` (activations, logits, chunk-microbatches held per chunk),
     walking the schedule's order of forwards and backwards (module docstring)."""
@@ -393,7 +392,7 @@ def megatron_interleaved_chunks(m: int, v: int, pp: int) -> np.ndarray:
     return np.concatenate([np.repeat(np.arange(v), size) for size in groups])
 
 
-def memory_per_gpu(spec: TransformerSpec, layout: Layout, precision: str, stage: int = 0,
+def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, stage: int = 0,
                    grad_bytes: int = 4, attention: str = "flash") -> MemoryBreakdown:
     """Bytes per GPU of pipeline rank ``stage`` (0 = first) by part, the attention core by
     the ``attention`` kernel (module docstring)."""
@@ -410,7 +409,7 @@ def memory_per_gpu(spec: TransformerSpec, layout: Layout, precision: str, stage:
     if spec.experts and layout.recompute == "full":
         recompute += max(0.0, moe_stash_delta(spec, layout, activation_bytes(precision)))
     experts = stage_moe_layers(spec, layout, stage) * experts_per_gpu(spec, layout)
-    expert_state = state_bytes(precision, layout.zero, expert_dp_size(layout), grad_bytes)
+    expert_state = state_bytes(precision, layout.zero, layout.expert_dp, grad_bytes)
     loss = 0.0
     if _ends_held(layout, stage)[1] is not None:
         vocab = padded_vocab(spec.vocab, layout.tp)
@@ -431,7 +430,7 @@ def memory_per_gpu(spec: TransformerSpec, layout: Layout, precision: str, stage:
 
 
 @lru_cache(maxsize=65536)  # a plan's search and its baselines' ask again for the same layouts
-def peak_memory(spec: TransformerSpec, layout: Layout, precision: str,
+def peak_memory(spec: TransformerSpec, layout: Execution, precision: str,
                 grad_bytes: int = 4, attention: str = "flash") -> MemoryBreakdown:
     """The breakdown of the stage that needs the most. Under an even split only the first and
     last ranks can: a middle rank holds the same layers as the first without the embedding,
@@ -445,6 +444,6 @@ def peak_memory(spec: TransformerSpec, layout: Layout, precision: str,
                key=lambda breakdown: breakdown.total)
 
 
-def _check_stage(layout: Layout, stage: int) -> None:
+def _check_stage(layout: Execution, stage: int) -> None:
     if not 0 <= stage < layout.pp:
         raise ConfigError(f"stage: {stage} is not a pipeline rank; accepted: 0..{layout.pp - 1}")

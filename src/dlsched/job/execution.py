@@ -1,0 +1,268 @@
+"""How the job is parallelised and run (the job planner's third input): one ``Execution``.
+
+Its layout fields (``LAYOUT_FIELDS``) are the degrees and the schedule: tensor (``tp``),
+context (``cp``: each sequence split over ``cp`` GPUs, by ``cp_algorithm`` ring attention or
+the all-to-all of DeepSpeed-Ulysses: ``job.context_parallel``), pipeline (``pp``) and data
+(``dp``) parallel degrees, the expert-parallel degree ``ep`` of the MoE layers (experts sharded
+over ``ep`` GPUs carved out of the ``cp x dp`` ranks, as Megatron-Core carves them), and
+``expert_tp``, the tensor-parallel degree of each expert (None: the layout's TP, Megatron-Core's
+default ``--expert-tensor-parallel-size``; another value is MoE parallel folding, Liu et al.
+2025, "MoE Parallel Folding": the MoE layers laid out as expert TP x EP x expert DP over the
+same ``tp x cp x dp`` ranks the attention lays out as TP x CP x DP), model ``chunks`` per
+pipeline rank (virtual stages of the interleaved schedule; 1 otherwise), ``microbatch_size``
+sequences, ``global_batch`` sequences per iteration, the pipeline ``schedule``, activation
+``recompute``ation (none, selective: the attention core, full: every layer from its input,
+selective-op: TorchTitan's per-op policy, every other matmul kept, ``job.op_checkpoint``),
+Megatron-LM's ``sequence_parallel`` (norms and dropout split over the TP group, all-reduces
+become reduce-scatter + all-gather) and the ``zero`` stage of Rajbhandari et al. (SC 2020): 1
+shards the optimizer state over DP, 2 the gradients too, 3 the weights too (FSDP's full
+sharding), and the ``pipeline_split`` of the layers over the virtual stages (Megatron-Core's
+even split or its accounting of the embedding and the loss as layers: ``job.pipeline_split``).
+
+A layout field that is None is not fixed: the search chooses it (``Execution.searching``
+builds one with every layout field None but those given; ``expert_tp`` None is searched there
+and means "the TP degree" in a complete execution). A *complete* execution (``missing()``
+empty) is what the evaluator prices; the positional order and defaults make
+``Execution(tp, pp, dp, microbatch_size, global_batch)`` a complete 1F1B execution.
+
+Ranks are laid out in ``RANK_ORDER`` and every communication group is built here
+(``group_ranks``, ``group``) from it, so no other module composes a stride and a size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import ConfigDict, ValidationError
+from pydantic.dataclasses import dataclass
+
+from dlsched.errors import ConfigError, check_choice
+from dlsched.job.evaluation.pipeline_split import check_split, rank_layers, stage_layers
+from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule, held_stages
+
+if TYPE_CHECKING:
+    from dlsched.hardware import Topology
+    from dlsched.job.cluster import Cluster
+
+SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
+RECOMPUTE = ("none", "selective", "full", "selective-op")
+ZERO_STAGES = (0, 1, 2, 3)
+CP_ALGORITHMS = ("ring", "all-to-all", "all-gather")
+SEARCHED_CP_ALGORITHMS = ("ring", "all-to-all")  # all-gather (PyTorch's) priced when given
+
+RANK_ORDER = ("tp", "cp", "ep", "dp", "pp")
+"""Ranks laid out innermost first as Megatron-Core lays them out (``--order`` default
+``tp-cp-ep-dp-pp``, ``megatron/core/parallel_state.py``): the dense layers' ranks with EP of
+size 1 (TP ranks ``1`` apart, CP ``tp`` apart, DP ``tp x cp`` apart, PP ``tp x cp x dp``
+apart), the MoE layers' ranks with TP the expert TP, CP of size 1 and DP the expert DP
+(Megatron-Core's expert rank generator: the same order over the same ranks of a stage)."""
+
+GROUPS: dict[str, tuple[bool, tuple[str, ...]]] = {
+    "tp": (False, ("tp",)),
+    "cp": (False, ("cp",)),
+    "dp_cp": (False, ("cp", "dp")),
+    "pp": (False, ("pp",)),
+    "expert_tp": (True, ("tp",)),
+    "ep": (True, ("ep",)),
+    "expert_dp": (True, ("dp",)),
+}
+"""Each communication group: (of the MoE layers' ranks?, the ``RANK_ORDER`` dimensions it
+spans, consecutive). ``dp_cp`` is the dense layers' data-parallel group with context
+parallelism (``get_data_parallel_group(with_context_parallel=True)``: gradients and ZeRO
+shards); ``expert_dp`` the experts' (their gradients)."""
+
+ClassT = TypeVar("ClassT", bound=type)
+
+
+def config_errors(cls: ClassT) -> ClassT:
+    """``cls`` (a pydantic dataclass) constructed with dlsched's errors: a ConfigError its
+    checks raise comes out as it is, a field of the wrong type as a one-line ConfigError
+    naming the field (pydantic would wrap both in a ValidationError)."""
+    init: Callable[..., None] = cls.__init__
+
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except ValidationError as error:
+            raise _one_line(error, cls.__name__.lower()) from None
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
+
+
+def _one_line(error: ValidationError, source: str) -> ConfigError:
+    parts = []
+    for item in error.errors():
+        cause = item.get("ctx", {}).get("error")
+        if isinstance(cause, ConfigError):
+            return cause
+        where = ".".join(str(part) for part in item["loc"])
+        parts.append(f"{source}.{where}: {item['msg']} (got {item.get('input')!r})")
+    return ConfigError("; ".join(parts))
+
+
+_POSITIVE = ("tp", "pp", "dp", "microbatch_size", "global_batch", "chunks", "cp", "ep",
+             "expert_tp")
+
+
+@config_errors
+@dataclass(frozen=True, config=ConfigDict(extra="forbid", strict=True))
+class Execution:
+    """How the job is parallelised (module docstring): microbatches per pipeline replica are
+    ``global_batch / (microbatch_size x dp)``."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    microbatch_size: int | None = None
+    global_batch: int | None = None
+    chunks: int | None = 1
+    schedule: str | None = "1f1b"
+    recompute: str | None = "none"
+    sequence_parallel: bool | None = False
+    zero: int | None = 0
+    cp: int | None = 1
+    ep: int | None = 1
+    cp_algorithm: str | None = "ring"
+    expert_tp: int | None = None
+    pipeline_split: str | None = "even"
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1 (got {value})")
+        for name, accepted in (("schedule", SCHEDULES + UNIT_SCHEDULES), ("recompute", RECOMPUTE),
+                               ("zero", ZERO_STAGES), ("cp_algorithm", CP_ALGORITHMS)):
+            if getattr(self, name) is not None:
+                check_choice(f"--{name.replace('_', '-')}", getattr(self, name), accepted)
+        if self.pipeline_split is not None:
+            check_split(self.pipeline_split)
+        if not self.missing():
+            self._check_complete()
+
+    def _check_complete(self) -> None:
+        """The rules between the fields of a complete execution (expert TP equal to TP kept
+        as None, sequence parallelism off without TP)."""
+        if self.expert_tp == self.tp:
+            object.__setattr__(self, "expert_tp", None)
+        if self.tp == 1 and self.sequence_parallel:
+            object.__setattr__(self, "sequence_parallel", False)
+        if self.global_batch % (self.microbatch_size * self.dp):
+            raise ConfigError(f"--global-batch: {self.global_batch} is not a multiple of "
+                              f"microbatch size x DP = {self.microbatch_size * self.dp}")
+        if self.schedule in UNIT_SCHEDULES:  # two stages per rank (job.unit_walk)
+            check_unit_schedule(self.schedule, self.pp, self.num_microbatches, self.chunks)
+        elif (self.schedule == "interleaved") != (self.chunks > 1):
+            raise ConfigError("--chunks: more than one chunk per rank needs --schedule "
+                              f"interleaved, and interleaved needs chunks > 1 (got schedule "
+                              f"{self.schedule}, chunks {self.chunks})")
+        if self.expert_tp is None and (self.cp * self.dp) % self.ep:
+            raise ConfigError(f"--ep: {self.ep} must divide CP x DP = {self.cp * self.dp} "
+                              "(expert-parallel ranks are carved out of the context- and "
+                              "data-parallel ones)")
+        if (self.tp * self.cp * self.dp) % (self.etp * self.ep):
+            raise ConfigError(f"--expert-tp: expert TP x EP = {self.etp * self.ep} must divide "
+                              f"TP x CP x DP = {self.tp * self.cp * self.dp} (the MoE layers "
+                              "fold their groups into the ranks of one pipeline stage)")
+
+    @classmethod
+    def searching(cls, **fixed: Any) -> Execution:
+        """An execution whose layout fields are all searched but those in ``fixed``."""
+        return cls(**{**dict.fromkeys(LAYOUT_FIELDS), **fixed})
+
+    def missing(self) -> tuple[str, ...]:
+        """The layout fields not fixed (searched); ``expert_tp`` None means TP and is never
+        missing."""
+        return tuple(name for name in LAYOUT_FIELDS
+                     if name != "expert_tp" and getattr(self, name) is None)
+
+    def fixed(self) -> dict[str, object]:
+        """The layout fields fixed, by name."""
+        return {name: getattr(self, name) for name in LAYOUT_FIELDS
+                if getattr(self, name) is not None}
+
+    def admits(self, other: Execution) -> bool:
+        """Whether the complete ``other`` keeps every layout field fixed here."""
+        return all(getattr(other, "etp" if name == "expert_tp" else name) == value
+                   for name, value in self.fixed().items())
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the layout uses: TP x CP x PP x DP."""
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def etp(self) -> int:
+        """Tensor-parallel degree of each expert: ``expert_tp``, the TP degree when None."""
+        return self.tp if self.expert_tp is None else self.expert_tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks of the expert-data-parallel group: ``tp x cp x dp / (expert TP x EP)``."""
+        return self.tp * self.cp * self.dp // (self.etp * self.ep)
+
+    @property
+    def num_microbatches(self) -> int:
+        """Microbatches per pipeline replica per iteration."""
+        return self.global_batch // (self.microbatch_size * self.dp)
+
+    @property
+    def virtual_stages(self) -> int:
+        """Pipeline stages counting every chunk: pp x chunks."""
+        return self.pp * self.chunks
+
+    def group_ranks(self, name: str) -> tuple[int, int]:
+        """(stride, size) of the communication group ``name`` (``GROUPS``): its ranks are
+        ``stride`` apart in ``RANK_ORDER``."""
+        expert, dims = GROUPS[name]
+        sizes = ({"tp": self.etp, "cp": 1, "ep": self.ep, "dp": self.expert_dp, "pp": self.pp}
+                 if expert else
+                 {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": self.dp, "pp": self.pp})
+        first = RANK_ORDER.index(dims[0])
+        return (math.prod(sizes[d] for d in RANK_ORDER[:first]),
+                math.prod(sizes[d] for d in dims))
+
+    def group(self, name: str, cluster: Cluster) -> Topology | None:
+        """The network the group ``name`` spans on ``cluster`` (None for a group of one;
+        ``Cluster.group_topology``)."""
+        return cluster.group_topology(*self.group_ranks(name))
+
+    def stage_layers(self, layers: int) -> tuple[range, ...]:
+        """The layer indices of each of the ``virtual_stages`` for a model of ``layers``
+        (``job.pipeline_split``); ConfigError when the split is impossible."""
+        return stage_layers(layers, self.pp, self.chunks, self.pipeline_split)
+
+    def rank_layers(self, layers: int, rank: int) -> int:
+        """Layers pipeline rank ``rank`` holds over its chunks (``unit_walk.held_stages``:
+        two stages of ``pp`` for DualPipe)."""
+        if self.schedule in UNIT_SCHEDULES:
+            spans = self.stage_layers(layers)
+            return sum(len(spans[s]) for s in held_stages(self.schedule, self.pp, self.chunks,
+                                                          rank))
+        return rank_layers(layers, self.pp, self.chunks, self.pipeline_split, rank)
+
+    def label(self) -> str:
+        """``TP8 PP16 DP8 v1 mb1 1f1b selective sp zero1``-like short name (``CP2``/``EP8``
+        after TP when used, the pipeline split after ``zero`` unless even)."""
+        sp = " sp" if self.sequence_parallel else ""
+        cp = f" CP{self.cp}" if self.cp > 1 else ""
+        if self.cp > 1 and self.cp_algorithm != "ring":
+            cp += "-a2a"
+        ep = f" EP{self.ep}" if self.ep > 1 else ""
+        ep += f" ETP{self.expert_tp}" if self.expert_tp is not None else ""
+        split = "" if self.pipeline_split == "even" else f" {self.pipeline_split}"
+        return (f"TP{self.tp}{cp}{ep} PP{self.pp} DP{self.dp} v{self.chunks} "
+                f"mb{self.microbatch_size} {self.schedule} {self.recompute}{sp} zero{self.zero}"
+                f"{split}")
+
+    def row(self) -> dict[str, object]:
+        """The layout fields as a flat record."""
+        return {name: getattr(self, name) for name in LAYOUT_FIELDS}
+
+
+LAYOUT_FIELDS = tuple(f.name for f in fields(Execution))
+"""The layout fields, in ``Execution``'s positional order (None: searched)."""

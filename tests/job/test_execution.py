@@ -1,0 +1,141 @@
+"""``Execution``: one type for a layout fixed in part (the search's input) or complete (the
+evaluator's), its rank order and every communication group built from it, and its fields
+declared once in src."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.cluster import node_cluster
+from dlsched.job.execution import GROUPS, LAYOUT_FIELDS, RANK_ORDER, Execution
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "dlsched"
+
+
+def _coordinates(rank: int, sizes: dict[str, int]) -> dict[str, int]:
+    """A rank's index along each dimension of ``RANK_ORDER`` (innermost first)."""
+    out = {}
+    for name in RANK_ORDER:
+        out[name] = rank % sizes[name]
+        rank //= sizes[name]
+    return out
+
+
+def _groups_by_enumeration(layout: Execution, name: str) -> set[frozenset[int]]:
+    """The groups ``name`` forms, found by enumerating every rank's coordinates: ranks whose
+    coordinates agree outside the group's dimensions form one group (Megatron-Core's rank
+    generator, written out)."""
+    expert, dims = GROUPS[name]
+    sizes = ({"tp": layout.etp, "cp": 1, "ep": layout.ep, "dp": layout.expert_dp,
+              "pp": layout.pp} if expert else
+             {"tp": layout.tp, "cp": layout.cp, "ep": 1, "dp": layout.dp, "pp": layout.pp})
+    groups: dict[tuple[int, ...], set[int]] = {}
+    for rank in range(layout.gpus):
+        at = _coordinates(rank, sizes)
+        key = tuple(at[d] for d in RANK_ORDER if d not in dims)
+        groups.setdefault(key, set()).add(rank)
+    return {frozenset(g) for g in groups.values()}
+
+
+def _groups_by_stride(layout: Execution, name: str) -> set[frozenset[int]]:
+    """The groups of ``name`` from ``group_ranks``' stride and size: each block of
+    ``stride x size`` consecutive ranks holds ``stride`` groups."""
+    stride, size = layout.group_ranks(name)
+    block = stride * size
+    return {frozenset(start + offset + i * stride for i in range(size))
+            for start in range(0, layout.gpus, block) for offset in range(stride)}
+
+
+LAYOUTS = [Execution(2, 2, 4, 1, 8, cp=2, ep=4, sequence_parallel=True),
+           Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=8, expert_tp=1),
+           Execution(2, 3, 2, 1, 4, cp=3, ep=2, expert_tp=1),
+           Execution(1, 2, 8, 1, 8, ep=2)]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda layout: layout.label())
+@pytest.mark.parametrize("name", sorted(GROUPS))
+def test_every_group_is_the_rank_generators(layout: Execution, name: str) -> None:
+    """Each group's stride and size partition the ranks as enumerating their coordinates in
+    the rank order does, every rank in exactly one group of the group's size."""
+    by_stride = _groups_by_stride(layout, name)
+    assert by_stride == _groups_by_enumeration(layout, name)
+    assert sorted(r for g in by_stride for r in g) == list(range(layout.gpus))
+    assert {len(g) for g in by_stride} == {layout.group_ranks(name)[1]}
+
+
+def test_megatrons_strides_by_hand() -> None:
+    """TP 2, CP 2, DP 4, PP 2 (32 GPUs): TP ranks 1 apart, CP 2, the DP-with-CP group 2 apart
+    over 8 ranks, PP 16 apart; EP 4 carved next to TP: 2 apart, expert DP 8 apart."""
+    layout = LAYOUTS[0]
+    assert layout.gpus == 32
+    assert {name: layout.group_ranks(name) for name in GROUPS} == {
+        "tp": (1, 2), "cp": (2, 2), "dp_cp": (2, 8), "pp": (16, 2),
+        "expert_tp": (1, 2), "ep": (2, 4), "expert_dp": (8, 2)}
+
+
+def test_a_group_spans_the_network_its_ranks_cross() -> None:
+    """On 4 DGX-H100 nodes, TP 8 stays on NVLink, the DP group of 4 crosses only the NICs, and
+    a group of one has no network."""
+    cluster = node_cluster("dgx-h100", 32)
+    layout = Execution(8, 1, 4, 1, 4)
+    assert [d.size for d in layout.group("tp", cluster).dims] == [8]
+    dp = layout.group("dp_cp", cluster)
+    assert [d.size for d in dp.dims] == [4] and dp.dims[0].bandwidth == 50e9
+    assert layout.group("cp", cluster) is None
+
+
+def test_a_searched_execution_keeps_what_is_fixed() -> None:
+    """``searching`` leaves every layout field None but those given; a complete execution
+    fills the defaults; ``admits`` compares the fixed fields only."""
+    choice = Execution.searching(global_batch=64, tp=8, expert_tp=8)
+    assert choice.fixed() == {"tp": 8, "global_batch": 64, "expert_tp": 8}
+    assert set(choice.missing()) == set(LAYOUT_FIELDS) - {"tp", "global_batch", "expert_tp"}
+    complete = Execution(8, 2, 4, 1, 64)
+    assert complete.missing() == () and complete.expert_tp is None and complete.etp == 8
+    assert choice.admits(complete) and not choice.admits(replace(complete, tp=4, dp=8))
+
+
+@pytest.mark.parametrize(("fields", "field"), [
+    ({"tp": 0}, "--tp"), ({"schedule": "round-robin"}, "--schedule"),
+    ({"zero": 4}, "--zero"), ({"cp_algorithm": "tree"}, "--cp-algorithm"),
+    ({"global_batch": 63}, "--global-batch"), ({"chunks": 2}, "--chunks"),
+    ({"tp": "8"}, "execution.tp"), ({"tensor_parallel": 8}, "execution.tensor_parallel")])
+def test_bad_fields_are_refused_naming_the_field(fields: dict[str, object], field: str) -> None:
+    """A ConfigError naming the field, not pydantic's wrapper."""
+    given = {"tp": 8, "pp": 2, "dp": 4, "microbatch_size": 1, "global_batch": 64, **fields}
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        Execution(**given)
+
+
+def _string_tuples(path: Path) -> list[tuple[int, tuple[str, ...]]]:
+    """(line, elements) of every tuple or list literal of strings only in ``path``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Tuple | ast.List) and node.elts and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+            found.append((node.lineno, tuple(e.value for e in node.elts)))
+    return found
+
+
+def test_the_layout_fields_are_declared_once_in_src() -> None:
+    """No module but ``job/execution.py`` spells out the layout fields (read them from
+    ``LAYOUT_FIELDS``): no literal of strings, all of them layout fields, that names half of
+    them or more (a copy; a short selection such as the fields a rule concerns is no copy)."""
+    copies = [f"{path.relative_to(SRC)}:{line}"
+              for path in SRC.rglob("*.py") if path != SRC / "job" / "execution.py"
+              for line, names in _string_tuples(path)
+              if 2 * len(names) >= len(LAYOUT_FIELDS) and set(names) <= set(LAYOUT_FIELDS)]
+    assert copies == []
+
+
+def test_rank_order_is_megatrons() -> None:
+    """The one statement of the order: Megatron-Core's default ``--order``."""
+    assert "-".join(RANK_ORDER) == "tp-cp-ep-dp-pp"
+    assert set(itertools.chain.from_iterable(d for _, d in GROUPS.values())) <= set(RANK_ORDER)
