@@ -36,3 +36,15 @@ def test_bytes_and_buffer_by_hand() -> None:
     assert allgather_bytes(BLOCK, 4) == (3 * BLOCK, 3 * BLOCK + 4 * BLOCK)
     assert allgather_buffer(BLOCK, 4) == 4 * BLOCK
 
+
+
+def test_plan_prices_all_gather_cp_when_given_and_never_searches_it() -> None:
+    from dlsched.job.scenario import PlanScenario
+
+    base = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "global_batch": 4,
+            "seq": 32768, "tp": 1, "pp": 1, "cp": 2, "zero": 3, "microbatch_size": 1,
+            "recompute": "full", "baselines": False}
+    given, = PlanScenario(**base, cp_algorithm="all-gather").run().rows
+    assert given["cp_algorithm"] == "all-gather" and given["exposed_cp_s"] > 0
+    searched, = PlanScenario(**base).run().rows
+    assert searched["cp_algorithm"] in ("ring", "all-to-all")

@@ -44,7 +44,7 @@ from dlsched.job.evaluation.evaluate import (
 )
 from dlsched.job.evaluation.pipeline_split import SPLITS, feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_CHUNKS, UNIT_SCHEDULES, check_unit_schedule
-from dlsched.job.execution import CP_ALGORITHMS, SCHEDULES, ZERO_STAGES, Execution
+from dlsched.job.execution import SCHEDULES, SEARCHED_CP_ALGORITHMS, ZERO_STAGES, Execution
 from dlsched.job.memory.per_gpu import peak_memory
 from dlsched.job.ranking import POINT, Ranking
 
@@ -172,12 +172,22 @@ def _inner(choice: Execution, space: Space, degrees: tuple[int, int, int, int, i
                 for recompute in modes:
                     for sp in space.sequence_parallel if tp > 1 else (False,):
                         for zero in space.zero if cp * dp > 1 else (0,):
-                            for algorithm in CP_ALGORITHMS if cp > 1 else ("ring",):
+                            for algorithm in _cp_algorithms(cp, fixed):
                                 layout = Execution(tp, pp, dp, mb, choice.global_batch, chunks,
                                                 schedule, recompute, sp, zero, cp, ep,
                                                 algorithm, etp, split)
                                 if choice.admits(layout):
                                     yield layout
+
+
+def _cp_algorithms(cp: int, fixed: dict[str, object]) -> tuple[str, ...]:
+    """The CP algorithms a layout of CP ``cp`` is tried with: ring and all-to-all, and
+    PyTorch's all-gather only when given (``SEARCHED_CP_ALGORITHMS``)."""
+    if cp == 1:
+        return ("ring",)
+    given = fixed.get("cp_algorithm")
+    extra = (given,) if isinstance(given, str) and given not in SEARCHED_CP_ALGORITHMS else ()
+    return SEARCHED_CP_ALGORITHMS + extra
 
 
 def _chunks(schedule: str, layers: int, m: int, pp: int,

@@ -124,9 +124,6 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
         reasons.append("model.router_balance: a learned router without a capacity factor <= 1: "
                        "the busiest expert's share of the tokens (the evaluator's "
                        "router_imbalance) is not published")
-    if par.cp_algorithm == "all-gather":
-        reasons.append("parallel.cp_algorithm: all-gather context parallelism (every K/V shard "
-                       "gathered) is not an evaluator algorithm; accepted: ring, all-to-all")
     unmodelled = [_UNMODELLED_OVERLAP[o] for o in par.overlap if o in _UNMODELLED_OVERLAP]
     if unmodelled:
         reasons.append("parallel.overlap: the evaluator does not model " + ", ".join(unmodelled))

@@ -51,6 +51,11 @@ from functools import lru_cache
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.hardware.topology import Dimension
+from dlsched.job.communication.allgather_cp import (
+    allgather_buffer,
+    allgather_bytes,
+    allgather_exposed,
+)
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
@@ -103,7 +108,7 @@ def core_shape(spec: TransformerSpec, cp: int, algorithm: str) -> tuple[int, int
     ``heads / cp`` heads."""
     if cp == 1:
         return None
-    if algorithm == "ring":
+    if algorithm in ("ring", "all-gather"):
         return local_tokens(spec, cp), spec.seq, spec.heads
     return spec.seq, spec.seq, spec.heads // cp
 
@@ -171,6 +176,12 @@ def cp_cost(spec: TransformerSpec, layout: Execution, group: Topology | None, po
                                          core_backward / cp)
         steps_f, steps_b = ring_steps(cp)
         sent_f, sent_b = sum(steps_f) * block / 2, sum(steps_b) * block / 2
+    elif layout.cp_algorithm == "all-gather":  # PyTorch's (job.allgather_cp)
+        block = kv_block_bytes(spec, layout)
+        forward, backward = allgather_exposed(block, cp, group, policy,
+                                              send_seconds(ring_link(group), block),
+                                              core_forward, core_backward)
+        sent_f, sent_b = allgather_bytes(block, cp)
     else:
         a2a = curve(group, "all-to-all", policy)
         qkv, out = qkv_bytes(spec, layout), output_bytes(spec, layout)
@@ -186,4 +197,6 @@ def buffer_bytes(spec: TransformerSpec, layout: Execution) -> float:
         return 0.0
     if layout.cp_algorithm == "ring":
         return kv_block_bytes(spec, layout) * max(layout.cp - 1, RING_BACKWARD_BUFFERS)
+    if layout.cp_algorithm == "all-gather":
+        return allgather_buffer(kv_block_bytes(spec, layout), layout.cp)
     return A2A_BUFFERS * qkv_bytes(spec, layout)
