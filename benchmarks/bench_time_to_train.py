@@ -4,8 +4,9 @@ and of the Monte-Carlo check (2,000 runs of a 40-segment job); rewrites the ``ti
 section of BENCHMARKS.md.
 
 ``python -m benchmarks.bench_time_to_train plot`` draws ``docs/images/time-to-train.png``: the
-405B plan's time to train (with failures, checkpoints and stragglers) and its failure-free
-time against the GPUs, and its goodput (matplotlib, Agg).
+time to train of the 405B plan ``--objective time-to-train`` chooses at each size (with
+failures, checkpoints and stragglers), its failure-free time and its goodput against the GPUs
+(matplotlib, Agg).
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def plot(path: Path = PLOT) -> None:
     from dlsched.job.scenario import PlanScenario
 
     rows = [PlanScenario(model="llama3-405b", cluster="dgx-h100", gpus=gpus, tokens="15.6T",
-                         baselines=False).run().rows[0] for gpus in GPUS]
+                         objective="time-to-train", baselines=False).run().rows[0]
+            for gpus in GPUS]
     ideal = [r["iterations"] * r["iteration_s"] / 86400 for r in rows]
     figure, days_axis = plt.subplots(figsize=(7, 4.2))
     days_axis.plot(GPUS, [r["ttt_days"] for r in rows], "o-", label="time to train (failures, "
@@ -93,8 +95,8 @@ def plot(path: Path = PLOT) -> None:
     lines = days_axis.get_legend_handles_labels()
     more = goodput_axis.get_legend_handles_labels()
     days_axis.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper right")
-    days_axis.set_title("Llama 3 405B, 15.6T tokens: dlsched plan --tokens (defaults)",
-                        fontsize=10)
+    days_axis.set_title("Llama 3 405B, 15.6T tokens: dlsched plan --tokens 15.6T "
+                        "--objective time-to-train", fontsize=10)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     for gpus, row, free in zip(GPUS, rows, ideal, strict=True):
