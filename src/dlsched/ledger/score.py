@@ -26,9 +26,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dlsched.job.intervals import LEVEL, conformal_quantile
 from dlsched.ledger.predict import Prediction
 
-LEVEL = 0.9
+__all__ = ["LEVEL", "Interval", "SourceStats", "conformal_quantile", "interval", "source_stats",
+           "summarize"]
 
 
 @dataclass(frozen=True)
@@ -46,14 +48,6 @@ class Interval:
     def covers(self, value: float) -> bool:
         """Whether ``value`` lies in the interval."""
         return self.low <= value and (self.high is None or value <= self.high)
-
-
-def conformal_quantile(scores: Sequence[float], level: float = LEVEL) -> float:
-    """The ``ceil((n + 1) level)``-th smallest of ``scores`` (inf when that exceeds n): the
-    split-conformal half-width that covers a new exchangeable score with probability >=
-    ``level``."""
-    rank = math.ceil((len(scores) + 1) * level - 1e-12)
-    return sorted(scores)[rank - 1] if rank <= len(scores) else math.inf
 
 
 def _group(prediction: Prediction) -> tuple[str, str]:
