@@ -5,7 +5,7 @@ least predicted time ``latency + bytes / bandwidth`` (``ncclTopoGetAlgoTime``); 
 evaluates the same model with NCCL's constants and returns that minimum. Sources, all in
 NVIDIA/nccl (read, not copied):
 
-- ``src/graph/tuning.cc`` at b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2 (NCCL 2.19-2.21):
+- ``src/graph/tuning.cc`` at b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2 (NCCL 2.20.3):
   ``baseLat`` and ``hwLat`` (us per algorithm x protocol, NVLink or network), the per-channel
   bandwidth caps (``llMaxBws``, ``perChMaxRingLL128Bws``, ``perChMaxTreeLL128Bws``,
   ``perChMaxTreeBws``), the protocol fractions (LL 1/4 of the ring's bus bandwidth, 1/3 on
@@ -21,9 +21,10 @@ NVIDIA/nccl (read, not copied):
   credits one NVLink (``SM80_NVLINK_BW`` 20.0 GB/s, ``SM90_NVLINK_BW`` 20.6,
   ``SM100_NVLINK_BW`` 40.1; a link is nominally 25 GB/s per direction on NVLink 3 and 4,
   50 GB/s on NVLink 5);
-- ``src/graph/search.cc`` (``speedArrayIntra``/``Inter`` and their sm90 / sm100 versions):
-  the per-channel speeds the topology search tries, highest first; channels of 25 GB/s or
-  more are split in two (``ncclTopoDupChannels``).
+- ``src/graph/search.cc``: ``speedArrayIntra``/``Inter`` and their sm90 / sm100 versions
+  (NCCL 2.2x; read in copies of the file, not at a stored NVIDIA/nccl commit), the per-channel
+  speeds the topology search tries, highest first; channels of 25 GB/s or more are split in
+  two (``ncclTopoCompute``'s duplication, at 2dfd83752cc17e7962fb2842c44bfcc0216c8b40).
 
 Simplified, each said where it applies: the search is taken to find the first speed of its
 array that the GPU's NVLinks (or, across nodes, its NIC) can carry, and as many channels of it
