@@ -12,7 +12,7 @@ interval on the measured value is ``[predicted / (1 + q), predicted / (1 - q)]``
 whose error would be within ``q``; unbounded above when ``q >= 1``).
 
 **Outside the envelope** (``uncovered``): a categorical value no residual of the family has
-(ZeRO stage 3, schedule zb-h1, H200), a scale outside the range of the residuals that share one
+(schedule zb-h1, a GPU no run used), a scale outside the range of the residuals that share one
 of the plan's values (``recomputation none`` priced only up to 406B parameters, ``microbatch
 1`` only up to 64 stages; sizes within ``SIZE_TOLERANCE``), and an MFU above that of every
 priced run of the GPU. Each adds ``widening`` to ``q``: the excess the ledger itself shows
