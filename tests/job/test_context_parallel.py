@@ -22,7 +22,7 @@ from dlsched.job.communication.context_parallel import (
     qkv_bytes,
 )
 from dlsched.job.compute.layer_costs import ATTENTION_CORE, decoder_model
-from dlsched.job.evaluation.evaluate import Job, cp_group, evaluate
+from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.memory.per_gpu import layer_activations, memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
@@ -173,7 +173,7 @@ def test_an_evaluated_cp_row_reports_its_exposed_cp_time() -> None:
     assert evaluate(job, layout).exposed["cp_s"] == 0.0
     layout = replace(layout, dp=1, cp=2)
     result = evaluate(job, layout)
-    assert cp_group(job, layout).dims[0].bandwidth == NIC[0]
+    assert layout.group("cp", job.cluster).dims[0].bandwidth == NIC[0]
     assert result.exposed["cp_s"] >= 0.0
     assert result.iteration_s >= result.bound_s
 

@@ -19,7 +19,8 @@ from dlsched.job.compute.op_checkpoint import (
     recomputed_matmuls,
     recomputed_ops,
 )
-from dlsched.job.evaluation.evaluate import Job, _costs, _flops, evaluate
+from dlsched.job.evaluation.evaluate import Job, _flops, evaluate
+from dlsched.job.evaluation.replica import block_costs_of
 from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import layer_activations, peak_memory
@@ -116,7 +117,8 @@ def test_backward_adds_the_recomputed_ops_gpu_seconds(fsdp8):
     """The backward grows by the hand-listed ops' forward GPU seconds (wk, wo, w3 at their
     shapes; the layer's norms, first residual and SwiGLU), plus at most their launches."""
     job = fsdp8["job"]
-    extra = _costs(job, fsdp8["selective-op"][0]).layer_b - _costs(job, fsdp8["none"][0]).layer_b
+    extra = (block_costs_of(job, fsdp8["selective-op"][0]).layer_b
+             - block_costs_of(job, fsdp8["none"][0]).layer_b)
     h, kv, f, tokens = 4096, 1024, 14336, 8192
     ops = [op for op in _layer_ops(LLAMA8B) if op.label in (
         "h.0.ln_1", "h.0.ln_2", "swiglu")] + [next(
@@ -142,8 +144,8 @@ def test_hardware_flop_count_the_rerun_matmuls_and_mfu_does_not(fsdp8):
 def test_sequence_parallel_tp_reruns_the_two_gathers():
     job = Job(LLAMA8B, load_cluster("dgx-h100", 8, None))
     op = Execution(2, 1, 4, 1, 4, recompute="selective-op", sequence_parallel=True)
-    extra = (_costs(job, op).tp_backward_s
-             - _costs(job, replace(op, recompute="none")).tp_backward_s)
+    extra = (block_costs_of(job, op).tp_backward_s
+             - block_costs_of(job, replace(op, recompute="none")).tp_backward_s)
     gather = curve(job.cluster.group_topology(1, 2), "all-gather", "baseline")
     assert extra == pytest.approx(2 * gather.seconds(1 * 8192 * 4096 * 2))
 

@@ -33,14 +33,13 @@ follow from it and would count the same error twice) and the memory metric (its 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from dlsched.errors import ConfigError
 from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.cluster import NODE_PRESETS, load_cluster
 from dlsched.job.compute.fp8 import FP8_RECIPES
-from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, pipeline_times
-from dlsched.job.evaluation.pipeline_time import fast_pipeline
+from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.ledger.memory import published_memory_gib
@@ -189,15 +188,11 @@ def breakdown(job: Job, result: JobResult) -> dict[str, float]:
     """The predicted iteration split (seconds): the exposed communication, the optimizer step
     and the gradient accumulation outside the GEMMs by kind (``JobResult.exposed``), the
     pipeline bubble (``bubble_s``: the replica without transfers beyond its busiest rank's
-    work) and the rest (``compute_s``: the busiest rank's compute, what the other parts leave
+    work, both from the evaluation: ``JobResult.quiet_s``, ``busiest_work_s``) and the rest
+    (``compute_s``: the busiest rank's compute, what the other parts leave
     of the iteration)."""
-    times, _, _ = pipeline_times(job, result.layout)
-    quiet = fast_pipeline(replace(times, send=(0.0,) * len(times.send)))
-    work = [0.0] * times.pp
-    for stage, (f, b) in enumerate(zip(times.forward, times.backward, strict=True)):
-        work[stage % times.pp] += times.num_microbatches * (f + b)
     parts = {key: float(result.exposed.get(key, 0.0)) for key in EXPOSED_KEYS}
-    parts["bubble_s"] = max(0.0, quiet.end - max(work))
+    parts["bubble_s"] = max(0.0, result.quiet_s - result.busiest_work_s)
     return {"iteration_s": result.iteration_s,
             "compute_s": result.iteration_s - sum(parts.values()), **parts}
 

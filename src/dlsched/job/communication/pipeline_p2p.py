@@ -17,7 +17,7 @@
   and ``blocking`` for every other one.
 
 Megatron-LM's scatter-gather of the transfers (SC21 Sec. 4.1: without sequence parallelism each
-TP rank sends ``1/t`` of the activation, ``job.evaluate._send_s``) ends with an all-gather of
+TP rank sends ``1/t`` of the activation, ``job.evaluation.replica``) ends with an all-gather of
 the received pieces over the TP group on the receiver's stream, before its next compute:
 ``receive_gather_s`` is added to the receiving action's stage whatever the mode.
 """

@@ -36,34 +36,29 @@ from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.job.cluster import Cluster
 from dlsched.job.communication.collective_costs import check_policy, curve
-from dlsched.job.communication.context_parallel import CPCost, check_cp, cp_cost, output_bytes
+from dlsched.job.communication.context_parallel import check_cp
 from dlsched.job.communication.dp_sync import (
     GRAD_REDUCE_BYTES,
-    WEIGHT_BYTES,
     DPStep,
     check_dp_policy,
     check_grad_reduce,
     dp_step,
 )
-from dlsched.job.communication.pipeline_p2p import check_pipeline_p2p, with_p2p
-from dlsched.job.compute.block_pricing import check_kernel_options, kernel_options
+from dlsched.job.communication.pipeline_p2p import check_pipeline_p2p
+from dlsched.job.compute.block_pricing import check_kernel_options
 from dlsched.job.compute.fp8 import fp8_weight_copies
 from dlsched.job.compute.grad_accumulation import (
-    accumulation_bytes,
     check_grad_accumulation,
     stage_parameters,
 )
 from dlsched.job.compute.layer_costs import (
     BlockCosts,
-    block_costs,
     check_attention,
     check_precision,
     gpu_compute,
 )
 from dlsched.job.compute.moe_costs import (
-    MoELayerCosts,
     check_moe_layout,
-    moe_layer_costs,
 )
 from dlsched.job.compute.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
 from dlsched.job.evaluation.pipeline_time import (
@@ -71,6 +66,10 @@ from dlsched.job.evaluation.pipeline_time import (
     ReplicaTiming,
     event_pipeline,
     fast_pipeline,
+)
+from dlsched.job.evaluation.replica import (
+    executed_times,
+    replica_parts,
 )
 from dlsched.job.evaluation.unit_walk import (
     UNIT_SCHEDULES,
@@ -161,6 +160,10 @@ class JobResult:
     bound_s: float
     notes: tuple[str, ...] = ()
     extra: dict[str, object] = field(default_factory=dict)
+    quiet_s: float = 0.0
+    """The replica's end with its transfers free (what ``pp_s`` is measured against)."""
+    busiest_work_s: float = 0.0
+    """The busiest pipeline rank's compute over the iteration's microbatches."""
 
     @property
     def memory_bytes(self) -> float:
@@ -206,118 +209,19 @@ def dp_group(job: Job, layout: Execution) -> Topology | None:
     return layout.group("dp_cp", job.cluster)
 
 
-def _costs(job: Job, layout: Execution) -> BlockCosts:
-    tp_group = layout.group("tp", job.cluster)
-    return block_costs(job.spec, layout.microbatch_size, job.cluster.gpu, job.precision,
-                       layout.tp, layout.sequence_parallel, layout.recompute, tp_group,
-                       job.collective_policy, layout.cp, layout.cp_algorithm, job.attention,
-                       job.tp_comm_overlap,
-                       kernel_options(job.fp8_recipe, job.compile, layout.num_microbatches,
-                                      layout.cp * layout.dp if job.fp8_all_gather else 1),
-                       job.async_tp)
-
-
-def cp_group(job: Job, layout: Execution) -> Topology | None:
-    """The network of the CP group: ``cp`` ranks ``tp`` apart (``Execution.group``)."""
-    return layout.group("cp", job.cluster)
-
-
-def _cp(job: Job, layout: Execution, costs: BlockCosts) -> CPCost:
-    """Context parallelism's communication per layer per microbatch (``job.context_parallel``)."""
-    return cp_cost(job.spec, layout, cp_group(job, layout), job.collective_policy,
-                   costs.core_f, costs.core_b)
-
-
-def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[float, float]:
-    """Exposed seconds per layer per microbatch of ZeRO 3's traffic (forward, backward)."""
-    if layout.zero != 3 or layout.cp * layout.dp == 1:
-        return 0.0, 0.0
-    group = dp_group(job, layout)
-    params = job.spec.layer_parameters() / layout.tp
-    gather = curve(group, "all-gather", job.collective_policy).seconds(
-        params * (1 if job.fp8_all_gather else WEIGHT_BYTES))
-    scatter = curve(group, "reduce-scatter", job.collective_policy).seconds(
-        params * job.grad_bytes)
-    return (max(0.0, gather - costs.layer_f),
-            max(0.0, gather + scatter - costs.layer_b))
-
-
-def _send_s(job: Job, layout: Execution) -> float:
-    """Seconds of one activation (or gradient) transfer between pipeline ranks: each GPU of
-    the TP group sends its ``1/tp`` share (Megatron-LM's scatter-gather of SC21 Sec. 4.1) over
-    the slowest link the pipeline group spans (under CP, of its ``s / cp`` tokens)."""
-    if layout.pp == 1:
-        return 0.0
-    group = layout.group("pp", job.cluster)
-    assert group is not None
-    link = min(group.dims, key=lambda dim: dim.bandwidth)
-    return link.latency + output_bytes(job.spec, layout) / link.bandwidth
-
-
-def _receive_gather_s(job: Job, layout: Execution) -> float:
-    """Seconds of the all-gather over the TP group that reassembles a transfer sent in ``1/tp``
-    pieces (``_send_s``; with sequence parallelism the pieces are the ranks' own shards and
-    stay apart): ``job.pipeline_p2p``."""
-    if layout.pp == 1 or layout.tp == 1 or layout.sequence_parallel:
-        return 0.0
-    group = layout.group("tp", job.cluster)
-    whole = output_bytes(job.spec, layout) * layout.tp  # the activation the pieces make up
-    return curve(group, "all-gather", job.collective_policy).seconds(whole)
-
-
-def executed_times(job: Job, layout: Execution, times: PipelineTimes) -> PipelineTimes:
-    """The stages' ``times`` as the replica runs them, its transfers blocking the ranks or
-    beside their compute and their pieces gathered (``job.pipeline_p2p``)."""
-    return with_p2p(times, job.pipeline_p2p, _receive_gather_s(job, layout))
-
-
-def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
-    """One MoE layer's costs (``job.moe_costs``), None for a dense model."""
-    if not job.spec.experts:
-        return None
-    return moe_layer_costs(job.spec, layout, job.cluster.gpu, job.precision,
-                           layout.group("tp", job.cluster), layout.group("ep", job.cluster),
-                           job.collective_policy, job.attention,
-                           layout.group("expert_tp", job.cluster), job.tp_comm_overlap)
-
-
 def pipeline_times(job: Job, layout: Execution) -> tuple[PipelineTimes, BlockCosts,
                                                       tuple[float, float]]:
-    """The replica's per-stage seconds, the block costs and ZeRO 3's exposed seconds (the
-    layers' times include context parallelism's exposed communication); an MoE layer of a stage
-    costs ``job.moe_costs``' seconds instead of a dense layer's."""
-    costs = _costs(job, layout)
-    extra_f, extra_b = _zero3_exposed(job, layout, costs)
-    cp = _cp(job, layout, costs)
-    spans = layout.stage_layers(job.spec.layers)
-    forward = [len(span) * (costs.layer_f + extra_f + cp.forward_s) for span in spans]
-    backward = [len(span) * (costs.layer_b + extra_b + cp.backward_s) for span in spans]
-    moe = _moe_costs(job, layout)
-    for stage, span in enumerate(spans) if moe else ():
-        count = job.spec.moe_layers_in(span.start, span.stop)
-        forward[stage] += count * (moe.layer_f - costs.layer_f - extra_f)
-        backward[stage] += count * (moe.layer_b - costs.layer_b - extra_b)
-    forward[0] += costs.embed_f
-    backward[0] += costs.embed_b
-    forward[-1] += costs.head_f
-    backward[-1] += costs.head_b
-    for stage, seconds in enumerate(_accumulation_seconds(job, layout)):
-        backward[stage] += seconds
-    send = (_send_s(job, layout),) * (layout.virtual_stages - 1)
-    # the EP all-to-alls inside each stage: what an overlapped F & B pair hides (unit_walk)
-    sparse = [job.spec.moe_layers_in(span.start, span.stop) if moe else 0 for span in spans]
-    comm = ((tuple(n * moe.a2a_forward_s for n in sparse),
-             tuple(n * moe.a2a_backward_s for n in sparse)) if moe else ((), ()))
-    times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,
-                          tuple(forward), tuple(backward), send, forward_comm=comm[0],
-                          backward_comm=comm[1])
-    return times, costs, (extra_f, extra_b)
+    """The replica's per-stage seconds, the block costs and ZeRO 3's exposed seconds
+    (``replica_parts``)."""
+    parts = replica_parts(job, layout)
+    return parts.times, parts.costs, parts.zero3
 
 
 def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     """Price ``layout`` for ``job`` (module docstring); ConfigError when it cannot run."""
     check_layout(job, layout)
-    times, costs, zero3 = pipeline_times(job, layout)
+    parts = replica_parts(job, layout)
+    times, costs, zero3 = parts.times, parts.costs, parts.zero3
     executed = executed_times(job, layout, times)
     replica = fast_pipeline(executed) if fast else event_pipeline(executed)
     steps = [_rank_dp(job, layout, times, rank) for rank in range(layout.pp)]
@@ -333,8 +237,8 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     memory = peak_memory(job.spec, layout, job.precision, job.grad_bytes, job.attention)
     memory = replace(memory, weights=memory.weights + fp8_weight_copies(
         job.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage)))
-    cp = _cp(job, layout, costs)
-    moe, sparse = _moe_costs(job, layout), stage_moe_layers(job.spec, layout, critical) * share
+    cp, moe = parts.cp, parts.moe
+    sparse = stage_moe_layers(job.spec, layout, critical) * share
     moe_tp = sparse * (moe.tp_forward_s + moe.tp_backward_s) if moe else 0.0
     exposed = {"tp_s": m * ((per_rank - sparse) * (costs.tp_forward_s + costs.tp_backward_s)
                             + moe_tp),
@@ -345,25 +249,24 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
                "zero3_s": m * per_rank * (zero3[0] + zero3[1]),
                "cp_s": m * per_rank * (cp.forward_s + cp.backward_s),
                "grad_accumulation_s": m * share * sum(
-                   _accumulation_seconds(job, layout)[stage] for stage
+                   parts.accumulation[stage] for stage
                    in held_stages(layout.schedule, layout.pp, layout.chunks, critical)),
                "optimizer_s": steps[critical].optimizer}
     result = JobResult(layout, iteration, flops["hardware"] / (iteration * layout.gpus) / 1e12,
                        flops["model"] / (iteration * layout.gpus * peak),
                        flops["hardware"] / (iteration * layout.gpus * peak),
-                       memory.parts(), exposed, replica, _bound(times))
+                       memory.parts(), exposed, replica, _bound(times),
+                       quiet_s=quiet.end, busiest_work_s=_busiest_work(times))
     return replace(result, notes=_notes(job, result, memory.fits(job.cluster.memory)))
 
 
-def _accumulation_seconds(job: Job, layout: Execution) -> list[float]:
-    """Each virtual stage's gradient accumulation per microbatch (``job.grad_accumulation``:
-    zero when fused)."""
-    per_parameter = accumulation_bytes(job.grad_accumulation, job.precision, job.grad_bytes)
-    if not per_parameter:  # fused: no pass of its own (and nothing to count on the hot path)
-        return [0.0] * layout.virtual_stages
-    rate = gpu_compute(job.cluster.gpu, job.precision).gpu.memory_rate
-    return [params * per_parameter / rate
-            for params in stage_parameters(job.spec, layout, experts=True)]
+def _busiest_work(times: PipelineTimes) -> float:
+    """The busiest pipeline rank's compute (seconds): its stages' forwards and backwards over
+    the microbatches."""
+    work = [0.0] * times.pp
+    for stage, (f, b) in enumerate(zip(times.forward, times.backward, strict=True)):
+        work[stage % times.pp] += times.num_microbatches * (f + b)
+    return max(work)
 
 
 def _rank_dp(job: Job, layout: Execution, times: PipelineTimes, rank: int) -> DPStep:

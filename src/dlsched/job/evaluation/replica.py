@@ -1,0 +1,159 @@
+"""One pipeline replica's parts, each priced once (``ReplicaParts``): the per-block seconds
+(``job.layer_costs``), ZeRO 3's exposed per-layer traffic, context parallelism's communication,
+one MoE layer's costs, each virtual stage's gradient accumulation and the transfers between
+pipeline ranks; the stages' seconds they make (``job.evaluation.evaluate`` walks them).
+Every group's network is ``Execution.group``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from dlsched.hardware import Topology
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.communication.context_parallel import CPCost, cp_cost, output_bytes
+from dlsched.job.communication.dp_sync import WEIGHT_BYTES
+from dlsched.job.communication.pipeline_p2p import with_p2p
+from dlsched.job.compute.block_pricing import kernel_options
+from dlsched.job.compute.grad_accumulation import accumulation_bytes, stage_parameters
+from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
+from dlsched.job.compute.moe_costs import MoELayerCosts, moe_layer_costs
+from dlsched.job.evaluation.pipeline_time import PipelineTimes
+from dlsched.job.execution import Execution
+
+if TYPE_CHECKING:
+    from dlsched.job.evaluation.evaluate import Job
+
+def block_costs_of(job: Job, layout: Execution) -> BlockCosts:
+    tp_group = layout.group("tp", job.cluster)
+    return block_costs(job.spec, layout.microbatch_size, job.cluster.gpu, job.precision,
+                       layout.tp, layout.sequence_parallel, layout.recompute, tp_group,
+                       job.collective_policy, layout.cp, layout.cp_algorithm, job.attention,
+                       job.tp_comm_overlap,
+                       kernel_options(job.fp8_recipe, job.compile, layout.num_microbatches,
+                                      layout.cp * layout.dp if job.fp8_all_gather else 1),
+                       job.async_tp)
+
+
+def cp_group(job: Job, layout: Execution) -> Topology | None:
+    """The network of the CP group: ``cp`` ranks ``tp`` apart (``Execution.group``)."""
+    return layout.group("cp", job.cluster)
+
+
+def _cp(job: Job, layout: Execution, costs: BlockCosts) -> CPCost:
+    """Context parallelism's communication per layer per microbatch (``job.context_parallel``)."""
+    return cp_cost(job.spec, layout, cp_group(job, layout), job.collective_policy,
+                   costs.core_f, costs.core_b)
+
+
+def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[float, float]:
+    """Exposed seconds per layer per microbatch of ZeRO 3's traffic (forward, backward)."""
+    if layout.zero != 3 or layout.cp * layout.dp == 1:
+        return 0.0, 0.0
+    group = layout.group("dp_cp", job.cluster)
+    params = job.spec.layer_parameters() / layout.tp
+    gather = curve(group, "all-gather", job.collective_policy).seconds(
+        params * (1 if job.fp8_all_gather else WEIGHT_BYTES))
+    scatter = curve(group, "reduce-scatter", job.collective_policy).seconds(
+        params * job.grad_bytes)
+    return (max(0.0, gather - costs.layer_f),
+            max(0.0, gather + scatter - costs.layer_b))
+
+
+def _send_s(job: Job, layout: Execution) -> float:
+    """Seconds of one activation (or gradient) transfer between pipeline ranks: each GPU of
+    the TP group sends its ``1/tp`` share (Megatron-LM's scatter-gather of SC21 Sec. 4.1) over
+    the slowest link the pipeline group spans (under CP, of its ``s / cp`` tokens)."""
+    if layout.pp == 1:
+        return 0.0
+    group = layout.group("pp", job.cluster)
+    assert group is not None
+    link = min(group.dims, key=lambda dim: dim.bandwidth)
+    return link.latency + output_bytes(job.spec, layout) / link.bandwidth
+
+
+def _receive_gather_s(job: Job, layout: Execution) -> float:
+    """Seconds of the all-gather over the TP group that reassembles a transfer sent in ``1/tp``
+    pieces (``_send_s``; with sequence parallelism the pieces are the ranks' own shards and
+    stay apart): ``job.pipeline_p2p``."""
+    if layout.pp == 1 or layout.tp == 1 or layout.sequence_parallel:
+        return 0.0
+    group = layout.group("tp", job.cluster)
+    whole = output_bytes(job.spec, layout) * layout.tp  # the activation the pieces make up
+    return curve(group, "all-gather", job.collective_policy).seconds(whole)
+
+
+def executed_times(job: Job, layout: Execution, times: PipelineTimes) -> PipelineTimes:
+    """The stages' ``times`` as the replica runs them, its transfers blocking the ranks or
+    beside their compute and their pieces gathered (``job.pipeline_p2p``)."""
+    return with_p2p(times, job.pipeline_p2p, _receive_gather_s(job, layout))
+
+
+def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
+    """One MoE layer's costs (``job.moe_costs``), None for a dense model."""
+    if not job.spec.experts:
+        return None
+    return moe_layer_costs(job.spec, layout, job.cluster.gpu, job.precision,
+                           layout.group("tp", job.cluster), layout.group("ep", job.cluster),
+                           job.collective_policy, job.attention,
+                           layout.group("expert_tp", job.cluster), job.tp_comm_overlap)
+
+
+@dataclass(frozen=True)
+class ReplicaParts:
+    """One replica's parts, each priced once: the stages' seconds (``times``), the block
+    costs, ZeRO 3's exposed seconds per layer and microbatch (forward, backward), context
+    parallelism's communication per layer, one MoE layer's costs (None for a dense model) and
+    each virtual stage's gradient accumulation per microbatch."""
+
+    times: PipelineTimes
+    costs: BlockCosts
+    zero3: tuple[float, float]
+    cp: CPCost
+    moe: MoELayerCosts | None
+    accumulation: tuple[float, ...]
+
+
+def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
+    """The replica's parts (``ReplicaParts``; the layers' times include context parallelism's
+    exposed communication; an MoE layer of a stage costs ``job.moe_costs``' seconds instead of
+    a dense layer's)."""
+    costs = block_costs_of(job, layout)
+    extra_f, extra_b = _zero3_exposed(job, layout, costs)
+    cp = _cp(job, layout, costs)
+    spans = layout.stage_layers(job.spec.layers)
+    forward = [len(span) * (costs.layer_f + extra_f + cp.forward_s) for span in spans]
+    backward = [len(span) * (costs.layer_b + extra_b + cp.backward_s) for span in spans]
+    moe = _moe_costs(job, layout)
+    for stage, span in enumerate(spans) if moe else ():
+        count = job.spec.moe_layers_in(span.start, span.stop)
+        forward[stage] += count * (moe.layer_f - costs.layer_f - extra_f)
+        backward[stage] += count * (moe.layer_b - costs.layer_b - extra_b)
+    forward[0] += costs.embed_f
+    backward[0] += costs.embed_b
+    forward[-1] += costs.head_f
+    backward[-1] += costs.head_b
+    accumulation = tuple(accumulation_seconds(job, layout))
+    for stage, seconds in enumerate(accumulation):
+        backward[stage] += seconds
+    send = (_send_s(job, layout),) * (layout.virtual_stages - 1)
+    # the EP all-to-alls inside each stage: what an overlapped F & B pair hides (unit_walk)
+    sparse = [job.spec.moe_layers_in(span.start, span.stop) if moe else 0 for span in spans]
+    comm = ((tuple(n * moe.a2a_forward_s for n in sparse),
+             tuple(n * moe.a2a_backward_s for n in sparse)) if moe else ((), ()))
+    times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,
+                          tuple(forward), tuple(backward), send, forward_comm=comm[0],
+                          backward_comm=comm[1])
+    return ReplicaParts(times, costs, (extra_f, extra_b), cp, moe, accumulation)
+
+
+def accumulation_seconds(job: Job, layout: Execution) -> list[float]:
+    """Each virtual stage's gradient accumulation per microbatch (``job.grad_accumulation``:
+    zero when fused)."""
+    per_parameter = accumulation_bytes(job.grad_accumulation, job.precision, job.grad_bytes)
+    if not per_parameter:  # fused: no pass of its own (and nothing to count on the hot path)
+        return [0.0] * layout.virtual_stages
+    rate = gpu_compute(job.cluster.gpu, job.precision).gpu.memory_rate
+    return [params * per_parameter / rate
+            for params in stage_parameters(job.spec, layout, experts=True)]
