@@ -77,6 +77,7 @@ def plan(
     outputs = Outputs(json_out, csv, trace, plot,
                       {"--torchtitan-toml": (torchtitan_toml, (".toml",))},
                       {"--model": model_input, "--cluster": given["cluster"],
+                       "--execution": given["execution"],
                        "--from-torchtitan": given["from_torchtitan"]})
     policies = given.names("collective_policy")
     report = given.scenario().run(tuple(policies))

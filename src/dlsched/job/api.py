@@ -94,7 +94,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     spec = with_seq(load_spec(scenario.model), scenario.seq)
     check_plan(scenario, spec)  # each mistake refused with its own cause, before any search
     cluster = load_cluster(scenario.cluster, scenario.gpus, scenario.gpu)
-    choice = scenario.execution()
+    choice = scenario.searched_execution()
     fixed = choice.fixed()
     complete = all(name in fixed for name in LAYOUT_FIELDS
                    if name not in (*LEFT_AT_DEFAULT, "dp")) and (

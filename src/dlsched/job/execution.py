@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import ConfigDict, ValidationError
@@ -266,3 +267,24 @@ class Execution:
 
 LAYOUT_FIELDS = tuple(f.name for f in fields(Execution))
 """The layout fields, in ``Execution``'s positional order (None: searched)."""
+
+
+def load_execution(path: str) -> Execution:
+    """An execution file (.yaml/.yml/.json): a mapping of any layout fields
+    (``LAYOUT_FIELDS``), those left out searched; ConfigError naming the file and the field."""
+    from dlsched.config import FILE_SUFFIXES, load_document
+
+    if not path.lower().endswith(FILE_SUFFIXES) or not Path(path).is_file():
+        raise ConfigError(f"--execution: no such execution file {path!r} (.yaml/.yml/.json)")
+    data = load_document(path)
+    accepted = ", ".join(LAYOUT_FIELDS)
+    if not isinstance(data, dict):
+        raise ConfigError(f"--execution: {path}: a mapping of layout fields; accepted: {accepted}")
+    unknown = sorted(set(map(str, data)) - set(LAYOUT_FIELDS))
+    if unknown:
+        raise ConfigError(f"--execution: {path}: {unknown[0]}: not a layout field; accepted: "
+                          f"{accepted}")
+    try:
+        return Execution.searching(**data)
+    except ConfigError as error:
+        raise ConfigError(f"--execution: {path}: {error}") from None

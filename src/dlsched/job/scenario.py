@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from dlsched.goodput.checkpoints import MODES as CHECKPOINT_MODES
 from dlsched.goodput.energy import DEFAULT_PUE
@@ -27,7 +27,14 @@ from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION
 from dlsched.job.compute.layer_costs import ATTENTION_KERNELS, PRECISIONS
 from dlsched.job.evaluation.pipeline_split import SPLITS
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES
-from dlsched.job.execution import CP_ALGORITHMS, LAYOUT_FIELDS, RECOMPUTE, SCHEDULES, Execution
+from dlsched.job.execution import (
+    CP_ALGORITHMS,
+    LAYOUT_FIELDS,
+    RECOMPUTE,
+    SCHEDULES,
+    Execution,
+    load_execution,
+)
 from dlsched.job.time_to_train_fields import Count, Duration, StorageName
 
 if TYPE_CHECKING:
@@ -56,6 +63,10 @@ class PlanScenario(BaseModel):
         "preset or file (3D-FC_Ring_SW)."))] = "dgx-a100"
     gpus: Annotated[int | None, Field(ge=1, le=MAX_GPUS, description=(
         "GPUs (with a node preset)."))] = None
+    execution: Annotated[str | None, Field(description=(
+        "An execution file (.yaml/.json) fixing any layout fields (docs/inputs.md); an option "
+        "given overrides it (global batch: unless at its default), the rest is searched."))
+        ] = None
     gpu: Annotated[str | None, Field(description=(
         "GPU compute preset or file (default: the node's; a100 on a topology)."))] = None
     precision: Annotated[choice(PRECISIONS, "precision"), Field(description=(
@@ -179,12 +190,26 @@ class PlanScenario(BaseModel):
         "iteration) | time-to-train | energy | cost (the latter three re-rank the search's "
         "shortlist; need --tokens or --iterations)."))] = "upper"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _execution_file(cls, data: Any) -> Any:
+        """The layout fields of the ``execution`` file for those not given (None) or, for the
+        global batch, left at its default."""
+        if not isinstance(data, dict) or data.get("execution") is None:
+            return data
+        given = dict(data)
+        default = cls.model_fields["global_batch"].default
+        if given.get("global_batch") == default:
+            del given["global_batch"]
+        return {**load_execution(str(data["execution"])).fixed(),
+                **{name: value for name, value in given.items() if value is not None}}
+
     def fixed(self) -> dict[str, Any]:
         """The layout fields given (the rest is searched; ``global_batch`` is always given)."""
         return {name: getattr(self, name) for name in LAYOUT_FIELDS
                 if name != "global_batch" and getattr(self, name) is not None}
 
-    def execution(self) -> Execution:
+    def searched_execution(self) -> Execution:
         """The execution to price or search: the layout fields given, the rest searched."""
         return Execution.searching(global_batch=self.global_batch, **self.fixed())
 
