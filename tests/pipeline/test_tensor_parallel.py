@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dlsched.collectives.nccl import NcclNode, nccl_choice
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import cluster_graph, server_graph
 from dlsched.pipeline import (
@@ -36,6 +37,7 @@ from dlsched.pipeline.chains.tensor_parallel import (
     group_graph,
     ring_allreduce_s,
     tensor_groups,
+    tp_allreduce_s,
     valid_degrees,
 )
 from dlsched.pipeline.plans.schedules import gpipe_orders
@@ -54,6 +56,25 @@ def test_ring_allreduce_by_hand() -> None:
     graph = cluster_graph(1, 4, flops=1e12, intra=(1e9, 2e-6))
     assert ring_allreduce_s(graph, (0, 1, 2, 3), 4e6) == pytest.approx(6 * (2e-6 + 1e-3))
     assert ring_allreduce_s(graph, (2,), 4e6) == 0.0
+
+
+def test_tp_allreduce_as_nccl_prices_it_on_an_nvidia_node() -> None:
+    """With an NCCL node the TP all-reduce is NCCL's tuner's (collectives.nccl, the evaluator's
+    model: 8 A100s credited 240 GB/s, slower than the graph's 300 GB/s ring at 64 MiB); without
+    one, or across servers, the ring on the graph's links; the problem's TP chain uses it."""
+    graph = cluster_graph(2, 8, flops=1e12, intra=(300e9, 5e-6), inter=(25e9, 5e-6))
+    node = NcclNode("ampere", 300e9, 25e9, True, "amd")
+    group, size = tuple(range(8)), 64 * 2**20
+    nccl = nccl_choice(node, "all-reduce", size, 8, 1).seconds
+    assert tp_allreduce_s(graph, group, size, node) == pytest.approx(nccl)
+    assert nccl > ring_allreduce_s(graph, group, size)
+    assert tp_allreduce_s(graph, group, size) == ring_allreduce_s(graph, group, size)
+    across = (0, 8)
+    assert tp_allreduce_s(graph, across, size, node) == ring_allreduce_s(graph, across, size)
+    chain = _layer_chain(message_bytes=size)
+    problem = PipelineProblem(chain, graph, 4, tensor_parallel=(8,), nccl=node)
+    assert problem.tensor(8).chain.forward_flops[0] == pytest.approx(
+        chain.forward_flops[0] / 8 + 2 * nccl * 1e12)
 
 
 def test_groups_stay_inside_servers() -> None:

@@ -12,7 +12,8 @@ dlsched prices Megatron's configuration with the pipeline simulator on a DGX A10
 calibrated ``a100`` preset in fp16 (Megatron's fp16 weights, no autocast casts) prices every
 op of the Megatron-style zoo GPT at the per-GPU shapes of its TP degree (no sequence
 parallelism in 2021: norms, dropout and residual additions repeated on every GPU of a group),
-the TP all-reduces block the GPUs, the data-parallel all-reduce of the 16-bit gradients runs
+the TP all-reduces block the GPUs (priced as NCCL's tuner prices them, ``collectives.nccl``,
+as the job evaluator prices them), the data-parallel all-reduce of the 16-bit gradients runs
 after the last backward with Megatron's ``local`` DDP, and in DDP's buckets overlapping the
 backward for the four rows run with ``torch`` DDP; each microbatch's gradients are added to the
 accumulated ones by a pass of their own (``job.grad_accumulation``, ``separate``: the code of
@@ -31,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dlsched.collectives.nccl import nccl_node
 from dlsched.hardware.device_graph import cluster_graph
 from dlsched.hardware.gpu import get_gpu
 from dlsched.job.compute.grad_accumulation import accumulation_bytes
@@ -52,6 +54,10 @@ NAME = "megatron"
 SEQ, VOCAB = 2048, 51200
 GPUS_PER_SERVER, GPU_MEMORY = 8, 80 * 2**30
 NVLINK, NIC = (300e9, 5e-6), (25e9, 5e-6)
+# The TP all-reduces as NCCL's tuner prices them on a DGX A100 (``collectives.nccl``: the
+# NVLinks credited 240 GB/s), as the job evaluator prices the ledger's rows: the a100 GEMM fit
+# on FITTED_ROW runs through this path, so both price TP alike.
+NCCL_NODE = nccl_node("dgx-a100", "a100", NVLINK[0], NIC[0], nvswitch=True)
 # The row the a100 preset's 16-bit GEMM efficiency was fitted to; every other row is held out.
 FITTED_ROW = "gpt-39.1b"
 # The runs' gradients (module docstring): fp16, added up over the microbatches outside the GEMMs.
@@ -139,7 +145,7 @@ def row_problem(row: MegatronRow, compute: CalibratedCompute,
                              seq=SEQ, accumulation_per_byte=added)
     graph = cluster_graph(row.gpus // GPUS_PER_SERVER, GPUS_PER_SERVER, rate, GPU_MEMORY,
                           NVLINK, NIC)
-    return PipelineProblem(chain, graph, row.num_microbatches, recompute)
+    return PipelineProblem(chain, graph, row.num_microbatches, recompute, nccl=NCCL_NODE)
 
 
 def megatron_plan(problem: PipelineProblem, row: MegatronRow) -> PipelinePlan:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dlsched.collectives.nccl import NcclNode
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.pipeline.chains.chain import Chain
@@ -14,6 +15,7 @@ from dlsched.pipeline.chains.tensor_parallel import (
     check_degree,
     group_graph,
     ring_allreduce_s,
+    tp_allreduce_s,
     valid_degrees,
 )
 from dlsched.pipeline.plans.plan import PipelinePlan, Stage
@@ -31,7 +33,9 @@ class PipelineProblem:
     keeps to one GPU per stage); ``tensor_parallel`` the tensor-parallel degrees planners may
     choose (None: every degree the chain and graph allow, ``pipeline.tensor_parallel``; 1
     only without replication); ``runnable_only`` whether planners keep to plans an existing
-    runtime executes (``pipeline.runtimes``).
+    runtime executes (``pipeline.runtimes``); ``nccl`` the NVIDIA node NCCL runs the TP
+    all-reduces on (``collectives.nccl``: priced as NCCL's tuner prices them, as the job
+    evaluator does; None: a ring on the graph's links, ``pipeline.tensor_parallel``).
 
     ``tensor(t)`` is the instance at degree ``t``: its devices are the TP groups (their GPUs
     in ``gpu_groups``), its chain the per-GPU costs of a group; plans at that degree index
@@ -46,6 +50,7 @@ class PipelineProblem:
     tensor_parallel: tuple[int, ...] | None = None
     gpu_groups: tuple[tuple[int, ...], ...] | None = None
     runnable_only: bool = False
+    nccl: NcclNode | None = None
 
     def __post_init__(self) -> None:
         MICROBATCHES.check(self.num_microbatches, "microbatches")
@@ -113,7 +118,7 @@ class PipelineProblem:
                 return cached[t]
             groups = check_degree(self.graph, self.chain.tensor_layout, t)
             layout = self.chain.tensor_layout
-            message_s = ring_allreduce_s(self.graph, groups[0], layout.message_bytes)
+            message_s = tp_allreduce_s(self.graph, groups[0], layout.message_bytes, self.nccl)
             chain = self.chain.with_tensor_parallel(t, message_s, self.graph.devices[0].flops)
             cached[t] = replace(self, chain=chain, graph=group_graph(self.graph, groups),
                                 tensor_parallel=(t,), gpu_groups=tuple(groups))

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from dlsched.collectives.nccl import NcclNode, nccl_choice
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import DeviceGraph
 from dlsched.sim.collective_cost import ring_allreduce_time
@@ -77,6 +78,18 @@ def ring_allreduce_s(graph: DeviceGraph, devices: tuple[int, ...], num_bytes: fl
     r = len(devices)
     return ring_allreduce_time(r, num_bytes, lambda piece: max(
         graph.transfer_time(devices[i], devices[(i + 1) % r], piece) for i in range(r)))
+
+
+def tp_allreduce_s(graph: DeviceGraph, devices: tuple[int, ...], num_bytes: float,
+                   nccl: NcclNode | None = None) -> float:
+    """Seconds of one TP all-reduce of ``num_bytes`` over ``devices``: as NCCL's tuner prices it
+    (``collectives.nccl``, the model the job evaluator prices collectives with) when the graph's
+    servers are NVIDIA nodes NCCL runs on (``nccl``) and the group sits in one server; a ring
+    on the graph's links (``ring_allreduce_s``) otherwise."""
+    servers = {graph.devices[d].server for d in devices}
+    if nccl is None or len(servers) > 1:
+        return ring_allreduce_s(graph, devices, num_bytes)
+    return nccl_choice(nccl, "all-reduce", num_bytes, len(devices), 1).seconds
 
 
 def tensor_groups(graph: DeviceGraph, t: int) -> list[tuple[int, ...]]:
