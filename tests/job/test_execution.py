@@ -135,6 +135,15 @@ def test_the_layout_fields_are_declared_once_in_src() -> None:
     assert copies == []
 
 
+def test_the_precisions_are_declared_once_in_src() -> None:
+    """The job's precision names (``PRECISIONS``, with autocast) are spelled out only in
+    ``job/execution.py``; other modules read them."""
+    copies = [f"{path.relative_to(SRC)}:{line}"
+              for path in SRC.rglob("*.py") if path != SRC / "job" / "execution.py"
+              for line, names in _string_tuples(path) if {"autocast", "bf16"} <= set(names)]
+    assert copies == []
+
+
 def test_rank_order_is_megatrons() -> None:
     """The one statement of the order: Megatron-Core's default ``--order``."""
     assert "-".join(RANK_ORDER) == "tp-cp-ep-dp-pp"

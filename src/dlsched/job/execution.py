@@ -48,6 +48,10 @@ if TYPE_CHECKING:
     from dlsched.hardware import Topology
     from dlsched.job.cluster import Cluster
 
+PRECISIONS = ("bf16", "fp16", "autocast", "fp8")
+"""The training precisions the job planner prices (``--precision``): Megatron's bf16 or fp16
+mixed precision (16-bit weights, FP32 master), torch.autocast (FP32 weights, 16-bit
+matmuls), FP8 linears with bf16 model states (``job.compute.fp8``)."""
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
 RECOMPUTE = ("none", "selective", "full", "selective-op")
 ZERO_STAGES = (0, 1, 2, 3)

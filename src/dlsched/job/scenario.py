@@ -24,12 +24,13 @@ from dlsched.job.communication.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
 from dlsched.job.communication.pipeline_p2p import PIPELINE_P2P
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION
-from dlsched.job.compute.layer_costs import ATTENTION_KERNELS, PRECISIONS
+from dlsched.job.compute.layer_costs import ATTENTION_KERNELS
 from dlsched.job.evaluation.pipeline_split import SPLITS
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES
 from dlsched.job.execution import (
     CP_ALGORITHMS,
     LAYOUT_FIELDS,
+    PRECISIONS,
     RECOMPUTE,
     SCHEDULES,
     Execution,

@@ -55,12 +55,12 @@ from dlsched.job.compute.block_pricing import (
 )
 from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.op_checkpoint import recomputed_ops
+from dlsched.job.execution import PRECISIONS
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Layer
 from dlsched.models.zoo import ATTENTION_KERNELS, TransformerModel, gpt_model
 
-PRECISIONS = ("bf16", "fp16", "autocast", "fp8")
 ACTIVATION_BYTES = 2
 EAGER_16BIT = KernelOptions()
 ATTENTION_CORE = ("scores", "softmax", "attention-dropout", "context", "flash-attention")

@@ -102,7 +102,7 @@ from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
 from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, held_in_flight, held_stages
-from dlsched.job.execution import Execution
+from dlsched.job.execution import PRECISIONS, Execution
 from dlsched.job.memory.moe import (
     experts_per_gpu,
     layer_indices,
@@ -125,7 +125,7 @@ from dlsched.pipeline.chains.memory_model import (
     usable_bytes,
 )
 
-PRECISIONS = ("bf16", "fp16", "autocast", "fp32", "fp8")  # fp8: bf16 states (job.compute.fp8)
+MEMORY_PRECISIONS = (*PRECISIONS, "fp32")  # fp8: bf16 states (job.compute.fp8); fp32 memory too
 GRAD_BYTES = (2, 4)
 VOCAB_DIVISOR = 128  # Megatron-LM --make-vocab-size-divisible-by default
 PREFETCHED_UNITS = 2  # ZeRO-3: the unit in use and the next one, all-gathered ahead
@@ -183,9 +183,9 @@ class MemoryBreakdown:
 
 def check_precision(precision: str, grad_bytes: int) -> None:
     """ConfigError unless ``precision`` and ``grad_bytes`` are accepted."""
-    if precision not in PRECISIONS:
+    if precision not in MEMORY_PRECISIONS:
         raise ConfigError(f"--precision: {precision!r} is not accepted; accepted: "
-                          + ", ".join(PRECISIONS))
+                          + ", ".join(MEMORY_PRECISIONS))
     if grad_bytes not in GRAD_BYTES:
         raise ConfigError(f"grad_bytes: {grad_bytes} is not accepted; accepted: 2, 4")
 
