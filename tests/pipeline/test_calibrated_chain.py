@@ -7,7 +7,7 @@ import pytest
 from dlsched.experiments.megatron import MegatronRow, a100_compute, megatron_plan, row_problem
 from dlsched.models.zoo import gpt_model
 from dlsched.pipeline.chains.calibrated_chain import block_seconds
-from dlsched.pipeline.chains.tensor_parallel import ring_allreduce_s
+from dlsched.pipeline.chains.tensor_parallel import tp_allreduce_s
 from dlsched.pipeline.simulation.simulate import simulate
 
 ROW = MegatronRow(0.1, 8, 512, 4, 2, 2, 16, 32, 100, 2)  # a small model, TP 2 x PP 2 x DP 4
@@ -30,7 +30,8 @@ def test_stage_times_are_calibrated_seconds():
 
 def test_tensor_parallel_reprices_and_adds_the_exchanges():
     """At TP 2 a layer costs its seconds priced at degree 2 (norms and residuals repeated, not
-    halved) plus its two blocking all-reduces, forward and backward."""
+    halved) plus its two blocking all-reduces, forward and backward (priced as NCCL's tuner
+    prices them: the row's problem runs on a DGX A100 node)."""
     from dataclasses import replace
 
     compute = a100_compute()
@@ -40,7 +41,8 @@ def test_tensor_parallel_reprices_and_adds_the_exchanges():
     forward, _ = block_seconds(model, ROW.microbatch, replace(compute, tensor_parallel=2))
     rate = problem.graph.devices[0].flops
     layout = problem.chain.tensor_layout
-    message = ring_allreduce_s(problem.graph, split.gpu_groups[0], layout.message_bytes)
+    message = tp_allreduce_s(problem.graph, split.gpu_groups[0], layout.message_bytes,
+                             problem.nccl)  # NCCL's tuner on the DGX A100, as the evaluator
     layer = list(problem.chain.block_names).index("h.0")
     assert split.chain.forward_flops[layer] == pytest.approx(
         forward[layer] * rate + 2 * message * rate)
