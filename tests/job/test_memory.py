@@ -291,7 +291,7 @@ def test_one_gpu_holds_the_specs_parameters_and_tp_splits_only_the_split_ones(na
     accumulation share, ``job.grad_accumulation.stage_parameters``) is the spec's own
     parameter count plus the vocabulary's padding; over TP 4 the four ranks together hold it
     plus three more copies of what every rank keeps whole: the norms, the row-parallel biases,
-    the learned positions."""
+    the learned positions, Qwen3's per-head query/key norms."""
     from dlsched.job.compute.grad_accumulation import stage_parameters
     from dlsched.job.memory.per_gpu import padded_vocab
 
@@ -303,7 +303,8 @@ def test_one_gpu_holds_the_specs_parameters_and_tp_splits_only_the_split_ones(na
     assert sum(stage_parameters(spec, one, experts=True)) == pytest.approx(
         spec.parameters() + padding, rel=1e-12)
     four = Execution(4, 1, 1, 1, 1)
-    whole = (spec.layers * (2 * spec.norm_parameters() + (2 * h if spec.bias else 0))
+    whole = (spec.layers * (2 * spec.norm_parameters() + (2 * h if spec.bias else 0)
+                            + (2 * spec.head_dim if spec.qk_norm else 0))  # qk-norms whole
              + spec.norm_parameters() + (spec.seq * h if spec.learned_positions else 0))
     split = spec.parameters() + (padded_vocab(spec.vocab, 4) - spec.vocab) * h * copies - whole
     if spec.experts:

@@ -174,7 +174,8 @@ def _megatron_architecture(spec: TransformerSpec, notes: list[str]) -> list[str]
     """What the layers are where they are not GPT's (Megatron-LM's defaults: GeLU MLP,
     LayerNorm, learned absolute positions, biases): ``--swiglu``, ``--normalization
     RMSNorm``, ``--position-embedding-type rope`` (with a note on the rotary base, which the
-    model spec does not carry) and ``--disable-bias-linear``."""
+    model spec does not carry), ``--disable-bias-linear``, ``--kv-channels`` (a head size other
+    than hidden / heads) and ``--qk-layernorm`` (Qwen3's per-head query and key norms)."""
     args = ["--swiglu"] if spec.gated_ffn else []
     if spec.rms_norm:
         args += ["--normalization", "RMSNorm"]
@@ -184,6 +185,10 @@ def _megatron_architecture(spec: TransformerSpec, notes: list[str]) -> list[str]
                      "model's (Llama 3: 500000, Mixtral: 1000000) and its --norm-epsilon")
     if not spec.bias:
         args.append("--disable-bias-linear")
+    if spec.head_dim * spec.heads != spec.hidden:
+        args += ["--kv-channels", str(spec.head_dim)]
+    if spec.qk_norm:
+        args.append("--qk-layernorm")
     return args
 
 
@@ -300,10 +305,12 @@ def titan_model(spec: TransformerSpec) -> dict[str, str]:
                           "--torchtitan-toml: a dense Llama-architecture model (use "
                           "--megatron-args for MoE plans)")
     llama = (spec.gated_ffn and spec.rms_norm and not spec.learned_positions and not spec.bias
-             and not spec.tied_embeddings)
+             and not spec.tied_embeddings and not spec.qk_norm
+             and spec.head_dim * spec.heads == spec.hidden)
     if not llama:
         raise ConfigError(f"--model: {spec.name} is not a Llama-architecture decoder (SwiGLU, "
-                          "RMSNorm, rotary positions, no biases, untied output), the only dense "
+                          "RMSNorm, rotary positions, no biases, untied output, head size hidden / "
+                          "heads, no qk-norm), the only dense "
                           "model TorchTitan's llama3 builds; accepted for --torchtitan-toml: "
                           "llama3-8b, llama3-70b, llama3-405b or a spec file of that "
                           "architecture")

@@ -32,6 +32,18 @@ KV heads, vocabulary 32,000, 8 experts, top 2; SwiGLU, RMSNorm, rotary, untied a
 Mixtral 8x22B (Mistral AI's config.json of Mixtral-8x22B-v0.1: 56 layers, hidden 6144, FFN 16384,
 48 heads, 8 KV heads, vocabulary 32,000, 8 experts, top 2): 140,620,634,112 and 39,152,031,744
 (Mistral AI's announcement "Cheaper, Better, Faster, Stronger", 2024: 141B, 39B active).
+
+Head size independent of hidden (``head_dim``; 0: ``hidden / heads``): the queries and the
+attention's output are ``a = heads x head_dim`` wide (the QKV projection ``h x (a + 2 kv d)``, the
+output projection ``a x h``, the attention core ``4 s a`` FLOP per token), keys and values
+``kv_heads x head_dim``; ``qk_norm`` adds the per-head RMSNorms of queries and keys (``2 d``
+weights per layer). Qwen3 dense, from Qwen's released config.json of Qwen/Qwen3-8B (checked
+here: hidden 4096, 36 layers, 32 heads, 8 KV heads, head_dim 128, intermediate 12288,
+vocabulary 151,936, tie_word_embeddings false, attention_bias false, SiLU, RMSNorm, rope) and
+Qwen/Qwen3-32B (hidden 5120, 64 layers, 64 heads, 8 KV heads, head_dim 128, intermediate 25600,
+vocabulary 151,936, untied; checked against the model card's figures as third-party pages
+quote them and a Qwen3-32B fine-tune's config.json, not the original file): 8,190,735,360 and
+32,762,123,264 parameters (the model cards' 8.2B and 32.8B).
 """
 
 from __future__ import annotations
@@ -66,14 +78,20 @@ class TransformerSpec(DecoderShape):
     moe_layer_freq: int = 1
     router: str = "softmax"
     router_imbalance: float = 1.0
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "seq", "vocab"):
             if getattr(self, field) < 1:
                 raise ConfigError(f"model: {field} must be >= 1 (got {getattr(self, field)})")
-        if self.hidden % self.heads:
-            raise ConfigError(f"model: hidden {self.hidden} must be a multiple of heads "
-                              f"{self.heads}")
+        if self.head_dim < 0:
+            raise ConfigError(f"model: head_dim must be >= 1, or 0 for hidden / heads (got "
+                              f"{self.head_dim})")
+        if self.head_dim == 0:
+            if self.hidden % self.heads:
+                raise ConfigError(f"model: hidden {self.hidden} must be a multiple of heads "
+                                  f"{self.heads} (or head_dim given)")
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
         if self.ffn_hidden == 0:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         if self.kv_heads == 0:
@@ -104,14 +122,15 @@ class TransformerSpec(DecoderShape):
             object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
 
     @property
-    def head_dim(self) -> int:
-        """Elements per attention head."""
-        return self.hidden // self.heads
+    def attention_width(self) -> int:
+        """Width of the queries and of the attention's output (the output projection's
+        input): ``heads x head_dim`` (``hidden`` unless ``head_dim`` is set otherwise)."""
+        return self.heads * self.head_dim
 
     @property
     def qkv_width(self) -> int:
         """Output width of the fused QKV projection: queries plus keys and values."""
-        return self.hidden + 2 * self.kv_heads * self.head_dim
+        return self.attention_width + 2 * self.kv_heads * self.head_dim
 
     @property
     def ffn_matrices(self) -> int:
@@ -145,9 +164,11 @@ class TransformerSpec(DecoderShape):
         return self.ffn_matrices * self.hidden * width + biases
 
     def attention_parameters(self) -> int:
-        """A layer's attention (QKV, projection, their biases) and its two norms."""
-        h, q = self.hidden, self.qkv_width
-        return h * q + h * h + (q + h if self.bias else 0) + 2 * self.norm_parameters()
+        """A layer's attention (QKV, projection, their biases), its two norms and (``qk_norm``)
+        the per-head RMSNorms of queries and keys (``2 head_dim``)."""
+        h, q, a = self.hidden, self.qkv_width, self.attention_width
+        qk = 2 * self.head_dim if self.qk_norm else 0
+        return h * q + a * h + (q + h if self.bias else 0) + 2 * self.norm_parameters() + qk
 
     def router_parameters(self) -> int:
         """The router's ``h x experts`` matrix of an MoE layer (0 for a dense model)."""
@@ -196,7 +217,7 @@ class TransformerSpec(DecoderShape):
         """Weight elements one token multiplies by in a layer (the ``top_k`` routed experts,
         the shared ones and the router of an MoE layer)."""
         h, q = self.hidden, self.qkv_width
-        attention = h * q + h * h
+        attention = h * q + self.attention_width * h
         if not moe:
             return attention + self.ffn_matrices * h * self.ffn_hidden
         experts = (self.top_k + self.shared_experts) * self.ffn_matrices * h * \
@@ -206,13 +227,15 @@ class TransformerSpec(DecoderShape):
     def model_flops_per_token(self) -> float:
         """Training FLOP per token without recomputation (MFU's numerator): the forward's
         matrix products x 3 (forward, and a backward of twice it): per layer 2 x its weight
-        matrices' elements plus ``4 s h`` for the attention scores and context (causal mask not
-        discounted), and ``2 V h`` for the logits; for a GPT ``72 h^2 + 12 s h`` per layer and
+        matrices' elements plus ``4 s a`` for the attention scores and context (causal mask not
+        discounted; ``a = heads x head_dim``, ``h`` unless ``head_dim`` says otherwise), and
+        ``2 V h`` for the logits; for a GPT ``72 h^2 + 12 s h`` per layer and
         ``6 V h``, Megatron-LM SC21's Eq. 3 without its recomputation pass; an MoE layer counts
         the experts a token uses (``layer_matmul_elements``)."""
         h, s, moe = self.hidden, self.seq, self.moe_layers
-        dense = 2 * self.layer_matmul_elements() + 4 * s * h
-        sparse = 2 * self.layer_matmul_elements(moe=True) + 4 * s * h
+        core = 4 * s * self.attention_width
+        dense = 2 * self.layer_matmul_elements() + core
+        sparse = 2 * self.layer_matmul_elements(moe=True) + core
         return 3.0 * ((self.layers - moe) * dense + moe * sparse + 2 * self.vocab * h)
 
 
@@ -242,6 +265,14 @@ MIXTRAL_SHAPES = {"mixtral-8x7b": (32, 4096, 14336, 32, 8, 32000),
                   "mixtral-8x22b": (56, 6144, 16384, 48, 8, 32000)}
 MIXTRAL_SEQ = 4096
 
+# Qwen3 dense (module docstring): layers, hidden, FFN, heads, KV heads, head_dim; vocabulary
+# 151,936, SwiGLU, RMSNorm, rotary, qk-norm, no biases, untied. Sequence 4096 tokens: a training
+# length chosen here (the models' native context is 32,768; a spec file sets another).
+QWEN3_SHAPES = {"qwen3-8b": (36, 4096, 12288, 32, 8, 128),
+                "qwen3-32b": (64, 5120, 25600, 64, 8, 128)}
+QWEN3_VOCAB = 151936
+QWEN3_SEQ = 4096
+
 
 def bundled_specs() -> dict[str, TransformerSpec]:
     """Every bundled model by name."""
@@ -259,6 +290,11 @@ def bundled_specs() -> dict[str, TransformerSpec]:
                                       tied_embeddings=False, gated_ffn=True, bias=False,
                                       rms_norm=True, learned_positions=False, experts=8,
                                       top_k=2)
+    for name, (layers, hidden, ffn, heads, kv, head_dim) in QWEN3_SHAPES.items():
+        specs[name] = TransformerSpec(name, layers, hidden, heads, QWEN3_SEQ, QWEN3_VOCAB,
+                                      ffn_hidden=ffn, kv_heads=kv, head_dim=head_dim,
+                                      qk_norm=True, tied_embeddings=False, gated_ffn=True,
+                                      bias=False, rms_norm=True, learned_positions=False)
     return specs
 
 
@@ -287,6 +323,8 @@ class TransformerFile(BaseModel):
     moe_layer_freq: int = Field(default=1, ge=1, le=10_000)
     router: str = "softmax"
     router_imbalance: float = Field(default=1.0, ge=1.0, le=1_000)
+    head_dim: int = Field(default=0, ge=0, le=100_000)
+    qk_norm: bool = False
 
 
 def load_spec(name: str) -> TransformerSpec:

@@ -214,7 +214,9 @@ class DecoderShape:
     FFN width, the product of SiLU(gate) and up, then down; Shazeer 2020, as Llama runs it),
     ``bias``es on the linear layers and norms, RMSNorm instead of LayerNorm (``rms_norm``: a
     weight, no bias), ``learned_positions`` (False: rotary embeddings, no position table) and
-    ``tied_embeddings`` (False: the output projection has its own matrix). The job planner's
+    ``tied_embeddings`` (False: the output projection has its own matrix) and ``head_dim`` (0:
+hidden / heads; Qwen3's 128 at any hidden: queries and the output projection's input are
+``heads x head_dim`` wide, keys and values ``kv_heads x head_dim``). The job planner's
     model (``job.model_spec.TransformerSpec``) is such a shape with its sizes added."""
 
     ffn_hidden: int = 0
@@ -224,6 +226,7 @@ class DecoderShape:
     rms_norm: bool = False
     learned_positions: bool = True
     tied_embeddings: bool = True
+    head_dim: int = 0
 
 
 def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: int,
@@ -250,7 +253,8 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
     out = LayerBuilder(dtype_bytes)
     sh = seq * hidden
     ffn = shape.ffn_hidden or 4 * hidden
-    qkv = hidden + 2 * (shape.kv_heads or heads) * (hidden // heads)
+    width = shape.head_dim or hidden // heads
+    qkv = heads * width + 2 * (shape.kv_heads or heads) * width
     norm_bias = shape.bias and not shape.rms_norm
     out.add("wte.weight", vocab * hidden, sh, sh, "embed", (_gather(sh),))
     if shape.learned_positions:
@@ -261,12 +265,12 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
         block = f"h.{index}"
         out.norm(f"{block}.ln_1", hidden, sh, block, split=False, bias=norm_bias)
         out.linear(f"{block}.attn.c_attn", hidden, qkv, seq, block, bias=shape.bias,
-                   extra_flops=2 * 2 * queries * keys * core_heads * (hidden // heads),
+                   extra_flops=2 * 2 * queries * keys * core_heads * width,
                    cast_input=True)
-        out.attach(*_attention_ops(queries, keys, hidden // heads, core_heads,
+        out.attach(*_attention_ops(queries, keys, width, core_heads,
                                    (shape.kv_heads or heads) * core_heads // heads,
                                    megatron, attention))
-        out.linear(f"{block}.attn.c_proj", hidden, hidden, seq, block, bias=shape.bias)
+        out.linear(f"{block}.attn.c_proj", heads * width, hidden, seq, block, bias=shape.bias)
         out.attach(*_residual(sh, megatron))
         out.norm(f"{block}.ln_2", hidden, sh, block, split=False, bias=norm_bias)
         out.linear(f"{block}.mlp.c_fc", hidden, 2 * ffn if shape.gated_ffn else ffn, seq, block,

@@ -76,8 +76,9 @@ def layer_matmuls(spec: TransformerSpec) -> tuple[Matmul, ...]:
     """The block's matmuls in call order (module docstring)."""
     h, kv, f = spec.hidden, spec.kv_heads * spec.head_dim, spec.ffn_hidden
     gate = (Matmul("w3", h, f),) if spec.gated_ffn else ()
-    return (Matmul("wq", h, h), Matmul("wk", h, kv), Matmul("wv", h, kv),
-            Matmul("wo", h, h, row_parallel=True), Matmul("w1", h, f), *gate,
+    a = spec.attention_width
+    return (Matmul("wq", h, a), Matmul("wk", h, kv), Matmul("wv", h, kv),
+            Matmul("wo", a, h, row_parallel=True), Matmul("w1", h, f), *gate,
             Matmul("w2", f, h, row_parallel=True))
 
 
@@ -152,4 +153,4 @@ def stash_elements(spec: TransformerSpec, layout: Execution, attention: str) -> 
         kept += 2 * tokens * spec.hidden / t  # the reduce-scatters after wo and w2
     if attention == "unfused":
         return Stash(kept, 0.0)
-    return Stash(kept + tokens * spec.hidden / t, tokens * spec.heads / t)
+    return Stash(kept + tokens * spec.attention_width / t, tokens * spec.heads / t)

@@ -53,7 +53,8 @@ autocast's weight copies, cast again) is the transient of its backward. The deri
 width ``4 h`` and K/V width ``h`` are replaced by the spec's ``ffn_hidden`` and ``kv_heads x
 head_dim`` (GeLU input and second linear input ``p s b f`` each; a gated FFN keeps its gate
 and up projections' outputs, the input of SwiGLU's backward, and the down projection's input:
-``3 p s b f``; K and V ``p s b kv d`` each; all split by TP). The embedding keeps token ids
+``3 p s b f``; K and V ``p s b kv d`` each; the queries and the output projection's input ``p s b
+a`` each, ``a = heads x head_dim``; all split by TP). The embedding keeps token ids
 (8 B each, whole on every TP rank) and its
 dropout mask (split by SP), the head the inputs of the final norm and the projection and the
 FP32 logits of the vocabulary-parallel loss ``4 s b V' / t`` (part ``logits``), beside which
@@ -228,8 +229,10 @@ def padded_vocab(vocab: int, tp: int) -> int:
 
 def layer_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
     """One layer's parameters on one TP rank: split weights and column-parallel biases over
-    ``tp``, the two norms and (with biases) the two row-parallel biases whole."""
-    replicated = 2 * spec.norm_parameters() + (2 * spec.hidden if spec.bias else 0)
+    ``tp``, the two norms, the per-head query/key norms (``qk_norm``) and (with biases) the two
+    row-parallel biases whole."""
+    replicated = (2 * spec.norm_parameters() + (2 * spec.hidden if spec.bias else 0)
+                  + (2 * spec.head_dim if spec.qk_norm else 0))
     return (spec.layer_parameters() - replicated) / tp + replicated
 
 
@@ -286,7 +289,8 @@ def layer_activations(spec: TransformerSpec, layout: Execution, precision: str,
     s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
     block = layer_memory(s, b, h, spec.heads, p, layout.sequence_parallel)
     widths = p * s * b * (spec.ffn_matrices * spec.ffn_hidden - 8 * h
-                          + 2 * (spec.kv_heads * spec.head_dim - h))
+                          + 2 * (spec.kv_heads * spec.head_dim - h)
+                          + 2 * (spec.attention_width - h))
     whole_none, whole_selective, whole_input = block.replicated
     selective = _per_gpu(block.selective, whole_selective, t) + widths / t
     if attention != "unfused":
