@@ -391,6 +391,16 @@ def _grow_moves(stages: tuple[Stage, ...], num_devices: int) -> Iterator[tuple[S
                        Stage(cut, stage.last, (device,)), *stages[s + 1:])
 
 
+def _reorder_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]:
+    """Partitions that rotate the GPUs of one replicated stage: the order decides which
+    replica each microbatch goes to, and so which link feeds it (a slow replica behind a fast
+    link can beat the fastest-first order)."""
+    for s, stage in enumerate(stages):
+        for shift in range(1, len(stage.devices)):
+            devices = stage.devices[shift:] + stage.devices[:shift]
+            yield (*stages[:s], Stage(stage.first, stage.last, devices), *stages[s + 1:])
+
+
 def _refine_schedule(problem: PipelineProblem, plan: PipelinePlan) -> str:
     """The schedule refinement re-runs on neighbours: the one that produced ``plan`` when it
     is one of ours, else backward-first list scheduling."""
@@ -414,7 +424,7 @@ def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
         stages = start.plan.stages
         n = problem.graph.num_devices
         moves = chain(_cut_moves(stages), _split_merge_moves(stages),
-                      _grow_moves(stages, n) if n <= GROW_GPUS else ())
+                      _grow_moves(stages, n) if n <= GROW_GPUS else (), _reorder_moves(stages))
         schedule = _refine_schedule(problem, start.plan)
         for stages in islice((move for move in moves if allowed(problem, move)), budget):
             budget -= 1
