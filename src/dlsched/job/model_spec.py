@@ -5,8 +5,9 @@ A ``TransformerSpec`` holds what the cost, memory and parameter counts depend on
 (``ffn_hidden``; 4 x hidden by default, as GPT-2/3) and whether it is gated (``gated_ffn``: SwiGLU's
 three matrices), ``vocab``ulary, ``seq``uence length in tokens, whether the input embedding and the
 output projection share one matrix (``tied_embeddings``, as GPT-2/3 and Megatron-LM's GPT do),
-``bias``es, RMSNorm (``rms_norm``) and learned positions (False: rotary). Llama 3 8B/70B/405B are
-bundled with their published shapes. Bundled specs: GPT-3 175B (Brown et al. 2020, Table 2.1), the
+``bias``es, RMSNorm (``rms_norm``) and learned positions (False: rotary). The bundled models are
+the entries of presets/models.yaml, each with its source; Llama 3 8B/70B/405B are there with
+their published shapes. Bundled specs: GPT-3 175B (Brown et al. 2020, Table 2.1), the
 ten models of Megatron-LM SC21 Table 1 and the four of Korthikanti et al. 2022 Table 3; a YAML/JSON
 file with the same fields gives any other.
 
@@ -53,7 +54,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from dlsched.config import load_document, validate
+from dlsched.config import bundled_presets, load_document, validate
 from dlsched.errors import ConfigError
 from dlsched.models.zoo import DecoderShape
 
@@ -239,63 +240,14 @@ class TransformerSpec(DecoderShape):
         return 3.0 * ((self.layers - moe) * dense + moe * sparse + 2 * self.vocab * h)
 
 
-SC21_SHAPES = {  # name: (layers, hidden, heads); SC21 Table 1, sequence 2048, vocabulary 51,200
-    "gpt-1.7b": (24, 2304, 24), "gpt-3.6b": (30, 3072, 32), "gpt-7.5b": (36, 4096, 32),
-    "gpt-18.4b": (40, 6144, 48), "gpt-39.1b": (48, 8192, 64), "gpt-76.1b": (60, 10240, 80),
-    "gpt-145.6b": (80, 12288, 96), "gpt-310.1b": (96, 16384, 128),
-    "gpt-529.6b": (105, 20480, 128), "gpt-1008b": (128, 25600, 160)}
-KORTHIKANTI_SHAPES = {  # Korthikanti et al. 2022, Table 3: sequence 2048, vocabulary 51,200
-    "gpt-22b": (48, 6144, 64), "gpt3-175b": (96, 12288, 96), "mt-nlg-530b": (105, 20480, 128),
-    "gpt-1t": (128, 25600, 160)}
-
-
-# Llama 3 (Meta, "The Llama 3 Herd of Models", 2024, Table 3; the model cards' config.json):
-# layers, hidden, FFN, heads, KV heads; vocabulary 128,256, 8,192-token pre-training context,
-# SwiGLU, RMSNorm, rotary positions, no biases, untied output projection.
 ROUTERS = ("softmax", "sigmoid")
-
-LLAMA3_SHAPES = {"llama3-8b": (32, 4096, 14336, 32, 8), "llama3-70b": (80, 8192, 28672, 64, 8),
-                 "llama3-405b": (126, 16384, 53248, 128, 8)}
-
-
-# Mixtral (module docstring): layers, hidden, FFN, heads, KV heads, vocabulary; 8 experts, top 2,
-# SwiGLU, RMSNorm, rotary, no biases, untied. Sequence 4096 tokens: a training length chosen
-# here (the models' published context is 32k and 64k tokens; a spec file sets another).
-MIXTRAL_SHAPES = {"mixtral-8x7b": (32, 4096, 14336, 32, 8, 32000),
-                  "mixtral-8x22b": (56, 6144, 16384, 48, 8, 32000)}
-MIXTRAL_SEQ = 4096
-
-# Qwen3 dense (module docstring): layers, hidden, FFN, heads, KV heads, head_dim; vocabulary
-# 151,936, SwiGLU, RMSNorm, rotary, qk-norm, no biases, untied. Sequence 4096 tokens: a training
-# length chosen here (the models' native context is 32,768; a spec file sets another).
-QWEN3_SHAPES = {"qwen3-8b": (36, 4096, 12288, 32, 8, 128),
-                "qwen3-32b": (64, 5120, 25600, 64, 8, 128)}
-QWEN3_VOCAB = 151936
-QWEN3_SEQ = 4096
 
 
 def bundled_specs() -> dict[str, TransformerSpec]:
-    """Every bundled model by name."""
-    shapes = {**SC21_SHAPES, **KORTHIKANTI_SHAPES}
-    specs = {name: TransformerSpec(name, layers, hidden, heads, 2048, 51200)
-             for name, (layers, hidden, heads) in shapes.items()}
-    for name, (layers, hidden, ffn, heads, kv) in LLAMA3_SHAPES.items():
-        specs[name] = TransformerSpec(name, layers, hidden, heads, 8192, 128256,
-                                      ffn_hidden=ffn, kv_heads=kv,
-                                      tied_embeddings=False, gated_ffn=True, bias=False,
-                                      rms_norm=True, learned_positions=False)
-    for name, (layers, hidden, ffn, heads, kv, vocab) in MIXTRAL_SHAPES.items():
-        specs[name] = TransformerSpec(name, layers, hidden, heads, MIXTRAL_SEQ, vocab,
-                                      ffn_hidden=ffn, kv_heads=kv,
-                                      tied_embeddings=False, gated_ffn=True, bias=False,
-                                      rms_norm=True, learned_positions=False, experts=8,
-                                      top_k=2)
-    for name, (layers, hidden, ffn, heads, kv, head_dim) in QWEN3_SHAPES.items():
-        specs[name] = TransformerSpec(name, layers, hidden, heads, QWEN3_SEQ, QWEN3_VOCAB,
-                                      ffn_hidden=ffn, kv_heads=kv, head_dim=head_dim,
-                                      qk_norm=True, tied_embeddings=False, gated_ffn=True,
-                                      bias=False, rms_norm=True, learned_positions=False)
-    return specs
+    """Every bundled model by name: the entries of presets/models.yaml (each a model file's
+    fields with its ``source``)."""
+    return {name: _spec_from(document, f"presets/models.yaml: {name}", name)
+            for name, document in bundled_presets("models.yaml").items()}
 
 
 class TransformerFile(BaseModel):
@@ -325,6 +277,15 @@ class TransformerFile(BaseModel):
     router_imbalance: float = Field(default=1.0, ge=1.0, le=1_000)
     head_dim: int = Field(default=0, ge=0, le=100_000)
     qk_norm: bool = False
+    source: str = ""
+
+
+def _spec_from(document: object, source: str, name: str | None = None) -> TransformerSpec:
+    """A ``TransformerSpec`` from a model file's document (``source`` names it in errors)."""
+    data = validate(TransformerFile, document, source).model_dump(exclude={"source"})
+    if name is not None:
+        data["name"] = name
+    return TransformerSpec(**data)
 
 
 def load_spec(name: str) -> TransformerSpec:
@@ -335,7 +296,6 @@ def load_spec(name: str) -> TransformerSpec:
     if name.lower().endswith((".yaml", ".yml", ".json")):
         if not Path(name).is_file():
             raise ConfigError(f"--model: no such file {name!r}")
-        data = validate(TransformerFile, load_document(name), name)
-        return TransformerSpec(**data.model_dump())
+        return _spec_from(load_document(name), name)
     raise ConfigError(f"--model: unknown model {name!r}; accepted: {', '.join(specs)} or a "
                       "spec file (.yaml/.json)")
