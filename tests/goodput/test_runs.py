@@ -20,20 +20,29 @@ def test_every_run_has_a_citation_and_figures() -> None:
 
 
 def test_llama3_effective_training_time_within_three_points() -> None:
-    """Published: higher than 90%; predicted at default parameters (the failure rate is
-    Llama 3's own unexpected-interruption rate; restart, checkpoint and storage are not fitted
-    to the row) within 3 points of 90%."""
+    """Published: higher than 90%; predicted at default parameters (the failure rate from
+    BLOOM's and OPT-175B's logs; restart, checkpoint and storage are not fitted to the row)
+    within 3 points of 90%."""
     row = _row("llama3-405b", "goodput")
     assert abs(row["error"]) <= 0.03  # type: ignore[arg-type]
 
 
 def test_llama3_interruptions_per_day_within_thirty_percent() -> None:
-    """All 466 interruptions (the 47 planned ones included) against the model's failures:
-    within 30%. The 419 unexpected ones define the default rate: error zero by construction,
-    flagged as such."""
-    assert abs(_row("llama3-405b", "interruptions")["error"]) <= 0.30  # type: ignore[arg-type]
-    circular = _row("llama3-405b", "unexpected_interruptions")
-    assert circular["defines_default"] and circular["error"] == pytest.approx(0.0, abs=1e-12)
+    """Held out: the default rate does not come from the Llama 3 row. Its 419 unexpected
+    interruptions (the failure process) and all 466 (47 planned) are both within 30% of the
+    predicted 502.7 in 54 days (+20%, +8%)."""
+    for metric in ("unexpected_interruptions", "interruptions"):
+        row = _row("llama3-405b", metric)
+        assert not row["defines_default"]
+        assert abs(row["error"]) <= 0.30  # type: ignore[arg-type]
+
+
+def test_the_default_comes_from_bloom_and_opt_only() -> None:
+    """The runs flagged as defining the default are BLOOM's and OPT-175B's, and at the default
+    each is within its 4% spread (the two logs' rates differ by 3.6%)."""
+    defining = [r for r in price_runs() if r["defines_default"]]
+    assert {r["run"] for r in defining} == {"bloom-176b", "opt-175b"}
+    assert all(abs(r["error"]) < 0.02 for r in defining)  # type: ignore[arg-type]
 
 
 def test_a_higher_failure_rate_lowers_every_goodput() -> None:
