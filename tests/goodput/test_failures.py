@@ -32,7 +32,7 @@ def test_default_rate_is_the_mean_of_bloom_and_opt_logs() -> None:
     bloom = 1.5 / (384 * 7 * 24)
     opt = 35 / (992 * 61 * 24)
     assert pytest.approx(2 / (bloom + opt)) == DEFAULT_MTBF_GPU_HOURS
-    assert DEFAULT_MTBF_GPU_HOURS == pytest.approx(42237.4, abs=0.1)
+    assert pytest.approx(42237.4, abs=0.1) == DEFAULT_MTBF_GPU_HOURS
     assert job_mtbf(16384) / 3600 == pytest.approx(42237.4 / 16384, rel=1e-5)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from dlsched.goodput.runs import load_runs, price_runs
 from dlsched.goodput.time_to_train import Settings
 

@@ -25,6 +25,14 @@ accumulation into the GEMMs before 83b1e42 of 2022-02-13); the optimizer step is
 Megatron's configuration priced by that planner's evaluator, so it compares like with like.
 A reproduction module (``experiments.reproduction``) whose ``Options`` are the rows, the
 largest row dlsched plans and the GPU.
+
+Why this prices through the pipeline simulator and not the job evaluator (issue 47): the same
+ten rows are in the ledger (ledger/data/sc21.yaml) and ``dlsched validate`` prices them through
+the job evaluator, the path ``dlsched plan`` runs. This reproduction is the other, independent
+path: the pipeline domain's event simulation of the zoo model's op graph on a device graph (what
+the INFOCOM planner and its baselines are scored with). Keeping both checks that the two
+domains price a Megatron configuration alike; routing this one through the job evaluator too
+would leave the simulator unchecked on any published run.
 """
 
 from __future__ import annotations

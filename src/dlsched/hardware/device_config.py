@@ -37,8 +37,10 @@ from dlsched.validation import (
 )
 
 
-class GpuSpec(BaseModel):
-    """A GPU kind: sustained ``flops`` ("125 TFLOP/s"), ``memory`` ("80 GiB"), the
+class DeviceKind(BaseModel):
+    """A GPU kind of the pipeline domain's device graph: sustained ``flops`` ("125 TFLOP/s"),
+    one rate for all of a stage's work (the INFOCOM planner's model), not the job planner's
+    per-kernel GPU model (``hardware.gpu.GpuSpec``, presets/gpus.yaml); ``memory`` ("80 GiB"), the
     runtime's ``overhead`` per compute action ("1.2 ms"; default 0), its
     ``transfer_overhead`` per activation or gradient sent to or received from another GPU
     ("0.3 ms"; default 0) and optionally ``peak``, the datasheet's dense FLOP/s of the
@@ -52,7 +54,7 @@ class GpuSpec(BaseModel):
     peak: FlopRate | None = None
 
     @model_validator(mode="after")
-    def _positive(self) -> GpuSpec:
+    def _positive(self) -> DeviceKind:
         if self.memory <= 0:
             raise ValueError("memory must be > 0")
         return self
@@ -71,7 +73,7 @@ class ServerSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     count: DeviceCount
-    gpu: GpuSpec
+    gpu: DeviceKind
     link: LinkSpec
 
 
@@ -98,7 +100,7 @@ class ServersForm(BaseModel):
             [s.gpu.transfer_overhead for s in self.servers for _ in range(s.count)])
 
 
-class DeviceSpec(GpuSpec):
+class DeviceSpec(DeviceKind):
     """One GPU of the matrix form."""
 
     name: str
@@ -134,7 +136,7 @@ class TopologyForm(BaseModel):
     description: str = ""
     topology: str
     count: int | None = None
-    gpu: GpuSpec
+    gpu: DeviceKind
 
     def build(self) -> DeviceGraph:
         """The device graph."""

@@ -172,7 +172,8 @@ class PlanScenario(BaseModel):
         "Iterations to train (500k, ...), instead of --tokens."))] = None
     mtbf_gpu_hours: Annotated[float, Field(gt=0, le=1e9, description=(
         "GPU-hours between job-stopping failures, per GPU (default 42,237: the mean rate of "
-        "the BLOOM 176B and OPT-175B training logs; dlsched.goodput.failures)."))] = DEFAULT_MTBF_GPU_HOURS
+        "the BLOOM 176B and OPT-175B training logs; dlsched.goodput.failures)."))] = (
+            DEFAULT_MTBF_GPU_HOURS)
     restart: Annotated[Duration, Field(description=(
         "Time from a failure to training again, before the checkpoint load."))] = "10 min"
     storage: Annotated[StorageName, Field(description=(
