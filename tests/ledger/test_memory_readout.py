@@ -147,7 +147,9 @@ def test_validate_reports_each_gpu_apart_with_its_provenance() -> None:
     assert by_gpu[("a100-80gb", "time")]["gemm_provenance"] == "fitted: sc21-t1-gpt-39.1b"
     assert by_gpu[("h100-hbm2e-96gb", "time")]["gemm_provenance"] == \
         "fitted: torchtitan-2412-t1-8b-fsdp"
-    assert by_gpu[("h100-sxm", "time")]["gemm_provenance"] == "transferred"
+    assert by_gpu[("h100-sxm", "time")]["gemm_provenance"] == \
+        "fitted: dgxc-2504-h100-llama3.1-8b-bf16-8gpu"
+    assert by_gpu[("h200", "time")]["gemm_provenance"] == "transferred"
     time_priced = sum(g["priced"] for g in report.gpus if g["family"] == "time")
     all_time = next(s for s in report.sources if s["source"] == "all" and s["family"] == "time")
     assert time_priced == all_time["priced"]

@@ -67,6 +67,8 @@ FITTED_ROWS: dict[str, str] = {
                              "(presets/gpus.yaml)",
     "torchtitan-2412-t1-8b-fsdp": "the h100-hbm2e-96gb preset's 16-bit tensor-core fractions "
                                   "were fitted to this row (presets/gpus.yaml)",
+    "dgxc-2504-h100-llama3.1-8b-bf16-8gpu": "the h100 preset's 16-bit GEMM efficiency was "
+                                            "fitted to this row (presets/gpus.yaml)",
 }
 TIME_METRICS = ("iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
 MEMORY_METRICS = ("memory_gib_per_gpu",)
