@@ -56,6 +56,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlsched.config import bundled_presets, load_document, validate
 from dlsched.errors import ConfigError
+from dlsched.job.compute.mla import check_shape, mla_matmul_elements, mla_parameters
+from dlsched.job.compute.mtp import mtp_forward_flops, mtp_parameters
 from dlsched.models.zoo import DecoderShape
 
 
@@ -80,6 +82,12 @@ class TransformerSpec(DecoderShape):
     router: str = "softmax"
     router_imbalance: float = 1.0
     qk_norm: bool = False
+    v_head_dim: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    first_k_dense: int = 0
+    mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "seq", "vocab"):
@@ -102,6 +110,7 @@ class TransformerSpec(DecoderShape):
                               f"{self.kv_heads}")
         if self.experts:
             self._check_moe()
+        check_shape(self)  # v_head_dim, MLA, first_k_dense, mtp_layers: job.compute.mla
 
     def _check_moe(self) -> None:
         if self.experts < 0 or not 1 <= self.top_k <= self.experts:
@@ -129,9 +138,20 @@ class TransformerSpec(DecoderShape):
         return self.heads * self.head_dim
 
     @property
+    def value_width(self) -> int:
+        """Width of the attention's output (the output projection's input): ``heads x
+        v_head_dim``."""
+        return self.heads * self.v_head_dim
+
+    @property
     def qkv_width(self) -> int:
         """Output width of the fused QKV projection: queries plus keys and values."""
-        return self.attention_width + 2 * self.kv_heads * self.head_dim
+        return self.attention_width + self.kv_heads * (self.head_dim + self.v_head_dim)
+
+    def attention_core_flops(self) -> float:
+        """Forward FLOP per token of the attention core: scores ``2 s heads head_dim`` and
+        context ``2 s heads v_head_dim`` (``4 s a`` when values are as wide as keys)."""
+        return 2.0 * self.seq * self.heads * (self.head_dim + self.v_head_dim)
 
     @property
     def ffn_matrices(self) -> int:
@@ -149,12 +169,16 @@ class TransformerSpec(DecoderShape):
         return self.moe_layers_in(0, self.layers)
 
     def is_moe_layer(self, index: int) -> bool:
-        """Whether layer ``index`` (0 = first) is an MoE layer."""
-        return self.experts > 0 and index % self.moe_layer_freq == 0
+        """Whether layer ``index`` (0 = first) is an MoE layer: from ``first_k_dense`` on,
+        every ``moe_layer_freq``-th (DeepSeek-V3's ``first_k_dense_replace``: ``layer_idx >=
+        first_k_dense_replace and layer_idx % moe_layer_freq == 0``)."""
+        return self.experts > 0 and index >= self.first_k_dense and \
+            index % self.moe_layer_freq == 0
 
     def moe_layers_in(self, start: int, stop: int) -> int:
         """MoE layers among layers ``start .. stop - 1``: the multiples of ``moe_layer_freq``
-        in that range."""
+        from ``max(start, first_k_dense)`` on."""
+        start = max(start, self.first_k_dense)
         if not self.experts or stop <= start:
             return 0
         return -(-stop // self.moe_layer_freq) - -(-start // self.moe_layer_freq)
@@ -167,8 +191,10 @@ class TransformerSpec(DecoderShape):
     def attention_parameters(self) -> int:
         """A layer's attention (QKV, projection, their biases), its two norms and (``qk_norm``)
         the per-head RMSNorms of queries and keys (``2 head_dim``)."""
-        h, q, a = self.hidden, self.qkv_width, self.attention_width
+        h, q, a = self.hidden, self.qkv_width, self.value_width
         qk = 2 * self.head_dim if self.qk_norm else 0
+        if self.kv_lora_rank:  # multi-head latent attention: job.compute.mla
+            return mla_parameters(self) + 2 * self.norm_parameters() + qk
         return h * q + a * h + (q + h if self.bias else 0) + 2 * self.norm_parameters() + qk
 
     def router_parameters(self) -> int:
@@ -203,9 +229,14 @@ class TransformerSpec(DecoderShape):
         return self.norm_parameters() + untied
 
     def parameters(self) -> int:
-        """All parameters."""
+        """All parameters of the main model (without the MTP modules, as model cards count:
+        ``mtp_parameters`` adds theirs)."""
         return (self._layers_parameters(self.layer_parameters(moe=True))
                 + self.embedding_parameters() + self.head_parameters())
+
+    def mtp_parameters(self, active: bool = False) -> int:
+        """The MTP modules' own parameters (``job.compute.mtp``; ``active``: a token's)."""
+        return mtp_parameters(self, active)
 
     def active_parameters(self) -> int:
         """Parameters one token uses: an MoE layer's ``top_k`` routed experts, not all."""
@@ -218,7 +249,8 @@ class TransformerSpec(DecoderShape):
         """Weight elements one token multiplies by in a layer (the ``top_k`` routed experts,
         the shared ones and the router of an MoE layer)."""
         h, q = self.hidden, self.qkv_width
-        attention = h * q + self.attention_width * h
+        attention = (mla_matmul_elements(self) if self.kv_lora_rank
+                     else h * q + self.value_width * h)
         if not moe:
             return attention + self.ffn_matrices * h * self.ffn_hidden
         experts = (self.top_k + self.shared_experts) * self.ffn_matrices * h * \
@@ -233,11 +265,12 @@ class TransformerSpec(DecoderShape):
         ``2 V h`` for the logits; for a GPT ``72 h^2 + 12 s h`` per layer and
         ``6 V h``, Megatron-LM SC21's Eq. 3 without its recomputation pass; an MoE layer counts
         the experts a token uses (``layer_matmul_elements``)."""
-        h, s, moe = self.hidden, self.seq, self.moe_layers
-        core = 4 * s * self.attention_width
+        h, moe = self.hidden, self.moe_layers
+        core = self.attention_core_flops()
         dense = 2 * self.layer_matmul_elements() + core
         sparse = 2 * self.layer_matmul_elements(moe=True) + core
-        return 3.0 * ((self.layers - moe) * dense + moe * sparse + 2 * self.vocab * h)
+        return 3.0 * ((self.layers - moe) * dense + moe * sparse + 2 * self.vocab * h
+                      + mtp_forward_flops(self))
 
 
 ROUTERS = ("softmax", "sigmoid")
@@ -277,6 +310,12 @@ class TransformerFile(BaseModel):
     router_imbalance: float = Field(default=1.0, ge=1.0, le=1_000)
     head_dim: int = Field(default=0, ge=0, le=100_000)
     qk_norm: bool = False
+    v_head_dim: int = Field(default=0, ge=0, le=100_000)
+    q_lora_rank: int = Field(default=0, ge=0, le=1_000_000)
+    kv_lora_rank: int = Field(default=0, ge=0, le=1_000_000)
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=100_000)
+    first_k_dense: int = Field(default=0, ge=0, le=10_000)
+    mtp_layers: int = Field(default=0, ge=0, le=100)
     source: str = ""
 
 
