@@ -19,20 +19,34 @@ SECONDS_PER_DAY = 86400.0
 
 def parameter_count(shape: ModelShape) -> int:
     """Parameters of ``shape``: embeddings, ``layers`` x (attention + FFN + two norms), and
-    the final norm. An MoE layer holds ``experts`` FFNs and a router of ``hidden x experts``."""
-    h, f, head_dim = shape.hidden, shape.ffn_hidden, shape.hidden // shape.heads
-    kv = shape.kv_heads * head_dim
+    the final norm. Attention ``heads x head_dim`` wide (``hidden / heads`` unless
+    ``head_dim`` is given), with ``qk_norm``'s two per-head RMSNorms of ``head_dim``. An MoE
+    layer (every ``moe_layer_freq``-th from the first) holds ``experts`` routed and
+    ``shared_experts`` FFNs of ``expert_ffn_hidden`` (``ffn_hidden`` when 0) and a router of
+    ``hidden x experts``; the other layers a dense FFN of ``ffn_hidden``."""
+    h, f = shape.hidden, shape.ffn_hidden
+    head_dim = shape.head_dim or h // shape.heads
+    q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
     norm = 2 * h if shape.norm == "layernorm" else h
-    attention = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if shape.bias else 0)
+    attention = 2 * h * q + 2 * h * kv + ((q + h + 2 * kv) if shape.bias else 0)
+    attention += 2 * head_dim if shape.qk_norm else 0
     inputs = 2 if shape.gated_ffn else 1
-    ffn = (inputs + 1) * h * f + ((inputs * f + h) if shape.bias else 0)
+
+    def ffn(width: int) -> int:
+        return (inputs + 1) * h * width + ((inputs * width + h) if shape.bias else 0)
+
+    dense = attention + ffn(f) + 2 * norm
+    moe_layers = 0
+    moe = dense
     if shape.experts is not None:
-        ffn = shape.experts * ffn + h * shape.experts
-    layer = attention + ffn + 2 * norm
+        width = shape.expert_ffn_hidden or f
+        moe_layers = -(-shape.layers // shape.moe_layer_freq)
+        moe = (attention + (shape.experts + shape.shared_experts) * ffn(width)
+               + h * shape.experts + 2 * norm)
     embeddings = shape.vocab * h * (1 if shape.tied_embeddings else 2)
     if shape.position_embedding == "learned":
         embeddings += shape.seq * h
-    return embeddings + shape.layers * layer + norm
+    return embeddings + (shape.layers - moe_layers) * dense + moe_layers * moe + norm
 
 
 def sc21_iteration_flops(shape: ModelShape, batch: int) -> float:

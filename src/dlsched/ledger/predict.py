@@ -41,9 +41,9 @@ from dlsched.job.cluster import NODE_PRESETS, load_cluster
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import TransformerFile, TransformerSpec
 from dlsched.ledger.memory import published_memory_gib
-from dlsched.ledger.schema import LedgerRow
+from dlsched.ledger.schema import LedgerRow, ModelShape
 
 # Ledger GPU -> (node preset, compute preset): one preset per GPU model, the model the preset
 # describes (presets/gpus.yaml).
@@ -75,9 +75,12 @@ MEMORY_METRICS = ("memory_gib_per_gpu",)
 # The predicted iteration's parts (seconds) a record carries (``breakdown``).
 EXPOSED_KEYS = ("tp_s", "pp_s", "dp_s", "zero3_s", "optimizer_s", "grad_accumulation_s")
 BREAKDOWN_KEYS = ("iteration_s", "compute_s", "bubble_s", *EXPOSED_KEYS)
-# Overlaps the evaluator does not model (none today: asynchronous TP is job.async_tp's, ZeRO 3's
-# per-layer gathers it prefetches behind the layer's compute, as FSDP does).
-_UNMODELLED_OVERLAP: dict[str, str] = {}
+# Overlaps the evaluator does not model (asynchronous TP is job.async_tp's, ZeRO 3's per-layer
+# gathers it prefetches behind the layer's compute, as FSDP does).
+_UNMODELLED_OVERLAP: dict[str, str] = {
+    "ep_a2a": "the expert-parallel All-to-Alls overlapped with another microbatch's compute "
+              "(Megatron-Core's --overlap-moe-expert-parallel-comm; job.moe_costs prices them "
+              "blocking)"}
 
 
 @dataclass(frozen=True)
@@ -146,13 +149,7 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
         raise ConfigError(f"{row.id}: hardware.inter_node_gbps_per_gpu: "
                           f"{hw.inter_node_gbps_per_gpu:g} Gb/s differs from the {node} "
                           f"preset's {nic_gbps:g} Gb/s per GPU")
-    moe = {} if shape.experts is None else {"experts": shape.experts, "top_k": shape.top_k,
-                                            "capacity_factor": shape.capacity_factor}
-    spec = TransformerSpec(shape.name, shape.layers, shape.hidden, shape.heads, shape.seq,
-                           shape.vocab, ffn_hidden=shape.ffn_hidden, kv_heads=shape.kv_heads,
-                           tied_embeddings=shape.tied_embeddings, gated_ffn=shape.gated_ffn,
-                           bias=shape.bias, rms_norm=shape.norm == "rmsnorm",
-                           learned_positions=shape.position_embedding == "learned", **moe)
+    spec = model_spec(shape)
     cluster = load_cluster(node, hw.gpus, gpu)
     dp_policy = "ddp" if "dp_grad_reduce" in par.overlap else "none"
     job = Job(spec, cluster, par.precision, "baseline", dp_policy,
@@ -171,6 +168,27 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
                     par.sequence_parallel, 3 if par.zero == "fsdp" else par.zero, par.cp,
                     par.ep, par.cp_algorithm or "ring", par.expert_tp, par.pipeline_split)
     return job, layout
+
+
+def model_file(shape: ModelShape) -> TransformerFile:
+    """The model file (``job.model_spec.TransformerFile``) of a row's shape: every field the
+    two share by name as the row has it, ``norm`` and ``position_embedding`` as the file's
+    ``rms_norm`` and ``learned_positions`` (``schema.LEDGER_ONLY``), a dense model's absent
+    ``experts`` as the file's 0; validated as ``dlsched plan --model FILE`` validates a file."""
+    shared = {name: getattr(shape, name) for name in TransformerFile.model_fields
+              if name in ModelShape.model_fields}
+    shared.update(rms_norm=shape.norm == "rmsnorm",
+                  learned_positions=shape.position_embedding == "learned",
+                  experts=shape.experts or 0)
+    if shape.top_k is None:
+        del shared["top_k"]
+    return TransformerFile.model_validate(shared)
+
+
+def model_spec(shape: ModelShape) -> TransformerSpec:
+    """The evaluator's spec of a row's shape: its model file's (``model_file``) fields, as
+    ``job.model_spec`` builds a spec from a file."""
+    return TransformerSpec(**model_file(shape).model_dump(exclude={"source"}))
 
 
 def metric_value(metric: str, job: Job, result: JobResult) -> float:

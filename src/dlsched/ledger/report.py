@@ -5,7 +5,8 @@ errors of the others), and returns the records of the requested source: per publ
 ``id``, ``source``, ``metric``, ``unit``, ``published``, ``predicted``, ``error``, ``low``,
 ``high`` (the 90% interval on the published value, ``dlsched.ledger.score``), ``covered``,
 ``interval_method``, ``scored``, ``held_out``, ``supported`` and ``reason``, and the predicted
-iteration's parts (seconds); per source and family the ``SourceStats`` fields.
+iteration's parts (seconds); per source and family the ``SourceStats`` fields, and the same
+over every source's mixture-of-experts rows (``moe``) and over all rows (``all``).
 
 ``expected_errors()`` reads the recorded mean absolute error per source
 (``ledger/data/expected.yaml``) that the CI test holds the ledger to.
@@ -25,7 +26,7 @@ from dlsched.ledger import SOURCES, load_ledger
 from dlsched.ledger.by_gpu import gpu_summary
 from dlsched.ledger.predict import BREAKDOWN_KEYS, Prediction, predict_rows
 from dlsched.ledger.schema import METRIC_UNITS
-from dlsched.ledger.score import Interval, summarize
+from dlsched.ledger.score import FAMILY_LINES, Interval, summarize
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ def validate(source: str | None = None) -> LedgerReport:
     intervals, stats = summarize(predictions, SOURCES)
     rows = [record(p, i) for p, i in zip(predictions, intervals, strict=True)
             if source is None or p.row.source == source]
-    sources = [s.row() for s in stats if source is None or s.source in (source, "all")]
+    sources = [s.row() for s in stats if source is None or s.source in (source, *FAMILY_LINES)]
     return LedgerReport(rows, sources, gpu_summary(rows))
 
 

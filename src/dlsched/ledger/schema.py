@@ -23,12 +23,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron-bridge",
-                 "dgxc"]
+                 "dgxc", "megatron-bridge-moe"]
 Gpu = Literal["a100-80gb", "h100-sxm", "h100-hbm2e-96gb", "h200", "h800", "b200", "gb200",
               "mi300x"]
 Metric = Literal["iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu",
                  "memory_gib_per_gpu"]
-Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp", "pp_p2p"]
+Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp", "pp_p2p", "ep_a2a"]
 
 # Each metric's published unit and its factor to dlsched's internal unit (units.py: seconds,
 # FLOP/s, bytes; utilizations as fractions, tokens/s as they are).
@@ -61,14 +61,23 @@ class Hardware(_Strict):
 class ModelShape(_Strict):
     """A decoder-only transformer's shape. ``ffn_hidden`` is the width of the FFN's hidden
     layer (each of the two input projections when ``gated_ffn``, SwiGLU); ``experts`` and
-    ``top_k`` only for mixture-of-experts models (every layer's FFN an MoE layer of
-    ``experts`` FFNs of ``ffn_hidden``, as Mixtral), with ``capacity_factor`` (tokens an expert
+    ``top_k`` only for mixture-of-experts models (every ``moe_layer_freq``-th layer's FFN an
+    MoE layer of ``experts`` FFNs of ``expert_ffn_hidden``, ``ffn_hidden`` when 0, as Mixtral,
+    and ``shared_experts`` FFNs of that width every token uses; ``router`` the score function),
+    with ``capacity_factor`` (tokens an expert
     takes capped at that multiple of the mean, the rest dropped: Megatron-Core's
     ``--moe-expert-capacity-factor``; None: dropless) and ``router_balance``: ``forced`` (the
     benchmark forces a balanced token distribution, Megatron-Core's
     ``--moe-router-force-load-balancing``) or ``learned`` (the trained router, balanced only as
-    far as its auxiliary loss gets it). ``params_published`` is the parameter count the source
-    states (count, not billions), kept to check the shape."""
+    far as its auxiliary loss gets it). ``head_dim`` (0: ``hidden / heads``) and ``qk_norm``
+    (per-head RMSNorms of queries and keys, Qwen3). ``params_published`` is the parameter count
+    the source states (count, not billions), kept to check the shape.
+
+    The fields a model file has (``job.model_spec.TransformerFile``) carry its names and
+    meanings, and reach the evaluator unchanged (``ledger.predict.model_file``); the ledger's
+    own are ``LEDGER_ONLY``: ``norm`` and ``position_embedding`` (a model file's ``rms_norm``
+    and ``learned_positions``, named as the sources print them), ``params_published`` and
+    ``router_balance``."""
 
     name: str
     layers: int = Field(gt=0)
@@ -88,17 +97,34 @@ class ModelShape(_Strict):
     top_k: int | None = Field(default=None, gt=0)
     capacity_factor: float | None = Field(default=None, gt=0)
     router_balance: Literal["forced", "learned"] | None = None
+    head_dim: int = Field(default=0, ge=0)
+    qk_norm: bool = False
+    expert_ffn_hidden: int = Field(default=0, ge=0)
+    shared_experts: int = Field(default=0, ge=0)
+    moe_layer_freq: int = Field(default=1, gt=0)
+    router: Literal["softmax", "sigmoid"] = "softmax"
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelShape:
-        if self.hidden % self.heads or self.heads % self.kv_heads:
-            raise ValueError("heads must divide hidden and kv_heads must divide heads")
+        if (self.head_dim == 0 and self.hidden % self.heads) or self.heads % self.kv_heads:
+            raise ValueError("heads must divide hidden (unless head_dim is given) and kv_heads "
+                             "must divide heads")
         if (self.experts is None) != (self.top_k is None):
             raise ValueError("experts and top_k go together")
-        if self.experts is None and (self.capacity_factor is not None or
-                                     self.router_balance is not None):
-            raise ValueError("capacity_factor and router_balance are for MoE models only")
+        moe_only = (self.capacity_factor is not None, self.router_balance is not None,
+                    self.expert_ffn_hidden > 0, self.shared_experts > 0,
+                    self.moe_layer_freq > 1, self.router != "softmax")
+        if self.experts is None and any(moe_only):
+            raise ValueError("capacity_factor, router_balance, expert_ffn_hidden, "
+                             "shared_experts, moe_layer_freq and router are for MoE models only")
         return self
+
+
+# ModelShape's fields a model file (job.model_spec.TransformerFile) does not have, and the
+# model file's field each stands for (None: the ledger's own).
+LEDGER_ONLY: dict[str, str | None] = {"norm": "rms_norm",
+                                      "position_embedding": "learned_positions",
+                                      "params_published": None, "router_balance": None}
 
 
 class Parallelism(_Strict):
@@ -134,7 +160,9 @@ class Parallelism(_Strict):
     main gradients after). ``fp8_recipe`` (with ``precision`` fp8): how the linear layers run
     in FP8 (``job.compute.fp8``: Transformer Engine's ``delayed``, ``current``, ``mxfp8``;
     torchao's ``tensorwise``, ``rowwise``); ``fp8_all_gather``: FSDP gathers the weights in FP8
-    (torchao's ``enable_fsdp_float8_all_gather``)."""
+    (torchao's ``enable_fsdp_float8_all_gather``). ``overlap`` ``ep_a2a``: the MoE layers'
+    expert-parallel All-to-Alls overlapped with another microbatch's compute (Megatron-Core's
+    ``--overlap-moe-expert-parallel-comm`` with ``--delay-wgrad-compute``)."""
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from dlsched.job.intervals import LEVEL, conformal_quantile
 from dlsched.ledger.predict import Prediction
 
-__all__ = ["LEVEL", "Interval", "SourceStats", "conformal_quantile", "interval", "source_stats",
-           "summarize"]
+__all__ = ["FAMILY_LINES", "LEVEL", "Interval", "SourceStats", "conformal_quantile", "interval",
+           "source_stats", "summarize"]
 
 
 @dataclass(frozen=True)
@@ -117,10 +117,25 @@ def source_stats(name: str, family: str, scored: Sequence[Prediction],
                        covered / len(priced) if priced else None)
 
 
+# The cross-source lines of the statistics: each name and which predictions it takes.
+FAMILY_LINES: dict[str, str] = {
+    "moe": "every source's mixture-of-experts rows (the row's model has experts)",
+    "all": "every row of every source"}
+
+
+def _in_line(name: str, prediction: Prediction) -> bool:
+    """Whether ``prediction`` counts in the line ``name``: its source, or a ``FAMILY_LINES``
+    line."""
+    if name == "moe":
+        return prediction.row.model.experts is not None
+    return name in ("all", prediction.row.source)
+
+
 def summarize(predictions: Sequence[Prediction], sources: Sequence[str]
               ) -> tuple[list[Interval | None], list[SourceStats]]:
-    """Every prediction's interval, and the statistics per source and family (and over all
-    sources: ``all``), for the families that have scored predictions."""
+    """Every prediction's interval, and the statistics per source and family, and over the
+    sources (``FAMILY_LINES``: ``moe``, the mixture-of-experts rows of every source, when
+    there are any; ``all``), for the families that have scored predictions."""
     intervals = [interval(p, predictions) for p in predictions]
     stats = []
     for family in ("time", "memory"):
@@ -128,8 +143,8 @@ def summarize(predictions: Sequence[Prediction], sources: Sequence[str]
                   if p.scored and p.family == family]
         if not picked:
             continue
-        for name in (*sources, "all"):
-            chosen = [(p, i) for p, i in picked if name in ("all", p.row.source)]
+        for name in (*sources, *FAMILY_LINES):
+            chosen = [(p, i) for p, i in picked if _in_line(name, p)]
             if chosen:
                 stats.append(source_stats(name, family, [p for p, _ in chosen],
                                           [i for _, i in chosen]))

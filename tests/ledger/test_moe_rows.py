@@ -1,0 +1,94 @@
+"""The mixture-of-experts rows: a row's model reaches the evaluator as a model file does, the
+Qwen3 MoE shapes count their models' parameters, and ``validate`` reports the MoE rows of
+every source as their own line."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.job.model_spec import TransformerFile
+from dlsched.ledger import load_ledger
+from dlsched.ledger.formulas import parameter_count
+from dlsched.ledger.predict import Prediction, model_file, model_spec, predict_row
+from dlsched.ledger.schema import LEDGER_ONLY, ModelShape
+from dlsched.ledger.score import source_stats, summarize
+
+ROWS = {row.id: row for row in load_ledger()}
+Q30 = "mbridge-moe-2602-gb200-qwen3-30b-a3b-mxfp8"
+Q235 = "mbridge-moe-2602-b200-qwen3-235b-a22b-mxfp8"
+
+
+def test_every_shape_field_is_a_model_file_field_or_named_as_the_ledgers_own() -> None:
+    """No second copy of a model's fields: each ModelShape field is a TransformerFile field
+    of the same name, or one of LEDGER_ONLY (naming the file field it stands for, if any)."""
+    file_fields = set(TransformerFile.model_fields)
+    for name in ModelShape.model_fields:
+        assert name in file_fields or name in LEDGER_ONLY, name
+    for name, stands_for in LEDGER_ONLY.items():
+        assert name not in file_fields
+        assert stands_for is None or stands_for in file_fields
+
+
+def test_qwen3_30b_a3b_counts_by_hand() -> None:
+    """Per layer: QKV 2048 x (32 + 2 x 4) x 128 = 10,485,760, output 4096 x 2048 = 8,388,608,
+    two RMSNorms 4,096, QK norms 256, router 2048 x 128 = 262,144, 128 experts of
+    3 x 2048 x 768 = 4,718,592 each; x 48 layers = 29,909,790,720; untied 151,936 x 2048
+    embeddings twice, 622,329,856, and the final norm 2,048: 30,532,122,624 (the card's 30.5B);
+    8 of the 128 experts active: 3,353,032,704 (3.3B)."""
+    shape = ROWS[Q30].model
+    spec = model_spec(shape)
+    assert spec.parameters() == parameter_count(shape) == 30_532_122_624
+    assert spec.active_parameters() == 3_353_032_704
+    assert (spec.head_dim, spec.attention_width, spec.qk_norm) == (128, 4096, True)
+    assert (spec.experts, spec.top_k, spec.expert_ffn_hidden) == (128, 8, 768)
+
+
+def test_qwen3_235b_a22b_counts_its_card() -> None:
+    """235,093,634,560 parameters and 22.19B active (the card's 235B and 22B) by the
+    evaluator's count and the ledger's independent formula alike."""
+    shape = ROWS[Q235].model
+    assert model_spec(shape).parameters() == parameter_count(shape) == 235_093_634_560
+    assert model_spec(shape).active_parameters() == pytest.approx(22.19e9, rel=1e-3)
+
+
+def test_a_rows_model_is_validated_as_a_model_file() -> None:
+    """The row's file fields pass unchanged; norm and positions map to the file's names; a
+    dense row's absent experts are the file's 0."""
+    document = model_file(ROWS[Q30].model)
+    assert document.rms_norm and not document.learned_positions
+    assert (document.head_dim, document.qk_norm, document.vocab) == (128, True, 151936)
+    dense = next(row for row in ROWS.values() if row.model.experts is None)
+    assert model_file(dense.model).experts == 0
+
+
+def test_expert_all_to_all_overlap_is_refused_with_its_one_reason() -> None:
+    """A row whose script overlaps the EP All-to-Alls is not priced, and says why."""
+    [prediction] = predict_row(ROWS["mbridge-moe-2511-h100-qwen3-30b-a3b-fp8cs"])
+    assert prediction.predicted is None
+    assert prediction.reason.startswith("parallel.overlap: the evaluator does not model the "
+                                        "expert-parallel All-to-Alls")
+
+
+def _fake(row_id: str, error: float | None) -> Prediction:
+    row = ROWS[row_id]
+    published = row.measured[0].value
+    predicted = None if error is None else published * (1 + error)
+    return Prediction(row, row.measured[0].metric, published, predicted,
+                      None if error is not None else "not priced", True, True)
+
+
+def test_moe_line_takes_every_sources_moe_rows_and_nothing_else() -> None:
+    """Two MoE rows (+10%, -20%) from two sources, one unpriced MoE row and a dense row at
+    +50%: the moe line has 3 rows, 2 priced, mean |error| 15%, bias -5%; all has 4 rows."""
+    dense = next(row.id for row in ROWS.values() if row.model.experts is None)
+    grok = next(row.id for row in ROWS.values()
+                if row.model.experts is not None and row.source == "dgxc")
+    fakes = [_fake(Q30, 0.10), _fake(grok, -0.20), _fake(Q235, None), _fake(dense, 0.50)]
+    _, stats = summarize(fakes, ["dgxc", "megatron-bridge-moe"])
+    moe = next(s for s in stats if s.source == "moe")
+    assert (moe.rows, moe.priced) == (3, 2)
+    assert moe.mean_abs_error == pytest.approx(0.15)
+    assert moe.mean_signed_error == pytest.approx(-0.05)
+    assert next(s for s in stats if s.source == "all").rows == 4
+    alone = source_stats("moe", "time", fakes[:3], [None, None, None])
+    assert alone.mean_abs_error == pytest.approx(moe.mean_abs_error)
