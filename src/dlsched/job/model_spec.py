@@ -45,6 +45,17 @@ Qwen/Qwen3-32B (hidden 5120, 64 layers, 64 heads, 8 KV heads, head_dim 128, inte
 vocabulary 151,936, untied; checked against the model card's figures as third-party pages
 quote them and a Qwen3-32B fine-tune's config.json, not the original file): 8,190,735,360 and
 32,762,123,264 parameters (the model cards' 8.2B and 32.8B).
+
+Attention per layer (``attention_pattern``, ``attention_window``: ``job.attention_layers``;
+GPT-OSS ``SF`` 128, Llama 4 ``CCCF`` 8192), ``attention_sinks`` (GPT-OSS: one learned logit per
+head, ``heads`` parameters a layer, its FLOP negligible and not counted), the router's bias
+with ``bias``; ``moe_layer_offset`` shifts the MoE layers (Llama 4 Maverick: layers 1, 3, ...);
+``router_groups`` / ``router_group_topk`` limit a token's experts to groups (DeepSeek-V3's
+``n_group`` 8 / ``topk_group`` 4: node-limited routing, ``job.communication.moe_dispatch``).
+GPT-OSS 20B / 120B: 20,914,757,184 / 116,829,156,672 parameters, 3,608,307,264 / 5,132,849,472
+active without the input embedding (the card's 20.9B / 3.6B, 116.8B / 5.1B); Llama 4 Scout /
+Maverick text models: 107,769,861,120 / 400,711,848,960, 17.17B / 17.18B active (tests/job/
+test_today_models.py).
 """
 
 from __future__ import annotations
@@ -56,6 +67,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dlsched.config import bundled_presets, load_document, validate
 from dlsched.errors import ConfigError
+from dlsched.job.attention_layers import check_pattern, kind_counts, mfu_keys
 from dlsched.job.compute.mla import check_shape, mla_matmul_elements, mla_parameters
 from dlsched.job.compute.mtp import mtp_forward_flops, mtp_parameters
 from dlsched.models.zoo import DecoderShape
@@ -88,6 +100,12 @@ class TransformerSpec(DecoderShape):
     qk_rope_head_dim: int = 0
     first_k_dense: int = 0
     mtp_layers: int = 0
+    attention_window: int = 0
+    attention_pattern: str = ""
+    attention_sinks: bool = False
+    moe_layer_offset: int = 0
+    router_groups: int = 0
+    router_group_topk: int = 0
 
     def __post_init__(self) -> None:
         for field in ("layers", "hidden", "heads", "seq", "vocab"):
@@ -111,6 +129,7 @@ class TransformerSpec(DecoderShape):
         if self.experts:
             self._check_moe()
         check_shape(self)  # v_head_dim, MLA, first_k_dense, mtp_layers: job.compute.mla
+        check_pattern(self.attention_pattern, self.attention_window)  # job.attention_layers
 
     def _check_moe(self) -> None:
         if self.experts < 0 or not 1 <= self.top_k <= self.experts:
@@ -119,6 +138,14 @@ class TransformerSpec(DecoderShape):
         if self.moe_layer_freq < 1 or self.shared_experts < 0:
             raise ConfigError("model: moe_layer_freq must be >= 1 and shared_experts >= 0 "
                               f"(got {self.moe_layer_freq}, {self.shared_experts})")
+        if self.router_groups and (self.experts % self.router_groups
+                                   or not 1 <= self.router_group_topk <= self.router_groups):
+            raise ConfigError(f"model: router_groups must divide the {self.experts} experts and "
+                              f"router_group_topk be in 1..router_groups (got "
+                              f"{self.router_groups}, {self.router_group_topk})")
+        if not 0 <= self.moe_layer_offset < self.moe_layer_freq:
+            raise ConfigError(f"model: moe_layer_offset must be in 0..moe_layer_freq - 1 = "
+                              f"{self.moe_layer_freq - 1} (got {self.moe_layer_offset})")
         if self.router not in ROUTERS:
             raise ConfigError(f"model: router {self.router!r} is not accepted; accepted: "
                               + ", ".join(ROUTERS))
@@ -149,9 +176,14 @@ class TransformerSpec(DecoderShape):
         return self.attention_width + self.kv_heads * (self.head_dim + self.v_head_dim)
 
     def attention_core_flops(self) -> float:
-        """Forward FLOP per token of the attention core: scores ``2 s heads head_dim`` and
-        context ``2 s heads v_head_dim`` (``4 s a`` when values are as wide as keys)."""
-        return 2.0 * self.seq * self.heads * (self.head_dim + self.v_head_dim)
+        """Forward FLOP per token of the attention core, per layer: scores ``2 s heads
+        head_dim`` and context ``2 s heads v_head_dim`` (``4 s a`` when values are as wide as
+        keys), ``s`` the keys of a full layer; averaged over the layers' attention kinds, a
+        sliding or chunked layer counting ``min(w, s)`` keys (``job.attention_layers``)."""
+        counts = kind_counts(self.attention_pattern, 0, self.layers)
+        keys = sum(n * mfu_keys(kind, self.seq, self.attention_window)
+                   for kind, n in counts.items()) / self.layers
+        return 2.0 * keys * self.heads * (self.head_dim + self.v_head_dim)
 
     @property
     def ffn_matrices(self) -> int:
@@ -173,15 +205,17 @@ class TransformerSpec(DecoderShape):
         every ``moe_layer_freq``-th (DeepSeek-V3's ``first_k_dense_replace``: ``layer_idx >=
         first_k_dense_replace and layer_idx % moe_layer_freq == 0``)."""
         return self.experts > 0 and index >= self.first_k_dense and \
-            index % self.moe_layer_freq == 0
+            index % self.moe_layer_freq == self.moe_layer_offset
 
     def moe_layers_in(self, start: int, stop: int) -> int:
         """MoE layers among layers ``start .. stop - 1``: the multiples of ``moe_layer_freq``
-        from ``max(start, first_k_dense)`` on."""
+        from ``max(start, first_k_dense)`` on, ``moe_layer_offset`` past them (Llama 4's
+        ``interleave_moe_layer_step`` 2: layers 1, 3, ...)."""
         start = max(start, self.first_k_dense)
         if not self.experts or stop <= start:
             return 0
-        return -(-stop // self.moe_layer_freq) - -(-start // self.moe_layer_freq)
+        freq, offset = self.moe_layer_freq, self.moe_layer_offset
+        return -(-(stop - offset) // freq) - -(-(start - offset) // freq)
 
     def ffn_parameters(self, width: int) -> int:
         """One FFN of hidden size ``width``: its matrices and (with ``bias``) biases."""
@@ -193,13 +227,15 @@ class TransformerSpec(DecoderShape):
         the per-head RMSNorms of queries and keys (``2 head_dim``)."""
         h, q, a = self.hidden, self.qkv_width, self.value_width
         qk = 2 * self.head_dim if self.qk_norm else 0
+        qk += self.heads if self.attention_sinks else 0  # GPT-OSS: one logit per head
         if self.kv_lora_rank:  # multi-head latent attention: job.compute.mla
             return mla_parameters(self) + 2 * self.norm_parameters() + qk
         return h * q + a * h + (q + h if self.bias else 0) + 2 * self.norm_parameters() + qk
 
     def router_parameters(self) -> int:
-        """The router's ``h x experts`` matrix of an MoE layer (0 for a dense model)."""
-        return self.hidden * self.experts
+        """The router's ``h x experts`` matrix of an MoE layer (0 for a dense model), and
+        its bias with ``bias`` (GPT-OSS's router is a biased linear layer)."""
+        return (self.hidden + self.bias) * self.experts
 
     def expert_parameters(self) -> int:
         """The routed experts of one MoE layer (what expert parallelism shards)."""
@@ -316,6 +352,12 @@ class TransformerFile(BaseModel):
     qk_rope_head_dim: int = Field(default=0, ge=0, le=100_000)
     first_k_dense: int = Field(default=0, ge=0, le=10_000)
     mtp_layers: int = Field(default=0, ge=0, le=100)
+    attention_window: int = Field(default=0, ge=0, le=10_000_000)
+    attention_pattern: str = Field(default="", max_length=10_000)
+    attention_sinks: bool = False
+    moe_layer_offset: int = Field(default=0, ge=0, le=10_000)
+    router_groups: int = Field(default=0, ge=0, le=100_000)
+    router_group_topk: int = Field(default=0, ge=0, le=100_000)
     source: str = ""
 
 
