@@ -1,0 +1,143 @@
+"""What PyTorch's own runtime changes in a job's memory per GPU (bytes): FSDP2 as TorchTitan
+applies it, and torch.compile's saved activations.
+
+**FSDP2 model states** (``torch.distributed.fsdp.fully_shard``, applied by TorchTitan's
+``apply_fsdp``, ``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370 and
+``models/llama3/parallelize_llama.py`` at e7c0cae). TorchTitan builds the model in FP32
+(``model.to_empty(...); model.init_weights()`` under the default dtype) and shards those FP32
+parameters over the FSDP mesh (``dp_shard_cp``: data-parallel x context-parallel ranks);
+``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)`` (the defaults of
+``--training.mixed_precision_param`` / ``_reduce``) computes in bf16 and reduce-scatters FP32
+gradients into FP32 sharded gradients; AdamW keeps two FP32 moments. Per parameter and shard:
+4 + 4 + 8 = ``STATE_BYTES`` (no separate master copy: the sharded parameter is it), not ZeRO's
+2 + 4 + 12 of Megatron-LM.
+
+**FSDP2 unsharded weights.** ``fully_shard`` frees a block's all-gathered parameters after its
+forward unless told not to; TorchTitan does not reshard the last transformer block ("FSDP would
+prefetch it immediately") nor, with pipeline parallelism, any block; and FSDP2 never reshards
+the root module after forward (``FSDPState._lazy_init``: "For the root, do not reshard after
+forward since for training, the parameters would be freed and all-gathered immediately" sets
+the root group's ``post_forward_mesh_info = None``, torch 2.6-2.8, the versions of these
+runs). The root holds what no block holds: the embedding, the final norm and the output
+projection. These stay unsharded from the forward through the backward (``persistent``): in
+``param_dtype`` (2 B), the blocks' linear weights 1 B with torchao's float8 all-gather
+(``enable_fsdp_float8_all_gather``: the all-gather output is the FP8 weight; norms stay bf16;
+TorchTitan keeps ``output`` out of float8, ``filter_fqns``). During a block's backward
+(``backward_transient``) FSDP2 also holds the previous block's all-gather (its default
+backward prefetch of one), and at the reduce-scatter's copy-in the block's unsharded bf16
+gradient beside the FP32 reduce-scatter input (``foreach_reduce`` casts to ``reduce_dtype``):
+2 + 4 B per parameter of the block.
+
+**torch.compile and per-op checkpointing.** TorchTitan compiles each transformer block after
+wrapping it in its per-op checkpoint (``job.op_checkpoint``); Inductor's partitioner
+(``torch/_functorch/partitioners.py``, ``min_cut_rematerialization_partition``) turns the
+policy's ``MUST_SAVE`` into "computed in the forward" (an infinite edge from the source) and
+``PREFER_RECOMPUTE`` into "recomputed" (an infinite edge to the sink), then saves only the
+forward values on the min cut: those the backward reads. Eager checkpointing caches every
+``MUST_SAVE`` output whether or not its backward reads it (``torch/utils/checkpoint.py``,
+``_CachingTorchDispatchMode``). In TorchTitan's Llama block the last matmul (``w2``, kept as the
+7th) feeds only the residual addition (whose backward is the identity) and, with sequence
+parallelism, the reduce-scatter whose output is kept too: compiled, neither is saved
+(``dead_saves``). Every other kept output is read by the backward (wq's and wv's by the
+attention's, the attention's output and log-sum-exp by its backward and wo's weight gradient,
+w1's by SwiGLU's). Under full checkpointing only the block's input is saved, compiled or not.
+The float8 casts' ``abs`` outputs (on 9dec370's save list) are read by no backward either: not
+saved when compiled (eager they would be; refused there, ``check_runtime``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlsched.errors import ConfigError
+from dlsched.job.compute.op_checkpoint import MODE, kept_matmuls, layer_matmuls
+from dlsched.job.execution import Execution
+from dlsched.job.model_spec import TransformerSpec
+
+SHARDINGS = ("zero", "fsdp2")  # ZeRO-3 as the ZeRO paper / Megatron-LM, or PyTorch's FSDP2
+STATE_BYTES = (4.0, 4.0, 8.0)  # FSDP2: FP32 sharded parameter, FP32 gradient, AdamW's 2 moments
+PARAM_BYTES = 2  # MixedPrecisionPolicy param_dtype bfloat16 (TorchTitan's default)
+FP8_PARAM_BYTES = 1  # torchao's float8 all-gather: the gathered linear weight in FP8
+REDUCE_BYTES = 4  # MixedPrecisionPolicy reduce_dtype float32: the reduce-scatter input
+
+
+def check_sharding(sharding: str) -> None:
+    """ConfigError naming the field unless ``sharding`` is accepted."""
+    if sharding not in SHARDINGS:
+        raise ConfigError(f"sharding: {sharding!r} is not accepted; accepted: "
+                          + ", ".join(SHARDINGS))
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How the job's framework runs it, as far as memory goes: ``sharding`` of ZeRO 3
+    (``zero``: the ZeRO paper's, ``fsdp2``: PyTorch FSDP2 as TorchTitan applies it), whether
+    blocks are compiled (``compile``) and whether FSDP all-gathers FP8 weights
+    (``fp8_all_gather``)."""
+
+    sharding: str = "zero"
+    compile: bool = False
+    fp8_all_gather: bool = False
+
+    def __post_init__(self) -> None:
+        check_sharding(self.sharding)
+
+
+EAGER = Runtime()  # ZeRO's states, eager blocks: the default of the memory model's functions
+
+
+def block_gathered_bytes(spec: TransformerSpec, block_params: float, tp: int,
+                         fp8_all_gather: bool) -> float:
+    """Bytes of one block's all-gathered parameters on one GPU (``block_params`` per GPU):
+    bf16, or with the float8 all-gather its linear weights (``layer_matmul_elements / tp``)
+    in FP8 and the rest (norms) bf16."""
+    if not fp8_all_gather:
+        return PARAM_BYTES * block_params
+    linear = min(block_params, spec.layer_matmul_elements() / tp)
+    return PARAM_BYTES * (block_params - linear) + FP8_PARAM_BYTES * linear
+
+
+def persistent_bytes(block_bytes: float, blocks: int, root_params: float, pp: int) -> float:
+    """Unsharded bytes held from the forward through the backward (module docstring): the
+    root's ``root_params`` in bf16 and the blocks not resharded, the last one (``pp`` 1) or
+    all ``blocks`` of the rank (``pp`` > 1), each ``block_bytes``."""
+    kept = blocks if pp > 1 else min(blocks, 1)
+    return PARAM_BYTES * root_params + kept * block_bytes
+
+
+def backward_transient(block_bytes: float, block_params: float, pp: int) -> float:
+    """Bytes FSDP2 adds during one block's backward: the prefetched previous block (none when
+    every block stays unsharded, ``pp`` > 1) and the bf16 gradient beside its FP32 reduce-
+    scatter input."""
+    prefetched = block_bytes if pp == 1 else 0.0
+    return prefetched + block_params * (PARAM_BYTES + REDUCE_BYTES)
+
+
+def dead_saves(spec: TransformerSpec, layout: Execution) -> float:
+    """Elements per GPU of one layer and microbatch that eager per-op checkpointing keeps and
+    compiled blocks do not (module docstring): the last matmul's output when the policy keeps
+    it (``s b h``, row-parallel: whole on every TP rank) and, with sequence parallelism, its
+    reduce-scatter's (``s b h / t``); 0 under any other recomputation."""
+    if layout.recompute != MODE:
+        return 0.0
+    last = layer_matmuls(spec)[-1]
+    if last not in kept_matmuls(spec):
+        return 0.0
+    tokens, t = spec.seq * layout.microbatch_size / layout.cp, layout.tp
+    width = spec.hidden if last.row_parallel else last.fan_out / t
+    scattered = spec.hidden / t if layout.sequence_parallel else 0.0
+    return tokens * (width + scattered)
+
+
+def check_runtime(runtime: Runtime, precision: str, recompute: str) -> str | None:
+    """Why the memory of a run under ``runtime`` is not modelled (None when it is): torch.compile
+    without checkpointing or with Megatron's selective recomputation (the partitioner's own
+    saved set is not derived), torchao FP8 under eager per-op checkpointing (its cached
+    ``abs`` outputs)."""
+    if runtime.compile and recompute not in (MODE, "full"):
+        return (f"torch.compile's saved activations under recompute {recompute} (its "
+                "partitioner's min cut; derived for per-op and full checkpointing only)")
+    if precision == "fp8" and not runtime.compile and recompute == MODE:
+        return ("FP8 under eager per-op checkpointing (the policy caches the float8 casts' "
+                "abs outputs)")
+    return None
