@@ -17,13 +17,15 @@ stages' all-to-alls as ``Chain.overlap_seconds``.
 ``walk_pipeline`` (``job.evaluation.pipeline_walk``) walks the per-rank orders once, starting
 each action when its rank is free and its input has arrived: an exact longest path through the
 schedule's dependency graph, in time linear in its actions, with no event queue and one replica
-instead of ``dp`` (the simulator's cost grows with both); ``fast_pipeline`` gives the same
-timing walking only the warm-up, the steady state's rounds until they repeat and the cool-down
-(its cost independent of the microbatches). ``event_pipeline`` runs the same replica through
-``pipeline.simulate`` (links with FIFO streams and per-GPU NICs); the property test
-``tests/job/test_pipeline_time.py`` holds the two within 1%. ``one_f_one_b_closed_form`` is the
-textbook ``(m + p - 1)(f + b) + 2 (p - 1) c`` of identical stages: exact without transfers (the
-check of both), a lower bound with them (it leaves out the steady state's waits on transfers).
+instead of ``dp`` (the simulator's cost grows with both); ``replica_timings``
+(``job.evaluation.pipeline_steady``) gives the same timing, and the one of the replica without
+its transfers, from one walk of only the warm-up, the steady state's rounds until they repeat
+and the cool-down (its cost independent of the microbatches); ``fast_pipeline`` one lane of it.
+``event_pipeline`` runs the same replica through ``pipeline.simulate`` (links with FIFO
+streams and per-GPU NICs); the property test ``tests/job/test_pipeline_time.py`` holds the
+two within 1%. ``one_f_one_b_closed_form`` is the textbook ``(m + p - 1)(f + b) + 2 (p - 1) c``
+of identical stages: exact without transfers (the check of both), a lower bound with them (it
+leaves out the steady state's waits on transfers).
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ import numpy as np
 from dlsched.errors import ConfigError
 from dlsched.hardware.device_graph import Device, DeviceGraph
 from dlsched.job.evaluation.pipeline_orders import rank_orders
+from dlsched.job.evaluation.pipeline_steady import fast_pipeline, replica_timings
 from dlsched.job.evaluation.pipeline_walk import (
     PipelineTimes,
     ReplicaTiming,
-    fast_pipeline,
     walk_pipeline,
 )
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, unit_layout
@@ -111,4 +113,5 @@ def one_f_one_b_closed_form(pp: int, num_microbatches: int, forward: float, back
 
 
 __all__ = ["PipelineTimes", "ReplicaTiming", "event_pipeline", "event_timeline",
-           "fast_pipeline", "one_f_one_b_closed_form", "rank_orders", "walk_pipeline"]
+           "fast_pipeline", "one_f_one_b_closed_form", "rank_orders", "replica_timings",
+           "walk_pipeline"]

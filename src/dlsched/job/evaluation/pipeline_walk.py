@@ -1,45 +1,23 @@
-"""The fast walk of one pipeline replica: each action starts when its rank is free and its
+"""The full walk of one pipeline replica: each action starts when its rank is free and its
 input has arrived, an exact longest path through the schedule's dependency graph.
 
 ``walk_pipeline`` walks the per-rank orders (``pipeline_orders.coded_orders``) once, in time
-linear in their actions. ``fast_pipeline`` gives the same timing at a cost independent of the
-number of microbatches where the orders have a steady state (``pipeline_orders.
-periodic_orders``): it walks the prefix (the warm-up), then the period round by round, and
-after each round compares the state that the rest of the walk reads — per rank the time it is
-free, the time its send stream is free (never earlier than the rank: a send leaves after the
-action that makes it), the start and end of its last backward, and every output made but not
-yet used (keyed by stage and microbatch, relative to the round) — with the state ``c`` rounds
-earlier (``c`` up to ``MAX_CYCLE``). When every entry has moved by one amount ``D``, the walk
-is a max-plus recurrence that is invariant under time translation, so every later ``c``
-rounds move it by ``D`` again: the rounds that only repeat are skipped by adding ``D`` per
-``c`` rounds (microbatches relabelled), and the last rounds and the cool-down are walked. The
-comparison allows ``TOLERANCE`` of the largest time for floating-point rounding (the sums of a
-walk's seconds differ in their last bits from one round to the next); the property test
-``tests/job/test_pipeline_periods.py`` holds the two walks equal to 1e-9 on random replicas.
+linear in their actions: the reference of ``job.evaluation.pipeline_steady``, whose walk gives
+the same timing (and the one without transfers) at a cost independent of the number of
+microbatches, computing the steady state's repeating rounds once. The property test
+``tests/job/test_pipeline_periods.py`` holds the two equal to 1e-9 on random replicas.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from dlsched.errors import ConfigError
 from dlsched.job.evaluation.pipeline_orders import (
     Coded,
     coded_orders,
-    periodic_orders,
-    repeated,
-    shifted,
 )
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, walk_units
-
-MAX_CYCLE = 8  # rounds a repeat may take (a steady state's cyclicity); longer ones are walked
-# Rounds searched for a repeat before the rest is walked unchecked: MAX_CYCLE plus one per
-# TRANSIENT_SHARE virtual stages (ZB-H1 of equal stages repeats after about pp / 2.5 rounds;
-# with heavier first and last stages, as a model's embedding and loss make them, after
-# hundreds: each searched round costs a state comparison, about 0.3 ms at PP 64)
-TRANSIENT_SHARE = 2
-TOLERANCE = 1e-12  # of the largest time: rounding in the comparison of two rounds' states
 
 
 @dataclass(frozen=True)
@@ -153,24 +131,6 @@ class _Walk:
         if any(k < len(order) for k, order in zip(pointer, orders, strict=True)):
             raise ConfigError(f"pipeline: the {schedule} orders deadlock")
 
-    def state(self, relabel: int) -> tuple[tuple[int, ...], list[float]]:
-        """What the rest of the walk reads: the outputs' keys (microbatches ``relabel``
-        earlier) and every time, in one order."""
-        keys = sorted(self.made)
-        values = [*self.free, *(max(a, b) for a, b in zip(self.link, self.free, strict=True)),
-                  *self.last_start, *self.last_end, *(self.made[key] for key in keys)]
-        moved = relabel * 3 * (self.last + 1)
-        return tuple(key - moved for key in keys), values
-
-    def translate(self, seconds: float, microbatches: int) -> None:
-        """Move the state ``seconds`` later and its outputs ``microbatches`` later."""
-        self.link = [max(a, b) + seconds for a, b in zip(self.link, self.free, strict=True)]
-        self.free = [t + seconds for t in self.free]
-        self.last_start = [t + seconds for t in self.last_start]
-        self.last_end = [t + seconds for t in self.last_end]
-        moved = microbatches * 3 * (self.last + 1)
-        self.made = {key + moved: t + seconds for key, t in self.made.items()}
-
     def timing(self) -> ReplicaTiming:
         return ReplicaTiming(tuple(self.last_start), tuple(self.last_end), max(self.free))
 
@@ -185,66 +145,6 @@ def walk_pipeline(times: PipelineTimes) -> ReplicaTiming:
     return walk.timing()
 
 
-@lru_cache(maxsize=64)
-def fast_pipeline(times: PipelineTimes) -> ReplicaTiming:
-    """``walk_pipeline``'s timing, the repeating rounds of the steady state skipped (module
-    docstring; kept per replica: an evaluation asks again for its replica without transfers,
-    the same one when it has none)."""
-    if times.schedule in UNIT_SCHEDULES:
-        return unit_timing(times)
-    m = times.num_microbatches
-    structure = periodic_orders(times.schedule, times.pp, times.chunks, m)
-    if structure is None:
-        return walk_pipeline(times)
-    walk = _Walk(times)
-    walk.run(structure.prefix, times.schedule)
-    rounds, k, shift = structure.rounds(m), 0, structure.shift
-    steady = min(rounds)  # rounds every rank runs
-    tried = times.pp * times.chunks // (TRANSIENT_SHARE * shift) + MAX_CYCLE
-    history = [walk.state(0)]
-    while k < min(steady, tried):
-        walk.run(tuple(shifted(p, k * shift) for p in structure.period), times.schedule)
-        k += 1
-        history = [*history[-MAX_CYCLE + 1:], walk.state(k * shift)]
-        jump = _repeat(history, steady - k)
-        if jump is not None:
-            repeats, cycle, moved = jump
-            walk.translate(repeats * moved, repeats * cycle * shift)
-            k += repeats * cycle
-            break
-    else:  # no repeat in the rounds tried: the rest of the full orders, from where they are
-        walk.run(coded_orders(times.schedule, times.pp, times.chunks, m), times.schedule,
-                 tuple(len(prefix) + k * len(period)
-                       for prefix, period in zip(structure.prefix, structure.period,
-                                                 strict=True)))
-        return walk.timing()
-    # what is left in one phase: the last rounds and the cool-down
-    walk.run(tuple(repeated(period, shift, k, last) + shifted(suffix, m - structure.base)
-                   for period, suffix, last in zip(structure.period, structure.suffix, rounds,
-                                                   strict=True)),
-             times.schedule)
-    return walk.timing()
-
-
 def unit_timing(times: PipelineTimes) -> ReplicaTiming:
     """The timing of a ZB-V, DualPipe or DualPipeV replica (``unit_walk.walk_units``)."""
     return ReplicaTiming(*walk_units(times))
-
-
-def _repeat(history: list[tuple[tuple[int, ...], list[float]]],
-            left: int) -> tuple[int, int, float] | None:
-    """(whole repeats to skip, rounds per repeat, seconds per repeat) when the last state
-    is an earlier one moved by one amount (module docstring); None otherwise."""
-    keys, values = history[-1]
-    scale = max(abs(v) for v in values) if values else 0.0
-    for cycle in range(1, len(history)):
-        if left < cycle:
-            break
-        old_keys, old_values = history[-1 - cycle]
-        if old_keys != keys:
-            continue
-        moved = values[0] - old_values[0]
-        if all(abs(new - old - moved) <= TOLERANCE * scale
-               for new, old in zip(values, old_values, strict=True)):
-            return left // cycle, cycle, moved
-    return None
