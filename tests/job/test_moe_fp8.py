@@ -1,0 +1,93 @@
+"""FP8 MoE layers (``job.compute.moe_fp8``): the experts' grouped GEMMs in FP8 with their casts
+counted by hand, the 16-bit path unchanged, and the recipes refused with their reason."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.cluster import load_cluster
+from dlsched.job.compute.block_pricing import KernelOptions
+from dlsched.job.compute.layer_costs import gpu_compute
+from dlsched.job.compute.moe_costs import routed_ops
+from dlsched.job.compute.moe_fp8 import expert_fp8_work, expert_operands, layer_seconds
+from dlsched.job.evaluation.evaluate import Job, evaluate
+from dlsched.job.execution import Execution
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.models.layer import Layer
+from dlsched.models.pricing import product_seconds
+
+# Qwen3-30B-A3B's shape (Qwen/Qwen3-30B-A3B config.json: 48 layers, hidden 2048, 32 heads of 128,
+# 4 KV heads, 128 experts of 768, top 8, vocabulary 151,936).
+Q30 = TransformerSpec("qwen3-30b-a3b", 48, 2048, 32, 4096, 151936, ffn_hidden=6144, kv_heads=4,
+                      tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+                      learned_positions=False, experts=128, top_k=8, expert_ffn_hidden=768,
+                      head_dim=128, qk_norm=True)
+
+
+def _fc1(microbatch: int = 1):
+    """fc1 of the experts on one GPU of EP 8: 4096 b tokens x top 8 over 16 local experts."""
+    _, experts, _ = routed_ops(Q30, microbatch, 1, 8)
+    return next(op for op in experts if op.label == "expert-fc1")
+
+
+def test_expert_operands_by_hand() -> None:
+    """EP 8, one sequence of 4,096 tokens: 32,768 routed copies over 16 local experts, 2,048
+    each; fc1 (gate and up, 2 x 768 = 1,536 wide, K 2,048): X 16 x 2048 x 2048, W 16 x 1536 x
+    2048, G 16 x 2048 x 1536."""
+    op = _fc1()
+    assert op.shape == (2048, 1536, 2048, 16)
+    assert expert_operands(op) == (16 * 2048 * 2048, 16 * 1536 * 2048, 16 * 2048 * 1536)
+
+
+def test_mxfp8_expert_gemm_is_its_fp8_product_plus_its_casts() -> None:
+    """Forward: the FP8 product plus X at 2 + 2 x 33/32 bytes and W at the same, cast once over
+    8 microbatches; backward: the product's backward plus G's cast. At b200's memory rate."""
+    op = _fc1()
+    fp8 = replace(gpu_compute("b200", "fp8"), precision="fp8", autocast=False)
+    mx = 2 + 2 * 33 / 32
+    x, w, g = 16 * 2048 * 2048, 16 * 1536 * 2048, 16 * 2048 * 1536
+    forward = expert_fp8_work(op, fp8, "mxfp8", False, 8)
+    assert forward.gpu_s == pytest.approx(product_seconds(fp8, op, 1.0, False)
+                                          + (x * mx + w * mx / 8) / fp8.gpu.memory_rate)
+    backward = expert_fp8_work(op, fp8, "mxfp8", True, 8)
+    assert backward.gpu_s == pytest.approx(product_seconds(fp8, op, 1.0, True)
+                                           + g * mx / fp8.gpu.memory_rate)
+    bf16 = gpu_compute("b200", "bf16")
+    assert forward.gpu_s < bf16.work(op, 1.0).gpu_s  # FP8 at twice the dense rate, casts cheap
+
+
+def test_sixteen_bit_layers_price_as_before() -> None:
+    """Without an FP8 recipe a layer costs what CalibratedCompute.forward_time says."""
+    compute = gpu_compute("b200", "bf16")
+    _, experts, _ = routed_ops(Q30, 1, 1, 8)
+    layer = Layer("moe.experts", 0, ops=experts)
+    for options in (None, KernelOptions()):
+        assert layer_seconds(layer, 1, compute, options, False) == \
+            compute.forward_time(layer, 1)
+        assert layer_seconds(layer, 1, compute, options, True) == \
+            compute.backward_time(layer, 1)
+
+
+def _job(precision: str, recipe: str | None, microbatch: int = 4) -> tuple[Job, Execution]:
+    job = Job(Q30, load_cluster("dgx-b200", 8, "b200"), precision, "baseline", "ddp", "fused",
+              overlap_param_gather=True, grad_reduce="bf16", fp8_recipe=recipe)
+    return job, Execution(1, 1, 8, microbatch, 256, 1, "1f1b", "none", False, 1, 1, 8)
+
+
+def test_fp8_moe_run_is_faster_than_bf16_and_slower_than_its_compute_halved() -> None:
+    """Microbatches of 4: MXFP8 on the experts and the attention's linears is faster than
+    BF16, by less than 2x (the All-to-Alls, the attention core, the casts stay)."""
+    bf16 = evaluate(*_job("bf16", None)).iteration_s
+    mx = evaluate(*_job("fp8", "mxfp8")).iteration_s
+    assert bf16 / 2 < mx < bf16
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_torchao_recipes_refused_for_moe_experts(recipe: str) -> None:
+    with pytest.raises(ConfigError, match=r"^--fp8-recipe: MoE experts run FP8 as Transformer "
+                                          r"Engine's grouped GEMMs.*accepted: delayed, current, "
+                                          r"mxfp8"):
+        _job("fp8", recipe)
