@@ -30,7 +30,7 @@ A100_PEAK = 312e12  # FLOP/s, A100 dense FP16/BF16 (datasheet), the peak both pa
 def test_every_source_loads_with_its_published_row_count() -> None:
     counts = Counter(row.source for row in ROWS)
     assert counts == {"sc21": 10, "korthikanti": 8, "megatron-h100": 9, "torchtitan": 32,
-                      "megatron-bridge": 3, "dgxc": 15}
+                      "megatron-bridge": 10, "dgxc": 15, "megatron-bridge-moe": 13}
     assert len(ROWS) >= 50
     assert [row.id for row in load_ledger("korthikanti")] == \
         [row.id for row in ROWS if row.source == "korthikanti"]
@@ -52,10 +52,15 @@ def test_unknown_source_is_refused_with_the_accepted_ones() -> None:
 @pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
 def test_parallel_degrees_compose_to_the_gpu_count(row: LedgerRow) -> None:
     """tp x pp x dp x cp covers the job; EP divides the data-parallel group within the expert
-    layers (Megatron-LM), so it must divide dp x cp and does not enter the product."""
+    layers (Megatron-LM), so it must divide dp x cp and does not enter the product; with an
+    expert TP of its own (MoE parallel folding) EP x expert TP divides a stage's tp x cp x dp
+    ranks."""
     par = row.parallel
     assert par.tp * par.pp * par.dp * par.cp == row.hardware.gpus
-    assert (par.dp * par.cp) % par.ep == 0
+    if par.expert_tp is None:
+        assert (par.dp * par.cp) % par.ep == 0
+    else:
+        assert (par.tp * par.dp * par.cp) % (par.ep * par.expert_tp) == 0
     assert row.hardware.gpus % row.hardware.gpus_per_node == 0 or \
         row.hardware.gpus < row.hardware.gpus_per_node
 
@@ -262,22 +267,28 @@ def test_the_yaml_files_are_installed_as_package_data() -> None:
     assert "ledger/data/*.yaml" in pyproject["tool"]["setuptools"]["package-data"]["dlsched"]
 
 
-# Megatron-Bridge performance summary, DGX-H100 tables: each row's published GA column.
-BRIDGE_GA = {"megatron-bridge-2602-h100-llama3.1-405b-cp2": 192,
-             "megatron-bridge-2511-h100-llama3.1-405b-cp2": 64,
-             "megatron-bridge-2509-h100-llama3.1-405b-cp2": 64}
+# Megatron-Bridge performance summary (df0289c): each row's published GA column.
+BRIDGE_GA = {"2602-h100-llama3.1-405b-cp2": 192, "2511-h100-llama3.1-405b-cp2": 64,
+             "2509-h100-llama3.1-405b-cp2": 64, "2602-h100-llama3-70b": 128,
+             "2511-h100-llama3-70b": 64, "2511-b200-llama3.1-405b-cp2": 32,
+             "2511-b200-llama3.1-405b-cp2-mxfp8": 32, "2602-gb200-llama3-70b-mxfp8": 32,
+             "2602-gb200-llama3.1-405b": 384, "2602-gb200-llama3.1-405b-mxfp8": 384}
 
 
 @pytest.mark.parametrize("row", load_ledger("megatron-bridge"), ids=lambda row: row.id)
 def test_megatron_bridge_columns_agree(row: LedgerRow) -> None:
     """TP x PP x CP x DP = GPUs (1024 = 8 x 8 x 2 x 8) and GBS / (MBS x DP) = the published
-    gradient accumulations (1536 / 8 = 192); each row is unsupported for its FP8 or unstated
-    precision and its unpublished settings (its CP algorithm among them), not for its CP."""
+    gradient accumulations (1536 / 8 = 192); the vocabulary is 128,256 padded to a multiple of
+    128 x TP (the scripts' should_pad_vocab: 129,024 at TP 8, 128,512 at TP 4, 128,256 at TP 2);
+    an FP8 row names its recipe, a refused row its reason."""
     par = row.parallel
     assert par.tp * par.pp * par.cp * par.dp == row.hardware.gpus
-    assert par.global_batch // (par.microbatch_size * par.dp) == BRIDGE_GA[row.id]
-    assert par.cp == 2 and not row.supported and "cp_algorithm" in row.unpublished
-    assert "not publish" in (row.reason or "") and "does not price" not in (row.reason or "")
+    assert par.global_batch // (par.microbatch_size * par.dp) == \
+        BRIDGE_GA[row.id.removeprefix("megatron-bridge-")]
+    assert row.model.vocab == {8: 129024, 4: 128512, 2: 128256}[par.tp]
+    assert row.model.vocab % (128 * par.tp) == 0 and row.model.vocab - 128256 < 128 * par.tp
+    assert par.precision is None or par.fp8_recipe in ("current", "mxfp8")
+    assert row.supported or row.reason
 
 
 # NVIDIA/dgxc-benchmarking, H100 BF16 tables: per row the published throughput (tokens/s over
