@@ -94,3 +94,26 @@ def test_the_whole_set_gives_the_recorded_numbers() -> None:
     summary = vtrain.document(rows)["summary"]
     for key, value in RECORDED.items():
         assert summary[key] == pytest.approx(value, abs=5e-4), key
+
+
+def _row(model: str, global_batch: int, seconds: float, pp: int = 1) -> dict:
+    return {"model": model, "tp": 1, "pp": pp, "dp": 2, "microbatch": 1,
+            "global_batch": global_batch, "measured_s": seconds, "predicted_s": 2 * seconds}
+
+
+def test_the_decomposition_reads_back_the_four_parts() -> None:
+    """Rows made as a m L + b m + c L + d (a 3 ms, b 7 ms, c 0.4 ms, d 2.5 ms; m = global
+    batch / 2) give back a, b, c and d; predictions twice the times give twice each; PP 2
+    rows are left out; one depth alone determines none of them."""
+    terms = (3e-3, 7e-3, 4e-4, 2.5e-3)
+    rows = [_row(f"h1024-l{layers}", batch, terms[0] * batch / 2 * layers
+                 + terms[1] * batch / 2 + terms[2] * layers + terms[3])
+            for layers in (12, 16, 20, 24) for batch in (4, 8, 16)]
+    rows.append(_row("h1024-l12", 4, 1.0, pp=2))
+    (part,) = vtrain.decomposition(rows)
+    assert (part["hidden"], part["tp"], part["microbatch"], part["rows"]) == (1024, 1, 1, 12)
+    for name, value in zip(vtrain.TERMS, terms, strict=True):
+        assert part["measured"][name] == pytest.approx(value, rel=1e-9, abs=1e-12)
+        assert part["predicted"][name] == pytest.approx(2 * value, rel=1e-9, abs=1e-12)
+    one_depth = [r for r in rows if r["model"] == "h1024-l12" and r["pp"] == 1]
+    assert vtrain.decomposition(one_depth)[0]["measured"] is None

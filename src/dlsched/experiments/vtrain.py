@@ -251,6 +251,50 @@ def sections(document_: dict[str, Any], options: Options | None = None) -> list[
                   "pipeline transfers, no ZeRO, vocabulary 50,257")]
 
 
+TERMS = ("per_layer_microbatch_s", "per_microbatch_s", "per_layer_s", "per_iteration_s")
+"""The four parts ``decomposition`` reads off one-stage rows (seconds)."""
+
+
+def _terms(times: list[float], layers: list[int], microbatches: list[int]) -> dict | None:
+    """Least squares of ``times`` on m x L, m, L and 1 (``decomposition``); None when the
+    rows do not determine the four (rank below 4)."""
+    import numpy as np
+
+    m, depth = np.array(microbatches, float), np.array(layers, float)
+    design = np.column_stack([m * depth, m, depth, np.ones_like(m)])
+    if len(times) < 4 or np.linalg.matrix_rank(design) < 4:
+        return None
+    solution = np.linalg.lstsq(design, np.array(times), rcond=None)[0]
+    return dict(zip(TERMS, map(float, solution), strict=True))
+
+
+def decomposition(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where one-stage (PP 1) iterations spend their time, read off the measurements and off
+    the predictions alike, with no model: per hidden size, TP degree and microbatch size, the
+    iteration times of the rows (every depth, global batch and DP degree) fitted by least
+    squares to ``a m L + b m + c L + d`` (m microbatches per replica, L layers): ``a`` one
+    layer's forward and backward of one microbatch (its recomputation, TP collectives and
+    host launches included), ``b`` the rest of a microbatch (embedding, head, loss and any
+    fixed cost per microbatch), ``c`` one layer's share of the iteration's end (gradient
+    all-reduce, optimizer), ``d`` the iteration's fixed cost; seconds, ``measured`` and
+    ``predicted`` (None where the rows do not determine the four, e.g. one depth only).
+    ``rows``: ``price``'s dicts."""
+    found: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
+    by_model = {f"h{r.hidden}-l{r.layers}": r for r in load_rows()}
+    for row in rows:
+        if row["pp"] == 1:
+            hidden = by_model[row["model"]].hidden
+            found.setdefault((hidden, row["tp"], row["microbatch"]), []).append(row)
+    parts = []
+    for (hidden, tp, microbatch), group in sorted(found.items()):
+        layers = [by_model[r["model"]].layers for r in group]
+        counts = [r["global_batch"] // (r["dp"] * r["microbatch"]) for r in group]
+        parts.append({"hidden": hidden, "tp": tp, "microbatch": microbatch, "rows": len(group),
+                      **{kind: _terms([r[f"{kind}_s"] for r in group], layers, counts)
+                         for kind in ("measured", "predicted")}})
+    return parts
+
+
 def ledger_run(row: VTrainRow, index: int) -> dict[str, Any]:
     """``row`` as a run in the ledger's schema (``dlsched calibrate runs`` and ``dlsched
     validate --ledger`` read a list of them), with the runs' settings (module docstring);
