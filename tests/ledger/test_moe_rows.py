@@ -92,3 +92,16 @@ def test_moe_line_takes_every_sources_moe_rows_and_nothing_else() -> None:
     assert next(s for s in stats if s.source == "all").rows == 4
     alone = source_stats("moe", "time", fakes[:3], [None, None, None])
     assert alone.mean_abs_error == pytest.approx(moe.mean_abs_error)
+
+
+def test_every_bridge_moe_row_agrees_with_one_flop_count_per_token() -> None:
+    """Each row's two published numbers (tokens/s and model TFLOP/s, in ``notes``) give one
+    model-FLOP count per token per model within 1.5%: 23.0 GFLOP for Qwen3 30B-A3B, 148 GFLOP
+    for 235B-A22B (the check that left df0289c's 2,557 tokens/s out: 46 GFLOP)."""
+    per_token = {"qwen3-30b-a3b": 23.0e9, "qwen3-235b-a22b": 148e9}
+    rows = [row for row in ROWS.values() if row.source == "megatron-bridge-moe"]
+    assert len(rows) == 23
+    for row in rows:
+        tflops = float(row.notes.split("published model TFLOP/s per GPU ")[1].split(";")[0])
+        flop = tflops * 1e12 / row.value("tokens_per_s_per_gpu")
+        assert flop == pytest.approx(per_token[row.model.name], rel=0.015), row.id
