@@ -77,10 +77,13 @@ def stage_savings(spec: TransformerSpec, spans: tuple[range, ...],
                   saved: dict[str, tuple[float, float]]) -> list[tuple[float, float]]:
     """Seconds each virtual stage (its layers ``spans``) saves per microbatch: its windowed
     layers of each kind times that kind's ``layer_savings``."""
+    live = [(kind, f, b) for kind, (f, b) in saved.items() if f or b]
+    if not live:  # a dense pattern, or windows no shorter than the sequence
+        return [(0.0, 0.0)] * len(spans)
     out = []
     for span in spans:
         counts = kind_counts(spec.attention_pattern, span.start, span.stop)
-        out.append((sum(counts[k] * f for k, (f, _) in saved.items()),
-                    sum(counts[k] * b for k, (_, b) in saved.items())))
+        out.append((sum(counts[k] * f for k, f, _ in live),
+                    sum(counts[k] * b for k, _, b in live)))
     return out
 
