@@ -105,3 +105,36 @@ def test_every_bridge_moe_row_agrees_with_one_flop_count_per_token() -> None:
         tflops = float(row.notes.split("published model TFLOP/s per GPU ")[1].split(";")[0])
         flop = tflops * 1e12 / row.value("tokens_per_s_per_gpu")
         assert flop == pytest.approx(per_token[row.model.name], rel=0.015), row.id
+
+
+def _shape_of(name: str) -> ModelShape:
+    """A bundled model's spec as a ledger shape (the inverse of ``model_file``)."""
+    from dataclasses import asdict
+
+    from dlsched.job.model_spec import bundled_specs
+
+    fields = asdict(bundled_specs()[name])
+    shared = {key: value for key, value in fields.items()
+              if key in ModelShape.model_fields and key not in LEDGER_ONLY}
+    shared.update(norm="rmsnorm" if fields["rms_norm"] else "layernorm",
+                  position_embedding="learned" if fields["learned_positions"] else "rope",
+                  params_published=1.0, experts=fields["experts"] or None,
+                  top_k=fields["top_k"] if fields["experts"] else None)
+    return ModelShape.model_validate(shared)
+
+
+@pytest.mark.parametrize(("name", "count"), [
+    ("deepseek-v3", 671_026_404_352), ("gpt-oss-120b", 116_829_156_672),
+    ("qwen3-235b-a22b", 235_093_634_560), ("mixtral-8x7b", 46_702_792_704),
+    ("llama4-maverick", None), ("llama4-scout", None), ("gpt-oss-20b", 20_914_757_184)])
+def test_the_ledgers_own_count_agrees_with_the_evaluators_on_todays_shapes(
+        name: str, count: int | None) -> None:
+    """formulas.parameter_count (MLA, first-k-dense, sinks, interleaved MoE layers, biased
+    routers counted on its own) equals job.model_spec's count, and the cards' where stated
+    (DeepSeek-V3 671.0B, GPT-OSS 116.8B / 20.9B, Mixtral 46.7B); the shape round-trips to
+    the same spec through model_file."""
+    shape = _shape_of(name)
+    spec = model_spec(shape)
+    assert parameter_count(shape) == spec.parameters()
+    if count is not None:
+        assert spec.parameters() == count

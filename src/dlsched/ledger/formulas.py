@@ -18,35 +18,56 @@ SECONDS_PER_DAY = 86400.0
 
 
 def parameter_count(shape: ModelShape) -> int:
-    """Parameters of ``shape``: embeddings, ``layers`` x (attention + FFN + two norms), and
-    the final norm. Attention ``heads x head_dim`` wide (``hidden / heads`` unless
-    ``head_dim`` is given), with ``qk_norm``'s two per-head RMSNorms of ``head_dim``. An MoE
-    layer (every ``moe_layer_freq``-th from the first) holds ``experts`` routed and
-    ``shared_experts`` FFNs of ``expert_ffn_hidden`` (``ffn_hidden`` when 0) and a router of
-    ``hidden x experts``; the other layers a dense FFN of ``ffn_hidden``."""
-    h, f = shape.hidden, shape.ffn_hidden
-    head_dim = shape.head_dim or h // shape.heads
-    q, kv = shape.heads * head_dim, shape.kv_heads * head_dim
+    """Parameters of ``shape`` (the main model: MTP modules not counted, as model cards count):
+    embeddings, ``layers`` x (attention + FFN + two norms), and the final norm. Attention
+    ``heads x head_dim`` wide (``hidden / heads`` unless ``head_dim`` is given), values
+    ``v_head_dim`` wide when given, with ``qk_norm``'s two per-head RMSNorms of ``head_dim``
+    and ``attention_sinks``' one logit per head; multi-head latent attention (``kv_lora_rank``
+    > 0) as DeepSeek-V2/V3 define it: ``h x q_lora_rank`` and ``q_lora_rank x heads head_dim``
+    (or ``h x heads head_dim`` without a query latent), ``h x (kv_lora_rank +
+    qk_rope_head_dim)``, ``kv_lora_rank x heads (head_dim - qk_rope_head_dim + v_head_dim)``,
+    the output ``heads v_head_dim x h`` and the two latent RMSNorms. Layer ``i`` is an MoE
+    layer when ``i >= first_k_dense`` and ``i % moe_layer_freq == moe_layer_offset``: it holds
+    ``experts`` routed and ``shared_experts`` FFNs of ``expert_ffn_hidden`` (``ffn_hidden``
+    when 0) and a router of ``hidden x experts`` (and a bias per expert with ``bias``); the
+    other layers a dense FFN of ``ffn_hidden``."""
+    h, f, heads = shape.hidden, shape.ffn_hidden, shape.heads
+    head_dim = shape.head_dim or h // heads
+    value_dim = shape.v_head_dim or head_dim
+    q, kv = heads * head_dim, shape.kv_heads * head_dim
     norm = 2 * h if shape.norm == "layernorm" else h
-    attention = 2 * h * q + 2 * h * kv + ((q + h + 2 * kv) if shape.bias else 0)
+    if shape.kv_lora_rank:
+        ql, kvl, rope = shape.q_lora_rank, shape.kv_lora_rank, shape.qk_rope_head_dim
+        queries = h * ql + ql * q + ql if ql else h * q
+        attention = (queries + h * (kvl + rope) + kvl * heads * (head_dim - rope + value_dim)
+                     + kvl + heads * value_dim * h)
+    else:
+        values = shape.kv_heads * value_dim
+        attention = h * q + h * kv + h * values + heads * value_dim * h
+        attention += (q + kv + values + h) if shape.bias else 0
     attention += 2 * head_dim if shape.qk_norm else 0
+    attention += heads if shape.attention_sinks else 0
     inputs = 2 if shape.gated_ffn else 1
 
     def ffn(width: int) -> int:
         return (inputs + 1) * h * width + ((inputs * width + h) if shape.bias else 0)
 
     dense = attention + ffn(f) + 2 * norm
-    moe_layers = 0
-    moe = dense
-    if shape.experts is not None:
+    total = 0
+    for index in range(shape.layers):
+        moe = shape.experts is not None and index >= shape.first_k_dense and \
+            index % shape.moe_layer_freq == shape.moe_layer_offset
+        if not moe:
+            total += dense
+            continue
+        assert shape.experts is not None
         width = shape.expert_ffn_hidden or f
-        moe_layers = -(-shape.layers // shape.moe_layer_freq)
-        moe = (attention + (shape.experts + shape.shared_experts) * ffn(width)
-               + h * shape.experts + 2 * norm)
+        total += (attention + (shape.experts + shape.shared_experts) * ffn(width)
+                  + (h + shape.bias) * shape.experts + 2 * norm)
     embeddings = shape.vocab * h * (1 if shape.tied_embeddings else 2)
     if shape.position_embedding == "learned":
         embeddings += shape.seq * h
-    return embeddings + (shape.layers - moe_layers) * dense + moe_layers * moe + norm
+    return embeddings + total + norm
 
 
 def sc21_iteration_flops(shape: ModelShape, batch: int) -> float:

@@ -70,8 +70,13 @@ class ModelShape(_Strict):
     benchmark forces a balanced token distribution, Megatron-Core's
     ``--moe-router-force-load-balancing``) or ``learned`` (the trained router, balanced only as
     far as its auxiliary loss gets it). ``head_dim`` (0: ``hidden / heads``) and ``qk_norm``
-    (per-head RMSNorms of queries and keys, Qwen3). ``params_published`` is the parameter count
-    the source states (count, not billions), kept to check the shape.
+    (per-head RMSNorms of queries and keys, Qwen3); multi-head latent attention
+    (``kv_lora_rank`` > 0, with ``q_lora_rank``, ``qk_rope_head_dim``, ``v_head_dim``:
+    DeepSeek-V3), ``first_k_dense`` dense first layers, ``mtp_layers``; windowed layers
+    (``attention_window``, ``attention_pattern``), ``attention_sinks`` (GPT-OSS),
+    ``moe_layer_offset`` (Llama 4 Maverick), ``router_groups`` / ``router_group_topk``
+    (node-limited routing): each as ``job.model_spec`` defines it. ``params_published`` is the
+    parameter count the source states (count, not billions), kept to check the shape.
 
     The fields a model file has (``job.model_spec.TransformerFile``) carry its names and
     meanings, and reach the evaluator unchanged (``ledger.predict.model_file``); the ledger's
@@ -103,6 +108,18 @@ class ModelShape(_Strict):
     shared_experts: int = Field(default=0, ge=0)
     moe_layer_freq: int = Field(default=1, gt=0)
     router: Literal["softmax", "sigmoid"] = "softmax"
+    v_head_dim: int = Field(default=0, ge=0)
+    q_lora_rank: int = Field(default=0, ge=0)
+    kv_lora_rank: int = Field(default=0, ge=0)
+    qk_rope_head_dim: int = Field(default=0, ge=0)
+    first_k_dense: int = Field(default=0, ge=0)
+    mtp_layers: int = Field(default=0, ge=0)
+    attention_window: int = Field(default=0, ge=0)
+    attention_pattern: str = ""
+    attention_sinks: bool = False
+    moe_layer_offset: int = Field(default=0, ge=0)
+    router_groups: int = Field(default=0, ge=0)
+    router_group_topk: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _check_heads(self) -> ModelShape:
@@ -113,10 +130,12 @@ class ModelShape(_Strict):
             raise ValueError("experts and top_k go together")
         moe_only = (self.capacity_factor is not None, self.router_balance is not None,
                     self.expert_ffn_hidden > 0, self.shared_experts > 0,
-                    self.moe_layer_freq > 1, self.router != "softmax")
+                    self.moe_layer_freq > 1, self.router != "softmax", self.first_k_dense > 0,
+                    self.moe_layer_offset > 0, self.router_groups > 0)
         if self.experts is None and any(moe_only):
             raise ValueError("capacity_factor, router_balance, expert_ffn_hidden, "
-                             "shared_experts, moe_layer_freq and router are for MoE models only")
+                             "shared_experts, moe_layer_freq, router, first_k_dense, "
+                             "moe_layer_offset and router_groups are for MoE models only")
         return self
 
 
