@@ -159,6 +159,27 @@ def test_gb200_nvl72_is_one_72_gpu_dimension() -> None:
     assert tp_group is not None and tp_group.dims[0].size == 8
 
 
+def test_a_job_on_64_gpus_of_each_nvl72_domain() -> None:
+    """256 GPUs as Slurm segments of 64 (16 four-GPU trays per NVL72 rack, Megatron-Bridge's
+    GB200 scripts): four 64-GPU NVLink domains (a power of two: halving-doubling, not the
+    rack's ring) over the NICs;
+    a 64-rank replica (TP 4 x PP 16) stays inside one domain, its DP group of 4 crosses the
+    NICs. Without the domain 256 is refused (not a multiple of 72), and a domain larger than
+    the rack is refused naming the accepted range."""
+    cluster = node_cluster("gb200-nvl72", 256, domain=64)
+    inside, across = cluster.topology.dims
+    assert (inside.size, across.size) == (64, 4)
+    assert inside.algorithm is DimAlgorithm.HALVING_DOUBLING and inside.bandwidth == 900e9
+    assert across.bandwidth == 400e9 / 8
+    dp_group = cluster.group_topology(64, 4)
+    assert dp_group is not None and [d.size for d in dp_group.dims] == [4]
+    assert dp_group.dims[0].bandwidth == 400e9 / 8
+    with pytest.raises(ConfigError, match="multiple of 72"):
+        node_cluster("gb200-nvl72", 256)
+    with pytest.raises(ConfigError, match=r"^domain: 73 .*accepted: 1 to 72"):
+        node_cluster("gb200-nvl72", 146, domain=73)
+
+
 def test_mi300x_node_is_fully_connected() -> None:
     """The MI300X node's 8 GPUs form one fully connected dimension priced directly."""
     (dim,) = node_cluster("mi300x-8", 8).topology.dims

@@ -90,24 +90,34 @@ class Cluster:
         return inside, size // inside
 
 
-def node_cluster(preset: str, gpus: int, gpu: str | None = None) -> Cluster:
+def node_cluster(preset: str, gpus: int, gpu: str | None = None,
+                 domain: int | None = None) -> Cluster:
     """``gpus`` GPUs of the node preset ``preset`` (a multiple of its node size, or fewer
-    GPUs than one node)."""
+    GPUs than one node). ``domain``: GPUs the job uses of each node (its NVLink domain), at
+    most the node's; None: all of them. A scheduler can place a job on part of each domain
+    (Slurm's ``--segment``: Megatron-Bridge's GB200 scripts run 256 GPUs as four segments of
+    64 in NVL72 racks), then the domains hold ``domain`` GPUs each and the rest of the job's
+    traffic crosses the NICs."""
     node = NODE_PRESETS[preset]
-    if gpus < 1 or (gpus > node.gpus and gpus % node.gpus):
-        raise ConfigError(f"--gpus: {gpus} must be a multiple of {node.gpus} (GPUs per "
-                          f"{preset} node) or at most {node.gpus}")
-    inside = min(gpus, node.gpus)
+    size = node.gpus if domain is None else domain
+    if not 1 <= size <= node.gpus:
+        raise ConfigError(f"domain: {domain} GPUs per {preset} node; accepted: 1 to "
+                          f"{node.gpus}")
+    if gpus < 1 or (gpus > size and gpus % size):
+        raise ConfigError(f"--gpus: {gpus} must be a multiple of {size} (GPUs per "
+                          f"{preset} node) or at most {size}")
+    inside = min(gpus, size)
     dims = [Dimension(node.kind, inside, *node.nvlink,
                       algorithm="ring" if node.kind == "Switch" and inside & (inside - 1)
                       else None)]
-    if gpus > node.gpus:
-        nodes = gpus // node.gpus
+    if gpus > size:
+        nodes = gpus // size
         dims.append(Dimension("Switch", nodes, *node.nic, algorithm=None if nodes & (nodes - 1)
                               == 0 else "ring"))
     name = gpu or node.gpu
     nccl = nccl_node(preset, node.gpu, node.nvlink[0], node.nic[0], node.kind == "Switch")
-    return Cluster(f"{gpus}x{preset}", Topology(f"{preset}-{gpus}", tuple(dims)), name,
+    label = preset if size == node.gpus else f"{preset}/{size}"
+    return Cluster(f"{gpus}x{label}", Topology(f"{label}-{gpus}", tuple(dims)), name,
                    gpu_memory_or(name, node.gpu), node.source, nccl)
 
 
