@@ -47,7 +47,10 @@ class _Strict(BaseModel):
 
 
 class Hardware(_Strict):
-    """The machines: GPU model and count, and what is known of the cluster and its network."""
+    """The machines: GPU model and count, and what is known of the cluster and its network.
+    ``nvlink_domain``: GPUs the job occupies in each NVLink domain when it uses only part of
+    each (a Slurm ``--segment`` on GB200 NVL72 racks: 64 of 72); None: whole domains, the node
+    preset's (``job.cluster.node_cluster``'s ``domain``)."""
 
     gpu: Gpu
     gpus: int = Field(gt=0)
@@ -56,6 +59,7 @@ class Hardware(_Strict):
     intra_node: str | None = None
     inter_node_gbps_per_gpu: float | None = Field(default=None, gt=0)
     gpu_power_w: float | None = Field(default=None, gt=0)
+    nvlink_domain: int | None = Field(default=None, gt=0)
 
 
 class ModelShape(_Strict):
