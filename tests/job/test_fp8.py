@@ -18,6 +18,7 @@ from dlsched.job.compute.fp8 import (
     fp8_weight_bytes,
     is_fp8_linear,
     operand_elements,
+    separate_linears,
 )
 from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
 from dlsched.job.model_spec import TransformerSpec
@@ -104,14 +105,34 @@ def test_a_layer_in_fp8_is_the_bf16_layer_with_its_linears_replaced(recipe: str)
     compute = gpu_compute("h100", "fp8")
     fp8 = block_costs(L8, B, "h100", "fp8", 1, False, "none", None, "baseline", kernels=options)
     bf16 = block_costs(L8, B, "h100", "bf16", 1, False, "none", None, "baseline", kernels=plain)
-    linears = [op for op in _layer_ops().values() if is_fp8_linear(op)]
+    layer = list(_layer_ops().values())  # the whole layer: its SwiGLU says the FFN is gated
+    linears = [i for i, op in enumerate(layer) if is_fp8_linear(op)]
     for backward, fp8_s, bf16_s in ((False, fp8.layer_f, bf16.layer_f),
                                     (True, fp8.layer_b, bf16.layer_b)):
-        new = sum(w.gpu_s for w in ops_works(linears, B, compute, options, backward))
-        old = sum(w.gpu_s for w in ops_works(linears, B, compute, plain, backward))
+        new_works = ops_works(layer, B, compute, options, backward)
+        old_works = ops_works(layer, B, compute, plain, backward)
+        new = sum(new_works[i].gpu_s for i in linears)
+        old = sum(old_works[i].gpu_s for i in linears)
         assert fp8_s - bf16_s == pytest.approx(new - old, rel=1e-9)
         assert fp8_s < bf16_s  # at this shape FP8 pays for its casts
     assert (fp8.head_f, fp8.core_f) == (bf16.head_f, bf16.core_f)
+
+
+def test_rowwise_quantizes_a_shared_input_once_per_torchtitan_linear() -> None:
+    """Rowwise (no float8 TP input preparation in TorchTitan) casts the QKV input for wq, wk
+    and wv and the gated FFN's input for w1 and w3, and rescales each one's data gradient:
+    against one linear, forward 2 x 6 bytes more per input element of QKV (compiled: 6 bytes
+    each), backward 2 x 4 bytes more; tensorwise and the projections stay at one."""
+    ops = _layer_ops()
+    qkv, fc1, proj = ops["h.0.attn.c_attn"], ops["h.0.mlp.c_fc"], ops["h.0.attn.c_proj"]
+    assert [separate_linears(op, "rowwise", True) for op in (qkv, fc1, proj)] == [3, 2, 1]
+    assert separate_linears(fc1, "rowwise", False) == 1
+    assert separate_linears(qkv, "tensorwise", True) == 1
+    x = TOKENS * 4096  # the QKV input's elements at TP 1
+    forward = [cast_bytes(qkv, B, 1, "rowwise", False, True, linears=n) for n in (1, 3)]
+    backward = [cast_bytes(qkv, B, 1, "rowwise", True, True, linears=n) for n in (1, 3)]
+    assert forward[1] - forward[0] == pytest.approx(2 * 6 * x)
+    assert backward[1] - backward[0] == pytest.approx(2 * 4 * x)
 
 
 def test_rowwise_is_slower_than_tensorwise_and_te_caches_weights() -> None:

@@ -74,12 +74,13 @@ def ops_works(ops: Sequence[Op], microbatch_size: int, compute: CalibratedComput
               options: KernelOptions, backward: bool) -> list[Work]:
     """Each op's GPU seconds and launches (an FP8 linear as ``job.compute.fp8`` prices it)."""
     fp8 = replace(compute, precision="fp8", autocast=False) if options.fp8_recipe else None
+    gated = any("swiglu" in op.label for op in ops)  # the block's FFN is gated (SwiGLU)
     works = []
     for op in ops:
         if fp8 is not None and options.fp8_recipe and is_fp8_linear(op):
             works.append(fp8_linear_work(op, microbatch_size, fp8, options.fp8_recipe, backward,
                                          options.compiled, options.microbatches,
-                                         options.weight_shards))
+                                         options.weight_shards, gated))
         else:
             works.append(compute.work(op, microbatch_size, backward))
     return works

@@ -49,6 +49,26 @@ and the output gradient ``G`` (tokens x fan-out), at the shapes one GPU of the T
   more pass reading and writing each backward GEMM's bf16 output (4 bytes per element of the
   data and weight gradients).
 
+**Separate linears sharing an input** (``separate_linears``). The zoo prices a layer's QKV
+projection and a gated FFN's gate and up projections each as one GEMM; TorchTitan's Llama runs
+them as separate ``nn.Linear`` modules (``wq``, ``wk``, ``wv``; ``w1``, ``w3``:
+torchtitan/models/llama3/model.py), each a ``Float8Linear`` of its own. With tensorwise
+scaling under TP TorchTitan casts the attention's and the FFN's input once, before the
+sequence-parallel all-gather, for all of them (``PrepareFloat8ModuleInput`` with
+``Float8ColwiseParallel``, ``enable_float8_tensorwise_tp``); with rowwise it does not
+(torchtitan parallelize_llama.py at 820504e: "For rowwise recipes, we use regular TP and
+all-gather happens in high precision", ``enable_float8_tensorwise_tp = enable_float8_linear
+and not float8_is_rowwise``), so every linear quantizes the shared input itself, and every
+linear's data gradient, the input's full width, gets its own rescaling pass. Rowwise therefore
+pays its input cast and its data-gradient rescale once per linear: 3 for the QKV projection,
+2 for a gated FFN's input projection (``SPLIT_LINEARS``). The measured cost: TorchTitan
+issue #1207 (Llama 3.1 70B, 256 H100s, FSDP 32 x TP 8) found the small ``wk`` / ``wv``
+linears about 40% slower in rowwise FP8 than in bf16, enough to cancel rowwise's gain, and
+leaving them in bf16 (torchao PR #2410's auto filter, torchtitan PR #1319) gave +10% tokens/s
+over bf16 with vanilla TP. Tensorwise keeps one cast per op (the prepared input, or without TP
+Inductor's common-subexpression elimination of identical casts of one tensor, assumed).
+The GEMMs stay priced as the zoo's fused ones.
+
 The FP8 GEMMs run at the calibrated GPU's FP8 GEMM rate (``efficiency.gemm.fp8`` of
 ``peak.fp8``, the same kernels ``dlsched compute`` prices in fp8), operands 1 byte. Rowwise's
 forward CUTLASS kernel is taken at the tensorwise rate (pytorch/pytorch#147971: with fast
@@ -78,6 +98,9 @@ TE_RECIPES = ("delayed", "current", "mxfp8")
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
 FP8_LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 COLUMN_PARALLEL = ("attn.c_attn", "mlp.c_fc")
+# TorchTitan's Llama: the QKV projection as wq, wk, wv; a gated FFN's input projection as w1,
+# w3 (torchtitan/models/llama3/model.py); ``separate_linears``.
+SPLIT_LINEARS = {"attn.c_attn": 3, "mlp.c_fc": 2}
 MX_BLOCK = 32  # OCP Microscaling: one E8M0 scale per 32 elements
 # Presets with Blackwell's block-scaled tensor cores (MXFP8 GEMMs).
 MXFP8_GPUS = ("b200", "gb200")
@@ -154,43 +177,60 @@ def operand_elements(op: Op, batch: float, tp: int) -> tuple[float, float, float
     return rows * fan_in / tp, fan_in * fan_out / tp, rows * fan_out
 
 
+def separate_linears(op: Op, recipe: str, gated: bool) -> int:
+    """How many times FP8 linear ``op``'s shared input is quantized and its data gradient
+    rescaled (module docstring, separate linears): rowwise runs TorchTitan's separate linears
+    each on its own (``SPLIT_LINEARS``; the FFN's only when ``gated``), every other recipe
+    once."""
+    if recipe != "rowwise":
+        return 1
+    label = next((name for name in SPLIT_LINEARS if op.label.endswith(name)), None)
+    if label is None or (label == "mlp.c_fc" and not gated):
+        return 1
+    return SPLIT_LINEARS[label]
+
+
 def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compiled: bool,
-               microbatches: int = 1, weight_shards: int = 1) -> float:
+               microbatches: int = 1, weight_shards: int = 1, linears: int = 1) -> float:
     """Bytes the casts of FP8 linear ``op`` move in one microbatch's forward or ``backward``
-    (module docstring): the forward casts the input and the weight (a cached weight once per
-    ``microbatches``), the backward the output gradient (and rowwise's rescaled outputs)."""
+    (module docstring): the forward casts the input (once per of the ``linears`` sharing it)
+    and the weight (a cached weight once per ``microbatches``), the backward the output
+    gradient (and rowwise's rescaled outputs, the data gradient once per linear)."""
     x, w, g = operand_elements(op, batch, tp)
     if backward:
         moved = g * _tensor(recipe, compiled).bytes_per_element
         if recipe == "rowwise":
-            moved += 2 * BF16 * (x + w)
+            moved += 2 * BF16 * (linears * x + w)
         return moved
     weight = w * _weight(recipe, weight_shards).bytes_per_element
     if recipe in TE_RECIPES:
         weight /= microbatches
-    return x * _tensor(recipe, compiled).bytes_per_element + weight
+    return linears * x * _tensor(recipe, compiled).bytes_per_element + weight
 
 
 def cast_kernels(recipe: str, backward: bool, compiled: bool, microbatches: int = 1,
-                 weight_shards: int = 1) -> float:
-    """Kernels the casts of one FP8 linear launch per microbatch's forward or ``backward``."""
+                 weight_shards: int = 1, linears: int = 1) -> float:
+    """Kernels the casts of one FP8 linear launch per microbatch's forward or ``backward``
+    (``linears``: as in ``cast_bytes``)."""
     tensor = _tensor(recipe, compiled).kernels
     if backward:
-        return tensor + (2 if recipe == "rowwise" else 0)
+        return tensor + (linears + 1 if recipe == "rowwise" else 0)
     weight = _weight(recipe, weight_shards).kernels
-    return tensor + (weight / microbatches if recipe in TE_RECIPES else weight)
+    return linears * tensor + (weight / microbatches if recipe in TE_RECIPES else weight)
 
 
 def fp8_linear_work(op: Op, batch: float, fp8: CalibratedCompute, recipe: str, backward: bool,
-                    compiled: bool, microbatches: int = 1, weight_shards: int = 1) -> Work:
+                    compiled: bool, microbatches: int = 1, weight_shards: int = 1,
+                    gated: bool = False) -> Work:
     """GPU seconds and kernels of FP8 linear ``op`` (module docstring) on ``batch`` samples:
     its GEMMs on ``fp8`` (the GPU in fp8 at the layout's TP degree) and its casts at the
-    memory rate."""
+    memory rate (``gated``: the layer's FFN is gated, ``separate_linears``)."""
     gemm = product_seconds(fp8, op, batch, backward)
+    linears = separate_linears(op, recipe, gated)
     moved = cast_bytes(op, batch, fp8.tensor_parallel, recipe, backward, compiled,
-                       microbatches, weight_shards)
+                       microbatches, weight_shards, linears)
     launches = (op.launches_backward if backward else op.kernels) + cast_kernels(
-        recipe, backward, compiled, microbatches, weight_shards)
+        recipe, backward, compiled, microbatches, weight_shards, linears)
     return Work(gemm + moved / fp8.gpu.memory_rate, launches)
 
 
