@@ -293,22 +293,31 @@ def test_one_gpu_holds_the_specs_parameters_and_tp_splits_only_the_split_ones(na
     plus three more copies of what every rank keeps whole: the norms, the row-parallel biases,
     the learned positions, Qwen3's per-head query/key norms."""
     from dlsched.job.compute.grad_accumulation import stage_parameters
+    from dlsched.job.compute.mla import replicated_parameters
     from dlsched.job.memory.per_gpu import padded_vocab
 
     spec = bundled_specs()[name]
     h, copies = spec.hidden, 1 if spec.tied_embeddings else 2
     one = Execution(1, 1, 1, 1, 1)
     padding = (padded_vocab(spec.vocab, 1) - spec.vocab) * h * copies
-    assert memory_per_gpu(spec, one, "bf16").parameters == spec.parameters() + padding
+    mtp = spec.mtp_parameters()  # on the last stage (job.compute.mtp)
+    assert memory_per_gpu(spec, one, "bf16").parameters == spec.parameters() + mtp + padding
     assert sum(stage_parameters(spec, one, experts=True)) == pytest.approx(
-        spec.parameters() + padding, rel=1e-12)
+        spec.parameters() + mtp + padding, rel=1e-12)
     four = Execution(4, 1, 1, 1, 1)
     whole = (spec.layers * (2 * spec.norm_parameters() + (2 * h if spec.bias else 0)
                             + (2 * spec.head_dim if spec.qk_norm else 0))  # qk-norms whole
              + spec.norm_parameters() + (spec.seq * h if spec.learned_positions else 0))
-    split = spec.parameters() + (padded_vocab(spec.vocab, 4) - spec.vocab) * h * copies - whole
+    # MLA's down projections and latent norms are kept whole too (job.compute.mla), as are the
+    # MTP modules' layer's and their three norms (job.compute.mtp)
+    mla = replicated_parameters(spec)
+    mtp_whole = spec.mtp_layers * (2 * spec.norm_parameters() + mla + 3 * spec.norm_parameters())
+    whole += spec.layers * mla + mtp_whole
+    split = (spec.parameters() + mtp + (padded_vocab(spec.vocab, 4) - spec.vocab) * h * copies
+             - whole)
     if spec.experts:
-        split -= spec.moe_layers * spec.router_parameters()  # the router is kept whole too
-        whole += spec.moe_layers * spec.router_parameters()
+        routers = (spec.moe_layers + spec.mtp_layers) * spec.router_parameters()
+        split -= routers  # the router is kept whole too
+        whole += routers
     assert 4 * memory_per_gpu(spec, four, "bf16").parameters == pytest.approx(
         split + 4 * whole, rel=1e-12)

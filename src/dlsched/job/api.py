@@ -109,7 +109,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
                   scenario.fp8_recipe, scenario.fp8_all_gather, scenario.compile,
                   scenario.async_tp)
         if complete:
-            layout = _complete_layout(choice, cluster.num_gpus, spec.layers)
+            layout = _complete_layout(choice, cluster.num_gpus, spec.layers, spec.mtp_layers)
             result = evaluate(job, layout)
             rows.append(_row(job, result, "given", None, None))
         else:
@@ -145,7 +145,7 @@ def with_seq(spec: TransformerSpec, seq: int | None) -> TransformerSpec:
     return spec if seq is None else replace(spec, seq=seq)
 
 
-def _complete_layout(choice: Execution, gpus: int, layers: int) -> Execution:
+def _complete_layout(choice: Execution, gpus: int, layers: int, mtp: int = 0) -> Execution:
     """``choice`` complete: DP the GPUs left, the pipeline split the first Megatron-Core
     accepts, the other fields not given at ``Execution``'s defaults."""
     fixed = choice.fixed()
@@ -153,7 +153,8 @@ def _complete_layout(choice: Execution, gpus: int, layers: int) -> Execution:
         fixed["dp"] = max(1, gpus // (fixed["tp"] * fixed.get("cp", 1) * fixed["pp"]))
     if "pipeline_split" not in fixed:  # the evaluator names the splits when none is accepted
         fixed["pipeline_split"] = next(iter(feasible_splits(layers, fixed["pp"],
-                                                            fixed.get("chunks", 1))), "even")
+                                                            fixed.get("chunks", 1), mtp=mtp)),
+                                       "even")
     return Execution(**fixed)
 
 

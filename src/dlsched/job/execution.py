@@ -236,19 +236,20 @@ class Execution:
         ``Cluster.group_topology``)."""
         return cluster.group_topology(*self.group_ranks(name))
 
-    def stage_layers(self, layers: int) -> tuple[range, ...]:
+    def stage_layers(self, layers: int, mtp: int = 0) -> tuple[range, ...]:
         """The layer indices of each of the ``virtual_stages`` for a model of ``layers``
-        (``job.pipeline_split``); ConfigError when the split is impossible."""
-        return stage_layers(layers, self.pp, self.chunks, self.pipeline_split)
+        (and ``mtp`` MTP modules beside the loss: ``job.pipeline_split``); ConfigError when
+        the split is impossible."""
+        return stage_layers(layers, self.pp, self.chunks, self.pipeline_split, mtp)
 
-    def rank_layers(self, layers: int, rank: int) -> int:
+    def rank_layers(self, layers: int, rank: int, mtp: int = 0) -> int:
         """Layers pipeline rank ``rank`` holds over its chunks (``unit_walk.held_stages``:
         two stages of ``pp`` for DualPipe)."""
         if self.schedule in UNIT_SCHEDULES:
-            spans = self.stage_layers(layers)
+            spans = self.stage_layers(layers, mtp)
             return sum(len(spans[s]) for s in held_stages(self.schedule, self.pp, self.chunks,
                                                           rank))
-        return rank_layers(layers, self.pp, self.chunks, self.pipeline_split, rank)
+        return rank_layers(layers, self.pp, self.chunks, self.pipeline_split, rank, mtp)
 
     def label(self) -> str:
         """``TP8 PP16 DP8 v1 mb1 1f1b selective sp zero1``-like short name (``CP2``/``EP8``

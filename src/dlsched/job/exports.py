@@ -86,7 +86,8 @@ def megatron_args(spec: TransformerSpec, layout: Execution, precision: str,
                           "matmul kept) has no Megatron-LM equivalent (--recompute-granularity "
                           "selective recomputes named modules); accepted for --megatron-args: "
                           "none, selective, full")
-    per_chunk = slots_per_stage(spec.layers, layout.pp, layout.chunks, layout.pipeline_split)
+    per_chunk = slots_per_stage(spec.layers, layout.pp, layout.chunks, layout.pipeline_split,
+                                spec.mtp_layers)
     notes = [f"Megatron-LM pretrain_gpt.py arguments of the dlsched plan {layout.label()}",
              f"launch on tp x cp x pp x dp = {layout.gpus} GPUs: Megatron-LM derives the "
              f"data-parallel size {layout.dp} from the world size",
@@ -220,8 +221,14 @@ def _megatron_moe(spec: TransformerSpec, layout: Execution) -> list[str]:
             "--expert-model-parallel-size", str(layout.ep),
             "--expert-tensor-parallel-size", str(layout.etp), "--moe-grouped-gemm",
             "--moe-token-dispatcher-type", "alltoall"]
-    if spec.moe_layer_freq > 1:
+    if spec.moe_layer_offset or spec.first_k_dense:  # Megatron-Core evaluates a list pattern
+        args += ["--moe-layer-freq", "[" + ",".join(str(int(spec.is_moe_layer(i)))
+                                                    for i in range(spec.layers)) + "]"]
+    elif spec.moe_layer_freq > 1:
         args += ["--moe-layer-freq", str(spec.moe_layer_freq)]
+    if spec.router_groups:
+        args += ["--moe-router-num-groups", str(spec.router_groups),
+                 "--moe-router-group-topk", str(spec.router_group_topk)]
     if spec.shared_experts:
         args += ["--moe-shared-expert-intermediate-size",
                  str(spec.shared_experts * spec.expert_ffn_hidden)]
@@ -351,7 +358,8 @@ def _titan_parallelism(spec: TransformerSpec, layout: Execution,
         section.update(pipeline_parallel_schedule=TITAN_SCHEDULES[layout.schedule],
                        pipeline_parallel_microbatch_size=layout.microbatch_size,
                        pipeline_parallel_layers_per_stage=slots_per_stage(
-                           spec.layers, layout.pp, layout.chunks, layout.pipeline_split),
+                           spec.layers, layout.pp, layout.chunks, layout.pipeline_split,
+                           spec.mtp_layers),
                        pipeline_parallel_first_stage_less_layers=embedding,
                        pipeline_parallel_last_stage_less_layers=loss)
     section["context_parallel_degree"] = layout.cp

@@ -114,12 +114,14 @@ def _check_pipeline(pp: int | None, chunks: int | None, spec: TransformerSpec) -
     if pp is None:
         return
     options = [chunks] if chunks is not None else range(1, spec.layers + 1)
-    if not any(feasible_splits(spec.layers, pp, v) for v in options):
+    if not any(feasible_splits(spec.layers, pp, v, mtp=spec.mtp_layers) for v in options):
         per = f"PP x chunks = {pp} x {chunks}" if chunks is not None else f"PP {pp}"
+        mtp = (f" (or {spec.layers + 2 + spec.mtp_layers}: the loss and its MTP modules "
+               "counted)") if spec.mtp_layers else ""
         raise ConfigError(f"--pp: {per} splits none of {spec.name}'s {spec.layers} layers "
                           "evenly, with or without the embedding and the loss counted as "
                           f"layers (--pipeline-split); accepted: a PP (x chunks) dividing "
-                          f"{spec.layers}, {spec.layers + 1} or {spec.layers + 2}")
+                          f"{spec.layers}, {spec.layers + 1} or {spec.layers + 2}{mtp}")
 
 
 def _check_experts(scenario: PlanScenario, spec: TransformerSpec) -> None:

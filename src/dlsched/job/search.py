@@ -120,7 +120,8 @@ def layouts(job: Job, choice: Execution, space: Space) -> Iterator[Execution]:
            and spec.kv_heads % t == 0]  # whole heads and KV heads per TP rank
     eps = [fixed["ep"]] if "ep" in fixed else _divisors(max(1, spec.experts))
     # a PP degree some split takes: dividing the layers, or them with the embedding/loss counted
-    pps = sorted({d for extra in (0, 1, 2) for d in _divisors(spec.layers + extra)})
+    pps = sorted({d for extra in (0, 1, 2, 2 + spec.mtp_layers)
+                  for d in _divisors(spec.layers + extra)})
     for tp in [fixed["tp"]] if "tp" in fixed else tps:
         for cp in [fixed["cp"]] if "cp" in fixed else context_degrees(job, tp):
             for pp in ([fixed["pp"]] if "pp" in fixed else pps):
@@ -132,7 +133,7 @@ def layouts(job: Job, choice: Execution, space: Space) -> Iterator[Execution]:
                         if (tp * cp * dp) % (etp * ep) == 0 and \
                                 (etp != tp or (cp * dp) % ep == 0):
                             yield from _inner(choice, space, (tp, cp, ep, pp, dp, etp),
-                                              spec.layers)
+                                              spec.layers, spec.mtp_layers)
 
 
 def expert_tp_degrees(job: Job, tp: int, fixed: dict[str, object]) -> list[int]:
@@ -154,8 +155,9 @@ def context_degrees(job: Job, tp: int) -> list[int]:
 
 
 def _inner(choice: Execution, space: Space, degrees: tuple[int, int, int, int, int, int],
-           layers: int) -> Iterator[Execution]:
-    """The layouts of the degrees ``(tp, cp, ep, pp, dp, expert tp)``."""
+           layers: int, mtp: int = 0) -> Iterator[Execution]:
+    """The layouts of the degrees ``(tp, cp, ep, pp, dp, expert tp)`` for ``layers``
+    layers and ``mtp`` MTP modules."""
     tp, cp, ep, pp, dp, etp = degrees
     fixed = choice.fixed()
     sizes = [fixed["microbatch_size"]] if "microbatch_size" in fixed else MICROBATCH_SIZES
@@ -168,7 +170,7 @@ def _inner(choice: Execution, space: Space, degrees: tuple[int, int, int, int, i
         m = choice.global_batch // (mb * dp)
         given = tuple(s for s in space.given_schedules if fixed.get("schedule") == s)
         for schedule in space.schedules + given:
-            for chunks, split in _chunks(schedule, layers, m, pp, splits):
+            for chunks, split in _chunks(schedule, layers, m, pp, splits, mtp):
                 for recompute in modes:
                     for sp in space.sequence_parallel if tp > 1 else (False,):
                         for zero in space.zero if cp * dp > 1 else (0,):
@@ -191,7 +193,7 @@ def _cp_algorithms(cp: int, fixed: dict[str, object]) -> tuple[str, ...]:
 
 
 def _chunks(schedule: str, layers: int, m: int, pp: int,
-            splits: tuple[str, ...]) -> list[tuple[int, str]]:
+            splits: tuple[str, ...], mtp: int = 0) -> list[tuple[int, str]]:
     """(chunks, pipeline split) pairs of ``schedule`` over ``pp`` ranks: every split of
     ``splits`` Megatron-Core accepts for the degrees (``job.pipeline_split``)."""
     if pp == 1 and schedule != "1f1b":  # one stage: every schedule is 1F1B
@@ -208,7 +210,8 @@ def _chunks(schedule: str, layers: int, m: int, pp: int,
         return []
     else:
         options = list(range(2, MAX_CHUNKS + 1))
-    return [(v, split) for v in options for split in feasible_splits(layers, pp, v, splits)]
+    return [(v, split) for v in options
+            for split in feasible_splits(layers, pp, v, splits, mtp)]
 
 
 def _fits(job: Job, layout: Execution, usable: float) -> bool:

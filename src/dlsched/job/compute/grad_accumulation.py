@@ -25,12 +25,14 @@ this pass and the data-parallel step (``job.evaluate``) share.
 from __future__ import annotations
 
 from dlsched.errors import check_choice
+from dlsched.job.compute.mtp import mtp_layer_is_moe
 from dlsched.job.execution import Execution
 from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta
 from dlsched.job.memory.per_gpu import (
     embedding_parameters_per_gpu,
     head_parameters_per_gpu,
     layer_parameters_per_gpu,
+    mtp_unit_per_gpu,
 )
 from dlsched.job.model_spec import TransformerSpec
 
@@ -64,7 +66,10 @@ def stage_parameters(spec: TransformerSpec, layout: Execution,
     delta = moe_dense_delta(spec, tp) if spec.experts else 0.0
     routed = experts_per_gpu(spec, layout) if spec.experts and experts else 0.0
     params = [layer * len(span) + (delta + routed) * spec.moe_layers_in(span.start, span.stop)
-              for span in layout.stage_layers(spec.layers)]
+              for span in layout.stage_layers(spec.layers, spec.mtp_layers)]
     params[0] += embedding_parameters_per_gpu(spec, tp)
     params[-1] += head_parameters_per_gpu(spec, layout)
+    for module in range(spec.mtp_layers):  # beside the head (job.compute.mtp)
+        params[-1] += mtp_unit_per_gpu(spec, tp, module) + routed * mtp_layer_is_moe(spec,
+                                                                                   module)
     return params

@@ -54,6 +54,7 @@ from dlsched.job.compute.block_pricing import (
     priced_blocks,
 )
 from dlsched.job.compute.compile_fusion import compiled_ops
+from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.execution import PRECISIONS
 from dlsched.job.model_spec import TransformerSpec
@@ -108,15 +109,35 @@ def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> Cali
                       sequence_parallel=sp)
 
 
+@lru_cache(maxsize=256)
 def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
                   cp_algorithm: str = "ring", attention: str = "flash") -> TransformerModel:
     """The zoo's Megatron-style decoder of ``spec``'s shape with ``depth`` layers, as one GPU
     of a CP group of ``cp`` runs it (``job.context_parallel``: ``s / cp`` tokens, the
-    attention core at its real shape), its attention core by the ``attention`` kernel."""
-    return gpt_model(spec.name, spec.hidden, depth, spec.heads, local_tokens(spec, cp),
-                     spec.vocab, dtype_bytes=ACTIVATION_BYTES, shape=spec,
-                     core=core_shape(spec, cp, cp_algorithm),
-                     attention=attention)
+    attention core at its real shape), its attention core by the ``attention`` kernel; an
+    MLA spec's attention as ``job.compute.mla`` builds it. Kept per exactly these arguments
+    (the op graph, immutable): the microbatch, TP, SP and recomputation only price it, so a
+    search builds it once, not once per layout (issue 47 item 4)."""
+    core = core_shape(spec, cp, cp_algorithm)
+    model = gpt_model(spec.name, spec.hidden, depth, spec.heads, local_tokens(spec, cp),
+                      spec.vocab, dtype_bytes=ACTIVATION_BYTES, shape=spec, core=core,
+                      attention=attention)
+    if not is_mla(spec):
+        return model
+    tokens = local_tokens(spec, cp)
+    return with_mla(model, spec, *(core or (tokens, tokens, spec.heads)), attention)
+
+
+def attention_exchange(spec: TransformerSpec, sp: bool, message: float,
+                       tp_group: Topology | None, policy: str, exchange: float) -> float:
+    """Seconds of the TP exchanges around one layer's attention: ``exchange`` (those of the
+    ``message``-byte activation), but for MLA under sequence parallelism the all-gather of its
+    latents in place of the layer input's (``job.compute.mla.attention_exchange_width``)."""
+    width = attention_exchange_width(spec, sp)
+    if width == spec.hidden:
+        return exchange
+    return (curve(tp_group, "all-gather", policy).seconds(message * width / spec.hidden)
+            + curve(tp_group, "reduce-scatter", policy).seconds(message))
 
 
 @lru_cache(maxsize=4096)
@@ -140,7 +161,8 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
                     + curve(tp_group, "reduce-scatter", policy).seconds(message))
     else:
         exchange = curve(tp_group, "all-reduce", policy).seconds(message)
-    tp_forward = tp_backward = 2 * exchange
+    tp_forward = tp_backward = exchange + attention_exchange(spec, sp, message, tp_group,
+                                                             policy, exchange)
     if sp and tp_overlap:
         tp_forward, tp_backward = overlapped_tp(model, compute, microbatch_size, message,
                                                 tp_group, policy)

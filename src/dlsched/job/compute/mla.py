@@ -48,6 +48,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from dlsched.errors import ConfigError
 from dlsched.models.layer import Layer
 from dlsched.models.layer_builder import LayerBuilder
 from dlsched.models.ops import Op, attention_core, elementwise
@@ -198,8 +199,6 @@ def _projection(spec: TransformerSpec, block: str, tokens: int, zoo: Layer,
 def check_shape(spec: TransformerSpec) -> None:
     """Fill ``v_head_dim`` (0: ``head_dim``) and raise ConfigError naming the field when the
     attention's widths, ``first_k_dense`` or ``mtp_layers`` cannot hold."""
-    from dlsched.errors import ConfigError
-
     if spec.v_head_dim < 0:
         raise ConfigError(f"model: v_head_dim must be >= 1, or 0 for head_dim (got "
                           f"{spec.v_head_dim})")
@@ -223,3 +222,26 @@ def check_shape(spec: TransformerSpec) -> None:
                           f"{spec.first_k_dense})")
     if spec.mtp_layers < 0:
         raise ConfigError(f"model: mtp_layers must be >= 0 (got {spec.mtp_layers})")
+
+
+def replicated_parameters(spec: TransformerSpec) -> int:
+    """Attention parameters whole on every TP rank beyond the layer's norms: MLA's down
+    projections and latent norms (module docstring); 0 otherwise."""
+    if not is_mla(spec):
+        return 0
+    return replicated_matmul_elements(spec) + latent_norm_parameters(spec)
+
+
+def attention_stash_delta(spec: TransformerSpec) -> int:
+    """Elements per token the attention keeps beyond the four ``h``-wide tensors of
+    Korthikanti et al.'s derivation (queries, keys, values, the output projection's input),
+    split over TP: queries ``heads head_dim``, keys ``kv_heads head_dim``, values ``kv_heads
+    v_head_dim``, the core's output ``heads v_head_dim`` (MLA: ``kv_heads = heads``)."""
+    return (spec.heads * spec.head_dim + spec.kv_heads * (spec.head_dim + spec.v_head_dim)
+            + spec.heads * spec.v_head_dim - 4 * spec.hidden)
+
+
+def latent_stash(spec: TransformerSpec) -> int:
+    """Elements per token of MLA's latents kept for the backward (``stash_widths``' first),
+    whole on every TP rank without sequence parallelism; 0 without MLA."""
+    return stash_widths(spec)[0] if is_mla(spec) else 0

@@ -69,6 +69,7 @@ from dlsched.job.communication.tp_overlap import overlapped_tp
 from dlsched.job.compute.layer_costs import (
     ACTIVATION_BYTES,
     ATTENTION_CORE,
+    attention_exchange,
     decoder_model,
     gpu_compute,
 )
@@ -211,7 +212,7 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
     exchange = (curve(tp_group, "all-gather", policy).seconds(message)
                 + curve(tp_group, "reduce-scatter", policy).seconds(message)) if sp else \
         curve(tp_group, "all-reduce", policy).seconds(message)
-    attention_f = attention_b = exchange
+    attention_f = attention_b = attention_exchange(spec, sp, message, tp_group, policy, exchange)
     if tp_overlap:
         attention_f, attention_b = overlapped_tp(model, compute, b, message, tp_group, policy,
                                                  halves=("attn",))

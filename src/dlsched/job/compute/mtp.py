@@ -13,7 +13,7 @@ parameters, excluding the shared 0.9B Embedding and 0.9B output Head"; 2.4B acti
 including them). Its forward FLOP per token: the projection's ``2 x 2 h^2``, the layer's and the
 logits' ``2 V h`` again (the head runs once more on every token). The MTP modules are placed on
 the last pipeline stage, beside the output head (DeepSeek-V3 Sec. 3.2.1, as Megatron-Core's
-``--mtp-num-layers`` does).
+``--mtp-num-layers`` does); ``job.compute.mtp_costs`` prices them there.
 """
 
 from __future__ import annotations
@@ -56,3 +56,4 @@ def mtp_forward_flops(spec: TransformerSpec) -> float:
         total += (2 * 2 * spec.hidden * spec.hidden + 2 * spec.layer_matmul_elements(moe=moe)
                   + spec.attention_core_flops() + 2 * spec.vocab * spec.hidden)
     return total
+

@@ -192,7 +192,7 @@ def check_layout(job: Job, layout: Execution) -> None:
                           f"cluster's {job.cluster.num_gpus} GPUs")
     check_moe_layout(spec, layout)
     check_op_checkpoint(spec, layout)
-    layout.stage_layers(spec.layers)  # ConfigError when the layers do not split
+    layout.stage_layers(spec.layers, spec.mtp_layers)  # ConfigError when they do not split
     if spec.heads % layout.tp:
         raise ConfigError(f"--tp: {layout.tp} does not divide the {spec.heads} heads")
     check_cp(spec, layout)
@@ -232,11 +232,12 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     flops = _flops(job.spec, layout, job.attention)
     peak = gpu_compute(job.cluster.gpu, job.precision).peak_flops
     share = microbatch_share(layout.schedule)  # DualPipe: a microbatch passes half the layers
-    per_rank = layout.rank_layers(job.spec.layers, critical) * share
+    per_rank = layout.rank_layers(job.spec.layers, critical, job.spec.mtp_layers) * share
     m = layout.num_microbatches
     memory = peak_memory(job.spec, layout, job.precision, job.grad_bytes, job.attention)
     memory = replace(memory, weights=memory.weights + fp8_weight_copies(
-        job.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage)))
+        job.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage,
+                                                     job.spec.mtp_layers)))
     cp, moe = parts.cp, parts.moe
     sparse = stage_moe_layers(job.spec, layout, critical) * share
     moe_tp = sparse * (moe.tp_forward_s + moe.tp_backward_s) if moe else 0.0
@@ -278,7 +279,7 @@ def _rank_dp(job: Job, layout: Execution, times: PipelineTimes, rank: int) -> DP
     # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward, the V and
     # DualPipe on the stage nearer the start of its direction
     final = min(held)
-    span = layout.stage_layers(spec.layers)[final]
+    span = layout.stage_layers(spec.layers, spec.mtp_layers)[final]
     seconds = times.backward[final] / len(span) if span else 0.0
     final_layers = _dense_layer_parameters(spec, tp, span)
     sparse = stage_moe_layers(spec, layout, rank)
@@ -318,7 +319,7 @@ def _gather_units(job: Job, layout: Execution, times: PipelineTimes,
     to the embedding or the head), the head (``job.dp_sync``); parameters counted as
     ``stage_parameters`` counts them."""
     spec, tp = job.spec, layout.tp
-    spans = layout.stage_layers(spec.layers)
+    spans = layout.stage_layers(spec.layers, spec.mtp_layers)
     units: list[tuple[float, float]] = []
     held = held_stages(layout.schedule, layout.pp, layout.chunks, rank)
     if 0 in held:

@@ -31,6 +31,13 @@ options are not expressed: ``--decoder-first/last-pipeline-num-layers`` fix whol
 (each a multiple of ``chunks``, the middle ranks sharing the rest equally: 126 layers over PP 8 x
 VP 8 has no such split), and ``--pipeline-model-parallel-layout`` lists every stage's modules by
 hand; the accounting options are the ones that follow from the model and the degrees alone.
+
+Multi-token-prediction modules (``TransformerSpec.mtp_layers``, ``job.compute.mtp``) sit on the
+last virtual stage beside the output layer; when the loss is accounted each counts as one layer
+there too (``mtp``), as Megatron-Core's layout for DeepSeek-V3 places them (its MoE recipes'
+``--pipeline-model-parallel-layout "Et|(tt|)*30mL"``: the embedding and one layer, 30 stages of
+two layers, then the MTP module and the loss: 61 layers + 3 = 64 = 32 x 2 slots); over DualPipe's
+16 stages the same 64 slots give 4 per stage.
 """
 
 from __future__ import annotations
@@ -50,18 +57,20 @@ def check_split(split: str) -> None:
     check_choice("--pipeline-split", split, SPLITS)
 
 
-def slots_per_stage(layers: int, pp: int, chunks: int, split: str) -> int:
-    """Layers per virtual stage counting the accounted embedding and loss as one each:
-    Megatron-LM's ``--num-layers-per-virtual-pipeline-stage`` for the split (module
-    docstring); ConfigError when they do not divide."""
+def slots_per_stage(layers: int, pp: int, chunks: int, split: str, mtp: int = 0) -> int:
+    """Layers per virtual stage counting the accounted embedding and loss as one each (and
+    with the loss the ``mtp`` MTP modules): Megatron-LM's
+    ``--num-layers-per-virtual-pipeline-stage`` for the split (module docstring); ConfigError
+    when they do not divide."""
     check_split(split)
     embedding, loss = ACCOUNTED[split]
     stages = pp * chunks
-    slots = layers + embedding + loss
+    slots = layers + embedding + loss * (1 + mtp)
     if slots % stages:
         counted = "".join(f" + the {part}" for part, on in (("embedding", embedding),
-                                                             ("loss", loss)) if on)
-        others = [s for s in feasible_splits(layers, pp, chunks) if s != split]
+                                                             ("loss", loss),
+                                                             (f"{mtp} MTP", loss * mtp)) if on)
+        others = [s for s in feasible_splits(layers, pp, chunks, mtp=mtp) if s != split]
         accepted = (f"--pipeline-split {' or '.join(others)} for these degrees, or "
                     if others else "")
         raise ConfigError(f"--pp: {layers} layers{counted} do not split into PP x chunks = "
@@ -71,14 +80,19 @@ def slots_per_stage(layers: int, pp: int, chunks: int, split: str) -> int:
 
 
 @lru_cache(maxsize=4096)
-def stage_layers(layers: int, pp: int, chunks: int, split: str) -> tuple[range, ...]:
-    """The layer indices of each virtual stage, in stage order (module docstring);
-    ConfigError when the split is impossible."""
-    per = slots_per_stage(layers, pp, chunks, split)
+def stage_layers(layers: int, pp: int, chunks: int, split: str,
+                 mtp: int = 0) -> tuple[range, ...]:
+    """The layer indices of each virtual stage, in stage order (module docstring; ``mtp``
+    MTP modules beside the loss); ConfigError when the split is impossible."""
+    per = slots_per_stage(layers, pp, chunks, split, mtp)
     embedding, loss = ACCOUNTED[split]
     counts = [per] * (pp * chunks)
     counts[0] -= embedding
-    counts[-1] -= loss
+    counts[-1] -= loss * (1 + mtp)
+    if counts[-1] < 0:
+        raise ConfigError(f"--pp: the last of {pp * chunks} virtual stages of {per} layers "
+                          f"cannot hold the loss and {mtp} MTP modules; accepted: fewer "
+                          "virtual stages")
     spans, first = [], 0
     for count in counts:
         spans.append(range(first, first + count))
@@ -86,20 +100,22 @@ def stage_layers(layers: int, pp: int, chunks: int, split: str) -> tuple[range, 
     return tuple(spans)
 
 
-def rank_layers(layers: int, pp: int, chunks: int, split: str, rank: int) -> int:
+def rank_layers(layers: int, pp: int, chunks: int, split: str, rank: int,
+                mtp: int = 0) -> int:
     """Layers pipeline rank ``rank`` holds over all its chunks."""
-    spans = stage_layers(layers, pp, chunks, split)
+    spans = stage_layers(layers, pp, chunks, split, mtp)
     return sum(len(spans[chunk * pp + rank]) for chunk in range(chunks))
 
 
 def feasible_splits(layers: int, pp: int, chunks: int,
-                    among: tuple[str, ...] = SPLITS) -> tuple[str, ...]:
+                    among: tuple[str, ...] = SPLITS, mtp: int = 0) -> tuple[str, ...]:
     """The splits of ``among`` Megatron-Core accepts for ``layers`` over ``pp x chunks``
     stages, in their order, each placing the layers differently (of two that place them alike,
     e.g. the even and the accounted split at ``pp x chunks`` <= 2, the first is kept)."""
     found: dict[tuple[range, ...], str] = {}
     for split in among:
         embedding, loss = ACCOUNTED[split]
-        if (layers + embedding + loss) % (pp * chunks) == 0:
-            found.setdefault(stage_layers(layers, pp, chunks, split), split)
+        slots = layers + embedding + loss * (1 + mtp)
+        if slots % (pp * chunks) == 0 and slots // (pp * chunks) >= loss * (1 + mtp):
+            found.setdefault(stage_layers(layers, pp, chunks, split, mtp), split)
     return tuple(found.values())

@@ -19,6 +19,7 @@ from dlsched.job.compute.block_pricing import kernel_options
 from dlsched.job.compute.grad_accumulation import accumulation_bytes, stage_parameters
 from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
 from dlsched.job.compute.moe_costs import MoELayerCosts, moe_layer_costs
+from dlsched.job.compute.mtp_costs import mtp_seconds
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
 from dlsched.job.execution import Execution
 
@@ -122,7 +123,7 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     costs = block_costs_of(job, layout)
     extra_f, extra_b = _zero3_exposed(job, layout, costs)
     cp = _cp(job, layout, costs)
-    spans = layout.stage_layers(job.spec.layers)
+    spans = layout.stage_layers(job.spec.layers, job.spec.mtp_layers)
     forward = [len(span) * (costs.layer_f + extra_f + cp.forward_s) for span in spans]
     backward = [len(span) * (costs.layer_b + extra_b + cp.backward_s) for span in spans]
     moe = _moe_costs(job, layout)
@@ -134,12 +135,17 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     backward[0] += costs.embed_b
     forward[-1] += costs.head_f
     backward[-1] += costs.head_b
+    mtp_f, mtp_b, mtp_moe = mtp_seconds(job.spec, layout, costs, moe, job.cluster.gpu,
+                                        job.precision)  # job.compute.mtp, beside the head
+    forward[-1] += mtp_f
+    backward[-1] += mtp_b
     accumulation = tuple(accumulation_seconds(job, layout))
     for stage, seconds in enumerate(accumulation):
         backward[stage] += seconds
     send = (_send_s(job, layout),) * (layout.virtual_stages - 1)
     # the EP all-to-alls inside each stage: what an overlapped F & B pair hides (unit_walk)
     sparse = [job.spec.moe_layers_in(span.start, span.stop) if moe else 0 for span in spans]
+    sparse[-1] += mtp_moe
     comm = ((tuple(n * moe.a2a_forward_s for n in sparse),
              tuple(n * moe.a2a_backward_s for n in sparse)) if moe else ((), ()))
     times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,

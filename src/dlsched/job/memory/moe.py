@@ -37,7 +37,7 @@ def layer_indices(spec: TransformerSpec, layout: Execution, stage: int, chunk: i
     + stage``, or the V's and DualPipe's placements: ``unit_walk.held_stages``;
     ``job.pipeline_split``)."""
     held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
-    return layout.stage_layers(spec.layers)[held[chunk]]
+    return layout.stage_layers(spec.layers, spec.mtp_layers)[held[chunk]]
 
 
 def stage_moe_layers(spec: TransformerSpec, layout: Execution, stage: int) -> int:

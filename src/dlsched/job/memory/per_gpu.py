@@ -101,6 +101,8 @@ import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
+from dlsched.job.compute.mla import attention_stash_delta, latent_stash, replicated_parameters
+from dlsched.job.compute.mtp import MTP_NORMS, mtp_layer_is_moe
 from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, held_in_flight, held_stages
 from dlsched.job.execution import PRECISIONS, Execution
@@ -232,7 +234,8 @@ def layer_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
     ``tp``, the two norms, the per-head query/key norms (``qk_norm``) and (with biases) the two
     row-parallel biases whole."""
     replicated = (2 * spec.norm_parameters() + (2 * spec.hidden if spec.bias else 0)
-                  + (2 * spec.head_dim if spec.qk_norm else 0))
+                  + (2 * spec.head_dim if spec.qk_norm else 0)
+                  + replicated_parameters(spec))  # MLA's down projections (job.compute.mla)
     return (spec.layer_parameters() - replicated) / tp + replicated
 
 
@@ -251,10 +254,20 @@ def head_parameters_per_gpu(spec: TransformerSpec, layout: Execution) -> float:
     return spec.norm_parameters() + (matrix if own_matrix else 0.0)
 
 
+def mtp_unit_per_gpu(spec: TransformerSpec, tp: int, module: int) -> float:
+    """MTP module ``module``'s parameters per GPU but its routed experts (``job.compute.mtp``):
+    its layer as ``layer_parameters_per_gpu``, ``eh_proj`` split over TP (column-parallel in
+    Megatron-Core's ``MultiTokenPredictionLayer``), its three norms whole."""
+    delta = moe_dense_delta(spec, tp) if mtp_layer_is_moe(spec, module) else 0.0
+    return (layer_parameters_per_gpu(spec, tp) + delta + 2 * spec.hidden * spec.hidden / tp
+            + MTP_NORMS * spec.norm_parameters())
+
+
 def stage_units(spec: TransformerSpec, layout: Execution, stage: int) -> list[float]:
     """Parameters per GPU of each unit (layer, embedding, head) on pipeline rank ``stage``."""
     _check_stage(layout, stage)
-    units = [layer_parameters_per_gpu(spec, layout.tp)] * layout.rank_layers(spec.layers, stage)
+    units = ([layer_parameters_per_gpu(spec, layout.tp)]
+             * layout.rank_layers(spec.layers, stage, spec.mtp_layers))
     for index in range(stage_moe_layers(spec, layout, stage)):  # their experts: stage_experts
         units[index] += moe_dense_delta(spec, layout.tp)
     first, last = _ends_held(layout, stage)
@@ -262,6 +275,7 @@ def stage_units(spec: TransformerSpec, layout: Execution, stage: int) -> list[fl
         units.append(embedding_parameters_per_gpu(spec, layout.tp))
     if last is not None:
         units.append(head_parameters_per_gpu(spec, layout))
+        units += [mtp_unit_per_gpu(spec, layout.tp, k) for k in range(spec.mtp_layers)]
     return units
 
 
@@ -289,8 +303,9 @@ def layer_activations(spec: TransformerSpec, layout: Execution, precision: str,
     s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
     block = layer_memory(s, b, h, spec.heads, p, layout.sequence_parallel)
     widths = p * s * b * (spec.ffn_matrices * spec.ffn_hidden - 8 * h
-                          + 2 * (spec.kv_heads * spec.head_dim - h)
-                          + 2 * (spec.attention_width - h))
+                          + attention_stash_delta(spec))  # job.compute.mla
+    latent = p * s * b * latent_stash(spec)  # MLA's latents: split only with SP
+    widths += latent if layout.sequence_parallel else latent * t
     whole_none, whole_selective, whole_input = block.replicated
     selective = _per_gpu(block.selective, whole_selective, t) + widths / t
     if attention != "unfused":
@@ -342,6 +357,11 @@ def chunk_stash(spec: TransformerSpec, layout: Execution, precision: str,
         if precision == "autocast":  # the output projection's 16-bit weight, saved per microbatch
             chunks[last][0] += AUTOCAST_COPY_BYTES * padded_vocab(spec.vocab, t) * h / t
         chunks[last][1] += logits
+        for module in range(spec.mtp_layers):  # job.compute.mtp: a layer, 2h input, head again
+            moe = mtp_layer_is_moe(spec, module) and layout.recompute != "full"
+            chunks[last][0] += (layer + (moe_stash_delta(spec, layout, p) if moe else 0.0)
+                                + p * s * b * 2 * h / t + _block_per_gpu(head, t) - logits)
+            chunks[last][1] += logits
     return [(acts, logits) for acts, logits in chunks]
 
 
@@ -412,7 +432,9 @@ def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, sta
     _, recompute = layer_activations(spec, layout, precision, attention)
     if spec.experts and layout.recompute == "full":
         recompute += max(0.0, moe_stash_delta(spec, layout, activation_bytes(precision)))
-    experts = stage_moe_layers(spec, layout, stage) * experts_per_gpu(spec, layout)
+    mtp_moe = sum(mtp_layer_is_moe(spec, k) for k in range(spec.mtp_layers)) \
+        if _ends_held(layout, stage)[1] is not None else 0
+    experts = (stage_moe_layers(spec, layout, stage) + mtp_moe) * experts_per_gpu(spec, layout)
     expert_state = state_bytes(precision, layout.zero, layout.expert_dp, grad_bytes)
     loss = 0.0
     if _ends_held(layout, stage)[1] is not None:

@@ -1,0 +1,87 @@
+"""MLA's ops, TP split, TP exchange and stash, the MTP modules on the last pipeline stage, and the
+DeepSeek-V3 plan of issue 50's done-when (fixed layout, exposed all-to-all)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dlsched.job.compute.layer_costs import decoder_model
+from dlsched.job.compute.mla import (
+    attention_exchange_width,
+    attention_stash_delta,
+    latent_stash,
+    replicated_parameters,
+)
+from dlsched.job.evaluation.pipeline_split import feasible_splits, stage_layers
+from dlsched.job.memory.per_gpu import layer_parameters_per_gpu
+from dlsched.job.model_spec import bundled_specs
+from dlsched.job.scenario import PlanScenario
+
+DSV3 = bundled_specs()["deepseek-v3"]
+
+
+def test_mla_layer_ops_match_the_spec():
+    """The priced decoder's first (dense) layer: its weights are the spec's dense layer, its
+    GEMM and attention FLOP the spec's ``2 x matmul elements + attention core`` per token."""
+    model = decoder_model(DSV3, 1)
+    layer = [item for item in model.layers if item.block == "h.0"]
+    assert sum(item.params for item in layer) == DSV3.layer_parameters() == 187_121_664 + \
+        3 * 7168 * 18432
+    ops = [op for item in layer for op in item.ops if op.kind in ("gemm", "attention")]
+    assert sum(op.flops for op in ops) == pytest.approx(
+        DSV3.seq * (2 * DSV3.layer_matmul_elements() + DSV3.attention_core_flops()))
+    down = [op for item in layer for op in item.ops if op.label.endswith("_down")]
+    assert [op.split for op in down] == [False, False]  # Megatron-Core's duplicated TELinear
+
+
+def test_mla_tp_split_keeps_down_projections_whole():
+    """Over TP 8 each rank holds 1/8 of the up/output projections and FFN but the whole down
+    projections (7168 x 1536 + 7168 x 576), latent norms (1536 + 512) and two layer norms."""
+    whole = 7168 * 1536 + 7168 * 576 + 1536 + 512
+    assert replicated_parameters(DSV3) == whole
+    layer = DSV3.layer_parameters()
+    assert layer_parameters_per_gpu(DSV3, 8) == (layer - whole - 2 * 7168) / 8 + whole + \
+        2 * 7168
+
+
+def test_mla_exchange_and_stash_widths():
+    """Under sequence parallelism MLA all-gathers its latents (1536 + 512 + 64 per token), not
+    the 7168-wide input; its stash holds queries and keys of 128 x 192, values and output of
+    128 x 128 beyond the four h-wide tensors of Korthikanti et al., and the latents twice."""
+    assert attention_exchange_width(DSV3, True) == 2112
+    assert attention_exchange_width(DSV3, False) == 7168
+    assert attention_stash_delta(DSV3) == 2 * 128 * 192 + 2 * 128 * 128 - 4 * 7168
+    assert latent_stash(DSV3) == 2 * (1536 + 512)
+    qwen = bundled_specs()["qwen3-30b-a3b"]  # GQA: queries 32 x 128, K and V 4 x 128
+    assert attention_stash_delta(qwen) == 2 * 32 * 128 + 2 * 4 * 128 - 4 * 2048
+    assert latent_stash(qwen) == 0 and attention_exchange_width(qwen, True) == 2048
+
+
+def test_mtp_module_counts_as_a_layer_beside_the_loss():
+    """61 layers + embedding + loss + the MTP module = 64 slots: DualPipe's 16 stages of 4
+    (the first 3 layers and the embedding, the last 2 layers, the MTP module and the loss) and
+    Megatron-Core's ``Et|(tt|)*30mL`` over 32 virtual stages."""
+    spans = stage_layers(61, 16, 1, "account-embedding-loss", 1)
+    assert [len(span) for span in spans] == [3] + [4] * 14 + [2]
+    spans = stage_layers(61, 16, 2, "account-embedding-loss", 1)
+    assert [len(span) for span in spans] == [1] + [2] * 30 + [0]
+    assert feasible_splits(61, 16, 1) == ()
+    assert feasible_splits(61, 16, 1, mtp=1) == ("account-embedding-loss",)
+
+
+def test_deepseek_v3_dualpipe_plan_fixed_layout():
+    """Issue 50's done-when: DeepSeek-V3 on 2048 H100s, EP 64 over nodes, PP 16 DualPipe,
+    DP 128 (TP 1), its 15,360-sequence batch (as the technical report trains), full
+    recomputation (nothing less fits 80 GiB in bf16 here): a row with the exposed all-to-all, its
+    last stage carrying the MTP module (more work than the middle stages' 4 layers would
+    give it alone), in under 3 s here."""
+    start = time.perf_counter()
+    row = PlanScenario(model="deepseek-v3", cluster="dgx-h100", gpus=2048, tp=1, pp=16,
+                       dp=128, ep=64, schedule="dualpipe", microbatch_size=1,
+                       global_batch=15360, recompute="full", zero=1,
+                       baselines=False).run().rows[0]
+    assert time.perf_counter() - start < 6.0  # 3 s on an idle core; shared machine
+    assert row["exposed_ep_a2a_s"] > 0
+    assert row["iteration_s"] >= row["bound_s"]
