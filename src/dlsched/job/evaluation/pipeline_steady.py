@@ -38,6 +38,7 @@ DualPipeV (``unit_walk``) are walked once per lane.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from dlsched.errors import ConfigError
@@ -285,25 +286,52 @@ def _repeat(history: list[State]) -> tuple[int, Pair] | None:
     return None
 
 
-def _sends(action: Coded, hops: list[float]) -> float:
-    """Seconds of the transfer ``action`` sends (0: none, or one between stages of a rank)."""
-    s, kind, _ = action
-    if kind == 0:
-        return hops[s] if s < len(hops) else 0.0
-    return hops[s - 1] if kind == 1 and s > 0 else 0.0
+@dataclass(frozen=True)
+class _PeriodIndex:
+    """What the skipping reads of a structure's periods (``_period_index``): whether every
+    rank's period holds a backward action and each (stage, kind) of a microbatch residue once,
+    each rank's sending boundaries (``send`` indices its transfers use), and where each
+    (stage, kind, residue) runs: its rank and round-0 microbatch."""
+
+    regular: bool
+    boundaries: tuple[tuple[int, ...], ...]
+    where: dict[tuple[int, int, int], tuple[int, int]]
+
+
+_INDEXES: dict[int, tuple[PeriodicOrders, _PeriodIndex]] = {}
+MAX_INDEXES = 256  # structures indexed at once (pipeline_orders keeps as many structures)
+
+
+def _period_index(structure: PeriodicOrders, last: int) -> _PeriodIndex:
+    """``_PeriodIndex`` of ``structure`` (``last`` its last stage), kept with the structure
+    (``pipeline_orders`` keeps each structure once per schedule, degree and residue)."""
+    kept = _INDEXES.get(id(structure))
+    if kept is not None and kept[0] is structure:
+        return kept[1]
+    regular, boundaries, where = True, [], {}
+    for rank, period in enumerate(structure.period):
+        regular &= any(kind != 0 for _, kind, _ in period)
+        regular &= len({(s, kind, j % structure.shift) for s, kind, j in period}) == len(period)
+        boundaries.append(tuple(sorted({s if kind == 0 else s - 1 for s, kind, _ in period
+                                        if (kind == 0 and s < last) or (kind == 1 and s)})))
+        where.update({(s, kind, j % structure.shift): (rank, j) for s, kind, j in period})
+    index = _PeriodIndex(regular, tuple(boundaries), where)
+    if len(_INDEXES) >= MAX_INDEXES:
+        _INDEXES.clear()
+    _INDEXES[id(structure)] = (structure, index)
+    return index
 
 
 def _skippable(structure: PeriodicOrders, walk: _Lanes) -> bool:
     """Whether the rounds past the repeat can be read off the walked ones (module docstring):
     every rank's period holds a backward action, a transfer that moves its stream in each lane
     whose stream moves at all, and each (stage, kind) of a microbatch residue once."""
-    for period in structure.period:
-        if all(kind == 0 for _, kind, _ in period):
-            return False
-        for hops in walk.hops:
-            if any(hops) and not any(_sends(action, hops) > 0 for action in period):
-                return False
-        if len({(s, kind, j % structure.shift) for s, kind, j in period}) != len(period):
+    index = _period_index(structure, walk.last)
+    if not index.regular:
+        return False
+    for hops in walk.hops:
+        if any(hops) and not all(any(hops[b] > 0 for b in boundaries)
+                                 for boundaries in index.boundaries):
             return False
     return True
 
@@ -317,8 +345,7 @@ def _skipped_outputs(structure: PeriodicOrders, walk: _Lanes, record: dict[int, 
     k, cycle, (moved, movedq) = jump
     stages, shift = walk.last + 1, structure.shift
     width = 3 * stages
-    where = {(s, kind, j % shift): (rank, j) for rank, period in enumerate(structure.period)
-             for s, kind, j in period}
+    where = _period_index(structure, walk.last).where
 
     def lookup(key: int) -> Pair | None:
         j, rest = divmod(key, width)
