@@ -45,7 +45,7 @@ from dlsched.job.model_spec import TransformerSpec
 from dlsched.report import Column
 from dlsched.report.columns import percents, text
 from dlsched.report.sections import Paragraph, Section, Table
-from dlsched.report.tables import fixed, in_percent
+from dlsched.report.tables import fixed, in_ms, in_percent
 
 NAME = "vtrain"
 DATA = "vtrain_single.csv"
@@ -195,8 +195,8 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def document(rows: list[dict[str, Any]], options: Options | None = None) -> dict[str, Any]:
     """What ``--json`` prints: over the held-out rows (all but ``Options.fitted``) the totals,
-    per model, by TP, PP and microbatch; the fitted rows' errors (None when none was); then
-    every row."""
+    per model, by TP, PP and microbatch; the fitted rows' errors (None when none was); their
+    ``decomposition``; then every row."""
     chosen = options or Options()
     held = [r for r in rows if r["index"] not in chosen.fitted]
     fitted = [r for r in rows if r["index"] in chosen.fitted]
@@ -206,7 +206,8 @@ def document(rows: list[dict[str, Any]], options: Options | None = None) -> dict
                        for m in models],
             "by_tp": by(held, "tp"), "by_pp": by(held, "pp"),
             "by_microbatch": by(held, "microbatch"),
-            "fitted_rows": error_summary(fitted) if fitted else None, "rows": rows}
+            "fitted_rows": error_summary(fitted) if fitted else None,
+            "decomposition": decomposition(held), "rows": rows}
 
 
 _signed = in_percent(1, signed=True)
@@ -226,9 +227,30 @@ def _by_columns(key: str, header: str) -> list[Column]:
             *percents(_signed, worst_error="worst")]
 
 
+_PARTS = (("per_layer_microbatch_s", "layer x microbatch"), ("per_microbatch_s", "microbatch"),
+          ("per_layer_s", "layer"), ("per_iteration_s", "iteration"))
+DECOMPOSITION_COLUMNS = [
+    Column("hidden", "hidden"), Column("tp", "TP"), Column("microbatch", "microbatch"),
+    Column("rows", "rows"),
+    *(Column(f"{key}_{kind}", f"{label} {kind[:4]}. (ms)", in_ms(2))
+      for key, label in _PARTS for kind in ("measured", "predicted"))]
+
+
+def _decomposition_table(parts: list[dict[str, Any]]) -> list[Section]:
+    """``decomposition``'s determined parts as one table (none when no part is)."""
+    rows = [{**{k: p[k] for k in ("hidden", "tp", "microbatch", "rows")},
+             **{f"{key}_{kind}": p[kind][key] for key, _ in _PARTS
+                for kind in ("measured", "predicted")}}
+            for p in parts if p["measured"] is not None]
+    return [Table(rows, DECOMPOSITION_COLUMNS,
+                  "where one-stage iterations spend their time (vtrain.decomposition: least "
+                  "squares over the PP 1 rows of every depth), measured and predicted")
+            ] if rows else []
+
+
 def sections(document_: dict[str, Any], options: Options | None = None) -> list[Section]:
     """The per-model summary with the totals, the errors by TP, PP and microbatch, the
-    source and the settings."""
+    decomposition (when the chosen models determine it), the source and the settings."""
     chosen = options or Options()
     total = {"model": "all", **document_["summary"]}
     fitted = document_["fitted_rows"]
@@ -244,6 +266,7 @@ def sections(document_: dict[str, Any], options: Options | None = None) -> list[
           if fitted else []),
         *(Table(document_[f"by_{key}"], _by_columns(key, header), f"errors by {header}")
           for key, header in (("tp", "TP"), ("pp", "PP"), ("microbatch", "microbatch"))),
+        *_decomposition_table(document_["decomposition"]),
         Paragraph(f"source: {SOURCE}"),
         Paragraph(f"settings (assumed, not fitted): {PRECISION}, {ATTENTION} attention, "
                   f"{RECOMPUTE} recomputation, gradients reduced in {GRAD_REDUCE} after the "
