@@ -22,7 +22,8 @@ rows.
 A group is one model, GPU count and global batch (144 groups of 2 to 26 layouts). Reported:
 mean |error| and bias overall, per model, by TP, PP and microbatch; per group the Kendall tau
 between predicted and measured times and whether the layout predicted fastest measures within
-3% / 5% of the best measured one (``experiments.layout_ranking``). A reproduction module
+3% / 5% of the best measured one (``experiments.layout_ranking``); over the one-stage rows,
+where the time goes, measured and predicted (``decomposition``). A reproduction module
 (``experiments.reproduction``): a scenario is one model.
 """
 
