@@ -8,6 +8,10 @@ runs compute the loss, so that ``dlsched validate`` prices the quantity that was
 version compiles that loss under ``torch.compile`` (``compiled``), and the evidence. A memory
 row of a source not listed is refused with that reason: a number whose meaning is unknown is
 not scored.
+
+``memory_unmodelled`` says why a row's memory is not priced though its time is: Transformer
+Engine's FP8 recipes (TE's linears save FP8 copies of their inputs and keep FP8 weight
+transposes: not derived here), and what ``job.memory.torch_runtime.check_runtime`` refuses.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
 from dlsched.job.memory.allocator import reported_bytes
+from dlsched.job.memory.torch_runtime import Runtime, check_runtime
 from dlsched.ledger.schema import LedgerRow
 
 
@@ -33,9 +38,12 @@ class Readout:
     evidence: str
 
     def loss_of(self, row: LedgerRow) -> str:
-        """The loss implementation ``row`` ran."""
+        """The loss implementation ``row`` ran: compiled where its version compiles it, else
+        with TP > 1 PyTorch's loss as DTensor's ``loss_parallel`` runs it (``parallel``)."""
         compiled = row.parallel.torch_compile and row.id.startswith(self.compiled_loss)
-        return "compiled" if compiled else self.loss
+        if compiled:
+            return "compiled"
+        return "parallel" if self.loss == "torch" and row.parallel.tp > 1 else self.loss
 
 
 READOUTS: dict[str, Readout] = {
@@ -49,7 +57,9 @@ READOUTS: dict[str, Readout] = {
         "vocabulary-parallel loss), left eager at 9dec370, the 2412 rows' commit ('TODO: "
         "compiling loss function causes CUDA errors, turning off for now'), compiled with the "
         "model under training.compile at e7c0cae, the H200 rows' commit "
-        "(torchtitan/components/loss.py, build_cross_entropy_loss)"),
+        "(torchtitan/components/loss.py, build_cross_entropy_loss); with TP > 1 under "
+        "loss_parallel (ParallelDims.loss_parallel_enabled: TP > 1 unless "
+        "--training.disable_loss_parallel)"),
 }
 
 
@@ -62,3 +72,19 @@ def published_memory_gib(row: LedgerRow, parts: Mapping[str, float]) -> float:
                           "(ledger.memory.READOUTS); accepted sources: " + ", ".join(READOUTS))
     readout = READOUTS[row.source]
     return reported_bytes(parts, readout.counter, readout.loss_of(row)) / 2**30
+
+
+TE_RECIPES = ("delayed", "current", "mxfp8")  # Transformer Engine's (job.compute.fp8)
+
+
+def memory_unmodelled(row: LedgerRow) -> str | None:
+    """Why ``row``'s memory is not priced though its time is (None when it is; module
+    docstring)."""
+    par = row.parallel
+    if par.precision == "fp8" and par.fp8_recipe in TE_RECIPES:
+        return ("memory: the memory model does not count Transformer Engine's FP8 saved "
+                "activations")
+    runtime = Runtime("fsdp2" if par.zero == "fsdp" else "zero", par.torch_compile,
+                      par.fp8_all_gather)
+    why = check_runtime(runtime, par.precision, par.recompute or "none")
+    return None if why is None else "memory: the memory model does not count " + why

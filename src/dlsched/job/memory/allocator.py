@@ -32,9 +32,19 @@ FP32 tensors of the logits' size at once (the saved output, the gradient it rece
 NLL loss and the gradient it returns). The same loss compiled by ``torch.compile`` (Inductor
 fuses the cast, the log-softmax and the NLL loss, keeps the 16-bit logits and a log-sum-exp per
 token for the backward, which writes a 16-bit gradient) holds two 16-bit logit tensors, one FP32
-tensor's worth: ``LOSS_BUFFERS`` of each implementation, in FP32 logit sizes. The recomputed
-layer's transient (``workspace``) does not run at the same time as the loss's backward, so the
-peak takes the larger of the two.
+tensor's worth. Under tensor parallelism TorchTitan computes that loss with DTensor's
+``loss_parallel`` (on whenever TP > 1: ``ParallelDims.loss_parallel_enabled``, unless
+``--training.disable_loss_parallel``), whose backward
+(``torch/distributed/tensor/parallel/loss.py``, ``_nll_loss_and_log_softmax_backward``:
+``grad_input = torch.zeros_like(x)`` ... ``(grad_input + torch.exp(x)) * grad_output``) holds
+the saved log-softmax output, the zeros, ``exp(x)`` and their sum at once: four FP32 tensors of
+the local logits' size (``parallel``). ``LOSS_BUFFERS`` of each implementation, in FP32 logit
+sizes. The recomputed layer's transient (``workspace``) does not run at the same time as the
+loss's backward, so the peak takes the larger of the two; Megatron's loss is counted with its
+FP32 logits beside the workspace (its 16-bit logits are in the workspace), PyTorch's losses
+free every logit tensor before the first layer's backward (TorchTitan's ``del pred`` before
+``loss.backward()``, the autograd nodes' saved tensors released as they run), so theirs is the
+larger of the loss's buffers and the workspace.
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES, FRAGMENTATION
 
 READOUTS = ("allocated", "reserved", "device")
 # FP32 logit-sized buffers live at the peak of the loss's backward, by loss implementation.
-LOSS_BUFFERS = {"megatron": 1, "torch": 3, "compiled": 1}
+LOSS_BUFFERS = {"megatron": 1, "torch": 3, "parallel": 4, "compiled": 1}
 NCCL_BUFFSIZE = 4 * 2**20  # NCCL's default NCCL_BUFFSIZE (bytes), per channel, peer, direction
 RING_NEIGHBOURS = 2
 
@@ -68,7 +78,8 @@ def allocated_bytes(parts: Mapping[str, float], loss: str = "megatron") -> float
     check_readout("allocated", loss)
     logits, workspace = parts["logits"], parts["workspace"]
     rest = sum(parts.values()) - parts["reserve"] - logits - workspace
-    return rest + max(LOSS_BUFFERS[loss] * logits, logits + workspace)
+    layer = logits + workspace if loss == "megatron" else workspace
+    return rest + max(LOSS_BUFFERS[loss] * logits, layer)
 
 
 def nccl_buffer_bytes(communicators: int, channels: int) -> float:

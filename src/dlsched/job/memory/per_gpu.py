@@ -86,6 +86,11 @@ against all ``s`` keys, ``cp`` times the term at ``s / cp``. ZeRO shards over th
 (Megatron-Core's distributed optimizer over its data-parallel group with context parallelism),
 and the CP buffers (the ring's K/V blocks, the all-to-all's Q/K/V buffers) are a transient of
 the layer in its backward.
+**PyTorch's runtime** (``job.memory.torch_runtime``, the ``runtime`` argument): ZeRO 3 as FSDP2
+runs it (FP32 sharded states, 4 + 4 + 8 B per parameter; the root's and the last block's
+weights unsharded through the step, part ``gathered``; the previous block's prefetch and the
+bf16 gradient beside its FP32 reduce-scatter input in the workspace) and compiled blocks (their
+partitioner saves no output the backward does not read).
 Workspace: the ZeRO transients plus the larger of the recomputation (with the CP buffers) and
 the 16-bit logits transients (they do not run together). Reserve: the CUDA context
 (``pipeline.memory_model.CONTEXT_BYTES``); fragmentation is the caller's (``usable_bytes``).
@@ -97,15 +102,15 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
 from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
 from dlsched.job.compute.mla import attention_stash_delta, latent_stash, replicated_parameters
 from dlsched.job.compute.mtp import MTP_NORMS, mtp_layer_is_moe
 from dlsched.job.compute.op_checkpoint import stash_elements
-from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, held_in_flight, held_stages
+from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import PRECISIONS, Execution
+from dlsched.job.memory import torch_runtime as rt
+from dlsched.job.memory.in_flight import in_flight_peak
 from dlsched.job.memory.moe import (
     experts_per_gpu,
     layer_indices,
@@ -166,12 +171,14 @@ class MemoryBreakdown:
     workspace: float
     reserve: float
     in_flight: tuple[int, ...]
+    gathered: float = 0.0  # FSDP2's weights unsharded through the step (job.memory.torch_runtime)
 
     def parts(self) -> dict[str, float]:
         """The parts by name (bytes)."""
         return {"weights": self.weights, "gradients": self.gradients,
                 "optimizer": self.optimizer, "activations": self.activations,
-                "logits": self.logits, "workspace": self.workspace, "reserve": self.reserve}
+                "logits": self.logits, "workspace": self.workspace, "reserve": self.reserve,
+                "gathered": self.gathered}
 
     @property
     def total(self) -> float:
@@ -295,10 +302,11 @@ def _per_gpu(total: float, whole: float, tp: int) -> float:
 
 
 def layer_activations(spec: TransformerSpec, layout: Execution, precision: str,
-                      attention: str = "flash") -> tuple[float, float]:
+                      attention: str = "flash", runtime: rt.Runtime = rt.EAGER
+                      ) -> tuple[float, float]:
     """One layer's stash per microbatch per GPU and the transient of recomputing it (bytes),
-    with autocast's 16-bit weight copy, the attention core by the ``attention`` kernel
-    (module docstring)."""
+    with autocast's 16-bit weight copy, the attention core by the ``attention`` kernel, the
+    saves compiled blocks drop (``torch_runtime.dead_saves``; module docstring)."""
     p = activation_bytes(precision)
     s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
     block = layer_memory(s, b, h, spec.heads, p, layout.sequence_parallel)
@@ -322,6 +330,8 @@ def layer_activations(spec: TransformerSpec, layout: Execution, precision: str,
     if layout.recompute == "selective-op":  # TorchTitan's per-op policy: job.op_checkpoint
         stash = stash_elements(spec, layout, attention)
         kept = p * stash.activations + LSE_BYTES * stash.fp32
+        if runtime.compile:
+            kept -= p * rt.dead_saves(spec, layout)
         return kept, max(0.0, none - kept) + copy
     return none + copy, 0.0
 
@@ -331,11 +341,12 @@ def _block_per_gpu(block: BlockMemory, tp: int) -> float:
 
 
 def chunk_stash(spec: TransformerSpec, layout: Execution, precision: str,
-                stage: int, attention: str = "flash") -> list[tuple[float, float]]:
+                stage: int, attention: str = "flash", runtime: rt.Runtime = rt.EAGER
+                ) -> list[tuple[float, float]]:
     """Per chunk of rank ``stage``: (activations, FP32 logits) one microbatch keeps (bytes)."""
     p = activation_bytes(precision)
     s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
-    layer, _ = layer_activations(spec, layout, precision, attention)
+    layer, _ = layer_activations(spec, layout, precision, attention, runtime)
     first, last = _ends_held(layout, stage)
     chunks = [[len(layer_indices(spec, layout, stage, chunk)) * layer, 0.0]
               for chunk in range(len(held_stages(layout.schedule, layout.pp, layout.chunks,
@@ -365,61 +376,12 @@ def chunk_stash(spec: TransformerSpec, layout: Execution, precision: str,
     return [(acts, logits) for acts, logits in chunks]
 
 
-def warmup_forwards(layout: Execution, stage: int) -> int:
-    """Forwards (of chunk-microbatches) rank ``stage`` runs before its first backward."""
-    m = layout.num_microbatches
-    if layout.schedule == "gpipe":
-        return m * layout.chunks
-    if layout.schedule == "interleaved":
-        warmup = 2 * (layout.pp - stage - 1) + (layout.chunks - 1) * layout.pp
-        return min(warmup, m * layout.chunks)
-    return min(layout.pp - stage - 1, m)
-
-
-def in_flight_peak(layout: Execution, stage: int,
-                   chunk_bytes: list[tuple[float, float]]) -> tuple[float, float, tuple[int, ...]]:
-    """Peak stash of rank ``stage`` (activations, logits, chunk-microbatches held per chunk),
-    walking the schedule's order of forwards and backwards (module docstring)."""
-    m, v = layout.num_microbatches, layout.chunks
-    if layout.schedule in UNIT_SCHEDULES:  # their own orders, two chunks (job.unit_walk)
-        counts = np.array(held_in_flight(layout.schedule, layout.pp, m, stage)).T
-        return _peak_of(counts, chunk_bytes)
-    warmup = warmup_forwards(layout, stage)
-    if v == 1:
-        held = m if warmup >= m else warmup + 1
-        return held * chunk_bytes[0][0], held * chunk_bytes[0][1], (held,)
-    order = megatron_interleaved_chunks(m, v, layout.pp)
-    forwards = np.cumsum(order[None, :] == np.arange(v)[:, None], axis=1)
-    # after forward k, backwards 0 .. k - warmup - 1 have run; backward j is chunk v-1-order[j]
-    done = np.arange(order.size) - warmup - 1
-    backwards = np.where(done >= 0, forwards[::-1][:, np.maximum(done, 0)], 0)
-    return _peak_of(forwards - backwards, chunk_bytes)
-
-
-def _peak_of(counts: np.ndarray, chunk_bytes: list[tuple[float, float]]
-             ) -> tuple[float, float, tuple[int, ...]]:
-    """(activations, logits, chunk-microbatches per chunk) at the step of ``counts`` (chunks
-    x steps: microbatches held) where the stash is largest."""
-    acts, logits = (np.array([part[i] for part in chunk_bytes]) for i in (0, 1))
-    held = (acts + logits) @ counts
-    peak = int(np.argmax(held))
-    return (float(acts @ counts[:, peak]), float(logits @ counts[:, peak]),
-            tuple(int(n) for n in counts[:, peak]))
-
-
-def megatron_interleaved_chunks(m: int, v: int, pp: int) -> np.ndarray:
-    """The chunk of each forward in Megatron-LM's interleaved order (``get_schedule_table``
-    with ``microbatch_group_size_per_vp_stage`` = pp): per group of ``pp`` microbatches (the
-    last group takes the rest), every chunk in turn; backward ``k`` runs chunk ``v - 1 -``
-    that of forward ``k``. Megatron-LM itself runs it only for ``m`` a multiple of ``pp``."""
-    groups = [m - first if first + pp >= m else pp for first in range(0, m, pp)]
-    return np.concatenate([np.repeat(np.arange(v), size) for size in groups])
-
-
 def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, stage: int = 0,
-                   grad_bytes: int = 4, attention: str = "flash") -> MemoryBreakdown:
+                   grad_bytes: int = 4, attention: str = "flash",
+                   runtime: rt.Runtime = rt.EAGER) -> MemoryBreakdown:
     """Bytes per GPU of pipeline rank ``stage`` (0 = first) by part, the attention core by
-    the ``attention`` kernel (module docstring)."""
+    the ``attention`` kernel, ZeRO 3 and compiled blocks as ``runtime`` runs them (module
+    docstring, ``job.memory.torch_runtime``)."""
     check_precision(precision, grad_bytes)
     units = stage_units(spec, layout, stage)
     params = sum(units)
@@ -428,8 +390,8 @@ def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, sta
     unsharded = state_bytes(precision, 0, 1, grad_bytes)
     acts, logits, held = in_flight_peak(layout, stage,
                                         chunk_stash(spec, layout, precision, stage,
-                                                    attention))
-    _, recompute = layer_activations(spec, layout, precision, attention)
+                                                    attention, runtime))
+    _, recompute = layer_activations(spec, layout, precision, attention, runtime)
     if spec.experts and layout.recompute == "full":
         recompute += max(0.0, moe_stash_delta(spec, layout, activation_bytes(precision)))
     mtp_moe = sum(mtp_layer_is_moe(spec, k) for k in range(spec.mtp_layers)) \
@@ -446,18 +408,35 @@ def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, sta
     gathered = (PREFETCHED_UNITS * unsharded.weights * largest
                 if sharded and layout.zero >= 3 else 0.0)
     gradient = unsharded.gradients * largest if sharded and layout.zero >= 2 else 0.0
+    persistent = 0.0
+    if sharded and layout.zero >= 3 and runtime.sharding == "fsdp2":
+        per_param, persistent, gathered, gradient = _fsdp2(spec, layout, stage, shards,
+                                                           units, runtime)
     cp_buffers = buffer_bytes(spec, layout) * activation_bytes(precision) / 2
     return MemoryBreakdown(stage, params + experts,
                            params * per_param.weights + experts * expert_state.weights,
                            params * per_param.gradients + experts * expert_state.gradients,
                            params * per_param.optimizer + experts * expert_state.optimizer, acts,
                            logits, gathered + gradient + max(recompute + cp_buffers, loss),
-                           CONTEXT_BYTES, held)
+                           CONTEXT_BYTES, held, persistent)
+
+
+def _fsdp2(spec: TransformerSpec, layout: Execution, stage: int, shards: int,
+           units: list[float], runtime: rt.Runtime) -> tuple[StateBytes, float, float, float]:
+    """FSDP2's state bytes per parameter, its weights unsharded through the step, and its
+    block-backward transient (as the ZeRO ``gathered`` plus ``gradient``; ``torch_runtime``)."""
+    blocks = len(units) - sum(end is not None for end in _ends_held(layout, stage))
+    block = max(units[:blocks], default=0.0)
+    gathered = rt.block_gathered_bytes(spec, block, layout.tp, runtime.fp8_all_gather)
+    states = StateBytes(*(b / shards for b in rt.STATE_BYTES))
+    persistent = rt.persistent_bytes(gathered, blocks, sum(units[blocks:]), layout.pp)
+    return states, persistent, rt.backward_transient(gathered, block, layout.pp), 0.0
 
 
 @lru_cache(maxsize=65536)  # a plan's search and its baselines' ask again for the same layouts
 def peak_memory(spec: TransformerSpec, layout: Execution, precision: str,
-                grad_bytes: int = 4, attention: str = "flash") -> MemoryBreakdown:
+                grad_bytes: int = 4, attention: str = "flash",
+                runtime: rt.Runtime = rt.EAGER) -> MemoryBreakdown:
     """The breakdown of the stage that needs the most. Under an even split only the first and
     last ranks can: a middle rank holds the same layers as the first without the embedding,
     and no more microbatches in flight (every schedule's warm-up shrinks with the rank). An
@@ -465,7 +444,7 @@ def peak_memory(spec: TransformerSpec, layout: Execution, precision: str,
     middle one with the most in flight, is a candidate too."""
     stages = {0, layout.pp - 1} | ({1} if layout.pipeline_split != "even" and layout.pp > 2
                                    else set())
-    return max((memory_per_gpu(spec, layout, precision, s, grad_bytes, attention)
+    return max((memory_per_gpu(spec, layout, precision, s, grad_bytes, attention, runtime)
                 for s in sorted(stages)),
                key=lambda breakdown: breakdown.total)
 

@@ -1,0 +1,107 @@
+"""PyTorch's runtime in the memory model (job.memory.torch_runtime): FSDP2's states and
+unsharded weights, its block-backward buffers, the float8 all-gather and the saves compiled
+blocks drop, each by hand on one small Llama-style layer."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.execution import Execution
+from dlsched.job.memory.allocator import allocated_bytes
+from dlsched.job.memory.per_gpu import layer_activations, memory_per_gpu
+from dlsched.job.memory.torch_runtime import (
+    Runtime,
+    backward_transient,
+    block_gathered_bytes,
+    check_runtime,
+    dead_saves,
+    persistent_bytes,
+)
+from dlsched.job.model_spec import TransformerSpec
+
+# h 64, 4 heads of 16, 2 KV heads (K/V width 32), SwiGLU width 128, vocabulary 256 (a multiple
+# of 128: no padding), untied: one layer is wq 64x64 + wk 64x32 + wv 64x32 + wo 64x64 (12,288)
+# + w1, w3, w2 3 x 64 x 128 (24,576) + two RMSNorms 128 = 36,992 parameters; the root holds the
+# embedding 256 x 64, the final norm 64 and the output 256 x 64 = 32,832.
+TINY = TransformerSpec("tiny-llama", layers=2, hidden=64, heads=4, seq=16, vocab=256,
+                       ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
+                       bias=False, rms_norm=True, learned_positions=False)
+LAYER, LINEAR, ROOT = 36_992, 36_864, 32_832
+FSDP2 = Runtime("fsdp2")
+
+
+def _layout(**fields: object) -> Execution:
+    base: dict[str, object] = {"tp": 1, "pp": 1, "dp": 4, "microbatch_size": 2,
+                               "global_batch": 8, "recompute": "selective-op", "zero": 3}
+    return Execution(**{**base, **fields})
+
+
+def test_compiled_blocks_drop_the_last_matmuls_output() -> None:
+    """b 2 x s 16 = 32 tokens: w2's output 32 x 64 = 2,048 elements; with TP 2 and SP also its
+    reduce-scatter's 32 x 64 / 2 = 1,024; none under full checkpointing, none when the policy
+    recomputes the last matmul (a plain MLP: wq wk wv wo w1 w2 keeps wq, wv, w1)."""
+    assert dead_saves(TINY, _layout()) == 2048
+    assert dead_saves(TINY, _layout(tp=2, dp=2, sequence_parallel=True)) == 3072
+    assert dead_saves(TINY, _layout(recompute="full")) == 0
+    plain = TransformerSpec("tiny-gpt", layers=2, hidden=64, heads=4, seq=16, vocab=256,
+                            ffn_hidden=128, gated_ffn=False, bias=False, rms_norm=True,
+                            learned_positions=False)
+    assert dead_saves(plain, _layout()) == 0
+    eager, _ = layer_activations(TINY, _layout(), "bf16")
+    compiled, _ = layer_activations(TINY, _layout(), "bf16", runtime=Runtime(compile=True))
+    assert eager - compiled == 2 * 2048  # bf16
+
+
+def test_fsdp2_states_are_fp32_parameters_gradients_and_two_moments() -> None:
+    """Two layers and the root over 4 shards: (2 x 36,992 + 32,832) x (4 + 4 + 8) / 4 bytes,
+    against ZeRO's (2 + 4 + 12) / 4."""
+    params = 2 * LAYER + ROOT
+    fsdp2 = memory_per_gpu(TINY, _layout(), "bf16", runtime=FSDP2)
+    zero = memory_per_gpu(TINY, _layout(), "bf16")
+    assert fsdp2.parameters == zero.parameters == params
+    assert (fsdp2.weights, fsdp2.gradients, fsdp2.optimizer) == (params, params, 2 * params)
+    assert zero.weights + zero.gradients + zero.optimizer == pytest.approx(params * 18 / 4)
+
+
+def test_fsdp2_keeps_the_root_and_the_last_block_unsharded() -> None:
+    """bf16: root 32,832 x 2 + last block 36,992 x 2 = 139,648 B; the float8 all-gather
+    gathers the block's 36,864 linear weights in 1 byte (its norms 2): 65,664 + 37,120. With
+    PP every block of the rank stays unsharded."""
+    bf16 = block_gathered_bytes(TINY, LAYER, 1, False)
+    fp8 = block_gathered_bytes(TINY, LAYER, 1, True)
+    assert (bf16, fp8) == (2 * LAYER, LINEAR + 2 * 128)
+    assert persistent_bytes(bf16, 2, ROOT, 1) == 139_648
+    assert persistent_bytes(fp8, 2, ROOT, 1) == 65_664 + 37_120
+    assert persistent_bytes(bf16, 2, ROOT, 2) == 65_664 + 2 * 73_984
+    breakdown = memory_per_gpu(TINY, _layout(), "bf16",
+                               runtime=Runtime("fsdp2", fp8_all_gather=True))
+    assert breakdown.gathered == 65_664 + 37_120
+    assert breakdown.parts()["gathered"] == breakdown.gathered
+
+
+def test_fsdp2_block_backward_buffers() -> None:
+    """A block's backward: the previous block prefetched (73,984 B) and the bf16 gradient
+    beside the FP32 reduce-scatter input, 36,992 x (2 + 4); no prefetch with PP."""
+    assert backward_transient(2 * LAYER, LAYER, 1) == 73_984 + 6 * LAYER
+    assert backward_transient(2 * LAYER, LAYER, 2) == 6 * LAYER
+
+
+def test_loss_parallel_holds_four_fp32_logit_buffers() -> None:
+    """rest 16 (weights 1 + gradients 2 + optimizer 3 + activations 10), logits 4, workspace 5:
+    DTensor's loss_parallel 16 + 4 x 4; PyTorch's losses free the logits before the layers'
+    backward, so a larger workspace wins alone (16 + 5), Megatron's keeps them (16 + 4 + 5)."""
+    parts = {"weights": 1.0, "gradients": 2.0, "optimizer": 3.0, "activations": 10.0,
+             "logits": 4.0, "workspace": 5.0, "reserve": 1.5, "gathered": 0.0}
+    assert allocated_bytes(parts, "parallel") == 32.0
+    small = {**parts, "logits": 1.0}
+    assert allocated_bytes(small, "torch") == 21.0
+    assert allocated_bytes(small, "megatron") == 22.0
+
+
+def test_unmodelled_runtimes_are_named() -> None:
+    assert check_runtime(Runtime(compile=True), "bf16", "none") is not None
+    assert check_runtime(Runtime(compile=True), "fp8", "full") is None
+    assert check_runtime(Runtime(), "fp8", "selective-op") is not None
+    with pytest.raises(ConfigError, match=r"^sharding: .*accepted: zero, fsdp2"):
+        Runtime("fsdp1")
