@@ -85,3 +85,34 @@ def test_deepseek_v3_dualpipe_plan_fixed_layout():
     assert time.perf_counter() - start < 6.0  # 3 s on an idle core; shared machine
     assert row["exposed_ep_a2a_s"] > 0
     assert row["iteration_s"] >= row["bound_s"]
+
+
+def test_cp_ring_passes_mla_keys_and_values_not_the_latent():
+    """Ring CP over 4 ranks at TP 2: one K/V block of DeepSeek-V3 is its 1024 tokens' 128
+    heads of keys (192) and values (128), split over TP: 1024 x 128 x 320 / 2 x 2 bytes."""
+    from dlsched.job.communication.context_parallel import kv_block_bytes
+    from dlsched.job.execution import Execution
+
+    layout = Execution(tp=2, pp=1, dp=1, microbatch_size=1, cp=4)
+    assert kv_block_bytes(DSV3, layout) == 1024 * 128 * (192 + 128) / 2 * 2
+
+
+def test_megatron_args_name_mla_and_mtp():
+    """The Megatron-LM export of a DeepSeek-V3 plan carries MLA's ranks and head sizes (the
+    key's non-rotary 128, rotary 64, value 128) and the MTP module, not --kv-channels."""
+    import shlex
+
+    from dlsched.job.execution import Execution
+    from dlsched.job.exports import megatron_args
+
+    layout = Execution(tp=1, pp=16, dp=128, microbatch_size=1, global_batch=16384, chunks=2,
+                       schedule="interleaved", recompute="full", zero=1, ep=64,
+                       pipeline_split="account-embedding-loss")
+    text = megatron_args(DSV3, layout, "bf16")
+    args = shlex.split(text.splitlines()[-1])
+    value = {flag: args[i + 1] for i, flag in enumerate(args[:-1])}
+    assert "--multi-latent-attention" in args and "--kv-channels" not in args
+    assert [value[f] for f in ("--q-lora-rank", "--kv-lora-rank", "--qk-head-dim",
+                               "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers")] \
+        == ["1536", "512", "128", "64", "128", "1"]
+    assert "pipeline-model-parallel-layout" in text

@@ -176,7 +176,8 @@ def _megatron_architecture(spec: TransformerSpec, notes: list[str]) -> list[str]
     LayerNorm, learned absolute positions, biases): ``--swiglu``, ``--normalization
     RMSNorm``, ``--position-embedding-type rope`` (with a note on the rotary base, which the
     model spec does not carry), ``--disable-bias-linear``, ``--kv-channels`` (a head size other
-    than hidden / heads) and ``--qk-layernorm`` (Qwen3's per-head query and key norms)."""
+    than hidden / heads), ``--qk-layernorm`` (Qwen3's per-head query and key norms), MLA's
+    ``--multi-latent-attention`` with its ranks and head sizes and ``--mtp-num-layers``."""
     args = ["--swiglu"] if spec.gated_ffn else []
     if spec.rms_norm:
         args += ["--normalization", "RMSNorm"]
@@ -186,10 +187,24 @@ def _megatron_architecture(spec: TransformerSpec, notes: list[str]) -> list[str]
                      "model's (Llama 3: 500000, Mixtral: 1000000) and its --norm-epsilon")
     if not spec.bias:
         args.append("--disable-bias-linear")
-    if spec.head_dim * spec.heads != spec.hidden:
+    if spec.kv_lora_rank:  # MLA (job.compute.mla): Megatron-LM's MLATransformerConfig flags
+        args += ["--multi-latent-attention", "--kv-lora-rank", str(spec.kv_lora_rank),
+                 "--qk-head-dim", str(spec.head_dim - spec.qk_rope_head_dim),
+                 "--qk-pos-emb-head-dim", str(spec.qk_rope_head_dim),
+                 "--v-head-dim", str(spec.v_head_dim)]
+        args += ["--q-lora-rank", str(spec.q_lora_rank)] if spec.q_lora_rank else []
+    elif spec.head_dim * spec.heads != spec.hidden or spec.v_head_dim != spec.head_dim:
         args += ["--kv-channels", str(spec.head_dim)]
+        if spec.v_head_dim != spec.head_dim:
+            notes.append(f"value head size {spec.v_head_dim} != key head size "
+                         f"{spec.head_dim}: Megatron-LM's --kv-channels sets both")
     if spec.qk_norm:
         args.append("--qk-layernorm")
+    if spec.mtp_layers:  # job.compute.mtp; the split counts them beside the loss
+        args += ["--mtp-num-layers", str(spec.mtp_layers)]
+        notes.append(f"{spec.mtp_layers} MTP module(s) on the last stage counted as layers in "
+                     "the split: give Megatron-LM the same placement with "
+                     "--pipeline-model-parallel-layout (e.g. Et|(tt|)*30mL)")
     return args
 
 

@@ -114,9 +114,12 @@ def core_shape(spec: TransformerSpec, cp: int, algorithm: str) -> tuple[int, int
 
 
 def kv_block_bytes(spec: TransformerSpec, layout: Execution) -> float:
-    """Bytes of one GPU's K and V block: ``2 b (s / cp) kv d / t`` 16-bit elements."""
-    return (2 * layout.microbatch_size * local_tokens(spec, layout.cp) * spec.kv_heads
-            * spec.head_dim / layout.tp * ELEMENT_BYTES)
+    """Bytes of one GPU's K and V block: ``b (s / cp) kv (d + d_v) / t`` 16-bit elements
+    (``2 b (s / cp) kv d / t`` when values are as wide as keys; MLA's ring passes its
+    up-projected keys of ``head_dim`` and values of ``v_head_dim`` per head, not the latent:
+    ``job.compute.mla``)."""
+    return (layout.microbatch_size * local_tokens(spec, layout.cp) * spec.kv_heads
+            * (spec.head_dim + spec.v_head_dim) / layout.tp * ELEMENT_BYTES)
 
 
 def qkv_bytes(spec: TransformerSpec, layout: Execution) -> float:
