@@ -72,6 +72,20 @@ def test_recomputed_ops_are_the_unkept_forward_up_to_w2():
                                                  "context", "merge-heads"]
 
 
+def test_fp8_linears_all_rerun_but_w2():
+    """torchao's float8 linears run aten._scaled_mm, neither saved nor counted by the policy:
+    QKV (wq, wk, wv), wo and the FFN's input projection (w1, w3) run again with the norms,
+    the residual and SwiGLU, as the zoo's fused linears (priced in FP8 by job.compute.fp8);
+    the fused attention kernel and w2 do not: 3 x the FLOP of wq..w3, against wk, wo, w3."""
+    again = recomputed_ops(LLAMA, _layer_ops(LLAMA), 32, fp8=True)
+    assert [op.label for op in again] == ["h.0.ln_1", "h.0.attn.c_attn", "h.0.attn.c_proj",
+                                          "bias-dropout-add", "h.0.ln_2", "h.0.mlp.c_fc",
+                                          "swiglu"]
+    every_but_w2 = 2 * 32 * (64 * (64 + 2 * 32) + 64 * 64 + 64 * 2 * 160)
+    assert sum(op.flops for op in again if op.kind == "gemm") == every_but_w2
+    assert every_but_w2 > 32 * RERUN_PER_TOKEN
+
+
 def test_stash_by_hand():
     """Microbatch 2 (64 tokens), bf16: the input 64 x 64, wq 64 x 64, wv 64 x 32, w1 64 x 160,
     w2 64 x 64 and the fused kernel's output 64 x 64 = 28,672 elements x 2 B, its log-sum-exp

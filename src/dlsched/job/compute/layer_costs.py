@@ -54,6 +54,7 @@ from dlsched.job.compute.block_pricing import (
     priced_blocks,
 )
 from dlsched.job.compute.compile_fusion import compiled_ops
+from dlsched.job.compute.fp8 import TORCHAO_RECIPES
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.execution import PRECISIONS
@@ -188,7 +189,8 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         layer_b += core_f
     elif recompute == "selective-op":
         ops = tuple(op for item in model.layers if item.block == "h.0" for op in item.ops)
-        again = recomputed_ops(spec, ops, local_tokens(spec, cp))
+        again = recomputed_ops(spec, ops, local_tokens(spec, cp),
+                               fp8=kernels.fp8_recipe in TORCHAO_RECIPES)
         again = compiled_ops(again, cyclic=False) if kernels.compiled else again
         layer_b += (compute.forward_time(Layer("h.0.recomputed", 0, ops=again), microbatch_size)
                     if kernels.eager_16bit

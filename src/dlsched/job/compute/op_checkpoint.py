@@ -113,10 +113,21 @@ def check_op_checkpoint(spec: TransformerSpec, layout: Execution) -> None:
                           f"for {', '.join(reasons)}; accepted there: none, selective, full")
 
 
-def recomputed_ops(spec: TransformerSpec, ops: tuple[Op, ...], tokens: int) -> tuple[Op, ...]:
+def recomputed_ops(spec: TransformerSpec, ops: tuple[Op, ...], tokens: int,
+                   fp8: bool = False) -> tuple[Op, ...]:
     """What the backward runs again of a layer whose forward is ``ops`` (the zoo's, forward
     order) on ``tokens`` tokens per sample: every op up to the last matmul but the kept
-    matmuls and a fused attention kernel, the zoo's fused linears split into TorchTitan's."""
+    matmuls and a fused attention kernel, the zoo's fused linears split into TorchTitan's.
+
+    ``fp8`` (torchao's float8 linears): their products are ``aten._scaled_mm``, neither on the
+    save list nor counted by the policy's ``aten.mm`` counter (torchtitan's
+    ``_op_sac_save_list``: ``aten.mm``, the SDPA ops, ``reduce_scatter_tensor`` and
+    ``aten.max``, the tensorwise amax), so every FP8 linear before the last one runs again,
+    casts included: the zoo's linears as they are (``job.compute.fp8`` prices them)."""
+    if fp8:
+        last = next(i for i, op in enumerate(ops)
+                    if op.kind == "gemm" and op.label.endswith("mlp.c_proj"))
+        return tuple(op for op in ops[:last] if op.kind not in ATTENTION_KINDS)
     again = {m.name: m for m in recomputed_matmuls(spec)}
     out: list[Op] = []
     for op in ops:
