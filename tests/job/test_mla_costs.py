@@ -116,3 +116,17 @@ def test_megatron_args_name_mla_and_mtp():
                                "--qk-pos-emb-head-dim", "--v-head-dim", "--mtp-num-layers")] \
         == ["1536", "512", "128", "64", "128", "1"]
     assert "pipeline-model-parallel-layout" in text
+
+
+@pytest.mark.parametrize("schedule, rank, held", [("1f1b", 15, 2 + 1), ("1f1b", 0, 0),
+                                                  ("1f1b", 1, 4), ("dualpipe", 0, 2 + 1)])
+def test_mtp_moe_layer_is_held_with_the_last_stage(schedule, rank, held):
+    """Over PP 16 (64 slots, 4 a stage): 1F1B's last rank holds layers 59-60 and the MTP
+    module's MoE layer 61, its first the dense layers 0-2; DualPipe's rank 0 holds stages 0
+    and 15, so the same three MoE layers; their experts and all-to-alls are that rank's."""
+    from dlsched.job.execution import Execution
+    from dlsched.job.memory.moe import stage_moe_layers
+
+    layout = Execution(tp=1, pp=16, dp=128, microbatch_size=1, global_batch=15360,
+                       schedule=schedule, ep=64, pipeline_split="account-embedding-loss")
+    assert stage_moe_layers(DSV3, layout, rank) == held

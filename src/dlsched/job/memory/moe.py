@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dlsched.job.communication.context_parallel import local_tokens
 from dlsched.job.compute.moe_costs import load_factor
+from dlsched.job.compute.mtp import mtp_layer_is_moe
 from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
@@ -41,10 +42,21 @@ def layer_indices(spec: TransformerSpec, layout: Execution, stage: int, chunk: i
 
 
 def stage_moe_layers(spec: TransformerSpec, layout: Execution, stage: int) -> int:
-    """MoE layers held by pipeline rank ``stage`` over all its chunks."""
+    """MoE layers held by pipeline rank ``stage`` over all its chunks, the MTP modules' among
+    them on the rank holding the last virtual stage (``held_mtp_moe``)."""
     held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
     return sum(spec.moe_layers_in(r.start, r.stop) for r in
-               (layer_indices(spec, layout, stage, c) for c in range(len(held))))
+               (layer_indices(spec, layout, stage, c) for c in range(len(held)))) + \
+        held_mtp_moe(spec, layout, stage)
+
+
+def held_mtp_moe(spec: TransformerSpec, layout: Execution, stage: int) -> int:
+    """MoE layers of the MTP modules (``job.compute.mtp``) on pipeline rank ``stage``: all of
+    them on the rank holding the last virtual stage, none elsewhere."""
+    held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
+    if layout.virtual_stages - 1 not in held:
+        return 0
+    return sum(mtp_layer_is_moe(spec, k) for k in range(spec.mtp_layers))
 
 
 def moe_dense_delta(spec: TransformerSpec, tp: int) -> float:

@@ -113,6 +113,7 @@ from dlsched.job.memory import torch_runtime as rt
 from dlsched.job.memory.in_flight import in_flight_peak
 from dlsched.job.memory.moe import (
     experts_per_gpu,
+    held_mtp_moe,
     layer_indices,
     moe_dense_delta,
     moe_stash_delta,
@@ -275,7 +276,8 @@ def stage_units(spec: TransformerSpec, layout: Execution, stage: int) -> list[fl
     _check_stage(layout, stage)
     units = ([layer_parameters_per_gpu(spec, layout.tp)]
              * layout.rank_layers(spec.layers, stage, spec.mtp_layers))
-    for index in range(stage_moe_layers(spec, layout, stage)):  # their experts: stage_experts
+    mtp_moe = held_mtp_moe(spec, layout, stage)  # their deltas: mtp_unit_per_gpu
+    for index in range(stage_moe_layers(spec, layout, stage) - mtp_moe):
         units[index] += moe_dense_delta(spec, layout.tp)
     first, last = _ends_held(layout, stage)
     if first is not None:
@@ -394,9 +396,7 @@ def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, sta
     _, recompute = layer_activations(spec, layout, precision, attention, runtime)
     if spec.experts and layout.recompute == "full":
         recompute += max(0.0, moe_stash_delta(spec, layout, activation_bytes(precision)))
-    mtp_moe = sum(mtp_layer_is_moe(spec, k) for k in range(spec.mtp_layers)) \
-        if _ends_held(layout, stage)[1] is not None else 0
-    experts = (stage_moe_layers(spec, layout, stage) + mtp_moe) * experts_per_gpu(spec, layout)
+    experts = stage_moe_layers(spec, layout, stage) * experts_per_gpu(spec, layout)
     expert_state = state_bytes(precision, layout.zero, layout.expert_dp, grad_bytes)
     loss = 0.0
     if _ends_held(layout, stage)[1] is not None:
