@@ -157,5 +157,5 @@ def test_validate_reports_each_gpu_apart_with_its_provenance() -> None:
     all_time = next(s for s in report.sources if s["source"] == "all" and s["family"] == "time")
     assert time_priced == all_time["priced"]
     torchtitan = validate("torchtitan")
-    assert {g["gpu"] for g in torchtitan.gpus} == {"h100-hbm2e-96gb", "h200"}
+    assert {g["gpu"] for g in torchtitan.gpus} == {"h100-hbm2e-96gb", "h200", "b200"}
     assert gpu_summary([]) == []

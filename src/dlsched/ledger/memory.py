@@ -30,12 +30,15 @@ class Readout:
     """What a source's memory figure is: the allocator ``counter``, the runs' ``loss``
     implementation (``job.memory.allocator.LOSS_BUFFERS``), the id prefixes of the rows whose
     framework version compiles the loss when the row runs ``torch.compile``
-    (``compiled_loss``), and the ``evidence``."""
+    (``compiled_loss``), the ``evidence``, and the id prefixes of the rows whose framework
+    version wraps FSDP2 units in the split way (``split_wrap``: ``torch_runtime``'s
+    ``fsdp2-split``)."""
 
     counter: str
     loss: str
     compiled_loss: tuple[str, ...]
     evidence: str
+    split_wrap: tuple[str, ...] = ()
 
     def loss_of(self, row: LedgerRow) -> str:
         """The loss implementation ``row`` ran: compiled where its version compiles it, else
@@ -48,7 +51,7 @@ class Readout:
 
 READOUTS: dict[str, Readout] = {
     "torchtitan": Readout(
-        "reserved", "torch", ("torchtitan-2506-h200-",),
+        "reserved", "torch", ("torchtitan-2506-h200-", "torchtitan-2508-"),
         "TorchTitan's benchmark tables copy its 'memory:' log line, which prints "
         "DeviceMemoryMonitor.max_reserved_gib, torch.cuda.memory_stats()['reserved_bytes.all."
         "peak'] (torchtitan/metrics.py at 9dec370; the file's footnote 1: the maximum over the "
@@ -56,11 +59,25 @@ READOUTS: dict[str, Readout] = {
         "labels.flatten(0, 1)) in train.py (the log-softmax of FP32 logits, not Megatron's "
         "vocabulary-parallel loss), left eager at 9dec370, the 2412 rows' commit ('TODO: "
         "compiling loss function causes CUDA errors, turning off for now'), compiled with the "
-        "model under training.compile at e7c0cae, the H200 rows' commit "
-        "(torchtitan/components/loss.py, build_cross_entropy_loss); with TP > 1 under "
+        "model under training.compile at e7c0cae, the H200 rows' commit, and at 6fc499f, the "
+        "B200 rows' (torchtitan/components/loss.py, build_cross_entropy_loss; torchao's "
+        "benchmarks/float8/training/parse_torchtitan_logs.py reads the same 'memory:' GiB, "
+        "the maximum over the steps of rank 0's log); with TP > 1 under "
         "loss_parallel (ParallelDims.loss_parallel_enabled: TP > 1 unless "
-        "--training.disable_loss_parallel)"),
+        "--training.disable_loss_parallel); FSDP2 wrapped as torchtitan/models/llama3/infra/"
+        "parallelize.py apply_fsdp at 6fc499f (after 83e6941, 2025-07-28) for the B200 rows",
+        ("torchtitan-2508-",)),
 }
+
+
+def sharding_of(row: LedgerRow) -> str:
+    """ZeRO 3's sharding as ``row``'s framework runs it (``job.memory.torch_runtime``):
+    ``zero`` unless the row runs FSDP; TorchTitan's wrapping of its version."""
+    if row.parallel.zero != "fsdp":
+        return "zero"
+    readout = READOUTS.get(row.source)
+    split = readout is not None and row.id.startswith(readout.split_wrap)
+    return "fsdp2-split" if split else "fsdp2"
 
 
 def published_memory_gib(row: LedgerRow, parts: Mapping[str, float]) -> float:
@@ -84,7 +101,6 @@ def memory_unmodelled(row: LedgerRow) -> str | None:
     if par.precision == "fp8" and par.fp8_recipe in TE_RECIPES:
         return ("memory: the memory model does not count Transformer Engine's FP8 saved "
                 "activations")
-    runtime = Runtime("fsdp2" if par.zero == "fsdp" else "zero", par.torch_compile,
-                      par.fp8_all_gather)
+    runtime = Runtime(sharding_of(row), par.torch_compile, par.fp8_all_gather)
     why = check_runtime(runtime, par.precision, par.recompute or "none")
     return None if why is None else "memory: the memory model does not count " + why
