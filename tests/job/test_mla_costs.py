@@ -130,3 +130,24 @@ def test_mtp_moe_layer_is_held_with_the_last_stage(schedule, rank, held):
     layout = Execution(tp=1, pp=16, dp=128, microbatch_size=1, global_batch=15360,
                        schedule=schedule, ep=64, pipeline_split="account-embedding-loss")
     assert stage_moe_layers(DSV3, layout, rank) == held
+
+
+def test_mla_tp_exchange_gathers_the_latents_under_sp():
+    """At TP 8 with sequence parallelism a DeepSeek-V3 layer's TP exchange is the FFN's
+    all-gather and reduce-scatter of the 7168-wide activation and the attention's all-gather
+    of its 2112-wide latents with the 7168-wide reduce-scatter; without SP, two all-reduces."""
+    from dlsched.job.cluster import load_cluster
+    from dlsched.job.communication.collective_costs import curve
+    from dlsched.job.compute.layer_costs import block_costs
+
+    cluster = load_cluster("dgx-h100", 8, "h100")
+    group = cluster.group_topology(1, 8)  # 8 ranks 1 apart: the node's NVLink
+    message = 1 * 4096 * 7168 * 2
+    gather, scatter, reduce = (curve(group, op, "baseline").seconds for op in
+                               ("all-gather", "reduce-scatter", "all-reduce"))
+    sp = block_costs(DSV3, 1, "h100", "bf16", 8, True, "none", group, "baseline")
+    assert sp.tp_forward_s == pytest.approx(
+        gather(message) + scatter(message) + gather(message * 2112 / 7168) + scatter(message))
+    assert sp.tp_forward_s < 2 * (gather(message) + scatter(message))
+    plain = block_costs(DSV3, 1, "h100", "bf16", 8, False, "none", group, "baseline")
+    assert plain.tp_forward_s == pytest.approx(2 * reduce(message))
