@@ -109,6 +109,8 @@ class _Lanes:
             rank = woken.pop()
             queued[rank] = False
             order, k, now, nowq = orders[rank], pointer[rank], free[rank], freeq[rank]
+            started, ended = last_start[rank], last_end[rank]
+            startedq, endedq = last_startq[rank], last_endq[rank]
             size = len(order)
             while k < size:
                 s, kind, j = order[k]
@@ -136,8 +138,7 @@ class _Lanes:
                         continue
                     to, sent, sentq, key = s + 1, hop[s], hopq[s], key + stages + 1
                 else:
-                    last_start[rank], last_end[rank] = begin, now
-                    last_startq[rank], last_endq[rank] = beginq, nowq
+                    started, ended, startedq, endedq = begin, now, beginq, nowq
                     if kind == 2 or s == 0:
                         continue
                     to, sent, sentq, key = s - 1, hop[s - 1], hopq[s - 1], key + 2 * stages - 1
@@ -159,6 +160,8 @@ class _Lanes:
                     queued[to] = True
                     woken.append(to)
             pointer[rank], free[rank], freeq[rank] = k, now, nowq
+            last_start[rank], last_end[rank] = started, ended
+            last_startq[rank], last_endq[rank] = startedq, endedq
         if any(k < len(order) for k, order in zip(pointer, orders, strict=True)):
             raise ConfigError(f"pipeline: the {schedule} orders deadlock")
 
