@@ -169,3 +169,22 @@ def test_mla_latent_stash_whole_without_sp_split_with_it(sp, share):
     wide_stash = layer_activations(DSV3, layout, "bf16")[0]
     narrow_stash = layer_activations(narrow, layout, "bf16")[0]
     assert wide_stash - narrow_stash == pytest.approx(2 * 512 * 2 * 4096 / share)
+
+
+def test_per_op_checkpointing_uses_the_value_width_and_refuses_mla():
+    """TorchTitan's per-op policy (``--recompute selective-op``): values ``v_head_dim`` wide
+    make ``wv`` kv x d_v and ``wo`` heads x d_v; MLA is refused, naming it."""
+    from dlsched.errors import ConfigError
+    from dlsched.job.compute.op_checkpoint import check_op_checkpoint, layer_matmuls
+    from dlsched.job.execution import Execution
+    from dlsched.job.model_spec import TransformerSpec
+
+    spec = TransformerSpec("m", 2, 256, 4, 16, 100, head_dim=64, kv_heads=2, bias=False,
+                           v_head_dim=32)
+    shapes = {m.name: (m.fan_in, m.fan_out) for m in layer_matmuls(spec)}
+    assert shapes["wv"] == (256, 2 * 32) and shapes["wo"] == (4 * 32, 256)
+    layout = Execution(tp=1, pp=1, dp=1, microbatch_size=1, recompute="selective-op")
+    dense = TransformerSpec("d", 2, 256, 4, 16, 100, head_dim=64, bias=False, q_lora_rank=32,
+                            kv_lora_rank=16, qk_rope_head_dim=16)
+    with pytest.raises(ConfigError, match="multi-head latent attention"):
+        check_op_checkpoint(dense, layout)

@@ -76,9 +76,9 @@ def layer_matmuls(spec: TransformerSpec) -> tuple[Matmul, ...]:
     """The block's matmuls in call order (module docstring)."""
     h, kv, f = spec.hidden, spec.kv_heads * spec.head_dim, spec.ffn_hidden
     gate = (Matmul("w3", h, f),) if spec.gated_ffn else ()
-    a = spec.attention_width
-    return (Matmul("wq", h, a), Matmul("wk", h, kv), Matmul("wv", h, kv),
-            Matmul("wo", a, h, row_parallel=True), Matmul("w1", h, f), *gate,
+    a, v = spec.attention_width, spec.kv_heads * spec.v_head_dim
+    return (Matmul("wq", h, a), Matmul("wk", h, kv), Matmul("wv", h, v),
+            Matmul("wo", spec.value_width, h, row_parallel=True), Matmul("w1", h, f), *gate,
             Matmul("w2", f, h, row_parallel=True))
 
 
@@ -105,6 +105,9 @@ def check_op_checkpoint(spec: TransformerSpec, layout: Execution) -> None:
                        "them; TorchTitan's Llama has none)")
     if spec.experts:
         reasons.append("MoE layers")
+    if spec.kv_lora_rank:
+        reasons.append("multi-head latent attention (the policy's order of matmuls is "
+                       "Llama's wq, wk, wv, wo)")
     if layout.cp > 1:
         reasons.append("context parallelism (its attention is not an SDPA op of the policy's "
                        "save list)")
@@ -164,4 +167,4 @@ def stash_elements(spec: TransformerSpec, layout: Execution, attention: str) -> 
         kept += 2 * tokens * spec.hidden / t  # the reduce-scatters after wo and w2
     if attention == "unfused":
         return Stash(kept, 0.0)
-    return Stash(kept + tokens * spec.attention_width / t, tokens * spec.heads / t)
+    return Stash(kept + tokens * spec.value_width / t, tokens * spec.heads / t)
