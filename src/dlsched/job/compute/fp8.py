@@ -156,9 +156,10 @@ def check_fp8(precision: str, recipe: str | None, gpu_name: str, peaks: dict[str
         raise ConfigError(f"--fp8-recipe: mxfp8 needs Blackwell's block-scaled tensor cores "
                           f"({', '.join(MXFP8_GPUS)}), not {gpu_name}; accepted: delayed, "
                           "current, tensorwise, rowwise")
-    if moe:
-        raise ConfigError("--precision: fp8 MoE experts (grouped FP8 GEMMs) are not modelled; "
-                          "accepted: bf16, fp16")
+    if moe and recipe not in TE_RECIPES:
+        raise ConfigError(f"--fp8-recipe: MoE experts run FP8 as Transformer Engine's grouped "
+                          f"GEMMs (job.compute.moe_fp8); accepted: {', '.join(TE_RECIPES)} "
+                          f"(got {recipe})")
     return recipe
 
 
