@@ -86,17 +86,36 @@ def test_system_datasheet_totals() -> None:
 
 
 @pytest.mark.parametrize(("name", "key", "mamf"), [  # MAMF / theory, TFLOP/s
-    ("h100", "bf16", 794.5 / 989), ("h100", "fp8", 1402.6 / 1979),
-    ("h200", "fp8", 1453.4 / 1979), ("b200", "bf16", 1745.0 / 2250),
-    ("b200", "fp8", 3432.5 / 4500), ("gb200", "bf16", 1822.0 / 2500),
-    ("gb200", "fp8", 3615.6 / 5000), ("mi300x", "bf16", 668.4 / 1300)])
+    ("b200", "bf16", 1745.0 / 2250), ("b200", "fp8", 3432.5 / 4500),
+    ("gb200", "bf16", 1822.0 / 2500), ("gb200", "fp8", 3615.6 / 5000),
+    ("mi300x", "bf16", 668.4 / 1300)])
 def test_transferred_gemm_fractions_follow_the_published_ratio(name: str, key: str,
                                                                mamf: float) -> None:
-    """A transferred GEMM fraction is the a100 fit x the GPU's MAMF efficiency / the A100's
-    (the ratio each source names), to the four digits the file keeps."""
+    """A fraction transferred from the a100 is the a100 fit x the GPU's MAMF efficiency / the
+    A100's (the ratio each source names), to the four digits the file keeps."""
     value = getattr(get_gpu(name).spec.efficiency["gemm"], key)
     assert _provenance(name, f"efficiency.gemm.{key}") == "transferred"
     assert value == pytest.approx(A100_FIT * mamf / A100_MAMF, abs=5e-5)
+
+
+H100_FIT = 0.6743  # fitted on dgxc-2504-h100-llama3.1-8b-bf16-8gpu (presets/gpus.yaml)
+H100_MAMF = 794.5 / 989
+
+
+@pytest.mark.parametrize(("name", "key", "mamf"), [  # MAMF / theory, TFLOP/s
+    ("h100", "fp8", 1402.6 / 1979), ("h200", "bf16", 794.5 / 989),
+    ("h200", "fp8", 1453.4 / 1979), ("h800", "bf16", 794.5 / 989),
+    ("h800", "fp8", 1402.6 / 1979)])
+def test_fractions_transferred_from_the_h100_fit_follow_the_published_ratio(
+        name: str, key: str, mamf: float) -> None:
+    """The h100's 16-bit fraction is fitted on one ledger row; the Hopper fractions
+    transferred from it are the fit x the GPU's MAMF efficiency / the H100's BF16 one (H200
+    BF16 'the same' as H100's: ratio 1; H800: the same die): 0.6743 x 0.7087 / 0.8034 =
+    0.5949 for the H100's FP8, x 0.7344 / 0.8034 = 0.6164 for the H200's."""
+    value = getattr(get_gpu(name).spec.efficiency["gemm"], key)
+    assert _provenance("h100", "efficiency.gemm.bf16") == "fitted"
+    assert _provenance(name, f"efficiency.gemm.{key}") == "transferred"
+    assert value == pytest.approx(H100_FIT * mamf / H100_MAMF, abs=5e-5)
 
 
 def test_mi300x_has_no_cudnn_attention_and_its_fp8_fraction_is_an_assumption() -> None:
