@@ -5,6 +5,7 @@ overlapped pair hiding each chunk's all-to-all behind the other's compute."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from dlsched.job.evaluation.unit_walk import (
     stage_count,
     unit_layout,
     unit_seconds,
+    walk_unit_lanes,
     walk_units,
 )
 from dlsched.pipeline import PipelinePlan, simulate
@@ -63,6 +65,27 @@ def test_walk_equals_the_simulator(schedule: str, seed: int) -> None:
     times = _times(schedule, pp, m, [rng.uniform(0.5, 2) for _ in range(n)],
                    [rng.uniform(1, 4) for _ in range(n)], rng.choice([0.0, 0.05, 0.3]))
     assert walk_units(times)[2] == pytest.approx(_simulated(times), rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("schedule", UNIT_SCHEDULES)
+def test_two_lanes_are_each_lane_walked_alone(schedule: str, seed: int) -> None:
+    """Replicas of one schedule with their own seconds, sends and all-to-alls (and the first
+    without its transfers, as an evaluation walks it): one walk gives each its own walk's
+    timing, bit for bit (the same sums in the same order)."""
+    rng = random.Random(seed)
+    pp = rng.choice([2, 4, 6] if schedule == "dualpipe" else [2, 3, 4, 5])
+    m = 2 * pp + 2 * rng.randrange(4) if schedule != "zb-v" else rng.randrange(1, 4 * pp)
+    n = stage_count(schedule, pp)
+    lanes = [_times(schedule, pp, m, [rng.uniform(0.5, 2) for _ in range(n)],
+                    [rng.uniform(1, 4) for _ in range(n)], send,
+                    ([rng.uniform(0, 0.3) for _ in range(n)],
+                     [rng.uniform(0, 0.6) for _ in range(n)]))
+             for send in (rng.choice([0.05, 0.3]), 0.0)]
+    lanes.append(replace(lanes[0], send=(0.0,) * (n - 1)))  # the first without transfers
+    walked = walk_unit_lanes(tuple(lanes))
+    assert walked == [walk_units(lane) for lane in lanes]
+    assert walked[0][2] >= walked[2][2]  # transfers never shorten the replica
 
 
 @pytest.mark.parametrize(("schedule", "pp", "m", "expected"), [

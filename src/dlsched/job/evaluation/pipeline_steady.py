@@ -32,7 +32,7 @@ moves its stream (its last backward or stream time would then come from before t
 skipped rounds are walked instead (``_walk_rest``); without a structure or a repeat the full
 orders are walked. ``tests/job/test_pipeline_periods.py`` holds both lanes equal to the full
 walk of each (``walk_pipeline``) to 1e-9 on random replicas and schedules. ZB-V, DualPipe and
-DualPipeV (``unit_walk``) are walked once per lane.
+DualPipeV are walked unit by unit in two lanes the same way (``unit_walk.walk_unit_lanes``).
 """
 
 from __future__ import annotations
@@ -50,12 +50,8 @@ from dlsched.job.evaluation.pipeline_orders import (
     repeated,
     shifted,
 )
-from dlsched.job.evaluation.pipeline_walk import (
-    PipelineTimes,
-    ReplicaTiming,
-    unit_timing,
-)
-from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES
+from dlsched.job.evaluation.pipeline_walk import PipelineTimes, ReplicaTiming
+from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, walk_unit_lanes
 
 MAX_CYCLE = 8  # rounds a repeat may take (a steady state's cyclicity); longer ones are walked
 # Rounds searched for a repeat before the rest is walked unchecked: MAX_CYCLE plus one per
@@ -215,8 +211,9 @@ def replica_timings(times: PipelineTimes,
     with its transfers and without them) from one walk, the steady state's repeating rounds
     computed once (module docstring; kept per pair)."""
     _check_lanes(times, quiet)
-    if times.schedule in UNIT_SCHEDULES:
-        return unit_timing(times), unit_timing(quiet)
+    if times.schedule in UNIT_SCHEDULES:  # ZB-V, DualPipe(V): units, walked in two lanes
+        walked, quiet_walked = walk_unit_lanes((times, quiet))
+        return ReplicaTiming(*walked), ReplicaTiming(*quiet_walked)
     m = times.num_microbatches
     structure = periodic_orders(times.schedule, times.pp, times.chunks, m)
     walk = _Lanes(times, quiet)

@@ -214,11 +214,21 @@ def walk_units(times: Times) -> tuple[tuple[float, ...], tuple[float, ...], floa
     """Per rank the start and end of its last backward unit, and the replica's end
     (seconds): every rank runs its units in order, each when the rank is free and its
     inputs are there (module docstring)."""
+    return walk_unit_lanes((times,))[0]
+
+
+def walk_unit_lanes(lanes: tuple[Times, ...]) -> list[tuple[tuple[float, ...],
+                                                             tuple[float, ...], float]]:
+    """``walk_units`` of each of ``lanes`` (replicas of one schedule, degree and microbatch
+    count, each with its own seconds and sends) from one walk: the units run in an order set
+    by the orders alone, so every time the walk keeps is one per lane, each computed as the
+    walk of that lane alone computes it."""
+    times = lanes[0]
     layout = unit_layout(times.schedule, times.pp, times.num_microbatches)
-    stages, last, pp = layout.stages, len(layout.stages) - 1, times.pp
-    inputs: dict[tuple[str, int, int], float] = {}  # (kind, stage, microbatch) -> ready at
-    free, link = [0.0] * pp, [0.0] * pp
-    last_start, last_end = [0.0] * pp, [0.0] * pp
+    stages, last, pp, n = layout.stages, len(layout.stages) - 1, times.pp, len(lanes)
+    inputs: dict[tuple[str, int, int], list[float]] = {}  # (kind, stage, mb) -> per lane
+    free, link = [[0.0] * n for _ in range(pp)], [[0.0] * n for _ in range(pp)]
+    last_start, last_end = [[0.0] * n for _ in range(pp)], [[0.0] * n for _ in range(pp)]
     pointer = [0] * pp
     units = [rank_units(times, rank) for rank in range(pp)]
     progressed = True
@@ -227,26 +237,28 @@ def walk_units(times: Times) -> tuple[tuple[float, ...], tuple[float, ...], floa
         for rank in range(pp):
             while pointer[rank] < len(units[rank]):
                 unit = units[rank][pointer[rank]]
-                ready = _ready(unit, inputs)
+                ready = _ready(unit, inputs, n)
                 if ready is None:
                     break
-                start = max(free[rank], ready)
-                free[rank] = end = start + unit_seconds(times, unit)
+                start = [max(a, b) for a, b in zip(free[rank], ready, strict=True)]
+                free[rank] = end = [at + unit_seconds(lane, unit)
+                                    for at, lane in zip(start, lanes, strict=True)]
                 for action in unit:
-                    _outputs(action, rank, end, (stages, last, times.send, link), inputs)
+                    _outputs(action, rank, end, (stages, last, lanes, link), inputs)
                 if any(a.kind != "F" for a in unit):
                     last_start[rank], last_end[rank] = start, end
                 pointer[rank] += 1
                 progressed = True
     if any(p < len(u) for p, u in zip(pointer, units, strict=True)):
         raise ConfigError(f"pipeline: the {times.schedule} orders deadlock")
-    return tuple(last_start), tuple(last_end), max(free)
+    return [(tuple(s[lane] for s in last_start), tuple(e[lane] for e in last_end),
+             max(f[lane] for f in free)) for lane in range(n)]
 
 
-def _ready(unit: tuple[Action, ...], inputs: dict) -> float | None:
-    """When every input of ``unit`` is there (None: not yet); a W's input is its I, which
-    may run in the same unit."""
-    ready = 0.0
+def _ready(unit: tuple[Action, ...], inputs: dict, lanes: int) -> list[float] | None:
+    """When every input of ``unit`` is there, per lane (None: not yet); a W's input is its I,
+    which may run in the same unit."""
+    ready = [0.0] * lanes
     for a in unit:
         if a.kind == "W" and Action(a.stage, "I", a.microbatch) in unit:
             continue
@@ -255,15 +267,15 @@ def _ready(unit: tuple[Action, ...], inputs: dict) -> float | None:
         at = inputs.get((a.kind, a.stage, a.microbatch))
         if at is None:
             return None
-        ready = max(ready, at)
+        ready = [max(r, t) for r, t in zip(ready, at, strict=True)]
     return ready
 
 
-def _outputs(action: Action, rank: int, end: float, where: tuple, inputs: dict) -> None:
-    """Record what ``action`` (ended at ``end`` on ``rank``) makes ready: the next stage's
-    F (or the last stage's I), the previous stage's I, its own W; a transfer to another rank
-    leaves on the rank's stream after the ones before it."""
-    stages, last, send, link = where
+def _outputs(action: Action, rank: int, end: list[float], where: tuple, inputs: dict) -> None:
+    """Record what ``action`` (ended at ``end`` on ``rank``, per lane) makes ready: the next
+    stage's F (or the last stage's I), the previous stage's I, its own W; a transfer to another
+    rank leaves on the rank's stream after the ones before it."""
+    stages, last, lanes, link = where
     s, j = action.stage, action.microbatch
     if action.kind == "W":
         return
@@ -271,14 +283,21 @@ def _outputs(action: Action, rank: int, end: float, where: tuple, inputs: dict) 
         inputs[("W", s, j)] = end
         if s == 0:
             return
-        target, seconds = ("I", s - 1, j), send[s - 1]
+        target, boundary = ("I", s - 1, j), s - 1
     elif s == last:
         inputs[("I", s, j)] = end
         return
     else:
-        target, seconds = ("F", s + 1, j), send[s]
-    if stages[target[1]].device_for(j) == rank or seconds <= 0:
+        target, boundary = ("F", s + 1, j), s
+    if stages[target[1]].device_for(j) == rank:
         inputs[target] = end
         return
-    link[rank] = max(link[rank], end) + seconds
-    inputs[target] = link[rank]
+    arrival = []
+    for lane, times in enumerate(lanes):
+        seconds = times.send[boundary]
+        if seconds <= 0:
+            arrival.append(end[lane])
+            continue
+        link[rank][lane] = max(link[rank][lane], end[lane]) + seconds
+        arrival.append(link[rank][lane])
+    inputs[target] = arrival
