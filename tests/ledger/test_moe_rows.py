@@ -61,6 +61,20 @@ def test_a_rows_model_is_validated_as_a_model_file() -> None:
     assert model_file(dense.model).experts == 0
 
 
+def test_gpt_oss_rows_are_refused_for_their_module_recomputation_alone() -> None:
+    """GPT-OSS's shape is stated (windows, sinks, biases; 116,829,156,672 parameters by both
+    counts) and every row names the one capability missing: per-module recomputation."""
+    rows = [row for row in ROWS.values() if row.model.name == "gpt-oss-120b"]
+    assert len(rows) == 9
+    for row in rows:
+        assert parameter_count(row.model) == model_spec(row.model).parameters() \
+            == 116_829_156_672
+        assert row.parallel.recompute_modules == ("layernorm", "moe_act")
+        [prediction] = predict_row(row)
+        assert prediction.predicted is None
+        assert prediction.reason.startswith("recompute: Megatron-Core's per-module")
+
+
 def test_expert_all_to_all_overlap_is_refused_with_its_one_reason() -> None:
     """A row whose script overlaps the EP All-to-Alls is not priced, and says why."""
     [prediction] = predict_row(ROWS["mbridge-moe-2511-h100-qwen3-30b-a3b-fp8cs"])
@@ -97,14 +111,17 @@ def test_moe_line_takes_every_sources_moe_rows_and_nothing_else() -> None:
 def test_every_bridge_moe_row_agrees_with_one_flop_count_per_token() -> None:
     """Each row's two published numbers (tokens/s and model TFLOP/s, in ``notes``) give one
     model-FLOP count per token per model within 1.5%: 23.0 GFLOP for Qwen3 30B-A3B, 148 GFLOP
-    for 235B-A22B (the check that left df0289c's 2,557 tokens/s out: 46 GFLOP)."""
-    per_token = {"qwen3-30b-a3b": 23.0e9, "qwen3-235b-a22b": 148e9}
+    for 235B-A22B, 27.2 (30.7 at 8,192 tokens) for GPT-OSS 120B (the check that left df0289c's
+    2,557 tokens/s out: 46 GFLOP)."""
+    per_token = {("qwen3-30b-a3b", 4096): 23.0e9, ("qwen3-235b-a22b", 4096): 148e9,
+                 ("gpt-oss-120b", 4096): 27.2e9, ("gpt-oss-120b", 8192): 30.7e9}
     rows = [row for row in ROWS.values() if row.source == "megatron-bridge-moe"]
-    assert len(rows) == 23
+    assert len(rows) == 32
     for row in rows:
         tflops = float(row.notes.split("published model TFLOP/s per GPU ")[1].split(";")[0])
         flop = tflops * 1e12 / row.value("tokens_per_s_per_gpu")
-        assert flop == pytest.approx(per_token[row.model.name], rel=0.015), row.id
+        expected = per_token[row.model.name, row.model.seq]
+        assert flop == pytest.approx(expected, rel=0.015), row.id
 
 
 def _shape_of(name: str) -> ModelShape:

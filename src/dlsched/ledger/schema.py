@@ -158,7 +158,9 @@ class Parallelism(_Strict):
     sharded: ZeRO-3's layout). ``recompute``: ``selective`` is Megatron-LM's (the attention
     core recomputed, Korthikanti et al. 2022), ``selective-op`` TorchTitan's per-op policy
     (every other matmul's output saved with the attention's and the reduce-scatters', the rest
-    recomputed). ``attention``: the run's attention core, as the source's code runs it, by
+    recomputed), ``modules`` Megatron-Core's ``--recompute-modules`` list
+    (``recompute_modules``: e.g. ``layernorm``, ``moe_act``, ``mla_up_proj``; only with
+    ``modules``). ``attention``: the run's attention core, as the source's code runs it, by
     Megatron-Core's ``--attention-backend`` names: ``unfused`` (Megatron-LM's 2021 core: scores,
     softmax, dropout, context as separate ops), ``flash`` (one fused kernel, FlashAttention-2:
     PyTorch SDPA's flash backend, the flash-attn package) or ``fused`` (Transformer Engine's
@@ -199,7 +201,8 @@ class Parallelism(_Strict):
     chunks: int | None = Field(gt=0)
     microbatch_size: int | None = Field(gt=0)
     global_batch: int = Field(gt=0)
-    recompute: Literal["none", "selective", "selective-op", "full"] | None
+    recompute: Literal["none", "selective", "selective-op", "full", "modules"] | None
+    recompute_modules: tuple[str, ...] = ()
     sequence_parallel: bool | None
     zero: Literal[0, 1, 2, 3, "fsdp"] | None
     precision: Literal["bf16", "fp16", "fp8"] | None
@@ -256,6 +259,8 @@ class LedgerRow(_Strict):
             missing.append("position_embedding")
         if self.parallel.cp > 1 and self.parallel.cp_algorithm is None:
             missing.append("cp_algorithm")
+        if (self.parallel.recompute == "modules") != bool(self.parallel.recompute_modules):
+            raise ValueError("recompute_modules goes with recompute: modules, and only with it")
         if self.parallel.cp == 1 and self.parallel.cp_algorithm is not None:
             raise ValueError("cp_algorithm is for rows with cp > 1")
         if self.model.experts is not None and self.model.router_balance is None:
