@@ -16,9 +16,10 @@ insertion, so that the prefix is the warm-up and round 0 the first period of eve
 ranks then have different numbers of rounds, 1F1B's rank ``r`` ``m - (pp - 1 - r)``); when that
 is not a cut, by as many periods on every rank. Every round boundary must be a cut of the
 dependencies (no action before it waits for one after it; a suffix counts as after every
-round), which is checked: ``job.evaluation.pipeline_walk`` then walks round by round and jumps
-over the rounds that only repeat. ``tests/job/test_pipeline_periods.py`` checks that the expanded
-structure is ``rank_orders`` exactly for every schedule on random degrees and microbatches.
+round), which is checked: ``job.evaluation.pipeline_steady`` then walks round by round and reads
+the rounds that only repeat off the walked ones. ``tests/job/test_pipeline_periods.py`` checks
+that the expanded structure is ``rank_orders`` exactly for every schedule on random degrees and
+microbatches.
 GPipe (its forwards and backwards grow at two places per rank) and an interleaved schedule
 whose microbatches are not a multiple of ``pp`` have no such structure (None: walked in full).
 """

@@ -10,9 +10,11 @@ and end of its last backward; per output made and not yet used when it arrives â
 each lane's computed exactly as the single walk computes it (the same ``max`` and ``+`` in the
 same order: the walked times are bit for bit the single walk's).
 
-``replica_timings`` walks the orders' periodic structure (``pipeline_orders.periodic_orders``)
-as ``pipeline_walk`` describes: the warm-up (prefix), then round after round of the steady
-state, comparing after each the state the rest of the walk reads (in both lanes) with the state
+``replica_timings`` walks the orders' periodic structure (``pipeline_orders.periodic_orders``:
+per rank a prefix, rounds of one period, a suffix): the warm-up (prefix), then round after
+round of the steady state, comparing after each the state the rest of the walk reads (in both
+lanes: per rank its free time, its send stream, its last backward's start and end, and every
+output made but not yet used, keyed by stage and microbatch relative to the round) with the state
 ``c`` rounds earlier (``c`` up to ``MAX_CYCLE``). Once every entry of a lane has moved by one
 amount ``D`` (``D'`` in the other), the walk is a max-plus recurrence invariant under
 translation, so every later round's actions are those ``c`` rounds earlier moved by ``D``:
@@ -30,7 +32,10 @@ p^2`` while the last rounds were walked, and twice that with a second walk witho
 independent of the microbatches. Where a rank's round holds no backward or no transfer that
 moves its stream (its last backward or stream time would then come from before the round) the
 skipped rounds are walked instead (``_walk_rest``); without a structure or a repeat the full
-orders are walked. ``tests/job/test_pipeline_periods.py`` holds both lanes equal to the full
+orders are walked. The comparison allows ``TOLERANCE`` of the largest time for floating-point
+rounding (a walk's sums differ in their last bits from one round to the next), so the times
+read off differ from a full walk's by rounding: ``tests/job/test_pipeline_periods.py`` holds
+both lanes equal to the full
 walk of each (``walk_pipeline``) to 1e-9 on random replicas and schedules. ZB-V, DualPipe and
 DualPipeV are walked unit by unit in two lanes the same way (``unit_walk.walk_unit_lanes``).
 """
@@ -370,8 +375,7 @@ def _skipped_outputs(structure: PeriodicOrders, walk: _Lanes, record: dict[int, 
 def _walk_rest(walk: _Lanes, structure: PeriodicOrders, jump: tuple[int, int, Pair, int],
                rounds: tuple[int, ...], schedule: str) -> tuple[ReplicaTiming, ReplicaTiming]:
     """The rounds every rank runs skipped by whole repeats, the rest walked: each rank's
-    last rounds and the cool-down (``pipeline_walk``'s way, for periods ``_skippable``
-    refuses)."""
+    last rounds and the cool-down (for periods ``_skippable`` refuses)."""
     k, cycle, moved, steady = jump
     repeats, shift = (steady - k) // cycle, structure.shift
     walk.translate((repeats * moved[0], repeats * moved[1]), repeats * cycle * shift)
