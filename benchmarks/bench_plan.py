@@ -11,14 +11,18 @@ process each) and rewrites the ``plan-cp`` section; ``python -m benchmarks.bench
 times the expert-parallel rows (Mixtral 8x7B on 64 H100s, EP 8: searched around TP 1 PP 4, one
 given layout, TP 2 x EP 8 with expert TP 2, whose EP group spans NVSwitch and the NICs, under
 each collective policy, the same folded with expert TP 1, and the whole search) and rewrites
-the ``plan-ep`` section; ``python -m benchmarks.bench_plan walk`` times one evaluation of GPT 1T on
-4,096 GPUs with the fast pipeline walk and with the full walk (issue 49 item 5: 10 ms or less),
-several microbatch counts and schedules, and rewrites the ``plan-walk`` section.
+the ``plan-ep`` section; ``python -m benchmarks.bench_plan walk [--before SRC]`` times one
+evaluation of GPT 1T on 4,096 GPUs at PP 8-64 (1F1B, interleaved, ZB-H1) with the steady-state
+walk and with the full walk of every action (issue 49 item 5: 10 ms or less), the same layouts
+at 1F1B PP 64 at three microbatch counts, and, given ``--before`` (the ``src`` folder of another
+checkout, e.g. ``git archive <commit> src | tar -x -C /tmp/old``), the same evaluations by that
+code in a fresh process beside them; it rewrites the ``plan-walk`` section.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +35,8 @@ from dlsched.experiments.megatron import ROWS
 from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation import evaluate as evaluate_module
 from dlsched.job.evaluation.evaluate import Job, evaluate
-from dlsched.job.evaluation.pipeline_walk import fast_pipeline, walk_pipeline
+from dlsched.job.evaluation.pipeline_steady import fast_pipeline, replica_timings
+from dlsched.job.evaluation.pipeline_walk import walk_pipeline
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.search import SPACES, search
@@ -172,50 +177,112 @@ def main_cp() -> None:
     write_section("plan-cp", "\n".join(text))
 
 
+# Timed in a fresh process, by this checkout or another (--before): GPT 1T on 4,096 dgx-a100
+# GPUs, bf16, full recomputation, TP 8, global batch 3,072 (6 pp microbatches per replica, a
+# multiple of pp as interleaving needs); the cache of each replica walk cleared before each
+# evaluation (every evaluation walks its replica as a new configuration does).
+WALK_SCRIPT = """
+import json, statistics, sys, time
+from dlsched.job.cluster import load_cluster
+from dlsched.job.evaluation import evaluate as module
+from dlsched.job.evaluation import pipeline_walk
+from dlsched.job.execution import Execution
+from dlsched.job.model_spec import bundled_specs
+try:
+    from dlsched.job.evaluation import pipeline_steady
+    walks = [pipeline_walk, pipeline_steady]
+except ImportError:
+    walks = [pipeline_walk]
+job = module.Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), "bf16")
+out = []
+for schedule, pp, batch in json.loads(sys.argv[1]):
+    chunks = 2 if schedule == "interleaved" else 1
+    layout = Execution(8, pp, 4096 // (8 * pp), 1, batch, chunks, schedule, "full")
+    result = module.evaluate(job, layout)
+    times = []
+    for _ in range(5):
+        for walk in walks:
+            for name in ("fast_pipeline", "replica_timings"):
+                getattr(walk, name, None) and getattr(walk, name).cache_clear()
+        start = time.process_time()
+        module.evaluate(job, layout)
+        times.append(time.process_time() - start)
+    out.append([layout.label(), layout.num_microbatches, statistics.median(times),
+                result.iteration_s, result.exposed["pp_s"]])
+print(json.dumps(out))
+"""
+WALK_CASES = [[schedule, pp, 3072] for schedule in ("1f1b", "interleaved", "zb-h1")
+              for pp in (8, 16, 32, 64)] + [["1f1b", 64, batch] for batch in (768, 12288)]
+
+
+def _timed(source: str | None, cases: list[list[object]]) -> list[list[object]]:
+    """``WALK_SCRIPT``'s rows run by this checkout (None) or the ``src`` folder ``source``."""
+    env = None if source is None else {**os.environ, "PYTHONPATH": source}
+    done = subprocess.run([sys.executable, "-c", WALK_SCRIPT, json.dumps(cases)],
+                          capture_output=True, text=True, check=True, env=env)
+    return json.loads(done.stdout)
+
+
 def _median_cpu(run: Callable[[], object], repeats: int = 5) -> float:
-    """Median CPU seconds of ``repeats`` calls of ``run``, the replica walks' cache cleared
+    """Median CPU seconds of ``repeats`` calls of ``run``, the replica walks' caches cleared
     before each (every call walks its replicas as a new configuration does)."""
     times = []
     for _ in range(repeats):
         fast_pipeline.cache_clear()
+        replica_timings.cache_clear()
         start = time.process_time()
         run()
         times.append(time.process_time() - start)
     return statistics.median(times)
 
 
-def walk_times() -> list[tuple[str, int, float, float]]:
-    """(layout, microbatches per replica, CPU s per evaluation with the fast walk, with the
-    full walk) of GPT 1T on 4,096 dgx-a100 GPUs (bf16), after a first evaluation that builds
-    the collective curves and the orders' periodic structure."""
+def _full_walks(times: object, quiet: object) -> tuple[object, object]:
+    return walk_pipeline(times), walk_pipeline(quiet)
+
+
+def full_walk_ms(cases: list[list[object]]) -> list[float]:
+    """ms per evaluation with the full walk of every action, one per lane (what the
+    steady-state walk replaces), for ``WALK_CASES``' rows."""
     job = Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), "bf16")
-    layouts = [Execution(8, 64, 8, 1, batch, recompute="full") for batch in (768, 3072, 12288)]
-    layouts += [Execution(8, 64, 8, 1, 3072, 2, "interleaved", "full"),
-                Execution(8, 32, 16, 1, 3072, recompute="selective", sequence_parallel=True),
-                Execution(8, 64, 8, 1, 3072, schedule="zb-h1")]
     out = []
-    for layout in layouts:
+    for schedule, pp, batch in cases:
+        layout = Execution(8, pp, 4096 // (8 * pp), 1, batch, 2 if schedule == "interleaved"
+                           else 1, schedule, "full")
         evaluate(job, layout)
-        fast = _median_cpu(lambda layout=layout: evaluate(job, layout))
-        with patch.object(evaluate_module, "fast_pipeline", walk_pipeline):
-            full = _median_cpu(lambda layout=layout: evaluate(job, layout))
-        out.append((layout.label(), layout.num_microbatches, fast, full))
+        with patch.object(evaluate_module, "replica_timings", _full_walks):
+            out.append(_median_cpu(lambda layout=layout: evaluate(job, layout)) * 1e3)
     return out
 
 
 def main_walk() -> None:
     """The ``plan-walk`` section (module docstring)."""
+    before = sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None
+    rows = _timed(None, WALK_CASES)
+    old = _timed(before, WALK_CASES) if before else None
+    full = full_walk_ms(WALK_CASES)
+    head = "| layout | microbatches | ms per evaluation | full walk (ms) |"
+    if old:
+        head = "| layout | microbatches | before (ms) | ms per evaluation | full walk (ms) |"
+    lines, moved = [], 0.0
+    for k, (label, m, seconds, iteration, pp_s) in enumerate(rows):
+        cells = [label, str(m), *([f"{old[k][2] * 1e3:.1f}"] if old else []),
+                 f"{seconds * 1e3:.1f}", f"{full[k]:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+        if old:
+            moved = max(moved, abs(iteration / old[k][3] - 1), abs(pp_s / old[k][4] - 1))
+    if old:
+        lines += ["", f"Iteration and exposed pipeline seconds of every row: the before code's "
+                  f"to {moved:.1e} (relative; floating-point rounding of the steady state's "
+                  "sums)."]
     text = [host_text(host_facts()), "",
             "One configuration of GPT 1T (128 layers, hidden 25,600) on 4,096 dgx-a100 GPUs, "
-            "bf16, priced by the job evaluator: CPU seconds per evaluation (median of 5, each "
-            "walking its replicas anew), with the fast walk (warm-up, the steady state's "
-            "rounds until they repeat, cool-down: job.evaluation.pipeline_walk) and with the "
-            "full walk of every action (what an evaluation cost before, O(stages x "
-            "microbatches)). An evaluation walks two replicas (with and without the pipeline "
-            "transfers):", "",
-            "| layout | microbatches | fast walk (ms) | full walk (ms) |", "|---|---|---|---|",
-            *(f"| {label} | {m} | {fast * 1e3:.1f} | {full * 1e3:.1f} |"
-              for label, m, fast, full in walk_times())]
+            "bf16, TP 8, full recomputation, global batch 3,072, priced by the job evaluator: "
+            "CPU ms per evaluation (median of 5 in a fresh process, each walking its replica "
+            "anew). The evaluation walks the replica once in two lanes, with its transfers and "
+            "without (the exposed pipeline time), the warm-up, the steady state's rounds until "
+            "they repeat and the cool-down (job.evaluation.pipeline_steady); the full walk "
+            "visits every action of both lanes (O(stages x microbatches)):", "",
+            head, "|---|---|" + "---|" * (3 if old else 2), *lines]
     write_section("plan-walk", "\n".join(text))
 
 

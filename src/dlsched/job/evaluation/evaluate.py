@@ -15,8 +15,8 @@ Reported FLOP rates: ``tflops_per_gpu`` counts the FLOP executed, recomputation 
 Megatron-LM SC21's Eq. 3 counts with full recomputation: "hardware FLOP"), ``mfu`` the model
 FLOP without recomputation over the GPUs' dense 16-bit peak, ``hfu`` the executed ones.
 Exposed communication: ``tp_s`` the TP collectives on the critical rank (they block), ``pp_s``
-what the pipeline transfers (and the TP gathers of their pieces) add to the replica (the same
-walk without them), ``dp_s`` the
+what the pipeline transfers (and the TP gathers of their pieces) add to the replica (its
+timing without them, from the same walk: ``job.evaluation.pipeline_steady``), ``dp_s`` the
 data-parallel step's exposed reduction and gathers, ``zero3_s`` ZeRO 3's exposed per-layer
 traffic on the critical rank, ``cp_s`` context parallelism's (``job.context_parallel``: the
 ring's transfers beyond the attention they overlap, or the all-to-alls) on it. ZeRO shards
@@ -44,6 +44,7 @@ from dlsched.job.communication.dp_sync import (
     check_grad_reduce,
     dp_step,
 )
+from dlsched.job.communication.moe_dispatch import check_dispatcher
 from dlsched.job.communication.pipeline_p2p import check_pipeline_p2p
 from dlsched.job.compute.block_pricing import check_kernel_options
 from dlsched.job.compute.fp8 import fp8_weight_copies
@@ -65,7 +66,7 @@ from dlsched.job.evaluation.pipeline_time import (
     PipelineTimes,
     ReplicaTiming,
     event_pipeline,
-    fast_pipeline,
+    replica_timings,
 )
 from dlsched.job.evaluation.replica import (
     executed_times,
@@ -86,6 +87,7 @@ from dlsched.job.memory.per_gpu import (
     layer_parameters_per_gpu,
     peak_memory,
 )
+from dlsched.job.memory.torch_runtime import Runtime, check_sharding
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.units import format_bytes
 
@@ -106,7 +108,10 @@ class Job:
     ``job.pipeline_p2p``). How its kernels run (``job.compute.block_pricing``):
     ``fp8_recipe`` with ``precision`` fp8 (``job.compute.fp8``), ``fp8_all_gather`` (torchao's
     FSDP float8 all-gather: ZeRO 3 gathers 1-byte weights), ``compile`` (torch.compile's
-    fusions, ``job.compute.compile_fusion``) and ``async_tp`` (``job.async_tp``)."""
+    fusions, ``job.compute.compile_fusion``) and ``async_tp`` (``job.async_tp``); the MoE
+    token dispatch (``moe_dispatcher``: ``alltoall`` or ``deepep``,
+    ``job.communication.moe_dispatch``); ZeRO 3's ``sharding`` (``zero`` or PyTorch's ``fsdp2``:
+its states and unsharded weights, ``job.memory.torch_runtime``)."""
 
     spec: TransformerSpec
     cluster: Cluster
@@ -123,9 +128,13 @@ class Job:
     fp8_all_gather: bool = False
     compile: bool = False
     async_tp: bool = False
+    moe_dispatcher: str = "alltoall"
+    sharding: str = "zero"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
+        check_dispatcher(self.moe_dispatcher)
+        check_sharding(self.sharding)
         check_kernel_options(self.precision, self.fp8_recipe, self.cluster.gpu,
                              bool(self.spec.experts), self.fp8_all_gather, self.compile,
                              self.async_tp)
@@ -138,6 +147,11 @@ class Job:
                                                                          self.precision)
         check_policy(self.collective_policy)
         check_dp_policy(self.dp_policy)
+
+    @property
+    def runtime(self) -> Runtime:
+        """How PyTorch runs the job, for its memory (``job.memory.torch_runtime``)."""
+        return Runtime(self.sharding, self.compile, self.fp8_all_gather)
 
     @property
     def grad_bytes(self) -> int:
@@ -223,18 +237,20 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     parts = replica_parts(job, layout)
     times, costs, zero3 = parts.times, parts.costs, parts.zero3
     executed = executed_times(job, layout, times)
-    replica = fast_pipeline(executed) if fast else event_pipeline(executed)
-    steps = [_rank_dp(job, layout, times, rank) for rank in range(layout.pp)]
+    # one walk times the replica with its transfers and without them (``pp_s``: what they add)
+    walked, quiet = replica_timings(executed, replace(times, send=(0.0,) * len(times.send)))
+    replica = walked if fast else event_pipeline(executed)
+    steps = _rank_dps(job, layout, times)
     ends = [replica.last_backward_end[r] + steps[r].total for r in range(layout.pp)]
     iteration = max(replica.end, *ends)
-    quiet = fast_pipeline(replace(times, send=(0.0,) * len(times.send)))
     critical = max(range(layout.pp), key=lambda r: ends[r])
     flops = _flops(job.spec, layout, job.attention)
     peak = gpu_compute(job.cluster.gpu, job.precision).peak_flops
     share = microbatch_share(layout.schedule)  # DualPipe: a microbatch passes half the layers
     per_rank = layout.rank_layers(job.spec.layers, critical, job.spec.mtp_layers) * share
     m = layout.num_microbatches
-    memory = peak_memory(job.spec, layout, job.precision, job.grad_bytes, job.attention)
+    memory = peak_memory(job.spec, layout, job.precision, job.grad_bytes, job.attention,
+                         job.runtime)
     memory = replace(memory, weights=memory.weights + fp8_weight_copies(
         job.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage,
                                                      job.spec.mtp_layers)))
@@ -270,37 +286,50 @@ def _busiest_work(times: PipelineTimes) -> float:
     return max(work)
 
 
-def _rank_dp(job: Job, layout: Execution, times: PipelineTimes, rank: int) -> DPStep:
-    """The DP step of pipeline rank ``rank``."""
+def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]:
+    """The DP step of each pipeline rank: what they share (the stages' parameters, the DP
+    group's curves, the GPU) priced once, and ranks whose steps have equal inputs (1F1B's
+    middle ranks) priced once."""
     spec, tp = job.spec, layout.tp
     stages = stage_parameters(spec, layout)
-    held = held_stages(layout.schedule, layout.pp, layout.chunks, rank)
-    total = round(sum(stages[stage] for stage in held))
-    # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward, the V and
-    # DualPipe on the stage nearer the start of its direction
-    final = min(held)
-    span = layout.stage_layers(spec.layers, spec.mtp_layers)[final]
-    seconds = times.backward[final] / len(span) if span else 0.0
-    final_layers = _dense_layer_parameters(spec, tp, span)
-    sparse = stage_moe_layers(spec, layout, rank)
+    spans = layout.stage_layers(spec.layers, spec.mtp_layers)
     group = dp_group(job, layout)
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
+    curves = (curve(group, op, job.collective_policy),
+              curve(group, "all-gather", job.collective_policy))
     compute = gpu_compute(job.cluster.gpu, job.precision)
-    units = _gather_units(job, layout, times, rank) if job.overlap_param_gather else ()
-    dense = dp_step(final_layers, total - sum(final_layers), [seconds] * len(span),
-                    layout.zero, layout.cp * layout.dp, curve(group, op, job.collective_policy),
-                    curve(group, "all-gather", job.collective_policy), compute, job.dp_policy,
-                    units, job.grad_bytes)
-    if not sparse:
-        return dense
-    # the experts' gradients over the expert-DP group, after the dense ones (same NICs)
-    experts = layout.group("expert_dp", job.cluster)
-    routed = dp_step([], round(sparse * experts_per_gpu(spec, layout)), [], layout.zero,
-                     layout.expert_dp, curve(experts, op, job.collective_policy),
-                     curve(experts, "all-gather", job.collective_policy), compute, "none",
-                     grad_bytes=job.grad_bytes)
-    return DPStep(dense.exposed_reduce + routed.exposed_reduce,
-                  dense.optimizer + routed.optimizer, dense.gather + routed.gather)
+    experts = None
+    priced: dict[tuple, DPStep] = {}
+    steps = []
+    for rank in range(layout.pp):
+        held = held_stages(layout.schedule, layout.pp, layout.chunks, rank)
+        total = round(sum(stages[stage] for stage in held))
+        # interleaved 1F1B ends each rank on its first chunk's (stage ``rank``) backward, the
+        # V and DualPipe on the stage nearer the start of its direction
+        final = min(held)
+        span = spans[final]
+        seconds = times.backward[final] / len(span) if span else 0.0
+        final_layers = _dense_layer_parameters(spec, tp, span)
+        units = _gather_units(job, layout, times, rank) if job.overlap_param_gather else ()
+        key = (tuple(final_layers), total, seconds, len(span), units)
+        if key not in priced:
+            priced[key] = dp_step(final_layers, total - sum(final_layers),
+                                  [seconds] * len(span), layout.zero, layout.cp * layout.dp,
+                                  *curves, compute, job.dp_policy, units, job.grad_bytes)
+        dense = priced[key]
+        sparse = stage_moe_layers(spec, layout, rank)
+        if not sparse:
+            steps.append(dense)
+            continue
+        # the experts' gradients over the expert-DP group, after the dense ones (same NICs)
+        experts = experts or layout.group("expert_dp", job.cluster)
+        routed = dp_step([], round(sparse * experts_per_gpu(spec, layout)), [], layout.zero,
+                         layout.expert_dp, curve(experts, op, job.collective_policy),
+                         curve(experts, "all-gather", job.collective_policy), compute, "none",
+                         grad_bytes=job.grad_bytes)
+        steps.append(DPStep(dense.exposed_reduce + routed.exposed_reduce,
+                            dense.optimizer + routed.optimizer, dense.gather + routed.gather))
+    return steps
 
 
 def _dense_layer_parameters(spec: TransformerSpec, tp: int, layers: range) -> list[float]:
@@ -340,10 +369,10 @@ def _flops(spec: TransformerSpec, layout: Execution, attention: str = "flash") -
     ``job.op_checkpoint``'s recomputed matmuls again (and an unfused attention core)."""
     tokens = layout.global_batch * spec.seq
     model = spec.model_flops_per_token() * tokens
-    h, s, moe = spec.hidden, spec.seq, spec.moe_layers
+    moe, core = spec.moe_layers, spec.attention_core_flops() * spec.layers
     forward = ((spec.layers - moe) * 2 * spec.layer_matmul_elements()
-               + moe * 2 * spec.layer_matmul_elements(moe=True) + spec.layers * 4 * s * h)
-    again = {"none": 0.0, "selective": 4.0 * s * h * spec.layers, "full": float(forward),
+               + moe * 2 * spec.layer_matmul_elements(moe=True) + core)
+    again = {"none": 0.0, "selective": core, "full": float(forward),
              "selective-op": spec.layers * recompute_flops_per_token(spec, attention)}
     return {"model": model, "hardware": model + again[layout.recompute] * tokens}
 
