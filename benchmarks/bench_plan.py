@@ -21,6 +21,7 @@ code in a fresh process beside them; it rewrites the ``plan-walk`` section.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -180,9 +181,11 @@ def main_cp() -> None:
 # Timed in a fresh process, by this checkout or another (--before): GPT 1T on 4,096 dgx-a100
 # GPUs, bf16, full recomputation, TP 8, global batch 3,072 (6 pp microbatches per replica, a
 # multiple of pp as interleaving needs); the cache of each replica walk cleared before each
-# evaluation (every evaluation walks its replica as a new configuration does).
+# evaluation (every evaluation walks its replica as a new configuration does) and the garbage
+# collector held off while it runs (as timeit does: a collection of the caches' objects would
+# land in whichever evaluation triggers it).
 WALK_SCRIPT = """
-import json, statistics, sys, time
+import gc, json, statistics, sys, time
 from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation import evaluate as module
 from dlsched.job.evaluation import pipeline_walk
@@ -204,9 +207,12 @@ for schedule, pp, batch in json.loads(sys.argv[1]):
         for walk in walks:
             for name in ("fast_pipeline", "replica_timings"):
                 getattr(walk, name, None) and getattr(walk, name).cache_clear()
+        gc.collect()
+        gc.disable()
         start = time.process_time()
         module.evaluate(job, layout)
         times.append(time.process_time() - start)
+        gc.enable()
     out.append([layout.label(), layout.num_microbatches, statistics.median(times),
                 result.iteration_s, result.exposed["pp_s"]])
 print(json.dumps(out))
@@ -230,9 +236,12 @@ def _median_cpu(run: Callable[[], object], repeats: int = 5) -> float:
     for _ in range(repeats):
         fast_pipeline.cache_clear()
         replica_timings.cache_clear()
+        gc.collect()
+        gc.disable()
         start = time.process_time()
         run()
         times.append(time.process_time() - start)
+        gc.enable()
     return statistics.median(times)
 
 
@@ -278,10 +287,12 @@ def main_walk() -> None:
             "One configuration of GPT 1T (128 layers, hidden 25,600) on 4,096 dgx-a100 GPUs, "
             "bf16, TP 8, full recomputation, global batch 3,072, priced by the job evaluator: "
             "CPU ms per evaluation (median of 5 in a fresh process, each walking its replica "
-            "anew). The evaluation walks the replica once in two lanes, with its transfers and "
-            "without (the exposed pipeline time), the warm-up, the steady state's rounds until "
-            "they repeat and the cool-down (job.evaluation.pipeline_steady); the full walk "
-            "visits every action of both lanes (O(stages x microbatches)):", "",
+            "anew, the garbage collector held off as timeit does). The evaluation walks the "
+            "replica once in two lanes, with its transfers and without (the exposed pipeline "
+            "time), the warm-up, the steady state's rounds until they repeat and the cool-down "
+            "(job.evaluation.pipeline_steady); the full walk visits every action of both lanes "
+            "(O(stages x microbatches)); before: the same rows by the code before issue 49 "
+            "item 5's work (fd45096's walk, two walks per evaluation, a DP step per rank):", "",
             head, "|---|---|" + "---|" * (3 if old else 2), *lines]
     write_section("plan-walk", "\n".join(text))
 
