@@ -28,6 +28,7 @@ TINY = TransformerSpec("tiny-llama", layers=2, hidden=64, heads=4, seq=16, vocab
                        ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
                        bias=False, rms_norm=True, learned_positions=False)
 LAYER, LINEAR, ROOT = 36_992, 36_864, 32_832
+EMBEDDING, HEAD = 16_384, 16_448  # the root's: 256 x 64; the final norm 64 + output 256 x 64
 FSDP2 = Runtime("fsdp2")
 
 
@@ -71,13 +72,23 @@ def test_fsdp2_keeps_the_root_and_the_last_block_unsharded() -> None:
     bf16 = block_gathered_bytes(TINY, LAYER, 1, False)
     fp8 = block_gathered_bytes(TINY, LAYER, 1, True)
     assert (bf16, fp8) == (2 * LAYER, LINEAR + 2 * 128)
-    assert persistent_bytes(bf16, 2, ROOT, 1) == 139_648
-    assert persistent_bytes(fp8, 2, ROOT, 1) == 65_664 + 37_120
-    assert persistent_bytes(bf16, 2, ROOT, 2) == 65_664 + 2 * 73_984
+    assert persistent_bytes("fsdp2", bf16, 2, EMBEDDING, HEAD, 1) == 139_648
+    assert persistent_bytes("fsdp2", fp8, 2, EMBEDDING, HEAD, 1) == 65_664 + 37_120
+    assert persistent_bytes("fsdp2", bf16, 2, EMBEDDING, HEAD, 2) == 65_664 + 2 * 73_984
     breakdown = memory_per_gpu(TINY, _layout(), "bf16",
                                runtime=Runtime("fsdp2", fp8_all_gather=True))
     assert breakdown.gathered == 65_664 + 37_120
     assert breakdown.parts()["gathered"] == breakdown.gathered
+
+
+def test_split_wrapping_keeps_only_norm_and_output() -> None:
+    """TorchTitan from 83e6941: [norm, output] kept, 16,448 x 2 = 32,896 B; the embedding and
+    every block resharded, but with PP all kept: 65,664 + 2 x 73,984."""
+    bf16 = block_gathered_bytes(TINY, LAYER, 1, False)
+    assert persistent_bytes("fsdp2-split", bf16, 2, EMBEDDING, HEAD, 1) == 32_896
+    assert persistent_bytes("fsdp2-split", bf16, 2, EMBEDDING, HEAD, 2) == 65_664 + 2 * 73_984
+    split = memory_per_gpu(TINY, _layout(), "bf16", runtime=Runtime("fsdp2-split"))
+    assert split.gathered == 32_896
 
 
 def test_fsdp2_block_backward_buffers() -> None:
@@ -103,5 +114,5 @@ def test_unmodelled_runtimes_are_named() -> None:
     assert check_runtime(Runtime(compile=True), "bf16", "none") is not None
     assert check_runtime(Runtime(compile=True), "fp8", "full") is None
     assert check_runtime(Runtime(), "fp8", "selective-op") is not None
-    with pytest.raises(ConfigError, match=r"^sharding: .*accepted: zero, fsdp2"):
+    with pytest.raises(ConfigError, match=r"^sharding: .*accepted: zero, fsdp2, fsdp2-split"):
         Runtime("fsdp1")

@@ -110,8 +110,9 @@ class Job:
     FSDP float8 all-gather: ZeRO 3 gathers 1-byte weights), ``compile`` (torch.compile's
     fusions, ``job.compute.compile_fusion``) and ``async_tp`` (``job.async_tp``); the MoE
     token dispatch (``moe_dispatcher``: ``alltoall`` or ``deepep``,
-    ``job.communication.moe_dispatch``); ZeRO 3's ``sharding`` (``zero`` or PyTorch's ``fsdp2``:
-its states and unsharded weights, ``job.memory.torch_runtime``)."""
+    ``job.communication.moe_dispatch``); ZeRO 3's ``sharding`` (``zero``, or PyTorch's
+    ``fsdp2`` / ``fsdp2-split`` by TorchTitan's wrapping: its states and unsharded weights,
+    ``job.memory.torch_runtime``)."""
 
     spec: TransformerSpec
     cluster: Cluster

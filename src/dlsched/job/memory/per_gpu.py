@@ -409,7 +409,7 @@ def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, sta
                 if sharded and layout.zero >= 3 else 0.0)
     gradient = unsharded.gradients * largest if sharded and layout.zero >= 2 else 0.0
     persistent = 0.0
-    if sharded and layout.zero >= 3 and runtime.sharding == "fsdp2":
+    if sharded and layout.zero >= 3 and runtime.sharding != "zero":
         per_param, persistent, gathered, gradient = _fsdp2(spec, layout, stage, shards,
                                                            units, runtime)
     cp_buffers = buffer_bytes(spec, layout) * activation_bytes(precision) / 2
@@ -425,11 +425,15 @@ def _fsdp2(spec: TransformerSpec, layout: Execution, stage: int, shards: int,
            units: list[float], runtime: rt.Runtime) -> tuple[StateBytes, float, float, float]:
     """FSDP2's state bytes per parameter, its weights unsharded through the step, and its
     block-backward transient (as the ZeRO ``gathered`` plus ``gradient``; ``torch_runtime``)."""
-    blocks = len(units) - sum(end is not None for end in _ends_held(layout, stage))
+    blocks = layout.rank_layers(spec.layers, stage, spec.mtp_layers)
+    first, last = _ends_held(layout, stage)
+    embedding = units[blocks] if first is not None else 0.0
+    head = units[blocks + (first is not None)] if last is not None else 0.0
     block = max(units[:blocks], default=0.0)
     gathered = rt.block_gathered_bytes(spec, block, layout.tp, runtime.fp8_all_gather)
     states = StateBytes(*(b / shards for b in rt.STATE_BYTES))
-    persistent = rt.persistent_bytes(gathered, blocks, sum(units[blocks:]), layout.pp)
+    persistent = rt.persistent_bytes(runtime.sharding, gathered, blocks, embedding, head,
+                                     layout.pp)
     return states, persistent, rt.backward_transient(gathered, block, layout.pp), 0.0
 
 

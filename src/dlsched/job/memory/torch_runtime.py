@@ -12,14 +12,20 @@ gradients into FP32 sharded gradients; AdamW keeps two FP32 moments. Per paramet
 4 + 4 + 8 = ``STATE_BYTES`` (no separate master copy: the sharded parameter is it), not ZeRO's
 2 + 4 + 12 of Megatron-LM.
 
-**FSDP2 unsharded weights.** ``fully_shard`` frees a block's all-gathered parameters after its
-forward unless told not to; TorchTitan does not reshard the last transformer block ("FSDP would
+**FSDP2 unsharded weights.** ``fully_shard`` frees a unit's all-gathered parameters after its
+forward unless told not to. TorchTitan until 83e6941 (2025-07-28, "Improve
+reshard_after_forward logic"; sharding ``fsdp2``: the 9dec370 and e7c0cae runs) wraps each
+block and then the whole model: it does not reshard the last transformer block ("FSDP would
 prefetch it immediately") nor, with pipeline parallelism, any block; and FSDP2 never reshards
 the root module after forward (``FSDPState._lazy_init``: "For the root, do not reshard after
 forward since for training, the parameters would be freed and all-gathered immediately" sets
-the root group's ``post_forward_mesh_info = None``, torch 2.6-2.8, the versions of these
-runs). The root holds what no block holds: the embedding, the final norm and the output
-projection. These stay unsharded from the forward through the backward (``persistent``): in
+the root group's ``post_forward_mesh_info = None``, torch 2.6-2.9, the versions of these
+runs), which holds what no block holds: the embedding, the final norm and the output
+projection. From 83e6941 (``fsdp2-split``: ``apply_fsdp`` at 6fc499f) the embedding, each
+block and ``[norm, output]`` are units of their own, the embedding and the blocks resharded
+after forward (not with PP), ``[norm, output]`` kept (unless "always"); the root holds no
+parameter. What is kept stays unsharded from the forward through the backward
+(``persistent``): in
 ``param_dtype`` (2 B), the blocks' linear weights 1 B with torchao's float8 all-gather
 (``enable_fsdp_float8_all_gather``: the all-gather output is the FP8 weight; norms stay bf16;
 TorchTitan keeps ``output`` out of float8, ``filter_fqns``). During a block's backward
@@ -54,7 +60,8 @@ from dlsched.job.compute.op_checkpoint import MODE, kept_matmuls, layer_matmuls
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 
-SHARDINGS = ("zero", "fsdp2")  # ZeRO-3 as the ZeRO paper / Megatron-LM, or PyTorch's FSDP2
+# ZeRO-3 as the ZeRO paper / Megatron-LM, or PyTorch's FSDP2 in TorchTitan's two wrappings
+SHARDINGS = ("zero", "fsdp2", "fsdp2-split")
 STATE_BYTES = (4.0, 4.0, 8.0)  # FSDP2: FP32 sharded parameter, FP32 gradient, AdamW's 2 moments
 PARAM_BYTES = 2  # MixedPrecisionPolicy param_dtype bfloat16 (TorchTitan's default)
 FP8_PARAM_BYTES = 1  # torchao's float8 all-gather: the gathered linear weight in FP8
@@ -97,12 +104,19 @@ def block_gathered_bytes(spec: TransformerSpec, block_params: float, tp: int,
     return PARAM_BYTES * (block_params - linear) + FP8_PARAM_BYTES * linear
 
 
-def persistent_bytes(block_bytes: float, blocks: int, root_params: float, pp: int) -> float:
-    """Unsharded bytes held from the forward through the backward (module docstring): the
-    root's ``root_params`` in bf16 and the blocks not resharded, the last one (``pp`` 1) or
-    all ``blocks`` of the rank (``pp`` > 1), each ``block_bytes``."""
+def persistent_bytes(sharding: str, block_bytes: float, blocks: int, embedding: float,
+                     head: float, pp: int) -> float:
+    """Unsharded bytes held from the forward through the backward (module docstring), of a
+    rank with ``blocks`` blocks of ``block_bytes`` gathered each and ``embedding`` / ``head``
+    (final norm and output) parameters: ``fsdp2`` keeps the root (embedding and head) in bf16
+    and the last block, or every block with ``pp`` > 1; ``fsdp2-split`` keeps the head, and
+    with ``pp`` > 1 also the embedding and every block."""
+    if sharding == "fsdp2-split":
+        if pp > 1:
+            return PARAM_BYTES * (embedding + head) + blocks * block_bytes
+        return PARAM_BYTES * head
     kept = blocks if pp > 1 else min(blocks, 1)
-    return PARAM_BYTES * root_params + kept * block_bytes
+    return PARAM_BYTES * (embedding + head) + kept * block_bytes
 
 
 def backward_transient(block_bytes: float, block_params: float, pp: int) -> float:
