@@ -219,7 +219,7 @@ def _fits(job: Job, layout: Execution, usable: float) -> bool:
     layout past the search's cut never needs the memory model)."""
     try:
         return peak_memory(job.spec, layout, job.precision, job.grad_bytes,
-                           job.attention).fits(usable)
+                           job.attention, job.runtime).fits(usable)
     except ConfigError:
         return False
 
