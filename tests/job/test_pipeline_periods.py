@@ -120,10 +120,11 @@ def _walked(times: PipelineTimes, monkeypatch: pytest.MonkeyPatch) -> int:
     run = pipeline_steady._Lanes.run
 
     def counted(self: pipeline_steady._Lanes, orders: tuple, schedule: str,
-                start: tuple[int, ...] | None = None, lookup: object = None) -> None:
+                start: tuple[int, ...] | None = None, lookup: object = None,
+                later: int = 0) -> None:
         count[0] += sum(len(order) - (start[r] if start else 0)
                         for r, order in enumerate(orders))
-        run(self, orders, schedule, start, lookup)
+        run(self, orders, schedule, start, lookup, later)
 
     monkeypatch.setattr(pipeline_steady._Lanes, "run", counted)
     replica_timings.__wrapped__(times, times)

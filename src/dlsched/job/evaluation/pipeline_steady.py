@@ -70,6 +70,46 @@ Pair = tuple[float, float]
 State = tuple[tuple[int, ...], list[float], list[float]]
 
 
+Step = tuple[int, int, int, int, int, bool]
+_PROGRAMS: dict[tuple[int, int, int], tuple[object, tuple[tuple[Step, ...], ...]]] = {}
+MAX_PROGRAMS = 128  # orders compiled at once (each kept with the orders it was read from)
+
+
+def _program(orders: tuple[tuple[Coded, ...], ...], pp: int,
+             stages: int) -> tuple[tuple[Step, ...], ...]:
+    """Each rank's ``orders`` as the walk reads them, one step per action: the key of its
+    input (-1: none), its seconds' index (kind x stages + stage), the key of its output (-1:
+    none), the rank the output goes to, the boundary it crosses (its transfer's ``send``
+    index; -1: the last stage's forward, kept on its rank) and whether it is a backward
+    action. Kept per orders object (the structures and full orders are kept themselves)."""
+    kept = _PROGRAMS.get((id(orders), pp, stages))
+    if kept is not None and kept[0] is orders:
+        return kept[1]
+    last, width = stages - 1, 3 * stages
+    program = []
+    for order in orders:
+        steps = []
+        for s, kind, j in order:
+            key = j * width + s
+            if kind == 1:
+                want = key if s == last else key + 2 * stages
+            else:
+                want = key + stages if kind == 0 and s else -1
+            if kind == 0:
+                step = ((want, s, key, pp, -1, False) if s == last else
+                        (want, s, key + stages + 1, (s + 1) % pp, s, False))
+            elif kind == 2 or s == 0:
+                step = (want, kind * stages + s, -1, pp, -1, True)
+            else:
+                step = (want, stages + s, key + 2 * stages - 1, (s - 1) % pp, s - 1, True)
+            steps.append(step)
+        program.append(tuple(steps))
+    if len(_PROGRAMS) >= MAX_PROGRAMS:
+        _PROGRAMS.clear()
+    _PROGRAMS[(id(orders), pp, stages)] = (orders, tuple(program))
+    return tuple(program)
+
+
 class _Lanes:
     """The two-lane walk's state (module docstring): per lane and rank the free time, send
     stream and last backward; ``made``: output key -> (arrival in lane 0, in lane 1);
@@ -80,8 +120,9 @@ class _Lanes:
         stages = pp * times.chunks
         self.pp, self.last = pp, stages - 1
         share = times.input_fraction if times.schedule == "zb-h1" else 1.0
-        self.seconds = tuple((list(t.forward), [b * share for b in t.backward],
-                              [b * (1 - share) for b in t.backward]) for t in (times, quiet))
+        # per lane: forwards, input gradients, weight gradients (``KIND_CODES`` x stages + s)
+        self.flat = tuple([*t.forward, *(b * share for b in t.backward),
+                           *(b * (1 - share) for b in t.backward)] for t in (times, quiet))
         # the transfer from stage s to s + 1 (and back): 0 between stages on one rank
         self.hops = tuple([0.0 if (s + 1) % pp == s % pp else t.send[s]
                            for s in range(self.last)] for t in (times, quiet))
@@ -94,33 +135,32 @@ class _Lanes:
 
     def run(self, orders: tuple[tuple[Coded, ...], ...], schedule: str,
             start: tuple[int, ...] | None = None,
-            lookup: Callable[[int], Pair | None] | None = None) -> None:
-        """Walk one phase in both lanes: every rank's ``orders`` (a cut), each from its
-        ``start`` index; an input not made yet is asked of ``lookup`` (a skipped round's
-        output) before the rank waits for it. Keys as ``pipeline_walk._Walk.run``'s."""
-        made, record, pp, last = self.made, self.record, self.pp, self.last
-        (sec, secq), (hop, hopq) = self.seconds, self.hops
+            lookup: Callable[[int], Pair | None] | None = None, later: int = 0) -> None:
+        """Walk one phase in both lanes: every rank's ``orders`` (a cut) with their
+        microbatches ``later`` later, each from its ``start`` index; an input not made yet is
+        asked of ``lookup`` (a skipped round's output) before the rank waits for it. Keys as
+        ``pipeline_walk._Walk.run``'s, each action's read off its ``_program``."""
+        made, record, pp = self.made, self.record, self.pp
+        (sec, secq), (hop, hopq) = self.flat, self.hops
         (free, freeq), (link, linkq) = self.free, self.link
         (last_start, last_startq), (last_end, last_endq) = self.last_start, self.last_end
-        stages = last + 1
-        width = 3 * stages
+        program = _program(orders, pp, self.last + 1)
+        shift = later * 3 * (self.last + 1)
         pointer, queued = list(start or (0,) * pp), [True] * pp
         woken = list(range(pp - 1, -1, -1))  # ranks with new inputs (a stack)
         while woken:
             rank = woken.pop()
             queued[rank] = False
-            order, k, now, nowq = orders[rank], pointer[rank], free[rank], freeq[rank]
+            steps, k, now, nowq = program[rank], pointer[rank], free[rank], freeq[rank]
             started, ended = last_start[rank], last_end[rank]
             startedq, endedq = last_startq[rank], last_endq[rank]
-            size = len(order)
+            size = len(steps)
             while k < size:
-                s, kind, j = order[k]
-                key = j * width + s
-                if kind == 1 or (kind == 0 and s):
-                    want = (key if s == last else key + 2 * stages) if kind else key + stages
-                    ready = made.pop(want, None)
+                want, seconds, out, to, boundary, backward = steps[k]
+                if want >= 0:
+                    ready = made.pop(want + shift, None)
                     if ready is None and lookup is not None:
-                        ready = lookup(want)
+                        ready = lookup(want + shift)
                     if ready is None:
                         break
                     at, atq = ready
@@ -128,21 +168,19 @@ class _Lanes:
                     beginq = nowq if nowq > atq else atq
                 else:  # the first stage's forward; a weight gradient (after its I, here)
                     begin, beginq = now, nowq
-                now = begin + sec[kind][s]
-                nowq = beginq + secq[kind][s]
+                now = begin + sec[seconds]
+                nowq = beginq + secq[seconds]
                 k += 1
-                if kind == 0:
-                    if s == last:
-                        made[key] = (now, nowq)
-                        if record is not None:
-                            record[key] = (now, nowq)
-                        continue
-                    to, sent, sentq, key = s + 1, hop[s], hopq[s], key + stages + 1
-                else:
+                if backward:
                     started, ended, startedq, endedq = begin, now, beginq, nowq
-                    if kind == 2 or s == 0:
-                        continue
-                    to, sent, sentq, key = s - 1, hop[s - 1], hopq[s - 1], key + 2 * stages - 1
+                if out < 0:
+                    continue
+                if boundary < 0:  # the last stage's forward done, for its own backward
+                    made[out + shift] = (now, nowq)
+                    if record is not None:
+                        record[out + shift] = (now, nowq)
+                    continue
+                sent, sentq = hop[boundary], hopq[boundary]
                 if sent > 0:  # the rank's stream sends one transfer at a time
                     busy = link[rank]
                     arrival = link[rank] = (now if now > busy else busy) + sent
@@ -153,17 +191,16 @@ class _Lanes:
                     arrivalq = linkq[rank] = (nowq if nowq > busy else busy) + sentq
                 else:
                     arrivalq = nowq
-                made[key] = (arrival, arrivalq)
+                made[out + shift] = (arrival, arrivalq)
                 if record is not None:
-                    record[key] = (arrival, arrivalq)
-                to %= pp
+                    record[out + shift] = (arrival, arrivalq)
                 if not queued[to]:
                     queued[to] = True
                     woken.append(to)
             pointer[rank], free[rank], freeq[rank] = k, now, nowq
             last_start[rank], last_end[rank] = started, ended
             last_startq[rank], last_endq[rank] = startedq, endedq
-        if any(k < len(order) for k, order in zip(pointer, orders, strict=True)):
+        if any(k < len(steps) for k, steps in zip(pointer, program, strict=True)):
             raise ConfigError(f"pipeline: the {schedule} orders deadlock")
 
     def ranks(self) -> tuple[list[float], ...]:
@@ -232,7 +269,7 @@ def replica_timings(times: PipelineTimes,
     history, ends = [walk.state(0)], []
     walk.record = {}
     while k < min(steady, tried):
-        walk.run(tuple(shifted(p, k * shift) for p in structure.period), times.schedule)
+        walk.run(structure.period, times.schedule, later=k * shift)
         k += 1
         history = [*history[-MAX_CYCLE + 1:], walk.state(k * shift)]
         ends = [*ends[-MAX_CYCLE + 1:], walk.ranks()]
@@ -261,8 +298,7 @@ def replica_timings(times: PipelineTimes,
                 walk.last_start[lane][rank] = start[rank] + back * moved[lane]
                 walk.last_end[lane][rank] = end[rank] + back * moved[lane]
     lookup = _skipped_outputs(structure, walk, record, rounds, (k, cycle, moved))
-    walk.run(tuple(shifted(suffix, m - structure.base) for suffix in structure.suffix),
-             times.schedule, lookup=lookup)
+    walk.run(structure.suffix, times.schedule, lookup=lookup, later=m - structure.base)
     return walk.timings()
 
 
