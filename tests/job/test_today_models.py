@@ -4,6 +4,7 @@ layers (``moe_layer_offset``)."""
 
 from __future__ import annotations
 
+import ast
 from dataclasses import replace
 
 import pytest
@@ -115,3 +116,19 @@ def test_sinks_add_one_parameter_per_head_and_router_bias_one_per_expert() -> No
     assert sinks.model_flops_per_token() == base.model_flops_per_token()  # negligible
     unbiased = replace(base, bias=False)
     assert base.router_parameters() - unbiased.router_parameters() == 8
+
+
+def test_megatron_export_names_the_moe_layers_and_router_groups() -> None:
+    from dlsched.job.execution import Execution
+    from dlsched.job.exports import _megatron_moe
+
+    layout = Execution(tp=1, pp=1, dp=8, microbatch_size=1, global_batch=8, ep=8)
+    args = _megatron_moe(SPECS["llama4-maverick"], layout)
+    pattern = args[args.index("--moe-layer-freq") + 1]
+    assert ast.literal_eval(pattern) == [i % 2 for i in range(48)]  # Megatron-Core evals it
+    deepseek = _megatron_moe(SPECS["deepseek-v3"], replace(layout, ep=8))
+    assert deepseek[deepseek.index("--moe-router-num-groups") + 1] == "8"
+    assert deepseek[deepseek.index("--moe-router-group-topk") + 1] == "4"
+    assert ast.literal_eval(deepseek[deepseek.index("--moe-layer-freq") + 1]) == [0] * 3 + [1] * 58
+    scout = _megatron_moe(SPECS["llama4-scout"], layout)
+    assert "--moe-layer-freq" not in scout and "--moe-router-num-groups" not in scout

@@ -107,7 +107,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
                   scenario.attention, scenario.overlap_param_gather, scenario.tp_comm_overlap,
                   scenario.grad_reduce, scenario.grad_accumulation, scenario.pipeline_p2p,
                   scenario.fp8_recipe, scenario.fp8_all_gather, scenario.compile,
-                  scenario.async_tp)
+                  scenario.async_tp, moe_dispatcher=scenario.moe_dispatcher)
         if complete:
             layout = _complete_layout(choice, cluster.num_gpus, spec.layers, spec.mtp_layers)
             result = evaluate(job, layout)

@@ -21,6 +21,7 @@ from dlsched.goodput.objective import OBJECTIVES
 from dlsched.inputs import STRICT, Several, choice
 from dlsched.job.communication.collective_costs import COLLECTIVE_POLICIES
 from dlsched.job.communication.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
+from dlsched.job.communication.moe_dispatch import DISPATCHERS
 from dlsched.job.communication.pipeline_p2p import PIPELINE_P2P
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION
@@ -117,6 +118,11 @@ class PlanScenario(BaseModel):
         "send/recv then a device sync: Megatron-LM 2021-22, Megatron-Core's non-interleaved "
         "schedule, --no-overlap-p2p-communication) | overlapped (transfers beside the "
         "compute)."))] = "auto"
+    moe_dispatcher: Annotated[choice(DISPATCHERS, "MoE token dispatcher"), Field(description=(
+        "How MoE tokens reach their experts: alltoall (Megatron-Core's All-to-All, k copies "
+        "per token) | deepep (Megatron-Core's flex dispatcher with DeepEP: one copy per "
+        "destination node, forwarded over NVLink; with the model's router_groups it prices "
+        "node-limited routing, job.communication.moe_dispatch)."))] = "alltoall"
     global_batch: Annotated[int, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per iteration."))] = 1536
     tp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
