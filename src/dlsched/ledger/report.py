@@ -26,7 +26,7 @@ from dlsched.ledger import SOURCES, load_ledger
 from dlsched.ledger.by_gpu import gpu_summary
 from dlsched.ledger.predict import BREAKDOWN_KEYS, Prediction, predict_rows
 from dlsched.ledger.schema import METRIC_UNITS
-from dlsched.ledger.score import FAMILY_LINES, Interval, summarize
+from dlsched.ledger.score import Interval, summarize
 
 
 @dataclass(frozen=True)
@@ -58,13 +58,17 @@ def record(prediction: Prediction, interval: Interval | None) -> dict[str, Any]:
 
 def validate(source: str | None = None) -> LedgerReport:
     """Predict the whole ledger; the records and statistics of ``source`` (every source when
-    None; ``load_ledger`` refuses an unknown one)."""
+    None; ``load_ledger`` refuses an unknown one), with the ``all`` line and, when the source
+    has mixture-of-experts rows, the ``moe`` line."""
     load_ledger(source)  # an unknown source fails before any work
     predictions = predict_rows(load_ledger())
     intervals, stats = summarize(predictions, SOURCES)
     rows = [record(p, i) for p, i in zip(predictions, intervals, strict=True)
             if source is None or p.row.source == source]
-    sources = [s.row() for s in stats if source is None or s.source in (source, *FAMILY_LINES)]
+    moe = any(p.row.model.experts is not None for p in predictions
+              if source in (None, p.row.source))
+    shown = (source, "all", *(("moe",) if moe else ()))
+    sources = [s.row() for s in stats if source is None or s.source in shown]
     return LedgerReport(rows, sources, gpu_summary(rows))
 
 
