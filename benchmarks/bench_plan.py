@@ -217,6 +217,7 @@ for schedule, pp, batch in json.loads(sys.argv[1]):
                 result.iteration_s, result.exposed["pp_s"]])
 print(json.dumps(out))
 """
+WALK_RUNS = 3  # fresh processes per checkout, taken in turn with the --before one
 WALK_CASES = [[schedule, pp, 3072] for schedule in ("1f1b", "interleaved", "zb-h1")
               for pp in (8, 16, 32, 64)] + [["1f1b", 64, batch] for batch in (768, 12288)]
 
@@ -227,6 +228,24 @@ def _timed(source: str | None, cases: list[list[object]]) -> list[list[object]]:
     done = subprocess.run([sys.executable, "-c", WALK_SCRIPT, json.dumps(cases)],
                           capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout)
+
+
+def _alternated(before: str | None, runs: int) -> tuple[list[list[object]],
+                                                        list[list[object]] | None]:
+    """``WALK_SCRIPT``'s rows by this checkout and (given) by ``before``, ``runs`` fresh
+    processes each taken in turn, each row's time the least of its runs' medians (the runs
+    least slowed by the other processes on the machine)."""
+    mine, theirs = [], []
+    for _ in range(runs):
+        mine.append(_timed(None, WALK_CASES))
+        if before:
+            theirs.append(_timed(before, WALK_CASES))
+
+    def least(runs_of: list[list[list[object]]]) -> list[list[object]]:
+        return [[*same[0][:2], min(row[2] for row in same), *same[0][3:]]
+                for same in zip(*runs_of, strict=True)]
+
+    return least(mine), (least(theirs) if before else None)
 
 
 def _median_cpu(run: Callable[[], object], repeats: int = 5) -> float:
@@ -266,8 +285,7 @@ def full_walk_ms(cases: list[list[object]]) -> list[float]:
 def main_walk() -> None:
     """The ``plan-walk`` section (module docstring)."""
     before = sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None
-    rows = _timed(None, WALK_CASES)
-    old = _timed(before, WALK_CASES) if before else None
+    rows, old = _alternated(before, WALK_RUNS)
     full = full_walk_ms(WALK_CASES)
     head = "| layout | microbatches | ms per evaluation | full walk (ms) |"
     if old:
@@ -286,7 +304,8 @@ def main_walk() -> None:
     text = [host_text(host_facts()), "",
             "One configuration of GPT 1T (128 layers, hidden 25,600) on 4,096 dgx-a100 GPUs, "
             "bf16, TP 8, full recomputation, global batch 3,072, priced by the job evaluator: "
-            "CPU ms per evaluation (median of 5 in a fresh process, each walking its replica "
+            f"CPU ms per evaluation (the least over {WALK_RUNS} fresh processes, taken in turn "
+            "with the before code's, of the median of 5 evaluations, each walking its replica "
             "anew, the garbage collector held off as timeit does). The evaluation walks the "
             "replica once in two lanes, with its transfers and without (the exposed pipeline "
             "time), the warm-up, the steady state's rounds until they repeat and the cool-down "
