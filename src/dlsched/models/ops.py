@@ -7,7 +7,9 @@ sample), ``kernels`` kernel launches per pass. Bytes follow from the precision t
 the FP32 residual stream of a transformer — moves 4 bytes per element). The backward of every
 op costs twice its forward in FLOP and traffic (a product's input and weight gradients; an
 elementwise op reads the gradient and its saved input and writes the input gradient) and
-launches ``backward_kernels`` kernels (default: twice ``kernels``).
+launches ``backward_kernels`` kernels (default: twice ``kernels``); an elementwise op whose
+backward moves another amount says so in ``backward_elements`` (elements read plus written per
+sample by its backward: eager PyTorch's decomposed ops, ``job.compute.eager_ops``).
 
 ``shape`` says what the kernel is, for pricing by shape (``models.kernels``):
 
@@ -60,6 +62,7 @@ class Op:
     upcast: bool = False
     backward_kernels: float | None = None
     input_grad: bool = True
+    backward_elements: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -67,6 +70,10 @@ class Op:
         for field in ("flops", "elements", "weights", "kernels"):
             if not getattr(self, field) >= 0:
                 raise ValueError(f"op {field}: must be >= 0 (got {getattr(self, field)!r})")
+        if self.backward_elements is not None and (
+                self.kind != "elementwise" or not self.backward_elements >= 0):
+            raise ValueError("op backward_elements: only for an elementwise op, >= 0 (got "
+                             f"{self.backward_elements!r} on a {self.kind} op)")
         if self.shape and len(self.shape) != SHAPE_LENGTHS.get(self.kind, -1):
             raise ValueError(f"op shape: {self.shape!r} does not fit a {self.kind} op")
 

@@ -64,8 +64,11 @@ def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) ->
     element = FP32_BYTES if upcast else ELEMENT_BYTES[precision]
     rate = gpu.memory_rate
     if op.kind == "elementwise":
-        moved = scale * (op.elements * batch * share * element
-                         + op.weights * (FP32_BYTES if compute.autocast else element))
+        elements = op.elements * scale
+        if backward and op.backward_elements is not None:
+            elements = op.backward_elements
+        moved = (elements * batch * share * element
+                 + scale * op.weights * (FP32_BYTES if compute.autocast else element))
         flops = scale * op.flops * batch * share
         return Work(max(moved / rate, flops / gpu.kind_rate("elementwise", precision)),
                     launches)

@@ -1,5 +1,7 @@
 """A block's kernels as the job runs them: the zoo's ops on the calibrated GPU, their four
-linear layers in FP8 (``job.compute.fp8``) and their memory-bound ops fused by torch.compile
+linear layers in FP8 (``job.compute.fp8``), their memory-bound ops as eager PyTorch runs
+TorchTitan's modules (``ops`` ``eager``: ``job.compute.eager_ops``, Inductor's groups of them
+when compiled) or, with the zoo's fused kernels, fused further by torch.compile
 (``job.compute.compile_fusion``) when the job says so.
 
 Each block (consecutive layers sharing ``Layer.block``: the embedding, a transformer layer, the
@@ -18,7 +20,9 @@ import numpy as np
 
 from dlsched.errors import ConfigError
 from dlsched.job.compute.compile_fusion import compiled_ops
+from dlsched.job.compute.eager_ops import torch_ops
 from dlsched.job.compute.fp8 import TE_RECIPES, check_fp8, fp8_linear_work, is_fp8_linear
+from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.ops import Op
 from dlsched.models.timeline import Work
@@ -31,27 +35,30 @@ class KernelOptions:
     """How the job's kernels run: ``fp8_recipe`` (None: 16-bit linears), ``compiled``
     (torch.compile), the iteration's ``microbatches`` (Transformer Engine casts a weight once per
     iteration) and ``weight_shards`` (torchao's FP8 all-gather casts the weight on its FSDP
-    shard of that many ranks; 1 otherwise)."""
+    shard of that many ranks; 1 otherwise) and ``ops``: the memory-bound ops as the zoo's
+    fused kernels (``fused``: Megatron-Core / Transformer Engine) or as eager PyTorch runs
+    TorchTitan's modules (``eager``, ``job.compute.eager_ops``)."""
 
     fp8_recipe: str | None = None
     compiled: bool = False
     microbatches: int = 1
     weight_shards: int = 1
+    ops: str = "fused"
 
     @property
     def eager_16bit(self) -> bool:
-        """Whether the zoo's own pricing applies (no FP8, no compile)."""
-        return self.fp8_recipe is None and not self.compiled
+        """Whether the zoo's own pricing applies (no FP8, no compile, the zoo's fused ops)."""
+        return self.fp8_recipe is None and not self.compiled and self.ops == "fused"
 
 
 def kernel_options(fp8_recipe: str | None, compiled: bool, microbatches: int,
-                   shards: int) -> KernelOptions:
+                   shards: int, ops: str = "fused") -> KernelOptions:
     """The options of a job's kernels, keeping only what changes a price (the microbatches
     for Transformer Engine's cached weights, the shards for tensorwise's FP8 all-gather), so
     that equal prices share one cache entry."""
     return KernelOptions(fp8_recipe, compiled,
                          microbatches if fp8_recipe in TE_RECIPES else 1,
-                         shards if fp8_recipe == "tensorwise" else 1)
+                         shards if fp8_recipe == "tensorwise" else 1, ops)
 
 
 def check_kernel_options(precision: str, fp8_recipe: str | None, gpu: str, moe: bool,
@@ -96,23 +103,34 @@ def ops_seconds(ops: Sequence[Op], microbatch_size: int, compute: CalibratedComp
                sum(work.launches for work in works) * overhead)
 
 
-def block_ops(model: TransformerModel, compiled: bool) -> list[tuple[str, tuple[Op, ...]]]:
-    """Each block's name and ops, in order, as the job runs them (compiled: fused)."""
+def block_ops(model: TransformerModel, compiled: bool, ops_kind: str = "fused",
+              spec: TransformerSpec | None = None) -> list[tuple[str, tuple[Op, ...]]]:
+    """Each block's name and ops, in order, as the job runs them (``ops_kind`` eager:
+    TorchTitan's modules of ``spec``, compiled or not; else compiled: fused)."""
     blocks = []
     for name, group in groupby(model.layers, key=lambda layer: layer.block or layer.name):
         ops = tuple(op for layer in group for op in layer.ops)
-        if compiled:
+        if ops_kind == "eager":
+            if spec is None:
+                raise ValueError("block_ops: eager ops need the model's spec")
+            ops = torch_ops(ops, spec, compiled, cyclic=name.startswith("h."))
+            if compiled:  # the loss: compile_fusion's
+                ops = tuple(compiled_ops((op,), False)[0] if op.label == "cross-entropy" else op
+                            for op in ops)
+        elif compiled:
             ops = compiled_ops(ops, cyclic=name.startswith("h."))
         blocks.append((name, ops))
     return blocks
 
 
 def priced_blocks(model: TransformerModel, microbatch_size: int, compute: CalibratedCompute,
-                  options: KernelOptions) -> tuple[np.ndarray, np.ndarray]:
-    """Per block: forward and backward seconds of one microbatch (module docstring)."""
+                  options: KernelOptions,
+                  spec: TransformerSpec | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per block: forward and backward seconds of one microbatch (module docstring; ``spec``:
+    the model's, for eager ops)."""
     if options.eager_16bit:
         return block_seconds(model, microbatch_size, compute)
-    blocks = block_ops(model, options.compiled)
+    blocks = block_ops(model, options.compiled, options.ops, spec)
     forward = [ops_seconds(ops, microbatch_size, compute, options, False) for _, ops in blocks]
     backward = [ops_seconds(ops, microbatch_size, compute, options, True) for _, ops in blocks]
     return np.array(forward), np.array(backward)

@@ -54,6 +54,7 @@ from dlsched.job.compute.block_pricing import (
     priced_blocks,
 )
 from dlsched.job.compute.compile_fusion import compiled_ops
+from dlsched.job.compute.eager_ops import torch_ops
 from dlsched.job.compute.fp8 import TORCHAO_RECIPES
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
 from dlsched.job.compute.op_checkpoint import recomputed_ops
@@ -155,7 +156,7 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
     as ``kernels`` says."""
     compute = gpu_compute(gpu, precision, tp, sp)
     model = decoder_model(spec, 1, cp, cp_algorithm, attention)
-    forward, backward = priced_blocks(model, microbatch_size, compute, kernels)
+    forward, backward = priced_blocks(model, microbatch_size, compute, kernels, spec)
     message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     if sp:
         exchange = (curve(tp_group, "all-gather", policy).seconds(message)
@@ -189,9 +190,12 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         layer_b += core_f
     elif recompute == "selective-op":
         ops = tuple(op for item in model.layers if item.block == "h.0" for op in item.ops)
+        if kernels.ops == "eager":  # TorchTitan's modules (job.compute.eager_ops)
+            ops = torch_ops(ops, spec, kernels.compiled)
         again = recomputed_ops(spec, ops, local_tokens(spec, cp),
                                fp8=kernels.fp8_recipe in TORCHAO_RECIPES)
-        again = compiled_ops(again, cyclic=False) if kernels.compiled else again
+        if kernels.compiled and kernels.ops == "fused":
+            again = compiled_ops(again, cyclic=False)
         layer_b += (compute.forward_time(Layer("h.0.recomputed", 0, ops=again), microbatch_size)
                     if kernels.eager_16bit
                     else ops_seconds(again, microbatch_size, compute, kernels, False))

@@ -47,6 +47,7 @@ from dlsched.job.communication.dp_sync import (
 from dlsched.job.communication.moe_dispatch import check_dispatcher
 from dlsched.job.communication.pipeline_p2p import check_pipeline_p2p
 from dlsched.job.compute.block_pricing import check_kernel_options
+from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.fp8 import fp8_weight_copies
 from dlsched.job.compute.grad_accumulation import (
     check_grad_accumulation,
@@ -108,7 +109,10 @@ class Job:
     ``job.pipeline_p2p``). How its kernels run (``job.compute.block_pricing``):
     ``fp8_recipe`` with ``precision`` fp8 (``job.compute.fp8``), ``fp8_all_gather`` (torchao's
     FSDP float8 all-gather: ZeRO 3 gathers 1-byte weights), ``compile`` (torch.compile's
-    fusions, ``job.compute.compile_fusion``) and ``async_tp`` (``job.async_tp``); the MoE
+    fusions, ``job.compute.compile_fusion``), ``async_tp`` (``job.async_tp``) and ``ops``
+    (the memory-bound ops as Megatron-Core / Transformer Engine's fused kernels, ``fused``, or
+    as eager PyTorch runs TorchTitan's Llama modules, ``eager``: ``job.compute.eager_ops``,
+    Inductor's groups of them under ``compile``); the MoE
     token dispatch (``moe_dispatcher``: ``alltoall`` or ``deepep``,
     ``job.communication.moe_dispatch``); ZeRO 3's ``sharding`` (``zero``, or PyTorch's
     ``fsdp2`` / ``fsdp2-split`` by TorchTitan's wrapping: its states and unsharded weights,
@@ -131,8 +135,10 @@ class Job:
     async_tp: bool = False
     moe_dispatcher: str = "alltoall"
     sharding: str = "zero"
+    ops: str = "fused"
 
     def __post_init__(self) -> None:
+        check_ops(self.ops, self.spec)
         check_precision(self.precision)
         check_dispatcher(self.moe_dispatcher)
         check_sharding(self.sharding)

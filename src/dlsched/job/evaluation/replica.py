@@ -33,7 +33,8 @@ def block_costs_of(job: Job, layout: Execution) -> BlockCosts:
                        job.collective_policy, layout.cp, layout.cp_algorithm, job.attention,
                        job.tp_comm_overlap,
                        kernel_options(job.fp8_recipe, job.compile, layout.num_microbatches,
-                                      layout.cp * layout.dp if job.fp8_all_gather else 1),
+                                      layout.cp * layout.dp if job.fp8_all_gather else 1,
+                                      job.ops),
                        job.async_tp)
 
 
