@@ -24,7 +24,10 @@ already single kernels) that changes:
 Not modelled: the host's cheaper launches from a compiled graph (the GPU's kernel overhead
 stays the eager one; the plans priced here are GPU-bound), rotary embeddings (not among the
 zoo's ops, eager or compiled), and fusions into GEMM epilogues (Inductor keeps ``aten.mm`` as a
-cuBLAS call by default, ``max_autotune`` off).
+cuBLAS call by default, ``max_autotune`` off). A job whose ops are TorchTitan's eager modules
+(``Job.ops`` ``eager``) is compiled from those instead (``job.compute.eager_ops``: RMSNorm,
+rotary, ``repeat_kv``, SwiGLU and the additions as Inductor groups them); only its loss is
+compiled here.
 """
 
 from __future__ import annotations
