@@ -13,23 +13,23 @@ gradients into FP32 sharded gradients; AdamW keeps two FP32 moments. Per paramet
 2 + 4 + 12 of Megatron-LM.
 
 **FSDP2 unsharded weights.** ``fully_shard`` frees a unit's all-gathered parameters after its
-forward unless told not to. TorchTitan until 83e6941 (2025-07-28, "Improve
-reshard_after_forward logic"; sharding ``fsdp2``: the 9dec370 and e7c0cae runs) wraps each
-block and then the whole model: it does not reshard the last transformer block ("FSDP would
-prefetch it immediately") nor, with pipeline parallelism, any block; and FSDP2 never reshards
-the root module after forward (``FSDPState._lazy_init``: "For the root, do not reshard after
-forward since for training, the parameters would be freed and all-gathered immediately" sets
-the root group's ``post_forward_mesh_info = None``, torch 2.6-2.9, the versions of these
-runs), which holds what no block holds: the embedding, the final norm and the output
-projection. From 83e6941 (``fsdp2-split``: ``apply_fsdp`` at 6fc499f) the embedding, each
-block and ``[norm, output]`` are units of their own, the embedding and the blocks resharded
-after forward (not with PP), ``[norm, output]`` kept (unless "always"); the root holds no
-parameter. What is kept stays unsharded from the forward through the backward
-(``persistent``): in
-``param_dtype`` (2 B), the blocks' linear weights 1 B with torchao's float8 all-gather
-(``enable_fsdp_float8_all_gather``: the all-gather output is the FP8 weight; norms stay bf16;
-TorchTitan keeps ``output`` out of float8, ``filter_fqns``). During a block's backward
-(``backward_transient``) FSDP2 also holds the previous block's all-gather (its default
+forward unless told not to. TorchTitan until 83e6941 (2025-07-28, "Improve reshard_after_forward
+logic"; sharding ``fsdp2``: the 9dec370 and e7c0cae runs) wraps each block and then the whole
+model: it does not reshard the last transformer block ("FSDP would prefetch it immediately")
+nor, with pipeline parallelism, any block; and FSDP2 never reshards the root module after
+forward (``FSDPState._lazy_init``: "For the root, do not reshard after forward since for
+training, the parameters would be freed and all-gathered immediately" sets the root group's
+``post_forward_mesh_info = None``, in the torch builds of the 9dec370 and e7c0cae runs, up to
+2.8.0a0 of 2025-05-29; pytorch/pytorch#154704 and #155319, June 2025, made an explicit
+``reshard_after_forward=True`` reshard it), which holds what no block holds: the embedding, the
+final norm and the output projection. From 83e6941 (``fsdp2-split``: ``apply_fsdp`` at 6fc499f)
+the embedding, each block and ``[norm, output]`` are units of their own, the embedding and the
+blocks resharded after forward (not with PP), ``[norm, output]`` kept (unless "always"); the
+root holds no parameter. What is kept stays unsharded from the forward through the backward
+(``persistent``): in ``param_dtype`` (2 B), the blocks' linear weights 1 B with torchao's float8
+all-gather (``enable_fsdp_float8_all_gather``: the all-gather output is the FP8 weight; norms
+stay bf16; TorchTitan keeps ``output`` out of float8, ``filter_fqns``). During a block's
+backward (``backward_transient``) FSDP2 also holds the previous block's all-gather (its default
 backward prefetch of one), and at the reduce-scatter's copy-in the block's unsharded bf16
 gradient beside the FP32 reduce-scatter input (``foreach_reduce`` casts to ``reduce_dtype``):
 2 + 4 B per parameter of the block.
