@@ -187,7 +187,11 @@ class Parallelism(_Strict):
     torchao's ``tensorwise``, ``rowwise``); ``fp8_all_gather``: FSDP gathers the weights in FP8
     (torchao's ``enable_fsdp_float8_all_gather``). ``overlap`` ``ep_a2a``: the MoE layers'
     expert-parallel All-to-Alls overlapped with another microbatch's compute (Megatron-Core's
-    ``--overlap-moe-expert-parallel-comm`` with ``--delay-wgrad-compute``)."""
+    ``--overlap-moe-expert-parallel-comm`` with ``--delay-wgrad-compute``). ``cross_entropy``:
+    how the head's loss runs (``job.compute.cross_entropy``): ``unfused`` (Megatron-LM's
+    vocab-parallel cross-entropy, Megatron-Core's default), or Megatron-Core's
+    ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl`` ``native`` (its
+    torch.compile'd functions) or ``te`` (Transformer Engine's Triton kernels)."""
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
@@ -213,6 +217,7 @@ class Parallelism(_Strict):
     attention: Literal["unfused", "flash", "fused"] | None = "unfused"
     grad_reduce: Literal["fp32", "bf16", "fp16"] = "fp32"
     grad_accumulation: Literal["fused", "separate"] = "fused"
+    cross_entropy: Literal["unfused", "native", "te"] = "unfused"
 
 
 class Measurement(_Strict):

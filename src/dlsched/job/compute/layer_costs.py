@@ -8,7 +8,9 @@ layer, with the attention core by the job's ``attention`` kernel (Megatron-Core'
 kernel at the rate of Transformer Engine's cuDNN fused attention (what ``auto`` picks on Hopper:
 Transformer Engine prefers it there), or ``unfused``, Megatron-LM's 2021 products
 (scores written out, fused scale-mask-softmax, dropout, the weighted sum: what SC21 and
-Korthikanti et al. measured), the embedding and the head, priced by the
+Korthikanti et al. measured), the embedding and the head (its loss unfused as Megatron-LM runs
+it, or fused as Megatron-Core's or Transformer Engine's kernels: ``job.compute.cross_entropy``),
+priced by the
 calibrated GPU model (``models.compute``) at the layout's tensor-parallel degree and sequence
 parallelism, in the job's precision: ``bf16`` and ``fp16`` as Megatron-LM runs them (16-bit weights
 and activations, FP32 master weights: no per-op casts), ``autocast`` as ``torch.autocast`` (FP32
@@ -54,6 +56,7 @@ from dlsched.job.compute.block_pricing import (
     priced_blocks,
 )
 from dlsched.job.compute.compile_fusion import compiled_ops
+from dlsched.job.compute.cross_entropy import with_cross_entropy
 from dlsched.job.compute.eager_ops import torch_ops
 from dlsched.job.compute.fp8 import TORCHAO_RECIPES
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
@@ -147,15 +150,18 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
                 tp: int, sp: bool, recompute: str, tp_group: Topology,
                 policy: str, cp: int = 1, cp_algorithm: str = "ring",
                 attention: str = "flash", tp_overlap: bool = False,
-                kernels: KernelOptions = EAGER_16BIT, async_tp: bool = False) -> BlockCosts:
+                kernels: KernelOptions = EAGER_16BIT, async_tp: bool = False,
+                cross_entropy: str = "unfused") -> BlockCosts:
     """The blocks' seconds (see ``BlockCosts`` and the module docstring) on one GPU of a CP
     group of ``cp`` (its ``s / cp`` tokens; the CP communication is ``job.context_parallel``'s),
     the attention core by the ``attention`` kernel, the TP collectives overlapped with their
     GEMMs when ``tp_overlap`` and ``sp`` (Transformer Engine's userbuffers) or ``async_tp``
     (PyTorch's micro-pipelined collectives, ``job.async_tp``), the kernels in FP8 and compiled
-    as ``kernels`` says."""
+    as ``kernels`` says, the head's loss by the ``cross_entropy`` implementation
+    (``job.compute.cross_entropy``)."""
     compute = gpu_compute(gpu, precision, tp, sp)
-    model = decoder_model(spec, 1, cp, cp_algorithm, attention)
+    model = with_cross_entropy(decoder_model(spec, 1, cp, cp_algorithm, attention),
+                               cross_entropy)
     forward, backward = priced_blocks(model, microbatch_size, compute, kernels, spec)
     message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     if sp:

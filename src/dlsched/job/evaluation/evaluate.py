@@ -47,6 +47,7 @@ from dlsched.job.communication.dp_sync import (
 from dlsched.job.communication.moe_dispatch import check_dispatcher
 from dlsched.job.communication.pipeline_p2p import check_pipeline_p2p
 from dlsched.job.compute.block_pricing import check_kernel_options
+from dlsched.job.compute.cross_entropy import check_cross_entropy
 from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.fp8 import fp8_weight_copies
 from dlsched.job.compute.grad_accumulation import (
@@ -116,7 +117,9 @@ class Job:
     token dispatch (``moe_dispatcher``: ``alltoall`` or ``deepep``,
     ``job.communication.moe_dispatch``); ZeRO 3's ``sharding`` (``zero``, or PyTorch's
     ``fsdp2`` / ``fsdp2-split`` by TorchTitan's wrapping: its states and unsharded weights,
-    ``job.memory.torch_runtime``)."""
+    ``job.memory.torch_runtime``); the head's loss (``cross_entropy``: Megatron-LM's
+    ``unfused`` vocab-parallel cross-entropy, or Megatron-Core's ``--cross-entropy-loss-fusion``
+    by ``--cross-entropy-fusion-impl`` ``native`` or ``te``: ``job.compute.cross_entropy``)."""
 
     spec: TransformerSpec
     cluster: Cluster
@@ -136,9 +139,11 @@ class Job:
     moe_dispatcher: str = "alltoall"
     sharding: str = "zero"
     ops: str = "fused"
+    cross_entropy: str = "unfused"
 
     def __post_init__(self) -> None:
         check_ops(self.ops, self.spec)
+        check_cross_entropy(self.cross_entropy)
         check_precision(self.precision)
         check_dispatcher(self.moe_dispatcher)
         check_sharding(self.sharding)
