@@ -90,3 +90,29 @@ def test_router_groups_are_checked() -> None:
         replace(base, router_groups=4, router_group_topk=5)
     with pytest.raises(ConfigError, match="--moe-dispatcher"):
         check_dispatcher("flex")
+
+
+def test_the_evaluator_prices_the_dispatcher_and_the_node_limit() -> None:
+    from dlsched.job.compute.moe_costs import moe_layer_costs
+    from dlsched.job.execution import Execution
+    from dlsched.job.model_spec import bundled_specs
+
+    deepseek = bundled_specs()["deepseek-v3"]
+    assert (deepseek.router_groups, deepseek.router_group_topk) == (8, 4)
+    free = replace(deepseek, router_groups=0, router_group_topk=0)
+    cluster = node_cluster("dgx-h100", 64)
+    layout = Execution(tp=1, pp=1, dp=64, microbatch_size=1, global_batch=64, ep=64)
+    group, split = layout.group("ep", cluster), node_split(cluster, *layout.group_ranks("ep"))
+
+    def a2a(spec: TransformerSpec, dispatcher: str) -> float:
+        return moe_layer_costs(spec, layout, "h100", "bf16", None, group, "baseline",
+                               dispatcher=dispatcher,
+                               ep_split=split if dispatcher == "deepep" else None
+                               ).a2a_forward_s
+
+    token = 4096 * 7168 * 2.0  # T h 16-bit bytes
+    assert a2a(deepseek, "alltoall") == a2a(free, "alltoall") == \
+        2 * curve(group, "all-to-all", "baseline").seconds(8 * token)
+    assert a2a(deepseek, "deepep") == 2 * deepep_dispatch_seconds(
+        token, 8, expected_nodes(256, 8, 8, 8, 4), split, "baseline")
+    assert a2a(deepseek, "deepep") < a2a(free, "deepep") < a2a(deepseek, "alltoall")

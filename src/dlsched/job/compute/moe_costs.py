@@ -65,7 +65,13 @@ from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import local_tokens
+from dlsched.job.communication.moe_dispatch import (
+    NodeSplit,
+    deepep_dispatch_seconds,
+    expected_nodes,
+)
 from dlsched.job.communication.tp_overlap import overlapped_tp
+from dlsched.job.compute.block_pricing import KernelOptions
 from dlsched.job.compute.layer_costs import (
     ACTIVATION_BYTES,
     ATTENTION_CORE,
@@ -73,6 +79,7 @@ from dlsched.job.compute.layer_costs import (
     decoder_model,
     gpu_compute,
 )
+from dlsched.job.compute.moe_fp8 import layer_seconds
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.layer import Layer
@@ -175,16 +182,23 @@ def moe_layer_costs(spec: TransformerSpec, layout: Execution, gpu: str, precisio
                     tp_group: Topology | None, ep_topology: Topology | None,
                     policy: str, attention: str = "flash",
                     expert_tp_topology: Topology | None = None,
-                    tp_overlap: bool = False) -> MoELayerCosts:
+                    tp_overlap: bool = False, dispatcher: str = "alltoall",
+                    ep_split: NodeSplit | None = None,
+                    kernels: KernelOptions | None = None) -> MoELayerCosts:
     """One MoE layer's seconds (``MoELayerCosts``, module docstring), its attention core by
     the ``attention`` kernel (``job.layer_costs``); ``expert_tp_topology`` the expert-TP
     group's network (``tp_group`` when the experts' TP is the layout's), ``tp_overlap`` the
-    attention's sequence-parallel collectives overlapped with their GEMMs."""
+    attention's sequence-parallel collectives overlapped with their GEMMs, ``dispatcher`` the
+    token dispatch (``job.communication.moe_dispatch``: ``deepep`` needs ``ep_split``, the
+    EP group on its nodes), ``kernels`` how the kernels run (an FP8 recipe: the attention's
+    linears and the experts' grouped GEMMs in FP8, ``job.compute.moe_fp8``)."""
     experts_group = tp_group if layout.expert_tp is None else expert_tp_topology
     return _layer_costs(spec, layout.microbatch_size, layout.tp, layout.sequence_parallel,
                         layout.ep, layout.recompute, gpu, precision, tp_group, ep_topology,
                         policy, attention, layout.cp, layout.cp_algorithm, layout.etp,
-                        experts_group, tp_overlap and layout.sequence_parallel)
+                        experts_group, tp_overlap and layout.sequence_parallel,
+                        dispatcher if ep_split is not None else "alltoall", ep_split,
+                        kernels if kernels is not None and kernels.fp8_recipe else None)
 
 
 @lru_cache(maxsize=4096)
@@ -192,7 +206,9 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
                  gpu: str, precision: str, tp_group: Topology | None,
                  ep_topology: Topology | None, policy: str, attention: str, cp: int,
                  cp_algorithm: str, etp: int, etp_group: Topology | None,
-                 tp_overlap: bool) -> MoELayerCosts:
+                 tp_overlap: bool, dispatcher: str = "alltoall",
+                 ep_split: NodeSplit | None = None,
+                 kernels: KernelOptions | None = None) -> MoELayerCosts:
     """``moe_layer_costs`` kept per what it depends on (a search asks again per layout)."""
     compute = gpu_compute(gpu, precision, tp, sp)
     alone = gpu_compute(gpu, precision)  # the routed ops are given per GPU already
@@ -204,10 +220,12 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
     before, experts, after = routed_ops(spec, b, tp, ep, cp, etp)
     routed = [Layer(name, 0, ops=ops) for name, ops in
               (("moe.router", before), ("moe.experts", experts), ("moe.combine", after))]
-    forward = (sum(compute.forward_time(layer, b) for layer in (*attention_layers, residual))
-               + sum(alone.forward_time(layer, 1) for layer in routed))
-    backward = (sum(compute.backward_time(layer, b) for layer in (*attention_layers, residual))
-                + sum(alone.backward_time(layer, 1) for layer in routed))
+    forward = (sum(layer_seconds(layer, b, compute, kernels, False)
+                   for layer in (*attention_layers, residual))
+               + sum(layer_seconds(layer, 1, alone, kernels, False) for layer in routed))
+    backward = (sum(layer_seconds(layer, b, compute, kernels, True)
+                    for layer in (*attention_layers, residual))
+                + sum(layer_seconds(layer, 1, alone, kernels, True) for layer in routed))
     message = b * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     exchange = (curve(tp_group, "all-gather", policy).seconds(message)
                 + curve(tp_group, "reduce-scatter", policy).seconds(message)) if sp else \
@@ -223,7 +241,13 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
         else 0.0
     shared = exchange * (spec.shared_experts > 0)
     tp_forward = attention_f + shared + expert_tp
-    a2a = 2 * curve(ep_topology, "all-to-all", policy).seconds(sent)
+    if dispatcher == "deepep" and ep_split is not None:  # job.communication.moe_dispatch
+        nodes = expected_nodes(spec.experts, spec.top_k, ep_split.nodes, spec.router_groups,
+                               spec.router_group_topk)
+        a2a = 2 * deepep_dispatch_seconds(sent / spec.top_k, spec.top_k, nodes, ep_split,
+                                          policy)
+    else:
+        a2a = 2 * curve(ep_topology, "all-to-all", policy).seconds(sent)
     full = recompute == "full"
     tp_backward = attention_b + shared + expert_tp + (tp_forward if full else 0.0)
     a2a_backward = a2a * (2 if full else 1)

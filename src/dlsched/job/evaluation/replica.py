@@ -14,7 +14,9 @@ from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import CPCost, cp_cost, output_bytes
 from dlsched.job.communication.dp_sync import WEIGHT_BYTES
+from dlsched.job.communication.moe_dispatch import node_split
 from dlsched.job.communication.pipeline_p2p import with_p2p
+from dlsched.job.compute.attention_window import layer_savings, stage_savings
 from dlsched.job.compute.block_pricing import kernel_options
 from dlsched.job.compute.grad_accumulation import accumulation_bytes, stage_parameters
 from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
@@ -35,7 +37,7 @@ def block_costs_of(job: Job, layout: Execution) -> BlockCosts:
                        kernel_options(job.fp8_recipe, job.compile, layout.num_microbatches,
                                       layout.cp * layout.dp if job.fp8_all_gather else 1,
                                       job.ops),
-                       job.async_tp)
+                       job.async_tp, job.cross_entropy)
 
 
 def cp_group(job: Job, layout: Execution) -> Topology | None:
@@ -96,10 +98,15 @@ def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
     """One MoE layer's costs (``job.moe_costs``), None for a dense model."""
     if not job.spec.experts:
         return None
+    split = (node_split(job.cluster, *layout.group_ranks("ep"))
+             if job.moe_dispatcher == "deepep" else None)
     return moe_layer_costs(job.spec, layout, job.cluster.gpu, job.precision,
                            layout.group("tp", job.cluster), layout.group("ep", job.cluster),
                            job.collective_policy, job.attention,
-                           layout.group("expert_tp", job.cluster), job.tp_comm_overlap)
+                           layout.group("expert_tp", job.cluster), job.tp_comm_overlap,
+                           job.moe_dispatcher, split,
+                           kernel_options(job.fp8_recipe, job.compile, layout.num_microbatches,
+                                          1))
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,12 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
         count = job.spec.moe_layers_in(span.start, span.stop)
         forward[stage] += count * (moe.layer_f - costs.layer_f - extra_f)
         backward[stage] += count * (moe.layer_b - costs.layer_b - extra_b)
+    saved = layer_savings(job.spec, layout.microbatch_size, job.cluster.gpu, job.precision,
+                          layout.tp, layout.sequence_parallel, layout.recompute, layout.cp,
+                          layout.cp_algorithm, job.attention)  # windowed layers' shorter cores
+    for stage, (saved_f, saved_b) in enumerate(stage_savings(job.spec, spans, saved)):
+        forward[stage] -= saved_f
+        backward[stage] -= saved_b
     forward[0] += costs.embed_f
     backward[0] += costs.embed_b
     forward[-1] += costs.head_f
