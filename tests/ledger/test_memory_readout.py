@@ -102,17 +102,20 @@ def test_torchtitan_memory_is_reserved_with_three_fp32_logit_buffers() -> None:
     assert published_memory_gib(row, parts) == pytest.approx(expected / 2**30)
 
 
-def test_priced_memory_rows_are_held_out_and_the_eager_ones_within_eight_percent() -> None:
-    """Every priced memory row is held out (no constant was fitted to memory); the rows whose
-    every memory-relevant setting the model covers (eager bf16 FSDP with TorchTitan's per-op
-    checkpointing, 8 and 128 GPUs) are within 8% of their published figure. (The torch.compile,
-    FP8 and TP rows are priced too, with their errors in docs/validation.md: Inductor's
-    activation savings are not modelled.)"""
+def test_priced_memory_rows_are_held_out_and_within_eight_percent() -> None:
+    """Every priced memory row is held out (no constant was fitted to memory); at least 10 are
+    priced (eager and compiled, bf16 and float8, FSDP, FSDP + CP and FSDP + TP; issue 48's
+    bar), their mean |error| within 8%. The Dec 2024 and H200 rows are each within 8%; the
+    B200 rows (torchtitan 6fc499f) come out +17..+18%: their reserved figure is about the
+    predicted allocated one, where GMLake's fragmentation share adds 1 / 0.85
+    (docs/validation.md)."""
     priced = {p.row.id: p for p in _memory_predictions() if p.predicted is not None}
+    assert len(priced) >= 10
     assert all(p.held_out and p.scored for p in priced.values())
-    for row_id in ("torchtitan-2412-t1-8b-fsdp", "torchtitan-2412-t3-8b-fsdp"):
-        assert abs(priced[row_id].error) < 0.08, (row_id, priced[row_id].error)
-
+    assert sum(abs(p.error) for p in priced.values()) / len(priced) < 0.08
+    for row_id, prediction in priced.items():
+        bound = 0.20 if row_id.startswith("torchtitan-2508-") else 0.08
+        assert abs(prediction.error) < bound, (row_id, prediction.error)
 
 def test_the_h100_hbm2e_fit_reproduces_its_row_and_holds_the_others_out() -> None:
     """The fitted row comes out at its published rate (within the bisection's 0.1%) and is

@@ -37,12 +37,12 @@ from dataclasses import dataclass, field
 
 from dlsched.errors import ConfigError
 from dlsched.experiments.megatron import FITTED_ROW
-from dlsched.job.cluster import NODE_PRESETS, load_cluster
+from dlsched.job.cluster import NODE_PRESETS, node_cluster
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerFile, TransformerSpec
-from dlsched.ledger.memory import published_memory_gib
+from dlsched.ledger.memory import memory_unmodelled, published_memory_gib, sharding_of
 from dlsched.ledger.schema import LedgerRow, ModelShape
 
 # Ledger GPU -> (node preset, compute preset): one preset per GPU model, the model the preset
@@ -150,16 +150,17 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
                           f"{hw.inter_node_gbps_per_gpu:g} Gb/s differs from the {node} "
                           f"preset's {nic_gbps:g} Gb/s per GPU")
     spec = model_spec(shape)
-    cluster = load_cluster(node, hw.gpus, gpu)
+    cluster = node_cluster(node, hw.gpus, gpu, hw.nvlink_domain)  # None: whole domains
     dp_policy = "ddp" if "dp_grad_reduce" in par.overlap else "none"
     job = Job(spec, cluster, par.precision, "baseline", dp_policy,
               par.attention,
               overlap_param_gather="dp_param_gather" in par.overlap,
               tp_comm_overlap="tp_comm" in par.overlap, grad_reduce=par.grad_reduce,
-              grad_accumulation=par.grad_accumulation,
+              grad_accumulation=par.grad_accumulation, cross_entropy=par.cross_entropy,
               pipeline_p2p="overlapped" if "pp_p2p" in par.overlap else "blocking",
               fp8_recipe=par.fp8_recipe, fp8_all_gather=par.fp8_all_gather,
-              compile=par.torch_compile, async_tp="async_tp" in par.overlap)
+              compile=par.torch_compile, async_tp="async_tp" in par.overlap,
+              sharding=sharding_of(row))
     assert par.chunks is not None and par.microbatch_size is not None
     assert par.recompute is not None and par.sequence_parallel is not None
     assert par.zero is not None
@@ -218,17 +219,8 @@ def breakdown(job: Job, result: JobResult) -> dict[str, float]:
 
 
 def _memory_unmodelled(row: LedgerRow) -> str | None:
-    """Why a row's memory is not priced though its time is: the memory model
-    (``job.memory.per_gpu``) counts eager activations in 16 bits, not what torch.compile's
-    partitioner saves for the backward (it chooses its own saved set and recomputes cheap ops)
-    nor FP8's saved FP8 tensors and cast buffers."""
-    par = row.parallel
-    missing = [what for what, used in (("torch.compile's saved activations", par.torch_compile),
-                                       ("FP8's saved tensors and buffers",
-                                        par.precision == "fp8")) if used]
-    if not missing:
-        return None
-    return "memory: the memory model does not count " + " or ".join(missing)
+    """Why a row's memory is not priced though its time is (``ledger.memory.memory_unmodelled``)."""
+    return memory_unmodelled(row)
 
 
 def predict_row(row: LedgerRow) -> list[Prediction]:
