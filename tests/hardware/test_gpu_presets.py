@@ -98,7 +98,7 @@ def test_transferred_gemm_fractions_follow_the_published_ratio(name: str, key: s
     assert value == pytest.approx(A100_FIT * mamf / A100_MAMF, abs=5e-5)
 
 
-H100_FIT = 0.6633  # fitted on dgxc-2504-h100-llama3.1-8b-bf16-8gpu (presets/gpus.yaml)
+H100_FIT = 0.6544  # fitted on dgxc-2504-h100-llama3.1-8b-bf16-8gpu (presets/gpus.yaml)
 H100_MAMF = 794.5 / 989
 
 
@@ -110,8 +110,8 @@ def test_fractions_transferred_from_the_h100_fit_follow_the_published_ratio(
         name: str, key: str, mamf: float) -> None:
     """The h100's 16-bit fraction is fitted on one ledger row; the Hopper fractions
     transferred from it are the fit x the GPU's MAMF efficiency / the H100's BF16 one (H200
-    BF16 'the same' as H100's: ratio 1; H800: the same die): 0.6633 x 0.7087 / 0.8034 =
-    0.5852 for the H100's FP8, x 0.7344 / 0.8034 = 0.6064 for the H200's."""
+    BF16 'the same' as H100's: ratio 1; H800: the same die): 0.6544 x 0.7087 / 0.8034 =
+    0.5773 for the H100's FP8, x 0.7344 / 0.8034 = 0.5983 for the H200's."""
     value = getattr(get_gpu(name).spec.efficiency["gemm"], key)
     assert _provenance("h100", "efficiency.gemm.bf16") == "fitted"
     assert _provenance(name, f"efficiency.gemm.{key}") == "transferred"

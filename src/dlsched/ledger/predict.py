@@ -157,6 +157,7 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
               overlap_param_gather="dp_param_gather" in par.overlap,
               tp_comm_overlap="tp_comm" in par.overlap, grad_reduce=par.grad_reduce,
               grad_accumulation=par.grad_accumulation, cross_entropy=par.cross_entropy,
+              transformer_impl=par.transformer_impl,
               pipeline_p2p="overlapped" if "pp_p2p" in par.overlap else "blocking",
               fp8_recipe=par.fp8_recipe, fp8_all_gather=par.fp8_all_gather,
               compile=par.torch_compile, async_tp="async_tp" in par.overlap,

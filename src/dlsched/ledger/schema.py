@@ -191,7 +191,10 @@ class Parallelism(_Strict):
     how the head's loss runs (``job.compute.cross_entropy``): ``unfused`` (Megatron-LM's
     vocab-parallel cross-entropy, Megatron-Core's default), or Megatron-Core's
     ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl`` ``native`` (its
-    torch.compile'd functions) or ``te`` (Transformer Engine's Triton kernels)."""
+    torch.compile'd functions) or ``te`` (Transformer Engine's Triton kernels).
+    ``transformer_impl``: the layers' norms as Megatron-Core's ``--transformer-impl`` runs them
+    (``job.compute.transformer_impl``): ``local`` (apex's fused layer norm, Megatron-LM's and
+    Megatron-Core's local spec) or ``transformer_engine`` (Transformer Engine's kernels)."""
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
@@ -218,6 +221,7 @@ class Parallelism(_Strict):
     grad_reduce: Literal["fp32", "bf16", "fp16"] = "fp32"
     grad_accumulation: Literal["fused", "separate"] = "fused"
     cross_entropy: Literal["unfused", "native", "te"] = "unfused"
+    transformer_impl: Literal["local", "transformer_engine"] = "local"
 
 
 class Measurement(_Strict):

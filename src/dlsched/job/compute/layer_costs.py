@@ -61,6 +61,7 @@ from dlsched.job.compute.eager_ops import torch_ops
 from dlsched.job.compute.fp8 import TORCHAO_RECIPES
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
 from dlsched.job.compute.op_checkpoint import recomputed_ops
+from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.execution import PRECISIONS
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.compute import CalibratedCompute, calibrated
@@ -151,17 +152,20 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
                 policy: str, cp: int = 1, cp_algorithm: str = "ring",
                 attention: str = "flash", tp_overlap: bool = False,
                 kernels: KernelOptions = EAGER_16BIT, async_tp: bool = False,
-                cross_entropy: str = "unfused") -> BlockCosts:
+                cross_entropy: str = "unfused",
+                transformer_impl: str = "local") -> BlockCosts:
     """The blocks' seconds (see ``BlockCosts`` and the module docstring) on one GPU of a CP
     group of ``cp`` (its ``s / cp`` tokens; the CP communication is ``job.context_parallel``'s),
     the attention core by the ``attention`` kernel, the TP collectives overlapped with their
     GEMMs when ``tp_overlap`` and ``sp`` (Transformer Engine's userbuffers) or ``async_tp``
     (PyTorch's micro-pipelined collectives, ``job.async_tp``), the kernels in FP8 and compiled
     as ``kernels`` says, the head's loss by the ``cross_entropy`` implementation
-    (``job.compute.cross_entropy``)."""
+    (``job.compute.cross_entropy``) and the norms by ``transformer_impl``'s kernels
+    (``job.compute.transformer_impl``)."""
     compute = gpu_compute(gpu, precision, tp, sp)
-    model = with_cross_entropy(decoder_model(spec, 1, cp, cp_algorithm, attention),
-                               cross_entropy)
+    model = with_transformer_impl(
+        with_cross_entropy(decoder_model(spec, 1, cp, cp_algorithm, attention), cross_entropy),
+        transformer_impl)
     forward, backward = priced_blocks(model, microbatch_size, compute, kernels, spec)
     message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     if sp:

@@ -80,6 +80,7 @@ from dlsched.job.compute.layer_costs import (
     gpu_compute,
 )
 from dlsched.job.compute.moe_fp8 import layer_seconds
+from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.layer import Layer
@@ -184,21 +185,24 @@ def moe_layer_costs(spec: TransformerSpec, layout: Execution, gpu: str, precisio
                     expert_tp_topology: Topology | None = None,
                     tp_overlap: bool = False, dispatcher: str = "alltoall",
                     ep_split: NodeSplit | None = None,
-                    kernels: KernelOptions | None = None) -> MoELayerCosts:
+                    kernels: KernelOptions | None = None,
+                    transformer_impl: str = "local") -> MoELayerCosts:
     """One MoE layer's seconds (``MoELayerCosts``, module docstring), its attention core by
     the ``attention`` kernel (``job.layer_costs``); ``expert_tp_topology`` the expert-TP
     group's network (``tp_group`` when the experts' TP is the layout's), ``tp_overlap`` the
     attention's sequence-parallel collectives overlapped with their GEMMs, ``dispatcher`` the
     token dispatch (``job.communication.moe_dispatch``: ``deepep`` needs ``ep_split``, the
     EP group on its nodes), ``kernels`` how the kernels run (an FP8 recipe: the attention's
-    linears and the experts' grouped GEMMs in FP8, ``job.compute.moe_fp8``)."""
+    linears and the experts' grouped GEMMs in FP8, ``job.compute.moe_fp8``), the norms by
+    ``transformer_impl``'s kernels (``job.compute.transformer_impl``)."""
     experts_group = tp_group if layout.expert_tp is None else expert_tp_topology
     return _layer_costs(spec, layout.microbatch_size, layout.tp, layout.sequence_parallel,
                         layout.ep, layout.recompute, gpu, precision, tp_group, ep_topology,
                         policy, attention, layout.cp, layout.cp_algorithm, layout.etp,
                         experts_group, tp_overlap and layout.sequence_parallel,
                         dispatcher if ep_split is not None else "alltoall", ep_split,
-                        kernels if kernels is not None and kernels.fp8_recipe else None)
+                        kernels if kernels is not None and kernels.fp8_recipe else None,
+                        transformer_impl)
 
 
 @lru_cache(maxsize=4096)
@@ -208,11 +212,13 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
                  cp_algorithm: str, etp: int, etp_group: Topology | None,
                  tp_overlap: bool, dispatcher: str = "alltoall",
                  ep_split: NodeSplit | None = None,
-                 kernels: KernelOptions | None = None) -> MoELayerCosts:
+                 kernels: KernelOptions | None = None,
+                 transformer_impl: str = "local") -> MoELayerCosts:
     """``moe_layer_costs`` kept per what it depends on (a search asks again per layout)."""
     compute = gpu_compute(gpu, precision, tp, sp)
     alone = gpu_compute(gpu, precision)  # the routed ops are given per GPU already
-    model = decoder_model(spec, 1, cp, cp_algorithm, attention)
+    model = with_transformer_impl(decoder_model(spec, 1, cp, cp_algorithm, attention),
+                                  transformer_impl)
     layers = [layer for layer in model.layers if layer.block == "h.0"]
     attention_layers = [layer for layer in layers if ".mlp." not in layer.name]
     residual = Layer("h.0.mlp.residual", 0, ops=tuple(

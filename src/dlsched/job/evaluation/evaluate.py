@@ -64,6 +64,7 @@ from dlsched.job.compute.moe_costs import (
     check_moe_layout,
 )
 from dlsched.job.compute.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
+from dlsched.job.compute.transformer_impl import check_transformer_impl
 from dlsched.job.evaluation.pipeline_time import (
     PipelineTimes,
     ReplicaTiming,
@@ -119,7 +120,9 @@ class Job:
     ``fsdp2`` / ``fsdp2-split`` by TorchTitan's wrapping: its states and unsharded weights,
     ``job.memory.torch_runtime``); the head's loss (``cross_entropy``: Megatron-LM's
     ``unfused`` vocab-parallel cross-entropy, or Megatron-Core's ``--cross-entropy-loss-fusion``
-    by ``--cross-entropy-fusion-impl`` ``native`` or ``te``: ``job.compute.cross_entropy``)."""
+    by ``--cross-entropy-fusion-impl`` ``native`` or ``te``: ``job.compute.cross_entropy``); the
+    norms' kernels (``transformer_impl``: Megatron-Core's ``--transformer-impl``, ``local`` or
+    ``transformer_engine``: ``job.compute.transformer_impl``)."""
 
     spec: TransformerSpec
     cluster: Cluster
@@ -140,10 +143,12 @@ class Job:
     sharding: str = "zero"
     ops: str = "fused"
     cross_entropy: str = "unfused"
+    transformer_impl: str = "local"
 
     def __post_init__(self) -> None:
         check_ops(self.ops, self.spec)
         check_cross_entropy(self.cross_entropy)
+        check_transformer_impl(self.transformer_impl)
         check_precision(self.precision)
         check_dispatcher(self.moe_dispatcher)
         check_sharding(self.sharding)

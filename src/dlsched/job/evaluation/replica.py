@@ -37,7 +37,7 @@ def block_costs_of(job: Job, layout: Execution) -> BlockCosts:
                        kernel_options(job.fp8_recipe, job.compile, layout.num_microbatches,
                                       layout.cp * layout.dp if job.fp8_all_gather else 1,
                                       job.ops),
-                       job.async_tp, job.cross_entropy)
+                       job.async_tp, job.cross_entropy, job.transformer_impl)
 
 
 def cp_group(job: Job, layout: Execution) -> Topology | None:
@@ -106,7 +106,7 @@ def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
                            layout.group("expert_tp", job.cluster), job.tp_comm_overlap,
                            job.moe_dispatcher, split,
                            kernel_options(job.fp8_recipe, job.compile, layout.num_microbatches,
-                                          1))
+                                          1), job.transformer_impl)
 
 
 @dataclass(frozen=True)
