@@ -21,8 +21,8 @@ Both layers come out within 2% of the hand numbers, and so does the 70B row's it
 from them (the last rank's 20 layers and the head over 64 microbatches, the interleaved
 bubble (p - 1) / v of one microbatch's work, the exposed TP collectives, DP step and optimizer
 as the evaluator reports them): the 6.6% and 7.6% that the rows are predicted fast by (7.9%
-and 9.7% before the fused loss and Transformer Engine's norms) are not an accounting slip of the evaluator against
-this estimate (report of issue 48's helper).
+and 9.7% before the fused loss and Transformer Engine's norms) are not an accounting slip of
+the evaluator against this estimate (report of issue 48's helper).
 """
 
 from __future__ import annotations
