@@ -7,6 +7,10 @@ section of BENCHMARKS.md.
 time to train of the 405B plan ``--objective time-to-train`` chooses at each size (with
 failures, checkpoints and stragglers), its failure-free time and its goodput against the GPUs
 (matplotlib, Agg).
+
+``python -m benchmarks.bench_time_to_train worked`` prints the numbers of docs/time-to-train.md's
+worked plan: the plans ``--objective expected``, ``upper`` and ``time-to-train`` choose (on the
+default storage and on 200 GB/s in all), each priced on both storages, and Meta's own layout.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import write_section
 from dlsched.goodput.montecarlo import simulate
@@ -106,5 +111,47 @@ def plot(path: Path = PLOT) -> None:
     print(f"wrote {path}")
 
 
+WORKED = {"model": "llama3-405b", "cluster": "dgx-h100", "gpus": 16384, "tokens": "15.6T",
+          "baselines": False}
+SLOW_STORAGE = "200 GB/s total"
+LAYOUT_FIELDS = ("tp", "pp", "dp", "chunks", "microbatch_size", "schedule", "recompute",
+                 "sequence_parallel", "zero", "pipeline_split")
+
+
+def _priced(**settings: object) -> dict[str, Any]:
+    from dlsched.job.scenario import PlanScenario
+
+    return PlanScenario(**{**WORKED, **settings}).run().rows[0]  # type: ignore[arg-type]
+
+
+def worked() -> None:
+    """The worked plan's numbers (module docstring), one line per plan and storage."""
+    chosen = {"expected": _priced(objective="expected"), "upper": _priced(objective="upper"),
+              "time-to-train": _priced(objective="time-to-train"),
+              "time-to-train, 200 GB/s": _priced(objective="time-to-train",
+                                                 storage=SLOW_STORAGE)}
+    print("| chosen by | layout | iteration (s) | MFU (%) | mean / p50 / p95 with stragglers (s)"
+          " | storage | load (s) | interruptions | lost work (h) | restarting (h) | checkpoint "
+          "every (min) | goodput (%) | days | GPU-hours (M) | MWh |")
+    print("|" + "---|" * 15)
+    for name, row in chosen.items():
+        fixed = {field: row[field] for field in LAYOUT_FIELDS}
+        for storage in ("tectonic", SLOW_STORAGE):
+            r = _priced(objective="expected", storage=storage, **fixed)
+            print(f"| {name} | {r['layout']} | {r['iteration_s']:.3f} | {100 * r['mfu']:.1f} | "
+                  f"{r['iteration_mean_s']:.3f} / {r['iteration_p50_s']:.3f} / "
+                  f"{r['iteration_p95_s']:.3f} | {storage} | {r['checkpoint_load_s']:.1f} | "
+                  f"{r['interruptions']:.0f} | {r['lost_work_h']:.1f} | {r['restart_h']:.1f} | "
+                  f"{r['checkpoint_interval_s'] / 60:.1f} | {100 * r['goodput']:.2f} | "
+                  f"{r['ttt_days']:.2f} | {r['gpu_hours'] / 1e6:.2f} | "
+                  f"{r['energy_mwh']:,.0f} |")
+    meta = _priced(objective="expected", global_batch=2048, tp=8, pp=16, dp=128)
+    print(f"Meta's layout (TP 8, PP 16, DP 128, batch 2,048): {meta['layout']} "
+          f"{meta['iteration_s']:.3f} s, MFU {100 * meta['mfu']:.1f}%, goodput "
+          f"{100 * meta['goodput']:.1f}%, load {meta['checkpoint_load_s']:.0f} s, "
+          f"{meta['ttt_days']:.1f} days, {meta['gpu_hours'] / 1e6:.2f}M GPU-hours; checkpoint "
+          f"{chosen['expected']['checkpoint_gb']:,.0f} GB for the expected plan")
+
+
 if __name__ == "__main__":
-    plot() if sys.argv[1:] == ["plot"] else bench()
+    {"plot": plot, "worked": worked}.get(sys.argv[1] if sys.argv[1:] else "", bench)()
