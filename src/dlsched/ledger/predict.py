@@ -69,6 +69,9 @@ FITTED_ROWS: dict[str, str] = {
                                   "were fitted to this row (presets/gpus.yaml)",
     "dgxc-2504-h100-llama3.1-8b-bf16-8gpu": "the h100 preset's 16-bit GEMM efficiency was "
                                             "fitted to this row (presets/gpus.yaml)",
+    "megatron-bridge-2511-b200-llama3.1-405b-cp2": "the b200 preset's 16-bit GEMM efficiency "
+                                                   "(its FP8 one tied by a ratio) was "
+                                                   "fitted to this row (presets/gpus.yaml)",
 }
 TIME_METRICS = ("iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
 MEMORY_METRICS = ("memory_gib_per_gpu",)
