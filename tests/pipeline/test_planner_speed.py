@@ -52,6 +52,8 @@ def test_plans_identical_to_before_the_speed_work(seed: int) -> None:
     record = BEFORE[f"random {seed}"]
     plans = {}
     for name, planner in BASELINES.items():
+        if name not in record:  # DualPipe and DualPipeV came after it (issue 50)
+            continue
         try:
             plans[name] = planner(problem)
         except ConfigError as error:

@@ -159,6 +159,10 @@ def test_without_replication_every_planner_has_one_gpu_per_stage() -> None:
     pure = replace(problem, replicate=False)
     ours = run_planner(pure, "dlsched")
     for name in PLANNERS:
+        if name == "dualpipe":  # two copies of every stage, one per direction
+            with pytest.raises(ConfigError, match="replicate is off"):
+                run_planner(pure, name)
+            continue
         result = run_planner(pure, name)
         assert all(len(s.devices) == 1 for s in result.plan.stages), name
         to_torch(result.plan)

@@ -12,6 +12,8 @@ from dlsched.pipeline.chains.problem import PipelineProblem
 from dlsched.pipeline.planners.baselines import (
     plan_1f1b,
     plan_dapple,
+    plan_dualpipe,
+    plan_dualpipev,
     plan_gpipe,
     plan_interleaved,
     plan_pipedream,
@@ -37,6 +39,8 @@ BASELINES: dict[str, Planner] = {
     "zb-h1": plan_zb_h1,
     "zb-h2": plan_zb_h2,
     "zb-v": plan_zb_v,
+    "dualpipe": plan_dualpipe,
+    "dualpipev": plan_dualpipev,
 }
 
 
@@ -100,9 +104,10 @@ def configuration(plan: PipelinePlan) -> dict:
     replicas = sorted({len(stage.devices) for stage in plan.stages})
     chunks = int(notes.get("chunks", 1))
     split = any(stage.split for stage in plan.stages)
+    copies = int(notes.get("copies", 1))  # DualPipe's two directions: 2 copies of a stage
     return {"schedule": notes.get("schedule", plan.planner),
             "pp": plan.num_stages // chunks, "chunks": chunks,
-            "dp": replicas[0] if len(replicas) == 1 and not split else
+            "dp": replicas[0] // copies if len(replicas) == 1 and not split else
             "/".join(f"{len(stage.devices)}{'s' if stage.split else ''}"
                      for stage in plan.stages),
             "tp": plan.tensor_parallel, "recompute": plan.recompute,

@@ -36,6 +36,15 @@ parallelism.
 * ``zb-v`` — ZB-V (same paper, section 6): two stages per GPU in a V (``zb_v_orders``), the
   paper's handcrafted order, on the PP x DP x TP grid with ``2 pp`` balanced stages; its
   memory is about 1F1B's, so no lowered warm-up is needed beyond what recomputation gives.
+* ``dualpipe`` — DualPipe (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, section 3.2.1):
+  microbatches fed from both ends, rank ``k`` holding stages ``k`` and ``pp - 1 - k``
+  (``plans.dualpipe``), overlapped forward-backward pairs, on the PP x DP x TP grid with even
+  ``pp`` (the report: "DualPipe requires that the pipeline stages and micro-batches be
+  divisible by 2") and, per data-parallel replica, an even number of microbatches, at least
+  ``2 pp`` (the authors' repository asserts it); other configurations are skipped, counted.
+* ``dualpipev`` — DualPipeV (the deepseek-ai/DualPipe repository's cut-in-half DualPipe): one
+  direction folded into ZB-V's V of ``2 pp`` stages, the same eight steps, on the grid with
+  at least ``2 pp`` microbatches per replica.
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from dlsched.pipeline.planners.grid import (
     in_flight_caps,
 )
 from dlsched.pipeline.planners.partition import RangeCosts, range_costs, throughput_dp
+from dlsched.pipeline.plans.dualpipe import dualpipe_grid_units, dualpipev_units, flatten
 from dlsched.pipeline.plans.plan import PipelinePlan, Stage
 from dlsched.pipeline.plans.schedules import (
     gpipe_orders,
@@ -148,13 +158,33 @@ def _per_rank(name: str, make: RankOrdersMaker) -> Variants:
     return variants
 
 
+def _paired(name: str, make: Callable) -> Variants:
+    """Plans of DualPipe (``make`` = ``dualpipe_grid_units``) or DualPipeV
+    (``dualpipev_units``): per-rank units, kept as ``PipelinePlan.joined``; ConfigError when
+    the configuration breaks the schedule's conditions (``best_plan`` counts it skipped)."""
+    def variants(problem: PipelineProblem, point: GridPoint,
+                 stages: tuple[Stage, ...]) -> list[PipelinePlan]:
+        groups = tuple(stage.devices for stage in stages[:point.pp])
+        if point.dual:
+            groups = tuple(stage.devices[0::2] for stage in stages)
+        orders, joined = flatten(make(problem.num_microbatches, groups,
+                                      problem.graph.num_devices))
+        return [PipelinePlan(name, stages, orders, problem.num_microbatches, point.notes(name),
+                             point.recompute, point.tp, point.ddp, joined=joined)]
+    return variants
+
+
 def _zero_bubble(name: str, variants: Variants, chunks: tuple[int, ...] = (1,),
-                 v_shape: bool = False) -> Callable[[PipelineProblem], PipelinePlan]:
+                 v_shape: bool = False, dual: bool = False
+                 ) -> Callable[[PipelineProblem], PipelinePlan]:
     def plan(problem: PipelineProblem) -> PipelinePlan:
         if problem.chain.input_grad_fraction is None:
             raise ConfigError(f"{name}: the model's backward cannot be split into I and W "
                               "(input_grad_fraction is unset)")
-        return best_plan(problem, name, grid_points(problem, chunks, v_shape), variants)
+        if dual and not problem.replicate:
+            raise ConfigError(f"{name}: runs two copies of every stage; the problem allows "
+                              "one GPU per stage (replicate is off)")
+        return best_plan(problem, name, grid_points(problem, chunks, v_shape, dual), variants)
     plan.__doc__ = (f"{name.upper()} on the PP x DP x TP grid; needs a chain whose backward "
                     "can be split.")
     return plan
@@ -164,6 +194,9 @@ plan_zb_h1 = _zero_bubble("zb-h1", _fixed("zb-h1", zb_h1_orders, True))
 plan_zb_h2 = _zero_bubble("zb-h2", _fixed("zb-h2", zb_h2_orders, True))
 plan_zb_v = _zero_bubble("zb-v", _per_rank("zb-v", lambda point, m, groups, n: zb_v_orders(
     m, groups, n)), (2,), v_shape=True)
+plan_dualpipe = _zero_bubble("dualpipe", _paired("dualpipe", dualpipe_grid_units), dual=True)
+plan_dualpipev = _zero_bubble("dualpipev", _paired("dualpipev", dualpipev_units), (2,),
+                              v_shape=True)
 
 
 def plan_interleaved(problem: PipelineProblem) -> PipelinePlan:

@@ -29,6 +29,7 @@ from dlsched.pipeline.planners.estimate import memory_slots
 from dlsched.pipeline.planners.partition import balanced_stages
 from dlsched.pipeline.planners.pruning import Candidate, evaluate
 from dlsched.pipeline.plans.checks import check_plan
+from dlsched.pipeline.plans.dualpipe import dual_devices
 from dlsched.pipeline.plans.plan import PipelinePlan, PlanError, Stage
 from dlsched.pipeline.plans.runtimes import runtime_for
 from dlsched.pipeline.simulation.bounds import plan_bound
@@ -42,7 +43,9 @@ class GridPoint:
     """One configuration: pipeline, data-parallel and tensor-parallel degrees, mapping,
     recomputation, and the chunks (virtual stages) per GPU of interleaved schedules, looped
     (GPU ``k`` holds stages ``k, k + p, ...``) or, with ``v_shape``, two in a V (stages ``k``
-    and ``2p - 1 - k``, ZB-V)."""
+    and ``2p - 1 - k``, ZB-V); with ``dual``, DualPipe's two directions (rank ``k`` holds
+    stages ``k`` and ``p - 1 - k``, each stage on the ranks ``s`` and ``p - 1 - s``,
+    ``plans.dualpipe.dual_devices``)."""
 
     pp: int
     dp: int
@@ -51,6 +54,7 @@ class GridPoint:
     chunks: int = 1
     tp: int = 1
     v_shape: bool = False
+    dual: bool = False
 
     @property
     def ddp(self) -> bool:
@@ -62,6 +66,8 @@ class GridPoint:
     def notes(self, schedule: str) -> dict:
         """The configuration as plan notes (shown in the output)."""
         shape = {"shape": "V" if self.v_shape else "looped"} if self.chunks > 1 else {}
+        if self.dual:
+            shape = {"shape": "bidirectional", "copies": 2}
         sync = {"gradient sync": "DDP buckets overlapped with the backward"} if self.ddp else {}
         return {"schedule": schedule, "pp": self.pp, "dp": self.dp, "tp": self.tp,
                 "recompute": self.recompute, "mapping": self.mapping,
@@ -81,25 +87,29 @@ def stage_groups(pp: int, dp: int, mapping: str) -> list[tuple[int, ...]]:
 
 
 def grid_points(problem: PipelineProblem, chunks: tuple[int, ...] = (1,),
-                v_shape: bool = False) -> Iterator[GridPoint]:
-    """Every configuration of the grid for the given chunk counts (in a V: ``v_shape``)."""
+                v_shape: bool = False, dual: bool = False) -> Iterator[GridPoint]:
+    """Every configuration of the grid for the given chunk counts (in a V: ``v_shape``;
+    DualPipe's two directions, ``dual``: even pipeline degrees only, the DeepSeek-V3
+    report's condition)."""
     blocks = problem.chain.num_blocks
     for tp in problem.degrees():
         n = problem.tensor(tp).graph.num_devices
         for mode in problem.recompute_modes:
             for v in chunks:
                 for pp in (k for k in range(1, n + 1) if k * v <= blocks):
-                    if problem.replicate and n % pp:
+                    if (problem.replicate and n % pp) or (dual and pp % 2):
                         continue
                     dp = n // pp if problem.replicate else 1
                     for mapping in MAPPINGS if 1 < pp < pp * dp else MAPPINGS[:1]:
-                        yield GridPoint(pp, dp, mapping, mode, v, tp, v_shape)
+                        yield GridPoint(pp, dp, mapping, mode, v, tp, v_shape, dual)
 
 
 def point_stages(problem: PipelineProblem, point: GridPoint) -> tuple[Stage, ...]:
     """Balanced stages of a configuration (``chunks`` x ``pp`` stages for interleaving)."""
     groups = stage_groups(point.pp, point.dp, point.mapping)
     placed = groups + groups[::-1] if point.v_shape else groups * point.chunks
+    if point.dual:
+        placed = list(dual_devices(tuple(groups)))
     return balanced_stages(point.instance(problem), placed)
 
 
@@ -129,7 +139,12 @@ def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
             skipped["fewer blocks than stages"] += 1
             continue
         reason = ""
-        for plan in variants(sub, point, stages):
+        try:
+            plans = variants(sub, point, stages)
+        except ConfigError:
+            skipped["the schedule's conditions unmet"] += 1
+            continue
+        for plan in plans:
             reason = _refusal(problem, plan)
             if not reason:
                 runnable.append(plan)
@@ -145,7 +160,10 @@ def best_plan(problem: PipelineProblem, name: str, points: Iterator[GridPoint],
             best = result
     if best is None:
         degrees = ", ".join(map(str, problem.degrees()))
-        raise ConfigError(f"{name}: no configuration fits the GPUs' memory (PP x DP x TP grid, "
+        why = "fits the GPUs' memory" if "the schedule's conditions unmet" not in skipped \
+            else "runs (" + ", ".join(f"{count} {reason}"
+                                      for reason, count in skipped.most_common()) + ")"
+        raise ConfigError(f"{name}: no configuration {why} (PP x DP x TP grid, "
                           f"TP {degrees}, recomputation {', '.join(problem.recompute_modes)})")
     remember(problem, best)
     if not skipped:

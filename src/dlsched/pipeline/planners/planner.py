@@ -58,6 +58,12 @@ from dlsched.pipeline.planners.estimate import best_sync_partitions, estimate, m
 from dlsched.pipeline.planners.ordering import device_order
 from dlsched.pipeline.planners.partition import balanced_partitions, balanced_stages, range_costs
 from dlsched.pipeline.planners.pruning import MARGIN, Candidate, evaluate
+from dlsched.pipeline.planners.two_stage import (
+    NOTE_NAMES,
+    TWO_STAGE,
+    two_stage_orders,
+    v_partitions,
+)
 from dlsched.pipeline.plans.actions import Action
 from dlsched.pipeline.plans.plan import PipelinePlan, Stage, stages_error
 from dlsched.pipeline.plans.runtimes import runtime_for
@@ -165,7 +171,7 @@ def propose_partitions(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
         for stages in best_sync_partitions(problem, costs, keep):
             if stages not in found:
                 found.append(stages)
-    extra = front_light_partitions(problem, orders[0])
+    extra = front_light_partitions(problem, orders[0]) + v_partitions(problem, orders[0])
     if not problem.replicate:
         extra += [balanced_stages(problem, orders[0][:k]) for k in range(1, len(orders[0]) + 1)]
     for stages in extra:
@@ -230,8 +236,9 @@ def _stages_bound(problem: PipelineProblem, stages: tuple[Stage, ...], split: bo
 def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
                         only: str | None = None) -> list[Candidate]:
     """The schedules of one partition: list-scheduling rules, 1F1B, GPipe, ZB-H1 and ZB-H2
-    orders (only the schedule called ``only`` when given), as candidates grouped by partition
-    and TP degree and bounded by ``_stages_bound``. A candidate's result is None when it
+    orders, and on a V or bidirectional partition ZB-V's, DualPipeV's and DualPipe's
+    (``two_stage``; only the schedule called ``only`` when given), as candidates grouped by
+    partition and TP degree and bounded by ``_stages_bound``. A candidate's result is None when it
     fails, does not fit memory or is outside the problem's space (``admissible``). Fixed
     orders are written once, when first needed (by the bound or the simulation)."""
     n, m = problem.graph.num_devices, problem.num_microbatches
@@ -267,6 +274,13 @@ def schedule_candidates(problem: PipelineProblem, stages: tuple[Stage, ...],
             found.append(candidate(make in (zb_h1_orders, zb_h2_orders),
                                    lambda deadline, make=make, name=name: fixed(make, name,
                                                                                 deadline)))
+    for name in TWO_STAGE if problem.chain.input_grad_fraction is not None else ():
+        paired = two_stage_orders(name, stages, n, m) if only in (None, name) else None
+        if paired is not None:
+            found.append(candidate(True, lambda deadline, name=name, paired=paired: simulate(
+                problem, PipelinePlan("dlsched", stages, paired[0], m, {"schedule": name},
+                                      problem.chain.recompute, problem.degree,
+                                      joined=paired[1]), deadline)))
     return found
 
 
@@ -405,9 +419,10 @@ def _refine_schedule(problem: PipelineProblem, plan: PipelinePlan) -> str:
     """The schedule refinement re-runs on neighbours: the one that produced ``plan`` when it
     is one of ours, else backward-first list scheduling."""
     ours = {rule.name for rule in dispatch_rules(problem, plan.stages)} | {
-        "one_f_one_b", "gpipe", "zb_h1", "zb_h2"}
+        "one_f_one_b", "gpipe", "zb_h1", "zb_h2", *TWO_STAGE}
     name = plan.notes.get("schedule", "")
-    name = {"1f1b": "one_f_one_b", "zb-h1": "zb_h1", "zb-h2": "zb_h2"}.get(name, name)
+    name = {"1f1b": "one_f_one_b", "zb-h1": "zb_h1", "zb-h2": "zb_h2", **NOTE_NAMES}.get(
+        name, name)
     if name in ours:
         return name
     split = problem.chain.input_grad_fraction is not None

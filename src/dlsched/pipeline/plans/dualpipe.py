@@ -142,6 +142,43 @@ def dualpipe_units(num_microbatches: int, num_ranks: int) -> list[list[tuple[Act
     return per_gpu
 
 
+def dual_devices(groups: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, ...], ...]:
+    """The replicas of DualPipe's ``p = len(groups)`` stages on ``p`` ranks of ``d``
+    data-parallel GPUs: stage ``s`` alternates the GPUs of rank ``s`` (forward direction)
+    and of rank ``p - 1 - s`` (reverse), ``(g_s[0], g_{p-1-s}[0], g_s[1], ...)``, so with
+    round-robin replicas microbatch ``j`` runs in direction ``j % 2`` on data-parallel
+    replica ``(j // 2) % d``."""
+    p = len(groups)
+    return tuple(tuple(gpu for pair in zip(groups[s], groups[p - 1 - s], strict=True)
+                       for gpu in pair) for s in range(p))
+
+
+def dualpipe_grid_units(num_microbatches: int, groups: tuple[tuple[int, ...], ...],
+                        num_devices: int) -> list[list[tuple[Action, ...]]]:
+    """DualPipe's units per GPU on ``p = len(groups)`` ranks of ``d`` data-parallel
+    replicas, stages placed by ``dual_devices``: replica ``i`` runs DualPipe (as
+    ``dualpipe_units``) on the microbatches ``j`` with ``(j // 2) % d == i``, direction
+    ``j % 2``. ConfigError unless ``p`` is even and every replica gets the same even number
+    of microbatches, at least ``2p`` (``check_dualpipe``; ``num_microbatches`` a multiple of
+    ``2d``)."""
+    p, d = len(groups), len(groups[0])
+    if num_microbatches % (2 * d):
+        raise ConfigError(f"num_microbatches: DualPipe over {d} data-parallel replicas needs "
+                          f"a multiple of 2 x {d} = {2 * d} (got {num_microbatches})")
+    n = p // 2
+    per_gpu: list[list[tuple[Action, ...]]] = [[] for _ in range(num_devices)]
+    for replica in range(d):
+        local = [j for j in range(num_microbatches) if (j // 2) % d == replica]
+        check_dualpipe("dualpipe", len(local), p)
+        by_direction = ([j for j in local if j % 2 == 0], [j for j in local if j % 2 == 1])
+        for k in range(p):
+            h, first = min(k, p - 1 - k), 0 if k < n else 1
+            per_gpu[groups[k][replica]] = number_units(
+                rank_units(n, h, len(local) // 2), (h, p - 1 - h),
+                (by_direction[first], by_direction[1 - first]))
+    return per_gpu
+
+
 def dualpipev_units(num_microbatches: int, groups: tuple[tuple[int, ...], ...],
                     num_devices: int) -> list[list[tuple[Action, ...]]]:
     """DualPipeV's units per GPU (module docstring) on ``p = len(groups)`` ranks of ``d``
