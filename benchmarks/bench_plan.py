@@ -40,6 +40,7 @@ from dlsched.job.evaluation.pipeline_steady import fast_pipeline, replica_timing
 from dlsched.job.evaluation.pipeline_walk import walk_pipeline
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, search
 
 PLAN_175B = ["plan", "--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "1024",
@@ -50,7 +51,7 @@ def evaluation_times() -> list[tuple[int, float, float]]:
     """(GPUs, first evaluation s, median of five more s) of TP8 x PP16 x DP, 1F1B, mb 1."""
     spec, out = bundled_specs()["gpt3-175b"], []
     for gpus in (128, 512, 1024, 2048, 3072):
-        job = Job(spec, load_cluster("dgx-a100", gpus, None), "fp16")
+        job = Job(spec, load_cluster("dgx-a100", gpus, None), RunSettings("fp16"))
         dp = gpus // 128
         layout = Execution(8, 16, dp, 1, 96 * dp, recompute="selective", sequence_parallel=True)
         start = time.process_time()
@@ -81,8 +82,8 @@ def plan_sc21() -> tuple[float, list[str]]:
     """CPU seconds to plan every SC21 row with dlsched, and one line per row."""
     specs, lines, total = bundled_specs(), [], 0.0
     for row in ROWS:
-        job = Job(specs[row.name], load_cluster("dgx-a100", row.gpus, None), "fp16",
-                  dp_policy="usbyte", attention="unfused")
+        job = Job(specs[row.name], load_cluster("dgx-a100", row.gpus, None),
+                  RunSettings("fp16", dp_policy="usbyte", attention="unfused"))
         given = Execution(row.tp, row.pp, row.dp, row.microbatch, row.batch, row.chunks,
                        "interleaved" if row.chunks > 1 else "1f1b", "full")
         start = time.process_time()
@@ -196,7 +197,12 @@ try:
     walks = [pipeline_walk, pipeline_steady]
 except ImportError:
     walks = [pipeline_walk]
-job = module.Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), "bf16")
+try:  # the run settings one type since issue 47; a --before checkout may predate it
+    from dlsched.job.run_settings import RunSettings
+    run = RunSettings("bf16")
+except ImportError:
+    run = "bf16"
+job = module.Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), run)
 out = []
 for schedule, pp, batch in json.loads(sys.argv[1]):
     chunks = 2 if schedule == "interleaved" else 1
@@ -271,7 +277,7 @@ def _full_walks(times: object, quiet: object) -> tuple[object, object]:
 def full_walk_ms(cases: list[list[object]]) -> list[float]:
     """ms per evaluation with the full walk of every action, one per lane (what the
     steady-state walk replaces), for ``WALK_CASES``' rows."""
-    job = Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), "bf16")
+    job = Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), RunSettings("bf16"))
     out = []
     for schedule, pp, batch in cases:
         layout = Execution(8, pp, 4096 // (8 * pp), 1, batch, 2 if schedule == "interleaved"

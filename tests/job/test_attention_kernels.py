@@ -5,8 +5,6 @@ name, and a GPU file's optional ``fused_attention`` kind is checked at the edge.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from dlsched.errors import ConfigError
@@ -17,6 +15,7 @@ from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.run_settings import RunSettings
 from dlsched.models.calibration import gpu_document
 from dlsched.models.kernels import attention_utilization
 
@@ -57,9 +56,9 @@ def test_fused_attention_shortens_only_the_attention() -> None:
     (core_flash,), (core_fused,) = _core("flash"), _core("fused")
     saved = compute.work(core_flash, 1).gpu_s - compute.work(core_fused, 1).gpu_s
     assert flash.layer_f - fused.layer_f == pytest.approx(saved, rel=1e-3)
-    job = Job(LLAMA_8B, cluster, "bf16", attention="fused")
+    job = Job(LLAMA_8B, cluster, RunSettings("bf16", attention="fused"))
     layout = Execution(1, 1, 8, 1, 64)
-    assert evaluate(job, layout).iteration_s < evaluate(replace(job, attention="flash"),
+    assert evaluate(job, layout).iteration_s < evaluate(job.with_run(attention="flash"),
                                                         layout).iteration_s
 
 
@@ -67,11 +66,11 @@ def test_fused_attention_is_refused_where_no_rate_is_given() -> None:
     """The a100 preset measures no cuDNN attention rate, and cuDNN's kernel is 16-bit only:
     both refusals name the field."""
     with pytest.raises(ConfigError, match=r"efficiency\.fused_attention\.bf16"):
-        Job(LLAMA_8B, load_cluster("dgx-a100", 8, "a100"), "bf16", attention="fused")
+        Job(LLAMA_8B, load_cluster("dgx-a100", 8, "a100"), RunSettings("bf16", attention="fused"))
     with pytest.raises(ConfigError, match=r"efficiency\.fused_attention\.fp32"):
         get_gpu("h100").efficiency("fused_attention", "fp32")
     with pytest.raises(ConfigError, match="--attention"):
-        Job(LLAMA_8B, load_cluster("dgx-h100", 8, "h100"), "bf16", attention="cudnn")
+        Job(LLAMA_8B, load_cluster("dgx-h100", 8, "h100"), RunSettings("bf16", attention="cudnn"))
 
 
 def test_a_gpu_files_fused_attention_takes_bf16_alone() -> None:

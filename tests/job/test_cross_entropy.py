@@ -13,6 +13,7 @@ from dlsched.job.compute.cross_entropy import LOSS_LABEL, loss_op, with_cross_en
 from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
 from dlsched.job.evaluation.evaluate import Job
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.run_settings import RunSettings
 
 SPEC = bundled_specs()["llama3-8b"]
 TOKENS, VOCAB = 4096, 128256  # one GPU's 8192 / CP 2 tokens, the Llama 3 vocabulary
@@ -71,6 +72,6 @@ def test_unknown_loss_is_refused_naming_the_field() -> None:
     cluster = load_cluster("dgx-h100", 8, None)
     with pytest.raises(ConfigError, match=r"--cross-entropy: 'fast' is not accepted; "
                                           r"accepted: unfused, native, te"):
-        Job(SPEC, cluster, cross_entropy="fast")
+        Job(SPEC, cluster, RunSettings(cross_entropy="fast"))
     with pytest.raises(ConfigError, match="--cross-entropy"):
         loss_op("unfused", LOGITS)

@@ -5,8 +5,6 @@ against what fused accumulation costs (nothing)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from dlsched.errors import ConfigError
@@ -16,10 +14,11 @@ from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.evaluation.evaluate import Job, evaluate, pipeline_times
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.run_settings import RunSettings
 
 SPEC = bundled_specs()["gpt-1.7b"]
-FUSED = Job(SPEC, node_cluster("dgx-a100", 8), "fp16", grad_reduce="fp16")
-SEPARATE = replace(FUSED, grad_accumulation="separate")
+FUSED = Job(SPEC, node_cluster("dgx-a100", 8), RunSettings("fp16", grad_reduce="fp16"))
+SEPARATE = FUSED.with_run(grad_accumulation="separate")
 RATE = gpu_compute("a100", "fp16").gpu.memory_rate  # bytes/s
 
 
@@ -64,7 +63,7 @@ def test_each_stage_pays_for_its_own_parameters() -> None:
 
 def test_a_mode_that_does_not_exist_names_the_option() -> None:
     with pytest.raises(ConfigError, match="--grad-accumulation"):
-        replace(FUSED, grad_accumulation="sometimes")
+        FUSED.with_run(grad_accumulation="sometimes")
 
 
 def test_the_export_turns_the_fusion_off() -> None:

@@ -4,8 +4,6 @@ outside BF16 training; carried to the exports."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from dlsched.errors import ConfigError
@@ -15,12 +13,13 @@ from dlsched.job.evaluation.evaluate import Job, dp_group, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.run_settings import RunSettings
 from dlsched.job.scenario import PlanScenario
 
 SPEC = bundled_specs()["llama3-8b"]
 LAYOUT = Execution(1, 1, 8, 1, 8)  # DP 8 on one node, ZeRO 0: the gradients all-reduced at the end
-FP32 = Job(SPEC, node_cluster("dgx-h100", 8), "bf16", dp_policy="none")
-BF16 = replace(FP32, grad_reduce="bf16")
+FP32 = Job(SPEC, node_cluster("dgx-h100", 8), RunSettings("bf16", dp_policy="none"))
+BF16 = FP32.with_run(grad_reduce="bf16")
 
 
 def test_the_reduction_moves_two_bytes_per_gradient_by_hand() -> None:
@@ -47,7 +46,7 @@ def test_the_gradient_buffer_halves() -> None:
 def test_a_format_the_training_cannot_reduce_in_names_the_option(precision: str,
                                                                  grad_reduce: str) -> None:
     with pytest.raises(ConfigError, match="--grad-reduce"):
-        Job(SPEC, node_cluster("dgx-h100", 8), precision, grad_reduce=grad_reduce)
+        Job(SPEC, node_cluster("dgx-h100", 8), RunSettings(precision, grad_reduce=grad_reduce))
 
 
 def test_the_plan_exports_the_bf16_reduction() -> None:

@@ -17,6 +17,7 @@ from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
+from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, layouts
 
 SMALL = TransformerSpec("moe-small", 4, 1024, 8, 1024, 32000, ffn_hidden=2048, kv_heads=8,
@@ -62,7 +63,7 @@ def test_every_kth_layer_and_shared_experts():
 
 
 def _small_job(policy: str = "baseline", gpus: int = 8) -> Job:
-    return Job(SMALL, node_cluster("dgx-h100", gpus), "bf16", policy, "none")
+    return Job(SMALL, node_cluster("dgx-h100", gpus), RunSettings("bf16", policy, "none"))
 
 
 def test_all_to_all_seconds_by_hand():
@@ -123,7 +124,7 @@ def test_policies_order_on_a_multi_dimensional_ep_group():
     spec = load_spec("mixtral-8x7b")
     cluster = load_cluster("dgx-h100", 64, None)
     layout = Execution(2, 4, 8, 1, 64, sequence_parallel=True, ep=8)
-    exposed = {policy: evaluate(Job(spec, cluster, "bf16", policy, "none"),
+    exposed = {policy: evaluate(Job(spec, cluster, RunSettings("bf16", policy, "none")),
                                 layout).exposed["ep_a2a_s"]
                for policy in ("baseline", "themis", "dlsched")}
     assert exposed["dlsched"] <= exposed["themis"] <= exposed["baseline"]
@@ -134,7 +135,7 @@ def test_policies_order_on_a_3d_topology():
     cluster = load_cluster("3D-FC_Ring_SW", None, None)
     spec = replace(SMALL, experts=64, layers=8)
     layout = Execution(1, 1, cluster.num_gpus, 1, cluster.num_gpus, ep=64)
-    exposed = {policy: evaluate(Job(spec, cluster, "bf16", policy, "none"),
+    exposed = {policy: evaluate(Job(spec, cluster, RunSettings("bf16", policy, "none")),
                                 layout).exposed["ep_a2a_s"]
                for policy in ("baseline", "themis", "dlsched")}
     assert exposed["dlsched"] <= exposed["themis"] <= exposed["baseline"]

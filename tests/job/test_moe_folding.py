@@ -19,6 +19,7 @@ from dlsched.job.exports import megatron_args
 from dlsched.job.memory.moe import experts_per_gpu, moe_stash_delta
 from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, layouts
 
 SPEC = TransformerSpec("moe-fold", 4, 1024, 8, 2048, 32000, ffn_hidden=2048, kv_heads=8,
@@ -28,7 +29,8 @@ SPEC = TransformerSpec("moe-fold", 4, 1024, 8, 2048, 32000, ffn_hidden=2048, kv_
 
 
 def _job(gpus: int = 16, **kwargs: object) -> Job:
-    return Job(SPEC, node_cluster("dgx-h100", gpus), "bf16", "baseline", "none", **kwargs)
+    return Job(SPEC, node_cluster("dgx-h100", gpus),
+               RunSettings("bf16", "baseline", "none", **kwargs))
 
 
 def test_expert_shapes_by_hand_under_folding_and_cp():

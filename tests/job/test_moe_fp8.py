@@ -16,6 +16,7 @@ from dlsched.job.compute.moe_fp8 import expert_fp8_work, expert_operands, layer_
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_settings import RunSettings
 from dlsched.models.layer import Layer
 from dlsched.models.pricing import product_seconds
 
@@ -72,8 +73,9 @@ def test_sixteen_bit_layers_price_as_before() -> None:
 
 
 def _job(precision: str, recipe: str | None, microbatch: int = 4) -> tuple[Job, Execution]:
-    job = Job(Q30, load_cluster("dgx-b200", 8, "b200"), precision, "baseline", "ddp", "fused",
-              overlap_param_gather=True, grad_reduce="bf16", fp8_recipe=recipe)
+    job = Job(Q30, load_cluster("dgx-b200", 8, "b200"),
+              RunSettings(precision, "baseline", "ddp", "fused", overlap_param_gather=True,
+                          grad_reduce="bf16", fp8_recipe=recipe))
     return job, Execution(1, 1, 8, microbatch, 256, 1, "1f1b", "none", False, 1, 1, 8)
 
 

@@ -16,6 +16,7 @@ from dlsched.job.evaluation.pipeline_walk import walk_pipeline
 from dlsched.job.evaluation.replica import executed_times, replica_parts
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.run_settings import RunSettings
 
 
 @pytest.mark.parametrize("schedule, chunks, pp", [("1f1b", 1, 16), ("interleaved", 2, 8),
@@ -25,7 +26,8 @@ def test_one_walk_gives_the_iteration_and_the_exposed_pipeline_time(
         schedule: str, chunks: int, pp: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """GPT-3 175B on 1,024 A100s: one walk per evaluation, and ``pp_s`` / ``quiet_s`` are
     what the full walks of the executed replica and of the one without transfers give."""
-    job = Job(bundled_specs()["gpt3-175b"], load_cluster("dgx-a100", 1024, None), "fp16")
+    job = Job(bundled_specs()["gpt3-175b"], load_cluster("dgx-a100", 1024, None),
+              RunSettings("fp16"))
     layout = Execution(8, pp, 1024 // (8 * pp), 1, 1536 if schedule != "dualpipev" else 1024,
                        chunks, schedule, "full")
     walks = []

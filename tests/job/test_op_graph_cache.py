@@ -10,6 +10,7 @@ from dlsched.job.compute import layer_costs
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.run_settings import RunSettings
 
 
 def test_layouts_of_one_model_share_one_op_graph(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,7 +28,7 @@ def test_layouts_of_one_model_share_one_op_graph(monkeypatch: pytest.MonkeyPatch
     layer_costs.decoder_model.cache_clear()
     layer_costs.block_costs.cache_clear()
     spec = bundled_specs()["gpt3-175b"]
-    job = Job(spec, load_cluster("dgx-a100", 1024, None), "fp16")
+    job = Job(spec, load_cluster("dgx-a100", 1024, None), RunSettings("fp16"))
     layouts = [Execution(tp, 8, 1024 // (tp * 8), mb, 1536, recompute=recompute)
                for tp in (4, 8) for mb in (1, 2) for recompute in ("full", "selective")]
     seconds = {evaluate(job, layout).iteration_s for layout in layouts}

@@ -16,6 +16,7 @@ from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_comp
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.run_settings import RunSettings
 
 # 1 s per 1e9 bytes, no latency: a unit of p parameters gathers in 2 p / 1e9 s
 LINEAR = CollectiveCurve(load_cluster("dgx-h100", 16, None).group_topology(8, 2), "all-gather",
@@ -33,18 +34,18 @@ def test_gathers_wait_for_the_network_then_the_forward_by_hand() -> None:
 
 LLAMA = bundled_specs()["llama3-70b"]
 LAYOUT = Execution(4, 4, 2, 1, 128, 5, "interleaved", "none", True, 1, cp=2)
-JOB = Job(LLAMA, load_cluster("dgx-h100", 64, None), "bf16", dp_policy="ddp")
+JOB = Job(LLAMA, load_cluster("dgx-h100", 64, None), RunSettings("bf16", dp_policy="ddp"))
 
 
 def test_overlapped_param_gather_never_costs_more_and_zero_0_has_none() -> None:
     """Overlapping the ZeRO-1 gather shortens the DP step and the iteration; without ZeRO
     there is no gather and nothing changes."""
-    blocking, overlapped = evaluate(JOB, LAYOUT), evaluate(replace(JOB, overlap_param_gather=True),
+    blocking, overlapped = evaluate(JOB, LAYOUT), evaluate(JOB.with_run(overlap_param_gather=True),
                                                            LAYOUT)
     assert overlapped.exposed["dp_s"] < blocking.exposed["dp_s"]
     assert overlapped.iteration_s < blocking.iteration_s
     plain = replace(LAYOUT, zero=0)
-    assert evaluate(replace(JOB, overlap_param_gather=True), plain).iteration_s == \
+    assert evaluate(JOB.with_run(overlap_param_gather=True), plain).iteration_s == \
         evaluate(JOB, plain).iteration_s
 
 
@@ -96,5 +97,5 @@ def test_tp_overlap_needs_sequence_parallelism() -> None:
     """Without SP the all-reduces block as before (Megatron-Core's --tp-comm-overlap needs
     --sequence-parallel)."""
     layout = replace(LAYOUT, sequence_parallel=False)
-    assert evaluate(replace(JOB, tp_comm_overlap=True), layout).iteration_s == \
+    assert evaluate(JOB.with_run(tp_comm_overlap=True), layout).iteration_s == \
         evaluate(JOB, layout).iteration_s

@@ -21,6 +21,7 @@ from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import memory_per_gpu, peak_memory, stage_units
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, search
 from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES
 
@@ -87,7 +88,7 @@ GPT = bundled_specs()["gpt-1.7b"]  # 24 layers
 
 
 def _job(spec: TransformerSpec, gpus: int = 8) -> Job:
-    return Job(spec, load_cluster("dgx-a100", gpus, None), "fp16")
+    return Job(spec, load_cluster("dgx-a100", gpus, None), RunSettings("fp16"))
 
 
 def test_stage_time_is_the_sum_of_its_layers() -> None:

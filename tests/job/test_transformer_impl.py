@@ -12,6 +12,7 @@ from dlsched.job.compute.layer_costs import block_costs, decoder_model
 from dlsched.job.compute.transformer_impl import is_norm, te_norm, with_transformer_impl
 from dlsched.job.evaluation.evaluate import Job
 from dlsched.job.model_spec import bundled_specs
+from dlsched.job.run_settings import RunSettings
 
 SPEC = bundled_specs()["llama3-8b"]
 TOKENS, HIDDEN = 4096, 4096  # one GPU's 8192 / CP 2 tokens of Llama 3 8B
@@ -55,4 +56,4 @@ def test_layer_saving_by_hand() -> None:
 def test_unknown_impl_is_refused_naming_the_field() -> None:
     with pytest.raises(ConfigError, match=r"--transformer-impl: 'apex' is not accepted; "
                                           r"accepted: local, transformer_engine"):
-        Job(SPEC, load_cluster("dgx-h100", 8, None), transformer_impl="apex")
+        Job(SPEC, load_cluster("dgx-h100", 8, None), RunSettings(transformer_impl="apex"))

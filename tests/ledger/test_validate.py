@@ -192,9 +192,9 @@ def test_rows_map_to_their_published_configuration() -> None:
         8, 4, 32, 3, "interleaved")
     assert (layout.microbatch_size, layout.global_batch, layout.recompute, layout.zero) == (
         2, 1792, "full", 0)
-    assert (job.precision, job.dp_policy, job.cluster.gpu, job.cluster.num_gpus) == (
+    assert (job.run.precision, job.run.dp_policy, job.cluster.gpu, job.cluster.num_gpus) == (
         "fp16", "none", "a100", 1024)
-    assert job_and_layout(_row("sc21-t1-gpt-1.7b"))[0].dp_policy == "ddp"
+    assert job_and_layout(_row("sc21-t1-gpt-1.7b"))[0].run.dp_policy == "ddp"
     _, sp = job_and_layout(_row("korthikanti-t5-22b-sp-selective"))
     assert sp.sequence_parallel and sp.recompute == "selective" and sp.schedule == "1f1b"
 
@@ -225,7 +225,7 @@ def test_a_llama_shape_maps_to_the_evaluator_as_published() -> None:
     assert (spec.ffn_hidden, spec.kv_heads, spec.gated_ffn, spec.rms_norm) == (
         14336, 8, True, True)
     assert not (spec.tied_embeddings or spec.bias or spec.learned_positions)
-    assert (layout.zero, layout.dp, job.cluster.gpu, job.attention) == (3, 8, "h100", "flash")
+    assert (layout.zero, layout.dp, job.cluster.gpu, job.run.attention) == (3, 8, "h100", "flash")
     assert evaluate(job, layout).iteration_s > 0
 
 
@@ -239,9 +239,9 @@ def test_a_rows_overlaps_reach_the_job(row_id: str, param_gather: bool,
     kernel Transformer Engine prefers on Hopper, its --overlap-grad-reduce DDP's buckets;
     each overlap shortens the prediction against the same run blocking."""
     job, layout = job_and_layout(_row(row_id))
-    assert (job.overlap_param_gather, job.tp_comm_overlap) == (param_gather, tp_overlap)
-    assert (job.attention, job.dp_policy) == ("fused", "ddp")
-    blocking = replace(job, overlap_param_gather=False, tp_comm_overlap=False)
+    assert (job.run.overlap_param_gather, job.run.tp_comm_overlap) == (param_gather, tp_overlap)
+    assert (job.run.attention, job.run.dp_policy) == ("fused", "ddp")
+    blocking = job.with_run(overlap_param_gather=False, tp_comm_overlap=False)
     assert evaluate(job, layout).iteration_s < evaluate(blocking, layout).iteration_s
 
 
@@ -288,7 +288,7 @@ def test_a_moe_row_maps_its_experts_and_ep_to_the_evaluator() -> None:
     assert layout.expert_tp is None and layout.expert_dp == 2
     job, published = job_and_layout(_row("dgxc-2505-h100-grok1-314b-bf16-512gpu"))
     assert (published.cp, published.etp, published.ep, published.expert_dp) == (2, 1, 8, 8)
-    assert (job.attention, job.tp_comm_overlap, job.overlap_param_gather) == (
+    assert (job.run.attention, job.run.tp_comm_overlap, job.run.overlap_param_gather) == (
         "fused", True, True)
 
 

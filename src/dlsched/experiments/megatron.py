@@ -219,11 +219,13 @@ def _our_plan(row: MegatronRow, device: str) -> dict[str, Any]:
     from dlsched.job.evaluation.evaluate import Job, evaluate
     from dlsched.job.execution import Execution
     from dlsched.job.model_spec import bundled_specs
+    from dlsched.job.run_settings import RunSettings
     from dlsched.job.search import SPACES, search
 
-    job = Job(bundled_specs()[row.name], load_cluster("dgx-a100", row.gpus, device), "fp16",
-              dp_policy="ddp" if row.torch_ddp else "none", attention="unfused",
-              grad_reduce=GRAD_PRECISION, grad_accumulation=GRAD_ACCUMULATION)
+    job = Job(bundled_specs()[row.name], load_cluster("dgx-a100", row.gpus, device),
+              RunSettings("fp16", dp_policy="ddp" if row.torch_ddp else "none",
+                          attention="unfused", grad_reduce=GRAD_PRECISION,
+                          grad_accumulation=GRAD_ACCUMULATION))
     theirs = evaluate(job, Execution(row.tp, row.pp, row.dp, row.microbatch, row.batch,
                                   row.chunks, "interleaved" if row.chunks > 1 else "1f1b",
                                   "full"))

@@ -43,6 +43,7 @@ from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_settings import RunSettings
 from dlsched.report import Column
 from dlsched.report.columns import percents, text
 from dlsched.report.sections import Paragraph, Section, Table
@@ -127,9 +128,9 @@ MODELS = tuple(sorted({row.model for row in load_rows()},
 def job(row: VTrainRow, gpu: str = "a100") -> Job:
     """The evaluator's job for ``row``: its model on ``row.gpus`` GPUs of the node preset with
     the GPU preset or file ``gpu``, the runs' settings (module docstring)."""
-    return Job(row.spec(), load_cluster(NODE, row.gpus, gpu), PRECISION, "baseline", DP_POLICY,
-               ATTENTION, grad_reduce=GRAD_REDUCE, grad_accumulation=GRAD_ACCUMULATION,
-               pipeline_p2p=PIPELINE_P2P)
+    return Job(row.spec(), load_cluster(NODE, row.gpus, gpu),
+               RunSettings(PRECISION, "baseline", DP_POLICY, ATTENTION, grad_reduce=GRAD_REDUCE,
+                           grad_accumulation=GRAD_ACCUMULATION, pipeline_p2p=PIPELINE_P2P))
 
 
 def price(row: VTrainRow, gpu: str = "a100", index: int = 0) -> dict[str, Any]:

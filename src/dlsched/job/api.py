@@ -27,6 +27,7 @@ from dlsched.job.intervals import envelope_notes, interval_columns
 from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.ranking import Ranking, best_of, difference_note
 from dlsched.job.refusals import check_plan, default_notes
+from dlsched.job.run_settings import run_settings_of
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.job.time_to_train_fields import choose_plan, settings_of, with_time_to_train
 from dlsched.job.torchtitan_config import plan_fields, read_torchtitan_toml
@@ -54,7 +55,7 @@ class PlanReport:
         out = []
         for job, result in self.plans:
             times, _, _ = pipeline_times(job, result.layout)
-            name = f"dlsched {job.collective_policy}"
+            name = f"dlsched {job.run.collective_policy}"
             executed = executed_times(job, result.layout, times)
             out.append((name, f"{name}: {result.layout.label()}", event_timeline(executed)))
         return out
@@ -63,14 +64,14 @@ class PlanReport:
         """Megatron-LM arguments of the first plan."""
         job, result = self.plans[0]
         layout = result.layout
-        flags = (("overlap-grad-reduce", job.dp_policy == "ddp"),  # DDP's buckets: Megatron's
-                 ("overlap-param-gather", job.overlap_param_gather and layout.zero in (1, 2)),
-                 ("tp-comm-overlap", job.tp_comm_overlap and layout.sequence_parallel),
-                 ("no-gradient-accumulation-fusion", job.grad_accumulation == "separate"))
-        return megatron_args(job.spec, result.layout, job.precision, job.grad_bytes,
-                             attention=job.attention,
+        flags = (("overlap-grad-reduce", job.run.dp_policy == "ddp"),  # DDP's buckets: Megatron's
+                 ("overlap-param-gather", job.run.overlap_param_gather and layout.zero in (1, 2)),
+                 ("tp-comm-overlap", job.run.tp_comm_overlap and layout.sequence_parallel),
+                 ("no-gradient-accumulation-fusion", job.run.grad_accumulation == "separate"))
+        return megatron_args(job.spec, result.layout, job.run.precision, job.run.grad_bytes,
+                             attention=job.run.attention,
                              flags=tuple(flag for flag, on in flags if on),
-                             pipeline_p2p=job.pipeline_p2p, fp8_recipe=job.fp8_recipe)
+                             pipeline_p2p=job.run.pipeline_p2p, fp8_recipe=job.run.fp8_recipe)
 
     def megatron_document(self) -> dict[str, list[str]]:
         """``megatron_args`` as JSON: its comment lines and its arguments (``plan --json``)."""
@@ -79,9 +80,9 @@ class PlanReport:
     def torchtitan_toml(self) -> str:
         """A TorchTitan config of the first plan."""
         job, result = self.plans[0]
-        return torchtitan_toml(job.spec, result.layout, job.precision, job.attention,
-                               job.grad_bytes, job.pipeline_p2p, job.fp8_recipe,
-                               job.fp8_all_gather, job.compile, job.async_tp)
+        return torchtitan_toml(job.spec, result.layout, job.run.precision, job.run.attention,
+                               job.run.grad_bytes, job.run.pipeline_p2p, job.run.fp8_recipe,
+                               job.run.fp8_all_gather, job.run.compile, job.run.async_tp)
 
 
 def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanReport:
@@ -103,11 +104,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     ranking = Ranking("upper" if scenario.objective == "upper" else "expected")
     rows, notes, plans = [], [], []
     for policy in (scenario.collective_policy,) if policies is None else tuple(policies):
-        job = Job(spec, cluster, scenario.precision, policy, scenario.dp_policy,
-                  scenario.attention, scenario.overlap_param_gather, scenario.tp_comm_overlap,
-                  scenario.grad_reduce, scenario.grad_accumulation, scenario.pipeline_p2p,
-                  scenario.fp8_recipe, scenario.fp8_all_gather, scenario.compile,
-                  scenario.async_tp, moe_dispatcher=scenario.moe_dispatcher)
+        job = Job(spec, cluster, run_settings_of(scenario, collective_policy=policy))
         if complete:
             layout = _complete_layout(choice, cluster.num_gpus, spec.layers, spec.mtp_layers)
             result = evaluate(job, layout)

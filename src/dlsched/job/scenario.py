@@ -19,24 +19,17 @@ from dlsched.goodput.energy import DEFAULT_PUE
 from dlsched.goodput.failures import DEFAULT_MTBF_GPU_HOURS
 from dlsched.goodput.objective import OBJECTIVES
 from dlsched.inputs import STRICT, Several, choice
-from dlsched.job.communication.collective_costs import COLLECTIVE_POLICIES
-from dlsched.job.communication.dp_sync import DP_POLICIES, GRAD_REDUCE_BYTES
-from dlsched.job.communication.moe_dispatch import DISPATCHERS
-from dlsched.job.communication.pipeline_p2p import PIPELINE_P2P
-from dlsched.job.compute.fp8 import FP8_RECIPES
-from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION
-from dlsched.job.compute.layer_costs import ATTENTION_KERNELS
 from dlsched.job.evaluation.pipeline_split import SPLITS
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES
 from dlsched.job.execution import (
     CP_ALGORITHMS,
     LAYOUT_FIELDS,
-    PRECISIONS,
     RECOMPUTE,
     SCHEDULES,
     Execution,
     load_execution,
 )
+from dlsched.job.run_settings import RUN_CHOICES, RUN_DEFAULTS
 from dlsched.job.time_to_train_fields import Count, Duration, StorageName
 
 if TYPE_CHECKING:
@@ -71,58 +64,64 @@ class PlanScenario(BaseModel):
         ] = None
     gpu: Annotated[str | None, Field(description=(
         "GPU compute preset or file (default: the node's; a100 on a topology)."))] = None
-    precision: Annotated[choice(PRECISIONS, "precision"), Field(description=(
+    precision: Annotated[choice(RUN_CHOICES["precision"], "precision"), Field(description=(
         "bf16 | fp16 (Megatron's mixed precision: 16-bit weights, FP32 master) | "
         "autocast | fp8 (the linear layers in FP8 by --fp8-recipe, the rest bf16; a GPU with "
-        "FP8 tensor cores)."))] = "bf16"
-    fp8_recipe: Annotated[choice(FP8_RECIPES, "FP8 recipe") | None, Field(description=(
+        "FP8 tensor cores)."))] = RUN_DEFAULTS["precision"]
+    fp8_recipe: Annotated[choice(RUN_CHOICES["fp8_recipe"], "FP8 recipe") | None, Field(
+        description=(
         "With --precision fp8: delayed | current | mxfp8 (Transformer Engine's delayed, "
         "per-tensor current and MXFP8 block scaling; mxfp8 on Blackwell) | tensorwise | "
-        "rowwise (torchao's float8, TorchTitan)."))] = None
+        "rowwise (torchao's float8, TorchTitan)."))] = RUN_DEFAULTS["fp8_recipe"]
     fp8_all_gather: Annotated[bool, Field(description=(
         "ZeRO 3 gathers the weights in FP8 (torchao's enable_fsdp_float8_all_gather; "
-        "tensorwise)."))] = False
+        "tensorwise)."))] = RUN_DEFAULTS["fp8_all_gather"]
     compile: Annotated[bool, Field(description=(
-        "torch.compile (TorchTitan's --compile): memory-bound ops fused by Inductor."))] = False
+        "torch.compile (TorchTitan's --compile): memory-bound ops fused by Inductor."))
+        ] = RUN_DEFAULTS["compile"]
     async_tp: Annotated[bool, Field(description=(
         "Asynchronous TP (TorchTitan's enable_async_tensor_parallel, with --compile): TP "
-        "collectives decomposed beside their GEMMs."))] = False
+        "collectives decomposed beside their GEMMs."))] = RUN_DEFAULTS["async_tp"]
     from_torchtitan: Annotated[str | None, Field(description=(
         "A TorchTitan job config (TOML): the layout, batch, precision, compile and async TP it "
         "sets replace these fields (job.torchtitan_config)."))] = None
-    attention: Annotated[choice(ATTENTION_KERNELS, "attention kernel"), Field(description=(
+    attention: Annotated[choice(RUN_CHOICES["attention"], "attention kernel"), Field(description=(
         "Attention core kernel, as Megatron-Core's --attention-backend names them: flash "
         "(FlashAttention-2: TorchTitan's SDPA, Megatron-Core's auto before Hopper) | fused "
         "(Transformer Engine's cuDNN fused attention: what auto runs on H100/H200) | unfused "
         "(Megatron-LM 2021: scores written out, softmax, dropout; what SC21 and Korthikanti "
-        "et al. ran)."))] = "flash"
+        "et al. ran)."))] = RUN_DEFAULTS["attention"]
     overlap_param_gather: Annotated[bool, Field(description=(
         "ZeRO 1-2: the weights' all-gather overlaps the next forward (Megatron-LM "
-        "--overlap-param-gather)."))] = False
+        "--overlap-param-gather)."))] = RUN_DEFAULTS["overlap_param_gather"]
     tp_comm_overlap: Annotated[bool, Field(description=(
         "With sequence parallelism: TP collectives overlap their GEMMs (Megatron-Core "
-        "--tp-comm-overlap, Transformer Engine userbuffers)."))] = False
-    grad_reduce: Annotated[choice(tuple(GRAD_REDUCE_BYTES), "gradient format"), Field(description=(
+        "--tp-comm-overlap, Transformer Engine userbuffers)."))] = RUN_DEFAULTS["tp_comm_overlap"]
+    grad_reduce: Annotated[choice(RUN_CHOICES["grad_reduce"], "gradient format"), Field(
+        description=(
         "Gradients reduced and kept as fp32 (Megatron-LM's default main gradients) | bf16 "
         "(--grad-reduce-in-bf16; bf16 training only) | fp16 (fp16 training without "
-        "--accumulate-allreduce-grads-in-fp32)."))] = "fp32"
-    grad_accumulation: Annotated[choice(GRAD_ACCUMULATION, "gradient accumulation"), Field(
+        "--accumulate-allreduce-grads-in-fp32)."))] = RUN_DEFAULTS["grad_reduce"]
+    grad_accumulation: Annotated[choice(RUN_CHOICES["grad_accumulation"],
+                                        "gradient accumulation"), Field(
         description=(
             "How gradients add up over microbatches: fused (into the weight-gradient GEMMs: "
             "Megatron-Core, Megatron-LM since 2022 with FP32 main gradients) | separate (an "
             "add per parameter after each microbatch's backward: Megatron-LM before 2022, or "
-            "--no-gradient-accumulation-fusion)."))] = "fused"
-    pipeline_p2p: Annotated[choice(PIPELINE_P2P, "pipeline transfers"), Field(description=(
+            "--no-gradient-accumulation-fusion)."))] = RUN_DEFAULTS["grad_accumulation"]
+    pipeline_p2p: Annotated[choice(RUN_CHOICES["pipeline_p2p"], "pipeline transfers"), Field(
+        description=(
         "Whether a pipeline rank computes while its transfers run: auto (Megatron-Core: "
         "overlapped for the interleaved schedule, blocking otherwise) | blocking (batched "
         "send/recv then a device sync: Megatron-LM 2021-22, Megatron-Core's non-interleaved "
         "schedule, --no-overlap-p2p-communication) | overlapped (transfers beside the "
-        "compute)."))] = "auto"
-    moe_dispatcher: Annotated[choice(DISPATCHERS, "MoE token dispatcher"), Field(description=(
+        "compute)."))] = RUN_DEFAULTS["pipeline_p2p"]
+    moe_dispatcher: Annotated[choice(RUN_CHOICES["moe_dispatcher"], "MoE token dispatcher"), Field(
+        description=(
         "How MoE tokens reach their experts: alltoall (Megatron-Core's All-to-All, k copies "
         "per token) | deepep (Megatron-Core's flex dispatcher with DeepEP: one copy per "
         "destination node, forwarded over NVLink; with the model's router_groups it prices "
-        "node-limited routing, job.communication.moe_dispatch)."))] = "alltoall"
+        "node-limited routing, job.communication.moe_dispatch)."))] = RUN_DEFAULTS["moe_dispatcher"]
     global_batch: Annotated[int, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per iteration."))] = 1536
     tp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
@@ -163,12 +162,13 @@ class PlanScenario(BaseModel):
     sequence_parallel: Annotated[bool | None, Field(description=(
         "Megatron sequence parallelism (searched if not given)."))] = None
     zero: Annotated[int | None, Field(ge=0, le=3, description="ZeRO stage (3 = FSDP).")] = None
-    collective_policy: Annotated[choice(COLLECTIVE_POLICIES, "collective policy"),
+    collective_policy: Annotated[choice(RUN_CHOICES["collective_policy"], "collective policy"),
                                  Several("baseline"), Field(description=(
-                                     "Collective policy (one row each)"))] = "baseline"
-    dp_policy: Annotated[choice(DP_POLICIES, "DP policy"), Field(description=(
+                                     "Collective policy (one row each)"))
+                                 ] = RUN_DEFAULTS["collective_policy"]
+    dp_policy: Annotated[choice(RUN_CHOICES["dp_policy"], "DP policy"), Field(description=(
         "How dlsched's plan overlaps gradient reduction with the last backward: "
-        f"{', '.join(DP_POLICIES)}."))] = "usbyte"
+        f"{', '.join(RUN_CHOICES['dp_policy'])}."))] = "usbyte"
     baselines: Annotated[bool, Field(description=(
         "Search the baselines' spaces (megatron, megatron-sp, fsdp) too."))] = True
     tokens: Annotated[Count | None, Field(description=(

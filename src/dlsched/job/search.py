@@ -31,7 +31,7 @@ then required equal stages (the accounting options came with Megatron-Core).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
 from dlsched.job.evaluation.evaluate import (
@@ -218,8 +218,8 @@ def _fits(job: Job, layout: Execution, usable: float) -> bool:
     """Whether ``layout``'s busiest GPU fits in ``usable`` bytes (asked in bound order, so a
     layout past the search's cut never needs the memory model)."""
     try:
-        return peak_memory(job.spec, layout, job.precision, job.grad_bytes,
-                           job.attention, job.runtime).fits(usable)
+        return peak_memory(job.spec, layout, job.run.precision, job.run.grad_bytes,
+                           job.run.attention, job.run.runtime).fits(usable)
     except ConfigError:
         return False
 
@@ -230,7 +230,7 @@ def search(job: Job, choice: Execution, space: Space,
     (``job.ranking``: the predicted iteration, or its interval's upper end); ConfigError when
     none fits."""
     if space.dp_policy is not None:
-        job = replace(job, dp_policy=space.dp_policy)
+        job = job.with_run(dp_policy=space.dp_policy)
     usable = job.cluster.memory
     ranked = []
     candidates = 0
@@ -243,7 +243,7 @@ def search(job: Job, choice: Execution, space: Space,
             continue
         ranked.append((ranking.order(job, layout, _bound(times)), layout))
     ranked.sort(key=lambda item: (item[0], item[1].label()))
-    plain = replace(job, dp_policy="none")
+    plain = job.with_run(dp_policy="none")
     best: list[JobResult] = []
     evaluated = 0
     for order, layout in ranked:

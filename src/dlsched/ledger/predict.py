@@ -1,7 +1,10 @@
 """Each ledger row priced by the job evaluator (``dlsched.job``), configured exactly as published.
 
 ``job_and_layout(row)`` maps a row to the ``Job`` and ``Execution`` that ``dlsched plan`` would
-evaluate: the row's model shape, one node preset and one compute preset per GPU
+evaluate, each field of the row's ``parallel`` section under its own name (``run_settings``:
+the run settings, ``job.run_settings``; ``execution``: the layout; only what the section states
+its own way, ``schema.PARALLEL_ONLY``, is turned into the evaluator's terms): the row's model
+shape, one node preset and one compute preset per GPU
 (``GPU_PRESETS``: no per-row or per-source factor), its TP / CP / PP / DP and EP (``Execution.cp``
 with the row's ``cp_algorithm``, ring or all-to-all, priced by ``job.context_parallel``;
 ``Execution.ep`` over the MoE layers that ``job.moe_costs`` prices), model chunks (interleaved 1F1B
@@ -40,10 +43,17 @@ from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.cluster import NODE_PRESETS, node_cluster
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate
-from dlsched.job.execution import Execution
+from dlsched.job.execution import LAYOUT_FIELDS, Execution
 from dlsched.job.model_spec import TransformerFile, TransformerSpec
+from dlsched.job.run_settings import RunSettings, run_settings_of
 from dlsched.ledger.memory import memory_unmodelled, published_memory_gib, sharding_of
-from dlsched.ledger.schema import LedgerRow, ModelShape
+from dlsched.ledger.schema import (
+    NOT_OVERLAPPED,
+    OVERLAP_SETTINGS,
+    LedgerRow,
+    ModelShape,
+    Parallelism,
+)
 
 # Ledger GPU -> (node preset, compute preset): one preset per GPU model, the model the preset
 # describes (presets/gpus.yaml).
@@ -152,27 +162,35 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
         raise ConfigError(f"{row.id}: hardware.inter_node_gbps_per_gpu: "
                           f"{hw.inter_node_gbps_per_gpu:g} Gb/s differs from the {node} "
                           f"preset's {nic_gbps:g} Gb/s per GPU")
-    spec = model_spec(shape)
-    cluster = node_cluster(node, hw.gpus, gpu, hw.nvlink_domain)  # None: whole domains
-    dp_policy = "ddp" if "dp_grad_reduce" in par.overlap else "none"
-    job = Job(spec, cluster, par.precision, "baseline", dp_policy,
-              par.attention,
-              overlap_param_gather="dp_param_gather" in par.overlap,
-              tp_comm_overlap="tp_comm" in par.overlap, grad_reduce=par.grad_reduce,
-              grad_accumulation=par.grad_accumulation, cross_entropy=par.cross_entropy,
-              transformer_impl=par.transformer_impl,
-              pipeline_p2p="overlapped" if "pp_p2p" in par.overlap else "blocking",
-              fp8_recipe=par.fp8_recipe, fp8_all_gather=par.fp8_all_gather,
-              compile=par.torch_compile, async_tp="async_tp" in par.overlap,
-              sharding=sharding_of(row))
-    assert par.chunks is not None and par.microbatch_size is not None
-    assert par.recompute is not None and par.sequence_parallel is not None
-    assert par.zero is not None
-    layout = Execution(par.tp, par.pp, par.dp, par.microbatch_size, par.global_batch, par.chunks,
-                    "interleaved" if par.chunks > 1 else "1f1b", par.recompute,
-                    par.sequence_parallel, 3 if par.zero == "fsdp" else par.zero, par.cp,
-                    par.ep, par.cp_algorithm or "ring", par.expert_tp, par.pipeline_split)
-    return job, layout
+    job = Job(model_spec(shape), node_cluster(node, hw.gpus, gpu, hw.nvlink_domain),
+              run_settings(row))  # nvlink_domain None: whole domains
+    return job, execution(par)
+
+
+def run_settings(row: LedgerRow) -> RunSettings:
+    """The run settings of ``row``: every field its ``parallel`` section names as a run
+    setting (``job.run_settings.RUN_FIELDS``) as the row has it, and those the section states
+    its own way (``schema.PARALLEL_ONLY``): each overlap of ``overlap`` as the setting it
+    turns on (``schema.OVERLAP_SETTINGS``; a row without ``pp_p2p`` ran its pipeline
+    transfers blocking), ``torch_compile`` as ``compile`` and ZeRO 3's ``sharding`` by the
+    row's framework (``ledger.memory.sharding_of``)."""
+    par = row.parallel
+    turned_on = dict(OVERLAP_SETTINGS[name] for name in par.overlap if name in OVERLAP_SETTINGS)
+    return run_settings_of(par, **{**NOT_OVERLAPPED, **turned_on}, compile=par.torch_compile,
+                           sharding=sharding_of(row))
+
+
+def execution(par: Parallelism) -> Execution:
+    """The layout of a ``parallel`` section: every layout field it has
+    (``job.execution.LAYOUT_FIELDS``) as it has it, but the values it states its own way: the
+    schedule (not a field of the section) by its ``chunks``, interleaved 1F1B when more than
+    one; ``zero`` ``fsdp`` as ZeRO 3; a ``cp_algorithm`` left empty (``cp`` 1) as ring."""
+    named = {name: getattr(par, name) for name in LAYOUT_FIELDS if name in Parallelism.model_fields}
+    assert par.chunks is not None  # job_and_layout refuses a row without it
+    named.update(schedule="interleaved" if par.chunks > 1 else "1f1b",
+                 zero=3 if par.zero == "fsdp" else par.zero,
+                 cp_algorithm=par.cp_algorithm or "ring")
+    return Execution(**named)
 
 
 def model_file(shape: ModelShape) -> TransformerFile:

@@ -30,6 +30,19 @@ Metric = Literal["iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_pe
                  "memory_gib_per_gpu"]
 Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp", "pp_p2p", "ep_a2a"]
 
+# Each overlap a row lists and the run setting (``job.run_settings``) it turns on; ``ep_a2a`` is
+# not priced (``ledger.predict`` refuses it). A row without ``pp_p2p`` ran its pipeline
+# transfers blocking (``NOT_OVERLAPPED``: the other settings' defaults are the runs' without the
+# overlap: DDP's reduction after the last backward, no gathers or TP collectives overlapped).
+OVERLAP_SETTINGS: dict[str, tuple[str, object]] = {
+    "dp_grad_reduce": ("dp_policy", "ddp"),
+    "dp_param_gather": ("overlap_param_gather", True),
+    "tp_comm": ("tp_comm_overlap", True),
+    "async_tp": ("async_tp", True),
+    "pp_p2p": ("pipeline_p2p", "overlapped"),
+}
+NOT_OVERLAPPED: dict[str, object] = {"pipeline_p2p": "blocking"}
+
 # Each metric's published unit and its factor to dlsched's internal unit (units.py: seconds,
 # FLOP/s, bytes; utilizations as fractions, tokens/s as they are).
 METRIC_UNITS: dict[str, tuple[str, str, float]] = {
@@ -222,6 +235,17 @@ class Parallelism(_Strict):
     grad_accumulation: Literal["fused", "separate"] = "fused"
     cross_entropy: Literal["unfused", "native", "te"] = "unfused"
     transformer_impl: Literal["local", "transformer_engine"] = "local"
+
+
+# Parallelism's fields that are neither a layout field (``job.execution.LAYOUT_FIELDS``) nor a
+# run setting (``job.run_settings.RUN_FIELDS``) by name, and what each stands for
+# (``ledger.predict.run_settings`` / ``execution``); every other field reaches the evaluator
+# under its own name.
+PARALLEL_ONLY: dict[str, str] = {
+    "overlap": "the run settings of OVERLAP_SETTINGS",
+    "torch_compile": "compile",
+    "recompute_modules": "the modules of recompute ``modules`` (which the evaluator refuses)",
+}
 
 
 class Measurement(_Strict):

@@ -35,36 +35,18 @@ from dataclasses import dataclass, field, replace
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.job.cluster import Cluster
-from dlsched.job.communication.collective_costs import check_policy, curve
+from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import check_cp
-from dlsched.job.communication.dp_sync import (
-    GRAD_REDUCE_BYTES,
-    DPStep,
-    check_dp_policy,
-    check_grad_reduce,
-    dp_step,
-)
-from dlsched.job.communication.moe_dispatch import check_dispatcher
-from dlsched.job.communication.pipeline_p2p import check_pipeline_p2p
+from dlsched.job.communication.dp_sync import DPStep, dp_step
 from dlsched.job.compute.block_pricing import check_kernel_options
-from dlsched.job.compute.cross_entropy import check_cross_entropy
 from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.fp8 import fp8_weight_copies
-from dlsched.job.compute.grad_accumulation import (
-    check_grad_accumulation,
-    stage_parameters,
-)
-from dlsched.job.compute.layer_costs import (
-    BlockCosts,
-    check_attention,
-    check_precision,
-    gpu_compute,
-)
+from dlsched.job.compute.grad_accumulation import stage_parameters
+from dlsched.job.compute.layer_costs import BlockCosts, gpu_compute
 from dlsched.job.compute.moe_costs import (
     check_moe_layout,
 )
 from dlsched.job.compute.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
-from dlsched.job.compute.transformer_impl import check_transformer_impl
 from dlsched.job.evaluation.pipeline_time import (
     PipelineTimes,
     ReplicaTiming,
@@ -90,90 +72,39 @@ from dlsched.job.memory.per_gpu import (
     layer_parameters_per_gpu,
     peak_memory,
 )
-from dlsched.job.memory.torch_runtime import Runtime, check_sharding
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_settings import RunSettings
 from dlsched.units import format_bytes
 
 
 @dataclass(frozen=True)
 class Job:
-    """What is trained and what it runs on, how its collectives are scheduled, which
-    ``attention`` kernel runs its attention core (``job.layer_costs``: ``flash`` or
-    ``unfused``), whether ZeRO 1-2's weight all-gather overlaps the next forward
-    (``job.dp_sync``: Megatron-LM's ``--overlap-param-gather``) and whether the sequence-
-    parallel TP collectives overlap their GEMMs (``job.layer_costs``: ``--tp-comm-overlap``),
-    the gradients' format as reduced and kept (``grad_reduce``: ``fp32``, Megatron-LM's
-    default main gradients, or the training's 16-bit format, ``--grad-reduce-in-bf16`` or fp16
-    without ``--accumulate-allreduce-grads-in-fp32``; ``job.dp_sync``) and how they accumulate
-    over microbatches (``grad_accumulation``: ``fused`` into the weight-gradient GEMMs or
-    ``separate``; ``job.grad_accumulation``) and whether a pipeline rank computes while its
-    transfers run (``pipeline_p2p``: ``auto``, ``blocking`` or ``overlapped``;
-    ``job.pipeline_p2p``). How its kernels run (``job.compute.block_pricing``):
-    ``fp8_recipe`` with ``precision`` fp8 (``job.compute.fp8``), ``fp8_all_gather`` (torchao's
-    FSDP float8 all-gather: ZeRO 3 gathers 1-byte weights), ``compile`` (torch.compile's
-    fusions, ``job.compute.compile_fusion``), ``async_tp`` (``job.async_tp``) and ``ops``
-    (the memory-bound ops as Megatron-Core / Transformer Engine's fused kernels, ``fused``, or
-    as eager PyTorch runs TorchTitan's Llama modules, ``eager``: ``job.compute.eager_ops``,
-    Inductor's groups of them under ``compile``); the MoE
-    token dispatch (``moe_dispatcher``: ``alltoall`` or ``deepep``,
-    ``job.communication.moe_dispatch``); ZeRO 3's ``sharding`` (``zero``, or PyTorch's
-    ``fsdp2`` / ``fsdp2-split`` by TorchTitan's wrapping: its states and unsharded weights,
-    ``job.memory.torch_runtime``); the head's loss (``cross_entropy``: Megatron-LM's
-    ``unfused`` vocab-parallel cross-entropy, or Megatron-Core's ``--cross-entropy-loss-fusion``
-    by ``--cross-entropy-fusion-impl`` ``native`` or ``te``: ``job.compute.cross_entropy``); the
-    norms' kernels (``transformer_impl``: Megatron-Core's ``--transformer-impl``, ``local`` or
-    ``transformer_engine``: ``job.compute.transformer_impl``)."""
+    """What is trained (``spec``), what it runs on (``cluster``) and how its layouts run
+    (``run``: ``job.run_settings.RunSettings``, each run setting declared there once); the
+    layout is the ``Execution`` each evaluation prices. The checks here relate the settings
+    to the model and the GPU: eager ops only on a Llama-like model (``job.compute.eager_ops``),
+    FP8 and the kernel options on a GPU and model that run them
+    (``job.compute.block_pricing``), the fused attention on a GPU with a cuDNN rate."""
 
     spec: TransformerSpec
     cluster: Cluster
-    precision: str = "bf16"
-    collective_policy: str = "baseline"
-    dp_policy: str = "none"
-    attention: str = "flash"
-    overlap_param_gather: bool = False
-    tp_comm_overlap: bool = False
-    grad_reduce: str = "fp32"
-    grad_accumulation: str = "fused"
-    pipeline_p2p: str = "auto"
-    fp8_recipe: str | None = None
-    fp8_all_gather: bool = False
-    compile: bool = False
-    async_tp: bool = False
-    moe_dispatcher: str = "alltoall"
-    sharding: str = "zero"
-    ops: str = "fused"
-    cross_entropy: str = "unfused"
-    transformer_impl: str = "local"
+    run: RunSettings = field(default_factory=RunSettings)
 
     def __post_init__(self) -> None:
-        check_ops(self.ops, self.spec)
-        check_cross_entropy(self.cross_entropy)
-        check_transformer_impl(self.transformer_impl)
-        check_precision(self.precision)
-        check_dispatcher(self.moe_dispatcher)
-        check_sharding(self.sharding)
-        check_kernel_options(self.precision, self.fp8_recipe, self.cluster.gpu,
-                             bool(self.spec.experts), self.fp8_all_gather, self.compile,
-                             self.async_tp)
-        check_grad_reduce(self.grad_reduce, "bf16" if self.precision == "fp8" else self.precision)
-        check_grad_accumulation(self.grad_accumulation)
-        check_pipeline_p2p(self.pipeline_p2p)
-        check_attention(self.attention)
-        if self.attention == "fused":  # refused here when the GPU gives no cuDNN rate
-            gpu_compute(self.cluster.gpu, self.precision).gpu.efficiency("fused_attention",
-                                                                         self.precision)
-        check_policy(self.collective_policy)
-        check_dp_policy(self.dp_policy)
+        run = self.run
+        if not isinstance(run, RunSettings):  # Job's settings were its own fields before
+            raise ConfigError(f"run: a job.run_settings.RunSettings, not {run!r}")
+        check_ops(run.ops, self.spec)
+        check_kernel_options(run.precision, run.fp8_recipe, self.cluster.gpu,
+                             bool(self.spec.experts), run.fp8_all_gather, run.compile,
+                             run.async_tp)
+        if run.attention == "fused":  # refused here when the GPU gives no cuDNN rate
+            gpu_compute(self.cluster.gpu, run.precision).gpu.efficiency("fused_attention",
+                                                                        run.precision)
 
-    @property
-    def runtime(self) -> Runtime:
-        """How PyTorch runs the job, for its memory (``job.memory.torch_runtime``)."""
-        return Runtime(self.sharding, self.compile, self.fp8_all_gather)
-
-    @property
-    def grad_bytes(self) -> int:
-        """Bytes per gradient element reduced and kept (``grad_reduce``)."""
-        return GRAD_REDUCE_BYTES[self.grad_reduce]
+    def with_run(self, **changes: object) -> Job:
+        """This job with the run settings ``changes`` (``RunSettings``' fields) changed."""
+        return replace(self, run=replace(self.run, **changes))
 
 
 @dataclass(frozen=True)
@@ -204,8 +135,8 @@ class JobResult:
     def row(self, job: Job) -> dict[str, object]:
         """A flat record for tables, CSV and JSON."""
         return {"model": job.spec.name, "gpus": self.layout.gpus, **self.layout.row(),
-                "precision": job.precision, "attention": job.attention,
-                "collective_policy": job.collective_policy, "dp_policy": job.dp_policy,
+                "precision": job.run.precision, "attention": job.run.attention,
+                "collective_policy": job.run.collective_policy, "dp_policy": job.run.dp_policy,
                 "iteration_s": self.iteration_s,
                 "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
                 "memory_gib": self.memory_bytes / 2**30,
@@ -261,15 +192,15 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     ends = [replica.last_backward_end[r] + steps[r].total for r in range(layout.pp)]
     iteration = max(replica.end, *ends)
     critical = max(range(layout.pp), key=lambda r: ends[r])
-    flops = _flops(job.spec, layout, job.attention)
-    peak = gpu_compute(job.cluster.gpu, job.precision).peak_flops
+    flops = _flops(job.spec, layout, job.run.attention)
+    peak = gpu_compute(job.cluster.gpu, job.run.precision).peak_flops
     share = microbatch_share(layout.schedule)  # DualPipe: a microbatch passes half the layers
     per_rank = layout.rank_layers(job.spec.layers, critical, job.spec.mtp_layers) * share
     m = layout.num_microbatches
-    memory = peak_memory(job.spec, layout, job.precision, job.grad_bytes, job.attention,
-                         job.runtime)
+    memory = peak_memory(job.spec, layout, job.run.precision, job.run.grad_bytes, job.run.attention,
+                         job.run.runtime)
     memory = replace(memory, weights=memory.weights + fp8_weight_copies(
-        job.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage,
+        job.run.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage,
                                                      job.spec.mtp_layers)))
     cp, moe = parts.cp, parts.moe
     sparse = stage_moe_layers(job.spec, layout, critical) * share
@@ -312,9 +243,9 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
     spans = layout.stage_layers(spec.layers, spec.mtp_layers)
     group = dp_group(job, layout)
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
-    curves = (curve(group, op, job.collective_policy),
-              curve(group, "all-gather", job.collective_policy))
-    compute = gpu_compute(job.cluster.gpu, job.precision)
+    curves = (curve(group, op, job.run.collective_policy),
+              curve(group, "all-gather", job.run.collective_policy))
+    compute = gpu_compute(job.cluster.gpu, job.run.precision)
     experts = None
     priced: dict[tuple, DPStep] = {}
     steps = []
@@ -327,12 +258,12 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
         span = spans[final]
         seconds = times.backward[final] / len(span) if span else 0.0
         final_layers = _dense_layer_parameters(spec, tp, span)
-        units = _gather_units(job, layout, times, rank) if job.overlap_param_gather else ()
+        units = _gather_units(job, layout, times, rank) if job.run.overlap_param_gather else ()
         key = (tuple(final_layers), total, seconds, len(span), units)
         if key not in priced:
             priced[key] = dp_step(final_layers, total - sum(final_layers),
                                   [seconds] * len(span), layout.zero, layout.cp * layout.dp,
-                                  *curves, compute, job.dp_policy, units, job.grad_bytes)
+                                  *curves, compute, job.run.dp_policy, units, job.run.grad_bytes)
         dense = priced[key]
         sparse = stage_moe_layers(spec, layout, rank)
         if not sparse:
@@ -341,9 +272,9 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
         # the experts' gradients over the expert-DP group, after the dense ones (same NICs)
         experts = experts or layout.group("expert_dp", job.cluster)
         routed = dp_step([], round(sparse * experts_per_gpu(spec, layout)), [], layout.zero,
-                         layout.expert_dp, curve(experts, op, job.collective_policy),
-                         curve(experts, "all-gather", job.collective_policy), compute, "none",
-                         grad_bytes=job.grad_bytes)
+                         layout.expert_dp, curve(experts, op, job.run.collective_policy),
+                         curve(experts, "all-gather", job.run.collective_policy), compute, "none",
+                         grad_bytes=job.run.grad_bytes)
         steps.append(DPStep(dense.exposed_reduce + routed.exposed_reduce,
                             dense.optimizer + routed.optimizer, dense.gather + routed.gather))
     return steps
@@ -413,7 +344,7 @@ def _bound(times: PipelineTimes) -> float:
 
 def _notes(job: Job, result: JobResult, fits: bool) -> tuple[str, ...]:
     notes = []
-    gpu = gpu_compute(job.cluster.gpu, job.precision).gpu
+    gpu = gpu_compute(job.cluster.gpu, job.run.precision).gpu
     best = getattr(gpu.spec, "best_published_utilization", None)
     if best is not None and result.mfu > best:
         notes.append(f"MFU {result.mfu:.1%} is above the best published for {gpu.spec.name} "

@@ -1,0 +1,162 @@
+"""How a job's layouts are run (the execution's run part): one ``RunSettings``, each setting
+declared here once with its default and its accepted values.
+
+An execution is its layout (``job.execution.Execution``: degrees, schedule, batch,
+recomputation, SP, ZeRO; what the search varies) and these run settings (fixed for a job:
+precision, collectives, overlaps, kernels, gradient handling). The two are separate types
+because the search prices many layouts under one set of run settings, and because the cost
+modules that read ``Execution`` are what the settings' checks import (``job.compute``,
+``job.communication``, ``job.memory``): held by ``Execution``, they would close an import
+circle. ``Job`` (``job.evaluation.evaluate``) is the model, the cluster and these settings.
+
+The settings (each field's accepted values in ``RUN_CHOICES``, from the domain module that
+prices it):
+
+- ``precision``: ``job.execution.PRECISIONS`` (``job.compute.fp8`` for fp8, with
+  ``fp8_recipe``; ``fp8_all_gather``: ZeRO 3 gathers 1-byte weights, torchao's FSDP float8).
+- ``collective_policy``: how collectives are scheduled (``job.communication.collective_costs``).
+- ``dp_policy``: how the gradient reduction overlaps the last backward
+  (``job.communication.dp_sync``); ``overlap_param_gather``: ZeRO 1-2's weight all-gather
+  overlaps the next forward (Megatron-LM's ``--overlap-param-gather``).
+- ``attention``: the attention core's kernel (``job.compute.layer_costs``: ``flash``,
+  ``fused`` or ``unfused``).
+- ``tp_comm_overlap``: sequence-parallel TP collectives overlap their GEMMs
+  (``--tp-comm-overlap``); ``async_tp``: TorchTitan's asynchronous TP (``job.async_tp``).
+- ``grad_reduce``: the gradients' format as reduced and kept (``fp32``, Megatron-LM's default
+  main gradients, or the training's 16-bit format: ``--grad-reduce-in-bf16``, or fp16 without
+  ``--accumulate-allreduce-grads-in-fp32``; ``job.communication.dp_sync``);
+  ``grad_accumulation``: ``fused`` into the weight-gradient GEMMs or ``separate``
+  (``job.compute.grad_accumulation``).
+- ``pipeline_p2p``: whether a pipeline rank computes while its transfers run
+  (``job.communication.pipeline_p2p``).
+- ``compile``: torch.compile's fusions (``job.compute.compile_fusion``); ``ops``: the
+  memory-bound ops as Megatron-Core / Transformer Engine's fused kernels (``fused``) or as
+  eager PyTorch runs TorchTitan's Llama modules (``eager``: ``job.compute.eager_ops``;
+  Inductor's groups of them under ``compile``).
+- ``moe_dispatcher``: the MoE token dispatch, ``alltoall`` or ``deepep``
+  (``job.communication.moe_dispatch``).
+- ``sharding``: ZeRO 3 as ``zero``, or PyTorch's ``fsdp2`` / ``fsdp2-split`` by TorchTitan's
+  wrapping: its states and unsharded weights (``job.memory.torch_runtime``).
+- ``cross_entropy``: the head's loss, Megatron-LM's ``unfused`` vocab-parallel cross-entropy
+  or Megatron-Core's ``--cross-entropy-loss-fusion`` by ``--cross-entropy-fusion-impl``
+  ``native`` or ``te`` (``job.compute.cross_entropy``); ``transformer_impl``: the norms'
+  kernels, Megatron-Core's ``--transformer-impl`` ``local`` or ``transformer_engine``
+  (``job.compute.transformer_impl``).
+
+The checks here need the settings alone; those that relate them to the model or the GPU
+(eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are ``Job``'s.
+Front ends read the settings by name (``run_settings_of``): ``dlsched plan``'s options
+(``job.scenario.PlanScenario``) and a ledger row's ``parallel`` section (``ledger.predict``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from pydantic import ConfigDict
+from pydantic.dataclasses import dataclass
+
+from dlsched.errors import ConfigError
+from dlsched.job.communication.collective_costs import COLLECTIVE_POLICIES, check_policy
+from dlsched.job.communication.dp_sync import (
+    DP_POLICIES,
+    GRAD_REDUCE_BYTES,
+    check_dp_policy,
+    check_grad_reduce,
+)
+from dlsched.job.communication.moe_dispatch import DISPATCHERS, check_dispatcher
+from dlsched.job.communication.pipeline_p2p import PIPELINE_P2P, check_pipeline_p2p
+from dlsched.job.compute.cross_entropy import CROSS_ENTROPY, check_cross_entropy
+from dlsched.job.compute.eager_ops import OPS
+from dlsched.job.compute.fp8 import FP8_RECIPES
+from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION, check_grad_accumulation
+from dlsched.job.compute.layer_costs import ATTENTION_KERNELS, check_attention, check_precision
+from dlsched.job.compute.transformer_impl import TRANSFORMER_IMPLS, check_transformer_impl
+from dlsched.job.execution import PRECISIONS, config_errors
+from dlsched.job.memory.torch_runtime import SHARDINGS, Runtime, check_sharding
+
+RUN_CHOICES: dict[str, tuple[str, ...]] = {
+    "precision": PRECISIONS,
+    "collective_policy": COLLECTIVE_POLICIES,
+    "dp_policy": DP_POLICIES,
+    "attention": ATTENTION_KERNELS,
+    "grad_reduce": tuple(GRAD_REDUCE_BYTES),
+    "grad_accumulation": GRAD_ACCUMULATION,
+    "pipeline_p2p": PIPELINE_P2P,
+    "fp8_recipe": FP8_RECIPES,
+    "moe_dispatcher": DISPATCHERS,
+    "sharding": SHARDINGS,
+    "ops": OPS,
+    "cross_entropy": CROSS_ENTROPY,
+    "transformer_impl": TRANSFORMER_IMPLS,
+}
+"""Each named run setting's accepted values (the boolean ones take True or False), read from
+the module that prices it."""
+
+
+@config_errors
+@dataclass(frozen=True, config=ConfigDict(extra="forbid", strict=True))
+class RunSettings:
+    """How a job's layouts run (module docstring); the positional order is ``Job``'s before
+    the settings were one type, so ``RunSettings("fp16", "baseline", "ddp")`` reads as it did."""
+
+    precision: str = "bf16"
+    collective_policy: str = "baseline"
+    dp_policy: str = "none"
+    attention: str = "flash"
+    overlap_param_gather: bool = False
+    tp_comm_overlap: bool = False
+    grad_reduce: str = "fp32"
+    grad_accumulation: str = "fused"
+    pipeline_p2p: str = "auto"
+    fp8_recipe: str | None = None
+    fp8_all_gather: bool = False
+    compile: bool = False
+    async_tp: bool = False
+    moe_dispatcher: str = "alltoall"
+    sharding: str = "zero"
+    ops: str = "fused"
+    cross_entropy: str = "unfused"
+    transformer_impl: str = "local"
+
+    def __post_init__(self) -> None:
+        if self.ops not in OPS:
+            raise ConfigError(f"ops: {self.ops!r} is not one of {', '.join(OPS)}")
+        check_cross_entropy(self.cross_entropy)
+        check_transformer_impl(self.transformer_impl)
+        check_precision(self.precision)
+        check_dispatcher(self.moe_dispatcher)
+        check_sharding(self.sharding)
+        check_grad_reduce(self.grad_reduce, "bf16" if self.precision == "fp8" else self.precision)
+        check_grad_accumulation(self.grad_accumulation)
+        check_pipeline_p2p(self.pipeline_p2p)
+        check_attention(self.attention)
+        check_policy(self.collective_policy)
+        check_dp_policy(self.dp_policy)
+
+    @property
+    def runtime(self) -> Runtime:
+        """How PyTorch runs the job, for its memory (``job.memory.torch_runtime``)."""
+        return Runtime(self.sharding, self.compile, self.fp8_all_gather)
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element reduced and kept (``grad_reduce``)."""
+        return GRAD_REDUCE_BYTES[self.grad_reduce]
+
+
+RUN_FIELDS = tuple(f.name for f in fields(RunSettings))
+"""The run settings, in ``RunSettings``' positional order."""
+RUN_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(RunSettings)}
+"""Each run setting's default (what a front end offers unless it says why it differs:
+``dlsched plan``'s ``dp_policy`` is its own, ``usbyte``)."""
+
+
+def run_settings_of(source: object, **given: Any) -> RunSettings:
+    """The run settings ``source`` names (each attribute of it named as a run setting), with
+    ``given`` for the rest (any other at its default): how a front end hands its settings to
+    the evaluator without copying them one by one."""
+    named = {name: getattr(source, name) for name in RUN_FIELDS
+             if name not in given and hasattr(source, name)}
+    return RunSettings(**named, **given)
