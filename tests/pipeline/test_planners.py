@@ -33,7 +33,6 @@ from dlsched.pipeline.planners.estimate import best_sync_partitions, estimate
 from dlsched.pipeline.planners.oracle import oracle
 from dlsched.pipeline.planners.ordering import device_order
 from dlsched.pipeline.planners.planner import propose_partitions
-from dlsched.pipeline.planners.two_stage import v_groups
 from dlsched.pipeline.plans.plan import validate_plan
 from dlsched.pipeline.plans.schedules import (
     backward_first_dispatch,
@@ -188,9 +187,7 @@ def test_gpt3_memory_aware_partition_is_proposed() -> None:
     cuts = np.concatenate([[0], np.cumsum(sizes)])
     issue = tuple(Stage(int(cuts[k]), int(cuts[k + 1]), (order[k],)) for k in range(64))
     assert issue[-1].last == chain.num_blocks
-    # ``estimate`` is a chain bound of one stage per GPU; the V partitions (two stages per
-    # GPU, ``two_stage.v_partitions``) are ranked by their simulations, not by it
-    found = [stages for stages in propose_partitions(problem) if v_groups(stages) is None]
+    found = propose_partitions(problem)
     best = min(found, key=lambda stages: estimate(problem, stages))
     assert estimate(problem, best) <= estimate(problem, issue) * (1 + 1e-12)
     rule = backward_first_dispatch(64, (32,) * 64, True)

@@ -27,6 +27,7 @@ from dlsched.pipeline.planners.enumeration import all_partitions
 from dlsched.pipeline.plans.actions import Action
 from dlsched.pipeline.plans.plan import PipelinePlan, Stage, host_transfers
 from dlsched.pipeline.plans.schedules import gpipe_orders
+from dlsched.pipeline.simulation.action_times import ActionTimes
 from dlsched.pipeline.simulation.bounds import plan_bound
 
 
@@ -87,10 +88,21 @@ def oracle(problem: PipelineProblem, time_limit_s: float = 20.0) -> OracleResult
     return OracleResult(float(best_time), best_plan, solved, float(lower), proven)
 
 
-def _actions(problem: PipelineProblem, stages: tuple[Stage, ...]) -> dict[Action, tuple]:
+def _actions(problem: PipelineProblem, stages: tuple[Stage, ...],
+             split: bool = False) -> dict[Action, tuple]:
     """Each action -> (device, duration in seconds, the simulator's: compute, overhead and
-    host time of its transfers)."""
+    host time of its transfers); with ``split`` the backwards as I and W
+    (``ActionTimes.duration``)."""
     result = {}
+    if split:
+        times = ActionTimes(problem, stages)
+        for s, stage in enumerate(stages):
+            for j in range(problem.num_microbatches):
+                for kind in "FIW":
+                    action = Action(s, kind, j)
+                    result[action] = (stage.device_for(j),
+                                      times.duration(action, stage.device_for(j)))
+        return result
     for s, stage in enumerate(stages):
         forward, backward = problem.stage_flops(stage)
         for j in range(problem.num_microbatches):
@@ -106,27 +118,33 @@ def _actions(problem: PipelineProblem, stages: tuple[Stage, ...]) -> dict[Action
 
 def _edges(problem: PipelineProblem, stages: tuple[Stage, ...],
            actions: dict[Action, tuple]) -> list[tuple[Action, Action, float]]:
-    """Precedences (before, after, delay seconds) along every microbatch's path."""
+    """Precedences (before, after, delay seconds) along every microbatch's path; with split
+    backwards the input gradients (I) carry the path and each W follows its I."""
     edges, last = [], len(stages) - 1
+    back = "I" if Action(last, "I", 0) in actions else "B"
     for j in range(problem.num_microbatches):
-        edges.append((Action(last, "F", j), Action(last, "B", j), 0.0))
+        edges.append((Action(last, "F", j), Action(last, back, j), 0.0))
+        if back == "I":
+            edges.extend((Action(s, "I", j), Action(s, "W", j), 0.0) for s in range(last + 1))
         for s in range(last):
             size = float(problem.chain.activation_bytes[stages[s].last - 1])
             a, b = actions[Action(s, "F", j)][0], actions[Action(s + 1, "F", j)][0]
             edges.append((Action(s, "F", j), Action(s + 1, "F", j),
                           problem.graph.transfer_time(a, b, size)))
-            edges.append((Action(s + 1, "B", j), Action(s, "B", j),
+            edges.append((Action(s + 1, back, j), Action(s, back, j),
                           problem.graph.transfer_time(b, a, size)))
     return edges
 
 
 def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
-                  time_limit_s: float = 20.0) -> MilpSchedule:
+                  time_limit_s: float = 20.0, split: bool = False) -> MilpSchedule:
     """Best makespan (s) of one mapping in the contention-free model, its orders and the
-    solver's proof status and dual bound."""
+    solver's proof status and dual bound; ``split``: backwards as I and W (every schedule of
+    the mapping with split backwards, ZB-V's and DualPipe's among them: their joined units
+    and memory only restrict it, so its optimum bounds them from below)."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    actions = _actions(problem, stages)
+    actions = _actions(problem, stages, split)
     names = list(actions)
     index = {a: i for i, a in enumerate(names)}
     pairs = [(a, b) for a, b in combinations(names, 2) if actions[a][0] == actions[b][0]]
@@ -152,7 +170,8 @@ def schedule_milp(problem: PipelineProblem, stages: tuple[Stage, ...],
         add({index[b]: 1, index[a]: -1, y: -big}, actions[a][1] - big, np.inf)
         add({index[a]: 1, index[b]: -1, y: big}, actions[b][1], np.inf)
     for a in names:
-        tail = actions[a][1] + (problem.allreduce_time(stages[a.stage]) if a.kind == "B" else 0)
+        tail = actions[a][1] + (problem.allreduce_time(stages[a.stage]) if a.kind in "BW"
+                                else 0)
         add({n_start: 1, index[a]: -1}, tail, np.inf)
     cost = np.zeros(n_var)
     cost[n_start] = 1.0

@@ -29,7 +29,15 @@ Planning for Expedited Distributed DNN Training", IEEE INFOCOM 2022.
    each, for at most
    ``REFINE_PASSES`` improving passes.
 
-Steps 3-5 simulate only the candidates that can still win: one whose lower bound
+6. Two stages per rank (``two_stage``), searched apart from steps 2-5 so that they never
+   displace those starts: dlsched's V partitions (its device order in ``p`` rank groups,
+   ``2p`` stages balanced on each group's speed) under every TP degree and recomputation
+   mode, scheduled by step 3 and by ZB-V's and DualPipeV's fixed orders, and the ZB-V,
+   DualPipe and DualPipeV baselines' plans; refinement from the fastest re-runs their fixed
+   order and backward-first list scheduling on each cut move, re-balancing the V (or the
+   two directions) for heterogeneous GPUs and links. The faster of the two searches wins.
+
+Steps 3-6 simulate only the candidates that can still win: one whose lower bound
 (``bounds.plan_bound`` of its stages) is above the time of the ``REFINE_STARTS``-th fastest
 partition simulated so far (the current best, in refinement) is skipped (``pruning``); the
 plan chosen is the same as with every candidate simulated.
@@ -46,7 +54,7 @@ existing runtime executes (``runtimes.runtime_for``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from itertools import chain, islice, permutations
 from weakref import WeakKeyDictionary
@@ -60,6 +68,7 @@ from dlsched.pipeline.planners.partition import balanced_partitions, balanced_st
 from dlsched.pipeline.planners.pruning import MARGIN, Candidate, evaluate
 from dlsched.pipeline.planners.two_stage import (
     NOTE_NAMES,
+    PAIRED_ONLY,
     TWO_STAGE,
     two_stage_orders,
     v_partitions,
@@ -171,7 +180,7 @@ def propose_partitions(problem: PipelineProblem) -> list[tuple[Stage, ...]]:
         for stages in best_sync_partitions(problem, costs, keep):
             if stages not in found:
                 found.append(stages)
-    extra = front_light_partitions(problem, orders[0]) + v_partitions(problem, orders[0])
+    extra = front_light_partitions(problem, orders[0])
     if not problem.replicate:
         extra += [balanced_stages(problem, orders[0][:k]) for k in range(1, len(orders[0]) + 1)]
     for stages in extra:
@@ -301,11 +310,40 @@ def plan_dlsched(problem: PipelineProblem,
     """The fastest simulated plan among our partitions x schedules under every allowed
     tensor-parallel degree and recomputation mode, and the baselines' plans. Only the
     candidates that can be among the ``REFINE_STARTS`` fastest partitions are simulated
-    (``pruning.evaluate``); the selection over them is the same as over all."""
+    (``pruning.evaluate``); the selection over them is the same as over all. Plans of two
+    stages per rank are searched apart (step 6 of the module docstring)."""
+    planned = _baseline_plans(problem, baselines or {})
     candidates = [candidate for t in problem.degrees()
                   for sub, stages in _mode_partitions(problem.tensor(t))
                   for candidate in schedule_candidates(sub, stages)]
-    candidates += _baseline_candidates(problem, baselines or {})
+    best = _search(problem, candidates + _baseline_candidates(problem, (
+        plan for name, plan in planned.items() if name not in PAIRED_ONLY)))
+    # Two stages per rank (``two_stage``), searched on their own so that they never displace
+    # the starts above: dlsched's V partitions and the baselines' V and DualPipe plans,
+    # refined with their fixed orders as well as list scheduling.
+    pairs = [candidate for t in problem.degrees() for mode in problem.recompute_modes
+             for sub in (problem.tensor(t).under(mode),)
+             for stages in v_partitions(sub, device_order(sub.graph))
+             for candidate in schedule_candidates(sub, stages)]
+    pairs += _baseline_candidates(problem, (plan for name, plan in planned.items()
+                                            if name in NOTE_NAMES))
+    if pairs:
+        paired = _search(problem, pairs, two_stage=True)
+        if paired is not None and (best is None
+                                   or paired.iteration_s < best.iteration_s * (1 - 1e-12)):
+            best = paired
+    if best is None:
+        raise ConfigError("dlsched: no plan fits the GPUs' memory")
+    remember(problem, best)
+    notes = {key: value for key, value in best.plan.notes.items() if key != "skipped"} | {
+        "origin": best.plan.planner}
+    return replace(best.plan, planner="dlsched", notes=notes)
+
+
+def _search(problem: PipelineProblem, candidates: list[Candidate],
+            two_stage: bool = False) -> SimResult | None:
+    """The fastest of ``candidates`` (simulated where they can win) and of the refinements
+    from the ``REFINE_STARTS`` fastest partitions among them; None when none runs."""
     starts: list[SimResult] = []  # the fastest plan of each of the fastest partitions
     for _, result in evaluate(candidates, REFINE_STARTS):
         same = next((st for st in starts if st.plan.stages == result.plan.stages
@@ -318,17 +356,14 @@ def plan_dlsched(problem: PipelineProblem,
         starts.sort(key=lambda start: start.iteration_s)
         del starts[REFINE_STARTS:]
     if not starts:
-        raise ConfigError("dlsched: no plan fits the GPUs' memory")
+        return None
     best = starts[0]
     for start in starts:
         if start.plan.num_stages * problem.num_microbatches <= REFINE_ACTIONS:
-            refined = refine(problem.for_plan(start.plan), start)
+            refined = refine(problem.for_plan(start.plan), start, two_stage)
             if refined.iteration_s < best.iteration_s * (1 - 1e-12):
                 best = refined
-    remember(problem, best)
-    notes = {key: value for key, value in best.plan.notes.items() if key != "skipped"} | {
-        "origin": best.plan.planner}
-    return replace(best.plan, planner="dlsched", notes=notes)
+    return best
 
 
 def _memory_bound(problem: PipelineProblem, stages: tuple[Stage, ...]) -> bool:
@@ -351,20 +386,24 @@ def _mode_partitions(problem: PipelineProblem) -> Iterator[tuple[PipelineProblem
             return
 
 
+def _baseline_plans(problem: PipelineProblem,
+                    baselines: dict[str, Callable[[PipelineProblem], PipelinePlan]]
+                    ) -> dict[str, PipelinePlan]:
+    """Each baseline's plan by name (none for a baseline that finds no plan)."""
+    plans = {name: _attempt(lambda planner=planner: planner(problem))
+             for name, planner in baselines.items()}
+    return {name: plan for name, plan in plans.items() if plan is not None}
+
+
 def _baseline_candidates(problem: PipelineProblem,
-                         baselines: dict[str, Callable[[PipelineProblem], PipelinePlan]]
-                         ) -> list[Candidate]:
-    """Each baseline's plan as a candidate (none for a baseline that finds no plan); bound 0
-    puts them first, as their results are usually kept from their own search
-    (``simulate.remember``) and set the bar the other candidates must pass."""
-    found = []
-    for planner in baselines.values():
-        plan = _attempt(lambda planner=planner: planner(problem))
-        if plan is not None:
-            found.append(Candidate(0.0, (plan.stages, plan.tensor_parallel),
-                                   lambda deadline, plan=plan: _scored(
-                                       problem, lambda: simulate(problem, plan, deadline))))
-    return found
+                         plans: Iterable[PipelinePlan]) -> list[Candidate]:
+    """The baselines' plans as candidates; bound 0 puts them first, as their results are
+    usually kept from their own search (``simulate.remember``) and set the bar the other
+    candidates must pass."""
+    return [Candidate(0.0, (plan.stages, plan.tensor_parallel),
+                      lambda deadline, plan=plan: _scored(
+                          problem, lambda: simulate(problem, plan, deadline)))
+            for plan in plans]
 
 
 def _cut_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]:
@@ -415,23 +454,27 @@ def _reorder_moves(stages: tuple[Stage, ...]) -> Iterator[tuple[Stage, ...]]:
             yield (*stages[:s], Stage(stage.first, stage.last, devices), *stages[s + 1:])
 
 
-def _refine_schedule(problem: PipelineProblem, plan: PipelinePlan) -> str:
-    """The schedule refinement re-runs on neighbours: the one that produced ``plan`` when it
-    is one of ours, else backward-first list scheduling."""
+def _refine_schedules(problem: PipelineProblem, plan: PipelinePlan,
+                      two_stage: bool = False) -> tuple[str, ...]:
+    """The schedules refinement re-runs on neighbours: the one that produced ``plan`` when it
+    is one of ours, else backward-first list scheduling; with ``two_stage``, a ZB-V,
+    DualPipeV or DualPipe plan's fixed order (``two_stage.TWO_STAGE``) and backward-first
+    list scheduling both."""
     ours = {rule.name for rule in dispatch_rules(problem, plan.stages)} | {
-        "one_f_one_b", "gpipe", "zb_h1", "zb_h2", *TWO_STAGE}
+        "one_f_one_b", "gpipe", "zb_h1", "zb_h2"}
     name = plan.notes.get("schedule", "")
-    name = {"1f1b": "one_f_one_b", "zb-h1": "zb_h1", "zb-h2": "zb_h2", **NOTE_NAMES}.get(
-        name, name)
-    if name in ours:
-        return name
+    name = {"1f1b": "one_f_one_b", "zb-h1": "zb_h1", "zb-h2": "zb_h2"}.get(name, name)
     split = problem.chain.input_grad_fraction is not None
-    return backward_first_dispatch(plan.num_stages, (1,), split).name
+    listed = backward_first_dispatch(plan.num_stages, (1,), split).name
+    fixed = NOTE_NAMES.get(name, name)
+    if two_stage and fixed in TWO_STAGE:
+        return fixed, listed
+    return (name,) if name in ours else (listed,)
 
 
-def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
+def refine(problem: PipelineProblem, best: SimResult, two_stage: bool = False) -> SimResult:
     """Hill-climb on simulated time over neighbouring partitions (step 5), each scheduled
-    with the schedule of the current best plan (``_refine_schedule``); at most
+    with the schedules of the current best plan (``_refine_schedules``); at most
     ``REFINE_PASSES`` passes and ``REFINE_MOVES`` neighbours in all."""
     budget = REFINE_MOVES
     for _ in range(REFINE_PASSES):
@@ -440,10 +483,11 @@ def refine(problem: PipelineProblem, best: SimResult) -> SimResult:
         n = problem.graph.num_devices
         moves = chain(_cut_moves(stages), _split_merge_moves(stages),
                       _grow_moves(stages, n) if n <= GROW_GPUS else (), _reorder_moves(stages))
-        schedule = _refine_schedule(problem, start.plan)
+        schedules = _refine_schedules(problem, start.plan, two_stage)
         for stages in islice((move for move in moves if allowed(problem, move)), budget):
             budget -= 1
-            for candidate in schedule_candidates(problem, stages, schedule):
+            for candidate in (candidate for schedule in schedules
+                              for candidate in schedule_candidates(problem, stages, schedule)):
                 if candidate.bound > best.iteration_s * (1 + MARGIN):
                     continue  # cannot beat the best (``pruning``)
                 result = candidate.within(best.iteration_s)

@@ -40,6 +40,8 @@ TWO_STAGE = ("zb_v", "dualpipev", "dualpipe")
 """dlsched's names of the fixed two-stage orders (``two_stage_orders``)."""
 NOTE_NAMES = {"zb-v": "zb_v", "dualpipev": "dualpipev", "dualpipe": "dualpipe"}
 """The baselines' schedule notes of those orders."""
+PAIRED_ONLY = ("dualpipe", "dualpipev")
+"""Baselines whose plans the planner takes among the two-stage candidates only (step 6)."""
 
 Orders = tuple[tuple[tuple[Action, ...], ...], tuple[frozenset[int], ...]]
 
