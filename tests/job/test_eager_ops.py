@@ -17,11 +17,9 @@ from dlsched.job.compute.eager_ops import (
     torch_ops,
 )
 from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import TransformerSpec, load_spec
 
-L8 = TransformerSpec("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
-                     tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-                     learned_positions=False)
+L8 = load_spec("llama3-8b")
 SH = 8192 * 4096  # tokens x hidden per sample
 FH = 8192 * 14336  # tokens x FFN width
 KV = 8192 * 8 * 128  # tokens x key width
