@@ -137,9 +137,9 @@ def test_the_layout_fields_are_declared_once_in_src() -> None:
 
 def test_the_precisions_are_declared_once_in_src() -> None:
     """The job's precision names (``PRECISIONS``, with autocast) are spelled out only in
-    ``job/execution.py``; other modules read them."""
+    ``job/run_choices.py`` (the run settings' accepted values); other modules read them."""
     copies = [f"{path.relative_to(SRC)}:{line}"
-              for path in SRC.rglob("*.py") if path != SRC / "job" / "execution.py"
+              for path in SRC.rglob("*.py") if path != SRC / "job" / "run_choices.py"
               for line, names in _string_tuples(path) if {"autocast", "bf16"} <= set(names)]
     assert copies == []
 

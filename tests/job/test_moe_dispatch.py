@@ -14,13 +14,13 @@ from dlsched.errors import ConfigError
 from dlsched.job.cluster import node_cluster
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.moe_dispatch import (
-    check_dispatcher,
     deepep_dispatch_seconds,
     expected_nodes,
     inter_node_bytes,
     node_split,
 )
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_choices import check_dispatcher
 
 
 def _enumerated(experts: int, k: int, nodes: int, groups: int, topk: int) -> float:

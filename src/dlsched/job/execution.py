@@ -32,26 +32,22 @@ Ranks are laid out in ``RANK_ORDER`` and every communication group is built here
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from pydantic import ConfigDict, ValidationError
+from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from dlsched.errors import ConfigError, check_choice
 from dlsched.job.evaluation.pipeline_split import check_split, rank_layers, stage_layers
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule, held_stages
+from dlsched.job.run_choices import config_errors
 
 if TYPE_CHECKING:
     from dlsched.hardware import Topology
     from dlsched.job.cluster import Cluster
 
-PRECISIONS = ("bf16", "fp16", "autocast", "fp8")
-"""The training precisions the job planner prices (``--precision``): Megatron's bf16 or fp16
-mixed precision (16-bit weights, FP32 master), torch.autocast (FP32 weights, 16-bit
-matmuls), FP8 linears with bf16 model states (``job.compute.fp8``)."""
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
 RECOMPUTE = ("none", "selective", "full", "selective-op")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -78,36 +74,6 @@ GROUPS: dict[str, tuple[bool, tuple[str, ...]]] = {
 spans, consecutive). ``dp_cp`` is the dense layers' data-parallel group with context
 parallelism (``get_data_parallel_group(with_context_parallel=True)``: gradients and ZeRO
 shards); ``expert_dp`` the experts' (their gradients)."""
-
-ClassT = TypeVar("ClassT", bound=type)
-
-
-def config_errors(cls: ClassT) -> ClassT:
-    """``cls`` (a pydantic dataclass) constructed with dlsched's errors: a ConfigError its
-    checks raise comes out as it is, a field of the wrong type as a one-line ConfigError
-    naming the field (pydantic would wrap both in a ValidationError)."""
-    init: Callable[..., None] = cls.__init__
-
-    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
-        try:
-            init(self, *args, **kwargs)
-        except ValidationError as error:
-            raise _one_line(error, cls.__name__.lower()) from None
-
-    cls.__init__ = __init__  # type: ignore[misc]
-    return cls
-
-
-def _one_line(error: ValidationError, source: str) -> ConfigError:
-    parts = []
-    for item in error.errors():
-        cause = item.get("ctx", {}).get("error")
-        if isinstance(cause, ConfigError):
-            return cause
-        where = ".".join(str(part) for part in item["loc"])
-        parts.append(f"{source}.{where}: {item['msg']} (got {item.get('input')!r})")
-    return ConfigError("; ".join(parts))
-
 
 _POSITIVE = ("tp", "pp", "dp", "microbatch_size", "global_batch", "chunks", "cp", "ep",
              "expert_tp")

@@ -58,23 +58,34 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from dlsched.errors import ConfigError
-from dlsched.job.communication.collective_costs import COLLECTIVE_POLICIES, check_policy
-from dlsched.job.communication.dp_sync import (
+from dlsched.job.run_choices import (
+    ATTENTION_KERNELS,
+    COLLECTIVE_POLICIES,
+    CROSS_ENTROPY,
+    DISPATCHERS,
     DP_POLICIES,
+    FP8_RECIPES,
+    GRAD_ACCUMULATION,
     GRAD_REDUCE_BYTES,
+    OPS,
+    PIPELINE_P2P,
+    PRECISIONS,
+    SHARDINGS,
+    TRANSFORMER_IMPLS,
+    Runtime,
+    check_attention,
+    check_cross_entropy,
+    check_dispatcher,
     check_dp_policy,
+    check_grad_accumulation,
     check_grad_reduce,
+    check_pipeline_p2p,
+    check_policy,
+    check_precision,
+    check_sharding,
+    check_transformer_impl,
+    config_errors,
 )
-from dlsched.job.communication.moe_dispatch import DISPATCHERS, check_dispatcher
-from dlsched.job.communication.pipeline_p2p import PIPELINE_P2P, check_pipeline_p2p
-from dlsched.job.compute.cross_entropy import CROSS_ENTROPY, check_cross_entropy
-from dlsched.job.compute.eager_ops import OPS
-from dlsched.job.compute.fp8 import FP8_RECIPES
-from dlsched.job.compute.grad_accumulation import GRAD_ACCUMULATION, check_grad_accumulation
-from dlsched.job.compute.layer_costs import ATTENTION_KERNELS, check_attention, check_precision
-from dlsched.job.compute.transformer_impl import TRANSFORMER_IMPLS, check_transformer_impl
-from dlsched.job.execution import PRECISIONS, config_errors
-from dlsched.job.memory.torch_runtime import SHARDINGS, Runtime, check_sharding
 
 RUN_CHOICES: dict[str, tuple[str, ...]] = {
     "precision": PRECISIONS,

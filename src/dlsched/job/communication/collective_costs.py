@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dlsched.collectives import CollectiveOp, ideal_time, run_collective
-from dlsched.errors import check_choice
 from dlsched.hardware import Topology
 from dlsched.job.communication.nccl_costs import OPS as NCCL_OPS
 from dlsched.job.communication.nccl_costs import NcclGroup, nccl_seconds
+from dlsched.job.run_choices import check_policy
 
-COLLECTIVE_POLICIES = ("baseline", "themis", "dlsched")
 ONE_DIM_SIZES = (2**26, 2**30)  # bytes: 64 MiB and 1 GiB
 MULTI_DIM_SIZES = tuple(2**k for k in range(20, 35, 2))  # bytes: 1 MiB, 4 MiB, ..., 16 GiB
 MULTI_DIM_CHUNKS = 16
@@ -73,12 +72,6 @@ class CollectiveCurve:
         segment = bisect_left(self.sizes, num_bytes, 1, len(self.sizes) - 1) - 1
         intercept, slope = self._line(segment)
         return max(0.0, intercept + slope * num_bytes)
-
-
-def check_policy(policy: str) -> str:
-    """``policy`` when it is a collective policy; ConfigError otherwise."""
-    check_choice("--collective-policy", policy, COLLECTIVE_POLICIES)
-    return policy
 
 
 def chunks_for(topology: Topology) -> int:

@@ -37,17 +37,12 @@ from functools import lru_cache
 
 from dlsched.dataparallel.problem import DPProblem
 from dlsched.dataparallel.run import run_dataparallel
-from dlsched.errors import ConfigError, check_choice
 from dlsched.job.communication.collective_costs import CollectiveCurve, CurveComm
+from dlsched.job.run_choices import (
+    GRAD_BYTES,
+)
 from dlsched.models.compute import CalibratedCompute
 
-DP_POLICIES = ("none", "ddp", "usbyte", "dlsched")
-GRAD_BYTES = 4
-# bytes per gradient element reduced: Megatron-LM's default FP32 main gradients
-# (arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32), --grad-reduce-in-bf16, or the
-# 16-bit gradients of fp16 training without --accumulate-allreduce-grads-in-fp32 (Megatron-LM
-# of 2021-2022: its --fp16 default, and its example scripts')
-GRAD_REDUCE_BYTES = {"fp32": GRAD_BYTES, "bf16": 2, "fp16": 2}
 WEIGHT_BYTES = 2
 # Adam itself per parameter: reads the FP32 gradient, weight and two moments (16 B), writes the
 # weight and the moments (12 B): one fused kernel (apex FusedAdam in Megatron-LM, torch.optim's
@@ -77,23 +72,6 @@ class DPStep:
     def total(self) -> float:
         """Seconds from the last backward's end to the end of the rank's iteration."""
         return self.exposed_reduce + self.optimizer + self.gather
-
-
-def check_grad_reduce(grad_reduce: str, precision: str) -> str:
-    """``grad_reduce`` when accepted for ``precision``; ConfigError otherwise (16-bit gradient
-    buffers keep the training's own format: bf16 with bf16 training, Megatron-LM's
-    --grad-reduce-in-bf16; fp16 with fp16 training)."""
-    check_choice("--grad-reduce", grad_reduce, tuple(GRAD_REDUCE_BYTES))
-    if grad_reduce != "fp32" and precision != grad_reduce:
-        raise ConfigError(f"--grad-reduce: {grad_reduce} needs --precision {grad_reduce} (got "
-                          f"{precision}); accepted: fp32")
-    return grad_reduce
-
-
-def check_dp_policy(policy: str) -> str:
-    """``policy`` when accepted; ConfigError otherwise."""
-    check_choice("--dp-policy", policy, DP_POLICIES)
-    return policy
 
 
 def dp_step(layer_params: list[int], other_params: int, final_backward: list[float],

@@ -54,17 +54,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dlsched.errors import check_choice
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
-
-DISPATCHERS = ("alltoall", "deepep")
-
-
-def check_dispatcher(dispatcher: str) -> str:
-    """``dispatcher`` when accepted; ConfigError naming the option otherwise."""
-    check_choice("--moe-dispatcher", dispatcher, DISPATCHERS)
-    return dispatcher
 
 
 @dataclass(frozen=True)

@@ -26,16 +26,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsched.errors import check_choice
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
-
-PIPELINE_P2P = ("auto", "blocking", "overlapped")
-
-
-def check_pipeline_p2p(mode: str) -> str:
-    """``mode`` when it names a way to run the pipeline's transfers; ConfigError otherwise."""
-    check_choice("--pipeline-p2p", mode, PIPELINE_P2P)
-    return mode
+from dlsched.job.run_choices import check_pipeline_p2p
 
 
 def resolved_p2p(mode: str, schedule: str) -> str:

@@ -43,12 +43,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsched.errors import ConfigError, check_choice
+from dlsched.errors import ConfigError
+from dlsched.job.run_choices import check_cross_entropy
 from dlsched.models.layer import Layer
 from dlsched.models.ops import Op, elementwise
 from dlsched.models.zoo import TransformerModel
 
-CROSS_ENTROPY = ("unfused", "native", "te")
 LOSS_LABEL = "cross-entropy"  # the zoo's label of the head's loss op
 FP32_BYTES = 4
 HALF_BYTES = 2
@@ -56,12 +56,6 @@ HALF_BYTES = 2
 # (module docstring)
 FUSED_TRAFFIC = {"native": (2 + 4 + 4 + 4 + 4 + 4, 4 + 4 + 2, 4, 2),
                  "te": (2 + 2 + 2, 2 + 2, 2, 1)}
-
-
-def check_cross_entropy(kind: str) -> str:
-    """``kind`` when it names a loss implementation; ConfigError otherwise."""
-    check_choice("--cross-entropy", kind, CROSS_ENTROPY)
-    return kind
 
 
 def loss_op(kind: str, logits: int) -> Op:

@@ -75,9 +75,9 @@ from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_choices import OPS
 from dlsched.models.ops import Op
 
-OPS = ("fused", "eager")  # Job.ops: the zoo's fused kernels, or TorchTitan's eager modules
 HALF = 2  # bytes of a 16-bit activation element: the unit of Op.elements in bf16/fp16
 
 

@@ -88,12 +88,12 @@ from dataclasses import dataclass
 
 from dlsched.errors import ConfigError, check_choice
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_choices import FP8_RECIPES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
 from dlsched.models.pricing import product_seconds
 from dlsched.models.timeline import Work
 
-FP8_RECIPES = ("delayed", "current", "mxfp8", "tensorwise", "rowwise")
 TE_RECIPES = ("delayed", "current", "mxfp8")
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
 FP8_LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")

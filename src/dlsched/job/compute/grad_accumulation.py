@@ -24,7 +24,6 @@ this pass and the data-parallel step (``job.evaluate``) share.
 
 from __future__ import annotations
 
-from dlsched.errors import check_choice
 from dlsched.job.compute.mtp import mtp_layer_is_moe
 from dlsched.job.execution import Execution
 from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta
@@ -35,15 +34,9 @@ from dlsched.job.memory.per_gpu import (
     mtp_unit_per_gpu,
 )
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_choices import check_grad_accumulation
 
-GRAD_ACCUMULATION = ("fused", "separate")
 GRADIENT_BYTES = {"autocast": 4}  # a fresh weight gradient's bytes; 2 under 16-bit training
-
-
-def check_grad_accumulation(mode: str) -> str:
-    """``mode`` when it names a way to accumulate gradients; ConfigError otherwise."""
-    check_choice("--grad-accumulation", mode, GRAD_ACCUMULATION)
-    return mode
 
 
 def accumulation_bytes(mode: str, precision: str, grad_bytes: int) -> int:

@@ -43,7 +43,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from dlsched.errors import check_choice
 from dlsched.hardware import Topology
 from dlsched.job.communication.async_tp import async_tp_exposed
 from dlsched.job.communication.collective_costs import curve
@@ -62,11 +61,11 @@ from dlsched.job.compute.fp8 import TORCHAO_RECIPES
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.compute.transformer_impl import with_transformer_impl
-from dlsched.job.execution import PRECISIONS
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_choices import check_precision
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Layer
-from dlsched.models.zoo import ATTENTION_KERNELS, TransformerModel, gpt_model
+from dlsched.models.zoo import TransformerModel, gpt_model
 
 ACTIVATION_BYTES = 2
 EAGER_16BIT = KernelOptions()
@@ -91,18 +90,6 @@ class BlockCosts:
     tp_backward_s: float
     core_f: float = 0.0
     core_b: float = 0.0
-
-
-def check_precision(precision: str) -> str:
-    """``precision`` when accepted; ConfigError otherwise."""
-    check_choice("--precision", precision, PRECISIONS)
-    return precision
-
-
-def check_attention(attention: str) -> str:
-    """``attention`` when it names an attention kernel; ConfigError otherwise."""
-    check_choice("--attention", attention, ATTENTION_KERNELS)
-    return attention
 
 
 def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> CalibratedCompute:

@@ -21,21 +21,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsched.errors import check_choice
+from dlsched.job.run_choices import check_transformer_impl
 from dlsched.models.layer import Layer
 from dlsched.models.ops import Op
 from dlsched.models.zoo import TransformerModel
 
-TRANSFORMER_IMPLS = ("local", "transformer_engine")
 ZOO_NORM_PASSES = 3  # models.ops.norm: the input read twice, the output written
 TE_NORM_PASSES = 2  # one read, one write (module docstring)
 TE_NORM_BACKWARD_PASSES = 3  # the input and the output gradient read, the input gradient written
-
-
-def check_transformer_impl(impl: str) -> str:
-    """``impl`` when it names a layer implementation; ConfigError otherwise."""
-    check_choice("--transformer-impl", impl, TRANSFORMER_IMPLS)
-    return impl
 
 
 def is_norm(op: Op) -> bool:

@@ -108,7 +108,7 @@ from dlsched.job.compute.mla import attention_stash_delta, latent_stash, replica
 from dlsched.job.compute.mtp import MTP_NORMS, mtp_layer_is_moe
 from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.evaluation.unit_walk import held_stages
-from dlsched.job.execution import PRECISIONS, Execution
+from dlsched.job.execution import Execution
 from dlsched.job.memory import torch_runtime as rt
 from dlsched.job.memory.in_flight import in_flight_peak
 from dlsched.job.memory.moe import (
@@ -120,6 +120,7 @@ from dlsched.job.memory.moe import (
     stage_moe_layers,
 )
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_choices import PRECISIONS
 from dlsched.pipeline.chains.memory_model import (
     ADAM_MOMENT_BYTES,
     CONTEXT_BYTES,

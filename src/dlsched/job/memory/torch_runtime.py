@@ -53,41 +53,16 @@ saved when compiled (eager they would be; refused there, ``check_runtime``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from dlsched.errors import ConfigError
 from dlsched.job.compute.op_checkpoint import MODE, kept_matmuls, layer_matmuls
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.run_choices import Runtime
 
 # ZeRO-3 as the ZeRO paper / Megatron-LM, or PyTorch's FSDP2 in TorchTitan's two wrappings
-SHARDINGS = ("zero", "fsdp2", "fsdp2-split")
 STATE_BYTES = (4.0, 4.0, 8.0)  # FSDP2: FP32 sharded parameter, FP32 gradient, AdamW's 2 moments
 PARAM_BYTES = 2  # MixedPrecisionPolicy param_dtype bfloat16 (TorchTitan's default)
 FP8_PARAM_BYTES = 1  # torchao's float8 all-gather: the gathered linear weight in FP8
 REDUCE_BYTES = 4  # MixedPrecisionPolicy reduce_dtype float32: the reduce-scatter input
-
-
-def check_sharding(sharding: str) -> None:
-    """ConfigError naming the field unless ``sharding`` is accepted."""
-    if sharding not in SHARDINGS:
-        raise ConfigError(f"sharding: {sharding!r} is not accepted; accepted: "
-                          + ", ".join(SHARDINGS))
-
-
-@dataclass(frozen=True)
-class Runtime:
-    """How the job's framework runs it, as far as memory goes: ``sharding`` of ZeRO 3
-    (``zero``: the ZeRO paper's, ``fsdp2``: PyTorch FSDP2 as TorchTitan applies it), whether
-    blocks are compiled (``compile``) and whether FSDP all-gathers FP8 weights
-    (``fp8_all_gather``)."""
-
-    sharding: str = "zero"
-    compile: bool = False
-    fp8_all_gather: bool = False
-
-    def __post_init__(self) -> None:
-        check_sharding(self.sharding)
 
 
 EAGER = Runtime()  # ZeRO's states, eager blocks: the default of the memory model's functions

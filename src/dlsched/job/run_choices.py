@@ -1,0 +1,159 @@
+"""Each run setting's accepted values and the checks that need its value alone: the leaf that
+``job.run_settings.RunSettings``, ``job.execution.Execution`` (which holds one) and the cost
+modules that price each setting all import, so none of them imports another for them; and
+``config_errors``, how those two pydantic dataclasses raise one-line errors.
+
+Each constant is the set of variants its pricing module models (that module's docstring
+gives the sources); the module re-exports it under the same name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+from dlsched.errors import ConfigError, check_choice
+from dlsched.models.zoo import ATTENTION_KERNELS
+
+PRECISIONS = ("bf16", "fp16", "autocast", "fp8")
+"""The training precisions the job planner prices (``--precision``): Megatron's bf16 or fp16
+mixed precision (16-bit weights, FP32 master), torch.autocast (FP32 weights, 16-bit
+matmuls), FP8 linears with bf16 model states (``job.compute.fp8``)."""
+COLLECTIVE_POLICIES = ("baseline", "themis", "dlsched")  # job.communication.collective_costs
+DP_POLICIES = ("none", "ddp", "usbyte", "dlsched")  # job.communication.dp_sync
+GRAD_BYTES = 4
+# bytes per gradient element reduced: Megatron-LM's default FP32 main gradients
+# (arguments.py: bf16 sets accumulate_allreduce_grads_in_fp32), --grad-reduce-in-bf16, or the
+# 16-bit gradients of fp16 training without --accumulate-allreduce-grads-in-fp32 (Megatron-LM
+# of 2021-2022: its --fp16 default, and its example scripts')
+GRAD_REDUCE_BYTES = {"fp32": GRAD_BYTES, "bf16": 2, "fp16": 2}
+DISPATCHERS = ("alltoall", "deepep")  # job.communication.moe_dispatch
+PIPELINE_P2P = ("auto", "blocking", "overlapped")  # job.communication.pipeline_p2p
+CROSS_ENTROPY = ("unfused", "native", "te")  # job.compute.cross_entropy
+OPS = ("fused", "eager")  # Job.ops: the zoo's fused kernels, or TorchTitan's eager modules
+FP8_RECIPES = ("delayed", "current", "mxfp8", "tensorwise", "rowwise")  # job.compute.fp8
+GRAD_ACCUMULATION = ("fused", "separate")  # job.compute.grad_accumulation
+TRANSFORMER_IMPLS = ("local", "transformer_engine")  # job.compute.transformer_impl
+SHARDINGS = ("zero", "fsdp2", "fsdp2-split")  # job.memory.torch_runtime
+
+__all__ = ["ATTENTION_KERNELS"]  # models.zoo's kernels, re-exported with the rest
+
+
+def check_precision(precision: str) -> str:
+    """``precision`` when accepted; ConfigError otherwise."""
+    check_choice("--precision", precision, PRECISIONS)
+    return precision
+
+
+def check_attention(attention: str) -> str:
+    """``attention`` when it names an attention kernel; ConfigError otherwise."""
+    check_choice("--attention", attention, ATTENTION_KERNELS)
+    return attention
+
+
+def check_policy(policy: str) -> str:
+    """``policy`` when it is a collective policy; ConfigError otherwise."""
+    check_choice("--collective-policy", policy, COLLECTIVE_POLICIES)
+    return policy
+
+
+def check_grad_reduce(grad_reduce: str, precision: str) -> str:
+    """``grad_reduce`` when accepted for ``precision``; ConfigError otherwise (16-bit gradient
+    buffers keep the training's own format: bf16 with bf16 training, Megatron-LM's
+    --grad-reduce-in-bf16; fp16 with fp16 training)."""
+    check_choice("--grad-reduce", grad_reduce, tuple(GRAD_REDUCE_BYTES))
+    if grad_reduce != "fp32" and precision != grad_reduce:
+        raise ConfigError(f"--grad-reduce: {grad_reduce} needs --precision {grad_reduce} (got "
+                          f"{precision}); accepted: fp32")
+    return grad_reduce
+
+
+def check_dp_policy(policy: str) -> str:
+    """``policy`` when accepted; ConfigError otherwise."""
+    check_choice("--dp-policy", policy, DP_POLICIES)
+    return policy
+
+
+def check_dispatcher(dispatcher: str) -> str:
+    """``dispatcher`` when accepted; ConfigError naming the option otherwise."""
+    check_choice("--moe-dispatcher", dispatcher, DISPATCHERS)
+    return dispatcher
+
+
+def check_pipeline_p2p(mode: str) -> str:
+    """``mode`` when it names a way to run the pipeline's transfers; ConfigError otherwise."""
+    check_choice("--pipeline-p2p", mode, PIPELINE_P2P)
+    return mode
+
+
+def check_cross_entropy(kind: str) -> str:
+    """``kind`` when it names a loss implementation; ConfigError otherwise."""
+    check_choice("--cross-entropy", kind, CROSS_ENTROPY)
+    return kind
+
+
+def check_grad_accumulation(mode: str) -> str:
+    """``mode`` when it names a way to accumulate gradients; ConfigError otherwise."""
+    check_choice("--grad-accumulation", mode, GRAD_ACCUMULATION)
+    return mode
+
+
+def check_transformer_impl(impl: str) -> str:
+    """``impl`` when it names a layer implementation; ConfigError otherwise."""
+    check_choice("--transformer-impl", impl, TRANSFORMER_IMPLS)
+    return impl
+
+
+def check_sharding(sharding: str) -> None:
+    """ConfigError naming the field unless ``sharding`` is accepted."""
+    if sharding not in SHARDINGS:
+        raise ConfigError(f"sharding: {sharding!r} is not accepted; accepted: "
+                          + ", ".join(SHARDINGS))
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How the job's framework runs it, as far as memory goes (``job.memory.torch_runtime``
+    prices it): ``sharding`` of ZeRO 3 (``zero``: the ZeRO paper's, ``fsdp2``: PyTorch FSDP2
+    as TorchTitan applies it), whether blocks are compiled (``compile``) and whether FSDP
+    all-gathers FP8 weights (``fp8_all_gather``)."""
+
+    sharding: str = "zero"
+    compile: bool = False
+    fp8_all_gather: bool = False
+
+    def __post_init__(self) -> None:
+        check_sharding(self.sharding)
+
+
+ClassT = TypeVar("ClassT", bound=type)
+
+
+def config_errors(cls: ClassT) -> ClassT:
+    """``cls`` (a pydantic dataclass) constructed with dlsched's errors: a ConfigError its
+    checks raise comes out as it is, a field of the wrong type as a one-line ConfigError
+    naming the field (pydantic would wrap both in a ValidationError)."""
+    init: Callable[..., None] = cls.__init__
+
+    def __init__(self: object, *args: Any, **kwargs: Any) -> None:
+        try:
+            init(self, *args, **kwargs)
+        except ValidationError as error:
+            raise _one_line(error, cls.__name__.lower()) from None
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls
+
+
+def _one_line(error: ValidationError, source: str) -> ConfigError:
+    parts = []
+    for item in error.errors():
+        cause = item.get("ctx", {}).get("error")
+        if isinstance(cause, ConfigError):
+            return cause
+        where = ".".join(str(part) for part in item["loc"])
+        parts.append(f"{source}.{where}: {item['msg']} (got {item.get('input')!r})")
+    return ConfigError("; ".join(parts))
