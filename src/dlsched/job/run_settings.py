@@ -4,15 +4,15 @@ declared here once with its default and its accepted values.
 An execution is its layout (``job.execution.Execution``: degrees, schedule, batch,
 recomputation, SP, ZeRO; what the search varies) and these run settings (fixed for a job:
 precision, collectives, overlaps, kernels, gradient handling). The two are separate types
-because the search prices many layouts under one set of run settings, and because the cost
-modules that read ``Execution`` are what the settings' checks import (``job.compute``,
-``job.communication``, ``job.memory``): held by ``Execution``, they would close an import
-circle. ``Job`` (``job.evaluation.evaluate``) is the model, the cluster and these settings.
+because the search prices many layouts under one set of run settings. The settings' accepted
+values and value-only checks are in the leaf ``job.run_choices`` (the cost modules that price
+each setting import ``Execution``, so this module imports none of them). ``Job``
+(``job.evaluation.evaluate``) is the model, the cluster and these settings.
 
-The settings (each field's accepted values in ``RUN_CHOICES``, from the domain module that
-prices it):
+The settings (each field's accepted values in ``RUN_CHOICES``, from ``job.run_choices``; the
+module named with each prices it):
 
-- ``precision``: ``job.execution.PRECISIONS`` (``job.compute.fp8`` for fp8, with
+- ``precision``: ``job.run_choices.PRECISIONS`` (``job.compute.fp8`` for fp8, with
   ``fp8_recipe``; ``fp8_all_gather``: ZeRO 3 gathers 1-byte weights, torchao's FSDP float8).
 - ``collective_policy``: how collectives are scheduled (``job.communication.collective_costs``).
 - ``dp_policy``: how the gradient reduction overlaps the last backward
@@ -103,7 +103,7 @@ RUN_CHOICES: dict[str, tuple[str, ...]] = {
     "transformer_impl": TRANSFORMER_IMPLS,
 }
 """Each named run setting's accepted values (the boolean ones take True or False), read from
-the module that prices it."""
+``job.run_choices``."""
 
 
 @config_errors
