@@ -20,7 +20,7 @@ from dlsched.job.communication.moe_dispatch import (
     node_split,
 )
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.run_choices import check_dispatcher
+from dlsched.job.run_choices import check_setting
 
 
 def _enumerated(experts: int, k: int, nodes: int, groups: int, topk: int) -> float:
@@ -89,7 +89,7 @@ def test_router_groups_are_checked() -> None:
     with pytest.raises(ConfigError, match="router_group_topk"):
         replace(base, router_groups=4, router_group_topk=5)
     with pytest.raises(ConfigError, match="--moe-dispatcher"):
-        check_dispatcher("flex")
+        check_setting("moe_dispatcher", "flex")
 
 
 def test_the_evaluator_prices_the_dispatcher_and_the_node_limit() -> None:

@@ -41,77 +41,44 @@ SHARDINGS = ("zero", "fsdp2", "fsdp2-split")  # job.memory.torch_runtime
 
 __all__ = ["ATTENTION_KERNELS"]  # models.zoo's kernels, re-exported with the rest
 
+RUN_CHOICES: dict[str, tuple[str, ...]] = {
+    "precision": PRECISIONS,
+    "collective_policy": COLLECTIVE_POLICIES,
+    "dp_policy": DP_POLICIES,
+    "attention": ATTENTION_KERNELS,
+    "grad_reduce": tuple(GRAD_REDUCE_BYTES),
+    "grad_accumulation": GRAD_ACCUMULATION,
+    "pipeline_p2p": PIPELINE_P2P,
+    "fp8_recipe": FP8_RECIPES,
+    "moe_dispatcher": DISPATCHERS,
+    "sharding": SHARDINGS,
+    "ops": OPS,
+    "cross_entropy": CROSS_ENTROPY,
+    "transformer_impl": TRANSFORMER_IMPLS,
+}
+"""Each named run setting's accepted values (the boolean ones take True or False)."""
+OPTION_NAMES = {"sharding": "sharding"}
+"""The setting no ``dlsched plan`` option names: its errors name the field itself."""
 
-def check_precision(precision: str) -> str:
-    """``precision`` when accepted; ConfigError otherwise."""
-    check_choice("--precision", precision, PRECISIONS)
-    return precision
 
-
-def check_attention(attention: str) -> str:
-    """``attention`` when it names an attention kernel; ConfigError otherwise."""
-    check_choice("--attention", attention, ATTENTION_KERNELS)
-    return attention
-
-
-def check_policy(policy: str) -> str:
-    """``policy`` when it is a collective policy; ConfigError otherwise."""
-    check_choice("--collective-policy", policy, COLLECTIVE_POLICIES)
-    return policy
+def check_setting(name: str, value: str) -> str:
+    """``value`` when it is one of run setting ``name``'s accepted values (``RUN_CHOICES``); a
+    ConfigError naming its option (``--pipeline-p2p``; the field where no option exists) and
+    the accepted values otherwise."""
+    option = OPTION_NAMES.get(name, "--" + name.replace("_", "-"))
+    check_choice(option, value, RUN_CHOICES[name])
+    return value
 
 
 def check_grad_reduce(grad_reduce: str, precision: str) -> str:
     """``grad_reduce`` when accepted for ``precision``; ConfigError otherwise (16-bit gradient
     buffers keep the training's own format: bf16 with bf16 training, Megatron-LM's
     --grad-reduce-in-bf16; fp16 with fp16 training)."""
-    check_choice("--grad-reduce", grad_reduce, tuple(GRAD_REDUCE_BYTES))
+    check_setting("grad_reduce", grad_reduce)
     if grad_reduce != "fp32" and precision != grad_reduce:
         raise ConfigError(f"--grad-reduce: {grad_reduce} needs --precision {grad_reduce} (got "
                           f"{precision}); accepted: fp32")
     return grad_reduce
-
-
-def check_dp_policy(policy: str) -> str:
-    """``policy`` when accepted; ConfigError otherwise."""
-    check_choice("--dp-policy", policy, DP_POLICIES)
-    return policy
-
-
-def check_dispatcher(dispatcher: str) -> str:
-    """``dispatcher`` when accepted; ConfigError naming the option otherwise."""
-    check_choice("--moe-dispatcher", dispatcher, DISPATCHERS)
-    return dispatcher
-
-
-def check_pipeline_p2p(mode: str) -> str:
-    """``mode`` when it names a way to run the pipeline's transfers; ConfigError otherwise."""
-    check_choice("--pipeline-p2p", mode, PIPELINE_P2P)
-    return mode
-
-
-def check_cross_entropy(kind: str) -> str:
-    """``kind`` when it names a loss implementation; ConfigError otherwise."""
-    check_choice("--cross-entropy", kind, CROSS_ENTROPY)
-    return kind
-
-
-def check_grad_accumulation(mode: str) -> str:
-    """``mode`` when it names a way to accumulate gradients; ConfigError otherwise."""
-    check_choice("--grad-accumulation", mode, GRAD_ACCUMULATION)
-    return mode
-
-
-def check_transformer_impl(impl: str) -> str:
-    """``impl`` when it names a layer implementation; ConfigError otherwise."""
-    check_choice("--transformer-impl", impl, TRANSFORMER_IMPLS)
-    return impl
-
-
-def check_sharding(sharding: str) -> None:
-    """ConfigError naming the field unless ``sharding`` is accepted."""
-    if sharding not in SHARDINGS:
-        raise ConfigError(f"sharding: {sharding!r} is not accepted; accepted: "
-                          + ", ".join(SHARDINGS))
 
 
 @dataclass(frozen=True)
@@ -126,7 +93,7 @@ class Runtime:
     fp8_all_gather: bool = False
 
     def __post_init__(self) -> None:
-        check_sharding(self.sharding)
+        check_setting("sharding", self.sharding)
 
 
 ClassT = TypeVar("ClassT", bound=type)

@@ -9,7 +9,7 @@ values and value-only checks are in the leaf ``job.run_choices`` (the cost modul
 each setting import ``Execution``, so this module imports none of them). ``Job``
 (``job.evaluation.evaluate``) is the model, the cluster and these settings.
 
-The settings (each field's accepted values in ``RUN_CHOICES``, from ``job.run_choices``; the
+The settings (each field's accepted values in ``job.run_choices.RUN_CHOICES``; the
 module named with each prices it):
 
 - ``precision``: ``job.run_choices.PRECISIONS`` (``job.compute.fp8`` for fp8, with
@@ -59,51 +59,20 @@ from pydantic.dataclasses import dataclass
 
 from dlsched.errors import ConfigError
 from dlsched.job.run_choices import (
-    ATTENTION_KERNELS,
-    COLLECTIVE_POLICIES,
-    CROSS_ENTROPY,
-    DISPATCHERS,
-    DP_POLICIES,
-    FP8_RECIPES,
-    GRAD_ACCUMULATION,
     GRAD_REDUCE_BYTES,
     OPS,
-    PIPELINE_P2P,
-    PRECISIONS,
-    SHARDINGS,
-    TRANSFORMER_IMPLS,
+    RUN_CHOICES,
     Runtime,
-    check_attention,
-    check_cross_entropy,
-    check_dispatcher,
-    check_dp_policy,
-    check_grad_accumulation,
     check_grad_reduce,
-    check_pipeline_p2p,
-    check_policy,
-    check_precision,
-    check_sharding,
-    check_transformer_impl,
+    check_setting,
     config_errors,
 )
 
-RUN_CHOICES: dict[str, tuple[str, ...]] = {
-    "precision": PRECISIONS,
-    "collective_policy": COLLECTIVE_POLICIES,
-    "dp_policy": DP_POLICIES,
-    "attention": ATTENTION_KERNELS,
-    "grad_reduce": tuple(GRAD_REDUCE_BYTES),
-    "grad_accumulation": GRAD_ACCUMULATION,
-    "pipeline_p2p": PIPELINE_P2P,
-    "fp8_recipe": FP8_RECIPES,
-    "moe_dispatcher": DISPATCHERS,
-    "sharding": SHARDINGS,
-    "ops": OPS,
-    "cross_entropy": CROSS_ENTROPY,
-    "transformer_impl": TRANSFORMER_IMPLS,
-}
-"""Each named run setting's accepted values (the boolean ones take True or False), read from
-``job.run_choices``."""
+VALUE_CHECKED = tuple(name for name in RUN_CHOICES
+                      if name not in ("ops", "fp8_recipe", "grad_reduce"))
+"""The settings whose value alone decides whether it is accepted (``check_setting``): ``ops``
+keeps ``job.compute.eager_ops.check_ops``' message, ``fp8_recipe`` is checked with the
+precision and the GPU by ``Job``, ``grad_reduce`` with the precision."""
 
 
 @config_errors
@@ -134,17 +103,9 @@ class RunSettings:
     def __post_init__(self) -> None:
         if self.ops not in OPS:
             raise ConfigError(f"ops: {self.ops!r} is not one of {', '.join(OPS)}")
-        check_cross_entropy(self.cross_entropy)
-        check_transformer_impl(self.transformer_impl)
-        check_precision(self.precision)
-        check_dispatcher(self.moe_dispatcher)
-        check_sharding(self.sharding)
+        for name in VALUE_CHECKED:
+            check_setting(name, getattr(self, name))
         check_grad_reduce(self.grad_reduce, "bf16" if self.precision == "fp8" else self.precision)
-        check_grad_accumulation(self.grad_accumulation)
-        check_pipeline_p2p(self.pipeline_p2p)
-        check_attention(self.attention)
-        check_policy(self.collective_policy)
-        check_dp_policy(self.dp_policy)
 
     @property
     def runtime(self) -> Runtime:

@@ -29,7 +29,8 @@ from dlsched.job.execution import (
     Execution,
     load_execution,
 )
-from dlsched.job.run_settings import RUN_CHOICES, RUN_DEFAULTS
+from dlsched.job.run_choices import RUN_CHOICES
+from dlsched.job.run_settings import RUN_DEFAULTS
 from dlsched.job.time_to_train_fields import Count, Duration, StorageName
 
 if TYPE_CHECKING:

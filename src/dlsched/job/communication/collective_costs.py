@@ -34,7 +34,7 @@ from dlsched.collectives import CollectiveOp, ideal_time, run_collective
 from dlsched.hardware import Topology
 from dlsched.job.communication.nccl_costs import OPS as NCCL_OPS
 from dlsched.job.communication.nccl_costs import NcclGroup, nccl_seconds
-from dlsched.job.run_choices import check_policy
+from dlsched.job.run_choices import check_setting
 
 ONE_DIM_SIZES = (2**26, 2**30)  # bytes: 64 MiB and 1 GiB
 MULTI_DIM_SIZES = tuple(2**k for k in range(20, 35, 2))  # bytes: 1 MiB, 4 MiB, ..., 16 GiB
@@ -83,7 +83,7 @@ def chunks_for(topology: Topology) -> int:
 def curve(topology: Topology | None, op: str, policy: str) -> CollectiveCurve:
     """The cost curve of ``op`` on ``topology`` under ``policy`` (kept per arguments; free
     on a group of one, ``None``)."""
-    check_policy(policy)
+    check_setting("collective_policy", policy)
     if topology is None:
         return CollectiveCurve(None, op, policy, ONE_DIM_SIZES, (0.0, 0.0))
     if policy == "baseline" and op in NCCL_OPS and isinstance(topology, NcclGroup) \

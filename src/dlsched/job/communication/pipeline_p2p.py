@@ -27,12 +27,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
-from dlsched.job.run_choices import check_pipeline_p2p
+from dlsched.job.run_choices import check_setting
 
 
 def resolved_p2p(mode: str, schedule: str) -> str:
     """``blocking`` or ``overlapped`` for ``mode`` under ``schedule`` (module docstring)."""
-    if check_pipeline_p2p(mode) != "auto":
+    if check_setting("pipeline_p2p", mode) != "auto":
         return mode
     return "overlapped" if schedule == "interleaved" else "blocking"
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlsched.errors import ConfigError
-from dlsched.job.run_choices import check_cross_entropy
+from dlsched.job.run_choices import check_setting
 from dlsched.models.layer import Layer
 from dlsched.models.ops import Op, elementwise
 from dlsched.models.zoo import TransformerModel
@@ -77,7 +77,7 @@ def with_cross_entropy(model: TransformerModel, kind: str) -> TransformerModel:
     """``model`` (the zoo's decoder, its head's loss Megatron-LM's unfused op) with its loss run
     as ``kind``: unchanged for ``unfused``, the head's loss op replaced otherwise. The logits
     per sample are the model's tokens x its vocabulary (``TransformerModel.shape``)."""
-    if check_cross_entropy(kind) == "unfused" or model.shape is None:
+    if check_setting("cross_entropy", kind) == "unfused" or model.shape is None:
         return model
     fused = loss_op(kind, model.shape.seq * model.shape.vocab)
     layers: list[Layer] = []

@@ -34,14 +34,14 @@ from dlsched.job.memory.per_gpu import (
     mtp_unit_per_gpu,
 )
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.run_choices import check_grad_accumulation
+from dlsched.job.run_choices import check_setting
 
 GRADIENT_BYTES = {"autocast": 4}  # a fresh weight gradient's bytes; 2 under 16-bit training
 
 
 def accumulation_bytes(mode: str, precision: str, grad_bytes: int) -> int:
     """Bytes moved per parameter per microbatch by the accumulation (module docstring)."""
-    if check_grad_accumulation(mode) == "fused":
+    if check_setting("grad_accumulation", mode) == "fused":
         return 0
     return GRADIENT_BYTES.get(precision, 2) + 2 * grad_bytes
 

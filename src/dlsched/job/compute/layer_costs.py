@@ -62,7 +62,7 @@ from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.model_spec import TransformerSpec
-from dlsched.job.run_choices import check_precision
+from dlsched.job.run_choices import check_setting
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Layer
 from dlsched.models.zoo import TransformerModel, gpt_model
@@ -96,7 +96,7 @@ def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> Cali
     """The calibrated GPU in the job's precision (module docstring) at TP degree ``tp``: fp8
     runs all but its FP8 linears in bf16 (``job.compute.fp8`` prices those), so its GPU is the
     bf16 one (its peak the 16-bit one MFU is counted against)."""
-    check_precision(precision)
+    check_setting("precision", precision)
     half = "bf16" if precision in ("autocast", "fp8") else precision
     return calibrated(gpu, half, autocast=precision == "autocast", tensor_parallel=tp,
                       sequence_parallel=sp)

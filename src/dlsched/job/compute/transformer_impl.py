@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsched.job.run_choices import check_transformer_impl
+from dlsched.job.run_choices import check_setting
 from dlsched.models.layer import Layer
 from dlsched.models.ops import Op
 from dlsched.models.zoo import TransformerModel
@@ -50,7 +50,7 @@ def te_norm(op: Op) -> Op:
 def with_transformer_impl(model: TransformerModel, impl: str) -> TransformerModel:
     """``model`` (the zoo's decoder) with its norms run by ``impl``'s kernels: unchanged for
     ``local``, Transformer Engine's for ``transformer_engine``."""
-    if check_transformer_impl(impl) == "local":
+    if check_setting("transformer_impl", impl) == "local":
         return model
     layers: list[Layer] = []
     for layer in model.layers:
