@@ -240,11 +240,6 @@ def breakdown(job: Job, result: JobResult) -> dict[str, float]:
             "compute_s": result.iteration_s - sum(parts.values()), **parts}
 
 
-def _memory_unmodelled(row: LedgerRow) -> str | None:
-    """Why a row's memory is not priced though its time is (``ledger.memory.memory_unmodelled``)."""
-    return memory_unmodelled(row)
-
-
 def predict_row(row: LedgerRow) -> list[Prediction]:
     """One ``Prediction`` per published metric of ``row`` (module docstring)."""
     try:
@@ -258,7 +253,7 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
         reason, values, parts = str(error).removeprefix(f"{row.id}: "), {}, {}
     held_out = row.id not in FITTED_ROWS  # the fits are compute constants: memory held out
     first_time = next((m.metric for m in row.measured if m.metric in TIME_METRICS), None)
-    unmodelled = reason or _memory_unmodelled(row)
+    unmodelled = reason or memory_unmodelled(row)
     if unmodelled:
         values = {metric: value for metric, value in values.items()
                   if metric not in MEMORY_METRICS}
