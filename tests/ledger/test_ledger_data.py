@@ -49,6 +49,19 @@ def test_unknown_source_is_refused_with_the_accepted_ones() -> None:
         load_ledger("sc22")
 
 
+def test_validate_source_help_names_every_source() -> None:
+    """``validate --source``'s help lists every ledger source (it once omitted
+    megatron-bridge-moe), each by its exact name."""
+    import re
+    from typing import get_type_hints
+
+    from dlsched.cli.validate import validate
+
+    help_text = get_type_hints(validate, include_extras=True)["source"].__metadata__[0].help
+    listed = re.search(r"rows: ([^(]*) \(", help_text).group(1)
+    assert [name.strip() for name in listed.split(",")] == list(SOURCES)
+
+
 @pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
 def test_parallel_degrees_compose_to_the_gpu_count(row: LedgerRow) -> None:
     """tp x pp x dp x cp covers the job; EP divides the data-parallel group within the expert

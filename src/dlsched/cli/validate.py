@@ -55,7 +55,8 @@ GPU_COLUMNS = [Column("gpu", "GPU", justify="left"),
 def validate(
     source: Annotated[str | None, typer.Option(
         help="Only this source's rows: sc21, korthikanti, megatron-h100, torchtitan, "
-             "megatron-bridge, dgxc (the intervals still come from the whole ledger).")] = None,
+             "megatron-bridge, dgxc, megatron-bridge-moe (the intervals still come from the "
+             "whole ledger).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {\"rows\": [...], "
                                            "\"sources\": [...], \"gpus\": [...]} as "
                                            "JSON.")] = False,
