@@ -23,7 +23,9 @@ An MoE layer is the dense layer's attention half (the zoo's Megatron-style ops o
    expert-DP over the ``tp x cp x dp`` ranks of a pipeline stage (Megatron-Core's expert rank
    generator, order ``tp-ep-dp-pp``);
 5. the **expert GEMMs**: one grouped GEMM (``--moe-grouped-gemm``) of ``experts / ep`` local
-   experts, each an ``M x N x K`` product with ``M = R / (experts / ep)`` tokens per expert,
+   experts (launched by Transformer Engine as one cuBLASLt GEMM per expert, whose host time
+   ``job.compute.expert_launches`` prices), each an ``M x N x K`` product with
+   ``M = R / (experts / ep)`` tokens per expert,
    ``R = T e k L`` tokens at the rank; fc1 ``N = (2 if gated else 1) f_e / e, K = h``, the
    activation (SwiGLU or GELU on ``R f_e / e`` elements), fc2 ``N = h, K = f_e / e``;
 6. with ``e > 1`` the **reduce-scatter** of the expert outputs back over expert TP, the
@@ -72,6 +74,7 @@ from dlsched.job.communication.moe_dispatch import (
 )
 from dlsched.job.communication.tp_overlap import overlapped_tp
 from dlsched.job.compute.block_pricing import KernelOptions
+from dlsched.job.compute.expert_launches import expert_launch_ops, routed_seconds
 from dlsched.job.compute.layer_costs import (
     ACTIVATION_BYTES,
     ATTENTION_CORE,
@@ -224,14 +227,15 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
     residual = Layer("h.0.mlp.residual", 0, ops=tuple(
         op for layer in layers if ".mlp." in layer.name for op in layer.ops if not op.split))
     before, experts, after = routed_ops(spec, b, tp, ep, cp, etp)
+    experts = expert_launch_ops(experts, spec.experts // ep)
     routed = [Layer(name, 0, ops=ops) for name, ops in
               (("moe.router", before), ("moe.experts", experts), ("moe.combine", after))]
     forward = (sum(layer_seconds(layer, b, compute, kernels, False)
                    for layer in (*attention_layers, residual))
-               + sum(layer_seconds(layer, 1, alone, kernels, False) for layer in routed))
+               + sum(routed_seconds(layer, alone, kernels, False) for layer in routed))
     backward = (sum(layer_seconds(layer, b, compute, kernels, True)
                     for layer in (*attention_layers, residual))
-                + sum(layer_seconds(layer, 1, alone, kernels, True) for layer in routed))
+                + sum(routed_seconds(layer, alone, kernels, True) for layer in routed))
     message = b * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     exchange = (curve(tp_group, "all-gather", policy).seconds(message)
                 + curve(tp_group, "reduce-scatter", policy).seconds(message)) if sp else \
