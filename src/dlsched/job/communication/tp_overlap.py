@@ -13,13 +13,31 @@ them: ``RingExchangeOverlapCfg``, ``PipelineOverlapCfg``, ``BulkOverlapCfg``):
   flow of ``k`` equal chunks, the last reduce-scatter chunk exposed;
 * ``bulk``: a whole collective beside a whole independent GEMM of the backward (the input's
   all-gather beside the data-gradient GEMM, the data gradient's reduce-scatter beside the
-  weight-gradient GEMM), its kernel on ``n`` SMs: ``max(GEMM x S / (S - n), collective)``.
+  weight-gradient GEMM), its kernel on ``n`` SMs, the GEMM told to use the other ``S - n``
+  (``set_sm_margin``, Transformer Engine's default for bulk overlap): ``max(GEMM x S / (S - n),
+  collective)``;
+* ``bulk-all-sms``: the same without the margin (NeMo's configurations: ``set_sm_margin=False``),
+  so the GEMM is launched for all ``S`` SMs while the collective's kernel holds ``n`` of them.
+  Transformer Engine launches the collective's kernel first and makes the GEMM wait for that
+  launch (``CommOverlapBase::bulk_overlap``, transformer_engine/common/comm_gemm_overlap/
+  comm_gemm_overlap.cpp at v2.1: ``_math_sms`` = all SMs when ``set_sm_margin`` is off). Hopper's
+  cuBLAS GEMMs are persistent kernels, one thread block per SM each working through its share
+  of the output tiles (PyTorch issue #143988 and PR #144974, 2024-12 / 2025-01, measured on
+  H100: 132 blocks; with NCCL holding some SMs the blocks that find no free SM run as a second
+  wave and the matmul takes about twice as long). So the blocks that cannot start wait for the
+  collective's SMs (or for the first wave to end): the GEMM ends at ``GEMM + min(collective,
+  GEMM)``, the pair at ``max(collective, GEMM + min(collective, GEMM))``: the collective is
+  exposed in full while it is shorter than the GEMM.
 
 Methods and SM counts are those of NeMo's H100 userbuffers configurations
 (``nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py``,
 ``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192``: the proj and FC2 reduce-scatters pipelined
 on 24 and 16 SMs in 4 splits, the QKV and FC1 backward bulk on 4 / 24 and 2 / 4 SMs, the rest
-ring exchanges), used for every model (one setting, not tuned per model). The input's
+ring exchanges; the bulk ones with ``set_sm_margin=False``: ``bulk-all-sms``), used for every
+model (one setting, not tuned per model; the 405B configuration
+``userbuffers_bf16_h100_h16384_tp8_cp2_mbs1_seqlen8192`` differs in SM counts, which
+``bulk-all-sms`` does not depend on, and in its aggregated ring exchanges, whose first chunk
+exchange is not overlapped: not priced). The input's
 re-gather for the weight gradient (sequence parallelism saves the sharded input) is priced only
 here: Megatron's blocking path overlaps it with the data-gradient GEMM too
 (``job.layer_costs``).
@@ -42,10 +60,10 @@ OVERLAPS = (
     ("forward", "reduce-scatter", "h.0.mlp.c_proj", "pipeline", 16),
     ("dgrad", "all-gather", "h.0.attn.c_proj", "ring", 0),
     ("dgrad", "all-gather", "h.0.mlp.c_proj", "ring", 0),
-    ("dgrad", "all-gather", "h.0.attn.c_attn", "bulk", 4),
-    ("wgrad", "reduce-scatter", "h.0.attn.c_attn", "bulk", 24),
-    ("dgrad", "all-gather", "h.0.mlp.c_fc", "bulk", 2),
-    ("wgrad", "reduce-scatter", "h.0.mlp.c_fc", "bulk", 4),
+    ("dgrad", "all-gather", "h.0.attn.c_attn", "bulk-all-sms", 4),
+    ("wgrad", "reduce-scatter", "h.0.attn.c_attn", "bulk-all-sms", 24),
+    ("dgrad", "all-gather", "h.0.mlp.c_fc", "bulk-all-sms", 2),
+    ("wgrad", "reduce-scatter", "h.0.mlp.c_fc", "bulk-all-sms", 4),
 )
 
 
@@ -56,6 +74,8 @@ def exposed_seconds(method: str, collective: float, gemm: float, sms: int,
     slowed = gemm * sms / (sms - comm_sms)
     if method == "ring":
         return max(0.0, collective - gemm)
+    if method == "bulk-all-sms":  # persistent GEMM blocks wait for the collective's SMs
+        return max(collective, gemm + min(collective, gemm)) - gemm
     if method == "bulk":
         return max(slowed, collective) - gemm
     k = PIPELINE_SPLITS
