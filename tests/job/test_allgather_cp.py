@@ -10,6 +10,9 @@ from dlsched.job.communication.allgather_cp import (
     allgather_buffer,
     allgather_bytes,
     allgather_exposed,
+    cp_traffic,
+    exchanged_block,
+    rank_traffic,
 )
 from dlsched.job.communication.collective_costs import curve
 
@@ -33,9 +36,42 @@ def test_a_long_attention_hides_all_but_the_last_dkv_send() -> None:
 
 
 def test_bytes_and_buffer_by_hand() -> None:
-    assert allgather_bytes(BLOCK, 4) == (3 * BLOCK, 3 * BLOCK + 4 * BLOCK)
+    assert allgather_bytes(BLOCK, 4) == (3 * BLOCK, 3 * BLOCK + 4 * 2 * BLOCK)  # FP32 dK/dV
     assert allgather_buffer(BLOCK, 4) == 4 * BLOCK
 
+
+def test_torchtitan_exchanges_the_repeated_kv_heads() -> None:
+    """Llama 3 8B: 32 heads, 8 KV heads; repeat_kv before SDPA makes the block 4x."""
+    assert exchanged_block(BLOCK, 32, 8) == 4 * BLOCK
+
+
+def test_eager_merge_traffic_by_hand() -> None:
+    """The last rank of CP 2: forward K/V copies 8, one concatenation 8, two casts to FP32 6
+    + 6, the merge 32, the cast back 6 = 66; backward zeros 12, copies 8, one concatenation
+    8, first step 3 x 10 + 16, second step dK/dV halves (5 + 8) x 2, dQ 10, concatenation
+    16, end 18 = 144."""
+    assert rank_traffic(2, 1, False) == (66.0, 144.0)
+    # rank 0's second step is partial: half the cast and merge (19) and the write-back (8)
+    assert rank_traffic(2, 0, False) == (8 + 8 + 6 + 6 + 19 + 8,
+                                         12 + 8 + 8 + 18 + 46 + 20 + 13 + 16)
+    assert rank_traffic(1, 0, False) == (0.0, 0.0)
+
+
+def test_compiled_merge_traffic_by_hand() -> None:
+    """CP 4, last rank: merges 2+2+4, 4+2+4, 4+2+2 = 26; backward first step 6 + 12, three
+    steps of (8 + 2 + 8) + 10, the received dK/dV cast 12 = 114."""
+    assert rank_traffic(4, 3, True) == (26.0, 114.0)
+    # rank 0: every step partial, half merged and half rewritten: 4 + 3, 5 + 4, 4 + 3
+    assert rank_traffic(4, 0, True)[0] == 7.0 + 9.0 + 7.0
+
+
+def test_slowest_rank_and_scale() -> None:
+    """cp_traffic takes the rank with the most bytes (the forward twice when rerun) and
+    scales by the query elements; compiled moves less than eager."""
+    elements = 1e6
+    forward, backward = cp_traffic(elements, 8, False, reruns=True)
+    assert (forward, backward) == (342.0 * elements, 504.0 * elements)
+    assert sum(cp_traffic(elements, 8, True, True)) < forward + backward
 
 
 def test_plan_prices_all_gather_cp_when_given_and_never_searches_it() -> None:

@@ -16,12 +16,62 @@ The all-gathers are priced by the collectives layer on the CP group's links unde
 collective policy, the ring transfers on its slowest link (``context_parallel.send_seconds``).
 Recomputation reruns the forward's all-gather (as the other algorithms' communication).
 Memory: the gathered K/V of all ``cp`` blocks is held while a layer's attention runs.
+
+**What is exchanged** (``exchanged_block``). PyTorch's CP shards the tensors SDPA receives.
+TorchTitan's Llama repeats the K/V heads before SDPA (``repeat_kv``, n_rep = heads / KV heads:
+``torchtitan/models/llama/model.py`` at 9dec370), so each GPU's K and V blocks are ``heads``
+wide, not ``kv_heads``: n_rep times Megatron-Core's (``context_parallel.kv_block_bytes``). The
+dK/dV blocks passed around the ring are FP32 (``_ContextParallelOptions.convert_to_f32``, True:
+``grad_key`` / ``grad_value`` accumulate in ``torch.float32``), twice the 16-bit block.
+
+**Memory traffic of the merge** (``cp_traffic``). Around each block's SDPA call PyTorch's CP runs
+tensor ops of its own (``torch/distributed/tensor/experimental/_attention.py``, read at
+pytorch 0123248a; the structure is that of the 2024-12 runs: ``_SDPAMerger`` with
+``convert_to_f32``, round-robin load balancing with ``_partial_update``, the all-gather rotater
+and the all-to-all dK/dV rotater). Per element of one GPU's queries, ``E = b (s / cp) h / t``
+(its keys and values are as many once repeated), bytes read plus written, for the GPU of the
+CP group the load balancing gives the most (rank ``cp - 1``: at each step ``i >= 1`` it attends
+all its queries to the first half of block ``rank - i``; rank 0 attends the second half of its
+queries to whole blocks, ``partial``):
+
+* eager, forward: ``key.contiguous()`` and ``value.contiguous()`` of the transposed K/V (8);
+  ``torch.cat([key.flatten(), value.flatten()])`` before every step but the last (8 each: the
+  all-gather rotater uses only the first); the step's output cast to FP32 (6) and the merge
+  ``out - sigmoid(lse_i - lse) * (out - out_i)`` (three FP32 kernels: 12 + 8 + 12) for every
+  step after the first, on the rows the step computed, a partial step's then written back
+  into the whole FP32 output by ``torch.cat`` (8); the result cast back to 16 bits (6);
+* eager, backward: three FP32 zero gradients (12), the K/V copies as forward (8 + 8 per step
+  but the last), per step the FP32 accumulation ``grad += grad_i`` of dQ, dK, dV (10 each on
+  the rows or the K/V half computed; a half's via ``_partial_update``, whose ``torch.cat``
+  rewrites the whole FP32 tensor, 8), the dK/dV concatenated in FP32 for the rotater (16),
+  and at the end dQ and the received dK/dV cast to 16 bits (6 + 12);
+* compiled (``torch.compile`` of TorchTitan's blocks traces the CP dispatch into the graph):
+  Inductor fuses each merge into one kernel reading the running FP32 output and the step's
+  16-bit one and writing the running one (10; a partial step also rewrites the other half,
+  4; the first merge reads the first step's 16-bit output, the last writes 16 bits); the
+  K/V copies are written by their producer, the unused concatenations are dead code; the
+  backward's zero-initialised accumulations start from the first step's gradients (6 for dQ,
+  12 for dK/dV written in FP32), each later step reads the received FP32 dK/dV (8) and the
+  step's 16-bit gradients and writes the FP32 concatenation (8), accumulates dQ (10, a partial
+  step 5 + 4), and the received dK/dV are cast to 16 bits at the end (12).
+
+The slowest GPU's bytes (its forward counted twice when recomputation reruns the attention)
+are priced at the GPU's memory rate, added to the layer's forward and backward. Not counted:
+the per-row log-sum-exp tensors (``1 / head_dim`` of ``E``) and FlashAttention's own per-call
+preprocessing in the backward.
 """
 
 from __future__ import annotations
 
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
+
+DKV_FP32 = 2.0  # dK/dV blocks exchanged in FP32 against the 16-bit K/V block (convert_to_f32)
+# Eager bytes per element of E (module docstring): the two K/V copies, a concatenation, a
+# step's cast and merge, a partial step's write-back, the final cast.
+EAGER_CONTIGUOUS, EAGER_CAT, EAGER_CAST, EAGER_MERGE, EAGER_WRITE_BACK = 8.0, 8.0, 6.0, 32.0, 8.0
+EAGER_ZEROS, EAGER_ACCUMULATE, EAGER_END = 12.0, 10.0, 18.0
+FP32, HALF = 4.0, 2.0
 
 
 def allgather_exposed(block: float, cp: int, group: Topology, policy: str, dkv: float,
@@ -39,10 +89,63 @@ def allgather_exposed(block: float, cp: int, group: Topology, policy: str, dkv: 
 
 def allgather_bytes(block: float, cp: int) -> tuple[float, float]:
     """Bytes one GPU sends per layer in the forward and the backward: its block to each of
-    the ``cp - 1`` others (each all-gather), and ``cp`` dK/dV blocks."""
-    return (cp - 1) * block, (cp - 1) * block + cp * block
+    the ``cp - 1`` others (each all-gather), and ``cp`` FP32 dK/dV blocks (``DKV_FP32``)."""
+    return (cp - 1) * block, (cp - 1) * block + cp * DKV_FP32 * block
 
 
 def allgather_buffer(block: float, cp: int) -> float:
     """Transient bytes: the gathered K/V of the ``cp`` blocks."""
     return cp * block
+
+
+
+def exchanged_block(kv_block: float, heads: int, kv_heads: int) -> float:
+    """Bytes of one GPU's K and V block as PyTorch's CP exchanges them: Megatron-Core's
+    ``kv_block`` (``kv_heads`` wide) repeated to the ``heads`` TorchTitan passes to SDPA."""
+    return kv_block * heads / kv_heads
+
+
+def _merge_bytes(share: float, first: bool, last: bool) -> float:
+    """Compiled bytes per element of one merge step over ``share`` of the queries (1, or 0.5
+    for a partial step, whose other half is rewritten as it is)."""
+    read = HALF if first else FP32
+    written = HALF if last else FP32
+    return share * (read + HALF + written) + (1 - share) * (read + written)
+
+
+def rank_traffic(cp: int, rank: int, compiled: bool) -> tuple[float, float]:
+    """Bytes per element of ``E`` that CP rank ``rank`` of ``cp`` moves in one layer's
+    attention forward and backward beyond the SDPA kernels (module docstring)."""
+    if cp == 1:
+        return 0.0, 0.0
+    steps = range(1, cp)
+    if compiled:
+        forward = sum(_merge_bytes(1.0 if i <= rank else 0.5, i == 1, i == cp - 1)
+                      for i in steps)
+        backward = HALF + FP32 + 2 * (HALF + FP32)  # first step: dQ, dK/dV into FP32
+        for i in steps:
+            kv = 2 * FP32 + 2 * HALF * (0.5 if i <= rank else 1.0) + 2 * FP32
+            dq = FP32 + HALF + FP32 if i <= rank else (FP32 + HALF + FP32) / 2 + FP32
+            backward += kv + dq
+        return forward, backward + 2 * (FP32 + HALF)  # the received dK/dV cast back
+    forward = EAGER_CONTIGUOUS + (cp - 1) * EAGER_CAT + EAGER_CAST + EAGER_CAST
+    forward += sum(EAGER_CAST + EAGER_MERGE if i <= rank
+                   else (EAGER_CAST + EAGER_MERGE) / 2 + EAGER_WRITE_BACK for i in steps)
+    backward = EAGER_ZEROS + EAGER_CONTIGUOUS + (cp - 1) * EAGER_CAT + EAGER_END
+    backward += 3 * EAGER_ACCUMULATE + 2 * 2 * FP32  # first step, and its dK/dV concatenated
+    half = EAGER_ACCUMULATE / 2 + EAGER_WRITE_BACK
+    for i in steps:
+        kv, dq = (2 * half, EAGER_ACCUMULATE) if i <= rank else (2 * EAGER_ACCUMULATE, half)
+        backward += kv + dq + 2 * 2 * FP32
+    return forward, backward
+
+
+def cp_traffic(elements: float, cp: int, compiled: bool,
+               reruns: bool) -> tuple[float, float]:
+    """Bytes the slowest CP rank (its forward counted twice when recomputation ``reruns``
+    it) moves per layer in the forward and in the backward beyond the SDPA kernels, for
+    ``elements`` query elements per GPU (module docstring); the rerun is the caller's."""
+    passes = 2.0 if reruns else 1.0
+    forward, backward = max((rank_traffic(cp, rank, compiled) for rank in range(cp)),
+                            key=lambda pair: passes * pair[0] + pair[1])
+    return forward * elements, backward * elements
