@@ -12,7 +12,8 @@ same ``tp x cp x dp`` ranks the attention lays out as TP x CP x DP), model ``chu
 pipeline rank (virtual stages of the interleaved schedule; 1 otherwise), ``microbatch_size``
 sequences, ``global_batch`` sequences per iteration, the pipeline ``schedule``, activation
 ``recompute``ation (none, selective: the attention core, full: every layer from its input,
-selective-op: TorchTitan's per-op policy, every other matmul kept, ``job.op_checkpoint``),
+selective-op: TorchTitan's per-op policy, every other matmul kept, ``job.op_checkpoint``;
+``modules:a,b``: Megatron-Core's ``--recompute-modules``, ``job.compute.module_recompute``),
 Megatron-LM's ``sequence_parallel`` (norms and dropout split over the TP group, all-reduces
 become reduce-scatter + all-gather) and the ``zero`` stage of Rajbhandari et al. (SC 2020): 1
 shards the optimizer state over DP, 2 the gradients too, 3 the weights too (FSDP's full
@@ -40,6 +41,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from dlsched.errors import ConfigError, check_choice
+from dlsched.job.compute.module_recompute import check_recompute_modules, modules_of
 from dlsched.job.evaluation.pipeline_split import check_split, rank_layers, stage_layers
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule, held_stages
 from dlsched.job.run_choices import config_errors
@@ -108,7 +110,9 @@ class Execution:
                 raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1 (got {value})")
         for name, accepted in (("schedule", SCHEDULES + UNIT_SCHEDULES), ("recompute", RECOMPUTE),
                                ("zero", ZERO_STAGES), ("cp_algorithm", CP_ALGORITHMS)):
-            if getattr(self, name) is not None:
+            if name == "recompute" and modules_of(self.recompute):  # job.compute.module_recompute
+                check_recompute_modules(self.recompute)
+            elif getattr(self, name) is not None:
                 check_choice(f"--{name.replace('_', '-')}", getattr(self, name), accepted)
         if self.pipeline_split is not None:
             check_split(self.pipeline_split)

@@ -10,7 +10,8 @@ with the row's ``cp_algorithm``, ring or all-to-all, priced by ``job.context_par
 ``Execution.ep`` over the MoE layers that ``job.moe_costs`` prices), model chunks (interleaved 1F1B
 when more than one) and the layers' split over them (``Execution.pipeline_split``), microbatch,
 global batch, recomputation (TorchTitan's per-op ``selective-op`` as ``job.op_checkpoint``
-prices it), sequence parallelism, ZeRO stage
+prices it; Megatron-Core's ``--recompute-modules`` as ``job.compute.module_recompute`` prices
+them), sequence parallelism, ZeRO stage
 (FSDP is ZeRO 3) and 16-bit format; the shape as published (FFN width, KV heads, SwiGLU,
 biases, RMSNorm, rotary or learned positions, tied or untied embeddings; for a
 mixture-of-experts model its experts, top-k and capacity factor, the router taken as balanced:
@@ -42,6 +43,7 @@ from dlsched.errors import ConfigError
 from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.cluster import NODE_PRESETS, node_cluster
 from dlsched.job.compute.fp8 import FP8_RECIPES
+from dlsched.job.compute.module_recompute import modules_recompute
 from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate
 from dlsched.job.execution import LAYOUT_FIELDS, Execution
 from dlsched.job.model_spec import TransformerFile, TransformerSpec
@@ -184,10 +186,14 @@ def execution(par: Parallelism) -> Execution:
     """The layout of a ``parallel`` section: every layout field it has
     (``job.execution.LAYOUT_FIELDS``) as it has it, but the values it states its own way: the
     schedule (not a field of the section) by its ``chunks``, interleaved 1F1B when more than
-    one; ``zero`` ``fsdp`` as ZeRO 3; a ``cp_algorithm`` left empty (``cp`` 1) as ring."""
+    one; ``zero`` ``fsdp`` as ZeRO 3; a ``cp_algorithm`` left empty (``cp`` 1) as ring;
+    ``recompute`` ``modules`` with its ``recompute_modules`` as ``modules:a,b``
+    (``job.compute.module_recompute``)."""
     named = {name: getattr(par, name) for name in LAYOUT_FIELDS if name in Parallelism.model_fields}
     assert par.chunks is not None  # job_and_layout refuses a row without it
     named.update(schedule="interleaved" if par.chunks > 1 else "1f1b",
+                 recompute=(modules_recompute(par.recompute_modules)
+                            if par.recompute == "modules" else par.recompute),
                  zero=3 if par.zero == "fsdp" else par.zero,
                  cp_algorithm=par.cp_algorithm or "ring")
     return Execution(**named)

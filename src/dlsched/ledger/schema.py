@@ -244,7 +244,8 @@ class Parallelism(_Strict):
 PARALLEL_ONLY: dict[str, str] = {
     "overlap": "the run settings of OVERLAP_SETTINGS",
     "torch_compile": "compile",
-    "recompute_modules": "the modules of recompute ``modules`` (which the evaluator refuses)",
+    "recompute_modules": "with recompute ``modules``, the layout's ``modules:a,b`` "
+                         "(job.compute.module_recompute)",
 }
 
 

@@ -52,11 +52,15 @@ from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.hardware.topology import Dimension
 from dlsched.job.communication.allgather_cp import (
+    DKV_FP32,
     allgather_buffer,
     allgather_bytes,
     allgather_exposed,
+    cp_traffic,
+    exchanged_block,
 )
 from dlsched.job.communication.collective_costs import curve
+from dlsched.job.compute.module_recompute import reruns_core
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 
@@ -166,10 +170,13 @@ def ring_exposed(block: float, cp: int, link: Dimension, block_forward: float,
 
 @lru_cache(maxsize=4096)
 def cp_cost(spec: TransformerSpec, layout: Execution, group: Topology | None, policy: str,
-            core_forward: float, core_backward: float) -> CPCost:
+            core_forward: float, core_backward: float, memory_rate: float = 0.0,
+            compiled: bool = False) -> CPCost:
     """The CP communication of one layer per microbatch (module docstring) on the CP group
     ``group`` with the attention core taking ``core_forward`` / ``core_backward`` seconds on
-    one GPU; zero without CP."""
+    one GPU; zero without CP. All-gather CP (PyTorch's) adds its merge's memory traffic at
+    ``memory_rate`` bytes/s (0: not priced), as Inductor fuses it when ``compiled``
+    (``job.allgather_cp.cp_traffic``)."""
     if layout.cp == 1 or group is None:
         return CPCost(0.0, 0.0, 0.0, 0.0)
     cp = layout.cp
@@ -180,17 +187,21 @@ def cp_cost(spec: TransformerSpec, layout: Execution, group: Topology | None, po
         steps_f, steps_b = ring_steps(cp)
         sent_f, sent_b = sum(steps_f) * block / 2, sum(steps_b) * block / 2
     elif layout.cp_algorithm == "all-gather":  # PyTorch's (job.allgather_cp)
-        block = kv_block_bytes(spec, layout)
+        block = exchanged_block(kv_block_bytes(spec, layout), spec.heads, spec.kv_heads)
         forward, backward = allgather_exposed(block, cp, group, policy,
-                                              send_seconds(ring_link(group), block),
+                                              send_seconds(ring_link(group), DKV_FP32 * block),
                                               core_forward, core_backward)
         sent_f, sent_b = allgather_bytes(block, cp)
+        if memory_rate:
+            moved_f, moved_b = cp_traffic(output_bytes(spec, layout) / ELEMENT_BYTES, cp,
+                                          compiled, reruns_core(layout.recompute))
+            forward, backward = forward + moved_f / memory_rate, backward + moved_b / memory_rate
     else:
         a2a = curve(group, "all-to-all", policy)
         qkv, out = qkv_bytes(spec, layout), output_bytes(spec, layout)
         forward = backward = a2a.seconds(qkv) + a2a.seconds(out)
         sent_f = sent_b = qkv + out
-    rerun = forward if layout.recompute in ("selective", "full") else 0.0
+    rerun = forward if reruns_core(layout.recompute) else 0.0
     return CPCost(forward, backward + rerun, sent_f, sent_b + (sent_f if rerun else 0.0))
 
 
@@ -201,5 +212,6 @@ def buffer_bytes(spec: TransformerSpec, layout: Execution) -> float:
     if layout.cp_algorithm == "ring":
         return kv_block_bytes(spec, layout) * max(layout.cp - 1, RING_BACKWARD_BUFFERS)
     if layout.cp_algorithm == "all-gather":
-        return allgather_buffer(kv_block_bytes(spec, layout), layout.cp)
+        return allgather_buffer(exchanged_block(kv_block_bytes(spec, layout), spec.heads,
+                                                spec.kv_heads), layout.cp)
     return A2A_BUFFERS * qkv_bytes(spec, layout)

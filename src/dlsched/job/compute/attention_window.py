@@ -33,10 +33,9 @@ from functools import lru_cache
 
 from dlsched.job.attention_layers import kind_counts, window_ratio
 from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
+from dlsched.job.compute.module_recompute import reruns_core
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.ops import ATTENTION_KINDS, Op
-
-RERUN_CORE = ("full", "selective")  # recomputation that runs the attention core again
 
 
 def core_op(spec: TransformerSpec, cp: int = 1, cp_algorithm: str = "ring",
@@ -69,7 +68,7 @@ def layer_savings(spec: TransformerSpec, microbatch_size: int, gpu: str, precisi
         forward, backward = (compute.work(op, microbatch_size, back).gpu_s
                              - compute.work(windowed, microbatch_size, back).gpu_s
                              for back in (False, True))
-        saved[kind] = (forward, backward + (forward if recompute in RERUN_CORE else 0.0))
+        saved[kind] = (forward, backward + (forward if reruns_core(recompute) else 0.0))
     return saved
 
 

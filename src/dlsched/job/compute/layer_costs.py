@@ -59,6 +59,7 @@ from dlsched.job.compute.cross_entropy import with_cross_entropy
 from dlsched.job.compute.eager_ops import torch_ops
 from dlsched.job.compute.fp8 import TORCHAO_RECIPES
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
+from dlsched.job.compute.module_recompute import modules_of, recomputed, rerun_seconds
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.model_spec import TransformerSpec
@@ -172,6 +173,8 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
                                               back)[0].gpu_s,
             tp, message, tp_group, policy, compute.gpu.memory_rate)
     tp_backward += tp_forward if recompute == "full" else 0.0
+    modules = modules_of(recompute)  # Megatron-Core's --recompute-modules
+    tp_backward += exchange if "mlp" in modules else 0.0  # the FFN's own TP exchange again
     if recompute == "selective-op":  # the gathers feeding QKV and FFN, or the first all-reduce
         tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(message) if sp
                         else curve(tp_group, "all-reduce", policy).seconds(message))
@@ -185,6 +188,11 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         layer_b += layer_f
     elif recompute == "selective":
         layer_b += core_f
+    elif modules:
+        again = recomputed(((item.name, op) for item in model.layers if item.block == "h.0"
+                            for op in item.ops), modules)
+        layer_b += rerun_seconds(again, microbatch_size, compute, kernels)
+        layer_b += core_f if "core_attn" in modules else 0.0  # selective's core
     elif recompute == "selective-op":
         ops = tuple(op for item in model.layers if item.block == "h.0" for op in item.ops)
         if kernels.ops == "eager":  # TorchTitan's modules (job.compute.eager_ops)

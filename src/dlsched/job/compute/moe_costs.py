@@ -42,7 +42,8 @@ sequence-parallel collectives overlap their GEMMs as ``job.tp_overlap`` prices t
 The backward runs the same ops' backward (each GEMM's input and weight gradients, priced by
 ``models.compute`` at their shapes) and the two All-to-Alls again (the combine's gradient is a
 dispatch-sized exchange and vice versa); full recomputation runs the forward (All-to-Alls
-included) again before it, selective the attention core. The MoE collectives block the GPU
+included) again before it, selective the attention core, Megatron-Core's per-module
+recomputation its modules (``job.compute.module_recompute``). The MoE collectives block the GPU
 (Megatron-Core's dispatcher waits for them unless its experimental expert-communication overlap
 is enabled; not modelled). All are priced by ``job.collective_costs.curve`` under the job's
 collective policy, so a multi-dimensional EP group's All-to-All is scheduled across its
@@ -81,6 +82,12 @@ from dlsched.job.compute.layer_costs import (
     attention_exchange,
     decoder_model,
     gpu_compute,
+)
+from dlsched.job.compute.module_recompute import (
+    modules_of,
+    recomputed,
+    recomputed_routed,
+    rerun_seconds,
 )
 from dlsched.job.compute.moe_fp8 import layer_seconds
 from dlsched.job.compute.transformer_impl import with_transformer_impl
@@ -262,9 +269,19 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
     tp_backward = attention_b + shared + expert_tp + (tp_forward if full else 0.0)
     a2a_backward = a2a * (2 if full else 1)
     backward += forward if full else 0.0
-    if recompute == "selective":
+    if recompute == "selective" or "core_attn" in modules_of(recompute):
         backward += sum(compute.op_time(op, b) for layer in attention_layers for op in layer.ops
                         if op.label in ATTENTION_CORE)
+    modules = modules_of(recompute)  # Megatron-Core's --recompute-modules
+    if modules:
+        again = recomputed(((layer.name, op) for layer in (*attention_layers, residual)
+                            for op in layer.ops), modules)
+        routed_again = recomputed_routed(before, experts, after, modules)
+        backward += (rerun_seconds(again, b, compute, kernels)
+                     + rerun_seconds(routed_again, 1, alone, kernels))
+        a2a_backward += a2a if "moe" in modules else 0.0  # both All-to-Alls run again
+        tp_backward += (expert_tp + shared if "moe" in modules
+                        else shared if "shared_experts" in modules else 0.0)
     return MoELayerCosts(forward + tp_forward + a2a, backward + tp_backward + a2a_backward,
                          a2a, a2a_backward, tp_forward, tp_backward, sent, sent,
                          spec.top_k * load_factor(spec) * b * local_tokens(spec, cp) * etp

@@ -46,6 +46,12 @@ from dlsched.job.compute.layer_costs import BlockCosts, gpu_compute
 from dlsched.job.compute.moe_costs import (
     check_moe_layout,
 )
+from dlsched.job.compute.module_recompute import (
+    check_for_model,
+    flops_per_token,
+    module_flops,
+    modules_of,
+)
 from dlsched.job.compute.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
 from dlsched.job.evaluation.pipeline_time import (
     PipelineTimes,
@@ -154,6 +160,7 @@ def check_layout(job: Job, layout: Execution) -> None:
                           f"cluster's {job.cluster.num_gpus} GPUs")
     check_moe_layout(spec, layout)
     check_op_checkpoint(spec, layout)
+    check_for_model(layout.recompute, spec.experts, spec.shared_experts, bool(spec.kv_lora_rank))
     layout.stage_layers(spec.layers, spec.mtp_layers)  # ConfigError when they do not split
     if spec.heads % layout.tp:
         raise ConfigError(f"--tp: {layout.tp} does not divide the {spec.heads} heads")
@@ -314,12 +321,17 @@ def _gather_units(job: Job, layout: Execution, times: PipelineTimes,
 
 def _flops(spec: TransformerSpec, layout: Execution, attention: str = "flash") -> dict[str, float]:
     """Model and executed FLOP of one iteration (module docstring); ``selective-op`` runs
-    ``job.op_checkpoint``'s recomputed matmuls again (and an unfused attention core)."""
+    ``job.op_checkpoint``'s recomputed matmuls again (and an unfused attention core),
+    Megatron-Core's per-module recomputation its modules' (``job.compute.module_recompute``)."""
     tokens = layout.global_batch * spec.seq
     model = spec.model_flops_per_token() * tokens
     moe, core = spec.moe_layers, spec.attention_core_flops() * spec.layers
     forward = ((spec.layers - moe) * 2 * spec.layer_matmul_elements()
                + moe * 2 * spec.layer_matmul_elements(moe=True) + core)
+    modules = modules_of(layout.recompute)  # Megatron-Core's --recompute-modules
+    if modules:
+        return {"model": model,
+                "hardware": model + flops_per_token(modules, module_flops(spec)) * tokens}
     again = {"none": 0.0, "selective": core, "full": float(forward),
              "selective-op": spec.layers * recompute_flops_per_token(spec, attention)}
     return {"model": model, "hardware": model + again[layout.recompute] * tokens}

@@ -105,6 +105,7 @@ from functools import lru_cache
 from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
 from dlsched.job.compute.mla import attention_stash_delta, latent_stash, replicated_parameters
+from dlsched.job.compute.module_recompute import modules_of
 from dlsched.job.compute.mtp import MTP_NORMS, mtp_layer_is_moe
 from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.evaluation.unit_walk import held_stages
@@ -119,6 +120,7 @@ from dlsched.job.memory.moe import (
     moe_stash_delta,
     stage_moe_layers,
 )
+from dlsched.job.memory.recompute_modules import layer_saving
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.job.run_choices import PRECISIONS
 from dlsched.pipeline.chains.memory_model import (
@@ -330,6 +332,10 @@ def layer_activations(spec: TransformerSpec, layout: Execution, precision: str,
         return kept, none + copy - kept
     if layout.recompute == "selective":
         return selective + copy, none - selective
+    if modules_of(layout.recompute):  # Megatron-Core's modules: job.memory.recompute_modules
+        base = selective if "core_attn" in modules_of(layout.recompute) else none
+        saved = layer_saving(spec, layout, p, moe=False)
+        return base + copy - saved, none - base + saved
     if layout.recompute == "selective-op":  # TorchTitan's per-op policy: job.op_checkpoint
         stash = stash_elements(spec, layout, attention)
         kept = p * stash.activations + LSE_BYTES * stash.fp32
@@ -357,8 +363,9 @@ def chunk_stash(spec: TransformerSpec, layout: Execution, precision: str,
     if spec.experts and layout.recompute != "full":  # full recomputation keeps inputs only
         for chunk, acts in enumerate(chunks):
             span = layer_indices(spec, layout, stage, chunk)
-            acts[0] += spec.moe_layers_in(span.start, span.stop) * moe_stash_delta(spec, layout,
-                                                                                  p)
+            acts[0] += spec.moe_layers_in(span.start, span.stop) * (
+                moe_stash_delta(spec, layout, p) + layer_saving(spec, layout, p, moe=False)
+                - layer_saving(spec, layout, p, moe=True))
     if first is not None:
         embedding = embedding_memory(s, b, h, p, False, layout.sequence_parallel)
         ids = TOKEN_ID_BYTES * s * b  # every TP rank reads all the token ids, SP or not
