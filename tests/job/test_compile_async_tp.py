@@ -107,3 +107,37 @@ def test_async_tp_between_no_communication_and_blocking() -> None:
     assert 0.0 <= overlapped.tp_backward_s < base.tp_backward_s
     assert overlapped.layer_f - overlapped.tp_forward_s == pytest.approx(
         base.layer_f - base.tp_forward_s)
+
+
+def test_summed_input_gradients_stay_blocking() -> None:
+    """TorchTitan's Llama: the backward reduce-scatters of the QKV (wq + wk + wv) and gated
+    FC1 (w1 + w3) input gradients are not decomposed (Inductor fuses only a matmul feeding a
+    reduce-scatter), so each adds the whole blocking collective; a non-gated FFN's FC1 (one
+    linear) is decomposed and adds less."""
+    from dlsched.job.communication.async_tp import async_tp_exposed, summed_input_gradient
+
+    group = load_cluster("dgx-h100", 8, None).group_topology(1, 8)
+    compute = gpu_compute("h100", "bf16", 8, True)
+    message = 2 * 8192 * 4096 * 2
+    scatter = curve(group, "reduce-scatter", "baseline").seconds(message)
+
+    def gemms_of(spec: TransformerSpec) -> dict[str, object]:
+        return {op.label: op for layer in decoder_model(spec, 1).layers for op in layer.ops
+                if op.kind == "gemm"}
+
+    def seconds(op, back):  # 0.5 ms per 8192-row GEMM, a piece by its rows
+        return 1e-3 * op.shape[0] / 16384
+
+    gated = gemms_of(L8)
+    plain = gemms_of(TransformerSpec("gpt", 32, 4096, 32, 8192, 128256, ffn_hidden=14336))
+    assert summed_input_gradient("attn.c_attn", gated) and summed_input_gradient("mlp.c_fc",
+                                                                                 gated)
+    assert not summed_input_gradient("mlp.c_fc", plain)
+    assert not summed_input_gradient("mlp.c_proj", gated)
+    _, backward = async_tp_exposed(gated, seconds, 8, message, group, "baseline",
+                                   compute.gpu.memory_rate)
+    _, backward_plain = async_tp_exposed(plain, seconds, 8, message, group, "baseline",
+                                         compute.gpu.memory_rate)
+    # the gated model's two summed reduce-scatters are whole; the plain one's FC1 is not
+    assert backward >= 2 * scatter
+    assert backward_plain < backward

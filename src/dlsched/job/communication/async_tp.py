@@ -26,6 +26,17 @@ undecomposed GEMM. The forward decomposes QKV and FC1 (all-gather) and the proje
 and FC2's data gradients need the gathered output gradient; QKV's and FC1's data gradients are
 reduce-scattered), half of each linear's backward (the weight gradient runs undecomposed, on
 the gathered input the fused op keeps).
+
+**Input gradients summed over separate linears are not decomposed.** The pass fuses a
+reduce-scatter only when its input is a matmul's output (``_find_producer_matmul`` in
+``torch/_inductor/fx_passes/micro_pipeline_tp.py``: ``aten.mm`` or ``aten._scaled_mm``, through
+reshapes). TorchTitan's Llama runs the QKV projection as three linears (``wq``, ``wk``, ``wv``)
+and a gated FFN's input projection as two (``w1``, ``w3``: ``torchtitan/models/llama/model.py``
+at 9dec370, ``models/llama3/model.py`` at 820504e), so in the backward autograd sums their
+input gradients (an ``add``) before the reduce-scatter that is the sequence-parallel
+all-gather's backward: that reduce-scatter stays a plain collective, priced blocking
+(``SEPARATE_INPUT_LINEARS``; a non-gated FFN's single input linear is fused). Whether the FFN
+is gated is read off the shapes: its input GEMM is twice as wide as its output GEMM's input.
 """
 
 from __future__ import annotations
@@ -44,6 +55,22 @@ DECOMPOSED = (
     ("mlp.c_fc", "all-gather", "reduce-scatter"),
     ("mlp.c_proj", "reduce-scatter", "all-gather"),
 )
+
+# The linears whose backward reduce-scatter sums several linears' input gradients in
+# TorchTitan's Llama (module docstring): the QKV projection always, FC1 when the FFN is gated.
+SEPARATE_INPUT_LINEARS = ("attn.c_attn", "mlp.c_fc")
+
+
+def summed_input_gradient(suffix: str, gemms: dict[str, Op]) -> bool:
+    """Whether linear ``suffix``'s input gradient is a sum over separate linears (module
+    docstring): the QKV projection, and FC1 of a gated FFN (its GEMM ``2 x`` FC2's input)."""
+    if suffix == "attn.c_attn":
+        return True
+    if suffix != "mlp.c_fc":
+        return False
+    fc1 = next(op for label, op in gemms.items() if label.endswith("mlp.c_fc"))
+    fc2 = next(op for label, op in gemms.items() if label.endswith("mlp.c_proj"))
+    return fc1.shape[1] == 2 * fc2.shape[2]
 
 
 def piece(op: Op, tp: int) -> Op:
@@ -97,10 +124,14 @@ def async_tp_exposed(gemms: dict[str, Op], seconds: Callable[[Op, bool], float],
         part = piece(op, tp)
         for phase, collective in (("forward", ahead), ("backward", behind)):
             back = phase == "backward"
+            blocking = curve(tp_group, collective, policy).seconds(message)
+            if back and suffix in SEPARATE_INPUT_LINEARS and summed_input_gradient(suffix,
+                                                                                   gemms):
+                backward += blocking  # not fused: a plain reduce-scatter of the summed gradient
+                continue
             whole = seconds(op, back) / (2 if back else 1)
             pieces = seconds(part, back) / (2 if back else 1)
-            added = collective_seconds(whole, pieces, curve(tp_group, collective, policy)
-                                       .seconds(message), reduce, tp,
+            added = collective_seconds(whole, pieces, blocking, reduce, tp,
                                        collective == "all-gather")
             if back:
                 backward += added
