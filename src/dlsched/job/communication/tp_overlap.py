@@ -41,13 +41,30 @@ exchange is not overlapped: not priced). The input's
 re-gather for the weight gradient (sequence parallelism saves the sharded input) is priced only
 here: Megatron's blocking path overlaps it with the data-gradient GEMM too
 (``job.layer_costs``).
+
+**FP8** (Transformer Engine's recipes, ``fp8_recipe`` ``delayed``, ``current`` or ``mxfp8``):
+the GEMMs beside the collectives are the FP8 ones (``models.pricing.product_seconds`` on the
+GPU in fp8, the casts not counted: they are kernels of their own before the GEMM), and the
+userbuffers hold FP8 data where Transformer Engine and NeMo's FP8 configurations put it:
+every all-gather's buffer (``initialize_ub``, transformer_engine/pytorch/module/base.py at v2.1:
+"AllGather buffers use fp8 when using fp8 recipe", ``layers_all_gather_overlap``: the QKV and
+FC1 forward and data-gradient gathers, the projection's and FC2's output-gradient gathers) and
+the forward's pipelined reduce-scatters (``fp8_buf=True`` on proj_fprop and fc2_fprop in
+``userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192``, reduced into bf16 by
+``reducescatter2_userbuff_stridedoutput_fp8``): 1 byte per element (MXFP8 with its E8M0 scale
+per 32, ``job.compute.fp8``), against 2. The weight-gradient GEMMs' bulk reduce-scatters of the
+data gradient stay bf16 (neither list holds them).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
+from dlsched.job.compute.fp8 import MX_BLOCK, TE_RECIPES
 from dlsched.models.compute import CalibratedCompute
+from dlsched.models.pricing import product_seconds
 from dlsched.models.zoo import TransformerModel
 
 PIPELINE_SPLITS = 4
@@ -83,24 +100,43 @@ def exposed_seconds(method: str, collective: float, gemm: float, sms: int,
     return end - gemm
 
 
+def buffer_bytes(phase: str, collective: str, fp8_recipe: str | None) -> float:
+    """Bytes per element of the userbuffer of a ``collective`` in ``phase`` (module
+    docstring, FP8): 2 (bf16) unless a Transformer Engine FP8 recipe puts it in FP8."""
+    if fp8_recipe not in TE_RECIPES or (phase == "wgrad" and collective == "reduce-scatter"):
+        return 2.0
+    return 1 + 1 / MX_BLOCK if fp8_recipe == "mxfp8" else 1.0
+
+
 def overlapped_tp(model: TransformerModel, compute: CalibratedCompute, microbatch_size: int,
                   message: float, tp_group: Topology | None, policy: str,
-                  halves: tuple[str, ...] = ("attn", "mlp")) -> tuple[float, float]:
+                  halves: tuple[str, ...] = ("attn", "mlp"),
+                  fp8_recipe: str | None = None) -> tuple[float, float]:
     """Exposed seconds of one layer's sequence-parallel collectives in the forward and the
-    backward (``OVERLAPS``), each collective of ``message`` bytes on ``tp_group``; ``halves``
-    the layer's parts whose collectives are counted (an MoE layer: the attention's only)."""
+    backward (``OVERLAPS``), each collective of the ``message`` bytes of the bf16 activation
+    on ``tp_group`` (fewer for an FP8 buffer, ``buffer_bytes``); ``halves`` the layer's parts
+    whose collectives are counted (an MoE layer: the attention's only); the GEMMs in FP8 under
+    a Transformer Engine ``fp8_recipe`` (module docstring)."""
     gemms = {op.label: op for layer in model.layers for op in layer.ops if op.kind == "gemm"}
     sms = compute.gpu.spec.sms
+    fp8 = replace(compute, precision="fp8", autocast=False) if fp8_recipe in TE_RECIPES \
+        else None
+
+    def gemm_seconds(label: str, backward: bool) -> float:
+        if fp8 is None:
+            return compute.op_time(gemms[label], microbatch_size, backward=backward)
+        return product_seconds(fp8, gemms[label], microbatch_size, backward)
+
     forward = backward = 0.0
     for phase, collective, label, method, comm_sms in OVERLAPS:
         if not any(f".{half}." in label for half in halves):
             continue
-        seconds = curve(tp_group, collective, policy).seconds(message)
+        size = message * buffer_bytes(phase, collective, fp8_recipe) / 2
+        seconds = curve(tp_group, collective, policy).seconds(size)
         if phase == "forward":
-            forward += exposed_seconds(method, seconds, compute.op_time(gemms[label],
-                                                                        microbatch_size),
-                                       sms, comm_sms)
+            forward += exposed_seconds(method, seconds, gemm_seconds(label, False), sms,
+                                       comm_sms)
         else:
-            gemm = compute.op_time(gemms[label], microbatch_size, backward=True) / 2
+            gemm = gemm_seconds(label, True) / 2
             backward += exposed_seconds(method, seconds, gemm, sms, comm_sms)
     return forward, backward

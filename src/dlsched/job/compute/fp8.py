@@ -49,6 +49,22 @@ and the output gradient ``G`` (tokens x fan-out), at the shapes one GPU of the T
   more pass reading and writing each backward GEMM's bf16 output (4 bytes per element of the
   data and weight gradients).
 
+**Sequence parallelism under Transformer Engine** (``delayed``, ``current``, ``mxfp8`` with
+TP > 1 and SP). The operand that sequence parallelism all-gathers (a column-parallel layer's
+input in the forward, a row-parallel layer's output gradient in the backward) is quantized on
+the GPU's own ``1/t`` of the tokens and gathered in FP8, not cast after the gather
+(transformer_engine/pytorch/module/linear.py at v2.8, ``_Linear.forward``: "Cast local input
+tensor if needed" before ``gather_along_first_dim`` or ``fill_userbuffers_buffer_for_all_gather``
+with the quantizer, current scaling's amax reduced over the TP group, ``with_amax_reduction``;
+``TransformerEngineBaseModule.grad_output_preprocess`` in base.py likewise for the gradient).
+FP8 per-tensor data is gathered row-wise only ("All-gather is not supported with FP8
+column-wise data"), so Hopper's transposed copy for the weight-gradient GEMM is made from the
+gathered FP8 tensor (``update_usage(columnwise_usage=True)``: read 1, write 1 byte per element
+of the whole tensor). Per element of the gathered tensor: ``delayed`` (2 + 1) / t + 2,
+``current`` (2 + 2 + 1) / t + 2, ``mxfp8`` its row- and column-wise quantization of the shard,
+(2 + 2 x (1 + 1/32)) / t (block scales need no transpose); against 4, 6 and 4.06 cast after a
+gather. The other operands (and every operand without SP) are cast as below.
+
 **Separate linears sharing an input** (``separate_linears``). The zoo prices a layer's QKV
 projection and a gated FFN's gate and up projections each as one GEMM; TorchTitan's Llama runs
 them as separate ``nn.Linear`` modules (``wq``, ``wk``, ``wv``; ``w1``, ``w3``:
@@ -191,29 +207,53 @@ def separate_linears(op: Op, recipe: str, gated: bool) -> int:
     return SPLIT_LINEARS[label]
 
 
+def _gathered(recipe: str, tp: int) -> CastCost:
+    """Transformer Engine's cast of an operand sequence parallelism gathers, per element of
+    the gathered tensor (module docstring): the shard quantized, the gathered copy transposed
+    (per-tensor scaling on Hopper)."""
+    return {"delayed": CastCost((BF16 + FP8) / tp + 2 * FP8, 2),
+            "current": CastCost((BF16 + BF16 + FP8) / tp + 2 * FP8, 3),
+            "mxfp8": CastCost((BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK)) / tp, 1)}[recipe]
+
+
+def _activation(op: Op, recipe: str, compiled: bool, tp: int, sequence_parallel: bool,
+                backward: bool) -> CastCost:
+    """The cast of ``op``'s activation operand of the pass (the input forward, the output
+    gradient backward): Transformer Engine's ``_gathered`` one when sequence parallelism
+    gathers it, else ``_tensor``."""
+    column = op.label.endswith(COLUMN_PARALLEL)
+    gathered = sequence_parallel and tp > 1 and recipe in TE_RECIPES and column != backward
+    return _gathered(recipe, tp) if gathered else _tensor(recipe, compiled)
+
+
 def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compiled: bool,
-               microbatches: int = 1, weight_shards: int = 1, linears: int = 1) -> float:
+               microbatches: int = 1, weight_shards: int = 1, linears: int = 1,
+               sequence_parallel: bool = False) -> float:
     """Bytes the casts of FP8 linear ``op`` move in one microbatch's forward or ``backward``
-    (module docstring): the forward casts the input (once per of the ``linears`` sharing it)
-    and the weight (a cached weight once per ``microbatches``), the backward the output
-    gradient (and rowwise's rescaled outputs, the data gradient once per linear)."""
+    (module docstring): the forward casts the input (once per of the ``linears`` sharing it;
+    on its shard under Transformer Engine with ``sequence_parallel``) and the weight (a cached
+    weight once per ``microbatches``), the backward the output gradient (and rowwise's
+    rescaled outputs, the data gradient once per linear)."""
     x, w, g = operand_elements(op, batch, tp)
+    cast = _activation(op, recipe, compiled, tp, sequence_parallel, backward).bytes_per_element
     if backward:
-        moved = g * _tensor(recipe, compiled).bytes_per_element
+        moved = g * cast
         if recipe == "rowwise":
             moved += 2 * BF16 * (linears * x + w)
         return moved
     weight = w * _weight(recipe, weight_shards).bytes_per_element
     if recipe in TE_RECIPES:
         weight /= microbatches
-    return linears * x * _tensor(recipe, compiled).bytes_per_element + weight
+    return linears * x * cast + weight
 
 
 def cast_kernels(recipe: str, backward: bool, compiled: bool, microbatches: int = 1,
-                 weight_shards: int = 1, linears: int = 1) -> float:
+                 weight_shards: int = 1, linears: int = 1, op: Op | None = None, tp: int = 1,
+                 sequence_parallel: bool = False) -> float:
     """Kernels the casts of one FP8 linear launch per microbatch's forward or ``backward``
-    (``linears``: as in ``cast_bytes``)."""
-    tensor = _tensor(recipe, compiled).kernels
+    (``linears``, ``op``, ``tp``, ``sequence_parallel``: as in ``cast_bytes``)."""
+    tensor = (_tensor(recipe, compiled) if op is None else
+              _activation(op, recipe, compiled, tp, sequence_parallel, backward)).kernels
     if backward:
         return tensor + (linears + 1 if recipe == "rowwise" else 0)
     weight = _weight(recipe, weight_shards).kernels
@@ -228,10 +268,11 @@ def fp8_linear_work(op: Op, batch: float, fp8: CalibratedCompute, recipe: str, b
     memory rate (``gated``: the layer's FFN is gated, ``separate_linears``)."""
     gemm = product_seconds(fp8, op, batch, backward)
     linears = separate_linears(op, recipe, gated)
-    moved = cast_bytes(op, batch, fp8.tensor_parallel, recipe, backward, compiled,
-                       microbatches, weight_shards, linears)
+    tp, sp = fp8.tensor_parallel, fp8.sequence_parallel
+    moved = cast_bytes(op, batch, tp, recipe, backward, compiled, microbatches, weight_shards,
+                       linears, sp)
     launches = (op.launches_backward if backward else op.kernels) + cast_kernels(
-        recipe, backward, compiled, microbatches, weight_shards, linears)
+        recipe, backward, compiled, microbatches, weight_shards, linears, op, tp, sp)
     return Work(gemm + moved / fp8.gpu.memory_rate, launches)
 
 

@@ -165,7 +165,7 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
                                                              policy, exchange)
     if sp and tp_overlap:
         tp_forward, tp_backward = overlapped_tp(model, compute, microbatch_size, message,
-                                                tp_group, policy)
+                                                tp_group, policy, fp8_recipe=kernels.fp8_recipe)
     elif sp and async_tp:
         gemms = {op.label: op for item in model.layers for op in item.ops if op.kind == "gemm"}
         tp_forward, tp_backward = async_tp_exposed(

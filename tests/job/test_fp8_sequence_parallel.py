@@ -1,0 +1,105 @@
+"""Transformer Engine's FP8 under sequence parallelism, by hand: the gathered operand cast on
+the GPU's shard and transposed after the gather (``job.compute.fp8``), and the userbuffers
+in FP8 beside FP8 GEMMs (``job.communication.tp_overlap``)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from dlsched.job.cluster import load_cluster
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.communication.tp_overlap import buffer_bytes, overlapped_tp
+from dlsched.job.compute.fp8 import cast_bytes, cast_kernels, operand_elements
+from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
+from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.models.pricing import product_seconds
+
+L8 = TransformerSpec("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
+                     tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+                     learned_positions=False)
+
+
+def _ops() -> dict[str, object]:
+    return {op.label: op for layer in decoder_model(L8, 1).layers if layer.block == "h.0"
+            for op in layer.ops}
+
+
+@pytest.mark.parametrize(("recipe", "gathered", "kernels"), [
+    ("delayed", 3 / 4 + 2, 2),  # local cast (2 + 1) / 4, the gathered copy transposed (1 + 1)
+    ("current", 5 / 4 + 2, 3),  # amax (2), cast (2 + 1) on the shard, transpose
+    ("mxfp8", (2 + 2 * 33 / 32) / 4, 1),  # both quantizations on the shard, no transpose
+])
+def test_te_casts_the_gathered_operand_on_its_shard(recipe, gathered, kernels) -> None:
+    """FC1 (column-parallel) forward and FC2 (row-parallel) backward at TP 4 with SP: the
+    gathered input / output gradient (8,192 x 4,096 elements) costs ``gathered`` bytes per
+    element instead of the 4 / 6 / 4.06 of a cast after the gather; the other passes' operands
+    (FC1's gradient, FC2's input) and the weight are unchanged; without SP nothing changes."""
+    ops, t = _ops(), 4
+    fc1, fc2 = ops["h.0.mlp.c_fc"], ops["h.0.mlp.c_proj"]
+    after = {"delayed": 4.0, "current": 6.0, "mxfp8": 2 + 2 * 33 / 32}[recipe]
+    x, w, _ = operand_elements(fc1, 1, t)
+    assert x == 8192 * 4096
+    forward = cast_bytes(fc1, 1, t, recipe, False, False, 8, sequence_parallel=True)
+    assert forward == pytest.approx(x * gathered + w * after / 8)
+    assert cast_bytes(fc1, 1, t, recipe, False, False, 8) == pytest.approx(x * after
+                                                                           + w * after / 8)
+    _, _, g = operand_elements(fc2, 1, t)
+    assert g == 8192 * 4096
+    assert cast_bytes(fc2, 1, t, recipe, True, False, sequence_parallel=True) == \
+        pytest.approx(g * gathered)
+    for op, backward in ((fc1, True), (fc2, False)):  # not gathered: as without SP
+        assert cast_bytes(op, 1, t, recipe, backward, False, 8, sequence_parallel=True) == \
+            cast_bytes(op, 1, t, recipe, backward, False, 8)
+    assert cast_kernels(recipe, True, False, op=fc2, tp=t, sequence_parallel=True) == kernels
+
+
+def test_torchao_recipes_and_tp_1_are_untouched() -> None:
+    """torchao's casts are not Transformer Engine's; at TP 1 nothing is gathered."""
+    fc1 = _ops()["h.0.mlp.c_fc"]
+    for recipe in ("tensorwise", "rowwise"):
+        assert cast_bytes(fc1, 1, 4, recipe, False, True, sequence_parallel=True) == \
+            cast_bytes(fc1, 1, 4, recipe, False, True)
+    assert cast_bytes(fc1, 1, 1, "current", False, False, 8, sequence_parallel=True) == \
+        cast_bytes(fc1, 1, 1, "current", False, False, 8)
+
+
+def test_userbuffers_in_fp8_where_te_and_nemo_put_them() -> None:
+    """Every all-gather and the forward's pipelined reduce-scatters in FP8 (1 byte, MXFP8 with
+    a scale per 32); the weight gradient's bulk reduce-scatter in bf16; torchao: bf16."""
+    assert buffer_bytes("forward", "all-gather", "current") == 1.0
+    assert buffer_bytes("dgrad", "all-gather", "mxfp8") == pytest.approx(33 / 32)
+    assert buffer_bytes("forward", "reduce-scatter", "delayed") == 1.0
+    assert buffer_bytes("wgrad", "reduce-scatter", "current") == 2.0
+    assert buffer_bytes("forward", "all-gather", "tensorwise") == 2.0
+    assert buffer_bytes("forward", "all-gather", None) == 2.0
+
+
+def test_llama_70b_fp8_backward_by_hand() -> None:
+    """Llama 3 70B, TP 4, SP, CP 2 (a 64 MiB bf16 activation), current scaling: the two bulk
+    all-gathers carry 32 MiB of FP8 and are exposed in full (each FP8 GEMM half beside them is
+    longer); each bulk reduce-scatter (64 MiB, bf16) is exposed up to its FP8 weight-gradient
+    GEMM half (a persistent GEMM's second wave); the two ring exchanges hide behind their FP8
+    data-gradient GEMM halves."""
+    llama = bundled_specs()["llama3-70b"]
+    cluster = load_cluster("dgx-h100", 64, None)
+    group = cluster.group_topology(1, 4)
+    compute = gpu_compute(cluster.gpu, "fp8", 4, True)
+    fp8 = replace(compute, precision="fp8", autocast=False)
+    model = decoder_model(llama, 1, 2)
+    gemms = {op.label: op for layer in model.layers for op in layer.ops if op.kind == "gemm"}
+    message = 64 * 2**20
+    gather = curve(group, "all-gather", "baseline").seconds(message / 2)
+    scatter = curve(group, "reduce-scatter", "baseline").seconds(message)
+    half = {label: product_seconds(fp8, gemms[label], 1, True) / 2
+            for label in ("h.0.attn.c_attn", "h.0.mlp.c_fc", "h.0.attn.c_proj",
+                          "h.0.mlp.c_proj")}
+    assert min(half.values()) > gather
+    expected = 2 * gather + sum(max(scatter, g + min(scatter, g)) - g
+                                for g in (half["h.0.attn.c_attn"], half["h.0.mlp.c_fc"]))
+    _, backward = overlapped_tp(model, compute, 1, message, group, "baseline",
+                                fp8_recipe="current")
+    assert backward == pytest.approx(expected)
+    _, bf16 = overlapped_tp(model, compute, 1, message, group, "baseline")
+    assert backward < bf16
