@@ -61,9 +61,15 @@ def test_a_rows_model_is_validated_as_a_model_file() -> None:
     assert model_file(dense.model).experts == 0
 
 
-def test_gpt_oss_rows_are_refused_for_their_module_recomputation_alone() -> None:
+def test_gpt_oss_rows_are_priced_with_their_module_recomputation() -> None:
     """GPT-OSS's shape is stated (windows, sinks, biases; 116,829,156,672 parameters by both
-    counts) and every row names the one capability missing: per-module recomputation."""
+    counts) and every row is priced with its scripts' per-module recomputation (the norms and
+    the experts' activation rerun: ``job.compute.module_recompute``), which the backward
+    pays for: without it the same row comes out faster."""
+    from dataclasses import replace
+
+    from dlsched.job.evaluation.evaluate import evaluate
+    from dlsched.ledger.predict import job_and_layout
     rows = [row for row in ROWS.values() if row.model.name == "gpt-oss-120b"]
     assert len(rows) == 9
     for row in rows:
@@ -71,16 +77,28 @@ def test_gpt_oss_rows_are_refused_for_their_module_recomputation_alone() -> None
             == 116_829_156_672
         assert row.parallel.recompute_modules == ("layernorm", "moe_act")
         [prediction] = predict_row(row)
-        assert prediction.predicted is None
-        assert prediction.reason.startswith("recompute: Megatron-Core's per-module")
+        assert prediction.predicted is not None and prediction.reason is None
+    job, layout = job_and_layout(rows[0])
+    assert layout.recompute == "modules:moe_act,layernorm"
+    plain = evaluate(job, replace(layout, recompute="none"))
+    assert evaluate(job, layout).iteration_s > plain.iteration_s
 
 
-def test_expert_all_to_all_overlap_is_refused_with_its_one_reason() -> None:
-    """A row whose script overlaps the EP All-to-Alls is not priced, and says why."""
-    [prediction] = predict_row(ROWS["mbridge-moe-2511-h100-qwen3-30b-a3b-fp8cs"])
-    assert prediction.predicted is None
-    assert prediction.reason.startswith("parallel.overlap: the evaluator does not model the "
-                                        "expert-parallel All-to-Alls")
+def test_expert_all_to_all_overlap_rows_run_merged() -> None:
+    """A row whose script overlaps the EP All-to-Alls runs Megatron-Core's merged steps
+    (``moe_a2a_overlap``, ``job.evaluation.a2a_overlap``) and comes out faster than the same
+    row with its All-to-Alls blocking."""
+    from dlsched.ledger.predict import run_settings
+    ids = [row.id for row in ROWS.values() if "ep_a2a" in row.parallel.overlap]
+    assert len(ids) == 8
+    for row_id in ids:
+        assert run_settings(ROWS[row_id]).moe_a2a_overlap
+        [prediction] = predict_row(ROWS[row_id])
+        assert prediction.predicted is not None, prediction.reason
+    row = ROWS["mbridge-moe-2602-h100-qwen3-30b-a3b-fp8cs"]
+    blocking = row.model_copy(update={"parallel": row.parallel.model_copy(update={
+        "overlap": tuple(o for o in row.parallel.overlap if o != "ep_a2a")})})
+    assert predict_row(row)[0].predicted > predict_row(blocking)[0].predicted
 
 
 def _fake(row_id: str, error: float | None) -> Prediction:

@@ -42,6 +42,9 @@ module named with each prices it):
   ``native`` or ``te`` (``job.compute.cross_entropy``); ``transformer_impl``: the norms'
   kernels, Megatron-Core's ``--transformer-impl`` ``local`` or ``transformer_engine``
   (``job.compute.transformer_impl``).
+- ``moe_a2a_overlap``: Megatron-Core's EP All-to-All overlap (``--overlap-moe-expert-parallel-comm
+  --delay-wgrad-compute``): steady-state forward and backward merged, each one's All-to-Alls
+  beside the other's compute (``job.evaluation.a2a_overlap``).
 
 The checks here need the settings alone; those that relate them to the model or the GPU
 (eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are ``Job``'s.
@@ -99,6 +102,7 @@ class RunSettings:
     ops: str = "fused"
     cross_entropy: str = "unfused"
     transformer_impl: str = "local"
+    moe_a2a_overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.ops not in OPS:

@@ -90,12 +90,6 @@ MEMORY_METRICS = ("memory_gib_per_gpu",)
 # The predicted iteration's parts (seconds) a record carries (``breakdown``).
 EXPOSED_KEYS = ("tp_s", "pp_s", "dp_s", "zero3_s", "optimizer_s", "grad_accumulation_s")
 BREAKDOWN_KEYS = ("iteration_s", "compute_s", "bubble_s", *EXPOSED_KEYS)
-# Overlaps the evaluator does not model (asynchronous TP is job.async_tp's, ZeRO 3's per-layer
-# gathers it prefetches behind the layer's compute, as FSDP does).
-_UNMODELLED_OVERLAP: dict[str, str] = {
-    "ep_a2a": "the expert-parallel All-to-Alls overlapped with another microbatch's compute "
-              "(Megatron-Core's --overlap-moe-expert-parallel-comm; job.moe_costs prices them "
-              "blocking)"}
 
 
 @dataclass(frozen=True)
@@ -143,9 +137,6 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
         reasons.append("model.router_balance: a learned router without a capacity factor <= 1: "
                        "the busiest expert's share of the tokens (the evaluator's "
                        "router_imbalance) is not published")
-    unmodelled = [_UNMODELLED_OVERLAP[o] for o in par.overlap if o in _UNMODELLED_OVERLAP]
-    if unmodelled:
-        reasons.append("parallel.overlap: the evaluator does not model " + ", ".join(unmodelled))
     if reasons:
         raise ConfigError(f"{row.id}: " + "; ".join(reasons))
     missing = [name for name in ("microbatch_size", "recompute", "sequence_parallel", "chunks",

@@ -30,16 +30,18 @@ Metric = Literal["iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_pe
                  "memory_gib_per_gpu"]
 Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp", "pp_p2p", "ep_a2a"]
 
-# Each overlap a row lists and the run setting (``job.run_settings``) it turns on; ``ep_a2a`` is
-# not priced (``ledger.predict`` refuses it). A row without ``pp_p2p`` ran its pipeline
-# transfers blocking (``NOT_OVERLAPPED``: the other settings' defaults are the runs' without the
-# overlap: DDP's reduction after the last backward, no gathers or TP collectives overlapped).
+# Each overlap a row lists and the run setting (``job.run_settings``) it turns on (``ep_a2a``:
+# Megatron-Core's EP overlap, ``job.evaluation.a2a_overlap``). A row without ``pp_p2p`` ran its
+# pipeline transfers blocking (``NOT_OVERLAPPED``: the other settings' defaults are the runs'
+# without the overlap: DDP's reduction after the last backward, no gathers or TP collectives
+# overlapped).
 OVERLAP_SETTINGS: dict[str, tuple[str, object]] = {
     "dp_grad_reduce": ("dp_policy", "ddp"),
     "dp_param_gather": ("overlap_param_gather", True),
     "tp_comm": ("tp_comm_overlap", True),
     "async_tp": ("async_tp", True),
     "pp_p2p": ("pipeline_p2p", "overlapped"),
+    "ep_a2a": ("moe_a2a_overlap", True),
 }
 NOT_OVERLAPPED: dict[str, object] = {"pipeline_p2p": "blocking"}
 

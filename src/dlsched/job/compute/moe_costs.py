@@ -93,6 +93,7 @@ from dlsched.job.compute.moe_fp8 import layer_seconds
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.models.compute import CalibratedCompute
 from dlsched.models.layer import Layer
 from dlsched.models.ops import Op, elementwise, matmul
 from dlsched.models.zoo import ffn_activation
@@ -115,6 +116,8 @@ class MoELayerCosts:
     dispatch_bytes: float
     combine_bytes: float
     tokens_per_expert: float
+    nodes: tuple[float, ...] = ()
+    """The layer's seconds split into Megatron-Core's EP-overlap nodes (``_overlap_nodes``)."""
 
 
 def load_factor(spec: TransformerSpec) -> float:
@@ -282,7 +285,38 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
         a2a_backward += a2a if "moe" in modules else 0.0  # both All-to-Alls run again
         tp_backward += (expert_tp + shared if "moe" in modules
                         else shared if "shared_experts" in modules else 0.0)
-    return MoELayerCosts(forward + tp_forward + a2a, backward + tp_backward + a2a_backward,
+    layer_f, layer_b = forward + tp_forward + a2a, backward + tp_backward + a2a_backward
+    return MoELayerCosts(layer_f, layer_b,
                          a2a, a2a_backward, tp_forward, tp_backward, sent, sent,
                          spec.top_k * load_factor(spec) * b * local_tokens(spec, cp) * etp
-                         / tp / (spec.experts // ep))
+                         / tp / (spec.experts // ep),
+                         _overlap_nodes(layer_f, layer_b, routed, (a2a, a2a_backward),
+                                        expert_tp, alone, kernels,
+                                        [op for layer in attention_layers for op in layer.ops
+                                         if op.kind == "gemm"], compute, b))
+
+
+def _overlap_nodes(layer_f: float, layer_b: float, routed: list[Layer],
+                   a2a: tuple[float, float], expert_tp: float, alone: CalibratedCompute,
+                   kernels: KernelOptions | None, attention_gemms: list[Op],
+                   compute: CalibratedCompute, b: int) -> tuple[float, ...]:
+    """The layer's seconds as Megatron-Core's EP overlap splits it into nodes
+    (``job.evaluation.a2a_overlap.LayerNodes``' order): the experts (their grouped GEMMs and
+    activation, expert TP's exchanges) the ``mlp`` node, each All-to-All half of ``a2a`` (the
+    dispatch and the combine move the same bytes), the unpermutation (and shared experts,
+    which Megatron-Core computes before the dispatch: on the ledger's models, none) the
+    combine's ``post`` kernels; the delayed weight gradients half of each GEMM's backward
+    (data and weight gradients each the forward's FLOP); the rest of the layer (attention,
+    norms, router, permutation, TP exchanges, recomputation) the ``pre_dispatch`` node, so the
+    nodes add up to the layer's seconds."""
+    _, experts, combine = routed
+    gemms = Layer("moe.experts.gemms", 0, ops=tuple(op for op in experts.ops if op.kind == "gemm"))
+    mlp_f = routed_seconds(experts, alone, kernels, False) + expert_tp
+    mlp_b = routed_seconds(experts, alone, kernels, True) + expert_tp
+    mlp_w = min(mlp_b, routed_seconds(gemms, alone, kernels, True) / 2)
+    post_f = routed_seconds(combine, alone, kernels, False)
+    post_b = routed_seconds(combine, alone, kernels, True)
+    pre_b = layer_b - post_b - a2a[1] - mlp_b
+    pre_w = min(pre_b, sum(compute.op_time(op, b, backward=True) for op in attention_gemms) / 2)
+    return (layer_f - a2a[0] - mlp_f - post_f, a2a[0] / 2, mlp_f, a2a[0] / 2, post_f,
+            post_b, a2a[1] / 2, mlp_b - mlp_w, mlp_w, a2a[1] / 2, pre_b - pre_w, pre_w)

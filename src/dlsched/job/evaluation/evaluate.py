@@ -64,11 +64,11 @@ from dlsched.job.evaluation.replica import (
     replica_parts,
 )
 from dlsched.job.evaluation.unit_walk import (
-    UNIT_SCHEDULES,
     held_stages,
     hidden_comm,
     microbatch_share,
     unit_bound,
+    unit_walked,
 )
 from dlsched.job.execution import Execution
 from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta, stage_moe_layers
@@ -214,8 +214,8 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     moe_tp = sparse * (moe.tp_forward_s + moe.tp_backward_s) if moe else 0.0
     exposed = {"tp_s": m * ((per_rank - sparse) * (costs.tp_forward_s + costs.tp_backward_s)
                             + moe_tp),
-               "ep_a2a_s": (m * sparse * (moe.a2a_forward_s + moe.a2a_backward_s)
-                            - hidden_comm(times, critical)) if moe else 0.0,
+               "ep_a2a_s": max(0.0, m * sparse * (moe.a2a_forward_s + moe.a2a_backward_s)
+                               - hidden_comm(times, critical)) if moe else 0.0,
                "pp_s": max(0.0, replica.end - quiet.end),
                "dp_s": steps[critical].exposed_reduce + steps[critical].gather,
                "zero3_s": m * per_rank * (zero3[0] + zero3[1]),
@@ -343,7 +343,7 @@ def _bound(times: PipelineTimes) -> float:
     backward is split (ZB-H1: a rank may end on a weight gradient nothing waits for), what the
     last backward must pass after its last."""
     pp, m = times.pp, times.num_microbatches
-    if times.schedule in UNIT_SCHEDULES:
+    if unit_walked(times):  # in units: ZB-V, DualPipe(V), merged EP-overlap steps
         return unit_bound(times)
     work = [0.0] * pp
     for s, (f, b) in enumerate(zip(times.forward, times.backward, strict=True)):

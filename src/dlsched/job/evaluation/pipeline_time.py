@@ -58,6 +58,9 @@ def _simulated(times: PipelineTimes) -> SimResult:
     ``EVENT_RATE`` FLOP/s and links of ``EVENT_BANDWIDTH`` B/s without latency carry the
     seconds given, so only the schedule's execution differs from ``fast_pipeline``."""
     stages_n = times.pp * times.chunks
+    if times.pair_seconds:
+        raise ConfigError("event_pipeline: Megatron-Core's merged EP-overlap steps "
+                          "(pair_seconds) are walked by unit_walk only; accepted: the fast walk")
     if len(set(times.send)) > 1:
         raise ConfigError("event_pipeline: one send time for every stage boundary")
     sent = times.send[0] if times.send else 0.0

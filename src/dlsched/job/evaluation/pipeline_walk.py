@@ -17,7 +17,7 @@ from dlsched.job.evaluation.pipeline_orders import (
     Coded,
     coded_orders,
 )
-from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, walk_units
+from dlsched.job.evaluation.unit_walk import unit_walked, walk_units
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,9 @@ class PipelineTimes:
     """One replica's per-stage seconds (``job.evaluation.pipeline_time``): ``send[s]`` from
     stage ``s`` to ``s + 1`` (``len = stages - 1``); ``forward_comm`` / ``backward_comm``
     (empty: none) the part of ``forward`` / ``backward`` that is the stage's own communication,
-    which an overlapped pair of DualPipe and DualPipeV hides (``job.evaluation.unit_walk``)."""
+    which an overlapped pair of DualPipe and DualPipeV hides (``job.evaluation.unit_walk``);
+    ``pair_seconds`` (empty: none) Megatron-Core's merged forward-backward steps with the EP
+    All-to-All overlap (``job.evaluation.a2a_overlap.pair_table``), walked in units."""
 
     pp: int
     chunks: int
@@ -37,6 +39,7 @@ class PipelineTimes:
     input_fraction: float = 0.5
     forward_comm: tuple[float, ...] = ()
     backward_comm: tuple[float, ...] = ()
+    pair_seconds: tuple[tuple[float, ...], ...] = ()
 
     def __post_init__(self) -> None:
         stages = self.pp * self.chunks
@@ -137,7 +140,7 @@ class _Walk:
 
 def walk_pipeline(times: PipelineTimes) -> ReplicaTiming:
     """The replica's timing by one walk through the full per-rank orders."""
-    if times.schedule in UNIT_SCHEDULES:
+    if unit_walked(times):
         return unit_timing(times)
     walk = _Walk(times)
     walk.run(coded_orders(times.schedule, times.pp, times.chunks, times.num_microbatches),

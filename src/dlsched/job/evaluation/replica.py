@@ -22,6 +22,7 @@ from dlsched.job.compute.grad_accumulation import accumulation_bytes, stage_para
 from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
 from dlsched.job.compute.moe_costs import MoELayerCosts, moe_layer_costs
 from dlsched.job.compute.mtp_costs import mtp_seconds
+from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap, pair_table, stage_nodes
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
 from dlsched.job.execution import Execution
 
@@ -163,9 +164,19 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     sparse[-1] += mtp_moe
     comm = ((tuple(n * moe.a2a_forward_s for n in sparse),
              tuple(n * moe.a2a_backward_s for n in sparse)) if moe else ((), ()))
+    pairs = ()
+    if job.run.moe_a2a_overlap and moe:  # Megatron-Core's EP overlap (job.a2a_overlap)
+        check_a2a_overlap(layout.schedule, layout.pp, layout.ep, layout.recompute)
+        last = len(spans) - 1
+        pairs = pair_table(layout.pp, layout.chunks, forward, backward, stage_nodes(
+            [job.spec.is_moe_layer(i) for i in range(max(span.stop for span in spans))], spans,
+            moe.nodes,
+            (costs.layer_f + extra_f + cp.forward_s, costs.layer_b + extra_b + cp.backward_s)),
+            [((costs.embed_f * (s == 0), costs.head_f * (s == last)),
+              (costs.head_b * (s == last), costs.embed_b * (s == 0))) for s in range(len(spans))])
     times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,
                           tuple(forward), tuple(backward), send, forward_comm=comm[0],
-                          backward_comm=comm[1])
+                          backward_comm=comm[1], pair_seconds=pairs)
     return ReplicaParts(times, costs, (extra_f, extra_b), cp, moe, accumulation)
 
 

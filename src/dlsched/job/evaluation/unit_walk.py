@@ -21,6 +21,11 @@ This is the simulator's timing exactly, which runs the same units and hides the 
 communication (``Chain.overlap_seconds``, ``job.evaluation.pipeline_time.event_pipeline``):
 ``tests/job/test_unit_walk.py`` holds them equal on random replicas, ``test_plan_dualpipe.py``
 on whole plans with expert all-to-alls.
+
+Megatron-Core's 1F1B with the EP All-to-All overlap (``--overlap-moe-expert-parallel-comm``,
+``job.evaluation.a2a_overlap``) is walked here too (``unit_walked``): its replica's times carry
+``pair_seconds``, and ``merged_layout`` gives its units, 1F1B (one rank) or interleaved 1F1B
+whose steady-state forward and backward run as one merged unit, priced by that table.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from functools import lru_cache
 from typing import Protocol
 
 from dlsched.errors import ConfigError
+from dlsched.job.evaluation.pipeline_orders import rank_orders
 from dlsched.pipeline.plans.actions import Action
 from dlsched.pipeline.plans.dualpipe import (
     check_dualpipe,
@@ -142,6 +148,47 @@ class Times(Protocol):
     backward_comm: tuple[float, ...]
 
 
+def unit_walked(times: Times) -> bool:
+    """Whether ``times`` is walked in units here: a ZB-V, DualPipe or DualPipeV replica, or one
+    whose forward and backward run merged (``pair_seconds``: ``job.evaluation.a2a_overlap``)."""
+    return times.schedule in UNIT_SCHEDULES or bool(getattr(times, "pair_seconds", ()))
+
+
+@lru_cache(maxsize=256)
+def merged_layout(schedule: str, pp: int, chunks: int, num_microbatches: int) -> UnitLayout:
+    """Megatron-Core's combined 1F1B (``pipeline_parallel/combined_1f1b.py``) on one replica:
+    each rank's 1F1B or interleaved order (``pipeline_orders.rank_orders``, Megatron-LM's) with
+    its warm-up forwards alone (one more than the plain schedule's: ``get_pp_rank_microbatches``
+    adds one when the overlap is on, so that a merged step's forward and backward never depend
+    on each other), then each further forward merged with the next backward in order into one
+    unit, then the remaining backwards alone."""
+    stages = tuple(Stage(s, s + 1, (s % pp,)) for s in range(pp * chunks))
+    orders, joined = [], []
+    for order in rank_orders(schedule, pp, chunks, num_microbatches):
+        forwards = [a for a in order if a.kind == "F"]
+        backwards = [a for a in order if a.kind != "F"]
+        warm = next(i for i, a in enumerate(order) if a.kind != "F")  # plain warm-up + 1
+        merged = min(len(forwards) - warm, len(backwards))
+        rank: list[Action] = forwards[:warm]
+        pairs = set()
+        for k in range(merged):
+            pairs.add(len(rank))  # the forward joins the backward after it
+            rank += [forwards[warm + k], backwards[k]]
+        rank += forwards[warm + merged:] + backwards[merged:]
+        orders.append(tuple(rank))
+        joined.append(frozenset(pairs))
+    return UnitLayout(stages, tuple(orders), tuple(joined))
+
+
+def layout_of(times: Times) -> UnitLayout:
+    """The units ``times`` is walked in (``unit_layout``, or ``merged_layout`` when its pairs
+    are priced)."""
+    if getattr(times, "pair_seconds", ()):
+        return merged_layout(times.schedule, times.pp, len(times.forward) // times.pp,
+                             times.num_microbatches)
+    return unit_layout(times.schedule, times.pp, times.num_microbatches)
+
+
 @dataclass(frozen=True)
 class UnitTimes:
     """Per-stage seconds of one microbatch: ``forward`` / ``backward`` (compute and the
@@ -161,7 +208,14 @@ class UnitTimes:
 
 def unit_seconds(times: Times, unit: tuple[Action, ...]) -> float:
     """Seconds of ``unit``: its actions one after another, or an overlapped pair's ``max``
-    of compute and communication (module docstring)."""
+    of compute and communication (module docstring); from ``pair_seconds`` (forward stage,
+    backward stage; ``len(stages)`` for none) when the replica has them."""
+    table = getattr(times, "pair_seconds", ())
+    if table:
+        none = len(times.forward)
+        forward = next((a.stage for a in unit if a.kind == "F"), none)
+        backward = next((a.stage for a in unit if a.kind != "F"), none)
+        return table[forward][backward]
     total = _one_after_another(times, unit)
     forward = [a.stage for a in unit if a.kind == "F"]
     backward = [a.stage for a in unit if a.kind == "I"]
@@ -173,10 +227,10 @@ def unit_seconds(times: Times, unit: tuple[Action, ...]) -> float:
 
 def _one_after_another(times: Times, unit: tuple[Action, ...]) -> float:
     """Seconds of ``unit``'s actions run one after another (I: ``input_fraction`` of the
-    backward, W the rest)."""
-    share = times.input_fraction
+    backward, W the rest, B all of it)."""
+    share = {"I": times.input_fraction, "W": 1 - times.input_fraction, "B": 1.0}
     return sum(times.forward[a.stage] if a.kind == "F" else times.backward[a.stage]
-               * (share if a.kind == "I" else 1 - share) for a in unit)
+               * share[a.kind] for a in unit)
 
 
 def _comm(seconds: tuple[float, ...], stage: int) -> float:
@@ -185,7 +239,7 @@ def _comm(seconds: tuple[float, ...], stage: int) -> float:
 
 def rank_units(times: Times, rank: int) -> list[tuple[Action, ...]]:
     """Rank ``rank``'s units in order."""
-    layout = unit_layout(times.schedule, times.pp, times.num_microbatches)
+    layout = layout_of(times)
     order, joined = layout.orders[rank], layout.joined[rank]
     units, start = [], 0
     for i in range(len(order)):
@@ -198,7 +252,7 @@ def rank_units(times: Times, rank: int) -> list[tuple[Action, ...]]:
 def hidden_comm(times: Times, rank: int) -> float:
     """Seconds of communication rank ``rank``'s overlapped pairs hide in one iteration (0
     for the schedules walked elsewhere)."""
-    if times.schedule not in UNIT_SCHEDULES:
+    if not unit_walked(times):
         return 0.0
     return sum(_one_after_another(times, unit) - unit_seconds(times, unit)
                for unit in rank_units(times, rank))
@@ -224,7 +278,7 @@ def walk_unit_lanes(lanes: tuple[Times, ...]) -> list[tuple[tuple[float, ...],
     by the orders alone, so every time the walk keeps is one per lane, each computed as the
     walk of that lane alone computes it."""
     times = lanes[0]
-    layout = unit_layout(times.schedule, times.pp, times.num_microbatches)
+    layout = layout_of(times)
     stages, last, pp, n = layout.stages, len(layout.stages) - 1, times.pp, len(lanes)
     inputs: dict[tuple[str, int, int], list[float]] = {}  # (kind, stage, mb) -> per lane
     free, link = [[0.0] * n for _ in range(pp)], [[0.0] * n for _ in range(pp)]
@@ -264,7 +318,7 @@ def _ready(unit: tuple[Action, ...], inputs: dict, lanes: int) -> list[float] | 
             continue
         if a.kind == "F" and a.stage == 0:
             continue
-        at = inputs.get((a.kind, a.stage, a.microbatch))
+        at = inputs.get(("I" if a.kind == "B" else a.kind, a.stage, a.microbatch))
         if at is None:
             return None
         ready = [max(r, t) for r, t in zip(ready, at, strict=True)]
@@ -279,7 +333,7 @@ def _outputs(action: Action, rank: int, end: list[float], where: tuple, inputs: 
     s, j = action.stage, action.microbatch
     if action.kind == "W":
         return
-    if action.kind == "I":
+    if action.kind in "IB":  # a whole backward (B) sends its input gradient as I does
         inputs[("W", s, j)] = end
         if s == 0:
             return
