@@ -11,8 +11,9 @@ import pytest
 from dlsched.job.cluster import load_cluster
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.tp_overlap import buffer_bytes, overlapped_tp
-from dlsched.job.compute.fp8 import cast_bytes, cast_kernels, operand_elements
-from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
+from dlsched.job.compute.block_pricing import KernelOptions
+from dlsched.job.compute.fp8 import amax_reductions, cast_bytes, cast_kernels, operand_elements
+from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
 from dlsched.models.pricing import product_seconds
 
@@ -103,3 +104,23 @@ def test_llama_70b_fp8_backward_by_hand() -> None:
     assert backward == pytest.approx(expected)
     _, bf16 = overlapped_tp(model, compute, 1, message, group, "baseline")
     assert backward < bf16
+
+
+def test_current_scaling_reduces_the_gathered_amax_over_tp_blocking() -> None:
+    """Current scaling under SP all-reduces one FP32 amax per gathered operand over the TP
+    group (QKV's and FC1's inputs forward, the projection's and FC2's output gradients
+    backward): the layer's TP time is delayed scaling's + 2 small all-reduces each way; none
+    without SP, at TP 1 or for other recipes."""
+    assert amax_reductions("current", 4, True) == (2, 2)
+    assert amax_reductions("current", 4, False) == amax_reductions("current", 1, True) == (0, 0)
+    assert amax_reductions("delayed", 4, True) == amax_reductions("mxfp8", 4, True) == (0, 0)
+    llama = bundled_specs()["llama3-70b"]
+    cluster = load_cluster("dgx-h100", 64, None)
+    group = cluster.group_topology(1, 4)
+    args = (llama, 1, cluster.gpu, "fp8", 4, True, "none", group, "baseline", 2, "ring",
+            "fused", True)
+    delayed = block_costs(*args, KernelOptions(fp8_recipe="delayed"))
+    current = block_costs(*args, KernelOptions(fp8_recipe="current"))
+    amax = curve(group, "all-reduce", "baseline").seconds(4)
+    assert current.tp_forward_s == pytest.approx(delayed.tp_forward_s + 2 * amax)
+    assert current.tp_backward_s == pytest.approx(delayed.tp_backward_s + 2 * amax)

@@ -63,7 +63,12 @@ gathered FP8 tensor (``update_usage(columnwise_usage=True)``: read 1, write 1 by
 of the whole tensor). Per element of the gathered tensor: ``delayed`` (2 + 1) / t + 2,
 ``current`` (2 + 2 + 1) / t + 2, ``mxfp8`` its row- and column-wise quantization of the shard,
 (2 + 2 x (1 + 1/32)) / t (block scales need no transpose); against 4, 6 and 4.06 cast after a
-gather. The other operands (and every operand without SP) are cast as below.
+gather. The other operands (and every operand without SP) are cast as below. Current scaling
+needs the gathered tensor's amax before the shards are cast: one FP32 all-reduce over the TP
+group per gathered operand (``Linear._customize_quantizers_float8_current_scaling``:
+``with_amax_reduction``, ``amax_reduction_group = tp_group`` for a column-parallel input and a
+row-parallel output gradient under SP), two per layer forward and two backward
+(``amax_reductions``; ``job.compute.layer_costs`` prices them on the TP group, blocking).
 
 **Separate linears sharing an input** (``separate_linears``). The zoo prices a layer's QKV
 projection and a gated FFN's gate and up projections each as one GEMM; TorchTitan's Llama runs
@@ -205,6 +210,18 @@ def separate_linears(op: Op, recipe: str, gated: bool) -> int:
     if label is None or (label == "mlp.c_fc" and not gated):
         return 1
     return SPLIT_LINEARS[label]
+
+
+AMAX_BYTES = 4.0  # one FP32 amax per tensor
+
+
+def amax_reductions(recipe: str | None, tp: int, sequence_parallel: bool) -> tuple[int, int]:
+    """All-reduces of one amax over the TP group per layer, forward and backward (module
+    docstring): current scaling under SP reduces QKV's and FC1's inputs' and the projection's
+    and FC2's output gradients' amax; no other recipe or layout reduces one per layer."""
+    if recipe != "current" or tp == 1 or not sequence_parallel:
+        return 0, 0
+    return 2, 2
 
 
 def _gathered(recipe: str, tp: int) -> CastCost:

@@ -57,7 +57,7 @@ from dlsched.job.compute.block_pricing import (
 from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.cross_entropy import with_cross_entropy
 from dlsched.job.compute.eager_ops import torch_ops
-from dlsched.job.compute.fp8 import TORCHAO_RECIPES
+from dlsched.job.compute.fp8 import AMAX_BYTES, TORCHAO_RECIPES, amax_reductions
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
 from dlsched.job.compute.module_recompute import modules_of, recomputed, rerun_seconds
 from dlsched.job.compute.op_checkpoint import recomputed_ops
@@ -172,6 +172,11 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
             gemms, lambda op, back: ops_works((op,), microbatch_size, compute, kernels,
                                               back)[0].gpu_s,
             tp, message, tp_group, policy, compute.gpu.memory_rate)
+    amax_forward, amax_backward = amax_reductions(kernels.fp8_recipe, tp, sp)
+    if amax_forward or amax_backward:  # current scaling's amax of the gathered operands
+        amax = curve(tp_group, "all-reduce", policy).seconds(AMAX_BYTES)
+        tp_forward += amax_forward * amax
+        tp_backward += amax_backward * amax
     tp_backward += tp_forward if recompute == "full" else 0.0
     modules = modules_of(recompute)  # Megatron-Core's --recompute-modules
     tp_backward += exchange if "mlp" in modules else 0.0  # the FFN's own TP exchange again
