@@ -106,6 +106,7 @@ class _Rounds:
         self.sums[:, 1:] = np.cumsum(forward[:, :-1] + self.hop, axis=1)
         self.stream_term = self.hop + self.no_send - self.sums[:, 1:]
         self.sums_forward = self.sums + forward
+        self.streams = bool((self.hop > 0).any())  # none: no send stream to keep
         self.free, self.link, self.grad = np.zeros((2, pp)), np.zeros((2, pp)), np.zeros((2, pp))
         self.chain, self.ends = np.empty((2, pp)), np.empty((2, pp))
         self.begin_i, self.end_i = np.empty((2, pp)), np.empty((2, pp))
@@ -120,10 +121,13 @@ class _Rounds:
         """Every rank's forward of the round (the chain down the ranks), then its send."""
         chain, sent = self.chain, self.sent
         np.subtract(self.free, self.sums, out=chain)
-        np.add(self.link_down, self.stream_term, out=sent)
-        np.maximum(self.chain_up, sent, out=self.chain_up)
+        if self.streams:
+            np.add(self.link_down, self.stream_term, out=sent)
+            np.maximum(self.chain_up, sent, out=self.chain_up)
         np.maximum.accumulate(chain, axis=1, out=chain)
         np.add(chain, self.sums_forward, out=self.ends)
+        if not self.streams:
+            return
         # the activation leaves on the stream after the transfers before it; with no transfer
         # the stream is not used, and max(stream, end) is what it is for every later send
         np.maximum(self.link_down, self.ends_down, out=self.link_down)
@@ -141,9 +145,15 @@ class _Rounds:
         if low > 0 or high < pp:  # ranks without an I this round: as they were
             end[:, :low] = ends[:, :low]
             end[:, high:] = ends[:, high:]
+        first = max(low, 1)
+        if not self.streams:  # every gradient arrives as it is made
+            if first == 1 and high == pp:
+                np.copyto(self.grad_down, self.end_up)
+            elif first < high:
+                self.grad[:, first - 1:high - 1] = end[:, first:high]
+            return
         np.add(self.link_up, self.no_send, out=sent)
         np.maximum(sent, self.end_up, out=sent)
-        first = max(low, 1)
         if first == 1 and high == pp:
             np.add(sent, self.hop, out=self.grad_down)
             np.maximum(self.link_up, sent, out=self.link_up)
