@@ -143,3 +143,15 @@ def _cluster():
 def _bundled() -> set[str]:
     from dlsched.job.model_spec import bundled_specs
     return set(bundled_specs())
+
+
+def test_exports_name_the_modules_or_refuse():
+    """Megatron-LM's arguments carry the modules as Megatron-Core's flags; TorchTitan has no
+    per-module recomputation and says so."""
+    from dlsched.job.exports import megatron_args, torchtitan_toml
+    layout = Execution(1, 1, 8, 1, 8, ep=8, recompute="modules:moe_act,layernorm")
+    line = megatron_args(SMALL, layout, "bf16", 4).splitlines()[-1]
+    assert "--recompute-granularity selective --recompute-modules moe_act layernorm" in line
+    dense = Execution(1, 1, 8, 1, 8, recompute="modules:layernorm")
+    with pytest.raises(ConfigError, match="no TorchTitan equivalent"):
+        torchtitan_toml(load_spec("llama3-8b"), dense, "bf16")

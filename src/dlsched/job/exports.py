@@ -45,6 +45,7 @@ import shlex
 
 from dlsched.errors import ConfigError
 from dlsched.job.communication.pipeline_p2p import resolved_p2p
+from dlsched.job.compute.module_recompute import MODULES, modules_of
 from dlsched.job.evaluation.pipeline_split import ACCOUNTED, slots_per_stage
 from dlsched.job.execution import Execution
 from dlsched.job.framework_flags import megatron_fp8_args, titan_run_sections
@@ -85,7 +86,7 @@ def megatron_args(spec: TransformerSpec, layout: Execution, precision: str,
         raise ConfigError("--recompute: selective-op (TorchTitan's per-op policy, every other "
                           "matmul kept) has no Megatron-LM equivalent (--recompute-granularity "
                           "selective recomputes named modules); accepted for --megatron-args: "
-                          "none, selective, full")
+                          "none, selective, full, modules:<Megatron-Core modules>")
     per_chunk = slots_per_stage(spec.layers, layout.pp, layout.chunks, layout.pipeline_split,
                                 spec.mtp_layers)
     notes = [f"Megatron-LM pretrain_gpt.py arguments of the dlsched plan {layout.label()}",
@@ -127,6 +128,9 @@ def megatron_args(spec: TransformerSpec, layout: Execution, precision: str,
     elif layout.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform",
                  "--recompute-num-layers", "1"]
+    elif modules_of(layout.recompute):  # job.compute.module_recompute
+        args += ["--recompute-granularity", "selective", "--recompute-modules",
+                 *(name for name in MODULES if name in modules_of(layout.recompute))]
     if layout.zero == 1:
         args.append("--use-distributed-optimizer")
     elif layout.zero >= 2:
@@ -393,6 +397,10 @@ def _titan_checkpoint(layout: Execution, notes: list[str]) -> dict[str, object]:
     Megatron's ``selective`` as its nearest)."""
     if layout.recompute == "selective-op":
         return {"mode": "selective", "selective_ac_option": "op"}
+    if modules_of(layout.recompute):
+        raise ConfigError(f"--recompute: {layout.recompute} (Megatron-Core's per-module "
+                          "recomputation) has no TorchTitan equivalent; accepted for "
+                          "--torchtitan-toml: none, selective, selective-op, full")
     if layout.recompute != "selective":
         return {"mode": layout.recompute}
     notes.append("selective recomputation: TorchTitan's per-op SAC ('op') saves the attention "
