@@ -44,8 +44,9 @@ The backward runs the same ops' backward (each GEMM's input and weight gradients
 dispatch-sized exchange and vice versa); full recomputation runs the forward (All-to-Alls
 included) again before it, selective the attention core, Megatron-Core's per-module
 recomputation its modules (``job.compute.module_recompute``). The MoE collectives block the GPU
-(Megatron-Core's dispatcher waits for them unless its experimental expert-communication overlap
-is enabled; not modelled). All are priced by ``job.collective_costs.curve`` under the job's
+(Megatron-Core's dispatcher waits for them) unless the EP overlap merges two microbatches' steps
+(``moe_a2a_overlap``: ``job.evaluation.a2a_overlap`` walks the layer's nodes, ``nodes``, on two
+streams). All are priced by ``job.collective_costs.curve`` under the job's
 collective policy, so a multi-dimensional EP group's All-to-All is scheduled across its
 dimensions by ``baseline``, ``themis`` or ``dlsched``.
 

@@ -23,8 +23,9 @@ ring's transfers beyond the attention they overlap, or the all-to-alls) on it. Z
 and the DP step reduce over the CP x DP ranks (Megatron-Core's data-parallel group with
 context parallelism: ``get_data_parallel_group(with_context_parallel=True)`` for the gradient
 buffers and the distributed optimizer).
-``ep_a2a_s`` the MoE layers' dispatch and combine All-to-Alls on the critical rank (they block;
-``job.moe_costs``). An MoE model's routed experts' gradients are reduced over the
+``ep_a2a_s`` the MoE layers' dispatch and combine All-to-Alls on the critical rank (they block,
+``job.moe_costs``, but for what DualPipe's pairs or Megatron-Core's merged EP-overlap steps hide:
+``job.evaluation.a2a_overlap``). An MoE model's routed experts' gradients are reduced over the
 expert-data-parallel group after the dense ones (``dp_s`` holds both).
 """
 
