@@ -36,6 +36,7 @@ from typing import Protocol
 
 from dlsched.errors import ConfigError
 from dlsched.job.evaluation.pipeline_orders import rank_orders
+from dlsched.job.evaluation.unit_program import unit_program, units_of, walk_program
 from dlsched.pipeline.plans.actions import Action
 from dlsched.pipeline.plans.dualpipe import (
     check_dualpipe,
@@ -240,13 +241,7 @@ def _comm(seconds: tuple[float, ...], stage: int) -> float:
 def rank_units(times: Times, rank: int) -> list[tuple[Action, ...]]:
     """Rank ``rank``'s units in order."""
     layout = layout_of(times)
-    order, joined = layout.orders[rank], layout.joined[rank]
-    units, start = [], 0
-    for i in range(len(order)):
-        if i not in joined:
-            units.append(order[start:i + 1])
-            start = i + 1
-    return units
+    return units_of(layout.orders[rank], layout.joined[rank])
 
 
 def hidden_comm(times: Times, rank: int) -> float:
@@ -259,9 +254,12 @@ def hidden_comm(times: Times, rank: int) -> float:
 
 
 def unit_bound(times: Times) -> float:
-    """A lower bound on the replica: the busiest rank's units, one after another."""
-    return max(sum(unit_seconds(times, unit) for unit in rank_units(times, rank))
-               for rank in range(times.pp))
+    """A lower bound on the replica: the busiest rank's units, one after another (each
+    shape's seconds times its units, ``unit_program``)."""
+    program = unit_program(layout_of(times))
+    seconds = [unit_seconds(times, unit) for unit in program.shapes]
+    return max(sum(n * s for n, s in zip(counts, seconds, strict=True))
+               for counts in program.counts)
 
 
 def walk_units(times: Times) -> tuple[tuple[float, ...], tuple[float, ...], float]:
@@ -276,82 +274,7 @@ def walk_unit_lanes(lanes: tuple[Times, ...]) -> list[tuple[tuple[float, ...],
     """``walk_units`` of each of ``lanes`` (replicas of one schedule, degree and microbatch
     count, each with its own seconds and sends) from one walk: the units run in an order set
     by the orders alone, so every time the walk keeps is one per lane, each computed as the
-    walk of that lane alone computes it."""
+    walk of that lane alone computes it (``unit_program.walk_program``: the layout compiled
+    once into what the walk reads of each unit, each unit shape's seconds priced once)."""
     times = lanes[0]
-    layout = layout_of(times)
-    stages, last, pp, n = layout.stages, len(layout.stages) - 1, times.pp, len(lanes)
-    inputs: dict[tuple[str, int, int], list[float]] = {}  # (kind, stage, mb) -> per lane
-    free, link = [[0.0] * n for _ in range(pp)], [[0.0] * n for _ in range(pp)]
-    last_start, last_end = [[0.0] * n for _ in range(pp)], [[0.0] * n for _ in range(pp)]
-    pointer = [0] * pp
-    units = [rank_units(times, rank) for rank in range(pp)]
-    progressed = True
-    while progressed:
-        progressed = False
-        for rank in range(pp):
-            while pointer[rank] < len(units[rank]):
-                unit = units[rank][pointer[rank]]
-                ready = _ready(unit, inputs, n)
-                if ready is None:
-                    break
-                start = [max(a, b) for a, b in zip(free[rank], ready, strict=True)]
-                free[rank] = end = [at + unit_seconds(lane, unit)
-                                    for at, lane in zip(start, lanes, strict=True)]
-                for action in unit:
-                    _outputs(action, rank, end, (stages, last, lanes, link), inputs)
-                if any(a.kind != "F" for a in unit):
-                    last_start[rank], last_end[rank] = start, end
-                pointer[rank] += 1
-                progressed = True
-    if any(p < len(u) for p, u in zip(pointer, units, strict=True)):
-        raise ConfigError(f"pipeline: the {times.schedule} orders deadlock")
-    return [(tuple(s[lane] for s in last_start), tuple(e[lane] for e in last_end),
-             max(f[lane] for f in free)) for lane in range(n)]
-
-
-def _ready(unit: tuple[Action, ...], inputs: dict, lanes: int) -> list[float] | None:
-    """When every input of ``unit`` is there, per lane (None: not yet); a W's input is its I,
-    which may run in the same unit."""
-    ready = [0.0] * lanes
-    for a in unit:
-        if a.kind == "W" and Action(a.stage, "I", a.microbatch) in unit:
-            continue
-        if a.kind == "F" and a.stage == 0:
-            continue
-        at = inputs.get(("I" if a.kind == "B" else a.kind, a.stage, a.microbatch))
-        if at is None:
-            return None
-        ready = [max(r, t) for r, t in zip(ready, at, strict=True)]
-    return ready
-
-
-def _outputs(action: Action, rank: int, end: list[float], where: tuple, inputs: dict) -> None:
-    """Record what ``action`` (ended at ``end`` on ``rank``, per lane) makes ready: the next
-    stage's F (or the last stage's I), the previous stage's I, its own W; a transfer to another
-    rank leaves on the rank's stream after the ones before it."""
-    stages, last, lanes, link = where
-    s, j = action.stage, action.microbatch
-    if action.kind == "W":
-        return
-    if action.kind in "IB":  # a whole backward (B) sends its input gradient as I does
-        inputs[("W", s, j)] = end
-        if s == 0:
-            return
-        target, boundary = ("I", s - 1, j), s - 1
-    elif s == last:
-        inputs[("I", s, j)] = end
-        return
-    else:
-        target, boundary = ("F", s + 1, j), s
-    if stages[target[1]].device_for(j) == rank:
-        inputs[target] = end
-        return
-    arrival = []
-    for lane, times in enumerate(lanes):
-        seconds = times.send[boundary]
-        if seconds <= 0:
-            arrival.append(end[lane])
-            continue
-        link[rank][lane] = max(link[rank][lane], end[lane]) + seconds
-        arrival.append(link[rank][lane])
-    inputs[target] = arrival
+    return walk_program(unit_program(layout_of(times)), lanes, times.schedule, unit_seconds)
