@@ -45,14 +45,19 @@ def validate(schema: type[SchemaT], data: Any, source: str = "input") -> SchemaT
     try:
         return schema.model_validate(data)
     except ValidationError as error:
-        parts = []
-        for item in error.errors():
-            message = " ".join(item["msg"].removeprefix("Value error, ").split())
-            value = item.get("input")
-            shown = "" if isinstance(value, dict) else f" (got {value!r})"
-            where = f"{_location(item['loc'])}: " if item["loc"] else ""
-            parts.append(f"{where}{message}{shown}")
-        raise ConfigError(f"invalid {source}: " + "; ".join(parts)) from None
+        raise config_error(error, source) from None
+
+
+def config_error(error: ValidationError, source: str = "input") -> ConfigError:
+    """``error`` as ``validate`` reports it: one line naming each bad field."""
+    parts = []
+    for item in error.errors():
+        message = " ".join(item["msg"].removeprefix("Value error, ").split())
+        value = item.get("input")
+        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        where = f"{_location(item['loc'])}: " if item["loc"] else ""
+        parts.append(f"{where}{message}{shown}")
+    return ConfigError(f"invalid {source}: " + "; ".join(parts))
 
 
 @cache

@@ -4,8 +4,6 @@ seconds a windowed layer saves in the job evaluator, and memory left unchanged."
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from dlsched.errors import ConfigError
@@ -92,12 +90,12 @@ def test_bad_patterns_name_the_field() -> None:
     with pytest.raises(ConfigError, match="attention_window"):
         check_pattern("", 128)
     with pytest.raises(ConfigError, match="attention_pattern"):
-        replace(SPECS["gpt-oss-20b"], attention_pattern="sf")
+        SPECS["gpt-oss-20b"].replace(attention_pattern="sf")
 
 
 def test_model_flop_counts_the_window_span() -> None:
     oss = SPECS["gpt-oss-120b"]
-    full = replace(oss, attention_pattern="", attention_window=0)
+    full = oss.replace(attention_pattern="", attention_window=0)
     a, s = oss.heads * oss.head_dim, oss.seq
     # 18 sliding layers count 128 keys per query, 18 full ones s (causal not discounted)
     assert mfu_keys("S", s, 128) == 128 and mfu_keys("F", s, 128) == s
@@ -105,7 +103,7 @@ def test_model_flop_counts_the_window_span() -> None:
     assert full.model_flops_per_token() - oss.model_flops_per_token() == pytest.approx(saved)
     maverick = SPECS["llama4-maverick"]
     assert maverick.attention_core_flops() == 4 * maverick.seq * 40 * 128  # chunk = sequence
-    long = replace(maverick, seq=32768)
+    long = maverick.replace(seq=32768)
     assert long.attention_core_flops() == pytest.approx(4 * 40 * 128 * (36 * 8192 + 12 * 32768)
                                                         / 48)
 
@@ -146,7 +144,7 @@ def _plan_row(spec: TransformerSpec) -> dict[str, float]:
 
 def test_planner_prices_the_window_and_keeps_memory() -> None:
     oss = SPECS["gpt-oss-20b"]
-    full = replace(oss, attention_pattern="", attention_window=0)
+    full = oss.replace(attention_pattern="", attention_window=0)
     windowed, dense = _plan_row(oss), _plan_row(full)
     assert windowed["time"] < dense["time"]
     assert windowed["memory"] == dense["memory"]

@@ -29,7 +29,7 @@ from dlsched.job.model_spec import TransformerSpec, bundled_specs
 from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, search
 
-LLAMA_32K = replace(bundled_specs()["llama3-70b"], seq=32768)
+LLAMA_32K = bundled_specs()["llama3-70b"].replace(seq=32768)
 NIC = (50e9, 5e-6)  # dgx-h100's NIC per GPU each way (B/s) and latency (s)
 NVLINK = (450e9, 5e-6)
 
@@ -182,7 +182,7 @@ def test_an_evaluated_cp_row_reports_its_exposed_cp_time() -> None:
 def test_search_chooses_cp_for_a_long_sequence() -> None:
     """Llama 3 8B at 65,536 tokens on 32 H100s: without CP no layout keeps the activations
     in memory that CP's does, and the search picks CP > 1."""
-    spec = replace(bundled_specs()["llama3-8b"], seq=65536)
+    spec = bundled_specs()["llama3-8b"].replace(seq=65536)
     job = Job(spec, load_cluster("dgx-h100", 32, None), RunSettings(dp_policy="none"))
     best = search(job, Execution.searching(global_batch=32), SPACES["dlsched"]).best
     assert best.layout.cp > 1

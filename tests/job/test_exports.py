@@ -51,7 +51,7 @@ def test_megatron_table5_row():
 
 
 def test_megatron_each_feature():
-    gqa = replace(GPT3, kv_heads=8, tied_embeddings=False)
+    gqa = GPT3.replace(kv_heads=8, tied_embeddings=False)
     full = replace(TABLE5, chunks=1, schedule="1f1b", recompute="full", sequence_parallel=False)
     options, _ = parse(megatron_args(gqa, full, "bf16"))
     assert options["--group-query-attention"] == [] and options["--num-query-groups"] == ["8"]
@@ -218,7 +218,7 @@ def test_torchtitan_names_its_own_flavors(name, flavor):
     config, comments = titan(layout, spec=spec)
     assert config["model"] == {"name": "llama3", "flavor": flavor}
     assert not any("register flavor" in line for line in comments)
-    wider = replace(spec, name="my-llama", layers=spec.layers * 2)
+    wider = spec.replace(name="my-llama", layers=spec.layers * 2)
     config, comments = titan(layout, spec=wider)
     assert config["model"] == {"name": "llama3", "flavor": "my-llama"}
     assert any("register flavor 'my-llama'" in line for line in comments)

@@ -4,8 +4,6 @@ its backward) and the down projection's input, ``3 f`` per token where a GeLU ML
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from dlsched.job.execution import Execution
@@ -26,7 +24,7 @@ def test_the_gate_is_kept_once_per_token(recompute, extra, attention):
     alone is kept); the recomputation transient grows by what the stash no longer keeps."""
     layout = Execution(4, 1, 2, 2, 16, recompute=recompute, sequence_parallel=True)
     gated = layer_activations(LLAMA, layout, "bf16", attention)
-    plain = layer_activations(replace(LLAMA, gated_ffn=False), layout, "bf16", attention)
+    plain = layer_activations(LLAMA.replace(gated_ffn=False), layout, "bf16", attention)
     by_hand = 2 * 2048 * 2 * 3072 / 4
     assert gated[0] - plain[0] == pytest.approx(extra * by_hand)
     assert sum(gated) - sum(plain) == pytest.approx(by_hand)  # the full layer's stash
@@ -35,10 +33,10 @@ def test_the_gate_is_kept_once_per_token(recompute, extra, attention):
 def test_an_moe_layer_replaces_the_gated_stash_it_counts():
     """An MoE layer's delta takes out the dense FFN's 3 f (gated) or 2 f: the layer's total
     is the same whichever dense FFN it replaces."""
-    moe = replace(LLAMA, experts=8, top_k=2)
+    moe = LLAMA.replace(experts=8, top_k=2)
     layout = Execution(4, 1, 2, 1, 16, sequence_parallel=True, ep=2)
     both = [layer_activations(spec, layout, "bf16")[0] + moe_stash_delta(spec, layout, 2)
-            for spec in (moe, replace(moe, gated_ffn=False))]
+            for spec in (moe, moe.replace(gated_ffn=False))]
     f, local = 3072, 2048 / 4
     routed_gate = 2 * local * 4 * 2 * f / 4  # the experts' own gates: T e k tokens x f / e
     assert both[0] - both[1] == pytest.approx(routed_gate)

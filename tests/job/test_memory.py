@@ -42,7 +42,7 @@ def test_stage_parameters_by_hand():
     assert LAYER_TP2 == 25_184 and STAGE0 == 110_976
     assert sum(stage_units(SMALL, layout, 0)) == STAGE0
     assert sum(stage_units(SMALL, layout, 1)) == 4 * LAYER_TP2 + HEAD_TP2
-    untied = replace(SMALL, tied_embeddings=False)
+    untied = SMALL.replace(tied_embeddings=False)
     one_stage = small_layout(pp=1)
     assert sum(stage_units(SMALL, one_stage, 0)) == 8 * LAYER_TP2 + EMBED_TP2 + 2 * 64
     assert sum(stage_units(untied, one_stage, 0)) == 8 * LAYER_TP2 + EMBED_TP2 + HEAD_TP2
@@ -52,7 +52,7 @@ def test_stage_parameters_by_hand():
 def test_parameters_conserved_over_tp_and_pp(tp, pp):
     """Summed over the stages and the TP ranks: every parameter once, the replicated ones
     (norms, row biases, positions) on each TP rank (untied: no copy of the embedding)."""
-    spec = replace(SMALL, tied_embeddings=False)
+    spec = SMALL.replace(tied_embeddings=False)
     layout = small_layout(tp=tp, pp=pp)
     held = sum(sum(stage_units(spec, layout, s)) for s in range(pp)) * tp
     replicated = 6 * 64 * 8 + 32 * 64 + 2 * 64
@@ -132,7 +132,7 @@ def test_gqa_and_ffn_width_replace_4h_and_h():
     """K and V at kv_heads x head_dim wide, the GeLU and second-linear inputs at ffn_hidden
     wide: p s b (2 (f - 4h) + 2 (kv d - h)) bytes fewer/more than the MHA/4h formula."""
     base = TransformerSpec("mha", 2, 64, 8, 32, 256)
-    gqa = replace(base, kv_heads=2, ffn_hidden=192)
+    gqa = base.replace(kv_heads=2, ffn_hidden=192)
     layout = Execution(2, 1, 1, 1, 1)
     delta = 2 * 32 * (2 * (192 - 256) + 2 * (2 * 8 - 64)) / 2
     assert (layer_activations(gqa, layout, "bf16")[0]
@@ -142,7 +142,7 @@ def test_gqa_and_ffn_width_replace_4h_and_h():
 def test_megatron_estimator_layer_formula():
     """Megatron-LM's theoretical_memory_usage.py (selective recomputation with SP): a layer
     keeps s b h (18 + 4 f / h) / t bytes; 34 at f = 4h, and the FFN width enters as here."""
-    spec = replace(bundled_specs()["gpt3-175b"], ffn_hidden=3 * 12288)
+    spec = bundled_specs()["gpt3-175b"].replace(ffn_hidden=3 * 12288)
     layout = Execution(8, 1, 1, 2, 2, recompute="selective", sequence_parallel=True)
     sbh = 2048 * 2 * 12288
     assert layer_activations(spec, layout, "bf16", "unfused")[0] == sbh * (18 + 4 * 3) / 8
@@ -249,7 +249,7 @@ def test_interleaved_peak_matches_event_walk(m, v, pp):
     dict(pp=4, global_batch=16, recompute="selective", zero=2),
     dict(pp=8, global_batch=4, tp=1)])
 def test_peak_is_the_worst_of_every_stage(fields):
-    spec = replace(SMALL, layers=16, tied_embeddings=False)
+    spec = SMALL.replace(layers=16, tied_embeddings=False)
     layout = small_layout(**fields)
     every = [memory_per_gpu(spec, layout, "bf16", s) for s in range(layout.pp)]
     assert peak_memory(spec, layout, "bf16").total == max(b.total for b in every)

@@ -158,12 +158,11 @@ def test_mla_latent_stash_whole_without_sp_split_with_it(sp, share):
     """Two MLA shapes 512 apart in ``q_lora_rank`` differ in one layer's stash by the query
     latent kept before and after its norm, 2 x 512 16-bit elements per token: whole on each
     of TP 8's ranks without sequence parallelism, an eighth with it."""
-    from dataclasses import replace
 
     from dlsched.job.execution import Execution
     from dlsched.job.memory.per_gpu import layer_activations
 
-    narrow = replace(DSV3, q_lora_rank=1024)
+    narrow = DSV3.replace(q_lora_rank=1024)
     layout = Execution(tp=8, pp=1, dp=1, microbatch_size=1, sequence_parallel=sp,
                        recompute="none")
     wide_stash = layer_activations(DSV3, layout, "bf16")[0]

@@ -54,7 +54,7 @@ def test_dense_models_are_unchanged():
 
 
 def test_every_kth_layer_and_shared_experts():
-    spec = replace(SMALL, moe_layer_freq=2, shared_experts=1)
+    spec = SMALL.replace(moe_layer_freq=2, shared_experts=1)
     assert [spec.is_moe_layer(i) for i in range(4)] == [True, False, True, False]
     h = 1024
     dense = spec.layer_parameters()
@@ -94,8 +94,8 @@ def test_expert_flops_conserved_over_the_ep_group():
 
 
 def test_capacity_factor_caps_the_imbalance():
-    skewed = replace(SMALL, router_imbalance=2.0)
-    capped = replace(skewed, capacity_factor=1.25)
+    skewed = SMALL.replace(router_imbalance=2.0)
+    capped = skewed.replace(capacity_factor=1.25)
     assert a2a_bytes(skewed, 1, 1) == 2 * a2a_bytes(SMALL, 1, 1)
     assert a2a_bytes(capped, 1, 1) == 1.25 * a2a_bytes(SMALL, 1, 1)
     layout = Execution(1, 1, 8, 1, 8, ep=8)
@@ -133,7 +133,7 @@ def test_policies_order_on_a_multi_dimensional_ep_group():
 
 def test_policies_order_on_a_3d_topology():
     cluster = load_cluster("3D-FC_Ring_SW", None, None)
-    spec = replace(SMALL, experts=64, layers=8)
+    spec = SMALL.replace(experts=64, layers=8)
     layout = Execution(1, 1, cluster.num_gpus, 1, cluster.num_gpus, ep=64)
     exposed = {policy: evaluate(Job(spec, cluster, RunSettings("bf16", policy, "none")),
                                 layout).exposed["ep_a2a_s"]
@@ -144,14 +144,14 @@ def test_policies_order_on_a_3d_topology():
 def test_search_covers_ep_of_moe_models_only():
     choice = Execution.searching(global_batch=8, tp=1, pp=1)
     moe = {layout.ep for layout in layouts(_small_job(), choice, SPACES["dlsched"])}
-    dense = Job(replace(SMALL, experts=0), node_cluster("dgx-h100", 8))
+    dense = Job(SMALL.replace(experts=0), node_cluster("dgx-h100", 8))
     assert moe == {1, 2, 4, 8}
     assert {layout.ep for layout in layouts(dense, choice, SPACES["dlsched"])} == {1}
 
 
 @pytest.mark.parametrize(("spec", "layout", "field"), [
-    (replace(SMALL, experts=0), Execution(1, 1, 8, 1, 8, ep=2), "--ep"),
-    (replace(SMALL, experts=6), Execution(1, 1, 8, 1, 8, ep=4), "--ep"),
+    (SMALL.replace(experts=0), Execution(1, 1, 8, 1, 8, ep=2), "--ep"),
+    (SMALL.replace(experts=6), Execution(1, 1, 8, 1, 8, ep=4), "--ep"),
     (SMALL, Execution(2, 1, 4, 1, 8, ep=4), "--sequence-parallel"),
     (SMALL, Execution(1, 1, 8, 1, 8, zero=3, ep=8), "--zero")])
 def test_layouts_moe_cannot_run_name_the_field(spec, layout, field):
@@ -182,7 +182,7 @@ def test_spec_file_with_experts(tmp_path):
 def test_moe_layers_in_counts_every_multiple_of_the_frequency(freq: int) -> None:
     """The closed form of ``moe_layers_in`` equals the per-layer count on every range, and a
     dense model has none."""
-    spec = replace(bundled_specs()["mixtral-8x7b"], moe_layer_freq=freq)
+    spec = bundled_specs()["mixtral-8x7b"].replace(moe_layer_freq=freq)
     for start in range(10):
         for stop in range(start, 13):
             assert spec.moe_layers_in(start, stop) == sum(spec.is_moe_layer(i)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import replace
 
 import pytest
 
@@ -85,9 +84,9 @@ def test_router_groups_are_checked() -> None:
     base = TransformerSpec(name="t", layers=2, hidden=64, heads=4, seq=128, vocab=100,
                            experts=16, top_k=4)
     with pytest.raises(ConfigError, match="router_groups"):
-        replace(base, router_groups=5, router_group_topk=2)
+        base.replace(router_groups=5, router_group_topk=2)
     with pytest.raises(ConfigError, match="router_group_topk"):
-        replace(base, router_groups=4, router_group_topk=5)
+        base.replace(router_groups=4, router_group_topk=5)
     with pytest.raises(ConfigError, match="--moe-dispatcher"):
         check_setting("moe_dispatcher", "flex")
 
@@ -99,7 +98,7 @@ def test_the_evaluator_prices_the_dispatcher_and_the_node_limit() -> None:
 
     deepseek = bundled_specs()["deepseek-v3"]
     assert (deepseek.router_groups, deepseek.router_group_topk) == (8, 4)
-    free = replace(deepseek, router_groups=0, router_group_topk=0)
+    free = deepseek.replace(router_groups=0, router_group_topk=0)
     cluster = node_cluster("dgx-h100", 64)
     layout = Execution(tp=1, pp=1, dp=64, microbatch_size=1, global_batch=64, ep=64)
     group, split = layout.group("ep", cluster), node_split(cluster, *layout.group_ranks("ep"))

@@ -50,7 +50,7 @@ def test_expert_shapes_by_hand_under_folding_and_cp():
 
 def test_the_ffn_under_cp_is_the_ffn_of_the_cp_ranks_tokens():
     """The MoE FFN is token-wise: at CP 2 its ops are those of the sequence of s / 2 tokens."""
-    half = replace(SPEC, seq=SPEC.seq // 2)
+    half = SPEC.replace(seq=SPEC.seq // 2)
     for etp in (None, 1, 2):
         assert routed_ops(SPEC, 2, 2, 4, cp=2, expert_tp=etp) == routed_ops(half, 2, 2, 4,
                                                                            expert_tp=etp)
@@ -136,10 +136,10 @@ def test_a_fold_that_does_not_fit_names_the_field(kwargs, field):
 
 
 def test_expert_tp_on_a_dense_model_or_an_uneven_width_is_refused():
-    dense = Job(replace(SPEC, experts=0), node_cluster("dgx-h100", 8))
+    dense = Job(SPEC.replace(experts=0), node_cluster("dgx-h100", 8))
     with pytest.raises(ConfigError, match="--expert-tp"):
         evaluate(dense, Execution(2, 1, 4, 1, 8, sequence_parallel=True, expert_tp=1))
-    odd = Job(replace(SPEC, expert_ffn_hidden=2050), node_cluster("dgx-h100", 8))
+    odd = Job(SPEC.replace(expert_ffn_hidden=2050), node_cluster("dgx-h100", 8))
     with pytest.raises(ConfigError, match="--expert-tp"):
         evaluate(odd, Execution(1, 1, 8, 1, 8, ep=2, expert_tp=4))
 

@@ -44,7 +44,7 @@ def test_every_other_matmul_is_kept_in_torchtitans_call_order():
     and does not rerun w2 (its output feeds no backward: early stop)."""
     assert [m.name for m in kept_matmuls(LLAMA)] == ["wq", "wv", "w1", "w2"]
     assert [m.name for m in recomputed_matmuls(LLAMA)] == ["wk", "wo", "w3"]
-    gelu = replace(LLAMA, gated_ffn=False)
+    gelu = LLAMA.replace(gated_ffn=False)
     assert [m.name for m in kept_matmuls(gelu)] == ["wq", "wv", "w1"]
     assert [m.name for m in recomputed_matmuls(gelu)] == ["wk", "wo"]
     assert recompute_flops_per_token(LLAMA, "flash") == RERUN_PER_TOKEN
@@ -165,9 +165,9 @@ def test_sequence_parallel_tp_reruns_the_two_gathers():
 
 
 @pytest.mark.parametrize("spec,layout,field", [
-    (replace(LLAMA, bias=True), Execution(1, 1, 8, 1, 8, recompute="selective-op"), "biases"),
+    (LLAMA.replace(bias=True), Execution(1, 1, 8, 1, 8, recompute="selective-op"), "biases"),
     (load_spec("mixtral-8x7b"), Execution(1, 1, 8, 1, 8, recompute="selective-op"), "MoE"),
-    (replace(LLAMA8B, seq=32768), Execution(1, 1, 4, 1, 4, cp=2, recompute="selective-op"),
+    (LLAMA8B.replace(seq=32768), Execution(1, 1, 4, 1, 4, cp=2, recompute="selective-op"),
      "context parallelism")])
 def test_outside_the_policy_is_refused(spec, layout, field):
     """By the evaluator and by the memory model alike, naming the option and the reason."""

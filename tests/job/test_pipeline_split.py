@@ -97,7 +97,7 @@ def test_stage_time_is_the_sum_of_its_layers() -> None:
     one layer's time shorter, the others equal, every stage its layers' count x the layer."""
     uneven = Execution(2, 4, 1, 1, 8, chunks=3, schedule="interleaved", pipeline_split=SPLIT)
     even = replace(uneven, pipeline_split="even")
-    times_u, costs_u, _ = pipeline_times(_job(replace(GPT, layers=22)), uneven)
+    times_u, costs_u, _ = pipeline_times(_job(GPT.replace(layers=22)), uneven)
     times_e, costs_e, _ = pipeline_times(_job(GPT), even)
     assert costs_u == costs_e
     for name, layer in (("forward", costs_u.layer_f), ("backward", costs_u.layer_b)):
@@ -116,7 +116,7 @@ def test_simulator_against_the_closed_form_on_an_uneven_split() -> None:
     forward and backward: F0 on rank 0, F and B on rank 1, rank 1's second F and B right after
     (rank 0's second F ends first), rank 0's last B after them: T = f0 + 2 (f1 + b1) + b0."""
     layout = Execution(1, 2, 4, 1, 8, pipeline_split="account-embedding")
-    job = _job(replace(GPT, layers=5))
+    job = _job(GPT.replace(layers=5))
     times, costs, _ = pipeline_times(job, layout)
     f0, b0 = 2 * costs.layer_f + costs.embed_f, 2 * costs.layer_b + costs.embed_b
     f1, b1 = 3 * costs.layer_f + costs.head_f, 3 * costs.layer_b + costs.head_b
@@ -133,7 +133,7 @@ def test_simulator_against_the_closed_form_on_an_uneven_split() -> None:
 def test_simulated_evaluation_agrees_with_the_fast_one(layout: Execution) -> None:
     """The evaluator with the pipeline simulator (``fast=False``) within 1% of its fast walk
     on uneven stages, transfers and the DP step included."""
-    job = _job(replace(GPT, layers=22 if layout.chunks == 3 else 6))
+    job = _job(GPT.replace(layers=22 if layout.chunks == 3 else 6))
     fast, simulated = evaluate(job, layout), evaluate(job, layout, fast=False)
     assert simulated.iteration_s == pytest.approx(fast.iteration_s, rel=0.01)
     assert fast.iteration_s >= fast.bound_s
@@ -185,7 +185,7 @@ def test_exports_carry_the_split() -> None:
     assert options["--num-layers-per-virtual-pipeline-stage"] == ["2"]
     assert options["--account-for-embedding-in-pipeline-split"] == []
     assert options["--account-for-loss-in-pipeline-split"] == []
-    even = _options(megatron_args(replace(spec, layers=128), replace(L405, pipeline_split="even"),
+    even = _options(megatron_args(spec.replace(layers=128), replace(L405, pipeline_split="even"),
                                   "bf16"))
     assert "--account-for-embedding-in-pipeline-split" not in even
     titan = tomllib.loads(torchtitan_toml(spec, L405, "bf16"))["parallelism"]

@@ -98,7 +98,7 @@ def test_maverick_interleaves_moe_on_odd_layers_as_hugging_face() -> None:
 
 def test_moe_offset_is_checked_and_read_from_a_file(tmp_path) -> None:
     with pytest.raises(ConfigError, match="moe_layer_offset"):
-        replace(SPECS["llama4-maverick"], moe_layer_offset=2)
+        SPECS["llama4-maverick"].replace(moe_layer_offset=2)
     path = tmp_path / "m.yaml"
     path.write_text("layers: 4\nhidden: 64\nheads: 4\nseq: 256\nvocab: 100\nexperts: 4\n"
                     "moe_layer_freq: 2\nmoe_layer_offset: 1\nattention_pattern: SF\n"
@@ -111,10 +111,10 @@ def test_moe_offset_is_checked_and_read_from_a_file(tmp_path) -> None:
 def test_sinks_add_one_parameter_per_head_and_router_bias_one_per_expert() -> None:
     base = TransformerSpec(name="t", layers=2, hidden=64, heads=4, seq=128, vocab=100,
                            experts=8, top_k=2)
-    sinks = replace(base, attention_sinks=True)
+    sinks = base.replace(attention_sinks=True)
     assert sinks.parameters() - base.parameters() == 2 * 4
     assert sinks.model_flops_per_token() == base.model_flops_per_token()  # negligible
-    unbiased = replace(base, bias=False)
+    unbiased = base.replace(bias=False)
     assert base.router_parameters() - unbiased.router_parameters() == 8
 
 

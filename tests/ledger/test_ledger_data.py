@@ -102,10 +102,10 @@ def test_a_supported_row_has_everything_the_evaluator_needs(row: LedgerRow) -> N
         assert row.unpublished == () and row.reason is None
         assert par.precision in ("bf16", "fp16") or par.fp8_recipe is not None
         assert par.cp == 1 or par.cp_algorithm in ("ring", "all-to-all", "all-gather")
-        assert row.model.experts is None or row.model.router_balance is not None
+        assert not row.model.experts or row.model.router_balance is not None
     else:
         assert row.reason
-    assert (par.ep > 1 or par.expert_tp is not None) <= (row.model.experts is not None)
+    assert (par.ep > 1 or par.expert_tp is not None) <= (row.model.experts > 0)
 
 
 # Parameter counts. Hand-checked: GPT-3 175B (h 12288, l 96, V 51200, s 2048, tied, biases,

@@ -1,4 +1,5 @@
-"""The mixture-of-experts rows: a row's model reaches the evaluator as a model file does, the
+"""The mixture-of-experts rows: a row's model is a model file's type (``job.model_spec.Model``)
+and reaches the evaluator as it is, the
 Qwen3 MoE shapes count their models' parameters, and ``validate`` reports the MoE rows of
 every source as their own line."""
 
@@ -6,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from dlsched.job.model_spec import TransformerFile
+from dlsched.job.model_spec import Model, bundled_specs
 from dlsched.ledger import load_ledger
 from dlsched.ledger.formulas import parameter_count
-from dlsched.ledger.predict import Prediction, model_file, model_spec, predict_row
-from dlsched.ledger.schema import LEDGER_ONLY, ModelShape
+from dlsched.ledger.predict import Prediction, job_and_layout, predict_row
+from dlsched.ledger.schema import LedgerRow
 from dlsched.ledger.score import source_stats, summarize
 
 ROWS = {row.id: row for row in load_ledger()}
@@ -18,15 +19,15 @@ Q30 = "mbridge-moe-2602-gb200-qwen3-30b-a3b-mxfp8"
 Q235 = "mbridge-moe-2602-b200-qwen3-235b-a22b-mxfp8"
 
 
-def test_every_shape_field_is_a_model_file_field_or_named_as_the_ledgers_own() -> None:
-    """No second copy of a model's fields: each ModelShape field is a TransformerFile field
-    of the same name, or one of LEDGER_ONLY (naming the file field it stands for, if any)."""
-    file_fields = set(TransformerFile.model_fields)
-    for name in ModelShape.model_fields:
-        assert name in file_fields or name in LEDGER_ONLY, name
-    for name, stands_for in LEDGER_ONLY.items():
-        assert name not in file_fields
-        assert stands_for is None or stands_for in file_fields
+def test_a_rows_model_is_the_one_model_type_and_reaches_the_evaluator_as_it_is() -> None:
+    """No second copy of a model's fields: the ledger's model section is declared as
+    ``Model``, a loaded row's model is a ``Model``, and the evaluator's job holds that same
+    object (no translator)."""
+    assert LedgerRow.model_fields["model"].annotation is Model
+    row = ROWS[Q30]
+    assert type(row.model) is Model
+    job, _ = job_and_layout(ROWS["sc21-t1-gpt-1.7b"])
+    assert job.spec is ROWS["sc21-t1-gpt-1.7b"].model
 
 
 def test_qwen3_30b_a3b_counts_by_hand() -> None:
@@ -36,7 +37,7 @@ def test_qwen3_30b_a3b_counts_by_hand() -> None:
     embeddings twice, 622,329,856, and the final norm 2,048: 30,532,122,624 (the card's 30.5B);
     8 of the 128 experts active: 3,353,032,704 (3.3B)."""
     shape = ROWS[Q30].model
-    spec = model_spec(shape)
+    spec = shape
     assert spec.parameters() == parameter_count(shape) == 30_532_122_624
     assert spec.active_parameters() == 3_353_032_704
     assert (spec.head_dim, spec.attention_width, spec.qk_norm) == (128, 4096, True)
@@ -47,18 +48,23 @@ def test_qwen3_235b_a22b_counts_its_card() -> None:
     """235,093,634,560 parameters and 22.19B active (the card's 235B and 22B) by the
     evaluator's count and the ledger's independent formula alike."""
     shape = ROWS[Q235].model
-    assert model_spec(shape).parameters() == parameter_count(shape) == 235_093_634_560
-    assert model_spec(shape).active_parameters() == pytest.approx(22.19e9, rel=1e-3)
+    assert shape.parameters() == parameter_count(shape) == 235_093_634_560
+    assert shape.active_parameters() == pytest.approx(22.19e9, rel=1e-3)
 
 
 def test_a_rows_model_is_validated_as_a_model_file() -> None:
-    """The row's file fields pass unchanged; norm and positions map to the file's names; a
-    dense row's absent experts are the file's 0."""
-    document = model_file(ROWS[Q30].model)
-    assert document.rms_norm and not document.learned_positions
-    assert (document.head_dim, document.qk_norm, document.vocab) == (128, True, 151936)
-    dense = next(row for row in ROWS.values() if row.model.experts is None)
-    assert model_file(dense.model).experts == 0
+    """The row's fields read as a model file's; the sources' spellings ``norm`` and
+    ``position_embedding`` are the file's ``rms_norm`` and ``learned_positions``; a dense row's
+    absent experts are the file's 0; the same section as a file gives an equal model."""
+    model = ROWS[Q30].model
+    assert model.rms_norm and not model.learned_positions
+    assert (model.head_dim, model.qk_norm, model.vocab) == (128, True, 151936)
+    dense = next(row for row in ROWS.values() if not row.model.experts)
+    assert dense.model.experts == 0
+    document = ROWS["sc21-t1-gpt-1.7b"].model.model_dump()
+    assert Model.load(document, "a file") == ROWS["sc21-t1-gpt-1.7b"].model
+    assert not Model(layers=1, hidden=8, heads=2, seq=4, vocab=8, norm="layernorm",
+                     position_embedding="rope").learned_positions
 
 
 def test_gpt_oss_rows_are_priced_with_their_module_recomputation() -> None:
@@ -73,7 +79,7 @@ def test_gpt_oss_rows_are_priced_with_their_module_recomputation() -> None:
     rows = [row for row in ROWS.values() if row.model.name == "gpt-oss-120b"]
     assert len(rows) == 9
     for row in rows:
-        assert parameter_count(row.model) == model_spec(row.model).parameters() \
+        assert parameter_count(row.model) == row.model.parameters() \
             == 116_829_156_672
         assert row.parallel.recompute_modules == ("layernorm", "moe_act")
         [prediction] = predict_row(row)
@@ -112,9 +118,9 @@ def _fake(row_id: str, error: float | None) -> Prediction:
 def test_moe_line_takes_every_sources_moe_rows_and_nothing_else() -> None:
     """Two MoE rows (+10%, -20%) from two sources, one unpriced MoE row and a dense row at
     +50%: the moe line has 3 rows, 2 priced, mean |error| 15%, bias -5%; all has 4 rows."""
-    dense = next(row.id for row in ROWS.values() if row.model.experts is None)
+    dense = next(row.id for row in ROWS.values() if not row.model.experts)
     grok = next(row.id for row in ROWS.values()
-                if row.model.experts is not None and row.source == "dgxc")
+                if row.model.experts and row.source == "dgxc")
     fakes = [_fake(Q30, 0.10), _fake(grok, -0.20), _fake(Q235, None), _fake(dense, 0.50)]
     _, stats = summarize(fakes, ["dgxc", "megatron-bridge-moe"])
     moe = next(s for s in stats if s.source == "moe")
@@ -142,22 +148,6 @@ def test_every_bridge_moe_row_agrees_with_one_flop_count_per_token() -> None:
         assert flop == pytest.approx(expected, rel=0.015), row.id
 
 
-def _shape_of(name: str) -> ModelShape:
-    """A bundled model's spec as a ledger shape (the inverse of ``model_file``)."""
-    from dataclasses import asdict
-
-    from dlsched.job.model_spec import bundled_specs
-
-    fields = asdict(bundled_specs()[name])
-    shared = {key: value for key, value in fields.items()
-              if key in ModelShape.model_fields and key not in LEDGER_ONLY}
-    shared.update(norm="rmsnorm" if fields["rms_norm"] else "layernorm",
-                  position_embedding="learned" if fields["learned_positions"] else "rope",
-                  params_published=1.0, experts=fields["experts"] or None,
-                  top_k=fields["top_k"] if fields["experts"] else None)
-    return ModelShape.model_validate(shared)
-
-
 @pytest.mark.parametrize(("name", "count"), [
     ("deepseek-v3", 671_026_404_352), ("gpt-oss-120b", 116_829_156_672),
     ("qwen3-235b-a22b", 235_093_634_560), ("mixtral-8x7b", 46_702_792_704),
@@ -167,10 +157,9 @@ def test_the_ledgers_own_count_agrees_with_the_evaluators_on_todays_shapes(
     """formulas.parameter_count (MLA, first-k-dense, sinks, interleaved MoE layers, biased
     routers counted on its own) equals job.model_spec's count, and the cards' where stated
     (DeepSeek-V3 671.0B, GPT-OSS 116.8B / 20.9B, Mixtral 46.7B); the shape round-trips to
-    the same spec through model_file."""
-    shape = _shape_of(name)
-    spec = model_spec(shape)
-    assert parameter_count(shape) == spec.parameters()
+    the same spec (a bundled model is the ledger's model type)."""
+    spec = bundled_specs()[name]
+    assert parameter_count(spec) == spec.parameters()
     if count is not None:
         assert spec.parameters() == count
 
@@ -184,7 +173,7 @@ def test_validate_shows_the_moe_line_beside_a_source_with_moe_rows_only() -> Non
     report = validate("megatron-bridge-moe")
     lines = {(s["source"], s["family"]): s for s in report.sources}
     assert {name for name, _ in lines} == {"megatron-bridge-moe", "moe", "all"}
-    moe_rows = sum(1 for row in ROWS.values() if row.model.experts is not None)
+    moe_rows = sum(1 for row in ROWS.values() if row.model.experts)
     assert lines["moe", "time"]["rows"] == moe_rows == 33
     assert lines["moe", "time"]["priced"] >= lines["megatron-bridge-moe", "time"]["priced"]
     assert "moe" not in {s["source"] for s in validate("sc21").sources}

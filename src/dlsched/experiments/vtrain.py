@@ -87,8 +87,8 @@ class VTrainRow:
 
     def spec(self) -> TransformerSpec:
         """The GPT (tied embeddings, learned positions, biases, LayerNorm: the zoo's GPT)."""
-        return TransformerSpec(f"gpt-{self.model}", self.layers, self.hidden, self.heads,
-                               self.seq, VOCAB)
+        return TransformerSpec(name=f"gpt-{self.model}", layers=self.layers,
+                               hidden=self.hidden, heads=self.heads, seq=self.seq, vocab=VOCAB)
 
     def layout(self) -> Execution:
         """The measured layout: 1F1B, full recomputation, no sequence parallelism or ZeRO."""

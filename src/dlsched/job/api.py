@@ -12,7 +12,7 @@ under the same evaluator, reporting dlsched's plan with the best baseline's layo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -139,7 +139,7 @@ def with_torchtitan_config(scenario: PlanScenario, path: str | Path) -> PlanScen
 def with_seq(spec: TransformerSpec, seq: int | None) -> TransformerSpec:
     """``spec`` at sequence length ``seq`` (``--seq``, bounded by ``PlanScenario``; unchanged
     when None)."""
-    return spec if seq is None else replace(spec, seq=seq)
+    return spec if seq is None else spec.replace(seq=seq)
 
 
 def _complete_layout(choice: Execution, gpus: int, layers: int, mtp: int = 0) -> Execution:

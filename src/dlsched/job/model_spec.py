@@ -60,60 +60,134 @@ test_today_models.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field, ValidationError, model_validator
 
-from dlsched.config import bundled_presets, load_document, validate
+from dlsched.config import bundled_presets, config_error, load_document
 from dlsched.errors import ConfigError
 from dlsched.job.attention_layers import check_pattern, kind_counts, mfu_keys
 from dlsched.job.compute.mla import check_shape, mla_matmul_elements, mla_parameters
 from dlsched.job.compute.mtp import mtp_forward_flops, mtp_parameters
 from dlsched.models.zoo import DecoderShape
 
+ROUTERS = ("softmax", "sigmoid")
+# The sources' spellings a model document may use for two of its fields (the ledger's rows
+# print them so): ``norm`` for ``rms_norm`` and ``position_embedding`` for
+# ``learned_positions`` (None: not published, priced as rotary, i.e. no position table).
+SPELLINGS: dict[str, tuple[str, dict[object, bool]]] = {
+    "norm": ("rms_norm", {"layernorm": False, "rmsnorm": True}),
+    "position_embedding": ("learned_positions", {"learned": True, "rope": False, None: False}),
+}
 
-@dataclass(frozen=True)
-class TransformerSpec(DecoderShape):
-    """A decoder-only transformer (see the module docstring; sizes in elements, ``seq`` in
-    tokens): the zoo's ``DecoderShape`` (FFN width, KV heads, gated FFN, biases, norm,
-    positions, tied embeddings; keyword-only) with its sizes and MoE layers."""
 
-    name: str
-    layers: int
-    hidden: int
-    heads: int
-    seq: int
-    vocab: int
-    experts: int = 0
-    top_k: int = 2
-    expert_ffn_hidden: int = 0
-    shared_experts: int = 0
-    capacity_factor: float | None = None
-    moe_layer_freq: int = 1
+# The fields a model takes by position, in order (``Model("gpt", 24, 2304, 24, 2048, 51200)``).
+POSITIONAL = ("name", "layers", "hidden", "heads", "seq", "vocab")
+
+
+class Model(DecoderShape):
+    """What is trained: a decoder-only transformer (see the module docstring; sizes in
+    elements, ``seq`` in tokens, ``params_published`` a parameter count, not billions). The
+    one type of a model: a model file, an entry of presets/models.yaml, a ledger row's
+    ``model`` section and the evaluator's input are all this class. It is the zoo's
+    ``DecoderShape`` (FFN width, KV heads, gated FFN, biases, norm, positions, tied
+    embeddings, head size) with its sizes, MoE layers and attention kinds added.
+
+    Validated at the edge: field bounds by pydantic (``Model.load`` names the file), the
+    relations between fields by ``_check`` (ConfigError ``model: FIELD ...``, raised as it is
+    also from a direct ``Model(...)``); a field left 0 takes its default (``head_dim`` hidden /
+    heads, ``ffn_hidden`` 4 x hidden, ``kv_heads`` heads, ``expert_ffn_hidden`` ffn_hidden,
+    ``v_head_dim`` head_dim). ``source`` says where the shape is published; ``params_published``
+    (optional) the parameter count the source states, kept to check the shape against;
+    ``router_balance`` (MoE) how the measured run balanced its router: ``forced``
+    (Megatron-Core's ``--moe-router-force-load-balancing``) or ``learned`` (the trained
+    router); ``norm`` / ``position_embedding`` are accepted as the sources' spellings of
+    ``rms_norm`` / ``learned_positions`` (``SPELLINGS``)."""
+
+    name: str = "custom"
+    layers: int = Field(ge=1, le=10_000)
+    hidden: int = Field(ge=1, le=1_000_000)
+    heads: int = Field(ge=1, le=100_000)
+    seq: int = Field(ge=1, le=10_000_000)
+    vocab: int = Field(ge=1, le=10_000_000)
+    experts: int = Field(default=0, ge=0, le=100_000)
+    top_k: int = Field(default=2, ge=1, le=100_000)
+    expert_ffn_hidden: int = Field(default=0, ge=0, le=10_000_000)
+    shared_experts: int = Field(default=0, ge=0, le=1_000)
+    capacity_factor: float | None = Field(default=None, gt=0, le=1_000)
+    moe_layer_freq: int = Field(default=1, ge=1, le=10_000)
     router: str = "softmax"
-    router_imbalance: float = 1.0
+    router_imbalance: float = Field(default=1.0, ge=1.0, le=1_000)
     qk_norm: bool = False
-    v_head_dim: int = 0
-    q_lora_rank: int = 0
-    kv_lora_rank: int = 0
-    qk_rope_head_dim: int = 0
-    first_k_dense: int = 0
-    mtp_layers: int = 0
-    attention_window: int = 0
-    attention_pattern: str = ""
+    v_head_dim: int = Field(default=0, ge=0, le=100_000)
+    q_lora_rank: int = Field(default=0, ge=0, le=1_000_000)
+    kv_lora_rank: int = Field(default=0, ge=0, le=1_000_000)
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=100_000)
+    first_k_dense: int = Field(default=0, ge=0, le=10_000)
+    mtp_layers: int = Field(default=0, ge=0, le=100)
+    attention_window: int = Field(default=0, ge=0, le=10_000_000)
+    attention_pattern: str = Field(default="", max_length=10_000)
     attention_sinks: bool = False
-    moe_layer_offset: int = 0
-    router_groups: int = 0
-    router_group_topk: int = 0
+    moe_layer_offset: int = Field(default=0, ge=0, le=10_000)
+    router_groups: int = Field(default=0, ge=0, le=100_000)
+    router_group_topk: int = Field(default=0, ge=0, le=100_000)
+    router_balance: Literal["forced", "learned"] | None = None
+    params_published: float | None = Field(default=None, gt=0)
+    source: str = ""
 
-    def __post_init__(self) -> None:
-        for field in ("layers", "hidden", "heads", "seq", "vocab"):
-            if getattr(self, field) < 1:
-                raise ConfigError(f"model: {field} must be >= 1 (got {getattr(self, field)})")
-        if self.head_dim < 0:
-            raise ConfigError(f"model: head_dim must be >= 1, or 0 for hidden / heads (got "
-                              f"{self.head_dim})")
+    def __init__(self, *sizes: Any, **data: Any) -> None:
+        if len(sizes) > len(POSITIONAL):
+            raise ConfigError(f"model: at most {len(POSITIONAL)} positional fields ("
+                              + ", ".join(POSITIONAL) + f"); got {len(sizes)}")
+        data.update(zip(POSITIONAL, sizes, strict=False))
+        try:
+            super().__init__(**data)
+        except ValidationError as error:
+            own = _own_error(error)
+            if own is not None:
+                raise own from None
+            raise config_error(error, "model") from None
+
+    @classmethod
+    def load(cls, document: object, source: str) -> Model:
+        """A model from a file's document (``source`` names it in a field's error; a
+        relation between fields is refused with its own ``model: ...`` line)."""
+        try:
+            return cls.model_validate(document)
+        except ValidationError as error:  # __init__'s ConfigError (model_validate calls it)
+            own = _own_error(error)
+            if own is None:
+                raise config_error(error, source) from None
+            if str(own).startswith("invalid model: "):
+                raise ConfigError(f"invalid {source}: "
+                                  + str(own).removeprefix("invalid model: ")) from None
+            raise own from None
+
+    def replace(self, **changes: Any) -> Model:
+        """This model with ``changes`` (validated again, as a new model is)."""
+        return type(self)(**{**self.model_dump(), **changes})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spellings(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not set(SPELLINGS) & set(data):
+            return data
+        data = dict(data)
+        for spelling, (field, values) in SPELLINGS.items():
+            if spelling not in data:
+                continue
+            value = data.pop(spelling)
+            if field in data:
+                raise ConfigError(f"model: {spelling} and {field} name one field; give one")
+            if value not in values:
+                raise ConfigError(f"model: {spelling} {value!r} is not accepted; accepted: "
+                                  + ", ".join(str(v) for v in values if v is not None))
+            data[field] = values[value]
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> Model:
         if self.head_dim == 0:
             if self.hidden % self.heads:
                 raise ConfigError(f"model: hidden {self.hidden} must be a multiple of heads "
@@ -130,14 +204,12 @@ class TransformerSpec(DecoderShape):
             self._check_moe()
         check_shape(self)  # v_head_dim, MLA, first_k_dense, mtp_layers: job.compute.mla
         check_pattern(self.attention_pattern, self.attention_window)  # job.attention_layers
+        return self
 
     def _check_moe(self) -> None:
-        if self.experts < 0 or not 1 <= self.top_k <= self.experts:
+        if not 1 <= self.top_k <= self.experts:
             raise ConfigError(f"model: top_k must be in 1..experts = {self.experts} (got "
                               f"{self.top_k})")
-        if self.moe_layer_freq < 1 or self.shared_experts < 0:
-            raise ConfigError("model: moe_layer_freq must be >= 1 and shared_experts >= 0 "
-                              f"(got {self.moe_layer_freq}, {self.shared_experts})")
         if self.router_groups and (self.experts % self.router_groups
                                    or not 1 <= self.router_group_topk <= self.router_groups):
             raise ConfigError(f"model: router_groups must divide the {self.experts} experts and "
@@ -149,12 +221,6 @@ class TransformerSpec(DecoderShape):
         if self.router not in ROUTERS:
             raise ConfigError(f"model: router {self.router!r} is not accepted; accepted: "
                               + ", ".join(ROUTERS))
-        if self.router_imbalance < 1.0:
-            raise ConfigError(f"model: router_imbalance is the busiest expert's tokens over "
-                              f"the mean, >= 1 (got {self.router_imbalance})")
-        if self.capacity_factor is not None and self.capacity_factor <= 0:
-            raise ConfigError(f"model: capacity_factor must be > 0 or None (dropless; got "
-                              f"{self.capacity_factor})")
         if self.expert_ffn_hidden == 0:
             object.__setattr__(self, "expert_ffn_hidden", self.ffn_hidden)
 
@@ -309,67 +375,27 @@ class TransformerSpec(DecoderShape):
                       + mtp_forward_flops(self))
 
 
-ROUTERS = ("softmax", "sigmoid")
+# The model's name before it was one type (kept importable: the same class, not a second type).
+TransformerSpec = Model
 
 
-def bundled_specs() -> dict[str, TransformerSpec]:
+def _own_error(error: ValidationError) -> ConfigError | None:
+    """The ``model: ...`` ConfigError one of the model's own checks raised, if any."""
+    for item in error.errors():
+        raised = item.get("ctx", {}).get("error")
+        if isinstance(raised, ConfigError):
+            return raised
+    return None
+
+
+def bundled_specs() -> dict[str, Model]:
     """Every bundled model by name: the entries of presets/models.yaml (each a model file's
     fields with its ``source``)."""
-    return {name: _spec_from(document, f"presets/models.yaml: {name}", name)
+    return {name: Model.load({**document, "name": name}, f"presets/models.yaml: {name}")
             for name, document in bundled_presets("models.yaml").items()}
 
 
-class TransformerFile(BaseModel):
-    """A transformer spec file: the ``TransformerSpec`` fields."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str = "custom"
-    layers: int = Field(ge=1, le=10_000)
-    hidden: int = Field(ge=1, le=1_000_000)
-    heads: int = Field(ge=1, le=100_000)
-    seq: int = Field(ge=1, le=10_000_000)
-    vocab: int = Field(ge=1, le=10_000_000)
-    ffn_hidden: int = Field(default=0, ge=0, le=10_000_000)
-    kv_heads: int = Field(default=0, ge=0, le=100_000)
-    tied_embeddings: bool = True
-    gated_ffn: bool = False
-    bias: bool = True
-    rms_norm: bool = False
-    learned_positions: bool = True
-    experts: int = Field(default=0, ge=0, le=100_000)
-    top_k: int = Field(default=2, ge=1, le=100_000)
-    expert_ffn_hidden: int = Field(default=0, ge=0, le=10_000_000)
-    shared_experts: int = Field(default=0, ge=0, le=1_000)
-    capacity_factor: float | None = Field(default=None, gt=0, le=1_000)
-    moe_layer_freq: int = Field(default=1, ge=1, le=10_000)
-    router: str = "softmax"
-    router_imbalance: float = Field(default=1.0, ge=1.0, le=1_000)
-    head_dim: int = Field(default=0, ge=0, le=100_000)
-    qk_norm: bool = False
-    v_head_dim: int = Field(default=0, ge=0, le=100_000)
-    q_lora_rank: int = Field(default=0, ge=0, le=1_000_000)
-    kv_lora_rank: int = Field(default=0, ge=0, le=1_000_000)
-    qk_rope_head_dim: int = Field(default=0, ge=0, le=100_000)
-    first_k_dense: int = Field(default=0, ge=0, le=10_000)
-    mtp_layers: int = Field(default=0, ge=0, le=100)
-    attention_window: int = Field(default=0, ge=0, le=10_000_000)
-    attention_pattern: str = Field(default="", max_length=10_000)
-    attention_sinks: bool = False
-    moe_layer_offset: int = Field(default=0, ge=0, le=10_000)
-    router_groups: int = Field(default=0, ge=0, le=100_000)
-    router_group_topk: int = Field(default=0, ge=0, le=100_000)
-    source: str = ""
-
-
-def _spec_from(document: object, source: str, name: str | None = None) -> TransformerSpec:
-    """A ``TransformerSpec`` from a model file's document (``source`` names it in errors)."""
-    data = validate(TransformerFile, document, source).model_dump(exclude={"source"})
-    if name is not None:
-        data["name"] = name
-    return TransformerSpec(**data)
-
-
-def load_spec(name: str) -> TransformerSpec:
+def load_spec(name: str) -> Model:
     """A bundled model by name, or a spec file (.yaml/.yml/.json) by path."""
     specs = bundled_specs()
     if name in specs:
@@ -377,6 +403,6 @@ def load_spec(name: str) -> TransformerSpec:
     if name.lower().endswith((".yaml", ".yml", ".json")):
         if not Path(name).is_file():
             raise ConfigError(f"--model: no such file {name!r}")
-        return _spec_from(load_document(name), name)
+        return Model.load(load_document(name), name)
     raise ConfigError(f"--model: unknown model {name!r}; accepted: {', '.join(specs)} or a "
                       "spec file (.yaml/.json)")

@@ -12,12 +12,12 @@
 
 from __future__ import annotations
 
-from dlsched.ledger.schema import ModelShape
+from dlsched.job.model_spec import Model
 
 SECONDS_PER_DAY = 86400.0
 
 
-def parameter_count(shape: ModelShape) -> int:
+def parameter_count(shape: Model) -> int:
     """Parameters of ``shape`` (the main model: MTP modules not counted, as model cards count):
     embeddings, ``layers`` x (attention + FFN + two norms), and the final norm. Attention
     ``heads x head_dim`` wide (``hidden / heads`` unless ``head_dim`` is given), values
@@ -35,7 +35,7 @@ def parameter_count(shape: ModelShape) -> int:
     head_dim = shape.head_dim or h // heads
     value_dim = shape.v_head_dim or head_dim
     q, kv = heads * head_dim, shape.kv_heads * head_dim
-    norm = 2 * h if shape.norm == "layernorm" else h
+    norm = h if shape.rms_norm else 2 * h  # LayerNorm: scale and shift
     if shape.kv_lora_rank:
         ql, kvl, rope = shape.q_lora_rank, shape.kv_lora_rank, shape.qk_rope_head_dim
         queries = h * ql + ql * q + ql if ql else h * q
@@ -55,22 +55,21 @@ def parameter_count(shape: ModelShape) -> int:
     dense = attention + ffn(f) + 2 * norm
     total = 0
     for index in range(shape.layers):
-        moe = shape.experts is not None and index >= shape.first_k_dense and \
+        moe = shape.experts > 0 and index >= shape.first_k_dense and \
             index % shape.moe_layer_freq == shape.moe_layer_offset
         if not moe:
             total += dense
             continue
-        assert shape.experts is not None
         width = shape.expert_ffn_hidden or f
         total += (attention + (shape.experts + shape.shared_experts) * ffn(width)
                   + (h + shape.bias) * shape.experts + 2 * norm)
     embeddings = shape.vocab * h * (1 if shape.tied_embeddings else 2)
-    if shape.position_embedding == "learned":
+    if shape.learned_positions:
         embeddings += shape.seq * h
     return embeddings + total + norm
 
 
-def sc21_iteration_flops(shape: ModelShape, batch: int) -> float:
+def sc21_iteration_flops(shape: Model, batch: int) -> float:
     """FLOP per iteration of ``batch`` sequences by SC21's Eq. 3 (full recomputation)."""
     b, s, depth, h, v = batch, shape.seq, shape.layers, shape.hidden, shape.vocab
     return 96.0 * b * s * depth * h * h * (1 + s / (6 * h) + v / (16 * depth * h))
@@ -82,7 +81,7 @@ def sc21_training_days(params: float, tokens: float, gpus: int, flops_per_gpu: f
     return 8.0 * tokens * params / (gpus * flops_per_gpu) / SECONDS_PER_DAY
 
 
-def korthikanti_model_flops(shape: ModelShape, batch: int) -> float:
+def korthikanti_model_flops(shape: Model, batch: int) -> float:
     """Model FLOP per iteration of ``batch`` sequences (Korthikanti et al. 2022), without the
     recomputation: ``72 B s l h^2 (1 + s/6h + V/12hl)``."""
     b, s, depth, h, v = batch, shape.seq, shape.layers, shape.hidden, shape.vocab

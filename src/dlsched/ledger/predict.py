@@ -3,8 +3,9 @@
 ``job_and_layout(row)`` maps a row to the ``Job`` and ``Execution`` that ``dlsched plan`` would
 evaluate, each field of the row's ``parallel`` section under its own name (``run_settings``:
 the run settings, ``job.run_settings``; ``execution``: the layout; only what the section states
-its own way, ``schema.PARALLEL_ONLY``, is turned into the evaluator's terms): the row's model
-shape, one node preset and one compute preset per GPU
+its own way, ``schema.PARALLEL_ONLY``, is turned into the evaluator's terms): the
+row's model (a ``job.model_spec.Model`` as the row states it, no copy), one node preset
+and one compute preset per GPU
 (``GPU_PRESETS``: no per-row or per-source factor), its TP / CP / PP / DP and EP (``Execution.cp``
 with the row's ``cp_algorithm``, ring or all-to-all, priced by ``job.context_parallel``;
 ``Execution.ep`` over the MoE layers that ``job.moe_costs`` prices), model chunks (interleaved 1F1B
@@ -46,14 +47,12 @@ from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.compute.module_recompute import modules_recompute
 from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate
 from dlsched.job.execution import LAYOUT_FIELDS, Execution
-from dlsched.job.model_spec import TransformerFile, TransformerSpec
 from dlsched.job.run_settings import RunSettings, run_settings_of
 from dlsched.ledger.memory import memory_unmodelled, published_memory_gib, sharding_of
 from dlsched.ledger.schema import (
     NOT_OVERLAPPED,
     OVERLAP_SETTINGS,
     LedgerRow,
-    ModelShape,
     Parallelism,
 )
 
@@ -132,7 +131,7 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
     if par.precision == "fp8" and par.fp8_recipe is None:
         reasons.append("parallel.fp8_recipe: not published (how the run scaled its FP8 "
                        "tensors); accepted: " + ", ".join(FP8_RECIPES))
-    if shape.experts is not None and shape.router_balance == "learned" and \
+    if shape.experts and shape.router_balance == "learned" and \
             (shape.capacity_factor is None or shape.capacity_factor > 1):
         reasons.append("model.router_balance: a learned router without a capacity factor <= 1: "
                        "the busiest expert's share of the tokens (the evaluator's "
@@ -144,7 +143,7 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
                if getattr(par, name) is None]
     if par.cp > 1 and par.cp_algorithm is None:
         missing.append("cp_algorithm")
-    if shape.experts is not None and shape.router_balance is None:
+    if shape.experts and shape.router_balance is None:
         missing.append("router_balance")
     if missing:
         raise ConfigError(f"{row.id}: parallel: not published: {', '.join(missing)}")
@@ -155,7 +154,7 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
         raise ConfigError(f"{row.id}: hardware.inter_node_gbps_per_gpu: "
                           f"{hw.inter_node_gbps_per_gpu:g} Gb/s differs from the {node} "
                           f"preset's {nic_gbps:g} Gb/s per GPU")
-    job = Job(model_spec(shape), node_cluster(node, hw.gpus, gpu, hw.nvlink_domain),
+    job = Job(shape, node_cluster(node, hw.gpus, gpu, hw.nvlink_domain),
               run_settings(row))  # nvlink_domain None: whole domains
     return job, execution(par)
 
@@ -188,27 +187,6 @@ def execution(par: Parallelism) -> Execution:
                  zero=3 if par.zero == "fsdp" else par.zero,
                  cp_algorithm=par.cp_algorithm or "ring")
     return Execution(**named)
-
-
-def model_file(shape: ModelShape) -> TransformerFile:
-    """The model file (``job.model_spec.TransformerFile``) of a row's shape: every field the
-    two share by name as the row has it, ``norm`` and ``position_embedding`` as the file's
-    ``rms_norm`` and ``learned_positions`` (``schema.LEDGER_ONLY``), a dense model's absent
-    ``experts`` as the file's 0; validated as ``dlsched plan --model FILE`` validates a file."""
-    shared = {name: getattr(shape, name) for name in TransformerFile.model_fields
-              if name in ModelShape.model_fields}
-    shared.update(rms_norm=shape.norm == "rmsnorm",
-                  learned_positions=shape.position_embedding == "learned",
-                  experts=shape.experts or 0)
-    if shape.top_k is None:
-        del shared["top_k"]
-    return TransformerFile.model_validate(shared)
-
-
-def model_spec(shape: ModelShape) -> TransformerSpec:
-    """The evaluator's spec of a row's shape: its model file's (``model_file``) fields, as
-    ``job.model_spec`` builds a spec from a file."""
-    return TransformerSpec(**model_file(shape).model_dump(exclude={"source"}))
 
 
 def metric_value(metric: str, job: Job, result: JobResult) -> float:

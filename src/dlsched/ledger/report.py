@@ -65,7 +65,7 @@ def validate(source: str | None = None) -> LedgerReport:
     intervals, stats = summarize(predictions, SOURCES)
     rows = [record(p, i) for p, i in zip(predictions, intervals, strict=True)
             if source is None or p.row.source == source]
-    moe = any(p.row.model.experts is not None for p in predictions
+    moe = any(p.row.model.experts > 0 for p in predictions
               if source in (None, p.row.source))
     shown = (source, "all", *(("moe",) if moe else ()))
     sources = [s.row() for s in stats if source is None or s.source in shown]

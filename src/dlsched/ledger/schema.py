@@ -18,9 +18,11 @@ how its router's load was balanced (``router_balance``, or lists it in ``unpubli
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
+
+from dlsched.job.model_spec import Model
 
 Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron-bridge",
                  "dgxc", "megatron-bridge-moe"]
@@ -77,92 +79,43 @@ class Hardware(_Strict):
     nvlink_domain: int | None = Field(default=None, gt=0)
 
 
-class ModelShape(_Strict):
-    """A decoder-only transformer's shape. ``ffn_hidden`` is the width of the FFN's hidden
-    layer (each of the two input projections when ``gated_ffn``, SwiGLU); ``experts`` and
-    ``top_k`` only for mixture-of-experts models (every ``moe_layer_freq``-th layer's FFN an
-    MoE layer of ``experts`` FFNs of ``expert_ffn_hidden``, ``ffn_hidden`` when 0, as Mixtral,
-    and ``shared_experts`` FFNs of that width every token uses; ``router`` the score function),
-    with ``capacity_factor`` (tokens an expert
-    takes capped at that multiple of the mean, the rest dropped: Megatron-Core's
-    ``--moe-expert-capacity-factor``; None: dropless) and ``router_balance``: ``forced`` (the
-    benchmark forces a balanced token distribution, Megatron-Core's
-    ``--moe-router-force-load-balancing``) or ``learned`` (the trained router, balanced only as
-    far as its auxiliary loss gets it). ``head_dim`` (0: ``hidden / heads``) and ``qk_norm``
-    (per-head RMSNorms of queries and keys, Qwen3); multi-head latent attention
-    (``kv_lora_rank`` > 0, with ``q_lora_rank``, ``qk_rope_head_dim``, ``v_head_dim``:
-    DeepSeek-V3), ``first_k_dense`` dense first layers, ``mtp_layers``; windowed layers
-    (``attention_window``, ``attention_pattern``), ``attention_sinks`` (GPT-OSS),
-    ``moe_layer_offset`` (Llama 4 Maverick), ``router_groups`` / ``router_group_topk``
-    (node-limited routing): each as ``job.model_spec`` defines it. ``params_published`` is the
-    parameter count the source states (count, not billions), kept to check the shape.
-
-    The fields a model file has (``job.model_spec.TransformerFile``) carry its names and
-    meanings, and reach the evaluator unchanged (``ledger.predict.model_file``); the ledger's
-    own are ``LEDGER_ONLY``: ``norm`` and ``position_embedding`` (a model file's ``rms_norm``
-    and ``learned_positions``, named as the sources print them), ``params_published`` and
-    ``router_balance``."""
-
-    name: str
-    layers: int = Field(gt=0)
-    hidden: int = Field(gt=0)
-    ffn_hidden: int = Field(gt=0)
-    heads: int = Field(gt=0)
-    kv_heads: int = Field(gt=0)
-    vocab: int = Field(gt=0)
-    seq: int = Field(gt=0)
-    tied_embeddings: bool
-    gated_ffn: bool
-    bias: bool
-    norm: Literal["layernorm", "rmsnorm"]
-    position_embedding: Literal["learned", "rope"] | None
-    params_published: float = Field(gt=0)
-    experts: int | None = Field(default=None, gt=0)
-    top_k: int | None = Field(default=None, gt=0)
-    capacity_factor: float | None = Field(default=None, gt=0)
-    router_balance: Literal["forced", "learned"] | None = None
-    head_dim: int = Field(default=0, ge=0)
-    qk_norm: bool = False
-    expert_ffn_hidden: int = Field(default=0, ge=0)
-    shared_experts: int = Field(default=0, ge=0)
-    moe_layer_freq: int = Field(default=1, gt=0)
-    router: Literal["softmax", "sigmoid"] = "softmax"
-    v_head_dim: int = Field(default=0, ge=0)
-    q_lora_rank: int = Field(default=0, ge=0)
-    kv_lora_rank: int = Field(default=0, ge=0)
-    qk_rope_head_dim: int = Field(default=0, ge=0)
-    first_k_dense: int = Field(default=0, ge=0)
-    mtp_layers: int = Field(default=0, ge=0)
-    attention_window: int = Field(default=0, ge=0)
-    attention_pattern: str = ""
-    attention_sinks: bool = False
-    moe_layer_offset: int = Field(default=0, ge=0)
-    router_groups: int = Field(default=0, ge=0)
-    router_group_topk: int = Field(default=0, ge=0)
-
-    @model_validator(mode="after")
-    def _check_heads(self) -> ModelShape:
-        if (self.head_dim == 0 and self.hidden % self.heads) or self.heads % self.kv_heads:
-            raise ValueError("heads must divide hidden (unless head_dim is given) and kv_heads "
-                             "must divide heads")
-        if (self.experts is None) != (self.top_k is None):
-            raise ValueError("experts and top_k go together")
-        moe_only = (self.capacity_factor is not None, self.router_balance is not None,
-                    self.expert_ffn_hidden > 0, self.shared_experts > 0,
-                    self.moe_layer_freq > 1, self.router != "softmax", self.first_k_dense > 0,
-                    self.moe_layer_offset > 0, self.router_groups > 0)
-        if self.experts is None and any(moe_only):
-            raise ValueError("capacity_factor, router_balance, expert_ffn_hidden, "
-                             "shared_experts, moe_layer_freq, router, first_k_dense, "
-                             "moe_layer_offset and router_groups are for MoE models only")
-        return self
+# A row's ``model`` section is a model file (``job.model_spec.Model``, the one model type: its
+# fields and meanings, ``norm`` / ``position_embedding`` in the sources' spelling) that reaches
+# the evaluator as it is. Beyond a model file's rules, a ledger row states what a file may leave
+# to its defaults (nothing is guessed): the fields of ``PUBLISHED`` (each under either spelling,
+# ``position_embedding`` null when unpublished and then named in ``unpublished``), ``top_k``
+# with ``experts``, and no MoE field on a dense model (``MOE_ONLY``).
+PUBLISHED: tuple[tuple[str, ...], ...] = (
+    ("name",), ("layers",), ("hidden",), ("ffn_hidden",), ("heads",), ("kv_heads",), ("vocab",),
+    ("seq",), ("tied_embeddings",), ("gated_ffn",), ("bias",), ("norm", "rms_norm"),
+    ("position_embedding", "learned_positions"), ("params_published",))
+MOE_ONLY = ("capacity_factor", "router_balance", "expert_ffn_hidden", "shared_experts",
+            "moe_layer_freq", "router", "first_k_dense", "moe_layer_offset", "router_groups")
 
 
-# ModelShape's fields a model file (job.model_spec.TransformerFile) does not have, and the
-# model file's field each stands for (None: the ledger's own).
-LEDGER_ONLY: dict[str, str | None] = {"norm": "rms_norm",
-                                      "position_embedding": "learned_positions",
-                                      "params_published": None, "router_balance": None}
+def check_model_section(section: dict[str, Any]) -> None:
+    """ValueError naming what a row's ``model`` section leaves unstated (``PUBLISHED``), a
+    dense model's MoE field or ``experts`` without ``top_k`` (module comment above)."""
+    missing = [names[0] for names in PUBLISHED if not any(n in section for n in names)]
+    if missing:
+        raise ValueError(f"model: not stated: {', '.join(missing)} (a field the source does "
+                         "not publish is null and named in unpublished)")
+    zeros = [name for name in ("ffn_hidden", "kv_heads") if section[name] == 0]
+    if zeros:
+        raise ValueError(f"model: {', '.join(zeros)} must be stated (> 0), not left to "
+                         "the default")
+    moe = bool(section.get("experts"))
+    if (moe and "top_k" not in section) or (not moe and section.get("top_k", 2) != 2):
+        raise ValueError("experts and top_k go together")
+
+
+def check_dense(model: Model) -> None:
+    """ValueError when a dense model (``experts`` 0) sets a field of ``MOE_ONLY``."""
+    defaults = {name: Model.model_fields[name].default for name in MOE_ONLY}
+    if not model.experts and any(getattr(model, name) != defaults[name] for name in MOE_ONLY):
+        raise ValueError("capacity_factor, router_balance, expert_ffn_hidden, "
+                         "shared_experts, moe_layer_freq, router, first_k_dense, "
+                         "moe_layer_offset and router_groups are for MoE models only")
 
 
 class Parallelism(_Strict):
@@ -274,7 +227,7 @@ class LedgerRow(_Strict):
     source: Source
     citation: str
     hardware: Hardware
-    model: ModelShape
+    model: Model
     parallel: Parallelism
     measured: tuple[Measurement, ...] = Field(min_length=1)
     supported: bool = True
@@ -282,6 +235,21 @@ class LedgerRow(_Strict):
     unpublished: tuple[str, ...] = ()
     inferred: dict[str, str] = Field(default_factory=dict)
     notes: str | None = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _section(cls, data: Any, handler: ModelWrapValidatorHandler[LedgerRow]) -> LedgerRow:
+        section = data.get("model") if isinstance(data, dict) else None
+        if isinstance(section, dict):
+            check_model_section(section)
+            unstated = "position_embedding" in section and section["position_embedding"] is None
+            named = "position_embedding" in tuple(data.get("unpublished") or ())
+            if unstated != named:
+                raise ValueError("unpublished must name exactly the fields left empty: "
+                                 "position_embedding is null" if unstated else
+                                 "unpublished names position_embedding, which the model "
+                                 "states")
+        return handler(data)
 
     @model_validator(mode="after")
     def _check_row(self) -> LedgerRow:
@@ -291,22 +259,23 @@ class LedgerRow(_Strict):
                                            "sequence_parallel", "precision", "zero",
                                            "attention")
                          if getattr(self.parallel, name) is None)
-        if self.model.position_embedding is None:
-            missing.append("position_embedding")
         if self.parallel.cp > 1 and self.parallel.cp_algorithm is None:
             missing.append("cp_algorithm")
         if (self.parallel.recompute == "modules") != bool(self.parallel.recompute_modules):
             raise ValueError("recompute_modules goes with recompute: modules, and only with it")
         if self.parallel.cp == 1 and self.parallel.cp_algorithm is not None:
             raise ValueError("cp_algorithm is for rows with cp > 1")
-        if self.model.experts is not None and self.model.router_balance is None:
+        if self.model.experts and self.model.router_balance is None:
             missing.append("router_balance")
-        if self.model.experts is None and (self.parallel.ep > 1 or
-                                           self.parallel.expert_tp is not None):
+        check_dense(self.model)
+        if not self.model.experts and (self.parallel.ep > 1 or
+                                       self.parallel.expert_tp is not None):
             raise ValueError("ep > 1 and expert_tp are for MoE models (experts) only")
         if self.hardware.inter_node_gbps_per_gpu is None and self.hardware.gpus > \
                 self.hardware.gpus_per_node:
             missing.append("inter_node_gbps_per_gpu")
+        if "position_embedding" in self.unpublished and not self.model.learned_positions:
+            missing.append("position_embedding")  # null: checked on the section (_section)
         if sorted(missing) != sorted(self.unpublished):
             raise ValueError(f"unpublished must name exactly the fields left empty: "
                              f"{sorted(missing)}")

@@ -127,7 +127,7 @@ def _in_line(name: str, prediction: Prediction) -> bool:
     """Whether ``prediction`` counts in the line ``name``: its source, or a ``FAMILY_LINES``
     line."""
     if name == "moe":
-        return prediction.row.model.experts is not None
+        return prediction.row.model.experts > 0
     return name in ("all", prediction.row.source)
 
 

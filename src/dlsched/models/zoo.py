@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from dlsched.errors import ConfigError
 from dlsched.models.layer import Model
 from dlsched.models.layer_builder import LayerBuilder
@@ -206,8 +208,7 @@ def gpt(name: str, dtype_bytes: int = 4, lm_head: bool = True) -> TransformerMod
                      dtype_bytes, megatron=name in MEGATRON_STYLE, lm_head=lm_head)
 
 
-@dataclass(frozen=True, kw_only=True)
-class DecoderShape:
+class DecoderShape(BaseModel):
     """How a decoder's layers depart from GPT-2's (the defaults): the FFN's hidden size
     (``ffn_hidden``, 0: 4 x hidden), ``kv_heads`` of grouped-query attention (0: one per
     head), a gated FFN (``gated_ffn``, SwiGLU: gate and up projections fused into one of 2 x
@@ -215,23 +216,32 @@ class DecoderShape:
     ``bias``es on the linear layers and norms, RMSNorm instead of LayerNorm (``rms_norm``: a
     weight, no bias), ``learned_positions`` (False: rotary embeddings, no position table) and
     ``tied_embeddings`` (False: the output projection has its own matrix) and ``head_dim`` (0:
-hidden / heads; Qwen3's 128 at any hidden: queries and the output projection's input are
-``heads x head_dim`` wide, keys and values ``kv_heads x head_dim``). The job planner's
-    model (``job.model_spec.TransformerSpec``) is such a shape with its sizes added."""
+    hidden / heads; Qwen3's 128 at any hidden: queries and the output projection's input are
+    ``heads x head_dim`` wide, keys and values ``kv_heads x head_dim``); sizes in elements.
 
-    ffn_hidden: int = 0
-    kv_heads: int = 0
+    This is the base shape the job planner's one model type extends: ``job.model_spec.Model``
+    (what is trained, the bundled LLMs and every model file) is a ``DecoderShape`` with its
+    sizes, MoE and attention fields added, so a zoo decoder built from a ``Model`` reads these
+    fields from it unchanged. The zoo's own GPT/BERT entries (``GPT_SHAPES``) are the default
+    shape with their sizes given to ``gpt_model`` directly."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    ffn_hidden: int = Field(default=0, ge=0, le=10_000_000)
+    kv_heads: int = Field(default=0, ge=0, le=100_000)
     gated_ffn: bool = False
     bias: bool = True
     rms_norm: bool = False
     learned_positions: bool = True
     tied_embeddings: bool = True
-    head_dim: int = 0
+    head_dim: int = Field(default=0, ge=0, le=100_000)
+
+
+GPT2_LAYER = DecoderShape()  # the defaults: GPT-2's layer (gpt_model's shape when none is given)
 
 
 def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: int,
               dtype_bytes: int = 4, megatron: bool = True,
-              lm_head: bool = True, shape: DecoderShape = DecoderShape(),
+              lm_head: bool = True, shape: DecoderShape | None = None,
               core: tuple[int, int, int] | None = None,
               attention: str = "unfused") -> TransformerModel:
     """A GPT of any shape (``hidden``, ``depth`` layers, ``heads``, ``seq`` tokens, ``vocab``)
@@ -250,6 +260,7 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
         raise ConfigError("core/flash: an attention core of its own shape or kernel needs "
                           "Megatron ops (Hugging Face's already runs SDPA)")
     queries, keys, core_heads = core or (seq, seq, heads)
+    shape = shape or GPT2_LAYER
     out = LayerBuilder(dtype_bytes)
     sh = seq * hidden
     ffn = shape.ffn_hidden or 4 * hidden
