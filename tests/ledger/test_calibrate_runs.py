@@ -1,5 +1,6 @@
 """``dlsched calibrate runs`` and ``dlsched validate --ledger``: a fit recovers the GEMM
-efficiency that generated its runs, refuses what the runs cannot support with one line, and
+efficiency (and, from launch-bound runs, the host's launch cost) that generated its runs,
+refuses what the runs cannot support with one line, and
 the CLI writes a GPU file the planner reads without ever overwriting its input."""
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ import yaml
 from dlsched.config import bundled_presets
 from dlsched.errors import ConfigError
 from dlsched.experiments import vtrain
-from dlsched.ledger.calibrate import BOUNDS, fit_runs, with_efficiency
+from dlsched.ledger.calibrate import BOUNDS, HOST, fit_runs, with_efficiency
 from dlsched.ledger.user_runs import UserRun, load_runs, price
 
-# CSV indices of vTrain rows: GEMM-heavy (hidden 2048, TP 1) and launch-bound (hidden 1024).
+# CSV indices of vTrain rows: GEMM-heavy (hidden 2048, TP 1; 27, at microbatch 1 and PP 2,
+# partly launch-bound: a 1% dearer launch makes it 0.47% slower), GEMM-bound only (microbatch
+# 2-8, PP 1: under 0.01%) and launch-bound (hidden 1024, TP 2-4: 0.87-0.91%).
 GEMM_BOUND = (27, 120, 273, 284)
+GEMM_ONLY = (120, 273, 284, 56)
 LAUNCH_BOUND = (114, 505, 913)
 TRUE_EFFICIENCY = 0.62
+TRUE_HOST = 1.8  # launch costs 1.8 x the preset's (77.44 -> 139.392 us forward)
 
 
 def _runs(indices: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -29,11 +34,12 @@ def _runs(indices: tuple[int, ...]) -> list[dict[str, Any]]:
 
 
 def _synthetic(tmp_path: Path, indices: tuple[int, ...], efficiency: float,
-               scale: float = 1.0) -> list[dict[str, Any]]:
-    """Runs whose measured time is dlsched's own prediction at ``efficiency`` (x ``scale``)."""
+               scale: float = 1.0, host: float = 1.0) -> list[dict[str, Any]]:
+    """Runs whose measured time is dlsched's own prediction at ``efficiency`` and launch
+    costs ``host`` x the preset's (x ``scale``)."""
     gpu = tmp_path / "truth.yaml"
     gpu.write_text(yaml.safe_dump(with_efficiency(bundled_presets("gpus.yaml")["a100"],
-                                                  efficiency)))
+                                                  efficiency, host)))
     runs = _runs(indices)
     for run in runs:
         predicted = price(UserRun.model_validate(run), str(gpu)).predicted
@@ -57,6 +63,43 @@ def test_the_fit_recovers_the_efficiency_that_generated_the_runs(tmp_path: Path)
     assert all(r["preset_error"] < -0.02 for r in fit.rows)  # the preset is fast on them
     assert fit.document["efficiency"]["gemm"]["bf16"] == pytest.approx(TRUE_EFFICIENCY,
                                                                        abs=1e-3)
+    # row 27 is partly launch-bound, so the launch cost is fitted too: the preset's comes back
+    assert fit.host_fitted and fit.host == pytest.approx(1.0, abs=2e-3)
+
+
+def test_runs_that_are_not_launch_bound_keep_the_presets_launch_cost(tmp_path: Path) -> None:
+    """GEMM-bound runs do not say what a launch costs: the launch cost is kept at the
+    preset's 77.44 us and a note says why; the efficiency is fitted as before."""
+    fit = fit_runs(_validated(_synthetic(tmp_path, GEMM_ONLY, TRUE_EFFICIENCY)), "synthetic")
+    assert fit.value == pytest.approx(TRUE_EFFICIENCY, abs=1e-3)
+    assert not fit.host_fitted and fit.host == 1.0 and fit.host_standard_error == 0.0
+    assert max(r["launch_elasticity"] for r in fit.rows) < 0.1
+    assert any(note.startswith(f"{HOST} not fitted") for note in fit.notes)
+    assert fit.document["kernel_overhead"] == "77.44 us"
+    assert fit.document["sources"][HOST] == bundled_presets("gpus.yaml")["a100"]["sources"][HOST]
+
+
+def test_launch_bound_runs_give_back_the_launch_cost_that_generated_them(
+        tmp_path: Path) -> None:
+    """Runs priced at a GEMM efficiency of 0.62 and launch costs 1.8 x the preset's (GEMM-
+    bound and launch-bound vTrain layouts together): both constants come back, every run
+    left out is predicted exactly, and the GPU file carries 1.8 x 77.44 = 139.392 us forward
+    and 1.8 x 23.81 = 42.858 us backward, marked fitted."""
+    runs = _synthetic(tmp_path, GEMM_BOUND + LAUNCH_BOUND, TRUE_EFFICIENCY, host=TRUE_HOST)
+    fit = fit_runs(_validated(runs), "synthetic")
+    assert fit.host_fitted
+    assert fit.value == pytest.approx(TRUE_EFFICIENCY, abs=2e-3)
+    assert fit.host == pytest.approx(TRUE_HOST, rel=2e-3)
+    assert fit.host_standard_error < 0.01
+    assert fit.loo_mean_abs_error < 2e-3
+    assert max(r["launch_elasticity"] for r in fit.rows) > 0.5  # the launch-bound rows
+    # the preset (launches 1.8x too cheap) predicts the launch-bound runs fast
+    assert all(r["preset_error"] < -0.1 for r in fit.rows if r["launch_elasticity"] > 0.5)
+    forward = float(fit.document["kernel_overhead"].split()[0])
+    backward = float(fit.document["backward_overhead"].split()[0])
+    assert forward == pytest.approx(139.392, rel=2e-3)
+    assert backward == pytest.approx(42.858, rel=2e-3)
+    assert fit.document["provenance"]["kernel_overhead"] == "fitted"
 
 
 def test_a_noisy_sample_reports_its_spread(tmp_path: Path) -> None:

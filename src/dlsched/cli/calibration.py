@@ -43,13 +43,14 @@ def calibrate_runs(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON: a row per run and "
                                            "the fit.")] = False,
 ) -> None:
-    """Fit the GPU's 16-bit GEMM efficiency to your measured runs (each priced as `dlsched
-    validate` prices the ledger), print per run the measured, preset and fitted predictions and
+    """Fit the GPU's 16-bit GEMM efficiency, and the host's kernel-launch cost where the runs
+    are launch-bound, to your measured runs (each priced as `dlsched validate` prices the
+    ledger), print per run the measured, preset and fitted predictions and
     the leave-one-out error, and write a GPU file that `dlsched plan --gpu` and `dlsched
     validate --ledger RUNS --gpu` accept. Refused with one line: fewer than 3 runs the
     evaluator can price, runs on several GPU models, runs whose times do not depend on the GEMM
     efficiency, a fit at its bound."""
-    from dlsched.ledger.calibrate import PARAMETER, fit_runs
+    from dlsched.ledger.calibrate import PARAMETER, fit_runs, host_text
     from dlsched.ledger.user_runs import load_runs
 
     check_files({"--out": (out, (".yaml", ".yml"))}, {"RUNS": runs})
@@ -60,6 +61,8 @@ def calibrate_runs(
     low, high = fit.per_run_range
     summary = {"parameter": PARAMETER, "preset": fit.preset, "value": fit.value,
                "standard_error": fit.standard_error, "per_run_low": low, "per_run_high": high,
+               "host_fitted": fit.host_fitted, "host_factor": fit.host,
+               "host_standard_error": fit.host_standard_error,
                "loo_mean_abs_error": fit.loo_mean_abs_error, "notes": list(fit.notes),
                "out": str(out)}
     if json_out:
@@ -67,7 +70,7 @@ def calibrate_runs(
     else:
         render_table(fit.rows, RUN_COLUMNS, f"{fit.preset} {PARAMETER} fitted to {runs.name}: "
                      f"{fit.value:.4f} +- {fit.standard_error:.4f} (per-run fits "
-                     f"{low:.4f}-{high:.4f}); leave-one-out mean |error| "
+                     f"{low:.4f}-{high:.4f}){host_text(fit)}; leave-one-out mean |error| "
                      f"{fit.loo_mean_abs_error:.1%}; error = predicted / measured - 1",
                      console)
         for note in fit.notes:

@@ -26,9 +26,10 @@ def reproduce_vtrain(
         help="GPU preset or GPU file the rows are priced with (a calibrated file from "
         "`dlsched calibrate runs`).")] = "a100",
     calibrate_on: Annotated[str | None, typer.Option(
-        help="Fit the GPU's 16-bit GEMM efficiency (as `dlsched calibrate runs` does) to every "
-        "--every-th row of this model, write it to --gpu-out and price every model with it; "
-        "the fitted rows are reported apart.")] = None,
+        help="Fit the GPU's 16-bit GEMM efficiency and, where the rows are launch-bound, the "
+        "host's launch cost (as `dlsched calibrate runs` does) to every --every-th row of this "
+        "model, write them to --gpu-out and price every model with them; the fitted rows are "
+        "reported apart.")] = None,
     every: Annotated[int, typer.Option(
         help="With --calibrate-on: the sample's stride (20: 9 of a model's 180 rows, 5%).")]
     = 20,
@@ -67,7 +68,7 @@ def _fit(model: str, every: int, out: Path, json_out: bool) -> str:
     """Fit the GPU file to the sample (``ledger.calibrate.fit_runs``), write it, return its
     path."""
     from dlsched.experiments import vtrain
-    from dlsched.ledger.calibrate import fit_runs
+    from dlsched.ledger.calibrate import fit_runs, host_text
     from dlsched.ledger.user_runs import UserRun
 
     rows = vtrain.load_rows()
@@ -79,7 +80,8 @@ def _fit(model: str, every: int, out: Path, json_out: bool) -> str:
     write_text(out, yaml.safe_dump(fit.document, sort_keys=False))
     low, high = fit.per_run_range
     status_console.print(f"fitted efficiency.gemm.bf16 {fit.value:.4f} +- "
-                         f"{fit.standard_error:.4f} (per-run {low:.4f}-{high:.4f}) on "
+                         f"{fit.standard_error:.4f} (per-run {low:.4f}-{high:.4f})"
+                         f"{host_text(fit)} on "
                          f"{len(runs)} rows of {model}; leave-one-out mean |error| "
                          f"{fit.loo_mean_abs_error:.1%}", highlight=False)
     announce("GPU file", out, json_out)
