@@ -10,7 +10,11 @@ import pytest
 
 from dlsched.job.cluster import load_cluster
 from dlsched.job.communication.collective_costs import curve
-from dlsched.job.communication.tp_overlap import buffer_bytes, overlapped_tp
+from dlsched.job.communication.tp_overlap import (
+    buffer_bytes,
+    overlapped_tp,
+    ring_reduce_scatter,
+)
 from dlsched.job.compute.block_pricing import KernelOptions
 from dlsched.job.compute.fp8 import amax_reductions, cast_bytes, cast_kernels, operand_elements
 from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
@@ -66,15 +70,48 @@ def test_torchao_recipes_and_tp_1_are_untouched() -> None:
         cast_bytes(fc1, 1, 1, "current", False, False, 8)
 
 
-def test_userbuffers_in_fp8_where_te_and_nemo_put_them() -> None:
-    """Every all-gather and the forward's pipelined reduce-scatters in FP8 (1 byte, MXFP8 with
-    a scale per 32); the weight gradient's bulk reduce-scatter in bf16; torchao: bf16."""
-    assert buffer_bytes("forward", "all-gather", "current") == 1.0
-    assert buffer_bytes("dgrad", "all-gather", "mxfp8") == pytest.approx(33 / 32)
-    assert buffer_bytes("forward", "reduce-scatter", "delayed") == 1.0
-    assert buffer_bytes("wgrad", "reduce-scatter", "current") == 2.0
-    assert buffer_bytes("forward", "all-gather", "tensorwise") == 2.0
-    assert buffer_bytes("forward", "all-gather", None) == 2.0
+def test_userbuffers_in_fp8_where_te_puts_them() -> None:
+    """Every all-gather in FP8 (1 byte, MXFP8 with a scale per 32); every reduce-scatter in
+    bf16 (Megatron-Bridge's FP8 configurations: fp8_buf off); torchao and bf16: bf16."""
+    assert buffer_bytes("all-gather", "current") == buffer_bytes("all-gather", "delayed") == 1.0
+    assert buffer_bytes("all-gather", "mxfp8") == pytest.approx(33 / 32)
+    assert buffer_bytes("reduce-scatter", "current") == 2.0
+    assert buffer_bytes("all-gather", "tensorwise") == buffer_bytes("all-gather", None) == 2.0
+
+
+def test_ring_exchange_reduce_scatter_by_hand() -> None:
+    """A 1 s GEMM at TP 4 on 132 SMs (one kept for the exchange): chunks of 132 / 131 / 4 s.
+    Sends of 0.1 s each end within the chunks, so only the 0.05 s reduction and the SM lost
+    are exposed; sends of 1 s each are a chain after the first chunk: 1 chunk + 3 s - 1 s."""
+    chunk = 132 / 131 / 4
+    assert ring_reduce_scatter(0.3, 1.0, 132, 4, 0.05) == pytest.approx(4 * chunk + 0.05 - 1)
+    assert ring_reduce_scatter(3.0, 1.0, 132, 4, 0.0) == pytest.approx(chunk + 3.0 - 1)
+
+
+def test_llama_70b_fp8_forward_reduce_scatters_by_ring_exchange() -> None:
+    """Llama 3 70B, TP 4, SP, CP 2, current scaling: the forward's gathers (16 MiB per FP8
+    ring step) hide behind their FP8 GEMMs; the projection's and FC2's reduce-scatters (bf16,
+    64 MiB) are ring exchanges beside their FP8 GEMMs, each followed by the sum of the four
+    partial chunks (80 MiB moved at the memory rate)."""
+    llama = bundled_specs()["llama3-70b"]
+    cluster = load_cluster("dgx-h100", 64, None)
+    group = cluster.group_topology(1, 4)
+    compute = gpu_compute(cluster.gpu, "fp8", 4, True)
+    fp8 = replace(compute, precision="fp8", autocast=False)
+    model = decoder_model(llama, 1, 2)
+    gemms = {op.label: op for layer in model.layers for op in layer.ops if op.kind == "gemm"}
+    message = 64 * 2**20
+    scatter = curve(group, "reduce-scatter", "baseline").seconds(message)
+    gather = curve(group, "all-gather", "baseline").seconds(message / 2)
+    assert gather < min(product_seconds(fp8, gemms[label], 1, False)
+                        for label in ("h.0.attn.c_attn", "h.0.mlp.c_fc"))
+    reduction = message * 1.25 / compute.gpu.memory_rate
+    expected = sum(ring_reduce_scatter(scatter, product_seconds(fp8, gemms[label], 1, False),
+                                       132, 4, reduction)
+                   for label in ("h.0.attn.c_proj", "h.0.mlp.c_proj"))
+    forward, _ = overlapped_tp(model, compute, 1, message, group, "baseline",
+                               fp8_recipe="current")
+    assert forward == pytest.approx(expected)
 
 
 def test_llama_70b_fp8_backward_by_hand() -> None:

@@ -44,16 +44,21 @@ here: Megatron's blocking path overlaps it with the data-gradient GEMM too
 
 **FP8** (Transformer Engine's recipes, ``fp8_recipe`` ``delayed``, ``current`` or ``mxfp8``):
 the GEMMs beside the collectives are the FP8 ones (``models.pricing.product_seconds`` on the
-GPU in fp8, the casts not counted: they are kernels of their own before the GEMM), and the
-userbuffers hold FP8 data where Transformer Engine and NeMo's FP8 configurations put it:
-every all-gather's buffer (``initialize_ub``, transformer_engine/pytorch/module/base.py at v2.1:
-"AllGather buffers use fp8 when using fp8 recipe", ``layers_all_gather_overlap``: the QKV and
-FC1 forward and data-gradient gathers, the projection's and FC2's output-gradient gathers) and
-the forward's pipelined reduce-scatters (``fp8_buf=True`` on proj_fprop and fc2_fprop in
-``userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192``, reduced into bf16 by
-``reducescatter2_userbuff_stridedoutput_fp8``): 1 byte per element (MXFP8 with its E8M0 scale
-per 32, ``job.compute.fp8``), against 2. The weight-gradient GEMMs' bulk reduce-scatters of the
-data gradient stay bf16 (neither list holds them).
+GPU in fp8, the casts not counted: they are kernels of their own before the GEMM); every
+all-gather's userbuffer holds FP8 (``initialize_ub``, transformer_engine/pytorch/module/base.py
+at v2.1: "AllGather buffers use fp8 when using fp8 recipe", ``layers_all_gather_overlap``: the
+QKV and FC1 forward and data-gradient gathers, the projection's and FC2's output-gradient
+gathers), 1 byte per element (MXFP8 with its E8M0 scale per 32, ``job.compute.fp8``) against 2;
+and the forward's two reduce-scatters are ring exchanges (``ring-rs``), as every FP8
+configuration of Megatron-Bridge sets them (src/megatron/bridge/training/comm_overlap.py at
+7af9601 and df0289c: ``userbuffers_fp8_h100_h8192_tp4``, ``..._h100_h16384_tp8_cp2``,
+``..._b200_h8192_tp2``, ``..._b200_h16384_tp4_cp2``: proj_fprop and fc2_fprop
+``RingExchangeOverlapCfg(num_sm=1, set_sm_margin=True)``, ``fp8_buf`` False: bf16 buffers).
+Transformer Engine runs one (``CommOverlapP2PBase::split_overlap_rs``, v2.1) as ``t`` GEMM
+chunks on ``S - 1`` SMs, the partial result for each other rank sent to it by copy engine as
+soon as its chunk ends (the own chunk last), then one kernel summing the ``t`` received partial
+chunks (reading the whole output, writing its ``1/t``, at the memory rate). The weight-gradient
+GEMMs' bulk reduce-scatters stay bf16 (no list holds them).
 """
 
 from __future__ import annotations
@@ -84,6 +89,21 @@ OVERLAPS = (
 )
 
 
+def ring_reduce_scatter(collective: float, gemm: float, sms: int, tp: int,
+                        reduction: float) -> float:
+    """Seconds a reduce-scatter of ``collective`` seconds (as a ring over ``tp`` ranks) adds
+    to a ``gemm`` it drains by Transformer Engine's ring exchange (module docstring, FP8):
+    ``tp`` chunks on ``sms - 1`` SMs, each chunk's partial result sent (one ring step,
+    ``collective / (tp - 1)``) once its chunk ends and the previous send is done, the own
+    chunk last, then the ``reduction`` kernel (seconds)."""
+    chunk = gemm * sms / (sms - 1) / tp
+    step = collective / (tp - 1)
+    sent = 0.0
+    for ended in range(1, tp):  # the partial result of chunk ``ended`` goes to its rank
+        sent = max(sent, ended * chunk) + step
+    return max(sent, tp * chunk) + reduction - gemm
+
+
 def exposed_seconds(method: str, collective: float, gemm: float, sms: int,
                     comm_sms: int) -> float:
     """Seconds ``collective`` adds to a ``gemm`` beside it by ``method`` on a GPU of ``sms``
@@ -100,10 +120,10 @@ def exposed_seconds(method: str, collective: float, gemm: float, sms: int,
     return end - gemm
 
 
-def buffer_bytes(phase: str, collective: str, fp8_recipe: str | None) -> float:
-    """Bytes per element of the userbuffer of a ``collective`` in ``phase`` (module
-    docstring, FP8): 2 (bf16) unless a Transformer Engine FP8 recipe puts it in FP8."""
-    if fp8_recipe not in TE_RECIPES or (phase == "wgrad" and collective == "reduce-scatter"):
+def buffer_bytes(collective: str, fp8_recipe: str | None) -> float:
+    """Bytes per element of a ``collective``'s userbuffer (module docstring, FP8): 2 (bf16)
+    but an all-gather's under a Transformer Engine FP8 recipe."""
+    if fp8_recipe not in TE_RECIPES or collective == "reduce-scatter":
         return 2.0
     return 1 + 1 / MX_BLOCK if fp8_recipe == "mxfp8" else 1.0
 
@@ -115,12 +135,14 @@ def overlapped_tp(model: TransformerModel, compute: CalibratedCompute, microbatc
     """Exposed seconds of one layer's sequence-parallel collectives in the forward and the
     backward (``OVERLAPS``), each collective of the ``message`` bytes of the bf16 activation
     on ``tp_group`` (fewer for an FP8 buffer, ``buffer_bytes``); ``halves`` the layer's parts
-    whose collectives are counted (an MoE layer: the attention's only); the GEMMs in FP8 under
-    a Transformer Engine ``fp8_recipe`` (module docstring)."""
+    whose collectives are counted (an MoE layer: the attention's only); under a Transformer
+    Engine ``fp8_recipe`` the GEMMs in FP8 and the forward's reduce-scatters by ring exchange
+    (module docstring)."""
     gemms = {op.label: op for layer in model.layers for op in layer.ops if op.kind == "gemm"}
     sms = compute.gpu.spec.sms
     fp8 = replace(compute, precision="fp8", autocast=False) if fp8_recipe in TE_RECIPES \
         else None
+    tp = tp_group.num_npus if tp_group is not None else 1
 
     def gemm_seconds(label: str, backward: bool) -> float:
         if fp8 is None:
@@ -131,9 +153,14 @@ def overlapped_tp(model: TransformerModel, compute: CalibratedCompute, microbatc
     for phase, collective, label, method, comm_sms in OVERLAPS:
         if not any(f".{half}." in label for half in halves):
             continue
-        size = message * buffer_bytes(phase, collective, fp8_recipe) / 2
+        size = message * buffer_bytes(collective, fp8_recipe) / 2
         seconds = curve(tp_group, collective, policy).seconds(size)
-        if phase == "forward":
+        if phase == "forward" and collective == "reduce-scatter" and fp8 is not None \
+                and tp > 1:  # Megatron-Bridge's FP8 configurations: a ring exchange
+            reduction = message * (1 + 1 / tp) / compute.gpu.memory_rate
+            forward += ring_reduce_scatter(seconds, gemm_seconds(label, False), sms, tp,
+                                           reduction)
+        elif phase == "forward":
             forward += exposed_seconds(method, seconds, gemm_seconds(label, False), sms,
                                        comm_sms)
         else:
