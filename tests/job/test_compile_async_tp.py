@@ -11,8 +11,9 @@ from dlsched.job.communication.async_tp import collective_seconds, flow_end, pie
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.compute.block_pricing import KernelOptions, block_ops, ops_seconds
 from dlsched.job.compute.compile_fusion import compiled_ops
-from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
+from dlsched.job.compute.layer_costs import BlockCosts, block_costs, decoder_model, gpu_compute
 from dlsched.job.model_spec import TransformerSpec
+from dlsched.models.ops import Op
 from dlsched.pipeline.chains.calibrated_chain import block_seconds
 
 L8 = TransformerSpec("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
@@ -121,11 +122,11 @@ def test_summed_input_gradients_stay_blocking() -> None:
     message = 2 * 8192 * 4096 * 2
     scatter = curve(group, "reduce-scatter", "baseline").seconds(message)
 
-    def gemms_of(spec: TransformerSpec) -> dict[str, object]:
+    def gemms_of(spec: TransformerSpec) -> dict[str, Op]:
         return {op.label: op for layer in decoder_model(spec, 1).layers for op in layer.ops
                 if op.kind == "gemm"}
 
-    def seconds(op, back):  # 0.5 ms per 8192-row GEMM, a piece by its rows
+    def seconds(op: Op, back: bool) -> float:  # 0.5 ms per 8192-row GEMM, a piece by its rows
         return 1e-3 * op.shape[0] / 16384
 
     gated = gemms_of(L8)
@@ -141,3 +142,31 @@ def test_summed_input_gradients_stay_blocking() -> None:
     # the gated model's two summed reduce-scatters are whole; the plain one's FC1 is not
     assert backward >= 2 * scatter
     assert backward_plain < backward
+
+
+def test_tensorwise_tp_gathers_fp8_inputs() -> None:
+    """torchao's float8 TP (tensorwise only): the forward's two all-gathers of the attention's
+    and the FFN's inputs move FP8, half the bytes; the reduce-scatters and the backward stay
+    16-bit; rowwise gathers in 16 bits."""
+    from dlsched.job.compute.fp8 import tp_gather_fraction
+
+    assert tp_gather_fraction("tensorwise") == 0.5
+    assert tp_gather_fraction("rowwise") == tp_gather_fraction(None) == 1.0
+    group = load_cluster("dgx-h100", 8, None).group_topology(1, 8)
+    message = 2 * 8192 * 4096 * 2
+
+    def costs(precision: str, recipe: str | None) -> BlockCosts:
+        return block_costs(L8, 2, "h100", precision, 8, True, "none", group, "baseline",
+                           kernels=KernelOptions(fp8_recipe=recipe, compiled=True))
+
+    def seconds(kind: str, size: float) -> float:
+        return curve(group, kind, "baseline").seconds(size)
+
+    bf16, tensorwise, rowwise = (costs("bf16", None), costs("fp8", "tensorwise"),
+                                 costs("fp8", "rowwise"))
+    scatter = seconds("reduce-scatter", message)
+    assert bf16.tp_forward_s == pytest.approx(2 * (seconds("all-gather", message) + scatter))
+    assert tensorwise.tp_forward_s == pytest.approx(
+        2 * (seconds("all-gather", message / 2) + scatter))
+    assert tensorwise.tp_backward_s == pytest.approx(bf16.tp_backward_s)
+    assert rowwise.tp_forward_s == pytest.approx(bf16.tp_forward_s)

@@ -111,10 +111,12 @@ def collective_seconds(gemm: float, gemm_piece: float, collective: float, reduce
 
 def async_tp_exposed(gemms: dict[str, Op], seconds: Callable[[Op, bool], float], tp: int,
                      message: float, tp_group: Topology | None, policy: str,
-                     memory_rate: float) -> tuple[float, float]:
+                     memory_rate: float, gathered: float | None = None) -> tuple[float, float]:
     """Seconds a layer's decomposed TP collectives add to its forward and its backward:
     ``gemms`` the layer's linears by label, ``seconds(op, backward)`` one op's GPU seconds as the
-    job runs it, ``message`` the bytes of one collective's whole buffer (``b s h`` elements)."""
+    job runs it, ``message`` the bytes of one collective's whole buffer (``b s h`` elements),
+    ``gathered`` those of the forward's all-gathers when they move fewer (FP8 inputs:
+    ``job.compute.fp8.tp_gather_fraction``; default ``message``)."""
     if tp == 1:
         return 0.0, 0.0
     reduce = (message + message / tp) / memory_rate  # read t partial chunks, write one
@@ -124,7 +126,9 @@ def async_tp_exposed(gemms: dict[str, Op], seconds: Callable[[Op, bool], float],
         part = piece(op, tp)
         for phase, collective in (("forward", ahead), ("backward", behind)):
             back = phase == "backward"
-            blocking = curve(tp_group, collective, policy).seconds(message)
+            size = message if gathered is None or back or collective != "all-gather" \
+                else gathered  # the forward's all-gathers of FP8 inputs
+            blocking = curve(tp_group, collective, policy).seconds(size)
             if back and suffix in SEPARATE_INPUT_LINEARS and summed_input_gradient(suffix,
                                                                                    gemms):
                 backward += blocking  # not fused: a plain reduce-scatter of the summed gradient

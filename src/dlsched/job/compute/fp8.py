@@ -101,6 +101,15 @@ FSDP2 gathers the weights' FP8 copies (1 byte per parameter instead of 2) cast o
 shard before the gather (``weight_shards``: the cast of the weight then reads and writes only
 the shard; the column-major copy for the backward is written after the gather, read 1 write 1
 byte per element).
+
+**TP all-gathers in FP8** (``tp_gather_fraction``, tensorwise only): with float8 linears
+TorchTitan's ``apply_tp`` (``torchtitan/parallelisms/parallelize_llama.py`` at 9dec370; at
+820504e ``enable_float8_tensorwise_tp``, not for rowwise) wraps the attention and the FFN in
+torchao's ``PrepareFloat8ModuleInput`` and their column-parallel linears in
+``Float8ColwiseParallel``: the sequence-sharded input is cast to FP8 before the
+sequence-parallel all-gather, so the forward's two all-gathers (and their reruns under
+recomputation) move 1 byte per element; their backward reduce-scatters, and the row-parallel
+linears' reduce-scatters and gradient all-gathers, stay 16-bit.
 """
 
 from __future__ import annotations
@@ -197,6 +206,12 @@ def operand_elements(op: Op, batch: float, tp: int) -> tuple[float, float, float
     if op.label.endswith(COLUMN_PARALLEL):
         return rows * fan_in, fan_in * fan_out / tp, rows * fan_out / tp
     return rows * fan_in / tp, fan_in * fan_out / tp, rows * fan_out
+
+
+def tp_gather_fraction(recipe: str | None) -> float:
+    """Bytes of the forward's sequence-parallel all-gathers (the column-parallel linears'
+    inputs) against 16 bits under ``recipe`` (module docstring): 1/2 for tensorwise, else 1."""
+    return FP8 / BF16 if recipe == "tensorwise" else 1.0
 
 
 def separate_linears(op: Op, recipe: str, gated: bool) -> int:

@@ -57,7 +57,12 @@ from dlsched.job.compute.block_pricing import (
 from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.cross_entropy import with_cross_entropy
 from dlsched.job.compute.eager_ops import torch_ops
-from dlsched.job.compute.fp8 import AMAX_BYTES, TORCHAO_RECIPES, amax_reductions
+from dlsched.job.compute.fp8 import (
+    AMAX_BYTES,
+    TORCHAO_RECIPES,
+    amax_reductions,
+    tp_gather_fraction,
+)
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
 from dlsched.job.compute.module_recompute import modules_of, recomputed, rerun_seconds
 from dlsched.job.compute.op_checkpoint import recomputed_ops
@@ -156,13 +161,15 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         transformer_impl)
     forward, backward = priced_blocks(model, microbatch_size, compute, kernels, spec)
     message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
+    gathered = message * tp_gather_fraction(kernels.fp8_recipe)  # the forward's all-gathers
     if sp:
-        exchange = (curve(tp_group, "all-gather", policy).seconds(message)
-                    + curve(tp_group, "reduce-scatter", policy).seconds(message))
+        scatter = curve(tp_group, "reduce-scatter", policy).seconds(message)
+        exchange = curve(tp_group, "all-gather", policy).seconds(message) + scatter
+        exchange_f = curve(tp_group, "all-gather", policy).seconds(gathered) + scatter
     else:
-        exchange = curve(tp_group, "all-reduce", policy).seconds(message)
-    tp_forward = tp_backward = exchange + attention_exchange(spec, sp, message, tp_group,
-                                                             policy, exchange)
+        exchange = exchange_f = curve(tp_group, "all-reduce", policy).seconds(message)
+    tp_forward = exchange_f + attention_exchange(spec, sp, message, tp_group, policy, exchange_f)
+    tp_backward = exchange + attention_exchange(spec, sp, message, tp_group, policy, exchange)
     if sp and tp_overlap:
         tp_forward, tp_backward = overlapped_tp(model, compute, microbatch_size, message,
                                                 tp_group, policy, fp8_recipe=kernels.fp8_recipe)
@@ -171,7 +178,7 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         tp_forward, tp_backward = async_tp_exposed(
             gemms, lambda op, back: ops_works((op,), microbatch_size, compute, kernels,
                                               back)[0].gpu_s,
-            tp, message, tp_group, policy, compute.gpu.memory_rate)
+            tp, message, tp_group, policy, compute.gpu.memory_rate, gathered)
     amax_forward, amax_backward = amax_reductions(kernels.fp8_recipe, tp, sp)
     if amax_forward or amax_backward:  # current scaling's amax of the gathered operands
         amax = curve(tp_group, "all-reduce", policy).seconds(AMAX_BYTES)
@@ -181,7 +188,7 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
     modules = modules_of(recompute)  # Megatron-Core's --recompute-modules
     tp_backward += exchange if "mlp" in modules else 0.0  # the FFN's own TP exchange again
     if recompute == "selective-op":  # the gathers feeding QKV and FFN, or the first all-reduce
-        tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(message) if sp
+        tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(gathered) if sp
                         else curve(tp_group, "all-reduce", policy).seconds(message))
     layer_f, layer_b = float(forward[1]), float(backward[1])
     layer = next(item for item in model.layers if item.block == "h.0" and any(
