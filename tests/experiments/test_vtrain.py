@@ -8,13 +8,16 @@ from __future__ import annotations
 import hashlib
 import math
 from importlib import resources
+from pathlib import Path
 
 import pytest
 import yaml
 
+from dlsched.config import bundled_presets
 from dlsched.errors import ConfigError
 from dlsched.experiments import vtrain
 from dlsched.experiments.layout_ranking import error_summary, group_ranking, kendall_tau
+from dlsched.ledger.calibrate import with_efficiency
 from dlsched.ledger.user_runs import UserRun, price
 
 DATA = resources.files("dlsched.experiments").joinpath("data")
@@ -26,6 +29,12 @@ DATA = resources.files("dlsched.experiments").joinpath("data")
 RECORDED = {"rows": 1440, "mean_abs_error": 0.0962, "bias": -0.0459, "groups": 144,
             "mean_kendall_tau": 0.857, "first_within_3pct": 83, "first_within_5pct": 92,
             "worst_first_ratio": 1.259}
+# docs/validation.md, "Calibrate on your own runs" (2026-12-07): `dlsched reproduce vtrain
+# --calibrate-on h1024-l12` fits efficiency.gemm.bf16 0.7871 and the launch costs x 1.0963
+# (84.8975 / 26.1029 us) on 9 of that model's rows; every 10th row of the set (144) priced
+# with that file and with the preset.
+CALIBRATED = (0.7871, 1.0963)
+SAMPLE = {"calibrated": (0.0787, -0.0018), "a100": (0.0929, -0.0306)}
 
 
 def test_the_bundled_csv_is_the_repository_file() -> None:
@@ -94,6 +103,25 @@ def test_the_whole_set_gives_the_recorded_numbers() -> None:
     summary = vtrain.document(rows)["summary"]
     for key, value in RECORDED.items():
         assert summary[key] == pytest.approx(value, abs=5e-4), key
+
+
+def test_the_calibrated_file_prices_a_sample_as_recorded(tmp_path: Path) -> None:
+    """Every 10th row priced with the GPU file ``calibrate runs`` fitted on 5% of h1024-l12
+    (its GEMM efficiency and launch factor, recorded): the sample's mean |error| and bias are
+    the recorded ones, both smaller than the preset's on the same rows."""
+    gpu = tmp_path / "calibrated.yaml"
+    document = with_efficiency(bundled_presets("gpus.yaml")["a100"], *CALIBRATED)
+    assert (document["kernel_overhead"], document["backward_overhead"]) == \
+        ("84.8975 us", "26.1029 us")
+    gpu.write_text(yaml.safe_dump(document))
+    rows = vtrain.load_rows()
+    found = {}
+    for name, file in (("calibrated", str(gpu)), ("a100", "a100")):
+        summary = error_summary([vtrain.price(rows[i], file, i) for i in range(0, 1440, 10)])
+        found[name] = (summary["mean_abs_error"], summary["bias"])
+        assert found[name] == pytest.approx(SAMPLE[name], abs=5e-4), name
+    assert found["calibrated"][0] < found["a100"][0]
+    assert abs(found["calibrated"][1]) < abs(found["a100"][1])
 
 
 def _row(model: str, global_batch: int, seconds: float, pp: int = 1) -> dict:
