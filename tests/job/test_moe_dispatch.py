@@ -110,8 +110,10 @@ def test_the_evaluator_prices_the_dispatcher_and_the_node_limit() -> None:
                                ).a2a_forward_s
 
     token = 4096 * 7168 * 2.0  # T h 16-bit bytes
+    probs = 4096 * 8 * 4.0  # the dispatcher's FP32 routing probabilities, one per copy
     assert a2a(deepseek, "alltoall") == a2a(free, "alltoall") == \
-        2 * curve(group, "all-to-all", "baseline").seconds(8 * token)
+        2 * curve(group, "all-to-all", "baseline").seconds(8 * token) \
+        + curve(group, "all-to-all", "baseline").seconds(probs)
     assert a2a(deepseek, "deepep") == 2 * deepep_dispatch_seconds(
         token, 8, expected_nodes(256, 8, 8, 8, 4), split, "baseline")
     assert a2a(deepseek, "deepep") < a2a(free, "deepep") < a2a(deepseek, "alltoall")

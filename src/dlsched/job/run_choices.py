@@ -30,7 +30,7 @@ GRAD_BYTES = 4
 # 16-bit gradients of fp16 training without --accumulate-allreduce-grads-in-fp32 (Megatron-LM
 # of 2021-2022: its --fp16 default, and its example scripts')
 GRAD_REDUCE_BYTES = {"fp32": GRAD_BYTES, "bf16": 2, "fp16": 2}
-DISPATCHERS = ("alltoall", "deepep")  # job.communication.moe_dispatch
+DISPATCHERS = ("alltoall", "deepep", "hybridep")  # job.communication.moe_dispatch
 PIPELINE_P2P = ("auto", "blocking", "overlapped")  # job.communication.pipeline_p2p
 CROSS_ENTROPY = ("unfused", "native", "te")  # job.compute.cross_entropy
 OPS = ("fused", "eager")  # Job.ops: the zoo's fused kernels, or TorchTitan's eager modules

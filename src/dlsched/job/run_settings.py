@@ -33,7 +33,7 @@ module named with each prices it):
   memory-bound ops as Megatron-Core / Transformer Engine's fused kernels (``fused``) or as
   eager PyTorch runs TorchTitan's Llama modules (``eager``: ``job.compute.eager_ops``;
   Inductor's groups of them under ``compile``).
-- ``moe_dispatcher``: the MoE token dispatch, ``alltoall`` or ``deepep``
+- ``moe_dispatcher``: the MoE token dispatch, ``alltoall``, ``deepep`` or ``hybridep``
   (``job.communication.moe_dispatch``).
 - ``sharding``: ZeRO 3 as ``zero``, or PyTorch's ``fsdp2`` / ``fsdp2-split`` by TorchTitan's
   wrapping: its states and unsharded weights (``job.memory.torch_runtime``).

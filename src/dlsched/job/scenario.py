@@ -122,7 +122,9 @@ class PlanScenario(BaseModel):
         "How MoE tokens reach their experts: alltoall (Megatron-Core's All-to-All, k copies "
         "per token) | deepep (Megatron-Core's flex dispatcher with DeepEP: one copy per "
         "destination node, forwarded over NVLink; with the model's router_groups it prices "
-        "node-limited routing, job.communication.moe_dispatch)."))] = RUN_DEFAULTS["moe_dispatcher"]
+        "node-limited routing, job.communication.moe_dispatch) | hybridep (the flex "
+        "dispatcher's HybridEP backend: one copy per destination rank at HybridEP's measured "
+        "NVLink rate)."))] = RUN_DEFAULTS["moe_dispatcher"]
     global_batch: Annotated[int, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per iteration."))] = 1536
     tp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(

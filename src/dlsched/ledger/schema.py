@@ -162,7 +162,11 @@ class Parallelism(_Strict):
     torch.compile'd functions) or ``te`` (Transformer Engine's Triton kernels).
     ``transformer_impl``: the layers' norms as Megatron-Core's ``--transformer-impl`` runs them
     (``job.compute.transformer_impl``): ``local`` (apex's fused layer norm, Megatron-LM's and
-    Megatron-Core's local spec) or ``transformer_engine`` (Transformer Engine's kernels)."""
+    Megatron-Core's local spec) or ``transformer_engine`` (Transformer Engine's kernels).
+    ``moe_dispatcher``: the MoE token dispatch (``job.communication.moe_dispatch``):
+    ``alltoall`` (Megatron-Core's ``--moe-token-dispatcher-type alltoall``, NCCL's All-to-All
+    of every routed copy), or the ``flex`` dispatcher with ``deepep`` (DeepEP) or
+    ``hybridep`` (``--moe-flex-dispatcher-backend hybridep``)."""
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
@@ -190,6 +194,7 @@ class Parallelism(_Strict):
     grad_accumulation: Literal["fused", "separate"] = "fused"
     cross_entropy: Literal["unfused", "native", "te"] = "unfused"
     transformer_impl: Literal["local", "transformer_engine"] = "local"
+    moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = "alltoall"
 
 
 # Parallelism's fields that are neither a layout field (``job.execution.LAYOUT_FIELDS``) nor a

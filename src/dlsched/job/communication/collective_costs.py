@@ -17,8 +17,10 @@ On a node preset's cluster (``job.cluster``: NVIDIA GPUs, a group is an ``NcclGr
 ``baseline`` policy's all-reduce, all-gather and reduce-scatter are NCCL's: the curve is
 ``job.communication.nccl_costs`` (NCCL's own tuner model: ring, tree or NVLS with LL, LL128 or
 Simple, whichever it predicts fastest, across nodes through the NICs) at every quarter power of
-two from 64 B to 64 GiB (``NCCL_SIZES``), interpolated as above. Other policies (Themis, ours:
-chunk schedules NCCL does not run), all-to-all and topology files keep the simulated curve.
+two from 64 B to 64 GiB (``NCCL_SIZES``), interpolated as above; its all-to-all is NCCL's
+grouped point-to-point exchange (``collectives.nccl_alltoall``: each peer its share directly,
+NVLink peers and NIC peers at once). Other policies (Themis, ours: chunk schedules NCCL does
+not run) and topology files keep the simulated curve.
 
 ``CurveComm`` adapts a curve to the data-parallel domain's cost-model protocol
 (``dataparallel.comm``), so the DP policies order and split a stage's gradient buckets on it.
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dlsched.collectives import CollectiveOp, ideal_time, run_collective
+from dlsched.collectives.nccl_alltoall import nccl_alltoall_seconds
 from dlsched.hardware import Topology
 from dlsched.job.communication.nccl_costs import OPS as NCCL_OPS
 from dlsched.job.communication.nccl_costs import NcclGroup, nccl_seconds
@@ -90,6 +93,11 @@ def curve(topology: Topology | None, op: str, policy: str) -> CollectiveCurve:
             and topology.node is not None:
         return CollectiveCurve(topology, op, policy, NCCL_SIZES,
                                tuple(nccl_seconds(topology, op, size) for size in NCCL_SIZES))
+    if policy == "baseline" and op == "all-to-all" and isinstance(topology, NcclGroup) \
+            and topology.node is not None:
+        return CollectiveCurve(topology, op, policy, NCCL_SIZES, tuple(
+            nccl_alltoall_seconds(topology.node, size, topology.ranks_per_node, topology.nodes)
+            for size in NCCL_SIZES))
     sizes = ONE_DIM_SIZES if len(topology.dims) == 1 else MULTI_DIM_SIZES
     chunks = chunks_for(topology)
     times = tuple(run_collective(topology, op, size, chunks, policy, "scf").time_s

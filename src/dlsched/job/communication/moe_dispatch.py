@@ -44,6 +44,19 @@ replacement) lies on it:
 DeepSeek-V3 (E 256, k 8, G 8, g 4) on EP 64 over 8 nodes: ``D = 3.63`` nodes per token
 against ``5.28`` without the limit (deduplicated) and 8 copies without deduplication.
 
+* ``hybridep`` (Megatron-Core's ``flex`` dispatcher with the HybridEP backend,
+  ``--moe-flex-dispatcher-backend hybridep``: NVIDIA's kernels in DeepEP, deepseek-ai/DeepEP
+  PR #420): a token goes once to each *rank* that holds one of its experts (DeepEP's
+  per-rank routing map), inside an NVLink domain by TMA copies over NVLink; the combine
+  returns one partial sum per token and rank. A rank receives ``T R`` rows of ``h``
+  16-bit elements per dispatch, ``R`` the expected distinct ranks a token's ``k`` experts lie
+  on (``expected_nodes`` with one "node" per rank: Qwen3's 128 experts, top 8, on EP 8 5.34,
+  on EP 32 7.40), its own among them. Inside one domain a dispatch takes ``T R h x 2 /
+  dispatch rate`` and a combine ``/ combine rate``, the rates HybridEP's measured algorithm
+  bandwidth (received bytes over time, ``HYBRIDEP_RATES``); across domains the inter-node
+  part is DeepEP's (each token once per destination node over the NICs, the longer of the
+  two stages, as ``deepep`` above).
+
 The split of the EP group into nodes: ranks within the cluster's first dimension (a node of a
 node preset; the innermost dimension of a topology file) share a node.
 """
@@ -56,6 +69,23 @@ from functools import lru_cache
 
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
+
+# HybridEP's algorithm bandwidth (bytes a rank receives per second, BF16 dispatch; combine),
+# "Torch API" timing, 4,096 tokens of hidden 7,168, top 8, 8 local experts per rank, uniform
+# random routing: DeepEP PR #420 (NVIDIA, "Add HybridEP solution for normal mode intranode
+# dispatch/combine", 2025-09-21), its Performance Results tables. GB200 at 32 SMs, what
+# Megatron-Bridge's performance scripts give HybridEP (scripts/performance/utils/overrides.py:
+# moe_hybridep_num_sms = 32); B200 at 16 SMs, the only count measured there (GB200's 8-rank
+# row moves 550 / 538 -> 546 / 569 GB/s from 16 to 32 SMs). GPU preset -> ((ranks in the
+# NVLink domain, dispatch B/s, combine B/s), ...), ascending ranks; a group uses the row of the
+# most ranks it has at least (the first row below that). GPUs not measured there price the
+# NVLink stage at NCCL's credited NVLink rate (collectives.nccl_alltoall.nvlink_rate), an
+# assumption.
+HYBRIDEP_RATES: dict[str, tuple[tuple[int, float, float], ...]] = {
+    "b200": ((8, 535.94e9, 530.86e9),),
+    "gb200": ((8, 545.71e9, 568.94e9), (16, 523.48e9, 521.55e9), (24, 507.32e9, 483.76e9),
+              (32, 484.22e9, 464.54e9), (36, 479.02e9, 447.89e9)),
+}
 
 
 @dataclass(frozen=True)
@@ -124,3 +154,28 @@ def inter_node_bytes(token_bytes: float, copies: float, nodes: int) -> float:
     """Bytes one GPU sends across nodes per dispatch: ``copies`` per token (``k`` for the
     All-to-All, ``D`` deduplicated), the ``(N - 1) / N`` of them bound off its node."""
     return token_bytes * copies * (nodes - 1) / nodes
+
+
+def hybridep_rates(gpu: str, ranks: int, fallback: float) -> tuple[float, float]:
+    """(dispatch, combine) bytes/s a rank receives at with HybridEP on ``ranks`` ranks of one
+    NVLink domain of ``gpu`` (``HYBRIDEP_RATES``; ``fallback`` for both where not measured)."""
+    rows = HYBRIDEP_RATES.get(str(gpu))  # by the GPU's name (a name, or a system's GPU)
+    if not rows:
+        return fallback, fallback
+    row = next((r for r in reversed(rows) if r[0] <= ranks), rows[0])
+    return row[1], row[2]
+
+
+def hybridep_seconds(token_bytes: float, experts: int, top_k: int, split: NodeSplit,
+                     rates: tuple[float, float], policy: str) -> float:
+    """Seconds of one HybridEP dispatch and its combine (module docstring) of ``token_bytes``
+    per GPU (its ``T L h`` 16-bit elements) over an EP group of ``experts`` experts on
+    ``split``, at ``rates`` (dispatch, combine) bytes/s inside a domain."""
+    ranks = split.nodes * (split.inner.num_npus if split.inner is not None else 1)
+    received = token_bytes * expected_nodes(experts, top_k, ranks)
+    intra = (received / rates[0], received / rates[1])
+    if split.nodes == 1:
+        return sum(intra)
+    nodes = expected_nodes(experts, top_k, split.nodes)
+    inter = curve(split.outer, "all-to-all", policy).seconds(token_bytes * nodes)
+    return max(inter, intra[0]) + max(inter, intra[1])

@@ -65,15 +65,20 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from dlsched.collectives.nccl_alltoall import nvlink_rate
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import local_tokens
 from dlsched.job.communication.moe_dispatch import (
+    HYBRIDEP_RATES,
     NodeSplit,
     deepep_dispatch_seconds,
     expected_nodes,
+    hybridep_rates,
+    hybridep_seconds,
 )
+from dlsched.job.communication.nccl_costs import NcclGroup
 from dlsched.job.communication.tp_overlap import overlapped_tp
 from dlsched.job.compute.block_pricing import KernelOptions
 from dlsched.job.compute.expert_launches import expert_launch_ops, routed_seconds
@@ -100,6 +105,7 @@ from dlsched.models.ops import Op, elementwise, matmul
 from dlsched.models.zoo import ffn_activation
 
 ROUTER_PASSES = 3.0  # softmax reads and writes the scores, top-k reads them
+PROB_BYTES = 4  # bytes of one routing probability in the dispatcher's probs All-to-All (FP32)
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,27 @@ def routed_ops(spec: TransformerSpec, microbatch_size: int, tp: int, ep: int, cp
     return before, experts_ops, after
 
 
+def chunk_sorts(spec: TransformerSpec, experts_ops: tuple[Op, ...], ep: int
+                ) -> tuple[Op, ...]:
+    """``experts_ops`` between Megatron-Core's All-to-All dispatcher's two chunk sorts: with
+    more than one local expert, the received rows arrive grouped by source rank and are
+    sorted into expert order before the experts (``dispatch_postprocess``:
+    ``sort_chunks_by_idxs`` by ``sort_input_by_local_experts``) and back into source-rank
+    order after them (``combine_preprocess``: by ``restore_output_by_local_experts``), each
+    a gather that reads and writes every received row of ``hidden`` 16-bit elements (the
+    fused kernel with ``moe_permute_fusion``; NVIDIA/Megatron-LM
+    megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher). The
+    rows are those the experts' fc1 computes (its shape's ``M x groups``). Both are appended
+    after the experts' own ops (their seconds add up the same; the experts' ops keep their
+    places, which ``job.compute.module_recompute`` reads)."""
+    if spec.experts // ep < 2:
+        return experts_ops
+    fc1 = next(op for op in experts_ops if op.label == "expert-fc1")
+    rows = fc1.shape[0] * fc1.shape[3] if fc1.shape else 0
+    return (*experts_ops, elementwise("sort-chunks", rows * spec.hidden),
+            elementwise("restore-chunks", rows * spec.hidden))
+
+
 def a2a_bytes(spec: TransformerSpec, microbatch_size: int, tp: int, cp: int = 1) -> float:
     """Bytes one GPU exchanges in one dispatch (= one combine) All-to-All: its ``T k`` routed
     token copies of ``h`` 16-bit elements, times the load factor (module docstring)."""
@@ -238,6 +265,8 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
     residual = Layer("h.0.mlp.residual", 0, ops=tuple(
         op for layer in layers if ".mlp." in layer.name for op in layer.ops if not op.split))
     before, experts, after = routed_ops(spec, b, tp, ep, cp, etp)
+    if dispatcher == "alltoall":  # Megatron-Core's All-to-All dispatcher's chunk sorts
+        experts = chunk_sorts(spec, experts, ep)
     experts = expert_launch_ops(experts, spec.experts // ep)
     routed = [Layer(name, 0, ops=ops) for name, ops in
               (("moe.router", before), ("moe.experts", experts), ("moe.combine", after))]
@@ -262,13 +291,24 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
         else 0.0
     shared = exchange * (spec.shared_experts > 0)
     tp_forward = attention_f + shared + expert_tp
-    if dispatcher == "deepep" and ep_split is not None:  # job.communication.moe_dispatch
+    if dispatcher == "hybridep" and ep_split is not None:  # job.communication.moe_dispatch
+        fallback = (nvlink_rate(ep_topology.node) if isinstance(ep_topology, NcclGroup)
+                    and ep_topology.node is not None else 0.0)
+        if not fallback and str(gpu) not in HYBRIDEP_RATES:  # by the GPU's name
+            raise ConfigError(f"--moe-dispatcher: hybridep has no measured rate on {gpu} and "
+                              "the EP group is not an NVIDIA node's; accepted: alltoall, deepep")
+        rates = hybridep_rates(gpu, ep // ep_split.nodes, fallback)
+        a2a = hybridep_seconds(sent / spec.top_k, spec.experts, spec.top_k, ep_split, rates,
+                               policy)
+    elif dispatcher == "deepep" and ep_split is not None:
         nodes = expected_nodes(spec.experts, spec.top_k, ep_split.nodes, spec.router_groups,
                                spec.router_group_topk)
         a2a = 2 * deepep_dispatch_seconds(sent / spec.top_k, spec.top_k, nodes, ep_split,
                                           policy)
-    else:
-        a2a = 2 * curve(ep_topology, "all-to-all", policy).seconds(sent)
+    else:  # the tokens there and back, and the routing probabilities with them (FP32)
+        a2a = (2 * curve(ep_topology, "all-to-all", policy).seconds(sent)
+               + curve(ep_topology, "all-to-all", policy).seconds(
+                   sent / (spec.hidden * ACTIVATION_BYTES) * PROB_BYTES))
     full = recompute == "full"
     tp_backward = attention_b + shared + expert_tp + (tp_forward if full else 0.0)
     a2a_backward = a2a * (2 if full else 1)

@@ -100,7 +100,7 @@ def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
     if not job.spec.experts:
         return None
     split = (node_split(job.cluster, *layout.group_ranks("ep"))
-             if job.run.moe_dispatcher == "deepep" else None)
+             if job.run.moe_dispatcher in ("deepep", "hybridep") else None)
     return moe_layer_costs(job.spec, layout, job.cluster.gpu, job.run.precision,
                            layout.group("tp", job.cluster), layout.group("ep", job.cluster),
                            job.run.collective_policy, job.run.attention,
