@@ -10,6 +10,7 @@ from dlsched.job.communication.allgather_cp import (
     allgather_buffer,
     allgather_bytes,
     allgather_exposed,
+    allgather_merge_seconds,
     cp_traffic,
     exchanged_block,
     rank_traffic,
@@ -72,6 +73,32 @@ def test_slowest_rank_and_scale() -> None:
     forward, backward = cp_traffic(elements, 8, False, reruns=True)
     assert (forward, backward) == (342.0 * elements, 504.0 * elements)
     assert sum(cp_traffic(elements, 8, True, True)) < forward + backward
+
+
+def test_merge_seconds_enter_the_layer_by_hand() -> None:
+    """Llama 3 8B at 32k tokens, CP 4, full recomputation, compiled: the last rank's 26 and
+    114 bytes per query element (b s h / cp = 8192 x 4096 per GPU) at the GPU's memory rate
+    are added to the layer's forward and backward (the forward's again with the rerun), and
+    only under the all-gather algorithm."""
+    from dlsched.job.compute.block_pricing import KernelOptions
+    from dlsched.job.compute.layer_costs import block_costs, gpu_compute
+    from dlsched.job.model_spec import TransformerSpec
+
+    spec = TransformerSpec("llama3-8b", 32, 4096, 32, 32768, 128256, ffn_hidden=14336,
+                           kv_heads=8, tied_embeddings=False, gated_ffn=True, bias=False,
+                           rms_norm=True, learned_positions=False)
+    rate = gpu_compute("h100", "bf16").gpu.memory_rate
+    elements = 8192 * 4096
+    forward, backward = allgather_merge_seconds(spec, 1, 1, 4, "all-gather", rate, True, True)
+    assert (forward, backward) == pytest.approx((26 * elements / rate, 114 * elements / rate))
+    assert allgather_merge_seconds(spec, 1, 1, 4, "ring", rate, True, True) == (0.0, 0.0)
+    assert allgather_merge_seconds(spec, 1, 1, 1, "all-gather", rate, True, True) == (0.0, 0.0)
+    kernels = KernelOptions(compiled=True)
+    ring, gather = (block_costs(spec, 1, "h100", "bf16", 1, False, "full", GROUP, "baseline",
+                                cp=4, cp_algorithm=algorithm, kernels=kernels)
+                    for algorithm in ("ring", "all-gather"))
+    assert gather.layer_f - ring.layer_f == pytest.approx(forward)
+    assert gather.layer_b - ring.layer_b == pytest.approx(backward + forward)
 
 
 def test_plan_prices_all_gather_cp_when_given_and_never_searches_it() -> None:

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
+from dlsched.job.model_spec import TransformerSpec
 
 DKV_FP32 = 2.0  # dK/dV blocks exchanged in FP32 against the 16-bit K/V block (convert_to_f32)
 # Eager bytes per element of E (module docstring): the two K/V copies, a concatenation, a
@@ -149,3 +150,17 @@ def cp_traffic(elements: float, cp: int, compiled: bool,
     forward, backward = max((rank_traffic(cp, rank, compiled) for rank in range(cp)),
                             key=lambda pair: passes * pair[0] + pair[1])
     return forward * elements, backward * elements
+
+
+def allgather_merge_seconds(spec: TransformerSpec, microbatch_size: int, tp: int, cp: int,
+                            algorithm: str, memory_rate: float, compiled: bool,
+                            reruns: bool) -> tuple[float, float]:
+    """Seconds the merge's memory traffic (``cp_traffic``) adds to one layer's forward and
+    backward per microbatch on one GPU, at ``memory_rate`` bytes/s: all-gather CP only (zero
+    for the other algorithms and without CP). The queries of one GPU: ``b (s / cp)`` tokens of
+    ``heads x head_dim / t`` elements."""
+    if cp == 1 or algorithm != "all-gather":
+        return 0.0, 0.0
+    elements = microbatch_size * (spec.seq // cp) * spec.heads * spec.head_dim / tp
+    forward, backward = cp_traffic(elements, cp, compiled, reruns)
+    return forward / memory_rate, backward / memory_rate

@@ -56,7 +56,6 @@ from dlsched.job.communication.allgather_cp import (
     allgather_buffer,
     allgather_bytes,
     allgather_exposed,
-    cp_traffic,
     exchanged_block,
 )
 from dlsched.job.communication.collective_costs import curve
@@ -170,13 +169,11 @@ def ring_exposed(block: float, cp: int, link: Dimension, block_forward: float,
 
 @lru_cache(maxsize=4096)
 def cp_cost(spec: TransformerSpec, layout: Execution, group: Topology | None, policy: str,
-            core_forward: float, core_backward: float, memory_rate: float = 0.0,
-            compiled: bool = False) -> CPCost:
+            core_forward: float, core_backward: float) -> CPCost:
     """The CP communication of one layer per microbatch (module docstring) on the CP group
     ``group`` with the attention core taking ``core_forward`` / ``core_backward`` seconds on
-    one GPU; zero without CP. All-gather CP (PyTorch's) adds its merge's memory traffic at
-    ``memory_rate`` bytes/s (0: not priced), as Inductor fuses it when ``compiled``
-    (``job.allgather_cp.cp_traffic``)."""
+    one GPU; zero without CP. All-gather CP's merge, work on the GPU's memory rather than its
+    links, is the layer's (``job.layer_costs``, ``job.allgather_cp.allgather_merge_seconds``)."""
     if layout.cp == 1 or group is None:
         return CPCost(0.0, 0.0, 0.0, 0.0)
     cp = layout.cp
@@ -192,10 +189,6 @@ def cp_cost(spec: TransformerSpec, layout: Execution, group: Topology | None, po
                                               send_seconds(ring_link(group), DKV_FP32 * block),
                                               core_forward, core_backward)
         sent_f, sent_b = allgather_bytes(block, cp)
-        if memory_rate:
-            moved_f, moved_b = cp_traffic(output_bytes(spec, layout) / ELEMENT_BYTES, cp,
-                                          compiled, reruns_core(layout.recompute))
-            forward, backward = forward + moved_f / memory_rate, backward + moved_b / memory_rate
     else:
         a2a = curve(group, "all-to-all", policy)
         qkv, out = qkv_bytes(spec, layout), output_bytes(spec, layout)

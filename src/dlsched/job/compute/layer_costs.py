@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from dlsched.hardware import Topology
+from dlsched.job.communication.allgather_cp import allgather_merge_seconds
 from dlsched.job.communication.async_tp import async_tp_exposed
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import core_shape, local_tokens
@@ -64,7 +65,12 @@ from dlsched.job.compute.fp8 import (
     tp_gather_fraction,
 )
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
-from dlsched.job.compute.module_recompute import modules_of, recomputed, rerun_seconds
+from dlsched.job.compute.module_recompute import (
+    modules_of,
+    recomputed,
+    rerun_seconds,
+    reruns_core,
+)
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.model_spec import TransformerSpec
@@ -191,6 +197,12 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(gathered) if sp
                         else curve(tp_group, "all-reduce", policy).seconds(message))
     layer_f, layer_b = float(forward[1]), float(backward[1])
+    merge_f, merge_b = allgather_merge_seconds(spec, microbatch_size, tp, cp, cp_algorithm,
+                                               compute.gpu.memory_rate, kernels.compiled,
+                                               reruns_core(recompute))
+    layer_f, layer_b = layer_f + merge_f, layer_b + merge_b
+    if reruns_core(recompute) and recompute != "full":  # the core's rerun merges again
+        layer_b += merge_f
     layer = next(item for item in model.layers if item.block == "h.0" and any(
         op.label in ATTENTION_CORE for op in item.ops))
     core = [op for op in layer.ops if op.label in ATTENTION_CORE]
