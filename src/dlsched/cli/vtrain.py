@@ -42,7 +42,8 @@ def reproduce_vtrain(
     DeepSpeed): predicted beside measured iteration time, mean error and bias per model, by
     TP, PP and microbatch, and per group of layouts (model, GPUs, global batch) the Kendall
     tau and whether the layout dlsched ranks first is within 3% / 5% of the best measured.
-    A few seconds (--calibrate-on: about half a minute more)."""
+    A few seconds (--calibrate-on: two to three minutes more on two cores, the joint fit and
+    the leave-one-out fits of two constants)."""
     from dlsched.experiments import vtrain
 
     chosen = vtrain.MODELS if models == "all" else \
