@@ -1,6 +1,7 @@
 """ZB-H1 walked round by round with every rank at once (``pipeline_rounds``): its rounds are
 the schedule's orders, both lanes equal the full walk of each on random replicas, and the
-rounds past a repeat are not walked."""
+rounds past a repeat are not walked; GPipe rank by rank with every microbatch at once, equal
+to the full walk likewise."""
 
 from __future__ import annotations
 
@@ -9,7 +10,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dlsched.job.evaluation import pipeline_rounds
-from dlsched.job.evaluation.pipeline_rounds import zb_h1_holds, zb_h1_timings
+from dlsched.job.evaluation.pipeline_rounds import (
+    gpipe_holds,
+    gpipe_timings,
+    zb_h1_holds,
+    zb_h1_timings,
+)
 from dlsched.job.evaluation.pipeline_steady import replica_timings
 from dlsched.job.evaluation.pipeline_walk import PipelineTimes, ReplicaTiming, walk_pipeline
 
@@ -125,3 +131,37 @@ def test_replica_timings_walks_zb_h1_here(monkeypatch: pytest.MonkeyPatch) -> No
     rounds, mine = _rounds_walked(times, times, monkeypatch)
     assert rounds == 12 + 4 - 1  # no repeat in so few rounds: every round walked
     assert replica_timings.__wrapped__(times, times) == mine
+
+
+@st.composite
+def gpipe_lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
+    """Two random GPipe replicas of one degree (2-10) and microbatch count (1-200), each with
+    its own seconds (``_stages``)."""
+    pp = draw(st.integers(2, 10))
+    m = draw(st.integers(1, 200))
+    return tuple(PipelineTimes(pp, 1, m, "gpipe", *_stages(draw, pp)) for _ in range(2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(gpipe_lanes())
+def test_gpipe_lanes_are_the_full_walks(pair: tuple[PipelineTimes, PipelineTimes]) -> None:
+    """200 random GPipe pairs per run: each lane is ``walk_pipeline`` of that replica alone,
+    and the evaluation's walk (``replica_timings``) is this one."""
+    times, quiet = pair
+    assert gpipe_holds(times.pp, times.num_microbatches)
+    fast, fast_quiet = gpipe_timings(times, quiet)
+    _assert_equal(fast, walk_pipeline(times))
+    _assert_equal(fast_quiet, walk_pipeline(quiet))
+    assert replica_timings.__wrapped__(times, quiet) == (fast, fast_quiet)
+
+
+def test_gpipe_by_hand() -> None:
+    """Two ranks, forward 1 s and backward 2 s each, transfers of 0.5 s, three microbatches:
+    rank 0's forwards end at 1, 2, 3 and arrive at 1.5, 2.5, 3.5; rank 1's end at 2.5, 3.5,
+    4.5; its backwards run 4.5-6.5, 6.5-8.5, 8.5-10.5 and their gradients arrive at 7, 9, 11;
+    rank 0's backwards (free from 3) run 7-9, 9-11, 11-13."""
+    times = PipelineTimes(2, 1, 3, "gpipe", (1.0, 1.0), (2.0, 2.0), (0.5,))
+    walked, _ = gpipe_timings(times, times)
+    assert walked.last_backward_start == pytest.approx((11.0, 8.5))
+    assert walked.last_backward_end == pytest.approx((13.0, 10.5))
+    assert walked.end == pytest.approx(13.0)

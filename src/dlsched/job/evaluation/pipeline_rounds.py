@@ -1,6 +1,6 @@
 """ZB-H1's replica walked round by round with every rank at once (numpy over the ranks), in
 two lanes: the timing ``pipeline_walk.walk_pipeline`` gives each lane, without a Python step
-per action.
+per action; and GPipe's rank by rank with every microbatch at once (``gpipe_timings``).
 
 ZB-H1's orders (``pipeline.plans.schedules.zb_h1_orders``: stage ``r`` on rank ``r``) are, on
 every rank ``r``, rounds ``k = -(p - 1) .. m - 1`` of at most three actions:
@@ -251,3 +251,75 @@ def _confirmed(candidate: tuple[int, int, np.ndarray],
     if np.all(moved.max(axis=1) - moved.min(axis=1) <= scale):
         return cycle, moved[:, 0].copy()
     return None
+
+
+@lru_cache(maxsize=128)
+def gpipe_holds(pp: int, num_microbatches: int) -> bool:
+    """Whether GPipe's orders on ``pp`` ranks are every forward, then every backward, each in
+    microbatch order (stage ``r`` on rank ``r``; kept per arguments)."""
+    m = num_microbatches
+    return all(order == tuple((r, 0, j) for j in range(m)) + tuple((r, 1, j) for j in range(m))
+               for r, order in enumerate(coded_orders("gpipe", pp, 1, m)))
+
+
+def gpipe_timings(times: PipelineTimes,
+                  quiet: PipelineTimes) -> tuple[ReplicaTiming, ReplicaTiming] | None:
+    """Both lanes' timing of a GPipe replica, rank by rank with every microbatch at once; None
+    for other orders. Rank ``r`` waits only for rank ``r - 1`` in its forwards and for rank
+    ``r + 1`` (the last rank: its own forward) in its backwards, so the forwards are walked
+    down the ranks and the backwards up, each rank's whole sequence at once: a rank that runs
+    actions of ``d`` seconds from free time ``t_0``, each when its input ``a_j`` has come,
+    ends action ``j`` at ``C_j + max(t_0, max_(l <= j)(a_l - C_(l-1)))`` (``C`` the running
+    sum of ``d``), a running maximum; its send stream (one transfer at a time, after the
+    transfers before it) is the same recurrence over the ends."""
+    pp, m = times.pp, times.num_microbatches
+    if times.schedule != "gpipe" or times.chunks != 1 or pp < 2 or not gpipe_holds(pp, m):
+        return None
+    lanes = (times, quiet)
+    forward = np.array([t.forward for t in lanes])
+    backward = np.array([t.backward for t in lanes])
+    hop = np.array([t.send for t in lanes])
+    ones = np.ones(m)
+    arrival = np.full((2, m), -np.inf)  # the first stage's forwards wait for nothing
+    forward_ends, streams = [], []
+    for r in range(pp):
+        ends = _running(forward[:, r:r + 1] * ones, arrival, np.zeros((2, 1)))[1]
+        forward_ends.append(ends)
+        if r < pp - 1:
+            arrival, stream = _sent(ends, hop[:, r:r + 1] * ones, np.zeros((2, 1)))
+            streams.append(stream)
+        else:
+            arrival = ends  # the last stage's backward waits for its own forward
+    starts, last_ends = np.empty((2, pp)), np.empty((2, pp))
+    for r in range(pp - 1, -1, -1):
+        begin, ends = _running(backward[:, r:r + 1] * ones, arrival,
+                               forward_ends[r][:, -1:])
+        starts[:, r], last_ends[:, r] = begin[:, -1], ends[:, -1]
+        if r > 0:
+            arrival = _sent(ends, hop[:, r - 1:r] * ones, streams[r][:, None]
+                            if r < pp - 1 else np.zeros((2, 1)))[0]
+    return tuple(ReplicaTiming(tuple(starts[lane].tolist()), tuple(last_ends[lane].tolist()),
+                               float(last_ends[lane].max())) for lane in range(2))
+
+
+def _running(seconds: np.ndarray, arrival: np.ndarray,
+             free: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of a rank's actions of ``seconds`` (per lane and action), each when
+    the rank is free (from ``free`` on) and its input has come (``arrival``)."""
+    total = np.cumsum(seconds, axis=1)
+    before = total - seconds
+    waited = arrival - before
+    np.maximum(waited[:, :1], free, out=waited[:, :1])
+    np.maximum.accumulate(waited, axis=1, out=waited)
+    begin = before + waited
+    return begin, begin + seconds
+
+
+def _sent(ends: np.ndarray, seconds: np.ndarray,
+          stream: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Arrivals of outputs made at ``ends`` sent one at a time on a stream free from
+    ``stream`` (``seconds`` each; a lane that sends nothing, 0 seconds, has them at once), and
+    the stream after the last (per lane)."""
+    arrival = _running(seconds, ends, stream)[1]
+    sends = seconds[:, :1] > 0
+    return np.where(sends, arrival, ends), np.where(sends[:, 0], arrival[:, -1], stream[:, 0])

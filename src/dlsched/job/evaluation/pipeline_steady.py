@@ -42,7 +42,9 @@ ZB-H1, which settles only after hundreds of rounds when its last stage is slower
 interleaved schedule from ``ROUNDS_FROM_PP`` ranks (whose rounds hold ``2 c p`` actions per rank)
 are walked round by round with every rank at once (``pipeline_rounds.zb_h1_timings``,
 ``interleaved_rounds.interleaved_timings``: a round in about 20 numpy operations on vectors of
-``p`` rather than a Python step per action).
+``p`` rather than a Python step per action); GPipe (no steady state: its forwards and its
+backwards each run back to back) rank by rank with every microbatch at once
+(``pipeline_rounds.gpipe_timings``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from dlsched.job.evaluation.pipeline_orders import (
     repeated,
     shifted,
 )
-from dlsched.job.evaluation.pipeline_rounds import zb_h1_timings
+from dlsched.job.evaluation.pipeline_rounds import gpipe_timings, zb_h1_timings
 from dlsched.job.evaluation.pipeline_walk import PipelineTimes, ReplicaTiming
 from dlsched.job.evaluation.unit_walk import unit_walked, walk_unit_lanes
 
@@ -268,7 +270,9 @@ def replica_timings(times: PipelineTimes,
         walked, quiet_walked = walk_unit_lanes((times, quiet))
         return ReplicaTiming(*walked), ReplicaTiming(*quiet_walked)
     # ZB-H1 and (from ROUNDS_FROM_PP ranks) interleaving: every rank at once, round by round
+    # GPipe: every microbatch of a rank at once, down the ranks and back up
     rounds = (zb_h1_timings(times, quiet) if times.schedule == "zb-h1" else
+              gpipe_timings(times, quiet) if times.schedule == "gpipe" else
               interleaved_timings(times, quiet) if times.schedule == "interleaved"
               and times.pp >= ROUNDS_FROM_PP else None)
     if rounds is not None:
