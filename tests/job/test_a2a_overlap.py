@@ -39,6 +39,15 @@ def test_one_merged_layer_by_hand():
     assert merged_seconds([LAYER], [LAYER]) == 21
 
 
+def test_the_communication_kernels_slow_the_compute_beside_them():
+    """HybridEP's 32 of a 128-SM GPU's SMs: the compute beside the 8 hidden seconds of
+    All-to-All runs on 96 of them, 8 x 32 / 96 = 2.67 s more: 23.67 s; a lone forward hides
+    nothing and loses nothing; never more than the 29 s one after another."""
+    assert merged_seconds([LAYER], [LAYER], comm_share=32 / 128) == pytest.approx(21 + 8 / 3)
+    assert merged_seconds([LAYER], [], comm_share=32 / 128) == 11
+    assert merged_seconds([LAYER], [LAYER], comm_share=0.9) == 29
+
+
 def test_the_combine_kernels_share_the_compute():
     """The unpermutation (1 s each way) runs after its combine on the communication stream but
     takes its time from the compute too: the step is the 23 s of compute, the 8 s of

@@ -34,8 +34,12 @@ backward stage it holds, and each stage's forward or backward alone (the warm-up
 the cool-down backwards: ``job.evaluation.unit_walk.merged_layout``), as the stages' seconds
 less what the walk hides. A lone forward hides nothing (its nodes wait for each other); a lone
 backward still runs its dispatch beside the delayed weight gradients. The communication's SM
-use slowing the compute beside it is not priced: Megatron-Core's All-to-All dispatcher runs
-NCCL's all-to-all, whose SM count the sources do not state. Megatron-Core's conditions
+use slows the compute beside it (``merged_seconds``' ``comm_share``, the first-order rule of
+``job.communication.tp_overlap``: the compute that ran beside the hidden communication takes
+``S / (S - c)`` as long on ``S - c`` of the GPU's ``S`` SMs) by the SMs the dispatcher's
+kernels hold (``COMM_SMS``): HybridEP's 32 as Megatron-Bridge's performance scripts set them,
+DeepEP's 20; Megatron-Core's All-to-All dispatcher runs NCCL's all-to-all, whose SM count the
+sources do not state (not priced). Megatron-Core's conditions
 (``TransformerConfig.__post_init__``): expert parallelism, no full recomputation nor the ``moe``
 module recomputed, virtual pipeline stages when PP > 1 (``check_a2a_overlap``).
 """
@@ -47,6 +51,14 @@ from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
 from dlsched.job.compute.module_recompute import modules_of
+
+COMM_SMS: dict[str, int] = {"hybridep": 32, "deepep": 20}
+"""SMs each dispatcher's communication kernels hold while they run: HybridEP 32
+(NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/utils/overrides.py`` at df0289c and 21d102f5e,
+``src/megatron/bridge/perf_recipes/_common.py`` at 4ab94dfad: ``moe_hybridep_num_sms = 32`` for
+every HybridEP workload, the tables' runs); DeepEP 20 (Megatron-Core
+``TransformerConfig.moe_deepep_num_sms``: "historical default 20"); NCCL's all-to-all (the
+``alltoall`` dispatcher) none stated, so none priced."""
 
 
 @dataclass(frozen=True)
@@ -135,11 +147,14 @@ def _layer(streams: _Streams, f: LayerNodes | None, b: LayerNodes | None,
 
 def merged_seconds(forward: Sequence[LayerNodes], backward: Sequence[LayerNodes],
                    forward_ends: tuple[float, float] = (0.0, 0.0),
-                   backward_ends: tuple[float, float] = (0.0, 0.0)) -> float:
+                   backward_ends: tuple[float, float] = (0.0, 0.0),
+                   comm_share: float = 0.0) -> float:
     """Seconds of one merged step: the forward of a chunk of ``forward`` layers and the
     backward of a chunk of ``backward`` layers (in forward order; either may be empty),
     ``forward_ends`` its (embedding, head) forward seconds, ``backward_ends`` the backward's
-    (loss and head, embedding) seconds, on the two streams (module docstring)."""
+    (loss and head, embedding) seconds, on the two streams (module docstring); the compute
+    beside the hidden communication slowed by the ``comm_share`` of the SMs that takes (at
+    most the nodes one after another)."""
     streams = _Streams()
     streams.node("comp", "f", forward_ends[0])
     streams.node("comp", "b", backward_ends[0])
@@ -155,7 +170,10 @@ def merged_seconds(forward: Sequence[LayerNodes], backward: Sequence[LayerNodes]
         streams.weight_gradients(backward[0].pre_w)
     streams.node("comp", "f", forward_ends[1])
     streams.node("comp", "b", backward_ends[1])
-    return max(streams.free.values())
+    walked = max(streams.free.values())
+    serial = (sum(n.forward for n in forward) + sum(n.backward for n in backward)
+              + sum(forward_ends) + sum(backward_ends))
+    return min(serial, walked + (serial - walked) * comm_share / (1 - comm_share))
 
 
 def check_a2a_overlap(schedule: str, pp: int, ep: int, recompute: str) -> None:
@@ -176,28 +194,29 @@ def check_a2a_overlap(schedule: str, pp: int, ep: int, recompute: str) -> None:
 
 def pair_table(pp: int, chunks: int, forward: Sequence[float], backward: Sequence[float],
                nodes: Sequence[Sequence[LayerNodes]],
-               ends: Sequence[tuple[tuple[float, float], tuple[float, float]]]
-               ) -> tuple[tuple[float, ...], ...]:
+               ends: Sequence[tuple[tuple[float, float], tuple[float, float]]],
+               comm_share: float = 0.0) -> tuple[tuple[float, ...], ...]:
     """``PipelineTimes.pair_seconds`` of a replica of ``pp x chunks`` virtual stages (stage
     ``s`` on rank ``s % pp``): entry ``[f][b]`` the merged step of stage ``f``'s forward and
     stage ``b``'s backward on one rank, ``[f][S]`` and ``[S][b]`` (``S`` the stage count) the
     forward or the backward alone; each the stages' seconds (``forward``, ``backward``: the
     evaluator's, with everything they hold) less what ``merged_seconds`` hides of their
     ``nodes`` (per stage, its layers' nodes) and ``ends`` (per stage, the forward's and the
-    backward's embedding and head seconds)."""
+    backward's embedding and head seconds), ``comm_share`` the SMs' share the communication
+    takes (``merged_seconds``)."""
     stages = pp * chunks
     table = [[0.0] * (stages + 1) for _ in range(stages + 1)]
     serial = [(sum(n.forward for n in nodes[s]) + sum(ends[s][0]),
                sum(n.backward for n in nodes[s]) + sum(ends[s][1])) for s in range(stages)]
     for s in range(stages):
-        table[s][stages] = forward[s] - (serial[s][0] - merged_seconds(nodes[s], (),
-                                                                       ends[s][0]))
-        table[stages][s] = backward[s] - (serial[s][1] - merged_seconds((), nodes[s],
-                                                                        backward_ends=ends[s][1]))
+        table[s][stages] = forward[s] - (serial[s][0] - merged_seconds(
+            nodes[s], (), ends[s][0], comm_share=comm_share))
+        table[stages][s] = backward[s] - (serial[s][1] - merged_seconds(
+            (), nodes[s], backward_ends=ends[s][1], comm_share=comm_share))
     for f in range(stages):
         for b in range(f % pp, stages, pp):
             hidden = serial[f][0] + serial[b][1] - merged_seconds(nodes[f], nodes[b], ends[f][0],
-                                                                  ends[b][1])
+                                                                  ends[b][1], comm_share)
             table[f][b] = forward[f] + backward[b] - hidden
     return tuple(tuple(row) for row in table)
 

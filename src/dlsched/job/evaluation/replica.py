@@ -22,7 +22,12 @@ from dlsched.job.compute.grad_accumulation import accumulation_bytes, stage_para
 from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
 from dlsched.job.compute.moe_costs import MoELayerCosts, moe_layer_costs
 from dlsched.job.compute.mtp_costs import mtp_seconds
-from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap, pair_table, stage_nodes
+from dlsched.job.evaluation.a2a_overlap import (
+    COMM_SMS,
+    check_a2a_overlap,
+    pair_table,
+    stage_nodes,
+)
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
 from dlsched.job.execution import Execution
 
@@ -173,7 +178,9 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
             moe.nodes,
             (costs.layer_f + extra_f + cp.forward_s, costs.layer_b + extra_b + cp.backward_s)),
             [((costs.embed_f * (s == 0), costs.head_f * (s == last)),
-              (costs.head_b * (s == last), costs.embed_b * (s == 0))) for s in range(len(spans))])
+              (costs.head_b * (s == last), costs.embed_b * (s == 0))) for s in range(len(spans))],
+            COMM_SMS.get(job.run.moe_dispatcher, 0)
+            / gpu_compute(job.cluster.gpu, job.run.precision).gpu.spec.sms)
     times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,
                           tuple(forward), tuple(backward), send, forward_comm=comm[0],
                           backward_comm=comm[1], pair_seconds=pairs)
