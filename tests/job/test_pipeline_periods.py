@@ -16,18 +16,20 @@ from dlsched.job.evaluation.pipeline_walk import PipelineTimes, ReplicaTiming, w
 
 
 @pytest.mark.parametrize("schedule, chunks", [("1f1b", 1), ("zb-h1", 1), ("interleaved", 2),
-                                              ("interleaved", 3), ("gpipe", 1)])
+                                              ("interleaved", 3), ("gpipe", 1), ("zb-v", 2)])
 def test_the_structure_expands_to_the_schedule_orders(schedule: str, chunks: int) -> None:
-    """Every degree 1-6 (2-6 interleaved) and microbatch count up to 30 with a structure:
-    prefix + rounds + shifted suffix is ``rank_orders`` action for action; 1F1B and ZB-H1
-    have one from ``pp - 1`` microbatches on, the interleaved schedule for multiples of pp
-    from ``2 pp``, GPipe none (two places grow per rank)."""
+    """Every degree 1-6 (2-6 interleaved and ZB-V) and microbatch count up to 30 with a
+    structure: prefix + rounds + shifted suffix is ``rank_orders`` action for action; 1F1B
+    and ZB-H1 have one from ``pp - 1`` microbatches on, ZB-V from ``2 pp - 1``, the
+    interleaved schedule for multiples of pp from ``2 pp``, GPipe none (two places grow per
+    rank)."""
     found = 0
-    for pp in range(2 if schedule == "interleaved" else 1, 7):
+    for pp in range(2 if schedule in ("interleaved", "zb-v") else 1, 7):
         for m in range(1, 31):
             structure = periodic_orders(schedule, pp, chunks, m)
             if structure is None:
-                assert schedule == "gpipe" or m < 2 * pp or m % pp, (pp, m)
+                first = 2 * pp - 1 if schedule == "zb-v" else 2 * pp
+                assert schedule == "gpipe" or m < first or m % pp, (pp, m)
                 continue
             found += 1
             assert structure.expand(m) == coded_orders(schedule, pp, chunks, m), (pp, m)
@@ -54,9 +56,10 @@ def _lane(draw: st.DrawFn, n: int) -> tuple[tuple[float, ...], ...]:
 def lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
     """Two random replicas of one schedule, degree and microbatch count (many microbatches),
     each with its own stage seconds and sends (``_lane``)."""
-    schedule = draw(st.sampled_from(["1f1b", "zb-h1", "interleaved", "gpipe"]))
-    pp = draw(st.integers(2 if schedule == "interleaved" else 1, 8))
-    chunks = draw(st.integers(2, 3)) if schedule == "interleaved" else 1
+    schedule = draw(st.sampled_from(["1f1b", "zb-h1", "interleaved", "gpipe", "zb-v"]))
+    pp = draw(st.integers(2 if schedule in ("interleaved", "zb-v") else 1, 8))
+    chunks = draw(st.integers(2, 3)) if schedule == "interleaved" else \
+        2 if schedule == "zb-v" else 1
     m = pp * draw(st.integers(1, 24)) if schedule == "interleaved" else draw(st.integers(1, 160))
     fraction = draw(st.floats(0.3, 0.7))
     return tuple(PipelineTimes(pp, chunks, m, schedule, *_lane(draw, pp * chunks), fraction)
@@ -77,15 +80,17 @@ def _assert_equal(fast: ReplicaTiming, full: ReplicaTiming) -> None:
 @given(lanes())
 def test_one_walk_gives_the_full_walk_of_each_lane(pair: tuple[PipelineTimes, PipelineTimes]
                                                    ) -> None:
-    """300 random pairs per run (1F1B, ZB-H1, interleaved, GPipe): each lane of the one walk
-    is the full walk of that lane's replica alone (``walk_pipeline``), to 1e-9."""
+    """300 random pairs per run (1F1B, ZB-H1, interleaved, GPipe, ZB-V): each lane of the one
+    walk is the full walk of that lane's replica alone (``walk_pipeline``; ZB-V's the unit
+    walk's), to 1e-9."""
     times, quiet = pair
     fast, fast_quiet = replica_timings.__wrapped__(times, quiet)
     _assert_equal(fast, walk_pipeline(times))
     _assert_equal(fast_quiet, walk_pipeline(quiet))
 
 
-@pytest.mark.parametrize("schedule, chunks", [("1f1b", 1), ("zb-h1", 1), ("interleaved", 2)])
+@pytest.mark.parametrize("schedule, chunks", [("1f1b", 1), ("zb-h1", 1), ("interleaved", 2),
+                                              ("zb-v", 2)])
 def test_the_skipped_rounds_are_those_of_a_model_replica(schedule: str, chunks: int) -> None:
     """A model's replica (first and last stage heavier, transfers) beside the same without
     transfers, as an evaluation walks them, at 8-32 stages and 4-40 rounds of microbatches:

@@ -22,6 +22,7 @@ that the expanded structure is ``rank_orders`` exactly for every schedule on ran
 microbatches.
 GPipe (its forwards and backwards grow at two places per rank) and an interleaved schedule
 whose microbatches are not a multiple of ``pp`` have no such structure (None: walked in full).
+ZB-V's orders (``2 pp`` stages in a V, ``stage_ranks``) have one from ``2 pp - 1`` microbatches.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from dlsched.pipeline.plans.schedules import (
     interleaved_orders,
     one_f_one_b_orders,
     zb_h1_orders,
+    zb_v_orders,
 )
 
 KIND_CODES = {"F": 0, "B": 1, "I": 1, "W": 2}
@@ -60,8 +62,18 @@ def rank_orders(schedule: str, pp: int, chunks: int,
         return gpipe_orders(stages, pp, m)
     if schedule == "zb-h1":
         return zb_h1_orders(stages, pp, m)
+    if schedule == "zb-v":  # 2 pp stages in a V (stage_ranks), as unit_walk.unit_layout's
+        return zb_v_orders(m, tuple((k,) for k in range(pp)), pp)
     raise ConfigError(f"--schedule: {schedule!r} is not accepted; accepted: 1f1b, "
-                      "interleaved, gpipe, zb-h1")
+                      "interleaved, gpipe, zb-h1, zb-v")
+
+
+def stage_ranks(schedule: str, pp: int, stages: int) -> tuple[int, ...]:
+    """The rank of each of ``stages`` stages: ``s % pp`` (one chunk after another), or the V
+    of ZB-V (stage ``s`` on rank ``s`` going down, ``2 pp - 1 - s`` coming up)."""
+    if schedule == "zb-v":
+        return tuple(min(s, 2 * pp - 1 - s) for s in range(stages))
+    return tuple(s % pp for s in range(stages))
 
 
 @lru_cache(maxsize=512)
@@ -127,8 +139,10 @@ def _structure(schedule: str, pp: int, chunks: int, shift: int,
                residue: int) -> PeriodicOrders | None:
     """The structure of the residue class (kept): read from the first base of at least ``pp
     - 1`` microbatches (where 1F1B's and ZB-H1's steady state starts; the interleaved
-    schedule's from ``2 pp``), the next bases tried when it does not hold there."""
-    first = residue + shift * -(-(max(pp - 1, 1) - residue) // shift)
+    schedule's from ``2 pp``; ZB-V's from ``2 pp - 1``, below which its orders are those of
+    ``2 pp - 1`` cut short), the next bases tried when it does not hold there."""
+    start = 2 * pp - 1 if schedule == "zb-v" else max(pp - 1, 1)
+    first = residue + shift * -(-(start - residue) // shift)
     for base in range(first, first + shift * MAX_BASE_PERIODS, shift):
         found = _read(schedule, pp, chunks, shift, base)
         if found is not None:

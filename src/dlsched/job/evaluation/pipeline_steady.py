@@ -36,8 +36,9 @@ orders are walked. The comparison allows ``TOLERANCE`` of the largest time for f
 rounding (a walk's sums differ in their last bits from one round to the next), so the times
 read off differ from a full walk's by rounding: ``tests/job/test_pipeline_periods.py`` holds
 both lanes equal to the full
-walk of each (``walk_pipeline``) to 1e-9 on random replicas and schedules. ZB-V, DualPipe and
-DualPipeV are walked unit by unit in two lanes the same way (``unit_walk.walk_unit_lanes``);
+walk of each (``walk_pipeline``) to 1e-9 on random replicas and schedules. ZB-V (one action
+per unit, ``2 pp`` stages in a V: ``pipeline_orders.stage_ranks``) is walked here too; DualPipe
+and DualPipeV unit by unit in two lanes the same way (``unit_walk.walk_unit_lanes``);
 ZB-H1, which settles only after hundreds of rounds when its last stage is slower, and the
 interleaved schedule from ``ROUNDS_FROM_PP`` ranks (whose rounds hold ``2 c p`` actions per rank)
 are walked round by round with every rank at once (``pipeline_rounds.zb_h1_timings``,
@@ -62,6 +63,7 @@ from dlsched.job.evaluation.pipeline_orders import (
     periodic_orders,
     repeated,
     shifted,
+    stage_ranks,
 )
 from dlsched.job.evaluation.pipeline_rounds import gpipe_timings, zb_h1_timings
 from dlsched.job.evaluation.pipeline_walk import PipelineTimes, ReplicaTiming
@@ -88,8 +90,8 @@ _PROGRAMS: dict[tuple[int, int, int], tuple[object, tuple[tuple[Step, ...], ...]
 MAX_PROGRAMS = 128  # orders compiled at once (each kept with the orders it was read from)
 
 
-def _program(orders: tuple[tuple[Coded, ...], ...], pp: int,
-             stages: int) -> tuple[tuple[Step, ...], ...]:
+def _program(orders: tuple[tuple[Coded, ...], ...], pp: int, stages: int,
+             ranks: tuple[int, ...]) -> tuple[tuple[Step, ...], ...]:
     """Each rank's ``orders`` as the walk reads them, one step per action: the key of its
     input (-1: none), its seconds' index (kind x stages + stage), the key of its output (-1:
     none), the rank the output goes to, the boundary it crosses (its transfer's ``send``
@@ -110,11 +112,11 @@ def _program(orders: tuple[tuple[Coded, ...], ...], pp: int,
                 want = key + stages if kind == 0 and s else -1
             if kind == 0:
                 step = ((want, s, key, pp, -1, False) if s == last else
-                        (want, s, key + stages + 1, (s + 1) % pp, s, False))
+                        (want, s, key + stages + 1, ranks[s + 1], s, False))
             elif kind == 2 or s == 0:
                 step = (want, kind * stages + s, -1, pp, -1, True)
             else:
-                step = (want, stages + s, key + 2 * stages - 1, (s - 1) % pp, s - 1, True)
+                step = (want, stages + s, key + 2 * stages - 1, ranks[s - 1], s - 1, True)
             steps.append(step)
         program.append(tuple(steps))
     if len(_PROGRAMS) >= MAX_PROGRAMS:
@@ -132,12 +134,13 @@ class _Lanes:
         pp = times.pp
         stages = pp * times.chunks
         self.pp, self.last = pp, stages - 1
-        share = times.input_fraction if times.schedule == "zb-h1" else 1.0
+        self.placed = stage_ranks(times.schedule, pp, stages)  # each stage's rank
+        share = times.input_fraction if times.schedule in ("zb-h1", "zb-v") else 1.0
         # per lane: forwards, input gradients, weight gradients (``KIND_CODES`` x stages + s)
         self.flat = tuple([*t.forward, *(b * share for b in t.backward),
                            *(b * (1 - share) for b in t.backward)] for t in (times, quiet))
         # the transfer from stage s to s + 1 (and back): 0 between stages on one rank
-        self.hops = tuple([0.0 if (s + 1) % pp == s % pp else t.send[s]
+        self.hops = tuple([0.0 if self.placed[s + 1] == self.placed[s] else t.send[s]
                            for s in range(self.last)] for t in (times, quiet))
         self.free = ([0.0] * pp, [0.0] * pp)
         self.link = ([0.0] * pp, [0.0] * pp)
@@ -157,7 +160,7 @@ class _Lanes:
         (sec, secq), (hop, hopq) = self.flat, self.hops
         (free, freeq), (link, linkq) = self.free, self.link
         (last_start, last_startq), (last_end, last_endq) = self.last_start, self.last_end
-        program = _program(orders, pp, self.last + 1)
+        program = _program(orders, pp, self.last + 1, self.placed)
         shift = later * 3 * (self.last + 1)
         pointer, queued = list(start or (0,) * pp), [True] * pp
         woken = list(range(pp - 1, -1, -1))  # ranks with new inputs (a stack)
@@ -266,7 +269,9 @@ def replica_timings(times: PipelineTimes,
     with its transfers and without them) from one walk, the steady state's repeating rounds
     computed once (module docstring; kept per pair)."""
     _check_lanes(times, quiet)
-    if unit_walked(times):  # ZB-V, DualPipe(V), merged EP-overlap steps: units, two lanes
+    if unit_walked(times) and (times.schedule != "zb-v" or times.pair_seconds):
+        # DualPipe(V), merged EP-overlap steps: units, two lanes (ZB-V, one action per unit
+        # and a periodic structure, is walked here)
         walked, quiet_walked = walk_unit_lanes((times, quiet))
         return ReplicaTiming(*walked), ReplicaTiming(*quiet_walked)
     # ZB-H1 and (from ROUNDS_FROM_PP ranks) interleaving: every rank at once, round by round
