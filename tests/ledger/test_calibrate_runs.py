@@ -65,6 +65,17 @@ def test_the_fit_recovers_the_efficiency_that_generated_the_runs(tmp_path: Path)
                                                                        abs=1e-3)
     # row 27 is partly launch-bound, so the launch cost is fitted too: the preset's comes back
     assert fit.host_fitted and fit.host == pytest.approx(1.0, abs=2e-3)
+    assert not any("best-shape" in note for note in fit.notes)  # 0.62 < 271.2 / 312 = 0.869
+
+
+def test_a_fit_above_the_best_shape_matmul_rate_says_so(tmp_path: Path) -> None:
+    """Runs generated at 0.95 of the peak, above the A100's best-shape matmul rate (271.2 of
+    312 TFLOP/s = 0.869, Bekman's MAMF table): fitted, with a note that the runs did less work
+    than priced."""
+    fit = fit_runs(_validated(_synthetic(tmp_path, GEMM_ONLY, 0.95)), "synthetic")
+    assert fit.value == pytest.approx(0.95, abs=1e-3)
+    assert any("above the best-shape matmul rate" in note and "0.869" in note
+               for note in fit.notes)
 
 
 def test_runs_that_are_not_launch_bound_keep_the_presets_launch_cost(tmp_path: Path) -> None:

@@ -71,6 +71,13 @@ MIN_RUNS = 3  # two to fit on, one left out
 MIN_ELASTICITY = 0.1  # % of predicted time per % of a constant, on the most sensitive run
 AT_BOUND = 0.005  # of the efficiency; of the log of the launch factor for HOST_BOUNDS
 TOLERANCE = 1e-5  # of the efficiency, for the bisection and the joint fit
+BEST_SHAPE = {"a100": 271.2 / 312, "h100": 794.5 / 989, "h200": 794.5 / 989,
+              "b200": 1745.0 / 2250, "gb200": 1822.0 / 2500}
+"""The best-shape 16-bit matmul rate measured on each GPU, as a fraction of its dense peak (Stas
+Bekman, Machine Learning Engineering, compute/accelerator/README.md, 'Maximum Achievable Matmul
+FLOPS comparison table': A100 SXM and H100 SXM at 744d01e, the H200 'the same' as the H100,
+B200 and GB200 at b9e2972; the sources presets/gpus.yaml cites). A fit above it asks the GEMMs
+of whole training steps to beat the best single GEMM: the runs did less work than priced."""
 HOST_TOLERANCE = 1e-3  # of the efficiency and of the log launch factor, Nelder-Mead's
 SIMPLEX_STEPS = ((0.1, 0.35), (0.02, 0.05))
 """Nelder-Mead's first steps in (efficiency, log launch factor): from the grid's best point
@@ -277,6 +284,11 @@ def fit_runs(rows: Sequence[LedgerRow], source: str,
         notes += ((f"{HOST} not fitted: a 1% change moves no run's predicted time by more "
                    f"than {max(launch):.2f}% (the runs are not launch-bound); the preset's "
                    "kept"),)
+    if value > BEST_SHAPE.get(preset, 1.0):
+        notes += ((f"{PARAMETER} {value:.4f} is above the best-shape matmul rate measured on "
+                   f"this GPU ({BEST_SHAPE[preset]:.3f} of the peak, Bekman's MAMF table): the "
+                   "runs are faster than their GEMMs allow, so they likely do less work than "
+                   "priced (recomputation, precision, attention kernel); check their settings"),)
     if any(row.hardware.gpus > row.hardware.gpus_per_node for row in kept):
         notes += (("network efficiency not fitted: the GPU file holds compute constants "
                    "only; the node preset's NVLink and NIC figures stay"),)
