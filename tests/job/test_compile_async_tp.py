@@ -170,3 +170,30 @@ def test_tensorwise_tp_gathers_fp8_inputs() -> None:
         2 * (seconds("all-gather", message / 2) + scatter))
     assert tensorwise.tp_backward_s == pytest.approx(bf16.tp_backward_s)
     assert rowwise.tp_forward_s == pytest.approx(bf16.tp_forward_s)
+
+
+def test_rowwise_all_gathers_stay_blocking() -> None:
+    """Rowwise FP8 quantizes the gathered tensor, so no all-gather feeds a matmul directly:
+    the forward's two all-gathers (QKV, FC1) and the backward's two (the projection's and FC2's
+    gradients) are whole blocking collectives; the forward's reduce-scatters stay decomposed."""
+    from dlsched.job.communication.async_tp import async_tp_exposed
+
+    group = load_cluster("dgx-h100", 8, None).group_topology(1, 8)
+    rate = gpu_compute("h100", "bf16", 8, True).gpu.memory_rate
+    message = 2 * 8192 * 4096 * 2
+    gather = curve(group, "all-gather", "baseline").seconds(message)
+    scatter = curve(group, "reduce-scatter", "baseline").seconds(message)
+    gemms = {op.label: op for layer in decoder_model(L8, 1).layers for op in layer.ops
+             if op.kind == "gemm"}
+
+    def seconds(op: Op, back: bool) -> float:  # GEMMs far longer than any collective
+        return 1.0 * op.shape[0] / 8192
+
+    fused_f, fused_b = async_tp_exposed(gemms, seconds, 8, message, group, "baseline", rate)
+    forward, backward = async_tp_exposed(gemms, seconds, 8, message, group, "baseline", rate,
+                                         gathers_fused=False)
+    # GEMMs long enough to hide every decomposed all-gather (a piece is 1/8 of 1 s), so the
+    # fused ones add nothing and the blocking ones their whole time
+    assert forward - fused_f == pytest.approx(2 * gather)
+    assert fused_b == pytest.approx(2 * scatter)  # QKV's and FC1's summed gradients
+    assert backward == pytest.approx(2 * gather + 2 * scatter)

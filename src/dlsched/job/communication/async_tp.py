@@ -37,6 +37,18 @@ input gradients (an ``add``) before the reduce-scatter that is the sequence-para
 all-gather's backward: that reduce-scatter stays a plain collective, priced blocking
 (``SEPARATE_INPUT_LINEARS``; a non-gated FFN's single input linear is fused). Whether the FFN
 is gated is read off the shapes: its input GEMM is twice as wide as its output GEMM's input.
+
+**All-gathers feeding a rowwise FP8 cast are not decomposed.** The pass fuses an all-gather
+with the matmuls that consume the gathered tensor (``_find_consumer_matmuls``). Under torchao's
+tensorwise float8 TorchTitan casts the input to FP8 before the all-gather
+(``PrepareFloat8ModuleInput``), so the gathered FP8 tensor feeds ``aten._scaled_mm`` and the
+pair is fused; under rowwise the gather is 16-bit and each linear quantizes the gathered tensor
+itself (``job.compute.fp8``), so a cast sits between the all-gather and ``_scaled_mm`` and the
+all-gather stays a plain collective, forward (QKV's and FC1's inputs) and backward (the output
+gradients gathered for the projection's and FC2's data gradients): pytorch/pytorch#149990
+("all-gather-matmuls not fusing properly when rowwise scales are used", 2025-03-25, found on
+TorchTitan's Llama 3 70B), with the 2025-06 file's async speedups for rowwise 1.04 (70B) and
+1.06 (8B) against 1.16 / 1.10 for tensorwise (``gathers_fused`` False).
 """
 
 from __future__ import annotations
@@ -111,12 +123,15 @@ def collective_seconds(gemm: float, gemm_piece: float, collective: float, reduce
 
 def async_tp_exposed(gemms: dict[str, Op], seconds: Callable[[Op, bool], float], tp: int,
                      message: float, tp_group: Topology | None, policy: str,
-                     memory_rate: float, gathered: float | None = None) -> tuple[float, float]:
+                     memory_rate: float, gathered: float | None = None,
+                     gathers_fused: bool = True) -> tuple[float, float]:
     """Seconds a layer's decomposed TP collectives add to its forward and its backward:
     ``gemms`` the layer's linears by label, ``seconds(op, backward)`` one op's GPU seconds as the
     job runs it, ``message`` the bytes of one collective's whole buffer (``b s h`` elements),
     ``gathered`` those of the forward's all-gathers when they move fewer (FP8 inputs:
-    ``job.compute.fp8.tp_gather_fraction``; default ``message``)."""
+    ``job.compute.fp8.tp_gather_fraction``; default ``message``); ``gathers_fused`` False when
+    a cast sits between each all-gather and its matmuls (rowwise FP8: module docstring), the
+    all-gathers then blocking."""
     if tp == 1:
         return 0.0, 0.0
     reduce = (message + message / tp) / memory_rate  # read t partial chunks, write one
@@ -129,9 +144,13 @@ def async_tp_exposed(gemms: dict[str, Op], seconds: Callable[[Op, bool], float],
             size = message if gathered is None or back or collective != "all-gather" \
                 else gathered  # the forward's all-gathers of FP8 inputs
             blocking = curve(tp_group, collective, policy).seconds(size)
-            if back and suffix in SEPARATE_INPUT_LINEARS and summed_input_gradient(suffix,
-                                                                                   gemms):
-                backward += blocking  # not fused: a plain reduce-scatter of the summed gradient
+            summed = back and suffix in SEPARATE_INPUT_LINEARS and summed_input_gradient(
+                suffix, gemms)  # a plain reduce-scatter of the summed gradient
+            if summed or (collective == "all-gather" and not gathers_fused):
+                if back:
+                    backward += blocking
+                else:
+                    forward += blocking
                 continue
             whole = seconds(op, back) / (2 if back else 1)
             pieces = seconds(part, back) / (2 if back else 1)

@@ -184,7 +184,8 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         tp_forward, tp_backward = async_tp_exposed(
             gemms, lambda op, back: ops_works((op,), microbatch_size, compute, kernels,
                                               back)[0].gpu_s,
-            tp, message, tp_group, policy, compute.gpu.memory_rate, gathered)
+            tp, message, tp_group, policy, compute.gpu.memory_rate, gathered,
+            gathers_fused=kernels.fp8_recipe != "rowwise")
     amax_forward, amax_backward = amax_reductions(kernels.fp8_recipe, tp, sp)
     if amax_forward or amax_backward:  # current scaling's amax of the gathered operands
         amax = curve(tp_group, "all-reduce", policy).seconds(AMAX_BYTES)
