@@ -48,6 +48,7 @@ from dlsched.job.communication.allgather_cp import allgather_merge_seconds
 from dlsched.job.communication.async_tp import async_tp_exposed
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import core_shape, local_tokens
+from dlsched.job.communication.sp_relayout import relayout_seconds
 from dlsched.job.communication.tp_overlap import overlapped_tp
 from dlsched.job.compute.block_pricing import (
     KernelOptions,
@@ -198,6 +199,11 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(gathered) if sp
                         else curve(tp_group, "all-reduce", policy).seconds(message))
     layer_f, layer_b = float(forward[1]), float(backward[1])
+    if sp and kernels.ops == "eager" and not tp_overlap:  # functional collectives' copies
+        copy_f, copy_b = relayout_seconds(message, gathered, microbatch_size, recompute,
+                                          compute.gpu.memory_rate, async_tp,
+                                          kernels.fp8_recipe != "rowwise")
+        layer_f, layer_b = layer_f + copy_f, layer_b + copy_b
     merge_f, merge_b = allgather_merge_seconds(spec, microbatch_size, tp, cp, cp_algorithm,
                                                compute.gpu.memory_rate, kernels.compiled,
                                                reruns_core(recompute))

@@ -1,0 +1,68 @@
+"""Sequence parallelism's re-layout copies under PyTorch's functional collectives
+(``job.communication.sp_relayout``), by hand on Llama 3 8B at TP 8, local batch 12."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.job.cluster import load_cluster
+from dlsched.job.communication.sp_relayout import relayout_bytes, relayout_seconds
+from dlsched.job.compute import layer_costs
+from dlsched.job.compute.block_pricing import KernelOptions
+from dlsched.job.compute.layer_costs import block_costs, gpu_compute
+from dlsched.job.model_spec import TransformerSpec
+
+L8 = TransformerSpec("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
+                     tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+                     learned_positions=False)
+MESSAGE = 12 * 8192 * 4096 * 2  # 805,306,368 bytes: the gathered bf16 activation
+
+
+def test_vanilla_per_op_checkpointing_by_hand() -> None:
+    """Vanilla TP, bf16, per-op SAC: forward 2 gathers + 2 scatters, backward 4 + the 2 reruns
+    of the gathers: 4 and 6 copies of 805 MB, each read and written (6.44 and 9.66 GB); at
+    2.208 TB/s (torchao's 0.92 of 2.4 TB/s) 2.92 + 4.38 = 7.30 ms per layer."""
+    forward, backward = relayout_bytes(MESSAGE, MESSAGE, 12, "selective-op")
+    assert forward == 8 * MESSAGE == 6_442_450_944
+    assert backward == 12 * MESSAGE == 9_663_676_416
+    f_s, b_s = relayout_seconds(MESSAGE, MESSAGE, 12, "selective-op", 2.208e12)
+    assert f_s + b_s == pytest.approx(7.295e-3, rel=1e-3)
+
+
+def test_local_batch_one_is_a_view() -> None:
+    """``_maybe_view_chunk_cat`` returns a view when the batch dimension is 1: no copy."""
+    assert relayout_bytes(MESSAGE / 12, MESSAGE / 12, 1, "full") == (0.0, 0.0)
+
+
+def test_async_tp_keeps_only_its_plain_collectives() -> None:
+    """Async TP, bf16/tensorwise: only the backward's two summed-gradient reduce-scatters stay
+    plain (2 copies); rowwise: every all-gather too, FP8 tensorwise gathers move 1 byte;
+    full recomputation repeats the forward's copies."""
+    assert relayout_bytes(MESSAGE, MESSAGE, 12, "none", async_tp=True) == (0.0, 4 * MESSAGE)
+    assert relayout_bytes(MESSAGE, MESSAGE, 12, "full", async_tp=True,
+                          gathers_fused=False) == (4 * MESSAGE, 12 * MESSAGE)
+    half = MESSAGE / 2  # tensorwise float8: the forward gathers FP8
+    assert relayout_bytes(MESSAGE, half, 12, "full") == (6 * MESSAGE, 14 * MESSAGE)
+    with pytest.raises(ValueError, match="memory_rate"):
+        relayout_seconds(MESSAGE, MESSAGE, 12, "none", 0.0)
+
+
+def test_block_costs_add_the_copies_to_eager_ops_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TorchTitan's modules (``ops`` eager) under SP: the layer's forward and backward grow by
+    exactly ``relayout_seconds`` at the GPU's memory rate (the layer priced again with the
+    copies taken out); Megatron's fused ops (its collectives need no re-layout) unchanged."""
+    group = load_cluster("dgx-h100", 8, None).group_topology(1, 8)
+    args = (L8, 12, "h100", "bf16", 8, True, "selective-op", group, "baseline")
+    rate = gpu_compute("h100", "bf16", 8, True).gpu.memory_rate
+    copy_f, copy_b = relayout_seconds(MESSAGE, MESSAGE, 12, "selective-op", rate)
+    eager, fused = KernelOptions(compiled=True, ops="eager"), KernelOptions(compiled=True)
+    block_costs.cache_clear()
+    with_copies, fused_before = block_costs(*args, kernels=eager), block_costs(*args, kernels=fused)
+    monkeypatch.setattr(layer_costs, "relayout_seconds", lambda *a, **k: (0.0, 0.0))
+    block_costs.cache_clear()
+    without, fused_after = block_costs(*args, kernels=eager), block_costs(*args, kernels=fused)
+    block_costs.cache_clear()
+    assert with_copies.layer_f - without.layer_f == pytest.approx(copy_f, rel=1e-9)
+    assert with_copies.layer_b - without.layer_b == pytest.approx(copy_b, rel=1e-9)
+    assert copy_f == pytest.approx(8 * MESSAGE / rate)
+    assert fused_before == fused_after
