@@ -244,3 +244,23 @@ def _rotary(tokens: int, spec: TransformerSpec, n_rep: int, compiled: bool,
         out += [repeat_kv(n_rep).op("repeat_kv-k", keys, split),
                 repeat_kv(n_rep).op("repeat_kv-v", keys, split)]
     return out
+
+
+# TorchTitan's separate linears (``wq``, ``wk``, ``wv`` on the attention's input; ``w1``, ``w3``
+# on the gated FFN's): autograd sums their input gradients, one tensor of the linear's
+# (gathered) input per linear, before the sequence-parallel reduce-scatter. Eager PyTorch
+# accumulates each further gradient in place (``InputBuffer::add``: one ``add_``, read 2 + 2,
+# write 2 bytes per element); compiled, AOTAutograd's joint graph has the adds explicit and
+# Inductor fuses them into one kernel reading every gradient and writing the sum (the
+# producers are matmuls, extern kernels: nothing to fuse them into). Megatron-Core's fused
+# QKV and FC1 GEMMs produce one input gradient each: the zoo's ops have no such sum.
+SEPARATE_LINEARS = (3, 2)  # wq/wk/wv, w1/w3
+
+
+def summed_gradient_bytes(elements: float, compiled: bool) -> float:
+    """Bytes (read plus written) of summing the separate linears' input gradients of one
+    layer whose linears' input has ``elements`` 16-bit elements (tokens x hidden on the GPU:
+    the gathered input under sequence parallelism)."""
+    if compiled:
+        return sum((n + 1) * HALF * elements for n in SEPARATE_LINEARS)
+    return sum((n - 1) * 3 * HALF * elements for n in SEPARATE_LINEARS)

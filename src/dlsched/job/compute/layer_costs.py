@@ -58,7 +58,7 @@ from dlsched.job.compute.block_pricing import (
 )
 from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.cross_entropy import with_cross_entropy
-from dlsched.job.compute.eager_ops import torch_ops
+from dlsched.job.compute.eager_ops import summed_gradient_bytes, torch_ops
 from dlsched.job.compute.fp8 import (
     AMAX_BYTES,
     TORCHAO_RECIPES,
@@ -204,6 +204,9 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
                                           compute.gpu.memory_rate, async_tp,
                                           kernels.fp8_recipe != "rowwise")
         layer_f, layer_b = layer_f + copy_f, layer_b + copy_b
+    if kernels.ops == "eager":  # the separate linears' input gradients summed (full width)
+        layer_b += summed_gradient_bytes(message / ACTIVATION_BYTES,
+                                         kernels.compiled) / compute.gpu.memory_rate
     merge_f, merge_b = allgather_merge_seconds(spec, microbatch_size, tp, cp, cp_algorithm,
                                                compute.gpu.memory_rate, kernels.compiled,
                                                reruns_core(recompute))
