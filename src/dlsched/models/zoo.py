@@ -217,7 +217,10 @@ class DecoderShape(BaseModel):
     weight, no bias), ``learned_positions`` (False: rotary embeddings, no position table) and
     ``tied_embeddings`` (False: the output projection has its own matrix) and ``head_dim`` (0:
     hidden / heads; Qwen3's 128 at any hidden: queries and the output projection's input are
-    ``heads x head_dim`` wide, keys and values ``kv_heads x head_dim``); sizes in elements.
+    ``heads x head_dim`` wide, keys and values ``kv_heads x head_dim``) and ``glu_clamp`` (0:
+    none; a gated FFN's inputs clamped to it before the activation, GPT-OSS's ``swiglu_limit``
+    7.0, priced for the routed experts as Megatron-Core runs it:
+    ``job.compute.moe_costs.expert_eager_ops``); sizes in elements.
 
     This is the base shape the job planner's one model type extends: ``job.model_spec.Model``
     (what is trained, the bundled LLMs and every model file) is a ``DecoderShape`` with its
@@ -234,6 +237,7 @@ class DecoderShape(BaseModel):
     learned_positions: bool = True
     tied_embeddings: bool = True
     head_dim: int = Field(default=0, ge=0, le=100_000)
+    glu_clamp: float = Field(default=0.0, ge=0.0, le=1e6)
 
 
 GPT2_LAYER = DecoderShape()  # the defaults: GPT-2's layer (gpt_model's shape when none is given)

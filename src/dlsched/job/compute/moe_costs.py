@@ -62,7 +62,7 @@ a balanced router).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from dlsched.collectives.nccl_alltoall import nvlink_rate
@@ -101,7 +101,7 @@ from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.layer import Layer
-from dlsched.models.ops import Op, elementwise, matmul
+from dlsched.models.ops import BACKWARD_FACTOR, Op, elementwise, matmul
 from dlsched.models.zoo import ffn_activation
 
 ROUTER_PASSES = 3.0  # softmax reads and writes the scores, top-k reads them
@@ -213,6 +213,87 @@ def chunk_sorts(spec: TransformerSpec, experts_ops: tuple[Op, ...], ep: int
             elementwise("restore-chunks", rows * spec.hidden))
 
 
+BIAS_PASSES = (6, 8)
+"""16-bit passes over fc2's ``rows x hidden`` output of ``_apply_bias`` (forward, backward)."""
+CLAMP_PASSES = (8, 10)
+"""16-bit passes over the activation's output elements of the clamp (forward, backward)."""
+CLAMP_KERNELS = 3  # two clamps and the concatenation; backward two clamp gradients, the join
+
+
+def expert_eager_ops(experts_ops: tuple[Op, ...], hidden: int, local_experts: int,
+                     bias: bool, glu_clamp: float) -> tuple[Op, ...]:
+    """``experts_ops`` (``routed_ops``' middle group: fc1, activation, fc2, per GPU and
+    microbatch) with the experts' eager PyTorch work around Transformer Engine's grouped GEMMs:
+    the activation op grown by a clamped GLU's clamp when ``glu_clamp`` > 0, and fc2's
+    per-expert bias loop appended after fc2 when the experts have a ``bias``; ``hidden`` fc2's
+    output width (elements), ``local_experts`` the experts on this GPU.
+
+    Megatron-Core's ``TEGroupedMLP`` (megatron/core/transformer/moe/experts.py, identical at the
+    Megatron-LM commits Megatron-Bridge pins for the 25.11, 26.02 and 26.04.01 tables: 92c8482,
+    8f1c2f8 and 4415119) builds its two ``GroupedLinear``\\ s with ``bias=add_bias_linear``, fc1
+    with ``skip_bias_add=False`` (the bias goes into the GEMM's epilogue, priced with the GEMM) and
+    fc2 with ``skip_bias_add=True``: fc2 returns its ``G`` local experts' biases, and
+    ``_apply_bias`` adds each to its expert's rows scaled by the rows' routing probabilities, in a
+    Python loop::
+
+        torch.cat([t + b * p for t, b, p in zip(torch.split(out, tokens_per_expert), biases,
+                                                 torch.split(probs, tokens_per_expert))])
+
+    Every op there is an eager kernel over the expert's ``rows x hidden`` output (the probabilities
+    are one element a row; ``p`` in the activations' 16 bits when the model sets no
+    ``moe_router_dtype``, as Megatron-Bridge's GPT-OSS provider does not): per expert ``b * p``
+    writes a full tensor, ``t + b * p`` reads two and writes one, then ``torch.cat`` reads and
+    writes all rows once more (``.to`` of the same dtype copies nothing). 16-bit passes over the
+    ``rows x hidden`` output (``BIAS_PASSES``): forward 1 + 3 + 2 = 6; backward (autograd) the
+    multiplication's two gradients, each a broadcast product written out and reduced
+    (``g * p`` then its sum over the rows for the bias, ``g * b`` then its sum over the hidden
+    width for the probabilities: 3 passes each) and ``torch.split``'s backward concatenating the
+    experts' output gradients into one tensor (2): 8. Kernels: ``2 G + 1`` forward (a product and
+    a sum per expert, the concatenation), ``4 G + 2`` backward (two products and two reductions per
+    expert, the two splits' concatenations).
+
+    **Clamped GLU** (the model's ``glu_clamp``: GPT-OSS's ``swiglu_limit`` 7.0, OpenAI's
+    config.json; Megatron-Bridge's ``GPTOSSProvider``: ``activation_func quick_gelu``,
+    ``glu_linear_offset 1.0``, ``activation_func_clamp_value 7.0``, ``bias_activation_fusion
+    True``): the fused activation ``weighted_bias_quick_geglu_impl``
+    (megatron/core/fusions/fused_bias_geglu.py, same commits) is one ``torch.compile``\\ d kernel
+    (``jit_fuser``) priced as the gated activation already is, but with a clamp value it first
+    runs, eagerly, ``input.chunk(2, -1)``, ``x_glu.clamp(max=c)``, ``x_linear.clamp(-c, c)`` and
+    ``torch.cat`` of the two: 16-bit passes over the activation's output elements (``f`` wide per
+    routed row, the fc1 output being ``2 f``; ``CLAMP_PASSES``): forward 2 + 2 (the clamps, each
+    half read and written) + 4 (the concatenation, the whole fc1 output read and written) = 8;
+    backward the two clamps' gradients (each reads its gradient half and its input half for the
+    mask and writes: 3) and ``chunk``'s backward joining the two halves' gradients (4): 10. The
+    clamp runs inside the ``moe_act`` checkpoint (``bias_act_func``), so it is folded into the
+    activation op, which ``--recompute-modules moe_act`` reruns; 3 more kernels each way.
+
+    The bias loop's passes are given in 4-byte units of the pricing's ``upcast`` elements (half
+    the 16-bit count), so its bytes are the 16-bit tensors' whatever the run's GEMM precision (FP8
+    runs keep fc2's output in BF16); the clamp's are added to the activation op in that op's own
+    elements."""
+    if local_experts < 1:
+        raise ValueError(f"local_experts: must be >= 1 (got {local_experts})")
+    fc1, activation, fc2, *rest = experts_ops
+    rows = fc1.shape[0] * fc1.shape[3] if fc1.shape else 0  # (m, up, h, groups)
+    if glu_clamp > 0 and fc1.shape:
+        out = rows * fc1.shape[1] / 2  # the GLU's output: half of fc1's up width
+        forward, backward = (passes * out for passes in CLAMP_PASSES)
+        activation = replace(
+            activation, elements=activation.elements + forward,
+            backward_elements=(BACKWARD_FACTOR * activation.elements
+                               if activation.backward_elements is None
+                               else activation.backward_elements) + backward,
+            kernels=activation.kernels + CLAMP_KERNELS,
+            backward_kernels=activation.launches_backward + CLAMP_KERNELS)
+    ops = (fc1, activation, fc2, *rest)
+    if not bias:
+        return ops
+    forward, backward = (passes * rows * hidden / 2 for passes in BIAS_PASSES)
+    loop = elementwise("expert-fc2-bias", forward, 1.0, kernels=2.0 * local_experts + 1,
+                       backward_kernels=4.0 * local_experts + 2, upcast=True)
+    return (*ops, replace(loop, backward_elements=backward))
+
+
 def a2a_bytes(spec: TransformerSpec, microbatch_size: int, tp: int, cp: int = 1) -> float:
     """Bytes one GPU exchanges in one dispatch (= one combine) All-to-All: its ``T k`` routed
     token copies of ``h`` 16-bit elements, times the load factor (module docstring)."""
@@ -265,6 +346,8 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
     residual = Layer("h.0.mlp.residual", 0, ops=tuple(
         op for layer in layers if ".mlp." in layer.name for op in layer.ops if not op.split))
     before, experts, after = routed_ops(spec, b, tp, ep, cp, etp)
+    experts = expert_eager_ops(experts, spec.hidden, spec.experts // ep, spec.bias,
+                               spec.glu_clamp)
     if dispatcher == "alltoall":  # Megatron-Core's All-to-All dispatcher's chunk sorts
         experts = chunk_sorts(spec, experts, ep)
     experts = expert_launch_ops(experts, spec.experts // ep)
