@@ -51,9 +51,10 @@ def evaluation_times() -> list[tuple[int, float, float]]:
     """(GPUs, first evaluation s, median of five more s) of TP8 x PP16 x DP, 1F1B, mb 1."""
     spec, out = bundled_specs()["gpt3-175b"], []
     for gpus in (128, 512, 1024, 2048, 3072):
-        job = Job(spec, load_cluster("dgx-a100", gpus, None), RunSettings("fp16"))
+        job = Job(spec, load_cluster("dgx-a100", gpus, None))
         dp = gpus // 128
-        layout = Execution(8, 16, dp, 1, 96 * dp, recompute="selective", sequence_parallel=True)
+        layout = Execution(8, 16, dp, 1, 96 * dp, recompute="selective", sequence_parallel=True,
+                           run=RunSettings("fp16"))
         start = time.process_time()
         evaluate(job, layout)
         first = time.process_time() - start
@@ -82,12 +83,13 @@ def plan_sc21() -> tuple[float, list[str]]:
     """CPU seconds to plan every SC21 row with dlsched, and one line per row."""
     specs, lines, total = bundled_specs(), [], 0.0
     for row in ROWS:
-        job = Job(specs[row.name], load_cluster("dgx-a100", row.gpus, None),
-                  RunSettings("fp16", dp_policy="usbyte", attention="unfused"))
+        job = Job(specs[row.name], load_cluster("dgx-a100", row.gpus, None))
+        run = RunSettings("fp16", dp_policy="usbyte", attention="unfused")
         given = Execution(row.tp, row.pp, row.dp, row.microbatch, row.batch, row.chunks,
-                       "interleaved" if row.chunks > 1 else "1f1b", "full")
+                          "interleaved" if row.chunks > 1 else "1f1b", "full", run=run)
         start = time.process_time()
-        found = search(job, Execution.searching(global_batch=row.batch), SPACES["dlsched"])
+        found = search(job, Execution.searching(global_batch=row.batch, run=run),
+                       SPACES["dlsched"])
         elapsed = time.process_time() - start
         total += elapsed
         theirs = evaluate(job, given).iteration_s
@@ -202,11 +204,15 @@ try:  # the run settings one type since issue 47; a --before checkout may predat
     run = RunSettings("bf16")
 except ImportError:
     run = "bf16"
-job = module.Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), run)
+from dataclasses import fields
+# the execution carries the run settings since issue 47; a Job held them before
+in_layout = {"run": run} if "run" in {f.name for f in fields(Execution)} else {}
+cluster = load_cluster("dgx-a100", 4096, None)
+job = module.Job(bundled_specs()["gpt-1t"], cluster, *(() if in_layout else (run,)))
 out = []
 for schedule, pp, batch in json.loads(sys.argv[1]):
     chunks = 2 if schedule == "interleaved" else 1
-    layout = Execution(8, pp, 4096 // (8 * pp), 1, batch, chunks, schedule, "full")
+    layout = Execution(8, pp, 4096 // (8 * pp), 1, batch, chunks, schedule, "full", **in_layout)
     result = module.evaluate(job, layout)
     times = []
     for _ in range(5):
@@ -277,11 +283,11 @@ def _full_walks(times: object, quiet: object) -> tuple[object, object]:
 def full_walk_ms(cases: list[list[object]]) -> list[float]:
     """ms per evaluation with the full walk of every action, one per lane (what the
     steady-state walk replaces), for ``WALK_CASES``' rows."""
-    job = Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None), RunSettings("bf16"))
+    job = Job(bundled_specs()["gpt-1t"], load_cluster("dgx-a100", 4096, None))
     out = []
     for schedule, pp, batch in cases:
         layout = Execution(8, pp, 4096 // (8 * pp), 1, batch, 2 if schedule == "interleaved"
-                           else 1, schedule, "full")
+                           else 1, schedule, "full", run=RunSettings("bf16"))
         evaluate(job, layout)
         with patch.object(evaluate_module, "replica_timings", _full_walks):
             out.append(_median_cpu(lambda layout=layout: evaluate(job, layout)) * 1e3)

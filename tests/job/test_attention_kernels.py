@@ -11,7 +11,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.gpu import get_gpu, gpu_from_data
 from dlsched.job.cluster import load_cluster
 from dlsched.job.compute.layer_costs import ATTENTION_CORE, block_costs, decoder_model, gpu_compute
-from dlsched.job.evaluation.evaluate import Job, evaluate
+from dlsched.job.evaluation.evaluate import Job, check_run, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.exports import megatron_args
 from dlsched.job.model_spec import bundled_specs
@@ -56,21 +56,22 @@ def test_fused_attention_shortens_only_the_attention() -> None:
     (core_flash,), (core_fused,) = _core("flash"), _core("fused")
     saved = compute.work(core_flash, 1).gpu_s - compute.work(core_fused, 1).gpu_s
     assert flash.layer_f - fused.layer_f == pytest.approx(saved, rel=1e-3)
-    job = Job(LLAMA_8B, cluster, RunSettings("bf16", attention="fused"))
-    layout = Execution(1, 1, 8, 1, 64)
-    assert evaluate(job, layout).iteration_s < evaluate(job.with_run(attention="flash"),
-                                                        layout).iteration_s
+    job = Job(LLAMA_8B, cluster)
+    layout = Execution(1, 1, 8, 1, 64, run=RunSettings("bf16", attention="fused"))
+    assert evaluate(job, layout).iteration_s < evaluate(job, layout.with_run(attention="flash")
+                                                        ).iteration_s
 
 
 def test_fused_attention_is_refused_where_no_rate_is_given() -> None:
     """The a100 preset measures no cuDNN attention rate, and cuDNN's kernel is 16-bit only:
     both refusals name the field."""
     with pytest.raises(ConfigError, match=r"efficiency\.fused_attention\.bf16"):
-        Job(LLAMA_8B, load_cluster("dgx-a100", 8, "a100"), RunSettings("bf16", attention="fused"))
+        check_run(Job(LLAMA_8B, load_cluster("dgx-a100", 8, "a100")),
+                  RunSettings("bf16", attention="fused"))
     with pytest.raises(ConfigError, match=r"efficiency\.fused_attention\.fp32"):
         get_gpu("h100").efficiency("fused_attention", "fp32")
     with pytest.raises(ConfigError, match="--attention"):
-        Job(LLAMA_8B, load_cluster("dgx-h100", 8, "h100"), RunSettings("bf16", attention="cudnn"))
+        RunSettings("bf16", attention="cudnn")
 
 
 def test_a_gpu_files_fused_attention_takes_bf16_alone() -> None:

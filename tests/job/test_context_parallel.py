@@ -183,8 +183,9 @@ def test_search_chooses_cp_for_a_long_sequence() -> None:
     """Llama 3 8B at 65,536 tokens on 32 H100s: without CP no layout keeps the activations
     in memory that CP's does, and the search picks CP > 1."""
     spec = bundled_specs()["llama3-8b"].replace(seq=65536)
-    job = Job(spec, load_cluster("dgx-h100", 32, None), RunSettings(dp_policy="none"))
-    best = search(job, Execution.searching(global_batch=32), SPACES["dlsched"]).best
+    job = Job(spec, load_cluster("dgx-h100", 32, None))
+    best = search(job, Execution.searching(global_batch=32, run=RunSettings(dp_policy="none")),
+                  SPACES["dlsched"]).best
     assert best.layout.cp > 1
 
 

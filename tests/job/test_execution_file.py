@@ -90,3 +90,23 @@ def test_the_example_files_plan_and_sweep_alike(monkeypatch: pytest.MonkeyPatch)
     assert (params["tp"], params["pp"], params["dp"], params["zero"]) == (2, 2, 4, 1)
     metrics = get_domain("plan").evaluate(params)
     assert metrics["iteration_s"] == row["iteration_s"]
+
+
+def test_the_file_is_flat_and_holds_run_settings_too(tmp_path: Path) -> None:
+    """Run settings sit beside the layout fields (``precision: fp16`` next to ``tp: 2``): the
+    file's execution carries them as ``run``, the scenario takes them unless an option gives
+    another value, and those the file leaves out stay at the scenario's defaults."""
+    path = _write(tmp_path, {**RUN, "precision": "fp16", "grad_reduce": "fp16",
+                             "pipeline_p2p": "blocking"})
+    loaded = load_execution(path)
+    assert (loaded.run.precision, loaded.run.grad_reduce, loaded.run.pipeline_p2p) == (
+        "fp16", "fp16", "blocking")
+    assert loaded.fixed() == RUN and loaded.flat()["precision"] == "fp16"
+    scenario = PlanScenario(model="gpt-1.7b", gpus=16, execution=path)
+    assert (scenario.precision, scenario.pipeline_p2p, scenario.dp_policy) == (
+        "fp16", "blocking", "usbyte")
+    assert scenario.searched_execution().run.grad_reduce == "fp16"
+    given = PlanScenario(model="gpt-1.7b", gpus=16, execution=path, pipeline_p2p="overlapped")
+    assert given.pipeline_p2p == "overlapped" and given.precision == "fp16"
+    with pytest.raises(ConfigError, match="--grad-reduce"):  # the file's settings are checked
+        load_execution(_write(tmp_path, {"precision": "bf16", "grad_reduce": "fp16"}, "b.yaml"))

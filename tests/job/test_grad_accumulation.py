@@ -5,6 +5,8 @@ against what fused accumulation costs (nothing)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from dlsched.errors import ConfigError
@@ -17,8 +19,9 @@ from dlsched.job.model_spec import bundled_specs
 from dlsched.job.run_settings import RunSettings
 
 SPEC = bundled_specs()["gpt-1.7b"]
-FUSED = Job(SPEC, node_cluster("dgx-a100", 8), RunSettings("fp16", grad_reduce="fp16"))
-SEPARATE = FUSED.with_run(grad_accumulation="separate")
+JOB = Job(SPEC, node_cluster("dgx-a100", 8))
+FUSED = RunSettings("fp16", grad_reduce="fp16")
+SEPARATE = replace(FUSED, grad_accumulation="separate")
 RATE = gpu_compute("a100", "fp16").gpu.memory_rate  # bytes/s
 
 
@@ -27,7 +30,7 @@ def test_one_gpu_adds_six_bytes_per_parameter_per_microbatch_by_hand() -> None:
     the GPU's parameters, each reading the 16-bit gradient (2 B) and reading and writing the
     16-bit accumulator (2 + 2 B)."""
     layout = Execution(1, 1, 8, 1, 64, recompute="full")
-    fused, separate = evaluate(FUSED, layout), evaluate(SEPARATE, layout)
+    fused, separate = (evaluate(JOB, replace(layout, run=run)) for run in (FUSED, SEPARATE))
     expected = 8 * SPEC.parameters() * 6 / RATE
     assert separate.exposed["grad_accumulation_s"] == pytest.approx(expected)
     assert fused.exposed["grad_accumulation_s"] == 0.0
@@ -47,8 +50,8 @@ def test_each_stage_pays_for_its_own_parameters() -> None:
     learned positions whole, and half the padded vocabulary twice (the tied output
     embedding's copy on the last), as the memory model counts them."""
     layout = Execution(2, 4, 1, 1, 16, recompute="full")
-    plain, _, _ = pipeline_times(FUSED, layout)
-    added, _, _ = pipeline_times(SEPARATE, layout)
+    plain, _, _ = pipeline_times(JOB, replace(layout, run=FUSED))
+    added, _, _ = pipeline_times(JOB, replace(layout, run=SEPARATE))
     params = stage_parameters(SPEC, layout)
     for stage, count in enumerate(params):
         assert added.backward[stage] - plain.backward[stage] == pytest.approx(
@@ -63,7 +66,7 @@ def test_each_stage_pays_for_its_own_parameters() -> None:
 
 def test_a_mode_that_does_not_exist_names_the_option() -> None:
     with pytest.raises(ConfigError, match="--grad-accumulation"):
-        FUSED.with_run(grad_accumulation="sometimes")
+        replace(FUSED, grad_accumulation="sometimes")
 
 
 def test_the_export_turns_the_fusion_off() -> None:

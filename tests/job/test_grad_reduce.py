@@ -17,23 +17,24 @@ from dlsched.job.run_settings import RunSettings
 from dlsched.job.scenario import PlanScenario
 
 SPEC = bundled_specs()["llama3-8b"]
-LAYOUT = Execution(1, 1, 8, 1, 8)  # DP 8 on one node, ZeRO 0: the gradients all-reduced at the end
-FP32 = Job(SPEC, node_cluster("dgx-h100", 8), RunSettings("bf16", dp_policy="none"))
-BF16 = FP32.with_run(grad_reduce="bf16")
+# DP 8 on one node, ZeRO 0: the gradients all-reduced at the end
+LAYOUT = Execution(1, 1, 8, 1, 8, run=RunSettings("bf16", dp_policy="none"))
+JOB = Job(SPEC, node_cluster("dgx-h100", 8))
+BF16 = LAYOUT.with_run(grad_reduce="bf16")
 
 
 def test_the_reduction_moves_two_bytes_per_gradient_by_hand() -> None:
     """With gradients reduced after the backward, the exposed DP time is the all-reduce of
     every parameter: 4 bytes each by default, 2 in BF16."""
-    reduce = curve(dp_group(FP32, LAYOUT), "all-reduce", "baseline")
+    reduce = curve(dp_group(JOB, LAYOUT), "all-reduce", "baseline")
     params = SPEC.parameters()
-    assert evaluate(FP32, LAYOUT).exposed["dp_s"] == pytest.approx(reduce.seconds(4 * params))
-    assert evaluate(BF16, LAYOUT).exposed["dp_s"] == pytest.approx(reduce.seconds(2 * params))
-    assert evaluate(BF16, LAYOUT).iteration_s < evaluate(FP32, LAYOUT).iteration_s
+    assert evaluate(JOB, LAYOUT).exposed["dp_s"] == pytest.approx(reduce.seconds(4 * params))
+    assert evaluate(JOB, BF16).exposed["dp_s"] == pytest.approx(reduce.seconds(2 * params))
+    assert evaluate(JOB, BF16).iteration_s < evaluate(JOB, LAYOUT).iteration_s
 
 
 def test_the_gradient_buffer_halves() -> None:
-    fp32, bf16 = (evaluate(job, LAYOUT).memory for job in (FP32, BF16))
+    fp32, bf16 = (evaluate(JOB, layout).memory for layout in (LAYOUT, BF16))
     held = memory_per_gpu(SPEC, LAYOUT, "bf16").parameters  # the padded vocabulary's too
     assert fp32["gradients"] == pytest.approx(4 * held)
     assert bf16["gradients"] == pytest.approx(fp32["gradients"] / 2)
@@ -46,7 +47,7 @@ def test_the_gradient_buffer_halves() -> None:
 def test_a_format_the_training_cannot_reduce_in_names_the_option(precision: str,
                                                                  grad_reduce: str) -> None:
     with pytest.raises(ConfigError, match="--grad-reduce"):
-        Job(SPEC, node_cluster("dgx-h100", 8), RunSettings(precision, grad_reduce=grad_reduce))
+        RunSettings(precision, grad_reduce=grad_reduce)
 
 
 def test_the_plan_exports_the_bf16_reduction() -> None:

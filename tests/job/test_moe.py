@@ -62,8 +62,10 @@ def test_every_kth_layer_and_shared_experts():
     assert spec.parameters() == 2 * dense + 2 * moe + 2 * 32000 * h + h
 
 
-def _small_job(policy: str = "baseline", gpus: int = 8) -> Job:
-    return Job(SMALL, node_cluster("dgx-h100", gpus), RunSettings("bf16", policy, "none"))
+def _small_job(gpus: int = 8) -> Job:
+    """The small MoE model on ``gpus`` GPUs (its layouts run with the default settings:
+    bf16, baseline collectives, the DP reduction after the backward)."""
+    return Job(SMALL, node_cluster("dgx-h100", gpus))
 
 
 def test_all_to_all_seconds_by_hand():
@@ -131,8 +133,8 @@ def test_policies_order_on_a_multi_dimensional_ep_group():
     spec = load_spec("mixtral-8x7b")
     cluster = load_cluster("dgx-h100", 64, None)
     layout = Execution(2, 4, 8, 1, 64, sequence_parallel=True, ep=8)
-    exposed = {policy: evaluate(Job(spec, cluster, RunSettings("bf16", policy, "none")),
-                                layout).exposed["ep_a2a_s"]
+    exposed = {policy: evaluate(Job(spec, cluster), replace(
+                   layout, run=RunSettings("bf16", policy, "none"))).exposed["ep_a2a_s"]
                for policy in ("baseline", "themis", "dlsched")}
     assert exposed["dlsched"] <= exposed["themis"]
     assert exposed["baseline"] > 0
@@ -142,8 +144,8 @@ def test_policies_order_on_a_3d_topology():
     cluster = load_cluster("3D-FC_Ring_SW", None, None)
     spec = SMALL.replace(experts=64, layers=8)
     layout = Execution(1, 1, cluster.num_gpus, 1, cluster.num_gpus, ep=64)
-    exposed = {policy: evaluate(Job(spec, cluster, RunSettings("bf16", policy, "none")),
-                                layout).exposed["ep_a2a_s"]
+    exposed = {policy: evaluate(Job(spec, cluster), replace(
+                   layout, run=RunSettings("bf16", policy, "none"))).exposed["ep_a2a_s"]
                for policy in ("baseline", "themis", "dlsched")}
     assert exposed["dlsched"] <= exposed["themis"] <= exposed["baseline"]
 

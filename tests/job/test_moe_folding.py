@@ -28,9 +28,8 @@ SPEC = TransformerSpec("moe-fold", 4, 1024, 8, 2048, 32000, ffn_hidden=2048, kv_
                        experts=8, top_k=2)
 
 
-def _job(gpus: int = 16, **kwargs: object) -> Job:
-    return Job(SPEC, node_cluster("dgx-h100", gpus),
-               RunSettings("bf16", "baseline", "none", **kwargs))
+def _job(gpus: int = 16) -> Job:
+    return Job(SPEC, node_cluster("dgx-h100", gpus))
 
 
 def test_expert_shapes_by_hand_under_folding_and_cp():
@@ -57,9 +56,9 @@ def test_the_ffn_under_cp_is_the_ffn_of_the_cp_ranks_tokens():
 
 
 def test_expert_tp_equal_to_tp_is_megatron_cores_default():
-    job = _job(tp_comm_overlap=True)
-    layout = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, cp=1)
-    same = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, expert_tp=4)
+    job, run = _job(), RunSettings("bf16", "baseline", "none", tp_comm_overlap=True)
+    layout = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, cp=1, run=run)
+    same = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=4, expert_tp=4, run=run)
     assert same == layout and same.expert_tp is None and same.etp == 4
     assert evaluate(job, same).iteration_s == evaluate(job, layout).iteration_s
     assert "ETP" not in layout.label()

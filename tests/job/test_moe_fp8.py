@@ -13,7 +13,7 @@ from dlsched.job.compute.block_pricing import KernelOptions
 from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.compute.moe_costs import routed_ops
 from dlsched.job.compute.moe_fp8 import expert_fp8_work, expert_operands, layer_seconds
-from dlsched.job.evaluation.evaluate import Job, evaluate
+from dlsched.job.evaluation.evaluate import Job, check_run, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.job.run_settings import RunSettings
@@ -73,10 +73,12 @@ def test_sixteen_bit_layers_price_as_before() -> None:
 
 
 def _job(precision: str, recipe: str | None, microbatch: int = 4) -> tuple[Job, Execution]:
-    job = Job(Q30, load_cluster("dgx-b200", 8, "b200"),
-              RunSettings(precision, "baseline", "ddp", "fused", overlap_param_gather=True,
-                          grad_reduce="bf16", fp8_recipe=recipe))
-    return job, Execution(1, 1, 8, microbatch, 256, 1, "1f1b", "none", False, 1, 1, 8)
+    """The B200 MoE job and its EP 8 layout, checked as ``evaluate`` checks them first."""
+    job = Job(Q30, load_cluster("dgx-b200", 8, "b200"))
+    run = RunSettings(precision, "baseline", "ddp", "fused", overlap_param_gather=True,
+                      grad_reduce="bf16", fp8_recipe=recipe)
+    check_run(job, run)
+    return job, Execution(1, 1, 8, microbatch, 256, 1, "1f1b", "none", False, 1, 1, 8, run=run)
 
 
 def test_fp8_moe_run_is_faster_than_bf16_and_slower_than_its_compute_halved() -> None:

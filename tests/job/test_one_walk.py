@@ -26,10 +26,9 @@ def test_one_walk_gives_the_iteration_and_the_exposed_pipeline_time(
         schedule: str, chunks: int, pp: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """GPT-3 175B on 1,024 A100s: one walk per evaluation, and ``pp_s`` / ``quiet_s`` are
     what the full walks of the executed replica and of the one without transfers give."""
-    job = Job(bundled_specs()["gpt3-175b"], load_cluster("dgx-a100", 1024, None),
-              RunSettings("fp16"))
+    job = Job(bundled_specs()["gpt3-175b"], load_cluster("dgx-a100", 1024, None))
     layout = Execution(8, pp, 1024 // (8 * pp), 1, 1536 if schedule != "dualpipev" else 1024,
-                       chunks, schedule, "full")
+                       chunks, schedule, "full", run=RunSettings("fp16"))
     walks = []
 
     def counted(times: object, quiet: object) -> object:

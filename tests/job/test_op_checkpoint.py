@@ -116,7 +116,6 @@ def fsdp8() -> dict[str, object]:
 def test_time_between_selective_and_full_and_memory_between_none_and_full(fsdp8):
     seconds = [fsdp8[mode][1].iteration_s for mode in ("selective", "selective-op", "full")]
     assert seconds == sorted(seconds) and len(set(seconds)) == 3
-    job = fsdp8["job"]
     memory = [peak_memory(LLAMA8B, fsdp8[mode][0], "bf16").activations
               for mode in ("none", "selective-op", "full")]
     assert memory[0] > memory[1] > memory[2]
@@ -124,7 +123,7 @@ def test_time_between_selective_and_full_and_memory_between_none_and_full(fsdp8)
     kept, _ = layer_activations(LLAMA8B, fsdp8["selective-op"][0], "bf16")
     assert kept == 16_384 * 31_744 * 2 + 16_384 * 32 * 4
     assert fsdp8["selective-op"][1].memory == peak_memory(
-        LLAMA8B, fsdp8["selective-op"][0], job.run.precision).parts()
+        LLAMA8B, fsdp8["selective-op"][0], fsdp8["selective-op"][0].run.precision).parts()
 
 
 def test_backward_adds_the_recomputed_ops_gpu_seconds(fsdp8):
@@ -209,5 +208,5 @@ def test_torchtitan_rows_map_onto_the_mode():
     sxm = row.model_copy(update={"hardware": row.hardware.model_copy(update={"gpu": "h100-sxm"})})
     for variant, gpu in ((row, "h100-hbm2e-96gb"), (sxm, "h100")):
         job, layout = job_and_layout(variant)
-        assert layout.recompute == "selective-op" and job.run.attention == "flash"
+        assert layout.recompute == "selective-op" and layout.run.attention == "flash"
         assert job.cluster.gpu == gpu

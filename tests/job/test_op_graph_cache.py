@@ -28,8 +28,9 @@ def test_layouts_of_one_model_share_one_op_graph(monkeypatch: pytest.MonkeyPatch
     layer_costs.decoder_model.cache_clear()
     layer_costs.block_costs.cache_clear()
     spec = bundled_specs()["gpt3-175b"]
-    job = Job(spec, load_cluster("dgx-a100", 1024, None), RunSettings("fp16"))
-    layouts = [Execution(tp, 8, 1024 // (tp * 8), mb, 1536, recompute=recompute)
+    job = Job(spec, load_cluster("dgx-a100", 1024, None))
+    layouts = [Execution(tp, 8, 1024 // (tp * 8), mb, 1536, recompute=recompute,
+                         run=RunSettings("fp16"))
                for tp in (4, 8) for mb in (1, 2) for recompute in ("full", "selective")]
     seconds = {evaluate(job, layout).iteration_s for layout in layouts}
     assert len(seconds) == len(layouts)  # each layout priced on its own

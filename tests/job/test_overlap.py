@@ -33,19 +33,20 @@ def test_gathers_wait_for_the_network_then_the_forward_by_hand() -> None:
 
 
 LLAMA = bundled_specs()["llama3-70b"]
-LAYOUT = Execution(4, 4, 2, 1, 128, 5, "interleaved", "none", True, 1, cp=2)
-JOB = Job(LLAMA, load_cluster("dgx-h100", 64, None), RunSettings("bf16", dp_policy="ddp"))
+LAYOUT = Execution(4, 4, 2, 1, 128, 5, "interleaved", "none", True, 1, cp=2,
+                   run=RunSettings("bf16", dp_policy="ddp"))
+JOB = Job(LLAMA, load_cluster("dgx-h100", 64, None))
 
 
 def test_overlapped_param_gather_never_costs_more_and_zero_0_has_none() -> None:
     """Overlapping the ZeRO-1 gather shortens the DP step and the iteration; without ZeRO
     there is no gather and nothing changes."""
-    blocking, overlapped = evaluate(JOB, LAYOUT), evaluate(JOB.with_run(overlap_param_gather=True),
-                                                           LAYOUT)
+    blocking = evaluate(JOB, LAYOUT)
+    overlapped = evaluate(JOB, LAYOUT.with_run(overlap_param_gather=True))
     assert overlapped.exposed["dp_s"] < blocking.exposed["dp_s"]
     assert overlapped.iteration_s < blocking.iteration_s
     plain = replace(LAYOUT, zero=0)
-    assert evaluate(JOB.with_run(overlap_param_gather=True), plain).iteration_s == \
+    assert evaluate(JOB, plain.with_run(overlap_param_gather=True)).iteration_s == \
         evaluate(JOB, plain).iteration_s
 
 
@@ -97,5 +98,5 @@ def test_tp_overlap_needs_sequence_parallelism() -> None:
     """Without SP the all-reduces block as before (Megatron-Core's --tp-comm-overlap needs
     --sequence-parallel)."""
     layout = replace(LAYOUT, sequence_parallel=False)
-    assert evaluate(JOB.with_run(tp_comm_overlap=True), layout).iteration_s == \
+    assert evaluate(JOB, layout.with_run(tp_comm_overlap=True)).iteration_s == \
         evaluate(JOB, layout).iteration_s

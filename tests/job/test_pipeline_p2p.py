@@ -31,7 +31,9 @@ from dlsched.ledger.predict import job_and_layout
 
 TIMES = PipelineTimes(3, 1, 4, "1f1b", (1.0, 2.0, 3.0), (4.0, 5.0, 6.0), (0.5, 0.25))
 SPEC = bundled_specs()["gpt-18.4b"]
-JOB = Job(SPEC, load_cluster("dgx-a100", 64, "a100"), RunSettings("fp16", pipeline_p2p="blocking"))
+JOB = Job(SPEC, load_cluster("dgx-a100", 64, "a100"))
+BLOCKING = RunSettings("fp16", pipeline_p2p="blocking")
+OVERLAPPED = replace(BLOCKING, pipeline_p2p="overlapped")
 
 
 def test_blocking_sends_last_as_long_as_their_transfer() -> None:
@@ -52,16 +54,16 @@ def test_auto_is_megatron_cores_choice() -> None:
         assert resolved_p2p("auto", schedule) == "blocking"
     assert resolved_p2p("overlapped", "1f1b") == "overlapped"
     with pytest.raises(ConfigError, match="--pipeline-p2p"):
-        JOB.with_run(pipeline_p2p="sometimes")
+        replace(BLOCKING, pipeline_p2p="sometimes")
 
 
 @pytest.mark.parametrize("pp", [2, 4])
 def test_one_microbatch_costs_the_same_either_way(pp: int) -> None:
     """With one microbatch every transfer is on the critical path, blocking or not."""
-    layout = Execution(8, pp, 1, 1, 1, recompute="full")
+    layout = Execution(8, pp, 1, 1, 1, recompute="full", run=BLOCKING)
     job = replace(JOB, cluster=load_cluster("dgx-a100", 8 * pp, "a100"))
     blocking = evaluate(job, layout).iteration_s
-    overlapped = evaluate(job.with_run(pipeline_p2p="overlapped"), layout).iteration_s
+    overlapped = evaluate(job, replace(layout, run=OVERLAPPED)).iteration_s
     assert blocking == pytest.approx(overlapped, rel=1e-12)
 
 
@@ -69,9 +71,9 @@ def test_blocking_is_never_faster_and_exposes_its_transfers() -> None:
     """PP 4 over 4 nodes, 32 microbatches of 1F1B: blocking adds to the exposed PP time, by
     at most two transfers per microbatch and stage boundary on the critical rank's path; the
     event simulator agrees with the fast walk on the executed times."""
-    layout = Execution(8, 4, 2, 1, 64, recompute="full")
+    layout = Execution(8, 4, 2, 1, 64, recompute="full", run=BLOCKING)
     blocking = evaluate(JOB, layout)
-    overlapped = evaluate(JOB.with_run(pipeline_p2p="overlapped"), layout)
+    overlapped = evaluate(JOB, replace(layout, run=OVERLAPPED))
     assert blocking.iteration_s > overlapped.iteration_s
     assert blocking.exposed["pp_s"] > overlapped.exposed["pp_s"]
     times, _, _ = pipeline_times(JOB, layout)
@@ -84,16 +86,16 @@ def test_blocking_is_never_faster_and_exposes_its_transfers() -> None:
 def test_pieces_sent_without_sequence_parallelism_are_gathered_on_the_receiver() -> None:
     """TP 8 without SP sends eighths and all-gathers them over the TP group (the full
     activation, b s h 16-bit elements); with SP the shards stay apart."""
-    layout = Execution(8, 2, 4, 1, 64, recompute="full")
+    layout = Execution(8, 2, 4, 1, 64, recompute="full", run=OVERLAPPED)
     times, _, _ = pipeline_times(JOB, layout)
-    executed = executed_times(JOB.with_run(pipeline_p2p="overlapped"), layout, times)
+    executed = executed_times(JOB, layout, times)
     gather = curve(JOB.cluster.group_topology(1, 8), "all-gather", "baseline").seconds(
         SPEC.seq * SPEC.hidden * 2)
     assert executed.forward[1] - times.forward[1] == pytest.approx(gather, rel=1e-12)
     assert executed.backward[0] - times.backward[0] == pytest.approx(gather, rel=1e-12)
     sp = replace(layout, sequence_parallel=True)
     sp_times, _, _ = pipeline_times(JOB, sp)
-    assert executed_times(JOB.with_run(pipeline_p2p="overlapped"), sp, sp_times) == sp_times
+    assert executed_times(JOB, sp, sp_times) == sp_times
 
 
 def test_ledger_rows_run_their_codes_transfers() -> None:
@@ -101,9 +103,9 @@ def test_ledger_rows_run_their_codes_transfers() -> None:
     interleaved runs overlap them (NeMo's comm-overlap callback with virtual pipelining)."""
     rows = {row.id: row for row in load_ledger()}
     for row_id in ("sc21-t1-gpt-76.1b", "korthikanti-t5-175b-full"):
-        assert job_and_layout(rows[row_id])[0].run.pipeline_p2p == "blocking"
-    job, layout = job_and_layout(rows["dgxc-2504-h100-llama3.1-70b-bf16-64gpu"])
-    assert (job.run.pipeline_p2p, layout.schedule) == ("overlapped", "interleaved")
+        assert job_and_layout(rows[row_id])[1].run.pipeline_p2p == "blocking"
+    _, layout = job_and_layout(rows["dgxc-2504-h100-llama3.1-70b-bf16-64gpu"])
+    assert (layout.run.pipeline_p2p, layout.schedule) == ("overlapped", "interleaved")
 
 
 def test_exports_say_how_the_transfers_were_priced() -> None:

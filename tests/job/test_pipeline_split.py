@@ -87,15 +87,19 @@ def test_impossible_splits_name_the_option_and_what_works() -> None:
 GPT = bundled_specs()["gpt-1.7b"]  # 24 layers
 
 
+FP16 = RunSettings("fp16")
+
+
 def _job(spec: TransformerSpec, gpus: int = 8) -> Job:
-    return Job(spec, load_cluster("dgx-a100", gpus, None), RunSettings("fp16"))
+    return Job(spec, load_cluster("dgx-a100", gpus, None))
 
 
 def test_stage_time_is_the_sum_of_its_layers() -> None:
     """22 layers + 2 over PP 4 x 3 chunks = 2 per stage, beside the even split of the same
     layer shape with 24 layers (2 per stage): the same block costs, the first and last stage
     one layer's time shorter, the others equal, every stage its layers' count x the layer."""
-    uneven = Execution(2, 4, 1, 1, 8, chunks=3, schedule="interleaved", pipeline_split=SPLIT)
+    uneven = Execution(2, 4, 1, 1, 8, chunks=3, schedule="interleaved", pipeline_split=SPLIT,
+                       run=FP16)
     even = replace(uneven, pipeline_split="even")
     times_u, costs_u, _ = pipeline_times(_job(GPT.replace(layers=22)), uneven)
     times_e, costs_e, _ = pipeline_times(_job(GPT), even)
@@ -115,7 +119,7 @@ def test_simulator_against_the_closed_form_on_an_uneven_split() -> None:
     embedding, then 3 layers and the head. Without transfers, stage 1 longer than stage 0's
     forward and backward: F0 on rank 0, F and B on rank 1, rank 1's second F and B right after
     (rank 0's second F ends first), rank 0's last B after them: T = f0 + 2 (f1 + b1) + b0."""
-    layout = Execution(1, 2, 4, 1, 8, pipeline_split="account-embedding")
+    layout = Execution(1, 2, 4, 1, 8, pipeline_split="account-embedding", run=FP16)
     job = _job(GPT.replace(layers=5))
     times, costs, _ = pipeline_times(job, layout)
     f0, b0 = 2 * costs.layer_f + costs.embed_f, 2 * costs.layer_b + costs.embed_b
@@ -128,8 +132,8 @@ def test_simulator_against_the_closed_form_on_an_uneven_split() -> None:
 
 
 @pytest.mark.parametrize("layout", [
-    Execution(2, 4, 1, 1, 8, chunks=3, schedule="interleaved", pipeline_split=SPLIT),
-    Execution(2, 4, 1, 1, 8, schedule="1f1b", pipeline_split=SPLIT)])
+    Execution(2, 4, 1, 1, 8, chunks=3, schedule="interleaved", pipeline_split=SPLIT, run=FP16),
+    Execution(2, 4, 1, 1, 8, schedule="1f1b", pipeline_split=SPLIT, run=FP16)])
 def test_simulated_evaluation_agrees_with_the_fast_one(layout: Execution) -> None:
     """The evaluator with the pipeline simulator (``fast=False``) within 1% of its fast walk
     on uneven stages, transfers and the DP step included."""
@@ -201,7 +205,7 @@ def test_search_takes_the_accounted_split_where_layers_do_not_divide() -> None:
     assert spec.layers == 30
     job = _job(spec, 64)
     choice = Execution.searching(global_batch=64, tp=8, pp=8, microbatch_size=1, schedule="1f1b",
-                          recompute="selective", sequence_parallel=True)
+                                 recompute="selective", sequence_parallel=True, run=FP16)
     found = search(job, choice, SPACES["dlsched"])
     assert found.best.layout.pipeline_split == SPLIT
     with pytest.raises(ConfigError, match="no layout"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -47,10 +48,11 @@ def test_searched_plan_is_no_slower_than_a_given_layout() -> None:
     """dlsched's search on 64 GPUs beats or equals Megatron-style TP8 x PP1 x DP8 and every
     baseline's best, all priced by the same evaluator."""
     spec = bundled_specs()["gpt-18.4b"]
-    job = Job(spec, load_cluster("dgx-a100", 64, None), RunSettings("fp16", "baseline", "ddp"))
-    choice = Execution.searching(global_batch=256)
+    job = Job(spec, load_cluster("dgx-a100", 64, None))
+    run = RunSettings("fp16", "baseline", "ddp")
+    choice = Execution.searching(global_batch=256, run=run)
     ours = search(job, choice, SPACES["dlsched"]).best
-    given = evaluate(job, Execution(8, 1, 8, 4, 256, recompute="full"))
+    given = evaluate(job, Execution(8, 1, 8, 4, 256, recompute="full", run=run))
     assert ours.iteration_s <= given.iteration_s
     for name in ("megatron", "megatron-sp", "fsdp"):
         assert ours.iteration_s <= search(job, choice, SPACES[name]).best.iteration_s * 1.0001
@@ -60,8 +62,9 @@ def test_zero_stages_lower_memory_and_keep_the_layout_valid() -> None:
     """On 64 GPUs with DP 8, ZeRO 1, 2, 3 each need less memory per GPU than the stage
     before."""
     spec = bundled_specs()["gpt-18.4b"]
-    job = Job(spec, load_cluster("dgx-a100", 64, None), RunSettings("bf16"))
-    memory = [evaluate(job, Execution(8, 1, 8, 4, 256, zero=z)).memory_bytes for z in range(4)]
+    job = Job(spec, load_cluster("dgx-a100", 64, None))
+    memory = [evaluate(job, Execution(8, 1, 8, 4, 256, zero=z, run=RunSettings("bf16"))
+                       ).memory_bytes for z in range(4)]
     assert memory[0] > memory[1] > memory[2] > memory[3]
 
 
@@ -82,8 +85,8 @@ def test_collective_policies_order_the_exposed_data_parallel_time() -> None:
     spec = bundled_specs()["gpt-1.7b"]
     cluster = load_cluster("3D-FC_Ring_SW", None, None)
     layout = Execution(8, 1, 128, 1, 512, recompute="full")
-    exposed = {policy: evaluate(Job(spec, cluster, RunSettings("fp16", policy)),
-                                layout).exposed["dp_s"]
+    exposed = {policy: evaluate(Job(spec, cluster), replace(
+                   layout, run=RunSettings("fp16", policy))).exposed["dp_s"]
                for policy in ("baseline", "themis", "dlsched")}
     assert exposed["dlsched"] <= exposed["themis"] * (1 + 1e-9)
     assert exposed["themis"] <= exposed["baseline"] * (1 + 1e-9)

@@ -133,7 +133,7 @@ def test_ledger_rows_run_their_published_settings() -> None:
     assert (run.precision, run.transformer_impl, run.pipeline_p2p, run.dp_policy,
             run.tp_comm_overlap, run.overlap_param_gather) == (
         "bf16", "transformer_engine", "overlapped", "ddp", True, True)
-    assert job_and_layout(dgxc)[0].run == run
+    assert job_and_layout(dgxc)[1].run == run
 
 
 @pytest.mark.parametrize(("fields", "field"), [({"grad_reduce": "fp8"}, "--grad-reduce"),
@@ -145,15 +145,20 @@ def test_bad_settings_are_refused_naming_the_field(fields: dict[str, object], fi
         RunSettings(**fields)  # type: ignore[arg-type]
 
 
-def test_a_job_takes_its_settings_as_one_value() -> None:
-    """``Job(spec, cluster, "fp16")`` (the settings as ``Job``'s own fields, before they were
-    one type) is refused naming ``run``; the default is every setting at its default."""
-    from dlsched.job.cluster import node_cluster
-    from dlsched.job.evaluation.evaluate import Job
-    from dlsched.job.model_spec import bundled_specs
+def test_the_execution_carries_the_settings_and_the_job_is_model_and_system() -> None:
+    """``Job`` is what is trained and what it runs on (two fields); the settings are the
+    execution's ``run`` (default: every setting at its default), a wrong type refused naming
+    ``execution.run``, and ``with_run`` changes one setting and keeps the layout."""
+    from dataclasses import fields
 
-    spec, cluster = bundled_specs()["gpt-1.7b"], node_cluster("dgx-a100", 8)
-    with pytest.raises(ConfigError, match=r"^run: "):
-        Job(spec, cluster, "fp16")  # type: ignore[arg-type]
-    assert Job(spec, cluster).run == RunSettings(**RUN_DEFAULTS)  # type: ignore[arg-type]
-    assert Job(spec, cluster).with_run(precision="fp16").run.precision == "fp16"
+    from dlsched.job.evaluation.evaluate import Job
+    from dlsched.job.execution import Execution
+
+    assert [f.name for f in fields(Job)] == ["spec", "cluster"]
+    layout = Execution(8, 2, 4, 1, 64)
+    assert layout.run == RunSettings(**RUN_DEFAULTS)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^execution\.run: "):
+        Execution(8, 2, 4, 1, 64, run="fp16")  # type: ignore[arg-type]
+    fp16 = layout.with_run(precision="fp16")
+    assert fp16.run.precision == "fp16" and fp16.row() == layout.row()
+    assert fp16 != layout and fp16.label() == layout.label()

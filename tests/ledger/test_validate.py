@@ -192,9 +192,9 @@ def test_rows_map_to_their_published_configuration() -> None:
         8, 4, 32, 3, "interleaved")
     assert (layout.microbatch_size, layout.global_batch, layout.recompute, layout.zero) == (
         2, 1792, "full", 0)
-    assert (job.run.precision, job.run.dp_policy, job.cluster.gpu, job.cluster.num_gpus) == (
-        "fp16", "none", "a100", 1024)
-    assert job_and_layout(_row("sc21-t1-gpt-1.7b"))[0].run.dp_policy == "ddp"
+    assert (layout.run.precision, layout.run.dp_policy, job.cluster.gpu,
+            job.cluster.num_gpus) == ("fp16", "none", "a100", 1024)
+    assert job_and_layout(_row("sc21-t1-gpt-1.7b"))[1].run.dp_policy == "ddp"
     _, sp = job_and_layout(_row("korthikanti-t5-22b-sp-selective"))
     assert sp.sequence_parallel and sp.recompute == "selective" and sp.schedule == "1f1b"
 
@@ -225,7 +225,8 @@ def test_a_llama_shape_maps_to_the_evaluator_as_published() -> None:
     assert (spec.ffn_hidden, spec.kv_heads, spec.gated_ffn, spec.rms_norm) == (
         14336, 8, True, True)
     assert not (spec.tied_embeddings or spec.bias or spec.learned_positions)
-    assert (layout.zero, layout.dp, job.cluster.gpu, job.run.attention) == (3, 8, "h100", "flash")
+    assert (layout.zero, layout.dp, job.cluster.gpu, layout.run.attention) == (
+        3, 8, "h100", "flash")
     assert evaluate(job, layout).iteration_s > 0
 
 
@@ -235,14 +236,16 @@ def test_a_llama_shape_maps_to_the_evaluator_as_published() -> None:
 def test_a_rows_overlaps_reach_the_job(row_id: str, param_gather: bool,
                                        tp_overlap: bool) -> None:
     """The distributed optimizer's --overlap-param-gather and TE's --tp-comm-overlap of a row
-    become the Job's flags (job.dp_sync, job.layer_costs), its attention the cuDNN fused
-    kernel Transformer Engine prefers on Hopper, its --overlap-grad-reduce DDP's buckets;
+    become the execution's run settings (job.dp_sync, job.layer_costs), its attention the
+    cuDNN fused kernel Transformer Engine prefers on Hopper, its --overlap-grad-reduce DDP's
+    buckets;
     each overlap shortens the prediction against the same run blocking."""
     job, layout = job_and_layout(_row(row_id))
-    assert (job.run.overlap_param_gather, job.run.tp_comm_overlap) == (param_gather, tp_overlap)
-    assert (job.run.attention, job.run.dp_policy) == ("fused", "ddp")
-    blocking = job.with_run(overlap_param_gather=False, tp_comm_overlap=False)
-    assert evaluate(job, layout).iteration_s < evaluate(blocking, layout).iteration_s
+    run = layout.run
+    assert (run.overlap_param_gather, run.tp_comm_overlap) == (param_gather, tp_overlap)
+    assert (run.attention, run.dp_policy) == ("fused", "ddp")
+    blocking = layout.with_run(overlap_param_gather=False, tp_comm_overlap=False)
+    assert evaluate(job, layout).iteration_s < evaluate(job, blocking).iteration_s
 
 
 def test_context_parallelism_reaches_the_layout_the_evaluator_prices() -> None:
@@ -286,10 +289,10 @@ def test_a_moe_row_maps_its_experts_and_ep_to_the_evaluator() -> None:
     assert (layout.tp, layout.ep, layout.dp, layout.chunks, layout.sequence_parallel) == (
         4, 8, 16, 8, True)
     assert layout.expert_tp is None and layout.expert_dp == 2
-    job, published = job_and_layout(_row("dgxc-2505-h100-grok1-314b-bf16-512gpu"))
+    _, published = job_and_layout(_row("dgxc-2505-h100-grok1-314b-bf16-512gpu"))
     assert (published.cp, published.etp, published.ep, published.expert_dp) == (2, 1, 8, 8)
-    assert (job.run.attention, job.run.tp_comm_overlap, job.run.overlap_param_gather) == (
-        "fused", True, True)
+    run = published.run
+    assert (run.attention, run.tp_comm_overlap, run.overlap_param_gather) == ("fused", True, True)
 
 
 def test_a_moe_row_is_refused_for_an_unbounded_learned_router() -> None:

@@ -222,15 +222,15 @@ def _our_plan(row: MegatronRow, device: str) -> dict[str, Any]:
     from dlsched.job.run_settings import RunSettings
     from dlsched.job.search import SPACES, search
 
-    job = Job(bundled_specs()[row.name], load_cluster("dgx-a100", row.gpus, device),
-              RunSettings("fp16", dp_policy="ddp" if row.torch_ddp else "none",
-                          attention="unfused", grad_reduce=GRAD_PRECISION,
-                          grad_accumulation=GRAD_ACCUMULATION))
+    job = Job(bundled_specs()[row.name], load_cluster("dgx-a100", row.gpus, device))
+    run = RunSettings("fp16", dp_policy="ddp" if row.torch_ddp else "none", attention="unfused",
+                      grad_reduce=GRAD_PRECISION, grad_accumulation=GRAD_ACCUMULATION)
     theirs = evaluate(job, Execution(row.tp, row.pp, row.dp, row.microbatch, row.batch,
-                                  row.chunks, "interleaved" if row.chunks > 1 else "1f1b",
-                                  "full"))
+                                     row.chunks, "interleaved" if row.chunks > 1 else "1f1b",
+                                     "full", run=run))
     start = time.process_time()
-    found = search(job, Execution.searching(global_batch=row.batch), SPACES["dlsched"]).best
+    found = search(job, Execution.searching(global_batch=row.batch, run=run),
+                   SPACES["dlsched"]).best
     layout = found.layout
     return {"schedule": layout.schedule, "pp": layout.pp, "chunks": layout.chunks,
             "dp": layout.dp, "tp": layout.tp, "recompute": layout.recompute,

@@ -53,9 +53,11 @@ NAME = "vtrain"
 DATA = "vtrain_single.csv"
 VOCAB = 50257  # vTrainConfig's default vocabulary (src/config.py)
 NODE = "dgx-a100"
-# The runs' settings (module docstring): Job fields and the layout's recomputation.
+# The runs' settings (module docstring): the execution's run settings and its recomputation.
 PRECISION, ATTENTION, DP_POLICY = "fp16", "unfused", "none"
 GRAD_REDUCE, GRAD_ACCUMULATION, PIPELINE_P2P, RECOMPUTE = "fp16", "separate", "blocking", "full"
+RUN = RunSettings(PRECISION, "baseline", DP_POLICY, ATTENTION, grad_reduce=GRAD_REDUCE,
+                  grad_accumulation=GRAD_ACCUMULATION, pipeline_p2p=PIPELINE_P2P)
 SOURCE = ("VIA-Research/vTrain data/ground_truth_single.csv at f8dda84 (Bang et al., 'vTrain', "
           "MICRO 2024): Megatron-DeepSpeed on one node of 2-8 A100s; settings from the "
           "repository's config/validation/single/*.json")
@@ -91,9 +93,10 @@ class VTrainRow:
                                hidden=self.hidden, heads=self.heads, seq=self.seq, vocab=VOCAB)
 
     def layout(self) -> Execution:
-        """The measured layout: 1F1B, full recomputation, no sequence parallelism or ZeRO."""
+        """The measured layout: 1F1B, full recomputation, no sequence parallelism or ZeRO, run
+        with the runs' settings (``RUN``)."""
         return Execution(self.tp, self.pp, self.dp, self.microbatch, self.global_batch, 1, "1f1b",
-                      RECOMPUTE)
+                         RECOMPUTE, run=RUN)
 
 
 def parse_rows(text_: str) -> list[VTrainRow]:
@@ -127,10 +130,8 @@ MODELS = tuple(sorted({row.model for row in load_rows()},
 
 def job(row: VTrainRow, gpu: str = "a100") -> Job:
     """The evaluator's job for ``row``: its model on ``row.gpus`` GPUs of the node preset with
-    the GPU preset or file ``gpu``, the runs' settings (module docstring)."""
-    return Job(row.spec(), load_cluster(NODE, row.gpus, gpu),
-               RunSettings(PRECISION, "baseline", DP_POLICY, ATTENTION, grad_reduce=GRAD_REDUCE,
-                           grad_accumulation=GRAD_ACCUMULATION, pipeline_p2p=PIPELINE_P2P))
+    the GPU preset or file ``gpu`` (the runs' settings are its layout's, ``RUN``)."""
+    return Job(row.spec(), load_cluster(NODE, row.gpus, gpu))
 
 
 def price(row: VTrainRow, gpu: str = "a100", index: int = 0) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
-from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate, executed_times, pipeline_times
+from dlsched.job.evaluation.evaluate import (
+    Job,
+    JobResult,
+    check_run,
+    evaluate,
+    executed_times,
+    pipeline_times,
+)
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.pipeline_time import event_timeline
 from dlsched.job.execution import LAYOUT_FIELDS, Execution
@@ -27,7 +34,6 @@ from dlsched.job.intervals import envelope_notes, interval_columns
 from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.ranking import Ranking, best_of, difference_note
 from dlsched.job.refusals import check_plan, default_notes
-from dlsched.job.run_settings import run_settings_of
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.job.time_to_train_fields import choose_plan, settings_of, with_time_to_train
 from dlsched.job.torchtitan_config import plan_fields, read_torchtitan_toml
@@ -55,7 +61,7 @@ class PlanReport:
         out = []
         for job, result in self.plans:
             times, _, _ = pipeline_times(job, result.layout)
-            name = f"dlsched {job.run.collective_policy}"
+            name = f"dlsched {result.layout.run.collective_policy}"
             executed = executed_times(job, result.layout, times)
             out.append((name, f"{name}: {result.layout.label()}", event_timeline(executed)))
         return out
@@ -64,14 +70,15 @@ class PlanReport:
         """Megatron-LM arguments of the first plan."""
         job, result = self.plans[0]
         layout = result.layout
-        flags = (("overlap-grad-reduce", job.run.dp_policy == "ddp"),  # DDP's buckets: Megatron's
-                 ("overlap-param-gather", job.run.overlap_param_gather and layout.zero in (1, 2)),
-                 ("tp-comm-overlap", job.run.tp_comm_overlap and layout.sequence_parallel),
-                 ("no-gradient-accumulation-fusion", job.run.grad_accumulation == "separate"))
-        return megatron_args(job.spec, result.layout, job.run.precision, job.run.grad_bytes,
-                             attention=job.run.attention,
+        run = layout.run
+        flags = (("overlap-grad-reduce", run.dp_policy == "ddp"),  # DDP's buckets: Megatron's
+                 ("overlap-param-gather", run.overlap_param_gather and layout.zero in (1, 2)),
+                 ("tp-comm-overlap", run.tp_comm_overlap and layout.sequence_parallel),
+                 ("no-gradient-accumulation-fusion", run.grad_accumulation == "separate"))
+        return megatron_args(job.spec, result.layout, run.precision, run.grad_bytes,
+                             attention=run.attention,
                              flags=tuple(flag for flag, on in flags if on),
-                             pipeline_p2p=job.run.pipeline_p2p, fp8_recipe=job.run.fp8_recipe)
+                             pipeline_p2p=run.pipeline_p2p, fp8_recipe=run.fp8_recipe)
 
     def megatron_document(self) -> dict[str, list[str]]:
         """``megatron_args`` as JSON: its comment lines and its arguments (``plan --json``)."""
@@ -80,9 +87,10 @@ class PlanReport:
     def torchtitan_toml(self) -> str:
         """A TorchTitan config of the first plan."""
         job, result = self.plans[0]
-        return torchtitan_toml(job.spec, result.layout, job.run.precision, job.run.attention,
-                               job.run.grad_bytes, job.run.pipeline_p2p, job.run.fp8_recipe,
-                               job.run.fp8_all_gather, job.run.compile, job.run.async_tp)
+        run = result.layout.run
+        return torchtitan_toml(job.spec, result.layout, run.precision, run.attention,
+                               run.grad_bytes, run.pipeline_p2p, run.fp8_recipe,
+                               run.fp8_all_gather, run.compile, run.async_tp)
 
 
 def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanReport:
@@ -95,8 +103,10 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     spec = with_seq(load_spec(scenario.model), scenario.seq)
     check_plan(scenario, spec)  # each mistake refused with its own cause, before any search
     cluster = load_cluster(scenario.cluster, scenario.gpus, scenario.gpu)
-    choice = scenario.searched_execution()
-    fixed = choice.fixed()
+    job = Job(spec, cluster)
+    searched = scenario.searched_execution()
+    check_run(job, searched.run)  # the settings the model or the GPU refuses, before any layout
+    fixed = searched.fixed()
     complete = all(name in fixed for name in LAYOUT_FIELDS
                    if name not in (*LEFT_AT_DEFAULT, "dp")) and (
         "dp" in fixed or ("tp" in fixed and "pp" in fixed))
@@ -104,7 +114,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
     ranking = Ranking("upper" if scenario.objective == "upper" else "expected")
     rows, notes, plans = [], [], []
     for policy in (scenario.collective_policy,) if policies is None else tuple(policies):
-        job = Job(spec, cluster, run_settings_of(scenario, collective_policy=policy))
+        choice = searched.with_run(collective_policy=policy)
         if complete:
             layout = _complete_layout(choice, cluster.num_gpus, spec.layers, spec.mtp_layers)
             result = evaluate(job, layout)
@@ -152,7 +162,7 @@ def _complete_layout(choice: Execution, gpus: int, layers: int, mtp: int = 0) ->
         fixed["pipeline_split"] = next(iter(feasible_splits(layers, fixed["pp"],
                                                             fixed.get("chunks", 1), mtp=mtp)),
                                        "even")
-    return Execution(**fixed)
+    return Execution(**fixed, run=choice.run)
 
 
 def _best_baseline(job: Job, choice: Execution, ranking: Ranking

@@ -26,6 +26,16 @@ and means "the TP degree" in a complete execution). A *complete* execution (``mi
 empty) is what the evaluator prices; the positional order and defaults make
 ``Execution(tp, pp, dp, microbatch_size, global_batch)`` a complete 1F1B execution.
 
+It also carries how the layout is run: ``run``, the run settings (``job.run_settings.RunSettings``:
+precision, collectives, overlaps, kernels, gradient handling; fixed for a job, never searched).
+The settings are one field holding one ``RunSettings`` rather than 18 flat fields, because the
+search builds many executions under one set of settings (it carries them from the execution it
+searches from, ``choice.run``) and the settings' checks between themselves run once, where the
+``RunSettings`` is made. Its written form is flat: an execution file (``load_execution``) or
+``flat()`` names every layout field and every run setting at the top level
+(``from_flat``: ``precision: fp8`` beside ``tp: 8``), so a user's ``--execution my-run.yaml``
+reads as one list of fields, each of which ``dlsched plan``'s option of the same name overrides.
+
 Ranks are laid out in ``RANK_ORDER`` and every communication group is built here
 (``group_ranks``, ``group``) from it, so no other module composes a stride and a size.
 """
@@ -33,7 +43,8 @@ Ranks are laid out in ``RANK_ORDER`` and every communication group is built here
 from __future__ import annotations
 
 import math
-from dataclasses import fields
+from collections.abc import Mapping
+from dataclasses import field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +56,7 @@ from dlsched.job.compute.module_recompute import check_recompute_modules, module
 from dlsched.job.evaluation.pipeline_split import check_split, rank_layers, stage_layers
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule, held_stages
 from dlsched.job.run_choices import config_errors
+from dlsched.job.run_settings import RUN_FIELDS, RunSettings
 
 if TYPE_CHECKING:
     from dlsched.hardware import Topology
@@ -84,8 +96,8 @@ _POSITIVE = ("tp", "pp", "dp", "microbatch_size", "global_batch", "chunks", "cp"
 @config_errors
 @dataclass(frozen=True, config=ConfigDict(extra="forbid", strict=True))
 class Execution:
-    """How the job is parallelised (module docstring): microbatches per pipeline replica are
-    ``global_batch / (microbatch_size x dp)``."""
+    """How the job is parallelised and run (module docstring): microbatches per pipeline
+    replica are ``global_batch / (microbatch_size x dp)``; ``run`` the run settings."""
 
     tp: int | None = None
     pp: int | None = None
@@ -102,6 +114,7 @@ class Execution:
     cp_algorithm: str | None = "ring"
     expert_tp: int | None = None
     pipeline_split: str | None = "even"
+    run: RunSettings = field(default_factory=RunSettings)
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -148,6 +161,23 @@ class Execution:
     def searching(cls, **fixed: Any) -> Execution:
         """An execution whose layout fields are all searched but those in ``fixed``."""
         return cls(**{**dict.fromkeys(LAYOUT_FIELDS), **fixed})
+
+    @classmethod
+    def from_flat(cls, data: Mapping[str, Any], searched: bool = False) -> Execution:
+        """The execution a flat mapping names (module docstring): its layout fields as they
+        are, its run settings (``RUN_FIELDS``) as ``run``; with ``searched`` the layout fields
+        it leaves out are searched (``searching``), else at their defaults."""
+        layout = {name: value for name, value in data.items() if name not in RUN_FIELDS}
+        run = RunSettings(**{name: data[name] for name in RUN_FIELDS if name in data})
+        return cls.searching(**layout, run=run) if searched else cls(**layout, run=run)
+
+    def flat(self) -> dict[str, object]:
+        """Every layout field and run setting by name (``from_flat``'s form)."""
+        return {**self.row(), **{name: getattr(self.run, name) for name in RUN_FIELDS}}
+
+    def with_run(self, **changes: object) -> Execution:
+        """This execution with the run settings ``changes`` (``RunSettings``' fields)."""
+        return replace(self, run=replace(self.run, **changes))
 
     def missing(self) -> tuple[str, ...]:
         """The layout fields not fixed (searched); ``expert_tp`` None means TP and is never
@@ -240,26 +270,43 @@ class Execution:
         return {name: getattr(self, name) for name in LAYOUT_FIELDS}
 
 
-LAYOUT_FIELDS = tuple(f.name for f in fields(Execution))
-"""The layout fields, in ``Execution``'s positional order (None: searched)."""
+LAYOUT_FIELDS = tuple(f.name for f in fields(Execution) if f.name != "run")
+"""The layout fields, in ``Execution``'s positional order (None: searched); ``run`` (the run
+settings, never searched) follows them."""
+FLAT_FIELDS = LAYOUT_FIELDS + RUN_FIELDS
+"""Every field of an execution's flat form (``Execution.flat``, an execution file)."""
+
+
+def execution_file_fields(path: str) -> dict[str, object]:
+    """The fields an execution file states (``load_execution``'s checks): its layout fields
+    and its run settings by name (how ``dlsched plan`` lets an option override each)."""
+    from dlsched.config import load_document
+
+    loaded = load_execution(path)
+    stated = set(map(str, load_document(path)))
+    return {**loaded.fixed(), **{name: getattr(loaded.run, name) for name in RUN_FIELDS
+                                 if name in stated}}
 
 
 def load_execution(path: str) -> Execution:
-    """An execution file (.yaml/.yml/.json): a mapping of any layout fields
-    (``LAYOUT_FIELDS``), those left out searched; ConfigError naming the file and the field."""
+    """An execution file (.yaml/.yml/.json): a flat mapping of any layout fields
+    (``LAYOUT_FIELDS``), those left out searched, and any run settings (``RUN_FIELDS``),
+    those left out at their defaults (``Execution.from_flat``); ConfigError naming the file
+    and the field."""
     from dlsched.config import FILE_SUFFIXES, load_document
 
     if not path.lower().endswith(FILE_SUFFIXES) or not Path(path).is_file():
         raise ConfigError(f"--execution: no such execution file {path!r} (.yaml/.yml/.json)")
     data = load_document(path)
-    accepted = ", ".join(LAYOUT_FIELDS)
+    accepted = ", ".join(FLAT_FIELDS)
     if not isinstance(data, dict):
-        raise ConfigError(f"--execution: {path}: a mapping of layout fields; accepted: {accepted}")
-    unknown = sorted(set(map(str, data)) - set(LAYOUT_FIELDS))
+        raise ConfigError(f"--execution: {path}: a mapping of layout fields and run settings; "
+                          f"accepted: {accepted}")
+    unknown = sorted(set(map(str, data)) - set(FLAT_FIELDS))
     if unknown:
-        raise ConfigError(f"--execution: {path}: {unknown[0]}: not a layout field; accepted: "
-                          f"{accepted}")
+        raise ConfigError(f"--execution: {path}: {unknown[0]}: not a layout field or run "
+                          f"setting; accepted: {accepted}")
     try:
-        return Execution.searching(**data)
+        return Execution.from_flat(data, searched=True)
     except ConfigError as error:
         raise ConfigError(f"--execution: {path}: {error}") from None

@@ -27,10 +27,10 @@ from dlsched.job.execution import (
     RECOMPUTE,
     SCHEDULES,
     Execution,
-    load_execution,
+    execution_file_fields,
 )
 from dlsched.job.run_choices import RUN_CHOICES
-from dlsched.job.run_settings import RUN_DEFAULTS
+from dlsched.job.run_settings import RUN_DEFAULTS, run_settings_of
 from dlsched.job.time_to_train_fields import Count, Duration, StorageName
 
 if TYPE_CHECKING:
@@ -60,8 +60,9 @@ class PlanScenario(BaseModel):
     gpus: Annotated[int | None, Field(ge=1, le=MAX_GPUS, description=(
         "GPUs (with a node preset)."))] = None
     execution: Annotated[str | None, Field(description=(
-        "An execution file (.yaml/.json) fixing any layout fields (docs/inputs.md); an option "
-        "given overrides it (global batch: unless at its default), the rest is searched."))
+        "An execution file (.yaml/.json) fixing any layout fields and run settings "
+        "(docs/inputs.md); an option given overrides it (unless at its default), the layout "
+        "fields left out are searched."))
         ] = None
     gpu: Annotated[str | None, Field(description=(
         "GPU compute preset or file (default: the node's; a100 on a topology)."))] = None
@@ -204,16 +205,14 @@ class PlanScenario(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _execution_file(cls, data: Any) -> Any:
-        """The layout fields of the ``execution`` file for those not given (None) or, for the
-        global batch, left at its default."""
+        """The fields the ``execution`` file states (layout fields and run settings) for those
+        not given (None) or left at their default (the command line passes every option)."""
         if not isinstance(data, dict) or data.get("execution") is None:
             return data
-        given = dict(data)
-        default = cls.model_fields["global_batch"].default
-        if given.get("global_batch") == default:
-            del given["global_batch"]
-        return {**load_execution(str(data["execution"])).fixed(),
-                **{name: value for name, value in given.items() if value is not None}}
+        stated = execution_file_fields(str(data["execution"]))
+        given = {name: value for name, value in data.items() if value is not None and not (
+            name in stated and value == cls.model_fields[name].default)}
+        return {**stated, **given}
 
     def fixed(self) -> dict[str, Any]:
         """The layout fields given (the rest is searched; ``global_batch`` is always given)."""
@@ -221,8 +220,10 @@ class PlanScenario(BaseModel):
                 if name != "global_batch" and getattr(self, name) is not None}
 
     def searched_execution(self) -> Execution:
-        """The execution to price or search: the layout fields given, the rest searched."""
-        return Execution.searching(global_batch=self.global_batch, **self.fixed())
+        """The execution to price or search: the layout fields given, the rest searched, and
+        the run settings (``run_settings_of``: each field named as one)."""
+        return Execution.searching(global_batch=self.global_batch, **self.fixed(),
+                                   run=run_settings_of(self))
 
     def run(self, policies: tuple[str, ...] | None = None) -> PlanReport:
         """Plan the job (``job.api.plan``): one row per collective policy (``policies``, each

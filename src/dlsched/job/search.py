@@ -31,7 +31,7 @@ then required equal stages (the accounting options came with Megatron-Core).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
 from dlsched.job.evaluation.evaluate import (
@@ -39,6 +39,7 @@ from dlsched.job.evaluation.evaluate import (
     JobResult,
     _bound,
     check_layout,
+    check_run,
     evaluate,
     pipeline_times,
 )
@@ -177,7 +178,7 @@ def _inner(choice: Execution, space: Space, degrees: tuple[int, int, int, int, i
                             for algorithm in _cp_algorithms(cp, fixed):
                                 layout = Execution(tp, pp, dp, mb, choice.global_batch, chunks,
                                                 schedule, recompute, sp, zero, cp, ep,
-                                                algorithm, etp, split)
+                                                algorithm, etp, split, choice.run)
                                 if choice.admits(layout):
                                     yield layout
 
@@ -218,8 +219,9 @@ def _fits(job: Job, layout: Execution, usable: float) -> bool:
     """Whether ``layout``'s busiest GPU fits in ``usable`` bytes (asked in bound order, so a
     layout past the search's cut never needs the memory model)."""
     try:
-        return peak_memory(job.spec, layout, job.run.precision, job.run.grad_bytes,
-                           job.run.attention, job.run.runtime).fits(usable)
+        run = layout.run
+        return peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
+                           run.runtime).fits(usable)
     except ConfigError:
         return False
 
@@ -227,10 +229,12 @@ def _fits(job: Job, layout: Execution, usable: float) -> bool:
 def search(job: Job, choice: Execution, space: Space,
            ranking: Ranking = POINT) -> SearchResult:
     """The fastest layout of ``space`` (module docstring), ranked by ``ranking``
-    (``job.ranking``: the predicted iteration, or its interval's upper end); ConfigError when
-    none fits."""
+    (``job.ranking``: the predicted iteration, or its interval's upper end), each run with
+    ``choice``'s run settings (the space's data-parallel policy where it names one);
+    ConfigError when none fits."""
     if space.dp_policy is not None:
-        job = job.with_run(dp_policy=space.dp_policy)
+        choice = choice.with_run(dp_policy=space.dp_policy)
+    check_run(job, choice.run)
     usable = job.cluster.memory
     ranked = []
     candidates = 0
@@ -243,7 +247,7 @@ def search(job: Job, choice: Execution, space: Space,
             continue
         ranked.append((ranking.order(job, layout, _bound(times)), layout))
     ranked.sort(key=lambda item: (item[0], item[1].label()))
-    plain = job.with_run(dp_policy="none")
+    plain = replace(choice.run, dp_policy="none")
     best: list[JobResult] = []
     evaluated = 0
     for order, layout in ranked:
@@ -251,7 +255,7 @@ def search(job: Job, choice: Execution, space: Space,
             break
         if not _fits(job, layout, usable):
             continue
-        best.append(evaluate(plain, layout))
+        best.append(evaluate(job, replace(layout, run=plain)))
         evaluated += 1
         best.sort(key=lambda r: (*ranking.key(job, r), r.layout.label()))
         best = best[:SHORTLIST]
@@ -261,7 +265,7 @@ def search(job: Job, choice: Execution, space: Space,
         raise ConfigError(f"{space.name}: no layout of {job.spec.name} runs on (or fits) "
                           f"{job.cluster.num_gpus} GPUs of {usable / 2**30:.0f} GiB with "
                           f"{given}; fix fewer options or add GPUs")
-    shortlist = sorted((evaluate(job, r.layout) for r in best),
+    shortlist = sorted((evaluate(job, replace(r.layout, run=choice.run)) for r in best),
                        key=lambda r: (*ranking.key(job, r), r.layout.label()))
     refined = [(evaluate(job, r.layout, fast=False), r) for r in shortlist[:REFINE]]
     simulated, winner = min(refined, key=lambda pair: (*ranking.key(job, pair[0]),

@@ -45,7 +45,7 @@ from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.cluster import NODE_PRESETS, node_cluster
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.compute.module_recompute import modules_recompute
-from dlsched.job.evaluation.evaluate import Job, JobResult, evaluate
+from dlsched.job.evaluation.evaluate import Job, JobResult, check_run, evaluate
 from dlsched.job.execution import LAYOUT_FIELDS, Execution
 from dlsched.job.run_settings import RunSettings, run_settings_of
 from dlsched.ledger.memory import memory_unmodelled, published_memory_gib, sharding_of
@@ -154,9 +154,10 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
         raise ConfigError(f"{row.id}: hardware.inter_node_gbps_per_gpu: "
                           f"{hw.inter_node_gbps_per_gpu:g} Gb/s differs from the {node} "
                           f"preset's {nic_gbps:g} Gb/s per GPU")
-    job = Job(shape, node_cluster(node, hw.gpus, gpu, hw.nvlink_domain),
-              run_settings(row))  # nvlink_domain None: whole domains
-    return job, execution(par)
+    job = Job(shape, node_cluster(node, hw.gpus, gpu, hw.nvlink_domain))
+    layout = execution(par, run_settings(row))  # nvlink_domain None: whole domains
+    check_run(job, layout.run)
+    return job, layout
 
 
 def run_settings(row: LedgerRow) -> RunSettings:
@@ -172,7 +173,7 @@ def run_settings(row: LedgerRow) -> RunSettings:
                            sharding=sharding_of(row))
 
 
-def execution(par: Parallelism) -> Execution:
+def execution(par: Parallelism, run: RunSettings) -> Execution:
     """The layout of a ``parallel`` section: every layout field it has
     (``job.execution.LAYOUT_FIELDS``) as it has it, but the values it states its own way: the
     schedule (not a field of the section) by its ``chunks``, interleaved 1F1B when more than
@@ -186,7 +187,7 @@ def execution(par: Parallelism) -> Execution:
                             if par.recompute == "modules" else par.recompute),
                  zero=3 if par.zero == "fsdp" else par.zero,
                  cp_algorithm=par.cp_algorithm or "ring")
-    return Execution(**named)
+    return Execution(**named, run=run)
 
 
 def metric_value(metric: str, job: Job, result: JobResult) -> float:

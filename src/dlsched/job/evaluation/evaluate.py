@@ -44,14 +44,14 @@ from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.fp8 import fp8_weight_copies
 from dlsched.job.compute.grad_accumulation import stage_parameters
 from dlsched.job.compute.layer_costs import BlockCosts, gpu_compute
-from dlsched.job.compute.moe_costs import (
-    check_moe_layout,
-)
 from dlsched.job.compute.module_recompute import (
     check_for_model,
     flops_per_token,
     module_flops,
     modules_of,
+)
+from dlsched.job.compute.moe_costs import (
+    check_moe_layout,
 )
 from dlsched.job.compute.op_checkpoint import check_op_checkpoint, recompute_flops_per_token
 from dlsched.job.evaluation.pipeline_time import (
@@ -86,32 +86,29 @@ from dlsched.units import format_bytes
 
 @dataclass(frozen=True)
 class Job:
-    """What is trained (``spec``), what it runs on (``cluster``) and how its layouts run
-    (``run``: ``job.run_settings.RunSettings``, each run setting declared there once); the
-    layout is the ``Execution`` each evaluation prices. The checks here relate the settings
-    to the model and the GPU: eager ops only on a Llama-like model (``job.compute.eager_ops``),
-    FP8 and the kernel options on a GPU and model that run them
-    (``job.compute.block_pricing``), the fused attention on a GPU with a cuDNN rate."""
+    """What is trained (``spec``) and what it runs on (``cluster``); how it is parallelised and
+    run (the layout and its run settings, ``Execution.run``) is the ``Execution`` each
+    evaluation prices."""
 
     spec: TransformerSpec
     cluster: Cluster
-    run: RunSettings = field(default_factory=RunSettings)
 
     def __post_init__(self) -> None:
-        run = self.run
-        if not isinstance(run, RunSettings):  # Job's settings were its own fields before
-            raise ConfigError(f"run: a job.run_settings.RunSettings, not {run!r}")
-        check_ops(run.ops, self.spec)
-        check_kernel_options(run.precision, run.fp8_recipe, self.cluster.gpu,
-                             bool(self.spec.experts), run.fp8_all_gather, run.compile,
-                             run.async_tp)
-        if run.attention == "fused":  # refused here when the GPU gives no cuDNN rate
-            gpu_compute(self.cluster.gpu, run.precision).gpu.efficiency("fused_attention",
-                                                                        run.precision)
+        if not isinstance(self.cluster, Cluster):  # Job held the run settings third before
+            raise ConfigError(f"cluster: a job.cluster.Cluster, not {self.cluster!r}")
 
-    def with_run(self, **changes: object) -> Job:
-        """This job with the run settings ``changes`` (``RunSettings``' fields) changed."""
-        return replace(self, run=replace(self.run, **changes))
+
+def check_run(job: Job, run: RunSettings) -> None:
+    """ConfigError naming the setting when ``run`` cannot run ``job``: the checks that relate
+    the settings to the model and the GPU (eager ops only on a Llama-like model,
+    ``job.compute.eager_ops``; FP8 and the kernel options on a GPU and model that run them,
+    ``job.compute.block_pricing``; the fused attention on a GPU with a cuDNN rate)."""
+    check_ops(run.ops, job.spec)
+    check_kernel_options(run.precision, run.fp8_recipe, job.cluster.gpu,
+                         bool(job.spec.experts), run.fp8_all_gather, run.compile, run.async_tp)
+    if run.attention == "fused":  # refused here when the GPU gives no cuDNN rate
+        gpu_compute(job.cluster.gpu, run.precision).gpu.efficiency("fused_attention",
+                                                                   run.precision)
 
 
 @dataclass(frozen=True)
@@ -141,9 +138,10 @@ class JobResult:
 
     def row(self, job: Job) -> dict[str, object]:
         """A flat record for tables, CSV and JSON."""
+        run = self.layout.run
         return {"model": job.spec.name, "gpus": self.layout.gpus, **self.layout.row(),
-                "precision": job.run.precision, "attention": job.run.attention,
-                "collective_policy": job.run.collective_policy, "dp_policy": job.run.dp_policy,
+                "precision": run.precision, "attention": run.attention,
+                "collective_policy": run.collective_policy, "dp_policy": run.dp_policy,
                 "iteration_s": self.iteration_s,
                 "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
                 "memory_gib": self.memory_bytes / 2**30,
@@ -189,6 +187,7 @@ def pipeline_times(job: Job, layout: Execution) -> tuple[PipelineTimes, BlockCos
 
 def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     """Price ``layout`` for ``job`` (module docstring); ConfigError when it cannot run."""
+    check_run(job, layout.run)
     check_layout(job, layout)
     parts = replica_parts(job, layout)
     times, costs, zero3 = parts.times, parts.costs, parts.zero3
@@ -200,15 +199,16 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     ends = [replica.last_backward_end[r] + steps[r].total for r in range(layout.pp)]
     iteration = max(replica.end, *ends)
     critical = max(range(layout.pp), key=lambda r: ends[r])
-    flops = _flops(job.spec, layout, job.run.attention)
-    peak = gpu_compute(job.cluster.gpu, job.run.precision).peak_flops
+    run = layout.run
+    flops = _flops(job.spec, layout, run.attention)
+    peak = gpu_compute(job.cluster.gpu, run.precision).peak_flops
     share = microbatch_share(layout.schedule)  # DualPipe: a microbatch passes half the layers
     per_rank = layout.rank_layers(job.spec.layers, critical, job.spec.mtp_layers) * share
     m = layout.num_microbatches
-    memory = peak_memory(job.spec, layout, job.run.precision, job.run.grad_bytes, job.run.attention,
-                         job.run.runtime)
+    memory = peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
+                         run.runtime)
     memory = replace(memory, weights=memory.weights + fp8_weight_copies(
-        job.run.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage,
+        run.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage,
                                                      job.spec.mtp_layers)))
     cp, moe = parts.cp, parts.moe
     sparse = stage_moe_layers(job.spec, layout, critical) * share
@@ -251,9 +251,10 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
     spans = layout.stage_layers(spec.layers, spec.mtp_layers)
     group = dp_group(job, layout)
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
-    curves = (curve(group, op, job.run.collective_policy),
-              curve(group, "all-gather", job.run.collective_policy))
-    compute = gpu_compute(job.cluster.gpu, job.run.precision)
+    run = layout.run
+    curves = (curve(group, op, run.collective_policy),
+              curve(group, "all-gather", run.collective_policy))
+    compute = gpu_compute(job.cluster.gpu, run.precision)
     experts = None
     priced: dict[tuple, DPStep] = {}
     steps = []
@@ -266,12 +267,12 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
         span = spans[final]
         seconds = times.backward[final] / len(span) if span else 0.0
         final_layers = _dense_layer_parameters(spec, tp, span)
-        units = _gather_units(job, layout, times, rank) if job.run.overlap_param_gather else ()
+        units = _gather_units(job, layout, times, rank) if run.overlap_param_gather else ()
         key = (tuple(final_layers), total, seconds, len(span), units)
         if key not in priced:
             priced[key] = dp_step(final_layers, total - sum(final_layers),
                                   [seconds] * len(span), layout.zero, layout.cp * layout.dp,
-                                  *curves, compute, job.run.dp_policy, units, job.run.grad_bytes)
+                                  *curves, compute, run.dp_policy, units, run.grad_bytes)
         dense = priced[key]
         sparse = stage_moe_layers(spec, layout, rank)
         if not sparse:
@@ -280,9 +281,9 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
         # the experts' gradients over the expert-DP group, after the dense ones (same NICs)
         experts = experts or layout.group("expert_dp", job.cluster)
         routed = dp_step([], round(sparse * experts_per_gpu(spec, layout)), [], layout.zero,
-                         layout.expert_dp, curve(experts, op, job.run.collective_policy),
-                         curve(experts, "all-gather", job.run.collective_policy), compute, "none",
-                         grad_bytes=job.run.grad_bytes)
+                         layout.expert_dp, curve(experts, op, run.collective_policy),
+                         curve(experts, "all-gather", run.collective_policy), compute, "none",
+                         grad_bytes=run.grad_bytes)
         steps.append(DPStep(dense.exposed_reduce + routed.exposed_reduce,
                             dense.optimizer + routed.optimizer, dense.gather + routed.gather))
     return steps
@@ -357,7 +358,7 @@ def _bound(times: PipelineTimes) -> float:
 
 def _notes(job: Job, result: JobResult, fits: bool) -> tuple[str, ...]:
     notes = []
-    gpu = gpu_compute(job.cluster.gpu, job.run.precision).gpu
+    gpu = gpu_compute(job.cluster.gpu, result.layout.run.precision).gpu
     best = getattr(gpu.spec, "best_published_utilization", None)
     if best is not None and result.mfu > best:
         notes.append(f"MFU {result.mfu:.1%} is above the best published for {gpu.spec.name} "

@@ -35,15 +35,16 @@ if TYPE_CHECKING:
     from dlsched.job.evaluation.evaluate import Job
 
 def block_costs_of(job: Job, layout: Execution) -> BlockCosts:
-    tp_group = layout.group("tp", job.cluster)
-    return block_costs(job.spec, layout.microbatch_size, job.cluster.gpu, job.run.precision,
+    """One block's costs (``job.layer_costs``) under the layout's run settings."""
+    tp_group, run = layout.group("tp", job.cluster), layout.run
+    return block_costs(job.spec, layout.microbatch_size, job.cluster.gpu, run.precision,
                        layout.tp, layout.sequence_parallel, layout.recompute, tp_group,
-                       job.run.collective_policy, layout.cp, layout.cp_algorithm, job.run.attention,
-                       job.run.tp_comm_overlap,
-                       kernel_options(job.run.fp8_recipe, job.run.compile, layout.num_microbatches,
-                                      layout.cp * layout.dp if job.run.fp8_all_gather else 1,
-                                      job.run.ops),
-                       job.run.async_tp, job.run.cross_entropy, job.run.transformer_impl)
+                       run.collective_policy, layout.cp, layout.cp_algorithm, run.attention,
+                       run.tp_comm_overlap,
+                       kernel_options(run.fp8_recipe, run.compile, layout.num_microbatches,
+                                      layout.cp * layout.dp if run.fp8_all_gather else 1,
+                                      run.ops),
+                       run.async_tp, run.cross_entropy, run.transformer_impl)
 
 
 def cp_group(job: Job, layout: Execution) -> Topology | None:
@@ -53,7 +54,7 @@ def cp_group(job: Job, layout: Execution) -> Topology | None:
 
 def _cp(job: Job, layout: Execution, costs: BlockCosts) -> CPCost:
     """Context parallelism's communication per layer per microbatch (``job.context_parallel``)."""
-    return cp_cost(job.spec, layout, cp_group(job, layout), job.run.collective_policy,
+    return cp_cost(job.spec, layout, cp_group(job, layout), layout.run.collective_policy,
                    costs.core_f, costs.core_b)
 
 
@@ -63,10 +64,10 @@ def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[floa
         return 0.0, 0.0
     group = layout.group("dp_cp", job.cluster)
     params = job.spec.layer_parameters() / layout.tp
-    gather = curve(group, "all-gather", job.run.collective_policy).seconds(
-        params * (1 if job.run.fp8_all_gather else WEIGHT_BYTES))
-    scatter = curve(group, "reduce-scatter", job.run.collective_policy).seconds(
-        params * job.run.grad_bytes)
+    gather = curve(group, "all-gather", layout.run.collective_policy).seconds(
+        params * (1 if layout.run.fp8_all_gather else WEIGHT_BYTES))
+    scatter = curve(group, "reduce-scatter", layout.run.collective_policy).seconds(
+        params * layout.run.grad_bytes)
     return (max(0.0, gather - costs.layer_f),
             max(0.0, gather + scatter - costs.layer_b))
 
@@ -91,13 +92,13 @@ def _receive_gather_s(job: Job, layout: Execution) -> float:
         return 0.0
     group = layout.group("tp", job.cluster)
     whole = output_bytes(job.spec, layout) * layout.tp  # the activation the pieces make up
-    return curve(group, "all-gather", job.run.collective_policy).seconds(whole)
+    return curve(group, "all-gather", layout.run.collective_policy).seconds(whole)
 
 
 def executed_times(job: Job, layout: Execution, times: PipelineTimes) -> PipelineTimes:
     """The stages' ``times`` as the replica runs them, its transfers blocking the ranks or
     beside their compute and their pieces gathered (``job.pipeline_p2p``)."""
-    return with_p2p(times, job.run.pipeline_p2p, _receive_gather_s(job, layout))
+    return with_p2p(times, layout.run.pipeline_p2p, _receive_gather_s(job, layout))
 
 
 def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
@@ -105,15 +106,15 @@ def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
     if not job.spec.experts:
         return None
     split = (node_split(job.cluster, *layout.group_ranks("ep"))
-             if job.run.moe_dispatcher in ("deepep", "hybridep") else None)
-    return moe_layer_costs(job.spec, layout, job.cluster.gpu, job.run.precision,
+             if layout.run.moe_dispatcher in ("deepep", "hybridep") else None)
+    return moe_layer_costs(job.spec, layout, job.cluster.gpu, layout.run.precision,
                            layout.group("tp", job.cluster), layout.group("ep", job.cluster),
-                           job.run.collective_policy, job.run.attention,
-                           layout.group("expert_tp", job.cluster), job.run.tp_comm_overlap,
-                           job.run.moe_dispatcher, split,
-                           kernel_options(job.run.fp8_recipe, job.run.compile,
+                           layout.run.collective_policy, layout.run.attention,
+                           layout.group("expert_tp", job.cluster), layout.run.tp_comm_overlap,
+                           layout.run.moe_dispatcher, split,
+                           kernel_options(layout.run.fp8_recipe, layout.run.compile,
                                           layout.num_microbatches, 1),
-                           job.run.transformer_impl)
+                           layout.run.transformer_impl)
 
 
 @dataclass(frozen=True)
@@ -146,9 +147,10 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
         count = job.spec.moe_layers_in(span.start, span.stop)
         forward[stage] += count * (moe.layer_f - costs.layer_f - extra_f)
         backward[stage] += count * (moe.layer_b - costs.layer_b - extra_b)
-    saved = layer_savings(job.spec, layout.microbatch_size, job.cluster.gpu, job.run.precision,
+    run = layout.run
+    saved = layer_savings(job.spec, layout.microbatch_size, job.cluster.gpu, run.precision,
                           layout.tp, layout.sequence_parallel, layout.recompute, layout.cp,
-                          layout.cp_algorithm, job.run.attention)  # windowed layers' shorter cores
+                          layout.cp_algorithm, run.attention)  # windowed layers' shorter cores
     for stage, (saved_f, saved_b) in enumerate(stage_savings(job.spec, spans, saved)):
         forward[stage] -= saved_f
         backward[stage] -= saved_b
@@ -157,7 +159,7 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     forward[-1] += costs.head_f
     backward[-1] += costs.head_b
     mtp_f, mtp_b, mtp_moe = mtp_seconds(job.spec, layout, costs, moe, job.cluster.gpu,
-                                        job.run.precision)  # job.compute.mtp, beside the head
+                                        layout.run.precision)  # job.compute.mtp, beside the head
     forward[-1] += mtp_f
     backward[-1] += mtp_b
     accumulation = tuple(accumulation_seconds(job, layout))
@@ -170,7 +172,7 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     comm = ((tuple(n * moe.a2a_forward_s for n in sparse),
              tuple(n * moe.a2a_backward_s for n in sparse)) if moe else ((), ()))
     pairs = ()
-    if job.run.moe_a2a_overlap and moe:  # Megatron-Core's EP overlap (job.a2a_overlap)
+    if layout.run.moe_a2a_overlap and moe:  # Megatron-Core's EP overlap (job.a2a_overlap)
         check_a2a_overlap(layout.schedule, layout.pp, layout.ep, layout.recompute)
         last = len(spans) - 1
         pairs = pair_table(layout.pp, layout.chunks, forward, backward, stage_nodes(
@@ -179,8 +181,8 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
             (costs.layer_f + extra_f + cp.forward_s, costs.layer_b + extra_b + cp.backward_s)),
             [((costs.embed_f * (s == 0), costs.head_f * (s == last)),
               (costs.head_b * (s == last), costs.embed_b * (s == 0))) for s in range(len(spans))],
-            COMM_SMS.get(job.run.moe_dispatcher, 0)
-            / gpu_compute(job.cluster.gpu, job.run.precision).gpu.spec.sms)
+            COMM_SMS.get(layout.run.moe_dispatcher, 0)
+            / gpu_compute(job.cluster.gpu, layout.run.precision).gpu.spec.sms)
     times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,
                           tuple(forward), tuple(backward), send, forward_comm=comm[0],
                           backward_comm=comm[1], pair_seconds=pairs)
@@ -190,10 +192,10 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
 def accumulation_seconds(job: Job, layout: Execution) -> list[float]:
     """Each virtual stage's gradient accumulation per microbatch (``job.grad_accumulation``:
     zero when fused)."""
-    run = job.run
+    run = layout.run
     per_parameter = accumulation_bytes(run.grad_accumulation, run.precision, run.grad_bytes)
     if not per_parameter:  # fused: no pass of its own (and nothing to count on the hot path)
         return [0.0] * layout.virtual_stages
-    rate = gpu_compute(job.cluster.gpu, job.run.precision).gpu.memory_rate
+    rate = gpu_compute(job.cluster.gpu, layout.run.precision).gpu.memory_rate
     return [params * per_parameter / rate
             for params in stage_parameters(job.spec, layout, experts=True)]
