@@ -50,7 +50,7 @@ def errors(rows: list[LedgerRow], gpu: str) -> dict[str, float]:
     out = {}
     for row in rows:
         job, layout = job_and_layout(row)
-        job = replace(job, cluster=replace(job.cluster, gpu=gpu))
+        job = replace(job, cluster=job.cluster.with_gpu(gpu))
         metric = row.measured[0]
         out[row.id] = metric_value(metric.metric, job, evaluate(job, layout)) / metric.value - 1
     return out

@@ -48,6 +48,16 @@ def validate(schema: type[SchemaT], data: Any, source: str = "input") -> SchemaT
         raise config_error(error, source) from None
 
 
+def own_error(error: ValidationError) -> ConfigError | None:
+    """The ConfigError a schema's own validator raised inside ``error`` (its text already
+    names the field), if any: a caller re-raises it unchanged."""
+    for item in error.errors():
+        raised = item.get("ctx", {}).get("error")
+        if isinstance(raised, ConfigError):
+            return raised
+    return None
+
+
 def config_error(error: ValidationError, source: str = "input") -> ConfigError:
     """``error`` as ``validate`` reports it: one line naming each bad field."""
     parts = []

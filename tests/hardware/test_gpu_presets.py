@@ -195,7 +195,7 @@ def test_node_links_as_the_datasheets_give_them() -> None:
     assert nodes["dgx-h800"].nvlink[0] == 400e9 / 2
     assert nodes["mi300x-8"].nvlink[0] == 7 * 128e9 / 2
     assert nodes["mi300x-8"].kind == "FullyConnected"
-    assert {node.nic[0] for name, node in nodes.items() if name != "dgx-a100"} == {400e9 / 8}
+    assert {node.nic.bandwidth for name, node in nodes.items() if name != "dgx-a100"} == {400e9 / 8}
 
 
 def test_gb200_nvl72_is_one_72_gpu_dimension() -> None:

@@ -209,4 +209,4 @@ def test_torchtitan_rows_map_onto_the_mode():
     for variant, gpu in ((row, "h100-hbm2e-96gb"), (sxm, "h100")):
         job, layout = job_and_layout(variant)
         assert layout.recompute == "selective-op" and layout.run.attention == "flash"
-        assert job.cluster.gpu == gpu
+        assert job.cluster.gpu.name == gpu

@@ -192,7 +192,7 @@ def test_rows_map_to_their_published_configuration() -> None:
         8, 4, 32, 3, "interleaved")
     assert (layout.microbatch_size, layout.global_batch, layout.recompute, layout.zero) == (
         2, 1792, "full", 0)
-    assert (layout.run.precision, layout.run.dp_policy, job.cluster.gpu,
+    assert (layout.run.precision, layout.run.dp_policy, job.cluster.gpu.name,
             job.cluster.num_gpus) == ("fp16", "none", "a100", 1024)
     assert job_and_layout(_row("sc21-t1-gpt-1.7b"))[1].run.dp_policy == "ddp"
     _, sp = job_and_layout(_row("korthikanti-t5-22b-sp-selective"))
@@ -225,7 +225,7 @@ def test_a_llama_shape_maps_to_the_evaluator_as_published() -> None:
     assert (spec.ffn_hidden, spec.kv_heads, spec.gated_ffn, spec.rms_norm) == (
         14336, 8, True, True)
     assert not (spec.tied_embeddings or spec.bias or spec.learned_positions)
-    assert (layout.zero, layout.dp, job.cluster.gpu, layout.run.attention) == (
+    assert (layout.zero, layout.dp, job.cluster.gpu.name, layout.run.attention) == (
         3, 8, "h100", "flash")
     assert evaluate(job, layout).iteration_s > 0
 

@@ -96,6 +96,15 @@ class GpuSpec(BaseModel):
     sources: dict[str, str] = Field(default_factory=dict)
     provenance: dict[str, Provenance] = Field(default_factory=dict)
 
+    def __hash__(self) -> int:
+        """By name and memory: equal documents hash alike, so a GPU keys the compute caches as
+        its preset name did (``job.cluster.System.gpu``)."""
+        return hash((self.name, self.memory))
+
+    def __str__(self) -> str:
+        """The GPU's name, as messages and titles print it."""
+        return self.name
+
     @model_validator(mode="after")
     def _provenance_keys(self) -> GpuSpec:
         unknown = sorted(key for key in self.provenance
@@ -229,8 +238,11 @@ def _preset_gpu(name: str) -> Gpu:
     return gpu_from_data({"name": name, **_presets()[name]}, f"GPU preset {name}")
 
 
-def get_gpu(name_or_path: str | Path) -> Gpu:
-    """A bundled preset by name (``presets/gpus.yaml``) or a YAML/JSON GPU file."""
+def get_gpu(name_or_path: str | Path | GpuSpec) -> Gpu:
+    """A bundled preset by name (``presets/gpus.yaml``), a YAML/JSON GPU file, or a GPU
+    document already validated (a system's ``gpu``)."""
+    if isinstance(name_or_path, GpuSpec):
+        return Gpu(name_or_path)
     key = str(name_or_path)
     presets = _presets()
     if key in presets:

@@ -11,7 +11,6 @@ then one switch dimension over the nodes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
@@ -21,48 +20,53 @@ from dlsched.config import bundled_presets, validate
 from dlsched.validation import Bandwidth, Seconds
 
 
-class _Link(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Link(BaseModel):
+    """One GPU's link: ``bandwidth`` per direction (bytes/s), ``latency`` of one transfer step
+    (seconds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
     bandwidth: Bandwidth
     latency: Seconds
 
 
-class _Intra(_Link):
+class IntraLink(Link):
+    """The intra-node link and the dimension it forms: ``Switch`` (NVSwitch, an NVLink Switch
+    domain) or ``FullyConnected`` (AMD's Infinity Fabric mesh)."""
+
     kind: Literal["Switch", "FullyConnected"] = "Switch"
 
 
-class _NodeSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Node(BaseModel):
+    """A server type (one document of presets/nodes.yaml, or a system file's ``node``):
+    ``gpus`` per node (or NVLink domain), the compute preset ``gpu`` its GPUs run by default,
+    the intra-node link ``intra`` and the NIC per GPU ``nic``, and where the numbers come from
+    (``source``). ``job.cluster.System`` scales one to a job's GPU count."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = "custom"
     gpus: int = Field(ge=1, le=1024)
     gpu: str
-    intra: _Intra
-    nic: _Link
+    intra: IntraLink
+    nic: Link
     source: str
 
+    @property
+    def nvlink(self) -> tuple[float, float]:
+        """The intra-node link per GPU per direction: (bytes/s, seconds)."""
+        return float(self.intra.bandwidth), float(self.intra.latency)
 
-@dataclass(frozen=True)
-class NodePreset:
-    """A server type: ``gpus`` per node, the compute preset ``gpu``, the intra-node link per
-    GPU per direction ``nvlink`` (B/s, s) over a dimension of ``kind``, the NIC per GPU
-    ``nic`` (B/s, s), and where the numbers come from."""
+    @property
+    def kind(self) -> str:
+        """The intra-node dimension's kind (``Switch`` or ``FullyConnected``)."""
+        return self.intra.kind
 
-    name: str
-    gpus: int
-    gpu: str
-    nvlink: tuple[float, float]
-    nic: tuple[float, float]
-    source: str
-    kind: str = "Switch"
+
+# The old name of a node preset's type (the same class).
+NodePreset = Node
 
 
 @cache
-def node_presets() -> dict[str, NodePreset]:
+def node_presets() -> dict[str, Node]:
     """The bundled node presets by name (``presets/nodes.yaml``)."""
-    presets = {}
-    for name, document in bundled_presets("nodes.yaml").items():
-        spec = validate(_NodeSpec, document, f"node preset {name}")
-        presets[name] = NodePreset(name, spec.gpus, spec.gpu,
-                                   (float(spec.intra.bandwidth), float(spec.intra.latency)),
-                                   (float(spec.nic.bandwidth), float(spec.nic.latency)),
-                                   spec.source, spec.intra.kind)
-    return presets
+    return {name: validate(Node, {**document, "name": name}, f"node preset {name}")
+            for name, document in bundled_presets("nodes.yaml").items()}

@@ -1,8 +1,14 @@
 """What the job runs on: GPUs on a multi-dimensional network (the job planner's third input).
 
-A ``Cluster`` is a ``Topology`` (dimension 1 innermost), the compute preset of its GPUs
-(``hardware.gpu``: ``a100``, ``h100``, a GPU file), each GPU's memory and the training
-precision. It comes from a node preset scaled to ``gpus`` GPUs (``hardware.nodes``: ``dgx-a100``,
+A ``System`` (the one type; ``Cluster`` is its old name) is its GPU, the full GPU document
+(``hardware.gpu.GpuSpec``: compute constants, ``memory`` in bytes, sources and provenance; a
+preset name, a GPU file or the document itself), its node (``hardware.nodes.Node``) and its
+network: a ``Topology`` (dimension 1 innermost). It is loadable from one YAML/JSON file, the
+system file (``dlsched plan --cluster my-system.yaml``): ``gpu`` (a preset name, a GPU file or
+an inline GPU document), ``node`` (a node preset name or an inline node document, as
+presets/nodes.yaml writes one), ``gpus``, optionally ``domain``; or ``gpu`` and ``network`` (a
+topology preset, file or inline ``{name, dims}``) instead of a node. It comes from a node
+preset scaled to ``gpus`` GPUs (``hardware.nodes``: ``dgx-a100``,
 ``dgx-h100``, ``dgx-b200``, ``gb200-nvl72``, ``mi300x-8``, ...: a dimension of the node's GPUs,
 an NVSwitch, a 72-GPU NVLink domain or AMD's fully connected Infinity Fabric, a ring over a
 domain that is not a power of two, then a non-blocking fabric of one NIC per GPU,
@@ -23,37 +29,197 @@ as the group has there.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from dlsched.config import config_error, load_document, own_error
 from dlsched.errors import ConfigError
-from dlsched.hardware.gpu import get_gpu
-from dlsched.hardware.nodes import node_presets
+from dlsched.hardware.gpu import GpuSpec, get_gpu
+from dlsched.hardware.nodes import Node, node_presets
 from dlsched.hardware.topology import Dimension, Topology
 from dlsched.job.communication.nccl_costs import NcclGroup, NcclNode, nccl_node
 
 GIB = 2**30
 
-
-# The node presets (presets/nodes.yaml, with their sources) and each GPU's memory
-# (presets/gpus.yaml ``memory``).
+# The node presets (presets/nodes.yaml, with their sources; each a ``hardware.nodes.Node``).
 NODE_PRESETS = node_presets()
+# The GPU of a topology system that names none (the default of ``--gpu``; ``job.refusals``
+# prints it with the plan).
+TOPOLOGY_GPU = "a100"
 
 
-@dataclass(frozen=True)
-class Cluster:
-    """GPUs on a network (see the module docstring): ``memory`` bytes per GPU."""
+def _gpu_document(value: Any, field: str = "--gpu") -> Any:
+    """A system's ``gpu`` as its full document: a preset name or a GPU file read and validated
+    (ConfigError naming ``field`` and the presets otherwise); a document passes as it is."""
+    if isinstance(value, str | Path):
+        try:
+            return get_gpu(value).spec
+        except ConfigError as error:
+            raise ConfigError(f"{field}: {error}".replace("device: ", "")) from None
+    return value
 
-    name: str
-    topology: Topology
-    gpu: str
-    memory: int
+
+class System(BaseModel):
+    """What the job runs on (see the module docstring): ``gpu`` the GPU document (``memory``
+    bytes per GPU), ``node`` the server type scaled to ``gpus`` (at most ``domain`` GPUs of
+    each node's NVLink domain), or ``network`` a multi-dimensional topology whose NPUs are the
+    GPUs; ``name`` and ``source`` for the record."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    name: str = ""
+    gpu: GpuSpec
+    node: Node | None = None
+    gpus: int | None = Field(default=None, ge=1)
+    domain: int | None = Field(default=None, ge=1)
+    network: Topology | None = None
     source: str = ""
-    nccl: NcclNode | None = None
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as error:  # a check's own one-line error, else the fields'
+            raise (own_error(error) or config_error(error, "system")) from None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolve(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        node = data.get("node")
+        if isinstance(node, str):
+            if node not in NODE_PRESETS:
+                raise ConfigError(f"node: unknown node preset {node!r}; accepted: "
+                                  + ", ".join(NODE_PRESETS) + " or a node document")
+            data["node"] = NODE_PRESETS[node]
+        elif isinstance(node, dict):
+            data["node"] = Node.model_validate(node)
+        network = data.get("network")
+        if isinstance(network, str | dict):
+            from dlsched.hardware import load_topology
+            from dlsched.hardware.topology_config import topology_from_data
+
+            data["network"] = (load_topology(network) if isinstance(network, str)
+                               else topology_from_data(network, "network"))
+        gpu = data.get("gpu")
+        if gpu is None and isinstance(data.get("node"), Node):
+            gpu = data["node"].gpu
+        data["gpu"] = _gpu_document(gpu if gpu is not None else TOPOLOGY_GPU)
+        return data
+
+    @model_validator(mode="after")
+    def _check(self) -> System:
+        if (self.node is None) == (self.network is None):
+            raise ConfigError("system: give a node (with gpus) or a network, one of the two")
+        if self.node is not None:
+            self._check_node(self.node)
+        else:
+            assert self.network is not None
+            if self.gpus is not None and self.gpus != self.network.num_npus:
+                raise ConfigError(f"--gpus: {self.gpus} differs from the "
+                                  f"{self.network.num_npus} NPUs of {self.network.name!r}")
+        if self.gpu.memory is None:  # a GPU file without memory: the node's GPU's, else 80 GiB
+            fallback = get_gpu(self.node.gpu if self.node is not None else TOPOLOGY_GPU)
+            memory = fallback.spec.memory or 80 * GIB
+            object.__setattr__(self, "gpu", self.gpu.model_copy(update={"memory": memory}))
+        if not self.name:
+            object.__setattr__(self, "name", self._default_name())
+        if not self.source:
+            object.__setattr__(self, "source", self.node.source if self.node is not None else
+                               f"topology {self.topology.name} ({self.topology.shape})")
+        return self
+
+    def _check_node(self, node: Node) -> None:
+        size = node.gpus if self.domain is None else self.domain
+        if not 1 <= size <= node.gpus:
+            raise ConfigError(f"domain: {self.domain} GPUs per {node.name} node; accepted: 1 "
+                              f"to {node.gpus}")
+        gpus = self.gpus
+        if gpus is None:
+            raise ConfigError(f"--gpus: needed with the node preset {node.name!r} (a multiple "
+                              f"of {node.gpus})")
+        if gpus > size and gpus % size:
+            raise ConfigError(f"--gpus: {gpus} must be a multiple of {size} (GPUs per "
+                              f"{node.name} node) or at most {size}")
+
+    @property
+    def _label(self) -> str:
+        node = self.node
+        assert node is not None
+        return node.name if self.domain in (None, node.gpus) else f"{node.name}/{self.domain}"
+
+    def _default_name(self) -> str:
+        if self.node is None:
+            assert self.network is not None
+            return self.network.name
+        return f"{self.gpus}x{self._label}"
+
+    @cached_property
+    def topology(self) -> Topology:
+        """The job's network, dimension 1 innermost: the node's dimension of the GPUs it uses
+        (a ring over a domain that is not a power of two) and a switch over the nodes
+        (halving-doubling over a power of two, a ring otherwise); or ``network``."""
+        if self.node is None:
+            assert self.network is not None
+            return self.network
+        node, gpus = self.node, int(self.gpus or 0)
+        size = node.gpus if self.domain is None else self.domain
+        inside = min(gpus, size)
+        dims = [Dimension(node.kind, inside, *node.nvlink,
+                          algorithm="ring" if node.kind == "Switch" and inside & (inside - 1)
+                          else None)]
+        if gpus > size:
+            nodes = gpus // size
+            dims.append(Dimension("Switch", nodes, float(node.nic.bandwidth),
+                                  float(node.nic.latency),
+                                  algorithm=None if nodes & (nodes - 1) == 0 else "ring"))
+        return Topology(f"{self._label}-{gpus}", tuple(dims))
+
+    @cached_property
+    def nccl(self) -> NcclNode | None:
+        """NCCL's view of the node (``collectives.nccl``; None on a topology system or GPUs
+        NCCL does not run on)."""
+        node = self.node
+        if node is None:
+            return None
+        return nccl_node(node.name, node.gpu, node.nvlink[0], float(node.nic.bandwidth),
+                         node.kind == "Switch")
+
+    @property
+    def memory(self) -> int:
+        """Bytes of memory per GPU (the GPU document's)."""
+        return int(self.gpu.memory or 0)
 
     @property
     def num_gpus(self) -> int:
-        """GPUs in the cluster."""
+        """GPUs in the system."""
         return self.topology.num_npus
+
+    def with_gpu(self, gpu: str | GpuSpec) -> System:
+        """This system with the GPU preset, file or document ``gpu`` instead."""
+        return System(**{**dict(self), "gpu": gpu, "name": self.name, "source": self.source})
+
+    @classmethod
+    def load(cls, document: Any, source: str, gpus: int | None = None,
+             gpu: str | None = None) -> System:
+        """A system file's document (``source`` names it in errors); ``gpus`` and ``gpu``
+        (the options) replace the file's when given."""
+        if not isinstance(document, dict):
+            raise ConfigError(f"invalid {source}: a system is a mapping of gpu, node, gpus, "
+                              "domain, network, name, source")
+        data = {**document, **({"gpus": gpus} if gpus is not None else {}),
+                **({"gpu": gpu} if gpu is not None else {})}
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:  # __init__'s ConfigError (model_validate calls it)
+            own = own_error(error)
+            if own is None:
+                raise config_error(error, source) from None
+            raise ConfigError(str(own).replace("invalid system: ", f"invalid {source}: ", 1)
+                              ) from None
 
     def group_topology(self, stride: int, size: int) -> Topology | None:
         """The network a group of ``size`` ranks ``stride`` apart spans (ranks laid out
@@ -90,8 +256,13 @@ class Cluster:
         return inside, size // inside
 
 
+
+# The old name of the type (the same class).
+Cluster = System
+
+
 def node_cluster(preset: str, gpus: int, gpu: str | None = None,
-                 domain: int | None = None) -> Cluster:
+                 domain: int | None = None) -> System:
     """``gpus`` GPUs of the node preset ``preset`` (a multiple of its node size, or fewer
     GPUs than one node). ``domain``: GPUs the job uses of each node (its NVLink domain), at
     most the node's; None: all of them. A scheduler can place a job on part of each domain
@@ -99,56 +270,39 @@ def node_cluster(preset: str, gpus: int, gpu: str | None = None,
     64 in NVL72 racks), then the domains hold ``domain`` GPUs each and the rest of the job's
     traffic crosses the NICs."""
     node = NODE_PRESETS[preset]
-    size = node.gpus if domain is None else domain
-    if not 1 <= size <= node.gpus:
-        raise ConfigError(f"domain: {domain} GPUs per {preset} node; accepted: 1 to "
-                          f"{node.gpus}")
-    if gpus < 1 or (gpus > size and gpus % size):
-        raise ConfigError(f"--gpus: {gpus} must be a multiple of {size} (GPUs per "
-                          f"{preset} node) or at most {size}")
-    inside = min(gpus, size)
-    dims = [Dimension(node.kind, inside, *node.nvlink,
-                      algorithm="ring" if node.kind == "Switch" and inside & (inside - 1)
-                      else None)]
-    if gpus > size:
-        nodes = gpus // size
-        dims.append(Dimension("Switch", nodes, *node.nic, algorithm=None if nodes & (nodes - 1)
-                              == 0 else "ring"))
-    name = gpu or node.gpu
-    nccl = nccl_node(preset, node.gpu, node.nvlink[0], node.nic[0], node.kind == "Switch")
-    label = preset if size == node.gpus else f"{preset}/{size}"
-    return Cluster(f"{gpus}x{label}", Topology(f"{label}-{gpus}", tuple(dims)), name,
-                   gpu_memory_or(name, node.gpu), node.source, nccl)
+    if gpus < 1:
+        raise ConfigError(f"--gpus: {gpus} must be a multiple of {domain or node.gpus} (GPUs "
+                          f"per {preset} node) or at most {domain or node.gpus}")
+    return System(gpu=gpu or node.gpu, node=node, gpus=gpus, domain=domain)
 
 
-def gpu_memory_or(gpu: str, fallback: str) -> int:
-    """Bytes of memory of GPU preset or file ``gpu`` (``--gpu``), else of preset
-    ``fallback``; ConfigError naming the presets when ``gpu`` is neither a preset nor a file."""
-    try:
-        memory = get_gpu(gpu).spec.memory
-    except ConfigError as error:
-        raise ConfigError(f"--gpu: {error}".replace("device: ", "")) from None
-    return memory if memory is not None else int(get_gpu(fallback).spec.memory or 80 * GIB)
+def is_system_file(name: str) -> bool:
+    """Whether ``name`` is a YAML/JSON file holding a system (not a topology: no ``dims``)."""
+    if not name.lower().endswith((".yaml", ".yml", ".json")) or not Path(name).is_file():
+        return False
+    document = load_document(name)
+    return isinstance(document, dict) and "dims" not in document
 
 
-def load_cluster(name: str, gpus: int | None, gpu: str | None) -> Cluster:
-    """A node preset scaled to ``gpus``, or a topology preset or file whose NPUs are the GPUs
-    (``gpus``, when given, must equal its NPU count)."""
+def load_cluster(name: str, gpus: int | None, gpu: str | None) -> System:
+    """A node preset scaled to ``gpus``, a system file, or a topology preset or file whose
+    NPUs are the GPUs (``gpus``, when given, must equal its NPU count)."""
     if name in NODE_PRESETS:
         if gpus is None:
             raise ConfigError(f"--gpus: needed with the node preset {name!r} (a multiple of "
                               f"{NODE_PRESETS[name].gpus})")
         return node_cluster(name, gpus, gpu)
+    if is_system_file(name):
+        return System.load(load_document(name), name, gpus, gpu)
     from dlsched.hardware import load_topology
 
     try:
         topology = load_topology(name)
     except ConfigError as error:
         raise ConfigError(f"--cluster: {error}; accepted: {', '.join(NODE_PRESETS)}, a "
-                          "topology preset (dlsched topologies) or a topology file") from None
+                          "topology preset (dlsched topologies), a topology file or a system "
+                          "file") from None
     if gpus is not None and gpus != topology.num_npus:
         raise ConfigError(f"--gpus: {gpus} differs from the {topology.num_npus} NPUs of "
                           f"{name!r}")
-    chosen = gpu or "a100"
-    return Cluster(topology.name, topology, chosen, gpu_memory_or(chosen, "a100"),
-                   f"topology {topology.name} ({topology.shape})")
+    return System(gpu=gpu or TOPOLOGY_GPU, network=topology)

@@ -72,7 +72,8 @@ def label(name: str, value: str | int | bool) -> str:
 def features(job: Job, layout: Execution) -> Features:
     """The features of ``layout`` running ``job`` (module docstring)."""
     schedule = layout.schedule if layout.pp > 1 else "none"
-    return Features((job.cluster.gpu, layout.run.precision, schedule, layout.recompute, layout.zero,
+    gpu = job.cluster.gpu.name
+    return Features((gpu, layout.run.precision, schedule, layout.recompute, layout.zero,
                      layout.microbatch_size, layout.tp > 1, layout.cp > 1, layout.ep > 1),
                     float(job.spec.parameters()), layout.pp)
 

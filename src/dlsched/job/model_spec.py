@@ -65,7 +65,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from dlsched.config import bundled_presets, config_error, load_document
+from dlsched.config import bundled_presets, config_error, load_document, own_error
 from dlsched.errors import ConfigError
 from dlsched.job.attention_layers import check_pattern, kind_counts, mfu_keys
 from dlsched.job.compute.mla import check_shape, mla_matmul_elements, mla_parameters
@@ -144,7 +144,7 @@ class Model(DecoderShape):
         try:
             super().__init__(**data)
         except ValidationError as error:
-            own = _own_error(error)
+            own = own_error(error)
             if own is not None:
                 raise own from None
             raise config_error(error, "model") from None
@@ -156,7 +156,7 @@ class Model(DecoderShape):
         try:
             return cls.model_validate(document)
         except ValidationError as error:  # __init__'s ConfigError (model_validate calls it)
-            own = _own_error(error)
+            own = own_error(error)
             if own is None:
                 raise config_error(error, source) from None
             if str(own).startswith("invalid model: "):
@@ -377,15 +377,6 @@ class Model(DecoderShape):
 
 # The model's name before it was one type (kept importable: the same class, not a second type).
 TransformerSpec = Model
-
-
-def _own_error(error: ValidationError) -> ConfigError | None:
-    """The ``model: ...`` ConfigError one of the model's own checks raised, if any."""
-    for item in error.errors():
-        raised = item.get("ctx", {}).get("error")
-        if isinstance(raised, ConfigError):
-            return raised
-    return None
 
 
 def bundled_specs() -> dict[str, Model]:

@@ -25,7 +25,7 @@ import math
 from typing import TYPE_CHECKING
 
 from dlsched.errors import ConfigError
-from dlsched.job.cluster import NODE_PRESETS, load_cluster
+from dlsched.job.cluster import NODE_PRESETS, is_system_file, load_cluster
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule
 from dlsched.job.model_spec import TransformerSpec
@@ -195,7 +195,8 @@ def default_notes(scenario: PlanScenario, cluster: Cluster) -> list[str]:
     if scenario.attention == fields["attention"].default:
         notes.append(f"attention core: {scenario.attention}, the default kernel (--attention "
                      "flash|fused|unfused)")
-    if scenario.cluster not in NODE_PRESETS and scenario.gpu is None:
+    if scenario.cluster not in NODE_PRESETS and scenario.gpu is None and \
+            not is_system_file(scenario.cluster):  # a system file names its GPU
         notes.append(f"GPU: {cluster.gpu}, the default for a topology cluster, which names no "
                      "GPU (--gpu)")
     return notes

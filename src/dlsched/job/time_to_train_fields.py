@@ -56,7 +56,7 @@ def with_time_to_train(row: dict[str, Any], seq: int, cluster: Cluster,
     if not settings.wanted:
         return row
     per_node = cluster.topology.dims[0].size
-    return {**row, **time_to_train(row, seq, cluster.gpu, per_node, settings)}
+    return {**row, **time_to_train(row, seq, cluster.gpu.name, per_node, settings)}
 
 
 def pick(rows: Sequence[dict[str, Any]], objective: str) -> tuple[int, str | None]:

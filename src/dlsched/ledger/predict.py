@@ -148,7 +148,7 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
     if missing:
         raise ConfigError(f"{row.id}: parallel: not published: {', '.join(missing)}")
     node, gpu = GPU_PRESETS[hw.gpu]
-    nic_gbps = NODE_PRESETS[node].nic[0] * 8 / 1e9
+    nic_gbps = float(NODE_PRESETS[node].nic.bandwidth) * 8 / 1e9
     if hw.inter_node_gbps_per_gpu is not None and hw.gpus > hw.gpus_per_node and \
             abs(hw.inter_node_gbps_per_gpu / nic_gbps - 1) > 0.01:
         raise ConfigError(f"{row.id}: hardware.inter_node_gbps_per_gpu: "

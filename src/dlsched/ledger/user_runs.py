@@ -108,7 +108,7 @@ def price(row: LedgerRow, gpu: str | None = None) -> Priced:
     metric = time_metric(row)
     job, layout = job_and_layout(row)
     if gpu is not None:
-        job = replace(job, cluster=replace(job.cluster, gpu=gpu))
+        job = replace(job, cluster=job.cluster.with_gpu(gpu))
     value = metric_value(metric, job, evaluate(job, layout))
     published = row.value(metric)
     assert published is not None

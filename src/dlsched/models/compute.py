@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dlsched.errors import ConfigError
-from dlsched.hardware.gpu import ELEMENT_BYTES, Gpu, get_gpu
+from dlsched.hardware.gpu import ELEMENT_BYTES, Gpu, GpuSpec, get_gpu
 from dlsched.models.layer import Layer, Model
 from dlsched.models.ops import Op
 from dlsched.models.pricing import op_work
@@ -204,10 +204,11 @@ def parse_device(name: str) -> tuple[str, str | None]:
     return name, None
 
 
-def calibrated(name: str, precision: str | None = None, **options: object) -> CalibratedCompute:
-    """The calibrated model of device ``name`` (see ``parse_device``) in ``precision``
-    (default: the name's, else bf16, fp16 on a GPU without bf16)."""
-    base, named = parse_device(name)
+def calibrated(name: str | GpuSpec, precision: str | None = None,
+               **options: object) -> CalibratedCompute:
+    """The calibrated model of device ``name`` (see ``parse_device``; or a validated GPU
+    document) in ``precision`` (default: the name's, else bf16, fp16 on a GPU without bf16)."""
+    base, named = (name, None) if isinstance(name, GpuSpec) else parse_device(name)
     gpu = get_gpu(base)
     chosen = precision or named
     if chosen is None:
