@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
-from dlsched.job.memory.allocator import reported_bytes
+from dlsched.job.memory.allocator import EXPANDABLE_FRAGMENTATION, reported_bytes
 from dlsched.job.memory.torch_runtime import Runtime, check_runtime
 from dlsched.ledger.schema import LedgerRow
+from dlsched.pipeline.chains.memory_model import FRAGMENTATION
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,16 @@ class Readout:
     compiled_loss: tuple[str, ...]
     evidence: str
     split_wrap: tuple[str, ...] = ()
+    expandable_segments: tuple[str, ...] = ()
+
+    def fragmentation_of(self, row: LedgerRow) -> float:
+        """The share of reserved memory the allocator loses to fragmentation in ``row``'s run:
+        none when the run was launched with expandable segments (``expandable_segments``: the
+        id prefixes of the rows whose launch is published and sets them), else GMLake's
+        (``job.memory.allocator``)."""
+        if row.id.startswith(self.expandable_segments) and self.expandable_segments:
+            return EXPANDABLE_FRAGMENTATION
+        return FRAGMENTATION
 
     def loss_of(self, row: LedgerRow) -> str:
         """The loss implementation ``row`` ran: compiled where its version compiles it, else
@@ -65,8 +76,13 @@ READOUTS: dict[str, Readout] = {
         "the maximum over the steps of rank 0's log); with TP > 1 under "
         "loss_parallel (ParallelDims.loss_parallel_enabled: TP > 1 unless "
         "--training.disable_loss_parallel); FSDP2 wrapped as torchtitan/models/llama3/infra/"
-        "parallelize.py apply_fsdp at 6fc499f (after 83e6941, 2025-07-28) for the B200 rows",
-        ("torchtitan-2508-",)),
+        "parallelize.py apply_fsdp at 6fc499f (after 83e6941, 2025-07-28) for the B200 rows; "
+        "the B200 rows launched by torchao's benchmarks/float8/training/llama3.sh through "
+        "torchtitan's run_train.sh, which sets PYTORCH_CUDA_ALLOC_CONF="
+        "'expandable_segments:True' at 6fc499f (since a5e57e4, 2024-10-22); the H200 rows by "
+        "the torchrun command their file prints (no allocator setting); the Dec 2024 rows' "
+        "launch is not published (the default allocator assumed)",
+        ("torchtitan-2508-",), ("torchtitan-2508-",)),
 }
 
 
@@ -88,7 +104,8 @@ def published_memory_gib(row: LedgerRow, parts: Mapping[str, float]) -> float:
                           "read (allocated, reserved or nvidia-smi) is not recorded "
                           "(ledger.memory.READOUTS); accepted sources: " + ", ".join(READOUTS))
     readout = READOUTS[row.source]
-    return reported_bytes(parts, readout.counter, readout.loss_of(row)) / 2**30
+    return reported_bytes(parts, readout.counter, readout.loss_of(row),
+                          readout.fragmentation_of(row)) / 2**30
 
 
 TE_RECIPES = ("delayed", "current", "mxfp8")  # Transformer Engine's (job.compute.fp8)

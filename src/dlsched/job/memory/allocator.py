@@ -15,7 +15,15 @@ Published figures read one of three counters, each more than the last:
   ``max_reserved_gib``). Modelled as ``allocated / (1 - FRAGMENTATION)``: ``FRAGMENTATION`` =
   0.15, the share of reserved memory PyTorch's allocator loses to fragmentation in LLM training
   that GMLake (Guo et al., ASPLOS 2024) measured on average (``pipeline.chains.memory_model``,
-  the constant the planners keep free for it).
+  the constant the planners keep free for it). With ``expandable_segments:True`` in
+  ``PYTORCH_CUDA_ALLOC_CONF`` (what TorchTitan's launch script sets: ``run_llama_train.sh``
+  from a5e57e4, 2024-10-22, then ``run_train.sh``) the allocator keeps one virtual segment per
+  stream and maps physical pages (2 MiB small, 20 MiB large) onto its end only when a request
+  finds no free block, instead of one ``cudaMalloc`` per large request of that request's size
+  (PyTorch's CUDA semantics notes, "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF":
+  the setting exists to stop blocks of slightly different sizes from fragmenting the
+  cache); ``EXPANDABLE_FRAGMENTATION`` = 0: reserved is modelled as allocated, the pages'
+  rounding left out (assumed: no measured share found).
 * ``device``: what ``nvidia-smi`` shows for the process: the reserved segments plus the CUDA
   context (``CONTEXT_BYTES``, 1343 MiB: the Hugging Face guide "Model training anatomy",
   ``torch.ones(1).cuda()`` read with NVML) plus NCCL's buffers: per communicator, per channel,
@@ -57,6 +65,7 @@ from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES, FRAGMENTATION
 READOUTS = ("allocated", "reserved", "device")
 # FP32 logit-sized buffers live at the peak of the loss's backward, by loss implementation.
 LOSS_BUFFERS = {"megatron": 1, "torch": 3, "parallel": 4, "compiled": 1}
+EXPANDABLE_FRAGMENTATION = 0.0  # expandable segments: reserved = allocated (module docstring)
 NCCL_BUFFSIZE = 4 * 2**20  # NCCL's default NCCL_BUFFSIZE (bytes), per channel, peer, direction
 RING_NEIGHBOURS = 2
 
