@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 
 from dlsched.errors import ConfigError
 from dlsched.experiments.megatron import FITTED_ROW
-from dlsched.job.cluster import NODE_PRESETS, node_cluster
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.compute.module_recompute import modules_recompute
 from dlsched.job.evaluation.evaluate import Job, JobResult, check_run, evaluate
@@ -50,27 +49,14 @@ from dlsched.job.execution import LAYOUT_FIELDS, Execution
 from dlsched.job.run_settings import RunSettings, run_settings_of
 from dlsched.ledger.memory import memory_unmodelled, published_memory_gib, sharding_of
 from dlsched.ledger.schema import (
+    GPU_PRESETS,
+    NO_PRESET,
     NOT_OVERLAPPED,
     OVERLAP_SETTINGS,
     LedgerRow,
     Parallelism,
 )
 
-# Ledger GPU -> (node preset, compute preset): one preset per GPU model, the model the preset
-# describes (presets/gpus.yaml).
-GPU_PRESETS: dict[str, tuple[str, str]] = {
-    "a100-80gb": ("dgx-a100", "a100"),
-    "h100-sxm": ("dgx-h100", "h100"),
-    "h100-hbm2e-96gb": ("grand-teton-h100", "h100-hbm2e-96gb"),
-    "h200": ("dgx-h200", "h200"),
-    "h800": ("dgx-h800", "h800"),
-    "b200": ("dgx-b200", "b200"),
-    "gb200": ("gb200-nvl72", "gb200"),
-    "mi300x": ("mi300x-8", "mi300x"),
-}
-# Ledger GPUs with no preset of their own, and why another's does not describe them (none
-# today: every ledger GPU has its preset; presets/gpus.yaml says how each constant was got).
-NO_PRESET: dict[str, str] = {}
 # Rows a preset constant was fitted to: their errors are not held out (presets/gpus.yaml,
 # a100 ``efficiency.gemm.bf16``: bisected so that SC21's 39.1B row gives its 138 TFLOP/s).
 FITTED_ROWS: dict[str, str] = {
@@ -147,14 +133,11 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
         missing.append("router_balance")
     if missing:
         raise ConfigError(f"{row.id}: parallel: not published: {', '.join(missing)}")
-    node, gpu = GPU_PRESETS[hw.gpu]
-    nic_gbps = float(NODE_PRESETS[node].nic.bandwidth) * 8 / 1e9
-    if hw.inter_node_gbps_per_gpu is not None and hw.gpus > hw.gpus_per_node and \
-            abs(hw.inter_node_gbps_per_gpu / nic_gbps - 1) > 0.01:
-        raise ConfigError(f"{row.id}: hardware.inter_node_gbps_per_gpu: "
-                          f"{hw.inter_node_gbps_per_gpu:g} Gb/s differs from the {node} "
-                          f"preset's {nic_gbps:g} Gb/s per GPU")
-    job = Job(shape, node_cluster(node, hw.gpus, gpu, hw.nvlink_domain))
+    try:  # the section's own System (schema.Hardware.system), no copy of its fields here
+        system = hw.system()
+    except ConfigError as error:
+        raise ConfigError(f"{row.id}: {error}") from None
+    job = Job(shape, system)
     layout = execution(par, run_settings(row))  # nvlink_domain None: whole domains
     check_run(job, layout.run)
     return job, layout

@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
 
+from dlsched.errors import ConfigError
+from dlsched.job.cluster import NODE_PRESETS, System, node_cluster
 from dlsched.job.model_spec import Model
 
 Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron-bridge",
@@ -63,6 +65,23 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Ledger GPU -> (node preset, compute preset): one preset per GPU model, the model the preset
+# describes (presets/gpus.yaml).
+GPU_PRESETS: dict[str, tuple[str, str]] = {
+    "a100-80gb": ("dgx-a100", "a100"),
+    "h100-sxm": ("dgx-h100", "h100"),
+    "h100-hbm2e-96gb": ("grand-teton-h100", "h100-hbm2e-96gb"),
+    "h200": ("dgx-h200", "h200"),
+    "h800": ("dgx-h800", "h800"),
+    "b200": ("dgx-b200", "b200"),
+    "gb200": ("gb200-nvl72", "gb200"),
+    "mi300x": ("mi300x-8", "mi300x"),
+}
+# Ledger GPUs with no preset of their own, and why another's does not describe them (none
+# today: every ledger GPU has its preset; presets/gpus.yaml says how each constant was got).
+NO_PRESET: dict[str, str] = {}
+
+
 class Hardware(_Strict):
     """The machines: GPU model and count, and what is known of the cluster and its network.
     ``nvlink_domain``: GPUs the job occupies in each NVLink domain when it uses only part of
@@ -77,6 +96,25 @@ class Hardware(_Strict):
     inter_node_gbps_per_gpu: float | None = Field(default=None, gt=0)
     gpu_power_w: float | None = Field(default=None, gt=0)
     nvlink_domain: int | None = Field(default=None, gt=0)
+
+    def system(self) -> System:
+        """What the run ran on as the evaluator's one system type (``job.cluster.System``):
+        the node preset of ``gpu`` with its compute preset (``GPU_PRESETS``: one preset per GPU
+        model, no per-row factor) scaled to ``gpus``, ``nvlink_domain`` GPUs of each domain
+        (None: whole domains). ConfigError naming the field when no preset describes the GPU
+        or the published NIC rate differs from the preset's."""
+        if self.gpu not in GPU_PRESETS:
+            why = f" ({NO_PRESET[self.gpu]})" if self.gpu in NO_PRESET else ""
+            raise ConfigError(f"hardware.gpu: no dlsched preset for {self.gpu}{why}; "
+                              "accepted: " + ", ".join(GPU_PRESETS))
+        node, gpu = GPU_PRESETS[self.gpu]
+        nic_gbps = float(NODE_PRESETS[node].nic.bandwidth) * 8 / 1e9
+        if self.inter_node_gbps_per_gpu is not None and self.gpus > self.gpus_per_node and \
+                abs(self.inter_node_gbps_per_gpu / nic_gbps - 1) > 0.01:
+            raise ConfigError(f"hardware.inter_node_gbps_per_gpu: "
+                              f"{self.inter_node_gbps_per_gpu:g} Gb/s differs from the {node} "
+                              f"preset's {nic_gbps:g} Gb/s per GPU")
+        return node_cluster(node, self.gpus, gpu, self.nvlink_domain)
 
 
 # A row's ``model`` section is a model file (``job.model_spec.Model``, the one model type: its
