@@ -96,3 +96,16 @@ def test_a_network_system_and_the_refusals(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^--gpu: unknown GPU 'z100'"):
         load_cluster(_write(tmp_path, {"node": "dgx-a100", "gpus": 8, "gpu": "z100"}), None,
                      None)
+
+
+def test_the_example_system_file_is_the_dgx_a100_network() -> None:
+    """examples/plan/my-system.yaml (a node of its own with the dgx-a100 figures, 16 A100s):
+    the same dimensions as --cluster dgx-a100 --gpus 16, the a100 document; --gpus and --gpu
+    replace the file's."""
+    example = str(Path(__file__).parents[2] / "examples" / "plan" / "my-system.yaml")
+    system, preset = load_cluster(example, None, None), node_cluster("dgx-a100", 16)
+    assert system.topology.dims == preset.topology.dims
+    assert system.gpu == preset.gpu and system.name == "my-system"
+    assert system.node is not None and system.node.name == "my-a100-node"
+    bigger = load_cluster(example, 32, "h100")
+    assert (bigger.num_gpus, bigger.gpu.name) == (32, "h100")
