@@ -92,5 +92,5 @@ def test_megatron_export_names_the_backend() -> None:
     """``--attention-backend`` carries Megatron-Core's name of the planned kernel."""
     layout = Execution(1, 1, 8, 1, 64)
     for attention in ("flash", "fused", "unfused"):
-        words = megatron_args(LLAMA_8B, layout, "bf16", attention=attention).split()
+        words = megatron_args(LLAMA_8B, layout.with_run(attention=attention)).split()
         assert words[words.index("--attention-backend") + 1] == attention

@@ -233,8 +233,8 @@ def test_exports_carry_cp(algorithm: str, comm: str) -> None:
     from dlsched.job.exports import megatron_args, torchtitan_toml
 
     layout = Execution(4, 1, 1, 1, 8, cp=2, cp_algorithm=algorithm)
-    args = megatron_args(LLAMA_32K, layout, "bf16").splitlines()[-1]
+    args = megatron_args(LLAMA_32K, layout).splitlines()[-1]
     assert f"--context-parallel-size 2 --cp-comm-type {comm}" in args
-    assert "context_parallel_degree = 2" in torchtitan_toml(LLAMA_32K, layout, "bf16")
-    plain = megatron_args(LLAMA_32K, replace(layout, cp=1, dp=2), "bf16")
+    assert "context_parallel_degree = 2" in torchtitan_toml(LLAMA_32K, layout)
+    plain = megatron_args(LLAMA_32K, replace(layout, cp=1, dp=2))
     assert "--context-parallel-size" not in plain and "--cp-comm-type" not in plain

@@ -38,7 +38,8 @@ def parse(text: str) -> tuple[dict[str, list[str]], list[str]]:
 
 
 def test_megatron_table5_row():
-    options, comments = parse(megatron_args(GPT3, TABLE5, "fp16", attention="unfused"))
+    options, comments = parse(megatron_args(
+        GPT3, TABLE5.with_run(precision="fp16", attention="unfused")))
     assert options == {
         "--num-layers": ["96"], "--hidden-size": ["12288"], "--num-attention-heads": ["96"],
         "--ffn-hidden-size": ["49152"], "--vocab-size": ["51200"], "--seq-length": ["2048"],
@@ -53,7 +54,7 @@ def test_megatron_table5_row():
 def test_megatron_each_feature():
     gqa = GPT3.replace(kv_heads=8, tied_embeddings=False)
     full = replace(TABLE5, chunks=1, schedule="1f1b", recompute="full", sequence_parallel=False)
-    options, _ = parse(megatron_args(gqa, full, "bf16"))
+    options, _ = parse(megatron_args(gqa, full))
     assert options["--group-query-attention"] == [] and options["--num-query-groups"] == ["8"]
     assert options["--recompute-granularity"] == ["full"]
     assert options["--recompute-method"] == ["uniform"]
@@ -63,7 +64,7 @@ def test_megatron_each_feature():
     for absent in ("--sequence-parallel", "--num-layers-per-virtual-pipeline-stage",
                    "--use-distributed-optimizer", "--grad-reduce-in-bf16", "--fp16"):
         assert absent not in options
-    bf16_grads, _ = parse(megatron_args(gqa, full, "bf16", grad_bytes=2))
+    bf16_grads, _ = parse(megatron_args(gqa, full.with_run(grad_reduce="bf16")))
     assert "--grad-reduce-in-bf16" in bf16_grads
 
 
@@ -75,7 +76,7 @@ def test_megatron_each_feature():
          "--ckpt-format": ["fsdp_dtensor"]})])
 def test_megatron_zero_stages(zero, expected):
     layout = Execution(8, 16, 8, 1, 1536, zero=zero)
-    options, _ = parse(megatron_args(GPT3, layout, "bf16"))
+    options, _ = parse(megatron_args(GPT3, layout))
     sharding = {key: value for key, value in options.items()
                 if key in ("--use-distributed-optimizer", "--use-megatron-fsdp",
                            "--data-parallel-sharding-strategy", "--ckpt-format")}
@@ -87,7 +88,7 @@ def test_megatron_zero_stages(zero, expected):
     (replace(TABLE5, global_batch=12), "bf16", "a multiple of pp"),
     (TABLE5, "autocast", "no autocast mode")])
 def test_megatron_says_what_has_no_equivalent(layout, precision, phrase):
-    options, comments = parse(megatron_args(GPT3, layout, precision))
+    options, comments = parse(megatron_args(GPT3, layout.with_run(precision=precision)))
     assert any(phrase in line for line in comments)
     assert options["--num-layers"] == ["96"]  # the arguments still follow the comments
     assert ("--bf16" in options) == (precision == "bf16") and "--fp16" not in options
@@ -98,7 +99,7 @@ TITAN = replace(TABLE5, chunks=2)
 
 
 def test_torchtitan_table5_row():
-    config = tomllib.loads(torchtitan_toml(LLAMA70, TITAN, "bf16"))
+    config = tomllib.loads(torchtitan_toml(LLAMA70, TITAN))
     assert config["model"] == {"name": "llama3", "flavor": "70B"}
     assert config["training"] == {"local_batch_size": 64, "global_batch_size": 64,
                                   "seq_len": 8192, "mixed_precision_param": "bfloat16",
@@ -113,7 +114,7 @@ def test_torchtitan_table5_row():
 
 
 def titan(layout: Execution, precision: str = "bf16", spec: TransformerSpec = LLAMA70):
-    text = torchtitan_toml(spec, layout, precision)
+    text = torchtitan_toml(spec, layout.with_run(precision=precision))
     return tomllib.loads(text), [line for line in text.splitlines() if line.startswith("#")]
 
 
@@ -149,10 +150,10 @@ def test_torchtitan_says_what_has_no_equivalent(layout, precision, phrase):
 
 
 def test_torchtitan_schedules_and_precision():
-    gpipe, _ = titan(replace(TITAN, chunks=1, schedule="gpipe"), "fp32")
+    gpipe, _ = titan(replace(TITAN, chunks=1, schedule="gpipe"), "autocast")
     assert gpipe["parallelism"]["pipeline_parallel_schedule"] == "GPipe"
     assert gpipe["parallelism"]["pipeline_parallel_layers_per_stage"] == 10
-    assert gpipe["training"]["mixed_precision_param"] == "float32"
+    assert gpipe["training"]["mixed_precision_param"] == "bfloat16"  # no pure-FP32 export
     assert gpipe["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
     plain, _ = titan(replace(TITAN, chunks=1, schedule="1f1b", recompute="none"))
     assert plain["parallelism"]["pipeline_parallel_schedule"] == "1F1B"
@@ -160,17 +161,20 @@ def test_torchtitan_schedules_and_precision():
 
 
 def test_exports_refuse_bad_input():
-    with pytest.raises(ConfigError, match=r"^--precision: "):
-        megatron_args(GPT3, TABLE5, "int8")
+    with pytest.raises(ConfigError, match=r"^--precision: "):  # int8, or an FP32 export:
+        megatron_args(GPT3, TABLE5.with_run(precision="int8"))  # no priced precision
+    with pytest.raises(ConfigError, match=r"^--precision: 'fp32' is not accepted; accepted: "
+                                          r"bf16, fp16, autocast, fp8"):
+        torchtitan_toml(LLAMA70, TITAN.with_run(precision="fp32"))
     with pytest.raises(ConfigError, match=r"^--pp: "):
-        torchtitan_toml(LLAMA70, replace(TITAN, pp=3), "bf16")
+        torchtitan_toml(LLAMA70, replace(TITAN, pp=3))
 
 
 def test_megatron_builds_the_model_the_plan_priced():
     """Llama 3 70B: SwiGLU, RMSNorm, rotary positions, no biases, untied output, 8 query
     groups, its FFN width and vocabulary; Mixtral 8x7B the same and its experts; GPT-3 none of
     the Llama flags (Megatron-LM's defaults are GPT's)."""
-    llama, comments = parse(megatron_args(LLAMA70, Execution(8, 4, 2, 1, 64), "bf16"))
+    llama, comments = parse(megatron_args(LLAMA70, Execution(8, 4, 2, 1, 64)))
     assert {key: llama[key] for key in (
         "--swiglu", "--normalization", "--position-embedding-type", "--disable-bias-linear",
         "--untie-embeddings-and-output-weights", "--group-query-attention",
@@ -181,12 +185,12 @@ def test_megatron_builds_the_model_the_plan_priced():
         "--ffn-hidden-size": ["28672"], "--vocab-size": ["128256"]}
     assert any("--rotary-base" in line for line in comments)
     mixtral, _ = parse(megatron_args(bundled_specs()["mixtral-8x7b"],
-                                     Execution(2, 4, 8, 1, 64, ep=8), "bf16"))
+                                     Execution(2, 4, 8, 1, 64, ep=8)))
     assert mixtral["--swiglu"] == [] and mixtral["--normalization"] == ["RMSNorm"]
     assert (mixtral["--num-experts"], mixtral["--moe-router-topk"],
             mixtral["--expert-model-parallel-size"], mixtral["--moe-ffn-hidden-size"]) == (
         ["8"], ["2"], ["8"], ["14336"])
-    gpt, _ = parse(megatron_args(GPT3, TABLE5, "bf16"))
+    gpt, _ = parse(megatron_args(GPT3, TABLE5))
     assert not {"--swiglu", "--normalization", "--position-embedding-type",
                 "--disable-bias-linear", "--untie-embeddings-and-output-weights"} & set(gpt)
 
@@ -204,7 +208,7 @@ def test_exports_refuse_a_plan_the_framework_cannot_run(export, spec, layout, fi
     16 over 8 KV heads) or a model it would build otherwise is refused with one line naming
     the field, not handed over with a comment."""
     with pytest.raises(ConfigError, match=f"^{field}") as refused:
-        export(spec, layout, "bf16")
+        export(spec, layout)
     assert "\n" not in str(refused.value) and "accepted" in str(refused.value)
 
 

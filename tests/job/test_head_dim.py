@@ -117,9 +117,9 @@ def test_head_dim_from_a_spec_file(tmp_path):
 
 def test_qwen3_exports():
     layout = Execution(8, 4, 1, 1, 64, schedule="1f1b")
-    args = megatron_args(bundled_specs()["qwen3-32b"], layout, "bf16").splitlines()[-1].split()
+    args = megatron_args(bundled_specs()["qwen3-32b"], layout).splitlines()[-1].split()
     assert args[args.index("--kv-channels") + 1] == "128" and "--qk-layernorm" in args
-    args = megatron_args(bundled_specs()["qwen3-8b"], layout, "bf16").splitlines()[-1].split()
+    args = megatron_args(bundled_specs()["qwen3-8b"], layout).splitlines()[-1].split()
     assert "--kv-channels" not in args and "--qk-layernorm" in args  # 32 x 128 = 4096
     with pytest.raises(ConfigError, match="qk-norm"):
-        torchtitan_toml(bundled_specs()["qwen3-8b"], layout, "bf16")
+        torchtitan_toml(bundled_specs()["qwen3-8b"], layout)

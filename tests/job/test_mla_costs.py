@@ -108,7 +108,7 @@ def test_megatron_args_name_mla_and_mtp():
     layout = Execution(tp=1, pp=16, dp=128, microbatch_size=1, global_batch=16384, chunks=2,
                        schedule="interleaved", recompute="full", zero=1, ep=64,
                        pipeline_split="account-embedding-loss")
-    text = megatron_args(DSV3, layout, "bf16")
+    text = megatron_args(DSV3, layout)
     args = shlex.split(text.splitlines()[-1])
     value = {flag: args[i + 1] for i, flag in enumerate(args[:-1])}
     assert "--multi-latent-attention" in args and "--kv-channels" not in args

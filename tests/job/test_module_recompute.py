@@ -150,8 +150,8 @@ def test_exports_name_the_modules_or_refuse():
     per-module recomputation and says so."""
     from dlsched.job.exports import megatron_args, torchtitan_toml
     layout = Execution(1, 1, 8, 1, 8, ep=8, recompute="modules:moe_act,layernorm")
-    line = megatron_args(SMALL, layout, "bf16", 4).splitlines()[-1]
+    line = megatron_args(SMALL, layout).splitlines()[-1]
     assert "--recompute-granularity selective --recompute-modules moe_act layernorm" in line
     dense = Execution(1, 1, 8, 1, 8, recompute="modules:layernorm")
     with pytest.raises(ConfigError, match="no TorchTitan equivalent"):
-        torchtitan_toml(load_spec("llama3-8b"), dense, "bf16")
+        torchtitan_toml(load_spec("llama3-8b"), dense)

@@ -170,11 +170,11 @@ def test_layouts_moe_cannot_run_name_the_field(spec, layout, field):
 
 def test_exports_carry_the_experts():
     layout = Execution(1, 1, 8, 1, 8, ep=8)
-    args = megatron_args(SMALL, layout, "bf16")
+    args = megatron_args(SMALL, layout)
     assert "--num-experts 8 --moe-router-topk 2" in args
     assert "--expert-model-parallel-size 8" in args and "--moe-grouped-gemm" in args
     with pytest.raises(ConfigError, match=r"^--model: moe-small is a mixture of experts"):
-        torchtitan_toml(SMALL, layout, "bf16")  # TorchTitan's llama3 is dense
+        torchtitan_toml(SMALL, layout)  # TorchTitan's llama3 is dense
 
 
 def test_spec_file_with_experts(tmp_path):

@@ -155,6 +155,6 @@ def test_search_folds_experts_beside_tp():
 
 def test_exports_write_the_expert_tp():
     layout = Execution(4, 1, 4, 1, 16, sequence_parallel=True, ep=8, expert_tp=1)
-    assert "--expert-tensor-parallel-size 1" in megatron_args(SPEC, layout, "bf16")
+    assert "--expert-tensor-parallel-size 1" in megatron_args(SPEC, layout)
     assert "--expert-tensor-parallel-size 4" in megatron_args(SPEC, replace(
-        layout, ep=4, expert_tp=None), "bf16")
+        layout, ep=4, expert_tp=None))

@@ -192,12 +192,12 @@ def test_searched_only_when_given():
 
 def test_exports_torchtitan_op_and_refuses_megatron():
     layout = Execution(1, 1, 8, 2, 16, recompute="selective-op", zero=3)
-    text = torchtitan_toml(LLAMA8B, layout, "bf16")
+    text = torchtitan_toml(LLAMA8B, layout)
     assert tomllib.loads(text)["activation_checkpoint"] == {
         "mode": "selective", "selective_ac_option": "op"}
     assert "Korthikanti" not in text  # exactly TorchTitan's policy: no nearest-mode note
     with pytest.raises(ConfigError, match=r"--recompute: selective-op.*none, selective, full"):
-        megatron_args(LLAMA8B, layout, "bf16")
+        megatron_args(LLAMA8B, layout)
 
 
 def test_torchtitan_rows_map_onto_the_mode():

@@ -114,11 +114,12 @@ def test_exports_say_how_the_transfers_were_priced() -> None:
     sends, a note on a plan priced blocking."""
     interleaved = Execution(8, 4, 2, 1, 64, chunks=2, schedule="interleaved", recompute="full")
     assert "--no-overlap-p2p-communication" in megatron_args(
-        SPEC, interleaved, "fp16", pipeline_p2p="blocking")
-    assert "--no-overlap-p2p-communication" not in megatron_args(SPEC, interleaved, "fp16")
+        SPEC, interleaved.with_run(precision="fp16", pipeline_p2p="blocking"))
+    assert "--no-overlap-p2p-communication" not in megatron_args(
+        SPEC, interleaved.with_run(precision="fp16"))
     plain = Execution(8, 4, 2, 1, 64, recompute="full")
     assert "only with the interleaved schedule" in megatron_args(
-        SPEC, plain, "fp16", pipeline_p2p="overlapped")
+        SPEC, plain.with_run(precision="fp16", pipeline_p2p="overlapped"))
     llama = bundled_specs()["llama3-8b"]
     assert "torch.distributed.pipelining sends asynchronously" in torchtitan_toml(
-        llama, plain, "bf16")
+        llama, plain)

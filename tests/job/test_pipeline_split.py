@@ -185,14 +185,13 @@ def test_exports_carry_the_split() -> None:
     arguments.py derives VP 8 from it); TorchTitan: 2 layers per stage, one fewer on the first
     and the last (its first/last_stage_less_layers)."""
     spec = bundled_specs()["llama3-405b"]
-    options = _options(megatron_args(spec, L405, "bf16"))
+    options = _options(megatron_args(spec, L405))
     assert options["--num-layers-per-virtual-pipeline-stage"] == ["2"]
     assert options["--account-for-embedding-in-pipeline-split"] == []
     assert options["--account-for-loss-in-pipeline-split"] == []
-    even = _options(megatron_args(spec.replace(layers=128), replace(L405, pipeline_split="even"),
-                                  "bf16"))
+    even = _options(megatron_args(spec.replace(layers=128), replace(L405, pipeline_split="even")))
     assert "--account-for-embedding-in-pipeline-split" not in even
-    titan = tomllib.loads(torchtitan_toml(spec, L405, "bf16"))["parallelism"]
+    titan = tomllib.loads(torchtitan_toml(spec, L405))["parallelism"]
     assert (titan["pipeline_parallel_layers_per_stage"],
             titan["pipeline_parallel_first_stage_less_layers"],
             titan["pipeline_parallel_last_stage_less_layers"]) == (2, 1, 1)

@@ -69,16 +69,7 @@ class PlanReport:
     def megatron_args(self) -> str:
         """Megatron-LM arguments of the first plan."""
         job, result = self.plans[0]
-        layout = result.layout
-        run = layout.run
-        flags = (("overlap-grad-reduce", run.dp_policy == "ddp"),  # DDP's buckets: Megatron's
-                 ("overlap-param-gather", run.overlap_param_gather and layout.zero in (1, 2)),
-                 ("tp-comm-overlap", run.tp_comm_overlap and layout.sequence_parallel),
-                 ("no-gradient-accumulation-fusion", run.grad_accumulation == "separate"))
-        return megatron_args(job.spec, result.layout, run.precision, run.grad_bytes,
-                             attention=run.attention,
-                             flags=tuple(flag for flag, on in flags if on),
-                             pipeline_p2p=run.pipeline_p2p, fp8_recipe=run.fp8_recipe)
+        return megatron_args(job.spec, result.layout)
 
     def megatron_document(self) -> dict[str, list[str]]:
         """``megatron_args`` as JSON: its comment lines and its arguments (``plan --json``)."""
@@ -87,10 +78,7 @@ class PlanReport:
     def torchtitan_toml(self) -> str:
         """A TorchTitan config of the first plan."""
         job, result = self.plans[0]
-        run = result.layout.run
-        return torchtitan_toml(job.spec, result.layout, run.precision, run.attention,
-                               run.grad_bytes, run.pipeline_p2p, run.fp8_recipe,
-                               run.fp8_all_gather, run.compile, run.async_tp)
+        return torchtitan_toml(job.spec, result.layout)
 
 
 def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanReport:

@@ -33,6 +33,17 @@ TorchTitan's ``llama3`` (``torchtitan/models/__init__.py``: llama3, deepseek_v3,
 the flavor of the spec's shape (``TITAN_LLAMA3``: 8B, 70B, 405B), or the spec's name as a
 flavor to register; a MoE or GPT-style model is refused (llama3 would build another model).
 
+Both exports read one ``Execution``: its layout and its run settings (``Execution.run``: the
+precision, gradient format, attention kernel, overlaps, pipeline transfers, FP8 recipe,
+torch.compile and asynchronous TP the plan was priced with), so what is exported is what was
+priced. Pure FP32 training (``fp32``: FP32 weights and matmuls) is no run setting the planner
+prices (``job.run_choices.PRECISIONS``; the memory model alone knows its bytes,
+``job.memory.per_gpu``), so an export is never asked for it: an execution with ``precision:
+fp32`` is refused where it is made, by ``--precision``'s one-line error naming the accepted
+values. (Megatron-LM trains in FP32 without ``--bf16``/``--fp16``, TorchTitan with
+``mixed_precision_param = "float32"``; ``autocast``, FP32 weights under 16-bit matmuls, is
+exported with the note that Megatron-LM has no such mode.)
+
 Where a plan has a near equivalent the output says so in comment lines; a plan the framework
 cannot run as priced is refused with the reason (``check_runs``: a schedule it does not have,
 such as ZB-H1, or a TP degree that does not divide the heads or the KV heads).
@@ -49,7 +60,6 @@ from dlsched.job.compute.module_recompute import MODULES, modules_of
 from dlsched.job.evaluation.pipeline_split import ACCOUNTED, slots_per_stage
 from dlsched.job.execution import Execution
 from dlsched.job.framework_flags import megatron_fp8_args, titan_run_sections
-from dlsched.job.memory.per_gpu import check_precision
 from dlsched.job.model_spec import TransformerSpec
 
 MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
@@ -69,18 +79,28 @@ TITAN_SCHEDULES = {"1f1b": "1F1B", "interleaved": "Interleaved1F1B", "gpipe": "G
 MEGATRON_SCHEDULES = ("1f1b", "interleaved", "gpipe")  # gpipe runs as 1F1B (a note says so)
 
 
-def megatron_args(spec: TransformerSpec, layout: Execution, precision: str,
-                  grad_bytes: int = 4, attention: str = "flash",
-                  flags: tuple[str, ...] = (), pipeline_p2p: str = "auto",
-                  fp8_recipe: str | None = None) -> str:
+def megatron_flags(layout: Execution) -> tuple[str, ...]:
+    """The Megatron-LM switches ``layout`` was priced with: ``overlap-grad-reduce`` (DDP's
+    buckets, ``dp_policy`` ddp), ``overlap-param-gather`` (ZeRO 1-2), ``tp-comm-overlap``
+    (with sequence parallelism), ``no-gradient-accumulation-fusion`` (``separate``)."""
+    run = layout.run
+    on = (("overlap-grad-reduce", run.dp_policy == "ddp"),
+          ("overlap-param-gather", run.overlap_param_gather and layout.zero in (1, 2)),
+          ("tp-comm-overlap", run.tp_comm_overlap and bool(layout.sequence_parallel)),
+          ("no-gradient-accumulation-fusion", run.grad_accumulation == "separate"))
+    return tuple(flag for flag, given in on if given)
+
+
+def megatron_args(spec: TransformerSpec, layout: Execution) -> str:
     """Comment lines (``#``) on what the arguments cannot say, then one line of Megatron-LM
-    ``pretrain_gpt.py`` arguments for the plan (module docstring); ``flags`` names the
-    Megatron-LM switches the plan was priced with (``overlap-grad-reduce``,
-    ``overlap-param-gather``, ``tp-comm-overlap``, ``no-gradient-accumulation-fusion``);
-    ``pipeline_p2p`` how its transfers were priced (``job.pipeline_p2p``: Megatron-LM
-    overlaps them with the interleaved schedule unless ``--no-overlap-p2p-communication``,
-    and blocks on them with every other)."""
-    check_precision(precision, grad_bytes)
+    ``pretrain_gpt.py`` arguments for the plan ``layout`` with its run settings (module
+    docstring): its precision and gradient format, attention backend, the switches it was
+    priced with (``megatron_flags``), how its transfers were priced (``job.pipeline_p2p``:
+    Megatron-LM overlaps them with the interleaved schedule unless
+    ``--no-overlap-p2p-communication``, and blocks on them with every other) and its FP8
+    recipe."""
+    run = layout.run
+    precision, grad_bytes = run.precision, run.grad_bytes
     check_runs(spec, layout, "Megatron-LM", MEGATRON_SCHEDULES)
     if layout.recompute == "selective-op":
         raise ConfigError("--recompute: selective-op (TorchTitan's per-op policy, every other "
@@ -136,12 +156,12 @@ def megatron_args(spec: TransformerSpec, layout: Execution, precision: str,
     elif layout.zero >= 2:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
                  MEGATRON_FSDP[layout.zero], "--ckpt-format", "fsdp_dtensor"]
-    args += ["--attention-backend", attention]
-    args += [f"--{flag}" for flag in flags]
-    args += _megatron_p2p(layout, pipeline_p2p, notes)
+    args += ["--attention-backend", run.attention]
+    args += [f"--{flag}" for flag in megatron_flags(layout)]
+    args += _megatron_p2p(layout, run.pipeline_p2p, notes)
     args += _megatron_moe(spec, layout)
     args += _megatron_precision("bf16" if precision == "fp8" else precision, grad_bytes, notes)
-    args += megatron_fp8_args(fp8_recipe, notes)  # job.framework_flags
+    args += megatron_fp8_args(run.fp8_recipe, notes)  # job.framework_flags
     if not spec.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     return "".join(f"# {note}\n" for note in notes) + shlex.join(args) + "\n"
@@ -269,15 +289,12 @@ def _megatron_precision(precision: str, grad_bytes: int, notes: list[str]) -> li
     return []
 
 
-def torchtitan_toml(spec: TransformerSpec, layout: Execution, precision: str,
-                    attention: str = "flash", grad_bytes: int = 4,
-                    pipeline_p2p: str = "auto", fp8_recipe: str | None = None,
-                    fp8_all_gather: bool = False, compiled: bool = False,
-                    async_tp: bool = False) -> str:
-    """A TorchTitan job config (TOML) for the plan, with comments where TorchTitan has no
-    equivalent (module docstring; ``pipeline_p2p``: how the plan's transfers were priced,
-    ``job.pipeline_p2p``)."""
-    check_precision(precision, 4)
+def torchtitan_toml(spec: TransformerSpec, layout: Execution) -> str:
+    """A TorchTitan job config (TOML) for the plan ``layout`` with its run settings, with
+    comments where TorchTitan has no equivalent (module docstring; its ``pipeline_p2p``: how
+    the plan's transfers were priced, ``job.pipeline_p2p``)."""
+    run = layout.run
+    precision, attention = run.precision, run.attention
     model = titan_model(spec)
     check_runs(spec, layout, "TorchTitan", tuple(TITAN_SCHEDULES))
     notes = [f"TorchTitan job config of the dlsched plan {layout.label()}",
@@ -296,8 +313,8 @@ def torchtitan_toml(spec: TransformerSpec, layout: Execution, precision: str,
     training = {"local_batch_size": layout.global_batch // layout.dp if layout.pp > 1
                 else layout.microbatch_size,
                 "global_batch_size": layout.global_batch, "seq_len": spec.seq,
-                "mixed_precision_param": "float32" if precision == "fp32" else "bfloat16",
-                "mixed_precision_reduce": "float32" if grad_bytes == 4 else "bfloat16"}
+                "mixed_precision_param": "bfloat16",  # fp32 is refused (module docstring)
+                "mixed_precision_reduce": "float32" if run.grad_bytes == 4 else "bfloat16"}
     if precision == "fp16":
         notes.append("no FP16 in TorchTitan (mixed_precision_param: bfloat16 or float32): "
                      "bfloat16 written")
@@ -307,16 +324,18 @@ def torchtitan_toml(spec: TransformerSpec, layout: Execution, precision: str,
     elif attention == "fused":
         notes.append("cuDNN fused attention planned: TorchTitan's llama3 runs SDPA, whose flash "
                      "backend (FlashAttention-2) is slower; plan with --attention flash for it")
-    if layout.pp > 1 and resolved_p2p(pipeline_p2p, layout.schedule) == "blocking":
+    if layout.pp > 1 and resolved_p2p(run.pipeline_p2p, layout.schedule) == "blocking":
         notes.append("pipeline transfers priced blocking: torch.distributed.pipelining sends "
                      "asynchronously; plan with --pipeline-p2p overlapped for it")
-    run = titan_run_sections(fp8_recipe, fp8_all_gather, compiled, async_tp, notes)
+    kernels = titan_run_sections(run.fp8_recipe, run.fp8_all_gather, run.compile, run.async_tp,
+                                 notes)
     return _toml(notes, {"job": {"description": f"dlsched plan {layout.label()}"},
-                         "model": {**model, **run.pop("model")},
+                         "model": {**model, **kernels.pop("model")},
                          "training": training,
                          "parallelism": {**_titan_parallelism(spec, layout, notes),
-                                         **run.pop("parallelism")},
-                         "activation_checkpoint": _titan_checkpoint(layout, notes), **run})
+                                         **kernels.pop("parallelism")},
+                         "activation_checkpoint": _titan_checkpoint(layout, notes),
+                         **kernels})
 
 
 def titan_model(spec: TransformerSpec) -> dict[str, str]:
