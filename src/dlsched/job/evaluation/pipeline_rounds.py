@@ -320,6 +320,8 @@ def _sent(ends: np.ndarray, seconds: np.ndarray,
     """Arrivals of outputs made at ``ends`` sent one at a time on a stream free from
     ``stream`` (``seconds`` each; a lane that sends nothing, 0 seconds, has them at once), and
     the stream after the last (per lane)."""
+    if not (seconds[:, 0] > 0).any():  # neither lane sends on the stream: they come at once
+        return ends, stream[:, 0]
     arrival = _running(seconds, ends, stream)[1]
     sends = seconds[:, :1] > 0
     return np.where(sends, arrival, ends), np.where(sends[:, 0], arrival[:, -1], stream[:, 0])
