@@ -30,9 +30,15 @@ def test_vanilla_per_op_checkpointing_by_hand() -> None:
     assert f_s + b_s == pytest.approx(7.295e-3, rel=1e-3)
 
 
-def test_local_batch_one_is_a_view() -> None:
-    """``_maybe_view_chunk_cat`` returns a view when the batch dimension is 1: no copy."""
-    assert relayout_bytes(MESSAGE / 12, MESSAGE / 12, 1, "full") == (0.0, 0.0)
+def test_local_batch_one_gathers_a_view() -> None:
+    """``_maybe_view_chunk_cat`` returns a view when the batch dimension is 1: the all-gathers
+    copy nothing, the reduce-scatters' ``torch.cat`` still does (2 + 2 under full AC's rerun
+    of the forward's two): forward 2 copies, backward 2 + 2, of one sequence's buffer."""
+    one = MESSAGE / 12
+    assert relayout_bytes(one, one, 1, "full") == (4 * one, 8 * one)
+    assert relayout_bytes(one, one, 1, "selective-op") == (4 * one, 4 * one)
+    with pytest.raises(ValueError, match="microbatch_size"):
+        relayout_bytes(one, one, 0, "none")
 
 
 def test_async_tp_keeps_only_its_plain_collectives() -> None:
