@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import node_cluster
 from dlsched.job.execution import GROUPS, LAYOUT_FIELDS, RANK_ORDER, Execution
+from dlsched.job.run_choices import PRECISIONS
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "dlsched"
 
@@ -115,33 +117,60 @@ def test_bad_fields_are_refused_naming_the_field(fields: dict[str, object], fiel
 
 
 def _string_tuples(path: Path) -> list[tuple[int, tuple[str, ...]]]:
-    """(line, elements) of every tuple or list literal of strings only in ``path``."""
+    """(line, elements) of every literal collection of strings only in ``path``: a tuple, list
+    or set, or the arguments of a ``Literal[...]`` annotation (as written, or as the text of a
+    postponed annotation)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Tuple | ast.List) and node.elts and all(
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                node.value.startswith("Literal["):  # a postponed annotation's text
+            try:
+                node = ast.parse(node.value, mode="eval").body.slice  # type: ignore[attr-defined]
+            except (SyntaxError, AttributeError):
+                continue
+        if isinstance(node, ast.Tuple | ast.List | ast.Set) and node.elts and all(
                 isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
-            found.append((node.lineno, tuple(e.value for e in node.elts)))
-    return found
+            found.append((line, tuple(e.value for e in node.elts)))  # Literal[...]'s too
+    return sorted(found)
+
+
+def _copies(home: Path, copied: Callable[[set[str]], bool]) -> list[str]:
+    """``path:line`` of every literal collection of strings in src outside ``home`` that
+    ``copied`` calls a copy."""
+    return [f"{path.relative_to(SRC)}:{line}"
+            for path in sorted(SRC.rglob("*.py")) if path != home
+            for line, names in _string_tuples(path) if copied(set(names))]
 
 
 def test_the_layout_fields_are_declared_once_in_src() -> None:
     """No module but ``job/execution.py`` spells out the layout fields (read them from
     ``LAYOUT_FIELDS``): no literal of strings, all of them layout fields, that names half of
     them or more (a copy; a short selection such as the fields a rule concerns is no copy)."""
-    copies = [f"{path.relative_to(SRC)}:{line}"
-              for path in SRC.rglob("*.py") if path != SRC / "job" / "execution.py"
-              for line, names in _string_tuples(path)
-              if 2 * len(names) >= len(LAYOUT_FIELDS) and set(names) <= set(LAYOUT_FIELDS)]
-    assert copies == []
+    assert _copies(SRC / "job" / "execution.py", lambda names: 2 * len(names) >= len(
+        LAYOUT_FIELDS) and names <= set(LAYOUT_FIELDS)) == []
 
 
 def test_the_precisions_are_declared_once_in_src() -> None:
-    """The job's precision names (``PRECISIONS``, with autocast) are spelled out only in
-    ``job/run_choices.py`` (the run settings' accepted values); other modules read them."""
-    copies = [f"{path.relative_to(SRC)}:{line}"
-              for path in SRC.rglob("*.py") if path != SRC / "job" / "run_choices.py"
-              for line, names in _string_tuples(path) if {"autocast", "bf16"} <= set(names)]
-    assert copies == []
+    """The job's precision names (``PRECISIONS``) are spelled out only in
+    ``job/run_choices.py`` (the run settings' accepted values); other modules read them: no
+    tuple, list, set or ``Literal`` of precision names (``fp32``, the memory model's own, may
+    sit beside them) that names three of them or more, nor one with autocast and bf16."""
+    accepted = set(PRECISIONS)
+    assert _copies(SRC / "job" / "run_choices.py", lambda names: names <= accepted | {"fp32"} and (
+        len(names & accepted) >= 3 or {"autocast", "bf16"} <= names)) == []
+
+
+def test_the_copy_checks_find_a_copy(tmp_path: Path) -> None:
+    """The checks above see each way of writing a copy (so their empty lists mean something):
+    a tuple, a set, a ``Literal`` and a postponed ``Literal`` annotation."""
+    module = tmp_path / "copy.py"
+    module.write_text('from typing import Literal\nA = ("bf16", "fp16", "fp8")\n'
+                      'B = {"tp", "pp", "dp"}\nC = Literal["bf16", "fp16", "autocast"]\n'
+                      'def f(x: "Literal[\'fp16\', \'bf16\', \'fp8\']") -> None: ...\n')
+    found = _string_tuples(module)
+    assert found == [(2, ("bf16", "fp16", "fp8")), (3, ("tp", "pp", "dp")),
+                     (4, ("bf16", "fp16", "autocast")), (5, ("fp16", "bf16", "fp8"))]
 
 
 def test_rank_order_is_megatrons() -> None:

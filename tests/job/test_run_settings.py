@@ -36,10 +36,14 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "dlsched"
 
 
 def _accepted(annotation: object) -> set[object]:
-    """The values a ``Literal`` (or ``Literal | None``) annotation accepts, None left out."""
+    """The values a ``Literal`` or ``inputs.choice`` (or either ``| None``) annotation
+    accepts, None left out."""
     values: set[object] = set()
     for arg in typing.get_args(annotation) or ():
-        values |= _accepted(arg) if typing.get_args(arg) else {arg}
+        if isinstance(arg, Choices):  # inputs.choice: its names
+            values |= set(arg.names)
+        elif typing.get_args(arg):
+            values |= _accepted(arg)
     if typing.get_origin(annotation) is typing.Literal:
         values = set(typing.get_args(annotation))
     return values - {None, type(None)}

@@ -23,8 +23,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
 
 from dlsched.errors import ConfigError
+from dlsched.inputs import choice
 from dlsched.job.cluster import NODE_PRESETS, System, node_cluster
 from dlsched.job.model_spec import Model
+from dlsched.job.run_choices import RUN_CHOICES
 
 Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron-bridge",
                  "dgxc", "megatron-bridge-moe"]
@@ -222,7 +224,7 @@ class Parallelism(_Strict):
     recompute_modules: tuple[str, ...] = ()
     sequence_parallel: bool | None
     zero: Literal[0, 1, 2, 3, "fsdp"] | None
-    precision: Literal["bf16", "fp16", "fp8"] | None
+    precision: choice(RUN_CHOICES["precision"], "precision") | None
     fp8_recipe: Literal["delayed", "current", "mxfp8", "tensorwise", "rowwise"] | None = None
     fp8_all_gather: bool = False
     overlap: tuple[Overlap, ...] = ()

@@ -214,7 +214,7 @@ def state_bytes(precision: str, zero: int, dp: int, grad_bytes: int = 4) -> Stat
     """Model-state bytes per parameter per GPU under ZeRO stage ``zero`` over ``dp`` replicas
     (module docstring)."""
     check_precision(precision, grad_bytes)
-    mixed = precision in ("bf16", "fp16", "fp8")
+    mixed = precision not in ("autocast", "fp32")  # bf16, fp16, fp8: 16-bit weights
     weights = 2.0 if mixed else 4.0
     gradients = float(grad_bytes) if mixed else 4.0
     optimizer = (MASTER_WEIGHT_BYTES if mixed else 0.0) + ADAM_MOMENT_BYTES
