@@ -106,8 +106,10 @@ def test_capacity_factor_caps_the_imbalance():
     assert a2a_bytes(capped, 1, 1) == 1.25 * a2a_bytes(SMALL, 1, 1)
     layout = Execution(1, 1, 8, 1, 8, ep=8)
     group = layout.group("ep", node_cluster("dgx-h100", 8))
+    # at a capacity factor of 1 the load stays the mean's (and, like the capped layer, takes
+    # the padded dispatch path: no dropless host launches, job.compute.moe_host)
     times = [moe_layer_costs(s, layout, "h100", "bf16", None, group, "baseline").layer_f
-             for s in (SMALL, capped, skewed)]
+             for s in (SMALL.replace(capacity_factor=1.0), capped, skewed)]
     assert times[0] < times[1] < times[2]
 
 

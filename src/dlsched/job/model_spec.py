@@ -102,8 +102,11 @@ class Model(DecoderShape):
     (optional) the parameter count the source states, kept to check the shape against;
     ``router_balance`` (MoE) how the measured run balanced its router: ``forced``
     (Megatron-Core's ``--moe-router-force-load-balancing``) or ``learned`` (the trained
-    router); ``norm`` / ``position_embedding`` are accepted as the sources' spellings of
-    ``rms_norm`` / ``learned_positions`` (``SPELLINGS``)."""
+    router); ``aux_loss`` (MoE) whether training computes the router's load-balancing loss
+    (Megatron-Core's ``--moe-router-load-balancing-type aux_loss`` with a coefficient > 0: its
+    kernels' launches, ``job.compute.moe_host``); ``norm`` / ``position_embedding`` are
+    accepted as the sources' spellings of ``rms_norm`` / ``learned_positions``
+    (``SPELLINGS``)."""
 
     name: str = "custom"
     layers: int = Field(ge=1, le=10_000)
@@ -133,6 +136,7 @@ class Model(DecoderShape):
     router_groups: int = Field(default=0, ge=0, le=100_000)
     router_group_topk: int = Field(default=0, ge=0, le=100_000)
     router_balance: Literal["forced", "learned"] | None = None
+    aux_loss: bool = False
     params_published: float | None = Field(default=None, gt=0)
     source: str = ""
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from dlsched.errors import ConfigError, check_choice
+from dlsched.job.compute.moe_host import CUDA_GRAPHS
 from dlsched.models.zoo import ATTENTION_KERNELS
 
 PRECISIONS = ("bf16", "fp16", "autocast", "fp8")
@@ -55,6 +56,7 @@ RUN_CHOICES: dict[str, tuple[str, ...]] = {
     "ops": OPS,
     "cross_entropy": CROSS_ENTROPY,
     "transformer_impl": TRANSFORMER_IMPLS,
+    "cuda_graph": CUDA_GRAPHS,
 }
 """Each named run setting's accepted values (the boolean ones take True or False)."""
 OPTION_NAMES = {"sharding": "sharding"}

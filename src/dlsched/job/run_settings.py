@@ -45,6 +45,10 @@ module named with each prices it):
 - ``moe_a2a_overlap``: Megatron-Core's EP All-to-All overlap (``--overlap-moe-expert-parallel-comm
   --delay-wgrad-compute``): steady-state forward and backward merged, each one's All-to-Alls
   beside the other's compute (``job.evaluation.a2a_overlap``).
+- ``cuda_graph``: what Transformer Engine's CUDA graphs capture (Megatron-Bridge's
+  ``cuda_graph_scope``): ``none``, ``moe`` (``moe_router``, ``moe_preprocess``), ``attn+moe``
+  or ``full`` (a full iteration); the MoE layers' captured launches cost the host one graph
+  launch (``job.compute.moe_host``).
 
 The checks here need the settings alone; those that relate them to the model or the GPU
 (eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are ``Job``'s.
@@ -103,6 +107,7 @@ class RunSettings:
     cross_entropy: str = "unfused"
     transformer_impl: str = "local"
     moe_a2a_overlap: bool = False
+    cuda_graph: str = "none"
 
     def __post_init__(self) -> None:
         if self.ops not in OPS:

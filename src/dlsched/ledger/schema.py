@@ -206,7 +206,10 @@ class Parallelism(_Strict):
     ``moe_dispatcher``: the MoE token dispatch (``job.communication.moe_dispatch``):
     ``alltoall`` (Megatron-Core's ``--moe-token-dispatcher-type alltoall``, NCCL's All-to-All
     of every routed copy), or the ``flex`` dispatcher with ``deepep`` (DeepEP) or
-    ``hybridep`` (``--moe-flex-dispatcher-backend hybridep``)."""
+    ``hybridep`` (``--moe-flex-dispatcher-backend hybridep``). ``cuda_graph``: what Transformer
+    Engine's CUDA graphs capture (Megatron-Bridge's ``cuda_graph_scope``; ``none``, ``moe`` for
+    ``[moe_router, moe_preprocess]``, ``attn+moe``, ``full`` for a full iteration), the MoE
+    layers' captured launches costing the host one graph launch (``job.compute.moe_host``)."""
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
@@ -235,6 +238,7 @@ class Parallelism(_Strict):
     cross_entropy: Literal["unfused", "native", "te"] = "unfused"
     transformer_impl: Literal["local", "transformer_engine"] = "local"
     moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = "alltoall"
+    cuda_graph: Literal["none", "moe", "attn+moe", "full"] = "none"
 
 
 # Parallelism's fields that are neither a layout field (``job.execution.LAYOUT_FIELDS``) nor a

@@ -39,10 +39,11 @@ from dataclasses import replace
 
 from dlsched.job.compute.block_pricing import KernelOptions
 from dlsched.job.compute.moe_fp8 import EXPERT_GEMMS, moe_ops_works
+from dlsched.job.compute.moe_host import GRAPH_LAUNCHES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.layer import Layer
 from dlsched.models.ops import Op
-from dlsched.models.timeline import Clock
+from dlsched.models.timeline import Clock, Work
 
 EXPERT_GEMM_LAUNCH_S = 0.267e-3 / 8  # s per expert GEMM launched, TE PR #3134 (docstring)
 
@@ -58,18 +59,23 @@ def expert_launch_ops(ops: tuple[Op, ...], local_experts: int) -> tuple[Op, ...]
 
 
 def routed_seconds(layer: Layer, compute: CalibratedCompute, options: KernelOptions | None,
-                   backward: bool) -> float:
+                   backward: bool, captured: frozenset[str] = frozenset()) -> float:
     """Seconds of the routed ops of ``layer`` (one GPU's share, batch 1) run on their own from
     an idle host (``models.timeline``), forward or ``backward`` (the ops in reverse), FP8
     kernels when ``options`` name a recipe (``job.compute.moe_fp8``), each op's launches at its
-    own host cost (module docstring)."""
+    own host cost (module docstring); the ops labelled in ``captured`` run in a CUDA graph
+    (``job.compute.moe_host``): no host cost per launch, one graph launch before the ops."""
     spec = compute.gpu.spec
     base = spec.backward_overhead if backward else spec.kernel_overhead
     if options is not None and options.fp8_recipe is not None:
         works = moe_ops_works(layer.ops, 1, compute, options, backward)
     else:
         works = [compute.work(op, 1, backward) for op in layer.ops]
-    costs = [EXPERT_GEMM_LAUNCH_S if op.label in EXPERT_GEMMS else base for op in layer.ops]
+    costs = [0.0 if op.label in captured else EXPERT_GEMM_LAUNCH_S
+             if op.label in EXPERT_GEMMS else base for op in layer.ops]
     order = list(zip(works, costs, strict=True))
+    if any(op.label in captured for op in layer.ops):  # the graph's launch, before its ops
+        order = [(Work(0.0, GRAPH_LAUNCHES), base), *order] if not backward else \
+            [*order, (Work(0.0, GRAPH_LAUNCHES), base)]
     clock = Clock()
     return sum(clock.run(work, cost) for work, cost in (order[::-1] if backward else order))

@@ -96,6 +96,12 @@ from dlsched.job.compute.module_recompute import (
     rerun_seconds,
 )
 from dlsched.job.compute.moe_fp8 import layer_seconds
+from dlsched.job.compute.moe_host import (
+    captured_labels,
+    check_cuda_graph,
+    host_ops,
+    with_fused_maps,
+)
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
@@ -308,7 +314,7 @@ def moe_layer_costs(spec: TransformerSpec, layout: Execution, gpu: str, precisio
                     tp_overlap: bool = False, dispatcher: str = "alltoall",
                     ep_split: NodeSplit | None = None,
                     kernels: KernelOptions | None = None,
-                    transformer_impl: str = "local") -> MoELayerCosts:
+                    transformer_impl: str = "local", cuda_graph: str = "none") -> MoELayerCosts:
     """One MoE layer's seconds (``MoELayerCosts``, module docstring), its attention core by
     the ``attention`` kernel (``job.layer_costs``); ``expert_tp_topology`` the expert-TP
     group's network (``tp_group`` when the experts' TP is the layout's), ``tp_overlap`` the
@@ -316,7 +322,9 @@ def moe_layer_costs(spec: TransformerSpec, layout: Execution, gpu: str, precisio
     token dispatch (``job.communication.moe_dispatch``: ``deepep`` needs ``ep_split``, the
     EP group on its nodes), ``kernels`` how the kernels run (an FP8 recipe: the attention's
     linears and the experts' grouped GEMMs in FP8, ``job.compute.moe_fp8``), the norms by
-    ``transformer_impl``'s kernels (``job.compute.transformer_impl``)."""
+    ``transformer_impl``'s kernels (``job.compute.transformer_impl``), the router's, loss's and
+    dispatcher's small kernels launched as ``job.compute.moe_host`` counts them, on the host
+    unless the run's ``cuda_graph`` scope captures them."""
     experts_group = tp_group if layout.expert_tp is None else expert_tp_topology
     return _layer_costs(spec, layout.microbatch_size, layout.tp, layout.sequence_parallel,
                         layout.ep, layout.recompute, gpu, precision, tp_group, ep_topology,
@@ -324,7 +332,7 @@ def moe_layer_costs(spec: TransformerSpec, layout: Execution, gpu: str, precisio
                         experts_group, tp_overlap and layout.sequence_parallel,
                         dispatcher if ep_split is not None else "alltoall", ep_split,
                         kernels if kernels is not None and kernels.fp8_recipe else None,
-                        transformer_impl)
+                        transformer_impl, check_cuda_graph(cuda_graph))
 
 
 @lru_cache(maxsize=4096)
@@ -335,7 +343,7 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
                  tp_overlap: bool, dispatcher: str = "alltoall",
                  ep_split: NodeSplit | None = None,
                  kernels: KernelOptions | None = None,
-                 transformer_impl: str = "local") -> MoELayerCosts:
+                 transformer_impl: str = "local", cuda_graph: str = "none") -> MoELayerCosts:
     """``moe_layer_costs`` kept per what it depends on (a search asks again per layout)."""
     compute = gpu_compute(gpu, precision, tp, sp)
     alone = gpu_compute(gpu, precision)  # the routed ops are given per GPU already
@@ -346,19 +354,28 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
     residual = Layer("h.0.mlp.residual", 0, ops=tuple(
         op for layer in layers if ".mlp." in layer.name for op in layer.ops if not op.split))
     before, experts, after = routed_ops(spec, b, tp, ep, cp, etp)
+    dropless = spec.capacity_factor is None
+    before = (*before, *host_ops(spec.router_balance == "forced", spec.aux_loss, dispatcher, ep,
+                                 dropless))
     experts = expert_eager_ops(experts, spec.hidden, spec.experts // ep, spec.bias,
                                spec.glu_clamp)
     if dispatcher == "alltoall":  # Megatron-Core's All-to-All dispatcher's chunk sorts
         experts = chunk_sorts(spec, experts, ep)
     experts = expert_launch_ops(experts, spec.experts // ep)
+    before, experts = (with_fused_maps(before, dispatcher, dropless),
+                       with_fused_maps(experts, dispatcher, dropless))
     routed = [Layer(name, 0, ops=ops) for name, ops in
               (("moe.router", before), ("moe.experts", experts), ("moe.combine", after))]
+    graphed = [captured_labels(cuda_graph, frozenset(op.label for op in layer.ops))
+               for layer in routed]
     forward = (sum(layer_seconds(layer, b, compute, kernels, False)
                    for layer in (*attention_layers, residual))
-               + sum(routed_seconds(layer, alone, kernels, False) for layer in routed))
+               + sum(routed_seconds(layer, alone, kernels, False, captured)
+                     for layer, captured in zip(routed, graphed, strict=True)))
     backward = (sum(layer_seconds(layer, b, compute, kernels, True)
                     for layer in (*attention_layers, residual))
-                + sum(routed_seconds(layer, alone, kernels, True) for layer in routed))
+                + sum(routed_seconds(layer, alone, kernels, True, captured)
+                      for layer, captured in zip(routed, graphed, strict=True)))
     message = b * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     exchange = (curve(tp_group, "all-gather", policy).seconds(message)
                 + curve(tp_group, "reduce-scatter", policy).seconds(message)) if sp else \
@@ -417,13 +434,14 @@ def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, reco
                          _overlap_nodes(layer_f, layer_b, routed, (a2a, a2a_backward),
                                         expert_tp, alone, kernels,
                                         [op for layer in attention_layers for op in layer.ops
-                                         if op.kind == "gemm"], compute, b))
+                                         if op.kind == "gemm"], compute, b, graphed))
 
 
 def _overlap_nodes(layer_f: float, layer_b: float, routed: list[Layer],
                    a2a: tuple[float, float], expert_tp: float, alone: CalibratedCompute,
                    kernels: KernelOptions | None, attention_gemms: list[Op],
-                   compute: CalibratedCompute, b: int) -> tuple[float, ...]:
+                   compute: CalibratedCompute, b: int,
+                   graphed: list[frozenset[str]]) -> tuple[float, ...]:
     """The layer's seconds as Megatron-Core's EP overlap splits it into nodes
     (``job.evaluation.a2a_overlap.LayerNodes``' order): the experts (their grouped GEMMs and
     activation, expert TP's exchanges) the ``mlp`` node, each All-to-All half of ``a2a`` (the
@@ -434,12 +452,13 @@ def _overlap_nodes(layer_f: float, layer_b: float, routed: list[Layer],
     norms, router, permutation, TP exchanges, recomputation) the ``pre_dispatch`` node, so the
     nodes add up to the layer's seconds."""
     _, experts, combine = routed
+    _, in_experts, in_combine = graphed  # the CUDA graph's captured ops (job.compute.moe_host)
     gemms = Layer("moe.experts.gemms", 0, ops=tuple(op for op in experts.ops if op.kind == "gemm"))
-    mlp_f = routed_seconds(experts, alone, kernels, False) + expert_tp
-    mlp_b = routed_seconds(experts, alone, kernels, True) + expert_tp
-    mlp_w = min(mlp_b, routed_seconds(gemms, alone, kernels, True) / 2)
-    post_f = routed_seconds(combine, alone, kernels, False)
-    post_b = routed_seconds(combine, alone, kernels, True)
+    mlp_f = routed_seconds(experts, alone, kernels, False, in_experts) + expert_tp
+    mlp_b = routed_seconds(experts, alone, kernels, True, in_experts) + expert_tp
+    mlp_w = min(mlp_b, routed_seconds(gemms, alone, kernels, True, in_experts) / 2)
+    post_f = routed_seconds(combine, alone, kernels, False, in_combine)
+    post_b = routed_seconds(combine, alone, kernels, True, in_combine)
     pre_b = layer_b - post_b - a2a[1] - mlp_b
     pre_w = min(pre_b, sum(compute.op_time(op, b, backward=True) for op in attention_gemms) / 2)
     return (layer_f - a2a[0] - mlp_f - post_f, a2a[0] / 2, mlp_f, a2a[0] / 2, post_f,

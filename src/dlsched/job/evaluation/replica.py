@@ -114,7 +114,7 @@ def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
                            layout.run.moe_dispatcher, split,
                            kernel_options(layout.run.fp8_recipe, layout.run.compile,
                                           layout.num_microbatches, 1),
-                           layout.run.transformer_impl)
+                           layout.run.transformer_impl, layout.run.cuda_graph)
 
 
 @dataclass(frozen=True)

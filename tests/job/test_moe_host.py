@@ -1,0 +1,109 @@
+"""The router's, load-balancing loss's and dispatcher's host launches of Megatron-Core's MoE
+layer and the CUDA graph scopes that replay them as one launch (``job.compute.moe_host``),
+checked by hand on one layer's timeline."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.compute.expert_launches import routed_seconds
+from dlsched.job.compute.layer_costs import gpu_compute
+from dlsched.job.compute.moe_costs import chunk_sorts, moe_layer_costs, routed_ops
+from dlsched.job.compute.moe_host import (
+    captured_labels,
+    check_cuda_graph,
+    host_ops,
+    with_fused_maps,
+)
+from dlsched.job.execution import Execution
+from dlsched.job.model_spec import TransformerSpec
+from dlsched.ledger import load_ledger
+from dlsched.ledger.predict import run_settings
+from dlsched.models.layer import Layer
+
+# Qwen3-30B-A3B's MoE shape (hidden 2048, 128 experts of width 768, top 8, forced balancing,
+# the load-balancing loss) at a short sequence
+QWEN = TransformerSpec(name="qwen-moe", layers=2, hidden=2048, heads=32, seq=256, vocab=1000,
+                       experts=128, top_k=8, expert_ffn_hidden=768, gated_ffn=True, bias=False,
+                       rms_norm=True, learned_positions=False, router_balance="forced",
+                       aux_loss=True)
+
+
+def _launches(ops: tuple, backward: bool) -> float:
+    return sum(op.launches_backward if backward else op.kernels for op in ops)
+
+
+def test_counts_per_dispatcher() -> None:
+    """Forward: forced balancing 2 + loss 5 + the All-to-All preprocess 8 + 4 host copies =
+    19; backward the loss's 5. The flex dispatcher: 2 + 5 + its count 1; EP 1 no exchange."""
+    alltoall = host_ops(True, True, "alltoall", 8)
+    assert [op.label for op in alltoall] == ["router-host", "dispatch-preprocess",
+                                             "dispatch-dtoh"]
+    assert (_launches(alltoall, False), _launches(alltoall, True)) == (19, 5)
+    assert (_launches(host_ops(True, True, "hybridep", 8), False)) == 8
+    assert _launches(host_ops(False, False, "alltoall", 1), False) == 0
+    assert _launches(host_ops(True, False, "alltoall", 1), True) == 0  # RandomSTE passes through
+    assert all(op.elements == 0 and op.flops == 0 for op in alltoall)  # host work only
+    # a capacity factor's padded path: the router's only
+    assert _launches(host_ops(True, True, "alltoall", 8, dropless=False), False) == 7
+
+
+def test_fused_maps_forward_only() -> None:
+    before, experts, _ = routed_ops(QWEN, 1, 1, 8)
+    sorted_ops = chunk_sorts(QWEN, experts, 8)
+    permute = next(op for op in with_fused_maps(before, "alltoall") if op.label == "permute")
+    assert (permute.kernels, permute.launches_backward) == (4, 1)  # row-id map's 3 passes
+    sorts = [op for op in with_fused_maps(sorted_ops, "alltoall") if "chunks" in op.label]
+    assert [(op.kernels, op.launches_backward) for op in sorts] == [(2, 1), (2, 1)]
+    assert with_fused_maps(before, "hybridep") == before
+    assert with_fused_maps(before, "alltoall", dropless=False) == before
+
+
+def test_host_only_layer_by_hand() -> None:
+    """No GPU work: from an idle host the GPU waits for every launch. B200's preset: 77.44 us
+    a forward launch, 23.81 us a backward one. Eager: 19 x 77.44 forward, 5 x 23.81 backward;
+    the ``moe`` graph replays the loss and the preprocess as one launch and leaves the 4 host
+    copies: (1 + 4) x 77.44 forward, 1 x 23.81 backward."""
+    compute = gpu_compute("b200", "bf16")
+    spec = compute.gpu.spec
+    layer = Layer("moe.router", 0, ops=host_ops(True, True, "alltoall", 8))
+    labels = frozenset(op.label for op in layer.ops)
+    assert routed_seconds(layer, compute, None, False) == pytest.approx(19 * 77.44e-6)
+    assert spec.kernel_overhead == pytest.approx(77.44e-6)
+    assert routed_seconds(layer, compute, None, True) == pytest.approx(5 * 23.81e-6)
+    graph = captured_labels("moe", labels)
+    assert graph == {"router-host", "dispatch-preprocess"}
+    assert routed_seconds(layer, compute, None, False, graph) == pytest.approx(5 * 77.44e-6)
+    assert routed_seconds(layer, compute, None, True, graph) == pytest.approx(23.81e-6)
+    assert captured_labels("full", labels) == labels
+    assert captured_labels("none", labels) == frozenset()
+
+
+def test_bad_scope_names_the_option() -> None:
+    with pytest.raises(ConfigError, match=r"--cuda-graph: 'attn'.*none, moe, attn\+moe, full"):
+        check_cuda_graph("attn")
+
+
+def test_layer_costs_by_scope() -> None:
+    """One B200 layer at micro-batch 1, EP 8, All-to-All dispatcher: the eager layer is the
+    slowest, a full-iteration graph the fastest; ``moe`` and ``attn+moe`` price the same MoE
+    launches (the attention's are not taken off)."""
+    layout = Execution(1, 1, 8, 1, 64, ep=8)
+    seconds = {scope: moe_layer_costs(QWEN, layout, "b200", "bf16", None, None, "baseline",
+                                      cuda_graph=scope).layer_f
+               for scope in ("none", "moe", "attn+moe", "full")}
+    assert seconds["none"] > seconds["moe"] == seconds["attn+moe"] > seconds["full"]
+    plain = QWEN.model_copy(update={"aux_loss": False, "router_balance": None})
+    assert moe_layer_costs(plain, layout, "b200", "bf16", None, None, "baseline").layer_f < \
+        seconds["none"]
+
+
+def test_the_ledger_rows_name_their_scope() -> None:
+    """Megatron-Bridge's workload configs: GB200 30B-A3B MXFP8 graphs the router and the
+    preprocess, the H100 PP 2 runs none, 26.08's recipe a full iteration."""
+    rows = {row.id: row for row in load_ledger("megatron-bridge-moe")}
+    assert run_settings(rows["mbridge-moe-2602-gb200-qwen3-30b-a3b-mxfp8"]).cuda_graph == "moe"
+    assert run_settings(rows["mbridge-moe-2602-h100-qwen3-30b-a3b-fp8cs"]).cuda_graph == "none"
+    assert run_settings(rows["mbridge-moe-2608-gb200-qwen3-30b-a3b-mxfp8"]).cuda_graph == "full"
+    assert rows["mbridge-moe-2602-h100-qwen3-30b-a3b-fp8cs"].model.aux_loss
