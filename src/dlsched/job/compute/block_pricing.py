@@ -8,6 +8,8 @@ Each block (consecutive layers sharing ``Layer.block``: the embedding, a transfo
 head) is priced as ``CalibratedCompute.repeated_time`` prices it: one of a stage's blocks back
 to back, the larger of the GPU's seconds and the host's launch seconds. Without FP8 or compile
 the zoo's own pricing runs unchanged (``pipeline.chains.calibrated_chain.block_seconds``).
+A layer's fully recomputed forward and its backward run as one such timeline
+(``recompute_overlap_s``: what the pair saves over pricing its halves apart).
 """
 
 from __future__ import annotations
@@ -134,3 +136,31 @@ def priced_blocks(model: TransformerModel, microbatch_size: int, compute: Calibr
     forward = [ops_seconds(ops, microbatch_size, compute, options, False) for _, ops in blocks]
     backward = [ops_seconds(ops, microbatch_size, compute, options, True) for _, ops in blocks]
     return np.array(forward), np.array(backward)
+
+
+def recompute_overlap_s(model: TransformerModel, microbatch_size: int,
+                        compute: CalibratedCompute, options: KernelOptions,
+                        spec: TransformerSpec | None = None, block: str = "h.0") -> float:
+    """Seconds the full recomputation's launches hide under the backward's GPU work in one
+    transformer layer (``block``) of one microbatch: what pricing the recomputed forward and
+    the backward as one timeline saves over adding their two ``ops_seconds``.
+
+    Megatron's full recomputation (``tensor_parallel.checkpoint``, one layer per checkpoint)
+    reruns a layer's forward inside its checkpoint's backward and then runs that layer's
+    backward; nothing between them waits on the GPU, so the host launches the recomputed
+    forward's kernels (the forward's per-launch cost: Python modules under autograd) and the
+    backward's (the autograd engine's) one after another while the GPU runs them in order,
+    and a stage's layers repeat this back to back. The pace of the pair is the larger of the
+    two summed: max(gpu_f + gpu_b, host_f + host_b) (``models.timeline``'s steady state, per
+    kernel: the GPU idles only where the host's launches fall behind), not max(gpu_f, host_f)
+    + max(gpu_b, host_b). The difference is zero when both halves are bound the same way
+    (both by the GPU: large layers; both by the host) and positive when a host-bound forward
+    meets a GPU-bound backward. Seconds (>= 0)."""
+    ops = dict(block_ops(model, options.compiled, options.ops, spec))[block]
+    spec_ = compute.gpu.spec
+    parts = []
+    for backward, overhead in ((False, spec_.kernel_overhead), (True, spec_.backward_overhead)):
+        works = ops_works(ops, microbatch_size, compute, options, backward)
+        parts.append((sum(w.gpu_s for w in works), sum(w.launches for w in works) * overhead))
+    (gpu_f, host_f), (gpu_b, host_b) = parts
+    return (max(gpu_f, host_f) + max(gpu_b, host_b)) - max(gpu_f + gpu_b, host_f + host_b)

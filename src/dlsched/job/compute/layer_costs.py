@@ -18,7 +18,8 @@ weights cast per op), ``fp8`` as bf16 with the four linear layers of each transf
 FP8 by the job's recipe (``job.compute.fp8``); under ``--compile`` the memory-bound ops fused
 as torch.compile fuses them (``job.compute.compile_fusion``; both through
 ``job.compute.block_pricing``). Recomputation adds to the backward the layer's forward
-(``full``) or its
+(``full``: less what its launches hide under the backward's GPU work when the two run as one
+host/GPU timeline, ``block_pricing.recompute_overlap_s``) or its
 attention core (``selective``: the scores, softmax, dropout and context ops, or the fused
 kernel's forward: Megatron-Core checkpoints ``core_attn`` whichever backend runs it) or, under
 TorchTitan's per-op policy (``selective-op``), the ops ``job.op_checkpoint`` says it does not
@@ -55,6 +56,7 @@ from dlsched.job.compute.block_pricing import (
     ops_seconds,
     ops_works,
     priced_blocks,
+    recompute_overlap_s,
 )
 from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.cross_entropy import with_cross_entropy
@@ -202,7 +204,7 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
     if sp and kernels.ops == "eager" and not tp_overlap:  # functional collectives' copies
         copy_f, copy_b = relayout_seconds(message, gathered, microbatch_size, recompute,
                                           compute.gpu.memory_rate, async_tp,
-                                          kernels.fp8_recipe != "rowwise")
+                                          kernels.fp8_recipe != "rowwise", kernels.compiled)
         layer_f, layer_b = layer_f + copy_f, layer_b + copy_b
     if kernels.ops == "eager":  # the separate linears' input gradients summed (full width)
         layer_b += summed_gradient_bytes(message / ACTIVATION_BYTES,
@@ -218,8 +220,8 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
     core = [op for op in layer.ops if op.label in ATTENTION_CORE]
     core_f = sum(compute.op_time(op, microbatch_size) for op in core)
     core_b = sum(compute.op_time(op, microbatch_size, backward=True) for op in core)
-    if recompute == "full":
-        layer_b += layer_f
+    if recompute == "full":  # the rerun forward launched beside the backward's GPU work
+        layer_b += layer_f - recompute_overlap_s(model, microbatch_size, compute, kernels, spec)
     elif recompute == "selective":
         layer_b += core_f
     elif modules:

@@ -1,0 +1,56 @@
+"""The full recomputation priced as one host/GPU timeline with the backward
+(``job.compute.block_pricing.recompute_overlap_s``): what it hides is the smaller of the
+forward's host excess and the backward's GPU excess, and nothing when both halves are bound
+the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.job.compute.block_pricing import KernelOptions, ops_works, recompute_overlap_s
+from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
+from dlsched.job.model_spec import TransformerSpec
+
+# vTrain's GPT shapes (hidden 1024 / 2048, 16 heads, sequence 1024, vocabulary 50,257).
+SPECS = {hidden: TransformerSpec(name=f"gpt-h{hidden}", layers=12, hidden=hidden, heads=16,
+                                 seq=1024, vocab=50257) for hidden in (1024, 2048)}
+
+
+def _halves(hidden: int, microbatch: int) -> tuple[float, float, float, float]:
+    """GPU and host seconds of one layer's forward and backward on the a100 preset (fp16)."""
+    compute = gpu_compute("a100", "fp16")
+    model = decoder_model(SPECS[hidden], 1, attention="unfused")
+    ops = tuple(op for item in model.layers if item.block == "h.0" for op in item.ops)
+    spec = compute.gpu.spec
+    out = []
+    for backward, overhead in ((False, spec.kernel_overhead), (True, spec.backward_overhead)):
+        works = ops_works(ops, microbatch, compute, KernelOptions(), backward)
+        out += [sum(w.gpu_s for w in works), sum(w.launches for w in works) * overhead]
+    return out[0], out[1], out[2], out[3]
+
+
+def _overlap(hidden: int, microbatch: int) -> float:
+    model = decoder_model(SPECS[hidden], 1, attention="unfused")
+    return recompute_overlap_s(model, microbatch, gpu_compute("a100", "fp16"), KernelOptions())
+
+
+def test_a_host_bound_forward_hides_under_a_gpu_bound_backward() -> None:
+    """Hidden 2048, microbatch 1: the forward waits on the host (14 launches at 77.44 us),
+    the backward on the GPU; max(f_gpu, f_host) + max(b_gpu, b_host) - max(f_gpu + b_gpu,
+    f_host + b_host) reduces to min(f_host - f_gpu, b_gpu - b_host) > 0."""
+    gpu_f, host_f, gpu_b, host_b = _halves(2048, 1)
+    assert host_f > gpu_f and gpu_b > host_b
+    assert host_f == pytest.approx(14 * 77.44e-6) and host_b == pytest.approx(26 * 23.81e-6)
+    assert _overlap(2048, 1) == pytest.approx(min(host_f - gpu_f, gpu_b - host_b), rel=1e-12)
+    assert _overlap(2048, 1) > 1e-4
+
+
+def test_nothing_is_hidden_when_both_halves_are_bound_alike() -> None:
+    """Hidden 2048, microbatch 4: both halves GPU-bound; hidden 1024, microbatch 1: both
+    host-bound. The one timeline then costs what the two halves cost."""
+    gpu_f, host_f, gpu_b, host_b = _halves(2048, 4)
+    assert gpu_f > host_f and gpu_b > host_b
+    assert _overlap(2048, 4) == pytest.approx(0.0, abs=1e-12)
+    gpu_f, host_f, gpu_b, host_b = _halves(1024, 1)
+    assert host_f > gpu_f and host_b > gpu_b
+    assert _overlap(1024, 1) == pytest.approx(0.0, abs=1e-12)
