@@ -126,6 +126,13 @@ class PlanScenario(BaseModel):
         "node-limited routing, job.communication.moe_dispatch) | hybridep (the flex "
         "dispatcher's HybridEP backend: one copy per destination rank at HybridEP's measured "
         "NVLink rate)."))] = RUN_DEFAULTS["moe_dispatcher"]
+    cuda_graph: Annotated[choice(RUN_CHOICES["cuda_graph"], "CUDA graph scope"), Field(
+        description=(
+        "What Transformer Engine's CUDA graphs capture of the MoE layers (Megatron-Core's "
+        "--cuda-graph-scope): none | moe (moe_router and moe_preprocess: the router and the "
+        "dispatcher's preprocess replayed as one launch) | attn+moe (the attention's launches "
+        "not taken off) | full (a full-iteration graph); job.compute.moe_host."))] = \
+        RUN_DEFAULTS["cuda_graph"]
     global_batch: Annotated[int, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per iteration."))] = 1536
     tp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
