@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dlsched.job.cluster import load_cluster
+from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.sp_relayout import relayout_bytes, relayout_seconds
 from dlsched.job.compute import layer_costs
 from dlsched.job.compute.block_pricing import KernelOptions
@@ -32,26 +33,54 @@ def test_vanilla_per_op_checkpointing_by_hand() -> None:
 
 def test_local_batch_one_gathers_a_view() -> None:
     """``_maybe_view_chunk_cat`` returns a view when the batch dimension is 1: the all-gathers
-    copy nothing, the reduce-scatters' ``torch.cat`` still does (2 + 2 under full AC's rerun
-    of the forward's two): forward 2 copies, backward 2 + 2, of one sequence's buffer."""
+    copy nothing, the reduce-scatters' ``torch.cat`` still does: forward 2, backward 2 + the
+    attention's reduce-scatter rerun under compiled full AC (3), of one sequence's buffer."""
     one = MESSAGE / 12
-    assert relayout_bytes(one, one, 1, "full") == (4 * one, 8 * one)
+    assert relayout_bytes(one, one, 1, "full") == (4 * one, 6 * one)
     assert relayout_bytes(one, one, 1, "selective-op") == (4 * one, 4 * one)
     with pytest.raises(ValueError, match="microbatch_size"):
         relayout_bytes(one, one, 0, "none")
 
 
-def test_async_tp_keeps_only_its_plain_collectives() -> None:
-    """Async TP, bf16/tensorwise: only the backward's two summed-gradient reduce-scatters stay
-    plain (2 copies); rowwise: every all-gather too, FP8 tensorwise gathers move 1 byte;
-    full recomputation repeats the forward's copies."""
-    assert relayout_bytes(MESSAGE, MESSAGE, 12, "none", async_tp=True) == (0.0, 4 * MESSAGE)
-    assert relayout_bytes(MESSAGE, MESSAGE, 12, "full", async_tp=True,
+def test_the_counts_read_off_inductor_by_hand() -> None:
+    """Per Llama layer (M = 805 MB): vanilla full AC compiled, tensorwise gathers of M / 2:
+    forward 2 x 0.5 + 2 = 3 M, backward 4 + rerun (2 x 0.5 + 1) = 6 M; eager full AC reruns
+    the whole forward (4 + 4 = 8 M, bf16). Async with fused gathers: forward nothing under
+    checkpointing (2 M re-laid to save the gathered inputs without it), backward 4 M + the
+    recomputed inputs re-laid for the weight gradients (2 M). Rowwise async (gathers plain):
+    forward 2 M, backward 4 + 2 M. Every copy read and written (x 2)."""
+    half = MESSAGE / 2
+    assert relayout_bytes(MESSAGE, half, 12, "full") == (6 * MESSAGE, 12 * MESSAGE)
+    assert relayout_bytes(MESSAGE, MESSAGE, 12, "full", compiled=False) == (
+        8 * MESSAGE, 16 * MESSAGE)
+    assert relayout_bytes(MESSAGE, MESSAGE, 12, "full", async_tp=True) == (0.0, 12 * MESSAGE)
+    assert relayout_bytes(MESSAGE, MESSAGE, 12, "none", async_tp=True) == (
+        4 * MESSAGE, 8 * MESSAGE)
+    assert relayout_bytes(MESSAGE, MESSAGE, 12, "selective-op", async_tp=True,
                           gathers_fused=False) == (4 * MESSAGE, 12 * MESSAGE)
-    half = MESSAGE / 2  # tensorwise float8: the forward gathers FP8
-    assert relayout_bytes(MESSAGE, half, 12, "full") == (6 * MESSAGE, 14 * MESSAGE)
     with pytest.raises(ValueError, match="memory_rate"):
         relayout_seconds(MESSAGE, MESSAGE, 12, "none", 0.0)
+
+
+def test_compiled_full_recomputation_reruns_no_ffn_reduce_scatter() -> None:
+    """TP 8 with SP, full AC: eager checkpointing reruns the forward's exchanges (2 all-gathers
+    + 2 reduce-scatters); compiled, AOTAutograd's partitioner reruns the 2 all-gathers and the
+    attention's reduce-scatter only (the FFN's output is not needed by the backward)."""
+    group = load_cluster("dgx-h100", 8, None).group_topology(1, 8)
+    args = (L8, 12, "h100", "bf16", 8, True, "full", group, "baseline")
+    gather = curve(group, "all-gather", "baseline").seconds(MESSAGE)
+    scatter = curve(group, "reduce-scatter", "baseline").seconds(MESSAGE)
+    eager = block_costs(*args, kernels=KernelOptions())
+    compiled = block_costs(*args, kernels=KernelOptions(compiled=True))
+    assert eager.tp_backward_s == pytest.approx(4 * (gather + scatter))
+    assert compiled.tp_backward_s == pytest.approx(4 * gather + 3 * scatter)
+    assert compiled.tp_forward_s == pytest.approx(eager.tp_forward_s)
+    fused = KernelOptions(compiled=True)
+    plain = block_costs(L8, 12, "h100", "bf16", 8, True, "none", group, "baseline",
+                        kernels=fused, async_tp=True)
+    full = block_costs(*args, kernels=fused, async_tp=True)
+    rerun = full.tp_backward_s - plain.tp_backward_s  # the three decomposed pairs again
+    assert 0.0 < rerun < full.tp_forward_s
 
 
 def test_block_costs_add_the_copies_to_eager_ops_only(monkeypatch: pytest.MonkeyPatch) -> None:

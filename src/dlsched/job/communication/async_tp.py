@@ -71,6 +71,9 @@ DECOMPOSED = (
 # The linears whose backward reduce-scatter sums several linears' input gradients in
 # TorchTitan's Llama (module docstring): the QKV projection always, FC1 when the FFN is gated.
 SEPARATE_INPUT_LINEARS = ("attn.c_attn", "mlp.c_fc")
+# What a compiled full recomputation reruns of a layer's TP pairs: both all-gathers and the
+# attention's reduce-scatter, not the FFN's (job.communication.sp_relayout)
+COMPILED_RERUN = ("attn.c_attn", "attn.c_proj", "mlp.c_fc")
 
 
 def summed_input_gradient(suffix: str, gemms: dict[str, Op]) -> bool:
@@ -124,19 +127,23 @@ def collective_seconds(gemm: float, gemm_piece: float, collective: float, reduce
 def async_tp_exposed(gemms: dict[str, Op], seconds: Callable[[Op, bool], float], tp: int,
                      message: float, tp_group: Topology | None, policy: str,
                      memory_rate: float, gathered: float | None = None,
-                     gathers_fused: bool = True) -> tuple[float, float]:
+                     gathers_fused: bool = True,
+                     linears: tuple[str, ...] | None = None) -> tuple[float, float]:
     """Seconds a layer's decomposed TP collectives add to its forward and its backward:
     ``gemms`` the layer's linears by label, ``seconds(op, backward)`` one op's GPU seconds as the
     job runs it, ``message`` the bytes of one collective's whole buffer (``b s h`` elements),
     ``gathered`` those of the forward's all-gathers when they move fewer (FP8 inputs:
     ``job.compute.fp8.tp_gather_fraction``; default ``message``); ``gathers_fused`` False when
     a cast sits between each all-gather and its matmuls (rowwise FP8: module docstring), the
-    all-gathers then blocking."""
+    all-gathers then blocking; ``linears`` the label suffixes counted (default all four: a
+    compiled recomputation reruns only some, ``job.communication.sp_relayout``)."""
     if tp == 1:
         return 0.0, 0.0
     reduce = (message + message / tp) / memory_rate  # read t partial chunks, write one
     forward = backward = 0.0
     for suffix, ahead, behind in DECOMPOSED:
+        if linears is not None and suffix not in linears:
+            continue
         op = next(op for label, op in gemms.items() if label.endswith(suffix))
         part = piece(op, tp)
         for phase, collective in (("forward", ahead), ("backward", behind)):

@@ -46,7 +46,7 @@ from functools import lru_cache
 
 from dlsched.hardware import Topology
 from dlsched.job.communication.allgather_cp import allgather_merge_seconds
-from dlsched.job.communication.async_tp import async_tp_exposed
+from dlsched.job.communication.async_tp import COMPILED_RERUN, async_tp_exposed
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import core_shape, local_tokens
 from dlsched.job.communication.sp_relayout import relayout_seconds
@@ -179,22 +179,31 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         exchange = exchange_f = curve(tp_group, "all-reduce", policy).seconds(message)
     tp_forward = exchange_f + attention_exchange(spec, sp, message, tp_group, policy, exchange_f)
     tp_backward = exchange + attention_exchange(spec, sp, message, tp_group, policy, exchange)
+    rerun: float | None = None  # what full recomputation runs again: the forward's exchanges,
+    if sp and kernels.compiled:  # compiled not the FFN's reduce-scatter (sp_relayout)
+        rerun = 2 * curve(tp_group, "all-gather", policy).seconds(gathered) + scatter
     if sp and tp_overlap:
         tp_forward, tp_backward = overlapped_tp(model, compute, microbatch_size, message,
                                                 tp_group, policy, fp8_recipe=kernels.fp8_recipe)
+        rerun = None
     elif sp and async_tp:
         gemms = {op.label: op for item in model.layers for op in item.ops if op.kind == "gemm"}
-        tp_forward, tp_backward = async_tp_exposed(
-            gemms, lambda op, back: ops_works((op,), microbatch_size, compute, kernels,
-                                              back)[0].gpu_s,
-            tp, message, tp_group, policy, compute.gpu.memory_rate, gathered,
-            gathers_fused=kernels.fp8_recipe != "rowwise")
+
+        def exposed(linears: tuple[str, ...] | None) -> tuple[float, float]:
+            return async_tp_exposed(
+                gemms, lambda op, back: ops_works((op,), microbatch_size, compute, kernels,
+                                                  back)[0].gpu_s,
+                tp, message, tp_group, policy, compute.gpu.memory_rate, gathered,
+                gathers_fused=kernels.fp8_recipe != "rowwise", linears=linears)
+        tp_forward, tp_backward = exposed(None)
+        rerun = exposed(COMPILED_RERUN)[0] if kernels.compiled else None
     amax_forward, amax_backward = amax_reductions(kernels.fp8_recipe, tp, sp)
     if amax_forward or amax_backward:  # current scaling's amax of the gathered operands
         amax = curve(tp_group, "all-reduce", policy).seconds(AMAX_BYTES)
         tp_forward += amax_forward * amax
         tp_backward += amax_backward * amax
-    tp_backward += tp_forward if recompute == "full" else 0.0
+    if recompute == "full":
+        tp_backward += tp_forward if rerun is None else rerun
     modules = modules_of(recompute)  # Megatron-Core's --recompute-modules
     tp_backward += exchange if "mlp" in modules else 0.0  # the FFN's own TP exchange again
     if recompute == "selective-op":  # the gathers feeding QKV and FFN, or the first all-reduce
