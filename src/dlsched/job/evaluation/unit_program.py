@@ -24,13 +24,14 @@ from dlsched.errors import ConfigError
 from dlsched.pipeline.plans.actions import Action
 
 KINDS = {"F": 0, "I": 1, "B": 1, "W": 2}  # a whole backward (B) waits and sends as I does
-Step = tuple[tuple[int, ...], int, tuple[tuple[int, int, int], ...], bool]
+Step = tuple[int, tuple[int, ...], int, tuple[tuple[int, int, int], ...], bool]
 
 
 @dataclass(frozen=True)
 class UnitProgram:
     """``shapes``: one unit of each shape (``module docstring``); ``steps``: per rank, per unit
-    (input keys, shape, outputs, backward); ``counts``: per rank, its units of each shape."""
+    (its first input's key, -1 for none, the other inputs' keys, shape, outputs, backward);
+    ``counts``: per rank, its units of each shape."""
 
     shapes: tuple[tuple[Action, ...], ...]
     steps: tuple[tuple[Step, ...], ...]
@@ -74,6 +75,7 @@ def unit_program(layout: Any) -> UnitProgram:
             inputs = tuple((a.microbatch * 3 + KINDS[a.kind]) * width + a.stage for a in unit
                            if not (a.kind == "F" and a.stage == 0)
                            and not (a.kind == "W" and Action(a.stage, "I", a.microbatch) in unit))
+            first, rest = (inputs[0], inputs[1:]) if inputs else (-1, ())
             outputs = []
             for a in unit:
                 s, j = a.stage, a.microbatch
@@ -92,7 +94,8 @@ def unit_program(layout: Any) -> UnitProgram:
                 to = stages[target].device_for(j)
                 outputs.append(((j * 3 + kind) * width + target, -1 if to == rank else boundary,
                                 to))
-            rank_steps.append((inputs, index, tuple(outputs), any(a.kind != "F" for a in unit)))
+            rank_steps.append((first, rest, index, tuple(outputs),
+                               any(a.kind != "F" for a in unit)))
         steps.append(tuple(rank_steps))
         counts.append(rank_counts)
     program = UnitProgram(tuple(representative), tuple(steps),
@@ -135,44 +138,53 @@ def _walk_pair(program: UnitProgram, pair: tuple[Any, Any], schedule: str,
         rank = woken.pop()
         queued[rank] = False
         steps, k, now, nowq = program.steps[rank], pointer[rank], free[rank], freeq[rank]
-        while k < len(steps):
-            inputs, shape, outputs, backward = steps[k]
-            ready = readyq = 0.0
-            for key in inputs:
-                got = made.get(key)
+        busy, busyq, size = link[rank], linkq[rank], len(steps)
+        while k < size:
+            first, rest, shape, outputs, backward = steps[k]
+            if first >= 0:  # the first input's arrival, then the others' (max in order)
+                got = made.get(first)
                 if got is None:
                     break
-                at, atq = got
-                ready = at if at > ready else ready
-                readyq = atq if atq > readyq else readyq
-            else:
-                for key in inputs:
-                    del made[key]
+                ready, readyq = got
+                if rest:
+                    for key in rest:
+                        got = made.get(key)
+                        if got is None:
+                            break
+                        at, atq = got
+                        ready = at if at > ready else ready
+                        readyq = atq if atq > readyq else readyq
+                    else:
+                        got = ready
+                    if got is None:
+                        break
+                    for key in rest:
+                        del made[key]
+                del made[first]
                 begin = ready if ready > now else now
                 beginq = readyq if readyq > nowq else nowq
-                now, nowq = begin + sec[shape], beginq + secq[shape]
-                if backward:
-                    start[rank], end[rank], startq[rank], endq[rank] = begin, now, beginq, nowq
-                for key, boundary, to in outputs:
-                    if boundary < 0:
-                        made[key] = (now, nowq)
-                        continue
-                    seconds_, secondsq = send[boundary], sendq[boundary]
-                    arrival, arrivalq = now, nowq
-                    if seconds_ > 0:
-                        busy = link[rank]
-                        arrival = link[rank] = (now if now > busy else busy) + seconds_
-                    if secondsq > 0:
-                        busy = linkq[rank]
-                        arrivalq = linkq[rank] = (nowq if nowq > busy else busy) + secondsq
-                    made[key] = (arrival, arrivalq)
-                    if not queued[to]:
-                        queued[to] = True
-                        woken.append(to)
-                k += 1
-                continue
-            break
+            else:
+                begin, beginq = now, nowq
+            now, nowq = begin + sec[shape], beginq + secq[shape]
+            if backward:
+                start[rank], end[rank], startq[rank], endq[rank] = begin, now, beginq, nowq
+            for key, boundary, to in outputs:
+                if boundary < 0:
+                    made[key] = (now, nowq)
+                    continue
+                seconds_, secondsq = send[boundary], sendq[boundary]
+                arrival, arrivalq = now, nowq
+                if seconds_ > 0:
+                    arrival = busy = (now if now > busy else busy) + seconds_
+                if secondsq > 0:
+                    arrivalq = busyq = (nowq if nowq > busyq else busyq) + secondsq
+                made[key] = (arrival, arrivalq)
+                if not queued[to]:
+                    queued[to] = True
+                    woken.append(to)
+            k += 1
         pointer[rank], free[rank], freeq[rank] = k, now, nowq
+        link[rank], linkq[rank] = busy, busyq
     if any(k < len(steps) for k, steps in zip(pointer, program.steps, strict=True)):
         raise ConfigError(f"pipeline: the {schedule} orders deadlock")
     return [(tuple(start), tuple(end), max(free)), (tuple(startq), tuple(endq), max(freeq))]
