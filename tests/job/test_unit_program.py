@@ -39,7 +39,7 @@ def test_counts_and_bound_are_the_units(schedule: str) -> None:
         for rank in range(pp):
             units = rank_units(times, rank)
             assert len(program.steps[rank]) == len(units) == sum(program.counts[rank])
-            assert [tuple((a.kind, a.stage) for a in program.shapes[step[1]])
+            assert [tuple((a.kind, a.stage) for a in program.shapes[step[2]])
                     for step in program.steps[rank]] == [
                 tuple((a.kind, a.stage) for a in unit) for unit in units]  # each unit's shape
         by_hand = max(sum(unit_seconds(times, unit) for unit in rank_units(times, rank))
