@@ -48,24 +48,22 @@ from dlsched.job.evaluation.pipeline_walk import PipelineTimes, ReplicaTiming
 MAX_CYCLE = 8  # rounds a repeat may take (as pipeline_steady.MAX_CYCLE)
 CHECK_EVERY = 4  # steady rounds between two searches for a repeat (each about 10 us)
 TOLERANCE = 1e-12  # of the largest time: rounding in the comparison (pipeline_steady's)
-DIRECT_CHECK = 4  # microbatches per rank up to which the orders are checked as they are
 
 
 @lru_cache(maxsize=128)
 def zb_h1_holds(pp: int, num_microbatches: int) -> bool:
     """Whether ZB-H1's orders of ``num_microbatches`` on ``pp`` ranks are the rounds of the
-    module docstring, action for action (kept per arguments). Up to ``DIRECT_CHECK`` rounds
-    of microbatches per rank they are compared as they are; beyond, at two consecutive counts
-    past the orders' steady state: both the orders (``pipeline_orders.periodic_orders``, read
-    the same way) and the rounds grow by one round per microbatch there, so two consecutive
-    counts that agree make every larger count agree (a check whose cost does not grow with
-    the microbatches)."""
-    if num_microbatches <= DIRECT_CHECK * pp:
-        return _same_orders(pp, num_microbatches)
+    module docstring, action for action (kept per arguments). Past the orders' steady state
+    (``pipeline_orders.periodic_orders``, read the same way) they are compared at its first two
+    counts with a steady round (at least ``pp``): from there both the orders and the rounds grow
+    by one round per microbatch, so two consecutive counts that agree make every larger count
+    agree (a check whose cost does not grow with the microbatches); fewer are compared as they
+    are."""
     structure = periodic_orders("zb-h1", pp, 1, num_microbatches)
-    return structure is not None and structure.shift == 1 and all(
-        _same_orders(pp, m) for m in (DIRECT_CHECK * pp - 1, DIRECT_CHECK * pp)) and \
-        structure.base <= DIRECT_CHECK * pp - 1
+    first = max(pp, structure.base) if structure is not None else num_microbatches
+    if structure is None or structure.shift != 1 or num_microbatches <= first + 1:
+        return _same_orders(pp, num_microbatches)
+    return _same_orders(pp, first) and _same_orders(pp, first + 1)
 
 
 def _same_orders(pp: int, m: int) -> bool:
