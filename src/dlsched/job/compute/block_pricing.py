@@ -46,6 +46,11 @@ class KernelOptions:
     microbatches: int = 1
     weight_shards: int = 1
     ops: str = "fused"
+    accumulation_launches: bool = False
+    """Whether each backward launches one add per parameter tensor (``grad_accumulation``
+    ``separate``: PyTorch's ``AccumulateGrad`` ``grad += new`` or Megatron's hook
+    ``main_grad.add_(grad)``, ``job.compute.grad_accumulation``) among its kernels, at the
+    backward's launch cost (``layer_halves``)."""
 
     @property
     def eager_16bit(self) -> bool:
@@ -54,13 +59,14 @@ class KernelOptions:
 
 
 def kernel_options(fp8_recipe: str | None, compiled: bool, microbatches: int,
-                   shards: int, ops: str = "fused") -> KernelOptions:
+                   shards: int, ops: str = "fused",
+                   accumulation_launches: bool = False) -> KernelOptions:
     """The options of a job's kernels, keeping only what changes a price (the microbatches
     for Transformer Engine's cached weights, the shards for tensorwise's FP8 all-gather), so
     that equal prices share one cache entry."""
     return KernelOptions(fp8_recipe, compiled,
                          microbatches if fp8_recipe in TE_RECIPES else 1,
-                         shards if fp8_recipe == "tensorwise" else 1, ops)
+                         shards if fp8_recipe == "tensorwise" else 1, ops, accumulation_launches)
 
 
 def check_kernel_options(precision: str, fp8_recipe: str | None, gpu: str, moe: bool,
@@ -138,12 +144,49 @@ def priced_blocks(model: TransformerModel, microbatch_size: int, compute: Calibr
     return np.array(forward), np.array(backward)
 
 
+
+def layer_halves(model: TransformerModel, microbatch_size: int, compute: CalibratedCompute,
+                 options: KernelOptions, spec: TransformerSpec | None = None,
+                 block: str = "h.0") -> tuple[float, float, float, float]:
+    """GPU and host seconds of one microbatch through ``block``'s forward and its backward:
+    (gpu_f, host_f, gpu_b, host_b). The host's are its launches at the preset's forward and
+    backward launch cost; with ``options.accumulation_launches`` the backward also launches
+    one gradient add per parameter tensor of the block (the zoo's layers with parameters:
+    12 in a GPT layer with biases and LayerNorm). Their GPU time is the accumulation pass
+    (``job.compute.grad_accumulation``), priced apart."""
+    ops = dict(block_ops(model, options.compiled, options.ops, spec))[block]
+    gpu = compute.gpu.spec
+    adds = sum(1 for layer in model.layers if layer.block == block and layer.params > 0)
+    halves = []
+    for backward, overhead in ((False, gpu.kernel_overhead), (True, gpu.backward_overhead)):
+        works = ops_works(ops, microbatch_size, compute, options, backward)
+        launches = sum(w.launches for w in works)
+        launches += adds if backward and options.accumulation_launches else 0
+        halves += [sum(w.gpu_s for w in works), launches * overhead]
+    return halves[0], halves[1], halves[2], halves[3]
+
+
+def accumulation_launch_s(model: TransformerModel, microbatch_size: int,
+                          compute: CalibratedCompute, options: KernelOptions,
+                          spec: TransformerSpec | None = None, block: str = "h.0") -> float:
+    """Seconds the gradient adds' launches (``layer_halves``) add to ``block``'s backward
+    priced as the larger of its GPU and host seconds: nothing while the GPU sets the pace,
+    all of them once the host does. Zero without ``options.accumulation_launches``."""
+    if not options.accumulation_launches:
+        return 0.0
+    _, _, gpu_b, host_b = layer_halves(model, microbatch_size, compute, options, spec, block)
+    without = replace(options, accumulation_launches=False)
+    return max(gpu_b, host_b) - max(*layer_halves(model, microbatch_size, compute, without,
+                                                  spec, block)[2:])
+
+
 def recompute_overlap_s(model: TransformerModel, microbatch_size: int,
                         compute: CalibratedCompute, options: KernelOptions,
                         spec: TransformerSpec | None = None, block: str = "h.0") -> float:
     """Seconds the full recomputation's launches hide under the backward's GPU work in one
     transformer layer (``block``) of one microbatch: what pricing the recomputed forward and
-    the backward as one timeline saves over adding their two ``ops_seconds``.
+    the backward as one timeline saves over adding their two prices (the backward's with its
+    gradient adds, ``layer_halves``).
 
     Megatron's full recomputation (``tensor_parallel.checkpoint``, one layer per checkpoint)
     reruns a layer's forward inside its checkpoint's backward and then runs that layer's
@@ -156,11 +199,6 @@ def recompute_overlap_s(model: TransformerModel, microbatch_size: int,
     + max(gpu_b, host_b). The difference is zero when both halves are bound the same way
     (both by the GPU: large layers; both by the host) and positive when a host-bound forward
     meets a GPU-bound backward. Seconds (>= 0)."""
-    ops = dict(block_ops(model, options.compiled, options.ops, spec))[block]
-    spec_ = compute.gpu.spec
-    parts = []
-    for backward, overhead in ((False, spec_.kernel_overhead), (True, spec_.backward_overhead)):
-        works = ops_works(ops, microbatch_size, compute, options, backward)
-        parts.append((sum(w.gpu_s for w in works), sum(w.launches for w in works) * overhead))
-    (gpu_f, host_f), (gpu_b, host_b) = parts
+    gpu_f, host_f, gpu_b, host_b = layer_halves(model, microbatch_size, compute, options,
+                                                spec, block)
     return (max(gpu_f, host_f) + max(gpu_b, host_b)) - max(gpu_f + gpu_b, host_f + host_b)

@@ -53,6 +53,7 @@ from dlsched.job.communication.sp_relayout import relayout_seconds
 from dlsched.job.communication.tp_overlap import overlapped_tp
 from dlsched.job.compute.block_pricing import (
     KernelOptions,
+    accumulation_launch_s,
     ops_seconds,
     ops_works,
     priced_blocks,
@@ -210,6 +211,7 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(gathered) if sp
                         else curve(tp_group, "all-reduce", policy).seconds(message))
     layer_f, layer_b = float(forward[1]), float(backward[1])
+    layer_b += accumulation_launch_s(model, microbatch_size, compute, kernels, spec)
     if sp and kernels.ops == "eager" and not tp_overlap:  # functional collectives' copies
         copy_f, copy_b = relayout_seconds(message, gathered, microbatch_size, recompute,
                                           compute.gpu.memory_rate, async_tp,

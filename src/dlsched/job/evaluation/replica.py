@@ -43,7 +43,7 @@ def block_costs_of(job: Job, layout: Execution) -> BlockCosts:
                        run.tp_comm_overlap,
                        kernel_options(run.fp8_recipe, run.compile, layout.num_microbatches,
                                       layout.cp * layout.dp if run.fp8_all_gather else 1,
-                                      run.ops),
+                                      run.ops, run.grad_accumulation == "separate"),
                        run.async_tp, run.cross_entropy, run.transformer_impl)
 
 
