@@ -38,8 +38,8 @@ use slows the compute beside it (``merged_seconds``' ``comm_share``, the first-o
 ``job.communication.tp_overlap``: the compute that ran beside the hidden communication takes
 ``S / (S - c)`` as long on ``S - c`` of the GPU's ``S`` SMs) by the SMs the dispatcher's
 kernels hold (``COMM_SMS``): HybridEP's 32 as Megatron-Bridge's performance scripts set them,
-DeepEP's 20; Megatron-Core's All-to-All dispatcher runs NCCL's all-to-all, whose SM count the
-sources do not state (not priced). Megatron-Core's conditions
+DeepEP's 20, NCCL's all-to-all (Megatron-Core's ``alltoall`` dispatcher) one SM per P2P
+channel, 32. Megatron-Core's conditions
 (``TransformerConfig.__post_init__``): expert parallelism, no full recomputation nor the ``moe``
 module recomputed, virtual pipeline stages when PP > 1 (``check_a2a_overlap``).
 """
@@ -52,13 +52,22 @@ from dataclasses import dataclass
 from dlsched.errors import ConfigError
 from dlsched.job.compute.module_recompute import modules_of
 
-COMM_SMS: dict[str, int] = {"hybridep": 32, "deepep": 20}
+COMM_SMS: dict[str, int] = {"hybridep": 32, "deepep": 20, "alltoall": 32}
 """SMs each dispatcher's communication kernels hold while they run: HybridEP 32
 (NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/utils/overrides.py`` at df0289c and 21d102f5e,
 ``src/megatron/bridge/perf_recipes/_common.py`` at 4ab94dfad: ``moe_hybridep_num_sms = 32`` for
 every HybridEP workload, the tables' runs); DeepEP 20 (Megatron-Core
 ``TransformerConfig.moe_deepep_num_sms``: "historical default 20"); NCCL's all-to-all (the
-``alltoall`` dispatcher) none stated, so none priced."""
+``alltoall`` dispatcher: ``torch.distributed.all_to_all_single``, grouped ``ncclSend`` /
+``ncclRecv``) 32: NCCL runs send/receive work as one CTA per P2P channel and stripes each peer's
+transfer over ``p2pnChannelsPerPeer`` of the ``p2pnChannels`` channels, using them all when every
+peer has work (NVIDIA/nccl 5067397 ``src/enqueue.cc`` ``scheduleP2pTasksToPlan``,
+``src/graph/paths.cc`` ``ncclTopoComputeP2pChannels``: ``p2pnChannels`` the collective channel
+count rounded up to a power of two, at most 64); on 8-GPU H100 nodes NCCL's init logs read "24
+coll channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer" (AWS p5.48xlarge,
+aws-samples' NCCL tests; the same line in public DGX H100 logs), and "NCCL CTAs won't share an
+SM with compute kernels" (S. Jeaugey, NVIDIA/nccl issue #689). The B200 and GB200 nodes' count
+is assumed the same 32 (no log of theirs read)."""
 
 
 @dataclass(frozen=True)
