@@ -21,23 +21,25 @@ from dlsched.ledger.calibrate import with_efficiency
 from dlsched.ledger.user_runs import UserRun, price
 
 DATA = resources.files("dlsched.experiments").joinpath("data")
-# docs/validation.md, "vTrain's single-node layouts" (main, 2026-12-07, a100 preset), since a
+# docs/validation.md, "vTrain's single-node layouts" (main, 2026-12-07, a100 preset), since
+# the separate gradient accumulation's adds are launched in the backward
+# (job.compute.block_pricing.accumulation_launch_s: was 0.1081, -0.0749, tau 0.853) and a
 # layer's full recomputation and its backward are priced as one host/GPU timeline
-# (job.compute.block_pricing.recompute_overlap_s: was 0.0962, -0.0459, tau 0.857, 83 / 92
-# groups, worst 1.259); before that, since the a100 GEMM fraction was refitted with the fit's
-# TP priced as the evaluator prices it (0.7268 -> 0.7549: was 0.0979, -0.0374, tau 0.858);
-# before that, since the collectives are priced as NCCL's tuner prices them (was 0.1021,
-# -0.0502, tau 0.851, 75 / 84 groups: the TP all-reduces' ring at 300 GB/s, 5 us per step).
-RECORDED = {"rows": 1440, "mean_abs_error": 0.1081, "bias": -0.0749, "groups": 144,
-            "mean_kendall_tau": 0.853, "first_within_3pct": 87, "first_within_5pct": 94,
+# (recompute_overlap_s: was 0.0962, -0.0459, tau 0.857, 83 / 92 groups, worst 1.259); before
+# that, since the a100 GEMM fraction was refitted with the fit's TP priced as the evaluator
+# prices it (0.7268 -> 0.7549: was 0.0979, -0.0374, tau 0.858); before that, since the
+# collectives are priced as NCCL's tuner prices them (was 0.1021, -0.0502, tau 0.851, 75 / 84
+# groups: the TP all-reduces' ring at 300 GB/s, 5 us per step).
+RECORDED = {"rows": 1440, "mean_abs_error": 0.0813, "bias": -0.0344, "groups": 144,
+            "mean_kendall_tau": 0.856, "first_within_3pct": 87, "first_within_5pct": 94,
             "worst_first_ratio": 1.391}
-# docs/validation.md, "Calibrate on your own runs" (2026-12-07, with the recomputation's
-# timeline): `dlsched reproduce vtrain --calibrate-on h1024-l12` fits efficiency.gemm.bf16
-# 0.6792 and the launch costs x 1.1311 (87.5924 / 26.9315 us) on 9 of that model's rows (was
-# 0.7871, x 1.0963 with the recomputation priced apart; sample 0.0787, -0.0018 / preset
-# 0.0929, -0.0306); every 10th row of the set (144) priced with that file and with the preset.
-CALIBRATED = (0.6792, 1.1311)
-SAMPLE = {"calibrated": (0.0813, 0.0162), "a100": (0.0990, -0.0599)}
+# docs/validation.md, "Calibrate on your own runs" (2026-12-07, with both host timelines
+# above): `dlsched reproduce vtrain --calibrate-on h1024-l12` fits efficiency.gemm.bf16 0.6787
+# and the launch costs x 1.0272 (79.5464 / 24.4576 us) on 9 of that model's rows (was 0.7871,
+# x 1.0963 before them; sample 0.0787, -0.0018 / preset 0.0929, -0.0306); every 10th row of
+# the set (144) priced with that file and with the preset.
+CALIBRATED = (0.6787, 1.0272)
+SAMPLE = {"calibrated": (0.0832, 0.0115), "a100": (0.0809, -0.0269)}
 
 
 def test_the_bundled_csv_is_the_repository_file() -> None:
@@ -111,11 +113,13 @@ def test_the_whole_set_gives_the_recorded_numbers() -> None:
 def test_the_calibrated_file_prices_a_sample_as_recorded(tmp_path: Path) -> None:
     """Every 10th row priced with the GPU file ``calibrate runs`` fitted on 5% of h1024-l12
     (its GEMM efficiency and launch factor, recorded): the sample's mean |error| and bias are
-    the recorded ones, both smaller than the preset's on the same rows."""
+    the recorded ones, the bias smaller than the preset's on the same rows and the error
+    within a point of it (with the launches priced per kernel the preset's error is already
+    as small: the fit moves the bias, docs/validation.md)."""
     gpu = tmp_path / "calibrated.yaml"
     document = with_efficiency(bundled_presets("gpus.yaml")["a100"], *CALIBRATED)
     assert (document["kernel_overhead"], document["backward_overhead"]) == \
-        ("87.5924 us", "26.9315 us")
+        ("79.5464 us", "24.4576 us")
     gpu.write_text(yaml.safe_dump(document))
     rows = vtrain.load_rows()
     found = {}
@@ -123,7 +127,7 @@ def test_the_calibrated_file_prices_a_sample_as_recorded(tmp_path: Path) -> None
         summary = error_summary([vtrain.price(rows[i], file, i) for i in range(0, 1440, 10)])
         found[name] = (summary["mean_abs_error"], summary["bias"])
         assert found[name] == pytest.approx(SAMPLE[name], abs=5e-4), name
-    assert found["calibrated"][0] < found["a100"][0]
+    assert found["calibrated"][0] < found["a100"][0] + 0.01
     assert abs(found["calibrated"][1]) < abs(found["a100"][1])
 
 
