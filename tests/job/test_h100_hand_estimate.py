@@ -94,7 +94,8 @@ def test_70b_iteration_is_the_hand_assembly(rows: dict) -> None:
     """dgxc 70B on 64 GPUs (TP 4, PP 4, VP 5, CP 2, DP 2, 64 microbatches): the last rank
     runs 20 layers and the head per microbatch; the bubble is (p - 1) / v of one microbatch's
     work on a rank; the rest is what the evaluator reports exposed. The sum is its iteration
-    within 0.5%, 13.7 s against the 14.66 s published."""
+    within 0.5%, 14.33 s against the 14.66 s published (13.7 s before the bulk
+    userbuffers overlaps were priced beside Hopper's persistent GEMMs, 323db55)."""
     job, layout = rows["70b"]
     costs = block_costs_of(job, layout)
     m, pp, v = layout.num_microbatches, layout.pp, layout.chunks
@@ -105,4 +106,4 @@ def test_70b_iteration_is_the_hand_assembly(rows: dict) -> None:
     parts = breakdown(job, result)
     others = parts["pp_s"] + parts["dp_s"] + parts["optimizer_s"]
     assert m * per_microbatch + bubble + others == pytest.approx(result.iteration_s, rel=0.005)
-    assert 13.4 < result.iteration_s < 13.8
+    assert 14.1 < result.iteration_s < 14.5
