@@ -11,7 +11,8 @@ from dlsched.job.communication.sp_relayout import relayout_bytes, relayout_secon
 from dlsched.job.compute import layer_costs
 from dlsched.job.compute.block_pricing import KernelOptions
 from dlsched.job.compute.eager_ops import summed_gradient_bytes
-from dlsched.job.compute.layer_costs import block_costs, gpu_compute
+from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
+from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.model_spec import TransformerSpec
 
 L8 = TransformerSpec("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
@@ -124,3 +125,18 @@ def test_separate_linears_gradient_sums_by_hand(monkeypatch: pytest.MonkeyPatch)
     block_costs.cache_clear()
     assert with_sums.layer_f == without.layer_f
     assert with_sums.layer_b - without.layer_b == pytest.approx(14 * elements / rate, rel=1e-9)
+
+
+def test_compiled_per_op_checkpointing_under_sp_reruns_no_projection() -> None:
+    """TorchTitan's per-op policy recomputes wk, wo and w3 eagerly; compiled under SP, wo's
+    output feeds only the kept reduce-scatter, so the partitioner drops it: wk and w3 (bf16),
+    and of the FP8 linears every one before w2 but the projection."""
+    ops = tuple(op for item in decoder_model(L8, 1).layers if item.block == "h.0"
+                for op in item.ops)
+    eager = [op.label for op in recomputed_ops(L8, ops, 8192) if op.kind == "gemm"]
+    compiled = [op.label for op in recomputed_ops(L8, ops, 8192, compiled_sp=True)
+                if op.kind == "gemm"]
+    assert eager == ["wk", "wo", "w3"] and compiled == ["wk", "w3"]
+    fp8 = [op.label.rsplit(".", 2)[-2:] for op in
+           recomputed_ops(L8, ops, 8192, fp8=True, compiled_sp=True) if op.kind == "gemm"]
+    assert fp8 == [["attn", "c_attn"], ["mlp", "c_fc"]]

@@ -245,7 +245,8 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         if kernels.ops == "eager":  # TorchTitan's modules (job.compute.eager_ops)
             ops = torch_ops(ops, spec, kernels.compiled)
         again = recomputed_ops(spec, ops, local_tokens(spec, cp),
-                               fp8=kernels.fp8_recipe in TORCHAO_RECIPES)
+                               fp8=kernels.fp8_recipe in TORCHAO_RECIPES,
+                               compiled_sp=kernels.compiled and sp)
         if kernels.compiled and kernels.ops == "fused":
             again = compiled_ops(again, cyclic=False)
         layer_b += (compute.forward_time(Layer("h.0.recomputed", 0, ops=again), microbatch_size)

@@ -117,7 +117,7 @@ def check_op_checkpoint(spec: TransformerSpec, layout: Execution) -> None:
 
 
 def recomputed_ops(spec: TransformerSpec, ops: tuple[Op, ...], tokens: int,
-                   fp8: bool = False) -> tuple[Op, ...]:
+                   fp8: bool = False, compiled_sp: bool = False) -> tuple[Op, ...]:
     """What the backward runs again of a layer whose forward is ``ops`` (the zoo's, forward
     order) on ``tokens`` tokens per sample: every op up to the last matmul but the kept
     matmuls and a fused attention kernel, the zoo's fused linears split into TorchTitan's.
@@ -126,11 +126,19 @@ def recomputed_ops(spec: TransformerSpec, ops: tuple[Op, ...], tokens: int,
     save list nor counted by the policy's ``aten.mm`` counter (torchtitan's
     ``_op_sac_save_list``: ``aten.mm``, the SDPA ops, ``reduce_scatter_tensor`` and
     ``aten.max``, the tensorwise amax), so every FP8 linear before the last one runs again,
-    casts included: the zoo's linears as they are (``job.compute.fp8`` prices them)."""
+    casts included: the zoo's linears as they are (``job.compute.fp8`` prices them).
+
+    ``compiled_sp``: compiled (AOTAutograd's partitioner reruns only what the backward needs,
+    where eager checkpointing replays every unkept op) with sequence parallelism, the attention
+    projection (wo) is not rerun: its output feeds only the reduce-scatter, whose output is
+    kept (read off Inductor's generated code, ``job.communication.sp_relayout``: a block of two
+    column/row-parallel pairs under the per-op policy runs no matmul again in its backward).
+    Without SP its output is added to the residual stream the FFN's norm is rerun from."""
     if fp8:
         last = next(i for i, op in enumerate(ops)
                     if op.kind == "gemm" and op.label.endswith("mlp.c_proj"))
-        return tuple(op for op in ops[:last] if op.kind not in ATTENTION_KINDS)
+        return tuple(op for op in ops[:last] if op.kind not in ATTENTION_KINDS
+                     and not (compiled_sp and op.label.endswith("attn.c_proj")))
     again = {m.name: m for m in recomputed_matmuls(spec)}
     out: list[Op] = []
     for op in ops:
@@ -138,6 +146,8 @@ def recomputed_ops(spec: TransformerSpec, ops: tuple[Op, ...], tokens: int,
                        if op.kind == "gemm" and op.label.endswith(suffix)), None)
         if linear == FUSED["mlp.c_proj"]:
             break
+        if compiled_sp and linear == FUSED["attn.c_proj"]:
+            continue
         if linear is not None:
             out += [matmul(name, again[name].fan_in, again[name].fan_out, tokens, bias=False,
                            cast_input=op.cast_input) for name in linear if name in again]
