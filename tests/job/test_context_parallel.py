@@ -86,13 +86,15 @@ def test_ring_bytes_are_conserved(cp: int) -> None:
 def test_ulysses_all_to_all_bytes_and_time_by_hand() -> None:
     """TP 4 x CP 2 inside one node (ranks 4 apart: NVLink): Q, K, V of 16,384 tokens x
     (8,192 + 2 x 8 x 128) / 4 x 2 B = 83,886,080 B and the output 16,384 x 8,192 / 4 x 2 B =
-    67,108,864 B; an All-to-All of two sends half its buffer (5 us + B / 2 / 450e9); the
+    67,108,864 B; an All-to-All of two sends half its buffer straight to the peer, as NCCL
+    runs it (collectives.nccl_alltoall): 8.4 + 3.4 us (the ring's Simple base and NVLink step
+    latencies) + B / 2 / 370.8e9 (the H100's 450 GB/s NVLink at NCCL's credit 20.6 / 25); the
     backward the same, the selective recomputation's rerun on top."""
     layout = _layout(4, 2, "all-to-all")
     assert qkv_bytes(LLAMA_32K, layout) == 83_886_080
     assert output_bytes(LLAMA_32K, layout) == 67_108_864
     group = load_cluster("dgx-h100", 8, None).group_topology(4, 2)
-    forward = sum(NVLINK[1] + b / 2 / NVLINK[0] for b in (83_886_080, 67_108_864))
+    forward = sum(11.8e-6 + b / 2 / (450e9 * 20.6 / 25) for b in (83_886_080, 67_108_864))
     cost = cp_cost(LLAMA_32K, layout, group, "baseline", 1.0, 1.0)
     assert cost.forward_s == pytest.approx(forward)
     assert cost.backward_s == pytest.approx(forward)
