@@ -31,7 +31,6 @@ from dlsched.job.search import SPACES, search
 
 LLAMA_32K = bundled_specs()["llama3-70b"].replace(seq=32768)
 NIC = (50e9, 5e-6)  # dgx-h100's NIC per GPU each way (B/s) and latency (s)
-NVLINK = (450e9, 5e-6)
 
 
 def _layout(tp: int, cp: int, algorithm: str = "ring", recompute: str = "none",
