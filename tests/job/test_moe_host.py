@@ -19,7 +19,6 @@ from dlsched.job.compute.moe_host import (
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.ledger import load_ledger
-from dlsched.ledger.predict import run_settings
 from dlsched.models.layer import Layer
 
 # Qwen3-30B-A3B's MoE shape (hidden 2048, 128 experts of width 768, top 8, forced balancing,
@@ -103,7 +102,7 @@ def test_the_ledger_rows_name_their_scope() -> None:
     """Megatron-Bridge's workload configs: GB200 30B-A3B MXFP8 graphs the router and the
     preprocess, the H100 PP 2 runs none, 26.08's recipe a full iteration."""
     rows = {row.id: row for row in load_ledger("megatron-bridge-moe")}
-    assert run_settings(rows["mbridge-moe-2602-gb200-qwen3-30b-a3b-mxfp8"]).cuda_graph == "moe"
-    assert run_settings(rows["mbridge-moe-2602-h100-qwen3-30b-a3b-fp8cs"]).cuda_graph == "none"
-    assert run_settings(rows["mbridge-moe-2608-gb200-qwen3-30b-a3b-mxfp8"]).cuda_graph == "full"
+    assert rows["mbridge-moe-2602-gb200-qwen3-30b-a3b-mxfp8"].execution.run.cuda_graph == "moe"
+    assert rows["mbridge-moe-2602-h100-qwen3-30b-a3b-fp8cs"].execution.run.cuda_graph == "none"
+    assert rows["mbridge-moe-2608-gb200-qwen3-30b-a3b-mxfp8"].execution.run.cuda_graph == "full"
     assert rows["mbridge-moe-2602-h100-qwen3-30b-a3b-fp8cs"].model.aux_loss

@@ -23,7 +23,7 @@ from dlsched.job.run_settings import (
 )
 from dlsched.job.scenario import PlanScenario
 from dlsched.ledger import load_ledger
-from dlsched.ledger.predict import job_and_layout, run_settings
+from dlsched.ledger.predict import job_and_layout
 from dlsched.ledger.schema import (
     NOT_OVERLAPPED,
     OVERLAP_SETTINGS,
@@ -129,11 +129,11 @@ def test_ledger_rows_run_their_published_settings() -> None:
     Engine's norms and fused attention, TP collectives, the DP reduction and gather and the
     pipeline transfers overlapped)."""
     rows = {row.id: row for row in load_ledger()}
-    sc21 = run_settings(rows["sc21-t1-gpt-1.7b"])
+    sc21 = rows["sc21-t1-gpt-1.7b"].execution.run
     assert (sc21.precision, sc21.dp_policy, sc21.attention, sc21.pipeline_p2p) == (
         "fp16", "ddp", "unfused", "blocking")
     dgxc = rows["dgxc-2504-h100-llama3.1-70b-bf16-64gpu"]
-    run = run_settings(dgxc)
+    run = dgxc.execution.run
     assert (run.precision, run.transformer_impl, run.pipeline_p2p, run.dp_policy,
             run.tp_comm_overlap, run.overlap_param_gather) == (
         "bf16", "transformer_engine", "overlapped", "ddp", True, True)

@@ -94,11 +94,10 @@ def test_expert_all_to_all_overlap_rows_run_merged() -> None:
     """A row whose script overlaps the EP All-to-Alls runs Megatron-Core's merged steps
     (``moe_a2a_overlap``, ``job.evaluation.a2a_overlap``) and comes out faster than the same
     row with its All-to-Alls blocking."""
-    from dlsched.ledger.predict import run_settings
     ids = [row.id for row in ROWS.values() if "ep_a2a" in row.parallel.overlap]
     assert len(ids) == 8
     for row_id in ids:
-        assert run_settings(ROWS[row_id]).moe_a2a_overlap
+        assert ROWS[row_id].execution.run.moe_a2a_overlap
         [prediction] = predict_row(ROWS[row_id])
         assert prediction.predicted is not None, prediction.reason
     row = ROWS["mbridge-moe-2602-h100-qwen3-30b-a3b-fp8cs"]

@@ -1,9 +1,9 @@
 """Each ledger row priced by the job evaluator (``dlsched.job``), configured exactly as published.
 
 ``job_and_layout(row)`` maps a row to the ``Job`` and ``Execution`` that ``dlsched plan`` would
-evaluate, each field of the row's ``parallel`` section under its own name (``run_settings``:
-the run settings, ``job.run_settings``; ``execution``: the layout; only what the section states
-its own way, ``schema.PARALLEL_ONLY``, is turned into the evaluator's terms): the
+evaluate, the row's ``parallel`` section as the ``Execution`` the schema's validator made of it
+at load (``schema.LedgerRow.execution``: each field under its own name, a layout field or a run
+setting; only what the section states its own way, ``schema.PARALLEL_ONLY``, mapped): the
 row's model (a ``job.model_spec.Model`` as the row states it, no copy), one node preset
 and one compute preset per GPU
 (``GPU_PRESETS``: no per-row or per-source factor), its TP / CP / PP / DP and EP (``Execution.cp``
@@ -43,19 +43,10 @@ from dataclasses import dataclass, field
 from dlsched.errors import ConfigError
 from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.compute.fp8 import FP8_RECIPES
-from dlsched.job.compute.module_recompute import modules_recompute
 from dlsched.job.evaluation.evaluate import Job, JobResult, check_run, evaluate
-from dlsched.job.execution import LAYOUT_FIELDS, Execution
-from dlsched.job.run_settings import RunSettings, run_settings_of
-from dlsched.ledger.memory import memory_unmodelled, published_memory_gib, sharding_of
-from dlsched.ledger.schema import (
-    GPU_PRESETS,
-    NO_PRESET,
-    NOT_OVERLAPPED,
-    OVERLAP_SETTINGS,
-    LedgerRow,
-    Parallelism,
-)
+from dlsched.job.execution import Execution
+from dlsched.ledger.memory import memory_unmodelled, published_memory_gib
+from dlsched.ledger.schema import GPU_PRESETS, NO_PRESET, LedgerRow
 
 # Rows a preset constant was fitted to: their errors are not held out (presets/gpus.yaml,
 # a100 ``efficiency.gemm.bf16``: bisected so that SC21's 39.1B row gives its 138 TFLOP/s).
@@ -138,39 +129,9 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
     except ConfigError as error:
         raise ConfigError(f"{row.id}: {error}") from None
     job = Job(shape, system)
-    layout = execution(par, run_settings(row))  # nvlink_domain None: whole domains
+    layout = row.execution  # the section's own Execution (schema.LedgerRow.execution)
     check_run(job, layout.run)
     return job, layout
-
-
-def run_settings(row: LedgerRow) -> RunSettings:
-    """The run settings of ``row``: every field its ``parallel`` section names as a run
-    setting (``job.run_settings.RUN_FIELDS``) as the row has it, and those the section states
-    its own way (``schema.PARALLEL_ONLY``): each overlap of ``overlap`` as the setting it
-    turns on (``schema.OVERLAP_SETTINGS``; a row without ``pp_p2p`` ran its pipeline
-    transfers blocking), ``torch_compile`` as ``compile`` and ZeRO 3's ``sharding`` by the
-    row's framework (``ledger.memory.sharding_of``)."""
-    par = row.parallel
-    turned_on = dict(OVERLAP_SETTINGS[name] for name in par.overlap if name in OVERLAP_SETTINGS)
-    return run_settings_of(par, **{**NOT_OVERLAPPED, **turned_on}, compile=par.torch_compile,
-                           sharding=sharding_of(row))
-
-
-def execution(par: Parallelism, run: RunSettings) -> Execution:
-    """The layout of a ``parallel`` section: every layout field it has
-    (``job.execution.LAYOUT_FIELDS``) as it has it, but the values it states its own way: the
-    schedule (not a field of the section) by its ``chunks``, interleaved 1F1B when more than
-    one; ``zero`` ``fsdp`` as ZeRO 3; a ``cp_algorithm`` left empty (``cp`` 1) as ring;
-    ``recompute`` ``modules`` with its ``recompute_modules`` as ``modules:a,b``
-    (``job.compute.module_recompute``)."""
-    named = {name: getattr(par, name) for name in LAYOUT_FIELDS if name in Parallelism.model_fields}
-    assert par.chunks is not None  # job_and_layout refuses a row without it
-    named.update(schedule="interleaved" if par.chunks > 1 else "1f1b",
-                 recompute=(modules_recompute(par.recompute_modules)
-                            if par.recompute == "modules" else par.recompute),
-                 zero=3 if par.zero == "fsdp" else par.zero,
-                 cp_algorithm=par.cp_algorithm or "ring")
-    return Execution(**named, run=run)
 
 
 def metric_value(metric: str, job: Job, result: JobResult) -> float:

@@ -20,13 +20,23 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    model_validator,
+)
 
 from dlsched.errors import ConfigError
 from dlsched.inputs import choice
 from dlsched.job.cluster import NODE_PRESETS, System, node_cluster
+from dlsched.job.compute.module_recompute import modules_recompute
+from dlsched.job.execution import LAYOUT_FIELDS, Execution
 from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import RUN_CHOICES
+from dlsched.job.run_settings import RunSettings, run_settings_of
 
 Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron-bridge",
                  "dgxc", "megatron-bridge-moe"]
@@ -243,8 +253,8 @@ class Parallelism(_Strict):
 
 # Parallelism's fields that are neither a layout field (``job.execution.LAYOUT_FIELDS``) nor a
 # run setting (``job.run_settings.RUN_FIELDS``) by name, and what each stands for
-# (``ledger.predict.run_settings`` / ``execution``); every other field reaches the evaluator
-# under its own name.
+# (``_run_settings`` / ``_layout_fields``, made into ``LedgerRow.execution`` at load); every
+# other field reaches the evaluator under its own name.
 PARALLEL_ONLY: dict[str, str] = {
     "overlap": "the run settings of OVERLAP_SETTINGS",
     "torch_compile": "compile",
@@ -333,6 +343,73 @@ class LedgerRow(_Strict):
             raise ValueError("each metric at most once per row")
         return self
 
+    _execution: Execution | ConfigError | None = PrivateAttr(default=None)
+    _made_from: tuple[object, str, str] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _to_execution(self) -> LedgerRow:
+        """The ``parallel`` section as the ``Execution`` the evaluator prices, made at load
+        (``execution``); a section the evaluator's types refuse keeps its refusal, raised when
+        the execution is asked for (the ledger still loads: ``ledger.predict`` reports it as
+        the row's reason)."""
+        try:
+            made: Execution | ConfigError = Execution(**_layout_fields(self.parallel),
+                                                      run=_run_settings(self))
+        except ConfigError as error:
+            made = error
+        object.__setattr__(self, "_execution", made)
+        object.__setattr__(self, "_made_from", (self.parallel, self.source, self.id))
+        return self
+
+    @property
+    def execution(self) -> Execution:
+        """How the row was parallelised and run, as one ``Execution``: every field of its
+        ``parallel`` section under its own name (a layout field or a run setting), the
+        published spellings (``PARALLEL_ONLY``, ``zero: fsdp``, the schedule by ``chunks``)
+        mapped by the validator at load (again for a copy whose section changed:
+        ``model_copy`` runs no validator); ConfigError with the refusal when the evaluator's
+        types cannot hold it (an unpublished precision, say)."""
+        made_from = self._made_from
+        stale = made_from is None or made_from[0] is not self.parallel
+        if stale or made_from[1:] != (self.source, self.id):  # type: ignore[index]
+            self._to_execution()
+        if isinstance(self._execution, ConfigError):
+            raise self._execution
+        assert self._execution is not None
+        return self._execution
+
     def value(self, metric: str) -> float | None:
         """The published value of ``metric`` in its published unit, None if not published."""
         return next((m.value for m in self.measured if m.metric == metric), None)
+
+
+def _run_settings(row: LedgerRow) -> RunSettings:
+    """The run settings of ``row``: every field its ``parallel`` section names as a run
+    setting (``job.run_settings.RUN_FIELDS``) as the row has it, and those the section states
+    its own way (``PARALLEL_ONLY``): each overlap of ``overlap`` as the setting it turns on
+    (``OVERLAP_SETTINGS``; a row without ``pp_p2p`` ran its pipeline transfers blocking),
+    ``torch_compile`` as ``compile`` and ZeRO 3's ``sharding`` by the row's framework
+    (``ledger.memory.sharding_of``)."""
+    from dlsched.ledger.memory import sharding_of  # it reads LedgerRow: imported when used
+
+    par = row.parallel
+    turned_on = dict(OVERLAP_SETTINGS[name] for name in par.overlap if name in OVERLAP_SETTINGS)
+    return run_settings_of(par, **{**NOT_OVERLAPPED, **turned_on}, compile=par.torch_compile,
+                           sharding=sharding_of(row))
+
+
+def _layout_fields(par: Parallelism) -> dict[str, object]:
+    """The layout fields of a ``parallel`` section: every layout field it has
+    (``job.execution.LAYOUT_FIELDS``) as it has it, but the values it states its own way: the
+    schedule (not a field of the section) by its ``chunks``, interleaved 1F1B when more than
+    one; ``zero`` ``fsdp`` as ZeRO 3; a ``cp_algorithm`` left empty (``cp`` 1) as ring;
+    ``recompute`` ``modules`` with its ``recompute_modules`` as ``modules:a,b``
+    (``job.compute.module_recompute``). A field left unpublished (None) stays None."""
+    named = {name: getattr(par, name) for name in LAYOUT_FIELDS if name in Parallelism.model_fields}
+    named.update(schedule=None if par.chunks is None else
+                 "interleaved" if par.chunks > 1 else "1f1b",
+                 recompute=(modules_recompute(par.recompute_modules)
+                            if par.recompute == "modules" else par.recompute),
+                 zero=3 if par.zero == "fsdp" else par.zero,
+                 cp_algorithm=par.cp_algorithm or "ring")
+    return named

@@ -1,0 +1,56 @@
+"""A ledger row's ``parallel`` section is validated into the ``Execution`` the evaluator
+prices, at load (``schema.LedgerRow.execution``): each field under its own name, the published
+spellings mapped by the schema's validator, and ``ledger.predict`` hands it over as it is."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.errors import ConfigError
+from dlsched.job.execution import Execution
+from dlsched.job.run_settings import RUN_DEFAULTS
+from dlsched.ledger import load_ledger
+from dlsched.ledger.predict import job_and_layout
+
+ROWS = {row.id: row for row in load_ledger()}
+
+
+def test_published_spellings_are_mapped_at_load() -> None:
+    """TorchTitan's Table 1 FSDP + torch.compile row, by hand from its YAML: ``zero: fsdp`` is
+    ZeRO 3 sharded as FSDP2, ``overlap: [dp_grad_reduce, dp_param_gather]`` DDP-style
+    overlapped reduction and the overlapped parameter gather, no ``pp_p2p`` blocking pipeline
+    transfers, ``torch_compile: true`` the ``compile`` setting, ``chunks: 1`` the 1F1B
+    schedule; the other fields under their own names."""
+    layout = ROWS["torchtitan-2412-t1-8b-fsdp-compile"].execution
+    assert isinstance(layout, Execution)
+    assert (layout.tp, layout.pp, layout.dp, layout.chunks, layout.schedule, layout.zero) == (
+        1, 1, 8, 1, "1f1b", 3)
+    assert (layout.microbatch_size, layout.global_batch, layout.recompute) == (
+        2, 16, "selective-op")
+    run = layout.run
+    assert (run.sharding, run.dp_policy, run.overlap_param_gather, run.pipeline_p2p) == (
+        "fsdp2", "ddp", True, "blocking")
+    assert (run.compile, run.precision, run.attention) == (True, "bf16", "flash")
+    plain = ROWS["torchtitan-2412-t1-8b-fsdp"].execution
+    assert plain.run.compile is False and plain.row() == layout.row()
+
+
+def test_the_evaluator_gets_the_rows_execution_as_it_is() -> None:
+    """``job_and_layout`` returns the very object the validator made (no field-by-field copy);
+    a Megatron row with interleaving and ZeRO 1 keeps the defaults it does not state."""
+    row = ROWS["sc21-t1-gpt-76.1b"]
+    _, layout = job_and_layout(row)
+    assert layout is row.execution
+    assert (layout.schedule, layout.chunks, layout.zero, layout.cp_algorithm) == (
+        "interleaved", 3, 0, "ring")
+    assert layout.run.sharding == RUN_DEFAULTS["sharding"]
+
+
+def test_a_section_the_evaluator_cannot_hold_still_loads_and_is_refused_when_priced() -> None:
+    """A row that does not publish its precision loads (the ledger keeps every published run);
+    its execution is refused naming the field, and the row is reported with that reason."""
+    unpublished = [row for row in ROWS.values() if row.parallel.precision is None]
+    assert unpublished
+    for row in unpublished:
+        with pytest.raises(ConfigError, match="precision"):
+            assert row.execution is None  # raises before
