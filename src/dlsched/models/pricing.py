@@ -49,6 +49,12 @@ ATTENTION_BACKWARD = 2.5
 # Algorithms for Convolutional Neural Networks", CVPR 2016, Table 1: 2.25x fewer).
 WINOGRAD_SAVING = 2.25
 FP32_BYTES = 4
+# The zoo's Megatron-style linears (models.zoo.gpt_model labels) by how tensor parallelism
+# splits them: a column-parallel one reads the whole input (gathered under sequence
+# parallelism, replicated without) and writes 1/t of the output; a row-parallel one reads 1/t
+# of the input and writes the whole output (a partial sum, reduced after it).
+COLUMN_PARALLEL = ("attn.c_attn", "mlp.c_fc")
+ROW_PARALLEL = ("attn.c_proj", "mlp.c_proj")
 
 
 def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) -> Work:
@@ -100,14 +106,22 @@ def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) ->
 def product_seconds(compute: CalibratedCompute, op: Op, batch: float, backward: bool) -> float:
     """Seconds of a product's (GEMM or convolution) kernels alone on ``batch`` samples, forward
     or ``backward``: its arithmetic at its shapes' rate, at least its operands' and result's
-    bytes at the memory rate; no casts or layout conversions (``op_work`` adds those)."""
+    bytes at the memory rate (a TP linear's whole side counted whole: ``COLUMN_PARALLEL``,
+    ``ROW_PARALLEL``); no casts or layout conversions (``op_work`` adds those)."""
     precision = compute.precision
     tp = compute.tensor_parallel
     share = 1.0 / tp if op.split or compute.sequence_parallel else 1.0
     weights = op.weights / tp if op.split else op.weights
     operand = OPERAND_BYTES[precision] if op.kind == "gemm" else ELEMENT_BYTES[precision]
+    elements = op.elements * share
+    if op.kind == "gemm" and op.split and tp > 1 and op.shape:
+        tokens, fan_out, fan_in, _ = op.shape  # one side of a TP linear is whole on each rank
+        if op.label.endswith(COLUMN_PARALLEL):
+            elements = tokens * (fan_in + fan_out / tp)
+        elif op.label.endswith(ROW_PARALLEL):
+            elements = tokens * (fan_in / tp + fan_out)
     moved = ((BACKWARD_FACTOR if backward else 1.0)
-             * (op.elements * batch * share * ELEMENT_BYTES[precision] + weights * operand))
+             * (elements * batch * ELEMENT_BYTES[precision] + weights * operand))
     return max(_compute_seconds(compute, op, batch * share, backward),
                moved / compute.gpu.memory_rate)
 
