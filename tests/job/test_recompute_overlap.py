@@ -3,7 +3,8 @@
 forward's host excess and the backward's GPU excess, and nothing when both halves are bound
 the same way; the separate gradient accumulation's adds launched in the backward
 (``accumulation_launch_s``): one per parameter tensor at the backward's launch cost, paid
-only where the host sets the pace."""
+only where the host sets the pace; the TP collectives filling the GPU's wait for the host
+(``hidden_collectives_s``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from dlsched.job.compute.block_pricing import (
     KernelOptions,
     accumulation_launch_s,
+    hidden_collectives_s,
     layer_halves,
     ops_works,
     recompute_overlap_s,
@@ -79,3 +81,15 @@ def test_the_separate_accumulation_launches_one_add_per_parameter_tensor() -> No
     gpu_b, host_b = layer_halves(large, 4, compute, separate)[2:]
     assert gpu_b > host_b == pytest.approx(38 * 23.81e-6)
     assert accumulation_launch_s(large, 4, compute, separate) == 0.0
+
+
+def test_collectives_fill_only_the_gpus_wait_for_the_host() -> None:
+    """Halves (ms) GPU 1 / host 3 forward, GPU 2 / host 1 backward: the forward's 2 ms of
+    slack hide its 0.5 ms of collectives whole; the backward alone has no slack (1 - 2 < 0),
+    with the rerun forward 1 - 2 + 3 - 1 = 1 ms, so 1 of its 3 ms hide; a GPU-bound layer
+    hides nothing."""
+    halves = (1e-3, 3e-3, 2e-3, 1e-3)
+    assert hidden_collectives_s(halves, 0.5e-3, 3e-3, rerun=False) == pytest.approx((0.5e-3, 0))
+    assert hidden_collectives_s(halves, 0.5e-3, 3e-3, rerun=True) == pytest.approx(
+        (0.5e-3, 1e-3))
+    assert hidden_collectives_s((3e-3, 1e-3, 6e-3, 1e-3), 1e-3, 1e-3, rerun=True) == (0.0, 0.0)

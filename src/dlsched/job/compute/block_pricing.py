@@ -9,7 +9,8 @@ head) is priced as ``CalibratedCompute.repeated_time`` prices it: one of a stage
 to back, the larger of the GPU's seconds and the host's launch seconds. Without FP8 or compile
 the zoo's own pricing runs unchanged (``pipeline.chains.calibrated_chain.block_seconds``).
 A layer's fully recomputed forward and its backward run as one such timeline
-(``recompute_overlap_s``: what the pair saves over pricing its halves apart).
+(``recompute_overlap_s``: what the pair saves over pricing its halves apart), and a layer's
+blocking TP collectives fill the GPU's wait for the host (``hidden_collectives_s``).
 """
 
 from __future__ import annotations
@@ -202,3 +203,20 @@ def recompute_overlap_s(model: TransformerModel, microbatch_size: int,
     gpu_f, host_f, gpu_b, host_b = layer_halves(model, microbatch_size, compute, options,
                                                 spec, block)
     return (max(gpu_f, host_f) + max(gpu_b, host_b)) - max(gpu_f + gpu_b, host_f + host_b)
+
+
+def hidden_collectives_s(halves: tuple[float, float, float, float], tp_forward: float,
+                         tp_backward: float, rerun: bool) -> tuple[float, float]:
+    """Seconds of a layer's TP collectives (forward, backward) that run while the GPU would
+    otherwise wait for the host's launches: a collective is launched like any kernel and runs
+    in stream order (PyTorch's ``all_reduce`` without ``async_op`` makes the compute stream wait
+    on NCCL's, not the host), so where the host sets a stretch's pace its collectives fill the
+    GPU's idle time: min(collectives, max(0, host - gpu)) of the stretch. ``halves``:
+    ``layer_halves``' (gpu_f, host_f, gpu_b, host_b); ``rerun``: the backward stretch holds
+    the fully recomputed forward too (``recompute_overlap_s``). Applied to eager 16-bit
+    kernels (``KernelOptions.eager_16bit``: Megatron-style runs; compiled and FP8 graphs keep
+    their collectives' own pricing). Not modelled: a collective also waits for the slowest
+    rank of its group to launch it."""
+    gpu_f, host_f, gpu_b, host_b = halves
+    slack_b = host_b - gpu_b + (host_f - gpu_f if rerun else 0.0)
+    return min(tp_forward, max(0.0, host_f - gpu_f)), min(tp_backward, max(0.0, slack_b))

@@ -54,6 +54,8 @@ from dlsched.job.communication.tp_overlap import overlapped_tp
 from dlsched.job.compute.block_pricing import (
     KernelOptions,
     accumulation_launch_s,
+    hidden_collectives_s,
+    layer_halves,
     ops_seconds,
     ops_works,
     priced_blocks,
@@ -252,6 +254,11 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
         layer_b += (compute.forward_time(Layer("h.0.recomputed", 0, ops=again), microbatch_size)
                     if kernels.eager_16bit
                     else ops_seconds(again, microbatch_size, compute, kernels, False))
+    if tp > 1 and kernels.eager_16bit and not (sp and tp_overlap):  # eager Megatron's stream
+        hide_f, hide_b = hidden_collectives_s(
+            layer_halves(model, microbatch_size, compute, kernels, spec), tp_forward,
+            tp_backward, recompute == "full")
+        tp_forward, tp_backward = tp_forward - hide_f, tp_backward - hide_b
     return BlockCosts(float(forward[0]) + exchange, float(backward[0]), layer_f + tp_forward,
                       layer_b + tp_backward, float(forward[2]), float(backward[2]) + exchange,
                       tp_forward, tp_backward, core_f, core_b)
