@@ -27,10 +27,13 @@ figure is used for every GPU (the host CPU of a DGX H100 or B200 or a GB200's Gr
 separated: assumed, unvalidated beyond the ledger's rows).
 
 The timeline (``routed_seconds``) runs each op's launches at its own host cost: the expert
-GEMMs' ``G`` (forward) or ``2 G`` (backward) launches at ``EXPERT_GEMM_LAUNCH_S`` each (their
-FP8 operand casts, one launch per grouped call, at the same cost), every other op's at the GPU
-preset's per-launch host time (``kernel_overhead`` forward, ``backward_overhead`` backward,
-measured for eager PyTorch's modules).
+GEMMs' ``G`` (forward) or ``2 G`` (backward) launches at ``EXPERT_GEMM_LAUNCH_S`` each, their
+FP8 operand casts before them (``job.compute.moe_fp8.expert_fp8_parts``: one kernel per expert
+and operand, three under current scaling, as Transformer Engine's ``split_quantize`` launches
+them from C++) at the preset's ``backward_overhead`` (the per-launch cost of kernels launched
+from C++ with no Python between them), every other op's at the GPU preset's per-launch host
+time (``kernel_overhead`` forward, ``backward_overhead`` backward, measured for eager PyTorch's
+modules).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlsched.job.compute.block_pricing import KernelOptions
-from dlsched.job.compute.moe_fp8 import EXPERT_GEMMS, moe_ops_works
+from dlsched.job.compute.moe_fp8 import EXPERT_GEMMS, expert_fp8_parts, moe_ops_works
 from dlsched.job.compute.moe_host import GRAPH_LAUNCHES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.layer import Layer
@@ -73,7 +76,16 @@ def routed_seconds(layer: Layer, compute: CalibratedCompute, options: KernelOpti
         works = [compute.work(op, 1, backward) for op in layer.ops]
     costs = [0.0 if op.label in captured else EXPERT_GEMM_LAUNCH_S
              if op.label in EXPERT_GEMMS else base for op in layer.ops]
-    order = list(zip(works, costs, strict=True))
+    order = []
+    for op, work, cost in zip(layer.ops, works, costs, strict=True):
+        if op.label in EXPERT_GEMMS and options is not None and options.fp8_recipe is not None:
+            fp8 = replace(compute, precision="fp8", autocast=False)  # casts, then the products
+            casts, products = expert_fp8_parts(op, fp8, options.fp8_recipe, backward,
+                                               options.microbatches)
+            cast_cost = 0.0 if op.label in captured else spec.backward_overhead  # from C++
+            order += [(casts, cast_cost), (products, cost)]
+        else:
+            order.append((work, cost))
     if any(op.label in captured for op in layer.ops):  # the graph's launch, before its ops
         order = [(Work(0.0, GRAPH_LAUNCHES), base), *order] if not backward else \
             [*order, (Work(0.0, GRAPH_LAUNCHES), base)]

@@ -12,8 +12,16 @@ operands as memory traffic at the GPU's memory rate, per element with the recipe
 or a gradient, the weight the same and cached over the iteration's microbatches, as TE's
 ``is_first_microbatch`` caches a ``GroupedLinear``'s FP8 weights): the forward casts the
 routed tokens ``X`` (``G M K``) and the weights ``W`` (``G N K``), the backward the output
-gradient (``G M N``). One cast kernel per operand for the whole group (TE's
-``tex.split_quantize`` quantizes the ``G`` splits in one launch).
+gradient (``G M N``). Kernels: TE's ``tex.split_quantize`` (v2.12,
+``pytorch/csrc/extensions/cast.cpp``, which ``GroupedLinear`` calls on its input in the forward
+and its output gradient in the backward) runs one fused ``nvte_multi_cast_transpose`` over the
+``G`` splits only for delayed scaling's quantizers; for current scaling and MXFP8
+(``multi_tensor_quantize_impl``: "Quantize kernels individually") each split's quantizer runs on
+its own, ``QUANTIZE_KERNELS`` launches each: ``split_casts``. The weights (``G`` tensors, each
+quantized by its own quantizer) cast once per iteration. The casts' launches come from TE's C++
+extension, one kernel each with no Python between them: ``job.compute.expert_launches`` prices
+them at the preset's per-launch cost of C++-launched kernels (``backward_overhead``), the
+grouped GEMMs at the multi-stream loop's measured cost.
 
 **Not FP8** (as Megatron-Core runs them): the router and its top-k (FP32 scores), the
 permutation and the All-to-Alls (16-bit tokens: Megatron-Core's dispatchers send BF16 unless
@@ -38,6 +46,11 @@ from dlsched.models.pricing import product_seconds
 from dlsched.models.timeline import Work, alone
 
 EXPERT_GEMMS = ("expert-fc1", "expert-fc2")
+QUANTIZE_KERNELS = {"delayed": 1, "current": 3, "mxfp8": 1}
+"""Kernels one tensor's quantization launches (TransformerEngine v2.12,
+``pytorch/csrc/quantizer.cpp``): current scaling ``nvte_compute_amax_with_config``,
+``nvte_compute_scale_from_amax`` and ``nvte_quantize_v2`` (3; no amax all-reduce at TP 1);
+MXFP8 and delayed scaling ``nvte_quantize_v2`` (1)."""
 
 
 def expert_operands(op: Op) -> tuple[float, float, float]:
@@ -47,20 +60,41 @@ def expert_operands(op: Op) -> tuple[float, float, float]:
     return groups * m * k, groups * n * k, groups * m * n
 
 
-def expert_fp8_work(op: Op, fp8: CalibratedCompute, recipe: str, backward: bool,
-                    microbatches: int) -> Work:
-    """GPU seconds and kernels of grouped expert GEMM ``op`` in FP8 (module docstring): its
-    products on ``fp8`` (the GPU in fp8) and its casts at the memory rate."""
+def split_casts(recipe: str, groups: int) -> float:
+    """Kernels Transformer Engine launches to quantize one activation operand of a grouped GEMM
+    of ``groups`` experts (``tex.split_quantize``, module docstring): one fused kernel for all
+    splits under delayed scaling, ``QUANTIZE_KERNELS`` per split otherwise."""
+    if recipe not in QUANTIZE_KERNELS:
+        raise ValueError(f"recipe: one of {', '.join(QUANTIZE_KERNELS)} (got {recipe})")
+    return 1.0 if recipe == "delayed" else float(groups * QUANTIZE_KERNELS[recipe])
+
+
+def expert_fp8_parts(op: Op, fp8: CalibratedCompute, recipe: str, backward: bool,
+                     microbatches: int) -> tuple[Work, Work]:
+    """Grouped expert GEMM ``op`` in FP8 (module docstring) as two works: its operands' casts
+    (at the memory rate, ``split_casts`` kernels per activation operand and the weights' share
+    of the iteration's once-per-expert casts) and its products on ``fp8`` (the GPU in fp8) with
+    the grouped GEMM's own launches."""
     x, w, g = expert_operands(op)
+    groups = op.shape[3]
     if backward:
-        moved, casts = g * _tensor(recipe, False).bytes_per_element, 1.0
+        moved, casts = g * _tensor(recipe, False).bytes_per_element, split_casts(recipe, groups)
     else:
         moved = (x * _tensor(recipe, False).bytes_per_element
                  + w * _weight(recipe, 1).bytes_per_element / microbatches)
-        casts = 1.0 + 1.0 / microbatches
-    launches = (op.launches_backward if backward else op.kernels) + casts
-    return Work(product_seconds(fp8, op, 1.0, backward) + moved / fp8.gpu.memory_rate,
-                launches)
+        casts = (split_casts(recipe, groups)
+                 + groups * QUANTIZE_KERNELS[recipe] / microbatches)  # each expert's weight
+    return (Work(moved / fp8.gpu.memory_rate, casts),
+            Work(product_seconds(fp8, op, 1.0, backward),
+                 op.launches_backward if backward else op.kernels))
+
+
+def expert_fp8_work(op: Op, fp8: CalibratedCompute, recipe: str, backward: bool,
+                    microbatches: int) -> Work:
+    """GPU seconds and kernels of grouped expert GEMM ``op`` in FP8: ``expert_fp8_parts``
+    together."""
+    casts, products = expert_fp8_parts(op, fp8, recipe, backward, microbatches)
+    return Work(casts.gpu_s + products.gpu_s, casts.launches + products.launches)
 
 
 def moe_ops_works(ops: Sequence[Op], batch: int, compute: CalibratedCompute,
