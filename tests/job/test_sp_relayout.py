@@ -10,8 +10,13 @@ from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.sp_relayout import relayout_bytes, relayout_seconds
 from dlsched.job.compute import layer_costs
 from dlsched.job.compute.block_pricing import KernelOptions
-from dlsched.job.compute.eager_ops import summed_gradient_bytes
-from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
+from dlsched.job.compute.eager_ops import separate_linears, summed_gradient_bytes
+from dlsched.job.compute.layer_costs import (
+    block_costs,
+    decoder_model,
+    gpu_compute,
+    separate_linears_seconds,
+)
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.model_spec import TransformerSpec
 
@@ -140,3 +145,24 @@ def test_compiled_per_op_checkpointing_under_sp_reruns_no_projection() -> None:
     fp8 = [op.label.rsplit(".", 2)[-2:] for op in
            recomputed_ops(L8, ops, 8192, fp8=True, compiled_sp=True) if op.kind == "gemm"]
     assert fp8 == [["attn", "c_attn"], ["mlp", "c_fc"]]
+
+
+def test_separate_linears_at_their_own_shapes_by_hand() -> None:
+    """Llama 3 8B: QKV as wq (4096 wide), wk and wv (1024 each), FC1 as w1 and w3 (14336 each),
+    labelled as the fused GEMM. At TP 8 with SP, local batch 12, wk is 128 wide per rank and
+    memory-bound: (98304 x (4096 + 128) + 4096 x 128) x 2 bytes at the memory rate, and the
+    separate linears cost more than the fused ones, forward and backward."""
+    layer = [op for item in decoder_model(L8, 1).layers if item.block == "h.0"
+             for op in item.ops if op.kind == "gemm"]
+    qkv = next(op for op in layer if op.label.endswith("attn.c_attn"))
+    parts = separate_linears(qkv, L8)
+    assert [op.shape[1] for op in parts] == [4096, 1024, 1024]
+    assert {op.label for op in parts} == {qkv.label}
+    fc1 = next(op for op in layer if op.label.endswith("mlp.c_fc"))
+    assert [op.shape[1] for op in separate_linears(fc1, L8)] == [14336, 14336]
+    compute = gpu_compute("h100", "bf16", 8, True)
+    wk = compute.work(parts[1], 12, False).gpu_s
+    assert wk == pytest.approx((98304 * (4096 + 128) + 4096 * 128) * 2
+                               / compute.gpu.memory_rate)
+    extra_f, extra_b = separate_linears_seconds(decoder_model(L8, 1), L8, 12, compute)
+    assert extra_f > 0 and extra_b > 0

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from dlsched.errors import ConfigError
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.job.run_choices import OPS
-from dlsched.models.ops import Op
+from dlsched.models.ops import Op, matmul
 
 HALF = 2  # bytes of a 16-bit activation element: the unit of Op.elements in bf16/fp16
 
@@ -264,3 +264,21 @@ def summed_gradient_bytes(elements: float, compiled: bool) -> float:
     if compiled:
         return sum((n + 1) * HALF * elements for n in SEPARATE_LINEARS)
     return sum((n - 1) * 3 * HALF * elements for n in SEPARATE_LINEARS)
+
+
+def separate_linears(op: Op, spec: TransformerSpec) -> tuple[Op, ...]:
+    """The zoo's fused QKV (``attn.c_attn``) or gated FC1 (``mlp.c_fc``) GEMM ``op`` as
+    TorchTitan's separate bias-free linears at their own shapes (wq, wk, wv; w1, w3), each
+    reading the whole input, labelled as the fused one (its TP split and memory floor apply);
+    any other op as it is."""
+    if op.kind != "gemm" or not op.shape:
+        return (op,)
+    tokens, _, fan_in, _ = op.shape
+    if op.label.endswith("attn.c_attn"):
+        widths = (spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim,
+                  spec.kv_heads * spec.head_dim)
+    elif op.label.endswith("mlp.c_fc") and spec.gated_ffn:
+        widths = (spec.ffn_hidden, spec.ffn_hidden)
+    else:
+        return (op,)
+    return tuple(matmul(op.label, fan_in, width, tokens, bias=False) for width in widths)

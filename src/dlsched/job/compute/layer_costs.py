@@ -63,7 +63,7 @@ from dlsched.job.compute.block_pricing import (
 )
 from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.cross_entropy import with_cross_entropy
-from dlsched.job.compute.eager_ops import summed_gradient_bytes, torch_ops
+from dlsched.job.compute.eager_ops import separate_linears, summed_gradient_bytes, torch_ops
 from dlsched.job.compute.fp8 import (
     AMAX_BYTES,
     TORCHAO_RECIPES,
@@ -151,6 +151,23 @@ def attention_exchange(spec: TransformerSpec, sp: bool, message: float,
             + curve(tp_group, "reduce-scatter", policy).seconds(message))
 
 
+def separate_linears_seconds(model: TransformerModel, spec: TransformerSpec,
+                             microbatch_size: int,
+                             compute: CalibratedCompute) -> tuple[float, float]:
+    """Seconds TorchTitan's separate 16-bit linears (wq, wk, wv; w1, w3: ``eager_ops.
+    separate_linears``) take beyond the zoo's fused QKV and FC1 GEMMs, forward and backward."""
+    extra = [0.0, 0.0]
+    layer = [op for item in model.layers if item.block == "h.0" for op in item.ops]
+    for op in layer:
+        parts = separate_linears(op, spec)
+        if len(parts) > 1:
+            for back in (False, True):
+                extra[back] += (sum(compute.work(part, microbatch_size, back).gpu_s
+                                    for part in parts)
+                                - compute.work(op, microbatch_size, back).gpu_s)
+    return extra[0], extra[1]
+
+
 @lru_cache(maxsize=4096)
 def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision: str,
                 tp: int, sp: bool, recompute: str, tp_group: Topology,
@@ -222,6 +239,9 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
     if kernels.ops == "eager":  # the separate linears' input gradients summed (full width)
         layer_b += summed_gradient_bytes(message / ACTIVATION_BYTES,
                                          kernels.compiled) / compute.gpu.memory_rate
+        if kernels.fp8_recipe is None:  # and the 16-bit linears at their own shapes
+            split_f, split_b = separate_linears_seconds(model, spec, microbatch_size, compute)
+            layer_f, layer_b = layer_f + split_f, layer_b + split_b
     merge_f, merge_b = allgather_merge_seconds(spec, microbatch_size, tp, cp, cp_algorithm,
                                                compute.gpu.memory_rate, kernels.compiled,
                                                reruns_core(recompute))
