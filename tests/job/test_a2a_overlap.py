@@ -12,6 +12,7 @@ from dlsched.job.evaluation.a2a_overlap import (
     COMM_SMS,
     LayerNodes,
     check_a2a_overlap,
+    comm_sms,
     merged_seconds,
     pair_table,
 )
@@ -189,3 +190,13 @@ def test_nccl_all_to_all_kernels_hold_32_sms_beside_the_compute(monkeypatch):
     assert hidden > 0
     assert with_sms.iteration_s - free.iteration_s == pytest.approx(hidden * 32 / 100, rel=1e-6)
     assert with_sms.iteration_s < blocking.iteration_s
+
+
+def test_nccl_all_to_all_across_nodes_holds_its_16_channels():
+    """NCCL's communicator on more than one node has 16 P2P channels (the two-node p5 and the
+    32-rank logs): an EP group on 4 nodes 16 SMs, on one 32; HybridEP and DeepEP keep their set
+    counts wherever the group lies."""
+    assert comm_sms("alltoall", 1) == 32 and comm_sms("alltoall", 4) == 16
+    assert comm_sms("hybridep", 4) == 32 and comm_sms("deepep", 1) == 20
+    with pytest.raises(ValueError, match=r"^nodes: must be >= 1"):
+        comm_sms("alltoall", 0)

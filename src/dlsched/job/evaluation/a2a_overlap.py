@@ -39,7 +39,7 @@ use slows the compute beside it (``merged_seconds``' ``comm_share``, the first-o
 ``S / (S - c)`` as long on ``S - c`` of the GPU's ``S`` SMs) by the SMs the dispatcher's
 kernels hold (``COMM_SMS``): HybridEP's 32 as Megatron-Bridge's performance scripts set them,
 DeepEP's 20, NCCL's all-to-all (Megatron-Core's ``alltoall`` dispatcher) one SM per P2P
-channel, 32. Megatron-Core's conditions
+channel, 32 inside a node and 16 across nodes (``comm_sms``). Megatron-Core's conditions
 (``TransformerConfig.__post_init__``): expert parallelism, no full recomputation nor the ``moe``
 module recomputed, virtual pipeline stages when PP > 1 (``check_a2a_overlap``).
 """
@@ -67,7 +67,24 @@ count rounded up to a power of two, at most 64); on 8-GPU H100 nodes NCCL's init
 coll channels, 16 nvls channels, 32 p2p channels, 32 p2p channels per peer" (AWS p5.48xlarge,
 aws-samples' NCCL tests; the same line in public DGX H100 logs), and "NCCL CTAs won't share an
 SM with compute kernels" (S. Jeaugey, NVIDIA/nccl issue #689). The B200 and GB200 nodes' count
-is assumed the same 32 (no log of theirs read)."""
+is assumed the same 32 (no log of theirs read). An EP group across nodes gets fewer:
+``comm_sms``."""
+
+NCCL_ACROSS_NODES_SMS = 16
+"""NCCL's P2P channels (one SM each) in a communicator spanning more than one node: the same
+AWS NCCL tests on two p5.48xlarge nodes log "16 coll channels, 16 nvls channels, 16 p2p channels,
+2 p2p channels per peer" (``ncclTopoComputeP2pChannels`` with ``nNodes > 1``)."""
+
+
+def comm_sms(dispatcher: str, nodes: int) -> int:
+    """SMs the EP group's communication kernels hold under ``dispatcher`` (``COMM_SMS``; 0 when
+    none stated), the group on ``nodes`` nodes (NCCL's All-to-All: ``NCCL_ACROSS_NODES_SMS``
+    when more than one)."""
+    if nodes < 1:
+        raise ValueError(f"nodes: must be >= 1 (got {nodes})")
+    if dispatcher == "alltoall" and nodes > 1:
+        return NCCL_ACROSS_NODES_SMS
+    return COMM_SMS.get(dispatcher, 0)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
 from dlsched.job.compute.moe_costs import MoELayerCosts, moe_layer_costs
 from dlsched.job.compute.mtp_costs import mtp_seconds
 from dlsched.job.evaluation.a2a_overlap import (
-    COMM_SMS,
     check_a2a_overlap,
+    comm_sms,
     pair_table,
     stage_nodes,
 )
@@ -181,7 +181,8 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
             (costs.layer_f + extra_f + cp.forward_s, costs.layer_b + extra_b + cp.backward_s)),
             [((costs.embed_f * (s == 0), costs.head_f * (s == last)),
               (costs.head_b * (s == last), costs.embed_b * (s == 0))) for s in range(len(spans))],
-            COMM_SMS.get(layout.run.moe_dispatcher, 0)
+            comm_sms(layout.run.moe_dispatcher,
+                     node_split(job.cluster, *layout.group_ranks("ep")).nodes)
             / gpu_compute(job.cluster.gpu, layout.run.precision).gpu.spec.sms)
     times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,
                           tuple(forward), tuple(backward), send, forward_comm=comm[0],
