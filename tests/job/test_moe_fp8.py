@@ -15,9 +15,11 @@ from dlsched.job.compute.expert_launches import (
     expert_launch_ops,
     routed_seconds,
 )
+from dlsched.job.compute.fp8 import _tensor, _weight
 from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.compute.moe_costs import routed_ops
 from dlsched.job.compute.moe_fp8 import (
+    QUANTIZE_KERNELS,
     expert_fp8_parts,
     expert_fp8_work,
     expert_operands,
@@ -141,3 +143,12 @@ def test_host_bound_casts_cost_their_launches_at_the_c_plus_plus_rate() -> None:
     seconds = routed_seconds(layer, compute, options, False)
     host = 18 * 23.81e-6 + 16 * EXPERT_GEMM_LAUNCH_S
     assert host <= seconds < host + 2e-5  # the last expert's product after its launch
+
+
+def test_dense_and_expert_quantizers_launch_the_same_kernels() -> None:
+    """One tensor's quantization launches as many kernels in a dense TE linear
+    (job.compute.fp8) as in one expert's split (QUANTIZE_KERNELS): current scaling 3 (amax,
+    scale, cast), MXFP8 and delayed scaling 1."""
+    for recipe in ("delayed", "current", "mxfp8"):
+        assert _tensor(recipe, False).kernels == QUANTIZE_KERNELS[recipe]
+        assert _weight(recipe, 1).kernels == QUANTIZE_KERNELS[recipe]

@@ -27,7 +27,9 @@ and the output gradient ``G`` (tokens x fan-out), at the shapes one GPU of the T
   iteration.
 * ``current`` (TE ``Float8CurrentScaling``): the scale from the tensor itself, so one amax
   pass (read 2 bytes) before the cast-transpose: 6 bytes per element; the weight cached as for
-  ``delayed``.
+  ``delayed``. Three kernels per tensor: TE v2.12's ``Float8CurrentScalingQuantizer::
+  quantize_impl`` (``pytorch/csrc/quantizer.cpp``) launches ``nvte_compute_amax_with_config``,
+  ``nvte_compute_scale_from_amax`` and ``nvte_quantize_v2``.
 * ``mxfp8`` (TE ``MXFP8BlockScaling``, Blackwell only: ``tcgen05`` block-scaled MMA): a scale
   (E8M0, 1 byte) per 32 elements along the reduction axis, so each tensor is quantized rowwise
   and columnwise in one kernel: read 2, write 2 x (1 + 1/32) bytes; weight cached.
@@ -150,7 +152,7 @@ def _tensor(recipe: str, compiled: bool) -> CastCost:
     """An activation operand's cast (the input, or the output gradient)."""
     amax = 0.0 if compiled else BF16  # torchao: fused into the producing kernel when compiled
     return {"delayed": CastCost(BF16 + 2 * FP8, 1),
-            "current": CastCost(BF16 + BF16 + 2 * FP8, 2),
+            "current": CastCost(BF16 + BF16 + 2 * FP8, 3),
             "mxfp8": CastCost(BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK), 1),
             "tensorwise": CastCost(amax + BF16 + 2 * FP8, 2 if compiled else 3),
             "rowwise": CastCost(amax + FP8 + BF16 + (BF16 + FP8), 2)}[recipe]
@@ -161,7 +163,7 @@ def _weight(recipe: str, shards: int) -> CastCost:
     if recipe == "tensorwise" and shards > 1:  # FP8 all-gather: cast on the shard
         return CastCost((BF16 + BF16 + FP8) / shards + 2 * FP8, 3)
     return {"delayed": CastCost(BF16 + 2 * FP8, 1),
-            "current": CastCost(BF16 + BF16 + 2 * FP8, 2),
+            "current": CastCost(BF16 + BF16 + 2 * FP8, 3),
             "mxfp8": CastCost(BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK), 1),
             "tensorwise": CastCost(BF16 + 2 * (BF16 + FP8), 4),
             "rowwise": CastCost((BF16 + FP8) + 2 * BF16 + (BF16 + FP8), 3)}[recipe]
