@@ -13,7 +13,7 @@ from dlsched.job.cluster import load_cluster
 from dlsched.job.compute.layer_costs import ATTENTION_CORE, block_costs, decoder_model, gpu_compute
 from dlsched.job.evaluation.evaluate import Job, check_run, evaluate
 from dlsched.job.execution import Execution
-from dlsched.job.exports import megatron_args
+from dlsched.job.exports.writers import megatron_args
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.run_settings import RunSettings
 from dlsched.models.calibration import gpu_document

@@ -231,7 +231,7 @@ def test_cli_prints_a_32k_cp_row() -> None:
 def test_exports_carry_cp(algorithm: str, comm: str) -> None:
     """Megatron-LM gets --context-parallel-size and --cp-comm-type (p2p | a2a), TorchTitan
     its context_parallel_degree; without CP neither flag is written."""
-    from dlsched.job.exports import megatron_args, torchtitan_toml
+    from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 
     layout = Execution(4, 1, 1, 1, 8, cp=2, cp_algorithm=algorithm)
     args = megatron_args(LLAMA_32K, layout).splitlines()[-1]

@@ -12,7 +12,7 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.execution import Execution
-from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
 
 GPT3 = bundled_specs()["gpt3-175b"]

@@ -7,7 +7,7 @@ from dlsched.errors import ConfigError
 from dlsched.job.compute.layer_costs import decoder_model
 from dlsched.job.compute.op_checkpoint import layer_matmuls
 from dlsched.job.execution import Execution
-from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
 
 # Every model bundled before head_dim: (parameters, active parameters, model FLOP per token)

@@ -103,7 +103,7 @@ def test_megatron_args_name_mla_and_mtp():
     import shlex
 
     from dlsched.job.execution import Execution
-    from dlsched.job.exports import megatron_args
+    from dlsched.job.exports.writers import megatron_args
 
     layout = Execution(tp=1, pp=16, dp=128, microbatch_size=1, global_batch=16384, chunks=2,
                        schedule="interleaved", recompute="full", zero=1, ep=64,

@@ -148,7 +148,7 @@ def _bundled() -> set[str]:
 def test_exports_name_the_modules_or_refuse():
     """Megatron-LM's arguments carry the modules as Megatron-Core's flags; TorchTitan has no
     per-module recomputation and says so."""
-    from dlsched.job.exports import megatron_args, torchtitan_toml
+    from dlsched.job.exports.writers import megatron_args, torchtitan_toml
     layout = Execution(1, 1, 8, 1, 8, ep=8, recompute="modules:moe_act,layernorm")
     line = megatron_args(SMALL, layout).splitlines()[-1]
     assert "--recompute-granularity selective --recompute-modules moe_act layernorm" in line

@@ -14,7 +14,7 @@ from dlsched.job.cluster import load_cluster, node_cluster
 from dlsched.job.compute.moe_costs import a2a_bytes, moe_layer_costs, routed_ops
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
-from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
 from dlsched.job.run_settings import RunSettings

@@ -15,7 +15,7 @@ from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
 from dlsched.job.compute.moe_costs import a2a_bytes, routed_ops
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
-from dlsched.job.exports import megatron_args
+from dlsched.job.exports.writers import megatron_args
 from dlsched.job.memory.moe import experts_per_gpu, moe_stash_delta
 from dlsched.job.memory.per_gpu import memory_per_gpu
 from dlsched.job.model_spec import TransformerSpec

@@ -22,7 +22,7 @@ from dlsched.job.compute.op_checkpoint import (
 from dlsched.job.evaluation.evaluate import Job, _flops, evaluate
 from dlsched.job.evaluation.replica import block_costs_of
 from dlsched.job.execution import Execution
-from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import layer_activations, peak_memory
 from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.search import SPACES, layouts

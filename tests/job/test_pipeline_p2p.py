@@ -23,7 +23,7 @@ from dlsched.job.evaluation.evaluate import (
 )
 from dlsched.job.evaluation.pipeline_time import PipelineTimes, fast_pipeline
 from dlsched.job.execution import Execution
-from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.run_settings import RunSettings
 from dlsched.ledger import load_ledger

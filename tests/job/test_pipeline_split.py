@@ -18,7 +18,7 @@ from dlsched.job.evaluation.evaluate import Job, evaluate, pipeline_times
 from dlsched.job.evaluation.pipeline_split import feasible_splits, slots_per_stage, stage_layers
 from dlsched.job.evaluation.pipeline_time import event_pipeline, fast_pipeline
 from dlsched.job.execution import Execution
-from dlsched.job.exports import megatron_args, torchtitan_toml
+from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import memory_per_gpu, peak_memory, stage_units
 from dlsched.job.model_spec import TransformerSpec, bundled_specs
 from dlsched.job.run_settings import RunSettings

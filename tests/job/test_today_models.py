@@ -120,7 +120,7 @@ def test_sinks_add_one_parameter_per_head_and_router_bias_one_per_expert() -> No
 
 def test_megatron_export_names_the_moe_layers_and_router_groups() -> None:
     from dlsched.job.execution import Execution
-    from dlsched.job.exports import _megatron_moe
+    from dlsched.job.exports.writers import _megatron_moe
 
     layout = Execution(tp=1, pp=1, dp=8, microbatch_size=1, global_batch=8, ep=8)
     args = _megatron_moe(SPECS["llama4-maverick"], layout)

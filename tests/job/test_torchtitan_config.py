@@ -1,6 +1,7 @@
-"""TorchTitan configs in and out (``job.torchtitan_config``, ``job.framework_flags``): FP8,
-compile and async TP spelled as each framework spells them; a TorchTitan TOML read into the
-plan's fields; a plan written as TOML and read back prices the same."""
+"""TorchTitan configs in and out (``job.exports.torchtitan_config``,
+``job.exports.framework_flags``): FP8, compile and async TP spelled as each framework spells
+them; a TorchTitan TOML read into the plan's fields; a plan written as TOML and read back
+prices the same."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import tomllib
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.job.framework_flags import megatron_fp8_args, titan_run_sections
+from dlsched.job.exports.framework_flags import megatron_fp8_args, titan_run_sections
+from dlsched.job.exports.torchtitan_config import plan_fields, read_torchtitan_toml
 from dlsched.job.scenario import PlanScenario
-from dlsched.job.torchtitan_config import plan_fields, read_torchtitan_toml
 
 BASE = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "global_batch": 16, "tp": 1,
         "pp": 1, "zero": 3, "microbatch_size": 2, "recompute": "selective-op",

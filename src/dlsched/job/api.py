@@ -29,14 +29,14 @@ from dlsched.job.evaluation.evaluate import (
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.pipeline_time import event_timeline
 from dlsched.job.execution import LAYOUT_FIELDS, Execution
-from dlsched.job.exports import megatron_args, megatron_document, torchtitan_toml
+from dlsched.job.exports.torchtitan_config import plan_fields, read_torchtitan_toml
+from dlsched.job.exports.writers import megatron_args, megatron_document, torchtitan_toml
 from dlsched.job.intervals import envelope_notes, interval_columns
 from dlsched.job.model_spec import TransformerSpec, load_spec
 from dlsched.job.ranking import Ranking, best_of, difference_note
 from dlsched.job.refusals import check_plan, default_notes
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.job.time_to_train_fields import choose_plan, settings_of, with_time_to_train
-from dlsched.job.torchtitan_config import plan_fields, read_torchtitan_toml
 from dlsched.sim.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
 
 def with_torchtitan_config(scenario: PlanScenario, path: str | Path) -> PlanScenario:
     """``scenario`` with the fields a TorchTitan job config at ``path`` fixes in place of its
-    own (``job.torchtitan_config``); ConfigError naming the TOML key it cannot price."""
+    own (``job.exports.torchtitan_config``); ConfigError naming the TOML key it cannot price."""
     fields = plan_fields(read_torchtitan_toml(path))
     return scenario.model_validate({**scenario.model_dump(), **fields})
 

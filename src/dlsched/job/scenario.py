@@ -86,7 +86,7 @@ class PlanScenario(BaseModel):
         "collectives decomposed beside their GEMMs."))] = RUN_DEFAULTS["async_tp"]
     from_torchtitan: Annotated[str | None, Field(description=(
         "A TorchTitan job config (TOML): the layout, batch, precision, compile and async TP it "
-        "sets replace these fields (job.torchtitan_config)."))] = None
+        "sets replace these fields (job.exports.torchtitan_config)."))] = None
     attention: Annotated[choice(RUN_CHOICES["attention"], "attention kernel"), Field(description=(
         "Attention core kernel, as Megatron-Core's --attention-backend names them: flash "
         "(FlashAttention-2: TorchTitan's SDPA, Megatron-Core's auto before Hopper) | fused "

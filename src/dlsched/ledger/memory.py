@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dlsched.errors import ConfigError
 from dlsched.job.memory.allocator import EXPANDABLE_FRAGMENTATION, reported_bytes
 from dlsched.job.memory.torch_runtime import Runtime, check_runtime
-from dlsched.ledger.schema import LedgerRow
 from dlsched.pipeline.chains.memory_model import FRAGMENTATION
+
+if TYPE_CHECKING:  # annotations only: ledger.schema reads sharding_of (no import circle)
+    from dlsched.ledger.schema import LedgerRow
 
 
 @dataclass(frozen=True)

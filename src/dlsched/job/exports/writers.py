@@ -59,7 +59,7 @@ from dlsched.job.communication.pipeline_p2p import resolved_p2p
 from dlsched.job.compute.module_recompute import MODULES, modules_of
 from dlsched.job.evaluation.pipeline_split import ACCOUNTED, slots_per_stage
 from dlsched.job.execution import Execution
-from dlsched.job.framework_flags import megatron_fp8_args, titan_run_sections
+from dlsched.job.exports.framework_flags import megatron_fp8_args, titan_run_sections
 from dlsched.job.model_spec import TransformerSpec
 
 MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
@@ -161,7 +161,7 @@ def megatron_args(spec: TransformerSpec, layout: Execution) -> str:
     args += _megatron_p2p(layout, run.pipeline_p2p, notes)
     args += _megatron_moe(spec, layout)
     args += _megatron_precision("bf16" if precision == "fp8" else precision, grad_bytes, notes)
-    args += megatron_fp8_args(run.fp8_recipe, notes)  # job.framework_flags
+    args += megatron_fp8_args(run.fp8_recipe, notes)  # job.exports.framework_flags
     if not spec.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     return "".join(f"# {note}\n" for note in notes) + shlex.join(args) + "\n"

@@ -1,7 +1,7 @@
 """A TorchTitan job config (TOML) read into the plan's fixed fields (``dlsched plan
 --from-torchtitan FILE``): the run a TorchTitan user has, priced as written.
 
-Read from the TOML schema ``job.exports`` writes (``torchtitan/config/job_config.py`` at
+Read from the TOML schema ``job.exports.writers`` writes (``torchtitan/config/job_config.py`` at
 238fa99, the last TOML version; the older spellings ``[training] compile`` and ``[float8]``
 read too):
 

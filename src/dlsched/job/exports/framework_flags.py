@@ -1,5 +1,5 @@
 """How a plan's FP8 recipe, torch.compile and asynchronous TP are spelled in each framework's
-configuration (``job.exports`` writes them).
+configuration (``job.exports.writers`` writes them).
 
 **Megatron-LM** (``megatron/training/arguments.py``, ``_add_transformer_engine_args``): FP8
 training is ``--bf16`` with ``--fp8-format`` (``hybrid``: E4M3 forward, E5M2 gradients) and
@@ -12,7 +12,7 @@ runs E4M3 throughout (TE's ``MXFP8BlockScaling`` default format). torchao's reci
 Megatron-LM spelling: their nearest (TE's current scaling) is written with a note.
 
 **TorchTitan** (the TOML of ``torchtitan/config/job_config.py`` at 238fa99, the version
-``job.exports`` writes): float8 is the model converter ``quantize.linear.float8`` with its
+``job.exports.writers`` writes): float8 is the model converter ``quantize.linear.float8`` with its
 section ``[quantize.linear.float8]`` (``recipe_name`` tensorwise or rowwise,
 ``enable_fsdp_float8_all_gather`` and ``precompute_float8_dynamic_scale_for_fsdp`` for the FSDP
 float8 all-gather, ``filter_fqns = ["output"]``: the LM head stays bf16), MXFP8 the converter
