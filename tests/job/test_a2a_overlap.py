@@ -140,11 +140,8 @@ def test_overlap_shortens_a_one_rank_iteration_by_what_its_units_hide():
 
 
 def _evaluate(job: Job, layout: Execution, overlap: bool):
-    """``evaluate`` with ``moe_a2a_overlap`` set where the run settings live (the execution's
-    ``run``; the job's before issue 47 moved them)."""
-    if hasattr(layout, "with_run"):
-        return evaluate(job, layout.with_run(moe_a2a_overlap=overlap))
-    return evaluate(job.with_run(moe_a2a_overlap=overlap), layout)
+    """``evaluate`` with ``moe_a2a_overlap`` set on the execution's run settings."""
+    return evaluate(job, layout.with_run(moe_a2a_overlap=overlap))
 
 
 @pytest.mark.parametrize(("pp", "chunks", "m"), [(1, 1, 5), (2, 2, 4), (2, 3, 6), (4, 2, 8),
