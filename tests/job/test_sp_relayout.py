@@ -81,6 +81,12 @@ def test_compiled_full_recomputation_reruns_no_ffn_reduce_scatter() -> None:
     assert eager.tp_backward_s == pytest.approx(4 * (gather + scatter))
     assert compiled.tp_backward_s == pytest.approx(4 * gather + 3 * scatter)
     assert compiled.tp_forward_s == pytest.approx(eager.tp_forward_s)
+    no_sp = (L8, 12, "h100", "bf16", 8, False, "full", group, "baseline")
+    reduce = curve(group, "all-reduce", "baseline").seconds(MESSAGE)
+    assert block_costs(*no_sp, kernels=KernelOptions()).tp_backward_s == pytest.approx(
+        4 * reduce)
+    assert block_costs(*no_sp, kernels=KernelOptions(compiled=True)).tp_backward_s == \
+        pytest.approx(3 * reduce)  # without SP: the attention's all-reduce again, not the FFN's
     fused = KernelOptions(compiled=True)
     plain = block_costs(L8, 12, "h100", "bf16", 8, True, "none", group, "baseline",
                         kernels=fused, async_tp=True)

@@ -202,6 +202,8 @@ def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision
     rerun: float | None = None  # what full recomputation runs again: the forward's exchanges,
     if sp and kernels.compiled:  # compiled not the FFN's reduce-scatter (sp_relayout)
         rerun = 2 * curve(tp_group, "all-gather", policy).seconds(gathered) + scatter
+    elif kernels.compiled and tp > 1:  # without SP the attention's all-reduce, not the FFN's
+        rerun = exchange_f
     if sp and tp_overlap:
         tp_forward, tp_backward = overlapped_tp(model, compute, microbatch_size, message,
                                                 tp_group, policy, fp8_recipe=kernels.fp8_recipe)
