@@ -1,13 +1,15 @@
 """How a job's layouts are run (the execution's run part): one ``RunSettings``, each setting
 declared here once with its default and its accepted values.
 
-An execution is its layout (``job.execution.Execution``: degrees, schedule, batch,
-recomputation, SP, ZeRO; what the search varies) and these run settings (fixed for a job:
-precision, collectives, overlaps, kernels, gradient handling). The two are separate types
-because the search prices many layouts under one set of run settings. The settings' accepted
+An execution (``job.execution.Execution``) is its layout (degrees, schedule, batch,
+recomputation, SP, ZeRO; what the search varies) and these run settings, its ``run`` field
+(fixed for a job: precision, collectives, overlaps, kernels, gradient handling): one field
+holding one ``RunSettings`` because the search builds many executions under one set of
+settings, and writes them flat (``Execution.flat``, an execution file). The settings' accepted
 values and value-only checks are in the leaf ``job.run_choices`` (the cost modules that price
 each setting import ``Execution``, so this module imports none of them). ``Job``
-(``job.evaluation.evaluate``) is the model, the cluster and these settings.
+(``job.evaluation.evaluate``) is the model and the cluster; every cost module reads the
+settings off the execution it prices (``layout.run``).
 
 The settings (each field's accepted values in ``job.run_choices.RUN_CHOICES``; the
 module named with each prices it):
@@ -51,9 +53,10 @@ module named with each prices it):
   launch (``job.compute.moe_host``).
 
 The checks here need the settings alone; those that relate them to the model or the GPU
-(eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are ``Job``'s.
-Front ends read the settings by name (``run_settings_of``): ``dlsched plan``'s options
-(``job.scenario.PlanScenario``) and a ledger row's ``parallel`` section (``ledger.predict``).
+(eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are
+``job.evaluation.evaluate.check_run``'s. Front ends read the settings by name
+(``run_settings_of``): ``dlsched plan``'s options (``job.scenario.PlanScenario``) and a ledger
+row's ``parallel`` section (``ledger.schema.LedgerRow.execution``).
 """
 
 from __future__ import annotations
