@@ -15,7 +15,9 @@ in fp16 and added up over the microbatches outside the GEMMs (DeepSpeed's fp16 e
 16-bit ``.grad`` that autograd accumulates), Megatron's unfused attention (its fused
 softmax; FlashAttention is an option Megatron-DeepSpeed leaves off), pipeline transfers that
 block the rank (DeepSpeed's pipeline engine runs them as instructions between its compute
-steps), no ZeRO. Every row is priced on the ``dgx-a100`` node preset with one compute preset
+steps), no ZeRO, and Adam on the fp16 weights without FP32 master weights (``MASTER_WEIGHTS``:
+vTrain's simulator's update, which the rows' optimizer time agrees with). Every row is
+priced on the ``dgx-a100`` node preset with one compute preset
 (``a100`` by default, or a GPU file): no per-model or per-row factor, nothing fitted to these
 rows.
 
@@ -56,8 +58,16 @@ NODE = "dgx-a100"
 # The runs' settings (module docstring): the execution's run settings and its recomputation.
 PRECISION, ATTENTION, DP_POLICY = "fp16", "unfused", "none"
 GRAD_REDUCE, GRAD_ACCUMULATION, PIPELINE_P2P, RECOMPUTE = "fp16", "separate", "blocking", "full"
+# The weight update: Adam on the fp16 weights, no FP32 master copy (``MASTER_WEIGHTS``): what
+# vTrain's simulator runs as the runs' update (``src/trainer.py``: apex ``FusedAdam`` over the
+# half model's parameters, at f8dda84), and what the set measures: the TP 8, DP 1 rows' optimizer,
+# 0.131 ms per layer at hidden 2048 and 0.060 at 1024 (``decomposition``'s c), is 15 ps per
+# parameter, 23 B at the a100 preset's memory rate, where DeepSpeed's FP16_Optimizer would move
+# about 70 B and synchronise once per parameter tensor (docs/validation.md).
+MASTER_WEIGHTS = False
 RUN = RunSettings(PRECISION, "baseline", DP_POLICY, ATTENTION, grad_reduce=GRAD_REDUCE,
-                  grad_accumulation=GRAD_ACCUMULATION, pipeline_p2p=PIPELINE_P2P)
+                  grad_accumulation=GRAD_ACCUMULATION, pipeline_p2p=PIPELINE_P2P,
+                  master_weights=MASTER_WEIGHTS)
 SOURCE = ("VIA-Research/vTrain data/ground_truth_single.csv at f8dda84 (Bang et al., 'vTrain', "
           "MICRO 2024): Megatron-DeepSpeed on one node of 2-8 A100s; settings from the "
           "repository's config/validation/single/*.json")
@@ -274,7 +284,8 @@ def sections(document_: dict[str, Any], options: Options | None = None) -> list[
         Paragraph(f"settings (assumed, not fitted): {PRECISION}, {ATTENTION} attention, "
                   f"{RECOMPUTE} recomputation, gradients reduced in {GRAD_REDUCE} after the "
                   f"last backward and accumulated {GRAD_ACCUMULATION}ly, {PIPELINE_P2P} "
-                  "pipeline transfers, no ZeRO, vocabulary 50,257")]
+                  "pipeline transfers, no ZeRO, Adam on the fp16 weights (no master weights), "
+                  "vocabulary 50,257")]
 
 
 TERMS = ("per_layer_microbatch_s", "per_microbatch_s", "per_layer_s", "per_iteration_s")
@@ -339,7 +350,8 @@ def ledger_run(row: VTrainRow, index: int) -> dict[str, Any]:
                      "microbatch_size": row.microbatch, "global_batch": row.global_batch,
                      "recompute": RECOMPUTE, "sequence_parallel": False, "zero": 0,
                      "precision": PRECISION, "attention": ATTENTION,
-                     "grad_reduce": GRAD_REDUCE, "grad_accumulation": GRAD_ACCUMULATION},
+                     "grad_reduce": GRAD_REDUCE, "grad_accumulation": GRAD_ACCUMULATION,
+                     "master_weights": MASTER_WEIGHTS},
         "measured": [{"metric": "iteration_s", "value": row.measured_s}],
         "notes": "A100 memory size not stated (a100-80gb: the only A100 of the schema); "
                  "params_published: the shape's count, not published"}

@@ -51,6 +51,10 @@ module named with each prices it):
   ``cuda_graph_scope``): ``none``, ``moe`` (``moe_router``, ``moe_preprocess``), ``attn+moe``
   or ``full`` (a full iteration); the MoE layers' captured launches cost the host one graph
   launch (``job.compute.moe_host``).
+- ``master_weights``: the optimizer keeps FP32 master weights (Megatron-LM's mixed-precision
+  optimizer, the default) or Adam updates the 16-bit weights in place (``False``: apex's
+  FusedAdam handed the half model's parameters, as vTrain's simulator models its measured
+  runs; ``job.communication.dp_sync``).
 
 The checks here need the settings alone; those that relate them to the model or the GPU
 (eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are
@@ -111,6 +115,7 @@ class RunSettings:
     transformer_impl: str = "local"
     moe_a2a_overlap: bool = False
     cuda_graph: str = "none"
+    master_weights: bool = True
 
     def __post_init__(self) -> None:
         if self.ops not in OPS:

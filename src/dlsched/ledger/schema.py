@@ -219,7 +219,9 @@ class Parallelism(_Strict):
     ``hybridep`` (``--moe-flex-dispatcher-backend hybridep``). ``cuda_graph``: what Transformer
     Engine's CUDA graphs capture (Megatron-Bridge's ``cuda_graph_scope``; ``none``, ``moe`` for
     ``[moe_router, moe_preprocess]``, ``attn+moe``, ``full`` for a full iteration), the MoE
-    layers' captured launches costing the host one graph launch (``job.compute.moe_host``)."""
+    layers' captured launches costing the host one graph launch (``job.compute.moe_host``).
+    ``master_weights``: False when Adam updated the 16-bit weights in place, no FP32 master
+    copy (``job.communication.dp_sync``; vTrain's runs)."""
 
     tp: int = Field(gt=0)
     pp: int = Field(gt=0)
@@ -249,6 +251,7 @@ class Parallelism(_Strict):
     transformer_impl: Literal["local", "transformer_engine"] = "local"
     moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = "alltoall"
     cuda_graph: Literal["none", "moe", "attn+moe", "full"] = "none"
+    master_weights: bool = True
 
 
 # Parallelism's fields that are neither a layout field (``job.execution.LAYOUT_FIELDS``) nor a

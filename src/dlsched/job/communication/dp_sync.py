@@ -17,8 +17,9 @@ backward produces them, the gradients of the rank's other chunks ready at its st
 group's collective curve (``job.collective_costs.CurveComm``); the next iteration's forward is
 not overlapped (the optimizer step needs every gradient). The optimizer step is its memory
 traffic (``OPTIMIZER_BYTES`` per parameter of the rank's shard, by precision: Megatron-LM's
-mixed-precision optimizer for fp16 / bf16, Adam alone under autocast) at the GPU's achieved
-memory bandwidth (its kernels' launches are left out).
+mixed-precision optimizer for fp16 / bf16, Adam alone under autocast; ``master_weights``
+False: Adam on the 16-bit weights, ``HALF_ADAM_BYTES``) at the GPU's achieved memory bandwidth
+(its kernels' launches are left out).
 
 ``overlap_param_gather`` (Megatron-LM's ``--overlap-param-gather``, ZeRO 1-2): the updated
 weights' all-gather is not waited for after the optimizer but launched bucket by bucket in the
@@ -57,6 +58,15 @@ ADAM_BYTES = 28
 # scaler. autocast trains the FP32 weights in place: Adam alone (gradients set to None).
 OPTIMIZER_BYTES = {"fp16": ADAM_BYTES + 4 + 6 + 4 + 8, "bf16": ADAM_BYTES + 4 + 6 + 4,
                    "autocast": ADAM_BYTES}
+# Adam on the 16-bit weights themselves, no FP32 master copy (``master_weights`` False): apex's
+# FusedAdam handed the 16-bit parameters (``multi_tensor_adam`` dispatched on the gradient's,
+# the parameter's and the moments' types: 16-bit g and p, the moments FP32 as FusedAdam creates
+# them, ``torch.zeros_like(p).float()``) reads g 2, p 2, m 4, v 4 and writes p 2, m 4, v 4;
+# no loss scale to unscale, no norm, no copy to a 16-bit model. What vTrain's simulator runs as
+# its measured runs' weight update (VIA-Research/vTrain ``src/trainer.py``: ``FusedAdam`` over
+# the half model's parameters, ``src/model/fused_adam.py``, at f8dda84); its single-node runs
+# measure 23 B per parameter at the a100 preset's memory rate (docs/validation.md).
+HALF_ADAM_BYTES = 2 + 2 + 4 + 4 + 2 + 4 + 4
 
 
 @dataclass(frozen=True)
@@ -78,16 +88,19 @@ def dp_step(layer_params: list[int], other_params: int, final_backward: list[flo
             zero: int, dp: int, reduce: CollectiveCurve, gather: CollectiveCurve,
             compute: CalibratedCompute, policy: str,
             gather_units: tuple[tuple[float, float], ...] = (),
-            grad_bytes: int = GRAD_BYTES) -> DPStep:
+            grad_bytes: int = GRAD_BYTES, master_weights: bool = True) -> DPStep:
     """The rank's DP step (module docstring): ``layer_params`` parameters per GPU of each
     layer its last backward action runs (forward order) with ``final_backward`` seconds each,
     ``other_params`` those of its other chunks; ``gather_units`` (parameters, forward seconds)
     in forward order when the weights' all-gather overlaps the next forward; ``grad_bytes``
-    per gradient reduced."""
+    per gradient reduced; ``master_weights`` False: Adam on the 16-bit weights
+    (``HALF_ADAM_BYTES``; fp16 and bf16 only)."""
     total = sum(layer_params) + other_params
     shard = total / dp if zero >= 1 else total
     kind = "autocast" if compute.autocast else compute.precision
-    optimizer = OPTIMIZER_BYTES[kind] * shard / compute.gpu.memory_rate
+    per_param = (HALF_ADAM_BYTES if not master_weights and kind in ("fp16", "bf16")
+                 else OPTIMIZER_BYTES[kind])
+    optimizer = per_param * shard / compute.gpu.memory_rate
     if dp == 1 or zero == 3:
         return DPStep(0.0, optimizer, 0.0)
     gathered = 0.0

@@ -272,7 +272,8 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
         if key not in priced:
             priced[key] = dp_step(final_layers, total - sum(final_layers),
                                   [seconds] * len(span), layout.zero, layout.cp * layout.dp,
-                                  *curves, compute, run.dp_policy, units, run.grad_bytes)
+                                  *curves, compute, run.dp_policy, units, run.grad_bytes,
+                                  run.master_weights)
         dense = priced[key]
         sparse = stage_moe_layers(spec, layout, rank)
         if not sparse:
@@ -283,7 +284,7 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
         routed = dp_step([], round(sparse * experts_per_gpu(spec, layout)), [], layout.zero,
                          layout.expert_dp, curve(experts, op, run.collective_policy),
                          curve(experts, "all-gather", run.collective_policy), compute, "none",
-                         grad_bytes=run.grad_bytes)
+                         grad_bytes=run.grad_bytes, master_weights=run.master_weights)
         steps.append(DPStep(dense.exposed_reduce + routed.exposed_reduce,
                             dense.optimizer + routed.optimizer, dense.gather + routed.gather))
     return steps
