@@ -91,3 +91,22 @@ def test_the_table_shows_the_communication_a_layout_has(run_cli: Any) -> None:
     code, out, err = run_cli("plan", *_options(moe), "--ep", "8", "--seq", "1024")
     assert code == 0, err
     assert "A2A" in " ".join(line for line in out.splitlines() if "┃" in line)
+
+
+def test_the_speedup_over_the_best_baseline_is_on_the_ranking_objective() -> None:
+    """Ranked by the upper ends (the default), the speedup column is the ratio of the two
+    plans' 90% upper ends, the ratio of predictions beside it; ranked by the predictions the
+    two are one number."""
+    given = {"model": "gpt-1.7b", "cluster": "dgx-a100", "gpus": 16, "global_batch": 64,
+             "precision": "fp16", "tp": 2}
+    upper, = PlanScenario(**given).run().rows
+    assert upper["speedup_basis"] == "90% upper end"
+    assert upper["speedup_vs_best_baseline"] == pytest.approx(
+        upper["best_baseline_iteration_high_s"] / upper["iteration_high_s"])
+    assert upper["speedup_vs_best_baseline_expected"] == pytest.approx(
+        upper["best_baseline_iteration_s"] / upper["iteration_s"])
+    assert upper["speedup_vs_best_baseline"] >= 1 - 1e-12  # dlsched's space holds the baselines'
+    point, = PlanScenario(**given, objective="expected").run().rows
+    assert point["speedup_basis"] == "prediction"
+    assert point["speedup_vs_best_baseline"] == point["speedup_vs_best_baseline_expected"]
+    assert point["speedup_vs_best_baseline"] >= 1 - 1e-12
