@@ -49,7 +49,9 @@ quote them and a Qwen3-32B fine-tune's config.json, not the original file): 8,19
 Attention per layer (``attention_pattern``, ``attention_window``: ``job.attention_layers``;
 GPT-OSS ``SF`` 128, Llama 4 ``CCCF`` 8192), ``attention_sinks`` (GPT-OSS: one learned logit per
 head, ``heads`` parameters a layer, its FLOP negligible and not counted), the router's bias
-with ``bias``; ``moe_layer_offset`` shifts the MoE layers (Llama 4 Maverick: layers 1, 3, ...);
+with ``bias``; ``bias_dropout_fusion`` False: Megatron-Core's bias-dropout-add eager, as
+Megatron-Bridge's GPT-OSS provider runs it (``job.compute.bias_dropout``);
+``moe_layer_offset`` shifts the MoE layers (Llama 4 Maverick: layers 1, 3, ...);
 ``router_groups`` / ``router_group_topk`` limit a token's experts to groups (DeepSeek-V3's
 ``n_group`` 8 / ``topk_group`` 4: node-limited routing, ``job.communication.moe_dispatch``).
 GPT-OSS 20B / 120B: 20,914,757,184 / 116,829,156,672 parameters, 3,608,307,264 / 5,132,849,472
@@ -132,6 +134,7 @@ class Model(DecoderShape):
     attention_window: int = Field(default=0, ge=0, le=10_000_000)
     attention_pattern: str = Field(default="", max_length=10_000)
     attention_sinks: bool = False
+    bias_dropout_fusion: bool = True
     moe_layer_offset: int = Field(default=0, ge=0, le=10_000)
     router_groups: int = Field(default=0, ge=0, le=100_000)
     router_group_topk: int = Field(default=0, ge=0, le=100_000)

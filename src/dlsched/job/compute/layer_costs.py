@@ -51,6 +51,7 @@ from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import core_shape, local_tokens
 from dlsched.job.communication.sp_relayout import relayout_seconds
 from dlsched.job.communication.tp_overlap import overlapped_tp
+from dlsched.job.compute.bias_dropout import with_unfused_bias_dropout
 from dlsched.job.compute.block_pricing import (
     KernelOptions,
     accumulation_launch_s,
@@ -133,6 +134,8 @@ def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
     model = gpt_model(spec.name, spec.hidden, depth, spec.heads, local_tokens(spec, cp),
                       spec.vocab, dtype_bytes=ACTIVATION_BYTES, shape=spec, core=core,
                       attention=attention)
+    if not spec.bias_dropout_fusion:
+        model = with_unfused_bias_dropout(model, spec.bias, spec.experts > 0)
     if not is_mla(spec):
         return model
     tokens = local_tokens(spec, cp)
