@@ -95,6 +95,21 @@ def test_state_bytes_follow_megatron_and_zero():
     assert state_bytes("fp16", 0, 1, grad_bytes=2).total == 16  # ZeRO paper: 2 + 2 + 12
     assert state_bytes("fp32", 0, 1).total == 16  # 4 + 4 + 8, no master copy
     assert state_bytes("autocast", 3, 4).total == 16 / 4
+    # Adam on the fp16 weights, no FP32 master copy (vTrain's runs): 2 + 2 + 8
+    assert state_bytes("fp16", 0, 1, grad_bytes=2, master_weights=False).total == 12
+    assert state_bytes("bf16", 1, 4, master_weights=False).optimizer == 8 / 4
+
+
+def test_no_master_weights_frees_four_bytes_per_parameter_held():
+    """The stage's optimizer part without FP32 master weights is 8 / 12 of it with them (Adam's
+    two FP32 moments without the 4-byte master copy), every other part unchanged."""
+    layout = Execution(2, 2, 2, 1, 4, zero=1)
+    with_master = memory_per_gpu(SMALL, layout, "bf16")
+    run = replace(layout.run, master_weights=False)
+    without = memory_per_gpu(SMALL, replace(layout, run=run), "bf16")
+    assert without.optimizer == pytest.approx(with_master.optimizer * 8 / 12)
+    assert without.weights == with_master.weights
+    assert without.activations == with_master.activations
 
 
 def test_zero_paper_figure_1():

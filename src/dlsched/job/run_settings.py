@@ -54,7 +54,8 @@ module named with each prices it):
 - ``master_weights``: the optimizer keeps FP32 master weights (Megatron-LM's mixed-precision
   optimizer, the default) or Adam updates the 16-bit weights in place (``False``: apex's
   FusedAdam handed the half model's parameters, as vTrain's simulator models its measured
-  runs; ``job.communication.dp_sync``).
+  runs; ``job.communication.dp_sync`` prices its step, ``job.memory.per_gpu.state_bytes``
+  drops the 4-byte master copy from the optimizer state).
 
 The checks here need the settings alone; those that relate them to the model or the GPU
 (eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are

@@ -210,14 +210,16 @@ def activation_bytes(precision: str) -> int:
     return 4 if precision == "fp32" else 2
 
 
-def state_bytes(precision: str, zero: int, dp: int, grad_bytes: int = 4) -> StateBytes:
+def state_bytes(precision: str, zero: int, dp: int, grad_bytes: int = 4,
+                master_weights: bool = True) -> StateBytes:
     """Model-state bytes per parameter per GPU under ZeRO stage ``zero`` over ``dp`` replicas
-    (module docstring)."""
+    (module docstring); ``master_weights`` False: Adam updates the 16-bit weights in place, no
+    FP32 master copy (the run setting of that name, ``job.communication.dp_sync``)."""
     check_precision(precision, grad_bytes)
     mixed = precision not in ("autocast", "fp32")  # bf16, fp16, fp8: 16-bit weights
     weights = 2.0 if mixed else 4.0
     gradients = float(grad_bytes) if mixed else 4.0
-    optimizer = (MASTER_WEIGHT_BYTES if mixed else 0.0) + ADAM_MOMENT_BYTES
+    optimizer = (MASTER_WEIGHT_BYTES if mixed and master_weights else 0.0) + ADAM_MOMENT_BYTES
     return StateBytes(weights / dp if zero >= 3 else weights,
                       gradients / dp if zero >= 2 else gradients,
                       optimizer / dp if zero >= 1 else optimizer)
@@ -396,8 +398,9 @@ def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, sta
     units = stage_units(spec, layout, stage)
     params = sum(units)
     shards = layout.cp * layout.dp  # Megatron-Core shards over the data-parallel group with CP
-    per_param = state_bytes(precision, layout.zero, shards, grad_bytes)
-    unsharded = state_bytes(precision, 0, 1, grad_bytes)
+    master = layout.run.master_weights
+    per_param = state_bytes(precision, layout.zero, shards, grad_bytes, master)
+    unsharded = state_bytes(precision, 0, 1, grad_bytes, master)
     acts, logits, held = in_flight_peak(layout, stage,
                                         chunk_stash(spec, layout, precision, stage,
                                                     attention, runtime))
@@ -405,7 +408,7 @@ def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, sta
     if spec.experts and layout.recompute == "full":
         recompute += max(0.0, moe_stash_delta(spec, layout, activation_bytes(precision)))
     experts = stage_moe_layers(spec, layout, stage) * experts_per_gpu(spec, layout)
-    expert_state = state_bytes(precision, layout.zero, layout.expert_dp, grad_bytes)
+    expert_state = state_bytes(precision, layout.zero, layout.expert_dp, grad_bytes, master)
     loss = 0.0
     if _ends_held(layout, stage)[1] is not None:
         vocab = padded_vocab(spec.vocab, layout.tp)
