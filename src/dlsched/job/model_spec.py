@@ -50,7 +50,8 @@ Attention per layer (``attention_pattern``, ``attention_window``: ``job.attentio
 GPT-OSS ``SF`` 128, Llama 4 ``CCCF`` 8192), ``attention_sinks`` (GPT-OSS: one learned logit per
 head, ``heads`` parameters a layer, its FLOP negligible and not counted), the router's bias
 with ``bias``; ``bias_dropout_fusion`` False: Megatron-Core's bias-dropout-add eager, as
-Megatron-Bridge's GPT-OSS provider runs it (``job.compute.bias_dropout``);
+Megatron-Bridge's GPT-OSS provider runs it (``job.compute.bias_dropout``); ``rope_fusion``
+False: the rotary embedding eager, as Megatron-Bridge runs YaRN (``job.compute.unfused_rope``);
 ``moe_layer_offset`` shifts the MoE layers (Llama 4 Maverick: layers 1, 3, ...);
 ``router_groups`` / ``router_group_topk`` limit a token's experts to groups (DeepSeek-V3's
 ``n_group`` 8 / ``topk_group`` 4: node-limited routing, ``job.communication.moe_dispatch``).
@@ -135,6 +136,7 @@ class Model(DecoderShape):
     attention_pattern: str = Field(default="", max_length=10_000)
     attention_sinks: bool = False
     bias_dropout_fusion: bool = True
+    rope_fusion: bool = True
     moe_layer_offset: int = Field(default=0, ge=0, le=10_000)
     router_groups: int = Field(default=0, ge=0, le=100_000)
     router_group_topk: int = Field(default=0, ge=0, le=100_000)

@@ -80,6 +80,7 @@ from dlsched.job.compute.module_recompute import (
 )
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.compute.transformer_impl import with_transformer_impl
+from dlsched.job.compute.unfused_rope import with_unfused_rope
 from dlsched.job.model_spec import TransformerSpec
 from dlsched.job.run_choices import check_setting
 from dlsched.models.compute import CalibratedCompute, calibrated
@@ -137,6 +138,10 @@ def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
     if not spec.bias_dropout_fusion:
         model = with_unfused_bias_dropout(model, spec.bias, spec.experts > 0)
     if not is_mla(spec):
+        if not spec.rope_fusion:
+            model = with_unfused_rope(model, local_tokens(spec, cp), spec.heads,
+                                      spec.kv_heads or spec.heads,
+                                      spec.head_dim or spec.hidden // spec.heads)
         return model
     tokens = local_tokens(spec, cp)
     return with_mla(model, spec, *(core or (tokens, tokens, spec.heads)), attention)
