@@ -20,13 +20,13 @@ from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.evaluation.pipeline_walk import PipelineTimes, walk_pipeline
 from dlsched.job.evaluation.unit_walk import merged_layout, rank_units, unit_seconds
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.pipeline.plans.actions import Action
 
 # forward: pre-dispatch 4, dispatch 2, experts 3, combine 2; backward: combine 2, experts'
 # data gradients 3, their weight gradients 3, dispatch 2, pre-dispatch data 4, weight 4 (s)
 LAYER = LayerNodes(4, 2, 3, 2, 0, 0, 2, 3, 3, 2, 4, 4)
-SMALL = TransformerSpec(name="moe-small", layers=4, hidden=1024, heads=8, seq=1024, vocab=32000,
+SMALL = Model(name="moe-small", layers=4, hidden=1024, heads=8, seq=1024, vocab=32000,
                         ffn_hidden=2048, kv_heads=8, tied_embeddings=False, gated_ffn=True,
                         bias=False, rms_norm=True, learned_positions=False, experts=8, top_k=2)
 

@@ -82,9 +82,9 @@ def test_merge_seconds_enter_the_layer_by_hand() -> None:
     only under the all-gather algorithm."""
     from dlsched.job.compute.block_pricing import KernelOptions
     from dlsched.job.compute.layer_costs import block_costs, gpu_compute
-    from dlsched.job.model_spec import TransformerSpec
+    from dlsched.job.model_spec import Model
 
-    spec = TransformerSpec("llama3-8b", 32, 4096, 32, 32768, 128256, ffn_hidden=14336,
+    spec = Model("llama3-8b", 32, 4096, 32, 32768, 128256, ffn_hidden=14336,
                            kv_heads=8, tied_embeddings=False, gated_ffn=True, bias=False,
                            rms_norm=True, learned_positions=False)
     rate = gpu_compute("h100", "bf16").gpu.memory_rate

@@ -20,7 +20,7 @@ from dlsched.job.attention_layers import (
     window_ratio,
 )
 from dlsched.job.compute.attention_window import core_op, layer_savings, stage_savings
-from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.job.model_spec import Model, bundled_specs
 
 SPECS = bundled_specs()
 
@@ -131,7 +131,7 @@ def test_a_windowed_layer_saves_its_skipped_tiles() -> None:
     assert per_stage == [(9 * forward, 9 * backward)] * 2
 
 
-def _plan_row(spec: TransformerSpec) -> dict[str, float]:
+def _plan_row(spec: Model) -> dict[str, float]:
     from dlsched.job.cluster import node_cluster
     from dlsched.job.evaluation.evaluate import Job, evaluate
     from dlsched.job.execution import Execution

@@ -12,11 +12,11 @@ from dlsched.job.communication.collective_costs import curve
 from dlsched.job.compute.block_pricing import KernelOptions, block_ops, ops_seconds
 from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.layer_costs import BlockCosts, block_costs, decoder_model, gpu_compute
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.models.ops import Op
 from dlsched.pipeline.chains.calibrated_chain import block_seconds
 
-L8 = TransformerSpec("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
+L8 = Model("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
                      tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
                      learned_positions=False)
 SH = 8192 * 4096
@@ -122,7 +122,7 @@ def test_summed_input_gradients_stay_blocking() -> None:
     message = 2 * 8192 * 4096 * 2
     scatter = curve(group, "reduce-scatter", "baseline").seconds(message)
 
-    def gemms_of(spec: TransformerSpec) -> dict[str, Op]:
+    def gemms_of(spec: Model) -> dict[str, Op]:
         return {op.label: op for layer in decoder_model(spec, 1).layers for op in layer.ops
                 if op.kind == "gemm"}
 
@@ -130,7 +130,7 @@ def test_summed_input_gradients_stay_blocking() -> None:
         return 1e-3 * op.shape[0] / 16384
 
     gated = gemms_of(L8)
-    plain = gemms_of(TransformerSpec("gpt", 32, 4096, 32, 8192, 128256, ffn_hidden=14336))
+    plain = gemms_of(Model("gpt", 32, 4096, 32, 8192, 128256, ffn_hidden=14336))
     assert summed_input_gradient("attn.c_attn", gated) and summed_input_gradient("mlp.c_fc",
                                                                                  gated)
     assert not summed_input_gradient("mlp.c_fc", plain)

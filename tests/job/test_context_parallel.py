@@ -25,7 +25,7 @@ from dlsched.job.compute.layer_costs import ATTENTION_CORE, decoder_model
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.memory.per_gpu import layer_activations, memory_per_gpu
-from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.job.model_spec import Model, bundled_specs
 from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, search
 
@@ -140,7 +140,7 @@ def test_flash_core_under_cp_is_one_causal_kernel_of_its_shape() -> None:
     assert full.flops == 2 * core[0].flops
 
 
-GPT = TransformerSpec("gpt", 4, 4096, 32, 8192, 51200)  # 4 h FFN, K/V as wide as h
+GPT = Model("gpt", 4, 4096, 32, 8192, 51200)  # 4 h FFN, K/V as wide as h
 
 
 @pytest.mark.parametrize("cp", [1, 2, 4])

@@ -17,7 +17,7 @@ from dlsched.job.compute.eager_ops import (
     torch_ops,
 )
 from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
-from dlsched.job.model_spec import TransformerSpec, load_spec
+from dlsched.job.model_spec import Model, load_spec
 
 L8 = load_spec("llama3-8b")
 SH = 8192 * 4096  # tokens x hidden per sample
@@ -100,7 +100,7 @@ def test_eager_layer_seconds_by_hand() -> None:
 
 def test_ops_refused_off_llama() -> None:
     """Eager ops are TorchTitan's Llama: a LayerNorm GPT with biases is refused naming them."""
-    gpt = TransformerSpec("gpt", 2, 1024, 16, 1024, 50257)
+    gpt = Model("gpt", 2, 1024, 16, 1024, 50257)
     assert check_ops("fused", gpt) == "fused"
     with pytest.raises(ConfigError, match="rms_norm, gated_ffn, rotary positions, no biases"):
         check_ops("eager", gpt)

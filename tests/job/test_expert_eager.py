@@ -13,10 +13,10 @@ from dlsched.job.compute.moe_costs import (
     expert_eager_ops,
     routed_ops,
 )
-from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.job.model_spec import Model, bundled_specs
 
 # GPT-OSS's MoE shape (hidden 2880, experts of 2880, top 4, biased, clamped) at 256 tokens
-OSS = TransformerSpec(name="oss-moe", layers=2, hidden=2880, heads=64, head_dim=64, seq=256,
+OSS = Model(name="oss-moe", layers=2, hidden=2880, heads=64, head_dim=64, seq=256,
                       vocab=1000, experts=128, top_k=4, expert_ffn_hidden=2880,
                       gated_ffn=True, bias=True, rms_norm=True, learned_positions=False,
                       glu_clamp=7.0)

@@ -7,9 +7,9 @@ import pytest
 from dlsched.job.compute.expert_gemm import expert_gemm
 from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.job.model_spec import Model, bundled_specs
 
-FINE = TransformerSpec(name="fine", layers=2, hidden=2048, heads=16, seq=256, vocab=1000,
+FINE = Model(name="fine", layers=2, hidden=2048, heads=16, seq=256, vocab=1000,
                        experts=64, top_k=2, expert_ffn_hidden=1024, gated_ffn=True, bias=False,
                        rms_norm=True, learned_positions=False)
 

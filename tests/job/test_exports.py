@@ -13,7 +13,7 @@ import pytest
 from dlsched.errors import ConfigError
 from dlsched.job.execution import Execution
 from dlsched.job.exports.writers import megatron_args, torchtitan_toml
-from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.job.model_spec import Model, bundled_specs
 
 GPT3 = bundled_specs()["gpt3-175b"]
 LLAMA70 = bundled_specs()["llama3-70b"]
@@ -113,7 +113,7 @@ def test_torchtitan_table5_row():
     assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
 
 
-def titan(layout: Execution, precision: str = "bf16", spec: TransformerSpec = LLAMA70):
+def titan(layout: Execution, precision: str = "bf16", spec: Model = LLAMA70):
     text = torchtitan_toml(spec, layout.with_run(precision=precision))
     return tomllib.loads(text), [line for line in text.splitlines() if line.startswith("#")]
 

@@ -21,10 +21,10 @@ from dlsched.job.compute.fp8 import (
     separate_linears,
 )
 from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.models.kernels import gemm_utilization
 
-L8 = TransformerSpec("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
+L8 = Model("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
                      tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
                      learned_positions=False)
 B = 2  # microbatch size

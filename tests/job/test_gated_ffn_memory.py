@@ -9,9 +9,9 @@ import pytest
 from dlsched.job.execution import Execution
 from dlsched.job.memory.moe import moe_stash_delta
 from dlsched.job.memory.per_gpu import layer_activations
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 
-LLAMA = TransformerSpec("llama-small", 4, 1024, 8, 2048, 32000, ffn_hidden=3072, kv_heads=2,
+LLAMA = Model("llama-small", 4, 1024, 8, 2048, 32000, ffn_hidden=3072, kv_heads=2,
                         tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
                         learned_positions=False)
 

@@ -1,4 +1,4 @@
-"""Head size independent of hidden (``TransformerSpec.head_dim``, issue 50 item 1) and the
+"""Head size independent of hidden (``Model.head_dim``, issue 50 item 1) and the
 bundled Qwen3 dense models (issue 50 item 2)."""
 
 import pytest
@@ -8,7 +8,7 @@ from dlsched.job.compute.layer_costs import decoder_model
 from dlsched.job.compute.op_checkpoint import layer_matmuls
 from dlsched.job.execution import Execution
 from dlsched.job.exports.writers import megatron_args, torchtitan_toml
-from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
+from dlsched.job.model_spec import Model, bundled_specs, load_spec
 
 # Every model bundled before head_dim: (parameters, active parameters, model FLOP per token)
 # as the code at 7fbb04e computed them; head_dim's default (hidden / heads) keeps them.
@@ -44,10 +44,10 @@ def test_bundled_models_unchanged_by_head_dim():
                 spec.model_flops_per_token()) == (total, active, flops), name
 
 
-def _wide() -> TransformerSpec:
+def _wide() -> Model:
     # hidden 64, 4 heads of 32 (attention width 128 = 2 x hidden), 2 KV heads, FFN 256,
     # gated, no biases, RMSNorm, untied, rotary, qk-norm
-    return TransformerSpec("wide", 2, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2, head_dim=32,
+    return Model("wide", 2, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2, head_dim=32,
                            qk_norm=True, gated_ffn=True, bias=False, rms_norm=True,
                            tied_embeddings=False, learned_positions=False)
 
@@ -81,8 +81,8 @@ def test_head_dim_flops_by_hand():
 
 def test_head_dim_lifts_the_divisibility_rule():
     with pytest.raises(ConfigError):
-        TransformerSpec("bad", 2, 65, 4, 16, 100)
-    assert TransformerSpec("ok", 2, 65, 4, 16, 100, head_dim=16).attention_width == 64
+        Model("bad", 2, 65, 4, 16, 100)
+    assert Model("ok", 2, 65, 4, 16, 100, head_dim=16).attention_width == 64
 
 
 def test_qwen3_dense_parameters_by_hand():

@@ -16,9 +16,9 @@ from dlsched.job.communication.moe_dispatch import (
 )
 from dlsched.job.compute.moe_costs import chunk_sorts, moe_layer_costs, routed_ops
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 
-SMALL = TransformerSpec("moe-small", 4, 1024, 8, 1024, 32000, ffn_hidden=2048, kv_heads=8,
+SMALL = Model("moe-small", 4, 1024, 8, 1024, 32000, ffn_hidden=2048, kv_heads=8,
                         tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
                         learned_positions=False, experts=8, top_k=2)
 

@@ -20,11 +20,11 @@ from dlsched.job.memory.per_gpu import (
     stage_units,
     state_bytes,
 )
-from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.job.model_spec import Model, bundled_specs
 from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES
 
 # h = 64, a = 4, s = 32, V = 256 (a multiple of 128 x TP 2: no padding), FFN 4h, tied.
-SMALL = TransformerSpec("small", layers=8, hidden=64, heads=4, seq=32, vocab=256)
+SMALL = Model("small", layers=8, hidden=64, heads=4, seq=32, vocab=256)
 LAYER = 12 * 64 * 64 + 13 * 64  # 49,984 parameters per layer
 LAYER_TP2 = (LAYER - 6 * 64) / 2 + 6 * 64  # 25,184: the row biases and norms (6h) replicated
 EMBED_TP2 = 256 * 64 / 2 + 32 * 64  # 10,240: vocabulary-parallel words, replicated positions
@@ -146,7 +146,7 @@ def test_korthikanti_table_2(mode, sp, t):
 def test_gqa_and_ffn_width_replace_4h_and_h():
     """K and V at kv_heads x head_dim wide, the GeLU and second-linear inputs at ffn_hidden
     wide: p s b (2 (f - 4h) + 2 (kv d - h)) bytes fewer/more than the MHA/4h formula."""
-    base = TransformerSpec("mha", 2, 64, 8, 32, 256)
+    base = Model("mha", 2, 64, 8, 32, 256)
     gqa = base.replace(kv_heads=2, ffn_hidden=192)
     layout = Execution(2, 1, 1, 1, 1)
     delta = 2 * 32 * (2 * (192 - 256) + 2 * (2 * 8 - 64)) / 2
@@ -248,7 +248,7 @@ def walk_interleaved(m: int, v: int, pp: int, stage: int, sizes: list[float]) ->
 
 @pytest.mark.parametrize("m,v,pp", [(8, 2, 4), (12, 3, 4), (4, 2, 4), (16, 4, 2), (6, 2, 3)])
 def test_interleaved_peak_matches_event_walk(m, v, pp):
-    spec = TransformerSpec("walk", layers=pp * v * 2, hidden=64, heads=4, seq=32, vocab=256)
+    spec = Model("walk", layers=pp * v * 2, hidden=64, heads=4, seq=32, vocab=256)
     layout = Execution(1, pp, 1, 1, m, chunks=v, schedule="interleaved")
     for stage in range(pp):
         sizes = [a + b for a, b in chunk_stash(spec, layout, "bf16", stage)]

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.job.model_spec import Model, bundled_specs
 
 H, V = 7168, 129280  # DeepSeek-V3 hidden_size, vocab_size
 
@@ -90,7 +90,7 @@ def test_qwen3_moe_counts(name, total, active, card):
 
 
 def test_first_k_dense_and_frequency_share_one_rule():
-    spec = TransformerSpec("m", 12, 64, 4, 16, 100, experts=4, first_k_dense=3,
+    spec = Model("m", 12, 64, 4, 16, 100, experts=4, first_k_dense=3,
                            moe_layer_freq=2)
     moe = [i for i in range(12) if spec.is_moe_layer(i)]
     assert moe == [4, 6, 8, 10]
@@ -100,8 +100,8 @@ def test_first_k_dense_and_frequency_share_one_rule():
 
 
 def test_value_head_dim_independent_of_key_head_dim():
-    base = TransformerSpec("m", 2, 256, 4, 16, 100, head_dim=64, kv_heads=2, bias=False)
-    wide = TransformerSpec("m", 2, 256, 4, 16, 100, head_dim=64, kv_heads=2, bias=False,
+    base = Model("m", 2, 256, 4, 16, 100, head_dim=64, kv_heads=2, bias=False)
+    wide = Model("m", 2, 256, 4, 16, 100, head_dim=64, kv_heads=2, bias=False,
                            v_head_dim=32)
     # QKV 256 x (4*64 + 2*64 + 2*v), output projection 4*v x 256
     assert base.attention_parameters() - wide.attention_parameters() == \
@@ -117,4 +117,4 @@ def test_value_head_dim_independent_of_key_head_dim():
 ])
 def test_bad_shapes_name_the_field(fields, word):
     with pytest.raises(ConfigError, match=word):
-        TransformerSpec("m", 4, 64, 4, 16, 100, head_dim=16, **fields)
+        Model("m", 4, 64, 4, 16, 100, head_dim=16, **fields)

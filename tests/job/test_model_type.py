@@ -13,9 +13,9 @@ from dlsched.models.zoo import DecoderShape, gpt_model
 
 
 def test_every_front_end_gives_the_one_class() -> None:
-    """The old name is the same class (an alias, not a second type); a bundled model, a
-    model file and a ledger row's model are instances of it; it extends the zoo's shape."""
-    assert model_spec.TransformerSpec is Model
+    """No second model type or old name is left; a bundled model, a model file and a ledger
+    row's model are instances of the one class; it extends the zoo's shape."""
+    assert not hasattr(model_spec, "TransformerSpec")
     assert issubclass(Model, DecoderShape)
     assert not hasattr(model_spec, "TransformerFile")
     row = next(r for r in load_ledger("sc21") if r.id == "sc21-t1-gpt-1.7b")

@@ -19,15 +19,15 @@ from dlsched.job.compute.moe_costs import moe_layer_costs, routed_ops
 from dlsched.job.evaluation.evaluate import _flops
 from dlsched.job.execution import Execution
 from dlsched.job.memory.per_gpu import layer_activations, memory_per_gpu
-from dlsched.job.model_spec import TransformerSpec, load_spec
+from dlsched.job.model_spec import Model, load_spec
 
-SMALL = TransformerSpec(name="moe-small", layers=4, hidden=1024, heads=8, seq=1024, vocab=32000,
+SMALL = Model(name="moe-small", layers=4, hidden=1024, heads=8, seq=1024, vocab=32000,
                         ffn_hidden=2048, kv_heads=8, tied_embeddings=False, gated_ffn=True,
                         bias=False, rms_norm=True, learned_positions=False, experts=8, top_k=2)
 RATE = 2288.72e9  # h100 preset's memory rate (B/s) as job.compute prices it
 
 
-def _costs(spec: TransformerSpec, recompute: str, tp: int = 1, sp: bool = False):
+def _costs(spec: Model, recompute: str, tp: int = 1, sp: bool = False):
     return block_costs(spec, 1, "h100", "bf16", tp, sp, recompute, None, "baseline")
 
 

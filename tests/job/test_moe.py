@@ -16,11 +16,11 @@ from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
 from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import memory_per_gpu
-from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
+from dlsched.job.model_spec import Model, bundled_specs, load_spec
 from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, layouts
 
-SMALL = TransformerSpec("moe-small", 4, 1024, 8, 1024, 32000, ffn_hidden=2048, kv_heads=8,
+SMALL = Model("moe-small", 4, 1024, 8, 1024, 32000, ffn_hidden=2048, kv_heads=8,
                         tied_embeddings=False,
                         gated_ffn=True, bias=False, rms_norm=True, learned_positions=False,
                         experts=8, top_k=2)
@@ -186,7 +186,7 @@ def test_spec_file_with_experts(tmp_path):
     spec = load_spec(str(path))
     assert (spec.experts, spec.top_k, spec.capacity_factor) == (4, 1, 1.5)
     with pytest.raises(ConfigError, match="top_k"):
-        TransformerSpec("bad", 2, 512, 8, 256, 1000, experts=4, top_k=5)
+        Model("bad", 2, 512, 8, 256, 1000, experts=4, top_k=5)
 
 
 @pytest.mark.parametrize("freq", [1, 2, 3])

@@ -18,7 +18,7 @@ from dlsched.job.communication.moe_dispatch import (
     inter_node_bytes,
     node_split,
 )
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import check_setting
 
 
@@ -81,7 +81,7 @@ def test_node_split_and_dispatch_on_the_network_dimensions() -> None:
 
 
 def test_router_groups_are_checked() -> None:
-    base = TransformerSpec(name="t", layers=2, hidden=64, heads=4, seq=128, vocab=100,
+    base = Model(name="t", layers=2, hidden=64, heads=4, seq=128, vocab=100,
                            experts=16, top_k=4)
     with pytest.raises(ConfigError, match="router_groups"):
         base.replace(router_groups=5, router_group_topk=2)
@@ -103,7 +103,7 @@ def test_the_evaluator_prices_the_dispatcher_and_the_node_limit() -> None:
     layout = Execution(tp=1, pp=1, dp=64, microbatch_size=1, global_batch=64, ep=64)
     group, split = layout.group("ep", cluster), node_split(cluster, *layout.group_ranks("ep"))
 
-    def a2a(spec: TransformerSpec, dispatcher: str) -> float:
+    def a2a(spec: Model, dispatcher: str) -> float:
         return moe_layer_costs(spec, layout, "h100", "bf16", None, group, "baseline",
                                dispatcher=dispatcher,
                                ep_split=split if dispatcher == "deepep" else None

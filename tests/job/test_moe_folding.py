@@ -18,11 +18,11 @@ from dlsched.job.execution import Execution
 from dlsched.job.exports.writers import megatron_args
 from dlsched.job.memory.moe import experts_per_gpu, moe_stash_delta
 from dlsched.job.memory.per_gpu import memory_per_gpu
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, layouts
 
-SPEC = TransformerSpec("moe-fold", 4, 1024, 8, 2048, 32000, ffn_hidden=2048, kv_heads=8,
+SPEC = Model("moe-fold", 4, 1024, 8, 2048, 32000, ffn_hidden=2048, kv_heads=8,
                        tied_embeddings=False,
                        gated_ffn=True, bias=False, rms_norm=True, learned_positions=False,
                        experts=8, top_k=2)

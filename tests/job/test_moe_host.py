@@ -17,13 +17,13 @@ from dlsched.job.compute.moe_host import (
     with_fused_maps,
 )
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.ledger import load_ledger
 from dlsched.models.layer import Layer
 
 # Qwen3-30B-A3B's MoE shape (hidden 2048, 128 experts of width 768, top 8, forced balancing,
 # the load-balancing loss) at a short sequence
-QWEN = TransformerSpec(name="qwen-moe", layers=2, hidden=2048, heads=32, seq=256, vocab=1000,
+QWEN = Model(name="qwen-moe", layers=2, hidden=2048, heads=32, seq=256, vocab=1000,
                        experts=128, top_k=8, expert_ffn_hidden=768, gated_ffn=True, bias=False,
                        rms_norm=True, learned_positions=False, router_balance="forced",
                        aux_loss=True)

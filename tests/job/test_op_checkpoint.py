@@ -24,14 +24,14 @@ from dlsched.job.evaluation.replica import block_costs_of
 from dlsched.job.execution import Execution
 from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import layer_activations, peak_memory
-from dlsched.job.model_spec import TransformerSpec, load_spec
+from dlsched.job.model_spec import Model, load_spec
 from dlsched.job.search import SPACES, layouts
 from dlsched.ledger import load_ledger
 from dlsched.ledger.predict import job_and_layout
 from dlsched.models.ops import matmul
 
 # Llama-shaped: h = 64, 4 heads of 16, 2 KV heads (K, V 32 wide), SwiGLU FFN 160, s = 32.
-LLAMA = TransformerSpec("tiny-llama", layers=4, hidden=64, heads=4, seq=32, vocab=256,
+LLAMA = Model("tiny-llama", layers=4, hidden=64, heads=4, seq=32, vocab=256,
                         ffn_hidden=160, kv_heads=2, tied_embeddings=False, gated_ffn=True,
                         bias=False, rms_norm=True, learned_positions=False)
 RERUN_PER_TOKEN = 2 * (64 * 32 + 64 * 64 + 64 * 160)  # wk + wo + w3: 32,768 FLOP
@@ -52,7 +52,7 @@ def test_every_other_matmul_is_kept_in_torchtitans_call_order():
     assert recompute_flops_per_token(gelu, "flash") == 2 * (64 * 32 + 64 * 64)
 
 
-def _layer_ops(spec: TransformerSpec, attention: str = "flash") -> tuple:
+def _layer_ops(spec: Model, attention: str = "flash") -> tuple:
     model = decoder_model(spec, 1, attention=attention)
     return tuple(op for item in model.layers if item.block == "h.0" for op in item.ops)
 

@@ -20,7 +20,7 @@ from dlsched.job.evaluation.pipeline_time import event_pipeline, fast_pipeline
 from dlsched.job.execution import Execution
 from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import memory_per_gpu, peak_memory, stage_units
-from dlsched.job.model_spec import TransformerSpec, bundled_specs
+from dlsched.job.model_spec import Model, bundled_specs
 from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, search
 from dlsched.pipeline.chains.memory_model import CONTEXT_BYTES
@@ -90,7 +90,7 @@ GPT = bundled_specs()["gpt-1.7b"]  # 24 layers
 FP16 = RunSettings("fp16")
 
 
-def _job(spec: TransformerSpec, gpus: int = 8) -> Job:
+def _job(spec: Model, gpus: int = 8) -> Job:
     return Job(spec, load_cluster("dgx-a100", gpus, None))
 
 
@@ -144,7 +144,7 @@ def test_simulated_evaluation_agrees_with_the_fast_one(layout: Execution) -> Non
 
 
 # h = 64, a = 4, s = 32, V = 256, tied (tests/job/test_memory.py's model, its hand numbers)
-SMALL = TransformerSpec("small", layers=6, hidden=64, heads=4, seq=32, vocab=256)
+SMALL = Model("small", layers=6, hidden=64, heads=4, seq=32, vocab=256)
 LAYER_TP2 = (12 * 64 * 64 + 13 * 64 - 6 * 64) / 2 + 6 * 64  # 25,184 parameters per TP rank
 EMBED_TP2 = 256 * 64 / 2 + 32 * 64  # 10,240
 LAYER_STASH = 55_296  # bytes a layer keeps per microbatch (TP 2, no SP, unfused attention)

@@ -132,10 +132,10 @@ def test_a_gated_ffn_costs_a_third_more_ffn_flop() -> None:
     """Model FLOP per token of a layer, by hand: 2 x (h q + h^2 + 3 h f) + 4 s h with SwiGLU,
     2 x (h q + h^2 + 2 h f) + 4 s h without (one layer, h 64, f 256, 4 heads, 2 KV heads, s 16,
     q = 64 + 2 x 2 x 16 = 128), plus 6 V h for the logits (V 100)."""
-    from dlsched.job.model_spec import TransformerSpec
+    from dlsched.job.model_spec import Model
 
-    plain = TransformerSpec("t", 1, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2)
-    gated = TransformerSpec("t", 1, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2,
+    plain = Model("t", 1, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2)
+    gated = Model("t", 1, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2,
                             gated_ffn=True)
     logits = 6 * 100 * 64
     assert plain.model_flops_per_token() == 3 * (2 * (64 * 128 + 64**2 + 2 * 64 * 256)

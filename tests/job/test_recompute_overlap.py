@@ -19,10 +19,10 @@ from dlsched.job.compute.block_pricing import (
     recompute_overlap_s,
 )
 from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 
 # vTrain's GPT shapes (hidden 1024 / 2048, 16 heads, sequence 1024, vocabulary 50,257).
-SPECS = {hidden: TransformerSpec(name=f"gpt-h{hidden}", layers=12, hidden=hidden, heads=16,
+SPECS = {hidden: Model(name=f"gpt-h{hidden}", layers=12, hidden=hidden, heads=16,
                                  seq=1024, vocab=50257) for hidden in (1024, 2048)}
 
 

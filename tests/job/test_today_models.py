@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from dlsched.errors import ConfigError
-from dlsched.job.model_spec import TransformerSpec, bundled_specs, load_spec
+from dlsched.job.model_spec import Model, bundled_specs, load_spec
 
 SPECS = bundled_specs()
 
@@ -109,7 +109,7 @@ def test_moe_offset_is_checked_and_read_from_a_file(tmp_path) -> None:
 
 
 def test_sinks_add_one_parameter_per_head_and_router_bias_one_per_expert() -> None:
-    base = TransformerSpec(name="t", layers=2, hidden=64, heads=4, seq=128, vocab=100,
+    base = Model(name="t", layers=2, hidden=64, heads=4, seq=128, vocab=100,
                            experts=8, top_k=2)
     sinks = base.replace(attention_sinks=True)
     assert sinks.parameters() - base.parameters() == 2 * 4

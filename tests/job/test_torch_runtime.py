@@ -18,13 +18,13 @@ from dlsched.job.memory.torch_runtime import (
     dead_saves,
     persistent_bytes,
 )
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 
 # h 64, 4 heads of 16, 2 KV heads (K/V width 32), SwiGLU width 128, vocabulary 256 (a multiple
 # of 128: no padding), untied: one layer is wq 64x64 + wk 64x32 + wv 64x32 + wo 64x64 (12,288)
 # + w1, w3, w2 3 x 64 x 128 (24,576) + two RMSNorms 128 = 36,992 parameters; the root holds the
 # embedding 256 x 64, the final norm 64 and the output 256 x 64 = 32,832.
-TINY = TransformerSpec("tiny-llama", layers=2, hidden=64, heads=4, seq=16, vocab=256,
+TINY = Model("tiny-llama", layers=2, hidden=64, heads=4, seq=16, vocab=256,
                        ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
                        bias=False, rms_norm=True, learned_positions=False)
 LAYER, LINEAR, ROOT = 36_992, 36_864, 32_832
@@ -45,7 +45,7 @@ def test_compiled_blocks_drop_the_last_matmuls_output() -> None:
     assert dead_saves(TINY, _layout()) == 2048
     assert dead_saves(TINY, _layout(tp=2, dp=2, sequence_parallel=True)) == 3072
     assert dead_saves(TINY, _layout(recompute="full")) == 0
-    plain = TransformerSpec("tiny-gpt", layers=2, hidden=64, heads=4, seq=16, vocab=256,
+    plain = Model("tiny-gpt", layers=2, hidden=64, heads=4, seq=16, vocab=256,
                             ffn_hidden=128, gated_ffn=False, bias=False, rms_norm=True,
                             learned_positions=False)
     assert dead_saves(plain, _layout()) == 0

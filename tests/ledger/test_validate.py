@@ -277,7 +277,7 @@ def _grok_without_cp(**parallel: object) -> LedgerRow:
 
 
 def test_a_moe_row_maps_its_experts_and_ep_to_the_evaluator() -> None:
-    """Grok 1's 8 experts, top 2 and capacity factor 1.0 reach the TransformerSpec, its EP 8 the
+    """Grok 1's 8 experts, top 2 and capacity factor 1.0 reach the Model, its EP 8 the
     Execution (EP 8 out of DP 16, expert-data-parallel 2): the MoE model the evaluator prices; the
     published row (CP 2, expert TP 1: MoE parallel folding, EP 8 over TP 4 x CP 2) reaches
     the Execution with its expert TP and its expert-data-parallel group of 8."""

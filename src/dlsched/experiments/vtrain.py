@@ -44,7 +44,7 @@ from dlsched.hardware.gpu import get_gpu
 from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 from dlsched.report import Column
 from dlsched.report.columns import percents, text
@@ -97,9 +97,9 @@ class VTrainRow:
         """``h1024-l24``: the model's width and depth."""
         return f"h{self.hidden}-l{self.layers}"
 
-    def spec(self) -> TransformerSpec:
+    def spec(self) -> Model:
         """The GPT (tied embeddings, learned positions, biases, LayerNorm: the zoo's GPT)."""
-        return TransformerSpec(name=f"gpt-{self.model}", layers=self.layers,
+        return Model(name=f"gpt-{self.model}", layers=self.layers,
                                hidden=self.hidden, heads=self.heads, seq=self.seq, vocab=VOCAB)
 
     def layout(self) -> Execution:

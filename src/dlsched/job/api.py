@@ -36,7 +36,7 @@ from dlsched.job.execution import LAYOUT_FIELDS, Execution
 from dlsched.job.exports.torchtitan_config import plan_fields, read_torchtitan_toml
 from dlsched.job.exports.writers import megatron_args, megatron_document, torchtitan_toml
 from dlsched.job.intervals import envelope_notes, interval_columns
-from dlsched.job.model_spec import TransformerSpec, load_spec
+from dlsched.job.model_spec import Model, load_spec
 from dlsched.job.ranking import Ranking, best_of, difference_note
 from dlsched.job.refusals import check_plan, default_notes
 from dlsched.job.search import BASELINES, SPACES, search
@@ -139,7 +139,7 @@ def with_torchtitan_config(scenario: PlanScenario, path: str | Path) -> PlanScen
     return scenario.model_validate({**scenario.model_dump(), **fields})
 
 
-def with_seq(spec: TransformerSpec, seq: int | None) -> TransformerSpec:
+def with_seq(spec: Model, seq: int | None) -> Model:
     """``spec`` at sequence length ``seq`` (``--seq``, bounded by ``PlanScenario``; unchanged
     when None)."""
     return spec if seq is None else spec.replace(seq=seq)

@@ -1,5 +1,5 @@
 """Which keys each layer's queries attend: full causal, sliding-window or chunked attention,
-per layer pattern (``TransformerSpec.attention_pattern`` and ``attention_window``).
+per layer pattern (``Model.attention_pattern`` and ``attention_window``).
 
 A pattern is a string of one letter per layer, repeated over the depth (layer ``i`` has kind
 ``pattern[i % len(pattern)]``): ``F`` full causal attention, ``S`` a causal sliding window of

@@ -1,6 +1,6 @@
 """What the job runs on: GPUs on a multi-dimensional network (the job planner's third input).
 
-A ``System`` (the one type; ``Cluster`` is its old name) is its GPU, the full GPU document
+A ``System`` (the one type) is its GPU, the full GPU document
 (``hardware.gpu.GpuSpec``: compute constants, ``memory`` in bytes, sources and provenance; a
 preset name, a GPU file or the document itself), its node (``hardware.nodes.Node``) and its
 network: a ``Topology`` (dimension 1 innermost). It is loadable from one YAML/JSON file, the
@@ -258,7 +258,6 @@ class System(BaseModel):
 
 
 # The old name of the type (the same class).
-Cluster = System
 
 
 def node_cluster(preset: str, gpus: int, gpu: str | None = None,

@@ -60,7 +60,7 @@ from dlsched.job.run_settings import RUN_FIELDS, RunSettings
 
 if TYPE_CHECKING:
     from dlsched.hardware import Topology
-    from dlsched.job.cluster import Cluster
+    from dlsched.job.cluster import System
 
 SCHEDULES = ("1f1b", "interleaved", "gpipe", "zb-h1")
 RECOMPUTE = ("none", "selective", "full", "selective-op")
@@ -231,9 +231,9 @@ class Execution:
         return (math.prod(sizes[d] for d in RANK_ORDER[:first]),
                 math.prod(sizes[d] for d in dims))
 
-    def group(self, name: str, cluster: Cluster) -> Topology | None:
+    def group(self, name: str, cluster: System) -> Topology | None:
         """The network the group ``name`` spans on ``cluster`` (None for a group of one;
-        ``Cluster.group_topology``)."""
+        ``System.group_topology``)."""
         return cluster.group_topology(*self.group_ranks(name))
 
     def stage_layers(self, layers: int, mtp: int = 0) -> tuple[range, ...]:

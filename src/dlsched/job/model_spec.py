@@ -1,6 +1,6 @@
 """What is trained: a decoder-only transformer's shape (the job planner's first input).
 
-A ``TransformerSpec`` holds what the cost, memory and parameter counts depend on: ``layers``,
+A ``Model`` holds what the cost, memory and parameter counts depend on: ``layers``,
 ``hidden`` size, ``heads`` (and ``kv_heads`` for grouped-query attention), the FFN's hidden size
 (``ffn_hidden``; 4 x hidden by default, as GPT-2/3) and whether it is gated (``gated_ffn``: SwiGLU's
 three matrices), ``vocab``ulary, ``seq``uence length in tokens, whether the input embedding and the
@@ -385,7 +385,6 @@ class Model(DecoderShape):
 
 
 # The model's name before it was one type (kept importable: the same class, not a second type).
-TransformerSpec = Model
 
 
 def bundled_specs() -> dict[str, Model]:

@@ -28,17 +28,17 @@ from dlsched.errors import ConfigError
 from dlsched.job.cluster import NODE_PRESETS, is_system_file, load_cluster
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.validation import MAX_NPUS_PER_DIM
 
 if TYPE_CHECKING:
-    from dlsched.job.cluster import Cluster
+    from dlsched.job.cluster import System
     from dlsched.job.scenario import PlanScenario
 
 DEGREES = ("tp", "cp", "pp", "dp")
 
 
-def check_plan(scenario: PlanScenario, spec: TransformerSpec) -> None:
+def check_plan(scenario: PlanScenario, spec: Model) -> None:
     """Refuse the scenario's first mistake (module docstring) with a one-line ConfigError
     naming its option and what is accepted."""
     check_gpus(scenario.cluster, scenario.gpus)
@@ -75,7 +75,7 @@ def check_gpus(cluster: str, gpus: int | None) -> None:
                           f"{MAX_NPUS_PER_DIM:,} one network dimension holds; {accepted}")
 
 
-def _check_degrees(scenario: PlanScenario, spec: TransformerSpec, gpus: int) -> None:
+def _check_degrees(scenario: PlanScenario, spec: Model, gpus: int) -> None:
     """TP x CP x PP x DP: the GPUs when all four are given, a divisor of them otherwise."""
     given = {name: getattr(scenario, name) for name in DEGREES
              if getattr(scenario, name) is not None}
@@ -98,7 +98,7 @@ def _check_degrees(scenario: PlanScenario, spec: TransformerSpec, gpus: int) -> 
                           f"{gpus:,}")
 
 
-def _check_heads(tp: int | None, spec: TransformerSpec) -> None:
+def _check_heads(tp: int | None, spec: Model) -> None:
     """TP dividing the attention heads and the KV heads."""
     if tp is None or (spec.heads % tp == 0 and spec.kv_heads % tp == 0):
         return
@@ -109,7 +109,7 @@ def _check_heads(tp: int | None, spec: TransformerSpec) -> None:
                       f"accepted: {', '.join(map(str, accepted))}")
 
 
-def _check_pipeline(pp: int | None, chunks: int | None, spec: TransformerSpec) -> None:
+def _check_pipeline(pp: int | None, chunks: int | None, spec: Model) -> None:
     """PP (x chunks) that some pipeline split of the layers takes (``job.pipeline_split``)."""
     if pp is None:
         return
@@ -124,7 +124,7 @@ def _check_pipeline(pp: int | None, chunks: int | None, spec: TransformerSpec) -
                           f"{spec.layers}, {spec.layers + 1} or {spec.layers + 2}{mtp}")
 
 
-def _check_experts(scenario: PlanScenario, spec: TransformerSpec) -> None:
+def _check_experts(scenario: PlanScenario, spec: Model) -> None:
     """EP and expert TP only on a mixture of experts; EP dividing its experts."""
     if not spec.experts:
         for name, value, default in (("ep", scenario.ep, 1), ("expert_tp", scenario.expert_tp,
@@ -183,7 +183,7 @@ def _check_ignored(scenario: PlanScenario) -> None:
                           "forward); accepted: with --zero 1 or 2, or left out")
 
 
-def default_notes(scenario: PlanScenario, cluster: Cluster) -> list[str]:
+def default_notes(scenario: PlanScenario, cluster: System) -> list[str]:
     """The defaults behind the rows: the global batch and the attention kernel when they are
     the schema's defaults (given or not: the command line cannot tell), and the GPU of a
     topology cluster when ``--gpu`` is not given."""

@@ -20,7 +20,7 @@ from dlsched.job.evaluation.evaluate import evaluate
 from dlsched.units import parse_time
 
 if TYPE_CHECKING:
-    from dlsched.job.cluster import Cluster
+    from dlsched.job.cluster import System
     from dlsched.job.evaluation.evaluate import Job, JobResult
     from dlsched.job.scenario import PlanScenario
     from dlsched.job.search import SearchResult
@@ -50,7 +50,7 @@ def settings_of(scenario: PlanScenario) -> Settings:
     return settings
 
 
-def with_time_to_train(row: dict[str, Any], seq: int, cluster: Cluster,
+def with_time_to_train(row: dict[str, Any], seq: int, cluster: System,
                        settings: Settings) -> dict[str, Any]:
     """``row`` with its time-to-train columns when ``settings`` asks for them."""
     if not settings.wanted:
@@ -66,7 +66,7 @@ def pick(rows: Sequence[dict[str, Any]], objective: str) -> tuple[int, str | Non
     return index, (reason(rows[index], rows[0], objective) if index else None)
 
 
-def choose_plan(job: Job, found: SearchResult, objective: str, seq: int, cluster: Cluster,
+def choose_plan(job: Job, found: SearchResult, objective: str, seq: int, cluster: System,
                 settings: Settings) -> tuple[JobResult, float, str | None]:
     """The search's plan under ``objective``: its winner (and simulated seconds) for
     ``upper`` and ``expected`` (the search ranks by them), else the shortlist re-ranked by the

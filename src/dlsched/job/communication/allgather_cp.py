@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 
 DKV_FP32 = 2.0  # dK/dV blocks exchanged in FP32 against the 16-bit K/V block (convert_to_f32)
 # Eager bytes per element of E (module docstring): the two K/V copies, a concatenation, a
@@ -152,7 +152,7 @@ def cp_traffic(elements: float, cp: int, compiled: bool,
     return forward * elements, backward * elements
 
 
-def allgather_merge_seconds(spec: TransformerSpec, microbatch_size: int, tp: int, cp: int,
+def allgather_merge_seconds(spec: Model, microbatch_size: int, tp: int, cp: int,
                             algorithm: str, memory_rate: float, compiled: bool,
                             reruns: bool) -> tuple[float, float]:
     """Seconds the merge's memory traffic (``cp_traffic``) adds to one layer's forward and

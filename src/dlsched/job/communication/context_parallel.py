@@ -61,7 +61,7 @@ from dlsched.job.communication.allgather_cp import (
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.compute.module_recompute import reruns_core
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 
 ELEMENT_BYTES = 2  # 16-bit Q/K/V and their gradients (layer_costs.ACTIVATION_BYTES)
 # K, V, dK, dV blocks sent per backward step: 2 at the first and last step, 4 between
@@ -82,7 +82,7 @@ class CPCost:
     backward_bytes: float
 
 
-def check_cp(spec: TransformerSpec, layout: Execution) -> None:
+def check_cp(spec: Model, layout: Execution) -> None:
     """ConfigError naming ``--cp`` unless ``layout``'s CP can split ``spec``."""
     cp = layout.cp
     if cp == 1:
@@ -100,12 +100,12 @@ def check_cp(spec: TransformerSpec, layout: Execution) -> None:
                               "or a CP that does")
 
 
-def local_tokens(spec: TransformerSpec, cp: int) -> int:
+def local_tokens(spec: Model, cp: int) -> int:
     """Tokens of each sequence on one GPU of the CP group."""
     return spec.seq // cp
 
 
-def core_shape(spec: TransformerSpec, cp: int, algorithm: str) -> tuple[int, int, int] | None:
+def core_shape(spec: Model, cp: int, algorithm: str) -> tuple[int, int, int] | None:
     """(queries, keys, heads) of one GPU's attention core per sequence before TP (None without
     CP): the ring's local queries against every key, the all-to-all's whole sequence on
     ``heads / cp`` heads."""
@@ -116,7 +116,7 @@ def core_shape(spec: TransformerSpec, cp: int, algorithm: str) -> tuple[int, int
     return spec.seq, spec.seq, spec.heads // cp
 
 
-def kv_block_bytes(spec: TransformerSpec, layout: Execution) -> float:
+def kv_block_bytes(spec: Model, layout: Execution) -> float:
     """Bytes of one GPU's K and V block: ``b (s / cp) kv (d + d_v) / t`` 16-bit elements
     (``2 b (s / cp) kv d / t`` when values are as wide as keys; MLA's ring passes its
     up-projected keys of ``head_dim`` and values of ``v_head_dim`` per head, not the latent:
@@ -125,13 +125,13 @@ def kv_block_bytes(spec: TransformerSpec, layout: Execution) -> float:
             * (spec.head_dim + spec.v_head_dim) / layout.tp * ELEMENT_BYTES)
 
 
-def qkv_bytes(spec: TransformerSpec, layout: Execution) -> float:
+def qkv_bytes(spec: Model, layout: Execution) -> float:
     """Bytes of one GPU's Q, K and V: ``b (s / cp) (h + 2 kv d) / t`` 16-bit elements."""
     return (layout.microbatch_size * local_tokens(spec, layout.cp) * spec.qkv_width
             / layout.tp * ELEMENT_BYTES)
 
 
-def output_bytes(spec: TransformerSpec, layout: Execution) -> float:
+def output_bytes(spec: Model, layout: Execution) -> float:
     """Bytes of one GPU's attention output: ``b (s / cp) h / t`` 16-bit elements (as much as
     each TP rank sends of a ``b (s / cp) h`` activation between pipeline stages)."""
     return (layout.microbatch_size * local_tokens(spec, layout.cp) * spec.hidden / layout.tp
@@ -168,7 +168,7 @@ def ring_exposed(block: float, cp: int, link: Dimension, block_forward: float,
 
 
 @lru_cache(maxsize=4096)
-def cp_cost(spec: TransformerSpec, layout: Execution, group: Topology | None, policy: str,
+def cp_cost(spec: Model, layout: Execution, group: Topology | None, policy: str,
             core_forward: float, core_backward: float) -> CPCost:
     """The CP communication of one layer per microbatch (module docstring) on the CP group
     ``group`` with the attention core taking ``core_forward`` / ``core_backward`` seconds on
@@ -198,7 +198,7 @@ def cp_cost(spec: TransformerSpec, layout: Execution, group: Topology | None, po
     return CPCost(forward, backward + rerun, sent_f, sent_b + (sent_f if rerun else 0.0))
 
 
-def buffer_bytes(spec: TransformerSpec, layout: Execution) -> float:
+def buffer_bytes(spec: Model, layout: Execution) -> float:
     """Transient bytes of one layer's CP communication buffers (module docstring)."""
     if layout.cp == 1:
         return 0.0

@@ -100,7 +100,7 @@ class NodeSplit:
 
 def node_split(cluster: object, stride: int, size: int) -> NodeSplit:
     """The split (``NodeSplit``) of a group of ``size`` ranks ``stride`` apart on ``cluster``
-    (a ``job.cluster.Cluster``; its first dimension the node)."""
+    (a ``job.cluster.System``; its first dimension the node)."""
     per_node = cluster.topology.dims[0].size  # type: ignore[attr-defined]
     inside = max(1, min(size, per_node // stride)) if stride < per_node else 1
     nodes = size // inside

@@ -1,5 +1,5 @@
 """Seconds and memory that sliding-window and chunked attention layers save on one GPU
-(``TransformerSpec.attention_pattern``; which keys each layer attends: ``job.attention_layers``).
+(``Model.attention_pattern``; which keys each layer attends: ``job.attention_layers``).
 
 **Time.** A windowed layer is a full layer whose attention core executes fewer score tiles:
 the fused kernel (``flash`` or ``fused``) computes ``window_ratio`` of a full causal layer's
@@ -34,11 +34,11 @@ from functools import lru_cache
 from dlsched.job.attention_layers import kind_counts, window_ratio
 from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
 from dlsched.job.compute.module_recompute import reruns_core
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.models.ops import ATTENTION_KINDS, Op
 
 
-def core_op(spec: TransformerSpec, cp: int = 1, cp_algorithm: str = "ring",
+def core_op(spec: Model, cp: int = 1, cp_algorithm: str = "ring",
             attention: str = "flash") -> Op | None:
     """The fused attention core of one full layer as one GPU of a CP group of ``cp`` runs it
     (None under the ``unfused`` products, which a window does not shorten)."""
@@ -50,7 +50,7 @@ def core_op(spec: TransformerSpec, cp: int = 1, cp_algorithm: str = "ring",
 
 
 @lru_cache(maxsize=4096)
-def layer_savings(spec: TransformerSpec, microbatch_size: int, gpu: str, precision: str,
+def layer_savings(spec: Model, microbatch_size: int, gpu: str, precision: str,
                   tp: int, sp: bool, recompute: str, cp: int = 1, cp_algorithm: str = "ring",
                   attention: str = "flash") -> dict[str, tuple[float, float]]:
     """Seconds one windowed layer of each kind (``S``, ``C``) saves per microbatch on one GPU
@@ -72,7 +72,7 @@ def layer_savings(spec: TransformerSpec, microbatch_size: int, gpu: str, precisi
     return saved
 
 
-def stage_savings(spec: TransformerSpec, spans: tuple[range, ...],
+def stage_savings(spec: Model, spans: tuple[range, ...],
                   saved: dict[str, tuple[float, float]]) -> list[tuple[float, float]]:
     """Seconds each virtual stage (its layers ``spans``) saves per microbatch: its windowed
     layers of each kind times that kind's ``layer_savings``."""

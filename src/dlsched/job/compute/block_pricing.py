@@ -25,7 +25,7 @@ from dlsched.errors import ConfigError
 from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.eager_ops import torch_ops
 from dlsched.job.compute.fp8 import TE_RECIPES, check_fp8, fp8_linear_work, is_fp8_linear
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.ops import Op
 from dlsched.models.timeline import Work
@@ -113,7 +113,7 @@ def ops_seconds(ops: Sequence[Op], microbatch_size: int, compute: CalibratedComp
 
 
 def block_ops(model: TransformerModel, compiled: bool, ops_kind: str = "fused",
-              spec: TransformerSpec | None = None) -> list[tuple[str, tuple[Op, ...]]]:
+              spec: Model | None = None) -> list[tuple[str, tuple[Op, ...]]]:
     """Each block's name and ops, in order, as the job runs them (``ops_kind`` eager:
     TorchTitan's modules of ``spec``, compiled or not; else compiled: fused)."""
     blocks = []
@@ -134,7 +134,7 @@ def block_ops(model: TransformerModel, compiled: bool, ops_kind: str = "fused",
 
 def priced_blocks(model: TransformerModel, microbatch_size: int, compute: CalibratedCompute,
                   options: KernelOptions,
-                  spec: TransformerSpec | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  spec: Model | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per block: forward and backward seconds of one microbatch (module docstring; ``spec``:
     the model's, for eager ops)."""
     if options.eager_16bit:
@@ -147,7 +147,7 @@ def priced_blocks(model: TransformerModel, microbatch_size: int, compute: Calibr
 
 
 def layer_halves(model: TransformerModel, microbatch_size: int, compute: CalibratedCompute,
-                 options: KernelOptions, spec: TransformerSpec | None = None,
+                 options: KernelOptions, spec: Model | None = None,
                  block: str = "h.0") -> tuple[float, float, float, float]:
     """GPU and host seconds of one microbatch through ``block``'s forward and its backward:
     (gpu_f, host_f, gpu_b, host_b). The host's are its launches at the preset's forward and
@@ -169,7 +169,7 @@ def layer_halves(model: TransformerModel, microbatch_size: int, compute: Calibra
 
 def accumulation_launch_s(model: TransformerModel, microbatch_size: int,
                           compute: CalibratedCompute, options: KernelOptions,
-                          spec: TransformerSpec | None = None, block: str = "h.0") -> float:
+                          spec: Model | None = None, block: str = "h.0") -> float:
     """Seconds the gradient adds' launches (``layer_halves``) add to ``block``'s backward
     priced as the larger of its GPU and host seconds: nothing while the GPU sets the pace,
     all of them once the host does. Zero without ``options.accumulation_launches``."""
@@ -183,7 +183,7 @@ def accumulation_launch_s(model: TransformerModel, microbatch_size: int,
 
 def recompute_overlap_s(model: TransformerModel, microbatch_size: int,
                         compute: CalibratedCompute, options: KernelOptions,
-                        spec: TransformerSpec | None = None, block: str = "h.0") -> float:
+                        spec: Model | None = None, block: str = "h.0") -> float:
     """Seconds the full recomputation's launches hide under the backward's GPU work in one
     transformer layer (``block``) of one microbatch: what pricing the recomputed forward and
     the backward as one timeline saves over adding their two prices (the backward's with its

@@ -74,7 +74,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import OPS
 from dlsched.models.ops import Op, matmul
 
@@ -157,7 +157,7 @@ def compiled_repeat_kv(n_rep: int, rotate: bool) -> EagerOp:
     return EagerOp((Kernel(name, 2, 2 * n_rep),), (Kernel(name + " grad", 2 * n_rep, 2),))
 
 
-def check_ops(ops: str, spec: TransformerSpec) -> str:
+def check_ops(ops: str, spec: Model) -> str:
     """``ops`` when accepted for ``spec``; ConfigError naming the field otherwise: the eager
     decomposition is TorchTitan's Llama (RMSNorm, rotary, SwiGLU, no biases)."""
     if ops not in OPS:
@@ -180,7 +180,7 @@ def _label(op: Op) -> str:
     return op.label.rsplit(".", 1)[-1] if op.label.startswith("h.") else op.label
 
 
-def torch_ops(ops: Sequence[Op], spec: TransformerSpec, compiled: bool,
+def torch_ops(ops: Sequence[Op], spec: Model, compiled: bool,
               cyclic: bool = False) -> tuple[Op, ...]:
     """``ops`` (the zoo's, forward order, of one block) as TorchTitan's eager modules run them,
     or Inductor's groups of them when ``compiled`` (module docstring; ``cyclic``: a layer
@@ -228,7 +228,7 @@ def torch_ops(ops: Sequence[Op], spec: TransformerSpec, compiled: bool,
     return tuple(out)
 
 
-def _rotary(tokens: int, spec: TransformerSpec, n_rep: int, compiled: bool,
+def _rotary(tokens: int, spec: Model, n_rep: int, compiled: bool,
             split: bool) -> list[Op]:
     """The queries' and keys' rotary embeddings and the keys' and values' copies."""
     queries = tokens * spec.heads * spec.head_dim
@@ -266,7 +266,7 @@ def summed_gradient_bytes(elements: float, compiled: bool) -> float:
     return sum((n - 1) * 3 * HALF * elements for n in SEPARATE_LINEARS)
 
 
-def separate_linears(op: Op, spec: TransformerSpec) -> tuple[Op, ...]:
+def separate_linears(op: Op, spec: Model) -> tuple[Op, ...]:
     """The zoo's fused QKV (``attn.c_attn``) or gated FC1 (``mlp.c_fc``) GEMM ``op`` as
     TorchTitan's separate bias-free linears at their own shapes (wq, wk, wv; w1, w3), each
     reading the whole input, labelled as the fused one (its TP split and memory floor apply);

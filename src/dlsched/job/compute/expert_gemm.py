@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.compute.moe_costs import routed_ops
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.models.kernels import gemm_utilization
 
 
@@ -51,7 +51,7 @@ class ExpertGemm:
     dense: float
 
 
-def expert_gemm(spec: TransformerSpec, layout: Execution, gpu: str,
+def expert_gemm(spec: Model, layout: Execution, gpu: str,
                 precision: str = "bf16") -> ExpertGemm:
     """The experts' grouped GEMMs of ``spec`` under ``layout`` on ``gpu`` (``ExpertGemm``)."""
     _, experts, _ = routed_ops(spec, layout.microbatch_size, layout.tp, layout.ep, layout.cp,

@@ -119,7 +119,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dlsched.errors import ConfigError, check_choice
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import FP8_RECIPES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
@@ -310,7 +310,7 @@ def fp8_linear_work(op: Op, batch: float, fp8: CalibratedCompute, recipe: str, b
     return Work(gemm + moved / fp8.gpu.memory_rate, launches)
 
 
-def fp8_weight_copies(recipe: str | None, spec: TransformerSpec, tp: int, layers: int) -> float:
+def fp8_weight_copies(recipe: str | None, spec: Model, tp: int, layers: int) -> float:
     """Bytes per GPU of the FP8 weight copies (``fp8_weight_bytes``) of ``layers`` dense
     transformer layers at TP degree ``tp`` (0 without FP8)."""
     if recipe is None:

@@ -33,7 +33,7 @@ from dlsched.job.memory.per_gpu import (
     layer_parameters_per_gpu,
     mtp_unit_per_gpu,
 )
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import check_setting
 
 GRADIENT_BYTES = {"autocast": 4}  # a fresh weight gradient's bytes; 2 under 16-bit training
@@ -46,7 +46,7 @@ def accumulation_bytes(mode: str, precision: str, grad_bytes: int) -> int:
     return GRADIENT_BYTES.get(precision, 2) + 2 * grad_bytes
 
 
-def stage_parameters(spec: TransformerSpec, layout: Execution,
+def stage_parameters(spec: Model, layout: Execution,
                      experts: bool = False) -> list[float]:
     """Parameters on one GPU of each virtual stage, counted as the memory model counts them
     (``job.memory``: split weights over TP with the norms and row-parallel biases whole, the

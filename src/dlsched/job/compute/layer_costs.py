@@ -81,7 +81,7 @@ from dlsched.job.compute.module_recompute import (
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.compute.unfused_rope import with_unfused_rope
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import check_setting
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Layer
@@ -123,7 +123,7 @@ def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> Cali
 
 
 @lru_cache(maxsize=256)
-def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
+def decoder_model(spec: Model, depth: int = 1, cp: int = 1,
                   cp_algorithm: str = "ring", attention: str = "flash") -> TransformerModel:
     """The zoo's Megatron-style decoder of ``spec``'s shape with ``depth`` layers, as one GPU
     of a CP group of ``cp`` runs it (``job.context_parallel``: ``s / cp`` tokens, the
@@ -147,7 +147,7 @@ def decoder_model(spec: TransformerSpec, depth: int = 1, cp: int = 1,
     return with_mla(model, spec, *(core or (tokens, tokens, spec.heads)), attention)
 
 
-def attention_exchange(spec: TransformerSpec, sp: bool, message: float,
+def attention_exchange(spec: Model, sp: bool, message: float,
                        tp_group: Topology | None, policy: str, exchange: float) -> float:
     """Seconds of the TP exchanges around one layer's attention: ``exchange`` (those of the
     ``message``-byte activation), but for MLA under sequence parallelism the all-gather of its
@@ -159,7 +159,7 @@ def attention_exchange(spec: TransformerSpec, sp: bool, message: float,
             + curve(tp_group, "reduce-scatter", policy).seconds(message))
 
 
-def separate_linears_seconds(model: TransformerModel, spec: TransformerSpec,
+def separate_linears_seconds(model: TransformerModel, spec: Model,
                              microbatch_size: int,
                              compute: CalibratedCompute) -> tuple[float, float]:
     """Seconds TorchTitan's separate 16-bit linears (wq, wk, wv; w1, w3: ``eager_ops.
@@ -177,7 +177,7 @@ def separate_linears_seconds(model: TransformerModel, spec: TransformerSpec,
 
 
 @lru_cache(maxsize=4096)
-def block_costs(spec: TransformerSpec, microbatch_size: int, gpu: str, precision: str,
+def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
                 tp: int, sp: bool, recompute: str, tp_group: Topology,
                 policy: str, cp: int = 1, cp_algorithm: str = "ring",
                 attention: str = "flash", tp_overlap: bool = False,

@@ -11,7 +11,7 @@ A spec is MLA when ``kv_lora_rank`` > 0. Per layer and token ``x`` (``h`` wide):
   (``heads x (head_dim - qk_rope_head_dim + v_head_dim)``); each head's key is ``[k_c, k_r]``
   (``head_dim`` = ``qk_nope_head_dim + qk_rope_head_dim`` wide), its value ``v_head_dim``;
 - the attention core: scores ``2 s heads head_dim`` and context ``2 s heads v_head_dim`` FLOP
-  per token (no causal discount, as ``TransformerSpec.model_flops_per_token``);
+  per token (no causal discount, as ``Model.model_flops_per_token``);
 - the output projection ``heads x v_head_dim -> h``. No biases (``attention_bias`` false).
 
 DeepSeek-V3 (its released config.json: hidden 7168, 128 heads, q_lora_rank 1536, kv_lora_rank
@@ -55,20 +55,20 @@ from dlsched.models.ops import Op, attention_core, elementwise
 from dlsched.models.zoo import TransformerModel
 
 if TYPE_CHECKING:
-    from dlsched.job.model_spec import TransformerSpec
+    from dlsched.job.model_spec import Model
 
 
-def is_mla(spec: TransformerSpec) -> bool:
+def is_mla(spec: Model) -> bool:
     """Whether ``spec``'s attention is multi-head latent attention."""
     return spec.kv_lora_rank > 0
 
 
-def nope_dim(spec: TransformerSpec) -> int:
+def nope_dim(spec: Model) -> int:
     """Each head's query/key elements without rotation (``qk_nope_head_dim``)."""
     return spec.head_dim - spec.qk_rope_head_dim
 
 
-def projections(spec: TransformerSpec) -> list[tuple[str, int, int, bool]]:
+def projections(spec: Model) -> list[tuple[str, int, int, bool]]:
     """MLA's weight matrices in forward order: (name, fan in, fan out, split over TP)."""
     h, heads = spec.hidden, spec.heads
     q = spec.heads * spec.head_dim
@@ -83,29 +83,29 @@ def projections(spec: TransformerSpec) -> list[tuple[str, int, int, bool]]:
     return out
 
 
-def latent_norm_parameters(spec: TransformerSpec) -> int:
+def latent_norm_parameters(spec: Model) -> int:
     """The RMSNorms of the query and key-value latents (replicated over TP)."""
     return spec.q_lora_rank + spec.kv_lora_rank
 
 
-def mla_matmul_elements(spec: TransformerSpec) -> int:
+def mla_matmul_elements(spec: Model) -> int:
     """Weight elements one token multiplies by in MLA's projections."""
     return sum(fan_in * fan_out for _, fan_in, fan_out, _ in projections(spec))
 
 
-def mla_parameters(spec: TransformerSpec) -> int:
+def mla_parameters(spec: Model) -> int:
     """MLA's parameters in one layer: projections and latent norms (the layer's two
     ``h``-wide norms are the caller's)."""
     return mla_matmul_elements(spec) + latent_norm_parameters(spec)
 
 
-def replicated_matmul_elements(spec: TransformerSpec) -> int:
+def replicated_matmul_elements(spec: Model) -> int:
     """The down projections' weights, whole on every TP rank (module docstring)."""
     return sum(fan_in * fan_out for _, fan_in, fan_out, split in projections(spec)
                if not split)
 
 
-def attention_exchange_width(spec: TransformerSpec, sequence_parallel: bool) -> int:
+def attention_exchange_width(spec: Model, sequence_parallel: bool) -> int:
     """Elements per token of the TP collective entering the attention: the latents under
     sequence parallelism for MLA (module docstring), else ``hidden``."""
     if not is_mla(spec) or not sequence_parallel:
@@ -113,7 +113,7 @@ def attention_exchange_width(spec: TransformerSpec, sequence_parallel: bool) -> 
     return (spec.q_lora_rank or spec.hidden) + spec.kv_lora_rank + spec.qk_rope_head_dim
 
 
-def stash_widths(spec: TransformerSpec) -> tuple[int, int]:
+def stash_widths(spec: Model) -> tuple[int, int]:
     """(elements per token kept whole on every TP rank without sequence parallelism, elements
     split over TP) of MLA's stash beyond the layer input (module docstring)."""
     latent = 2 * (spec.q_lora_rank + spec.kv_lora_rank)
@@ -121,7 +121,7 @@ def stash_widths(spec: TransformerSpec) -> tuple[int, int]:
     return latent, split
 
 
-def core_ops(spec: TransformerSpec, queries: int, keys: int, heads: int,
+def core_ops(spec: Model, queries: int, keys: int, heads: int,
              attention: str) -> tuple[Op, ...]:
     """The attention core per sample of ``heads`` heads, ``queries`` attending ``keys``:
     keys ``head_dim`` and values ``v_head_dim`` wide. The fused kernel is priced on the mean
@@ -143,7 +143,7 @@ def core_ops(spec: TransformerSpec, queries: int, keys: int, heads: int,
                            kind="fused_attention" if attention == "fused" else "attention"),)
 
 
-def with_mla(model: TransformerModel, spec: TransformerSpec, queries: int, keys: int,
+def with_mla(model: TransformerModel, spec: Model, queries: int, keys: int,
              heads: int, attention: str) -> TransformerModel:
     """``model`` (the zoo's decoder of ``spec``'s shape, ``models.zoo.gpt_model``) with each
     layer's QKV and output projections replaced by MLA's (``queries``, ``keys``, ``heads``: its
@@ -165,7 +165,7 @@ def with_mla(model: TransformerModel, spec: TransformerSpec, queries: int, keys:
     return replace(model, layers=tuple(layers))
 
 
-def _mla_layers(spec: TransformerSpec, block: str, tokens: int, queries: int, keys: int,
+def _mla_layers(spec: Model, block: str, tokens: int, queries: int, keys: int,
                 heads: int, attention: str, dtype_bytes: int) -> list[Layer]:
     out = LayerBuilder(dtype_bytes)
     ops = core_ops(spec, queries, keys, heads, attention)
@@ -186,7 +186,7 @@ def _mla_layers(spec: TransformerSpec, block: str, tokens: int, queries: int, ke
     return out.layers
 
 
-def _projection(spec: TransformerSpec, block: str, tokens: int, zoo: Layer,
+def _projection(spec: Model, block: str, tokens: int, zoo: Layer,
                 dtype_bytes: int) -> list[Layer]:
     """The output projection from ``heads x v_head_dim`` with the zoo's residual op."""
     out = LayerBuilder(dtype_bytes)
@@ -196,7 +196,7 @@ def _projection(spec: TransformerSpec, block: str, tokens: int, zoo: Layer,
     return out.layers
 
 
-def check_shape(spec: TransformerSpec) -> None:
+def check_shape(spec: Model) -> None:
     """Fill ``v_head_dim`` (0: ``head_dim``) and raise ConfigError naming the field when the
     attention's widths, ``first_k_dense`` or ``mtp_layers`` cannot hold."""
     if spec.v_head_dim < 0:
@@ -224,7 +224,7 @@ def check_shape(spec: TransformerSpec) -> None:
         raise ConfigError(f"model: mtp_layers must be >= 0 (got {spec.mtp_layers})")
 
 
-def replicated_parameters(spec: TransformerSpec) -> int:
+def replicated_parameters(spec: Model) -> int:
     """Attention parameters whole on every TP rank beyond the layer's norms: MLA's down
     projections and latent norms (module docstring); 0 otherwise."""
     if not is_mla(spec):
@@ -232,7 +232,7 @@ def replicated_parameters(spec: TransformerSpec) -> int:
     return replicated_matmul_elements(spec) + latent_norm_parameters(spec)
 
 
-def attention_stash_delta(spec: TransformerSpec) -> int:
+def attention_stash_delta(spec: Model) -> int:
     """Elements per token the attention keeps beyond the four ``h``-wide tensors of
     Korthikanti et al.'s derivation (queries, keys, values, the output projection's input),
     split over TP: queries ``heads head_dim``, keys ``kv_heads head_dim``, values ``kv_heads
@@ -241,7 +241,7 @@ def attention_stash_delta(spec: TransformerSpec) -> int:
             + spec.heads * spec.v_head_dim - 4 * spec.hidden)
 
 
-def latent_stash(spec: TransformerSpec) -> int:
+def latent_stash(spec: Model) -> int:
     """Elements per token of MLA's latents kept for the backward (``stash_widths``' first),
     whole on every TP rank without sequence parallelism; 0 without MLA."""
     return stash_widths(spec)[0] if is_mla(spec) else 0

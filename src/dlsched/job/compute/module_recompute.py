@@ -43,7 +43,7 @@ from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
 
 if TYPE_CHECKING:
-    from dlsched.job.model_spec import TransformerSpec
+    from dlsched.job.model_spec import Model
 
 PREFIX = "modules:"
 MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
@@ -146,9 +146,9 @@ def recomputed_routed(before: tuple[Op, ...], experts: tuple[Op, ...], after: tu
     return again
 
 
-def module_flops(spec: TransformerSpec) -> dict[str, float]:
+def module_flops(spec: Model) -> dict[str, float]:
     """Forward matmul FLOP per token of each module over the whole model (``2`` per weight
-    element a token multiplies by, as ``TransformerSpec.model_flops_per_token`` counts):
+    element a token multiplies by, as ``Model.model_flops_per_token`` counts):
     ``core_attn`` the attention cores, ``mla_up_proj`` MLA's two up projections, ``mlp`` the
     dense layers' FFNs, ``moe`` the MoE layers' router, routed and shared experts,
     ``shared_experts`` the shared experts alone."""

@@ -104,7 +104,7 @@ from dlsched.job.compute.moe_host import (
 )
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.layer import Layer
 from dlsched.models.ops import BACKWARD_FACTOR, Op, elementwise, matmul
@@ -133,14 +133,14 @@ class MoELayerCosts:
     """The layer's seconds split into Megatron-Core's EP-overlap nodes (``_overlap_nodes``)."""
 
 
-def load_factor(spec: TransformerSpec) -> float:
+def load_factor(spec: Model) -> float:
     """The busiest expert's tokens over the mean (module docstring)."""
     if spec.capacity_factor is None:
         return spec.router_imbalance
     return min(spec.router_imbalance, spec.capacity_factor)
 
 
-def check_moe_layout(spec: TransformerSpec, layout: Execution) -> None:
+def check_moe_layout(spec: Model, layout: Execution) -> None:
     """ConfigError naming the field when ``layout`` cannot run ``spec``'s MoE layers."""
     if not spec.experts:
         if layout.ep > 1:
@@ -162,7 +162,7 @@ def check_moe_layout(spec: TransformerSpec, layout: Execution) -> None:
         raise ConfigError("--zero: ZeRO-3 of MoE layers is not priced; accepted: 0, 1, 2")
 
 
-def routed_ops(spec: TransformerSpec, microbatch_size: int, tp: int, ep: int, cp: int = 1,
+def routed_ops(spec: Model, microbatch_size: int, tp: int, ep: int, cp: int = 1,
                expert_tp: int | None = None
                ) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
     """The MoE FFN's ops on one GPU, per microbatch, already divided over TP and expert TP:
@@ -198,7 +198,7 @@ def routed_ops(spec: TransformerSpec, microbatch_size: int, tp: int, ep: int, cp
     return before, experts_ops, after
 
 
-def chunk_sorts(spec: TransformerSpec, experts_ops: tuple[Op, ...], ep: int
+def chunk_sorts(spec: Model, experts_ops: tuple[Op, ...], ep: int
                 ) -> tuple[Op, ...]:
     """``experts_ops`` between Megatron-Core's All-to-All dispatcher's two chunk sorts: with
     more than one local expert, the received rows arrive grouped by source rank and are
@@ -300,14 +300,14 @@ def expert_eager_ops(experts_ops: tuple[Op, ...], hidden: int, local_experts: in
     return (*ops, replace(loop, backward_elements=backward))
 
 
-def a2a_bytes(spec: TransformerSpec, microbatch_size: int, tp: int, cp: int = 1) -> float:
+def a2a_bytes(spec: Model, microbatch_size: int, tp: int, cp: int = 1) -> float:
     """Bytes one GPU exchanges in one dispatch (= one combine) All-to-All: its ``T k`` routed
     token copies of ``h`` 16-bit elements, times the load factor (module docstring)."""
     local = microbatch_size * spec.seq // (cp * tp)
     return local * spec.top_k * load_factor(spec) * spec.hidden * ACTIVATION_BYTES
 
 
-def moe_layer_costs(spec: TransformerSpec, layout: Execution, gpu: str, precision: str,
+def moe_layer_costs(spec: Model, layout: Execution, gpu: str, precision: str,
                     tp_group: Topology | None, ep_topology: Topology | None,
                     policy: str, attention: str = "flash",
                     expert_tp_topology: Topology | None = None,
@@ -336,7 +336,7 @@ def moe_layer_costs(spec: TransformerSpec, layout: Execution, gpu: str, precisio
 
 
 @lru_cache(maxsize=4096)
-def _layer_costs(spec: TransformerSpec, b: int, tp: int, sp: bool, ep: int, recompute: str,
+def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str,
                  gpu: str, precision: str, tp_group: Topology | None,
                  ep_topology: Topology | None, policy: str, attention: str, cp: int,
                  cp_algorithm: str, etp: int, etp_group: Topology | None,

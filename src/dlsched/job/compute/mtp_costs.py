@@ -9,12 +9,12 @@ from dlsched.job.compute.layer_costs import BlockCosts, gpu_compute
 from dlsched.job.compute.moe_costs import MoELayerCosts
 from dlsched.job.compute.mtp import mtp_layer_is_moe
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.models.layer import Layer
 from dlsched.models.ops import matmul
 
 
-def mtp_seconds(spec: TransformerSpec, layout: Execution, costs: BlockCosts,
+def mtp_seconds(spec: Model, layout: Execution, costs: BlockCosts,
                 moe: MoELayerCosts | None, gpu: str, precision: str
                 ) -> tuple[float, float, int]:
     """Seconds per microbatch the MTP modules add to the last virtual stage (forward,

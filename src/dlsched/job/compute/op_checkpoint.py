@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.models.ops import ATTENTION_KINDS, Op, matmul
 
 MODE = "selective-op"
@@ -72,7 +72,7 @@ class Stash:
     fp32: float
 
 
-def layer_matmuls(spec: TransformerSpec) -> tuple[Matmul, ...]:
+def layer_matmuls(spec: Model) -> tuple[Matmul, ...]:
     """The block's matmuls in call order (module docstring)."""
     h, kv, f = spec.hidden, spec.kv_heads * spec.head_dim, spec.ffn_hidden
     gate = (Matmul("w3", h, f),) if spec.gated_ffn else ()
@@ -82,19 +82,19 @@ def layer_matmuls(spec: TransformerSpec) -> tuple[Matmul, ...]:
             Matmul("w2", f, h, row_parallel=True))
 
 
-def kept_matmuls(spec: TransformerSpec) -> tuple[Matmul, ...]:
+def kept_matmuls(spec: Model) -> tuple[Matmul, ...]:
     """The matmuls whose outputs are kept: the 1st, 3rd, 5th ... of the block."""
     return layer_matmuls(spec)[::2]
 
 
-def recomputed_matmuls(spec: TransformerSpec) -> tuple[Matmul, ...]:
+def recomputed_matmuls(spec: Model) -> tuple[Matmul, ...]:
     """The matmuls the backward runs again: the 2nd, 4th ... but the block's last (early
     stop: its output is needed by no backward)."""
     matmuls = layer_matmuls(spec)
     return tuple(m for m in matmuls[1::2] if m is not matmuls[-1])
 
 
-def check_op_checkpoint(spec: TransformerSpec, layout: Execution) -> None:
+def check_op_checkpoint(spec: Model, layout: Execution) -> None:
     """ConfigError when ``layout`` asks for the policy where it is not defined (module
     docstring)."""
     if layout.recompute != MODE:
@@ -116,7 +116,7 @@ def check_op_checkpoint(spec: TransformerSpec, layout: Execution) -> None:
                           f"for {', '.join(reasons)}; accepted there: none, selective, full")
 
 
-def recomputed_ops(spec: TransformerSpec, ops: tuple[Op, ...], tokens: int,
+def recomputed_ops(spec: Model, ops: tuple[Op, ...], tokens: int,
                    fp8: bool = False, compiled_sp: bool = False) -> tuple[Op, ...]:
     """What the backward runs again of a layer whose forward is ``ops`` (the zoo's, forward
     order) on ``tokens`` tokens per sample: every op up to the last matmul but the kept
@@ -156,15 +156,15 @@ def recomputed_ops(spec: TransformerSpec, ops: tuple[Op, ...], tokens: int,
     return tuple(out)
 
 
-def recompute_flops_per_token(spec: TransformerSpec, attention: str) -> float:
+def recompute_flops_per_token(spec: Model, attention: str) -> float:
     """FLOP per token per layer run again: the recomputed matmuls, and an unfused attention
-    core's ``4 s h`` (scores and context, as ``TransformerSpec.model_flops_per_token`` counts
+    core's ``4 s h`` (scores and context, as ``Model.model_flops_per_token`` counts
     them)."""
     matmuls = sum(2.0 * m.fan_in * m.fan_out for m in recomputed_matmuls(spec))
     return matmuls + (4.0 * spec.seq * spec.hidden if attention == "unfused" else 0.0)
 
 
-def stash_elements(spec: TransformerSpec, layout: Execution, attention: str) -> Stash:
+def stash_elements(spec: Model, layout: Execution, attention: str) -> Stash:
     """Elements one layer keeps per microbatch on one GPU (module docstring); ConfigError
     where the policy is not defined."""
     check_op_checkpoint(spec, layout)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 
 from dlsched.errors import ConfigError
 from dlsched.hardware import Topology
-from dlsched.job.cluster import Cluster
+from dlsched.job.cluster import System
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import check_cp
 from dlsched.job.communication.dp_sync import DPStep, dp_step
@@ -79,7 +79,7 @@ from dlsched.job.memory.per_gpu import (
     layer_parameters_per_gpu,
     peak_memory,
 )
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 from dlsched.units import format_bytes
 
@@ -90,12 +90,12 @@ class Job:
     run (the layout and its run settings, ``Execution.run``) is the ``Execution`` each
     evaluation prices."""
 
-    spec: TransformerSpec
-    cluster: Cluster
+    spec: Model
+    cluster: System
 
     def __post_init__(self) -> None:
-        if not isinstance(self.cluster, Cluster):  # Job held the run settings third before
-            raise ConfigError(f"cluster: a job.cluster.Cluster, not {self.cluster!r}")
+        if not isinstance(self.cluster, System):  # Job held the run settings third before
+            raise ConfigError(f"cluster: a job.cluster.System, not {self.cluster!r}")
 
 
 def check_run(job: Job, run: RunSettings) -> None:
@@ -290,7 +290,7 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
     return steps
 
 
-def _dense_layer_parameters(spec: TransformerSpec, tp: int, layers: range) -> list[float]:
+def _dense_layer_parameters(spec: Model, tp: int, layers: range) -> list[float]:
     """Parameters per GPU of each of ``layers`` without its routed experts (an MoE layer's
     router and shared experts in place of the dense FFN), as ``stage_parameters`` counts them."""
     layer = layer_parameters_per_gpu(spec, tp)
@@ -322,7 +322,7 @@ def _gather_units(job: Job, layout: Execution, times: PipelineTimes,
     return tuple(units)
 
 
-def _flops(spec: TransformerSpec, layout: Execution, attention: str = "flash") -> dict[str, float]:
+def _flops(spec: Model, layout: Execution, attention: str = "flash") -> dict[str, float]:
     """Model and executed FLOP of one iteration (module docstring); ``selective-op`` runs
     ``job.op_checkpoint``'s recomputed matmuls again (and an unfused attention core),
     Megatron-Core's per-module recomputation its modules' (``job.compute.module_recompute``)."""

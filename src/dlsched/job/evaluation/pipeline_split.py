@@ -32,7 +32,7 @@ options are not expressed: ``--decoder-first/last-pipeline-num-layers`` fix whol
 VP 8 has no such split), and ``--pipeline-model-parallel-layout`` lists every stage's modules by
 hand; the accounting options are the ones that follow from the model and the degrees alone.
 
-Multi-token-prediction modules (``TransformerSpec.mtp_layers``, ``job.compute.mtp``) sit on the
+Multi-token-prediction modules (``Model.mtp_layers``, ``job.compute.mtp``) sit on the
 last virtual stage beside the output layer; when the loss is accounted each counts as one layer
 there too (``mtp``), as Megatron-Core's layout for DeepSeek-V3 places them (its MoE recipes'
 ``--pipeline-model-parallel-layout "Et|(tt|)*30mL"``: the embedding and one layer, 30 stages of

@@ -60,7 +60,7 @@ from dlsched.job.compute.module_recompute import MODULES, modules_of
 from dlsched.job.evaluation.pipeline_split import ACCOUNTED, slots_per_stage
 from dlsched.job.execution import Execution
 from dlsched.job.exports.framework_flags import megatron_fp8_args, titan_run_sections
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 
 MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
 MEGATRON_CP = {"ring": "p2p", "all-to-all": "a2a"}  # --cp-comm-type (TransformerConfig)
@@ -91,7 +91,7 @@ def megatron_flags(layout: Execution) -> tuple[str, ...]:
     return tuple(flag for flag, given in on if given)
 
 
-def megatron_args(spec: TransformerSpec, layout: Execution) -> str:
+def megatron_args(spec: Model, layout: Execution) -> str:
     """Comment lines (``#``) on what the arguments cannot say, then one line of Megatron-LM
     ``pretrain_gpt.py`` arguments for the plan ``layout`` with its run settings (module
     docstring): its precision and gradient format, attention backend, the switches it was
@@ -167,7 +167,7 @@ def megatron_args(spec: TransformerSpec, layout: Execution) -> str:
     return "".join(f"# {note}\n" for note in notes) + shlex.join(args) + "\n"
 
 
-def check_runs(spec: TransformerSpec, layout: Execution, framework: str,
+def check_runs(spec: Model, layout: Execution, framework: str,
                schedules: tuple[str, ...]) -> None:
     """ConfigError naming the field when ``framework`` (Megatron-LM or TorchTitan) cannot run
     the plan as priced: a pipeline schedule it does not have (``schedules``: ZB-H1 is the fork
@@ -195,7 +195,7 @@ def megatron_document(text: str) -> dict[str, list[str]]:
             "args": shlex.split(lines[-1])}
 
 
-def _megatron_architecture(spec: TransformerSpec, notes: list[str]) -> list[str]:
+def _megatron_architecture(spec: Model, notes: list[str]) -> list[str]:
     """What the layers are where they are not GPT's (Megatron-LM's defaults: GeLU MLP,
     LayerNorm, learned absolute positions, biases): ``--swiglu``, ``--normalization
     RMSNorm``, ``--position-embedding-type rope`` (with a note on the rotary base, which the
@@ -248,7 +248,7 @@ def _megatron_p2p(layout: Execution, pipeline_p2p: str, notes: list[str]) -> lis
     return []
 
 
-def _megatron_moe(spec: TransformerSpec, layout: Execution) -> list[str]:
+def _megatron_moe(spec: Model, layout: Execution) -> list[str]:
     """The MoE flags (``TransformerConfig``'s moe_* fields and --num-experts): experts, top-k,
     expert FFN width, which layers, shared experts, capacity, router score function, EP and
     expert TP (the layout's ``etp``), grouped GEMM and the All-to-All dispatcher dlsched prices."""
@@ -289,7 +289,7 @@ def _megatron_precision(precision: str, grad_bytes: int, notes: list[str]) -> li
     return []
 
 
-def torchtitan_toml(spec: TransformerSpec, layout: Execution) -> str:
+def torchtitan_toml(spec: Model, layout: Execution) -> str:
     """A TorchTitan job config (TOML) for the plan ``layout`` with its run settings, with
     comments where TorchTitan has no equivalent (module docstring; its ``pipeline_p2p``: how
     the plan's transfers were priced, ``job.pipeline_p2p``)."""
@@ -338,7 +338,7 @@ def torchtitan_toml(spec: TransformerSpec, layout: Execution) -> str:
                          **kernels})
 
 
-def titan_model(spec: TransformerSpec) -> dict[str, str]:
+def titan_model(spec: Model) -> dict[str, str]:
     """TorchTitan's [model] of ``spec``: ``llama3`` with the flavor of its shape
     (``TITAN_LLAMA3``), or the spec's own name as a flavor to register for another Llama
     shape; ConfigError for a model TorchTitan's llama3 does not build (a mixture of experts,
@@ -364,7 +364,7 @@ def titan_model(spec: TransformerSpec) -> dict[str, str]:
     return {"name": "llama3", "flavor": flavor}
 
 
-def _titan_parallelism(spec: TransformerSpec, layout: Execution,
+def _titan_parallelism(spec: Model, layout: Execution,
                        notes: list[str]) -> dict[str, object]:
     """[parallelism]: DP as DDP (replicate) or FSDP (shard), TP, PP and CP degrees."""
     replicate, shard, reshard = layout.dp, 1, None

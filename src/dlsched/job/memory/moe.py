@@ -28,12 +28,12 @@ from dlsched.job.compute.moe_costs import load_factor
 from dlsched.job.compute.mtp import mtp_layer_is_moe
 from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 
 SCORE_BYTES = 4  # the router's scores in FP32
 
 
-def layer_indices(spec: TransformerSpec, layout: Execution, stage: int, chunk: int) -> range:
+def layer_indices(spec: Model, layout: Execution, stage: int, chunk: int) -> range:
     """The layers of chunk ``chunk`` of pipeline rank ``stage`` (virtual stage ``chunk x pp
     + stage``, or the V's and DualPipe's placements: ``unit_walk.held_stages``;
     ``job.pipeline_split``)."""
@@ -41,7 +41,7 @@ def layer_indices(spec: TransformerSpec, layout: Execution, stage: int, chunk: i
     return layout.stage_layers(spec.layers, spec.mtp_layers)[held[chunk]]
 
 
-def stage_moe_layers(spec: TransformerSpec, layout: Execution, stage: int) -> int:
+def stage_moe_layers(spec: Model, layout: Execution, stage: int) -> int:
     """MoE layers held by pipeline rank ``stage`` over all its chunks, the MTP modules' among
     them on the rank holding the last virtual stage (``held_mtp_moe``)."""
     held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
@@ -50,7 +50,7 @@ def stage_moe_layers(spec: TransformerSpec, layout: Execution, stage: int) -> in
         held_mtp_moe(spec, layout, stage)
 
 
-def held_mtp_moe(spec: TransformerSpec, layout: Execution, stage: int) -> int:
+def held_mtp_moe(spec: Model, layout: Execution, stage: int) -> int:
     """MoE layers of the MTP modules (``job.compute.mtp``) on pipeline rank ``stage``: all of
     them on the rank holding the last virtual stage, none elsewhere."""
     held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
@@ -59,20 +59,20 @@ def held_mtp_moe(spec: TransformerSpec, layout: Execution, stage: int) -> int:
     return sum(mtp_layer_is_moe(spec, k) for k in range(spec.mtp_layers))
 
 
-def moe_dense_delta(spec: TransformerSpec, tp: int) -> float:
+def moe_dense_delta(spec: Model, tp: int) -> float:
     """Parameters per GPU an MoE layer's non-expert part holds beyond a dense layer's: the
     dense FFN (split over TP) replaced by the router (whole) and the shared experts (split)."""
     shared = spec.shared_experts * spec.ffn_parameters(spec.expert_ffn_hidden)
     return spec.router_parameters() + (shared - spec.ffn_parameters(spec.ffn_hidden)) / tp
 
 
-def experts_per_gpu(spec: TransformerSpec, layout: Execution) -> float:
+def experts_per_gpu(spec: Model, layout: Execution) -> float:
     """One MoE layer's routed-expert parameters on one GPU: ``experts / ep`` of them, over
     expert TP."""
     return spec.expert_parameters() / (layout.ep * layout.etp)
 
 
-def moe_stash_delta(spec: TransformerSpec, layout: Execution, p: int) -> float:
+def moe_stash_delta(spec: Model, layout: Execution, p: int) -> float:
     """Bytes one MoE layer keeps per microbatch per GPU beyond a dense layer (module
     docstring)."""
     s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp

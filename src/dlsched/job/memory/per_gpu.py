@@ -121,7 +121,7 @@ from dlsched.job.memory.moe import (
     stage_moe_layers,
 )
 from dlsched.job.memory.recompute_modules import layer_saving
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import PRECISIONS
 from dlsched.pipeline.chains.memory_model import (
     ADAM_MOMENT_BYTES,
@@ -242,7 +242,7 @@ def padded_vocab(vocab: int, tp: int) -> int:
     return math.ceil(vocab / multiple) * multiple
 
 
-def layer_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
+def layer_parameters_per_gpu(spec: Model, tp: int) -> float:
     """One layer's parameters on one TP rank: split weights and column-parallel biases over
     ``tp``, the two norms, the per-head query/key norms (``qk_norm``) and (with biases) the two
     row-parallel biases whole."""
@@ -252,14 +252,14 @@ def layer_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
     return (spec.layer_parameters() - replicated) / tp + replicated
 
 
-def embedding_parameters_per_gpu(spec: TransformerSpec, tp: int) -> float:
+def embedding_parameters_per_gpu(spec: Model, tp: int) -> float:
     """Vocabulary-parallel word embedding plus the replicated learned positions (none with
     rotary embeddings)."""
     positions = spec.seq * spec.hidden if spec.learned_positions else 0
     return padded_vocab(spec.vocab, tp) * spec.hidden / tp + positions
 
 
-def head_parameters_per_gpu(spec: TransformerSpec, layout: Execution) -> float:
+def head_parameters_per_gpu(spec: Model, layout: Execution) -> float:
     """Final norm plus the output matrix when untied, or Megatron's copy of the word embedding
     on the last stage when tied and ``pp > 1``."""
     matrix = padded_vocab(spec.vocab, layout.tp) * spec.hidden / layout.tp
@@ -267,7 +267,7 @@ def head_parameters_per_gpu(spec: TransformerSpec, layout: Execution) -> float:
     return spec.norm_parameters() + (matrix if own_matrix else 0.0)
 
 
-def mtp_unit_per_gpu(spec: TransformerSpec, tp: int, module: int) -> float:
+def mtp_unit_per_gpu(spec: Model, tp: int, module: int) -> float:
     """MTP module ``module``'s parameters per GPU but its routed experts (``job.compute.mtp``):
     its layer as ``layer_parameters_per_gpu``, ``eh_proj`` split over TP (column-parallel in
     Megatron-Core's ``MultiTokenPredictionLayer``), its three norms whole."""
@@ -276,7 +276,7 @@ def mtp_unit_per_gpu(spec: TransformerSpec, tp: int, module: int) -> float:
             + MTP_NORMS * spec.norm_parameters())
 
 
-def stage_units(spec: TransformerSpec, layout: Execution, stage: int) -> list[float]:
+def stage_units(spec: Model, layout: Execution, stage: int) -> list[float]:
     """Parameters per GPU of each unit (layer, embedding, head) on pipeline rank ``stage``."""
     _check_stage(layout, stage)
     units = ([layer_parameters_per_gpu(spec, layout.tp)]
@@ -308,7 +308,7 @@ def _per_gpu(total: float, whole: float, tp: int) -> float:
     return whole + (total - whole) / tp
 
 
-def layer_activations(spec: TransformerSpec, layout: Execution, precision: str,
+def layer_activations(spec: Model, layout: Execution, precision: str,
                       attention: str = "flash", runtime: rt.Runtime = rt.EAGER
                       ) -> tuple[float, float]:
     """One layer's stash per microbatch per GPU and the transient of recomputing it (bytes),
@@ -351,7 +351,7 @@ def _block_per_gpu(block: BlockMemory, tp: int) -> float:
     return _per_gpu(block.stash, block.replicated[0], tp)
 
 
-def chunk_stash(spec: TransformerSpec, layout: Execution, precision: str,
+def chunk_stash(spec: Model, layout: Execution, precision: str,
                 stage: int, attention: str = "flash", runtime: rt.Runtime = rt.EAGER
                 ) -> list[tuple[float, float]]:
     """Per chunk of rank ``stage``: (activations, FP32 logits) one microbatch keeps (bytes)."""
@@ -388,7 +388,7 @@ def chunk_stash(spec: TransformerSpec, layout: Execution, precision: str,
     return [(acts, logits) for acts, logits in chunks]
 
 
-def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, stage: int = 0,
+def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 0,
                    grad_bytes: int = 4, attention: str = "flash",
                    runtime: rt.Runtime = rt.EAGER) -> MemoryBreakdown:
     """Bytes per GPU of pipeline rank ``stage`` (0 = first) by part, the attention core by
@@ -432,7 +432,7 @@ def memory_per_gpu(spec: TransformerSpec, layout: Execution, precision: str, sta
                            CONTEXT_BYTES, held, persistent)
 
 
-def _fsdp2(spec: TransformerSpec, layout: Execution, stage: int, shards: int,
+def _fsdp2(spec: Model, layout: Execution, stage: int, shards: int,
            units: list[float], runtime: rt.Runtime) -> tuple[StateBytes, float, float, float]:
     """FSDP2's state bytes per parameter, its weights unsharded through the step, and its
     block-backward transient (as the ZeRO ``gathered`` plus ``gradient``; ``torch_runtime``)."""
@@ -449,7 +449,7 @@ def _fsdp2(spec: TransformerSpec, layout: Execution, stage: int, shards: int,
 
 
 @lru_cache(maxsize=65536)  # a plan's search and its baselines' ask again for the same layouts
-def peak_memory(spec: TransformerSpec, layout: Execution, precision: str,
+def peak_memory(spec: Model, layout: Execution, precision: str,
                 grad_bytes: int = 4, attention: str = "flash",
                 runtime: rt.Runtime = rt.EAGER) -> MemoryBreakdown:
     """The breakdown of the stage that needs the most. Under an even split only the first and

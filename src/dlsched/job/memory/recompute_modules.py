@@ -28,12 +28,12 @@ from dlsched.job.communication.context_parallel import local_tokens
 from dlsched.job.compute.module_recompute import modules_of
 from dlsched.job.compute.moe_costs import load_factor
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 
 SCORE_BYTES = 4  # the router's scores in FP32 (job.memory.moe)
 
 
-def layer_saving(spec: TransformerSpec, layout: Execution, p: int, moe: bool) -> float:
+def layer_saving(spec: Model, layout: Execution, p: int, moe: bool) -> float:
     """Bytes one layer (an MoE layer when ``moe``) no longer keeps per microbatch per GPU under
     ``layout.recompute``'s modules (module docstring); 0 without modules."""
     modules = modules_of(layout.recompute)

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 from dlsched.job.compute.op_checkpoint import MODE, kept_matmuls, layer_matmuls
 from dlsched.job.execution import Execution
-from dlsched.job.model_spec import TransformerSpec
+from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import Runtime
 
 # ZeRO-3 as the ZeRO paper / Megatron-LM, or PyTorch's FSDP2 in TorchTitan's two wrappings
@@ -68,7 +68,7 @@ REDUCE_BYTES = 4  # MixedPrecisionPolicy reduce_dtype float32: the reduce-scatte
 EAGER = Runtime()  # ZeRO's states, eager blocks: the default of the memory model's functions
 
 
-def block_gathered_bytes(spec: TransformerSpec, block_params: float, tp: int,
+def block_gathered_bytes(spec: Model, block_params: float, tp: int,
                          fp8_all_gather: bool) -> float:
     """Bytes of one block's all-gathered parameters on one GPU (``block_params`` per GPU):
     bf16, or with the float8 all-gather its linear weights (``layer_matmul_elements / tp``)
@@ -102,7 +102,7 @@ def backward_transient(block_bytes: float, block_params: float, pp: int) -> floa
     return prefetched + block_params * (PARAM_BYTES + REDUCE_BYTES)
 
 
-def dead_saves(spec: TransformerSpec, layout: Execution) -> float:
+def dead_saves(spec: Model, layout: Execution) -> float:
     """Elements per GPU of one layer and microbatch that eager per-op checkpointing keeps and
     compiled blocks do not (module docstring): the last matmul's output when the policy keeps
     it (``s b h``, row-parallel: whole on every TP rank) and, with sequence parallelism, its
