@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pipeline_strategies import stage_seconds
 
 from dlsched.job.evaluation import interleaved_rounds, pipeline_steady
 from dlsched.job.evaluation.interleaved_rounds import _read, interleaved_timings, round_table
@@ -33,30 +34,15 @@ def test_the_rounds_hold_from_two_microbatches_per_rank() -> None:
     assert table is not None and table.period == 128  # p microbatches of both chunks
 
 
-def _stages(draw: st.DrawFn, n: int) -> tuple[tuple[float, ...], ...]:
-    """Forwards, backwards and sends of ``n`` stages: equal middle stages or each its own,
-    sends none, equal, each its own, or some none and some not."""
-    equal = draw(st.booleans())
-    base = draw(st.floats(0.5, 1.5))
-    forward = tuple(base if equal and 0 < s < n - 1 else draw(st.floats(0.5, 1.5))
-                    for s in range(n))
-    backward = tuple(f * draw(st.floats(1.8, 3.2)) for f in forward)
-    kind = draw(st.sampled_from(["none", "equal", "each", "some"]))
-    one = draw(st.floats(0.01, 0.8))
-    send = tuple(0.0 if kind == "none" else one if kind == "equal" else
-                 draw(st.sampled_from([0.0, one])) if kind == "some" else
-                 draw(st.floats(0.0, 0.8)) for _ in range(n - 1))
-    return forward, backward, send
-
 
 @st.composite
 def interleaved_lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
     """Two random interleaved replicas of one degree (2-8), chunk count (2-3) and microbatch
-    count (2-24 per rank), each with its own seconds (``_stages``)."""
+    count (2-24 per rank), each with its own seconds (``stage_seconds``)."""
     pp = draw(st.integers(2, 8))
     chunks = draw(st.integers(2, 3))
     m = pp * draw(st.integers(2, 24))
-    return tuple(PipelineTimes(pp, chunks, m, "interleaved", *_stages(draw, pp * chunks))
+    return tuple(PipelineTimes(pp, chunks, m, "interleaved", *draw(stage_seconds(pp * chunks)))
                  for _ in range(2))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pipeline_strategies import stage_seconds
 
 from dlsched.job.evaluation import pipeline_rounds
 from dlsched.job.evaluation.pipeline_rounds import (
@@ -39,31 +40,15 @@ def test_other_schedules_are_not_walked_here() -> None:
     assert zb_h1_timings(single, single) is None
 
 
-def _stages(draw: st.DrawFn, n: int) -> tuple[tuple[float, ...], ...]:
-    """Forwards, backwards and sends of ``n`` stages: equal middle stages or each its own,
-    sends none, equal, each its own, or some none and some not (a stream used by one
-    direction only)."""
-    equal = draw(st.booleans())
-    base = draw(st.floats(0.5, 1.5))
-    forward = tuple(base if equal and 0 < s < n - 1 else draw(st.floats(0.5, 1.5))
-                    for s in range(n))
-    backward = tuple(f * draw(st.floats(1.8, 3.2)) for f in forward)
-    kind = draw(st.sampled_from(["none", "equal", "each", "some"]))
-    one = draw(st.floats(0.01, 0.8))
-    send = tuple(0.0 if kind == "none" else one if kind == "equal" else
-                 draw(st.sampled_from([0.0, one])) if kind == "some" else
-                 draw(st.floats(0.0, 0.8)) for _ in range(n - 1))
-    return forward, backward, send
-
 
 @st.composite
 def zb_h1_lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
     """Two random ZB-H1 replicas of one degree (2-10), microbatch count (1-200) and input
-    fraction, each with its own seconds (``_stages``)."""
+    fraction, each with its own seconds (``stage_seconds``)."""
     pp = draw(st.integers(2, 10))
     m = draw(st.integers(1, 200))
     fraction = draw(st.floats(0.3, 0.7))
-    return tuple(PipelineTimes(pp, 1, m, "zb-h1", *_stages(draw, pp), fraction)
+    return tuple(PipelineTimes(pp, 1, m, "zb-h1", *draw(stage_seconds(pp)), fraction)
                  for _ in range(2))
 
 
@@ -137,10 +122,10 @@ def test_replica_timings_walks_zb_h1_here(monkeypatch: pytest.MonkeyPatch) -> No
 @st.composite
 def gpipe_lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
     """Two random GPipe replicas of one degree (2-10) and microbatch count (1-200), each with
-    its own seconds (``_stages``)."""
+    its own seconds (``stage_seconds``)."""
     pp = draw(st.integers(2, 10))
     m = draw(st.integers(1, 200))
-    return tuple(PipelineTimes(pp, 1, m, "gpipe", *_stages(draw, pp)) for _ in range(2))
+    return tuple(PipelineTimes(pp, 1, m, "gpipe", *draw(stage_seconds(pp))) for _ in range(2))
 
 
 @settings(max_examples=200, deadline=None)
