@@ -1,9 +1,13 @@
-"""Hypothesis strategies shared by the pipeline walks' exactness tests (imported by name: the
-test folder is on ``sys.path`` under pytest's default import mode)."""
+"""What the pipeline walks' exactness tests share: the stage seconds they draw and the check
+that a fast walk equals the full one (imported by name: the test folder is on ``sys.path``
+under pytest's default import mode)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import strategies as st
+
+from dlsched.job.evaluation.pipeline_walk import ReplicaTiming
 
 
 @st.composite
@@ -22,3 +26,13 @@ def stage_seconds(draw: st.DrawFn, n: int) -> tuple[tuple[float, ...], ...]:
                  draw(st.sampled_from([0.0, one])) if kind == "some" else
                  draw(st.floats(0.0, 0.8)) for _ in range(n - 1))
     return forward, backward, send
+
+
+def assert_same_timing(fast: ReplicaTiming, full: ReplicaTiming) -> None:
+    """The end and every rank's last backward start and end equal to 1e-9 (floating-point
+    rounding of the sums a fast walk adds at once)."""
+    assert fast.end == pytest.approx(full.end, rel=1e-9, abs=1e-12)
+    assert fast.last_backward_start == pytest.approx(full.last_backward_start, rel=1e-9,
+                                                     abs=1e-12)
+    assert fast.last_backward_end == pytest.approx(full.last_backward_end, rel=1e-9,
+                                                   abs=1e-12)

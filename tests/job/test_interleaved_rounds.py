@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pipeline_strategies import stage_seconds
+from pipeline_strategies import assert_same_timing, stage_seconds
 
 from dlsched.job.evaluation import interleaved_rounds, pipeline_steady
 from dlsched.job.evaluation.interleaved_rounds import _read, interleaved_timings, round_table
@@ -34,7 +34,6 @@ def test_the_rounds_hold_from_two_microbatches_per_rank() -> None:
     assert table is not None and table.period == 128  # p microbatches of both chunks
 
 
-
 @st.composite
 def interleaved_lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
     """Two random interleaved replicas of one degree (2-8), chunk count (2-3) and microbatch
@@ -46,24 +45,14 @@ def interleaved_lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
                  for _ in range(2))
 
 
-def _assert_equal(fast: ReplicaTiming, full: ReplicaTiming) -> None:
-    """The end and every rank's last backward start and end to 1e-9 (the translation by
-    whole periods adds its sums at once)."""
-    assert fast.end == pytest.approx(full.end, rel=1e-9, abs=1e-12)
-    assert fast.last_backward_start == pytest.approx(full.last_backward_start, rel=1e-9,
-                                                     abs=1e-12)
-    assert fast.last_backward_end == pytest.approx(full.last_backward_end, rel=1e-9,
-                                                   abs=1e-12)
-
-
 @settings(max_examples=300, deadline=None)
 @given(interleaved_lanes())
 def test_both_lanes_are_the_full_walks(pair: tuple[PipelineTimes, PipelineTimes]) -> None:
     """300 random pairs per run: each lane is ``walk_pipeline`` of that replica alone."""
     times, quiet = pair
     fast, fast_quiet = interleaved_timings(times, quiet)
-    _assert_equal(fast, walk_pipeline(times))
-    _assert_equal(fast_quiet, walk_pipeline(quiet))
+    assert_same_timing(fast, walk_pipeline(times))
+    assert_same_timing(fast_quiet, walk_pipeline(quiet))
 
 
 def _rounds_walked_by(walk: Callable[..., tuple[ReplicaTiming, ...]], times: PipelineTimes,
@@ -104,8 +93,8 @@ def test_the_periods_past_a_repeat_are_not_walked(pp: int,
         quiet = PipelineTimes(pp, 2, m, "interleaved", forward, backward, (0.0,) * (n - 1))
         rounds, (fast, fast_quiet) = _rounds_walked(times, quiet, monkeypatch)
         walked.append(rounds)
-        _assert_equal(fast, walk_pipeline(times))
-        _assert_equal(fast_quiet, walk_pipeline(quiet))
+        assert_same_timing(fast, walk_pipeline(times))
+        assert_same_timing(fast_quiet, walk_pipeline(quiet))
         assert fast.end > fast_quiet.end
     table = round_table(pp, 2, 40 * pp)
     assert walked[0] == walked[1] < table.last - table.first + 1
@@ -123,4 +112,4 @@ def test_replica_timings_walks_interleaving_here_from_16_ranks(
         assert rounds > 0
         calls, walked = _rounds_walked_by(replica_timings.__wrapped__, times, monkeypatch)
         assert (calls > 0) == (pp >= pipeline_steady.ROUNDS_FROM_PP)
-        _assert_equal(walked[0], mine[0])
+        assert_same_timing(walked[0], mine[0])

@@ -7,12 +7,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pipeline_strategies import assert_same_timing
 
 from dlsched.errors import ConfigError
 from dlsched.job.evaluation import pipeline_steady
 from dlsched.job.evaluation.pipeline_orders import coded_orders, periodic_orders
 from dlsched.job.evaluation.pipeline_steady import fast_pipeline, replica_timings
-from dlsched.job.evaluation.pipeline_walk import PipelineTimes, ReplicaTiming, walk_pipeline
+from dlsched.job.evaluation.pipeline_walk import PipelineTimes, walk_pipeline
 
 
 @pytest.mark.parametrize("schedule, chunks", [("1f1b", 1), ("zb-h1", 1), ("interleaved", 2),
@@ -66,16 +67,6 @@ def lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
                  for _ in range(2))
 
 
-def _assert_equal(fast: ReplicaTiming, full: ReplicaTiming) -> None:
-    """The end and every rank's last backward start and end equal to 1e-9 (floating-point
-    rounding of the sums the steady state's translation adds at once)."""
-    assert fast.end == pytest.approx(full.end, rel=1e-9, abs=1e-12)
-    assert fast.last_backward_start == pytest.approx(full.last_backward_start, rel=1e-9,
-                                                     abs=1e-12)
-    assert fast.last_backward_end == pytest.approx(full.last_backward_end, rel=1e-9,
-                                                   abs=1e-12)
-
-
 @settings(max_examples=300, deadline=None)
 @given(lanes())
 def test_one_walk_gives_the_full_walk_of_each_lane(pair: tuple[PipelineTimes, PipelineTimes]
@@ -85,8 +76,8 @@ def test_one_walk_gives_the_full_walk_of_each_lane(pair: tuple[PipelineTimes, Pi
     walk's), to 1e-9."""
     times, quiet = pair
     fast, fast_quiet = replica_timings.__wrapped__(times, quiet)
-    _assert_equal(fast, walk_pipeline(times))
-    _assert_equal(fast_quiet, walk_pipeline(quiet))
+    assert_same_timing(fast, walk_pipeline(times))
+    assert_same_timing(fast_quiet, walk_pipeline(quiet))
 
 
 @pytest.mark.parametrize("schedule, chunks", [("1f1b", 1), ("zb-h1", 1), ("interleaved", 2),
@@ -107,8 +98,8 @@ def test_the_skipped_rounds_are_those_of_a_model_replica(schedule: str, chunks: 
             assert structure is not None
             assert pipeline_steady._skippable(structure, pipeline_steady._Lanes(times, quiet))
             fast, fast_quiet = replica_timings.__wrapped__(times, quiet)
-            _assert_equal(fast, walk_pipeline(times))
-            _assert_equal(fast_quiet, walk_pipeline(quiet))
+            assert_same_timing(fast, walk_pipeline(times))
+            assert_same_timing(fast_quiet, walk_pipeline(quiet))
             assert fast.end > fast_quiet.end  # the transfers cost something
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pipeline_strategies import stage_seconds
+from pipeline_strategies import assert_same_timing, stage_seconds
 
 from dlsched.job.evaluation import pipeline_rounds
 from dlsched.job.evaluation.pipeline_rounds import (
@@ -40,7 +40,6 @@ def test_other_schedules_are_not_walked_here() -> None:
     assert zb_h1_timings(single, single) is None
 
 
-
 @st.composite
 def zb_h1_lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
     """Two random ZB-H1 replicas of one degree (2-10), microbatch count (1-200) and input
@@ -52,24 +51,14 @@ def zb_h1_lanes(draw: st.DrawFn) -> tuple[PipelineTimes, PipelineTimes]:
                  for _ in range(2))
 
 
-def _assert_equal(fast: ReplicaTiming, full: ReplicaTiming) -> None:
-    """The end and every rank's last backward start and end to 1e-9 (the running sums of the
-    forward chain round differently from the walk's one sum at a time)."""
-    assert fast.end == pytest.approx(full.end, rel=1e-9, abs=1e-12)
-    assert fast.last_backward_start == pytest.approx(full.last_backward_start, rel=1e-9,
-                                                     abs=1e-12)
-    assert fast.last_backward_end == pytest.approx(full.last_backward_end, rel=1e-9,
-                                                   abs=1e-12)
-
-
 @settings(max_examples=300, deadline=None)
 @given(zb_h1_lanes())
 def test_both_lanes_are_the_full_walks(pair: tuple[PipelineTimes, PipelineTimes]) -> None:
     """300 random pairs per run: each lane is ``walk_pipeline`` of that replica alone."""
     times, quiet = pair
     fast, fast_quiet = zb_h1_timings(times, quiet)
-    _assert_equal(fast, walk_pipeline(times))
-    _assert_equal(fast_quiet, walk_pipeline(quiet))
+    assert_same_timing(fast, walk_pipeline(times))
+    assert_same_timing(fast_quiet, walk_pipeline(quiet))
 
 
 def _rounds_walked(times: PipelineTimes, quiet: PipelineTimes,
@@ -104,8 +93,8 @@ def test_the_rounds_past_a_repeat_are_not_walked(pp: int,
         quiet = PipelineTimes(pp, 1, m, "zb-h1", forward, backward, (0.0,) * (pp - 1))
         rounds, (fast, fast_quiet) = _rounds_walked(times, quiet, monkeypatch)
         walked.append(rounds)
-        _assert_equal(fast, walk_pipeline(times))
-        _assert_equal(fast_quiet, walk_pipeline(quiet))
+        assert_same_timing(fast, walk_pipeline(times))
+        assert_same_timing(fast_quiet, walk_pipeline(quiet))
         assert fast.end > fast_quiet.end
     assert walked[0] == walked[1] < 40 * pp + pp - 1
 
@@ -136,8 +125,8 @@ def test_gpipe_lanes_are_the_full_walks(pair: tuple[PipelineTimes, PipelineTimes
     times, quiet = pair
     assert gpipe_holds(times.pp, times.num_microbatches)
     fast, fast_quiet = gpipe_timings(times, quiet)
-    _assert_equal(fast, walk_pipeline(times))
-    _assert_equal(fast_quiet, walk_pipeline(quiet))
+    assert_same_timing(fast, walk_pipeline(times))
+    assert_same_timing(fast_quiet, walk_pipeline(quiet))
     assert replica_timings.__wrapped__(times, quiet) == (fast, fast_quiet)
 
 
