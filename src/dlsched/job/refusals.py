@@ -14,7 +14,10 @@ that cannot hold instead (``check_plan``, called first by ``job.api.plan``):
   ``--tp-comm-overlap`` without sequence parallelism (Megatron-Core overlaps the TP
   collectives of sequence parallelism only), ``--overlap-param-gather`` with ZeRO 0 or 3
   (ZeRO 0 gathers no weights; ZeRO 3 gathers each layer's before its forward anyway, priced
-  as such: ``job.evaluation.evaluate``).
+  as such: ``job.evaluation.evaluate``), ``--moe-a2a-overlap`` on a dense model;
+- ``--moe-a2a-overlap`` with a layout field given that Megatron-Core refuses it for (EP 1, a
+  schedule other than 1F1B without a pipeline or interleaved, full or ``moe`` recomputation:
+  ``job.evaluation.a2a_overlap.check_a2a_overlap``, the evaluator's check).
 
 ``default_notes`` names the defaults behind the rows (printed as notes with them).
 """
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import NODE_PRESETS, is_system_file, load_cluster
+from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule
 from dlsched.job.model_spec import Model
@@ -51,6 +55,7 @@ def check_plan(scenario: PlanScenario, spec: Model) -> None:
     _check_batch(scenario)
     _check_schedule(scenario)
     _check_ignored(scenario)
+    _check_a2a_overlap(scenario, spec)
 
 
 def check_gpus(cluster: str, gpus: int | None) -> None:
@@ -200,3 +205,19 @@ def default_notes(scenario: PlanScenario, cluster: System) -> list[str]:
         notes.append(f"GPU: {cluster.gpu}, the default for a topology cluster, which names no "
                      "GPU (--gpu)")
     return notes
+
+
+def _check_a2a_overlap(scenario: PlanScenario, spec: Model) -> None:
+    """``--moe-a2a-overlap`` on a dense model (nothing to overlap: it would be ignored), or with
+    a layout field given that the evaluator refuses it for
+    (``job.evaluation.a2a_overlap.check_a2a_overlap``; a field left out stands for one the
+    search may pick that allows it)."""
+    if not scenario.moe_a2a_overlap:
+        return
+    if not spec.experts:
+        raise ConfigError(f"--moe-a2a-overlap: on {spec.name}, a dense model (no expert "
+                          "All-to-All to overlap: it would be ignored); accepted: an MoE model "
+                          "(mixtral-8x7b, ...) or leave it out")
+    schedule = scenario.schedule or ("1f1b" if scenario.pp in (None, 1) else "interleaved")
+    check_a2a_overlap(schedule, scenario.pp or 1, scenario.ep or 2,
+                      scenario.recompute or "none")

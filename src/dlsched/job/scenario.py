@@ -133,6 +133,12 @@ class PlanScenario(BaseModel):
         "dispatcher's preprocess replayed as one launch) | attn+moe (the attention's launches "
         "not taken off) | full (a full-iteration graph); job.compute.moe_host."))] = \
         RUN_DEFAULTS["cuda_graph"]
+    moe_a2a_overlap: Annotated[bool, Field(description=(
+        "Megatron-Core's EP All-to-All overlap (--overlap-moe-expert-parallel-comm "
+        "--delay-wgrad-compute): one microbatch's forward and another's backward merged, each "
+        "one's All-to-Alls beside the other's compute (job.evaluation.a2a_overlap); an MoE "
+        "model with EP > 1, 1F1B without a pipeline or interleaved, no full or moe "
+        "recomputation."))] = RUN_DEFAULTS["moe_a2a_overlap"]
     global_batch: Annotated[int, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per iteration."))] = 1536
     tp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(

@@ -194,7 +194,8 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     executed = executed_times(job, layout, times)
     # one walk times the replica with its transfers and without them (``pp_s``: what they add)
     walked, quiet = replica_timings(executed, replace(times, send=(0.0,) * len(times.send)))
-    replica = walked if fast else event_pipeline(executed)
+    # the merged EP-overlap steps (pair_seconds, moe_a2a_overlap) have the fast walk only
+    replica = walked if fast or executed.pair_seconds else event_pipeline(executed)
     steps = _rank_dps(job, layout, times)
     ends = [replica.last_backward_end[r] + steps[r].total for r in range(layout.pp)]
     iteration = max(replica.end, *ends)

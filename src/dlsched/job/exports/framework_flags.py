@@ -11,6 +11,23 @@ defaults ``fp8_amax_history_len=1024``, ``fp8_amax_compute_algo="max"``), writte
 runs E4M3 throughout (TE's ``MXFP8BlockScaling`` default format). torchao's recipes have no
 Megatron-LM spelling: their nearest (TE's current scaling) is written with a note.
 
+The MoE run settings (NVIDIA/Megatron-LM d98e8a6, 2026-08-22: ``TransformerConfig`` /
+``ModelParallelConfig`` fields, generated as options, and ``megatron/training/arguments.py``):
+the dispatcher ``alltoall`` is ``--moe-token-dispatcher-type alltoall``, ``deepep`` and
+``hybridep`` the flex dispatcher ``--moe-token-dispatcher-type flex
+--moe-flex-dispatcher-backend deepep | hybridep`` (``moe_enable_deepep``, older Megatron-LM's
+``--moe-enable-deepep``, is deprecated there and set the backend to deepep); the EP All-to-All
+overlap ``--overlap-moe-expert-parallel-comm --delay-wgrad-compute``, which
+``TransformerConfig.__post_init__`` refuses (besides ``job.evaluation.a2a_overlap.
+check_a2a_overlap``'s EP, schedule and recomputation) without ``--bf16``/``--fp16`` and with
+more than one MTP layer; the CUDA graph scope by ``--cuda-graph-impl transformer_engine`` with
+``--cuda-graph-modules moe_router moe_preprocess`` (``moe``; ``attn`` added for ``attn+moe``;
+``--cuda-graph-scope`` is its deprecated spelling and ``--enable-cuda-graph`` /
+``--external-cuda-graph`` the deprecated impls ``local`` / ``transformer_engine``) and a
+full-iteration graph by ``--cuda-graph-impl full_iteration``, which ``validate_args`` runs only
+with ``--no-check-for-nan-in-loss-and-grad`` (Megatron-Bridge's ``full_iteration`` scope).
+TorchTitan has none of the three: a plan priced with one is refused for its TOML.
+
 **TorchTitan** (the TOML of ``torchtitan/config/job_config.py`` at 238fa99, the version
 ``job.exports.writers`` writes): float8 is the model converter ``quantize.linear.float8`` with its
 section ``[quantize.linear.float8]`` (``recipe_name`` tensorwise or rowwise,
@@ -24,6 +41,9 @@ note.
 """
 
 from __future__ import annotations
+
+from dlsched.errors import ConfigError
+from dlsched.job.run_settings import RunSettings
 
 AMAX_HISTORY = 1024  # NeMo's MegatronMixedPrecision fp8_amax_history_len default
 MEGATRON_RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8",
@@ -70,3 +90,59 @@ def titan_run_sections(recipe: str | None, fp8_all_gather: bool, compiled: bool,
     if async_tp:
         out["parallelism"]["enable_async_tensor_parallel"] = True
     return out
+
+
+FLEX_BACKENDS = ("deepep", "hybridep")  # --moe-flex-dispatcher-backend's, d98e8a6
+CUDA_GRAPH_MODULES = {"moe": ("moe_router", "moe_preprocess"),
+                      "attn+moe": ("attn", "moe_router", "moe_preprocess")}
+"""``--cuda-graph-modules`` of each per-layer scope (``CudaGraphModule`` names, d98e8a6)."""
+
+
+def megatron_dispatcher_args(dispatcher: str) -> list[str]:
+    """``--moe-token-dispatcher-type`` (and the flex backend) of the run's ``moe_dispatcher``."""
+    if dispatcher in FLEX_BACKENDS:
+        return ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend",
+                dispatcher]
+    return ["--moe-token-dispatcher-type", "alltoall"]
+
+
+def megatron_a2a_overlap_args(run: RunSettings, mtp_layers: int) -> list[str]:
+    """The EP All-to-All overlap's two switches when ``run`` asks for it; ConfigError naming
+    the setting where Megatron-Core refuses it beyond the evaluator's checks (no 16-bit
+    model: ``autocast``; more than one MTP layer)."""
+    if not run.moe_a2a_overlap:
+        return []
+    if run.precision == "autocast":
+        raise ConfigError("--moe-a2a-overlap: Megatron-Core runs the EP All-to-All overlap only "
+                          "with a bf16 or fp16 model, and autocast exports neither; accepted "
+                          "for --megatron-args: --precision bf16, fp16 or fp8")
+    if mtp_layers > 1:
+        raise ConfigError(f"--moe-a2a-overlap: Megatron-Core allows at most one MTP layer with "
+                          f"the EP All-to-All overlap, the model has {mtp_layers}; accepted: "
+                          "a model with 0 or 1 MTP layers, or leave it out")
+    return ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
+
+
+def megatron_cuda_graph_args(scope: str) -> list[str]:
+    """The CUDA graph implementation and modules of the run's ``cuda_graph`` scope."""
+    if scope == "full":
+        return ["--cuda-graph-impl", "full_iteration", "--no-check-for-nan-in-loss-and-grad"]
+    if scope in CUDA_GRAPH_MODULES:
+        return ["--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules",
+                *CUDA_GRAPH_MODULES[scope]]
+    return []
+
+
+def check_titan_runs(run: RunSettings) -> None:
+    """ConfigError naming the first run setting TorchTitan cannot run (module docstring): a
+    flex dispatcher, the EP All-to-All overlap, a CUDA graph scope."""
+    if run.moe_dispatcher != "alltoall":
+        raise ConfigError(f"--moe-dispatcher: {run.moe_dispatcher} (Megatron-Core's flex "
+                          "dispatcher) has no TorchTitan equivalent; accepted for "
+                          "--torchtitan-toml: alltoall")
+    if run.moe_a2a_overlap:
+        raise ConfigError("--moe-a2a-overlap: Megatron-Core's EP All-to-All overlap has no "
+                          "TorchTitan equivalent; accepted for --torchtitan-toml: leave it out")
+    if run.cuda_graph != "none":
+        raise ConfigError(f"--cuda-graph: {run.cuda_graph} (Transformer Engine's CUDA graphs) "
+                          "has no TorchTitan equivalent; accepted for --torchtitan-toml: none")

@@ -57,9 +57,17 @@ import shlex
 from dlsched.errors import ConfigError
 from dlsched.job.communication.pipeline_p2p import resolved_p2p
 from dlsched.job.compute.module_recompute import MODULES, modules_of
+from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap
 from dlsched.job.evaluation.pipeline_split import ACCOUNTED, slots_per_stage
 from dlsched.job.execution import Execution
-from dlsched.job.exports.framework_flags import megatron_fp8_args, titan_run_sections
+from dlsched.job.exports.framework_flags import (
+    check_titan_runs,
+    megatron_a2a_overlap_args,
+    megatron_cuda_graph_args,
+    megatron_dispatcher_args,
+    megatron_fp8_args,
+    titan_run_sections,
+)
 from dlsched.job.model_spec import Model
 
 MEGATRON_FSDP = {2: "optim_grads", 3: "optim_grads_params"}
@@ -162,6 +170,7 @@ def megatron_args(spec: Model, layout: Execution) -> str:
     args += _megatron_moe(spec, layout)
     args += _megatron_precision("bf16" if precision == "fp8" else precision, grad_bytes, notes)
     args += megatron_fp8_args(run.fp8_recipe, notes)  # job.exports.framework_flags
+    args += megatron_cuda_graph_args(run.cuda_graph)
     if not spec.tied_embeddings:
         args.append("--untie-embeddings-and-output-weights")
     return "".join(f"# {note}\n" for note in notes) + shlex.join(args) + "\n"
@@ -251,7 +260,10 @@ def _megatron_p2p(layout: Execution, pipeline_p2p: str, notes: list[str]) -> lis
 def _megatron_moe(spec: Model, layout: Execution) -> list[str]:
     """The MoE flags (``TransformerConfig``'s moe_* fields and --num-experts): experts, top-k,
     expert FFN width, which layers, shared experts, capacity, router score function, EP and
-    expert TP (the layout's ``etp``), grouped GEMM and the All-to-All dispatcher dlsched prices."""
+    expert TP (the layout's ``etp``), grouped GEMM, the run's dispatcher and EP All-to-All
+    overlap (``job.exports.framework_flags``)."""
+    if layout.run.moe_a2a_overlap:  # the evaluator's refusals (ep 1 on a dense model)
+        check_a2a_overlap(layout.schedule, layout.pp, layout.ep, layout.recompute)
     if not spec.experts:
         return []
     args = ["--num-experts", str(spec.experts), "--moe-router-topk", str(spec.top_k),
@@ -259,7 +271,8 @@ def _megatron_moe(spec: Model, layout: Execution) -> list[str]:
             "--moe-router-score-function", spec.router,
             "--expert-model-parallel-size", str(layout.ep),
             "--expert-tensor-parallel-size", str(layout.etp), "--moe-grouped-gemm",
-            "--moe-token-dispatcher-type", "alltoall"]
+            *megatron_dispatcher_args(layout.run.moe_dispatcher),
+            *megatron_a2a_overlap_args(layout.run, spec.mtp_layers)]
     if spec.moe_layer_offset or spec.first_k_dense:  # Megatron-Core evaluates a list pattern
         args += ["--moe-layer-freq", "[" + ",".join(str(int(spec.is_moe_layer(i)))
                                                     for i in range(spec.layers)) + "]"]
@@ -295,6 +308,7 @@ def torchtitan_toml(spec: Model, layout: Execution) -> str:
     the plan's transfers were priced, ``job.pipeline_p2p``)."""
     run = layout.run
     precision, attention = run.precision, run.attention
+    check_titan_runs(run)  # job.exports.framework_flags: the Megatron-Core-only settings
     model = titan_model(spec)
     check_runs(spec, layout, "TorchTitan", tuple(TITAN_SCHEDULES))
     notes = [f"TorchTitan job config of the dlsched plan {layout.label()}",
