@@ -35,9 +35,10 @@ flavor to register; a MoE or GPT-style model is refused (llama3 would build anot
 
 Both exports read one ``Execution``: its layout and its run settings (``Execution.run``: the
 precision, gradient format, attention kernel, overlaps, pipeline transfers, FP8 recipe,
-torch.compile and asynchronous TP the plan was priced with), so what is exported is what was
-priced. Pure FP32 training (``fp32``: FP32 weights and matmuls) is no run setting the planner
-prices (``job.run_choices.PRECISIONS``; the memory model alone knows its bytes,
+torch.compile and asynchronous TP the plan was priced with, and the MoE token dispatcher, EP
+All-to-All overlap and CUDA graph scope: ``job.exports.framework_flags``, which TorchTitan's
+TOML refuses), so what is exported is what was priced. Pure FP32 training (``fp32``: FP32
+weights and matmuls) is no run setting the planner prices (``job.run_choices.PRECISIONS``; the memory model alone knows its bytes,
 ``job.memory.per_gpu``), so an export is never asked for it: an execution with ``precision:
 fp32`` is refused where it is made, by ``--precision``'s one-line error naming the accepted
 values. (Megatron-LM trains in FP32 without ``--bf16``/``--fp16``, TorchTitan with
