@@ -38,12 +38,13 @@ precision, gradient format, attention kernel, overlaps, pipeline transfers, FP8 
 torch.compile and asynchronous TP the plan was priced with, and the MoE token dispatcher, EP
 All-to-All overlap and CUDA graph scope: ``job.exports.framework_flags``, which TorchTitan's
 TOML refuses), so what is exported is what was priced. Pure FP32 training (``fp32``: FP32
-weights and matmuls) is no run setting the planner prices (``job.run_choices.PRECISIONS``; the memory model alone knows its bytes,
-``job.memory.per_gpu``), so an export is never asked for it: an execution with ``precision:
-fp32`` is refused where it is made, by ``--precision``'s one-line error naming the accepted
-values. (Megatron-LM trains in FP32 without ``--bf16``/``--fp16``, TorchTitan with
-``mixed_precision_param = "float32"``; ``autocast``, FP32 weights under 16-bit matmuls, is
-exported with the note that Megatron-LM has no such mode.)
+weights and matmuls) is no run setting the planner prices (``job.run_choices.PRECISIONS``; the
+memory model alone knows its bytes, ``job.memory.per_gpu``), so an export is never asked for
+it: an execution with ``precision: fp32`` is refused where it is made, by ``--precision``'s
+one-line error naming the accepted values. (Megatron-LM trains in FP32 without
+``--bf16``/``--fp16``, TorchTitan with ``mixed_precision_param = "float32"``; ``autocast``,
+FP32 weights under 16-bit matmuls, is exported with the note that Megatron-LM has no such
+mode.)
 
 Where a plan has a near equivalent the output says so in comment lines; a plan the framework
 cannot run as priced is refused with the reason (``check_runs``: a schedule it does not have,
