@@ -58,6 +58,23 @@ def own_error(error: ValidationError) -> ConfigError | None:
     return None
 
 
+def validate_document(schema: type[SchemaT], data: Any, source: str, kind: str) -> SchemaT:
+    """``data`` as ``schema``, a file's document (``source`` names it): a field's error as
+    ``validate`` reports it; an error the schema's own checks raise as ``invalid KIND: ...``
+    (``kind`` the type's name in them: ``model``, ``system``) names ``source`` instead, any
+    other of its own errors unchanged."""
+    try:
+        return schema.model_validate(data)
+    except ValidationError as error:
+        own = own_error(error)
+        if own is None:
+            raise config_error(error, source) from None
+        text, prefix = str(own), f"invalid {kind}: "
+        if text.startswith(prefix):
+            raise ConfigError(f"invalid {source}: " + text.removeprefix(prefix)) from None
+        raise own from None
+
+
 def config_error(error: ValidationError, source: str = "input") -> ConfigError:
     """``error`` as ``validate`` reports it: one line naming each bad field."""
     parts = []

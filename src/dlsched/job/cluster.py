@@ -35,7 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from dlsched.config import config_error, load_document, own_error
+from dlsched.config import config_error, load_document, own_error, validate_document
 from dlsched.errors import ConfigError
 from dlsched.hardware.gpu import GpuSpec, get_gpu
 from dlsched.hardware.nodes import Node, node_presets
@@ -212,14 +212,7 @@ class System(BaseModel):
                               "domain, network, name, source")
         data = {**document, **({"gpus": gpus} if gpus is not None else {}),
                 **({"gpu": gpu} if gpu is not None else {})}
-        try:
-            return cls.model_validate(data)
-        except ValidationError as error:  # __init__'s ConfigError (model_validate calls it)
-            own = own_error(error)
-            if own is None:
-                raise config_error(error, source) from None
-            raise ConfigError(str(own).replace("invalid system: ", f"invalid {source}: ", 1)
-                              ) from None
+        return validate_document(cls, data, source, "system")
 
     def group_topology(self, stride: int, size: int) -> Topology | None:
         """The network a group of ``size`` ranks ``stride`` apart spans (ranks laid out

@@ -68,7 +68,13 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from dlsched.config import bundled_presets, config_error, load_document, own_error
+from dlsched.config import (
+    bundled_presets,
+    config_error,
+    load_document,
+    own_error,
+    validate_document,
+)
 from dlsched.errors import ConfigError
 from dlsched.job.attention_layers import check_pattern, kind_counts, mfu_keys
 from dlsched.job.compute.mla import check_shape, mla_matmul_elements, mla_parameters
@@ -152,26 +158,14 @@ class Model(DecoderShape):
         data.update(zip(POSITIONAL, sizes, strict=False))
         try:
             super().__init__(**data)
-        except ValidationError as error:
-            own = own_error(error)
-            if own is not None:
-                raise own from None
-            raise config_error(error, "model") from None
+        except ValidationError as error:  # a check's own one-line error, else the fields'
+            raise (own_error(error) or config_error(error, "model")) from None
 
     @classmethod
     def load(cls, document: object, source: str) -> Model:
         """A model from a file's document (``source`` names it in a field's error; a
         relation between fields is refused with its own ``model: ...`` line)."""
-        try:
-            return cls.model_validate(document)
-        except ValidationError as error:  # __init__'s ConfigError (model_validate calls it)
-            own = own_error(error)
-            if own is None:
-                raise config_error(error, source) from None
-            if str(own).startswith("invalid model: "):
-                raise ConfigError(f"invalid {source}: "
-                                  + str(own).removeprefix("invalid model: ")) from None
-            raise own from None
+        return validate_document(cls, document, source, "model")
 
     def replace(self, **changes: Any) -> Model:
         """This model with ``changes`` (validated again, as a new model is)."""
