@@ -88,18 +88,23 @@ def test_ring_exchange_reduce_scatter_by_hand() -> None:
     assert ring_reduce_scatter(3.0, 1.0, 132, 4, 0.0) == pytest.approx(chunk + 3.0 - 1)
 
 
+def _llama_70b_tp4_fp8() -> tuple:
+    """Llama 3 70B's decoder at microbatch 1, CP 2 on dgx-h100 in FP8 at TP 4 with SP: the
+    model, its compute (and as FP8 GEMMs run), the TP group and the GEMMs by label."""
+    cluster = load_cluster("dgx-h100", 64, None)
+    compute = gpu_compute(cluster.gpu, "fp8", 4, True)
+    model = decoder_model(bundled_specs()["llama3-70b"], 1, 2)
+    gemms = {op.label: op for layer in model.layers for op in layer.ops if op.kind == "gemm"}
+    return (model, compute, replace(compute, precision="fp8", autocast=False),
+            cluster.group_topology(1, 4), gemms)
+
+
 def test_llama_70b_fp8_forward_reduce_scatters_by_ring_exchange() -> None:
     """Llama 3 70B, TP 4, SP, CP 2, current scaling: the forward's gathers (16 MiB per FP8
     ring step) hide behind their FP8 GEMMs; the projection's and FC2's reduce-scatters (bf16,
     64 MiB) are ring exchanges beside their FP8 GEMMs, each followed by the sum of the four
     partial chunks (80 MiB moved at the memory rate)."""
-    llama = bundled_specs()["llama3-70b"]
-    cluster = load_cluster("dgx-h100", 64, None)
-    group = cluster.group_topology(1, 4)
-    compute = gpu_compute(cluster.gpu, "fp8", 4, True)
-    fp8 = replace(compute, precision="fp8", autocast=False)
-    model = decoder_model(llama, 1, 2)
-    gemms = {op.label: op for layer in model.layers for op in layer.ops if op.kind == "gemm"}
+    model, compute, fp8, group, gemms = _llama_70b_tp4_fp8()
     message = 64 * 2**20
     scatter = curve(group, "reduce-scatter", "baseline").seconds(message)
     gather = curve(group, "all-gather", "baseline").seconds(message / 2)
@@ -120,13 +125,7 @@ def test_llama_70b_fp8_backward_by_hand() -> None:
     longer); each bulk reduce-scatter (64 MiB, bf16) is exposed up to its FP8 weight-gradient
     GEMM half (a persistent GEMM's second wave); the two ring exchanges hide behind their FP8
     data-gradient GEMM halves."""
-    llama = bundled_specs()["llama3-70b"]
-    cluster = load_cluster("dgx-h100", 64, None)
-    group = cluster.group_topology(1, 4)
-    compute = gpu_compute(cluster.gpu, "fp8", 4, True)
-    fp8 = replace(compute, precision="fp8", autocast=False)
-    model = decoder_model(llama, 1, 2)
-    gemms = {op.label: op for layer in model.layers for op in layer.ops if op.kind == "gemm"}
+    model, compute, fp8, group, gemms = _llama_70b_tp4_fp8()
     message = 64 * 2**20
     gather = curve(group, "all-gather", "baseline").seconds(message / 2)
     scatter = curve(group, "reduce-scatter", "baseline").seconds(message)
