@@ -27,8 +27,8 @@ from dlsched.pipeline.plans.actions import Action
 # data gradients 3, their weight gradients 3, dispatch 2, pre-dispatch data 4, weight 4 (s)
 LAYER = LayerNodes(4, 2, 3, 2, 0, 0, 2, 3, 3, 2, 4, 4)
 SMALL = Model(name="moe-small", layers=4, hidden=1024, heads=8, seq=1024, vocab=32000,
-                        ffn_hidden=2048, kv_heads=8, tied_embeddings=False, gated_ffn=True,
-                        bias=False, rms_norm=True, learned_positions=False, experts=8, top_k=2)
+              ffn_hidden=2048, kv_heads=8, tied_embeddings=False, gated_ffn=True,
+              bias=False, rms_norm=True, learned_positions=False, experts=8, top_k=2)
 
 
 def test_one_merged_layer_by_hand():

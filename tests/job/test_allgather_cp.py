@@ -85,8 +85,8 @@ def test_merge_seconds_enter_the_layer_by_hand() -> None:
     from dlsched.job.model_spec import Model
 
     spec = Model("llama3-8b", 32, 4096, 32, 32768, 128256, ffn_hidden=14336,
-                           kv_heads=8, tied_embeddings=False, gated_ffn=True, bias=False,
-                           rms_norm=True, learned_positions=False)
+                 kv_heads=8, tied_embeddings=False, gated_ffn=True, bias=False,
+                 rms_norm=True, learned_positions=False)
     rate = gpu_compute("h100", "bf16").gpu.memory_rate
     elements = 8192 * 4096
     forward, backward = allgather_merge_seconds(spec, 1, 1, 4, "all-gather", rate, True, True)

@@ -17,8 +17,8 @@ from dlsched.models.ops import Op
 from dlsched.pipeline.chains.calibrated_chain import block_seconds
 
 L8 = Model("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
-                     tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-                     learned_positions=False)
+           tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+           learned_positions=False)
 SH = 8192 * 4096
 
 

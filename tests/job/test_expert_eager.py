@@ -17,9 +17,9 @@ from dlsched.job.model_spec import Model, bundled_specs
 
 # GPT-OSS's MoE shape (hidden 2880, experts of 2880, top 4, biased, clamped) at 256 tokens
 OSS = Model(name="oss-moe", layers=2, hidden=2880, heads=64, head_dim=64, seq=256,
-                      vocab=1000, experts=128, top_k=4, expert_ffn_hidden=2880,
-                      gated_ffn=True, bias=True, rms_norm=True, learned_positions=False,
-                      glu_clamp=7.0)
+            vocab=1000, experts=128, top_k=4, expert_ffn_hidden=2880,
+            gated_ffn=True, bias=True, rms_norm=True, learned_positions=False,
+            glu_clamp=7.0)
 
 
 def test_passes_read_from_the_code() -> None:

@@ -10,8 +10,8 @@ from dlsched.job.execution import Execution
 from dlsched.job.model_spec import Model, bundled_specs
 
 FINE = Model(name="fine", layers=2, hidden=2048, heads=16, seq=256, vocab=1000,
-                       experts=64, top_k=2, expert_ffn_hidden=1024, gated_ffn=True, bias=False,
-                       rms_norm=True, learned_positions=False)
+             experts=64, top_k=2, expert_ffn_hidden=1024, gated_ffn=True, bias=False,
+             rms_norm=True, learned_positions=False)
 
 
 def _layout(microbatch: int, ep: int = 1) -> Execution:

@@ -17,8 +17,8 @@ from dlsched.models.layer import Layer
 
 # Qwen3-30B-A3B's MoE shape (hidden 2048, 128 experts of width 768, top 8) at a short sequence
 QWEN = Model(name="qwen-moe", layers=2, hidden=2048, heads=32, seq=256, vocab=1000,
-                       experts=128, top_k=8, expert_ffn_hidden=768, gated_ffn=True, bias=False,
-                       rms_norm=True, learned_positions=False)
+             experts=128, top_k=8, expert_ffn_hidden=768, gated_ffn=True, bias=False,
+             rms_norm=True, learned_positions=False)
 
 
 def test_the_measured_per_launch_cost() -> None:

@@ -22,8 +22,8 @@ from dlsched.job.model_spec import Model, bundled_specs
 from dlsched.models.pricing import product_seconds
 
 L8 = Model("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
-                     tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-                     learned_positions=False)
+           tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+           learned_positions=False)
 
 
 def _ops() -> dict[str, object]:

@@ -12,8 +12,8 @@ from dlsched.job.memory.per_gpu import layer_activations
 from dlsched.job.model_spec import Model
 
 LLAMA = Model("llama-small", 4, 1024, 8, 2048, 32000, ffn_hidden=3072, kv_heads=2,
-                        tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-                        learned_positions=False)
+              tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+              learned_positions=False)
 
 
 @pytest.mark.parametrize(("recompute", "extra"), [("none", 1), ("selective", 1), ("full", 0)])

@@ -48,8 +48,8 @@ def _wide() -> Model:
     # hidden 64, 4 heads of 32 (attention width 128 = 2 x hidden), 2 KV heads, FFN 256,
     # gated, no biases, RMSNorm, untied, rotary, qk-norm
     return Model("wide", 2, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2, head_dim=32,
-                           qk_norm=True, gated_ffn=True, bias=False, rms_norm=True,
-                           tied_embeddings=False, learned_positions=False)
+                 qk_norm=True, gated_ffn=True, bias=False, rms_norm=True,
+                 tied_embeddings=False, learned_positions=False)
 
 
 def test_head_dim_parameters_by_hand():

@@ -19,8 +19,8 @@ from dlsched.job.execution import Execution
 from dlsched.job.model_spec import Model
 
 SMALL = Model("moe-small", 4, 1024, 8, 1024, 32000, ffn_hidden=2048, kv_heads=8,
-                        tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-                        learned_positions=False, experts=8, top_k=2)
+              tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+              learned_positions=False, experts=8, top_k=2)
 
 
 def test_rates_by_ranks_in_the_domain() -> None:

@@ -179,11 +179,11 @@ def test_per_op_checkpointing_uses_the_value_width_and_refuses_mla():
     from dlsched.job.model_spec import Model
 
     spec = Model("m", 2, 256, 4, 16, 100, head_dim=64, kv_heads=2, bias=False,
-                           v_head_dim=32)
+                 v_head_dim=32)
     shapes = {m.name: (m.fan_in, m.fan_out) for m in layer_matmuls(spec)}
     assert shapes["wv"] == (256, 2 * 32) and shapes["wo"] == (4 * 32, 256)
     layout = Execution(tp=1, pp=1, dp=1, microbatch_size=1, recompute="selective-op")
     dense = Model("d", 2, 256, 4, 16, 100, head_dim=64, bias=False, q_lora_rank=32,
-                            kv_lora_rank=16, qk_rope_head_dim=16)
+                  kv_lora_rank=16, qk_rope_head_dim=16)
     with pytest.raises(ConfigError, match="multi-head latent attention"):
         check_op_checkpoint(dense, layout)

@@ -91,7 +91,7 @@ def test_qwen3_moe_counts(name, total, active, card):
 
 def test_first_k_dense_and_frequency_share_one_rule():
     spec = Model("m", 12, 64, 4, 16, 100, experts=4, first_k_dense=3,
-                           moe_layer_freq=2)
+                 moe_layer_freq=2)
     moe = [i for i in range(12) if spec.is_moe_layer(i)]
     assert moe == [4, 6, 8, 10]
     for start in range(13):
@@ -102,7 +102,7 @@ def test_first_k_dense_and_frequency_share_one_rule():
 def test_value_head_dim_independent_of_key_head_dim():
     base = Model("m", 2, 256, 4, 16, 100, head_dim=64, kv_heads=2, bias=False)
     wide = Model("m", 2, 256, 4, 16, 100, head_dim=64, kv_heads=2, bias=False,
-                           v_head_dim=32)
+                 v_head_dim=32)
     # QKV 256 x (4*64 + 2*64 + 2*v), output projection 4*v x 256
     assert base.attention_parameters() - wide.attention_parameters() == \
         256 * 2 * 32 + 4 * 32 * 256

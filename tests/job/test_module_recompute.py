@@ -22,8 +22,8 @@ from dlsched.job.memory.per_gpu import layer_activations, memory_per_gpu
 from dlsched.job.model_spec import Model, load_spec
 
 SMALL = Model(name="moe-small", layers=4, hidden=1024, heads=8, seq=1024, vocab=32000,
-                        ffn_hidden=2048, kv_heads=8, tied_embeddings=False, gated_ffn=True,
-                        bias=False, rms_norm=True, learned_positions=False, experts=8, top_k=2)
+              ffn_hidden=2048, kv_heads=8, tied_embeddings=False, gated_ffn=True,
+              bias=False, rms_norm=True, learned_positions=False, experts=8, top_k=2)
 RATE = 2288.72e9  # h100 preset's memory rate (B/s) as job.compute prices it
 
 

@@ -21,9 +21,9 @@ from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, layouts
 
 SMALL = Model("moe-small", 4, 1024, 8, 1024, 32000, ffn_hidden=2048, kv_heads=8,
-                        tied_embeddings=False,
-                        gated_ffn=True, bias=False, rms_norm=True, learned_positions=False,
-                        experts=8, top_k=2)
+              tied_embeddings=False,
+              gated_ffn=True, bias=False, rms_norm=True, learned_positions=False,
+              experts=8, top_k=2)
 
 
 def test_mixtral_8x7b_parameters_by_hand():

@@ -82,7 +82,7 @@ def test_node_split_and_dispatch_on_the_network_dimensions() -> None:
 
 def test_router_groups_are_checked() -> None:
     base = Model(name="t", layers=2, hidden=64, heads=4, seq=128, vocab=100,
-                           experts=16, top_k=4)
+                 experts=16, top_k=4)
     with pytest.raises(ConfigError, match="router_groups"):
         base.replace(router_groups=5, router_group_topk=2)
     with pytest.raises(ConfigError, match="router_group_topk"):

@@ -23,9 +23,9 @@ from dlsched.job.run_settings import RunSettings
 from dlsched.job.search import SPACES, layouts
 
 SPEC = Model("moe-fold", 4, 1024, 8, 2048, 32000, ffn_hidden=2048, kv_heads=8,
-                       tied_embeddings=False,
-                       gated_ffn=True, bias=False, rms_norm=True, learned_positions=False,
-                       experts=8, top_k=2)
+             tied_embeddings=False,
+             gated_ffn=True, bias=False, rms_norm=True, learned_positions=False,
+             experts=8, top_k=2)
 
 
 def _job(gpus: int = 16) -> Job:

@@ -36,9 +36,9 @@ from dlsched.models.pricing import product_seconds
 # Qwen3-30B-A3B's shape (Qwen/Qwen3-30B-A3B config.json: 48 layers, hidden 2048, 32 heads of 128,
 # 4 KV heads, 128 experts of 768, top 8, vocabulary 151,936).
 Q30 = Model("qwen3-30b-a3b", 48, 2048, 32, 4096, 151936, ffn_hidden=6144, kv_heads=4,
-                      tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-                      learned_positions=False, experts=128, top_k=8, expert_ffn_hidden=768,
-                      head_dim=128, qk_norm=True)
+            tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+            learned_positions=False, experts=128, top_k=8, expert_ffn_hidden=768,
+            head_dim=128, qk_norm=True)
 
 
 def _fc1(microbatch: int = 1):

@@ -32,8 +32,8 @@ from dlsched.models.ops import matmul
 
 # Llama-shaped: h = 64, 4 heads of 16, 2 KV heads (K, V 32 wide), SwiGLU FFN 160, s = 32.
 LLAMA = Model("tiny-llama", layers=4, hidden=64, heads=4, seq=32, vocab=256,
-                        ffn_hidden=160, kv_heads=2, tied_embeddings=False, gated_ffn=True,
-                        bias=False, rms_norm=True, learned_positions=False)
+              ffn_hidden=160, kv_heads=2, tied_embeddings=False, gated_ffn=True,
+              bias=False, rms_norm=True, learned_positions=False)
 RERUN_PER_TOKEN = 2 * (64 * 32 + 64 * 64 + 64 * 160)  # wk + wo + w3: 32,768 FLOP
 LLAMA8B = load_spec("llama3-8b")
 MODES = ("none", "selective", "selective-op", "full")

@@ -136,7 +136,7 @@ def test_a_gated_ffn_costs_a_third_more_ffn_flop() -> None:
 
     plain = Model("t", 1, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2)
     gated = Model("t", 1, 64, 4, 16, 100, ffn_hidden=256, kv_heads=2,
-                            gated_ffn=True)
+                  gated_ffn=True)
     logits = 6 * 100 * 64
     assert plain.model_flops_per_token() == 3 * (2 * (64 * 128 + 64**2 + 2 * 64 * 256)
                                                  + 4 * 16 * 64) + logits

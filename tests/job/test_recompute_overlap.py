@@ -23,7 +23,7 @@ from dlsched.job.model_spec import Model
 
 # vTrain's GPT shapes (hidden 1024 / 2048, 16 heads, sequence 1024, vocabulary 50,257).
 SPECS = {hidden: Model(name=f"gpt-h{hidden}", layers=12, hidden=hidden, heads=16,
-                                 seq=1024, vocab=50257) for hidden in (1024, 2048)}
+                       seq=1024, vocab=50257) for hidden in (1024, 2048)}
 
 
 def _halves(hidden: int, microbatch: int) -> tuple[float, float, float, float]:

@@ -21,8 +21,8 @@ from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.model_spec import Model
 
 L8 = Model("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
-                     tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-                     learned_positions=False)
+           tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
+           learned_positions=False)
 MESSAGE = 12 * 8192 * 4096 * 2  # 805,306,368 bytes: the gathered bf16 activation
 
 

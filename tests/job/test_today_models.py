@@ -110,7 +110,7 @@ def test_moe_offset_is_checked_and_read_from_a_file(tmp_path) -> None:
 
 def test_sinks_add_one_parameter_per_head_and_router_bias_one_per_expert() -> None:
     base = Model(name="t", layers=2, hidden=64, heads=4, seq=128, vocab=100,
-                           experts=8, top_k=2)
+                 experts=8, top_k=2)
     sinks = base.replace(attention_sinks=True)
     assert sinks.parameters() - base.parameters() == 2 * 4
     assert sinks.model_flops_per_token() == base.model_flops_per_token()  # negligible

@@ -25,8 +25,8 @@ from dlsched.job.model_spec import Model
 # + w1, w3, w2 3 x 64 x 128 (24,576) + two RMSNorms 128 = 36,992 parameters; the root holds the
 # embedding 256 x 64, the final norm 64 and the output 256 x 64 = 32,832.
 TINY = Model("tiny-llama", layers=2, hidden=64, heads=4, seq=16, vocab=256,
-                       ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
-                       bias=False, rms_norm=True, learned_positions=False)
+             ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
+             bias=False, rms_norm=True, learned_positions=False)
 LAYER, LINEAR, ROOT = 36_992, 36_864, 32_832
 EMBEDDING, HEAD = 16_384, 16_448  # the root's: 256 x 64; the final norm 64 + output 256 x 64
 FSDP2 = Runtime("fsdp2")
@@ -46,8 +46,8 @@ def test_compiled_blocks_drop_the_last_matmuls_output() -> None:
     assert dead_saves(TINY, _layout(tp=2, dp=2, sequence_parallel=True)) == 3072
     assert dead_saves(TINY, _layout(recompute="full")) == 0
     plain = Model("tiny-gpt", layers=2, hidden=64, heads=4, seq=16, vocab=256,
-                            ffn_hidden=128, gated_ffn=False, bias=False, rms_norm=True,
-                            learned_positions=False)
+                  ffn_hidden=128, gated_ffn=False, bias=False, rms_norm=True,
+                  learned_positions=False)
     assert dead_saves(plain, _layout()) == 0
     eager, _ = layer_activations(TINY, _layout(), "bf16")
     compiled, _ = layer_activations(TINY, _layout(), "bf16", runtime=Runtime(compile=True))

@@ -100,7 +100,7 @@ class VTrainRow:
     def spec(self) -> Model:
         """The GPT (tied embeddings, learned positions, biases, LayerNorm: the zoo's GPT)."""
         return Model(name=f"gpt-{self.model}", layers=self.layers,
-                               hidden=self.hidden, heads=self.heads, seq=self.seq, vocab=VOCAB)
+                     hidden=self.hidden, heads=self.heads, seq=self.seq, vocab=VOCAB)
 
     def layout(self) -> Execution:
         """The measured layout: 1F1B, full recomputation, no sequence parallelism or ZeRO, run
