@@ -234,7 +234,7 @@ WALK_CASES = [[schedule, pp, 3072] for schedule in ("1f1b", "interleaved", "zb-h
               for pp in (8, 16, 32, 64)] + [["1f1b", 64, batch] for batch in (768, 12288)]
 
 
-def _timed(source: str | None, cases: list[list[object]]) -> list[list[object]]:
+def _walk_rows(source: str | None, cases: list[list[object]]) -> list[list[object]]:
     """``WALK_SCRIPT``'s rows run by this checkout (None) or the ``src`` folder ``source``."""
     env = None if source is None else {**os.environ, "PYTHONPATH": source}
     done = subprocess.run([sys.executable, "-c", WALK_SCRIPT, json.dumps(cases)],
@@ -249,9 +249,9 @@ def _alternated(before: str | None, runs: int) -> tuple[list[list[object]],
     least slowed by the other processes on the machine)."""
     mine, theirs = [], []
     for _ in range(runs):
-        mine.append(_timed(None, WALK_CASES))
+        mine.append(_walk_rows(None, WALK_CASES))
         if before:
-            theirs.append(_timed(before, WALK_CASES))
+            theirs.append(_walk_rows(before, WALK_CASES))
 
     def least(runs_of: list[list[list[object]]]) -> list[list[object]]:
         return [[*same[0][:2], min(row[2] for row in same), *same[0][3:]]
