@@ -269,9 +269,8 @@ def replica_timings(times: PipelineTimes,
     with its transfers and without them) from one walk, the steady state's repeating rounds
     computed once (module docstring; kept per pair)."""
     _check_lanes(times, quiet)
-    if unit_walked(times) and (times.schedule != "zb-v" or times.pair_seconds):
-        # DualPipe(V), merged EP-overlap steps: units, two lanes (ZB-V, one action per unit
-        # and a periodic structure, is walked here)
+    if unit_walked(times):
+        # ZB-V, DualPipe(V), merged EP-overlap steps: units, two lanes, level by level
         walked, quiet_walked = walk_unit_lanes((times, quiet))
         return ReplicaTiming(*walked), ReplicaTiming(*quiet_walked)
     # ZB-H1 and (from ROUNDS_FROM_PP ranks) interleaving: every rank at once, round by round
