@@ -39,6 +39,8 @@ from dlsched.job.cluster import System
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import check_cp
 from dlsched.job.communication.dp_sync import DPStep, dp_step
+from dlsched.job.communication.fsdp2_ends import SHARDINGS as FSDP2
+from dlsched.job.communication.fsdp2_ends import fsdp2_ends
 from dlsched.job.compute.block_pricing import check_kernel_options
 from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.fp8 import fp8_weight_copies
@@ -196,7 +198,7 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     walked, quiet = replica_timings(executed, replace(times, send=(0.0,) * len(times.send)))
     # the merged EP-overlap steps (pair_seconds, moe_a2a_overlap) have the fast walk only
     replica = walked if fast or executed.pair_seconds else event_pipeline(executed)
-    steps = _rank_dps(job, layout, times)
+    steps = _rank_dps(job, layout, times, costs.embed_b)
     ends = [replica.last_backward_end[r] + steps[r].total for r in range(layout.pp)]
     iteration = max(replica.end, *ends)
     critical = max(range(layout.pp), key=lambda r: ends[r])
@@ -243,10 +245,13 @@ def _busiest_work(times: PipelineTimes) -> float:
     return max(work)
 
 
-def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]:
+def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
+              embedding_backward_s: float = 0.0) -> list[DPStep]:
     """The DP step of each pipeline rank: what they share (the stages' parameters, the DP
     group's curves, the GPU) priced once, and ranks whose steps have equal inputs (1F1B's
-    middle ranks) priced once."""
+    middle ranks) priced once. PyTorch's FSDP2 without PP adds its first all-gathers and last
+    reduce-scatters (``job.communication.fsdp2_ends``; ``embedding_backward_s`` what the last
+    block's reduce-scatter overlaps)."""
     spec, tp = job.spec, layout.tp
     stages = stage_parameters(spec, layout)
     spans = layout.stage_layers(spec.layers, spec.mtp_layers)
@@ -276,6 +281,12 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes) -> list[DPStep]
                                   *curves, compute, run.dp_policy, units, run.grad_bytes,
                                   run.master_weights)
         dense = priced[key]
+        if layout.zero == 3 and layout.pp == 1 and run.sharding in FSDP2 and group is not None:
+            start, end = fsdp2_ends(spec, tp, run.sharding, layer_parameters_per_gpu(spec, tp),
+                                    run.fp8_all_gather, run.grad_bytes, *curves,
+                                    embedding_backward_s)
+            dense = replace(dense, exposed_reduce=dense.exposed_reduce + end,
+                            gather=dense.gather + start)
         sparse = stage_moe_layers(spec, layout, rank)
         if not sparse:
             steps.append(dense)

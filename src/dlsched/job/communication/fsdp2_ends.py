@@ -1,0 +1,82 @@
+"""FSDP2's two collectives per iteration that nothing hides: the all-gather of the first units
+before the first block's forward, and the reduce-scatter of the last ones after the last
+block's backward (PyTorch's ``fully_shard``, as TorchTitan applies it).
+
+Per block, FSDP2 gathers a block's weights while the previous block computes and reduces its
+gradients while the next one does (``job.evaluation.replica``'s ZeRO 3 pricing: exposed only
+where a block's collectives outlast its compute). At the two ends of the iteration there is no
+compute to hide behind, read in ``torch.distributed.fsdp._fully_shard._fsdp_state``
+(``FSDPState``) and TorchTitan's ``apply_fsdp`` (``torchtitan/parallelisms/
+parallelize_llama.py`` at 9dec370, ``torchtitan/models/llama3/parallelize_llama.py`` at
+e7c0cae: each transformer block ``fully_shard``-ed, then the whole model, whose own group, the
+root, holds the token embedding, the final norm and the output projection):
+
+* **start.** The root's pre-forward all-gathers the root's parameters and the forward waits for
+  them (``wait_for_unshard``); the first block's all-gather is issued at its own pre-forward
+  (TorchTitan sets no explicit forward prefetch) on the same all-gather stream, after the
+  root's, and the first block waits for it. Before them the GPU ran the optimizer step, which
+  the gathers' copy-in must wait for (the sharded parameters it updates). Nothing else runs but
+  the embedding lookup (a gather of ``b s`` rows: microseconds, not counted): exposed =
+  all-gather(root) + all-gather(block 0), in ``param_dtype`` bf16, the block's linear weights
+  in FP8 with torchao's float8 all-gather (``torch_runtime.block_gathered_bytes``; TorchTitan
+  keeps ``output`` out of float8).
+* **end.** The first block's reduce-scatter is issued after its backward, when only the
+  embedding's backward is left to run. The root's post-backward is not triggered by autograd
+  (its forward input, the token ids, needs no gradient): it runs in
+  ``_root_post_backward_final_callback`` once the whole backward has run ("Run post-backward in
+  case forward inputs did not require gradient so the autograd backward did not run"),
+  reduce-scattering the root's gradients after block 0's on the reduce-scatter stream, and on
+  the last backward the callback makes the compute stream wait for that reduce-scatter
+  (``current_stream().wait_event(reduce_scatter_state.event)``) before the optimizer.
+  Exposed = max(reduce-scatter(block 0), embedding backward) + reduce-scatter(root) - the
+  embedding backward, gradients in ``reduce_dtype`` FP32 (TorchTitan's default).
+
+FSDP2 never reshards the root after forward (``FSDPState._lazy_init``: "For the root, do not
+reshard after forward since for training, the parameters would be freed and all-gathered
+immediately") and TorchTitan keeps the last block unsharded ("FSDP would prefetch it
+immediately"), so the backward starts without a gather. TorchTitan from 83e6941 (sharding
+``fsdp2-split``, ``job.memory.torch_runtime``) makes the embedding a unit of its own and
+``[norm, output]`` another: its first unit is the embedding alone, its last reduce-scatter the
+embedding's (``[norm, output]``'s runs at the start of the backward, hidden). Priced without
+pipeline parallelism only (with it TorchTitan reshards no block and the stages' ends differ):
+0 with ``pp`` > 1.
+"""
+
+from __future__ import annotations
+
+from dlsched.job.communication.collective_costs import CollectiveCurve
+from dlsched.job.memory.torch_runtime import PARAM_BYTES, block_gathered_bytes
+from dlsched.job.model_spec import Model
+
+SHARDINGS = ("fsdp2", "fsdp2-split")  # job.run_choices.SHARDINGS that run PyTorch's FSDP2
+
+
+def first_unit_parameters(spec: Model, tp: int, sharding: str) -> float:
+    """Parameters per GPU of FSDP2's first unit (module docstring): the root's token embedding,
+    final norm and output projection (``fsdp2``; the output only when untied), or the embedding
+    alone (``fsdp2-split``). TorchTitan shards the embedding and the output over TP (``Rowwise``
+    / ``ColwiseParallel``) and keeps the norm whole; its vocabulary is not padded."""
+    if sharding not in SHARDINGS:
+        raise ValueError(f"sharding: {sharding!r} is not FSDP2's; accepted: "
+                         + ", ".join(SHARDINGS))
+    matrix = spec.vocab * spec.hidden / tp
+    if sharding == "fsdp2-split":
+        return matrix
+    output = 0.0 if spec.tied_embeddings else matrix
+    return matrix + spec.norm_parameters() + output
+
+
+def fsdp2_ends(spec: Model, tp: int, sharding: str, block_params: float, fp8_all_gather: bool,
+               grad_bytes: float, gather: CollectiveCurve, reduce: CollectiveCurve,
+               embedding_backward_s: float) -> tuple[float, float]:
+    """(start, end) seconds of one iteration that FSDP2's first all-gathers and last
+    reduce-scatters leave exposed (module docstring): ``block_params`` parameters per GPU of
+    one block, ``grad_bytes`` per gradient reduced, ``gather`` / ``reduce`` the FSDP group's
+    curves, ``embedding_backward_s`` the embedding's backward (what block 0's reduce-scatter
+    overlaps)."""
+    first = first_unit_parameters(spec, tp, sharding)
+    start = (gather.seconds(PARAM_BYTES * first)
+             + gather.seconds(block_gathered_bytes(spec, block_params, tp, fp8_all_gather)))
+    block = reduce.seconds(block_params * grad_bytes)
+    end = max(block, embedding_backward_s) + reduce.seconds(first * grad_bytes)
+    return start, end - embedding_backward_s

@@ -1,0 +1,107 @@
+"""FSDP2's exposed first all-gathers and last reduce-scatters (job.communication.fsdp2_ends),
+by hand on one small Llama-style model and through the evaluator on Llama 3.1 8B."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import pytest
+
+from dlsched.job.communication.collective_costs import curve
+from dlsched.job.communication.fsdp2_ends import first_unit_parameters, fsdp2_ends
+from dlsched.job.evaluation.evaluate import Job, dp_group, evaluate
+from dlsched.job.evaluation.replica import block_costs_of
+from dlsched.job.execution import Execution
+from dlsched.job.memory.per_gpu import layer_parameters_per_gpu
+from dlsched.job.model_spec import Model
+from dlsched.job.run_settings import RunSettings
+from dlsched.ledger import load_ledger
+from dlsched.ledger.predict import job_and_layout
+
+# h 64, vocabulary 256, untied: the embedding and the output 256 x 64 = 16,384 each, the final
+# norm 64; one layer 36,992 parameters of which the linears 36,864 and two RMSNorms 128
+# (tests/job/test_torch_runtime.py).
+TINY = Model("tiny-llama", layers=2, hidden=64, heads=4, seq=16, vocab=256,
+             ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
+             bias=False, rms_norm=True, learned_positions=False)
+LAYER = 36_992
+
+
+@dataclass(frozen=True)
+class Linear:
+    """A collective at ``bandwidth`` bytes per second on the buffer, no latency."""
+
+    bandwidth: float
+
+    def seconds(self, num_bytes: float) -> float:
+        return num_bytes / self.bandwidth
+
+
+def test_first_unit_is_the_root_or_the_embedding() -> None:
+    """fsdp2: embedding + final norm + output = 16,384 + 64 + 16,384; fsdp2-split: the
+    embedding alone; TP 2 halves the two matrices, not the norm; a tied model has no output."""
+    assert first_unit_parameters(TINY, 1, "fsdp2") == 32_832
+    assert first_unit_parameters(TINY, 1, "fsdp2-split") == 16_384
+    assert first_unit_parameters(TINY, 2, "fsdp2") == 16_448
+    tied = Model("tiny-tied", layers=2, hidden=64, heads=4, seq=16, vocab=256,
+                 ffn_hidden=128, kv_heads=2, tied_embeddings=True, gated_ffn=True,
+                 bias=False, rms_norm=True, learned_positions=False)
+    assert first_unit_parameters(tied, 1, "fsdp2") == 16_448
+    with pytest.raises(ValueError, match="sharding: 'zero' is not FSDP2's; accepted: fsdp2"):
+        first_unit_parameters(TINY, 1, "zero")
+
+
+def test_ends_by_hand() -> None:
+    """Gathers at 1e6 B/s, reduce-scatters at 2e6 B/s. Start: the root in bf16 (2 x 32,832 B)
+    then block 0 (2 x 36,992 B; with the float8 all-gather its linears 1 B: 36,864 + 2 x 128).
+    End: block 0's FP32 gradients (4 x 36,992 B = 73,984 us) overlap the embedding's backward,
+    then the root's (4 x 32,832 B = 65,664 us)."""
+    gather, reduce = Linear(1e6), Linear(2e6)
+    start, end = fsdp2_ends(TINY, 1, "fsdp2", LAYER, False, 4, gather, reduce, 0.0)
+    assert start == pytest.approx((2 * 32_832 + 2 * LAYER) / 1e6)
+    assert end == pytest.approx((4 * LAYER + 4 * 32_832) / 2e6)
+    fp8_start, _ = fsdp2_ends(TINY, 1, "fsdp2", LAYER, True, 4, gather, reduce, 0.0)
+    assert fp8_start == pytest.approx((2 * 32_832 + 36_864 + 2 * 128) / 1e6)
+    # an embedding backward of 0.05 s hides 0.05 s of block 0's 0.073984 s
+    _, hidden = fsdp2_ends(TINY, 1, "fsdp2", LAYER, False, 4, gather, reduce, 0.05)
+    assert hidden == pytest.approx(end - 0.05)
+    # one longer than block 0's reduce-scatter hides all of it, not the root's
+    _, longer = fsdp2_ends(TINY, 1, "fsdp2", LAYER, False, 4, gather, reduce, 0.1)
+    assert longer == pytest.approx(4 * 32_832 / 2e6)
+    split_start, split_end = fsdp2_ends(TINY, 1, "fsdp2-split", LAYER, False, 4, gather,
+                                        reduce, 0.0)
+    assert split_start == pytest.approx((2 * 16_384 + 2 * LAYER) / 1e6)
+    assert split_end == pytest.approx((4 * LAYER + 4 * 16_384) / 2e6)
+
+
+def _t3_job() -> tuple[Job, Execution]:
+    row = next(r for r in load_ledger() if r.id == "torchtitan-2412-t3-8b-fsdp")
+    return job_and_layout(row)
+
+
+def test_evaluator_adds_the_ends_to_fsdp2_only() -> None:
+    """Llama 3.1 8B FSDP over 128 GPUs (16 nodes): the iteration under TorchTitan's FSDP2 is
+    ZeRO 3's plus exactly the two ends priced on the FSDP group's own curves, as ``dp_s``."""
+    job, layout = _t3_job()
+    assert layout.run.sharding == "fsdp2"
+    zero = evaluate(job, replace(layout, run=replace(layout.run, sharding="zero")))
+    fsdp = evaluate(job, layout)
+    group, run = dp_group(job, layout), layout.run
+    start, end = fsdp2_ends(job.spec, 1, "fsdp2", layer_parameters_per_gpu(job.spec, 1), False,
+                            run.grad_bytes, curve(group, "all-gather", run.collective_policy),
+                            curve(group, "reduce-scatter", run.collective_policy),
+                            block_costs_of(job, layout).embed_b)
+    assert start > 0 and end > 0
+    assert fsdp.iteration_s - zero.iteration_s == pytest.approx(start + end)
+    assert fsdp.exposed["dp_s"] - zero.exposed["dp_s"] == pytest.approx(start + end)
+    # the root's 1.05 G parameters dominate: 2.1 GB gathered, 4.2 GB reduced in FP32
+    assert first_unit_parameters(job.spec, 1, "fsdp2") == 2 * 128_256 * 4096 + 4096
+
+
+def test_no_ends_with_pipeline_stages() -> None:
+    """With PP the stages' ends are not priced: FSDP2 and ZeRO 3 price alike (PP 2 x DP 64)."""
+    job, layout = _t3_job()
+    staged = replace(layout, pp=2, dp=64, global_batch=256)
+    zero = replace(staged, run=replace(staged.run, sharding="zero"))
+    assert evaluate(job, staged).iteration_s == pytest.approx(evaluate(job, zero).iteration_s)
+    assert RunSettings().sharding == "zero"  # ZeRO 3 elsewhere keeps its pricing
