@@ -39,8 +39,8 @@ from dlsched.job.cluster import System
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import check_cp
 from dlsched.job.communication.dp_sync import DPStep, dp_step
-from dlsched.job.communication.fsdp2_ends import SHARDINGS as FSDP2
-from dlsched.job.communication.fsdp2_ends import fsdp2_ends
+from dlsched.job.communication.fsdp2_costs import SHARDINGS as FSDP2
+from dlsched.job.communication.fsdp2_costs import fsdp2_ends
 from dlsched.job.compute.block_pricing import check_kernel_options
 from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.fp8 import fp8_weight_copies
@@ -250,7 +250,7 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
     """The DP step of each pipeline rank: what they share (the stages' parameters, the DP
     group's curves, the GPU) priced once, and ranks whose steps have equal inputs (1F1B's
     middle ranks) priced once. PyTorch's FSDP2 without PP adds its first all-gathers and last
-    reduce-scatters (``job.communication.fsdp2_ends``; ``embedding_backward_s`` what the last
+    reduce-scatters (``job.communication.fsdp2_costs``; ``embedding_backward_s`` what the last
     block's reduce-scatter overlaps)."""
     spec, tp = job.spec, layout.tp
     stages = stage_parameters(spec, layout)
@@ -284,7 +284,7 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
         if layout.zero == 3 and layout.pp == 1 and run.sharding in FSDP2 and group is not None:
             start, end = fsdp2_ends(spec, tp, run.sharding, layer_parameters_per_gpu(spec, tp),
                                     run.fp8_all_gather, run.grad_bytes, *curves,
-                                    embedding_backward_s)
+                                    embedding_backward_s, compute.gpu.memory_rate)
             dense = replace(dense, exposed_reduce=dense.exposed_reduce + end,
                             gather=dense.gather + start)
         sparse = stage_moe_layers(spec, layout, rank)

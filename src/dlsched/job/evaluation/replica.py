@@ -14,6 +14,8 @@ from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import CPCost, cp_cost, output_bytes
 from dlsched.job.communication.dp_sync import WEIGHT_BYTES
+from dlsched.job.communication.fsdp2_costs import SHARDINGS as FSDP2
+from dlsched.job.communication.fsdp2_costs import copy_seconds
 from dlsched.job.communication.moe_dispatch import node_split
 from dlsched.job.communication.pipeline_p2p import with_p2p
 from dlsched.job.compute.attention_window import layer_savings, stage_savings
@@ -30,6 +32,8 @@ from dlsched.job.evaluation.a2a_overlap import (
 )
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
 from dlsched.job.execution import Execution
+from dlsched.job.memory.per_gpu import layer_parameters_per_gpu
+from dlsched.job.memory.torch_runtime import block_gathered_bytes
 
 if TYPE_CHECKING:
     from dlsched.job.evaluation.evaluate import Job
@@ -59,7 +63,9 @@ def _cp(job: Job, layout: Execution, costs: BlockCosts) -> CPCost:
 
 
 def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[float, float]:
-    """Exposed seconds per layer per microbatch of ZeRO 3's traffic (forward, backward)."""
+    """Exposed seconds per layer per microbatch of ZeRO 3's traffic (forward, backward), with
+    PyTorch's FSDP2 without PP its copies on the compute stream
+    (``job.communication.fsdp2_costs.copy_seconds``)."""
     if layout.zero != 3 or layout.cp * layout.dp == 1:
         return 0.0, 0.0
     group = layout.group("dp_cp", job.cluster)
@@ -68,8 +74,15 @@ def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[floa
         params * (1 if layout.run.fp8_all_gather else WEIGHT_BYTES))
     scatter = curve(group, "reduce-scatter", layout.run.collective_policy).seconds(
         params * layout.run.grad_bytes)
-    return (max(0.0, gather - costs.layer_f),
-            max(0.0, gather + scatter - costs.layer_b))
+    copy_f = copy_b = 0.0
+    if layout.run.sharding in FSDP2 and layout.pp == 1:
+        block = layer_parameters_per_gpu(job.spec, layout.tp)
+        copy_f, copy_b = copy_seconds(
+            block_gathered_bytes(job.spec, block, layout.tp, layout.run.fp8_all_gather), block,
+            layout.run.grad_bytes, gpu_compute(job.cluster.gpu, layout.run.precision)
+            .gpu.memory_rate)
+    return (copy_f + max(0.0, gather - costs.layer_f),
+            copy_b + max(0.0, gather + scatter - costs.layer_b))
 
 
 def _send_s(job: Job, layout: Execution) -> float:

@@ -1,6 +1,8 @@
-"""FSDP2's two collectives per iteration that nothing hides: the all-gather of the first units
-before the first block's forward, and the reduce-scatter of the last ones after the last
-block's backward (PyTorch's ``fully_shard``, as TorchTitan applies it).
+"""What PyTorch's FSDP2 (``fully_shard``, as TorchTitan applies it) costs beyond ZeRO 3's
+per-block collectives: its two collectives per iteration that nothing hides (the all-gather of
+the first units before the first block's forward, the reduce-scatter of the last ones after the
+last block's backward: ``fsdp2_ends``) and the copies it runs on the compute stream around each
+block's collectives (``copy_seconds``).
 
 Per block, FSDP2 gathers a block's weights while the previous block computes and reduces its
 gradients while the next one does (``job.evaluation.replica``'s ZeRO 3 pricing: exposed only
@@ -17,9 +19,9 @@ root, holds the token embedding, the final norm and the output projection):
   root's, and the first block waits for it. Before them the GPU ran the optimizer step, which
   the gathers' copy-in must wait for (the sharded parameters it updates). Nothing else runs but
   the embedding lookup (a gather of ``b s`` rows: microseconds, not counted): exposed =
-  all-gather(root) + all-gather(block 0), in ``param_dtype`` bf16, the block's linear weights
-  in FP8 with torchao's float8 all-gather (``torch_runtime.block_gathered_bytes``; TorchTitan
-  keeps ``output`` out of float8).
+  all-gather(root) + the root's copy-out (below) + all-gather(block 0), in ``param_dtype``
+  bf16, the block's linear weights in FP8 with torchao's float8 all-gather
+  (``torch_runtime.block_gathered_bytes``; TorchTitan keeps ``output`` out of float8).
 * **end.** The first block's reduce-scatter is issued after its backward, when only the
   embedding's backward is left to run. The root's post-backward is not triggered by autograd
   (its forward input, the token ids, needs no gradient): it runs in
@@ -28,8 +30,9 @@ root, holds the token embedding, the final norm and the output projection):
   reduce-scattering the root's gradients after block 0's on the reduce-scatter stream, and on
   the last backward the callback makes the compute stream wait for that reduce-scatter
   (``current_stream().wait_event(reduce_scatter_state.event)``) before the optimizer.
-  Exposed = max(reduce-scatter(block 0), embedding backward) + reduce-scatter(root) - the
-  embedding backward, gradients in ``reduce_dtype`` FP32 (TorchTitan's default).
+  Exposed = max(reduce-scatter(block 0), embedding backward + the root's copy-in (below)) +
+  reduce-scatter(root) - the embedding backward, gradients in ``reduce_dtype`` FP32
+  (TorchTitan's default).
 
 FSDP2 never reshards the root after forward (``FSDPState._lazy_init``: "For the root, do not
 reshard after forward since for training, the parameters would be freed and all-gathered
@@ -40,6 +43,27 @@ immediately"), so the backward starts without a gather. TorchTitan from 83e6941 
 embedding's (``[norm, output]``'s runs at the start of the backward, hidden). Priced without
 pipeline parallelism only (with it TorchTitan reshards no block and the stages' ends differ):
 0 with ``pp`` > 1.
+
+**Copies on the compute stream** (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``):
+
+* the all-gather's copy-out: ``wait_for_unshard`` runs ``foreach_all_gather_copy_out`` on the
+  current stream once the all-gather's event is reached, one ``split_with_sizes_copy`` of the
+  whole all-gather output into the parameters' unsharded storage (read and write the gathered
+  bytes: bf16, or the FP8 weights' bytes with torchao's float8 all-gather, whose output is
+  ``uint8``). Each block's forward gathers, and its backward again (resharded after forward;
+  TorchTitan keeps the last block unsharded, counted here as resharded: one block's copy per
+  iteration too many). A full recomputation's rerun forward gathers nothing more (FSDP2's
+  pre-forward returns early in the backward's pre-backward state);
+* the reduce-scatter's copy-in: ``foreach_reduce`` casts each unsharded gradient (bf16,
+  ``param_dtype``) into the reduce-scatter input in ``reduce_dtype`` (``_chunk_cat``, FP32 for
+  TorchTitan) on the current stream since pytorch/pytorch#129721 (2024-06: "Ran reduce-scatter
+  copy-in in default stream"; earlier the compute stream waited on its event on the
+  reduce-scatter stream), so before the 2024-12 torch of the 9dec370 runs: read 2, write
+  ``grad_bytes`` per parameter, once per block backward. The divide by the group size runs on
+  the reduce-scatter stream (not counted).
+
+Both are memory traffic at the GPU's achieved memory rate. The root's copy-out joins the
+start, its copy-in the end (``fsdp2_ends``).
 """
 
 from __future__ import annotations
@@ -66,17 +90,32 @@ def first_unit_parameters(spec: Model, tp: int, sharding: str) -> float:
     return matrix + spec.norm_parameters() + output
 
 
+def copy_seconds(gathered_bytes: float, params: float, grad_bytes: float,
+                 memory_rate: float) -> tuple[float, float]:
+    """(forward, backward) seconds of FSDP2's copies on the compute stream for one unit
+    (module docstring) of ``gathered_bytes`` all-gathered and ``params`` parameters per GPU,
+    gradients reduced in ``grad_bytes`` each, at ``memory_rate`` bytes per second: the
+    copy-out each way (read and write the gathered bytes), the copy-in backward (read the
+    bf16 gradient, write the reduce-scatter input)."""
+    copy_out = 2 * gathered_bytes / memory_rate
+    return copy_out, copy_out + (PARAM_BYTES + grad_bytes) * params / memory_rate
+
+
 def fsdp2_ends(spec: Model, tp: int, sharding: str, block_params: float, fp8_all_gather: bool,
                grad_bytes: float, gather: CollectiveCurve, reduce: CollectiveCurve,
-               embedding_backward_s: float) -> tuple[float, float]:
+               embedding_backward_s: float, memory_rate: float) -> tuple[float, float]:
     """(start, end) seconds of one iteration that FSDP2's first all-gathers and last
-    reduce-scatters leave exposed (module docstring): ``block_params`` parameters per GPU of
-    one block, ``grad_bytes`` per gradient reduced, ``gather`` / ``reduce`` the FSDP group's
-    curves, ``embedding_backward_s`` the embedding's backward (what block 0's reduce-scatter
-    overlaps)."""
+    reduce-scatters leave exposed, with the root's copies (module docstring): ``block_params``
+    parameters per GPU of one block, ``grad_bytes`` per gradient reduced, ``gather`` /
+    ``reduce`` the FSDP group's curves, ``embedding_backward_s`` the embedding's backward (what
+    block 0's reduce-scatter overlaps), ``memory_rate`` the GPU's achieved bytes per second."""
     first = first_unit_parameters(spec, tp, sharding)
-    start = (gather.seconds(PARAM_BYTES * first)
+    root_out, root_back = copy_seconds(PARAM_BYTES * first, first, grad_bytes, memory_rate)
+    start = (gather.seconds(PARAM_BYTES * first) + root_out
              + gather.seconds(block_gathered_bytes(spec, block_params, tp, fp8_all_gather)))
-    block = reduce.seconds(block_params * grad_bytes)
-    end = max(block, embedding_backward_s) + reduce.seconds(first * grad_bytes)
+    # the root's copy-in follows the embedding's backward on the compute stream; its
+    # reduce-scatter waits for the copy-in and for block 0's on the reduce-scatter stream
+    root_in = root_back - root_out
+    end = (max(reduce.seconds(block_params * grad_bytes), embedding_backward_s + root_in)
+           + reduce.seconds(first * grad_bytes))
     return start, end - embedding_backward_s
