@@ -8,9 +8,11 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.compute.expert_launches import routed_seconds
-from dlsched.job.compute.layer_costs import gpu_compute
+from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
 from dlsched.job.compute.moe_costs import chunk_sorts, moe_layer_costs, routed_ops
+from dlsched.job.compute.moe_fp8 import layer_seconds
 from dlsched.job.compute.moe_host import (
+    captured_blocks,
     captured_labels,
     check_cuda_graph,
     host_ops,
@@ -20,6 +22,7 @@ from dlsched.job.execution import Execution
 from dlsched.job.model_spec import Model
 from dlsched.ledger import load_ledger
 from dlsched.models.layer import Layer
+from dlsched.models.ops import elementwise
 
 # Qwen3-30B-A3B's MoE shape (hidden 2048, 128 experts of width 768, top 8, forced balancing,
 # the load-balancing loss) at a short sequence
@@ -86,16 +89,55 @@ def test_bad_scope_names_the_option() -> None:
 
 def test_layer_costs_by_scope() -> None:
     """One B200 layer at micro-batch 1, EP 8, All-to-All dispatcher: the eager layer is the
-    slowest, a full-iteration graph the fastest; ``moe`` and ``attn+moe`` price the same MoE
-    launches (the attention's are not taken off)."""
+    slowest, a full-iteration graph the fastest; ``attn+moe`` is ``moe`` less the attention
+    half's host time (its sub-layers eager against graphed), each way."""
     layout = Execution(1, 1, 8, 1, 64, ep=8)
-    seconds = {scope: moe_layer_costs(QWEN, layout, "b200", "bf16", None, None, "baseline",
-                                      cuda_graph=scope).layer_f
-               for scope in ("none", "moe", "attn+moe", "full")}
-    assert seconds["none"] > seconds["moe"] == seconds["attn+moe"] > seconds["full"]
+    costs = {scope: moe_layer_costs(QWEN, layout, "b200", "bf16", None, None, "baseline",
+                                    cuda_graph=scope)
+             for scope in ("none", "moe", "attn+moe", "full")}
+    seconds = {scope: cost.layer_f for scope, cost in costs.items()}
+    assert seconds["none"] > seconds["moe"] > seconds["attn+moe"] > seconds["full"]
+    compute = gpu_compute("b200", "bf16")
+    half = [layer for layer in decoder_model(QWEN, 1).layers
+            if layer.block == "h.0" and ".mlp." not in layer.name]
+    assert [layer.name for layer in half] == ["h.0.ln_1.weight", "h.0.attn.c_attn.weight",
+                                              "h.0.attn.c_proj.weight", "h.0.ln_2.weight"]
+    for backward, attribute in ((False, "layer_f"), (True, "layer_b")):
+        host = sum(layer_seconds(layer, 1, compute, None, backward)
+                   - layer_seconds(layer, 1, compute, None, backward, graphed=True)
+                   for layer in half)
+        assert host > 0
+        assert getattr(costs["moe"], attribute) - getattr(costs["attn+moe"], attribute) == \
+            pytest.approx(host)
     plain = QWEN.model_copy(update={"aux_loss": False, "router_balance": None})
     assert moe_layer_costs(plain, layout, "b200", "bf16", None, None, "baseline").layer_f < \
         seconds["none"]
+
+
+def test_captured_blocks_per_scope() -> None:
+    """Megatron-Core's ``attn`` scope runs the attention half (norms, attention, its
+    bias-dropout-add) in the router's graph; a full-iteration graph the residual add too."""
+    assert [captured_blocks(scope) for scope in ("none", "moe", "attn+moe", "full")] == \
+        [(False, False), (False, False), (True, False), (True, True)]
+    with pytest.raises(ConfigError, match="--cuda-graph"):
+        captured_blocks("attn")
+
+
+def test_graphed_layer_by_hand() -> None:
+    """A graphed sub-layer costs its kernels' GPU seconds, no host time per launch: 6 launches
+    of no GPU work cost 6 x 77.44 us eager (forward) and nothing graphed; with GPU work the
+    graphed layer is the sum of its ops' GPU seconds."""
+    compute = gpu_compute("b200", "bf16")
+    empty = Layer("h.0.ln_1.weight", 0, ops=(elementwise("h.0.ln_1", 0, kernels=6),))
+    assert layer_seconds(empty, 1, compute, None, False) == pytest.approx(6 * 77.44e-6)
+    assert layer_seconds(empty, 1, compute, None, False, graphed=True) == 0.0
+    ops = (elementwise("h.0.ln_1", 4096 * 2048, 2.0), elementwise("bias-add", 4096 * 2048, 3.0))
+    busy = Layer("h.0.ln_1.weight", 0, ops=ops)
+    for backward in (False, True):
+        gpu = sum(compute.work(op, 1, backward).gpu_s for op in ops)
+        assert gpu > 0
+        assert layer_seconds(busy, 1, compute, None, backward, graphed=True) == \
+            pytest.approx(gpu)
 
 
 def test_the_ledger_rows_name_their_scope() -> None:

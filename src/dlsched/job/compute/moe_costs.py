@@ -97,6 +97,7 @@ from dlsched.job.compute.module_recompute import (
 )
 from dlsched.job.compute.moe_fp8 import layer_seconds
 from dlsched.job.compute.moe_host import (
+    captured_blocks,
     captured_labels,
     check_cuda_graph,
     host_ops,
@@ -368,12 +369,14 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
               (("moe.router", before), ("moe.experts", experts), ("moe.combine", after))]
     graphed = [captured_labels(cuda_graph, frozenset(op.label for op in layer.ops))
                for layer in routed]
-    forward = (sum(layer_seconds(layer, b, compute, kernels, False)
-                   for layer in (*attention_layers, residual))
+    in_graph, residual_in_graph = captured_blocks(cuda_graph)  # attention half, residual add
+    blocks = [*((layer, in_graph) for layer in attention_layers), (residual, residual_in_graph)]
+    forward = (sum(layer_seconds(layer, b, compute, kernels, False, captured)
+                   for layer, captured in blocks)
                + sum(routed_seconds(layer, alone, kernels, False, captured)
                      for layer, captured in zip(routed, graphed, strict=True)))
-    backward = (sum(layer_seconds(layer, b, compute, kernels, True)
-                    for layer in (*attention_layers, residual))
+    backward = (sum(layer_seconds(layer, b, compute, kernels, True, captured)
+                    for layer, captured in blocks)
                 + sum(routed_seconds(layer, alone, kernels, True, captured)
                       for layer, captured in zip(routed, graphed, strict=True)))
     message = b * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES

@@ -110,14 +110,19 @@ def moe_ops_works(ops: Sequence[Op], batch: int, compute: CalibratedCompute,
 
 
 def layer_seconds(layer: Layer, batch: int, compute: CalibratedCompute,
-                  options: KernelOptions | None, backward: bool) -> float:
+                  options: KernelOptions | None, backward: bool, graphed: bool = False) -> float:
     """Seconds of ``layer`` run on its own, from an idle host, as
     ``CalibratedCompute.forward_time`` / ``backward_time`` price it (the backward's ops in
-    reverse order), with FP8 linears and experts when ``options`` name a recipe."""
-    if options is None or options.fp8_recipe is None:
+    reverse order), with FP8 linears and experts when ``options`` name a recipe; ``graphed``:
+    its kernels replayed from a CUDA graph (``job.compute.moe_host``), no host seconds per
+    launch (the graph's own launch is counted once, where ``job.compute.expert_launches``
+    starts the captured router)."""
+    fp8 = options is not None and options.fp8_recipe is not None
+    if not fp8 and not graphed:
         return (compute.backward_time(layer, batch) if backward
                 else compute.forward_time(layer, batch))
     spec = compute.gpu.spec
-    overhead = spec.backward_overhead if backward else spec.kernel_overhead
-    works = moe_ops_works(layer.ops, batch, compute, options, backward)
+    overhead = 0.0 if graphed else spec.backward_overhead if backward else spec.kernel_overhead
+    works = (moe_ops_works(layer.ops, batch, compute, options, backward) if fp8 and options
+             else [compute.work(op, batch, backward) for op in layer.ops])
     return alone(works[::-1] if backward else works, overhead)  # the backward in reverse

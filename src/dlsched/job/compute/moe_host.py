@@ -52,7 +52,7 @@ training steps): nothing new is fitted.
 
 **CUDA graphs** (``cuda_graph``, Megatron-Bridge's ``cuda_graph_scope`` with
 ``cuda_graph_impl transformer_engine``): ``moe`` is the scope ``[moe_router, moe_preprocess]``
-(``attn+moe`` adds ``attn``, whose launches the evaluator does not take off: not priced here),
+(``attn+moe`` adds ``attn``: the attention half below),
 ``full`` a full-iteration graph. A captured part is replayed as one graph: its ops keep their
 GPU time and cost the host one launch forward and one backward (``GRAPH_LAUNCHES``) instead of
 one per kernel. ``moe`` captures the router (GEMM, top-k, forced balancing, loss) and
@@ -60,6 +60,18 @@ one per kernel. ``moe`` captures the router (GEMM, top-k, forced balancing, loss
 transformer/moe/moe_layer.py at 8f1c2f8); the host copies stay outside it (with the
 ``moe_preprocess`` scope the dispatcher moves them to ``before_ep_alltoall``, the All-to-All's
 own step). ``full`` captures every routed op, the experts' GEMM loop included.
+
+The attention half (``captured_blocks``): with ``attn`` in the scope, Megatron-Core's
+``TransformerLayer._te_cuda_graph_capture`` (megatron/core/transformer/transformer_layer.py at
+8f1c2f8; ``_get_submodules_under_cudagraphs``: ``input_layernorm``, ``self_attention``, and
+with ``moe_router`` ``pre_mlp_layernorm`` and the router) runs ``_forward_attention`` (the
+norm, the attention, its bias-dropout-add) and then ``_forward_mlp`` up to the router and
+preprocess inside the same capture: one graph per layer and microbatch, its backward graphed
+too (Transformer Engine's ``make_graphed_callables``). So under ``attn+moe`` the attention
+half's kernels cost the host nothing per launch and the graph's one launch is the one the
+captured router already counts; under ``full`` every kernel of the layer is captured, the MoE
+output's residual add too. Outside the MoE layer (embedding, loss, the dense layers of a
+model with some) nothing changes here.
 """
 
 from __future__ import annotations
@@ -130,6 +142,14 @@ def with_fused_maps(ops: tuple[Op, ...], dispatcher: str, dropless: bool = True
     return tuple(replace(op, kernels=op.kernels + more[op.label],
                          backward_kernels=op.launches_backward)
                  if op.label in more else op for op in ops)
+
+
+def captured_blocks(scope: str) -> tuple[bool, bool]:
+    """Whether a CUDA graph of ``scope`` runs the layer's attention half (``input_layernorm``,
+    the self-attention with its bias-dropout-add, ``pre_mlp_layernorm``) and the MoE output's
+    residual add (module docstring): ``attn+moe`` the first, ``full`` both."""
+    check_cuda_graph(scope)
+    return scope in ("attn+moe", "full"), scope == "full"
 
 
 def captured_labels(scope: str, labels: frozenset[str]) -> frozenset[str]:
