@@ -9,6 +9,7 @@ import pytest
 from dlsched.errors import ConfigError
 from dlsched.job.execution import Execution
 from dlsched.job.memory.allocator import allocated_bytes
+from dlsched.job.memory.in_flight import accumulating_peak, in_flight_peak
 from dlsched.job.memory.per_gpu import layer_activations, memory_per_gpu
 from dlsched.job.memory.torch_runtime import (
     Runtime,
@@ -116,3 +117,55 @@ def test_unmodelled_runtimes_are_named() -> None:
     assert check_runtime(Runtime(), "fp8", "selective-op") is not None
     with pytest.raises(ConfigError, match=r"^sharding: .*accepted: zero, fsdp2, fsdp2-split"):
         Runtime("fsdp1")
+
+
+def test_accumulating_peak_walks_one_f_one_b_by_hand() -> None:
+    """PP 8, 8 microbatches, 1 B of stash a microbatch, 3 B of gradients: rank 0 runs its 8
+    forwards (8 B held), then its first backward frees one and creates the gradients: 7 + 3 =
+    10 B; with 0.5 B of gradients the 8 forwards' stash stays the peak. Rank 7 alternates F B
+    from the start: after its second forward 1 + 3 B."""
+    layout = Execution(1, 8, 1, 1, 8)
+    assert accumulating_peak(layout, 0, [(1.0, 0.0)], [3.0]) == (7.0, 0.0, (7,), 3.0)
+    assert accumulating_peak(layout, 0, [(1.0, 0.0)], [0.5]) == (8.0, 0.0, (8,), 0.0)
+    assert accumulating_peak(layout, 7, [(0.75, 0.25)], [3.0]) == (0.75, 0.25, (1,), 3.0)
+
+
+def test_accumulating_peak_walks_interleaving_by_hand() -> None:
+    """PP 2, 2 chunks, 2 microbatches, rank 0: warm-up 2 x 1 + 1 x 2 = 4 forwards, all of them
+    (chunks 0 0 1 1 held: 4 B), then backwards of chunks 1 1 0 0; 5 B of gradients a chunk:
+    after the first backward 3 + 5, the second 2 + 5, the third 1 + 10 = 11 B (the peak: one
+    chunk-0 microbatch held, both chunks' gradients), the last 0 + 10."""
+    layout = Execution(1, 2, 1, 1, 2, chunks=2, schedule="interleaved")
+    assert accumulating_peak(layout, 0, [(1.0, 0.0), (1.0, 0.0)], [5.0, 5.0]) == \
+        (1.0, 0.0, (1, 0), 10.0)
+
+
+@pytest.mark.parametrize("fields", [
+    {"pp": 4, "global_batch": 8}, {"pp": 4, "global_batch": 2, "schedule": "gpipe"},
+    {"pp": 2, "chunks": 2, "schedule": "interleaved", "global_batch": 4},
+    {"pp": 3, "chunks": 2, "schedule": "interleaved", "global_batch": 6}])
+def test_accumulating_peak_without_gradients_is_the_stash_peak(fields: dict) -> None:
+    """No gradients: the walk's peak is ``in_flight_peak``'s on every rank."""
+    layout = Execution(**{"tp": 1, "pp": 1, "dp": 1, "microbatch_size": 1, **fields})
+    sizes = [(1.0 + chunk, 0.5) for chunk in range(layout.chunks)]
+    for stage in range(layout.pp):
+        walked = accumulating_peak(layout, stage, sizes, [0.0] * layout.chunks)
+        assert walked[:3] == in_flight_peak(layout, stage, sizes)
+        assert walked[3] == 0.0
+
+
+def test_fsdp2_under_a_pipeline_holds_fp32_unsharded_gradients() -> None:
+    """PP 2 over the two layers, DP 4, 2 microbatches: rank 0 holds layer 0 and the embedding,
+    36,992 + 16,384 = 53,376 parameters, their FP32 sharded gradient 53,376 x 4 / 4 plus the
+    unsharded FP32 accumulation 4 x 53,376 = 213,504 B from its first backward on, when it
+    holds one microbatch (warm-up 1: F F B, the stash far below the gradients); the last rank
+    (layer 1 + final norm and output: 53,440) after F B F. Without a pipeline, none; nor for
+    ZeRO's sharding (Megatron's buffers are its main gradients)."""
+    layout = _layout(pp=2, global_batch=16)
+    first = memory_per_gpu(TINY, layout, "bf16", 0, runtime=FSDP2)
+    last = memory_per_gpu(TINY, layout, "bf16", 1, runtime=FSDP2)
+    assert first.gradients == 53_376 + 213_504 and first.in_flight == (1,)
+    assert last.gradients == 53_440 + 4 * 53_440 and last.in_flight == (1,)
+    assert memory_per_gpu(TINY, _layout(), "bf16", runtime=FSDP2).gradients == 2 * LAYER + ROOT
+    zero = memory_per_gpu(TINY, layout, "bf16", 0)
+    assert zero.in_flight == (2,)

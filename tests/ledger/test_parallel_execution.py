@@ -54,3 +54,22 @@ def test_a_section_the_evaluator_cannot_hold_still_loads_and_is_refused_when_pri
     for row in unpublished:
         with pytest.raises(ConfigError, match="precision"):
             assert row.execution is None  # raises before
+
+
+def test_torchtitan_405b_rows_run_torchtitans_default_pipeline() -> None:
+    """TorchTitan 9dec370's defaults, by hand: 8 microbatches (the PP degree) of local batch 32
+    (Table 5: 4 sequences each) or 8 (Table 6: 1); generate_split_points puts 126 // 8 = 15
+    layers on the first stage and one of the 126 % 8 = 6 left over on each of the next six
+    (splits at layers.15, 31, ..., 111), and for Interleaved 1F1B 2 stages per rank, 16 stages
+    of 7, 8 x 14, 7 layers, stage s on rank s mod 8; rank 0 then holds 7 + 8 layers."""
+    one = ROWS["torchtitan-2412-t5-405b-1f1b"].execution
+    assert (one.num_microbatches, one.microbatch_size, one.schedule) == (8, 4, "1f1b")
+    assert [len(span) for span in one.stage_layers(126)] == [15] + [16] * 6 + [15]
+    assert one.stage_layers(126)[1] == range(15, 31)
+    looped = ROWS["torchtitan-2412-t5-405b-interleaved-1f1b"].execution
+    assert (looped.num_microbatches, looped.chunks, looped.schedule) == (8, 2, "interleaved")
+    assert [len(span) for span in looped.stage_layers(126)] == [7] + [8] * 14 + [7]
+    assert [looped.rank_layers(126, rank) for rank in (0, 1, 7)] == [15, 16, 15]
+    for row_id in ("torchtitan-2412-t6-405b-fsdp8-cp1", "torchtitan-2412-t6-405b-fsdp1-cp8"):
+        assert (ROWS[row_id].execution.num_microbatches,
+                ROWS[row_id].execution.microbatch_size) == (8, 1)

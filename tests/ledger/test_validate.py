@@ -200,7 +200,6 @@ def test_rows_map_to_their_published_configuration() -> None:
 
 
 @pytest.mark.parametrize(("row_id", "reason"), [
-    ("torchtitan-2412-t5-405b-1f1b", "microbatches is not published"),
     ("megatron-h100-gpt-70b", "not published"),
     ("megatron-bridge-2509-h100-llama3.1-405b-cp2", "precision not published")])
 def test_rows_the_evaluator_cannot_express_are_refused_with_the_reason(row_id: str,

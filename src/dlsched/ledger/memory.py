@@ -11,7 +11,12 @@ not scored.
 
 ``memory_unmodelled`` says why a row's memory is not priced though its time is: Transformer
 Engine's FP8 recipes (TE's linears save FP8 copies of their inputs and keep FP8 weight
-transposes: not derived here), and what ``job.memory.torch_runtime.check_runtime`` refuses.
+transposes: not derived here), FSDP2 under ``torch.distributed.pipelining`` (the stage's own
+buffers: a receive buffer per microbatch for activations and for gradients, allocated once for
+the schedule's microbatches, and each stage output kept to its backward; Megatron frees its
+outputs after the send, and the memory model counts FSDP2's unsharded FP32 gradient
+accumulation there, ``job.memory.torch_runtime``, but not these), and what
+``job.memory.torch_runtime.check_runtime`` refuses.
 """
 
 from __future__ import annotations
@@ -121,6 +126,10 @@ def memory_unmodelled(row: LedgerRow) -> str | None:
     if par.precision == "fp8" and par.fp8_recipe in TE_RECIPES:
         return ("memory: the memory model does not count Transformer Engine's FP8 saved "
                 "activations")
+    if par.pp > 1 and sharding_of(row) != "zero":
+        return ("memory: the memory model does not count torch.distributed.pipelining's "
+                "buffers (a receive buffer for every microbatch's activation and gradient, "
+                "each stage output kept to its backward)")
     runtime = Runtime(sharding_of(row), par.torch_compile, par.fp8_all_gather)
     why = check_runtime(runtime, par.precision, par.recompute or "none")
     return None if why is None else "memory: the memory model does not count " + why

@@ -3,6 +3,12 @@
 Megatron's warm-up ``pp - s - 1`` forwards plus one), GPipe's ``m``, Megatron-LM's interleaved
 order (``megatron/core/pipeline_parallel/schedules.py``), and the V and DualPipe orders
 (``job.unit_walk.held_in_flight``); ``per_gpu``'s module docstring derives them.
+
+``accumulating_peak`` adds gradients that appear on a chunk's first backward and stay to the
+end of the iteration (FSDP2's unsharded accumulation under a pipeline schedule,
+``job.memory.torch_runtime``): it walks the rank's forwards and backwards in Megatron-LM's order
+(warm-up forwards, then one forward and one backward in turn, then the remaining backwards) and
+takes the largest of stash plus gradients after any step.
 """
 
 from __future__ import annotations
@@ -62,3 +68,40 @@ def megatron_interleaved_chunks(m: int, v: int, pp: int) -> np.ndarray:
     that of forward ``k``. Megatron-LM itself runs it only for ``m`` a multiple of ``pp``."""
     groups = [m - first if first + pp >= m else pp for first in range(0, m, pp)]
     return np.concatenate([np.repeat(np.arange(v), size) for size in groups])
+
+
+def accumulating_peak(layout: Execution, stage: int, chunk_bytes: list[tuple[float, float]],
+                      chunk_grads: list[float]) -> tuple[float, float, tuple[int, ...], float]:
+    """Peak of rank ``stage``'s stash (``chunk_bytes`` per chunk-microbatch) plus the gradient
+    bytes ``chunk_grads`` of each chunk held from that chunk's first backward on (module
+    docstring): (activations, logits, chunk-microbatches per chunk, gradient bytes) at that
+    step. The V and DualPipe orders (``UNIT_SCHEDULES``) count every chunk's gradients at
+    their stash peak (an upper bound: their walk is ``job.unit_walk``'s)."""
+    if layout.schedule in UNIT_SCHEDULES:
+        return (*in_flight_peak(layout, stage, chunk_bytes), float(sum(chunk_grads)))
+    m, v = layout.num_microbatches, layout.chunks
+    order = megatron_interleaved_chunks(m, v, layout.pp) if v > 1 else np.zeros(m, dtype=int)
+    warmup, total = warmup_forwards(layout, stage), order.size
+    # True: the next forward, False: the next backward (backward j runs chunk v - 1 - order[j])
+    ops = [True] * warmup + [True, False] * (total - warmup) + [False] * warmup
+    stash = np.array([a + b for a, b in chunk_bytes])
+    grads = np.asarray(chunk_grads, dtype=float)
+    counts, seen = np.zeros(v, dtype=int), np.zeros(v, dtype=bool)
+    best, at = 0.0, (counts.copy(), seen.copy())
+    forward = backward = 0
+    for is_forward in ops:
+        if is_forward:
+            counts[order[forward]] += 1
+            forward += 1
+        else:
+            chunk = v - 1 - order[backward]
+            counts[chunk] -= 1
+            seen[chunk] = True
+            backward += 1
+        held = float(stash @ counts + grads @ seen)
+        if held > best:
+            best, at = held, (counts.copy(), seen.copy())
+    acts = np.array([part[0] for part in chunk_bytes])
+    logits = np.array([part[1] for part in chunk_bytes])
+    return (float(acts @ at[0]), float(logits @ at[0]), tuple(int(n) for n in at[0]),
+            float(grads @ at[1]))

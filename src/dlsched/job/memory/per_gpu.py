@@ -89,8 +89,9 @@ the layer in its backward.
 **PyTorch's runtime** (``job.memory.torch_runtime``, the ``runtime`` argument): ZeRO 3 as FSDP2
 runs it (FP32 sharded states, 4 + 4 + 8 B per parameter; the root's and the last block's
 weights unsharded through the step, part ``gathered``; the previous block's prefetch and the
-bf16 gradient beside its FP32 reduce-scatter input in the workspace) and compiled blocks (their
-partitioner saves no output the backward does not read).
+bf16 gradient beside its FP32 reduce-scatter input in the workspace; under a pipeline each
+chunk's FP32 unsharded gradients from its first backward on, part ``gradients``) and compiled
+blocks (their partitioner saves no output the backward does not read).
 Workspace: the ZeRO transients plus the larger of the recomputation (with the CP buffers) and
 the 16-bit logits transients (they do not run together). Reserve: the CUDA context
 (``pipeline.memory_model.CONTEXT_BYTES``); fragmentation is the caller's (``usable_bytes``).
@@ -111,7 +112,7 @@ from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
 from dlsched.job.memory import torch_runtime as rt
-from dlsched.job.memory.in_flight import in_flight_peak
+from dlsched.job.memory.in_flight import accumulating_peak, in_flight_peak
 from dlsched.job.memory.moe import (
     experts_per_gpu,
     held_mtp_moe,
@@ -293,6 +294,25 @@ def stage_units(spec: Model, layout: Execution, stage: int) -> list[float]:
     return units
 
 
+def _chunk_parameters(spec: Model, layout: Execution, stage: int, dense: float) -> list[float]:
+    """Parameters per GPU of each chunk of rank ``stage`` (``dense``: the rank's, as
+    ``stage_units`` counts them): its layers' (an MoE layer's with its routed experts), the
+    embedding on the chunk holding the first virtual stage, the rest (head, MTP modules) on the
+    chunk holding the last."""
+    tp, first, last = layout.tp, *_ends_held(layout, stage)
+    moe = moe_dense_delta(spec, tp) + experts_per_gpu(spec, layout) if spec.experts else 0.0
+    held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
+    spans = [layer_indices(spec, layout, stage, chunk) for chunk in range(len(held))]
+    params = [layer_parameters_per_gpu(spec, tp) * len(span)
+              + moe * spec.moe_layers_in(span.start, span.stop) for span in spans]
+    experts = stage_moe_layers(spec, layout, stage) * experts_per_gpu(spec, layout)
+    if first is not None:
+        params[first] += embedding_parameters_per_gpu(spec, tp)
+    if last is not None:
+        params[last] += dense + experts - sum(params)
+    return params
+
+
 def _ends_held(layout: Execution, stage: int) -> tuple[int | None, int | None]:
     """The chunks of rank ``stage`` holding the first and the last virtual stage (None:
     neither): rank 0's first and rank ``pp - 1``'s last chunk, both on rank 0 in a V
@@ -401,9 +421,13 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
     master = layout.run.master_weights
     per_param = state_bytes(precision, layout.zero, shards, grad_bytes, master)
     unsharded = state_bytes(precision, 0, 1, grad_bytes, master)
-    acts, logits, held = in_flight_peak(layout, stage,
-                                        chunk_stash(spec, layout, precision, stage,
-                                                    attention, runtime))
+    stash, accumulated = chunk_stash(spec, layout, precision, stage, attention, runtime), 0.0
+    if rt.accumulates_unsharded(runtime, layout):  # FSDP2 under a pipeline (torch_runtime)
+        acts, logits, held, accumulated = accumulating_peak(
+            layout, stage, stash,
+            [rt.REDUCE_BYTES * n for n in _chunk_parameters(spec, layout, stage, params)])
+    else:
+        acts, logits, held = in_flight_peak(layout, stage, stash)
     _, recompute = layer_activations(spec, layout, precision, attention, runtime)
     if spec.experts and layout.recompute == "full":
         recompute += max(0.0, moe_stash_delta(spec, layout, activation_bytes(precision)))
@@ -426,7 +450,8 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
     cp_buffers = buffer_bytes(spec, layout) * activation_bytes(precision) / 2
     return MemoryBreakdown(stage, params + experts,
                            params * per_param.weights + experts * expert_state.weights,
-                           params * per_param.gradients + experts * expert_state.gradients,
+                           params * per_param.gradients + experts * expert_state.gradients
+                           + accumulated,
                            params * per_param.optimizer + experts * expert_state.optimizer, acts,
                            logits, gathered + gradient + max(recompute + cp_buffers, loss),
                            CONTEXT_BYTES, held, persistent)

@@ -34,6 +34,19 @@ backward prefetch of one), and at the reduce-scatter's copy-in the block's unsha
 gradient beside the FP32 reduce-scatter input (``foreach_reduce`` casts to ``reduce_dtype``):
 2 + 4 B per parameter of the block.
 
+**FSDP2 under a pipeline schedule: gradients accumulated unsharded.** ``torch.distributed.
+pipelining``'s stage runs every microbatch's backward of an FSDP2 module with
+``set_requires_gradient_sync(False)`` and ``set_reshard_after_backward(False)`` and calls the
+post-backward (the reduce-scatter) itself after the last microbatch only
+(``PipelineStage.backward_maybe_with_nosync``: pytorch/pytorch#127946, 2024-06, and #134052,
+2024-08, before the 2024-12-23 torch of the 9dec370 runs). Without the sync FSDP2's
+``post_backward`` casts each parameter's fresh unsharded bf16 gradient to ``reduce_dtype`` on
+the first microbatch (``FSDPParam.to_accumulated_grad_if_needed``: ``unsharded_accumulated_grad``)
+and adds later ones into it (``accumulate_unsharded_grad_if_needed``; pytorch/pytorch#118298,
+"gradient accumulation w/o reduction"): an FP32 (``REDUCE_BYTES``) unsharded gradient of every
+parameter of a chunk, held from the chunk's first backward to the iteration's last
+(``job.memory.in_flight.accumulating_peak`` times it against the stash).
+
 **torch.compile and per-op checkpointing.** TorchTitan compiles each transformer block after
 wrapping it in its per-op checkpoint (``job.op_checkpoint``); Inductor's partitioner
 (``torch/_functorch/partitioners.py``, ``min_cut_rematerialization_partition``) turns the
@@ -92,6 +105,13 @@ def persistent_bytes(sharding: str, block_bytes: float, blocks: int, embedding: 
         return PARAM_BYTES * head
     kept = blocks if pp > 1 else min(blocks, 1)
     return PARAM_BYTES * (embedding + head) + kept * block_bytes
+
+
+def accumulates_unsharded(runtime: Runtime, layout: Execution) -> bool:
+    """Whether FSDP2 accumulates unsharded gradients over the microbatches (module docstring):
+    FSDP2 (ZeRO 3 over more than one rank) under a pipeline schedule."""
+    return (runtime.sharding != "zero" and layout.zero == 3 and layout.pp > 1
+            and layout.cp * layout.dp > 1)
 
 
 def backward_transient(block_bytes: float, block_params: float, pp: int) -> float:
