@@ -139,7 +139,7 @@ def test_every_bridge_moe_row_agrees_with_one_flop_count_per_token() -> None:
     per_token = {("qwen3-30b-a3b", 4096): 23.0e9, ("qwen3-235b-a22b", 4096): 148e9,
                  ("gpt-oss-120b", 4096): 27.2e9, ("gpt-oss-120b", 8192): 30.7e9}
     rows = [row for row in ROWS.values() if row.source == "megatron-bridge-moe"]
-    assert len(rows) == 32
+    assert len(rows) == 33
     for row in rows:
         tflops = float(row.notes.split("published model TFLOP/s per GPU ")[1].split(";")[0])
         flop = tflops * 1e12 / row.value("tokens_per_s_per_gpu")
@@ -165,7 +165,7 @@ def test_the_ledgers_own_count_agrees_with_the_evaluators_on_todays_shapes(
 
 def test_validate_shows_the_moe_line_beside_a_source_with_moe_rows_only() -> None:
     """``validate("megatron-bridge-moe")`` reports its line, ``moe`` and ``all``; the moe
-    line's rows are every source's MoE rows (the source's 32 and Grok 1); a dense source's
+    line's rows are every source's MoE rows (the source's 33 and Grok 1: 34); a dense source's
     report has no moe line."""
     from dlsched.ledger.report import validate
 
@@ -173,6 +173,6 @@ def test_validate_shows_the_moe_line_beside_a_source_with_moe_rows_only() -> Non
     lines = {(s["source"], s["family"]): s for s in report.sources}
     assert {name for name, _ in lines} == {"megatron-bridge-moe", "moe", "all"}
     moe_rows = sum(1 for row in ROWS.values() if row.model.experts)
-    assert lines["moe", "time"]["rows"] == moe_rows == 33
+    assert lines["moe", "time"]["rows"] == moe_rows == 34
     assert lines["moe", "time"]["priced"] >= lines["megatron-bridge-moe", "time"]["priced"]
     assert "moe" not in {s["source"] for s in validate("sc21").sources}
