@@ -61,8 +61,8 @@ def _each_alone(lanes: tuple[PipelineTimes, ...]) -> list[ReplicaTiming]:
 @given(unit_lanes())
 def test_each_lane_is_the_unit_walk(lanes: tuple[PipelineTimes, ...]) -> None:
     """300 random replica sets per run: every lane's ends and last backwards are those of the
-    unit-by-unit walk of that replica alone (to 1e-9; the same sums, so in fact bit for bit
-    where no chain of units is folded)."""
+    unit-by-unit walk of that replica alone (to 1e-9: a folded chain's seconds are summed
+    before they are added)."""
     program = unit_program(layout_of(lanes[0]))
     walked = walk_level_lanes(program, lanes, lanes[0].schedule, unit_seconds)
     for fast, full in zip(walked, _each_alone(lanes), strict=True):
@@ -96,15 +96,17 @@ def test_merged_pairs_are_the_unit_walk(schedule: str, pp: int, m: int,
 
 def test_levels_by_hand() -> None:
     """ZB-V on 2 ranks, 1 microbatch (stages 0 1 | 2 3 in a V; F 1 s, I = W = 1 s, sends
-    0.1 s): rank 0 runs F0 F3 I3 W3 I0 W0, rank 1 F1 F2 I2 W2 I1 W1. Levels: F0 0, its
-    transfer 1, F1 2, F2 3 (stage 2 on the same rank: no transfer), transfer 4, F3 5, I3 6,
-    transfer and W3 7, I2 8, W2 9, I1 10, transfer and W1 11, I0 12, W0 13: 14 levels. The
-    end by hand: 1 + 0.1 + 1 + 1 + 0.1 + 1 + 1 + 0.1 + 1 + 1 + 1 + 0.1 + 1 + 1 = 10.4 s
-    (rank 0's W0; rank 1 ends at 9.3 s), rank 1's last backward (W1) 8.3-9.3 s."""
+    0.1 s): rank 0 runs F0 F3 I3 W3 I0 W0, rank 1 F1 F2 I2 W2 I1 W1. A unit read by its
+    successors only through one predecessor (F0 after nothing, F2 after F1 on its rank, I3
+    after its F3, each W after its I) is folded into what reads it, and a transfer's arrival
+    read as max(unit + hop, stream + hop), so the levels are F0, F1, F3, I2, I1, I0, W0: 7
+    (14 nodes deep walked one by one with a node per transfer). The end by hand: 1 + 0.1 + 1
+    + 1 + 0.1 + 1 + 1 + 0.1 + 1 + 1 + 1 + 0.1 + 1 + 1 = 10.4 s (rank 0's W0; rank 1 ends at
+    9.3 s), rank 1's last backward (W1) 8.3-9.3 s."""
     times = UnitTimes("zb-v", 2, 1, (1.0,) * 4, (2.0,) * 4, (0.1,) * 3, 0.5)
     program = unit_program(unit_layout("zb-v", 2, 1))
     levels = level_program(program, ((True,) * 3, (True,) * 3), "zb-v")
-    assert len(levels.levels) == 14
+    assert len(levels.levels) == 7
     (start, end, last), _ = walk_level_lanes(program, (times, times), "zb-v", unit_seconds)
     assert last == pytest.approx(10.4)
     assert (start[1], end[1]) == pytest.approx((8.3, 9.3))

@@ -1,36 +1,46 @@
 """The unit walk (``job.evaluation.unit_program``) as a max-plus graph evaluated level by level
-with numpy: every unit of a dependency level, on every rank, at once.
+with numpy: every unit of a dependency level, on every rank and in both lanes, at once.
 
-``unit_program.walk_program`` takes one Python step per unit (about 1.3 us at PP 64: 81-99 ms
-for ZB-V and DualPipeV at 384 microbatches). Every time it computes is a ``max`` of earlier
-times plus seconds: a unit begins at the latest of its rank's previous unit's end (0 for the
-first) and its inputs' arrivals, and ends its seconds later; an output crossing to another
-rank arrives when the rank's send stream, free at the latest of the unit's end and its
-previous transfer's arrival, has carried it (``send[boundary]`` seconds), an output of a
-boundary that sends nothing (0 seconds) at the unit's end, the stream unchanged. So the walk is
-a graph whose nodes are the units and the transfers (one per output that crosses ranks), each
-``max(predecessors) + seconds``, the same in every evaluation of a layout: only the seconds
-change, and which boundaries send at all (a lane's zero sends read the unit's end instead of
-the transfer, and leave the stream as it was).
+``unit_program.walk_program`` takes one Python step per unit (about 0.6 us each, two lanes:
+81-99 ms for ZB-V and DualPipeV at PP 64 and 384 microbatches). Every time it computes is a
+``max`` of earlier times plus seconds: a unit begins at the latest of its rank's previous
+unit's end (0 for the first) and its inputs' arrivals, and ends its seconds later; an output
+crossing to another rank arrives when the rank's send stream, free at the latest of the unit's
+end and its previous transfer's arrival, has carried it (``send[boundary]`` seconds); an output
+of a boundary that sends nothing (0 s, as the evaluator's blocking transfers give) arrives at
+the unit's end and leaves the stream as it was. So the walk is a graph whose nodes are the
+units and the transfers that take time, each ``max(predecessors) + seconds``, the same in every
+evaluation of a layout and send pattern (per lane, which boundaries send): only the seconds
+change.
 
-``level_program`` builds that graph once per unit program and send pattern (per lane, which
-boundaries send): each node's level (one more than its latest predecessor's), the nodes
-numbered level by level, each with its predecessors padded to one count (a ``-inf`` entry).
-``walk_levels`` then evaluates a level as one gather, one maximum over the predecessors and
-one addition into the level's slice of the times, both lanes at once: about 6 us per level,
-whatever the ranks. Its cost is the levels (about the units per rank plus the pipeline's
-depth: 2,600 for ZB-V at PP 64 and 384 microbatches against 147,456 units), still one level
-per unit of a rank, so it grows with the microbatches.
+``level_program`` builds each lane's graph once per unit program and send pattern, in the unit
+walk's order, and numbers both lanes' nodes level by level (one more than the latest
+predecessor's). Two rewrites shorten the chains: a node of one predecessor (a W after its own
+I, a forward of the first stage, a stage's forward after the one before it on the same rank)
+is not waited for but folded into what reads it — the reader reads the predecessor plus the
+node's seconds, as a copy of the predecessor with the seconds summed (at most ``FOLD``),
+which is on the predecessor's level; and a transfer's arrival ``max(end, stream) + hop`` is
+read as ``max(end + hop, stream + hop)`` (copies again), so a unit waits one level after its
+input's producer, not two. ``walk_levels`` evaluates a level with one gather per predecessor
+slot, a maximum per slot after the first and one addition into the level's slice of the
+times (about 3 us per level, whatever the ranks; each level's index arrays and views made
+once). At PP 64 and 384 microbatches: ZB-V 1,725 levels (147,456 units), DualPipe 512 (32,706
+units), DualPipeV 1,023 (65,473 units); the levels are about the units of a rank (less the
+folded ones) plus the pipeline's depth, so the cost still grows with the microbatches.
 
-The times are the unit walk's bit for bit: the same additions of the same operands, and
-maxima (exact) of the same values (``tests/job/test_unit_levels.py`` holds every time equal
-on random replicas of each schedule, sends and overlapped pairs).
+A folded chain's seconds are summed before they are added (``t + (a + b)`` for ``(t + a) +
+b``) and a transfer's hop is added before the maximum (exact: rounding is monotone), so the
+times are the unit walk's to rounding: ``tests/job/test_unit_levels.py`` holds every lane equal
+to ``walk_program``'s to 1e-9 on random replicas of each schedule (sends, all-to-alls hidden
+by overlapped pairs, Megatron-Core's merged 1F1B units).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise, zip_longest
 from typing import Any
 
 import numpy as np
@@ -42,205 +52,284 @@ from dlsched.pipeline.plans.actions import Action
 Walked = tuple[tuple[float, ...], tuple[float, ...], float]
 
 
-@dataclass(frozen=True)
-class _Graph:
-    """A unit program's graph before its send pattern is known: per node (numbered level by
-    level) its rank's previous node, its inputs' producers (units) and their transfers (-1:
-    none), the boundary each transfer crosses, and for a transfer the unit it carries and the
-    rank's previous transfer; ``bounds`` each level's first node; ``shape`` per unit node its
-    shape, -1 for a transfer; ``backward`` and ``last`` per rank its last backward and last
-    unit nodes."""
+FOLD = 4  # seconds a reference may carry (module docstring): the longest chain folded
+ZERO, NONE = -2, -1  # a lane's node of time 0 (nothing before) and of -inf (no predecessor)
 
-    prev: np.ndarray
-    made: np.ndarray
-    carried: np.ndarray
-    crossing: np.ndarray
-    shape: np.ndarray
-    bounds: tuple[int, ...]
+
+@dataclass(frozen=True)
+class _LaneGraph:
+    """One lane's graph (one send pattern): per node (in the order made) its predecessors
+    (``width`` x nodes, ``NONE`` padded) and its seconds' indices (``FOLD + 1`` at most x
+    nodes; ``zero``, the index of 0 s, padded) and level; per rank its last backward unit and
+    its last unit."""
+
+    preds: np.ndarray
+    terms: np.ndarray
+    level: np.ndarray
     backward: tuple[int, ...]
     last: tuple[int, ...]
-    boundaries: int
+    zero: int
 
 
 @dataclass(frozen=True)
 class LevelProgram:
-    """The graph with one send pattern: ``preds`` (nodes x width x 2 lanes, flat indices into
-    the times), ``table`` (nodes x 2) each node's index into its lane's seconds (unit shapes,
-    then boundaries, then a 0), and the level slices."""
+    """Both lanes' graphs as one, numbered level by level (lane 0's nodes, lane 1's, then
+    -inf and 0): ``preds`` per lane its last backward units' predecessors (width x ranks:
+    node indices, for their starts), ``weights`` per term ``j`` the
+    nodes with one (``weights[j][0]``) and its index into both lanes' seconds laid end to end
+    (unit shapes, boundaries, 0; lane 1's from the middle on); ``backward`` and ``last`` per
+    lane and rank its last backward unit and last unit; ``times`` and ``seconds`` the walk's
+    buffers (each node's time, then -inf and 0; each node's seconds), of which ``levels``
+    holds the views per level (its first predecessor slot and the others that hold any, its
+    times, its seconds), used by one walk at a time (``lock``): made once, as a numpy call
+    costs about 1 us and a level about 3 us."""
 
-    graph: _Graph
-    preds: np.ndarray
-    table: np.ndarray
-    levels: tuple[tuple[np.ndarray, slice], ...]
-
-
-_GRAPHS: dict[int, tuple[UnitProgram, _Graph]] = {}
-_LEVELS: dict[tuple[int, tuple[tuple[bool, ...], ...]], tuple[_Graph, LevelProgram]] = {}
-MAX_GRAPHS = 32  # unit programs whose graph is kept (each about 10 MB at PP 64, 384 microbatches)
-
-
-def _graph(program: UnitProgram, schedule: str) -> _Graph:
-    """The graph of ``program`` (module docstring), kept per program object."""
-    kept = _GRAPHS.get(id(program))
-    if kept is not None and kept[0] is program:
-        return kept[1]
-    graph = _build(program, schedule)
-    if len(_GRAPHS) >= MAX_GRAPHS:
-        _GRAPHS.clear()
-        _LEVELS.clear()
-    _GRAPHS[id(program)] = (program, graph)
-    return graph
+    preds: tuple[np.ndarray, ...]
+    weights: tuple[tuple[np.ndarray, np.ndarray], ...]
+    levels: tuple[tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray, np.ndarray], ...]
+    backward: tuple[tuple[int, ...], ...]
+    last: tuple[tuple[int, ...], ...]
+    shapes: tuple[np.ndarray, ...]
+    times: np.ndarray
+    seconds: np.ndarray
+    lock: threading.Lock
 
 
-def _build(program: UnitProgram, schedule: str) -> _Graph:
-    """Walk the program without times (``walk_program``'s order: a rank runs its units until
-    one waits for an input not made yet), numbering nodes as they are made, then renumber
-    them level by level."""
-    pp = len(program.steps)
-    widest = max((len(step[1]) + (step[0] >= 0) for steps in program.steps for step in steps),
-                 default=0)
-    prev: list[int] = []  # node -> its rank's previous unit (units) or transfer (transfers)
-    made: list[list[int]] = []  # node -> producing units of its inputs (units) / [unit]
-    carried: list[list[int]] = []  # node -> transfers of its inputs (-1: on the rank)
-    crossing: list[list[int]] = []  # node -> boundary of each input's transfer (-1: none)
-    shape: list[int] = []
-    level: list[int] = []
-    outputs: dict[int, tuple[int, int, int]] = {}  # key -> (unit, transfer, boundary)
-    last_unit, last_sent = [-2] * pp, [-2] * pp  # -2: the zero node (nothing before)
-    backward, pointer, queued = [-1] * pp, [0] * pp, [True] * pp
-    woken = list(range(pp - 1, -1, -1))
-
-    def add(before: int, units: list[int], sends: list[int], bounds: list[int],
-            kind: int) -> int:
-        depth = level[before] if before >= 0 else -1
-        for unit, sent in zip(units, sends, strict=True):
-            depth = max(depth, level[sent if sent >= 0 else unit])
-        prev.append(before)
-        made.append(units)
-        carried.append(sends)
-        crossing.append(bounds)
-        shape.append(kind)
-        level.append(depth + 1)
-        return len(level) - 1
-
-    while woken:
-        rank = woken.pop()
-        queued[rank] = False
-        steps, k = program.steps[rank], pointer[rank]
-        while k < len(steps):
-            first, rest, kind, outs, is_backward = steps[k]
-            keys = ((first, *rest) if first >= 0 else ())
-            if any(key not in outputs for key in keys):
-                break
-            got = [outputs.pop(key) for key in keys]
-            node = add(last_unit[rank], [g[0] for g in got], [g[1] for g in got],
-                       [g[2] for g in got], kind)
-            last_unit[rank] = node
-            if is_backward:
-                backward[rank] = node
-            for key, boundary, to in outs:
-                if boundary < 0:
-                    outputs[key] = (node, -1, -1)
-                    continue
-                sent = add(last_sent[rank], [node], [-1], [boundary], -1)
-                last_sent[rank] = sent
-                outputs[key] = (node, sent, boundary)
-                if not queued[to]:
-                    queued[to] = True
-                    woken.append(to)
-            k += 1
-        pointer[rank] = k
-    if any(k < len(steps) for k, steps in zip(pointer, program.steps, strict=True)):
-        raise ConfigError(f"pipeline: the {schedule} orders deadlock")
-    count = len(level)
-    order = np.argsort(np.array(level, dtype=np.int64), kind="stable")
-    number = np.empty(count + 2, dtype=np.int64)
-    number[order] = np.arange(count)
-    number[-2], number[-1] = count + 1, count  # -2: the zero node, -1: none (-inf)
-
-    def padded(rows: list[list[int]]) -> np.ndarray:
-        out = np.full((count, max(widest, 1)), -1, dtype=np.int64)
-        for i, row in enumerate(rows):
-            out[i, :len(row)] = row
-        return out[order]
-
-    renumber = number.__getitem__
-    levels = np.array(level, dtype=np.int64)[order]
-    bounds = tuple(np.flatnonzero(np.diff(levels)).tolist())
-    made_array, carried_array = padded(made), padded(carried)
-    return _Graph(renumber(np.array(prev, dtype=np.int64)[order]),
-                  np.where(made_array >= 0, renumber(made_array), count),
-                  np.where(carried_array >= 0, renumber(carried_array), -1),
-                  padded(crossing), np.array(shape, dtype=np.int64)[order],
-                  (0, *(b + 1 for b in bounds), count),
-                  tuple(int(number[b]) for b in backward),
-                  tuple(int(number[u]) for u in last_unit),
-                  len(program.shapes))
+_LANES: dict[tuple[int, tuple[bool, ...]], tuple[UnitProgram, _LaneGraph]] = {}
+_LEVELS: dict[tuple[int, tuple[tuple[bool, ...], ...]], tuple[UnitProgram, LevelProgram]] = {}
+MAX_KEPT = 8  # graphs kept at once (ZB-V at PP 64 and 384 microbatches: about 40 MB)
 
 
 def level_program(program: UnitProgram, sends: tuple[tuple[bool, ...], ...],
                   schedule: str) -> LevelProgram:
     """The graph of ``program`` with the send pattern ``sends`` (per lane and boundary:
     whether its transfer takes time), kept per program and pattern."""
-    graph = _graph(program, schedule)
     kept = _LEVELS.get((id(program), sends))
-    if kept is not None and kept[0] is graph:
+    if kept is not None and kept[0] is program:
         return kept[1]
-    count = len(graph.prev)
-    none, zero_table = count, graph.boundaries + len(sends[0])
-    transfer = graph.shape < 0
-    lanes_preds, lanes_table = [], []
-    for lane, pattern in enumerate(sends):
-        busy = np.array([*pattern, False])  # index -1 (no boundary): nothing sent
-        # units: the previous unit, then each input (its transfer where the boundary sends)
-        takes = np.where(graph.carried >= 0, busy[graph.crossing], False)
-        inputs = np.where(takes, graph.carried, graph.made)
-        # transfers: (the unit, the previous transfer) where it sends, else the previous
-        sending = busy[graph.crossing[:, 0]] & transfer
-        first = np.where(transfer, np.where(sending, graph.made[:, 0], graph.prev), graph.prev)
-        inputs = np.where(transfer[:, None], none, inputs)
-        inputs[:, 0] = np.where(sending, graph.prev, inputs[:, 0])
-        preds = np.concatenate((first[:, None], inputs), axis=1)
-        lanes_preds.append(preds * 2 + lane)
-        table = np.where(transfer, np.where(sending, graph.boundaries + graph.crossing[:, 0],
-                                            zero_table), graph.shape)
-        lanes_table.append(table)
-    preds = np.stack(lanes_preds, axis=2)
-    table = np.stack(lanes_table, axis=1)
-    levels = tuple((preds[a:b], slice(a, b))
-                   for a, b in zip(graph.bounds[:-1], graph.bounds[1:], strict=True))
-    result = LevelProgram(graph, preds, table, levels)
-    _LEVELS[(id(program), sends)] = (graph, result)
-    return result
+    lanes = [_lane_graph(program, pattern, schedule) for pattern in sends]
+    built = _merged(lanes, program)
+    if len(_LEVELS) >= MAX_KEPT:
+        _LEVELS.clear()
+    _LEVELS[(id(program), sends)] = (program, built)
+    return built
+
+
+def _lane_graph(program: UnitProgram, sends: tuple[bool, ...], schedule: str) -> _LaneGraph:
+    """One lane's graph (``_LaneGraph``), kept per program and send pattern: the program's
+    units in the unit walk's order (``walk_program``'s: a rank runs its units until one waits
+    for an input not made yet), a node per unit and per transfer that takes time; a node of
+    one predecessor is folded into its successors (module docstring)."""
+    kept = _LANES.get((id(program), sends))
+    if kept is not None and kept[0] is program:
+        return kept[1]
+    hop = len(program.shapes)  # seconds index of boundary b: hop + b
+    preds: list[list[int]] = []
+    terms: list[tuple[int, ...]] = []
+    level: list[int] = []
+    copies: dict[tuple[int, tuple[int, ...]], int] = {}
+
+    def node(before: list[int], seconds: tuple[int, ...]) -> int:
+        preds.append(before)
+        terms.append(seconds)
+        level.append(1 + max([level[p] if p >= 0 else -1 for p in before]))
+        return len(level) - 1
+
+    def ref(at: int, extra: tuple[int, ...] = ()) -> int:
+        """What a successor reads for ``at``'s time plus the seconds ``extra``: a node of one
+        predecessor folded into it (its seconds carried, up to ``FOLD``), a copy of the node
+        with ``extra`` added where there are any (the same predecessors: the same level), or
+        where that would carry more than ``FOLD`` seconds a node after it adding ``extra``."""
+        while at >= 0 and len(preds[at]) == 1 and len(terms[at]) + len(extra) <= FOLD:
+            at, extra = preds[at][0], terms[at] + extra
+        if not extra:
+            return at
+        copy = copies.get((at, extra))
+        if copy is None:
+            copy = copies[(at, extra)] = (
+                node([at], extra) if at < 0 or len(terms[at]) + len(extra) > FOLD else
+                node(preds[at], terms[at] + extra))
+        return copy
+
+    pp = len(program.steps)
+    outputs: dict[int, tuple[int, int, int]] = {}  # key -> (unit, stream before, boundary)
+    last_unit, last_sent = [ZERO] * pp, [ZERO] * pp
+    backward, pointer, queued = [NONE] * pp, [0] * pp, [True] * pp
+    woken = list(range(pp - 1, -1, -1))
+    while woken:
+        rank = woken.pop()
+        queued[rank] = False
+        steps, k = program.steps[rank], pointer[rank]
+        while k < len(steps):
+            first, rest, shape, outs, is_backward = steps[k]
+            keys = (first, *rest) if first >= 0 else ()
+            if any(key not in outputs for key in keys):
+                break
+            before = [ref(last_unit[rank])]
+            for unit, stream, boundary in map(outputs.pop, keys):
+                if stream == NONE:  # made on the rank, or on a boundary that sends nothing
+                    before.append(ref(unit))
+                else:  # arrival: max(unit end, stream before) + hop, each plus the hop
+                    before += [ref(unit, (hop + boundary,)), ref(stream, (hop + boundary,))]
+            # a predecessor read twice (a W's input, the I before it) read once
+            unit = last_unit[rank] = node(list(dict.fromkeys(before)), (shape,))
+            if is_backward:
+                backward[rank] = unit
+            for key, boundary, to in outs:
+                if boundary < 0 or not sends[boundary]:  # the stream as it was
+                    outputs[key] = (unit, NONE, boundary)
+                else:
+                    outputs[key] = (unit, last_sent[rank], boundary)
+                    last_sent[rank] = node([ref(unit), ref(last_sent[rank])],
+                                           (hop + boundary,))
+                if boundary >= 0 and not queued[to]:
+                    queued[to] = True
+                    woken.append(to)
+            k += 1
+        pointer[rank] = k
+    if any(k < len(steps) for k, steps in zip(pointer, program.steps, strict=True)):
+        raise ConfigError(f"pipeline: the {schedule} orders deadlock")
+    zero = hop + len(sends)
+    graph = _LaneGraph(np.array(list(zip_longest(*preds, fillvalue=NONE)), dtype=np.int64),
+                       np.array(list(zip_longest(*terms, fillvalue=zero)), dtype=np.int64),
+                       np.array(level, dtype=np.int64), tuple(backward), tuple(last_unit),
+                       zero)
+    if len(_LANES) >= MAX_KEPT:
+        _LANES.clear()
+    _LANES[(id(program), sends)] = (program, graph)
+    return graph
+
+
+def _merged(lanes: list[_LaneGraph], program: UnitProgram) -> LevelProgram:
+    """The two lanes' graphs as one (``LevelProgram``), numbered level by level."""
+    sizes = [len(lane.level) for lane in lanes]
+    count = sum(sizes)
+    width = max(len(lane.preds) for lane in lanes)
+    most = max(len(lane.terms) for lane in lanes)
+    stride = lanes[0].zero + 1  # lane 1's seconds after lane 0's
+    preds = np.full((width, count), count, dtype=np.int64)
+    terms = np.full((most, count), lanes[0].zero, dtype=np.int64)
+    offsets = (0, sizes[0])
+    ends: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    for lane, (graph, offset) in enumerate(zip(lanes, offsets, strict=True)):
+        part = slice(offset, offset + len(graph.level))
+        given = graph.preds
+        preds[:len(given), part] = np.where(given >= 0, given + offset,
+                                            np.where(given == NONE, count, count + 1))
+        real = graph.terms != graph.zero
+        terms[:len(graph.terms), part] = np.where(real, graph.terms + lane * stride,
+                                                  lanes[0].zero)
+        ends.append(tuple(tuple(np.where(np.array(nodes) >= 0, np.array(nodes) + offset,
+                                         np.where(np.array(nodes) == NONE, count, count + 1))
+                                .tolist()) for nodes in (graph.backward, graph.last)))
+    level = np.concatenate([lane.level for lane in lanes])
+    order = np.argsort(level, kind="stable")
+    number = np.empty(count + 2, dtype=np.int64)
+    number[order] = np.arange(count)
+    number[count], number[count + 1] = count, count + 1
+    preds, terms, level = number[preds[:, order]], terms[:, order], level[order]
+    weights = [(np.arange(count), terms[0])]
+    for j in range(1, most):
+        has = np.flatnonzero(terms[j] != lanes[0].zero)
+        weights.append((has, terms[j][has]))
+    bounds = (0, *(np.flatnonzero(np.diff(level)) + 1).tolist(), count)
+    times, seconds = np.empty(count + 2), np.empty(count)
+    times[count], times[count + 1] = -np.inf, 0.0
+    backward = tuple(tuple(number[list(nodes)].tolist()) for nodes, _ in ends)
+    return LevelProgram(
+        tuple(preds[:, list(nodes)] for nodes in backward), tuple(weights),
+        tuple((*_level(preds[:, a:b], count), times[a:b], seconds[a:b])
+              for a, b in pairwise(bounds)),
+        backward, tuple(tuple(number[list(nodes)].tolist()) for _, nodes in ends),
+        _shape_table(program), times, seconds, threading.Lock())
+
+
+def _level(preds: np.ndarray, count: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """A level's predecessor slots as the walk reads them: the first, and the others that
+    hold any predecessor (a slot of -inf alone, ``count``, is left out), each contiguous."""
+    used = [np.ascontiguousarray(slot) for slot in preds if (slot != count).any()]
+    return (used or [preds[0].copy()])[0], tuple(used[1:])
+
+
+def _shape_table(program: UnitProgram) -> tuple[np.ndarray, ...]:
+    """Per unit shape and action slot (3: a shape holds at most F, I and W): the index of the
+    action's seconds in ``forward + backward + (0,)`` and its kind (0 F, 1 I, 2 W, 3 B, 4
+    none); the stages of its forward and of its first backward action (``stages``: none)."""
+    slots = max(len(unit) for unit in program.shapes)
+    index = np.zeros((len(program.shapes), slots), dtype=np.int64)
+    kind = np.full((len(program.shapes), slots), 4, dtype=np.int64)
+    forward = np.full(len(program.shapes), -1, dtype=np.int64)
+    backward = np.full(len(program.shapes), -1, dtype=np.int64)
+    for i, unit in enumerate(program.shapes):
+        for j, action in enumerate(unit):
+            kind[i, j] = "FIWB".index(action.kind)
+            index[i, j] = action.stage if action.kind == "F" else -1 - action.stage
+        forward[i] = next((a.stage for a in unit if a.kind == "F"), -1)
+        backward[i] = next((a.stage for a in unit if a.kind != "F"), -1)
+    return index, kind, forward, backward
+
+
+def shape_seconds(program: UnitProgram, table: tuple[np.ndarray, ...],
+                  lane: Any) -> np.ndarray:
+    """``unit_walk.unit_seconds`` of every shape of ``program`` for ``lane``, at once: the
+    actions' seconds summed in order (F its forward, I ``input_fraction`` of its backward, W
+    the rest, B all of it), an overlapped pair (F with I) ``max(compute, communication)``;
+    ``pair_seconds[f][b]`` where the replica has them."""
+    index, kind, forward, backward = table
+    stages = len(lane.forward)
+    pairs = getattr(lane, "pair_seconds", ())
+    if pairs:
+        return np.array(pairs)[np.where(forward >= 0, forward, stages),
+                               np.where(backward >= 0, backward, stages)]
+    share = lane.input_fraction
+    seconds = np.array([*lane.forward, *lane.backward, 0.0])
+    scale = np.array([1.0, share, 1 - share, 1.0, 0.0])
+    # F reads forward[s] (index s), a backward action backward[s] (index -1 - s: stages + s)
+    where = np.where(index >= 0, index, stages - 1 - index)
+    where = np.where(kind == 4, 2 * stages, where)
+    terms = seconds[where] * scale[kind]
+    total = np.zeros(len(index))
+    for j in range(index.shape[1]):
+        total = total + terms[:, j]
+    paired = (forward >= 0) & (kind == 1).any(axis=1)
+    if not paired.any():
+        return total
+    first_i = np.where(kind == 1, -1 - index, stages).min(axis=1)  # the pair's I stage
+    fc = np.array([*lane.forward_comm, 0.0]) if lane.forward_comm else np.zeros(stages + 1)
+    bc = np.array([*lane.backward_comm, 0.0]) if lane.backward_comm else np.zeros(stages + 1)
+    comm = fc[np.where(forward >= 0, forward, stages)] + bc[first_i]
+    return np.where(paired, np.maximum(total - comm, comm), total)
 
 
 def walk_levels(program: UnitProgram, pair: tuple[Any, Any], schedule: str,
                 seconds: Callable[[Any, tuple[Action, ...]], float]) -> list[Walked]:
     """Both lanes of ``pair`` (replicas of one layout, each with its seconds and ``send``):
     per rank the start and end of its last backward unit and the replica's end, as
-    ``unit_program.walk_program`` gives them (module docstring)."""
+    ``unit_program.walk_program`` gives them (module docstring). ``seconds`` prices a unit
+    as ``shape_seconds`` does (``unit_walk.unit_seconds``, which the tests compare)."""
+    del seconds  # the shapes are priced at once (shape_seconds)
     sends = tuple(tuple(s > 0 for s in lane.send) for lane in pair)
     levels = level_program(program, sends, schedule)
-    graph = levels.graph
-    count = len(graph.prev)
-    lane_seconds = np.array([[*(seconds(lane, unit) for unit in program.shapes), *lane.send,
-                              0.0] for lane in pair])
-    weights = np.empty((count, 2))
-    weights[:, 0] = lane_seconds[0][levels.table[:, 0]]
-    weights[:, 1] = lane_seconds[1][levels.table[:, 1]]
-    times = np.empty((count + 2, 2))
-    times[count] = -np.inf
-    times[count + 1] = 0.0
-    flat = times.reshape(-1)
-    take, maximum, add = flat.take, np.maximum.reduce, np.add
-    for preds, part in levels.levels:
-        add(maximum(take(preds), axis=1), weights[part], out=times[part])
-    backward = np.array(graph.backward)
-    starts = flat.take(levels.preds[backward]).max(axis=1)
-    ends = times[backward]
-    last = times[np.array(graph.last)].max(axis=0)
-    return [(tuple(starts[:, lane].tolist()), tuple(ends[:, lane].tolist()),
-             float(last[lane])) for lane in range(2)]
+    table = np.array([[*shape_seconds(program, levels.shapes, lane).tolist(), *lane.send, 0.0]
+                      for lane in pair]).reshape(-1)
+    with levels.lock:
+        times, weights = levels.times, levels.seconds
+        table.take(levels.weights[0][1], out=weights)
+        for nodes, terms in levels.weights[1:]:
+            weights[nodes] += table.take(terms)
+        take, maximum, add = times.take, np.maximum, np.add
+        for first, rest, out, seconds_ in levels.levels:
+            latest = take(first)
+            for preds in rest:  # the latest of the predecessors (one maximum per slot: 1.3 us
+                maximum(latest, take(preds), out=latest)  # against 2.5 for a reduction)
+            add(latest, seconds_, out=out)
+        walked = []
+        for preds, backward, last in zip(levels.preds, levels.backward, levels.last,
+                                         strict=True):
+            starts = times.take(preds).max(axis=0)
+            walked.append((tuple(starts.tolist()), tuple(times[list(backward)].tolist()),
+                           float(times[list(last)].max())))
+    return walked
 
 
 def walk_level_lanes(program: UnitProgram, lanes: Sequence[Any], schedule: str,
