@@ -31,6 +31,11 @@ options are not expressed: ``--decoder-first/last-pipeline-num-layers`` fix whol
 (each a multiple of ``chunks``, the middle ranks sharing the rest equally: 126 layers over PP 8 x
 VP 8 has no such split), and ``--pipeline-model-parallel-layout`` lists every stage's modules by
 hand; the accounting options are the ones that follow from the model and the degrees alone.
+TorchTitan without split points (``generate_split_points``, torchtitan 9dec370) gives the first
+stage ``layers // stages`` layers, one of the ``layers % stages`` left over to each next stage,
+the last stage the rest: where ``(layers + 2) % stages == 0`` (Llama 3.1 405B's 126 over 8 or 16
+stages) that is ``account-embedding-loss``'s placement, its embedding and head on the same
+stages (the 405B TorchTitan ledger rows).
 
 Multi-token-prediction modules (``Model.mtp_layers``, ``job.compute.mtp``) sit on the
 last virtual stage beside the output layer; when the loss is accounted each counts as one layer
