@@ -38,7 +38,9 @@ module named with each prices it):
 - ``moe_dispatcher``: the MoE token dispatch, ``alltoall``, ``deepep`` or ``hybridep``
   (``job.communication.moe_dispatch``).
 - ``sharding``: ZeRO 3 as ``zero``, or PyTorch's ``fsdp2`` / ``fsdp2-split`` by TorchTitan's
-  wrapping: its states and unsharded weights (``job.memory.torch_runtime``).
+  wrapping: its states and unsharded weights (``job.memory.torch_runtime``) and, without PP, its
+  exposed first all-gathers and last reduce-scatters and its copies on the compute stream
+  (``job.communication.fsdp2_costs``).
 - ``cross_entropy``: the head's loss, Megatron-LM's ``unfused`` vocab-parallel cross-entropy
   or Megatron-Core's ``--cross-entropy-loss-fusion`` by ``--cross-entropy-fusion-impl``
   ``native`` or ``te`` (``job.compute.cross_entropy``); ``transformer_impl``: the norms'
