@@ -89,8 +89,9 @@ def test_bad_scope_names_the_option() -> None:
 
 def test_layer_costs_by_scope() -> None:
     """One B200 layer at micro-batch 1, EP 8, All-to-All dispatcher: the eager layer is the
-    slowest, a full-iteration graph the fastest; ``attn+moe`` is ``moe`` less the attention
-    half's host time (its sub-layers eager against graphed), each way."""
+    slowest, a full-iteration graph the fastest; ``moe`` takes the pre-MLP norm's host time
+    off with the router's, ``attn+moe`` the attention's too: each scope's difference is those
+    sub-layers eager against graphed, each way."""
     layout = Execution(1, 1, 8, 1, 64, ep=8)
     costs = {scope: moe_layer_costs(QWEN, layout, "b200", "bf16", None, None, "baseline",
                                     cuda_graph=scope)
@@ -102,23 +103,38 @@ def test_layer_costs_by_scope() -> None:
             if layer.block == "h.0" and ".mlp." not in layer.name]
     assert [layer.name for layer in half] == ["h.0.ln_1.weight", "h.0.attn.c_attn.weight",
                                               "h.0.attn.c_proj.weight", "h.0.ln_2.weight"]
-    for backward, attribute in ((False, "layer_f"), (True, "layer_b")):
-        host = sum(layer_seconds(layer, 1, compute, None, backward)
+
+    def host(layers: list, backward: bool) -> float:
+        return sum(layer_seconds(layer, 1, compute, None, backward)
                    - layer_seconds(layer, 1, compute, None, backward, graphed=True)
-                   for layer in half)
-        assert host > 0
+                   for layer in layers)
+
+    for backward, attribute in ((False, "layer_f"), (True, "layer_b")):
+        attention, norm = host(half[:3], backward), host(half[3:], backward)
+        assert attention > 0 and norm > 0
         assert getattr(costs["moe"], attribute) - getattr(costs["attn+moe"], attribute) == \
-            pytest.approx(host)
+            pytest.approx(attention)
+        # 256 tokens x 2048: each of the norm's kernels is shorter than a launch (77.44 us
+        # forward, 23.81 us backward on the b200 preset), so from an idle host it ends one
+        # kernel's GPU time after its last launch: eager n x launch + g / n, graphed g
+        op = half[3].ops[0]
+        n = op.launches_backward if backward else op.kernels
+        g = compute.work(op, 1, backward).gpu_s
+        assert g / n < 23.81e-6
+        assert norm == pytest.approx(n * (23.81e-6 if backward else 77.44e-6) - g * (n - 1) / n)
+        # the moe scope saves the norm's and the router's launches (test_host_only_layer_...)
+        assert getattr(costs["none"], attribute) - getattr(costs["moe"], attribute) > norm
     plain = QWEN.model_copy(update={"aux_loss": False, "router_balance": None})
     assert moe_layer_costs(plain, layout, "b200", "bf16", None, None, "baseline").layer_f < \
         seconds["none"]
 
 
 def test_captured_blocks_per_scope() -> None:
-    """Megatron-Core's ``attn`` scope runs the attention half (norms, attention, its
-    bias-dropout-add) in the router's graph; a full-iteration graph the residual add too."""
+    """Megatron-Core's scopes: ``moe_router`` captures the pre-MLP norm with the router, ``attn``
+    the attention (norm, attention, its bias-dropout-add); a full-iteration graph the residual
+    add too."""
     assert [captured_blocks(scope) for scope in ("none", "moe", "attn+moe", "full")] == \
-        [(False, False), (False, False), (True, False), (True, True)]
+        [(False, False, False), (False, True, False), (True, True, False), (True, True, True)]
     with pytest.raises(ConfigError, match="--cuda-graph"):
         captured_blocks("attn")
 

@@ -369,8 +369,9 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
               (("moe.router", before), ("moe.experts", experts), ("moe.combine", after))]
     graphed = [captured_labels(cuda_graph, frozenset(op.label for op in layer.ops))
                for layer in routed]
-    in_graph, residual_in_graph = captured_blocks(cuda_graph)  # attention half, residual add
-    blocks = [*((layer, in_graph) for layer in attention_layers), (residual, residual_in_graph)]
+    attn_graphed, norm_graphed, residual_graphed = captured_blocks(cuda_graph)
+    blocks = [*((layer, norm_graphed if ".ln_2." in layer.name else attn_graphed)
+                for layer in attention_layers), (residual, residual_graphed)]
     forward = (sum(layer_seconds(layer, b, compute, kernels, False, captured)
                    for layer, captured in blocks)
                + sum(routed_seconds(layer, alone, kernels, False, captured)

@@ -61,17 +61,18 @@ transformer/moe/moe_layer.py at 8f1c2f8); the host copies stay outside it (with 
 ``moe_preprocess`` scope the dispatcher moves them to ``before_ep_alltoall``, the All-to-All's
 own step). ``full`` captures every routed op, the experts' GEMM loop included.
 
-The attention half (``captured_blocks``): with ``attn`` in the scope, Megatron-Core's
+The rest of the layer (``captured_blocks``): Megatron-Core's
 ``TransformerLayer._te_cuda_graph_capture`` (megatron/core/transformer/transformer_layer.py at
-8f1c2f8; ``_get_submodules_under_cudagraphs``: ``input_layernorm``, ``self_attention``, and
-with ``moe_router`` ``pre_mlp_layernorm`` and the router) runs ``_forward_attention`` (the
-norm, the attention, its bias-dropout-add) and then ``_forward_mlp`` up to the router and
-preprocess inside the same capture: one graph per layer and microbatch, its backward graphed
-too (Transformer Engine's ``make_graphed_callables``). So under ``attn+moe`` the attention
-half's kernels cost the host nothing per launch and the graph's one launch is the one the
-captured router already counts; under ``full`` every kernel of the layer is captured, the MoE
-output's residual add too. Outside the MoE layer (embedding, loss, the dense layers of a
-model with some) nothing changes here.
+8f1c2f8; ``_get_submodules_under_cudagraphs``: ``input_layernorm`` and ``self_attention`` with
+``attn``, ``pre_mlp_layernorm`` and the router with ``moe_router``) runs, with ``attn`` in the
+scope, ``_forward_attention`` (the norm, the attention, its bias-dropout-add), and with
+``moe_router`` ``_forward_mlp`` up to the router and preprocess, which starts with
+``_forward_pre_mlp_layernorm``: one capture per layer and microbatch, its backward graphed too
+(Transformer Engine's ``make_graphed_callables``). So the pre-MLP norm's kernels are replayed
+under ``moe`` and ``attn+moe``, the attention's under ``attn+moe``: no host seconds per launch,
+the graph's one launch being the one the captured router already counts; under ``full`` every
+kernel of the layer is captured, the MoE output's residual add too. Outside the MoE layer
+(embedding, loss, the dense layers of a model with some) nothing changes here.
 """
 
 from __future__ import annotations
@@ -144,12 +145,13 @@ def with_fused_maps(ops: tuple[Op, ...], dispatcher: str, dropless: bool = True
                  if op.label in more else op for op in ops)
 
 
-def captured_blocks(scope: str) -> tuple[bool, bool]:
-    """Whether a CUDA graph of ``scope`` runs the layer's attention half (``input_layernorm``,
-    the self-attention with its bias-dropout-add, ``pre_mlp_layernorm``) and the MoE output's
-    residual add (module docstring): ``attn+moe`` the first, ``full`` both."""
+def captured_blocks(scope: str) -> tuple[bool, bool, bool]:
+    """Whether a CUDA graph of ``scope`` runs the layer's attention (``input_layernorm``, the
+    self-attention with its bias-dropout-add), its ``pre_mlp_layernorm`` and the MoE output's
+    residual add (module docstring): ``moe`` the norm, ``attn+moe`` the attention too, ``full``
+    all three."""
     check_cuda_graph(scope)
-    return scope in ("attn+moe", "full"), scope == "full"
+    return scope in ("attn+moe", "full"), scope != "none", scope == "full"
 
 
 def captured_labels(scope: str, labels: frozenset[str]) -> frozenset[str]:
