@@ -177,3 +177,14 @@ def test_rank_order_is_megatrons() -> None:
     """The one statement of the order: Megatron-Core's default ``--order``."""
     assert "-".join(RANK_ORDER) == "tp-cp-ep-dp-pp"
     assert set(itertools.chain.from_iterable(d for _, d in GROUPS.values())) <= set(RANK_ORDER)
+
+
+@pytest.mark.parametrize(("algorithm", "written"), [("ring", "TP2 CP2 PP1"),
+                                                     ("all-to-all", "TP2 CP2-a2a PP1"),
+                                                     ("all-gather", "TP2 CP2-ag PP1")])
+def test_label_names_the_cp_algorithm(algorithm: str, written: str) -> None:
+    """Each CP algorithm is named in the label by its own suffix (all-gather was once written
+    as all-to-all's ``-a2a``)."""
+    layout = Execution(tp=2, cp=2, pp=1, dp=1, chunks=1, microbatch_size=1, schedule="1f1b",
+                       recompute="none", sequence_parallel=False, zero=0, cp_algorithm=algorithm)
+    assert layout.label().startswith(written)

@@ -67,6 +67,8 @@ RECOMPUTE = ("none", "selective", "full", "selective-op")
 ZERO_STAGES = (0, 1, 2, 3)
 CP_ALGORITHMS = ("ring", "all-to-all", "all-gather")
 SEARCHED_CP_ALGORITHMS = ("ring", "all-to-all")  # all-gather (PyTorch's) priced when given
+CP_LABEL_SUFFIX = {"all-to-all": "-a2a", "all-gather": "-ag"}
+"""What ``Execution.label`` writes after ``CP<n>`` for each algorithm but ring."""
 
 RANK_ORDER = ("tp", "cp", "ep", "dp", "pp")
 """Ranks laid out innermost first as Megatron-Core lays them out (``--order`` default
@@ -253,11 +255,12 @@ class Execution:
 
     def label(self) -> str:
         """``TP8 PP16 DP8 v1 mb1 1f1b selective sp zero1``-like short name (``CP2``/``EP8``
-        after TP when used, the pipeline split after ``zero`` unless even)."""
+        after TP when used, ``-a2a``/``-ag`` after CP for all-to-all/all-gather, the pipeline
+        split after ``zero`` unless even)."""
         sp = " sp" if self.sequence_parallel else ""
         cp = f" CP{self.cp}" if self.cp > 1 else ""
         if self.cp > 1 and self.cp_algorithm != "ring":
-            cp += "-a2a"
+            cp += CP_LABEL_SUFFIX[self.cp_algorithm]
         ep = f" EP{self.ep}" if self.ep > 1 else ""
         ep += f" ETP{self.expert_tp}" if self.expert_tp is not None else ""
         split = "" if self.pipeline_split == "even" else f" {self.pipeline_split}"
