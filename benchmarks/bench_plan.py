@@ -199,6 +199,10 @@ try:
     walks = [pipeline_walk, pipeline_steady]
 except ImportError:
     walks = [pipeline_walk]
+try:  # the unit-walked schedules' chunks (benchmarks.bench_walk's rows); 1 where they predate
+    from dlsched.job.evaluation.unit_walk import UNIT_CHUNKS
+except ImportError:
+    UNIT_CHUNKS = {}
 try:  # the run settings one type since issue 47; a --before checkout may predate it
     from dlsched.job.run_settings import RunSettings
     run = RunSettings("bf16")
@@ -211,7 +215,7 @@ cluster = load_cluster("dgx-a100", 4096, None)
 job = module.Job(bundled_specs()["gpt-1t"], cluster, *(() if in_layout else (run,)))
 out = []
 for schedule, pp, batch in json.loads(sys.argv[1]):
-    chunks = 2 if schedule == "interleaved" else 1
+    chunks = 2 if schedule == "interleaved" else UNIT_CHUNKS.get(schedule, 1)
     layout = Execution(8, pp, 4096 // (8 * pp), 1, batch, chunks, schedule, "full", **in_layout)
     result = module.evaluate(job, layout)
     times = []

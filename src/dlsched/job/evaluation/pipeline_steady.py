@@ -36,9 +36,12 @@ orders are walked. The comparison allows ``TOLERANCE`` of the largest time for f
 rounding (a walk's sums differ in their last bits from one round to the next), so the times
 read off differ from a full walk's by rounding: ``tests/job/test_pipeline_periods.py`` holds
 both lanes equal to the full
-walk of each (``walk_pipeline``) to 1e-9 on random replicas and schedules. ZB-V (one action
-per unit, ``2 pp`` stages in a V: ``pipeline_orders.stage_ranks``) is walked here too; DualPipe
-and DualPipeV unit by unit in two lanes the same way (``unit_walk.walk_unit_lanes``);
+walk of each (``walk_pipeline``) to 1e-9 on random replicas and schedules. ZB-V, DualPipe and
+DualPipeV (whose state on a model with a heavier last stage does not repeat within the rounds
+searched) are walked as a graph of their units, every rank's units of one dependency level at
+once (``unit_walk.walk_unit_lanes``, ``job.evaluation.unit_levels``; ``_Lanes`` still places
+``2 pp`` stages in a V by ``pipeline_orders.stage_ranks`` for ZB-V's periodic orders, which
+``replica_timings`` no longer walks here);
 ZB-H1, which settles only after hundreds of rounds when its last stage is slower, and the
 interleaved schedule from ``ROUNDS_FROM_PP`` ranks (whose rounds hold ``2 c p`` actions per rank)
 are walked round by round with every rank at once (``pipeline_rounds.zb_h1_timings``,

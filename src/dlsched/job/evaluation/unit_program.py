@@ -11,7 +11,8 @@ how many units of each shape it runs. ``walk_program`` then walks the units as
 (``unit_walk.unit_seconds``), the same ``max`` and ``+`` in the same order on each lane: its
 times are that walk's bit for bit (``tests/job/test_unit_walk.py`` holds every lane equal to the
 lane walked alone and to the event simulator). The walk's cost is still one Python step per
-unit (these schedules are walked in full: their orders have no periodic structure read here).
+unit: it is the reference of ``job.evaluation.unit_levels`` (ZB-V, DualPipe and DualPipeV
+walked level by level from this program) and walks Megatron-Core's merged 1F1B steps.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from typing import Protocol
 from dlsched.errors import ConfigError
 from dlsched.job.evaluation.pipeline_orders import rank_orders
 from dlsched.job.evaluation.unit_levels import walk_level_lanes
-from dlsched.job.evaluation.unit_program import unit_program, units_of
+from dlsched.job.evaluation.unit_program import unit_program, units_of, walk_program
 from dlsched.pipeline.plans.actions import Action
 from dlsched.pipeline.plans.dualpipe import (
     check_dualpipe,
@@ -276,9 +276,11 @@ def walk_unit_lanes(lanes: tuple[Times, ...]) -> list[tuple[tuple[float, ...],
     count, each with its own seconds and sends) from one walk: the units run in an order set
     by the orders alone, so every time the walk keeps is one per lane, each computed as the
     walk of that lane alone computes it (``unit_program.walk_program``: the layout compiled
-    once into what the walk reads of each unit, each unit shape's seconds priced once), all
-    ranks' units of one dependency level at once (``unit_levels.walk_level_lanes``; the
-    unit-by-unit walk ``unit_program.walk_program`` is its reference in the tests)."""
+    once into what the walk reads of each unit, each unit shape's seconds priced once): ZB-V,
+    DualPipe and DualPipeV all ranks' units of one dependency level at once
+    (``unit_levels.walk_level_lanes``, equal to the unit-by-unit walk to 1e-9); Megatron-Core's
+    merged 1F1B steps (``pair_seconds``, ledger rows) unit by unit (``unit_program.
+    walk_program``, the level walk's reference in the tests), bit for bit as before."""
     times = lanes[0]
-    return walk_level_lanes(unit_program(layout_of(times)), lanes, times.schedule,
-                            unit_seconds)
+    walk = walk_program if getattr(times, "pair_seconds", ()) else walk_level_lanes
+    return walk(unit_program(layout_of(times)), lanes, times.schedule, unit_seconds)
