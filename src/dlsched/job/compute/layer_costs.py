@@ -79,6 +79,7 @@ from dlsched.job.compute.module_recompute import (
     reruns_core,
 )
 from dlsched.job.compute.op_checkpoint import recomputed_ops
+from dlsched.job.compute.qk_norm import with_qk_norms
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.compute.unfused_rope import with_unfused_rope
 from dlsched.job.model_spec import Model
@@ -138,6 +139,10 @@ def decoder_model(spec: Model, depth: int = 1, cp: int = 1,
     if not spec.bias_dropout_fusion:
         model = with_unfused_bias_dropout(model, spec.bias, spec.experts > 0)
     if not is_mla(spec):
+        if spec.qk_norm:  # job.compute.qk_norm: before the rotary embedding
+            model = with_qk_norms(model, local_tokens(spec, cp), spec.heads,
+                                  spec.kv_heads or spec.heads,
+                                  spec.head_dim or spec.hidden // spec.heads)
         if not spec.rope_fusion:
             model = with_unfused_rope(model, local_tokens(spec, cp), spec.heads,
                                       spec.kv_heads or spec.heads,
