@@ -15,7 +15,7 @@ from dlsched.job.communication.fsdp2_costs import (
 )
 from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.evaluation.evaluate import Job, dp_group, evaluate
-from dlsched.job.evaluation.replica import block_costs_of
+from dlsched.job.evaluation.replica import block_costs_of, fsdp2_pipeline_ends, replica_parts
 from dlsched.job.execution import Execution
 from dlsched.job.memory.per_gpu import layer_parameters_per_gpu
 from dlsched.job.memory.torch_runtime import block_gathered_bytes
@@ -120,10 +120,15 @@ def test_evaluator_adds_the_ends_and_copies_to_fsdp2_only() -> None:
     assert first_unit_parameters(job.spec, 1, "fsdp2") == 2 * 128_256 * 4096 + 4096
 
 
-def test_no_ends_with_pipeline_stages() -> None:
-    """With PP the stages' ends are not priced: FSDP2 and ZeRO 3 price alike (PP 2 x DP 64)."""
+def test_pipeline_stages_have_their_own_ends() -> None:
+    """With PP the ends above are not priced: FSDP2's once-per-iteration start and each rank's
+    reduce-scatters are (``replica.fsdp2_pipeline_ends``, tests/job/test_fsdp2_pipeline.py),
+    as ``dp_s``, and nothing per microbatch (PP 2 x DP 64)."""
     job, layout = _t3_job()
     staged = replace(layout, pp=2, dp=64, global_batch=256)
-    zero = replace(staged, run=replace(staged.run, sharding="zero"))
-    assert evaluate(job, staged).iteration_s == pytest.approx(evaluate(job, zero).iteration_s)
+    fsdp = evaluate(job, staged)
+    start, bursts = fsdp2_pipeline_ends(job, staged, replica_parts(job, staged).times)
+    assert fsdp.exposed["zero3_s"] == 0.0
+    assert fsdp.exposed["dp_s"] in (pytest.approx(start + bursts[0]),
+                                    pytest.approx(start + bursts[1]))
     assert RunSettings().sharding == "zero"  # ZeRO 3 elsewhere keeps its pricing

@@ -39,8 +39,9 @@ module named with each prices it):
   (``job.communication.moe_dispatch``).
 - ``sharding``: ZeRO 3 as ``zero``, or PyTorch's ``fsdp2`` / ``fsdp2-split`` by TorchTitan's
   wrapping: its states and unsharded weights (``job.memory.torch_runtime``) and, without PP, its
-  exposed first all-gathers and last reduce-scatters and its copies on the compute stream
-  (``job.communication.fsdp2_costs``).
+  exposed first all-gathers and last reduce-scatters and its copies on the compute stream, with
+  PP its once-per-iteration all-gathers and reduce-scatters (``job.communication.fsdp2_costs``);
+  ``zero`` under PP gathers and reduce-scatters per layer per microbatch (Megatron-FSDP).
 - ``cross_entropy``: the head's loss, Megatron-LM's ``unfused`` vocab-parallel cross-entropy
   or Megatron-Core's ``--cross-entropy-loss-fusion`` by ``--cross-entropy-fusion-impl``
   ``native`` or ``te`` (``job.compute.cross_entropy``); ``transformer_impl``: the norms'

@@ -40,9 +40,51 @@ immediately") and TorchTitan keeps the last block unsharded ("FSDP would prefetc
 immediately"), so the backward starts without a gather. TorchTitan from 83e6941 (sharding
 ``fsdp2-split``, ``job.memory.torch_runtime``) makes the embedding a unit of its own and
 ``[norm, output]`` another: its first unit is the embedding alone, its last reduce-scatter the
-embedding's (``[norm, output]``'s runs at the start of the backward, hidden). Priced without
-pipeline parallelism only (with it TorchTitan reshards no block and the stages' ends differ):
-0 with ``pp`` > 1.
+embedding's (``[norm, output]``'s runs at the start of the backward, hidden). ``fsdp2_ends``
+prices a run without pipeline parallelism; with it, ``pipeline_ends``.
+
+**Under a pipeline schedule** (``pp`` > 1) FSDP2 moves each unit's weights and gradients once
+per iteration, not per microbatch, and its ends are each stage's:
+
+* **gathers once.** TorchTitan's ``apply_fsdp`` sets ``reshard_after_forward=False`` for every
+  block and the root when PP is enabled ("For PP, do not reshard after forward to avoid
+  per-microbatch all-gathers, which can be expensive and non-overlapped": ``parallelize_llama.py``
+  at 9dec370; ``get_fsdp_reshard_after_forward_policy``'s ``"default"`` in
+  ``torchtitan/distributed/fsdp.py`` at b5bcd76), and the pipeline stage runs every backward
+  with ``set_reshard_after_backward(False)`` (below): a unit is all-gathered in its stage's
+  first forward only and stays unsharded through the iteration. That first forward runs the
+  units' pre-forwards in order (no explicit prefetch): the first unit's all-gather waits for
+  nothing to hide behind (the stage's root, holding the embedding on the first stage and the
+  final norm and output on the last under ``fsdp2``, then its first block; the embedding
+  alone under ``fsdp2-split``), each later unit's all-gather runs during the previous unit's
+  forward (exposed: what it outlasts it), and each copy-out runs on the compute stream. The
+  first microbatch passes every virtual stage in order before any backward, so each stage's
+  exposed start delays the iteration (``start``: their sum; exact for 1F1B, whose fill chain is
+  on the critical path, an estimate for the interleaved order).
+* **reduce-scatters once.** ``torch.distributed.pipelining``'s ``PipelineStage.
+  backward_maybe_with_nosync`` (pytorch/pytorch#127946, #134052, 2024, before the 2024-12 torch
+  of the 9dec370 runs; its ``perform_reduce_grad``, the schedule's REDUCE_GRAD action after
+  all of a stage's backwards, in later torch) runs every microbatch's backward with
+  ``set_requires_gradient_sync(False)`` (FSDP2 accumulates FP32 unsharded gradients:
+  ``job.memory.torch_runtime``) and after the stage's last backward calls each unit's
+  ``post_backward`` in turn and then ``_root_post_backward_final_callback``. Each
+  ``post_backward`` first makes the compute stream wait for the previous unit's reduce-scatter
+  (``comm_ctx.reduce_scatter_state.event``), then copies its gradients into the reduce-scatter
+  input on the compute stream (the accumulated FP32 gradient read, ``grad_bytes`` written), and
+  the final callback makes the compute stream wait for the last one: the stage's units'
+  copy-ins and reduce-scatters one after the other with nothing beside them (``end``, per
+  rank over the stages it holds; an interleaved rank's earlier stage's burst stalls it in its
+  cool-down, counted at its end: an upper bound where the cool-down's idle time would absorb
+  part of it).
+
+Megatron-LM's own ZeRO 3, Megatron-FSDP (``--use-megatron-fsdp``, ``optim_grads_params``;
+sharding ``zero``), runs otherwise: its ``_post_forward`` hook releases a unit's parameters after
+every forward and re-gathers them for the backward, and its gradient hook reduce-scatters on every
+backward when gradients are sharded (``grad_reduce_every_bprop`` for ``optim_grads`` and
+``optim_grads_params``; ``megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py`` at
+d98e8a6, whose v1 accepts PP; v2 refuses it): per layer per microbatch, as
+``job.evaluation.replica`` prices sharding ``zero``. DeepSpeed's ZeRO 3 refuses pipeline
+parallelism.
 
 **Copies on the compute stream** (``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``):
 
@@ -68,8 +110,11 @@ start, its copy-in the end (``fsdp2_ends``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from dlsched.job.communication.collective_costs import CollectiveCurve
-from dlsched.job.memory.torch_runtime import PARAM_BYTES, block_gathered_bytes
+from dlsched.job.memory.torch_runtime import PARAM_BYTES, REDUCE_BYTES, block_gathered_bytes
 from dlsched.job.model_spec import Model
 
 SHARDINGS = ("fsdp2", "fsdp2-split")  # job.run_choices.SHARDINGS that run PyTorch's FSDP2
@@ -119,3 +164,36 @@ def fsdp2_ends(spec: Model, tp: int, sharding: str, block_params: float, fp8_all
     end = (max(reduce.seconds(block_params * grad_bytes), embedding_backward_s + root_in)
            + reduce.seconds(first * grad_bytes))
     return start, end - embedding_backward_s
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One FSDP2 unit of a pipeline stage in forward order: ``params`` parameters per GPU,
+    ``gathered`` bytes its all-gather delivers to one GPU, ``forward_s`` seconds of its forward
+    on one microbatch (what the next unit's all-gather can hide behind)."""
+
+    params: float
+    gathered: float
+    forward_s: float
+
+
+def stage_start(units: Sequence[Unit], gather: CollectiveCurve, memory_rate: float) -> float:
+    """Seconds FSDP2 adds to a stage's first forward under a pipeline schedule (module
+    docstring): the first unit's all-gather, each later one's beyond the previous unit's
+    forward (the all-gathers one after another on their stream, each from the previous unit's
+    forward on), every copy-out (read and write the gathered bytes) on the compute stream."""
+    network = began = ended = 0.0
+    for unit in units:
+        network = max(network, began) + gather.seconds(unit.gathered)
+        began = max(ended, network) + 2 * unit.gathered / memory_rate  # after its copy-out
+        ended = began + unit.forward_s
+    return ended - sum(unit.forward_s for unit in units)
+
+
+def stage_end(units: Sequence[Unit], grad_bytes: float, reduce: CollectiveCurve,
+              memory_rate: float) -> float:
+    """Seconds of a stage's reduce-scatters under a pipeline schedule (module docstring): per
+    unit, the copy-in of its accumulated FP32 gradients (read ``REDUCE_BYTES``, write
+    ``grad_bytes`` per parameter) then its reduce-scatter, one after the other."""
+    return sum((REDUCE_BYTES + grad_bytes) * unit.params / memory_rate
+               + reduce.seconds(unit.params * grad_bytes) for unit in units)

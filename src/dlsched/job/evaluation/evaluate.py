@@ -6,10 +6,12 @@ layout's ``pipeline_split``, ``job.pipeline_split``: ``layers / (pp x chunks)`` 
 embedding on the first stage, the head on the last, as Megatron-Core splits a GPT); ZeRO 3
 adds per layer the all-gather of its weights in the forward and again in the backward and the
 reduce-scatter of its gradients, each prefetched behind the layer's compute (exposed: what
-exceeds it). One replica's pipeline is timed by ``job.pipeline_time``
-(``fast=False``: by the pipeline simulator) with its transfers blocking or beside the compute
-(``job.pipeline_p2p``), each pipeline rank then runs its data-parallel step
-(``job.dp_sync``), and the iteration ends when the last rank's does.
+exceeds it), per microbatch as Megatron-FSDP runs it; PyTorch's FSDP2 under a pipeline schedule
+(TorchTitan) gathers each unit once per iteration and reduce-scatters after each stage's last
+backward (``job.communication.fsdp2_costs``). One replica's pipeline is timed by
+``job.pipeline_time`` (``fast=False``: by the pipeline simulator) with its transfers blocking
+or beside the compute (``job.pipeline_p2p``), each pipeline rank then runs its data-parallel
+step (``job.dp_sync``), and the iteration ends when the last rank's does.
 
 Reported FLOP rates: ``tflops_per_gpu`` counts the FLOP executed, recomputation included (what
 Megatron-LM SC21's Eq. 3 counts with full recomputation: "hardware FLOP"), ``mfu`` the model
@@ -64,6 +66,7 @@ from dlsched.job.evaluation.pipeline_time import (
 )
 from dlsched.job.evaluation.replica import (
     executed_times,
+    fsdp2_pipeline_ends,
     replica_parts,
 )
 from dlsched.job.evaluation.unit_walk import (
@@ -251,7 +254,9 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
     group's curves, the GPU) priced once, and ranks whose steps have equal inputs (1F1B's
     middle ranks) priced once. PyTorch's FSDP2 without PP adds its first all-gathers and last
     reduce-scatters (``job.communication.fsdp2_costs``; ``embedding_backward_s`` what the last
-    block's reduce-scatter overlaps)."""
+    block's reduce-scatter overlaps); under PP its once-per-iteration gathers (the first
+    microbatch's forward, counted after the replica as the same delay) and each rank's
+    reduce-scatters after its stages' last backwards (``replica.fsdp2_pipeline_ends``)."""
     spec, tp = job.spec, layout.tp
     stages = stage_parameters(spec, layout)
     spans = layout.stage_layers(spec.layers, spec.mtp_layers)
@@ -262,6 +267,7 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
               curve(group, "all-gather", run.collective_policy))
     compute = gpu_compute(job.cluster.gpu, run.precision)
     experts = None
+    start, bursts = fsdp2_pipeline_ends(job, layout, times)  # FSDP2 under PP, else zeros
     priced: dict[tuple, DPStep] = {}
     steps = []
     for rank in range(layout.pp):
@@ -286,6 +292,9 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
                                     run.fp8_all_gather, run.grad_bytes, *curves,
                                     embedding_backward_s, compute.gpu.memory_rate)
             dense = replace(dense, exposed_reduce=dense.exposed_reduce + end,
+                            gather=dense.gather + start)
+        elif bursts[rank] or start:  # the replica starts late by ``start`` (every rank)
+            dense = replace(dense, exposed_reduce=dense.exposed_reduce + bursts[rank],
                             gather=dense.gather + start)
         sparse = stage_moe_layers(spec, layout, rank)
         if not sparse:

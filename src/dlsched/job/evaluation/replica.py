@@ -15,7 +15,7 @@ from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import CPCost, cp_cost, output_bytes
 from dlsched.job.communication.dp_sync import WEIGHT_BYTES
 from dlsched.job.communication.fsdp2_costs import SHARDINGS as FSDP2
-from dlsched.job.communication.fsdp2_costs import copy_seconds
+from dlsched.job.communication.fsdp2_costs import Unit, copy_seconds, stage_end, stage_start
 from dlsched.job.communication.moe_dispatch import node_split
 from dlsched.job.communication.pipeline_p2p import with_p2p
 from dlsched.job.compute.attention_window import layer_savings, stage_savings
@@ -31,9 +31,11 @@ from dlsched.job.evaluation.a2a_overlap import (
     stage_nodes,
 )
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
+from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
+from dlsched.job.memory.moe import moe_dense_delta
 from dlsched.job.memory.per_gpu import layer_parameters_per_gpu
-from dlsched.job.memory.torch_runtime import block_gathered_bytes
+from dlsched.job.memory.torch_runtime import PARAM_BYTES, block_gathered_bytes
 
 if TYPE_CHECKING:
     from dlsched.job.evaluation.evaluate import Job
@@ -65,8 +67,13 @@ def _cp(job: Job, layout: Execution, costs: BlockCosts) -> CPCost:
 def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[float, float]:
     """Exposed seconds per layer per microbatch of ZeRO 3's traffic (forward, backward), with
     PyTorch's FSDP2 without PP its copies on the compute stream
-    (``job.communication.fsdp2_costs.copy_seconds``)."""
+    (``job.communication.fsdp2_costs.copy_seconds``). FSDP2 under a pipeline schedule moves
+    nothing per microbatch (its once-per-iteration gathers and reduce-scatters are
+    ``fsdp2_pipeline_ends``'); sharding ``zero`` (Megatron-FSDP's) gathers and reduce-scatters
+    per layer per microbatch with or without PP."""
     if layout.zero != 3 or layout.cp * layout.dp == 1:
+        return 0.0, 0.0
+    if layout.run.sharding in FSDP2 and layout.pp > 1:
         return 0.0, 0.0
     group = layout.group("dp_cp", job.cluster)
     params = job.spec.layer_parameters() / layout.tp
@@ -213,3 +220,55 @@ def accumulation_seconds(job: Job, layout: Execution) -> list[float]:
     rate = gpu_compute(job.cluster.gpu, layout.run.precision).gpu.memory_rate
     return [params * per_parameter / rate
             for params in stage_parameters(job.spec, layout, experts=True)]
+
+
+def _stage_units(job: Job, layout: Execution, times: PipelineTimes, stage: int) -> list[Unit]:
+    """FSDP2's units of virtual stage ``stage`` in forward order (``job.communication.
+    fsdp2_costs``): under ``fsdp2`` the stage module's root (the embedding on the first stage,
+    the final norm and the output on the last: bf16, TorchTitan keeps ``output`` out of float8)
+    then its blocks; under ``fsdp2-split`` the embedding, the blocks, then ``[norm, output]``.
+    A block's forward is its stage's spread over its layers (the embedding's and head's
+    included, as ``job.dp_sync``'s gather units); its dense parameters (an MoE layer's router
+    and shared experts in place of the FFN; the routed experts are left out)."""
+    spec, tp = job.spec, layout.tp
+    spans = layout.stage_layers(spec.layers, spec.mtp_layers)
+    span = spans[stage]
+    embedding = spec.vocab * spec.hidden / tp if stage == 0 else 0.0  # TorchTitan: unpadded
+    head = 0.0
+    if stage == len(spans) - 1:
+        head = spec.norm_parameters() + (0.0 if spec.tied_embeddings
+                                         else spec.vocab * spec.hidden / tp)
+    layer, delta = layer_parameters_per_gpu(spec, tp), (
+        moe_dense_delta(spec, tp) if spec.experts else 0.0)
+    seconds = times.forward[stage] / len(span) if span else 0.0
+    blocks = [Unit(params, block_gathered_bytes(spec, params, tp, layout.run.fp8_all_gather),
+                   seconds)
+              for params in (layer + delta * spec.is_moe_layer(i) for i in span)]
+    if layout.run.sharding == "fsdp2-split":
+        first = [Unit(embedding, PARAM_BYTES * embedding, 0.0)] if embedding else []
+        last = [Unit(head, PARAM_BYTES * head, 0.0)] if head else []
+        return first + blocks + last
+    root = embedding + head
+    return ([Unit(root, PARAM_BYTES * root, 0.0)] if root else []) + blocks
+
+
+def fsdp2_pipeline_ends(job: Job, layout: Execution, times: PipelineTimes
+                        ) -> tuple[float, list[float]]:
+    """FSDP2 under a pipeline schedule (``job.communication.fsdp2_costs``): the seconds its
+    once-per-iteration all-gathers add to the first microbatch's forward through every virtual
+    stage, and each pipeline rank's reduce-scatters after its stages' last backwards (0 and
+    zeros for any other sharding, without PP or over one replica)."""
+    run = layout.run
+    if (layout.zero != 3 or layout.pp == 1 or run.sharding not in FSDP2
+            or layout.cp * layout.dp == 1):
+        return 0.0, [0.0] * layout.pp
+    group = layout.group("dp_cp", job.cluster)
+    gather = curve(group, "all-gather", run.collective_policy)
+    reduce = curve(group, "reduce-scatter", run.collective_policy)
+    rate = gpu_compute(job.cluster.gpu, run.precision).gpu.memory_rate
+    units = [_stage_units(job, layout, times, s) for s in range(layout.virtual_stages)]
+    start = sum(stage_start(stage, gather, rate) for stage in units)
+    ends = [sum(stage_end(units[s], run.grad_bytes, reduce, rate)
+                for s in held_stages(layout.schedule, layout.pp, layout.chunks, rank))
+            for rank in range(layout.pp)]
+    return start, ends
