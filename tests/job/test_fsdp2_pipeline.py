@@ -5,6 +5,7 @@ Megatron-FSDP's per-microbatch ZeRO 3 (sharding ``zero``)."""
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
 
 import pytest
@@ -17,6 +18,7 @@ from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.evaluation.replica import _stage_units, fsdp2_pipeline_ends, replica_parts
 from dlsched.job.execution import Execution
+from dlsched.job.exports.writers import torchtitan_toml
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 
@@ -154,3 +156,19 @@ def test_interleaved_rank_reduces_both_stages() -> None:
                                       + stage_end(units[2], 4, reduce, rate))
     assert bursts[1] == pytest.approx(stage_end(units[1], 4, reduce, rate)
                                       + stage_end(units[3], 4, reduce, rate))
+
+
+@pytest.mark.parametrize("sharding,pp,reshard,noted", [
+    ("fsdp2-split", 2, "default", False), ("fsdp2", 2, "default", False),
+    ("fsdp2-split", 1, "default", False), ("zero", 1, "always", False),
+    ("zero", 2, "always", True)])
+def test_torchtitan_export_reshards_as_priced(sharding: str, pp: int, reshard: str,
+                                              noted: bool) -> None:
+    """The TorchTitan TOML of a ZeRO 3 plan: priced as FSDP2, TorchTitan's ``"default"`` (no
+    reshard after forward with PP: one gather per iteration, as priced); priced as
+    Megatron-FSDP (``zero``), ``"always"``, with a note under PP that TorchTitan's pipelining
+    would reduce-scatter once and hold FP32 unsharded gradients instead."""
+    layout = _layout(sharding, pp=pp, dp=8 // pp, global_batch=16)
+    text = torchtitan_toml(TINY, layout)
+    assert tomllib.loads(text)["parallelism"]["fsdp_reshard_after_forward"] == reshard
+    assert ("reduce-scatters once per iteration" in text) == noted

@@ -380,6 +380,25 @@ def titan_model(spec: Model) -> dict[str, str]:
     return {"name": "llama3", "flavor": flavor}
 
 
+def _titan_zero3_reshard(layout: Execution, notes: list[str]) -> str:
+    """``fsdp_reshard_after_forward`` for ZeRO 3 as it was priced (``job.communication.
+    fsdp2_costs``): a plan priced as TorchTitan's FSDP2 (sharding ``fsdp2`` / ``fsdp2-split``)
+    gets TorchTitan's ``"default"`` (``get_fsdp_reshard_after_forward_policy`` at 238fa99:
+    ``not pp_enabled``: each unit gathered once per iteration under PP, what was priced); one
+    priced as Megatron-FSDP (``zero``: weights re-gathered for every forward and backward) gets
+    ``"always"``, and under PP a note: TorchTitan's pipelining reduce-scatters once per
+    iteration and holds FP32 unsharded gradients, which that plan did not price."""
+    if layout.run.sharding != "zero":
+        return "default"
+    if layout.pp > 1:
+        notes.append("ZeRO-3 priced as Megatron-FSDP (gathers and reduce-scatters per "
+                     "microbatch, gradients sharded); under PP TorchTitan's pipelining instead "
+                     "reduce-scatters once per iteration and holds every stage parameter's FP32 "
+                     "unsharded gradient (4 B per parameter more): plan with sharding "
+                     "fsdp2-split to price what this config runs")
+    return "always"
+
+
 def _titan_parallelism(spec: Model, layout: Execution,
                        notes: list[str]) -> dict[str, object]:
     """[parallelism]: DP as DDP (replicate) or FSDP (shard), TP, PP and CP degrees."""
@@ -387,6 +406,8 @@ def _titan_parallelism(spec: Model, layout: Execution,
     if layout.zero >= 2 and layout.dp > 1:
         replicate, shard = 1, layout.dp
         reshard = "always" if layout.zero == 3 else "never"  # "never": FSDP's SHARD_GRAD_OP
+        if layout.zero == 3:
+            reshard = _titan_zero3_reshard(layout, notes)
     elif layout.dp > 1 and (layout.tp > 1 or layout.pp > 1):
         replicate, shard, reshard = 1, layout.dp, "never"
         notes.append(f"ZeRO-{layout.zero}: TorchTitan's DDP runs only without TP and PP "
