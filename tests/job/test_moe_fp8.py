@@ -9,6 +9,7 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
+from dlsched.job.communication.collective_costs import curve
 from dlsched.job.compute.block_pricing import KernelOptions
 from dlsched.job.compute.expert_launches import (
     EXPERT_GEMM_LAUNCH_S,
@@ -17,7 +18,7 @@ from dlsched.job.compute.expert_launches import (
 )
 from dlsched.job.compute.fp8 import _tensor, _weight
 from dlsched.job.compute.layer_costs import gpu_compute
-from dlsched.job.compute.moe_costs import routed_ops
+from dlsched.job.compute.moe_costs import moe_layer_costs, routed_ops
 from dlsched.job.compute.moe_fp8 import (
     QUANTIZE_KERNELS,
     expert_fp8_parts,
@@ -152,3 +153,29 @@ def test_dense_and_expert_quantizers_launch_the_same_kernels() -> None:
     for recipe in ("delayed", "current", "mxfp8"):
         assert _tensor(recipe, False).kernels == QUANTIZE_KERNELS[recipe]
         assert _weight(recipe, 1).kernels == QUANTIZE_KERNELS[recipe]
+
+
+def test_current_scaling_amax_all_reduces_of_the_attention_under_sp() -> None:
+    """Qwen3-30B-A3B at TP 2 with SP, EP 8, on an H100 node: current scaling adds one blocking
+    all-reduce of one FP32 amax over the TP group to the layer's forward (QKV's gathered input)
+    and one to its backward (the projection's gathered output gradient); delayed scaling and
+    TP 1 none. Nothing else of the layer differs between the two recipes' TP exchanges."""
+    cluster = load_cluster("dgx-h100", 16, None)
+    tp_group = cluster.group_topology(1, 2)
+    ep_group = cluster.group_topology(2, 8)
+    amax = curve(tp_group, "all-reduce", "baseline").seconds(4)
+    assert amax > 0
+    layout = Execution(2, 1, 8, 1, 64, ep=8, sequence_parallel=True, expert_tp=1)
+    costs = {recipe: moe_layer_costs(Q30, layout, "h100", "fp8", tp_group, ep_group,
+                                     "baseline", "fused",
+                                     kernels=KernelOptions(fp8_recipe=recipe, microbatches=8))
+             for recipe in ("delayed", "current")}
+    assert costs["current"].tp_forward_s - costs["delayed"].tp_forward_s == pytest.approx(amax)
+    assert costs["current"].tp_backward_s - costs["delayed"].tp_backward_s == \
+        pytest.approx(amax)
+    one = Execution(1, 1, 8, 1, 64, ep=8)
+    plain = {recipe: moe_layer_costs(Q30, one, "h100", "fp8", None, ep_group, "baseline",
+                                     "fused",
+                                     kernels=KernelOptions(fp8_recipe=recipe, microbatches=8))
+             for recipe in ("delayed", "current")}
+    assert plain["current"].tp_forward_s == plain["delayed"].tp_forward_s == 0.0

@@ -37,7 +37,11 @@ An MoE layer is the dense layer's attention half (the zoo's Megatron-style ops o
 
 The attention half is the dense layer's at the CP rank's ``s / cp`` tokens (its context-parallel
 communication is priced by ``job.context_parallel`` for every layer); with ``tp_overlap`` its two
-sequence-parallel collectives overlap their GEMMs as ``job.tp_overlap`` prices them.
+sequence-parallel collectives overlap their GEMMs as ``job.tp_overlap`` prices them. Under FP8
+current scaling with SP its two linears reduce one amax each over TP, blocking (QKV's gathered
+input forward, the projection's gathered output gradient backward: half of a dense layer's
+``job.compute.fp8.amax_reductions``, whose other half is the FFN's; the experts at expert TP 1
+have none, and an expert-TP grouped linear's amax reduction is not priced).
 
 The backward runs the same ops' backward (each GEMM's input and weight gradients, priced by
 ``models.compute`` at their shapes) and the two All-to-Alls again (the combine's gradient is a
@@ -82,6 +86,7 @@ from dlsched.job.communication.nccl_costs import NcclGroup
 from dlsched.job.communication.tp_overlap import overlapped_tp
 from dlsched.job.compute.block_pricing import KernelOptions
 from dlsched.job.compute.expert_launches import expert_launch_ops, routed_seconds
+from dlsched.job.compute.fp8 import AMAX_BYTES, amax_reductions
 from dlsched.job.compute.layer_costs import (
     ACTIVATION_BYTES,
     ATTENTION_CORE,
@@ -388,6 +393,11 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
     if tp_overlap:
         attention_f, attention_b = overlapped_tp(model, compute, b, message, tp_group, policy,
                                                  halves=("attn",))
+    amax_f, amax_b = amax_reductions(kernels.fp8_recipe if kernels else None, tp, sp)
+    if amax_f or amax_b:  # current scaling's amax of the attention's gathered operands
+        amax = curve(tp_group, "all-reduce", policy).seconds(AMAX_BYTES)  # job.compute.fp8
+        attention_f += amax * amax_f / 2  # QKV's input (a dense layer's FC1 input is the other)
+        attention_b += amax * amax_b / 2  # the projection's output gradient (and FC2's)
     sent = a2a_bytes(spec, b, tp, cp)
     gathered = sent * etp  # the expert-TP group's received tokens, gathered on each of its ranks
     expert_tp = (curve(etp_group, "all-gather", policy).seconds(gathered)
