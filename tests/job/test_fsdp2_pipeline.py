@@ -18,9 +18,10 @@ from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.evaluation.replica import _stage_units, fsdp2_pipeline_ends, replica_parts
 from dlsched.job.execution import Execution
-from dlsched.job.exports.writers import torchtitan_toml
+from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
+from dlsched.job.scenario import PlanScenario
 
 # h 64, vocabulary 256, untied: the embedding and the output 256 x 64 = 16,384 each, the final
 # norm 64; one layer 36,992 parameters (tests/job/test_fsdp2_costs.py, test_torch_runtime.py).
@@ -172,3 +173,27 @@ def test_torchtitan_export_reshards_as_priced(sharding: str, pp: int, reshard: s
     text = torchtitan_toml(TINY, layout)
     assert tomllib.loads(text)["parallelism"]["fsdp_reshard_after_forward"] == reshard
     assert ("reduce-scatters once per iteration" in text) == noted
+
+
+@pytest.mark.parametrize("sharding,noted", [("zero", False), ("fsdp2-split", True)])
+def test_megatron_export_notes_a_plan_priced_as_fsdp2(sharding: str, noted: bool) -> None:
+    """Megatron-LM's ZeRO 3 is Megatron-FSDP (per-microbatch gathers and reduce-scatters): a
+    plan priced as FSDP2 says so in its arguments' comments; one priced as ``zero`` does not."""
+    text = megatron_args(TINY, _layout(sharding))
+    assert "--data-parallel-sharding-strategy optim_grads_params" in text
+    assert ("ZeRO-3 priced as PyTorch's FSDP2" in text) == noted
+
+
+def test_plan_prices_the_sharding_it_is_given() -> None:
+    """``dlsched plan --sharding``: one layout (Llama 3 8B, TP 2 x PP 2 x DP 4) priced as
+    Megatron-FSDP and as TorchTitan's FSDP2, its ends in ``dp_s`` only for the latter, and the
+    TorchTitan config of each plan resharding as it was priced."""
+    fixed = dict(model="llama3-8b", cluster="dgx-h100", gpus=16, tp=2, pp=2, dp=4, cp=1,
+                 chunks=1, microbatch_size=1, global_batch=32, zero=3, schedule="1f1b",
+                 recompute="full", sequence_parallel=True, baselines=False)
+    zero, fsdp = (PlanScenario(**fixed, sharding=sharding).run()
+                  for sharding in ("zero", "fsdp2-split"))
+    assert zero.rows[0]["exposed_dp_s"] == 0.0 < fsdp.rows[0]["exposed_dp_s"]
+    assert fsdp.rows[0]["exposed_zero3_s"] == 0.0
+    assert 'fsdp_reshard_after_forward = "default"' in fsdp.torchtitan_toml()
+    assert 'fsdp_reshard_after_forward = "always"' in zero.torchtitan_toml()

@@ -70,7 +70,8 @@ enable = true
     fields = plan_fields(read_torchtitan_toml(path))
     assert fields == {"attention": "flash", "model": "llama3-70b", "seq": 8192, "tp": 8,
                       "pp": 1, "cp": 1, "sequence_parallel": True, "dp": 32, "zero": 3,
-                      "microbatch_size": 16, "global_batch": 512, "recompute": "full",
+                      "sharding": "fsdp2-split", "microbatch_size": 16, "global_batch": 512,
+                      "recompute": "full",
                       "compile": True, "async_tp": True, "precision": "fp8",
                       "fp8_recipe": "tensorwise", "fp8_all_gather": True}
 
@@ -84,6 +85,8 @@ enable = true
     ('[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = "ZBVZeroBubble"',
      "pipeline_parallel_schedule"),
     ("not = [toml", "not TOML"),
+    ('[parallelism]\npipeline_parallel_degree = 2\nfsdp_reshard_after_forward = "always"',
+     "fsdp_reshard_after_forward: 'always' with pipeline_parallel_degree 2"),
 ])
 def test_refused_naming_the_key(tmp_path, text: str, key: str) -> None:
     path = tmp_path / "bad.toml"
@@ -94,7 +97,7 @@ def test_refused_naming_the_key(tmp_path, text: str, key: str) -> None:
 
 def test_plan_written_as_toml_and_read_back_prices_the_same(tmp_path) -> None:
     fields = {**BASE, "precision": "fp8", "fp8_recipe": "tensorwise", "fp8_all_gather": True,
-              "compile": True}
+              "compile": True, "sharding": "fsdp2-split"}  # TorchTitan runs FSDP2
     report = PlanScenario(**fields).run()
     path = tmp_path / "plan.toml"
     path.write_text(report.torchtitan_toml())

@@ -14,9 +14,10 @@ read too):
 * ``[parallelism]`` ``tensor_parallel_degree`` (with TorchTitan's always-on sequence
   parallelism), ``pipeline_parallel_degree``, ``context_parallel_degree`` (its
   ``context_parallel_rotate_method``: allgather -> ``all-gather``, alltoall is not one of
-  dlsched's and is refused), ``data_parallel_shard_degree`` (FSDP2: ZeRO 3; -1 = the GPUs
-  left, searched) and ``data_parallel_replicate_degree`` (DDP: ZeRO 0; with sharding, HSDP,
-  refused), ``pipeline_parallel_schedule`` (1F1B, Interleaved1F1B, GPipe),
+  dlsched's and is refused), ``data_parallel_shard_degree`` (FSDP2: ZeRO 3, sharding
+  ``fsdp2-split`` by ``fsdp_reshard_after_forward``; -1 = the GPUs left, searched) and
+  ``data_parallel_replicate_degree`` (DDP: ZeRO 0; with sharding, HSDP, refused),
+  ``pipeline_parallel_schedule`` (1F1B, Interleaved1F1B, GPipe),
   ``pipeline_parallel_microbatch_size``, ``enable_async_tensor_parallel``;
 * ``[activation_checkpoint] mode`` none / full / selective with ``selective_ac_option = "op"``
   (``selective-op``; a layer interval such as "2" is refused: not a dlsched mode);
@@ -106,7 +107,7 @@ def _precision(doc: dict[str, Any]) -> dict[str, Any]:
             "fp8_all_gather": bool(table.get("enable_fsdp_float8_all_gather", False))}
 
 
-def _data_parallel(par: dict[str, Any]) -> dict[str, Any]:
+def _data_parallel(par: dict[str, Any], pp: int) -> dict[str, Any]:
     shard = _int(par, "data_parallel_shard_degree", "parallelism", -1)
     replicate = _int(par, "data_parallel_replicate_degree", "parallelism", 1)
     if replicate > 1 and shard != 1:
@@ -115,7 +116,23 @@ def _data_parallel(par: dict[str, Any]) -> dict[str, Any]:
                           "data_parallel_shard_degree = 1 (DDP)")
     if replicate > 1:
         return {"dp": replicate, "zero": 0}
-    return {"dp": None if shard == -1 else shard, "zero": 3}
+    return {"dp": None if shard == -1 else shard, "zero": 3, "sharding": _sharding(par, pp)}
+
+
+def _sharding(par: dict[str, Any], pp: int) -> str:
+    """FSDP2 as TorchTitan at 238fa99 wraps it (``fsdp2-split``) under the config's
+    ``fsdp_reshard_after_forward``: ``default``, or ``never`` with PP (what ``default`` is
+    there); ``always`` without PP (``fsdp2-split`` keeps [norm, output] unsharded where
+    ``always`` reshards it: 2 B per head parameter more than the run holds). ``always`` with PP
+    (per-microbatch gathers under the pipeline) and ``never`` without it are not priced."""
+    policy = par.get("fsdp_reshard_after_forward", "default")
+    if policy == "default" or (policy == "never" and pp > 1) or (policy == "always" and pp == 1):
+        return "fsdp2-split"
+    raise ConfigError(f"parallelism.fsdp_reshard_after_forward: {policy!r} with "
+                      f"pipeline_parallel_degree {pp} is not priced (FSDP2 is priced as "
+                      "TorchTitan's default: resharded after forward without PP, gathered once "
+                      "per iteration with it); accepted: default"
+                      + (", never" if pp > 1 else ", always"))
 
 
 def plan_fields(doc: dict[str, Any]) -> dict[str, Any]:
@@ -131,7 +148,7 @@ def plan_fields(doc: dict[str, Any]) -> dict[str, Any]:
     pp = _int(par, "pipeline_parallel_degree", "parallelism", 1)
     cp = _int(par, "context_parallel_degree", "parallelism", 1)
     fields |= {"tp": tp, "pp": pp, "cp": cp, "sequence_parallel": tp > 1,
-               **_data_parallel(par)}
+               **_data_parallel(par, pp)}
     if cp > 1:
         fields["cp_algorithm"] = _pick({"m": par.get("context_parallel_rotate_method",
                                                      "allgather")}, "m", CP_METHODS,

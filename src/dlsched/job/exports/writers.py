@@ -166,6 +166,11 @@ def megatron_args(spec: Model, layout: Execution) -> str:
     elif layout.zero >= 2:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy",
                  MEGATRON_FSDP[layout.zero], "--ckpt-format", "fsdp_dtensor"]
+        if layout.zero == 3 and run.sharding != "zero":  # job.communication.fsdp2_costs
+            notes.append(f"ZeRO-3 priced as PyTorch's FSDP2 ({run.sharding}); Megatron-FSDP "
+                         "re-gathers the weights for every forward and backward and "
+                         "reduce-scatters every backward: plan with sharding zero to price "
+                         "what these arguments run")
     args += ["--attention-backend", run.attention]
     args += [f"--{flag}" for flag in megatron_flags(layout)]
     args += _megatron_p2p(layout, run.pipeline_p2p, notes)
