@@ -33,7 +33,6 @@ from dlsched.job.evaluation.a2a_overlap import (
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
 from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
-from dlsched.job.memory.moe import moe_dense_delta
 from dlsched.job.memory.per_gpu import layer_parameters_per_gpu
 from dlsched.job.memory.torch_runtime import PARAM_BYTES, block_gathered_bytes
 
@@ -228,8 +227,8 @@ def _stage_units(job: Job, layout: Execution, times: PipelineTimes, stage: int) 
     the final norm and the output on the last: bf16, TorchTitan keeps ``output`` out of float8)
     then its blocks; under ``fsdp2-split`` the embedding, the blocks, then ``[norm, output]``.
     A block's forward is its stage's spread over its layers (the embedding's and head's
-    included, as ``job.dp_sync``'s gather units); its dense parameters (an MoE layer's router
-    and shared experts in place of the FFN; the routed experts are left out)."""
+    included, as ``job.dp_sync``'s gather units); a block is a dense layer (ZeRO 3 of MoE
+    layers is refused: ``job.compute.moe_costs.check_moe_layout``)."""
     spec, tp = job.spec, layout.tp
     spans = layout.stage_layers(spec.layers, spec.mtp_layers)
     span = spans[stage]
@@ -238,12 +237,10 @@ def _stage_units(job: Job, layout: Execution, times: PipelineTimes, stage: int) 
     if stage == len(spans) - 1:
         head = spec.norm_parameters() + (0.0 if spec.tied_embeddings
                                          else spec.vocab * spec.hidden / tp)
-    layer, delta = layer_parameters_per_gpu(spec, tp), (
-        moe_dense_delta(spec, tp) if spec.experts else 0.0)
+    layer = layer_parameters_per_gpu(spec, tp)
     seconds = times.forward[stage] / len(span) if span else 0.0
-    blocks = [Unit(params, block_gathered_bytes(spec, params, tp, layout.run.fp8_all_gather),
-                   seconds)
-              for params in (layer + delta * spec.is_moe_layer(i) for i in span)]
+    blocks = [Unit(layer, block_gathered_bytes(spec, layer, tp, layout.run.fp8_all_gather),
+                   seconds)] * len(span)
     if layout.run.sharding == "fsdp2-split":
         first = [Unit(embedding, PARAM_BYTES * embedding, 0.0)] if embedding else []
         last = [Unit(head, PARAM_BYTES * head, 0.0)] if head else []
