@@ -117,7 +117,8 @@ from dlsched.job.communication.collective_costs import CollectiveCurve
 from dlsched.job.memory.torch_runtime import PARAM_BYTES, REDUCE_BYTES, block_gathered_bytes
 from dlsched.job.model_spec import Model
 
-SHARDINGS = ("fsdp2", "fsdp2-split")  # job.run_choices.SHARDINGS that run PyTorch's FSDP2
+FSDP2_SHARDINGS = ("fsdp2", "fsdp2-split")
+"""The ``RunSettings.sharding`` values (``job.run_choices.SHARDINGS``) that run PyTorch's FSDP2."""
 
 
 def first_unit_parameters(spec: Model, tp: int, sharding: str) -> float:
@@ -125,9 +126,9 @@ def first_unit_parameters(spec: Model, tp: int, sharding: str) -> float:
     final norm and output projection (``fsdp2``; the output only when untied), or the embedding
     alone (``fsdp2-split``). TorchTitan shards the embedding and the output over TP (``Rowwise``
     / ``ColwiseParallel``) and keeps the norm whole; its vocabulary is not padded."""
-    if sharding not in SHARDINGS:
+    if sharding not in FSDP2_SHARDINGS:
         raise ValueError(f"sharding: {sharding!r} is not FSDP2's; accepted: "
-                         + ", ".join(SHARDINGS))
+                         + ", ".join(FSDP2_SHARDINGS))
     matrix = spec.vocab * spec.hidden / tp
     if sharding == "fsdp2-split":
         return matrix

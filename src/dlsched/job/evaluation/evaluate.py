@@ -41,8 +41,7 @@ from dlsched.job.cluster import System
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import check_cp
 from dlsched.job.communication.dp_sync import DPStep, dp_step
-from dlsched.job.communication.fsdp2_costs import SHARDINGS as FSDP2
-from dlsched.job.communication.fsdp2_costs import fsdp2_ends
+from dlsched.job.communication.fsdp2_costs import FSDP2_SHARDINGS, fsdp2_ends
 from dlsched.job.compute.block_pricing import check_kernel_options
 from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.fp8 import fp8_weight_copies
@@ -267,7 +266,8 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
               curve(group, "all-gather", run.collective_policy))
     compute = gpu_compute(job.cluster.gpu, run.precision)
     experts = None
-    start, bursts = fsdp2_pipeline_ends(job, layout, times)  # FSDP2 under PP, else zeros
+    # FSDP2 under PP (else zeros): seconds every rank starts late, each rank's reduce-scatters
+    pipeline_start, rank_reduces = fsdp2_pipeline_ends(job, layout, times)
     priced: dict[tuple, DPStep] = {}
     steps = []
     for rank in range(layout.pp):
@@ -287,15 +287,16 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
                                   *curves, compute, run.dp_policy, units, run.grad_bytes,
                                   run.master_weights)
         dense = priced[key]
-        if layout.zero == 3 and layout.pp == 1 and run.sharding in FSDP2 and group is not None:
-            start, end = fsdp2_ends(spec, tp, run.sharding, layer_parameters_per_gpu(spec, tp),
-                                    run.fp8_all_gather, run.grad_bytes, *curves,
-                                    embedding_backward_s, compute.gpu.memory_rate)
-            dense = replace(dense, exposed_reduce=dense.exposed_reduce + end,
-                            gather=dense.gather + start)
-        elif bursts[rank] or start:  # the replica starts late by ``start`` (every rank)
-            dense = replace(dense, exposed_reduce=dense.exposed_reduce + bursts[rank],
-                            gather=dense.gather + start)
+        if (layout.zero == 3 and layout.pp == 1 and run.sharding in FSDP2_SHARDINGS
+                and group is not None):
+            first_gathers, last_reduces = fsdp2_ends(
+                spec, tp, run.sharding, layer_parameters_per_gpu(spec, tp), run.fp8_all_gather,
+                run.grad_bytes, *curves, embedding_backward_s, compute.gpu.memory_rate)
+            dense = replace(dense, exposed_reduce=dense.exposed_reduce + last_reduces,
+                            gather=dense.gather + first_gathers)
+        elif rank_reduces[rank] or pipeline_start:  # the replica starts late (every rank)
+            dense = replace(dense, exposed_reduce=dense.exposed_reduce + rank_reduces[rank],
+                            gather=dense.gather + pipeline_start)
         sparse = stage_moe_layers(spec, layout, rank)
         if not sparse:
             steps.append(dense)

@@ -14,8 +14,13 @@ from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import CPCost, cp_cost, output_bytes
 from dlsched.job.communication.dp_sync import WEIGHT_BYTES
-from dlsched.job.communication.fsdp2_costs import SHARDINGS as FSDP2
-from dlsched.job.communication.fsdp2_costs import Unit, copy_seconds, stage_end, stage_start
+from dlsched.job.communication.fsdp2_costs import (
+    FSDP2_SHARDINGS,
+    Unit,
+    copy_seconds,
+    stage_end,
+    stage_start,
+)
 from dlsched.job.communication.moe_dispatch import node_split
 from dlsched.job.communication.pipeline_p2p import with_p2p
 from dlsched.job.compute.attention_window import layer_savings, stage_savings
@@ -72,7 +77,7 @@ def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[floa
     per layer per microbatch with or without PP."""
     if layout.zero != 3 or layout.cp * layout.dp == 1:
         return 0.0, 0.0
-    if layout.run.sharding in FSDP2 and layout.pp > 1:
+    if layout.run.sharding in FSDP2_SHARDINGS and layout.pp > 1:
         return 0.0, 0.0
     group = layout.group("dp_cp", job.cluster)
     params = job.spec.layer_parameters() / layout.tp
@@ -81,7 +86,7 @@ def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[floa
     scatter = curve(group, "reduce-scatter", layout.run.collective_policy).seconds(
         params * layout.run.grad_bytes)
     copy_f = copy_b = 0.0
-    if layout.run.sharding in FSDP2 and layout.pp == 1:
+    if layout.run.sharding in FSDP2_SHARDINGS and layout.pp == 1:
         block = layer_parameters_per_gpu(job.spec, layout.tp)
         copy_f, copy_b = copy_seconds(
             block_gathered_bytes(job.spec, block, layout.tp, layout.run.fp8_all_gather), block,
@@ -256,7 +261,7 @@ def fsdp2_pipeline_ends(job: Job, layout: Execution, times: PipelineTimes
     stage, and each pipeline rank's reduce-scatters after its stages' last backwards (0 and
     zeros for any other sharding, without PP or over one replica)."""
     run = layout.run
-    if (layout.zero != 3 or layout.pp == 1 or run.sharding not in FSDP2
+    if (layout.zero != 3 or layout.pp == 1 or run.sharding not in FSDP2_SHARDINGS
             or layout.cp * layout.dp == 1):
         return 0.0, [0.0] * layout.pp
     group = layout.group("dp_cp", job.cluster)
