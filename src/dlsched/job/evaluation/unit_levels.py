@@ -241,7 +241,7 @@ def _merged(lanes: list[_LaneGraph], program: UnitProgram) -> LevelProgram:
         tuple((*_level(preds[:, a:b], count), times[a:b], seconds[a:b])
               for a, b in pairwise(bounds)),
         backward, tuple(tuple(number[list(nodes)].tolist()) for _, nodes in ends),
-        _shape_table(program), times, seconds, threading.Lock())
+        _tables(program)[0], times, seconds, threading.Lock())
 
 
 def _level(preds: np.ndarray, count: int) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
@@ -249,6 +249,29 @@ def _level(preds: np.ndarray, count: int) -> tuple[np.ndarray, tuple[np.ndarray,
     hold any predecessor (a slot of -inf alone, ``count``, is left out), each contiguous."""
     used = [np.ascontiguousarray(slot) for slot in preds if (slot != count).any()]
     return (used or [preds[0].copy()])[0], tuple(used[1:])
+
+
+_TABLES: dict[int, tuple[UnitProgram, tuple[np.ndarray, ...], np.ndarray]] = {}
+
+
+def _tables(program: UnitProgram) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """``_shape_table`` of ``program`` and its per-rank shape counts (ranks x shapes), kept
+    per program object."""
+    kept = _TABLES.get(id(program))
+    if kept is not None and kept[0] is program:
+        return kept[1], kept[2]
+    if len(_TABLES) >= 4 * MAX_KEPT:
+        _TABLES.clear()
+    table, counts = _shape_table(program), np.array(program.counts, dtype=float)
+    _TABLES[id(program)] = (program, table, counts)
+    return table, counts
+
+
+def shape_bound(program: UnitProgram, lane: Any) -> float:
+    """``unit_walk.unit_bound`` of ``lane`` at once: the busiest rank's units one after
+    another, each shape's seconds (``shape_seconds``) times its count on the rank (seconds)."""
+    table, counts = _tables(program)
+    return float((counts * shape_seconds(program, table, lane)).sum(axis=1).max())
 
 
 def _shape_table(program: UnitProgram) -> tuple[np.ndarray, ...]:

@@ -36,7 +36,7 @@ from typing import Protocol
 
 from dlsched.errors import ConfigError
 from dlsched.job.evaluation.pipeline_orders import rank_orders
-from dlsched.job.evaluation.unit_levels import walk_level_lanes
+from dlsched.job.evaluation.unit_levels import shape_bound, walk_level_lanes
 from dlsched.job.evaluation.unit_program import unit_program, units_of, walk_program
 from dlsched.pipeline.plans.actions import Action
 from dlsched.pipeline.plans.dualpipe import (
@@ -256,8 +256,11 @@ def hidden_comm(times: Times, rank: int) -> float:
 
 def unit_bound(times: Times) -> float:
     """A lower bound on the replica: the busiest rank's units, one after another (each
-    shape's seconds times its units, ``unit_program``)."""
+    shape's seconds times its units, ``unit_program``; ZB-V, DualPipe and DualPipeV with
+    numpy, ``unit_levels.shape_bound``, to rounding; the merged 1F1B steps as before)."""
     program = unit_program(layout_of(times))
+    if not getattr(times, "pair_seconds", ()):
+        return shape_bound(program, times)
     seconds = [unit_seconds(times, unit) for unit in program.shapes]
     return max(sum(n * s for n, s in zip(counts, seconds, strict=True))
                for counts in program.counts)
