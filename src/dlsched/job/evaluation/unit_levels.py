@@ -162,17 +162,19 @@ def _lane_graph(program: UnitProgram, sends: tuple[bool, ...], schedule: str) ->
         steps, k = program.steps[rank], pointer[rank]
         while k < len(steps):
             first, rest, shape, outs, is_backward = steps[k]
-            keys = (first, *rest) if first >= 0 else ()
-            if any(key not in outputs for key in keys):
+            if first >= 0 and (first not in outputs
+                               or (rest and any(key not in outputs for key in rest))):
                 break
             before = [ref(last_unit[rank])]
-            for unit, stream, boundary in map(outputs.pop, keys):
-                if stream == NONE:  # made on the rank, or on a boundary that sends nothing
-                    before.append(ref(unit))
-                else:  # arrival: max(unit end, stream before) + hop, each plus the hop
-                    before += [ref(unit, (hop + boundary,)), ref(stream, (hop + boundary,))]
-            # a predecessor read twice (a W's input, the I before it) read once
-            unit = last_unit[rank] = node(list(dict.fromkeys(before)), (shape,))
+            if first >= 0:
+                for unit, stream, boundary in map(outputs.pop, (first, *rest)):
+                    if stream == NONE:  # made on the rank, or on a boundary sending nothing
+                        before.append(ref(unit))
+                    else:  # arrival: max(unit end, stream before) + hop, each plus the hop
+                        before += [ref(unit, (hop + boundary,)), ref(stream, (hop + boundary,))]
+                # a predecessor read twice (a W's input, the I before it) read once
+                before = list(dict.fromkeys(before))
+            unit = last_unit[rank] = node(before, (shape,))
             if is_backward:
                 backward[rank] = unit
             for key, boundary, to in outs:
