@@ -3,9 +3,10 @@ by hand on one small Llama-style model and through the evaluator on Llama 3.1 8B
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import pytest
+from tiny_llama import LAYER, TINY, Linear
 
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.fsdp2_costs import (
@@ -23,24 +24,6 @@ from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 from dlsched.ledger import load_ledger
 from dlsched.ledger.predict import job_and_layout
-
-# h 64, vocabulary 256, untied: the embedding and the output 256 x 64 = 16,384 each, the final
-# norm 64; one layer 36,992 parameters of which the linears 36,864 and two RMSNorms 128
-# (tests/job/test_torch_runtime.py).
-TINY = Model("tiny-llama", layers=2, hidden=64, heads=4, seq=16, vocab=256,
-             ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
-             bias=False, rms_norm=True, learned_positions=False)
-LAYER = 36_992
-
-
-@dataclass(frozen=True)
-class Linear:
-    """A collective at ``bandwidth`` bytes per second on the buffer, no latency."""
-
-    bandwidth: float
-
-    def seconds(self, num_bytes: float) -> float:
-        return num_bytes / self.bandwidth
 
 
 def test_first_unit_is_the_root_or_the_embedding() -> None:

@@ -6,9 +6,9 @@ Megatron-FSDP's per-microbatch ZeRO 3 (sharding ``zero``)."""
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
 
 import pytest
+from tiny_llama import EMBEDDING, HEAD, LAYER, TINY, Linear
 
 import dlsched.job.evaluation.evaluate as evaluate_module
 from dlsched.job.cluster import node_cluster
@@ -23,13 +23,6 @@ from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 from dlsched.job.scenario import PlanScenario
 
-# h 64, vocabulary 256, untied: the embedding and the output 256 x 64 = 16,384 each, the final
-# norm 64; one layer 36,992 parameters (tests/job/test_fsdp2_costs.py, test_torch_runtime.py).
-TINY = Model("tiny-llama", layers=2, hidden=64, heads=4, seq=16, vocab=256,
-             ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
-             bias=False, rms_norm=True, learned_positions=False)
-LAYER = 36_992
-EMBEDDING, HEAD = 16_384, 16_384 + 64
 FOUR = Model("tiny-llama-4", layers=4, hidden=64, heads=4, seq=16, vocab=256,
              ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
              bias=False, rms_norm=True, learned_positions=False)
@@ -37,16 +30,6 @@ FOUR = Model("tiny-llama-4", layers=4, hidden=64, heads=4, seq=16, vocab=256,
 WIDE = Model("wide-llama", layers=2, hidden=2048, heads=16, seq=16, vocab=256,
              ffn_hidden=8192, kv_heads=8, tied_embeddings=False, gated_ffn=True,
              bias=False, rms_norm=True, learned_positions=False)
-
-
-@dataclass(frozen=True)
-class Linear:
-    """A collective at ``bandwidth`` bytes per second on the buffer, no latency."""
-
-    bandwidth: float
-
-    def seconds(self, num_bytes: float) -> float:
-        return num_bytes / self.bandwidth
 
 
 def test_stage_start_by_hand() -> None:

@@ -5,6 +5,7 @@ blocks drop, each by hand on one small Llama-style layer."""
 from __future__ import annotations
 
 import pytest
+from tiny_llama import EMBEDDING, HEAD, LAYER, LINEAR, ROOT, TINY
 
 from dlsched.errors import ConfigError
 from dlsched.job.execution import Execution
@@ -21,15 +22,6 @@ from dlsched.job.memory.torch_runtime import (
 )
 from dlsched.job.model_spec import Model
 
-# h 64, 4 heads of 16, 2 KV heads (K/V width 32), SwiGLU width 128, vocabulary 256 (a multiple
-# of 128: no padding), untied: one layer is wq 64x64 + wk 64x32 + wv 64x32 + wo 64x64 (12,288)
-# + w1, w3, w2 3 x 64 x 128 (24,576) + two RMSNorms 128 = 36,992 parameters; the root holds the
-# embedding 256 x 64, the final norm 64 and the output 256 x 64 = 32,832.
-TINY = Model("tiny-llama", layers=2, hidden=64, heads=4, seq=16, vocab=256,
-             ffn_hidden=128, kv_heads=2, tied_embeddings=False, gated_ffn=True,
-             bias=False, rms_norm=True, learned_positions=False)
-LAYER, LINEAR, ROOT = 36_992, 36_864, 32_832
-EMBEDDING, HEAD = 16_384, 16_448  # the root's: 256 x 64; the final norm 64 + output 256 x 64
 FSDP2 = Runtime("fsdp2")
 
 
