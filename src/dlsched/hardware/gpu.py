@@ -12,7 +12,9 @@ gives the shape factors):
 * fused attention: efficiency.attention of the peak (FlashAttention-2, what PyTorch's SDPA
   runs), with its wave quantization; Transformer Engine's cuDNN fused attention (Megatron-Core's
   ``--attention-backend fused``, what ``auto`` picks on Hopper) at efficiency.fused_attention,
-  an optional kind of 16-bit entries only (a GPU without it refuses that kernel);
+  an optional kind of 16-bit entries only (a GPU without it refuses that kernel), measured at
+  head dimension 128; ``fused_attention_head_dim_64`` is that kernel's rate at head dimension
+  64 (and below) as a fraction of its rate at 128 (``Gpu.fused_attention_scale``);
 * everything else (norms, activations, dropout, additions, casts): bytes / memory rate, the
   rate being memory_bandwidth x memory_efficiency.
 
@@ -92,6 +94,7 @@ class GpuSpec(BaseModel):
     half_precisions: list[Literal["bf16", "fp16"]] = Field(default=["bf16", "fp16"],
                                                            min_length=1)
     best_published_utilization: Fraction | None = None
+    fused_attention_head_dim_64: Fraction | None = None
     memory: ByteSize | None = None
     sources: dict[str, str] = Field(default_factory=dict)
     provenance: dict[str, Provenance] = Field(default_factory=dict)
@@ -196,6 +199,18 @@ class Gpu:
                                   "precision and a GPU file that measures it (else use "
                                   "--attention flash)" if kind in OPTIONAL_KINDS else ""))
         return float(value)
+
+    def fused_attention_scale(self, head_dim: float) -> float:
+        """The cuDNN fused attention's rate at ``head_dim`` as a fraction of its rate at 128
+        (what ``efficiency.fused_attention`` measures): ``fused_attention_head_dim_64`` at 64
+        and below, 1 at 128 and above, linear in the head dimension between (not measured
+        there: assumed); 1 where the document gives no head-dimension-64 rate."""
+        low = self.spec.fused_attention_head_dim_64
+        if low is None or head_dim >= 128:
+            return 1.0
+        if head_dim <= 64:
+            return float(low)
+        return float(low) + (1.0 - float(low)) * (head_dim - 64) / 64
 
     def kind_rate(self, kind: str, precision: str) -> float:
         """Achieved FLOP/s of a large op of ``kind`` in ``precision``: the peak (fp32's for

@@ -12,9 +12,9 @@
   backward (the gradients, and the input again for the weight gradient), at the memory rate
   of transposes (``transpose_efficiency`` of the bandwidth).
 * Fused attention (``attention``: SDPA / FlashAttention-2; ``fused_attention``: cuDNN's, at
-  its own rate): FLOP (half of them when causal: masked blocks are skipped) / (kind rate x its
-  wave quantization); the backward recomputes the scores, 2.5x
-  the forward's FLOP (Dao, FlashAttention-2, 2023, §3.1).
+  its own rate, scaled by its head dimension: ``Gpu.fused_attention_scale``): FLOP (half of
+  them when causal: masked blocks are skipped) / (kind rate x its wave quantization); the
+  backward recomputes the scores, 2.5x the forward's FLOP (Dao, FlashAttention-2, 2023, §3.1).
 * Elementwise ops: bytes / memory rate at the precision they run in (4 bytes under autocast
   for ops marked ``fp32``, always for ops marked ``upcast``).
 
@@ -144,9 +144,11 @@ def _compute_seconds(compute: CalibratedCompute, op: Op, samples: float,
     rate = gpu.kind_rate(op.kind, precision)
     sms = gpu.spec.sms
     if op.kind in ATTENTION_KINDS:
-        queries, _, heads, causal = op.shape or (1, 1, 1, 0)
+        queries, keys, heads, causal = op.shape or (1, 1, 1, 0)
         problems = max(1, round(samples * heads))  # samples: this GPU's share of the batch
         util = attention_utilization(queries, problems, sms) if op.shape else 1.0
+        if op.kind == "fused_attention" and op.shape:  # 4 x queries x keys x heads x head dim
+            rate *= gpu.fused_attention_scale(op.flops / (4 * queries * keys * heads))
         executed = flops * (0.5 if causal else 1.0)
         return executed * (ATTENTION_BACKWARD if backward else 1.0) / (rate * util)
     if op.kind == "conv" and KEY[precision] == "fp32" and _winograd(op):
