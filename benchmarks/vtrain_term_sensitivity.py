@@ -12,7 +12,7 @@ calibration; nothing here changes the evaluator or a preset.
    and 1 (an approximation: the stage that carries the head is taken as the slowest).
    Microbatch 8 rows are left as priced (the part is not determined there).
 2. **The groups still mis-ranked**: per group whose first-ranked layout measures more than 3%
-   slower than the best measured one, the two layouts and their errors, counted by pair.
+   slower than the best measured one, the hidden size and the two layouts, counted by pair.
 3. **The TP all-reduce as these runs paid it, read off the measurements with no model.** A
    layer at TP t with microbatch t m runs the same GEMM FLOPs, the same attention-core work
    (t times the sequences, 1/t of the heads) and the same kernel launches per GPU as at TP 1
@@ -54,16 +54,16 @@ def counts(row: dict[str, Any], layers: int) -> dict[str, float]:
 
 def substituted(rows: list[dict[str, Any]], terms: tuple[str, ...]) -> list[dict[str, Any]]:
     """``rows`` re-scored with ``terms`` at their measured values (module docstring)."""
-    specs = {row.model: row for row in vtrain.load_rows()}
+    shapes = {row.model: row for row in vtrain.load_rows()}  # hidden size, layers per model
     parts = {(p["hidden"], p["tp"], p["microbatch"]): p
              for p in vtrain.decomposition(rows) if p["measured"] is not None}
     out = []
     for row in rows:
-        spec = specs[row["model"]]
-        part = parts.get((spec.hidden, row["tp"], row["microbatch"]))
+        shape = shapes[row["model"]]
+        part = parts.get((shape.hidden, row["tp"], row["microbatch"]))
         predicted = row["predicted_s"]
         if part is not None:
-            weight = counts(row, spec.layers)
+            weight = counts(row, shape.layers)
             predicted += sum((part["measured"][t] - part["predicted"][t]) * weight[t]
                              for t in terms)
         out.append({**row, "predicted_s": predicted,
@@ -88,11 +88,10 @@ def layout(row: dict[str, Any]) -> str:
     return f"TP {row['tp']}, PP {row['pp']}, mb {row['microbatch']}"
 
 
-def misranked(rows: list[dict[str, Any]]) -> Counter:
-    """(hidden, best layout, its error, first layout, its error) counted over the groups whose
-    first-ranked layout measures more than 3% slower than the best measured one (errors
-    rounded to 1%)."""
-    found: Counter = Counter()
+def misranked(rows: list[dict[str, Any]]) -> Counter[tuple[str, str, str]]:
+    """(hidden, best measured layout, first-ranked layout) counted over the groups whose
+    first-ranked layout measures more than 3% slower than the best measured one."""
+    found: Counter[tuple[str, str, str]] = Counter()
     for group in groups(rows, vtrain.group_key):
         best = min(group, key=lambda r: r["measured_s"])
         first = min(group, key=lambda r: r["predicted_s"])
@@ -116,17 +115,17 @@ def all_reduce_in_training(rows: list[dict[str, Any]]) -> list[str]:
     the one-stage rows determine."""
     parts = {(p["hidden"], p["tp"], p["microbatch"]): p["measured"]["per_layer_microbatch_s"]
              for p in vtrain.decomposition(rows) if p["measured"] is not None}
-    specs = {row.hidden: row for row in vtrain.load_rows()}
+    shapes = {row.hidden: row for row in vtrain.load_rows()}  # one row of each hidden size
     lines = []
     for (hidden, tp, microbatch), a in sorted(parts.items()):
         base = parts.get((hidden, 1, microbatch // tp)) if microbatch % tp == 0 else None
         if tp == 1 or base is None:
             continue
-        spec = specs[hidden]
-        extra_gpu = (layer_gpu_s(spec, tp, microbatch)
-                     - layer_gpu_s(spec, 1, microbatch // tp))
+        shape = shapes[hidden]
+        extra_gpu = (layer_gpu_s(shape, tp, microbatch)
+                     - layer_gpu_s(shape, 1, microbatch // tp))
         each = (a - base - extra_gpu) / ALL_REDUCES_PER_LAYER
-        size = microbatch * spec.seq * hidden * 2
+        size = microbatch * shape.seq * hidden * 2
         lines.append(f"  hidden {hidden}, TP {tp} mb {microbatch} vs TP 1 mb "
                      f"{microbatch // tp}: a {a * 1e3:.2f} - {base * 1e3:.2f} ms, GPU "
                      f"+{extra_gpu * 1e3:.2f} ms -> {each * 1e6:.0f} us per all-reduce of "
@@ -137,6 +136,7 @@ def all_reduce_in_training(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main() -> None:
+    """Print the three readings of the module docstring."""
     rows = [vtrain.price(row, index=i) for i, row in enumerate(vtrain.load_rows())]
     print("1. each part at its measured value (PP 1 exact, PP 2-4 by 1F1B's counts):")
     print(line("as priced", rows))
