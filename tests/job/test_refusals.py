@@ -33,6 +33,8 @@ COMPLETE = {"chunks": 1, "microbatch_size": 1, "schedule": "1f1b", "recompute": 
     ({"tp_comm_overlap": True, "tp": 1}, "--tp-comm-overlap: overlaps"),
     ({"overlap_param_gather": True, "zero": 0}, "--overlap-param-gather: overlaps"),
     ({"overlap_param_gather": True, "zero": 3}, "--overlap-param-gather: overlaps ZeRO 1-2"),
+    ({"sharding": "fsdp2-split", "zero": 1}, "--sharding: fsdp2-split prices ZeRO 3 as "
+                                             "PyTorch's FSDP2; with --zero 1 it would be"),
     ({"gpu": "h9000"}, "--gpu: unknown GPU 'h9000'; accepted: h100")])
 def test_each_mistake_is_refused_with_its_own_cause(given, message, monkeypatch):
     """The message starts with the option at fault, says what is accepted, is one line, and

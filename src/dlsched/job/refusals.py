@@ -14,7 +14,8 @@ that cannot hold instead (``check_plan``, called first by ``job.api.plan``):
   ``--tp-comm-overlap`` without sequence parallelism (Megatron-Core overlaps the TP
   collectives of sequence parallelism only), ``--overlap-param-gather`` with ZeRO 0 or 3
   (ZeRO 0 gathers no weights; ZeRO 3 gathers each layer's before its forward anyway, priced
-  as such: ``job.evaluation.evaluate``), ``--moe-a2a-overlap`` on a dense model;
+  as such: ``job.evaluation.evaluate``), ``--sharding fsdp2|fsdp2-split`` with a ZeRO stage
+  other than 3 (it says whose ZeRO 3 is priced), ``--moe-a2a-overlap`` on a dense model;
 - ``--moe-a2a-overlap`` with a layout field given that Megatron-Core refuses it for (EP 1, a
   schedule other than 1F1B without a pipeline or interleaved, full or ``moe`` recomputation:
   ``job.evaluation.a2a_overlap.check_a2a_overlap``, the evaluator's check).
@@ -186,6 +187,10 @@ def _check_ignored(scenario: PlanScenario) -> None:
                           f"the next forward; with --zero {scenario.zero} it would be ignored "
                           "(ZeRO 0 gathers no weights, ZeRO 3 gathers each layer's before its "
                           "forward); accepted: with --zero 1 or 2, or left out")
+    if scenario.sharding != "zero" and scenario.zero not in (None, 3):
+        raise ConfigError(f"--sharding: {scenario.sharding} prices ZeRO 3 as PyTorch's FSDP2; "
+                          f"with --zero {scenario.zero} it would be ignored; accepted: with "
+                          "--zero 3 (or --zero left out: searched), or --sharding zero")
 
 
 def default_notes(scenario: PlanScenario, cluster: System) -> list[str]:
