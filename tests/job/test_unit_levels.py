@@ -12,7 +12,12 @@ from pipeline_strategies import assert_same_timing, stage_seconds
 
 from dlsched.errors import ConfigError
 from dlsched.job.evaluation.pipeline_walk import PipelineTimes, ReplicaTiming
-from dlsched.job.evaluation.unit_levels import level_program, walk_level_lanes
+from dlsched.job.evaluation.unit_levels import (
+    _tables,
+    level_program,
+    shape_seconds,
+    walk_level_lanes,
+)
 from dlsched.job.evaluation.unit_program import unit_program, walk_program
 from dlsched.job.evaluation.unit_walk import (
     UNIT_CHUNKS,
@@ -92,6 +97,18 @@ def test_merged_pairs_are_the_unit_walk(schedule: str, pp: int, m: int,
     walked = walk_level_lanes(program, tuple(lanes), schedule, unit_seconds)
     for fast, full in zip(walked, _each_alone(tuple(lanes)), strict=True):
         assert_same_timing(ReplicaTiming(*fast), full)
+
+
+@settings(max_examples=100, deadline=None)
+@given(unit_lanes())
+def test_shapes_priced_at_once_are_unit_seconds(lanes: tuple[PipelineTimes, ...]) -> None:
+    """Every unit shape of the layout (single actions, full backwards I W, overlapped pairs F
+    & I W hiding their all-to-alls): ``shape_seconds`` is ``unit_seconds`` (the same products
+    and sums in the same order, so bit for bit)."""
+    program = unit_program(layout_of(lanes[0]))
+    for lane in lanes:
+        assert shape_seconds(program, _tables(program)[0], lane).tolist() == [
+            unit_seconds(lane, unit) for unit in program.shapes]
 
 
 def test_levels_by_hand() -> None:
