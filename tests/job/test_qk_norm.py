@@ -10,7 +10,7 @@ from dlsched.job.cluster import load_cluster
 from dlsched.job.compute.layer_costs import block_costs, decoder_model
 from dlsched.job.compute.qk_norm import qk_norm_ops, with_qk_norms
 from dlsched.job.compute.transformer_impl import with_transformer_impl
-from dlsched.job.model_spec import bundled_specs
+from dlsched.job.model_spec import Model, bundled_specs
 
 QWEN = bundled_specs()["qwen3-8b"]  # 32 query heads, 8 key heads of 128, sequence 4096
 PLAIN = QWEN.model_copy(update={"qk_norm": False})
@@ -18,7 +18,8 @@ Q, K = 4096 * 32 * 128, 4096 * 8 * 128  # elements per sample
 RATE = 0.6832 * 3.35e12  # the h100 preset's achieved memory rate, B/s (test_unfused_rope)
 
 
-def _attention_ops(spec) -> list[str]:
+def _attention_ops(spec: Model) -> list[str]:
+    """The op labels of block 0's QKV layer."""
     model = decoder_model(spec, 1, 1, "ring", "fused")
     return [op.label for layer in model.layers if layer.name == "h.0.attn.c_attn.weight"
             for op in layer.ops]

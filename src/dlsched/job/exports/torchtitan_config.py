@@ -108,6 +108,9 @@ def _precision(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _data_parallel(par: dict[str, Any], pp: int) -> dict[str, Any]:
+    """``[parallelism]``'s data parallelism as plan fields: DDP (replicate degree) as ZeRO 0,
+    FSDP (shard degree; -1: searched) as ZeRO 3 with its sharding under ``pp`` pipeline stages
+    (``_sharding``); HSDP refused."""
     shard = _int(par, "data_parallel_shard_degree", "parallelism", -1)
     replicate = _int(par, "data_parallel_replicate_degree", "parallelism", 1)
     if replicate > 1 and shard != 1:
