@@ -252,8 +252,8 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
     """The DP step of each pipeline rank: what they share (the stages' parameters, the DP
     group's curves, the GPU) priced once, and ranks whose steps have equal inputs (1F1B's
     middle ranks) priced once. PyTorch's FSDP2 without PP adds its first all-gathers and last
-    reduce-scatters (``job.communication.fsdp2_costs``; ``embedding_backward_s`` what the last
-    block's reduce-scatter overlaps); under PP its once-per-iteration gathers (the first
+    reduce-scatters (``job.communication.fsdp2_costs``; ``embedding_backward_s``, seconds: what
+    block 0's reduce-scatter, the backward's last, overlaps); under PP its once-per-iteration gathers (the first
     microbatch's forward, counted after the replica as the same delay) and each rank's
     reduce-scatters after its stages' last backwards (``replica.fsdp2_pipeline_ends``)."""
     spec, tp = job.spec, layout.tp
