@@ -253,9 +253,10 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
     group's curves, the GPU) priced once, and ranks whose steps have equal inputs (1F1B's
     middle ranks) priced once. PyTorch's FSDP2 without PP adds its first all-gathers and last
     reduce-scatters (``job.communication.fsdp2_costs``; ``embedding_backward_s``, seconds: what
-    block 0's reduce-scatter, the backward's last, overlaps); under PP its once-per-iteration gathers (the first
-    microbatch's forward, counted after the replica as the same delay) and each rank's
-    reduce-scatters after its stages' last backwards (``replica.fsdp2_pipeline_ends``)."""
+    block 0's reduce-scatter, the backward's last, overlaps); under PP its once-per-iteration
+    gathers (the first microbatch's forward, counted after the replica as the same delay) and
+    each rank's reduce-scatters after its stages' last backwards
+    (``replica.fsdp2_pipeline_ends``)."""
     spec, tp = job.spec, layout.tp
     stages = stage_parameters(spec, layout)
     spans = layout.stage_layers(spec.layers, spec.mtp_layers)
