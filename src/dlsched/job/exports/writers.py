@@ -410,9 +410,8 @@ def _titan_parallelism(spec: Model, layout: Execution,
     replicate, shard, reshard = layout.dp, 1, None
     if layout.zero >= 2 and layout.dp > 1:
         replicate, shard = 1, layout.dp
-        reshard = "always" if layout.zero == 3 else "never"  # "never": FSDP's SHARD_GRAD_OP
-        if layout.zero == 3:
-            reshard = _titan_zero3_reshard(layout, notes)
+        # ZeRO 3 as it was priced; ZeRO 2 "never": FSDP's SHARD_GRAD_OP
+        reshard = _titan_zero3_reshard(layout, notes) if layout.zero == 3 else "never"
     elif layout.dp > 1 and (layout.tp > 1 or layout.pp > 1):
         replicate, shard, reshard = 1, layout.dp, "never"
         notes.append(f"ZeRO-{layout.zero}: TorchTitan's DDP runs only without TP and PP "
