@@ -51,6 +51,7 @@ from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import core_shape, local_tokens
 from dlsched.job.communication.sp_relayout import relayout_seconds
 from dlsched.job.communication.tp_overlap import overlapped_tp
+from dlsched.job.compute.attention_sinks import with_sink_casts
 from dlsched.job.compute.bias_dropout import with_unfused_bias_dropout
 from dlsched.job.compute.block_pricing import (
     KernelOptions,
@@ -138,6 +139,8 @@ def decoder_model(spec: Model, depth: int = 1, cp: int = 1,
                       attention=attention)
     if not spec.bias_dropout_fusion:
         model = with_unfused_bias_dropout(model, spec.bias, spec.experts > 0)
+    if spec.attention_sinks and attention == "fused":  # job.compute.attention_sinks
+        model = with_sink_casts(model, spec.heads)
     if not is_mla(spec):
         if spec.qk_norm:  # job.compute.qk_norm: before the rotary embedding
             model = with_qk_norms(model, local_tokens(spec, cp), spec.heads,
