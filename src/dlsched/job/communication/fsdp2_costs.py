@@ -121,19 +121,24 @@ FSDP2_SHARDINGS = ("fsdp2", "fsdp2-split")
 """The ``RunSettings.sharding`` values (``job.run_choices.SHARDINGS``) that run PyTorch's FSDP2."""
 
 
+def root_parameters(spec: Model, tp: int) -> tuple[float, float]:
+    """Parameters per GPU of the root's two ends: the token embedding, and the final norm with
+    the output projection (the output only when untied). TorchTitan shards the embedding and the
+    output over TP (``Rowwise`` / ``ColwiseParallel``) and keeps the norm whole; its vocabulary
+    is not padded."""
+    matrix = spec.vocab * spec.hidden / tp
+    return matrix, spec.norm_parameters() + (0.0 if spec.tied_embeddings else matrix)
+
+
 def first_unit_parameters(spec: Model, tp: int, sharding: str) -> float:
     """Parameters per GPU of FSDP2's first unit (module docstring): the root's token embedding,
-    final norm and output projection (``fsdp2``; the output only when untied), or the embedding
-    alone (``fsdp2-split``). TorchTitan shards the embedding and the output over TP (``Rowwise``
-    / ``ColwiseParallel``) and keeps the norm whole; its vocabulary is not padded."""
+    final norm and output projection (``fsdp2``), or the embedding alone (``fsdp2-split``),
+    as ``root_parameters`` counts them."""
     if sharding not in FSDP2_SHARDINGS:
         raise ValueError(f"sharding: {sharding!r} is not FSDP2's; accepted: "
                          + ", ".join(FSDP2_SHARDINGS))
-    matrix = spec.vocab * spec.hidden / tp
-    if sharding == "fsdp2-split":
-        return matrix
-    output = 0.0 if spec.tied_embeddings else matrix
-    return matrix + spec.norm_parameters() + output
+    embedding, head = root_parameters(spec, tp)
+    return embedding if sharding == "fsdp2-split" else embedding + head
 
 
 def copy_seconds(gathered_bytes: float, params: float, grad_bytes: float,

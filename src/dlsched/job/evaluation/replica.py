@@ -18,6 +18,7 @@ from dlsched.job.communication.fsdp2_costs import (
     FSDP2_SHARDINGS,
     Unit,
     copy_seconds,
+    root_parameters,
     stage_end,
     stage_start,
 )
@@ -237,11 +238,9 @@ def _stage_units(job: Job, layout: Execution, times: PipelineTimes, stage: int) 
     spec, tp = job.spec, layout.tp
     spans = layout.stage_layers(spec.layers, spec.mtp_layers)
     span = spans[stage]
-    embedding = spec.vocab * spec.hidden / tp if stage == 0 else 0.0  # TorchTitan: unpadded
-    head = 0.0
-    if stage == len(spans) - 1:
-        head = spec.norm_parameters() + (0.0 if spec.tied_embeddings
-                                         else spec.vocab * spec.hidden / tp)
+    embedding, head = root_parameters(spec, tp)
+    embedding = embedding if stage == 0 else 0.0
+    head = head if stage == len(spans) - 1 else 0.0
     layer = layer_parameters_per_gpu(spec, tp)
     seconds = times.forward[stage] / len(span) if span else 0.0
     blocks = [Unit(layer, block_gathered_bytes(spec, layer, tp, layout.run.fp8_all_gather),
