@@ -140,11 +140,13 @@ class PlanScenario(BaseModel):
         "model with EP > 1, 1F1B without a pipeline or interleaved, no full or moe "
         "recomputation."))] = RUN_DEFAULTS["moe_a2a_overlap"]
     sharding: Annotated[choice(RUN_CHOICES["sharding"], "ZeRO 3 sharding"), Field(description=(
-        "Whose ZeRO 3 (--zero 3): zero (Megatron-FSDP: weights gathered and gradients "
-        "reduce-scattered per layer per microbatch) | fsdp2 / fsdp2-split (PyTorch's FSDP2 as "
-        "TorchTitan wraps it before / from 83e6941; under PP each unit gathered and "
-        "reduce-scattered once per iteration with FP32 unsharded gradients held: "
-        "job.communication.fsdp2_costs, job.memory.torch_runtime)."))] = \
+        "Whose ZeRO 3 (--zero 3; fsdp2 and fsdp2-split refused with --zero 0-2): zero "
+        "(Megatron-FSDP: weights gathered and gradients reduce-scattered per layer per "
+        "microbatch) | fsdp2 / fsdp2-split (PyTorch's FSDP2 as TorchTitan wraps it before / "
+        "from 83e6941; without PP its exposed first gathers and last reduce-scatters and its "
+        "compute-stream copies added, under PP each unit gathered and reduce-scattered once per "
+        "iteration with FP32 unsharded gradients held: job.communication.fsdp2_costs, "
+        "job.memory.torch_runtime)."))] = \
         RUN_DEFAULTS["sharding"]
     global_batch: Annotated[int, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per iteration."))] = 1536
