@@ -81,6 +81,7 @@ from dlsched.job.compute.module_recompute import (
 )
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.compute.qk_norm import with_qk_norms
+from dlsched.job.compute.qkv_layout import CORE_COPY_LABELS, with_qkv_copies
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.compute.unfused_rope import with_unfused_rope
 from dlsched.job.model_spec import Model
@@ -126,11 +127,14 @@ def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> Cali
 
 @lru_cache(maxsize=256)
 def decoder_model(spec: Model, depth: int = 1, cp: int = 1,
-                  cp_algorithm: str = "ring", attention: str = "flash") -> TransformerModel:
+                  cp_algorithm: str = "ring", attention: str = "flash",
+                  tp: int = 1) -> TransformerModel:
     """The zoo's Megatron-style decoder of ``spec``'s shape with ``depth`` layers, as one GPU
     of a CP group of ``cp`` runs it (``job.context_parallel``: ``s / cp`` tokens, the
     attention core at its real shape), its attention core by the ``attention`` kernel; an
-    MLA spec's attention as ``job.compute.mla`` builds it. Kept per exactly these arguments
+    MLA spec's attention as ``job.compute.mla`` builds it; under ``fused`` attention the
+    copies Megatron-Core and Transformer Engine make of its inputs on a rank of a TP group of
+    ``tp`` (``job.compute.qkv_layout``). Kept per exactly these arguments
     (the op graph, immutable): the microbatch, TP, SP and recomputation only price it, so a
     search builds it once, not once per layout (issue 47 item 4)."""
     core = core_shape(spec, cp, cp_algorithm)
@@ -150,6 +154,11 @@ def decoder_model(spec: Model, depth: int = 1, cp: int = 1,
             model = with_unfused_rope(model, local_tokens(spec, cp), spec.heads,
                                       spec.kv_heads or spec.heads,
                                       spec.head_dim or spec.hidden // spec.heads)
+        if attention == "fused":  # job.compute.qkv_layout: TE's DotProductAttention's inputs
+            model = with_qkv_copies(model, local_tokens(spec, cp), spec.heads,
+                                    spec.kv_heads or spec.heads,
+                                    spec.head_dim or spec.hidden // spec.heads, tp,
+                                    new_key=not spec.learned_positions or spec.qk_norm)
         return model
     tokens = local_tokens(spec, cp)
     return with_mla(model, spec, *(core or (tokens, tokens, spec.heads)), attention)
@@ -202,7 +211,8 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
     (``job.compute.transformer_impl``)."""
     compute = gpu_compute(gpu, precision, tp, sp)
     model = with_transformer_impl(
-        with_cross_entropy(decoder_model(spec, 1, cp, cp_algorithm, attention), cross_entropy),
+        with_cross_entropy(decoder_model(spec, 1, cp, cp_algorithm, attention, tp),
+                           cross_entropy),
         transformer_impl)
     forward, backward = priced_blocks(model, microbatch_size, compute, kernels, spec)
     message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
@@ -270,16 +280,18 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
         op.label in ATTENTION_CORE for op in item.ops))
     core = [op for op in layer.ops if op.label in ATTENTION_CORE]
     core_f = sum(compute.op_time(op, microbatch_size) for op in core)
+    core_copy_f = sum(compute.op_time(op, microbatch_size) for op in layer.ops
+                      if op.label in CORE_COPY_LABELS)  # rerun with the core (qkv_layout)
     core_b = sum(compute.op_time(op, microbatch_size, backward=True) for op in core)
     if recompute == "full":  # the rerun forward launched beside the backward's GPU work
         layer_b += layer_f - recompute_overlap_s(model, microbatch_size, compute, kernels, spec)
     elif recompute == "selective":
-        layer_b += core_f
+        layer_b += core_f + core_copy_f
     elif modules:
         again = recomputed(((item.name, op) for item in model.layers if item.block == "h.0"
                             for op in item.ops), modules)
         layer_b += rerun_seconds(again, microbatch_size, compute, kernels)
-        layer_b += core_f if "core_attn" in modules else 0.0  # selective's core
+        layer_b += core_f + core_copy_f if "core_attn" in modules else 0.0  # selective's core
     elif recompute == "selective-op":
         ops = tuple(op for item in model.layers if item.block == "h.0" for op in item.ops)
         if kernels.ops == "eager":  # TorchTitan's modules (job.compute.eager_ops)

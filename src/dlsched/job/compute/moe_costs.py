@@ -108,6 +108,7 @@ from dlsched.job.compute.moe_host import (
     host_ops,
     with_fused_maps,
 )
+from dlsched.job.compute.qkv_layout import CORE_COPY_LABELS
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import Model
@@ -353,7 +354,7 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
     """``moe_layer_costs`` kept per what it depends on (a search asks again per layout)."""
     compute = gpu_compute(gpu, precision, tp, sp)
     alone = gpu_compute(gpu, precision)  # the routed ops are given per GPU already
-    model = with_transformer_impl(decoder_model(spec, 1, cp, cp_algorithm, attention),
+    model = with_transformer_impl(decoder_model(spec, 1, cp, cp_algorithm, attention, tp),
                                   transformer_impl)
     layers = [layer for layer in model.layers if layer.block == "h.0"]
     attention_layers = [layer for layer in layers if ".mlp." not in layer.name]
@@ -429,7 +430,7 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
     backward += forward if full else 0.0
     if recompute == "selective" or "core_attn" in modules_of(recompute):
         backward += sum(compute.op_time(op, b) for layer in attention_layers for op in layer.ops
-                        if op.label in ATTENTION_CORE)
+                        if op.label in ATTENTION_CORE or op.label in CORE_COPY_LABELS)
     modules = modules_of(recompute)  # Megatron-Core's --recompute-modules
     if modules:
         again = recomputed(((layer.name, op) for layer in (*attention_layers, residual)
