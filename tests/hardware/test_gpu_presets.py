@@ -96,7 +96,7 @@ def test_transferred_gemm_fractions_follow_the_published_ratio(name: str, key: s
     assert value == pytest.approx(A100_FIT * mamf / A100_MAMF, abs=5e-5)
 
 
-H100_FIT = 0.6544  # fitted on dgxc-2504-h100-llama3.1-8b-bf16-8gpu (presets/gpus.yaml)
+H100_FIT = 0.6604  # fitted on dgxc-2504-h100-llama3.1-8b-bf16-8gpu (presets/gpus.yaml)
 H100_MAMF = 794.5 / 989
 
 
@@ -108,15 +108,15 @@ def test_fractions_transferred_from_the_h100_fit_follow_the_published_ratio(
         name: str, key: str, mamf: float) -> None:
     """The h100's 16-bit fraction is fitted on one ledger row; the Hopper fractions
     transferred from it are the fit x the GPU's MAMF efficiency / the H100's BF16 one (H200
-    BF16 'the same' as H100's: ratio 1; H800: the same die): 0.6544 x 0.7087 / 0.8034 =
-    0.5773 for the H100's FP8, x 0.7344 / 0.8034 = 0.5983 for the H200's."""
+    BF16 'the same' as H100's: ratio 1; H800: the same die): 0.6604 x 0.7087 / 0.8034 =
+    0.5826 for the H100's FP8, x 0.7344 / 0.8034 = 0.6037 for the H200's."""
     value = getattr(get_gpu(name).spec.efficiency["gemm"], key)
     assert _provenance("h100", "efficiency.gemm.bf16") == "fitted"
     assert _provenance(name, f"efficiency.gemm.{key}") == "transferred"
     assert value == pytest.approx(H100_FIT * mamf / H100_MAMF, abs=5e-5)
 
 
-B200_FIT = 0.5088  # fitted on megatron-bridge-2511-b200-llama3.1-405b-cp2 (presets/gpus.yaml)
+B200_FIT = 0.5102  # fitted on megatron-bridge-2511-b200-llama3.1-405b-cp2 (presets/gpus.yaml)
 B200_MAMF = 1745.0 / 2250  # Bekman's MAMF table (b9e2972): B200 SXM BF16 1,745.0 of 2,250 TFLOP/s
 
 
@@ -127,8 +127,8 @@ def test_blackwell_fractions_transferred_from_the_b200_fit_follow_the_published_
         name: str, key: str, mamf: float) -> None:
     """The b200's 16-bit fraction is fitted on one ledger row; the Blackwell fractions
     transferred from it are the fit x the GPU's MAMF efficiency / the B200's BF16 one:
-    0.5088 x 0.7628 / 0.7756 = 0.5004 for the B200's FP8, x 0.7288 / 0.7756 = 0.4781 for the
-    GB200's BF16 (the same die at 1,200 W), x 0.7231 / 0.7756 = 0.4744 for its FP8."""
+    0.5102 x 0.7628 / 0.7756 = 0.5018 for the B200's FP8, x 0.7288 / 0.7756 = 0.4794 for the
+    GB200's BF16 (the same die at 1,200 W), x 0.7231 / 0.7756 = 0.4757 for its FP8."""
     value = getattr(get_gpu(name).spec.efficiency["gemm"], key)
     assert _provenance("b200", "efficiency.gemm.bf16") == "fitted"
     assert _provenance(name, f"efficiency.gemm.{key}") == "transferred"
@@ -138,7 +138,7 @@ def test_blackwell_fractions_transferred_from_the_b200_fit_follow_the_published_
 def test_the_b200_fit_reproduces_its_row_and_only_that_row_is_not_held_out() -> None:
     """The b200 fit is the efficiency at which its one row (661 tokens/s per GPU) is predicted
     exactly: at the four digits the preset keeps, within 0.05% (the row's elasticity is 0.69,
-    so a 5e-5 rounding of 0.5088 moves it at most 0.006%). No other B200 or GB200 row is
+    so a 5e-5 rounding of 0.5102 moves it at most 0.006%). No other B200 or GB200 row is
     named as fitted: every other one is held out."""
     from dlsched.ledger import load_ledger
     from dlsched.ledger.predict import FITTED_ROWS

@@ -6,7 +6,7 @@ Per GPU and layer, forward (``s`` = 8192 tokens / CP 2 = 4096 local tokens, ``t`
 
 * GEMMs: 2 x s x (h (h + 2 kv d) + h h + 3 h f) / t FLOP (QKV with 8 KV heads of d = 128, the
   output projection, SwiGLU's three matrices) at the h100 preset's fitted 16-bit GEMM rate,
-  0.6544 x 989.4 TFLOP/s (presets/gpus.yaml; ``test_constants_are_the_presets``);
+  0.6604 x 989.4 TFLOP/s (presets/gpus.yaml; ``test_constants_are_the_presets``);
 * the causal attention core: 2 x S^2 x d x heads FLOP for the whole 8192-token sequence
   (QK^T and PV, half of the pairs masked), a 1 / (t x CP) share per GPU, at cuDNN's fused rate
   0.5267 x 989.4 TFLOP/s;
@@ -36,7 +36,7 @@ from dlsched.ledger import load_ledger
 from dlsched.ledger.predict import breakdown, job_and_layout
 
 PEAK = 989.4e12  # H100 SXM5 dense BF16 (presets/gpus.yaml h100 peak)
-GEMM_RATE = 0.6544 * PEAK  # h100 efficiency.gemm.bf16, fitted on the 8B row
+GEMM_RATE = 0.6604 * PEAK  # h100 efficiency.gemm.bf16, fitted on the 8B row
 FUSED_RATE = 0.5267 * PEAK  # h100 efficiency.fused_attention (FlashAttention-3 Figs. 5-6)
 MEMORY_RATE = 0.6832 * 3.35e12  # h100 memory_efficiency x HBM3 bandwidth
 ROWS = {"70b": "dgxc-2504-h100-llama3.1-70b-bf16-64gpu",
