@@ -18,8 +18,7 @@ from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.evaluation.evaluate import Job, dp_group, evaluate
 from dlsched.job.evaluation.replica import block_costs_of, fsdp2_pipeline_ends, replica_parts
 from dlsched.job.execution import Execution
-from dlsched.job.memory.per_gpu import layer_parameters_per_gpu
-from dlsched.job.memory.torch_runtime import block_gathered_bytes
+from dlsched.job.memory.sharded_units import layer_unit
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 from dlsched.ledger import load_ledger
@@ -56,19 +55,21 @@ def test_ends_by_hand() -> None:
     root's copy-in (6 x 32,832 B at 1e9 B/s = 197 us), then the root's (65,664 us)."""
     gather, reduce, rate = Linear(1e6), Linear(2e6), 1e9
     root_copy, root_in = 2 * 2 * 32_832 / rate, 6 * 32_832 / rate
-    start, end = fsdp2_ends(TINY, 1, "fsdp2", LAYER, False, 4, gather, reduce, 0.0, rate)
+    block, fp8 = layer_unit(TINY, 1, "bf16", "fsdp2", False, 4), layer_unit(TINY, 1, "fp8",
+                                                                         "fsdp2", True, 4)
+    start, end = fsdp2_ends(TINY, 1, "fsdp2", block, 4, gather, reduce, 0.0, rate)
     assert start == pytest.approx((2 * 32_832 + 2 * LAYER) / 1e6 + root_copy)
     assert end == pytest.approx((4 * LAYER + 4 * 32_832) / 2e6)
-    fp8_start, _ = fsdp2_ends(TINY, 1, "fsdp2", LAYER, True, 4, gather, reduce, 0.0, rate)
+    fp8_start, _ = fsdp2_ends(TINY, 1, "fsdp2", fp8, 4, gather, reduce, 0.0, rate)
     assert fp8_start == pytest.approx((2 * 32_832 + 36_864 + 2 * 128) / 1e6 + root_copy)
     # an embedding backward of 0.05 s hides 0.05 s of block 0's 0.073984 s
-    _, hidden = fsdp2_ends(TINY, 1, "fsdp2", LAYER, False, 4, gather, reduce, 0.05, rate)
+    _, hidden = fsdp2_ends(TINY, 1, "fsdp2", block, 4, gather, reduce, 0.05, rate)
     assert hidden == pytest.approx(end - 0.05)
     # one longer than block 0's reduce-scatter hides all of it, and the root's copy-in follows
-    _, longer = fsdp2_ends(TINY, 1, "fsdp2", LAYER, False, 4, gather, reduce, 0.1, rate)
+    _, longer = fsdp2_ends(TINY, 1, "fsdp2", block, 4, gather, reduce, 0.1, rate)
     assert longer == pytest.approx(root_in + 4 * 32_832 / 2e6)
-    split_start, split_end = fsdp2_ends(TINY, 1, "fsdp2-split", LAYER, False, 4, gather,
-                                        reduce, 0.0, rate)
+    split_start, split_end = fsdp2_ends(TINY, 1, "fsdp2-split", block, 4, gather, reduce,
+                                        0.0, rate)
     assert split_start == pytest.approx((2 * 16_384 + 2 * LAYER) / 1e6 + 4 * 16_384 / rate)
     assert split_end == pytest.approx((4 * LAYER + 4 * 16_384) / 2e6)
 
@@ -88,13 +89,12 @@ def test_evaluator_adds_the_ends_and_copies_to_fsdp2_only() -> None:
     fsdp = evaluate(job, layout)
     group, run = dp_group(job, layout), layout.run
     rate = gpu_compute(job.cluster.gpu, run.precision).gpu.memory_rate
-    block = layer_parameters_per_gpu(job.spec, 1)
-    start, end = fsdp2_ends(job.spec, 1, "fsdp2", block, False, run.grad_bytes,
+    block = layer_unit(job.spec, 1, run.precision, "fsdp2", False, run.grad_bytes)
+    start, end = fsdp2_ends(job.spec, 1, "fsdp2", block, run.grad_bytes,
                             curve(group, "all-gather", run.collective_policy),
                             curve(group, "reduce-scatter", run.collective_policy),
                             block_costs_of(job, layout).embed_b, rate)
-    copy_f, copy_b = copy_seconds(block_gathered_bytes(job.spec, block, 1, False), block,
-                                  run.grad_bytes, rate)
+    copy_f, copy_b = copy_seconds(block.gathered, block.params, run.grad_bytes, rate)
     assert start > 0 and end > 0 and copy_b > copy_f > 0
     assert fsdp.exposed["dp_s"] - zero.exposed["dp_s"] == pytest.approx(start + end)
     assert fsdp.iteration_s - zero.iteration_s == pytest.approx(

@@ -12,10 +12,10 @@ from dlsched.job.execution import Execution
 from dlsched.job.memory.allocator import allocated_bytes
 from dlsched.job.memory.in_flight import accumulating_peak, in_flight_peak
 from dlsched.job.memory.per_gpu import layer_activations, memory_per_gpu
+from dlsched.job.memory.sharded_units import layer_unit
 from dlsched.job.memory.torch_runtime import (
     Runtime,
     backward_transient,
-    block_gathered_bytes,
     check_runtime,
     dead_saves,
     persistent_bytes,
@@ -62,8 +62,8 @@ def test_fsdp2_keeps_the_root_and_the_last_block_unsharded() -> None:
     """bf16: root 32,832 x 2 + last block 36,992 x 2 = 139,648 B; the float8 all-gather
     gathers the block's 36,864 linear weights in 1 byte (its norms 2): 65,664 + 37,120. With
     PP every block of the rank stays unsharded."""
-    bf16 = block_gathered_bytes(TINY, LAYER, 1, False)
-    fp8 = block_gathered_bytes(TINY, LAYER, 1, True)
+    bf16 = layer_unit(TINY, 1, "bf16", "fsdp2", False, 4).gathered
+    fp8 = layer_unit(TINY, 1, "fp8", "fsdp2", True, 4).gathered
     assert (bf16, fp8) == (2 * LAYER, LINEAR + 2 * 128)
     assert persistent_bytes("fsdp2", bf16, 2, EMBEDDING, HEAD, 1) == 139_648
     assert persistent_bytes("fsdp2", fp8, 2, EMBEDDING, HEAD, 1) == 65_664 + 37_120
@@ -77,7 +77,7 @@ def test_fsdp2_keeps_the_root_and_the_last_block_unsharded() -> None:
 def test_split_wrapping_keeps_only_norm_and_output() -> None:
     """TorchTitan from 83e6941: [norm, output] kept, 16,448 x 2 = 32,896 B; the embedding and
     every block resharded, but with PP all kept: 65,664 + 2 x 73,984."""
-    bf16 = block_gathered_bytes(TINY, LAYER, 1, False)
+    bf16 = layer_unit(TINY, 1, "bf16", "fsdp2", False, 4).gathered
     assert persistent_bytes("fsdp2-split", bf16, 2, EMBEDDING, HEAD, 1) == 32_896
     assert persistent_bytes("fsdp2-split", bf16, 2, EMBEDDING, HEAD, 2) == 65_664 + 2 * 73_984
     split = memory_per_gpu(TINY, _layout(), "bf16", runtime=Runtime("fsdp2-split"))

@@ -21,7 +21,7 @@ root, holds the token embedding, the final norm and the output projection):
   the embedding lookup (a gather of ``b s`` rows: microseconds, not counted): exposed =
   all-gather(root) + the root's copy-out (below) + all-gather(block 0), in ``param_dtype``
   bf16, the block's linear weights in FP8 with torchao's float8 all-gather
-  (``torch_runtime.block_gathered_bytes``; TorchTitan keeps ``output`` out of float8).
+  (``job.memory.sharded_units.layer_unit``; TorchTitan keeps ``output`` out of float8).
 * **end.** The first block's reduce-scatter is issued after its backward, when only the
   embedding's backward is left to run. The root's post-backward is not triggered by autograd
   (its forward input, the token ids, needs no gradient): it runs in
@@ -114,7 +114,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlsched.job.communication.collective_costs import CollectiveCurve
-from dlsched.job.memory.torch_runtime import PARAM_BYTES, REDUCE_BYTES, block_gathered_bytes
+from dlsched.job.memory.sharded_units import LayerUnit
+from dlsched.job.memory.torch_runtime import PARAM_BYTES, REDUCE_BYTES
 from dlsched.job.model_spec import Model
 
 FSDP2_SHARDINGS = ("fsdp2", "fsdp2-split")
@@ -152,22 +153,23 @@ def copy_seconds(gathered_bytes: float, params: float, grad_bytes: float,
     return copy_out, copy_out + (PARAM_BYTES + grad_bytes) * params / memory_rate
 
 
-def fsdp2_ends(spec: Model, tp: int, sharding: str, block_params: float, fp8_all_gather: bool,
-               grad_bytes: float, gather: CollectiveCurve, reduce: CollectiveCurve,
-               embedding_backward_s: float, memory_rate: float) -> tuple[float, float]:
+def fsdp2_ends(spec: Model, tp: int, sharding: str, block: LayerUnit, grad_bytes: float,
+               gather: CollectiveCurve, reduce: CollectiveCurve, embedding_backward_s: float,
+               memory_rate: float) -> tuple[float, float]:
     """(start, end) seconds of one iteration that FSDP2's first all-gathers and last
-    reduce-scatters leave exposed, with the root's copies (module docstring): ``block_params``
-    parameters per GPU of one block, ``grad_bytes`` per gradient reduced, ``gather`` /
+    reduce-scatters leave exposed, with the root's copies (module docstring): ``block`` one
+    block's parameters, gathered and reduced bytes per GPU (``sharded_units.layer_unit``),
+    ``grad_bytes`` per gradient of the root reduced, ``gather`` /
     ``reduce`` the FSDP group's curves, ``embedding_backward_s`` the embedding's backward (what
     block 0's reduce-scatter overlaps), ``memory_rate`` the GPU's achieved bytes per second."""
     first = first_unit_parameters(spec, tp, sharding)
     root_out, root_back = copy_seconds(PARAM_BYTES * first, first, grad_bytes, memory_rate)
     start = (gather.seconds(PARAM_BYTES * first) + root_out
-             + gather.seconds(block_gathered_bytes(spec, block_params, tp, fp8_all_gather)))
+             + gather.seconds(block.gathered))
     # the root's copy-in follows the embedding's backward on the compute stream; its
     # reduce-scatter waits for the copy-in and for block 0's on the reduce-scatter stream
     root_in = root_back - root_out
-    end = (max(reduce.seconds(block_params * grad_bytes), embedding_backward_s + root_in)
+    end = (max(reduce.seconds(block.reduced), embedding_backward_s + root_in)
            + reduce.seconds(first * grad_bytes))
     return start, end - embedding_backward_s
 

@@ -83,6 +83,7 @@ from dlsched.job.memory.per_gpu import (
     layer_parameters_per_gpu,
     peak_memory,
 )
+from dlsched.job.memory.sharded_units import layer_unit
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 from dlsched.units import format_bytes
@@ -291,7 +292,9 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
         if (layout.zero == 3 and layout.pp == 1 and run.sharding in FSDP2_SHARDINGS
                 and group is not None):
             first_gathers, last_reduces = fsdp2_ends(
-                spec, tp, run.sharding, layer_parameters_per_gpu(spec, tp), run.fp8_all_gather,
+                spec, tp, run.sharding,
+                layer_unit(spec, tp, run.precision, run.sharding, run.fp8_all_gather,
+                           run.grad_bytes),
                 run.grad_bytes, *curves, embedding_backward_s, compute.gpu.memory_rate)
             dense = replace(dense, exposed_reduce=dense.exposed_reduce + last_reduces,
                             gather=dense.gather + first_gathers)

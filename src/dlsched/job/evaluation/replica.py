@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import CPCost, cp_cost, output_bytes
-from dlsched.job.communication.dp_sync import WEIGHT_BYTES
 from dlsched.job.communication.fsdp2_costs import (
     FSDP2_SHARDINGS,
     Unit,
@@ -39,8 +38,8 @@ from dlsched.job.evaluation.a2a_overlap import (
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
 from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
-from dlsched.job.memory.per_gpu import layer_parameters_per_gpu
-from dlsched.job.memory.torch_runtime import PARAM_BYTES, block_gathered_bytes
+from dlsched.job.memory.sharded_units import layer_unit
+from dlsched.job.memory.torch_runtime import PARAM_BYTES
 
 if TYPE_CHECKING:
     from dlsched.job.evaluation.evaluate import Job
@@ -75,24 +74,23 @@ def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[floa
     (``job.communication.fsdp2_costs.copy_seconds``). FSDP2 under a pipeline schedule moves
     nothing per microbatch (its once-per-iteration gathers and reduce-scatters are
     ``fsdp2_pipeline_ends``'); sharding ``zero`` (Megatron-FSDP's) gathers and reduce-scatters
-    per layer per microbatch with or without PP."""
+    per layer per microbatch with or without PP. A layer's bytes are ``job.memory.
+    sharded_units.layer_unit``'s: its TP share (norms whole), the float8 all-gather's linear
+    weights in 1 byte and the rest 16-bit, every gradient in ``grad_bytes``."""
     if layout.zero != 3 or layout.cp * layout.dp == 1:
         return 0.0, 0.0
     if layout.run.sharding in FSDP2_SHARDINGS and layout.pp > 1:
         return 0.0, 0.0
-    group = layout.group("dp_cp", job.cluster)
-    params = job.spec.layer_parameters() / layout.tp
-    gather = curve(group, "all-gather", layout.run.collective_policy).seconds(
-        params * (1 if layout.run.fp8_all_gather else WEIGHT_BYTES))
-    scatter = curve(group, "reduce-scatter", layout.run.collective_policy).seconds(
-        params * layout.run.grad_bytes)
+    group, run = layout.group("dp_cp", job.cluster), layout.run
+    unit = layer_unit(job.spec, layout.tp, run.precision, run.sharding, run.fp8_all_gather,
+                      run.grad_bytes)
+    gather = curve(group, "all-gather", run.collective_policy).seconds(unit.gathered)
+    scatter = curve(group, "reduce-scatter", run.collective_policy).seconds(unit.reduced)
     copy_f = copy_b = 0.0
-    if layout.run.sharding in FSDP2_SHARDINGS and layout.pp == 1:
-        block = layer_parameters_per_gpu(job.spec, layout.tp)
-        copy_f, copy_b = copy_seconds(
-            block_gathered_bytes(job.spec, block, layout.tp, layout.run.fp8_all_gather), block,
-            layout.run.grad_bytes, gpu_compute(job.cluster.gpu, layout.run.precision)
-            .gpu.memory_rate)
+    if run.sharding in FSDP2_SHARDINGS and layout.pp == 1:
+        copy_f, copy_b = copy_seconds(unit.gathered, unit.params, run.grad_bytes,
+                                      gpu_compute(job.cluster.gpu, run.precision)
+                                      .gpu.memory_rate)
     return (copy_f + max(0.0, gather - costs.layer_f),
             copy_b + max(0.0, gather + scatter - costs.layer_b))
 
@@ -241,10 +239,11 @@ def _stage_units(job: Job, layout: Execution, times: PipelineTimes, stage: int) 
     embedding, head = root_parameters(spec, tp)
     embedding = embedding if stage == 0 else 0.0
     head = head if stage == len(spans) - 1 else 0.0
-    layer = layer_parameters_per_gpu(spec, tp)
+    run = layout.run
+    layer = layer_unit(spec, tp, run.precision, run.sharding, run.fp8_all_gather,
+                       run.grad_bytes)
     seconds = times.forward[stage] / len(span) if span else 0.0
-    blocks = [Unit(layer, block_gathered_bytes(spec, layer, tp, layout.run.fp8_all_gather),
-                   seconds)] * len(span)
+    blocks = [Unit(layer.params, layer.gathered, seconds)] * len(span)
     if layout.run.sharding == "fsdp2-split":
         first = [Unit(embedding, PARAM_BYTES * embedding, 0.0)] if embedding else []
         last = [Unit(head, PARAM_BYTES * head, 0.0)] if head else []

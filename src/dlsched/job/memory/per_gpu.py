@@ -105,7 +105,7 @@ from functools import lru_cache
 
 from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
-from dlsched.job.compute.mla import attention_stash_delta, latent_stash, replicated_parameters
+from dlsched.job.compute.mla import attention_stash_delta, latent_stash
 from dlsched.job.compute.module_recompute import modules_of
 from dlsched.job.compute.mtp import MTP_NORMS, mtp_layer_is_moe
 from dlsched.job.compute.op_checkpoint import stash_elements
@@ -122,6 +122,11 @@ from dlsched.job.memory.moe import (
     stage_moe_layers,
 )
 from dlsched.job.memory.recompute_modules import layer_saving
+from dlsched.job.memory.sharded_units import (
+    gathered_weight_bytes,
+    layer_parameters_per_gpu,
+    layer_unit,
+)
 from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import PRECISIONS
 from dlsched.pipeline.chains.memory_model import (
@@ -218,7 +223,7 @@ def state_bytes(precision: str, zero: int, dp: int, grad_bytes: int = 4,
     FP32 master copy (the run setting of that name, ``job.communication.dp_sync``)."""
     check_precision(precision, grad_bytes)
     mixed = precision not in ("autocast", "fp32")  # bf16, fp16, fp8: 16-bit weights
-    weights = 2.0 if mixed else 4.0
+    weights = float(gathered_weight_bytes(precision))
     gradients = float(grad_bytes) if mixed else 4.0
     optimizer = (MASTER_WEIGHT_BYTES if mixed and master_weights else 0.0) + ADAM_MOMENT_BYTES
     return StateBytes(weights / dp if zero >= 3 else weights,
@@ -241,16 +246,6 @@ def padded_vocab(vocab: int, tp: int) -> int:
     """Megatron-LM's padded vocabulary: a multiple of 128 x TP."""
     multiple = VOCAB_DIVISOR * tp
     return math.ceil(vocab / multiple) * multiple
-
-
-def layer_parameters_per_gpu(spec: Model, tp: int) -> float:
-    """One layer's parameters on one TP rank: split weights and column-parallel biases over
-    ``tp``, the two norms, the per-head query/key norms (``qk_norm``) and (with biases) the two
-    row-parallel biases whole."""
-    replicated = (2 * spec.norm_parameters() + (2 * spec.hidden if spec.bias else 0)
-                  + (2 * spec.head_dim if spec.qk_norm else 0)
-                  + replicated_parameters(spec))  # MLA's down projections (job.compute.mla)
-    return (spec.layer_parameters() - replicated) / tp + replicated
 
 
 def embedding_parameters_per_gpu(spec: Model, tp: int) -> float:
@@ -446,7 +441,7 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
     persistent = 0.0
     if sharded and layout.zero >= 3 and runtime.sharding != "zero":
         per_param, persistent, gathered, gradient = _fsdp2(spec, layout, stage, shards,
-                                                           units, runtime)
+                                                           units, runtime, precision)
     cp_buffers = buffer_bytes(spec, layout) * activation_bytes(precision) / 2
     return MemoryBreakdown(stage, params + experts,
                            params * per_param.weights + experts * expert_state.weights,
@@ -457,16 +452,21 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
                            CONTEXT_BYTES, held, persistent)
 
 
-def _fsdp2(spec: Model, layout: Execution, stage: int, shards: int,
-           units: list[float], runtime: rt.Runtime) -> tuple[StateBytes, float, float, float]:
+def _fsdp2(spec: Model, layout: Execution, stage: int, shards: int, units: list[float],
+           runtime: rt.Runtime, precision: str) -> tuple[StateBytes, float, float, float]:
     """FSDP2's state bytes per parameter, its weights unsharded through the step, and its
-    block-backward transient (as the ZeRO ``gathered`` plus ``gradient``; ``torch_runtime``)."""
+    block-backward transient (as the ZeRO ``gathered`` plus ``gradient``; ``torch_runtime``);
+    a block's parameters and gathered bytes ``sharded_units.layer_unit``'s (the rank's
+    largest block: an MoE layer's when it holds one)."""
     blocks = layout.rank_layers(spec.layers, stage, spec.mtp_layers)
     first, last = _ends_held(layout, stage)
     embedding = units[blocks] if first is not None else 0.0
     head = units[blocks + (first is not None)] if last is not None else 0.0
-    block = max(units[:blocks], default=0.0)
-    gathered = rt.block_gathered_bytes(spec, block, layout.tp, runtime.fp8_all_gather)
+    unit = layer_unit(spec, layout.tp, precision, runtime.sharding, runtime.fp8_all_gather,
+                      rt.REDUCE_BYTES,
+                      moe=stage_moe_layers(spec, layout, stage) > 0)
+    block = unit.params if blocks else 0.0
+    gathered = unit.gathered if blocks else 0.0
     states = StateBytes(*(b / shards for b in rt.STATE_BYTES))
     persistent = rt.persistent_bytes(runtime.sharding, gathered, blocks, embedding, head,
                                      layout.pp)

@@ -74,22 +74,10 @@ from dlsched.job.run_choices import Runtime
 # ZeRO-3 as the ZeRO paper / Megatron-LM, or PyTorch's FSDP2 in TorchTitan's two wrappings
 STATE_BYTES = (4.0, 4.0, 8.0)  # FSDP2: FP32 sharded parameter, FP32 gradient, AdamW's 2 moments
 PARAM_BYTES = 2  # MixedPrecisionPolicy param_dtype bfloat16 (TorchTitan's default)
-FP8_PARAM_BYTES = 1  # torchao's float8 all-gather: the gathered linear weight in FP8
 REDUCE_BYTES = 4  # MixedPrecisionPolicy reduce_dtype float32: the reduce-scatter input
 
 
 EAGER = Runtime()  # ZeRO's states, eager blocks: the default of the memory model's functions
-
-
-def block_gathered_bytes(spec: Model, block_params: float, tp: int,
-                         fp8_all_gather: bool) -> float:
-    """Bytes of one block's all-gathered parameters on one GPU (``block_params`` per GPU):
-    bf16, or with the float8 all-gather its linear weights (``layer_matmul_elements / tp``)
-    in FP8 and the rest (norms) bf16."""
-    if not fp8_all_gather:
-        return PARAM_BYTES * block_params
-    linear = min(block_params, spec.layer_matmul_elements() / tp)
-    return PARAM_BYTES * (block_params - linear) + FP8_PARAM_BYTES * linear
 
 
 def persistent_bytes(sharding: str, block_bytes: float, blocks: int, embedding: float,
