@@ -58,12 +58,13 @@ def _layer_ops(spec: Model, attention: str = "flash") -> tuple:
 
 
 def test_recomputed_ops_are_the_unkept_forward_up_to_w2():
-    """Norm, wk, (an unfused core), wo, the residual feeding the second norm, the norm, w3
-    and SwiGLU; the fused kernel and the kept matmuls are not rerun, nothing after w2 is; the
-    GEMMs' FLOP per sample are wk, wo, w3's at s = 32 tokens."""
+    """Norm, wk, the K/V heads' repeat_kv (SDPA's inputs, not saved), (an unfused core), wo,
+    the residual feeding the second norm, the norm, w3 and SwiGLU; the fused kernel and the
+    kept matmuls are not rerun, nothing after w2 is; the GEMMs' FLOP per sample are wk, wo,
+    w3's at s = 32 tokens."""
     flash = recomputed_ops(LLAMA, _layer_ops(LLAMA), 32)
-    assert [op.label for op in flash] == ["h.0.ln_1", "wk", "wo", "bias-dropout-add",
-                                          "h.0.ln_2", "w3", "swiglu"]
+    assert [op.label for op in flash] == ["h.0.ln_1", "wk", "repeat_kv", "wo",
+                                          "bias-dropout-add", "h.0.ln_2", "w3", "swiglu"]
     assert [op.shape for op in flash if op.kind == "gemm"] == [
         (32, 32, 64, 0), (32, 64, 64, 0), (32, 160, 64, 0)]
     assert sum(op.flops for op in flash if op.kind == "gemm") == 32 * RERUN_PER_TOKEN
@@ -78,9 +79,9 @@ def test_fp8_linears_all_rerun_but_w2():
     the residual and SwiGLU, as the zoo's fused linears (priced in FP8 by job.compute.fp8);
     the fused attention kernel and w2 do not: 3 x the FLOP of wq..w3, against wk, wo, w3."""
     again = recomputed_ops(LLAMA, _layer_ops(LLAMA), 32, fp8=True)
-    assert [op.label for op in again] == ["h.0.ln_1", "h.0.attn.c_attn", "h.0.attn.c_proj",
-                                          "bias-dropout-add", "h.0.ln_2", "h.0.mlp.c_fc",
-                                          "swiglu"]
+    assert [op.label for op in again] == ["h.0.ln_1", "h.0.attn.c_attn", "repeat_kv",
+                                          "h.0.attn.c_proj", "bias-dropout-add", "h.0.ln_2",
+                                          "h.0.mlp.c_fc", "swiglu"]
     every_but_w2 = 2 * 32 * (64 * (64 + 2 * 32) + 64 * 64 + 64 * 2 * 160)
     assert sum(op.flops for op in again if op.kind == "gemm") == every_but_w2
     assert every_but_w2 > 32 * RERUN_PER_TOKEN

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dlsched.job.cluster import load_cluster
-from dlsched.job.compute.layer_costs import block_costs, decoder_model
+from dlsched.job.compute.layer_costs import block_costs, decoder_model, rank_decoder
 from dlsched.job.compute.qk_norm import qk_norm_ops, with_qk_norms
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.model_spec import Model, bundled_specs
@@ -20,7 +20,7 @@ RATE = 0.6832 * 3.35e12  # the h100 preset's achieved memory rate, B/s (test_unf
 
 def _attention_ops(spec: Model) -> list[str]:
     """The op labels of block 0's QKV layer."""
-    model = decoder_model(spec, 1, 1, "ring", "fused")
+    model = rank_decoder(spec, 1, "ring", "fused", 1, "local")
     return [op.label for layer in model.layers if layer.name == "h.0.attn.c_attn.weight"
             for op in layer.ops]
 
@@ -43,9 +43,12 @@ def test_ops_by_hand() -> None:
 
 
 def test_placed_after_the_qkv_gemm_once_per_block() -> None:
-    assert _attention_ops(QWEN) == ["h.0.attn.c_attn", "attn.k-contiguous", "attn.qk_norm",
+    # with job.compute.qkv_layout's copies of the attention's inputs around them
+    assert _attention_ops(QWEN) == ["h.0.attn.c_attn", "attn.qkv-grad-cat", "attn.q-reshape",
+                                    "attn.k-contiguous", "attn.qk_norm", "attn.kv-contiguous",
                                     "flash-attention"]
-    assert _attention_ops(PLAIN) == ["h.0.attn.c_attn", "flash-attention"]
+    assert _attention_ops(PLAIN) == ["h.0.attn.c_attn", "attn.qkv-grad-cat", "attn.q-reshape",
+                                     "attn.kv-contiguous", "flash-attention"]
     deep = with_qk_norms(decoder_model(PLAIN, 2, 1, "ring", "fused"), 4096, 32, 8, 128)
     assert sum(op.label == "attn.qk_norm" for layer in deep.layers for op in layer.ops) == 2
 

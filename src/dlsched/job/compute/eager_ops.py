@@ -74,6 +74,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlsched.errors import ConfigError
+from dlsched.job.compute.qkv_layout import REPEAT_LABEL
 from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import OPS
 from dlsched.models.ops import Op, matmul
@@ -218,6 +219,8 @@ def torch_ops(ops: Sequence[Op], spec: Model, compiled: bool,
             ffn = op.elements / 3  # models.zoo.ffn_activation: three passes
             gated = COMPILED_SWIGLU if compiled else SWIGLU
             out.append(gated.op("swiglu:silu*mul", ffn, op.split))
+        elif name == REPEAT_LABEL:  # the zoo's repeat_kv: _rotary prices TorchTitan's own
+            continue
         elif name == "c_attn" and op.kind == "gemm":
             out.append(op)
             out += _rotary(op.shape[0], spec, n_rep, compiled, op.split)

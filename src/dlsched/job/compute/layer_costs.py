@@ -81,7 +81,12 @@ from dlsched.job.compute.module_recompute import (
 )
 from dlsched.job.compute.op_checkpoint import recomputed_ops
 from dlsched.job.compute.qk_norm import with_qk_norms
-from dlsched.job.compute.qkv_layout import CORE_COPY_LABELS, with_qkv_copies
+from dlsched.job.compute.qkv_layout import (
+    CORE_COPY_LABELS,
+    with_kv_repeat,
+    with_qkv_copies,
+    without_kv_repeat,
+)
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.compute.unfused_rope import with_unfused_rope
 from dlsched.job.model_spec import Model
@@ -127,14 +132,14 @@ def gpu_compute(gpu: str, precision: str, tp: int = 1, sp: bool = False) -> Cali
 
 @lru_cache(maxsize=256)
 def decoder_model(spec: Model, depth: int = 1, cp: int = 1,
-                  cp_algorithm: str = "ring", attention: str = "flash",
-                  tp: int = 1) -> TransformerModel:
+                  cp_algorithm: str = "ring", attention: str = "flash") -> TransformerModel:
     """The zoo's Megatron-style decoder of ``spec``'s shape with ``depth`` layers, as one GPU
     of a CP group of ``cp`` runs it (``job.context_parallel``: ``s / cp`` tokens, the
     attention core at its real shape), its attention core by the ``attention`` kernel; an
-    MLA spec's attention as ``job.compute.mla`` builds it; under ``fused`` attention the
-    copies Megatron-Core and Transformer Engine make of its inputs on a rank of a TP group of
-    ``tp`` (``job.compute.qkv_layout``). Kept per exactly these arguments
+    MLA spec's attention as ``job.compute.mla`` builds it; with ``flash``, PyTorch's SDPA after
+    the K/V heads repeated (TorchTitan's ``repeat_kv``, ``job.compute.qkv_layout``; Transformer
+    Engine's attention and its copies, which depend on TP, are ``rank_decoder``'s).
+    Kept per exactly these arguments
     (the op graph, immutable): the microbatch, TP, SP and recomputation only price it, so a
     search builds it once, not once per layout (issue 47 item 4)."""
     core = core_shape(spec, cp, cp_algorithm)
@@ -154,14 +159,39 @@ def decoder_model(spec: Model, depth: int = 1, cp: int = 1,
             model = with_unfused_rope(model, local_tokens(spec, cp), spec.heads,
                                       spec.kv_heads or spec.heads,
                                       spec.head_dim or spec.hidden // spec.heads)
-        if attention == "fused":  # job.compute.qkv_layout: TE's DotProductAttention's inputs
-            model = with_qkv_copies(model, local_tokens(spec, cp), spec.heads,
-                                    spec.kv_heads or spec.heads,
-                                    spec.head_dim or spec.hidden // spec.heads, tp,
-                                    new_key=not spec.learned_positions or spec.qk_norm)
+        if attention == "flash":  # PyTorch's SDPA (TE's flash backend: rank_decoder)
+            model = with_kv_repeat(model, *_attention_heads(spec, cp))
         return model
     tokens = local_tokens(spec, cp)
     return with_mla(model, spec, *(core or (tokens, tokens, spec.heads)), attention)
+
+
+def te_attention(attention: str, transformer_impl: str) -> bool:
+    """Whether the attention core is Transformer Engine's ``DotProductAttention``: its cuDNN
+    kernel (``fused``), or its flash backend under TE's layer spec."""
+    return attention == "fused" or (attention == "flash"
+                                    and transformer_impl == "transformer_engine")
+
+
+def _attention_heads(spec: Model, cp: int) -> tuple[int, int, int, int]:
+    """Tokens per sample on a CP rank, query heads, KV heads and head dimension of ``spec``."""
+    return (local_tokens(spec, cp), spec.heads, spec.kv_heads or spec.heads,
+            spec.head_dim or spec.hidden // spec.heads)
+
+
+@lru_cache(maxsize=256)
+def rank_decoder(spec: Model, cp: int, cp_algorithm: str, attention: str, tp: int,
+                 transformer_impl: str) -> TransformerModel:
+    """``decoder_model`` (one layer) on a rank of a TP group of ``tp``: with Transformer
+    Engine's attention, the copies Megatron-Core and TE make of its inputs there
+    (``job.compute.qkv_layout``; the query's depends on the query groups per rank) in place
+    of PyTorch's ``repeat_kv`` (TE takes grouped K/V heads as they are). The zoo's graph is
+    ``decoder_model``'s, built once per model (issue 47 item 4)."""
+    model = decoder_model(spec, 1, cp, cp_algorithm, attention)
+    if is_mla(spec) or not te_attention(attention, transformer_impl):
+        return model
+    return with_qkv_copies(without_kv_repeat(model), *_attention_heads(spec, cp), tp,
+                           new_key=not spec.learned_positions or spec.qk_norm)
 
 
 def attention_exchange(spec: Model, sp: bool, message: float,
@@ -211,8 +241,8 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
     (``job.compute.transformer_impl``)."""
     compute = gpu_compute(gpu, precision, tp, sp)
     model = with_transformer_impl(
-        with_cross_entropy(decoder_model(spec, 1, cp, cp_algorithm, attention, tp),
-                           cross_entropy),
+        with_cross_entropy(rank_decoder(spec, cp, cp_algorithm, attention, tp,
+                                        transformer_impl), cross_entropy),
         transformer_impl)
     forward, backward = priced_blocks(model, microbatch_size, compute, kernels, spec)
     message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES

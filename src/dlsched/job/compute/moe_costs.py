@@ -91,8 +91,8 @@ from dlsched.job.compute.layer_costs import (
     ACTIVATION_BYTES,
     ATTENTION_CORE,
     attention_exchange,
-    decoder_model,
     gpu_compute,
+    rank_decoder,
 )
 from dlsched.job.compute.module_recompute import (
     modules_of,
@@ -354,8 +354,8 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
     """``moe_layer_costs`` kept per what it depends on (a search asks again per layout)."""
     compute = gpu_compute(gpu, precision, tp, sp)
     alone = gpu_compute(gpu, precision)  # the routed ops are given per GPU already
-    model = with_transformer_impl(decoder_model(spec, 1, cp, cp_algorithm, attention, tp),
-                                  transformer_impl)
+    model = with_transformer_impl(rank_decoder(spec, cp, cp_algorithm, attention, tp,
+                                               transformer_impl), transformer_impl)
     layers = [layer for layer in model.layers if layer.block == "h.0"]
     attention_layers = [layer for layer in layers if ".mlp." not in layer.name]
     residual = Layer("h.0.mlp.residual", 0, ops=tuple(
