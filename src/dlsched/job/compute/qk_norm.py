@@ -17,7 +17,7 @@ v2.9, v2.12 and v2.16, the three containers' versions) runs ``rmsnorm_fwd`` on
 * the **queries** arrive contiguous: with grouped-query attention their ``reshape`` from the
   split view ``[s, b, ng, (np/ng) hn]`` to ``[s, b, np, hn]`` cannot be a view (the groups'
   stride spans the keys and values too), so it copies; that copy is the attention's with or
-  without the norms and is not counted here;
+  without the norms and is priced there (``job.compute.qkv_layout``), not here;
 * the **keys** are a strided view of the QKV output, so ``.contiguous()`` copies them first:
   one more kernel, 2 passes over the keys;
 * each norm is one ``rmsnorm_fwd`` kernel forward and ``rmsnorm_bwd`` with its weight-gradient
