@@ -64,16 +64,24 @@ def test_eager_rotary_swiglu_repeat_and_residual_by_hand() -> None:
 
 def test_compiled_groups_by_hand() -> None:
     """Compiled: addition + norm one kernel, 8 B forward (read 2 + 2, write 2 + 2) and 12 B
-    backward in 2 kernels; rotary 4 B per query element; the keys' rotation with their copy
-    2 + 8 B; SwiGLU 6 / 10 B; the GEMMs and attention as eager."""
+    backward in 2 kernels; rotary 20 B per query element as eager (Inductor leaves the complex
+    product to ATen); the keys' rotation with their 4 copies 6 + 8 + 12 = 26 B forward in two
+    launches (the cast back and copies in the queries' kernel), 12 + 8 + 6 = 26 B backward in
+    three; the values' copy 10 B in no launch of its own, its sum 10 B in one; SwiGLU 6 / 10
+    B; the GEMMs and attention as eager."""
     ops = layer(True)
     eager = layer(False)
     for norm in ("add+h.0.ln_1", "add+h.0.ln_2"):
         assert ops[norm].elements == pytest.approx(4 * SH)
         assert ops[norm].backward_elements == pytest.approx(6 * SH)
         assert (ops[norm].kernels, ops[norm].backward_kernels) == (1, 2)
-    assert ops["rotary-q"].elements == pytest.approx(2 * SH)
-    assert ops["rotary-k+repeat_kv"].elements == pytest.approx(5 * KV)
+    assert ops["rotary-q"].elements == ops["rotary-q"].backward_elements == pytest.approx(10 * SH)
+    keys = ops["rotary-k+repeat_kv"]
+    assert keys.elements == keys.backward_elements == pytest.approx(13 * KV)
+    assert (keys.kernels, keys.backward_kernels) == (2, 3)
+    values = ops["repeat_kv-v"]
+    assert values.elements == values.backward_elements == pytest.approx(5 * KV)
+    assert (values.kernels, values.backward_kernels) == (0, 1)
     assert ops["swiglu:silu*mul"].elements == pytest.approx(3 * FH)
     assert ops["swiglu:silu*mul"].backward_elements == pytest.approx(5 * FH)
     assert "residual" not in ops

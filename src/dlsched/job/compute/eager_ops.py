@@ -58,9 +58,14 @@ a Llama layer, forward / backward bytes per element:
   gradient (8 B), and the weight gradient's reduction over the tokens (read the gradient and
   the input again, 4 B, its own kernel): 2 kernels, 12 B. An RMSNorm alone (the block's first
   under recomputation): 4 B forward, 10 B backward; an addition alone 6 B and 6 B;
-* the rotary embeddings: the queries' (read 2, write 2: 1 kernel, 4 B both ways), the keys'
-  with their ``repeat_kv`` copy (read 2, write 2 n_rep, 1 kernel; backward the sum over the
-  copies and the rotation in one), the values' copy as eager;
+* the rotary embeddings and ``repeat_kv`` (read off Inductor's generated code, torch 2.13, a
+  TorchTitan attention block of 8 query and 2 KV heads forward and backward: Inductor does not
+  generate code for complex operators, so ``view_as_complex(...) * freqs_cis`` stays an ATen
+  kernel between two Inductor kernels): the queries' as eager (cast to FP32, the complex
+  product, the cast back: 20 B both ways), the cast back written by one kernel with the keys'
+  (read 4, write 2 n_rep) and the values' copies (read 2, write 2 n_rep), which SDPA, an
+  extern kernel, reads from memory; backward the keys' sum over the copies fused with the cast
+  to FP32 (read 2 n_rep, write 4), their product and cast back, the values' sum alone;
 * ``silu(w1 x) * w3 x``: read the two projections, write the product (1 kernel, 6 B); backward
   read the gradient and the two projections, write their gradients (1 kernel, 10 B).
 
@@ -84,11 +89,14 @@ HALF = 2  # bytes of a 16-bit activation element: the unit of Op.elements in bf1
 
 @dataclass(frozen=True)
 class Kernel:
-    """One ATen kernel: bytes ``read`` and ``written`` per element of its op's tensor."""
+    """One ATen kernel: bytes ``read`` and ``written`` per element of its op's tensor;
+    ``launched`` False: the bytes are this op's share of a kernel launched under another op
+    (Inductor's one kernel writing the queries, keys and values before SDPA)."""
 
     name: str
     read: float
     written: float
+    launched: bool = True
 
 
 @dataclass(frozen=True)
@@ -104,13 +112,13 @@ class EagerOp:
 
     def launches(self, backward: bool) -> int:
         """Kernels launched."""
-        return len(self.backward if backward else self.forward)
+        return sum(k.launched for k in (self.backward if backward else self.forward))
 
     def op(self, label: str, elements: float, split: bool) -> Op:
         """The op on ``elements`` elements per sample, in the zoo's 16-bit element units."""
         return Op("elementwise", 0.0, elements * self.bytes(False) / HALF,
-                  kernels=len(self.forward), split=split, label=label,
-                  backward_kernels=len(self.backward),
+                  kernels=self.launches(False), split=split, label=label,
+                  backward_kernels=self.launches(True),
                   backward_elements=elements * self.bytes(True) / HALF)
 
 
@@ -148,14 +156,22 @@ COMPILED_NORM = EagerOp((Kernel("norm", 2, 2),),
 COMPILED_ADD_NORM = EagerOp((Kernel("add norm", 4, 4),),
                             (Kernel("add norm grad", 6, 2), Kernel("weight grad", 4, ROW)))
 COMPILED_RESIDUAL = RESIDUAL
-COMPILED_ROTARY = EagerOp((Kernel("rotary", 2, 2),), (Kernel("rotary grad", 2, 2),))
+COMPILED_ROTARY = ROTARY  # the queries': Inductor leaves the complex product to ATen
 COMPILED_SWIGLU = EagerOp((Kernel("silu mul", 4, 2),), (Kernel("silu mul grad", 6, 4),))
 
 
 def compiled_repeat_kv(n_rep: int, rotate: bool) -> EagerOp:
-    """The keys' rotation fused with their copy (``rotate``), or the values' copy alone."""
-    name = "rotary expand" if rotate else "clone expand"
-    return EagerOp((Kernel(name, 2, 2 * n_rep),), (Kernel(name + " grad", 2 * n_rep, 2),))
+    """Compiled (module docstring): the keys' rotation (``rotate``: cast, ATen's complex
+    product, the cast back written ``n_rep`` times in the queries' kernel) or the values'
+    copy alone (in that kernel); backward the sum over the copies (the keys' fused with the
+    cast to FP32), the keys' product and cast back."""
+    if not rotate:
+        return EagerOp((Kernel("clone expand", 2, 2 * n_rep, launched=False),),
+                       (Kernel("sum copies", 2 * n_rep, 2),))
+    return EagerOp((Kernel("_to_copy fp32", 2, 4), Kernel("mul complex", 4, 4),
+                    Kernel("_to_copy bf16 expand", 4, 2 * n_rep, launched=False)),
+                   (Kernel("sum copies _to_copy fp32", 2 * n_rep, 4),
+                    Kernel("mul complex", 4, 4), Kernel("_to_copy bf16", 4, 2)))
 
 
 def check_ops(ops: str, spec: Model) -> str:
@@ -241,7 +257,7 @@ def _rotary(tokens: int, spec: Model, n_rep: int, compiled: bool,
         if n_rep > 1:
             return [query, compiled_repeat_kv(n_rep, True).op("rotary-k+repeat_kv", keys, split),
                     compiled_repeat_kv(n_rep, False).op("repeat_kv-v", keys, split)]
-        return [query, COMPILED_ROTARY.op("rotary-k", keys, split)]
+        return [query, compiled_repeat_kv(1, True).op("rotary-k", keys, split)]
     out = [ROTARY.op("rotary-q", queries, split), ROTARY.op("rotary-k", keys, split)]
     if n_rep > 1:
         out += [repeat_kv(n_rep).op("repeat_kv-k", keys, split),
