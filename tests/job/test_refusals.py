@@ -26,6 +26,16 @@ COMPLETE = {"chunks": 1, "microbatch_size": 1, "schedule": "1f1b", "recompute": 
     ({"ep": 2}, "--ep: 2 on llama3-70b, a dense model"),
     ({"ep": 16, "model": "mixtral-8x7b"}, "--ep: 16 does not divide mixtral-8x7b's 8 experts"),
     ({"expert_tp": 2}, "--expert-tp: 2 on llama3-70b, a dense model"),
+    # 14336 = 2^11 x 7: 3 divides none of it (Mixtral 8x7B's released intermediate_size)
+    ({"expert_tp": 3, "model": "mixtral-8x7b"}, "--expert-tp: 3 does not divide "
+                                                "mixtral-8x7b's experts' FFN width 14336; "
+                                                "accepted: a divisor of it (1, 2, 4, 7, 8,"),
+    # 2 x CP = 4 does not divide 8190 = 2 x 4095; CP 3 does (2 x 3 = 6 divides 8190)
+    ({"cp": 2, "seq": 8190}, "--cp: 2 needs the sequence (8190 tokens, --seq) to be a "
+                             "multiple of 2 x CP = 4"),
+    ({"cp": 2, "seq": 8191}, "--cp: 2 needs the sequence (8191 tokens, --seq) to be a "
+                             "multiple of 2 x CP = 4 (Megatron's load-balanced split); "
+                             "accepted: a CP with 2 x CP dividing 8191 (1)"),
     ({"pp": 32, "chunks": 1}, "--pp: PP x chunks = 32 x 1 splits none of llama3-70b's 80"),
     ({"dp": 16, "microbatch_size": 3}, "--global-batch: 256 is not a multiple of "
                                        "--microbatch-size 3 x --dp 16 = 48"),

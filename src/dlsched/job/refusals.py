@@ -8,8 +8,10 @@ that cannot hold instead (``check_plan``, called first by ``job.api.plan``):
   dimension, ``validation.MAX_NPUS_PER_DIM``): 32,768 GPUs of 8-GPU nodes;
 - the degrees given: TP x CP x PP x DP equal to the GPUs (those given dividing them), TP
   dividing the attention heads and the KV heads (each TP rank holds whole heads: Megatron-
-  Core's ``divide(num_query_groups, tp)``), PP that some pipeline split takes, EP only on a
-  mixture of experts and dividing its experts, the global batch a multiple of microbatch x DP;
+  Core's ``divide(num_query_groups, tp)``), CP with 2 x CP dividing the sequence (Megatron's
+  load-balanced split), PP that some pipeline split takes, EP only on a mixture of experts and
+  dividing its experts, expert TP dividing the experts' FFN width, the global batch a multiple
+  of microbatch x DP;
 - options that would be silently ignored: ``--expert-tp`` on a dense model,
   ``--tp-comm-overlap`` without sequence parallelism (Megatron-Core overlaps the TP
   collectives of sequence parallelism only), ``--overlap-param-gather`` with ZeRO 0 or 3
@@ -30,6 +32,8 @@ from typing import TYPE_CHECKING
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import NODE_PRESETS, is_system_file, load_cluster
+from dlsched.job.communication.context_parallel import check_cp_sequence
+from dlsched.job.compute.moe_costs import check_expert_tp
 from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule
@@ -51,6 +55,8 @@ def check_plan(scenario: PlanScenario, spec: Model) -> None:
         scenario.cluster, scenario.gpus, scenario.gpu).num_gpus
     _check_degrees(scenario, spec, gpus)
     _check_heads(scenario.tp, spec)
+    if scenario.cp is not None:
+        check_cp_sequence(spec.seq, scenario.cp)
     _check_pipeline(scenario.pp, scenario.chunks, spec)
     _check_experts(scenario, spec)
     _check_batch(scenario)
@@ -144,6 +150,8 @@ def _check_experts(scenario: PlanScenario, spec: Model) -> None:
         accepted = [e for e in range(1, spec.experts + 1) if spec.experts % e == 0]
         raise ConfigError(f"--ep: {scenario.ep} does not divide {spec.name}'s {spec.experts} "
                           f"experts; accepted: {', '.join(map(str, accepted))}")
+    if scenario.expert_tp is not None:
+        check_expert_tp(spec, scenario.expert_tp)
 
 
 def _check_batch(scenario: PlanScenario) -> None:

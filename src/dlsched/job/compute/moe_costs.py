@@ -158,15 +158,25 @@ def check_moe_layout(spec: Model, layout: Execution) -> None:
         return
     if spec.experts % layout.ep:
         raise ConfigError(f"--ep: {layout.ep} does not divide the {spec.experts} experts")
-    if spec.expert_ffn_hidden % layout.etp:
-        raise ConfigError(f"--expert-tp: {layout.etp} does not divide the experts' FFN width "
-                          f"{spec.expert_ffn_hidden}")
+    check_expert_tp(spec, layout.etp)
     if layout.tp > 1 and not layout.sequence_parallel:
         raise ConfigError("--sequence-parallel: MoE layers with TP > 1 need sequence "
                           "parallelism (Megatron-Core's validate_args); accepted: "
                           "--sequence-parallel")
     if layout.zero == 3:
         raise ConfigError("--zero: ZeRO-3 of MoE layers is not priced; accepted: 0, 1, 2")
+
+
+def check_expert_tp(spec: Model, etp: int) -> None:
+    """ConfigError naming ``--expert-tp`` unless expert TP ``etp`` divides ``spec``'s experts'
+    FFN width (each expert-TP rank holds whole columns of every expert's FFN)."""
+    if spec.expert_ffn_hidden % etp:
+        accepted = [d for d in range(1, min(spec.expert_ffn_hidden, 64) + 1)
+                    if spec.expert_ffn_hidden % d == 0]
+        raise ConfigError(f"--expert-tp: {etp} does not divide {spec.name}'s experts' FFN "
+                          f"width {spec.expert_ffn_hidden}; accepted: a divisor of it "
+                          f"({', '.join(map(str, accepted))}"
+                          f"{', ...' if spec.expert_ffn_hidden > 64 else ''})")
 
 
 def routed_ops(spec: Model, microbatch_size: int, tp: int, ep: int, cp: int = 1,
