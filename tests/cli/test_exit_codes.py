@@ -76,3 +76,38 @@ def test_dimension_input_errors_are_config_errors() -> None:
                   lambda: Dimension("Switch", 6, 1e9, algorithm="halving-doubling")):
         with pytest.raises(ConfigError):
             build()
+
+
+HOSTILE = [
+    # a TorchTitan config whose table is a value, whose degree is 0, whose flag is a string:
+    # each named by the option, the file and the TOML key (were internal errors: an
+    # AttributeError, a pydantic ValidationError, silently true)
+    (("plan", "--from-torchtitan", "{t}"), {"t.toml": "parallelism = 3\n"},
+     "--from-torchtitan: {t}: parallelism: 3 is a value, not a table; accepted: a "
+     "[parallelism] table"),
+    (("plan", "--from-torchtitan", "{t}"),
+     {"t.toml": "[parallelism]\ntensor_parallel_degree = 0\n"},
+     "--from-torchtitan: {t}: parallelism.tensor_parallel_degree: 0 is out of range; "
+     "accepted: an integer >= 1"),
+    (("plan", "--from-torchtitan", "{t}"), {"t.toml": '[compile]\nenable = "yes"\n'},
+     "--from-torchtitan: {t}: compile.enable: 'yes' is not a boolean; accepted: true, false"),
+    (("plan", "--from-torchtitan", "{t}"), {"t.toml": "[model]\nconverters = 5\n"},
+     "--from-torchtitan: {t}: model.converters: 5 is not a list of names; accepted:"),
+]
+"""Hostile input: (arguments, files written under tmp_path, the error's start), ``{name}``
+standing for the path of file ``name.*`` in both."""
+
+
+@pytest.mark.parametrize(("args", "files", "message"), HOSTILE)
+def test_hostile_input_is_one_line_naming_the_option(run_cli, tmp_path, args, files,
+                                                     message) -> None:
+    """Bad input exits 2 with one line that starts with the option at fault (and says what
+    is accepted), never an internal error, and leaves its input files as they were."""
+    paths = {}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+        paths[name.partition(".")[0]] = str(tmp_path / name)
+    code, _, err = run_cli(*(arg.format(**paths) for arg in args))
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("error: " + message.format(**paths)), err
+    assert all((tmp_path / name).read_text() == text for name, text in files.items())

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dlsched.config import validate_document
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import (
@@ -33,7 +34,7 @@ from dlsched.job.evaluation.evaluate import (
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.pipeline_time import event_timeline
 from dlsched.job.execution import LAYOUT_FIELDS, Execution
-from dlsched.job.exports.torchtitan_config import plan_fields, read_torchtitan_toml
+from dlsched.job.exports.torchtitan_config import torchtitan_fields
 from dlsched.job.exports.writers import megatron_args, megatron_document, torchtitan_toml
 from dlsched.job.intervals import envelope_notes, interval_columns
 from dlsched.job.model_spec import Model, load_spec
@@ -135,8 +136,9 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
 def with_torchtitan_config(scenario: PlanScenario, path: str | Path) -> PlanScenario:
     """``scenario`` with the fields a TorchTitan job config at ``path`` fixes in place of its
     own (``job.exports.torchtitan_config``); ConfigError naming the TOML key it cannot price."""
-    fields = plan_fields(read_torchtitan_toml(path))
-    return scenario.model_validate({**scenario.model_dump(), **fields})
+    fields = torchtitan_fields(path)
+    return validate_document(type(scenario), {**scenario.model_dump(), **fields},
+                             f"--from-torchtitan {path}", "plan")
 
 
 def with_seq(spec: Model, seq: int | None) -> Model:

@@ -61,23 +61,57 @@ def read_torchtitan_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"--from-torchtitan: {file} is not TOML: {error}") from None
 
 
+def torchtitan_fields(path: str | Path) -> dict[str, Any]:
+    """The plan fields the TorchTitan job config at ``path`` fixes (``plan_fields``); a value
+    refused is named by the option, the file and its TOML key."""
+    doc = read_torchtitan_toml(path)
+    try:
+        return plan_fields(doc)
+    except ConfigError as error:
+        raise ConfigError(f"--from-torchtitan: {path}: {error}") from None
+
+
+def _table(doc: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:
+    """``doc[key]`` as a TOML table (empty when absent); ConfigError naming the key when it is
+    a value instead (``parallelism = 3``)."""
+    value = doc.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}{key}: {value!r} is a value, not a table; accepted: a "
+                          f"[{where}{key}] table of TorchTitan's job config")
+    return value
+
+
 def _pick(table: dict[str, Any], key: str, mapping: dict[str, str], where: str) -> str:
     value = table[key]
-    if value not in mapping:
+    if not isinstance(value, str) or value not in mapping:
         raise ConfigError(f"{where}.{key}: {value!r} is not priced; accepted: "
                           + ", ".join(mapping))
     return mapping[value]
 
 
-def _int(table: dict[str, Any], key: str, where: str, default: int) -> int:
+def _int(table: dict[str, Any], key: str, where: str, default: int, minimum: int = 1,
+         unset: int | None = None) -> int:
+    """``table[key]`` (``default`` when absent): an integer of at least ``minimum``, or
+    ``unset`` (TorchTitan's -1: not set)."""
     value = table.get(key, default)
+    accepted = f"an integer >= {minimum}" + ("" if unset is None else f", or {unset} (unset)")
     if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{where}.{key}: {value!r} is not an integer")
+        raise ConfigError(f"{where}.{key}: {value!r} is not an integer; accepted: {accepted}")
+    if value < minimum and value != unset:
+        raise ConfigError(f"{where}.{key}: {value} is out of range; accepted: {accepted}")
+    return value
+
+
+def _bool(table: dict[str, Any], key: str, where: str) -> bool:
+    """``table[key]`` (false when absent): a TOML boolean."""
+    value = table.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key}: {value!r} is not a boolean; accepted: true, false")
     return value
 
 
 def _recompute(doc: dict[str, Any]) -> str | None:
-    table = doc.get("activation_checkpoint", {})
+    table = _table(doc, "activation_checkpoint")
     if "mode" not in table:
         return None
     if table["mode"] == "selective":
@@ -91,27 +125,31 @@ def _recompute(doc: dict[str, Any]) -> str | None:
 
 
 def _precision(doc: dict[str, Any]) -> dict[str, Any]:
-    converters = doc.get("model", {}).get("converters", [])
+    converters = _table(doc, "model").get("converters", [])
     if isinstance(converters, str):
         converters = [name.strip() for name in converters.split(",") if name.strip()]
+    if not isinstance(converters, list) or not all(isinstance(c, str) for c in converters):
+        raise ConfigError(f"model.converters: {converters!r} is not a list of names; accepted: "
+                          "a list of strings such as [\"quantize.linear.float8\"]")
     if any(name in MX_CONVERTERS for name in converters):
         return {"precision": "fp8", "fp8_recipe": "mxfp8"}
     if not any(name in FLOAT8_CONVERTERS for name in converters):
         return {}
-    table = doc.get("quantize", {}).get("linear", {}).get("float8") or doc.get("float8", {})
+    table = _table(_table(_table(doc, "quantize"), "linear", "quantize."), "float8",
+                   "quantize.linear.") or _table(doc, "float8")
     recipe = table.get("recipe_name") or "tensorwise"
-    if recipe not in ("tensorwise", "rowwise"):
+    if not isinstance(recipe, str) or recipe not in ("tensorwise", "rowwise"):
         raise ConfigError(f"quantize.linear.float8.recipe_name: {recipe!r} is not priced; "
                           "accepted: tensorwise, rowwise")
     return {"precision": "fp8", "fp8_recipe": recipe,
-            "fp8_all_gather": bool(table.get("enable_fsdp_float8_all_gather", False))}
+            "fp8_all_gather": _bool(table, "enable_fsdp_float8_all_gather", "float8")}
 
 
 def _data_parallel(par: dict[str, Any], pp: int) -> dict[str, Any]:
     """``[parallelism]``'s data parallelism as plan fields: DDP (replicate degree) as ZeRO 0,
     FSDP (shard degree; -1: searched) as ZeRO 3 with its sharding under ``pp`` pipeline stages
     (``_sharding``); HSDP refused."""
-    shard = _int(par, "data_parallel_shard_degree", "parallelism", -1)
+    shard = _int(par, "data_parallel_shard_degree", "parallelism", -1, unset=-1)
     replicate = _int(par, "data_parallel_replicate_degree", "parallelism", 1)
     if replicate > 1 and shard != 1:
         raise ConfigError("parallelism.data_parallel_replicate_degree: HSDP (replicated and "
@@ -140,8 +178,8 @@ def _sharding(par: dict[str, Any], pp: int) -> str:
 
 def plan_fields(doc: dict[str, Any]) -> dict[str, Any]:
     """The ``PlanScenario`` fields a TorchTitan config fixes (module docstring)."""
-    model, training = doc.get("model", {}), doc.get("training", {})
-    par = doc.get("parallelism", {})
+    model, training = _table(doc, "model"), _table(doc, "training")
+    par = _table(doc, "parallelism")
     fields: dict[str, Any] = {"attention": "flash"}  # TorchTitan's llama3 runs SDPA's flash
     if "flavor" in model:
         fields["model"] = _pick(model, "flavor", FLAVORS, "model")
@@ -163,7 +201,7 @@ def plan_fields(doc: dict[str, Any]) -> dict[str, Any]:
         schedule = _pick(par, "pipeline_parallel_schedule", SCHEDULES, "parallelism") \
             if "pipeline_parallel_schedule" in par else "1f1b"
         fields["schedule"] = schedule
-    batch = _int(training, "global_batch_size", "training", -1)
+    batch = _int(training, "global_batch_size", "training", -1, unset=-1)
     if batch > 0:
         fields["global_batch"] = batch
     elif fields["dp"] is not None:
@@ -174,7 +212,9 @@ def plan_fields(doc: dict[str, Any]) -> dict[str, Any]:
     recompute = _recompute(doc)
     if recompute is not None:
         fields["recompute"] = recompute
-    compiled = doc.get("compile", {}).get("enable", training.get("compile", False))
-    fields["compile"] = bool(compiled)
-    fields["async_tp"] = bool(par.get("enable_async_tensor_parallel", False))
+    compiled = _table(doc, "compile")
+    fields["compile"] = _bool(compiled if "enable" in compiled else training,
+                              "enable" if "enable" in compiled else "compile",
+                              "compile" if "enable" in compiled else "training")
+    fields["async_tp"] = _bool(par, "enable_async_tensor_parallel", "parallelism")
     return fields | _precision(doc)
