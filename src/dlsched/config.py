@@ -45,7 +45,7 @@ def validate(schema: type[SchemaT], data: Any, source: str = "input") -> SchemaT
     try:
         return schema.model_validate(data)
     except ValidationError as error:
-        raise config_error(error, source) from None
+        raise config_error(error, source, schema) from None
 
 
 def own_error(error: ValidationError) -> ConfigError | None:
@@ -68,17 +68,27 @@ def validate_document(schema: type[SchemaT], data: Any, source: str, kind: str) 
     except ValidationError as error:
         own = own_error(error)
         if own is None:
-            raise config_error(error, source) from None
+            raise config_error(error, source, schema) from None
         text, prefix = str(own), f"invalid {kind}: "
         if text.startswith(prefix):
             raise ConfigError(f"invalid {source}: " + text.removeprefix(prefix)) from None
         raise own from None
 
 
-def config_error(error: ValidationError, source: str = "input") -> ConfigError:
-    """``error`` as ``validate`` reports it: one line naming each bad field."""
+def config_error(error: ValidationError, source: str = "input",
+                 schema: type[BaseModel] | None = None) -> ConfigError:
+    """``error`` as ``validate`` reports it: one line naming each bad field; with ``schema``,
+    the top-level keys it does not know are named together with its fields (accepted)."""
     parts = []
+    unknown = [str(item["loc"][0]) for item in error.errors()
+               if schema is not None and item["type"] == "extra_forbidden"
+               and len(item["loc"]) == 1]
+    if unknown:
+        parts.append(f"{', '.join(unknown)}: not a field of this file; accepted: "
+                     + ", ".join(schema.model_fields))  # type: ignore[union-attr]
     for item in error.errors():
+        if unknown and item["type"] == "extra_forbidden" and len(item["loc"]) == 1:
+            continue
         message = " ".join(item["msg"].removeprefix("Value error, ").split())
         value = item.get("input")
         shown = "" if isinstance(value, dict) else f" (got {value!r})"

@@ -3,6 +3,7 @@ the traceback)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -78,6 +79,7 @@ def test_dimension_input_errors_are_config_errors() -> None:
             build()
 
 
+TEMPLATE = Path(__file__).parents[2] / "docs" / "examples" / "my-runs.yaml"
 HOSTILE = [
     # a TorchTitan config whose table is a value, whose degree is 0, whose flag is a string:
     # each named by the option, the file and the TOML key (were internal errors: an
@@ -93,6 +95,26 @@ HOSTILE = [
      "--from-torchtitan: {t}: compile.enable: 'yes' is not a boolean; accepted: true, false"),
     (("plan", "--from-torchtitan", "{t}"), {"t.toml": "[model]\nconverters = 5\n"},
      "--from-torchtitan: {t}: model.converters: 5 is not a list of names; accepted:"),
+    # a model / system file with a field it does not have: named with the fields it has (was
+    # "invalid m.yaml: bogus: Extra inputs are not permitted", no option, nothing accepted)
+    (("plan", "--model", "{m}", "--gpus", "8"),
+     {"m.yaml": "name: m\nlayers: 2\nhidden: 64\nheads: 4\nseq: 16\nvocab: 100\nbogus: 1\n"},
+     "--model: invalid {m}: bogus: not a field of this file; accepted: ffn_hidden, kv_heads,"),
+    (("plan", "--model", "{m}", "--gpus", "8"),
+     {"m.yaml": "name: m\nlayers: two\nhidden: 64\nheads: 4\nseq: 16\nvocab: 100\n"},
+     "--model: invalid {m}: layers: Input should be a valid integer"),
+    (("plan", "--cluster", "{s}"), {"s.yaml": "gpu: a100\ngpus: 8\nnode: dgx-a100\nx: 1\n"},
+     "--cluster: invalid {s}: x: not a field of this file; accepted: name, gpu, node, gpus,"),
+    # validate / calibrate runs: the option naming the runs file on every refusal, --gpu
+    # named as such (was "device: unknown GPU")
+    (("validate", "--ledger", "{r}"), {"r.yaml": "- id: a\n"},
+     "--ledger: {r}: a: citation: Field required (5 problem(s) in this run)"),
+    (("validate", "--ledger", "{r}/nothing.yaml"), {"r.yaml": ""},
+     "--ledger: file '{r}/nothing.yaml' does not exist"),
+    (("validate", "--ledger", str(TEMPLATE), "--gpu", "z100"), {},
+     "--gpu: unknown GPU 'z100'; accepted: h100"),
+    (("calibrate", "runs", "{r}", "--out", "{r}.yaml"), {"r.json": "{\"runs\": 3}"},
+     "RUNS: {r}: expected a non-empty list of runs"),
 ]
 """Hostile input: (arguments, files written under tmp_path, the error's start), ``{name}``
 standing for the path of file ``name.*`` in both."""

@@ -54,7 +54,7 @@ def calibrate_runs(
     from dlsched.ledger.user_runs import load_runs
 
     check_files({"--out": (out, (".yaml", ".yml"))}, {"RUNS": runs})
-    rows = load_runs(runs)
+    rows = load_runs(runs, "RUNS")
     fit = fit_runs(rows, runs.name, lambda what: status_console.print(
         f"{what} ({len(rows)} runs)", highlight=False))
     write_text(out, yaml.safe_dump(fit.document, sort_keys=False))

@@ -81,7 +81,7 @@ class System(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as error:  # a check's own one-line error, else the fields'
-            raise (own_error(error) or config_error(error, "system")) from None
+            raise (own_error(error) or config_error(error, "system", type(self))) from None
 
     @model_validator(mode="before")
     @classmethod
@@ -285,7 +285,11 @@ def load_cluster(name: str, gpus: int | None, gpu: str | None) -> System:
                               f"{NODE_PRESETS[name].gpus})")
         return node_cluster(name, gpus, gpu)
     if is_system_file(name):
-        return System.load(load_document(name), name, gpus, gpu)
+        try:
+            return System.load(load_document(name), name, gpus, gpu)
+        except ConfigError as error:  # the file's own error named by --cluster; --gpu's kept
+            text = str(error)
+            raise ConfigError(text if text.startswith("--") else f"--cluster: {text}") from None
     from dlsched.hardware import load_topology
 
     try:

@@ -159,7 +159,7 @@ class Model(DecoderShape):
         try:
             super().__init__(**data)
         except ValidationError as error:  # a check's own one-line error, else the fields'
-            raise (own_error(error) or config_error(error, "model")) from None
+            raise (own_error(error) or config_error(error, "model", type(self))) from None
 
     @classmethod
     def load(cls, document: object, source: str) -> Model:
@@ -396,6 +396,9 @@ def load_spec(name: str) -> Model:
     if name.lower().endswith((".yaml", ".yml", ".json")):
         if not Path(name).is_file():
             raise ConfigError(f"--model: no such file {name!r}")
-        return Model.load(load_document(name), name)
+        try:
+            return Model.load(load_document(name), name)
+        except ConfigError as error:  # the file's own error, named by the option too
+            raise ConfigError(f"--model: {error}") from None
     raise ConfigError(f"--model: unknown model {name!r}; accepted: {', '.join(specs)} or a "
                       "spec file (.yaml/.json)")

@@ -41,8 +41,16 @@ class UserRun(LedgerRow):
     source: str = "user"  # type: ignore[assignment]
 
 
-def load_runs(path: str | Path) -> list[LedgerRow]:
-    """The rows of the runs file ``path`` (module docstring), in file order."""
+def load_runs(path: str | Path, option: str = "--ledger") -> list[LedgerRow]:
+    """The rows of the runs file ``path`` (module docstring), in file order; every refusal
+    starts with ``option``, the command's name for the file."""
+    try:
+        return _load_runs(path)
+    except ConfigError as error:
+        raise ConfigError(f"{option}: {error}") from None
+
+
+def _load_runs(path: str | Path) -> list[LedgerRow]:
     raw = load_document(str(path))
     if isinstance(raw, dict) and set(raw) == {"runs"}:
         raw = raw["runs"]
@@ -60,7 +68,8 @@ def load_runs(path: str | Path) -> list[LedgerRow]:
             raise ConfigError(f"{path}: {label}: {where}: {first['msg']} ({error.error_count()} "
                               "problem(s) in this run)") from None
         if any(row.id == other.id for other in rows):
-            raise ConfigError(f"{path}: id {row.id!r} appears twice")
+            raise ConfigError(f"{path}: id {row.id!r} appears twice; accepted: a different id "
+                              "per run")
         rows.append(row)
     return rows
 
@@ -121,7 +130,10 @@ def score_runs(rows: Sequence[LedgerRow], gpu: str | None = None
     prediction), and the summary: runs, priced, mean |error|, bias, worst run. An unknown
     ``gpu`` is refused first (ConfigError)."""
     if gpu is not None:
-        get_gpu(gpu)
+        try:
+            get_gpu(gpu)
+        except ConfigError as error:
+            raise ConfigError(f"--gpu: {str(error).removeprefix('device: ')}") from None
     records = []
     for row in rows:
         try:
