@@ -75,6 +75,12 @@ def validate_document(schema: type[SchemaT], data: Any, source: str, kind: str) 
         raise own from None
 
 
+def _short(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a whole document is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def config_error(error: ValidationError, source: str = "input",
                  schema: type[BaseModel] | None = None) -> ConfigError:
     """``error`` as ``validate`` reports it: one line naming each bad field; with ``schema``,
@@ -91,7 +97,11 @@ def config_error(error: ValidationError, source: str = "input",
             continue
         message = " ".join(item["msg"].removeprefix("Value error, ").split())
         value = item.get("input")
-        shown = "" if isinstance(value, dict) else f" (got {value!r})"
+        shown = "" if isinstance(value, dict) else f" (got {_short(value)})"
+        if not item["loc"] and schema is not None and item["type"] == "model_type":
+            message = (f"the document is a {type(value).__name__}, not a mapping; accepted: a "
+                       f"mapping of {', '.join(schema.model_fields)}")
+            shown = ""
         where = f"{_location(item['loc'])}: " if item["loc"] else ""
         parts.append(f"{where}{message}{shown}")
     return ConfigError(f"invalid {source}: " + "; ".join(parts))

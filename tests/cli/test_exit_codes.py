@@ -105,6 +105,14 @@ HOSTILE = [
      "--model: invalid {m}: layers: Input should be a valid integer"),
     (("plan", "--cluster", "{s}"), {"s.yaml": "gpu: a100\ngpus: 8\nnode: dgx-a100\nx: 1\n"},
      "--cluster: invalid {s}: x: not a field of this file; accepted: name, gpu, node, gpus,"),
+    # a file holding a list where a mapping is read: named as such with the fields, the
+    # document not echoed whole (was "Input should be a valid dictionary or instance of
+    # TopologySpec (got [...the whole file...])")
+    (("collective", "--topology", "{t}"), {"t.yaml": "- " + "x" * 500 + "\n"},
+     "--topology: invalid {t}: the document is a list, not a mapping; accepted: a mapping of "
+     "name, dims"),
+    (("pipeline", "plan", "--model", "{c}"), {"c.yaml": "blocks: 3\n"},
+     "invalid {c}: blocks: Input should be a valid list (got 3)"),
     # validate / calibrate runs: the option naming the runs file on every refusal, --gpu
     # named as such (was "device: unknown GPU")
     (("validate", "--ledger", "{r}"), {"r.yaml": "- id: a\n"},
