@@ -23,21 +23,27 @@ def test_json_rows_carry_the_fields(run_cli):
 
 
 @pytest.mark.parametrize(("args", "field"), [
-    (["--model", "gpt9", "--batch-size", "1"], "model"),
-    (["--model", "gpt2", "--batch-size", "1", "--device", "tpu"], "device"),
-    (["--model", "gpt2", "--batch-size", "1", "--precision", "int8"], "precision"),
+    (["--model", "gpt9", "--batch-size", "1"], "--model: unknown model 'gpt9'; accepted:"),
+    (["--model", "gpt2", "--batch-size", "1", "--device", "tpu"],
+     "--device: unknown GPU 'tpu'; accepted:"),
+    (["--model", "gpt2", "--batch-size", "1", "--device", "no/such.yaml"],
+     "--device: file 'no/such.yaml' does not exist"),
+    (["--model", "gpt2", "--batch-size", "1", "--precision", "int8"],
+     "--precision: 'int8' is not run by h100; accepted:"),
     (["--model", "gpt2", "--batch-size", "1", "--device", "v100", "--precision", "bf16"],
-     "precision"),
-    (["--model", "gpt2", "--batch-size", "0"], "batch-size"),
-    (["--model", "gpt2", "--batch-size", "nan"], "batch-size"),
-    (["--model", "gpt2", "--batch-size", "2.5"], "batch-size"),
-    (["--model", "resnet50", "--batch-size", "1", "--no-lm-head"], "lm_head"),
+     "--precision: 'bf16' is not run by v100; accepted: fp32, fp16"),
+    (["--model", "gpt2", "--batch-size", "0"], "--batch-size: "),
+    (["--model", "gpt2", "--batch-size", "nan"], "--batch-size: nan is not a whole number"),
+    (["--model", "gpt2", "--batch-size", "2.5"], "--batch-size: 2.5 is not a whole number"),
+    (["--model", "resnet50", "--batch-size", "1", "--no-lm-head"], "--lm-head: only the GPT"),
 ])
 def test_bad_input_is_one_line_exit_2(run_cli, args, field):
-    """Unknown model/device/precision and bad batch sizes: exit 2, the field named."""
+    """Unknown model/device/precision and bad batch sizes: exit 2, one line starting with
+    the option (was the bare field for --device, --model, --precision, --batch-size: e.g.
+    'device: unknown GPU')."""
     code, _, err = run_cli("compute", *args)
     assert code == 2
-    assert field in err and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: {field}") and len(err.strip().splitlines()) == 1, err
 
 
 MEASURED = [("resnet50", 32, "fp32", False, True, 43.8e-3),

@@ -111,8 +111,12 @@ HOSTILE = [
     (("collective", "--topology", "{t}"), {"t.yaml": "- " + "x" * 500 + "\n"},
      "--topology: invalid {t}: the document is a list, not a mapping; accepted: a mapping of "
      "name, dims"),
+    # pipeline plan: a chain file's or zoo name's error named by --model (was "invalid
+    # c.yaml: ..." and "model: unknown model")
     (("pipeline", "plan", "--model", "{c}"), {"c.yaml": "blocks: 3\n"},
-     "invalid {c}: blocks: Input should be a valid list (got 3)"),
+     "--model: invalid {c}: blocks: Input should be a valid list (got 3)"),
+    (("pipeline", "plan", "--model", "gpt9"), {},
+     "--model: unknown model 'gpt9'; accepted: vgg16"),
     # validate / calibrate runs: the option naming the runs file on every refusal, --gpu
     # named as such (was "device: unknown GPU")
     (("validate", "--ledger", "{r}"), {"r.yaml": "- id: a\n"},

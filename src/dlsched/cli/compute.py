@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from dlsched.cli.options import announce, console, parse_names
+from dlsched.cli.options import announce, console, named_by_option, parse_names
 from dlsched.cli.paths import check_files
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.errors import ConfigError
@@ -32,9 +32,9 @@ STEP_COLUMNS = [*text("model"), Column("batch_size", "batch"), *text("device", "
 def _batch(value: float) -> int:
     """The batch size as an int, refusing NaN, infinities, fractions and out-of-range."""
     if not isinstance(value, int | float) or not math.isfinite(value) or value != int(value):
-        raise ConfigError(f"batch-size: {value!r} is not a whole number; accepted: "
+        raise ConfigError(f"--batch-size: {value!r} is not a whole number; accepted: "
                           f"1..{MAX_BATCH}")
-    BATCH.check(int(value), "batch-size")
+    BATCH.check(int(value), "--batch-size")
     return int(value)
 
 
@@ -66,7 +66,11 @@ def compute(
                           "calibrate)")
     from dlsched.training import starved_note, step_row
 
-    row = step_row(model, _batch(batch_size), device, precision, channels_last, lm_head)
+    try:
+        row = step_row(model, _batch(batch_size), device, precision, channels_last, lm_head)
+    except ConfigError as error:
+        raise named_by_option(error, ("model", "device", "precision", "lm_head"),
+                              {"--device": device}) from None
     note = starved_note(row)
     if json_out:
         print(json.dumps({"rows": [row], "notes": [note] if note else []}))

@@ -61,6 +61,23 @@ def scenario_from_options(schema: type[Scenario], options: Mapping[str, Any]) ->
                           ) from None
 
 
+def named_by_option(error: ConfigError, fields: Iterable[str] = (),
+                    files: Mapping[str, object] | None = None) -> ConfigError:
+    """``error`` raised past the edge, named by its option: a message starting with one of
+    ``fields`` (``device: ...``) as ``--device: ...``; one naming a file of ``files``
+    (``{option: path}``) prefixed by that option; any other unchanged."""
+    text = str(error)
+    if text.startswith("--"):
+        return error
+    for name in fields:
+        if text.startswith(f"{name}: "):
+            return ConfigError(f"--{name.replace('_', '-')}: {text.removeprefix(f'{name}: ')}")
+    for option, path in (files or {}).items():
+        if path is not None and str(path) in text:
+            return ConfigError(f"{option}: {text}")
+    return error
+
+
 def parse_names(text: str, accepted: Iterable[str], field: str) -> list[str]:
     """Comma-separated names, each one of ``accepted`` (``ours`` means ``dlsched``), without
     repeats; ConfigError naming ``field`` otherwise."""

@@ -17,11 +17,13 @@ from dlsched.cli.options import (
     announce,
     console,
     emit_rows,
+    named_by_option,
     status_console,
     suffixed,
 )
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.cli.schema_options import Given, options_from
+from dlsched.errors import ConfigError
 from dlsched.experiments import pipeline as experiment
 from dlsched.hardware import device_preset_description, device_preset_names
 from dlsched.hardware import load_devices as load_graph
@@ -129,7 +131,11 @@ def plan(
                       inputs={"--model": given["model"], "--devices": given["devices"],
                               "--gpu": given["gpu"]})
     scenario = given.scenario()
-    problem = scenario.problem()
+    try:
+        problem = scenario.problem()
+    except ConfigError as error:
+        raise named_by_option(error, ("model", "devices", "gpu"),
+                              {"--model": given["model"], "--gpu": given["gpu"]}) from None
     chain, modes = problem.chain, scenario.recompute_modes()
     compared = compare(problem, names, progress_bar("planning", json_out))
     planned, skipped, rows = compared.results, compared.skipped, compared.rows
