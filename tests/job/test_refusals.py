@@ -39,6 +39,11 @@ COMPLETE = {"chunks": 1, "microbatch_size": 1, "schedule": "1f1b", "recompute": 
     ({"pp": 32, "chunks": 1}, "--pp: PP x chunks = 32 x 1 splits none of llama3-70b's 80"),
     ({"dp": 16, "microbatch_size": 3}, "--global-batch: 256 is not a multiple of "
                                        "--microbatch-size 3 x --dp 16 = 48"),
+    # 4,096 microbatches x microbatch 8 x DP 64 (all 64 GPUs) = 2,097,152 sequences at most
+    ({"global_batch": 2_097_152 * 2}, "--global-batch: 4,194,304 sequences are more than "
+                                      "4,096 microbatches per replica at microbatch size x "
+                                      "DP = 512, the most this job takes; accepted: at most "
+                                      "2,097,152"),
     ({"tp_comm_overlap": True, "sequence_parallel": False}, "--tp-comm-overlap: overlaps"),
     ({"tp_comm_overlap": True, "tp": 1}, "--tp-comm-overlap: overlaps"),
     ({"overlap_param_gather": True, "zero": 0}, "--overlap-param-gather: overlaps"),

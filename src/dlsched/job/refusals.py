@@ -38,7 +38,7 @@ from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule
 from dlsched.job.model_spec import Model
-from dlsched.validation import MAX_NPUS_PER_DIM
+from dlsched.validation import MAX_MICROBATCHES, MAX_NPUS_PER_DIM
 
 if TYPE_CHECKING:
     from dlsched.job.cluster import System
@@ -59,7 +59,7 @@ def check_plan(scenario: PlanScenario, spec: Model) -> None:
         check_cp_sequence(spec.seq, scenario.cp)
     _check_pipeline(scenario.pp, scenario.chunks, spec)
     _check_experts(scenario, spec)
-    _check_batch(scenario)
+    _check_batch(scenario, gpus)
     _check_schedule(scenario)
     _check_ignored(scenario)
     _check_a2a_overlap(scenario, spec)
@@ -154,8 +154,17 @@ def _check_experts(scenario: PlanScenario, spec: Model) -> None:
         check_expert_tp(spec, scenario.expert_tp)
 
 
-def _check_batch(scenario: PlanScenario) -> None:
-    """The global batch a multiple of the microbatch size x DP given."""
+def _check_batch(scenario: PlanScenario, gpus: int) -> None:
+    """The global batch a multiple of the microbatch size x DP given, and at most
+    ``MAX_MICROBATCHES`` microbatches per replica (the pipeline simulator's limit) at the
+    largest microbatch size x DP given or searched (``search.MICROBATCH_SIZES``: 8; DP: the
+    GPUs)."""
+    most = (scenario.microbatch_size or 8) * (scenario.dp or gpus)
+    if scenario.global_batch > MAX_MICROBATCHES * most:
+        raise ConfigError(f"--global-batch: {scenario.global_batch:,} sequences are more than "
+                          f"{MAX_MICROBATCHES:,} microbatches per replica at microbatch size x "
+                          f"DP = {most:,}, the most this job takes; accepted: at most "
+                          f"{MAX_MICROBATCHES * most:,} (or a larger --microbatch-size/--dp)")
     step = (scenario.microbatch_size or 1) * (scenario.dp or 1)
     if scenario.global_batch % step:
         given = " x ".join(f"--{name.replace('_', '-')} {getattr(scenario, name)}"

@@ -48,6 +48,7 @@ from dlsched.job.evaluation.unit_walk import UNIT_CHUNKS, UNIT_SCHEDULES, check_
 from dlsched.job.execution import SCHEDULES, SEARCHED_CP_ALGORITHMS, ZERO_STAGES, Execution
 from dlsched.job.memory.per_gpu import peak_memory
 from dlsched.job.ranking import POINT, Ranking
+from dlsched.validation import MAX_MICROBATCHES
 
 MICROBATCH_SIZES = (1, 2, 4, 8)
 MAX_CHUNKS = 8
@@ -166,8 +167,8 @@ def _inner(choice: Execution, space: Space, degrees: tuple[int, int, int, int, i
     modes = space.recompute + tuple(mode for mode in space.given_recompute
                                     if fixed.get("recompute") == mode)
     for mb in sizes:
-        if choice.global_batch % (mb * dp):
-            continue
+        if choice.global_batch % (mb * dp) or choice.global_batch > MAX_MICROBATCHES * mb * dp:
+            continue  # the pipeline simulator refining the shortlist takes MAX_MICROBATCHES
         m = choice.global_batch // (mb * dp)
         given = tuple(s for s in space.given_schedules if fixed.get("schedule") == s)
         for schedule in space.schedules + given:
