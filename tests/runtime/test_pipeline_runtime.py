@@ -208,11 +208,21 @@ def test_rank_fit_measured_from_two_ranks() -> None:
     """Two ranks running gpt-tiny as two GPipe stages give a compute factor against the
     chain's profile and a transfer overhead that pass their checks, or on a busy machine a
     refusal saying why; with the per-action overhead set above every gap the transfer cost
-    is negative and refused."""
+    is negative and refused. The chain is profiled with one torch thread, as each rank runs
+    (``SpawnOptions.threads``) and as ``profile_chain`` is told to: profiled with the
+    process's default threads on a loaded 2-core machine it once came out 68x the ranks'
+    time (compute factor 0.015)."""
+    import torch
+
     from dlsched.runtime.pipeline.calibrate import measure_ranks
     from dlsched.runtime.pipeline.profile import microbatch_seconds, profile_blocks
 
-    profiled = microbatch_seconds(profile_blocks(load_model(MODEL), 1, repeats=3))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        profiled = microbatch_seconds(profile_blocks(load_model(MODEL), 1, repeats=3))
+    finally:
+        torch.set_num_threads(threads)
     try:
         fit = measure_ranks(MODEL, 1, 2, profiled, 0.0, 1e-4, 1e9, microbatches=4,
                             iterations=6)
