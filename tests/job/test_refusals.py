@@ -44,6 +44,12 @@ COMPLETE = {"chunks": 1, "microbatch_size": 1, "schedule": "1f1b", "recompute": 
                                       "4,096 microbatches per replica at microbatch size x "
                                       "DP = 512, the most this job takes; accepted: at most "
                                       "2,097,152"),
+    ({"schedule": "interleaved", "chunks": 1}, "--chunks: 1 chunk(s) per rank with --schedule "
+                                               "interleaved, which runs several per rank; "
+                                               "accepted: 2 or more"),
+    ({"schedule": "1f1b", "chunks": 2}, "--chunks: 2 chunk(s) per rank with --schedule 1f1b, "
+                                        "which runs one per rank; accepted: 1 (or --schedule "
+                                        "interleaved)"),
     ({"tp_comm_overlap": True, "sequence_parallel": False}, "--tp-comm-overlap: overlaps"),
     ({"tp_comm_overlap": True, "tp": 1}, "--tp-comm-overlap: overlaps"),
     ({"overlap_param_gather": True, "zero": 0}, "--overlap-param-gather: overlaps"),

@@ -177,7 +177,16 @@ def _check_batch(scenario: PlanScenario, gpus: int) -> None:
 
 def _check_schedule(scenario: PlanScenario) -> None:
     """ZB-V, DualPipe and DualPipeV (``job.unit_walk``): their chunks per rank, their pipeline
-    ranks and, when the degrees given fix them, their microbatches per replica."""
+    ranks and, when the degrees given fix them, their microbatches per replica; the
+    interleaved schedule with more than one chunk per rank, every other (of one stage per rank)
+    with one (``Execution``'s rule, refused per layout in the search)."""
+    schedule, chunks = scenario.schedule, scenario.chunks
+    if schedule not in (None, *UNIT_SCHEDULES) and chunks is not None and \
+            (schedule == "interleaved") != (chunks > 1):
+        accepted = "2 or more" if schedule == "interleaved" else "1 (or --schedule interleaved)"
+        raise ConfigError(f"--chunks: {chunks} chunk(s) per rank with --schedule {schedule}, "
+                          "which runs " + ("several" if schedule == "interleaved" else "one")
+                          + f" per rank; accepted: {accepted}")
     if scenario.schedule not in UNIT_SCHEDULES or scenario.pp is None:
         return
     check_unit_schedule(scenario.schedule, scenario.pp, 2 * scenario.pp, scenario.chunks)
