@@ -117,6 +117,10 @@ HOSTILE = [
      "--model: invalid {c}: blocks: Input should be a valid list (got 3)"),
     (("pipeline", "plan", "--model", "gpt9"), {},
      "--model: unknown model 'gpt9'; accepted: vgg16"),
+    # an unknown subcommand: the ones there are (was "No such command 'x'." alone)
+    (("reproduce", "nonsense"), {},
+     "No such command 'nonsense'; accepted: themis, megatron, usbyte, pipeline, "
+     "themis-training, vtrain (see "),
     # validate / calibrate runs: the option naming the runs file on every refusal, --gpu
     # named as such (was "device: unknown GPU")
     (("validate", "--ledger", "{r}"), {"r.yaml": "- id: a\n"},

@@ -165,4 +165,8 @@ def _usage_error(error: Exception, code: int, message: str) -> None:
         sys.exit(code)
     context = getattr(error, "ctx", None)
     where = f" (see '{context.command_path} --help')" if context is not None else ""
+    group = getattr(context, "command", None)
+    if message.startswith("No such command") and hasattr(group, "list_commands"):
+        names = group.list_commands(context)  # type: ignore[union-attr]
+        message, where = message.rstrip("."), f"; accepted: {', '.join(names)}{where}"
     _fail(f"{message}{where}", code)
