@@ -117,6 +117,13 @@ HOSTILE = [
      "--model: invalid {c}: blocks: Input should be a valid list (got 3)"),
     (("pipeline", "plan", "--model", "gpt9"), {},
      "--model: unknown model 'gpt9'; accepted: vgg16"),
+    # a model whose state exceeds every GPU's memory together: refused at once (was "no plan
+    # fits the GPUs' memory" after the search: 134 s at 1,024 microbatches, minutes more at
+    # 4,096): 174.6e9 parameters x 18 B (16-bit weights, FP32 gradients, FP32 master
+    # weights, Adam's 8 B) = 2,927 GiB against 16 GPUs x 66.9 GiB usable each
+    (("pipeline", "plan", "--model", "gpt3-175b", "--microbatches", "4096"), {},
+     "--model: gpt3-175b's weights, gradients and optimizer state (2,927.0 GiB) exceed the "
+     "usable memory of all 16 GPUs together"),
     # an unknown subcommand: the ones there are (was "No such command 'x'." alone)
     (("reproduce", "nonsense"), {},
      "No such command 'nonsense'; accepted: themis, megatron, usbyte, pipeline, "

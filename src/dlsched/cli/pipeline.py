@@ -133,6 +133,7 @@ def plan(
     scenario = given.scenario()
     try:
         problem = scenario.problem()
+        problem.check_state_fits()
     except ConfigError as error:
         raise named_by_option(error, ("model", "devices", "gpu"),
                               {"--model": given["model"], "--gpu": given["gpu"]}) from None

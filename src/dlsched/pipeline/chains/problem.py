@@ -101,6 +101,23 @@ class PipelineProblem:
         """The tensor-parallel degree of this instance's devices (1: single GPUs)."""
         return 1 if self.gpu_groups is None else len(self.gpu_groups[0])
 
+    def check_state_fits(self, option: str = "--model") -> None:
+        """ConfigError naming ``option`` when the model's static state (weights, gradients,
+        optimizer state: ``Chain.static_bytes`` without the transients) exceeds the usable
+        memory of every GPU together: no partition, TP degree or schedule can then fit (each
+        block's state is held in full on one stage, or split over a TP group's GPUs), so the
+        planners' search (minutes at thousands of microbatches) is not entered."""
+        chain = self.chain
+        need = float(chain.param_bytes.sum() * chain.state_factor)
+        have = sum(chain.usable(device.memory) for device in self.graph.devices)
+        if need > have:
+            raise ConfigError(f"{option}: {chain.name}'s weights, gradients and optimizer "
+                              f"state ({need / 2**30:,.1f} GiB) exceed the usable memory of "
+                              f"all {len(self.graph.devices)} GPUs together "
+                              f"({have / 2**30:,.1f} GiB), so no plan fits; accepted: a "
+                              "smaller model, more or larger GPUs (--devices), or fewer "
+                              "bytes per parameter (--state-bytes)")
+
     def degrees(self) -> tuple[int, ...]:
         """The tensor-parallel degrees planners search, ascending."""
         if self.gpu_groups is not None:
