@@ -125,3 +125,25 @@ def test_sweep_run_and_dry_run_print_json(tmp_path: Path, run_cli) -> None:
     estimate = json.loads(out)
     assert (estimate["scenarios"], estimate["distinct"], estimate["to_run"]) == (32, 32, 0)
     assert estimate["estimate_s"] == 0 and all(row["seconds"] > 0 for row in estimate["rows"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("summary", "--baseline", "nccl"), "--baseline: no rows for policy 'nccl'; accepted: "
+                                        "baseline, themis"),
+    (("summary", "--by", "latency"), "--by: latency does not vary in this sweep; accepted: "
+                                     "chunks, size"),
+    (("plot", "--heatmap", "{tmp}/h.png", "--x", "latency"),
+     "--x: 'latency' does not vary in this sweep; accepted: chunks, size"),
+    (("plot", "--heatmap", "{tmp}/h.png", "--y", "op"),
+     "--y: 'op' does not vary in this sweep; accepted: chunks, size"),
+])
+def test_summary_and_plot_options_are_named(results: tuple[Path, Path], run_cli, args,
+                                            message: str) -> None:
+    """An option naming a policy or a parameter the sweep lacks: one line starting with the
+    option and the accepted values (were the library's field names, 'baseline:' and 'by:',
+    the plot's after its work began)."""
+    _, db = results
+    tmp = db.parent
+    code, _, err = run_cli("sweep", args[0], str(db), *(a.format(tmp=tmp) for a in args[1:]))
+    assert code == 2 and err.startswith(f"error: {message}"), err
+    assert not (tmp / "h.png").exists()

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from dlsched.cli.options import console, emit_rows
+from dlsched.cli.options import console, emit_rows, named_by_option
 from dlsched.cli.paths import check_files, database_files
 from dlsched.cli.scenario_runs import (
     AddressOption,
@@ -212,8 +212,11 @@ def _cases(db: Path, baseline: str | None, metric: str | None) -> tuple[Any, str
     if meta["policy_param"] not in meta["varied"]:
         raise ConfigError(f"summary: the grid does not vary {meta['policy_param']!r}, so "
                           "there are no policies to compare")
-    cases = collect_cases(read_rows(db), meta["policy_param"], time_metric, meta["varied"],
-                          baseline or meta.get("baseline"))
+    try:
+        cases = collect_cases(read_rows(db), meta["policy_param"], time_metric, meta["varied"],
+                              baseline or meta.get("baseline"))
+    except ConfigError as error:  # the options' fields, named by the options
+        raise named_by_option(error, ("baseline", "metric")) from None
     return cases, time_metric
 
 
@@ -235,6 +238,10 @@ def summary(
     check_files({"--csv": (csv, (".csv",))}, {"DB": db})
     cases, time_metric = _cases(db, baseline, metric)
     groups = _split(by) if by is not None else list(cases.params[:1])
+    unknown = [name for name in groups if name not in cases.params]
+    if unknown or not groups:
+        raise ConfigError(f"--by: {', '.join(unknown) or repr(by)} does not vary in this "
+                          f"sweep; accepted: {', '.join(cases.params)} (comma-separated)")
     best = best_per_group(cases, groups)
     pivot = speedup_pivot(cases, groups)
     if not json_out:
@@ -278,6 +285,10 @@ def plot(
     x_name = x or (names[0] if names else None)
     if x_name is None:
         raise ConfigError("--x: the sweep varies nothing besides the policy; nothing to plot")
+    for option, name in (("--x", x_name), ("--y", y)):
+        if name is not None and name not in names:
+            raise ConfigError(f"{option}: {name!r} does not vary in this sweep; accepted: "
+                              + ", ".join(names))
     if heatmap is not None:
         y_name = y or next((n for n in names if n != x_name), None)
         if y_name is None or y_name == x_name:
