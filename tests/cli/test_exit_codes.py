@@ -117,6 +117,8 @@ HOSTILE = [
      "--model: invalid {c}: blocks: Input should be a valid list (got 3)"),
     (("pipeline", "plan", "--model", "gpt9"), {},
      "--model: unknown model 'gpt9'; accepted: vgg16"),
+    (("pipeline", "plan", "--model", "gpt2", "--gpu", "z100"), {},
+     "--gpu: unknown GPU 'z100'; accepted: h100"),
     # a model whose state exceeds every GPU's memory together: refused at once (was "no plan
     # fits the GPUs' memory" after the search: 134 s at 1,024 microbatches, minutes more at
     # 4,096): 174.6e9 parameters x 18 B (16-bit weights, FP32 gradients, FP32 master

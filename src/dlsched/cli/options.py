@@ -73,8 +73,8 @@ def named_by_option(error: ConfigError, fields: Iterable[str] = (),
         if text.startswith(f"{name}: "):
             return ConfigError(f"--{name.replace('_', '-')}: {text.removeprefix(f'{name}: ')}")
     for option, path in (files or {}).items():
-        if path is not None and str(path) in text:
-            return ConfigError(f"{option}: {text}")
+        if path is not None and str(path) in text:  # get_gpu's own label replaced too
+            return ConfigError(f"{option}: {text.removeprefix('device: ')}")
     return error
 
 
