@@ -126,6 +126,16 @@ HOSTILE = [
     (("pipeline", "plan", "--model", "gpt3-175b", "--microbatches", "4096"), {},
      "--model: gpt3-175b's weights, gradients and optimizer state (2,927.0 GiB) exceed the "
      "usable memory of all 16 GPUs together"),
+    # calibrate (the network): each range named by its option before any rank starts (was
+    # one 'sizes:' line for four options, and 'workers:', 'load:', 'comm_nice:',
+    # 'timeout_s:' for the others)
+    (("calibrate", "--min-size", "64MiB", "--max-size", "4KiB"), {},
+     "--min-size: 67,108,864 B is out of range; accepted: 4 B to 4 GiB, below --max-size "
+     "(4,096 B)"),
+    (("calibrate", "--points", "1"), {}, "--points: 1 is out of range; accepted: 2 to 64"),
+    (("calibrate", "--workers", "0"), {}, "--workers: worker count 0 is out of range"),
+    (("calibrate", "--load", "busy"), {}, "--load: 'busy'; accepted: none, compute, both"),
+    (("calibrate", "--timeout", "-1"), {}, "--timeout: must be in (0, 1e6) seconds"),
     # an unknown subcommand: the ones there are (was "No such command 'x'." alone)
     (("reproduce", "nonsense"), {},
      "No such command 'nonsense'; accepted: themis, megatron, usbyte, pipeline, "

@@ -43,4 +43,4 @@ def test_inputs_are_checked_before_torch(run_cli: Any, torch_absent: None, tmp_p
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli("calibrate", "--points", "1")
-    assert code == 2 and err.startswith("error: sizes: need"), err
+    assert code == 2 and err.startswith("error: --points: 1 is out of range"), err

@@ -65,13 +65,16 @@ def named_by_option(error: ConfigError, fields: Iterable[str] = (),
                     files: Mapping[str, object] | None = None) -> ConfigError:
     """``error`` raised past the edge, named by its option: a message starting with one of
     ``fields`` (``device: ...``) as ``--device: ...``; one naming a file of ``files``
-    (``{option: path}``) prefixed by that option; any other unchanged."""
+    (``{option: path}``) prefixed by that option; any other unchanged. ``fields`` may map each
+    field to its option where the two are spelled apart (``{"timeout_s": "--timeout"}``)."""
     text = str(error)
     if text.startswith("--"):
         return error
-    for name in fields:
+    options = fields if isinstance(fields, Mapping) else {
+        name: f"--{name.replace('_', '-')}" for name in fields}
+    for name, option in options.items():
         if text.startswith(f"{name}: "):
-            return ConfigError(f"--{name.replace('_', '-')}: {text.removeprefix(f'{name}: ')}")
+            return ConfigError(f"{option}: {text.removeprefix(f'{name}: ')}")
     for option, path in (files or {}).items():
         if path is not None and str(path) in text:  # get_gpu's own label replaced too
             return ConfigError(f"{option}: {text.removeprefix('device: ')}")

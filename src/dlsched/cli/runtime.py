@@ -14,7 +14,14 @@ from typing import Annotated, Any
 
 import typer
 
-from dlsched.cli.options import announce, console, emit_rows, parse_names, status_console
+from dlsched.cli.options import (
+    announce,
+    console,
+    emit_rows,
+    named_by_option,
+    parse_names,
+    status_console,
+)
 from dlsched.cli.paths import check_files
 from dlsched.dataparallel import (
     FIT_MODELS,
@@ -185,16 +192,26 @@ def calibrate_command(
     if ctx.invoked_subcommand is not None:
         return
     check_files({"--out": (out, (".yaml", ".yml", ".json"))})
-    WORKERS.check(workers, "workers")
+    WORKERS.check(workers, "--workers")
     low, high = parse_bytes(min_size), parse_bytes(max_size)
-    if not 4 <= low < high <= 2**32 or not 2 <= points <= 64 or not 1 <= repeats <= 1000:
-        raise ConfigError(f"sizes: need 4 B <= min-size < max-size <= 4 GiB, 2 <= points <= 64 "
-                          f"and 1 <= repeats <= 1000 (got {low}, {high}, {points}, {repeats})")
-    check_load(load)
+    for option, value, accepted in (
+            ("--min-size", low, f"4 B to 4 GiB, below --max-size ({high:,} B)"),
+            ("--max-size", high, f"above --min-size ({low:,} B), at most 4 GiB"),
+            ("--points", points, "2 to 64"), ("--repeats", repeats, "1 to 1000")):
+        ok = {"--min-size": 4 <= low < high, "--max-size": low < high <= 2**32,
+              "--points": 2 <= points <= 64, "--repeats": 1 <= repeats <= 1000}[option]
+        if not ok:
+            unit = " B" if option.endswith("size") else ""
+            raise ConfigError(f"{option}: {value:,}{unit} is out of range; accepted: {accepted}")
     if model not in FIT_MODELS:
         raise ConfigError(f"--model: {model!r} is not a fit; accepted: {', '.join(FIT_MODELS)}")
-    options = _spawn_options(workers, "--workers", backend=backend, timeout_s=timeout,
-                             comm_nice=comm_nice, own_sessions=False)
+    try:
+        check_load(load)
+        options = _spawn_options(workers, "--workers", backend=backend, timeout_s=timeout,
+                                 comm_nice=comm_nice, own_sessions=False)
+    except ConfigError as error:
+        raise named_by_option(error, {"load": "--load", "comm_nice": "--comm-nice",
+                                      "timeout_s": "--timeout"}) from None
     from dlsched.runtime import calibrate_network, calibration_sizes, write_network
 
     sizes = calibration_sizes(low, high, points)
