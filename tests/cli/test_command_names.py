@@ -13,7 +13,7 @@ NOTE = "is deprecated and goes in the next release"
 @pytest.mark.parametrize(("new", "old", "args", "message"), [
     (("run", "dataparallel"), ("train", "dataparallel"), ("--network", "usbyte-8",
                                                          "--policy", "fastest"),
-     "policy: unknown ['fastest']"),
+     "--policy: unknown ['fastest']"),
     (("run", "pipeline"), ("pipeline", "run"), ("missing-plan.json",), "missing-plan.json"),
 ])
 def test_run_group_executes_and_old_spellings_are_refused(run_cli, new, old, args, message):

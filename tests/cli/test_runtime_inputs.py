@@ -79,6 +79,21 @@ def test_train_refuses_a_module_that_is_no_model_before_spawning(
                            *RING, "--policy", "wfbp")
     assert code == 2, err
     assert needle in err and len(_errors(err)) == 1
+    assert err.startswith("error: --module: "), err  # named by the option (was 'module:')
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("profile", "--batch-size", "0"), "--batch-size: batch size 0 is out of range"),
+    (("profile", "--input-shape", "abc"), "--input-shape: 'abc' is not understood"),
+    (("profile", "--optimizer", "lbfgs"), "--optimizer: 'lbfgs'; accepted: sgd, adam, none"),
+    (("run", "dataparallel", "--network", "fast"), "--network: 'fast' is not understood"),
+    (("run", "dataparallel", "--policy", "fastest", *RING), "--policy: unknown ['fastest']"),
+])
+def test_torch_options_are_named_before_torch_runs(run_cli, no_spawn, args, message) -> None:
+    """The torch commands' bad options: one line starting with the option (were the fields,
+    'batch-size:', 'input-shape:', 'optimizer:', 'network:', 'policy:')."""
+    code, _, err = run_cli(*args)
+    assert code == 2 and err.startswith(f"error: {message}"), err
 
 
 def test_pipeline_run_refuses_a_plan_naming_no_model(tmp_path: Path, run_cli,

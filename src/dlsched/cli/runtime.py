@@ -96,11 +96,20 @@ def _spawn_options(ranks: int, field: str, **fields: Any) -> Any:
     return SpawnOptions(**fields)
 
 
+TORCH_OPTIONS = {"module": "--module", "input-shape": "--input-shape", "network": "--network",
+                 "workers": "--workers", "policy": "--policy", "repeats": "--repeats",
+                 "optimizer": "--optimizer", "timeout_s": "--timeout", "comm_nice": "--comm-nice"}
+"""The torch commands' fields as their options name them (``named_by_option``)."""
+
+
 def _config(module: str, input_shape: str, batch_size: int, **rest: Any) -> Any:
     from dlsched.runtime import TrainConfig
 
-    return TrainConfig(model=module, input_shape=_shape(input_shape),
-                       batch_size=BATCH.check(batch_size, "batch-size"), **rest)
+    try:
+        return TrainConfig(model=module, input_shape=_shape(input_shape),
+                           batch_size=BATCH.check(batch_size, "--batch-size"), **rest)
+    except ConfigError as error:
+        raise named_by_option(error, TORCH_OPTIONS) from None
 
 
 def profile_command(
@@ -126,10 +135,10 @@ def profile_command(
     check_files({"--out": (out, (".csv", ".json"))})
     THREADS.check(threads, "--threads")
     if not 0 <= warmup <= 1000 or not 1 <= repeats <= 1000:
-        raise ConfigError(f"repeats: need 0 <= warmup <= 1000 and 1 <= repeats <= 1000 (got "
-                          f"{warmup}, {repeats})")
+        raise ConfigError(f"--repeats: need 0 <= --warmup <= 1000 and 1 <= --repeats <= 1000 "
+                          f"(got {warmup}, {repeats})")
     if optimizer not in ("sgd", "adam", "none"):
-        raise ConfigError(f"optimizer: {optimizer!r}; accepted: sgd, adam, none")
+        raise ConfigError(f"--optimizer: {optimizer!r}; accepted: sgd, adam, none")
     from dlsched.runtime import Execution, require_torch
 
     execution = Execution(device, precision, channels_last, unused)
@@ -138,7 +147,10 @@ def profile_command(
 
     config = _config(module, input_shape, batch_size)
     with activity(f"profiling {module} ({warmup} + {repeats} iterations)", json_out):
-        profiled = profile_module(config, execution, warmup, repeats, optimizer, threads)
+        try:
+            profiled = profile_module(config, execution, warmup, repeats, optimizer, threads)
+        except ConfigError as error:  # the module built and run: named by --module
+            raise named_by_option(error, TORCH_OPTIONS) from None
     result, skipped = profiled.profile, profiled.skipped
     forward, backward = profiled.forward_s, profiled.backward_s
     write_profile(result, out)
@@ -284,13 +296,16 @@ def train_dataparallel(
     if workers is not None:
         WORKERS.check(workers, "--workers")
     LEARNING_RATE.check(lr, "--lr")
-    names = tuple(parse_names(policy, [*POLICIES, "torch-ddp"], "policy"))
+    names = tuple(parse_names(policy, [*POLICIES, "torch-ddp"], "--policy"))
     if (trace or plot) and names == ("torch-ddp",):
-        raise ConfigError("policy: --trace and --plot show the plan executor's measured "
+        raise ConfigError("--policy: --trace and --plot show the plan executor's measured "
                           "timeline; add a dlsched policy (torch-ddp is not recorded)")
-    workers = network_for_workers(network, workers, default=2)[1] or 2
-    options = _spawn_options(workers, "--workers", timeout_s=timeout, deadline_s=3600,
-                             comm_nice=comm_nice, own_sessions=False)
+    try:
+        workers = network_for_workers(network, workers, default=2)[1] or 2
+        options = _spawn_options(workers, "--workers", timeout_s=timeout, deadline_s=3600,
+                                 comm_nice=comm_nice, own_sessions=False)
+    except ConfigError as error:
+        raise named_by_option(error, TORCH_OPTIONS) from None
     if (note := assumed_latency_note(network)) is not None:
         (status_console if json_out else console).print(f"note: {note}", highlight=False)
     from dlsched.runtime import require_torch
@@ -302,7 +317,10 @@ def train_dataparallel(
                      iterations=iterations, warmup=warmup, optimizer=optimizer, lr=lr,
                      profile_in=profile_in, rounds=rounds)
     with activity(f"training {len(names)} policies on {workers} ranks", json_out):
-        trained = train_policies(config, workers, options)
+        try:
+            trained = train_policies(config, workers, options)
+        except ConfigError as error:  # the module checked before any rank: named by option
+            raise named_by_option(error, TORCH_OPTIONS) from None
     rows, runs = trained.rows, trained.runs
     if trace is not None:
         last = [run for run in runs if run.plan is not None][-1]
