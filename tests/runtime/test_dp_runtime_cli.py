@@ -54,10 +54,10 @@ def test_bad_runtime_options_exit_2_before_spawning(tmp_path, run_cli) -> None:
     code, _, err = run_cli("calibrate", "--out", str(tmp_path / "n.yaml"), "--load", "gpu")
     assert code == 2 and "load" in err and "compute" in err
     code, _, err = run_cli("calibrate", "--out", str(tmp_path / "n.yaml"), "--comm-nice", "30")
-    assert code == 2 and "comm_nice" in err
+    assert code == 2 and err.startswith("error: --comm-nice: ")
     code, _, err = run_cli("run", "dataparallel", "--network", "ring:1Gb/s,0us",
                            "--profile-in", "gpu")
-    assert code == 2 and "profile_in" in err and "training, passes" in err
+    assert code == 2 and err.startswith("error: --profile-in: ") and "training, passes" in err
     code, _, err = run_cli("run", "dataparallel", "--network", "ring:1Gb/s,0us",
                            "--rounds", "0")
     assert code == 2 and "rounds" in err and "1 to 100" in err

@@ -98,7 +98,8 @@ def _spawn_options(ranks: int, field: str, **fields: Any) -> Any:
 
 TORCH_OPTIONS = {"module": "--module", "input-shape": "--input-shape", "network": "--network",
                  "workers": "--workers", "policy": "--policy", "repeats": "--repeats",
-                 "optimizer": "--optimizer", "timeout_s": "--timeout", "comm_nice": "--comm-nice"}
+                 "optimizer": "--optimizer", "timeout_s": "--timeout", "comm_nice": "--comm-nice",
+                 "profile_in": "--profile-in", "rounds": "--rounds"}
 """The torch commands' fields as their options name them (``named_by_option``)."""
 
 
