@@ -136,6 +136,17 @@ HOSTILE = [
     (("calibrate", "--workers", "0"), {}, "--workers: worker count 0 is out of range"),
     (("calibrate", "--load", "busy"), {}, "--load: 'busy'; accepted: none, compute, both"),
     (("calibrate", "--timeout", "-1"), {}, "--timeout: must be in (0, 1e6) seconds"),
+    # collective / train / dataparallel: an input file's own error named by its option
+    # (were 'astra-network 'x' does not exist', 'x.json:1: <document>: ...', 'profile ...')
+    (("collective", "--astra-network", "{t}/none.yaml"), {"t.yaml": ""},
+     "--astra-network: astra-network '{t}/none.yaml' does not exist"),
+    (("collective", "--astra-system", "{s}"), {"s.json": "[1]"},
+     "--astra-system: {s}:1: <document>: "),
+    (("train", "--astra-workload", "{w}/none.txt"), {"w.txt": ""},
+     "--astra-workload: astra-workload '{w}/none.txt' does not exist"),
+    (("dataparallel", "--profile", "{p}"),
+     {"p.csv": "name,params,forward_time_s,backward_time_s\nl1,abc,1,2\n"},
+     "--profile: invalid profile {p}: layers[0].params: Input should be a valid integer"),
     # an unknown subcommand: the ones there are (was "No such command 'x'." alone)
     (("reproduce", "nonsense"), {},
      "No such command 'nonsense'; accepted: themis, megatron, usbyte, pipeline, "

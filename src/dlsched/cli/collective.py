@@ -15,6 +15,8 @@ from dlsched.cli.options import (
     TraceOption,
     console,
     emit_rows,
+    input_files,
+    named_by_option,
     refuse_overrides,
     status_console,
 )
@@ -22,6 +24,7 @@ from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 from dlsched.cli.schema_options import Given, options_from
 from dlsched.collectives import CollectiveResult
 from dlsched.collectives.scenario import CollectiveScenario
+from dlsched.errors import ConfigError
 from dlsched.experiments import themis
 from dlsched.hardware import load_topology, preset_description, preset_names
 from dlsched.interop.astra_collective import BASELINE, collective_setup, compare
@@ -79,12 +82,14 @@ def collective(
     dlsched may use more chunks or a higher concurrency than given: the table shows the values
     each policy used.
     """
-    outputs = Outputs(json_out, csv, trace, plot,
-                      inputs={"--topology": given["topology"],
-                              "--astra-network": given["astra_network"],
-                              "--astra-system": given["astra_system"]})
-    scenario = given.scenario()
-    setup = collective_setup(scenario, given.names("policy"))
+    inputs = {"--topology": given["topology"], "--astra-network": given["astra_network"],
+              "--astra-system": given["astra_system"]}
+    outputs = Outputs(json_out, csv, trace, plot, inputs=inputs)
+    try:  # an input file's error named by its option
+        scenario = given.scenario()
+        setup = collective_setup(scenario, given.names("policy"))
+    except ConfigError as error:
+        raise named_by_option(error, files=input_files(inputs)) from None
     system, net, compat = setup.system, setup.topology, setup.compat
     if system is not None and scenario.astra_system is not None:
         refuse_overrides(ctx, "--astra-system", Path(scenario.astra_system), {

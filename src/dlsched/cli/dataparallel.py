@@ -12,6 +12,8 @@ from dlsched.cli.options import (
     PlotOption,
     TraceOption,
     console,
+    input_files,
+    named_by_option,
     parse_names,
     status_console,
 )
@@ -20,6 +22,7 @@ from dlsched.cli.schema_options import Given, options_from
 from dlsched.dataparallel import assumed_latency_note
 from dlsched.dataparallel.compare import compare
 from dlsched.dataparallel.scenario import DataParallelScenario
+from dlsched.errors import ConfigError
 from dlsched.experiments import usbyte
 from dlsched.models import model_names
 from dlsched.progress import progress_bar
@@ -54,16 +57,20 @@ def dataparallel(
     the rows as JSON. Writes, when asked: --csv (rows), --trace (one Chrome-trace file, one
     process per policy), --plot (PNG, a panel per policy).
     """
-    outputs = Outputs(json_out, csv, trace, plot, inputs={
-        "--profile": given["profile"], "--network": given["network"],
-        "--device": given["device"]})
+    inputs = {"--profile": given["profile"], "--network": given["network"],
+              "--device": given["device"]}
+    outputs = Outputs(json_out, csv, trace, plot, inputs=inputs)
     names = given.names("policy")
     network = given["network"]
     note = assumed_latency_note(network)
     if note is not None:
         (status_console if json_out else console).print(f"note: {note}", highlight=False)
-    scenario = given.scenario()
-    compared = compare(scenario, names, progress=progress_bar("scheduling policies", json_out))
+    try:  # an input file's error named by its option
+        scenario = given.scenario()
+        compared = compare(scenario, names, progress=progress_bar("scheduling policies",
+                                                                   json_out))
+    except ConfigError as error:
+        raise named_by_option(error, files=input_files(inputs)) from None
     setup, shown = compared.setup, compared.workers_shown
     if not json_out:
         render_table(compared.rows, COLUMNS, f"{setup.problem.model} data-parallel iteration "

@@ -81,6 +81,17 @@ def named_by_option(error: ConfigError, fields: Iterable[str] = (),
     return error
 
 
+INPUT_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".csv", ".txt")
+"""What marks an option's value as an input file (not a preset or a formula) for
+``input_files``."""
+
+
+def input_files(inputs: Mapping[str, object]) -> dict[str, object]:
+    """The ``{option: value}`` of ``inputs`` that name files, for ``named_by_option``."""
+    return {option: value for option, value in inputs.items()
+            if value is not None and str(value).lower().endswith(INPUT_FILE_SUFFIXES)}
+
+
 def parse_names(text: str, accepted: Iterable[str], field: str) -> list[str]:
     """Comma-separated names, each one of ``accepted`` (``ours`` means ``dlsched``), without
     repeats; ConfigError naming ``field`` otherwise."""

@@ -12,6 +12,8 @@ from dlsched.cli.options import (
     Outputs,
     PlotOption,
     console,
+    input_files,
+    named_by_option,
     refuse_overrides,
 )
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
@@ -47,12 +49,16 @@ def train(
     plot: PlotOption = None,
 ) -> None:
     """Simulate whole training iterations of a workload under collective policies."""
-    outputs = Outputs(json_out, csv, trace, plot, inputs={
-        "--topology": given["topology"], "--astra-network": given["astra_network"],
-        "--astra-system": given["astra_system"], "--astra-workload": given["astra_workload"]})
+    inputs = {"--topology": given["topology"], "--astra-network": given["astra_network"],
+              "--astra-system": given["astra_system"],
+              "--astra-workload": given["astra_workload"]}
+    outputs = Outputs(json_out, csv, trace, plot, inputs=inputs)
     names = given.names("policy")
-    scenario = given.scenario()
-    setup = scenario.setup()
+    try:  # an input file's error named by its option
+        scenario = given.scenario()
+        setup = scenario.setup()
+    except ConfigError as error:
+        raise named_by_option(error, files=input_files(inputs)) from None
     system = setup.system
     if system is not None and scenario.astra_system is not None:
         refuse_overrides(ctx, "--astra-system", Path(scenario.astra_system), {
