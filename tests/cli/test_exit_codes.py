@@ -147,6 +147,11 @@ HOSTILE = [
     (("dataparallel", "--profile", "{p}"),
      {"p.csv": "name,params,forward_time_s,backward_time_s\nl1,abc,1,2\n"},
      "--profile: invalid profile {p}: layers[0].params: Input should be a valid integer"),
+    # sweep GRID / pipeline export PLAN: the file's own error named by the argument
+    (("sweep", "{g}", "--dry-run"), {"g.yaml": "domain: collective\naxes: {size: 5}\n"},
+     "GRID: invalid {g}: axes.size: Input should be a valid list (got 5)"),
+    (("pipeline", "export", "{p}", "--torch-csv", "{p}.csv"), {"p.json": "[1, 2"},
+     "PLAN: {p}: not valid JSON"),
     # an unknown subcommand: the ones there are (was "No such command 'x'." alone)
     (("reproduce", "nonsense"), {},
      "No such command 'nonsense'; accepted: themis, megatron, usbyte, pipeline, "

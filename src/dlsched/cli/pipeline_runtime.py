@@ -13,7 +13,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from dlsched.cli.options import announce, console, emit_rows
+from dlsched.cli.options import announce, console, emit_rows, named_by_option
 from dlsched.cli.paths import check_files
 from dlsched.cli.runtime import (
     ChannelsLastOption,
@@ -24,6 +24,7 @@ from dlsched.cli.runtime import (
 )
 from dlsched.errors import ConfigError
 from dlsched.pipeline import (
+    SavedPlan,
     load_plan,
     mapping_path_for,
     read_torch_export,
@@ -125,6 +126,14 @@ def profile(
                  f"samples, {threads} thread(s), {execution.describe()}", console)
 
 
+def _load_plan(plan: Path) -> SavedPlan:
+    """``load_plan(plan)``, its file's error named by PLAN."""
+    try:
+        return load_plan(plan)
+    except ConfigError as error:
+        raise named_by_option(error, files={"PLAN": plan}) from None
+
+
 def export(
     plan: Annotated[Path, typer.Argument(help="Plan file (pipeline plan --save).")],
     torch_csv: Annotated[Path, typer.Option(help="Per-rank action table to write (CSV).")],
@@ -137,7 +146,7 @@ def export(
     check_files({"--torch-csv": (torch_csv, (".csv",)),
                  "--mapping": (mapping or mapping_path_for(torch_csv), (".json",))},
                 {"PLAN": plan})
-    saved = load_plan(plan)
+    saved = _load_plan(plan)
     schedule = to_torch(saved.plan)
     written = write_torch_export(schedule, saved.device_names, torch_csv, mapping)
     announce(f"per-rank action table ({schedule.world_size} ranks)", torch_csv, json_out)
@@ -199,7 +208,7 @@ def run(
     WARMUP.check(warmup, "warmup")
     TIMEOUT.check(timeout, "timeout")
     TIMEOUT.check(deadline, "deadline")
-    saved = load_plan(plan)
+    saved = _load_plan(plan)
     schedule = None
     if torch_csv is not None:
         schedule = read_torch_export(torch_csv, mapping_path_for(torch_csv))

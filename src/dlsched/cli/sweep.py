@@ -95,7 +95,10 @@ def run(
         BATCH_SIZE.check(batch_size, "--batch-size")
     path = db if db is not None else Path(grid.stem + ".db")
     check_files(database_files("--db", path), {"GRID": grid})
-    loaded = load_grid(grid)
+    try:
+        loaded = load_grid(grid)
+    except ConfigError as error:  # the grid file's own error named by GRID
+        raise named_by_option(error, files={"GRID": grid}) from None
     check_files(database_files("--db", path), {"GRID": grid, **_named_files(loaded)})
     job = SweepJob.from_grid(loaded)
     if dry_run:
