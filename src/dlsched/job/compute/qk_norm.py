@@ -66,7 +66,13 @@ def with_qk_norms(model: TransformerModel, seq: int, heads: int, kv_heads: int,
     norms of ``heads`` query and ``kv_heads`` key heads of ``head_dim`` run after each block's
     QKV projection (on its first ``attn.c_attn`` layer, right after the projection's GEMM:
     before the attention core and the rotary embedding)."""
-    ops = qk_norm_ops(seq * heads * head_dim, seq * kv_heads * head_dim, head_dim)
+    return after_qkv_projection(
+        model, qk_norm_ops(seq * heads * head_dim, seq * kv_heads * head_dim, head_dim))
+
+
+def after_qkv_projection(model: TransformerModel, ops: tuple[Op, ...]) -> TransformerModel:
+    """``model`` with ``ops`` inserted right after each block's QKV projection GEMM (the first
+    op of its first ``attn.c_attn`` layer), ahead of whatever earlier insertions put there."""
     layers: list[Layer] = []
     done: set[str] = set()
     for layer in model.layers:

@@ -75,6 +75,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dlsched.job.compute.attention_sinks import SINK_CAST_LABEL
+from dlsched.job.compute.qk_norm import after_qkv_projection
 from dlsched.models.layer import Layer
 from dlsched.models.ops import ATTENTION_KINDS, Op, elementwise
 from dlsched.models.zoo import TransformerModel
@@ -187,18 +188,6 @@ def with_qkv_copies(model: TransformerModel, seq: int, heads: int, kv_heads: int
         return model
     core_copies = tuple(op for op in ops if op.label in CORE_COPY_LABELS)
     split = tuple(op for op in ops if op.label not in CORE_COPY_LABELS)
-    return _before_core(_after_projection(model, split), core_copies)
-
-
-def _after_projection(model: TransformerModel, ops: tuple[Op, ...]) -> TransformerModel:
-    """``model`` with ``ops`` right after each block's QKV projection (where the split and the
-    query's reshape run, before the query and key norms; the split's backward concatenation
-    then runs after the norms' backward, just before the projection's)."""
-    layers: list[Layer] = []
-    done: set[str] = set()
-    for layer in model.layers:
-        if ".attn.c_attn" in layer.name and layer.block not in done:
-            done.add(layer.block)
-            layer = replace(layer, ops=(*layer.ops[:1], *ops, *layer.ops[1:]))
-        layers.append(layer)
-    return replace(model, layers=tuple(layers))
+    # the split and the query's reshape right after the QKV projection, before the query and
+    # key norms (the split's backward concatenation then runs after the norms' backward)
+    return _before_core(after_qkv_projection(model, split), core_copies)
