@@ -143,10 +143,10 @@ def profile_command(
     from dlsched.runtime import Execution, require_torch
 
     execution = Execution(device, precision, channels_last, unused)
+    config = _config(module, input_shape, batch_size)  # checked before torch is needed
     require_torch()
     from dlsched.runtime import profile_module, write_profile
 
-    config = _config(module, input_shape, batch_size)
     with activity(f"profiling {module} ({warmup} + {repeats} iterations)", json_out):
         try:
             profiled = profile_module(config, execution, warmup, repeats, optimizer, threads)
