@@ -207,12 +207,13 @@ def calibrate_command(
     check_files({"--out": (out, (".yaml", ".yml", ".json"))})
     WORKERS.check(workers, "--workers")
     low, high = parse_bytes(min_size), parse_bytes(max_size)
-    for option, value, accepted in (
-            ("--min-size", low, f"4 B to 4 GiB, below --max-size ({high:,} B)"),
-            ("--max-size", high, f"above --min-size ({low:,} B), at most 4 GiB"),
-            ("--points", points, "2 to 64"), ("--repeats", repeats, "1 to 1000")):
-        ok = {"--min-size": 4 <= low < high, "--max-size": low < high <= 2**32,
-              "--points": 2 <= points <= 64, "--repeats": 1 <= repeats <= 1000}[option]
+    for option, value, ok, accepted in (
+            ("--min-size", low, 4 <= low < high,
+             f"4 B to 4 GiB, below --max-size ({high:,} B)"),
+            ("--max-size", high, low < high <= 2**32,
+             f"above --min-size ({low:,} B), at most 4 GiB"),
+            ("--points", points, 2 <= points <= 64, "2 to 64"),
+            ("--repeats", repeats, 1 <= repeats <= 1000, "1 to 1000")):
         if not ok:
             unit = " B" if option.endswith("size") else ""
             raise ConfigError(f"{option}: {value:,}{unit} is out of range; accepted: {accepted}")
