@@ -87,7 +87,7 @@ def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[floa
     gather = curve(group, "all-gather", run.collective_policy).seconds(unit.gathered)
     scatter = curve(group, "reduce-scatter", run.collective_policy).seconds(unit.reduced)
     copy_f = copy_b = 0.0
-    if run.sharding in FSDP2_SHARDINGS and layout.pp == 1:
+    if run.sharding in FSDP2_SHARDINGS:  # without PP (returned above under a pipeline)
         copy_f, copy_b = copy_seconds(unit.gathered, unit.params, run.grad_bytes,
                                       gpu_compute(job.cluster.gpu, run.precision)
                                       .gpu.memory_rate)
