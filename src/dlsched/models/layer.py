@@ -9,7 +9,9 @@ compute model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from dlsched.models.ops import Op
 
@@ -45,3 +47,21 @@ class Model:
     def gradient_bytes(self) -> list[int]:
         """Gradient size of each layer in bytes, in forward order."""
         return [layer.params * self.dtype_bytes for layer in self.layers]
+
+
+M = TypeVar("M", bound=Model)
+
+
+def insert_per_block(model: M, ops: tuple[Op, ...], at: Callable[[Layer], int | None]) -> M:
+    """``model`` with ``ops`` spliced into the first layer of each block for which ``at`` gives
+    an index (inserted before that layer's op of that index; ``len(layer.ops)``: after its
+    last); every other layer as it is."""
+    layers: list[Layer] = []
+    done: set[str] = set()
+    for layer in model.layers:
+        index = None if layer.block in done else at(layer)
+        if index is not None:
+            done.add(layer.block)
+            layer = replace(layer, ops=(*layer.ops[:index], *ops, *layer.ops[index:]))
+        layers.append(layer)
+    return replace(model, layers=tuple(layers))

@@ -33,9 +33,7 @@ Only under ``attention: fused`` (cuDNN's kernel, which only Transformer Engine's
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from dlsched.models.layer import Layer
+from dlsched.models.layer import Layer, insert_per_block
 from dlsched.models.ops import ATTENTION_KINDS, Op, elementwise
 from dlsched.models.zoo import TransformerModel
 
@@ -51,17 +49,12 @@ def sink_cast_op(heads: int) -> Op:
     return elementwise(SINK_CAST_LABEL, heads, CAST_PASSES, kernels=1.0, backward_kernels=1.0)
 
 
+def core_index(layer: Layer) -> int | None:
+    """The index of ``layer``'s attention core among its ops (None: the layer holds none)."""
+    return next((i for i, op in enumerate(layer.ops) if op.kind in ATTENTION_KINDS), None)
+
+
 def with_sink_casts(model: TransformerModel, heads: int) -> TransformerModel:
     """``model`` with the sink offsets' cast just before each block's fused attention core
     (in the layer that holds the core)."""
-    op = sink_cast_op(heads)
-    layers: list[Layer] = []
-    done: set[str] = set()
-    for layer in model.layers:
-        at = next((i for i, core in enumerate(layer.ops) if core.kind in ATTENTION_KINDS),
-                  None)
-        if at is not None and layer.block not in done:
-            done.add(layer.block)
-            layer = replace(layer, ops=(*layer.ops[:at], op, *layer.ops[at:]))
-        layers.append(layer)
-    return replace(model, layers=tuple(layers))
+    return insert_per_block(model, (sink_cast_op(heads),), core_index)

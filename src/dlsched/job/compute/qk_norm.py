@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsched.models.layer import Layer
+from dlsched.models.layer import insert_per_block
 from dlsched.models.ops import Op, elementwise, norm
 from dlsched.models.zoo import TransformerModel
 
@@ -73,11 +73,5 @@ def with_qk_norms(model: TransformerModel, seq: int, heads: int, kv_heads: int,
 def after_qkv_projection(model: TransformerModel, ops: tuple[Op, ...]) -> TransformerModel:
     """``model`` with ``ops`` inserted right after each block's QKV projection GEMM (the first
     op of its first ``attn.c_attn`` layer), ahead of whatever earlier insertions put there."""
-    layers: list[Layer] = []
-    done: set[str] = set()
-    for layer in model.layers:
-        if ".attn.c_attn" in layer.name and layer.block not in done:
-            done.add(layer.block)
-            layer = replace(layer, ops=(*layer.ops[:1], *ops, *layer.ops[1:]))
-        layers.append(layer)
-    return replace(model, layers=tuple(layers))
+    return insert_per_block(model, ops,
+                            lambda layer: 1 if ".attn.c_attn" in layer.name else None)

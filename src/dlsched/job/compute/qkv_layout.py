@@ -74,10 +74,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsched.job.compute.attention_sinks import SINK_CAST_LABEL
+from dlsched.job.compute.attention_sinks import SINK_CAST_LABEL, core_index
 from dlsched.job.compute.qk_norm import after_qkv_projection
-from dlsched.models.layer import Layer
-from dlsched.models.ops import ATTENTION_KINDS, Op, elementwise
+from dlsched.models.layer import Layer, insert_per_block
+from dlsched.models.ops import Op, elementwise
 from dlsched.models.zoo import TransformerModel
 
 QUERY_COPY_LABEL = "attn.q-reshape"
@@ -160,17 +160,13 @@ def _before_core(model: TransformerModel, ops: tuple[Op, ...]) -> TransformerMod
     """``model`` with ``ops`` just before each block's attention core (in its layer), ahead of
     the sink offsets' cast (``job.compute.attention_sinks``: TE casts them after
     ``get_qkv_layout``)."""
-    layers: list[Layer] = []
-    done: set[str] = set()
-    for layer in model.layers:
-        core = next((i for i, op in enumerate(layer.ops) if op.kind in ATTENTION_KINDS), None)
+    def at(layer: Layer) -> int | None:
+        core = core_index(layer)
         if core is not None and core > 0 and layer.ops[core - 1].label == SINK_CAST_LABEL:
-            core -= 1
-        if core is not None and layer.block not in done:
-            done.add(layer.block)
-            layer = replace(layer, ops=(*layer.ops[:core], *ops, *layer.ops[core:]))
-        layers.append(layer)
-    return replace(model, layers=tuple(layers))
+            return core - 1
+        return core
+
+    return insert_per_block(model, ops, at)
 
 
 def with_qkv_copies(model: TransformerModel, seq: int, heads: int, kv_heads: int,

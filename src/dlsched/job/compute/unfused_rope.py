@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsched.models.layer import Layer
+from dlsched.models.layer import insert_per_block
 from dlsched.models.ops import Op, elementwise
 from dlsched.models.zoo import TransformerModel
 
@@ -61,11 +61,6 @@ def with_unfused_rope(model: TransformerModel, seq: int, heads: int, kv_heads: i
     rotary embedding of ``heads`` query and ``kv_heads`` key heads of ``head_dim`` run after
     each block's QKV projection (on its first ``attn.c_attn`` layer)."""
     op = rope_op(seq * heads * head_dim, seq * kv_heads * head_dim)
-    layers: list[Layer] = []
-    done: set[str] = set()
-    for layer in model.layers:
-        if ".attn.c_attn" in layer.name and layer.block not in done:
-            done.add(layer.block)
-            layer = replace(layer, ops=(*layer.ops, op))
-        layers.append(layer)
-    return replace(model, layers=tuple(layers))
+    return insert_per_block(model, (op,),
+                            lambda layer: len(layer.ops) if ".attn.c_attn" in layer.name
+                            else None)
