@@ -5,6 +5,7 @@ loss, the pieces-and-copies flow, and bounds against the blocking collectives.""
 from __future__ import annotations
 
 import pytest
+from llama3_8b import L8
 
 from dlsched.job.cluster import load_cluster
 from dlsched.job.communication.async_tp import collective_seconds, flow_end, piece
@@ -16,9 +17,6 @@ from dlsched.job.model_spec import Model
 from dlsched.models.ops import Op
 from dlsched.pipeline.chains.calibrated_chain import block_seconds
 
-L8 = Model("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
-           tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-           learned_positions=False)
 SH = 8192 * 4096
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from llama3_8b import L8
 
 from dlsched.errors import ConfigError
 from dlsched.job.compute.block_pricing import KernelOptions, ops_works
@@ -21,12 +22,8 @@ from dlsched.job.compute.fp8 import (
     separate_linears,
 )
 from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
-from dlsched.job.model_spec import Model
 from dlsched.models.kernels import gemm_utilization
 
-L8 = Model("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
-           tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-           learned_positions=False)
 B = 2  # microbatch size
 TOKENS = B * 8192
 

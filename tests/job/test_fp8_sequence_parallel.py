@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from llama3_8b import L8
 
 from dlsched.job.cluster import load_cluster
 from dlsched.job.communication.collective_costs import curve
@@ -18,12 +19,8 @@ from dlsched.job.communication.tp_overlap import (
 from dlsched.job.compute.block_pricing import KernelOptions
 from dlsched.job.compute.fp8 import amax_reductions, cast_bytes, cast_kernels, operand_elements
 from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
-from dlsched.job.model_spec import Model, bundled_specs
+from dlsched.job.model_spec import bundled_specs
 from dlsched.models.pricing import product_seconds
-
-L8 = Model("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
-           tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-           learned_positions=False)
 
 
 def _ops() -> dict[str, object]:

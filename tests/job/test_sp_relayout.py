@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+from llama3_8b import L8
 
 from dlsched.job.cluster import load_cluster
 from dlsched.job.communication.collective_costs import curve
@@ -18,11 +19,7 @@ from dlsched.job.compute.layer_costs import (
     separate_linears_seconds,
 )
 from dlsched.job.compute.op_checkpoint import recomputed_ops
-from dlsched.job.model_spec import Model
 
-L8 = Model("llama3-8b", 32, 4096, 32, 8192, 128256, ffn_hidden=14336, kv_heads=8,
-           tied_embeddings=False, gated_ffn=True, bias=False, rms_norm=True,
-           learned_positions=False)
 MESSAGE = 12 * 8192 * 4096 * 2  # 805,306,368 bytes: the gathered bf16 activation
 
 
