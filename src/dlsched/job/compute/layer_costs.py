@@ -152,13 +152,9 @@ def decoder_model(spec: Model, depth: int = 1, cp: int = 1,
         model = with_sink_casts(model, spec.heads)
     if not is_mla(spec):
         if spec.qk_norm:  # job.compute.qk_norm: before the rotary embedding
-            model = with_qk_norms(model, local_tokens(spec, cp), spec.heads,
-                                  spec.kv_heads or spec.heads,
-                                  spec.head_dim or spec.hidden // spec.heads)
+            model = with_qk_norms(model, *_attention_heads(spec, cp))
         if not spec.rope_fusion:
-            model = with_unfused_rope(model, local_tokens(spec, cp), spec.heads,
-                                      spec.kv_heads or spec.heads,
-                                      spec.head_dim or spec.hidden // spec.heads)
+            model = with_unfused_rope(model, *_attention_heads(spec, cp))
         if attention == "flash":  # PyTorch's SDPA (TE's flash backend: rank_decoder)
             model = with_kv_repeat(model, *_attention_heads(spec, cp))
         return model
