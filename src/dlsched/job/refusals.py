@@ -38,6 +38,7 @@ from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap
 from dlsched.job.evaluation.pipeline_split import feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule
 from dlsched.job.model_spec import Model
+from dlsched.job.search import MICROBATCH_SIZES
 from dlsched.validation import MAX_MICROBATCHES, MAX_NPUS_PER_DIM
 
 if TYPE_CHECKING:
@@ -157,9 +158,9 @@ def _check_experts(scenario: PlanScenario, spec: Model) -> None:
 def _check_batch(scenario: PlanScenario, gpus: int) -> None:
     """The global batch a multiple of the microbatch size x DP given, and at most
     ``MAX_MICROBATCHES`` microbatches per replica (the pipeline simulator's limit) at the
-    largest microbatch size x DP given or searched (``search.MICROBATCH_SIZES``: 8; DP: the
+    largest microbatch size x DP given or searched (``search.MICROBATCH_SIZES``' largest; DP: the
     GPUs)."""
-    most = (scenario.microbatch_size or 8) * (scenario.dp or gpus)
+    most = (scenario.microbatch_size or max(MICROBATCH_SIZES)) * (scenario.dp or gpus)
     if scenario.global_batch > MAX_MICROBATCHES * most:
         raise ConfigError(f"--global-batch: {scenario.global_batch:,} sequences are more than "
                           f"{MAX_MICROBATCHES:,} microbatches per replica at microbatch size x "
