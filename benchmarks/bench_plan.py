@@ -238,12 +238,19 @@ WALK_CASES = [[schedule, pp, 3072] for schedule in ("1f1b", "interleaved", "zb-h
               for pp in (8, 16, 32, 64)] + [["1f1b", 64, batch] for batch in (768, 12288)]
 
 
-def _walk_rows(source: str | None, cases: list[list[object]]) -> list[list[object]]:
-    """``WALK_SCRIPT``'s rows run by this checkout (None) or the ``src`` folder ``source``."""
+def script_rows(script: str, source: str | None, cases: list[list[object]]
+                ) -> list[list[object]]:
+    """The JSON rows ``script`` prints for ``cases`` (its one argument), run in a fresh
+    process by this checkout (None) or the ``src`` folder ``source``."""
     env = None if source is None else {**os.environ, "PYTHONPATH": source}
-    done = subprocess.run([sys.executable, "-c", WALK_SCRIPT, json.dumps(cases)],
+    done = subprocess.run([sys.executable, "-c", script, json.dumps(cases)],
                           capture_output=True, text=True, check=True, env=env)
     return json.loads(done.stdout)
+
+
+def _walk_rows(source: str | None, cases: list[list[object]]) -> list[list[object]]:
+    """``WALK_SCRIPT``'s rows run by this checkout (None) or the ``src`` folder ``source``."""
+    return script_rows(WALK_SCRIPT, source, cases)
 
 
 def _alternated(before: str | None, runs: int) -> tuple[list[list[object]],

@@ -13,12 +13,9 @@ evaluation of the unit-walked layouts (what building their level graphs costs) i
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 
-from benchmarks.bench_plan import _walk_rows
+from benchmarks.bench_plan import _walk_rows, script_rows
 from benchmarks.common import host_facts, host_text, write_section
 
 # The rows are bench_plan's plan-walk script (``bench_plan.WALK_SCRIPT``, one fresh process per
@@ -73,10 +70,7 @@ def _timed(source: str | None) -> list[list[object]]:
 
 def _first(source: str | None) -> list[list[object]]:
     """``FIRST_SCRIPT``'s rows (``FIRST_CASES``) by this checkout (None) or ``source``."""
-    env = None if source is None else {**os.environ, "PYTHONPATH": source}
-    done = subprocess.run([sys.executable, "-c", FIRST_SCRIPT, json.dumps(FIRST_CASES)],
-                          capture_output=True, text=True, check=True, env=env)
-    return json.loads(done.stdout)
+    return script_rows(FIRST_SCRIPT, source, FIRST_CASES)
 
 
 def _least(runs: list[list[list[object]]]) -> list[list[object]]:
