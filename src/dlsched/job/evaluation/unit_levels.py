@@ -196,6 +196,12 @@ def _lane_graph(program: UnitProgram, sends: tuple[bool, ...], schedule: str) ->
                       np.array(level, dtype=np.int64), tuple(backward), tuple(last_unit), zero)
 
 
+def _placed(nodes: np.ndarray, offset: int, count: int) -> np.ndarray:
+    """A lane's node indices ``nodes`` in the merged numbering of ``count`` nodes: its own
+    nodes ``offset`` on, ``NONE`` the -inf slot ``count``, ``ZERO`` the 0 slot ``count + 1``."""
+    return np.where(nodes >= 0, nodes + offset, np.where(nodes == NONE, count, count + 1))
+
+
 def _merged(lanes: list[_LaneGraph], program: UnitProgram) -> LevelProgram:
     """The two lanes' graphs as one (``LevelProgram``), numbered level by level."""
     sizes = [len(lane.level) for lane in lanes]
@@ -210,14 +216,12 @@ def _merged(lanes: list[_LaneGraph], program: UnitProgram) -> LevelProgram:
     for lane, (graph, offset) in enumerate(zip(lanes, offsets, strict=True)):
         part = slice(offset, offset + len(graph.level))
         given = graph.preds
-        preds[:len(given), part] = np.where(given >= 0, given + offset,
-                                            np.where(given == NONE, count, count + 1))
+        preds[:len(given), part] = _placed(given, offset, count)
         real = graph.terms != graph.zero
         terms[:len(graph.terms), part] = np.where(real, graph.terms + lane * stride,
                                                   lanes[0].zero)
-        ends.append(tuple(tuple(np.where(np.array(nodes) >= 0, np.array(nodes) + offset,
-                                         np.where(np.array(nodes) == NONE, count, count + 1))
-                                .tolist()) for nodes in (graph.backward, graph.last)))
+        ends.append(tuple(tuple(_placed(np.array(nodes), offset, count).tolist())
+                          for nodes in (graph.backward, graph.last)))
     level = np.concatenate([lane.level for lane in lanes])
     order = np.argsort(level, kind="stable")
     number = np.empty(count + 2, dtype=np.int64)
