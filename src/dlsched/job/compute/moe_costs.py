@@ -388,14 +388,13 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
     attn_graphed, norm_graphed, residual_graphed = captured_blocks(cuda_graph)
     blocks = [*((layer, norm_graphed if ".ln_2." in layer.name else attn_graphed)
                 for layer in attention_layers), (residual, residual_graphed)]
-    forward = (sum(layer_seconds(layer, b, compute, kernels, False, captured)
-                   for layer, captured in blocks)
-               + sum(routed_seconds(layer, alone, kernels, False, captured)
-                     for layer, captured in zip(routed, graphed, strict=True)))
-    backward = (sum(layer_seconds(layer, b, compute, kernels, True, captured)
+
+    def seconds(backward: bool) -> float:  # the layer's blocks and routed parts, one half
+        return (sum(layer_seconds(layer, b, compute, kernels, backward, captured)
                     for layer, captured in blocks)
-                + sum(routed_seconds(layer, alone, kernels, True, captured)
+                + sum(routed_seconds(layer, alone, kernels, backward, captured)
                       for layer, captured in zip(routed, graphed, strict=True)))
+    forward, backward = seconds(False), seconds(True)
     message = b * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     exchange = (curve(tp_group, "all-gather", policy).seconds(message)
                 + curve(tp_group, "reduce-scatter", policy).seconds(message)) if sp else \
