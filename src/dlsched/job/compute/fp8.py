@@ -123,13 +123,12 @@ from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import FP8_RECIPES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
-from dlsched.models.pricing import product_seconds
+from dlsched.models.pricing import COLUMN_PARALLEL, product_seconds
 from dlsched.models.timeline import Work
 
 TE_RECIPES = ("delayed", "current", "mxfp8")
 TORCHAO_RECIPES = ("tensorwise", "rowwise")
 FP8_LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
-COLUMN_PARALLEL = ("attn.c_attn", "mlp.c_fc")
 # TorchTitan's Llama: the QKV projection as wq, wk, wv; a gated FFN's input projection as w1,
 # w3 (torchtitan/models/llama3/model.py); ``separate_linears``.
 SPLIT_LINEARS = {"attn.c_attn": 3, "mlp.c_fc": 2}
