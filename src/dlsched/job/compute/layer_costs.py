@@ -170,9 +170,9 @@ def te_attention(attention: str, transformer_impl: str) -> bool:
 
 
 def _attention_heads(spec: Model, cp: int) -> tuple[int, int, int, int]:
-    """Tokens per sample on a CP rank, query heads, KV heads and head dimension of ``spec``."""
-    return (local_tokens(spec, cp), spec.heads, spec.kv_heads or spec.heads,
-            spec.head_dim or spec.hidden // spec.heads)
+    """Tokens per sample on a CP rank, query heads, KV heads and head dimension of ``spec``
+    (``Model`` fills ``kv_heads`` and ``head_dim`` left 0 with their defaults)."""
+    return local_tokens(spec, cp), spec.heads, spec.kv_heads, spec.head_dim
 
 
 @lru_cache(maxsize=256)
