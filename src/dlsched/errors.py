@@ -12,7 +12,23 @@ from __future__ import annotations
 
 
 class ConfigError(ValueError):
-    """Invalid user input: the message names the field, the value and what is accepted."""
+    """Invalid user input: the message names the field, the value and what is accepted.
+
+    ``ConfigError(reason, field)`` is the message ``field: reason``, its field kept apart
+    (``field``, ``reason``) so that an edge taking the value through an option of its own names
+    that option instead (``renamed("--gpu")``) without cutting the label off the text; a
+    message given whole (``ConfigError("size: too big")``) has ``field`` None and ``reason``
+    the whole message."""
+
+    def __init__(self, reason: str, field: str | None = None) -> None:
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.field = field
+        self.reason = reason
+
+    def renamed(self, name: str) -> ConfigError:
+        """This error naming ``name`` (an option: ``--gpu``) in place of its field, or before
+        its whole message when it has none."""
+        return ConfigError(self.reason, name)
 
 
 def check_choice(option: str, value: object, accepted: tuple) -> object:

@@ -292,3 +292,15 @@ def test_the_commands_the_issue_names() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith("error: --gpu: unknown GPU 'nonsense'")
     assert "mi300x" in done.stderr and "b200" in done.stderr
+
+
+def test_an_unknown_gpu_carries_its_field_apart_from_its_reason() -> None:
+    """``get_gpu('nonsense')`` is field ``device``; the reason is the message without that
+    label, so ``--gpu`` takes the label's place (no ``device:`` left, none doubled)."""
+    with pytest.raises(ConfigError) as error:
+        get_gpu("nonsense")
+    assert error.value.field == "device"
+    assert str(error.value) == f"device: {error.value.reason}"
+    assert error.value.reason.startswith("unknown GPU 'nonsense'; accepted: ")
+    renamed = str(error.value.renamed("--gpu"))
+    assert renamed.startswith("--gpu: unknown GPU 'nonsense'") and "device" not in renamed

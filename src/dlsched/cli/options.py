@@ -63,21 +63,24 @@ def scenario_from_options(schema: type[Scenario], options: Mapping[str, Any]) ->
 
 def named_by_option(error: ConfigError, fields: Iterable[str] = (),
                     files: Mapping[str, object] | None = None) -> ConfigError:
-    """``error`` raised past the edge, named by its option: a message starting with one of
-    ``fields`` (``device: ...``) as ``--device: ...``; one naming a file of ``files``
-    (``{option: path}``) prefixed by that option; any other unchanged. ``fields`` may map each
-    field to its option where the two are spelled apart (``{"timeout_s": "--timeout"}``)."""
+    """``error`` raised past the edge, named by its option: one of field ``device`` (or a
+    message starting ``device: ``) among ``fields`` as ``--device: ...``; one naming a file of
+    ``files`` (``{option: path}``) by that option in place of its field; any other unchanged.
+    ``fields`` may map each field to its option where the two are spelled apart
+    (``{"timeout_s": "--timeout"}``)."""
     text = str(error)
     if text.startswith("--"):
         return error
     options = fields if isinstance(fields, Mapping) else {
         name: f"--{name.replace('_', '-')}" for name in fields}
+    if error.field in options:
+        return error.renamed(options[error.field])
     for name, option in options.items():
         if text.startswith(f"{name}: "):
-            return ConfigError(f"{option}: {text.removeprefix(f'{name}: ')}")
+            return ConfigError(text.removeprefix(f"{name}: "), option)
     for option, path in (files or {}).items():
-        if path is not None and str(path) in text:  # get_gpu's own label replaced too
-            return ConfigError(f"{option}: {text.removeprefix('device: ')}")
+        if path is not None and str(path) in text:
+            return error.renamed(option)
     return error
 
 

@@ -172,7 +172,7 @@ class Options:
         try:  # an unknown preset or an unreadable file is refused before any work
             get_gpu(self.gpu)
         except ConfigError as error:
-            raise ConfigError(f"--gpu: {error}") from None
+            raise error.renamed("--gpu") from None
 
 
 @dataclass(frozen=True)

@@ -255,7 +255,8 @@ def _preset_gpu(name: str) -> Gpu:
 
 def get_gpu(name_or_path: str | Path | GpuSpec) -> Gpu:
     """A bundled preset by name (``presets/gpus.yaml``), a YAML/JSON GPU file, or a GPU
-    document already validated (a system's ``gpu``)."""
+    document already validated (a system's ``gpu``). An unknown name: ConfigError of field
+    ``device`` (a caller taking it through another option names that: ``renamed``)."""
     if isinstance(name_or_path, GpuSpec):
         return Gpu(name_or_path)
     key = str(name_or_path)
@@ -267,5 +268,5 @@ def get_gpu(name_or_path: str | Path | GpuSpec) -> Gpu:
         if isinstance(data, dict):
             data = {"name": Path(key).stem, **data}
         return gpu_from_data(data, key)
-    raise ConfigError(f"device: unknown GPU {key!r}; accepted: " + ", ".join(presets)
-                      + " or a .yaml/.json GPU file")
+    raise ConfigError(f"unknown GPU {key!r}; accepted: " + ", ".join(presets)
+                      + " or a .yaml/.json GPU file", "device")

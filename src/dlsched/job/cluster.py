@@ -58,7 +58,7 @@ def _gpu_document(value: Any, field: str = "--gpu") -> Any:
         try:
             return get_gpu(value).spec
         except ConfigError as error:
-            raise ConfigError(f"{field}: {error}".replace("device: ", "")) from None
+            raise error.renamed(field) from None
     return value
 
 

@@ -133,7 +133,7 @@ def score_runs(rows: Sequence[LedgerRow], gpu: str | None = None
         try:
             get_gpu(gpu)
         except ConfigError as error:
-            raise ConfigError(f"--gpu: {str(error).removeprefix('device: ')}") from None
+            raise error.renamed("--gpu") from None
     records = []
     for row in rows:
         try:
