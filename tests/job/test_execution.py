@@ -188,3 +188,21 @@ def test_label_names_the_cp_algorithm(algorithm: str, written: str) -> None:
     layout = Execution(tp=2, cp=2, pp=1, dp=1, chunks=1, microbatch_size=1, schedule="1f1b",
                        recompute="none", sequence_parallel=False, zero=0, cp_algorithm=algorithm)
     assert layout.label().startswith(written)
+
+
+def test_fsdp2_regime_by_hand():
+    """``Execution.fsdp2``: FSDP2 (sharding fsdp2 / fsdp2-split) runs ZeRO 3 over more than one
+    CP x DP rank, under a pipeline schedule exactly when pp > 1; ZeRO 2, one replica (dp 1,
+    cp 1) or Megatron-FSDP's ``zero`` sharding is neither regime."""
+    piped = Execution(1, 2, 2, 1, 4, zero=3)
+    flat = replace(piped, pp=1)
+    for sharding in ("fsdp2", "fsdp2-split"):
+        assert piped.fsdp2(sharding, pipelined=True)
+        assert not piped.fsdp2(sharding, pipelined=False)
+        assert flat.fsdp2(sharding, pipelined=False)
+        assert not flat.fsdp2(sharding, pipelined=True)
+        assert replace(piped, dp=1, cp=2).fsdp2(sharding, pipelined=True)  # CP ranks shard too
+    for layout in (replace(piped, zero=2), replace(piped, dp=1, global_batch=2), piped):
+        sharding = "zero" if layout is piped else "fsdp2"
+        assert not layout.fsdp2(sharding, pipelined=True)
+        assert not layout.fsdp2(sharding, pipelined=False)

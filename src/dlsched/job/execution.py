@@ -55,7 +55,7 @@ from dlsched.errors import ConfigError, check_choice
 from dlsched.job.compute.module_recompute import check_recompute_modules, modules_of
 from dlsched.job.evaluation.pipeline_split import check_split, rank_layers, stage_layers
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule, held_stages
-from dlsched.job.run_choices import config_errors
+from dlsched.job.run_choices import FSDP2_SHARDINGS, config_errors
 from dlsched.job.run_settings import RUN_FIELDS, RunSettings
 
 if TYPE_CHECKING:
@@ -221,6 +221,18 @@ class Execution:
     def virtual_stages(self) -> int:
         """Pipeline stages counting every chunk: pp x chunks."""
         return self.pp * self.chunks
+
+    def fsdp2(self, sharding: str, pipelined: bool) -> bool:
+        """Whether PyTorch's FSDP2 runs this layout's ZeRO 3 (``sharding`` one of
+        ``FSDP2_SHARDINGS``, ZeRO 3 over more than one CP x DP rank) in the regime ``pipelined``
+        names: under a pipeline schedule (``pp`` > 1: no reshard, gradients synced on the last
+        microbatch only, FP32 unsharded gradients accumulated over the microbatches;
+        ``job.memory.torch_runtime``, ``job.communication.fsdp2_costs``) or without one
+        (``pp`` 1: gathers and reduce-scatters per block and microbatch). ``sharding`` is an
+        argument, not read off ``run``: the memory model prices its own ``Runtime``
+        (``job.run_choices``) beside the layout, the time model ``run.sharding``."""
+        return (sharding in FSDP2_SHARDINGS and self.zero == 3 and self.cp * self.dp > 1
+                and (self.pp > 1) == pipelined)
 
     def group_ranks(self, name: str) -> tuple[int, int]:
         """(stride, size) of the communication group ``name`` (``GROUPS``): its ranks are

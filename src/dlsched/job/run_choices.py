@@ -39,6 +39,9 @@ FP8_RECIPES = ("delayed", "current", "mxfp8", "tensorwise", "rowwise")  # job.co
 GRAD_ACCUMULATION = ("fused", "separate")  # job.compute.grad_accumulation
 TRANSFORMER_IMPLS = ("local", "transformer_engine")  # job.compute.transformer_impl
 SHARDINGS = ("zero", "fsdp2", "fsdp2-split")  # job.memory.torch_runtime
+FSDP2_SHARDINGS = ("fsdp2", "fsdp2-split")
+"""The ``SHARDINGS`` that run PyTorch's FSDP2 (``job.communication.fsdp2_costs``; ``zero`` is
+Megatron-FSDP's, the ZeRO paper's): ``Execution.fsdp2`` reads them."""
 
 __all__ = ["ATTENTION_KERNELS"]  # models.zoo's kernels, re-exported with the rest
 

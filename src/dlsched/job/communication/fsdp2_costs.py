@@ -117,9 +117,7 @@ from dlsched.job.communication.collective_costs import CollectiveCurve
 from dlsched.job.memory.sharded_units import LayerUnit
 from dlsched.job.memory.torch_runtime import PARAM_BYTES, REDUCE_BYTES
 from dlsched.job.model_spec import Model
-
-FSDP2_SHARDINGS = ("fsdp2", "fsdp2-split")
-"""The ``RunSettings.sharding`` values (``job.run_choices.SHARDINGS``) that run PyTorch's FSDP2."""
+from dlsched.job.run_choices import FSDP2_SHARDINGS  # re-exported: the shardings priced here
 
 
 def root_parameters(spec: Model, tp: int) -> tuple[float, float]:

@@ -41,7 +41,7 @@ from dlsched.job.cluster import System
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import check_cp
 from dlsched.job.communication.dp_sync import DPStep, dp_step
-from dlsched.job.communication.fsdp2_costs import FSDP2_SHARDINGS, fsdp2_ends
+from dlsched.job.communication.fsdp2_costs import fsdp2_ends
 from dlsched.job.compute.block_pricing import check_kernel_options
 from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.fp8 import fp8_weight_copies
@@ -289,8 +289,7 @@ def _rank_dps(job: Job, layout: Execution, times: PipelineTimes,
                                   *curves, compute, run.dp_policy, units, run.grad_bytes,
                                   run.master_weights)
         dense = priced[key]
-        if (layout.zero == 3 and layout.pp == 1 and run.sharding in FSDP2_SHARDINGS
-                and group is not None):
+        if layout.fsdp2(run.sharding, pipelined=False):
             first_gathers, last_reduces = fsdp2_ends(
                 spec, tp, run.sharding,
                 layer_unit(spec, tp, run.precision, run.sharding, run.fp8_all_gather,

@@ -14,7 +14,6 @@ from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import CPCost, cp_cost, output_bytes
 from dlsched.job.communication.fsdp2_costs import (
-    FSDP2_SHARDINGS,
     Unit,
     copy_seconds,
     root_parameters,
@@ -79,7 +78,7 @@ def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[floa
     weights in 1 byte and the rest 16-bit, every gradient in ``grad_bytes``."""
     if layout.zero != 3 or layout.cp * layout.dp == 1:
         return 0.0, 0.0
-    if layout.run.sharding in FSDP2_SHARDINGS and layout.pp > 1:
+    if layout.fsdp2(layout.run.sharding, pipelined=True):
         return 0.0, 0.0
     group, run = layout.group("dp_cp", job.cluster), layout.run
     unit = layer_unit(job.spec, layout.tp, run.precision, run.sharding, run.fp8_all_gather,
@@ -87,7 +86,7 @@ def _zero3_exposed(job: Job, layout: Execution, costs: BlockCosts) -> tuple[floa
     gather = curve(group, "all-gather", run.collective_policy).seconds(unit.gathered)
     scatter = curve(group, "reduce-scatter", run.collective_policy).seconds(unit.reduced)
     copy_f = copy_b = 0.0
-    if run.sharding in FSDP2_SHARDINGS:  # without PP (returned above under a pipeline)
+    if layout.fsdp2(run.sharding, pipelined=False):
         copy_f, copy_b = copy_seconds(unit.gathered, unit.params, run.grad_bytes,
                                       gpu_compute(job.cluster.gpu, run.precision)
                                       .gpu.memory_rate)
@@ -259,8 +258,7 @@ def fsdp2_pipeline_ends(job: Job, layout: Execution, times: PipelineTimes
     stage, and each pipeline rank's reduce-scatters after its stages' last backwards (0 and
     zeros for any other sharding, without PP or over one replica)."""
     run = layout.run
-    if (layout.zero != 3 or layout.pp == 1 or run.sharding not in FSDP2_SHARDINGS
-            or layout.cp * layout.dp == 1):
+    if not layout.fsdp2(run.sharding, pipelined=True):
         return 0.0, [0.0] * layout.pp
     group = layout.group("dp_cp", job.cluster)
     gather = curve(group, "all-gather", run.collective_policy)

@@ -417,7 +417,7 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
     per_param = state_bytes(precision, layout.zero, shards, grad_bytes, master)
     unsharded = state_bytes(precision, 0, 1, grad_bytes, master)
     stash, accumulated = chunk_stash(spec, layout, precision, stage, attention, runtime), 0.0
-    if rt.accumulates_unsharded(runtime, layout):  # FSDP2 under a pipeline (torch_runtime)
+    if layout.fsdp2(runtime.sharding, pipelined=True):  # FP32 unsharded gradients held
         acts, logits, held, accumulated = accumulating_peak(
             layout, stage, stash,
             [rt.REDUCE_BYTES * n for n in _chunk_parameters(spec, layout, stage, params)])

@@ -45,7 +45,8 @@ the first microbatch (``FSDPParam.to_accumulated_grad_if_needed``: ``unsharded_a
 and adds later ones into it (``accumulate_unsharded_grad_if_needed``; pytorch/pytorch#118298,
 "gradient accumulation w/o reduction"): an FP32 (``REDUCE_BYTES``) unsharded gradient of every
 parameter of a chunk, held from the chunk's first backward to the iteration's last
-(``job.memory.in_flight.accumulating_peak`` times it against the stash).
+(``job.memory.in_flight.accumulating_peak`` times it against the stash; when:
+``Execution.fsdp2(sharding, pipelined=True)``).
 
 **torch.compile and per-op checkpointing.** TorchTitan compiles each transformer block after
 wrapping it in its per-op checkpoint (``job.op_checkpoint``); Inductor's partitioner
@@ -93,13 +94,6 @@ def persistent_bytes(sharding: str, block_bytes: float, blocks: int, embedding: 
         return PARAM_BYTES * head
     kept = blocks if pp > 1 else min(blocks, 1)
     return PARAM_BYTES * (embedding + head) + kept * block_bytes
-
-
-def accumulates_unsharded(runtime: Runtime, layout: Execution) -> bool:
-    """Whether FSDP2 accumulates unsharded gradients over the microbatches (module docstring):
-    FSDP2 (ZeRO 3 over more than one rank) under a pipeline schedule."""
-    return (runtime.sharding != "zero" and layout.zero == 3 and layout.pp > 1
-            and layout.cp * layout.dp > 1)
 
 
 def backward_transient(block_bytes: float, block_params: float, pp: int) -> float:
