@@ -19,7 +19,8 @@ FP8 by the job's recipe (``job.compute.fp8``); under ``--compile`` the memory-bo
 as torch.compile fuses them (``job.compute.compile_fusion``; both through
 ``job.compute.block_pricing``). Recomputation adds to the backward the layer's forward
 (``full``: less what its launches hide under the backward's GPU work when the two run as one
-host/GPU timeline, ``block_pricing.recompute_overlap_s``) or its
+host/GPU timeline, ``block_pricing.recompute_overlap_s``; compiled, without the FFN's output
+projection, which AOTAutograd's partitioner does not rerun: ``unneeded_rerun_s``) or its
 attention core (``selective``: the scores, softmax, dropout and context ops, or the fused
 kernel's forward: Megatron-Core checkpoints ``core_attn`` whichever backend runs it) or, under
 TorchTitan's per-op policy (``selective-op``), the ops ``job.op_checkpoint`` says it does not
@@ -219,6 +220,25 @@ def separate_linears_seconds(model: TransformerModel, spec: Model,
     return extra[0], extra[1]
 
 
+def unneeded_rerun_s(model: TransformerModel, microbatch_size: int,
+                     compute: CalibratedCompute, kernels: KernelOptions) -> float:
+    """Seconds of a layer's forward that a compiled full recomputation does not run again:
+    the FFN's output projection (FC2, ``mlp.c_proj``: its GEMM and, in FP8, its forward
+    casts), one microbatch. AOTAutograd's min-cut partitioner recomputes only the forward
+    nodes whose outputs the backward reads; FC2's output feeds only the FFN's reduce-scatter
+    (or all-reduce) and the residual add that makes the layer's output, which the layer's
+    backward does not read (FC2's weight gradient needs its input, the SwiGLU product, which
+    FC1 and the gate rerun to make). Read off Inductor's generated code
+    (``benchmarks/inductor_tp_layouts.py --ac full``, torch 2.13 CPU, two column/row-parallel
+    pairs under ``checkpoint(use_reentrant=False)``, as TorchTitan's ``ptd_checkpoint_wrapper``
+    runs it at 9dec370 and 820504e): the backward graph reruns the first three linears'
+    ``mm`` and not the last row-parallel one's (nor its reduce-scatter, ``COMPILED_RERUN``).
+    Eager checkpointing (and Megatron's) replays the whole forward. Seconds (>= 0)."""
+    layer = [op for item in model.layers if item.block == "h.0" for op in item.ops]
+    fc2 = [op for op in layer if op.kind == "gemm" and op.label.endswith("mlp.c_proj")]
+    return sum(work.gpu_s for work in ops_works(fc2, microbatch_size, compute, kernels, False))
+
+
 @lru_cache(maxsize=4096)
 def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
                 tp: int, sp: bool, recompute: str, tp_group: Topology,
@@ -311,6 +331,8 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
     core_b = sum(compute.op_time(op, microbatch_size, backward=True) for op in core)
     if recompute == "full":  # the rerun forward launched beside the backward's GPU work
         layer_b += layer_f - recompute_overlap_s(model, microbatch_size, compute, kernels, spec)
+        if kernels.compiled:  # AOTAutograd's partitioner: not the FFN's output projection
+            layer_b -= unneeded_rerun_s(model, microbatch_size, compute, kernels)
     elif recompute == "selective":
         layer_b += core_f + core_copy_f
     elif modules:
