@@ -50,20 +50,45 @@ def test_eager_merge_traffic_by_hand() -> None:
     """The last rank of CP 2: forward K/V copies 8, one concatenation 8, two casts to FP32 6
     + 6, the merge 32, the cast back 6 = 66; backward zeros 12, copies 8, one concatenation
     8, first step 3 x 10 + 16, second step dK/dV halves (5 + 8) x 2, dQ 10, concatenation
-    16, end 18 = 144."""
-    assert rank_traffic(2, 1, False) == (66.0, 144.0)
-    # rank 0's second step is partial: half the cast and merge (19) and the write-back (8)
+    16, end 18 = 144, and the second step's FlashAttention-2 backward call's own kernels
+    over all the queries, 14 = 158."""
+    assert rank_traffic(2, 1, False) == (66.0, 144.0 + 14.0)
+    # rank 0's second step is partial: half the cast and merge (19) and the write-back (8);
+    # its second backward call covers half the queries (7)
     assert rank_traffic(2, 0, False) == (8 + 8 + 6 + 6 + 19 + 8,
-                                         12 + 8 + 8 + 18 + 46 + 20 + 13 + 16)
+                                         12 + 8 + 8 + 18 + 46 + 20 + 13 + 16 + 7)
     assert rank_traffic(1, 0, False) == (0.0, 0.0)
 
 
 def test_compiled_merge_traffic_by_hand() -> None:
     """CP 4, last rank: merges 2+2+4, 4+2+4, 4+2+2 = 26; backward first step 6 + 12, three
-    steps of (8 + 2 + 8) + 10, the received dK/dV cast 12 = 114."""
-    assert rank_traffic(4, 3, True) == (26.0, 114.0)
+    steps of (8 + 2 + 8) + 10, the received dK/dV cast 12 = 114, and three later
+    FlashAttention-2 backward calls' own kernels, 3 x 14 = 156."""
+    assert rank_traffic(4, 3, True) == (26.0, 114.0 + 42.0)
     # rank 0: every step partial, half merged and half rewritten: 4 + 3, 5 + 4, 4 + 3
     assert rank_traffic(4, 0, True)[0] == 7.0 + 9.0 + 7.0
+
+
+def test_flash_backward_kernels_per_call_by_hand() -> None:
+    """PyTorch's FlashAttention-2 backward runs, per call, flash_bwd_dot_do_o_kernel (reads
+    dO and O, 2 + 2 bytes per query element, clears the FP32 dq_accum, 4) and
+    flash_bwd_convert_dq_kernel (reads dq_accum, 4, writes dQ, 2): 14. CP's last rank makes
+    cp - 1 calls beyond the one a layer without CP makes, each over all its queries; rank 0's
+    later calls are partial (half the queries). Llama 3 8B at CP 8 (262,144 tokens: 32,768
+    x 4,096 query elements per GPU): 7 x 14 x 134,217,728 = 13.15 GB more per layer backward
+    on the last rank, eager or compiled; nothing in the forward."""
+    from dlsched.job.communication.allgather_cp import FA2_BACKWARD_CALL, _merge_traffic
+
+    assert FA2_BACKWARD_CALL == 14.0
+    for compiled in (False, True):
+        for cp in (2, 4, 8):
+            last, first = rank_traffic(cp, cp - 1, compiled), rank_traffic(cp, 0, compiled)
+            assert last[0] == _merge_traffic(cp, cp - 1, compiled)[0]
+            assert last[1] - _merge_traffic(cp, cp - 1, compiled)[1] == 14.0 * (cp - 1)
+            assert first[1] - _merge_traffic(cp, 0, compiled)[1] == 7.0 * (cp - 1)
+    elements = 32768 * 4096
+    eager = cp_traffic(elements, 8, False, reruns=True)[1] - 504.0 * elements
+    assert eager == pytest.approx(13.153e9, rel=1e-4)
 
 
 def test_slowest_rank_and_scale() -> None:
@@ -71,13 +96,13 @@ def test_slowest_rank_and_scale() -> None:
     scales by the query elements; compiled moves less than eager."""
     elements = 1e6
     forward, backward = cp_traffic(elements, 8, False, reruns=True)
-    assert (forward, backward) == (342.0 * elements, 504.0 * elements)
+    assert (forward, backward) == (342.0 * elements, (504.0 + 7 * 14.0) * elements)
     assert sum(cp_traffic(elements, 8, True, True)) < forward + backward
 
 
 def test_merge_seconds_enter_the_layer_by_hand() -> None:
     """Llama 3 8B at 32k tokens, CP 4, full recomputation, compiled: the last rank's 26 and
-    114 bytes per query element (b s h / cp = 8192 x 4096 per GPU) at the GPU's memory rate
+    156 bytes per query element (b s h / cp = 8192 x 4096 per GPU) at the GPU's memory rate
     are added to the layer's forward and backward (the forward's again with the rerun), and
     only under the all-gather algorithm."""
     from dlsched.job.compute.block_pricing import KernelOptions
@@ -90,7 +115,7 @@ def test_merge_seconds_enter_the_layer_by_hand() -> None:
     rate = gpu_compute("h100", "bf16").gpu.memory_rate
     elements = 8192 * 4096
     forward, backward = allgather_merge_seconds(spec, 1, 1, 4, "all-gather", rate, True, True)
-    assert (forward, backward) == pytest.approx((26 * elements / rate, 114 * elements / rate))
+    assert (forward, backward) == pytest.approx((26 * elements / rate, 156 * elements / rate))
     assert allgather_merge_seconds(spec, 1, 1, 4, "ring", rate, True, True) == (0.0, 0.0)
     assert allgather_merge_seconds(spec, 1, 1, 1, "all-gather", rate, True, True) == (0.0, 0.0)
     kernels = KernelOptions(compiled=True)

@@ -55,10 +55,26 @@ queries to whole blocks, ``partial``):
   step's 16-bit gradients and writes the FP32 concatenation (8), accumulates dQ (10, a partial
   step 5 + 4), and the received dK/dV are cast to 16 bits at the end (12).
 
+**FlashAttention's per-call backward work** (``FA2_BACKWARD_CALL``). Each step's backward is
+its own ``aten._scaled_dot_product_flash_attention_backward`` call (TorchTitan 9dec370's
+``get_train_context`` restricts SDPA under CP to ``[FLASH_ATTENTION, EFFICIENT_ATTENTION]``:
+flash for bf16 at head dimension 128), and PyTorch's FlashAttention-2 runs two memory-bound
+kernels around every call's main kernel (``flash_api.cpp`` ``mha_bwd``: ``loop = true``, an
+FP32 ``dq_accum`` of ``(b, s_q, h, d)`` from ``at::empty``; ``flash_bwd_launch_template.h``
+``run_flash_bwd_seqk_parallel``, read at pytorch 08e43ed / 03b7c19, FlashAttention-2 as vendored
+since 2023): ``flash_bwd_dot_do_o_kernel<Clear_dQaccum=true>`` reads dO and O (2 + 2 bytes per
+query element), writes ``D = rowsum(dO * O)`` (FP32 per row: ``1 / head_dim``, not counted) and
+clears ``dq_accum`` (4), and ``flash_bwd_convert_dq_kernel`` reads it (4) and writes the 16-bit
+dQ (2): 14 bytes per element of the call's queries. A layer without CP makes one call over
+``E``; rank ``r`` of the CP group makes ``cp``: the local one and, per step ``i >= 1``, one over
+all its queries (``i <= r``) or the second half (``partial``). What CP adds is the ``cp - 1``
+later calls: ``14 (cp - 1) E`` on the last rank, eager or compiled (the SDPA calls are
+Inductor's fallback kernels). The forward's kernel writes its 16-bit output and FP32
+log-sum-exp directly (no per-call kernel of its own).
+
 The slowest GPU's bytes (its forward counted twice when recomputation reruns the attention)
 are priced at the GPU's memory rate, added to the layer's forward and backward. Not counted:
-the per-row log-sum-exp tensors (``1 / head_dim`` of ``E``) and FlashAttention's own per-call
-preprocessing in the backward.
+the per-row log-sum-exp tensors (``1 / head_dim`` of ``E``).
 """
 
 from __future__ import annotations
@@ -73,6 +89,11 @@ DKV_FP32 = 2.0  # dK/dV blocks exchanged in FP32 against the 16-bit K/V block (c
 EAGER_CONTIGUOUS, EAGER_CAT, EAGER_CAST, EAGER_MERGE, EAGER_WRITE_BACK = 8.0, 8.0, 6.0, 32.0, 8.0
 EAGER_ZEROS, EAGER_ACCUMULATE, EAGER_END = 12.0, 10.0, 18.0
 FP32, HALF = 4.0, 2.0
+# PyTorch's FlashAttention-2 backward per call, bytes per query element (module docstring):
+# flash_bwd_dot_do_o_kernel reads dO and O and clears the FP32 dq_accum (2 + 2 + 4),
+# flash_bwd_convert_dq_kernel reads it and writes the 16-bit dQ (4 + 2)
+# (flash_bwd_launch_template.h run_flash_bwd_seqk_parallel, flash_api.cpp mha_bwd).
+FA2_BACKWARD_CALL = HALF + HALF + FP32 + FP32 + HALF
 
 
 def allgather_exposed(block: float, cp: int, group: Topology, policy: str, dkv: float,
@@ -116,9 +137,20 @@ def _merge_bytes(share: float, first: bool, last: bool) -> float:
 
 def rank_traffic(cp: int, rank: int, compiled: bool) -> tuple[float, float]:
     """Bytes per element of ``E`` that CP rank ``rank`` of ``cp`` moves in one layer's
-    attention forward and backward beyond the SDPA kernels (module docstring)."""
+    attention forward and backward beyond the SDPA kernels a layer without CP runs: the merge,
+    the gradient accumulation and FlashAttention's per-call backward kernels of the ``cp - 1``
+    later steps (module docstring)."""
     if cp == 1:
         return 0.0, 0.0
+    steps = range(1, cp)
+    calls = sum(FA2_BACKWARD_CALL * (1.0 if i <= rank else 0.5) for i in steps)
+    forward, backward = _merge_traffic(cp, rank, compiled)
+    return forward, backward + calls
+
+
+def _merge_traffic(cp: int, rank: int, compiled: bool) -> tuple[float, float]:
+    """``rank_traffic`` without FlashAttention's per-call backward kernels: the merge's and the
+    gradient accumulation's bytes per element of ``E`` (module docstring), ``cp`` > 1."""
     steps = range(1, cp)
     if compiled:
         forward = sum(_merge_bytes(1.0 if i <= rank else 0.5, i == 1, i == cp - 1)
