@@ -44,6 +44,7 @@ from dlsched.hardware.gpu import get_gpu
 from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
+from dlsched.job.memory.per_gpu import padded_vocab
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 from dlsched.report import Column
@@ -54,7 +55,14 @@ from dlsched.report.tables import fixed, in_ms, in_percent
 NAME = "vtrain"
 DATA = "vtrain_single.csv"
 VOCAB = 50257  # vTrainConfig's default vocabulary (src/config.py)
+# The runs' model pads it: Megatron-DeepSpeed rounds the vocabulary up to a multiple of
+# ``--make-vocab-size-divisible-by`` (default 128) x TP before building the embedding and the
+# head (``_vocab_size_with_padding``, megatron/tokenizer/tokenizer.py; the default in
+# megatron/arguments.py, at f4157bea), as Megatron-LM does (``job.memory.per_gpu.padded_vocab``):
+# 50,304 rows at TP 1, 50,432 at TP 2, 50,688 at TP 4, 51,200 at TP 8 (50,304, 25,216, 12,672
+# and 6,400 per rank).
 NODE = "dgx-a100"
+
 # The runs' settings (module docstring): the execution's run settings and its recomputation.
 PRECISION, ATTENTION, DP_POLICY = "fp16", "unfused", "none"
 GRAD_REDUCE, GRAD_ACCUMULATION, PIPELINE_P2P, RECOMPUTE = "fp16", "separate", "blocking", "full"
@@ -98,9 +106,12 @@ class VTrainRow:
         return f"h{self.hidden}-l{self.layers}"
 
     def spec(self) -> Model:
-        """The GPT (tied embeddings, learned positions, biases, LayerNorm: the zoo's GPT)."""
+        """The GPT (tied embeddings, learned positions, biases, LayerNorm: the zoo's GPT) with
+        the vocabulary the run's model has: ``VOCAB`` padded for its TP degree (``VOCAB``'s
+        comment)."""
         return Model(name=f"gpt-{self.model}", layers=self.layers,
-                     hidden=self.hidden, heads=self.heads, seq=self.seq, vocab=VOCAB)
+                     hidden=self.hidden, heads=self.heads, seq=self.seq,
+                     vocab=padded_vocab(VOCAB, self.tp))
 
     def layout(self) -> Execution:
         """The measured layout: 1F1B, full recomputation, no sequence parallelism or ZeRO, run
@@ -343,8 +354,9 @@ def ledger_run(row: VTrainRow, index: int) -> dict[str, Any]:
                      "gpus_per_node": 8},
         "model": {"name": f"gpt-{row.model}", "layers": row.layers, "hidden": row.hidden,
                   "ffn_hidden": 4 * row.hidden, "heads": row.heads, "kv_heads": row.heads,
-                  "vocab": VOCAB, "seq": row.seq, "tied_embeddings": True, "gated_ffn": False,
-                  "bias": True, "norm": "layernorm", "position_embedding": "learned",
+                  "vocab": row.spec().vocab, "seq": row.seq, "tied_embeddings": True,
+                  "gated_ffn": False, "bias": True, "norm": "layernorm",
+                  "position_embedding": "learned",
                   "params_published": float(row.spec().parameters())},
         "parallel": {"tp": row.tp, "pp": row.pp, "dp": row.dp, "chunks": 1,
                      "microbatch_size": row.microbatch, "global_batch": row.global_batch,
