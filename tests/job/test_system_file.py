@@ -16,6 +16,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.gpu import GpuSpec, get_gpu
 from dlsched.hardware.nodes import Node, node_presets
 from dlsched.job.cluster import System, load_cluster, node_cluster
+from dlsched.job.model_spec import load_spec
 
 GIB = 2**30
 
@@ -109,3 +110,17 @@ def test_the_example_system_file_is_the_dgx_a100_network() -> None:
     assert system.node is not None and system.node.name == "my-a100-node"
     bigger = load_cluster(example, 32, "h100")
     assert (bigger.num_gpus, bigger.gpu.name) == (32, "h100")
+
+
+@pytest.mark.parametrize(("load", "field", "reason"), [
+    (lambda: load_spec("gpt9"), "model", "unknown model 'gpt9'; accepted: gpt-1.7b,"),
+    (lambda: load_spec("none.yaml"), "model", "no such file 'none.yaml'"),
+    (lambda: load_cluster("nope", None, None), "cluster", "topology: 'nope' is neither"),
+])
+def test_the_python_api_names_the_field_not_a_cli_option(load, field, reason) -> None:
+    """``load_spec`` / ``load_cluster`` refuse naming their field (``model: unknown model``),
+    no ``--model``: the CLI names its option (``ConfigError.renamed``, tests/cli)."""
+    with pytest.raises(ConfigError) as error:
+        load()
+    assert error.value.field == field and error.value.reason.startswith(reason)
+    assert str(error.value).startswith(f"{field}: {reason}") and "--" not in str(error.value)

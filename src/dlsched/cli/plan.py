@@ -9,10 +9,15 @@ import typer
 
 from dlsched.cli.options import Outputs, announce, console
 from dlsched.cli.schema_options import Given, options_from
+from dlsched.errors import ConfigError
 from dlsched.job.scenario import PlanScenario
 from dlsched.report import Column, render_table
 from dlsched.report.columns import seconds, standard, text
 from dlsched.report.tables import fixed, in_percent
+
+FIELD_OPTIONS = {"model": "--model", "cluster": "--cluster"}
+"""The options of the fields whose refusals ``load_spec`` and ``load_cluster`` name by field
+(``ConfigError.field``): the plan's one line says the option instead."""
 
 COLUMNS = [*text("planner"), Column("collective_policy", "collectives", justify="left"),
            *text("layout"),
@@ -80,7 +85,11 @@ def plan(
                        "--execution": given["execution"],
                        "--from-torchtitan": given["from_torchtitan"]})
     policies = given.names("collective_policy")
-    report = given.scenario().run(tuple(policies))
+    try:
+        report = given.scenario().run(tuple(policies))
+    except ConfigError as error:  # the model's or the system's refusal: by its option
+        option = FIELD_OPTIONS.get(error.field or "")
+        raise (error if option is None else error.renamed(option)) from None
     rows = report.rows
     # the exports first: a plan the framework cannot run is refused before any output
     megatron = report.megatron_args() if megatron_args else None

@@ -278,7 +278,9 @@ def is_system_file(name: str) -> bool:
 
 def load_cluster(name: str, gpus: int | None, gpu: str | None) -> System:
     """A node preset scaled to ``gpus``, a system file, or a topology preset or file whose
-    NPUs are the GPUs (``gpus``, when given, must equal its NPU count)."""
+    NPUs are the GPUs (``gpus``, when given, must equal its NPU count). A name none of
+    these, or a system file's own error: ConfigError of field ``cluster`` (the CLI names
+    its option)."""
     if name in NODE_PRESETS:
         if gpus is None:
             raise ConfigError(f"--gpus: needed with the node preset {name!r} (a multiple of "
@@ -287,17 +289,17 @@ def load_cluster(name: str, gpus: int | None, gpu: str | None) -> System:
     if is_system_file(name):
         try:
             return System.load(load_document(name), name, gpus, gpu)
-        except ConfigError as error:  # the file's own error named by --cluster; --gpu's kept
+        except ConfigError as error:  # the file's own error, field cluster; --gpu's kept
             text = str(error)
-            raise ConfigError(text if text.startswith("--") else f"--cluster: {text}") from None
+            raise (error if text.startswith("--") else ConfigError(text, "cluster")) from None
     from dlsched.hardware import load_topology
 
     try:
         topology = load_topology(name)
     except ConfigError as error:
-        raise ConfigError(f"--cluster: {error}; accepted: {', '.join(NODE_PRESETS)}, a "
-                          "topology preset (dlsched topologies), a topology file or a system "
-                          "file") from None
+        raise ConfigError(f"{error}; accepted: {', '.join(NODE_PRESETS)}, a topology preset "
+                          "(dlsched topologies), a topology file or a system file",
+                          "cluster") from None
     if gpus is not None and gpus != topology.num_npus:
         raise ConfigError(f"--gpus: {gpus} differs from the {topology.num_npus} NPUs of "
                           f"{name!r}")

@@ -389,16 +389,17 @@ def bundled_specs() -> dict[str, Model]:
 
 
 def load_spec(name: str) -> Model:
-    """A bundled model by name, or a spec file (.yaml/.yml/.json) by path."""
+    """A bundled model by name, or a spec file (.yaml/.yml/.json) by path; ConfigError of
+    field ``model`` otherwise, or with the file's own error (the CLI names its option)."""
     specs = bundled_specs()
     if name in specs:
         return specs[name]
     if name.lower().endswith((".yaml", ".yml", ".json")):
         if not Path(name).is_file():
-            raise ConfigError(f"--model: no such file {name!r}")
+            raise ConfigError(f"no such file {name!r}", "model")
         try:
             return Model.load(load_document(name), name)
-        except ConfigError as error:  # the file's own error, named by the option too
-            raise ConfigError(f"--model: {error}") from None
-    raise ConfigError(f"--model: unknown model {name!r}; accepted: {', '.join(specs)} or a "
-                      "spec file (.yaml/.json)")
+        except ConfigError as error:  # the file's own error, named by the field too
+            raise ConfigError(str(error), "model") from None
+    raise ConfigError(f"unknown model {name!r}; accepted: {', '.join(specs)} or a spec file "
+                      "(.yaml/.json)", "model")
