@@ -81,27 +81,57 @@ def accumulating_peak(layout: Execution, stage: int, chunk_bytes: list[tuple[flo
         return (*in_flight_peak(layout, stage, chunk_bytes), float(sum(chunk_grads)))
     m, v = layout.num_microbatches, layout.chunks
     order = megatron_interleaved_chunks(m, v, layout.pp) if v > 1 else np.zeros(m, dtype=int)
-    warmup, total = warmup_forwards(layout, stage), order.size
-    # True: the next forward, False: the next backward (backward j runs chunk v - 1 - order[j])
-    ops = [True] * warmup + [True, False] * (total - warmup) + [False] * warmup
+    counts, seen = _walk_states(order, v, warmup_forwards(layout, stage))
     stash = np.array([a + b for a, b in chunk_bytes])
     grads = np.asarray(chunk_grads, dtype=float)
-    counts, seen = np.zeros(v, dtype=int), np.zeros(v, dtype=bool)
-    best, at = 0.0, (counts.copy(), seen.copy())
-    forward = backward = 0
-    for is_forward in ops:
-        if is_forward:
-            counts[order[forward]] += 1
-            forward += 1
-        else:
-            chunk = v - 1 - order[backward]
-            counts[chunk] -= 1
-            seen[chunk] = True
-            backward += 1
-        held = float(stash @ counts + grads @ seen)
-        if held > best:
-            best, at = held, (counts.copy(), seen.copy())
+    held, gradients = _first_largest(counts, seen, stash, grads)
     acts = np.array([part[0] for part in chunk_bytes])
     logits = np.array([part[1] for part in chunk_bytes])
-    return (float(acts @ at[0]), float(logits @ at[0]), tuple(int(n) for n in at[0]),
-            float(grads @ at[1]))
+    return (float(acts @ held), float(logits @ held), tuple(int(n) for n in held),
+            float(grads @ gradients))
+
+
+def _walk_states(order: np.ndarray, v: int, warmup: int) -> tuple[np.ndarray, np.ndarray]:
+    """Chunk-microbatches held and chunks whose gradients exist (chunks x steps) after each
+    step of the rank's walk: ``warmup`` forwards, then a forward and a backward in turn, then
+    the remaining backwards; forward k runs chunk ``order[k]``, backward j chunk
+    ``v - 1 - order[j]``."""
+    total = order.size
+    forward = np.concatenate([np.ones(warmup, dtype=int), np.tile([1, 0], total - warmup),
+                              np.zeros(warmup, dtype=int)])
+    forwards = np.cumsum(forward)  # forwards run after each step, and backwards
+    backwards = np.arange(1, 2 * total + 1) - forwards
+    run = np.zeros((v, total + 1), dtype=int)  # [c, k]: chunk c's among the first k forwards
+    run[:, 1:] = np.cumsum(order[None, :] == np.arange(v)[:, None], axis=1)
+    return run[:, forwards] - run[::-1, backwards], run[::-1, backwards] > 0
+
+
+def _first_largest(counts: np.ndarray, seen: np.ndarray, stash: np.ndarray,
+                   grads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The state (a column of ``counts`` and of ``seen``) of the first step whose stash plus
+    gradients (bytes: ``stash @ counts + grads @ seen``, one dot product each, taken per
+    step) is the largest, or an empty state where none exceeds 0.
+
+    All steps are summed at once first; a step's own sums round differently, each within
+    (v + 1) u of its absolute sum (any summation order: Higham, Accuracy and Stability of
+    Numerical Algorithms, 2nd ed., Sec. 3.1; u = eps / 2, v chunks), so the steps within
+    twice that (with a margin) of the largest hold every step whose own sum can be the
+    largest. Each of their distinct states is then summed on its own, in step order (equal
+    states give equal sums), and the first largest kept: the same step, to the bit, as
+    summing every step on its own."""
+    v = stash.size
+    held = stash @ counts + grads @ seen
+    size = np.abs(stash) @ np.abs(counts) + np.abs(grads) @ seen
+    near = np.flatnonzero(held >= held.max() - 4 * (v + 2) * np.finfo(float).eps * size.max())
+    states = np.vstack([counts[:, near], seen[:, near]]).T  # near steps x (counts, seen)
+    new = np.ones(near.size, dtype=bool)
+    new[1:] = (states[1:] != states[:-1]).any(axis=1)  # not the state of the step before
+    states = np.ascontiguousarray(states[new])
+    keys = states.view(np.dtype((np.void, states.dtype.itemsize * states.shape[1]))).ravel()
+    best, at = 0.0, (np.zeros(v, dtype=int), np.zeros(v, dtype=bool))
+    for step in near[new][np.sort(np.unique(keys, return_index=True)[1])]:
+        state = (counts[:, step].copy(), seen[:, step].copy())
+        value = float(stash @ state[0] + grads @ state[1])
+        if value > best:
+            best, at = value, state
+    return at
