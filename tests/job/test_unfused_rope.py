@@ -46,3 +46,31 @@ def test_eager_rope_seconds_by_hand() -> None:
     forward = costs[1].layer_f - costs[0].layer_f
     assert 12 * (Q + K) * 2 / RATE < forward <= 24 * 77.44e-6 * (1 + 1e-9)
     assert costs[1].layer_b - costs[0].layer_b == pytest.approx(14 * (Q + K) * 2 / RATE)
+
+
+def _order(spec, attention: str) -> list[str]:
+    """The labels of the ops of each block-0 attention QKV layer, in order (weight, bias)."""
+    model = decoder_model(spec, 1, 1, "ring", attention)
+    return [op.label for layer in model.layers if ".attn.c_attn" in layer.name
+            for op in layer.ops]
+
+
+@pytest.mark.parametrize("attention", ["fused", "flash", "unfused"])
+@pytest.mark.parametrize(("name", "update"), [
+    ("llama3-8b", {}), ("qwen3-8b", {}), ("gpt-oss-120b", {}),
+    ("gpt-oss-120b", {"bias": False})])  # bias-free with sinks: the cast on the GEMM's layer
+def test_eager_rope_runs_after_the_projection_and_norms_before_the_core(
+        name, update, attention) -> None:
+    """Megatron-Core rotates q and k after the QKV GEMM and the query / key norms, before the
+    attention core: in a bias-free model (Llama, Qwen3) the zoo puts the core on the QKV
+    GEMM's own layer, and the rotary must still precede it (and the sink cast, repeat_kv)."""
+    spec = bundled_specs()[name].model_copy(update={"rope_fusion": False, **update})
+    labels = _order(spec, attention)
+    rope = labels.index("rope-unfused")
+    core = labels.index("scores" if attention == "unfused" else "flash-attention")
+    assert labels[0].endswith("attn.c_attn") and 0 < rope < core
+    assert all(labels.index(label) > rope for label in ("attn.sink-cast", "repeat_kv")
+               if label in labels)
+    assert all(labels.index(label) < rope for label in ("attn.qk_norm", "attn.k-contiguous")
+               if label in labels)
+    assert ("attn.qk_norm" in labels) == spec.qk_norm

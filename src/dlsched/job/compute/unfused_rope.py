@@ -26,14 +26,23 @@ is empty):
   zero-filled gradient of ``t``'s size (1) added in (3): 7 kernels and 14 passes.
 
 Not recomputed by ``--recompute-modules layernorm moe_act``.
+
+**Where it runs**: Megatron-Core's ``SelfAttention.forward`` rotates the queries and keys
+after ``get_query_key_value_tensors`` (the QKV GEMM, its split and the query / key norms) and
+before ``core_attention``. The zoo (``models.zoo.gpt_model``) attaches the attention core to
+the QKV projection's last layer: its ``.bias`` layer, or its ``.weight`` layer itself in a
+model without biases (Llama, Qwen3: ``LayerBuilder.linear`` adds no bias layer), so the
+rotary goes before the core's first op there (``rope_index``), after the layer's last op
+otherwise.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from dlsched.models.layer import insert_per_block
-from dlsched.models.ops import Op, elementwise
+from dlsched.job.compute.attention_sinks import SINK_CAST_LABEL
+from dlsched.models.layer import Layer, insert_per_block
+from dlsched.models.ops import ATTENTION_KINDS, Op, elementwise
 from dlsched.models.zoo import TransformerModel
 
 TENSOR_KERNELS = 6  # forward kernels over one rotated tensor (module docstring)
@@ -55,12 +64,23 @@ def rope_op(q_elements: float, k_elements: float) -> Op:
                    backward_elements=BACKWARD_PASSES * elements)
 
 
+def rope_index(layer: Layer) -> int | None:
+    """Where the rotary goes in ``layer`` (module docstring): None off the QKV projection
+    (``attn.c_attn``); else before the attention core's first op in the layer (the sink
+    offsets' cast, a fused core, or the unfused core's scores GEMM: a GEMM after the
+    projection's, op 0), after the layer's last op when the core is not in it."""
+    if ".attn.c_attn" not in layer.name:
+        return None
+    return next((index for index, op in enumerate(layer.ops)
+                 if op.kind in ATTENTION_KINDS or op.label == SINK_CAST_LABEL
+                 or (index > 0 and op.kind == "gemm")), len(layer.ops))
+
+
 def with_unfused_rope(model: TransformerModel, seq: int, heads: int, kv_heads: int,
                       head_dim: int) -> TransformerModel:
     """``model`` (the zoo's Megatron decoder over ``seq`` tokens a sample) with the eager
     rotary embedding of ``heads`` query and ``kv_heads`` key heads of ``head_dim`` run after
-    each block's QKV projection (on its first ``attn.c_attn`` layer)."""
+    each block's QKV projection and its query / key norms, before its attention core (on its
+    first ``attn.c_attn`` layer: ``rope_index``)."""
     op = rope_op(seq * heads * head_dim, seq * kv_heads * head_dim)
-    return insert_per_block(model, (op,),
-                            lambda layer: len(layer.ops) if ".attn.c_attn" in layer.name
-                            else None)
+    return insert_per_block(model, (op,), rope_index)
