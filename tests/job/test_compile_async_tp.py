@@ -144,8 +144,9 @@ def test_summed_input_gradients_stay_blocking() -> None:
 
 def test_tensorwise_tp_gathers_fp8_inputs() -> None:
     """torchao's float8 TP (tensorwise only): the forward's two all-gathers of the attention's
-    and the FFN's inputs move FP8, half the bytes; the reduce-scatters and the backward stay
-    16-bit; rowwise gathers in 16 bits."""
+    and the FFN's inputs and the backward's two of the projection's and FC2's output gradients
+    (Float8RowwiseParallel casts the gradient on its shard before the gather) move FP8, half
+    the bytes; the reduce-scatters stay 16-bit; rowwise gathers in 16 bits."""
     from dlsched.job.compute.fp8 import tp_gather_fraction
 
     assert tp_gather_fraction("tensorwise") == 0.5
@@ -166,7 +167,9 @@ def test_tensorwise_tp_gathers_fp8_inputs() -> None:
     assert bf16.tp_forward_s == pytest.approx(2 * (seconds("all-gather", message) + scatter))
     assert tensorwise.tp_forward_s == pytest.approx(
         2 * (seconds("all-gather", message / 2) + scatter))
-    assert tensorwise.tp_backward_s == pytest.approx(bf16.tp_backward_s)
+    assert bf16.tp_backward_s == pytest.approx(bf16.tp_forward_s)
+    assert tensorwise.tp_backward_s == pytest.approx(tensorwise.tp_forward_s)
+    assert rowwise.tp_backward_s == pytest.approx(bf16.tp_backward_s)
     assert rowwise.tp_forward_s == pytest.approx(bf16.tp_forward_s)
 
 

@@ -25,7 +25,11 @@ undecomposed GEMM. The forward decomposes QKV and FC1 (all-gather) and the proje
 (reduce-scatter); the backward the data-gradient GEMMs the other way round (the projection's
 and FC2's data gradients need the gathered output gradient; QKV's and FC1's data gradients are
 reduce-scattered), half of each linear's backward (the weight gradient runs undecomposed, on
-the gathered input the fused op keeps).
+the gathered input the fused op keeps). An FP8 linear's pieces are its FP8 GEMM alone
+(``block_pricing.gemm_seconds``): torchao casts the input (before the all-gather under
+tensorwise, ``PrepareFloat8ModuleInput``; the row-parallel input before its matmul), the
+output gradient (on its shard, ``Float8RowwiseParallel``) and the weight once per linear, not
+once per piece; the casts are priced with the layer.
 
 **Input gradients summed over separate linears are not decomposed.** The pass fuses a
 reduce-scatter only when its input is a matmul's output (``_find_producer_matmul`` in
@@ -148,8 +152,8 @@ def async_tp_exposed(gemms: dict[str, Op], seconds: Callable[[Op, bool], float],
         part = piece(op, tp)
         for phase, collective in (("forward", ahead), ("backward", behind)):
             back = phase == "backward"
-            size = message if gathered is None or back or collective != "all-gather" \
-                else gathered  # the forward's all-gathers of FP8 inputs
+            size = message if gathered is None or collective != "all-gather" \
+                else gathered  # FP8 inputs and output gradients gathered (tensorwise)
             blocking = curve(tp_group, collective, policy).seconds(size)
             summed = back and suffix in SEPARATE_INPUT_LINEARS and summed_input_gradient(
                 suffix, gemms)  # a plain reduce-scatter of the summed gradient

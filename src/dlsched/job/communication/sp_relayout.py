@@ -89,7 +89,7 @@ def relayout_bytes(message: float, gathered: float, microbatch_size: int, recomp
         forward += 2 * gathered  # the gathered inputs saved for the backward, re-laid
     # the output gradients gathered (or re-laid for the weight gradient) and the input
     # gradients reduce-scattered (plain under async: summed over the separate linears)
-    backward = (2 * message if batched else 0.0) + 2 * message
+    backward = (2 * gathered if batched else 0.0) + 2 * message
     rerun_gathers = 2 * gathered if batched else 0.0
     if fused:  # async's own recomputed pairs: the gathered inputs re-laid for the weights
         rerun = rerun_gathers if recompute in ("full", "selective-op") else 0.0

@@ -28,6 +28,7 @@ from dlsched.job.compute.fp8 import TE_RECIPES, check_fp8, fp8_linear_work, is_f
 from dlsched.job.model_spec import Model
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.ops import Op
+from dlsched.models.pricing import product_seconds
 from dlsched.models.timeline import Work
 from dlsched.models.zoo import TransformerModel
 from dlsched.pipeline.chains.calibrated_chain import block_seconds
@@ -100,6 +101,19 @@ def ops_works(ops: Sequence[Op], microbatch_size: int, compute: CalibratedComput
         else:
             works.append(compute.work(op, microbatch_size, backward))
     return works
+
+
+def gemm_seconds(op: Op, microbatch_size: int, compute: CalibratedCompute,
+                 options: KernelOptions, backward: bool) -> float:
+    """Seconds of ``op``'s GEMM kernels alone on one microbatch, forward or ``backward``: an
+    FP8 linear's at the FP8 rate without its casts (``job.compute.fp8``), which run once per
+    linear outside the pieces of a decomposed collective matmul (torchao casts the input
+    before the all-gather or the matmul and the weight once; ``job.communication.async_tp``),
+    any other op as ``ops_works`` prices it."""
+    if options.fp8_recipe and is_fp8_linear(op):
+        fp8 = replace(compute, precision="fp8", autocast=False)
+        return product_seconds(fp8, op, microbatch_size, backward)
+    return ops_works((op,), microbatch_size, compute, options, backward)[0].gpu_s
 
 
 def ops_seconds(ops: Sequence[Op], microbatch_size: int, compute: CalibratedCompute,

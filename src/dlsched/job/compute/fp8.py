@@ -110,8 +110,14 @@ TorchTitan's ``apply_tp`` (``torchtitan/parallelisms/parallelize_llama.py`` at 9
 torchao's ``PrepareFloat8ModuleInput`` and their column-parallel linears in
 ``Float8ColwiseParallel``: the sequence-sharded input is cast to FP8 before the
 sequence-parallel all-gather, so the forward's two all-gathers (and their reruns under
-recomputation) move 1 byte per element; their backward reduce-scatters, and the row-parallel
-linears' reduce-scatters and gradient all-gathers, stay 16-bit.
+recomputation) move 1 byte per element; and ``Float8RowwiseParallel._prepare_output_fn``
+(torchao ``float8/float8_tensor_parallel.py``, the same at 4f8021f (2024-12) and 6243040
+(2025-06), the versions of the two benchmark files) applies ``NoopFwToFloat8BwDynamic`` after
+the output's redistribute, so in the backward the row-parallel linears' output gradient is
+cast to FP8 (e5m2) on its sequence shard before the redistribute's backward all-gathers it:
+the backward's two all-gathers (the projection's and FC2's output gradients) move 1 byte per
+element too. The reduce-scatters (the row-parallel outputs forward, the column-parallel input
+gradients backward) stay 16-bit.
 """
 
 from __future__ import annotations
@@ -210,8 +216,9 @@ def operand_elements(op: Op, batch: float, tp: int) -> tuple[float, float, float
 
 
 def tp_gather_fraction(recipe: str | None) -> float:
-    """Bytes of the forward's sequence-parallel all-gathers (the column-parallel linears'
-    inputs) against 16 bits under ``recipe`` (module docstring): 1/2 for tensorwise, else 1."""
+    """Bytes of a layer's sequence-parallel all-gathers (the column-parallel linears' inputs
+    forward, the row-parallel linears' output gradients backward) against 16 bits under
+    ``recipe`` (module docstring): 1/2 for tensorwise, else 1."""
     return FP8 / BF16 if recipe == "tensorwise" else 1.0
 
 

@@ -57,6 +57,7 @@ from dlsched.job.compute.bias_dropout import with_unfused_bias_dropout
 from dlsched.job.compute.block_pricing import (
     KernelOptions,
     accumulation_launch_s,
+    gemm_seconds,
     hidden_collectives_s,
     layer_halves,
     ops_seconds,
@@ -262,15 +263,16 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
         transformer_impl)
     forward, backward = priced_blocks(model, microbatch_size, compute, kernels, spec)
     message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
-    gathered = message * tp_gather_fraction(kernels.fp8_recipe)  # the forward's all-gathers
-    if sp:
+    gathered = message * tp_gather_fraction(kernels.fp8_recipe)  # each layer all-gather's
+    if sp:  # (the forward's inputs, the backward's output gradients: FP8 under tensorwise)
         scatter = curve(tp_group, "reduce-scatter", policy).seconds(message)
         exchange = curve(tp_group, "all-gather", policy).seconds(message) + scatter
         exchange_f = curve(tp_group, "all-gather", policy).seconds(gathered) + scatter
     else:
         exchange = exchange_f = curve(tp_group, "all-reduce", policy).seconds(message)
     tp_forward = exchange_f + attention_exchange(spec, sp, message, tp_group, policy, exchange_f)
-    tp_backward = exchange + attention_exchange(spec, sp, message, tp_group, policy, exchange)
+    tp_backward = exchange_f + attention_exchange(spec, sp, message, tp_group, policy,
+                                                  exchange_f)
     rerun: float | None = None  # what full recomputation runs again: the forward's exchanges,
     if sp and kernels.compiled:  # compiled not the FFN's reduce-scatter (sp_relayout)
         rerun = 2 * curve(tp_group, "all-gather", policy).seconds(gathered) + scatter
@@ -285,8 +287,8 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
 
         def exposed(linears: tuple[str, ...] | None) -> tuple[float, float]:
             return async_tp_exposed(
-                gemms, lambda op, back: ops_works((op,), microbatch_size, compute, kernels,
-                                                  back)[0].gpu_s,
+                gemms, lambda op, back: gemm_seconds(op, microbatch_size, compute, kernels,
+                                                     back),
                 tp, message, tp_group, policy, compute.gpu.memory_rate, gathered,
                 gathers_fused=kernels.fp8_recipe != "rowwise", linears=linears)
         tp_forward, tp_backward = exposed(None)
