@@ -11,10 +11,11 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import node_cluster
-from dlsched.job.compute.grad_accumulation import accumulation_bytes, stage_parameters
+from dlsched.job.compute.grad_accumulation import accumulation_bytes
 from dlsched.job.compute.layer_costs import gpu_compute
 from dlsched.job.evaluation.evaluate import Job, evaluate, pipeline_times
 from dlsched.job.execution import Execution
+from dlsched.job.memory.parameters import stage_parameters
 from dlsched.job.model_spec import bundled_specs
 from dlsched.job.run_settings import RunSettings
 

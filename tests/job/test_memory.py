@@ -303,13 +303,12 @@ def test_bad_input_names_the_field(call, field):
 @pytest.mark.parametrize("name", sorted(bundled_specs()))
 def test_one_gpu_holds_the_specs_parameters_and_tp_splits_only_the_split_ones(name: str):
     """At TP 1 and PP 1 the memory model's per-GPU count (which the DP step and the gradient
-    accumulation share, ``job.grad_accumulation.stage_parameters``) is the spec's own
+    accumulation share, ``job.memory.parameters.stage_parameters``) is the spec's own
     parameter count plus the vocabulary's padding; over TP 4 the four ranks together hold it
     plus three more copies of what every rank keeps whole: the norms, the row-parallel biases,
     the learned positions, Qwen3's per-head query/key norms."""
-    from dlsched.job.compute.grad_accumulation import stage_parameters
     from dlsched.job.compute.mla import replicated_parameters
-    from dlsched.job.memory.per_gpu import padded_vocab
+    from dlsched.job.memory.parameters import padded_vocab, stage_parameters
 
     spec = bundled_specs()[name]
     h, copies = spec.hidden, 1 if spec.tied_embeddings else 2

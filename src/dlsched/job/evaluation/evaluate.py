@@ -45,7 +45,6 @@ from dlsched.job.communication.fsdp2_costs import fsdp2_ends
 from dlsched.job.compute.block_pricing import check_kernel_options
 from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.fp8 import fp8_weight_copies
-from dlsched.job.compute.grad_accumulation import stage_parameters
 from dlsched.job.compute.layer_costs import BlockCosts, gpu_compute
 from dlsched.job.compute.module_recompute import (
     check_for_model,
@@ -77,12 +76,12 @@ from dlsched.job.evaluation.unit_walk import (
 )
 from dlsched.job.execution import Execution
 from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta, stage_moe_layers
-from dlsched.job.memory.per_gpu import (
+from dlsched.job.memory.parameters import (
     embedding_parameters_per_gpu,
     head_parameters_per_gpu,
-    layer_parameters_per_gpu,
-    peak_memory,
+    stage_parameters,
 )
+from dlsched.job.memory.per_gpu import layer_parameters_per_gpu, peak_memory
 from dlsched.job.memory.sharded_units import layer_unit
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings

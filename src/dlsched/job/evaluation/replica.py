@@ -24,7 +24,7 @@ from dlsched.job.communication.moe_dispatch import node_split
 from dlsched.job.communication.pipeline_p2p import with_p2p
 from dlsched.job.compute.attention_window import layer_savings, stage_savings
 from dlsched.job.compute.block_pricing import kernel_options
-from dlsched.job.compute.grad_accumulation import accumulation_bytes, stage_parameters
+from dlsched.job.compute.grad_accumulation import accumulation_bytes
 from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
 from dlsched.job.compute.moe_costs import MoELayerCosts, moe_layer_costs
 from dlsched.job.compute.mtp_costs import mtp_seconds
@@ -37,6 +37,7 @@ from dlsched.job.evaluation.a2a_overlap import (
 from dlsched.job.evaluation.pipeline_time import PipelineTimes
 from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
+from dlsched.job.memory.parameters import stage_parameters
 from dlsched.job.memory.sharded_units import layer_unit
 from dlsched.job.memory.torch_runtime import PARAM_BYTES
 

@@ -22,20 +22,7 @@ al., "PyTorch FSDP", VLDB 2023), and stages 2 and 3 the unsharded gradient of on
 reduce-scatter; a unit is one transformer layer, the embedding or the head (none of this for
 ``dp`` = 1, where nothing is sharded).
 
-**Parameters of a stage.** Megatron-LM puts ``layers / (pp x chunks)`` layers on each virtual
-stage, ``chunks`` per rank (virtual stage ``c x pp + s`` is chunk ``c`` of rank ``s``), or with
-the embedding and the loss accounted as layers one fewer on the first and the last
-(``Execution.pipeline_split``, ``job.pipeline_split``). Under
-tensor parallelism of ``t``, a layer's QKV, projection and MLP weights and the column-parallel
-biases are split; the two row-parallel biases (projection, second MLP linear: ``RowParallelLinear``
-keeps its bias whole) and the two layer norms are replicated on every TP rank, with or without
-sequence parallelism (sequence parallelism splits their activations, not their weights): ``6 h``
-per layer. The first stage holds the vocabulary-parallel word embedding (``V' h / t``, ``V'``
-the vocabulary padded to a multiple of 128 t, Megatron's ``--make-vocab-size-divisible-by``
-128) and the learned positions (``s h``, a plain ``torch.nn.Embedding``, replicated); the last
-the final norm (``2 h``) and the output matrix ``V' h / t`` when untied, or, tied with
-``pp > 1``, Megatron's copy of the word embedding on the last stage (counted in full, with its
-own gradients and optimizer state).
+**Parameters of a stage**: ``job.memory.parameters``.
 
 **Activations** (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
 Models", MLSys 2023, Sec. 4, Table 2; formulas in ``pipeline.memory_model``): per layer and
@@ -99,7 +86,6 @@ the 16-bit logits transients (they do not run together). Reserve: the CUDA conte
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -107,7 +93,7 @@ from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
 from dlsched.job.compute.mla import attention_stash_delta, latent_stash
 from dlsched.job.compute.module_recompute import modules_of
-from dlsched.job.compute.mtp import MTP_NORMS, mtp_layer_is_moe
+from dlsched.job.compute.mtp import mtp_layer_is_moe
 from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
@@ -120,6 +106,13 @@ from dlsched.job.memory.moe import (
     moe_dense_delta,
     moe_stash_delta,
     stage_moe_layers,
+)
+from dlsched.job.memory.parameters import (
+    embedding_parameters_per_gpu,
+    head_parameters_per_gpu,
+    mtp_unit_per_gpu,
+    padded_vocab,
+    stage_parameters,
 )
 from dlsched.job.memory.recompute_modules import layer_saving
 from dlsched.job.memory.sharded_units import (
@@ -145,7 +138,6 @@ from dlsched.pipeline.chains.memory_model import (
 
 MEMORY_PRECISIONS = (*PRECISIONS, "fp32")  # fp8: bf16 states (job.compute.fp8); fp32 memory too
 GRAD_BYTES = (2, 4)
-VOCAB_DIVISOR = 128  # Megatron-LM --make-vocab-size-divisible-by default
 PREFETCHED_UNITS = 2  # ZeRO-3: the unit in use and the next one, all-gathered ahead
 AUTOCAST_COPY_BYTES = 2  # torch.autocast's 16-bit cast of a weight, saved by its linear
 LSE_BYTES = 4  # a fused attention kernel's FP32 log-sum-exp per query and head
@@ -242,36 +234,6 @@ def model_state_bytes(parameters: float, zero: int, dp: int, weight_bytes: float
     return parameters * (w + g + o)
 
 
-def padded_vocab(vocab: int, tp: int) -> int:
-    """Megatron-LM's padded vocabulary: a multiple of 128 x TP."""
-    multiple = VOCAB_DIVISOR * tp
-    return math.ceil(vocab / multiple) * multiple
-
-
-def embedding_parameters_per_gpu(spec: Model, tp: int) -> float:
-    """Vocabulary-parallel word embedding plus the replicated learned positions (none with
-    rotary embeddings)."""
-    positions = spec.seq * spec.hidden if spec.learned_positions else 0
-    return padded_vocab(spec.vocab, tp) * spec.hidden / tp + positions
-
-
-def head_parameters_per_gpu(spec: Model, layout: Execution) -> float:
-    """Final norm plus the output matrix when untied, or Megatron's copy of the word embedding
-    on the last stage when tied and ``pp > 1``."""
-    matrix = padded_vocab(spec.vocab, layout.tp) * spec.hidden / layout.tp
-    own_matrix = not spec.tied_embeddings or layout.pp > 1
-    return spec.norm_parameters() + (matrix if own_matrix else 0.0)
-
-
-def mtp_unit_per_gpu(spec: Model, tp: int, module: int) -> float:
-    """MTP module ``module``'s parameters per GPU but its routed experts (``job.compute.mtp``):
-    its layer as ``layer_parameters_per_gpu``, ``eh_proj`` split over TP (column-parallel in
-    Megatron-Core's ``MultiTokenPredictionLayer``), its three norms whole."""
-    delta = moe_dense_delta(spec, tp) if mtp_layer_is_moe(spec, module) else 0.0
-    return (layer_parameters_per_gpu(spec, tp) + delta + 2 * spec.hidden * spec.hidden / tp
-            + MTP_NORMS * spec.norm_parameters())
-
-
 def stage_units(spec: Model, layout: Execution, stage: int) -> list[float]:
     """Parameters per GPU of each unit (layer, embedding, head) on pipeline rank ``stage``."""
     _check_stage(layout, stage)
@@ -287,25 +249,6 @@ def stage_units(spec: Model, layout: Execution, stage: int) -> list[float]:
         units.append(head_parameters_per_gpu(spec, layout))
         units += [mtp_unit_per_gpu(spec, layout.tp, k) for k in range(spec.mtp_layers)]
     return units
-
-
-def _chunk_parameters(spec: Model, layout: Execution, stage: int, dense: float) -> list[float]:
-    """Parameters per GPU of each chunk of rank ``stage`` (``dense``: the rank's, as
-    ``stage_units`` counts them): its layers' (an MoE layer's with its routed experts), the
-    embedding on the chunk holding the first virtual stage, the rest (head, MTP modules) on the
-    chunk holding the last."""
-    tp, first, last = layout.tp, *_ends_held(layout, stage)
-    moe = moe_dense_delta(spec, tp) + experts_per_gpu(spec, layout) if spec.experts else 0.0
-    held = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
-    spans = [layer_indices(spec, layout, stage, chunk) for chunk in range(len(held))]
-    params = [layer_parameters_per_gpu(spec, tp) * len(span)
-              + moe * spec.moe_layers_in(span.start, span.stop) for span in spans]
-    experts = stage_moe_layers(spec, layout, stage) * experts_per_gpu(spec, layout)
-    if first is not None:
-        params[first] += embedding_parameters_per_gpu(spec, tp)
-    if last is not None:
-        params[last] += dense + experts - sum(params)
-    return params
 
 
 def _ends_held(layout: Execution, stage: int) -> tuple[int | None, int | None]:
@@ -418,9 +361,11 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
     unsharded = state_bytes(precision, 0, 1, grad_bytes, master)
     stash, accumulated = chunk_stash(spec, layout, precision, stage, attention, runtime), 0.0
     if layout.fsdp2(runtime.sharding, pipelined=True):  # FP32 unsharded gradients held
+        whole = stage_parameters(spec, layout, experts=True)  # each chunk's, FP32 held
         acts, logits, held, accumulated = accumulating_peak(
             layout, stage, stash,
-            [rt.REDUCE_BYTES * n for n in _chunk_parameters(spec, layout, stage, params)])
+            [rt.REDUCE_BYTES * whole[s] for s in held_stages(layout.schedule, layout.pp,
+                                                              layout.chunks, stage)])
     else:
         acts, logits, held = in_flight_peak(layout, stage, stash)
     _, recompute = layer_activations(spec, layout, precision, attention, runtime)
