@@ -21,7 +21,12 @@ from dlsched.job.compute.fp8 import (
     operand_elements,
     separate_linears,
 )
-from dlsched.job.compute.layer_costs import block_costs, decoder_model, gpu_compute
+from dlsched.job.compute.layer_costs import (
+    block_costs,
+    decoder_model,
+    gpu_compute,
+    separate_linears_seconds,
+)
 from dlsched.models.kernels import gemm_utilization
 
 B = 2  # microbatch size
@@ -96,7 +101,9 @@ def test_fc1_fp8_work_by_hand_delayed() -> None:
 @pytest.mark.parametrize("recipe", ["delayed", "current", "tensorwise", "rowwise"])
 def test_a_layer_in_fp8_is_the_bf16_layer_with_its_linears_replaced(recipe: str) -> None:
     """Everything but the four linears is priced as in bf16: the FP8 layer's forward and
-    backward differ from the bf16 layer's by exactly the linears' difference (GPU-bound)."""
+    backward differ from the bf16 layer's by exactly the linears' difference (GPU-bound), the
+    bf16 linears as TorchTitan's separate ones at their own shapes (PyTorch's SDPA layer:
+    ``layer_costs.torch_linears``; FP8's split is ``job.compute.fp8``'s)."""
     options = KernelOptions(recipe, compiled=True, microbatches=4)
     plain = KernelOptions(compiled=True)
     compute = gpu_compute("h100", "fp8")
@@ -104,8 +111,9 @@ def test_a_layer_in_fp8_is_the_bf16_layer_with_its_linears_replaced(recipe: str)
     bf16 = block_costs(L8, B, "h100", "bf16", 1, False, "none", None, "baseline", kernels=plain)
     layer = list(_layer_ops().values())  # the whole layer: its SwiGLU says the FFN is gated
     linears = [i for i, op in enumerate(layer) if is_fp8_linear(op)]
-    for backward, fp8_s, bf16_s in ((False, fp8.layer_f, bf16.layer_f),
-                                    (True, fp8.layer_b, bf16.layer_b)):
+    split = separate_linears_seconds(decoder_model(L8, 1), L8, B, gpu_compute("h100", "bf16"))
+    for backward, fp8_s, bf16_s in ((False, fp8.layer_f, bf16.layer_f - split[0]),
+                                    (True, fp8.layer_b, bf16.layer_b - split[1])):
         new_works = ops_works(layer, B, compute, options, backward)
         old_works = ops_works(layer, B, compute, plain, backward)
         new = sum(new_works[i].gpu_s for i in linears)

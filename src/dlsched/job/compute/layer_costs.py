@@ -192,6 +192,19 @@ def rank_decoder(spec: Model, cp: int, cp_algorithm: str, attention: str, tp: in
                            new_key=not spec.learned_positions or spec.qk_norm)
 
 
+def torch_linears(spec: Model, attention: str, transformer_impl: str, ops: str) -> bool:
+    """Whether a layer's QKV projection and gated FFN input projection run as TorchTitan's
+    separate linears (``wq``, ``wk``, ``wv``; ``w1``, ``w3``: torchtitan/models/llama3/model.py
+    at 9dec370 and 820504e), each reading the whole input, autograd summing their input
+    gradients: its modules priced as eager PyTorch runs them (``ops`` eager), or its attention
+    PyTorch's SDPA (``flash`` outside Transformer Engine), the path ``decoder_model`` gives
+    TorchTitan's ``repeat_kv``; an MLA layer's projections are ``job.compute.mla``'s. The
+    zoo's Megatron-style layer fuses both (one QKV GEMM, one FC1 GEMM twice as wide)."""
+    return ops == "eager" or (attention == "flash" and not te_attention(attention,
+                                                                       transformer_impl)
+                              and not is_mla(spec))
+
+
 def attention_exchange(spec: Model, sp: bool, message: float,
                        tp_group: Topology | None, policy: str, exchange: float) -> float:
     """Seconds of the TP exchanges around one layer's attention: ``exchange`` (those of the
@@ -312,10 +325,11 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
                                           compute.gpu.memory_rate, async_tp,
                                           kernels.fp8_recipe != "rowwise", kernels.compiled)
         layer_f, layer_b = layer_f + copy_f, layer_b + copy_b
-    if kernels.ops == "eager":  # the separate linears' input gradients summed (full width)
+    if torch_linears(spec, attention, transformer_impl, kernels.ops):  # their input
+        # gradients summed (full width) and, 16-bit, the linears at their own shapes
         layer_b += summed_gradient_bytes(message / ACTIVATION_BYTES,
                                          kernels.compiled) / compute.gpu.memory_rate
-        if kernels.fp8_recipe is None:  # and the 16-bit linears at their own shapes
+        if kernels.fp8_recipe is None:  # (FP8: job.compute.fp8's separate_linears)
             split_f, split_b = separate_linears_seconds(model, spec, microbatch_size, compute)
             layer_f, layer_b = layer_f + split_f, layer_b + split_b
     merge_f, merge_b = allgather_merge_seconds(spec, microbatch_size, tp, cp, cp_algorithm,

@@ -1,0 +1,74 @@
+"""TorchTitan's separate linears (wq, wk, wv; w1, w3) priced wherever the layer is
+TorchTitan's (``layer_costs.torch_linears``: PyTorch's SDPA, or its modules priced eager),
+checked by hand on Llama 3 8B at TP 8 with sequence parallelism, compiled."""
+
+from __future__ import annotations
+
+import pytest
+from llama3_8b import L8
+
+from dlsched.job.cluster import load_cluster
+from dlsched.job.compute import layer_costs
+from dlsched.job.compute.block_pricing import KernelOptions
+from dlsched.job.compute.layer_costs import (
+    block_costs,
+    gpu_compute,
+    rank_decoder,
+    separate_linears_seconds,
+    torch_linears,
+)
+
+TP, MB = 8, 2
+
+
+def test_which_layers_are_torchtitans() -> None:
+    """PyTorch's SDPA outside Transformer Engine, or eager TorchTitan modules: yes; TE's
+    attention (cuDNN fused, or flash under TE's layer spec), Megatron's unfused core: no."""
+    assert torch_linears(L8, "flash", "local", "fused")
+    assert torch_linears(L8, "fused", "transformer_engine", "eager")
+    assert not torch_linears(L8, "fused", "transformer_engine", "fused")
+    assert not torch_linears(L8, "flash", "transformer_engine", "fused")
+    assert not torch_linears(L8, "unfused", "local", "fused")
+
+
+def _costs(kernels: KernelOptions, precision: str) -> object:
+    group = load_cluster("dgx-h100", 8, None).group_topology(1, 8)
+    block_costs.cache_clear()
+    return block_costs(L8, MB, "h100", precision, TP, True, "none", group, "baseline",
+                       attention="flash", kernels=kernels)
+
+
+def test_summed_input_gradients_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tensorwise FP8 (its linears' shapes are job.compute.fp8's): the layer's backward
+    grows by Inductor's two sums of the input gradients, wq + wk + wv (read 3, write 1) and
+    w1 + w3 (read 2, write 1) 16-bit tensors of MB x 8192 x 4096 elements, 14 bytes per
+    element at the memory rate; its forward does not change."""
+    kernels = KernelOptions(fp8_recipe="tensorwise", compiled=True)
+    rate = gpu_compute("h100", "fp8", TP, True).gpu.memory_rate
+    torch = _costs(kernels, "fp8")
+    monkeypatch.setattr(layer_costs, "torch_linears", lambda *a, **k: False)
+    fused = _costs(kernels, "fp8")
+    block_costs.cache_clear()
+    assert torch.layer_f == fused.layer_f
+    assert torch.layer_b - fused.layer_b == pytest.approx(
+        14 * MB * 8192 * 4096 / rate, rel=1e-9)
+
+
+def test_16_bit_linears_at_their_own_shapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bf16: the forward grows by exactly the separate GEMMs' extra seconds over the fused
+    QKV and FC1 ones (``separate_linears_seconds``), which are positive: wk and wv are 1024 / 8
+    = 128 columns wide on a rank, memory-bound, each reading the whole gathered input (at
+    least 2 x MB x 8192 x 4096 x 2 bytes at the memory rate for the two)."""
+    kernels = KernelOptions(compiled=True)
+    compute = gpu_compute("h100", "bf16", TP, True)
+    model = rank_decoder(L8, 1, "ring", "flash", TP, "local")
+    extra_f, extra_b = separate_linears_seconds(model, L8, MB, compute)
+    torch = _costs(kernels, "bf16")
+    monkeypatch.setattr(layer_costs, "torch_linears", lambda *a, **k: False)
+    fused = _costs(kernels, "bf16")
+    block_costs.cache_clear()
+    assert torch.layer_f - fused.layer_f == pytest.approx(extra_f, rel=1e-9)
+    assert extra_f > 0 and extra_b > 0
+    wk_wv_reads = 2 * MB * 8192 * 4096 * 2 / compute.gpu.memory_rate
+    qkv = next(op for item in model.layers for op in item.ops if op.label.endswith("c_attn"))
+    assert extra_f + compute.work(qkv, MB, False).gpu_s > wk_wv_reads
