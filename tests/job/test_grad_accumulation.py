@@ -29,10 +29,13 @@ RATE = gpu_compute("a100", "fp16").gpu.memory_rate  # bytes/s
 def test_one_gpu_adds_six_bytes_per_parameter_per_microbatch_by_hand() -> None:
     """TP 1, PP 1, 8 microbatches of 1 on each of 8 GPUs: the iteration grows by 8 passes over
     the GPU's parameters, each reading the 16-bit gradient (2 B) and reading and writing the
-    16-bit accumulator (2 + 2 B)."""
+    16-bit accumulator (2 + 2 B), and, the model on one stage, by 8 sums of the tied word
+    embedding's two 16-bit gradients before it (51,200 x 2,304: read 2 + 2 B, write 2 B;
+    ``job.compute.embedding_grads``)."""
     layout = Execution(1, 1, 8, 1, 64, recompute="full")
     fused, separate = (evaluate(JOB, replace(layout, run=run)) for run in (FUSED, SEPARATE))
-    expected = 8 * SPEC.parameters() * 6 / RATE
+    assert (SPEC.vocab, SPEC.hidden) == (51200, 2304)
+    expected = 8 * (SPEC.parameters() * 6 + 3 * 2 * 51200 * 2304) / RATE
     assert separate.exposed["grad_accumulation_s"] == pytest.approx(expected)
     assert fused.exposed["grad_accumulation_s"] == 0.0
     assert separate.iteration_s - fused.iteration_s == pytest.approx(expected, rel=1e-9)

@@ -8,7 +8,8 @@ layers, 16 heads, sequence 1024) on one node of 2, 4 or 8 A100s, one row per TP 
 layout, microbatch and global batch, run with Megatron-DeepSpeed. The run settings the CSV does
 not print come from the repository's per-row configurations (``config/validation/single/``):
 activation checkpointing (full recomputation), no gradient bucketing (the gradients all-reduced
-after the last backward: ``dp_policy`` ``none``), the 1F1B schedule, vocabulary 50,257; and
+after the last backward: ``dp_policy`` ``none``), the 1F1B schedule, vocabulary 50,257 (which
+Megatron-DeepSpeed pads per TP degree, ``VOCAB``); and
 fp16 (the simulator's model runs in half precision). Nothing else is stated: these are
 assumptions, each a choice of the code the runs used, not fitted: fp16 gradients all-reduced
 in fp16 and added up over the microbatches outside the GEMMs (DeepSpeed's fp16 engine keeps
@@ -296,7 +297,8 @@ def sections(document_: dict[str, Any], options: Options | None = None) -> list[
                   f"{RECOMPUTE} recomputation, gradients reduced in {GRAD_REDUCE} after the "
                   f"last backward and accumulated {GRAD_ACCUMULATION}ly, {PIPELINE_P2P} "
                   "pipeline transfers, no ZeRO, Adam on the fp16 weights (no master weights), "
-                  "vocabulary 50,257")]
+                  "vocabulary 50,257 padded to a multiple of 128 x TP as Megatron-DeepSpeed "
+                  "pads it")]
 
 
 TERMS = ("per_layer_microbatch_s", "per_microbatch_s", "per_layer_s", "per_iteration_s")

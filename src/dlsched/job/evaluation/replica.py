@@ -24,6 +24,7 @@ from dlsched.job.communication.moe_dispatch import node_split
 from dlsched.job.communication.pipeline_p2p import with_p2p
 from dlsched.job.compute.attention_window import layer_savings, stage_savings
 from dlsched.job.compute.block_pricing import kernel_options
+from dlsched.job.compute.embedding_grads import embedding_fill_bytes, tied_sum_bytes
 from dlsched.job.compute.grad_accumulation import accumulation_bytes
 from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
 from dlsched.job.compute.moe_costs import MoELayerCosts, moe_layer_costs
@@ -177,8 +178,9 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     for stage, (saved_f, saved_b) in enumerate(stage_savings(job.spec, spans, saved)):
         forward[stage] -= saved_f
         backward[stage] -= saved_b
+    embed_b = costs.embed_b + embedding_fill_s(job, layout)
     forward[0] += costs.embed_f
-    backward[0] += costs.embed_b
+    backward[0] += embed_b
     forward[-1] += costs.head_f
     backward[-1] += costs.head_b
     mtp_f, mtp_b, mtp_moe = mtp_seconds(job.spec, layout, costs, moe, job.cluster.gpu,
@@ -203,7 +205,7 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
             moe.nodes,
             (costs.layer_f + extra_f + cp.forward_s, costs.layer_b + extra_b + cp.backward_s)),
             [((costs.embed_f * (s == 0), costs.head_f * (s == last)),
-              (costs.head_b * (s == last), costs.embed_b * (s == 0))) for s in range(len(spans))],
+              (costs.head_b * (s == last), embed_b * (s == 0))) for s in range(len(spans))],
             comm_sms(layout.run.moe_dispatcher,
                      node_split(job.cluster, *layout.group_ranks("ep")).nodes)
             / gpu_compute(job.cluster.gpu, layout.run.precision).gpu.spec.sms)
@@ -213,16 +215,28 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     return ReplicaParts(times, costs, (extra_f, extra_b), cp, moe, accumulation)
 
 
+def embedding_fill_s(job: Job, layout: Execution) -> float:
+    """Seconds per microbatch the first stage's embedding backward spends creating the
+    embeddings' dense weight gradients zeroed (``embedding_grads.embedding_fill_bytes``), at
+    the GPU's memory rate."""
+    run = layout.run
+    rate = gpu_compute(job.cluster.gpu, run.precision).gpu.memory_rate
+    return embedding_fill_bytes(job.spec, layout.tp, run.precision) / rate
+
+
 def accumulation_seconds(job: Job, layout: Execution) -> list[float]:
     """Each virtual stage's gradient accumulation per microbatch (``job.grad_accumulation``:
-    zero when fused)."""
+    zero when fused), with, on a single stage, the tied embedding's two gradients summed
+    before it (``embedding_grads.tied_sum_bytes``)."""
     run = layout.run
     per_parameter = accumulation_bytes(run.grad_accumulation, run.precision, run.grad_bytes)
     if not per_parameter:  # fused: no pass of its own (and nothing to count on the hot path)
         return [0.0] * layout.virtual_stages
     rate = gpu_compute(job.cluster.gpu, layout.run.precision).gpu.memory_rate
-    return [params * per_parameter / rate
-            for params in stage_parameters(job.spec, layout, experts=True)]
+    seconds = [params * per_parameter / rate
+               for params in stage_parameters(job.spec, layout, experts=True)]
+    seconds[0] += tied_sum_bytes(job.spec, layout) / rate
+    return seconds
 
 
 def _stage_units(job: Job, layout: Execution, times: PipelineTimes, stage: int) -> list[Unit]:
