@@ -15,6 +15,7 @@ from dlsched.job.compute.block_pricing import (
     accumulation_launch_s,
     hidden_collectives_s,
     layer_halves,
+    layer_work,
     ops_works,
     recompute_overlap_s,
 )
@@ -41,7 +42,8 @@ def _halves(hidden: int, microbatch: int) -> tuple[float, float, float, float]:
 
 def _overlap(hidden: int, microbatch: int) -> float:
     model = decoder_model(SPECS[hidden], 1, attention="unfused")
-    return recompute_overlap_s(model, microbatch, gpu_compute("a100", "fp16"), KernelOptions())
+    return recompute_overlap_s(layer_halves(model, microbatch, gpu_compute("a100", "fp16"),
+                                            KernelOptions()))
 
 
 def test_a_host_bound_forward_hides_under_a_gpu_bound_backward() -> None:
@@ -70,17 +72,19 @@ def test_the_separate_accumulation_launches_one_add_per_parameter_tensor() -> No
     """A GPT layer with biases and LayerNorm has 12 parameter tensors (two norms' weight and
     bias, four linears' weight and bias): hidden 1024, microbatch 1, its backward host-bound,
     the adds cost 12 x 23.81 us = 285.72 us; hidden 2048, microbatch 4, GPU-bound (5.2 ms
-    against 0.9 ms of launches), nothing. Without the option, nothing at all."""
+    against 0.9 ms of launches), nothing. Without the option, the backward's launches alone."""
     compute = gpu_compute("a100", "fp16")
     separate = KernelOptions(accumulation_launches=True)
     small = decoder_model(SPECS[1024], 1, attention="unfused")
     assert sum(1 for item in small.layers if item.block == "h.0" and item.params) == 12
-    assert accumulation_launch_s(small, 1, compute, separate) == pytest.approx(12 * 23.81e-6)
-    assert accumulation_launch_s(small, 1, compute, KernelOptions()) == 0.0
+    assert accumulation_launch_s(layer_work(small, 1, compute, separate)) == pytest.approx(
+        12 * 23.81e-6)
+    assert layer_halves(small, 1, compute, separate)[3] - layer_halves(
+        small, 1, compute, KernelOptions())[3] == pytest.approx(12 * 23.81e-6)
     large = decoder_model(SPECS[2048], 1, attention="unfused")
     gpu_b, host_b = layer_halves(large, 4, compute, separate)[2:]
     assert gpu_b > host_b == pytest.approx(38 * 23.81e-6)
-    assert accumulation_launch_s(large, 4, compute, separate) == 0.0
+    assert accumulation_launch_s(layer_work(large, 4, compute, separate)) == 0.0
 
 
 def test_collectives_fill_only_the_gpus_wait_for_the_host() -> None:

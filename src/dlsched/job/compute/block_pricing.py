@@ -160,48 +160,71 @@ def priced_blocks(model: TransformerModel, microbatch_size: int, compute: Calibr
 
 
 
+@dataclass(frozen=True)
+class LayerWork:
+    """One microbatch through a block's forward and its backward (``layer_work``): GPU seconds
+    and kernels launched of each, the gradient adds its backward launches with
+    ``KernelOptions.accumulation_launches`` and the preset's forward and backward seconds a
+    launch. Priced once per ``block_costs`` call and read by each of its terms."""
+
+    gpu_f: float
+    launches_f: float
+    gpu_b: float
+    launches_b: float
+    adds: int
+    kernel_overhead: float
+    backward_overhead: float
+
+    def halves(self, accumulation_launches: bool) -> tuple[float, float, float, float]:
+        """GPU and host seconds (gpu_f, host_f, gpu_b, host_b): the host's are the launches
+        at the forward's and the backward's launch cost, the backward's with one gradient
+        add per parameter tensor when ``accumulation_launches``."""
+        launches_b = self.launches_b + (self.adds if accumulation_launches else 0)
+        return (self.gpu_f, self.launches_f * self.kernel_overhead, self.gpu_b,
+                launches_b * self.backward_overhead)
+
+
+def layer_work(model: TransformerModel, microbatch_size: int, compute: CalibratedCompute,
+               options: KernelOptions, spec: Model | None = None,
+               block: str = "h.0") -> LayerWork:
+    """``block``'s forward and backward kernels (``LayerWork``): their GPU seconds and
+    launches, and its gradient adds, one per parameter tensor (the zoo's layers with
+    parameters: 12 in a GPT layer with biases and LayerNorm). Their GPU time is the
+    accumulation pass (``job.compute.grad_accumulation``), priced apart."""
+    ops = dict(block_ops(model, options.compiled, options.ops, spec))[block]
+    gpu = compute.gpu.spec
+    adds = sum(1 for layer in model.layers if layer.block == block and layer.params > 0)
+    forward, backward = (ops_works(ops, microbatch_size, compute, options, back)
+                         for back in (False, True))
+    return LayerWork(sum(w.gpu_s for w in forward), sum(w.launches for w in forward),
+                     sum(w.gpu_s for w in backward), sum(w.launches for w in backward), adds,
+                     gpu.kernel_overhead, gpu.backward_overhead)
+
+
 def layer_halves(model: TransformerModel, microbatch_size: int, compute: CalibratedCompute,
                  options: KernelOptions, spec: Model | None = None,
                  block: str = "h.0") -> tuple[float, float, float, float]:
     """GPU and host seconds of one microbatch through ``block``'s forward and its backward:
-    (gpu_f, host_f, gpu_b, host_b). The host's are its launches at the preset's forward and
-    backward launch cost; with ``options.accumulation_launches`` the backward also launches
-    one gradient add per parameter tensor of the block (the zoo's layers with parameters:
-    12 in a GPT layer with biases and LayerNorm). Their GPU time is the accumulation pass
-    (``job.compute.grad_accumulation``), priced apart."""
-    ops = dict(block_ops(model, options.compiled, options.ops, spec))[block]
-    gpu = compute.gpu.spec
-    adds = sum(1 for layer in model.layers if layer.block == block and layer.params > 0)
-    halves = []
-    for backward, overhead in ((False, gpu.kernel_overhead), (True, gpu.backward_overhead)):
-        works = ops_works(ops, microbatch_size, compute, options, backward)
-        launches = sum(w.launches for w in works)
-        launches += adds if backward and options.accumulation_launches else 0
-        halves += [sum(w.gpu_s for w in works), launches * overhead]
-    return halves[0], halves[1], halves[2], halves[3]
+    (gpu_f, host_f, gpu_b, host_b) (``LayerWork.halves``; the backward's launches with its
+    gradient adds under ``options.accumulation_launches``)."""
+    return layer_work(model, microbatch_size, compute, options, spec,
+                      block).halves(options.accumulation_launches)
 
 
-def accumulation_launch_s(model: TransformerModel, microbatch_size: int,
-                          compute: CalibratedCompute, options: KernelOptions,
-                          spec: Model | None = None, block: str = "h.0") -> float:
-    """Seconds the gradient adds' launches (``layer_halves``) add to ``block``'s backward
-    priced as the larger of its GPU and host seconds: nothing while the GPU sets the pace,
-    all of them once the host does. Zero without ``options.accumulation_launches``."""
-    if not options.accumulation_launches:
-        return 0.0
-    _, _, gpu_b, host_b = layer_halves(model, microbatch_size, compute, options, spec, block)
-    without = replace(options, accumulation_launches=False)
-    return max(gpu_b, host_b) - max(*layer_halves(model, microbatch_size, compute, without,
-                                                  spec, block)[2:])
+def accumulation_launch_s(work: LayerWork) -> float:
+    """Seconds the gradient adds' launches (``LayerWork``: with
+    ``KernelOptions.accumulation_launches``) add to the block's backward priced as the larger
+    of its GPU and host seconds: nothing while the GPU sets the pace, all of them once the
+    host does."""
+    _, _, gpu_b, host_b = work.halves(True)
+    return max(gpu_b, host_b) - max(*work.halves(False)[2:])
 
 
-def recompute_overlap_s(model: TransformerModel, microbatch_size: int,
-                        compute: CalibratedCompute, options: KernelOptions,
-                        spec: Model | None = None, block: str = "h.0") -> float:
+def recompute_overlap_s(halves: tuple[float, float, float, float]) -> float:
     """Seconds the full recomputation's launches hide under the backward's GPU work in one
-    transformer layer (``block``) of one microbatch: what pricing the recomputed forward and
-    the backward as one timeline saves over adding their two prices (the backward's with its
-    gradient adds, ``layer_halves``).
+    transformer layer of one microbatch: what pricing the recomputed forward and the backward
+    as one timeline saves over adding their two prices (``halves``: ``layer_halves``'
+    (gpu_f, host_f, gpu_b, host_b), the backward's with its gradient adds).
 
     Megatron's full recomputation (``tensor_parallel.checkpoint``, one layer per checkpoint)
     reruns a layer's forward inside its checkpoint's backward and then runs that layer's
@@ -214,8 +237,7 @@ def recompute_overlap_s(model: TransformerModel, microbatch_size: int,
     + max(gpu_b, host_b). The difference is zero when both halves are bound the same way
     (both by the GPU: large layers; both by the host) and positive when a host-bound forward
     meets a GPU-bound backward. Seconds (>= 0)."""
-    gpu_f, host_f, gpu_b, host_b = layer_halves(model, microbatch_size, compute, options,
-                                                spec, block)
+    gpu_f, host_f, gpu_b, host_b = halves
     return (max(gpu_f, host_f) + max(gpu_b, host_b)) - max(gpu_f + gpu_b, host_f + host_b)
 
 

@@ -43,7 +43,7 @@ userbuffers; it needs sequence parallelism): then each collective runs beside a 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache, partial
 
 from dlsched.hardware import Topology
 from dlsched.job.communication.allgather_cp import allgather_merge_seconds
@@ -59,7 +59,7 @@ from dlsched.job.compute.block_pricing import (
     accumulation_launch_s,
     gemm_seconds,
     hidden_collectives_s,
-    layer_halves,
+    layer_work,
     ops_seconds,
     ops_works,
     priced_blocks,
@@ -319,7 +319,9 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
         tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(gathered) if sp
                         else curve(tp_group, "all-reduce", policy).seconds(message))
     layer_f, layer_b = float(forward[1]), float(backward[1])
-    layer_b += accumulation_launch_s(model, microbatch_size, compute, kernels, spec)
+    # h.0's kernels (GPU seconds, launches), priced on first use, at most once a call
+    work = cache(partial(layer_work, model, microbatch_size, compute, kernels, spec))
+    layer_b += accumulation_launch_s(work()) if kernels.accumulation_launches else 0.0
     if sp and kernels.ops == "eager" and not tp_overlap:  # functional collectives' copies
         copy_f, copy_b = relayout_seconds(message, gathered, microbatch_size, recompute,
                                           compute.gpu.memory_rate, async_tp,
@@ -346,7 +348,7 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
                       if op.label in CORE_COPY_LABELS)  # rerun with the core (qkv_layout)
     core_b = sum(compute.op_time(op, microbatch_size, backward=True) for op in core)
     if recompute == "full":  # the rerun forward launched beside the backward's GPU work
-        layer_b += layer_f - recompute_overlap_s(model, microbatch_size, compute, kernels, spec)
+        layer_b += layer_f - recompute_overlap_s(work().halves(kernels.accumulation_launches))
         if kernels.compiled:  # AOTAutograd's partitioner: not the FFN's output projection
             layer_b -= unneeded_rerun_s(model, microbatch_size, compute, kernels)
     elif recompute == "selective":
@@ -370,7 +372,7 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
                     else ops_seconds(again, microbatch_size, compute, kernels, False))
     if tp > 1 and kernels.eager_16bit and not (sp and tp_overlap):  # eager Megatron's stream
         hide_f, hide_b = hidden_collectives_s(
-            layer_halves(model, microbatch_size, compute, kernels, spec), tp_forward,
+            work().halves(kernels.accumulation_launches), tp_forward,
             tp_backward, recompute == "full")
         tp_forward, tp_backward = tp_forward - hide_f, tp_backward - hide_b
     return BlockCosts(float(forward[0]) + exchange, float(backward[0]), layer_f + tp_forward,
