@@ -102,7 +102,7 @@ def test_fc1_fp8_work_by_hand_delayed() -> None:
 def test_a_layer_in_fp8_is_the_bf16_layer_with_its_linears_replaced(recipe: str) -> None:
     """Everything but the four linears is priced as in bf16: the FP8 layer's forward and
     backward differ from the bf16 layer's by exactly the linears' difference (GPU-bound), the
-    bf16 linears as TorchTitan's separate ones at their own shapes (PyTorch's SDPA layer:
+    bf16 linears as TorchTitan's separate ones at their own shapes (compiled:
     ``layer_costs.torch_linears``; FP8's split is ``job.compute.fp8``'s)."""
     options = KernelOptions(recipe, compiled=True, microbatches=4)
     plain = KernelOptions(compiled=True)

@@ -1,5 +1,5 @@
 """TorchTitan's separate linears (wq, wk, wv; w1, w3) priced wherever the layer is
-TorchTitan's (``layer_costs.torch_linears``: PyTorch's SDPA, or its modules priced eager),
+TorchTitan's (``layer_costs.torch_linears``: compiled, or its modules priced eager),
 checked by hand on Llama 3 8B at TP 8 with sequence parallelism, compiled."""
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ TP, MB = 8, 2
 
 
 def test_which_layers_are_torchtitans() -> None:
-    """PyTorch's SDPA outside Transformer Engine, or eager TorchTitan modules: yes; TE's
-    attention (cuDNN fused, or flash under TE's layer spec), Megatron's unfused core: no."""
-    assert torch_linears(L8, "flash", "local", "fused")
-    assert torch_linears(L8, "fused", "transformer_engine", "eager")
-    assert not torch_linears(L8, "fused", "transformer_engine", "fused")
-    assert not torch_linears(L8, "flash", "transformer_engine", "fused")
-    assert not torch_linears(L8, "unfused", "local", "fused")
+    """Compiled (torch.compile: TorchTitan) or TorchTitan's modules eager: yes; the zoo's
+    fused ops uncompiled (Megatron-style): no."""
+    assert torch_linears(L8, KernelOptions(compiled=True))
+    assert torch_linears(L8, KernelOptions(fp8_recipe="tensorwise", compiled=True))
+    assert torch_linears(L8, KernelOptions(ops="eager"))
+    assert not torch_linears(L8, KernelOptions())
+    assert not torch_linears(L8, KernelOptions(fp8_recipe="delayed"))
 
 
 def _costs(kernels: KernelOptions, precision: str) -> object:

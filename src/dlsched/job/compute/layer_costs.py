@@ -192,17 +192,18 @@ def rank_decoder(spec: Model, cp: int, cp_algorithm: str, attention: str, tp: in
                            new_key=not spec.learned_positions or spec.qk_norm)
 
 
-def torch_linears(spec: Model, attention: str, transformer_impl: str, ops: str) -> bool:
+def torch_linears(spec: Model, kernels: KernelOptions) -> bool:
     """Whether a layer's QKV projection and gated FFN input projection run as TorchTitan's
     separate linears (``wq``, ``wk``, ``wv``; ``w1``, ``w3``: torchtitan/models/llama3/model.py
     at 9dec370 and 820504e), each reading the whole input, autograd summing their input
-    gradients: its modules priced as eager PyTorch runs them (``ops`` eager), or its attention
-    PyTorch's SDPA (``flash`` outside Transformer Engine), the path ``decoder_model`` gives
-    TorchTitan's ``repeat_kv``; an MLA layer's projections are ``job.compute.mla``'s. The
-    zoo's Megatron-style layer fuses both (one QKV GEMM, one FC1 GEMM twice as wide)."""
-    return ops == "eager" or (attention == "flash" and not te_attention(attention,
-                                                                       transformer_impl)
-                              and not is_mla(spec))
+    gradients: its modules priced as eager PyTorch runs them (``ops`` eager), or compiled by
+    ``torch.compile`` (TorchTitan's ``--training.compile``; Megatron-LM does not compile its
+    layers, and async TP, which needs compile, already assumes these linears:
+    ``job.communication.async_tp``). An MLA layer's projections are ``job.compute.mla``'s.
+    The zoo's Megatron-style layer fuses both (one QKV GEMM, one FC1 GEMM twice as wide).
+    Not applied to TorchTitan's eager runs priced with the fused ops (Tables 1 and 3's FSDP
+    rows): nothing in their settings tells TorchTitan's model from Megatron's there."""
+    return kernels.ops == "eager" or (kernels.compiled and not is_mla(spec))
 
 
 def attention_exchange(spec: Model, sp: bool, message: float,
@@ -327,7 +328,7 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
                                           compute.gpu.memory_rate, async_tp,
                                           kernels.fp8_recipe != "rowwise", kernels.compiled)
         layer_f, layer_b = layer_f + copy_f, layer_b + copy_b
-    if torch_linears(spec, attention, transformer_impl, kernels.ops):  # their input
+    if torch_linears(spec, kernels):  # their input
         # gradients summed (full width) and, 16-bit, the linears at their own shapes
         layer_b += summed_gradient_bytes(message / ACTIVATION_BYTES,
                                          kernels.compiled) / compute.gpu.memory_rate
