@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from functools import cache, lru_cache, partial
 
 from dlsched.hardware import Topology
+from dlsched.hardware.gpu import ELEMENT_BYTES
 from dlsched.job.communication.allgather_cp import allgather_merge_seconds
 from dlsched.job.communication.async_tp import COMPILED_RERUN, async_tp_exposed
 from dlsched.job.communication.collective_costs import curve
@@ -74,6 +75,7 @@ from dlsched.job.compute.fp8 import (
     amax_reductions,
     tp_gather_fraction,
 )
+from dlsched.job.compute.megatron_softmax import with_megatron_softmax
 from dlsched.job.compute.mla import attention_exchange_width, is_mla, with_mla
 from dlsched.job.compute.module_recompute import (
     modules_of,
@@ -275,6 +277,9 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
         with_cross_entropy(rank_decoder(spec, cp, cp_algorithm, attention, tp,
                                         transformer_impl), cross_entropy),
         transformer_impl)
+    if attention == "unfused" and ELEMENT_BYTES[precision] == 2:  # Megatron's 16-bit softmax
+        model = with_megatron_softmax(model, microbatch_size, max(1, spec.heads // tp),
+                                      local_tokens(spec, cp))
     forward, backward = priced_blocks(model, microbatch_size, compute, kernels, spec)
     message = microbatch_size * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     gathered = message * tp_gather_fraction(kernels.fp8_recipe)  # each layer all-gather's
