@@ -17,6 +17,7 @@ from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, evaluate, pipeline_times
 from dlsched.job.evaluation.pipeline_split import feasible_splits, slots_per_stage, stage_layers
 from dlsched.job.evaluation.pipeline_time import event_pipeline, fast_pipeline
+from dlsched.job.evaluation.replica import embedding_fill_s
 from dlsched.job.execution import Execution
 from dlsched.job.exports.writers import megatron_args, torchtitan_toml
 from dlsched.job.memory.per_gpu import memory_per_gpu, peak_memory, stage_units
@@ -118,11 +119,13 @@ def test_simulator_against_the_closed_form_on_an_uneven_split() -> None:
     """5 layers + the embedding over 2 stages of 1F1B, 2 microbatches: 2 layers and the
     embedding, then 3 layers and the head. Without transfers, stage 1 longer than stage 0's
     forward and backward: F0 on rank 0, F and B on rank 1, rank 1's second F and B right after
-    (rank 0's second F ends first), rank 0's last B after them: T = f0 + 2 (f1 + b1) + b0."""
+    (rank 0's second F ends first), rank 0's last B after them: T = f0 + 2 (f1 + b1) + b0.
+    The embedding's backward includes creating its zeroed weight gradients (embedding_fill_s)."""
     layout = Execution(1, 2, 4, 1, 8, pipeline_split="account-embedding", run=FP16)
     job = _job(GPT.replace(layers=5))
     times, costs, _ = pipeline_times(job, layout)
-    f0, b0 = 2 * costs.layer_f + costs.embed_f, 2 * costs.layer_b + costs.embed_b
+    embed_b = costs.embed_b + embedding_fill_s(job, layout)
+    f0, b0 = 2 * costs.layer_f + costs.embed_f, 2 * costs.layer_b + embed_b
     f1, b1 = 3 * costs.layer_f + costs.head_f, 3 * costs.layer_b + costs.head_b
     assert times.forward == pytest.approx((f0, f1)) and times.backward == pytest.approx((b0, b1))
     quiet = replace(times, send=(0.0,))
