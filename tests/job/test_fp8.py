@@ -102,8 +102,8 @@ def test_fc1_fp8_work_by_hand_delayed() -> None:
 def test_a_layer_in_fp8_is_the_bf16_layer_with_its_linears_replaced(recipe: str) -> None:
     """Everything but the four linears is priced as in bf16: the FP8 layer's forward and
     backward differ from the bf16 layer's by exactly the linears' difference (GPU-bound), the
-    bf16 linears as TorchTitan's separate ones at their own shapes (compiled:
-    ``layer_costs.torch_linears``; FP8's split is ``job.compute.fp8``'s)."""
+    linears on both sides as TorchTitan's separate ones at their own shapes (compiled:
+    ``layer_costs.torch_linears``; FP8's each its own FP8 GEMM, the casts ``job.compute.fp8``'s)."""
     options = KernelOptions(recipe, compiled=True, microbatches=4)
     plain = KernelOptions(compiled=True)
     compute = gpu_compute("h100", "fp8")
@@ -112,8 +112,10 @@ def test_a_layer_in_fp8_is_the_bf16_layer_with_its_linears_replaced(recipe: str)
     layer = list(_layer_ops().values())  # the whole layer: its SwiGLU says the FFN is gated
     linears = [i for i, op in enumerate(layer) if is_fp8_linear(op)]
     split = separate_linears_seconds(decoder_model(L8, 1), L8, B, gpu_compute("h100", "bf16"))
-    for backward, fp8_s, bf16_s in ((False, fp8.layer_f, bf16.layer_f - split[0]),
-                                    (True, fp8.layer_b, bf16.layer_b - split[1])):
+    split8 = separate_linears_seconds(decoder_model(L8, 1), L8, B, compute, options)
+    assert split8[0] > 0 and split8[1] > 0  # wk, wv: small N, each reading the whole input
+    for backward, fp8_s, bf16_s in ((False, fp8.layer_f - split8[0], bf16.layer_f - split[0]),
+                                    (True, fp8.layer_b - split8[1], bf16.layer_b - split[1])):
         new_works = ops_works(layer, B, compute, options, backward)
         old_works = ops_works(layer, B, compute, plain, backward)
         new = sum(new_works[i].gpu_s for i in linears)

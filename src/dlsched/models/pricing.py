@@ -120,10 +120,36 @@ def product_seconds(compute: CalibratedCompute, op: Op, batch: float, backward: 
             elements = tokens * (fan_in + fan_out / tp)
         elif op.label.endswith(ROW_PARALLEL):
             elements = tokens * (fan_in / tp + fan_out)
-    moved = ((BACKWARD_FACTOR if backward else 1.0)
-             * (elements * batch * ELEMENT_BYTES[precision] + weights * operand))
+    if precision == "fp8" and op.kind == "gemm" and op.shape:
+        moved = fp8_gemm_bytes(op, batch, share, tp, weights, backward)
+    else:
+        moved = ((BACKWARD_FACTOR if backward else 1.0)
+                 * (elements * batch * ELEMENT_BYTES[precision] + weights * operand))
     return max(_compute_seconds(compute, op, batch * share, backward),
                moved / compute.gpu.memory_rate)
+
+
+def fp8_gemm_bytes(op: Op, batch: float, share: float, tp: int, weights: float,
+                   backward: bool) -> float:
+    """Bytes an FP8 linear's GEMMs read and write on ``batch`` samples, forward or
+    ``backward``: FP8 operands (1 byte) in, 16-bit results (2 bytes) out. Forward: ``X`` (1)
+    and ``W`` (1) read, ``Y`` (2) written; backward: the data gradient reads ``G`` and ``W``
+    (1 each) and writes ``dX`` (2), the weight gradient reads ``X`` and ``G`` (1 each) and
+    writes ``dW`` (2): 3 bytes per input, 2 per output and 3 per weight element. (torchao's
+    ``_scaled_mm`` / Transformer Engine's ``cublasLt`` FP8 GEMMs take both operands in FP8
+    and write bf16: torchao ``float8/float8_ops.py`` ``float8_mm``, ``out_dtype`` the
+    linear's bf16; TE ``general_gemm``.) The sides of a TP linear as ``product_seconds``."""
+    m, n, k, _ = op.shape
+    x_elements = y_elements = share
+    if op.split and tp > 1:
+        if op.label.endswith(COLUMN_PARALLEL):
+            x_elements, y_elements = 1.0, 1.0 / tp
+        elif op.label.endswith(ROW_PARALLEL):
+            x_elements, y_elements = 1.0 / tp, 1.0
+    x, y = m * k * x_elements * batch, m * n * y_elements * batch
+    if backward:
+        return 3 * x + 2 * y + 3 * weights
+    return x + 2 * y + weights
 
 
 def _input_elements(op: Op) -> float:

@@ -90,7 +90,11 @@ linears about 40% slower in rowwise FP8 than in bf16, enough to cancel rowwise's
 leaving them in bf16 (torchao PR #2410's auto filter, torchtitan PR #1319) gave +10% tokens/s
 over bf16 with vanilla TP. Tensorwise keeps one cast per op (the prepared input, or without TP
 Inductor's common-subexpression elimination of identical casts of one tensor, assumed).
-The GEMMs stay priced as the zoo's fused ones.
+Their GEMMs, each its own ``_scaled_mm`` at its own shape (``wk`` and ``wv`` 128 columns wide
+per rank at TP 8, memory-bound, each reading the whole FP8 input), are priced beyond the
+zoo's fused ones by ``layer_costs.separate_linears_seconds`` wherever the layer is
+TorchTitan's (``layer_costs.torch_linears``), every recipe; an FP8 GEMM's operand bytes are
+``models.pricing.fp8_gemm_bytes`` (FP8 in, bf16 out).
 
 The FP8 GEMMs run at the calibrated GPU's FP8 GEMM rate (``efficiency.gemm.fp8`` of
 ``peak.fp8``, the same kernels ``dlsched compute`` prices in fp8), operands 1 byte. Rowwise's

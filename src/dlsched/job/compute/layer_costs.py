@@ -221,19 +221,24 @@ def attention_exchange(spec: Model, sp: bool, message: float,
 
 
 def separate_linears_seconds(model: TransformerModel, spec: Model,
-                             microbatch_size: int,
-                             compute: CalibratedCompute) -> tuple[float, float]:
-    """Seconds TorchTitan's separate 16-bit linears (wq, wk, wv; w1, w3: ``eager_ops.
-    separate_linears``) take beyond the zoo's fused QKV and FC1 GEMMs, forward and backward."""
+                             microbatch_size: int, compute: CalibratedCompute,
+                             kernels: KernelOptions = EAGER_16BIT) -> tuple[float, float]:
+    """Seconds TorchTitan's separate linears' GEMMs (wq, wk, wv; w1, w3: ``eager_ops.
+    separate_linears``) take beyond the zoo's fused QKV and FC1 GEMMs, forward and backward:
+    16-bit, or with an FP8 recipe each its own ``_scaled_mm`` at the FP8 rate (every one a
+    ``Float8Linear`` of its own: torchao ``float8/float8_linear.py``, torchtitan
+    ``components/quantization/float8.py`` at 820504e swaps each ``nn.Linear`` but ``output``;
+    ``block_pricing.gemm_seconds``, GEMMs alone: the casts, per linear or shared, are
+    ``job.compute.fp8``'s)."""
     extra = [0.0, 0.0]
     layer = [op for item in model.layers if item.block == "h.0" for op in item.ops]
     for op in layer:
         parts = separate_linears(op, spec)
         if len(parts) > 1:
             for back in (False, True):
-                extra[back] += (sum(compute.work(part, microbatch_size, back).gpu_s
+                extra[back] += (sum(gemm_seconds(part, microbatch_size, compute, kernels, back)
                                     for part in parts)
-                                - compute.work(op, microbatch_size, back).gpu_s)
+                                - gemm_seconds(op, microbatch_size, compute, kernels, back))
     return extra[0], extra[1]
 
 
@@ -334,12 +339,12 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
                                           kernels.fp8_recipe != "rowwise", kernels.compiled)
         layer_f, layer_b = layer_f + copy_f, layer_b + copy_b
     if torch_linears(spec, kernels):  # their input
-        # gradients summed (full width) and, 16-bit, the linears at their own shapes
+        # gradients summed (full width) and the linears' GEMMs at their own shapes
         layer_b += summed_gradient_bytes(message / ACTIVATION_BYTES,
                                          kernels.compiled) / compute.gpu.memory_rate
-        if kernels.fp8_recipe is None:  # (FP8: job.compute.fp8's separate_linears)
-            split_f, split_b = separate_linears_seconds(model, spec, microbatch_size, compute)
-            layer_f, layer_b = layer_f + split_f, layer_b + split_b
+        split_f, split_b = separate_linears_seconds(model, spec, microbatch_size, compute,
+                                                    kernels)
+        layer_f, layer_b = layer_f + split_f, layer_b + split_b
     merge_f, merge_b = allgather_merge_seconds(spec, microbatch_size, tp, cp, cp_algorithm,
                                                compute.gpu.memory_rate, kernels.compiled,
                                                reruns_core(recompute))
