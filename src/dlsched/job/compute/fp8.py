@@ -82,9 +82,19 @@ sequence-parallel all-gather, for all of them (``PrepareFloat8ModuleInput`` with
 (torchtitan parallelize_llama.py at 820504e: "For rowwise recipes, we use regular TP and
 all-gather happens in high precision", ``enable_float8_tensorwise_tp = enable_float8_linear
 and not float8_is_rowwise``), so every linear quantizes the shared input itself, and every
-linear's data gradient, the input's full width, gets its own rescaling pass. Rowwise therefore
-pays its input cast and its data-gradient rescale once per linear: 3 for the QKV projection,
-2 for a gated FFN's input projection (``SPLIT_LINEARS``). The measured cost: TorchTitan
+linear's data gradient, the input's full width, gets its own rescaling pass: 3 for the QKV
+projection, 2 for a gated FFN's input projection (``SPLIT_LINEARS``). Eager, each linear's
+input casts run (``linears`` of them); under ``torch.compile`` they are one: the casts are the
+same ops on the same tensor, and AOTAutograd's common-subexpression elimination
+(``torch._functorch.config.cse``, on by default; ``fx_graph_cse`` on the joint graph) merges
+them. Read off the forward graph AOTAutograd hands Inductor (torch 2.13 CPU,
+``benchmarks/inductor_rowwise_casts.py``: three linears as torchao's rowwise
+``matmul_with_hp_or_float8_args`` runs them, each ``autograd.Function`` casting its input
+along -1 in the forward and saving the bf16 input for its weight gradient's cast along 0):
+one ``abs`` and one ``amax(-1)`` of the input feed all three ``mm``, one ``amax(0)`` all
+three weight gradients; the weights' and the output gradients' casts stay one per linear
+(different tensors). The data-gradient rescales are of different tensors and stay per
+linear. The measured cost: TorchTitan
 issue #1207 (Llama 3.1 70B, 256 H100s, FSDP 32 x TP 8) found the small ``wk`` / ``wv``
 linears about 40% slower in rowwise FP8 than in bf16, enough to cancel rowwise's gain, and
 leaving them in bf16 (torchao PR #2410's auto filter, torchtitan PR #1319) gave +10% tokens/s
@@ -275,7 +285,8 @@ def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compi
                sequence_parallel: bool = False) -> float:
     """Bytes the casts of FP8 linear ``op`` move in one microbatch's forward or ``backward``
     (module docstring): the forward casts the input (once per of the ``linears`` sharing it;
-    on its shard under Transformer Engine with ``sequence_parallel``) and the weight (a cached
+    on its shard under Transformer Engine with ``sequence_parallel``; once compiled:
+    ``input_casts``) and the weight (a cached
     weight once per ``microbatches``), the backward the output gradient (and rowwise's
     rescaled outputs, the data gradient once per linear)."""
     x, w, g = operand_elements(op, batch, tp)
@@ -288,7 +299,14 @@ def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compi
     weight = w * _weight(recipe, weight_shards).bytes_per_element
     if recipe in TE_RECIPES:
         weight /= microbatches
-    return linears * x * cast + weight
+    return input_casts(linears, compiled) * x * cast + weight
+
+
+def input_casts(linears: int, compiled: bool) -> int:
+    """How many times the input ``linears`` separate linears share is quantized: once each
+    eager, once under ``torch.compile`` (AOTAutograd's CSE of the identical casts: module
+    docstring, separate linears)."""
+    return 1 if compiled else linears
 
 
 def cast_kernels(recipe: str, backward: bool, compiled: bool, microbatches: int = 1,
@@ -301,7 +319,8 @@ def cast_kernels(recipe: str, backward: bool, compiled: bool, microbatches: int 
     if backward:
         return tensor + (linears + 1 if recipe == "rowwise" else 0)
     weight = _weight(recipe, weight_shards).kernels
-    return linears * tensor + (weight / microbatches if recipe in TE_RECIPES else weight)
+    return (input_casts(linears, compiled) * tensor
+            + (weight / microbatches if recipe in TE_RECIPES else weight))
 
 
 def fp8_linear_work(op: Op, batch: float, fp8: CalibratedCompute, recipe: str, backward: bool,
