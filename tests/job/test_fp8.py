@@ -21,6 +21,7 @@ from dlsched.job.compute.fp8 import (
     input_casts,
     is_fp8_linear,
     operand_elements,
+    producer_fused,
     separate_linears,
 )
 from dlsched.job.compute.layer_costs import (
@@ -30,6 +31,7 @@ from dlsched.job.compute.layer_costs import (
     separate_linears_seconds,
 )
 from dlsched.models.kernels import gemm_utilization
+from dlsched.models.ops import Op
 
 B = 2  # microbatch size
 TOKENS = B * 8192
@@ -227,3 +229,29 @@ def test_te_keeps_fp8_weight_copies_in_memory() -> None:
     assert (te["memory_weights_gib"] - bf16["memory_weights_gib"]) * 2**30 == pytest.approx(
         2 * 32 * linear)
     assert ao["memory_weights_gib"] == pytest.approx(bf16["memory_weights_gib"])
+
+
+def test_rowwise_gathered_operands_read_their_amax_even_compiled() -> None:
+    """Rowwise under TP 8 with sequence parallelism, compiled: QKV's gathered input (forward)
+    and the projection's gathered output gradient (backward) are cast from the all-gather's
+    bf16 output, so their amax reads 2 bytes per element (8 in all, against 6 fused into the
+    producer); the projection's input and QKV's output gradient keep 6. Tensorwise casts
+    before the gather (fused: 4)."""
+    ops = _layer_ops()
+    qkv, proj = ops["h.0.attn.c_attn"], ops["h.0.attn.c_proj"]
+    assert not producer_fused("rowwise", True)
+    assert producer_fused("rowwise", False) and producer_fused("tensorwise", True)
+    x_qkv = operand_elements(qkv, B, 8)[0]
+    g_proj = operand_elements(proj, B, 8)[2]
+
+    def activation(op: Op, backward: bool, recipe: str, sp: bool) -> float:
+        return cast_bytes(op, B, 8, recipe, backward, True, sequence_parallel=sp)
+    # the weight's casts are the same with or without SP: compare differences
+    assert (activation(qkv, False, "rowwise", True) - activation(qkv, False, "rowwise", False)
+            == pytest.approx(2 * x_qkv))
+    assert (activation(proj, True, "rowwise", True) - activation(proj, True, "rowwise", False)
+            == pytest.approx(2 * g_proj))
+    assert activation(proj, False, "rowwise", True) == activation(proj, False, "rowwise", False)
+    assert activation(qkv, True, "rowwise", True) == activation(qkv, True, "rowwise", False)
+    assert (activation(qkv, False, "tensorwise", True)
+            == activation(qkv, False, "tensorwise", False))

@@ -274,10 +274,25 @@ def _activation(op: Op, recipe: str, compiled: bool, tp: int, sequence_parallel:
                 backward: bool) -> CastCost:
     """The cast of ``op``'s activation operand of the pass (the input forward, the output
     gradient backward): Transformer Engine's ``_gathered`` one when sequence parallelism
-    gathers it, else ``_tensor``."""
+    gathers it, else ``_tensor``; rowwise's of a gathered operand with its amax read even
+    compiled (``producer_fused``)."""
     column = op.label.endswith(COLUMN_PARALLEL)
-    gathered = sequence_parallel and tp > 1 and recipe in TE_RECIPES and column != backward
-    return _gathered(recipe, tp) if gathered else _tensor(recipe, compiled)
+    gathered = sequence_parallel and tp > 1 and column != backward
+    if gathered and recipe in TE_RECIPES:
+        return _gathered(recipe, tp)
+    return _tensor(recipe, compiled and producer_fused(recipe, gathered))
+
+
+def producer_fused(recipe: str, gathered: bool) -> bool:
+    """Whether a compiled cast's amax is fused into the kernel that produced its operand.
+    Not for rowwise's operands that sequence parallelism gathers (a column-parallel linear's
+    input, a row-parallel one's output gradient): TorchTitan gathers them in bf16 (no float8
+    TP for rowwise, parallelize_llama.py at 820504e) and the cast reads the collective's
+    output, which no Inductor kernel writes (``all_gather_into_tensor`` is a collective
+    Inductor calls, not a kernel it generates): the amax pass reads 2 bytes per element.
+    Tensorwise casts these on the shard before the gather (float8 TP), in the norm's or the
+    residual gradient's kernel."""
+    return not (recipe == "rowwise" and gathered)
 
 
 def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compiled: bool,
