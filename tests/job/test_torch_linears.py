@@ -104,3 +104,23 @@ def test_16_bit_linears_at_their_own_shapes(monkeypatch: pytest.MonkeyPatch) -> 
     wk_wv_reads = 2 * MB * 8192 * 4096 * 2 / compute.gpu.memory_rate
     qkv = next(op for item in model.layers for op in item.ops if op.label.endswith("c_attn"))
     assert extra_f + compute.work(qkv, MB, False).gpu_s > wk_wv_reads
+
+
+def test_per_op_rerun_takes_the_fp8_separate_linears(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under TorchTitan's per-op policy torchao's ``_scaled_mm`` is not saved, so wq, wk, wv,
+    w1 and w3 all rerun in the backward: their forward extra over the fused GEMMs (stood in
+    here by 1 ms) is paid once more there; without recomputation only in the forward."""
+    group = load_cluster("dgx-h100", 8, None).group_topology(1, 8)
+    kernels = KernelOptions(fp8_recipe="tensorwise", compiled=True)
+
+    def costs(extra: float, recompute: str) -> object:
+        monkeypatch.setattr(layer_costs, "separate_linears_seconds",
+                            lambda *a, **k: (extra, 0.0))
+        block_costs.cache_clear()
+        return block_costs(L8, MB, "h100", "fp8", TP, True, recompute, group, "baseline",
+                           attention="flash", kernels=kernels)
+    for recompute, rerun in (("selective-op", 1e-3), ("none", 0.0)):
+        base, more = costs(0.0, recompute), costs(1e-3, recompute)
+        assert more.layer_f - base.layer_f == pytest.approx(1e-3, rel=1e-9)
+        assert more.layer_b - base.layer_b == pytest.approx(rerun, abs=1e-12)
+    block_costs.cache_clear()

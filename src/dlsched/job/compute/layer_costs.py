@@ -338,6 +338,7 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
                                           compute.gpu.memory_rate, async_tp,
                                           kernels.fp8_recipe != "rowwise", kernels.compiled)
         layer_f, layer_b = layer_f + copy_f, layer_b + copy_b
+    split_f = split_b = 0.0  # TorchTitan's separate linears' GEMMs beyond the fused ones
     if torch_linears(spec, kernels):  # their input
         # gradients summed (full width) and the linears' GEMMs at their own shapes
         layer_b += summed_gradient_bytes(message / ACTIVATION_BYTES,
@@ -381,6 +382,8 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
         layer_b += (compute.forward_time(Layer("h.0.recomputed", 0, ops=again), microbatch_size)
                     if kernels.eager_16bit
                     else ops_seconds(again, microbatch_size, compute, kernels, False))
+        if kernels.fp8_recipe in TORCHAO_RECIPES:  # every _scaled_mm before w2 reruns: wq,
+            layer_b += split_f  # wk, wv, w1, w3 at their own shapes (recomputed_ops)
     if tp > 1 and kernels.eager_16bit and not (sp and tp_overlap):  # eager Megatron's stream
         hide_f, hide_b = hidden_collectives_s(
             work().halves(kernels.accumulation_launches), tp_forward,
