@@ -105,6 +105,15 @@ HOSTILE = [
      "--model: invalid {m}: layers: Input should be a valid integer"),
     (("plan", "--cluster", "{s}"), {"s.yaml": "gpu: a100\ngpus: 8\nnode: dgx-a100\nx: 1\n"},
      "--cluster: invalid {s}: x: not a field of this file; accepted: name, gpu, node, gpus,"),
+    # the system and job.refusals name the field (gpus, gpu); plan names its option
+    (("plan", "--gpus", "1"), {}, "--gpus: 1 GPU leaves no parallel layout and no network to "
+     "price; accepted: 2 to 8, or a multiple of 8 up to 32,768"),
+    (("plan", "--cluster", "2D-SW_SW", "--gpus", "7"), {},
+     "--gpus: 7 differs from the 1024 NPUs of '2D-SW_SW'"),
+    (("plan", "--cluster", "{s}"), {"s.yaml": "node: dgx-a100\ngpus: 12\ngpu: z100\n"},
+     "--gpu: unknown GPU 'z100'; accepted: h100"),
+    (("plan", "--cluster", "{s}"), {"s.yaml": "node: dgx-a100\ngpus: 12\n"},
+     "--gpus: 12 must be a multiple of 8 (GPUs per dgx-a100 node) or at most 8"),
     # a file holding a list where a mapping is read: named as such with the fields, the
     # document not echoed whole (was "Input should be a valid dictionary or instance of
     # TopologySpec (got [...the whole file...])")

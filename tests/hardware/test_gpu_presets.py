@@ -243,7 +243,7 @@ def test_an_unknown_gpu_is_refused_naming_the_presets() -> None:
     with pytest.raises(ConfigError) as error:
         load_cluster("dgx-h100", 8, "nonsense")
     message = str(error.value)
-    assert message.startswith("--gpu:")
+    assert error.value.field == "gpu" and message.startswith("gpu: unknown GPU 'nonsense'")
     assert all(name in message for name in PRESETS)
 
 

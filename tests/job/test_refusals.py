@@ -15,9 +15,9 @@ COMPLETE = {"chunks": 1, "microbatch_size": 1, "schedule": "1f1b", "recompute": 
 
 
 @pytest.mark.parametrize(("given", "message"), [
-    ({"gpus": 1}, "--gpus: 1 GPU leaves no parallel layout"),
-    ({"gpus": 12}, "--gpus: 12 is more than one dgx-h100 node and not whole nodes of 8"),
-    ({"gpus": 65536}, "--gpus: 65,536 is 8,192 nodes, more than the 4,096"),
+    ({"gpus": 1}, "gpus: 1 GPU leaves no parallel layout"),
+    ({"gpus": 12}, "gpus: 12 is more than one dgx-h100 node and not whole nodes of 8"),
+    ({"gpus": 65536}, "gpus: 65,536 is 8,192 nodes, more than the 4,096"),
     ({"tp": 8, "pp": 4, "dp": 4, "cp": 1}, "--tp/--cp/--pp/--dp: TP x CP x PP x DP = "
                                           "8 x 1 x 4 x 4 = 128 GPUs, not the 64 of --gpus"),
     ({"tp": 8, "pp": 16}, "--tp/--pp: TP x PP = 8 x 16 = 128 does not divide the 64 GPUs"),
@@ -56,7 +56,7 @@ COMPLETE = {"chunks": 1, "microbatch_size": 1, "schedule": "1f1b", "recompute": 
     ({"overlap_param_gather": True, "zero": 3}, "--overlap-param-gather: overlaps ZeRO 1-2"),
     ({"sharding": "fsdp2-split", "zero": 1}, "--sharding: fsdp2-split prices ZeRO 3 as "
                                              "PyTorch's FSDP2; with --zero 1 it would be"),
-    ({"gpu": "h9000"}, "--gpu: unknown GPU 'h9000'; accepted: h100")])
+    ({"gpu": "h9000"}, "gpu: unknown GPU 'h9000'; accepted: h100")])
 def test_each_mistake_is_refused_with_its_own_cause(given, message, monkeypatch):
     """The message starts with the option at fault, says what is accepted, is one line, and
     comes before the search (which would only say that no layout fits)."""
@@ -72,10 +72,10 @@ def test_each_mistake_is_refused_with_its_own_cause(given, message, monkeypatch)
 
 
 def test_a_broken_gpu_file_names_its_field(tmp_path):
-    """A GPU file with an unparsable peak: the error names --gpu, the file and the field."""
+    """A GPU file with an unparsable peak: the error names gpu, the file and the field."""
     path = tmp_path / "broken.yaml"
     path.write_text("name: broken\npeak: {bf16: fast}\n")
-    with pytest.raises(ConfigError, match=r"^--gpu: .*peak\.bf16: cannot parse 'fast'"):
+    with pytest.raises(ConfigError, match=r"^gpu: .*peak\.bf16: cannot parse 'fast'"):
         PlanScenario(**(LLAMA | {"gpu": str(path)})).run()
 
 

@@ -92,9 +92,9 @@ def test_a_network_system_and_the_refusals(tmp_path: Path) -> None:
         System(node="dgx-z", gpus=8)
     with pytest.raises(ConfigError, match=r"^system: give a node \(with gpus\) or a network"):
         System(node="dgx-a100", gpus=8, network="3D-FC_Ring_SW")
-    with pytest.raises(ConfigError, match=r"^--gpus: 12 must be a multiple of 8"):
+    with pytest.raises(ConfigError, match=r"^gpus: 12 must be a multiple of 8"):
         load_cluster(_write(tmp_path, {"node": "dgx-a100", "gpus": 12}), None, None)
-    with pytest.raises(ConfigError, match=r"^--gpu: unknown GPU 'z100'"):
+    with pytest.raises(ConfigError, match=r"^gpu: unknown GPU 'z100'"):
         load_cluster(_write(tmp_path, {"node": "dgx-a100", "gpus": 8, "gpu": "z100"}), None,
                      None)
 

@@ -15,9 +15,10 @@ from dlsched.report import Column, render_table
 from dlsched.report.columns import seconds, standard, text
 from dlsched.report.tables import fixed, in_percent
 
-FIELD_OPTIONS = {"model": "--model", "cluster": "--cluster"}
-"""The options of the fields whose refusals ``load_spec`` and ``load_cluster`` name by field
-(``ConfigError.field``): the plan's one line says the option instead."""
+FIELD_OPTIONS = {name: "--" + name.replace("_", "-") for name in PlanScenario.model_fields}
+"""Each scenario field's option (``options_from``'s ``--field-name``): a refusal the domain
+names by field (``ConfigError.field``: ``load_spec``'s model, ``load_cluster``'s cluster, gpus
+and gpu, ``job.refusals``) says the option instead in the plan's one line."""
 
 COLUMNS = [*text("planner"), Column("collective_policy", "collectives", justify="left"),
            *text("layout"),
@@ -87,7 +88,7 @@ def plan(
     policies = given.names("collective_policy")
     try:
         report = given.scenario().run(tuple(policies))
-    except ConfigError as error:  # the model's or the system's refusal: by its option
+    except ConfigError as error:  # a field's refusal (model, system, scenario): by its option
         option = FIELD_OPTIONS.get(error.field or "")
         raise (error if option is None else error.renamed(option)) from None
     rows = report.rows

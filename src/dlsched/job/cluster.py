@@ -51,14 +51,14 @@ NODE_PRESETS = node_presets()
 TOPOLOGY_GPU = "a100"
 
 
-def _gpu_document(value: Any, field: str = "--gpu") -> Any:
+def _gpu_document(value: Any) -> Any:
     """A system's ``gpu`` as its full document: a preset name or a GPU file read and validated
-    (ConfigError naming ``field`` and the presets otherwise); a document passes as it is."""
+    (ConfigError of field ``gpu`` naming the presets otherwise); a document passes as it is."""
     if isinstance(value, str | Path):
         try:
             return get_gpu(value).spec
         except ConfigError as error:
-            raise error.renamed(field) from None
+            raise error.renamed("gpu") from None
     return value
 
 
@@ -119,8 +119,8 @@ class System(BaseModel):
         else:
             assert self.network is not None
             if self.gpus is not None and self.gpus != self.network.num_npus:
-                raise ConfigError(f"--gpus: {self.gpus} differs from the "
-                                  f"{self.network.num_npus} NPUs of {self.network.name!r}")
+                raise ConfigError(f"{self.gpus} differs from the {self.network.num_npus} NPUs "
+                                  f"of {self.network.name!r}", "gpus")
         if self.gpu.memory is None:  # a GPU file without memory: the node's GPU's, else 80 GiB
             fallback = get_gpu(self.node.gpu if self.node is not None else TOPOLOGY_GPU)
             memory = fallback.spec.memory or 80 * GIB
@@ -139,11 +139,11 @@ class System(BaseModel):
                               f"to {node.gpus}")
         gpus = self.gpus
         if gpus is None:
-            raise ConfigError(f"--gpus: needed with the node preset {node.name!r} (a multiple "
-                              f"of {node.gpus})")
+            raise ConfigError(f"needed with the node preset {node.name!r} (a multiple of "
+                              f"{node.gpus})", "gpus")
         if gpus > size and gpus % size:
-            raise ConfigError(f"--gpus: {gpus} must be a multiple of {size} (GPUs per "
-                              f"{node.name} node) or at most {size}")
+            raise ConfigError(f"{gpus} must be a multiple of {size} (GPUs per {node.name} "
+                              f"node) or at most {size}", "gpus")
 
     @property
     def _label(self) -> str:
@@ -263,8 +263,8 @@ def node_cluster(preset: str, gpus: int, gpu: str | None = None,
     traffic crosses the NICs."""
     node = NODE_PRESETS[preset]
     if gpus < 1:
-        raise ConfigError(f"--gpus: {gpus} must be a multiple of {domain or node.gpus} (GPUs "
-                          f"per {preset} node) or at most {domain or node.gpus}")
+        raise ConfigError(f"{gpus} must be a multiple of {domain or node.gpus} (GPUs per "
+                          f"{preset} node) or at most {domain or node.gpus}", "gpus")
     return System(gpu=gpu or node.gpu, node=node, gpus=gpus, domain=domain)
 
 
@@ -279,19 +279,20 @@ def is_system_file(name: str) -> bool:
 def load_cluster(name: str, gpus: int | None, gpu: str | None) -> System:
     """A node preset scaled to ``gpus``, a system file, or a topology preset or file whose
     NPUs are the GPUs (``gpus``, when given, must equal its NPU count). A name none of
-    these, or a system file's own error: ConfigError of field ``cluster`` (the CLI names
-    its option)."""
+    these, or a system file's own error: ConfigError of field ``cluster``; ``gpus`` that do
+    not fit, or a ``gpu`` no preset or file: of field ``gpus`` / ``gpu`` (the CLI names its
+    options)."""
     if name in NODE_PRESETS:
         if gpus is None:
-            raise ConfigError(f"--gpus: needed with the node preset {name!r} (a multiple of "
-                              f"{NODE_PRESETS[name].gpus})")
+            raise ConfigError(f"needed with the node preset {name!r} (a multiple of "
+                              f"{NODE_PRESETS[name].gpus})", "gpus")
         return node_cluster(name, gpus, gpu)
     if is_system_file(name):
         try:
             return System.load(load_document(name), name, gpus, gpu)
-        except ConfigError as error:  # the file's own error, field cluster; --gpu's kept
-            text = str(error)
-            raise (error if text.startswith("--") else ConfigError(text, "cluster")) from None
+        except ConfigError as error:  # the file's own error, field cluster; gpu's, gpus' kept
+            raise (error if error.field in ("gpu", "gpus")
+                   else ConfigError(str(error), "cluster")) from None
     from dlsched.hardware import load_topology
 
     try:
@@ -301,6 +302,6 @@ def load_cluster(name: str, gpus: int | None, gpu: str | None) -> System:
                           "(dlsched topologies), a topology file or a system file",
                           "cluster") from None
     if gpus is not None and gpus != topology.num_npus:
-        raise ConfigError(f"--gpus: {gpus} differs from the {topology.num_npus} NPUs of "
-                          f"{name!r}")
+        raise ConfigError(f"{gpus} differs from the {topology.num_npus} NPUs of {name!r}",
+                          "gpus")
     return System(gpu=gpu or TOPOLOGY_GPU, network=topology)

@@ -67,8 +67,8 @@ def check_plan(scenario: PlanScenario, spec: Model) -> None:
 
 
 def check_gpus(cluster: str, gpus: int | None) -> None:
-    """``--gpus`` on node preset ``cluster``: needed, at least 2, at most one node or whole
-    nodes, at most ``MAX_NPUS_PER_DIM`` nodes."""
+    """``gpus`` on node preset ``cluster``: needed, at least 2, at most one node or whole
+    nodes, at most ``MAX_NPUS_PER_DIM`` nodes (ConfigError of field ``gpus`` otherwise)."""
     if cluster not in NODE_PRESETS:
         return
     per_node = NODE_PRESETS[cluster].gpus
@@ -76,16 +76,17 @@ def check_gpus(cluster: str, gpus: int | None) -> None:
                 f"{per_node * MAX_NPUS_PER_DIM:,} ({MAX_NPUS_PER_DIM:,} {cluster} nodes, the "
                 "most one network dimension holds)")
     if gpus is None:
-        raise ConfigError(f"--gpus: needed with the node preset {cluster!r}; {accepted}")
+        raise ConfigError(f"needed with the node preset {cluster!r}; {accepted}", "gpus")
     if gpus < 2:
-        raise ConfigError(f"--gpus: {gpus} GPU leaves no parallel layout and no network to "
-                          f"price; {accepted}")
+        raise ConfigError(f"{gpus} GPU leaves no parallel layout and no network to price; "
+                          f"{accepted}", "gpus")
     if gpus > per_node and gpus % per_node:
-        raise ConfigError(f"--gpus: {gpus} is more than one {cluster} node and not whole nodes "
-                          f"of {per_node}; {accepted}")
+        raise ConfigError(f"{gpus} is more than one {cluster} node and not whole nodes of "
+                          f"{per_node}; {accepted}", "gpus")
     if gpus > per_node * MAX_NPUS_PER_DIM:
-        raise ConfigError(f"--gpus: {gpus:,} is {gpus // per_node:,} nodes, more than the "
-                          f"{MAX_NPUS_PER_DIM:,} one network dimension holds; {accepted}")
+        raise ConfigError(f"{gpus:,} is {gpus // per_node:,} nodes, more than the "
+                          f"{MAX_NPUS_PER_DIM:,} one network dimension holds; {accepted}",
+                          "gpus")
 
 
 def _check_degrees(scenario: PlanScenario, spec: Model, gpus: int) -> None:
