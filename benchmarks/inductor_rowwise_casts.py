@@ -14,6 +14,12 @@ and one ``amax(0)``, each weight and each output gradient its own: AOTAutograd's
 common-subexpression elimination (``torch._functorch.config.cse``) merged the three identical
 casts.
 
+The backward runs torchao's rowwise workaround (``addmm_float8_unwrapped``: without fast
+accumulation the GEMM runs as a tensorwise one and ``output *= post_inverse_scale`` follows).
+With ``TORCH_LOGS=output_code`` the backward's last kernel (``..._add_..._mul_...``) reads the
+three unscaled data-gradient GEMM outputs, rescales and sums them: the rescales are fused into
+the sum of the input gradients, no pass of their own (``job.compute.fp8.rescale_fused``).
+
     TORCH_LOGS=aot_graphs python benchmarks/inductor_rowwise_casts.py 2>&1 | grep -E "abs|amax"
 
 A few seconds of CPU; needs only torch.
@@ -39,6 +45,13 @@ def _scaled_mm(torch: Any, a: Any, a_scale: Any, b: Any, b_scale: Any) -> Any:
     return (product / (a_scale * b_scale)).to(torch.bfloat16)
 
 
+def _rescaled_mm(torch: Any, a: Any, a_scale: Any, b: Any, b_scale: Any) -> Any:
+    """torchao's backward workaround: an unscaled GEMM (an extern ``mm`` here), then the
+    product of the inverse scales multiplied in."""
+    product = torch.mm(a.to(torch.bfloat16), b.to(torch.bfloat16))
+    return product * (1.0 / (a_scale * b_scale))
+
+
 def main() -> None:
     import torch
 
@@ -57,10 +70,10 @@ def main() -> None:
             x, w = ctx.saved_tensors
             gq, sg = _cast(torch, grad, -1)
             wq0, sw0 = _cast(torch, w, 0)
-            grad_x = _scaled_mm(torch, gq, sg, wq0, sw0)
+            grad_x = _rescaled_mm(torch, gq, sg, wq0, sw0)
             gq0, sg0 = _cast(torch, grad, 0)
             xq0, sx0 = _cast(torch, x, 0)
-            grad_w = _scaled_mm(torch, gq0.t(), sg0.t(), xq0, sx0)
+            grad_w = _rescaled_mm(torch, gq0.t(), sg0.t(), xq0, sx0)
             return grad_x, grad_w
 
     def attention_inputs(x: Any, wq: Any, wk: Any, wv: Any) -> Any:
@@ -73,7 +86,7 @@ def main() -> None:
     weights = [torch.randn(n, width, dtype=torch.bfloat16, requires_grad=True)
                for n in (128, 32, 32)]
     torch.compile(attention_inputs, fullgraph=True)(x, *weights).backward()
-    print("compiled and ran; read the aot_graphs log for the abs / amax nodes")
+    print("compiled and ran; read the aot_graphs log (abs / amax) or output_code (kernels)")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from dlsched.job.compute.fp8 import (
     is_fp8_linear,
     operand_elements,
     producer_fused,
+    rescale_fused,
     separate_linears,
 )
 from dlsched.job.compute.layer_costs import (
@@ -134,9 +135,10 @@ def test_rowwise_quantizes_a_shared_input_once_per_torchtitan_linear() -> None:
     and wv and the gated FFN's input for w1 and w3, and rescales each one's data gradient:
     against one linear, eager, forward 2 x 8 bytes more per input element of QKV (amax read 2,
     FP8 rows 1, bf16 transposed copy 2 + 2, FP8 columns 1); compiled, AOTAutograd's CSE leaves
-    one cast (0 more; benchmarks/inductor_rowwise_casts.py); backward 2 x 4 bytes more either
-    way (each data gradient rescaled: read 2, write 2); tensorwise and the projections stay at
-    one."""
+    one cast (0 more; benchmarks/inductor_rowwise_casts.py); backward, eager, 2 x 4 bytes more
+    (each data gradient rescaled: read 2, write 2); compiled none, and a lone QKV's own rescale
+    pass (4 bytes) is gone too (the rescales fused into the kernel summing the linears' input
+    gradients: ``rescale_fused``); tensorwise and the projections stay at one."""
     ops = _layer_ops()
     qkv, fc1, proj = ops["h.0.attn.c_attn"], ops["h.0.mlp.c_fc"], ops["h.0.attn.c_proj"]
     assert [separate_linears(op, "rowwise", True) for op in (qkv, fc1, proj)] == [3, 2, 1]
@@ -148,7 +150,9 @@ def test_rowwise_quantizes_a_shared_input_once_per_torchtitan_linear() -> None:
         forward = [cast_bytes(qkv, B, 1, "rowwise", False, compiled, linears=n) for n in (1, 3)]
         backward = [cast_bytes(qkv, B, 1, "rowwise", True, compiled, linears=n) for n in (1, 3)]
         assert forward[1] - forward[0] == pytest.approx(more)
-        assert backward[1] - backward[0] == pytest.approx(2 * 4 * x)
+        # eager: two more rescales; compiled: a lone QKV's rescale is its own pass (4 x),
+        # three separate linears' are fused into their gradients' sum (0)
+        assert backward[1] - backward[0] == pytest.approx(-4 * x if compiled else 2 * 4 * x)
         kernels = [cast_kernels("rowwise", False, compiled, linears=n) for n in (1, 3)]
         assert kernels[1] - kernels[0] == (0 if compiled else 2 * 2)
 
@@ -255,3 +259,23 @@ def test_rowwise_gathered_operands_read_their_amax_even_compiled() -> None:
     assert activation(qkv, True, "rowwise", True) == activation(qkv, True, "rowwise", False)
     assert (activation(qkv, False, "tensorwise", True)
             == activation(qkv, False, "tensorwise", False))
+
+
+def test_rowwise_rescales_fused_where_inductor_consumes_them() -> None:
+    """Compiled: the separate linears' and FC2's data-gradient rescales are fused into their
+    consumers (no bytes, one kernel fewer per linear); the projection's (feeding SDPA's
+    backward) and every eager one stay a pass of 4 bytes per input element."""
+    ops = _layer_ops()
+    qkv, proj, fc2 = ops["h.0.attn.c_attn"], ops["h.0.attn.c_proj"], ops["h.0.mlp.c_proj"]
+    assert rescale_fused(qkv, True, 3) and rescale_fused(fc2, True, 1)
+    assert not rescale_fused(qkv, True, 1) and not rescale_fused(proj, True, 1)
+    assert not rescale_fused(fc2, False, 1)
+    for op in (proj, fc2):
+        x, _, g = operand_elements(op, B, 1)
+        eager = cast_bytes(op, B, 1, "rowwise", True, False)
+        compiled = cast_bytes(op, B, 1, "rowwise", True, True)
+        fused = rescale_fused(op, True, 1)
+        # and the output gradient's amax, fused into its producer compiled (2 bytes)
+        assert eager - compiled == pytest.approx(2 * g + (4 * x if fused else 0.0))
+        assert (cast_kernels("rowwise", True, True, op=op)
+                == cast_kernels("rowwise", True, False, op=op) - (1 if fused else 0))

@@ -94,7 +94,14 @@ along -1 in the forward and saving the bf16 input for its weight gradient's cast
 one ``abs`` and one ``amax(-1)`` of the input feed all three ``mm``, one ``amax(0)`` all
 three weight gradients; the weights' and the output gradients' casts stay one per linear
 (different tensors). The data-gradient rescales are of different tensors and stay per
-linear. The measured cost: TorchTitan
+linear eager; compiled, Inductor fuses each into the kernel that consumes the data gradient
+where that is a kernel it generates (``rescale_fused``): the sum of the separate linears'
+input gradients (one kernel reading the unscaled GEMM outputs, rescaling and adding them:
+``benchmarks/inductor_rowwise_casts.py``'s stand-in with the rescale, torch 2.13 CPU, the
+backward's ``..._add_..._mul_...`` kernel), and FC2's, whose data gradient feeds the
+activation's backward (pointwise). The projection's feeds SDPA's backward (an extern kernel)
+and a lone QKV or FC1's the sequence-parallel reduce-scatter or the norm: a pass of their own,
+as are the weight gradients' (graph outputs). The measured cost: TorchTitan
 issue #1207 (Llama 3.1 70B, 256 H100s, FSDP 32 x TP 8) found the small ``wk`` / ``wv``
 linears about 40% slower in rowwise FP8 than in bf16, enough to cancel rowwise's gain, and
 leaving them in bf16 (torchao PR #2410's auto filter, torchtitan PR #1319) gave +10% tokens/s
@@ -309,12 +316,22 @@ def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compi
     if backward:
         moved = g * cast
         if recipe == "rowwise":
-            moved += 2 * BF16 * (linears * x + w)
+            rescaled = 0 if rescale_fused(op, compiled, linears) else linears * x
+            moved += 2 * BF16 * (rescaled + w)
         return moved
     weight = w * _weight(recipe, weight_shards).bytes_per_element
     if recipe in TE_RECIPES:
         weight /= microbatches
     return input_casts(linears, compiled) * x * cast + weight
+
+
+def rescale_fused(op: Op, compiled: bool, linears: int) -> bool:
+    """Whether rowwise's rescale of FP8 linear ``op``'s data gradient (torchao's
+    ``addmm_float8_unwrapped``: the backward GEMMs run without fast accumulation as cuBLAS
+    tensorwise ones, ``output *= post_inverse_scale`` after) is fused by Inductor into the
+    kernel consuming it (module docstring, separate linears): compiled, for separate linears
+    (the summed input gradient) and FC2 (the activation's backward)."""
+    return compiled and (linears > 1 or op.label.endswith("mlp.c_proj"))
 
 
 def input_casts(linears: int, compiled: bool) -> int:
@@ -332,7 +349,10 @@ def cast_kernels(recipe: str, backward: bool, compiled: bool, microbatches: int 
     tensor = (_tensor(recipe, compiled) if op is None else
               _activation(op, recipe, compiled, tp, sequence_parallel, backward)).kernels
     if backward:
-        return tensor + (linears + 1 if recipe == "rowwise" else 0)
+        if recipe != "rowwise":
+            return tensor
+        fused = op is not None and rescale_fused(op, compiled, linears)
+        return tensor + (1 if fused else linears + 1)
     weight = _weight(recipe, weight_shards).kernels
     return (input_casts(linears, compiled) * tensor
             + (weight / microbatches if recipe in TE_RECIPES else weight))
