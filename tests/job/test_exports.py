@@ -196,13 +196,13 @@ def test_megatron_builds_the_model_the_plan_priced():
 
 
 @pytest.mark.parametrize(("export", "spec", "layout", "field"), [
-    (megatron_args, GPT3, replace(TABLE5, chunks=1, schedule="zb-h1"), "--schedule: zb-h1"),
-    (torchtitan_toml, LLAMA70, replace(TITAN, chunks=1, schedule="zb-h1"), "--schedule: zb-h1"),
-    (megatron_args, LLAMA70, Execution(16, 4, 1, 1, 64), "--tp: 16 does not divide"),
-    (torchtitan_toml, LLAMA70, Execution(16, 4, 1, 1, 64), "--tp: 16 does not divide"),
+    (megatron_args, GPT3, replace(TABLE5, chunks=1, schedule="zb-h1"), "schedule: zb-h1"),
+    (torchtitan_toml, LLAMA70, replace(TITAN, chunks=1, schedule="zb-h1"), "schedule: zb-h1"),
+    (megatron_args, LLAMA70, Execution(16, 4, 1, 1, 64), "tp: 16 does not divide"),
+    (torchtitan_toml, LLAMA70, Execution(16, 4, 1, 1, 64), "tp: 16 does not divide"),
     (torchtitan_toml, bundled_specs()["mixtral-8x7b"], Execution(1, 4, 8, 1, 64, ep=8),
-     "--model: mixtral-8x7b is a mixture of experts"),
-    (torchtitan_toml, GPT3, TABLE5, "--model: gpt3-175b is not a Llama")])
+     "model: mixtral-8x7b is a mixture of experts"),
+    (torchtitan_toml, GPT3, TABLE5, "model: gpt3-175b is not a Llama")])
 def test_exports_refuse_a_plan_the_framework_cannot_run(export, spec, layout, field):
     """A plan the framework would run otherwise than priced (a schedule it does not have, TP
     16 over 8 KV heads) or a model it would build otherwise is refused with one line naming
@@ -210,6 +210,7 @@ def test_exports_refuse_a_plan_the_framework_cannot_run(export, spec, layout, fi
     with pytest.raises(ConfigError, match=f"^{field}") as refused:
         export(spec, layout)
     assert "\n" not in str(refused.value) and "accepted" in str(refused.value)
+    assert refused.value.field == field.partition(":")[0]  # dlsched plan names its option
 
 
 @pytest.mark.parametrize(("name", "flavor"), [("llama3-8b", "8B"), ("llama3-70b", "70B"),

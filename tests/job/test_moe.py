@@ -175,7 +175,7 @@ def test_exports_carry_the_experts():
     args = megatron_args(SMALL, layout)
     assert "--num-experts 8 --moe-router-topk 2" in args
     assert "--expert-model-parallel-size 8" in args and "--moe-grouped-gemm" in args
-    with pytest.raises(ConfigError, match=r"^--model: moe-small is a mixture of experts"):
+    with pytest.raises(ConfigError, match=r"^model: moe-small is a mixture of experts"):
         torchtitan_toml(SMALL, layout)  # TorchTitan's llama3 is dense
 
 

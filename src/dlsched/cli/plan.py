@@ -88,13 +88,13 @@ def plan(
     policies = given.names("collective_policy")
     try:
         report = given.scenario().run(tuple(policies))
-    except ConfigError as error:  # a field's refusal (model, system, scenario): by its option
-        option = FIELD_OPTIONS.get(error.field or "")
+        # the exports first: a plan the framework cannot run is refused before any output
+        megatron = report.megatron_args() if megatron_args else None
+        titan = report.torchtitan_toml() if torchtitan_toml is not None else None
+    except ConfigError as error:  # a field's refusal (model, system, scenario, export)
+        option = FIELD_OPTIONS.get(error.field or "")  # named by the field's option
         raise (error if option is None else error.renamed(option)) from None
     rows = report.rows
-    # the exports first: a plan the framework cannot run is refused before any output
-    megatron = report.megatron_args() if megatron_args else None
-    titan = report.torchtitan_toml() if torchtitan_toml is not None else None
     if not json_out:
         render_table([_shown(row) for row in rows], _columns(rows), f"{report.title} (seconds "
                      "per iteration; memory GiB per GPU; 90% intervals from the ledger; exposed "

@@ -113,13 +113,13 @@ def megatron_a2a_overlap_args(run: RunSettings, mtp_layers: int) -> list[str]:
     if not run.moe_a2a_overlap:
         return []
     if run.precision == "autocast":
-        raise ConfigError("--moe-a2a-overlap: Megatron-Core runs the EP All-to-All overlap only "
-                          "with a bf16 or fp16 model, and autocast exports neither; accepted "
-                          "for --megatron-args: --precision bf16, fp16 or fp8")
+        raise ConfigError("Megatron-Core runs the EP All-to-All overlap only with a bf16 or "
+                          "fp16 model, and autocast exports neither; accepted for "
+                          "--megatron-args: --precision bf16, fp16 or fp8", "moe_a2a_overlap")
     if mtp_layers > 1:
-        raise ConfigError(f"--moe-a2a-overlap: Megatron-Core allows at most one MTP layer with "
-                          f"the EP All-to-All overlap, the model has {mtp_layers}; accepted: "
-                          "a model with 0 or 1 MTP layers, or leave it out")
+        raise ConfigError(f"Megatron-Core allows at most one MTP layer with the EP All-to-All "
+                          f"overlap, the model has {mtp_layers}; accepted: a model with 0 or 1 "
+                          "MTP layers, or leave it out", "moe_a2a_overlap")
     return ["--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute"]
 
 
@@ -137,12 +137,14 @@ def check_titan_runs(run: RunSettings) -> None:
     """ConfigError naming the first run setting TorchTitan cannot run (module docstring): a
     flex dispatcher, the EP All-to-All overlap, a CUDA graph scope."""
     if run.moe_dispatcher != "alltoall":
-        raise ConfigError(f"--moe-dispatcher: {run.moe_dispatcher} (Megatron-Core's flex "
-                          "dispatcher) has no TorchTitan equivalent; accepted for "
-                          "--torchtitan-toml: alltoall")
+        raise ConfigError(f"{run.moe_dispatcher} (Megatron-Core's flex dispatcher) has no "
+                          "TorchTitan equivalent; accepted for --torchtitan-toml: alltoall",
+                          "moe_dispatcher")
     if run.moe_a2a_overlap:
-        raise ConfigError("--moe-a2a-overlap: Megatron-Core's EP All-to-All overlap has no "
-                          "TorchTitan equivalent; accepted for --torchtitan-toml: leave it out")
+        raise ConfigError("Megatron-Core's EP All-to-All overlap has no TorchTitan "
+                          "equivalent; accepted for --torchtitan-toml: leave it out",
+                          "moe_a2a_overlap")
     if run.cuda_graph != "none":
-        raise ConfigError(f"--cuda-graph: {run.cuda_graph} (Transformer Engine's CUDA graphs) "
-                          "has no TorchTitan equivalent; accepted for --torchtitan-toml: none")
+        raise ConfigError(f"{run.cuda_graph} (Transformer Engine's CUDA graphs) has no "
+                          "TorchTitan equivalent; accepted for --torchtitan-toml: none",
+                          "cuda_graph")

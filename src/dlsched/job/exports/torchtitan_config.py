@@ -48,27 +48,29 @@ MAX_BYTES = 1 << 20  # a job config is a few KiB
 
 
 def read_torchtitan_toml(path: str | Path) -> dict[str, Any]:
-    """The TOML document at ``path``; ConfigError naming the file when unreadable."""
+    """The TOML document at ``path``; ConfigError of field ``from_torchtitan`` naming the
+    file when unreadable."""
     file = Path(path)
     try:
         if file.stat().st_size > MAX_BYTES:
-            raise ConfigError(f"--from-torchtitan: {file} is over {MAX_BYTES} bytes; accepted: "
-                              "a TorchTitan job config")
+            raise ConfigError(f"{file} is over {MAX_BYTES} bytes; accepted: a TorchTitan job "
+                              "config", "from_torchtitan")
         return tomllib.loads(file.read_text())
     except OSError as error:
-        raise ConfigError(f"--from-torchtitan: cannot read {file}: {error.strerror}") from None
+        raise ConfigError(f"cannot read {file}: {error.strerror}", "from_torchtitan") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(f"--from-torchtitan: {file} is not TOML: {error}") from None
+        raise ConfigError(f"{file} is not TOML: {error}", "from_torchtitan") from None
 
 
 def torchtitan_fields(path: str | Path) -> dict[str, Any]:
     """The plan fields the TorchTitan job config at ``path`` fixes (``plan_fields``); a value
-    refused is named by the option, the file and its TOML key."""
+    refused is named by the field ``from_torchtitan`` (the CLI's option), the file and its TOML
+    key."""
     doc = read_torchtitan_toml(path)
     try:
         return plan_fields(doc)
     except ConfigError as error:
-        raise ConfigError(f"--from-torchtitan: {path}: {error}") from None
+        raise ConfigError(f"{path}: {error}", "from_torchtitan") from None
 
 
 def _table(doc: dict[str, Any], key: str, where: str = "") -> dict[str, Any]:

@@ -113,10 +113,10 @@ def megatron_args(spec: Model, layout: Execution) -> str:
     precision, grad_bytes = run.precision, run.grad_bytes
     check_runs(spec, layout, "Megatron-LM", MEGATRON_SCHEDULES)
     if layout.recompute == "selective-op":
-        raise ConfigError("--recompute: selective-op (TorchTitan's per-op policy, every other "
-                          "matmul kept) has no Megatron-LM equivalent (--recompute-granularity "
-                          "selective recomputes named modules); accepted for --megatron-args: "
-                          "none, selective, full, modules:<Megatron-Core modules>")
+        raise ConfigError("selective-op (TorchTitan's per-op policy, every other matmul kept) "
+                          "has no Megatron-LM equivalent (--recompute-granularity selective "
+                          "recomputes named modules); accepted for --megatron-args: none, "
+                          "selective, full, modules:<Megatron-Core modules>", "recompute")
     per_chunk = slots_per_stage(spec.layers, layout.pp, layout.chunks, layout.pipeline_split,
                                 spec.mtp_layers)
     notes = [f"Megatron-LM pretrain_gpt.py arguments of the dlsched plan {layout.label()}",
@@ -192,15 +192,16 @@ def check_runs(spec: Model, layout: Execution, framework: str,
     attention heads or the KV heads (both split them over TP: Megatron-Core's
     ``divide(num_query_groups, world_size)``, TorchTitan's column-wise wk/wv)."""
     if layout.schedule not in schedules and layout.pp > 1:
-        raise ConfigError(f"--schedule: {layout.schedule} has no {framework} schedule, and the "
-                          f"plan was not priced as any schedule {framework} runs; accepted for "
-                          f"the export: {', '.join(schedules)} (plan with --schedule "
-                          f"{' or '.join(schedules[:2])})")
+        raise ConfigError(f"{layout.schedule} has no {framework} schedule, and the plan was "
+                          f"not priced as any schedule {framework} runs; accepted for the "
+                          f"export: {', '.join(schedules)} (plan with --schedule "
+                          f"{' or '.join(schedules[:2])})", "schedule")
     for count, what in ((spec.heads, "attention heads"), (spec.kv_heads, "KV heads")):
         if count % layout.tp:
-            raise ConfigError(f"--tp: {layout.tp} does not divide {spec.name}'s {count} {what}, "
+            raise ConfigError(f"{layout.tp} does not divide {spec.name}'s {count} {what}, "
                               f"which {framework} splits over the TP ranks; accepted: a TP "
-                              f"degree dividing {spec.heads} heads and {spec.kv_heads} KV heads")
+                              f"degree dividing {spec.heads} heads and {spec.kv_heads} KV heads",
+                              "tp")
 
 
 def megatron_document(text: str) -> dict[str, list[str]]:
@@ -365,21 +366,20 @@ def titan_model(spec: Model) -> dict[str, str]:
     shape; ConfigError for a model TorchTitan's llama3 does not build (a mixture of experts,
     or a GPT: LayerNorm, learned positions, a GeLU MLP, biases, tied embeddings)."""
     if spec.experts:
-        raise ConfigError(f"--model: {spec.name} is a mixture of experts; TorchTitan has no "
+        raise ConfigError(f"{spec.name} is a mixture of experts; TorchTitan has no "
                           "Mixtral-style model (its MoE models, deepseek_v3 and qwen3, are "
                           "other architectures) and llama3 is dense; accepted for "
                           "--torchtitan-toml: a dense Llama-architecture model (use "
-                          "--megatron-args for MoE plans)")
+                          "--megatron-args for MoE plans)", "model")
     llama = (spec.gated_ffn and spec.rms_norm and not spec.learned_positions and not spec.bias
              and not spec.tied_embeddings and not spec.qk_norm
              and spec.head_dim * spec.heads == spec.hidden)
     if not llama:
-        raise ConfigError(f"--model: {spec.name} is not a Llama-architecture decoder (SwiGLU, "
-                          "RMSNorm, rotary positions, no biases, untied output, head size hidden / "
-                          "heads, no qk-norm), the only dense "
-                          "model TorchTitan's llama3 builds; accepted for --torchtitan-toml: "
-                          "llama3-8b, llama3-70b, llama3-405b or a spec file of that "
-                          "architecture")
+        raise ConfigError(f"{spec.name} is not a Llama-architecture decoder (SwiGLU, RMSNorm, "
+                          "rotary positions, no biases, untied output, head size hidden / "
+                          "heads, no qk-norm), the only dense model TorchTitan's llama3 builds; "
+                          "accepted for --torchtitan-toml: llama3-8b, llama3-70b, llama3-405b "
+                          "or a spec file of that architecture", "model")
     shape = (spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.ffn_hidden, spec.vocab)
     flavor = next((name for name, known in TITAN_LLAMA3.items() if known == shape), spec.name)
     return {"name": "llama3", "flavor": flavor}
@@ -458,9 +458,9 @@ def _titan_checkpoint(layout: Execution, notes: list[str]) -> dict[str, object]:
     if layout.recompute == "selective-op":
         return {"mode": "selective", "selective_ac_option": "op"}
     if modules_of(layout.recompute):
-        raise ConfigError(f"--recompute: {layout.recompute} (Megatron-Core's per-module "
-                          "recomputation) has no TorchTitan equivalent; accepted for "
-                          "--torchtitan-toml: none, selective, selective-op, full")
+        raise ConfigError(f"{layout.recompute} (Megatron-Core's per-module recomputation) has "
+                          "no TorchTitan equivalent; accepted for --torchtitan-toml: none, "
+                          "selective, selective-op, full", "recompute")
     if layout.recompute != "selective":
         return {"mode": layout.recompute}
     notes.append("selective recomputation: TorchTitan's per-op SAC ('op') saves the attention "
