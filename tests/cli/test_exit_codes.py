@@ -114,6 +114,10 @@ HOSTILE = [
      "--gpu: unknown GPU 'z100'; accepted: h100"),
     (("plan", "--cluster", "{s}"), {"s.yaml": "node: dgx-a100\ngpus: 12\n"},
      "--gpus: 12 must be a multiple of 8 (GPUs per dgx-a100 node) or at most 8"),
+    (("plan", "--gpus", "8", "--tp", "8", "--pp", "2"), {},
+     "--tp/--pp: TP x PP = 8 x 2 = 16 does not divide the 8 GPUs of --gpus"),
+    (("plan", "--model", "llama3-8b", "--gpus", "8", "--expert-tp", "2"), {},
+     "--expert-tp: 2 on llama3-8b, a dense model"),
     # a file holding a list where a mapping is read: named as such with the fields, the
     # document not echoed whole (was "Input should be a valid dictionary or instance of
     # TopologySpec (got [...the whole file...])")

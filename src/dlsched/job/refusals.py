@@ -1,7 +1,8 @@
 """Mistakes in a ``dlsched plan`` scenario, each refused with its own cause before any search.
 
-A search that finds no layout can only say "no layout fits"; these checks name the option
-that cannot hold instead (``check_plan``, called first by ``job.api.plan``):
+A search that finds no layout can only say "no layout fits"; these checks name the field
+that cannot hold instead (``ConfigError.field``; ``dlsched plan`` says its option;
+``check_plan``, called first by ``job.api.plan``):
 
 - ``--gpus`` on a node preset: at least 2 (one GPU has no network to price), at most one node
   or whole nodes, and at most ``MAX_NPUS_PER_DIM`` nodes (the nodes form one network
@@ -49,8 +50,9 @@ DEGREES = ("tp", "cp", "pp", "dp")
 
 
 def check_plan(scenario: PlanScenario, spec: Model) -> None:
-    """Refuse the scenario's first mistake (module docstring) with a one-line ConfigError
-    naming its option and what is accepted."""
+    """Refuse the scenario's first mistake (module docstring) with a one-line ConfigError of
+    the field at fault (``ConfigError.field``: ``tp``, ``global_batch``; degrees given
+    together ``tp/pp``; ``dlsched plan`` names the options) saying what is accepted."""
     check_gpus(scenario.cluster, scenario.gpus)
     gpus = int(scenario.gpus or 0) if scenario.cluster in NODE_PRESETS else load_cluster(
         scenario.cluster, scenario.gpus, scenario.gpu).num_gpus
@@ -98,18 +100,17 @@ def _check_degrees(scenario: PlanScenario, spec: Model, gpus: int) -> None:
     product = math.prod(given.values())
     names = " x ".join(name.upper() for name in given)
     values = " x ".join(str(value) for value in given.values())
-    options = "/".join(f"--{name}" for name in given)
+    fields = "/".join(given)
     if len(given) == 1:
         names = values = ""
     else:
         names, values = f"{names} = ", f"{values} = "
     if len(given) == len(DEGREES) and product != gpus:
-        raise ConfigError(f"{options}: {names}{values}{product:,} GPUs, not the {gpus:,} "
-                          f"of --gpus; accepted: degrees whose product is {gpus:,}")
+        raise ConfigError(f"{names}{values}{product:,} GPUs, not the {gpus:,} of --gpus; "
+                          f"accepted: degrees whose product is {gpus:,}", fields)
     if gpus % product:
-        raise ConfigError(f"{options}: {names}{values}{product:,} does not divide the "
-                          f"{gpus:,} GPUs of --gpus; accepted: degrees whose product divides "
-                          f"{gpus:,}")
+        raise ConfigError(f"{names}{values}{product:,} does not divide the {gpus:,} GPUs of "
+                          f"--gpus; accepted: degrees whose product divides {gpus:,}", fields)
 
 
 def _check_heads(tp: int | None, spec: Model) -> None:
@@ -118,9 +119,9 @@ def _check_heads(tp: int | None, spec: Model) -> None:
         return
     accepted = [t for t in range(1, spec.kv_heads + 1)
                 if spec.heads % t == 0 and spec.kv_heads % t == 0]
-    raise ConfigError(f"--tp: {tp} does not divide {spec.name}'s {spec.heads} attention heads "
-                      f"and {spec.kv_heads} KV heads (each TP rank holds whole heads); "
-                      f"accepted: {', '.join(map(str, accepted))}")
+    raise ConfigError(f"{tp} does not divide {spec.name}'s {spec.heads} attention heads and "
+                      f"{spec.kv_heads} KV heads (each TP rank holds whole heads); accepted: "
+                      f"{', '.join(map(str, accepted))}", "tp")
 
 
 def _check_pipeline(pp: int | None, chunks: int | None, spec: Model) -> None:
@@ -132,10 +133,10 @@ def _check_pipeline(pp: int | None, chunks: int | None, spec: Model) -> None:
         per = f"PP x chunks = {pp} x {chunks}" if chunks is not None else f"PP {pp}"
         mtp = (f" (or {spec.layers + 2 + spec.mtp_layers}: the loss and its MTP modules "
                "counted)") if spec.mtp_layers else ""
-        raise ConfigError(f"--pp: {per} splits none of {spec.name}'s {spec.layers} layers "
-                          "evenly, with or without the embedding and the loss counted as "
-                          f"layers (--pipeline-split); accepted: a PP (x chunks) dividing "
-                          f"{spec.layers}, {spec.layers + 1} or {spec.layers + 2}{mtp}")
+        raise ConfigError(f"{per} splits none of {spec.name}'s {spec.layers} layers evenly, "
+                          "with or without the embedding and the loss counted as layers "
+                          f"(--pipeline-split); accepted: a PP (x chunks) dividing "
+                          f"{spec.layers}, {spec.layers + 1} or {spec.layers + 2}{mtp}", "pp")
 
 
 def _check_experts(scenario: PlanScenario, spec: Model) -> None:
@@ -144,14 +145,14 @@ def _check_experts(scenario: PlanScenario, spec: Model) -> None:
         for name, value, default in (("ep", scenario.ep, 1), ("expert_tp", scenario.expert_tp,
                                                                None)):
             if value is not None and value != default:
-                raise ConfigError(f"--{name.replace('_', '-')}: {value} on {spec.name}, a dense "
-                                  "model (no experts to place: it would be ignored); accepted: "
-                                  "an MoE model (mixtral-8x7b, ...) or leave it out")
+                raise ConfigError(f"{value} on {spec.name}, a dense model (no experts to "
+                                  "place: it would be ignored); accepted: an MoE model "
+                                  "(mixtral-8x7b, ...) or leave it out", name)
         return
     if scenario.ep is not None and spec.experts % scenario.ep:
         accepted = [e for e in range(1, spec.experts + 1) if spec.experts % e == 0]
-        raise ConfigError(f"--ep: {scenario.ep} does not divide {spec.name}'s {spec.experts} "
-                          f"experts; accepted: {', '.join(map(str, accepted))}")
+        raise ConfigError(f"{scenario.ep} does not divide {spec.name}'s {spec.experts} "
+                          f"experts; accepted: {', '.join(map(str, accepted))}", "ep")
     if scenario.expert_tp is not None:
         check_expert_tp(spec, scenario.expert_tp)
 
@@ -163,18 +164,19 @@ def _check_batch(scenario: PlanScenario, gpus: int) -> None:
     GPUs)."""
     most = (scenario.microbatch_size or max(MICROBATCH_SIZES)) * (scenario.dp or gpus)
     if scenario.global_batch > MAX_MICROBATCHES * most:
-        raise ConfigError(f"--global-batch: {scenario.global_batch:,} sequences are more than "
+        raise ConfigError(f"{scenario.global_batch:,} sequences are more than "
                           f"{MAX_MICROBATCHES:,} microbatches per replica at microbatch size x "
                           f"DP = {most:,}, the most this job takes; accepted: at most "
-                          f"{MAX_MICROBATCHES * most:,} (or a larger --microbatch-size/--dp)")
+                          f"{MAX_MICROBATCHES * most:,} (or a larger --microbatch-size/--dp)",
+                          "global_batch")
     step = (scenario.microbatch_size or 1) * (scenario.dp or 1)
     if scenario.global_batch % step:
         given = " x ".join(f"--{name.replace('_', '-')} {getattr(scenario, name)}"
                            for name in ("microbatch_size", "dp")
                            if getattr(scenario, name) is not None)
-        raise ConfigError(f"--global-batch: {scenario.global_batch} is not a multiple of "
-                          f"{given} = {step} (every replica runs whole microbatches); "
-                          f"accepted: a multiple of {step}")
+        raise ConfigError(f"{scenario.global_batch} is not a multiple of {given} = {step} "
+                          f"(every replica runs whole microbatches); accepted: a multiple of "
+                          f"{step}", "global_batch")
 
 
 def _check_schedule(scenario: PlanScenario) -> None:
@@ -186,9 +188,9 @@ def _check_schedule(scenario: PlanScenario) -> None:
     if schedule not in (None, *UNIT_SCHEDULES) and chunks is not None and \
             (schedule == "interleaved") != (chunks > 1):
         accepted = "2 or more" if schedule == "interleaved" else "1 (or --schedule interleaved)"
-        raise ConfigError(f"--chunks: {chunks} chunk(s) per rank with --schedule {schedule}, "
-                          "which runs " + ("several" if schedule == "interleaved" else "one")
-                          + f" per rank; accepted: {accepted}")
+        raise ConfigError(f"{chunks} chunk(s) per rank with --schedule {schedule}, which runs "
+                          + ("several" if schedule == "interleaved" else "one")
+                          + f" per rank; accepted: {accepted}", "chunks")
     if scenario.schedule not in UNIT_SCHEDULES or scenario.pp is None:
         return
     check_unit_schedule(scenario.schedule, scenario.pp, 2 * scenario.pp, scenario.chunks)
@@ -198,27 +200,27 @@ def _check_schedule(scenario: PlanScenario) -> None:
     try:
         check_unit_schedule(scenario.schedule, scenario.pp, m)
     except ConfigError as error:
-        raise ConfigError(f"--global-batch: {scenario.global_batch} sequences in microbatches "
-                          f"of {scenario.microbatch_size} over DP {scenario.dp} are {m} per "
-                          f"replica; {str(error).partition(': ')[2]}") from None
+        raise ConfigError(f"{scenario.global_batch} sequences in microbatches of "
+                          f"{scenario.microbatch_size} over DP {scenario.dp} are {m} per "
+                          f"replica; {str(error).partition(': ')[2]}", "global_batch") from None
 
 
 def _check_ignored(scenario: PlanScenario) -> None:
     """Overlap options that the layout given leaves nothing to do."""
     if scenario.tp_comm_overlap and (scenario.sequence_parallel is False or scenario.tp == 1):
-        raise ConfigError("--tp-comm-overlap: overlaps the TP collectives of sequence "
-                          "parallelism (Megatron-Core's userbuffers), which this layout does not "
-                          "use (--no-sequence-parallel or --tp 1): it would be ignored; "
-                          "accepted: with --sequence-parallel and TP > 1, or left out")
+        raise ConfigError("overlaps the TP collectives of sequence parallelism (Megatron-Core's "
+                          "userbuffers), which this layout does not use (--no-sequence-parallel "
+                          "or --tp 1): it would be ignored; accepted: with --sequence-parallel "
+                          "and TP > 1, or left out", "tp_comm_overlap")
     if scenario.overlap_param_gather and scenario.zero in (0, 3):
-        raise ConfigError(f"--overlap-param-gather: overlaps ZeRO 1-2's weight all-gather with "
-                          f"the next forward; with --zero {scenario.zero} it would be ignored "
-                          "(ZeRO 0 gathers no weights, ZeRO 3 gathers each layer's before its "
-                          "forward); accepted: with --zero 1 or 2, or left out")
+        raise ConfigError(f"overlaps ZeRO 1-2's weight all-gather with the next forward; with "
+                          f"--zero {scenario.zero} it would be ignored (ZeRO 0 gathers no "
+                          "weights, ZeRO 3 gathers each layer's before its forward); accepted: "
+                          "with --zero 1 or 2, or left out", "overlap_param_gather")
     if scenario.sharding != "zero" and scenario.zero not in (None, 3):
-        raise ConfigError(f"--sharding: {scenario.sharding} prices ZeRO 3 as PyTorch's FSDP2; "
-                          f"with --zero {scenario.zero} it would be ignored; accepted: with "
-                          "--zero 3 (or --zero left out: searched), or --sharding zero")
+        raise ConfigError(f"{scenario.sharding} prices ZeRO 3 as PyTorch's FSDP2; with --zero "
+                          f"{scenario.zero} it would be ignored; accepted: with --zero 3 (or "
+                          "--zero left out: searched), or --sharding zero", "sharding")
 
 
 def default_notes(scenario: PlanScenario, cluster: System) -> list[str]:
@@ -248,9 +250,9 @@ def _check_a2a_overlap(scenario: PlanScenario, spec: Model) -> None:
     if not scenario.moe_a2a_overlap:
         return
     if not spec.experts:
-        raise ConfigError(f"--moe-a2a-overlap: on {spec.name}, a dense model (no expert "
-                          "All-to-All to overlap: it would be ignored); accepted: an MoE model "
-                          "(mixtral-8x7b, ...) or leave it out")
+        raise ConfigError(f"on {spec.name}, a dense model (no expert All-to-All to overlap: it "
+                          "would be ignored); accepted: an MoE model (mixtral-8x7b, ...) or "
+                          "leave it out", "moe_a2a_overlap")
     schedule = scenario.schedule or ("1f1b" if scenario.pp in (None, 1) else "interleaved")
     check_a2a_overlap(schedule, scenario.pp or 1, scenario.ep or 2,
                       scenario.recompute or "none")
