@@ -76,7 +76,7 @@ def test_first_order_limit() -> None:
 
 
 def test_bad_input_names_the_field() -> None:
-    with pytest.raises(ConfigError, match="mtbf-gpu-hours"):
+    with pytest.raises(ConfigError, match=r"^mtbf_gpu_hours: 0\.0 is not accepted"):
         job_mtbf(8, 0.0)
     with pytest.raises(ConfigError, match="restart"):
         expected_outcome(10.0, 1.0, -1.0, 100.0)

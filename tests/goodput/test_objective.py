@@ -29,10 +29,13 @@ def test_reason_names_both_plans_and_what_differs() -> None:
     assert "goodput 93.00% vs 90.00%" in text and "time to train 78.00 days vs 80.00 days" in text
 
 
-def test_bad_objectives_are_refused_with_the_option() -> None:
-    with pytest.raises(ConfigError, match="--objective"):
+def test_bad_objectives_are_refused_with_the_field() -> None:
+    """Field ``objective`` (``dlsched plan`` says ``--objective``); the reason names what the
+    objective needs."""
+    with pytest.raises(ConfigError, match=r"^objective: 'speed' is not accepted") as refused:
         check_objective("speed", True)
-    with pytest.raises(ConfigError, match="--tokens"):
+    assert refused.value.field == "objective"
+    with pytest.raises(ConfigError, match=r"^objective: energy needs --tokens"):
         check_objective("energy", False)
-    with pytest.raises(ConfigError, match="--gpu-hour-price"):
+    with pytest.raises(ConfigError, match=r"^objective: cost needs --gpu-hour-price"):
         choose([{**ROWS[0], "cost": None}], "cost")

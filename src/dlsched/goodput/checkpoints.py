@@ -121,8 +121,8 @@ def checkpoint_plan(weights: float, optimizer: float, zero: int, replicas: int, 
                     gpu: str = "h100") -> CheckpointPlan:
     """The checkpoint of a plan whose GPUs hold ``weights`` and ``optimizer`` bytes each."""
     if mode not in MODES:
-        raise ConfigError(f"--checkpoint: {mode!r} is not accepted; accepted: "
-                          + ", ".join(MODES))
+        raise ConfigError(f"{mode!r} is not accepted; accepted: " + ", ".join(MODES),
+                          "checkpoint")
     share = shard_bytes(weights, optimizer, zero, replicas)
     per_node = min(gpus_per_node, gpus)
     node_bytes, total = share * per_node, share * gpus

@@ -84,10 +84,10 @@ def run_energy(model: PowerModel, gpus: int, nodes: int, training_s: float, wait
     whole job stopped (checkpoint saves, restarts: GPUs idle), hosts always on; cost = GPU-hours
     of the wall time times ``gpu_hour_price``."""
     if not pue >= 1:
-        raise ConfigError(f"--pue: {pue} is not accepted; accepted: a number >= 1")
+        raise ConfigError(f"{pue} is not accepted; accepted: a number >= 1", "pue")
     if gpu_hour_price is not None and not gpu_hour_price >= 0:
-        raise ConfigError(f"--gpu-hour-price: {gpu_hour_price} is not accepted; accepted: a "
-                          "number >= 0")
+        raise ConfigError(f"{gpu_hour_price} is not accepted; accepted: a number >= 0",
+                          "gpu_hour_price")
     wall = training_s + waiting_s
     it = (gpus * (gpu_power(model, busy) * training_s + model.idle_w * waiting_s)
           + nodes * model.host_w * wall)

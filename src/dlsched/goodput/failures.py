@@ -85,8 +85,8 @@ def job_mtbf(gpus: int, mtbf_gpu_hours: float = DEFAULT_MTBF_GPU_HOURS) -> float
     if gpus < 1:
         raise ConfigError(f"gpus: {gpus} is not accepted; accepted: an integer >= 1")
     if not mtbf_gpu_hours > 0:
-        raise ConfigError(f"--mtbf-gpu-hours: {mtbf_gpu_hours} is not accepted; accepted: a "
-                          "number > 0")
+        raise ConfigError(f"{mtbf_gpu_hours} is not accepted; accepted: a number > 0",
+                          "mtbf_gpu_hours")
     return mtbf_gpu_hours * 3600.0 / gpus
 
 

@@ -33,10 +33,10 @@ def check_objective(objective: str, priced: bool) -> str:
     """The objective's column; ConfigError for an unknown one, for one that needs a time to
     train without ``--tokens``/``--iterations`` or for cost without ``--gpu-hour-price``."""
     if objective not in OBJECTIVES:
-        raise ConfigError(f"--objective: {objective!r} is not accepted; accepted: "
-                          + ", ".join(OBJECTIVES))
+        raise ConfigError(f"{objective!r} is not accepted; accepted: " + ", ".join(OBJECTIVES),
+                          "objective")
     if objective not in SEARCH_RANKED and not priced:
-        raise ConfigError(f"--objective: {objective} needs --tokens or --iterations")
+        raise ConfigError(f"{objective} needs --tokens or --iterations", "objective")
     return OBJECTIVES[objective]
 
 
@@ -45,7 +45,7 @@ def choose(rows: Sequence[dict[str, Any]], objective: str) -> int:
     order given)."""
     column = OBJECTIVES[objective]
     if column == "cost" and any(row.get("cost") is None for row in rows):
-        raise ConfigError("--objective: cost needs --gpu-hour-price")
+        raise ConfigError("cost needs --gpu-hour-price", "objective")
     return min(range(len(rows)), key=lambda i: (rows[i][column], rows[i]["iteration_s"], i))
 
 
