@@ -45,3 +45,14 @@ def test_what_no_preset_describes_is_refused_naming_the_field() -> None:
         Hardware.model_validate(section).system()
     inside_a_node = Hardware.model_validate({**section, "gpus": 8})  # no NIC crossed
     assert inside_a_node.system().num_gpus == 8
+
+
+def test_a_gpu_count_no_node_holds_is_refused_naming_the_rows_key() -> None:
+    """A row of 12 GPUs on 8-GPU nodes: its refusal names the row's own key, hardware.gpus
+    (the System names its field gpus; plan's edge says --gpus, a ledger row's file does not
+    have that option)."""
+    row = ROWS["sc21-t1-gpt-1.7b"]
+    twelve = row.model_copy(update={"hardware": row.hardware.model_copy(update={"gpus": 12})})
+    with pytest.raises(ConfigError, match=r"^sc21-t1-gpt-1\.7b: hardware\.gpus: 12 must be a "
+                                          r"multiple of 8 \(GPUs per dgx-a100 node\)"):
+        job_and_layout(twelve)

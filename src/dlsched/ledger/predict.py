@@ -126,9 +126,8 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
         raise ConfigError(f"{row.id}: parallel: not published: {', '.join(missing)}")
     try:  # the section's own System (schema.Hardware.system), no copy of its fields here
         system = hw.system()
-    except ConfigError as error:  # System names its field gpus: worded as validate has
-        # printed it, '--gpus' (the row's key is hardware.gpus)
-        named = error.renamed("--gpus") if error.field == "gpus" else error
+    except ConfigError as error:  # System names its field gpus: the row's key for it
+        named = error.renamed("hardware.gpus") if error.field == "gpus" else error
         raise ConfigError(f"{row.id}: {named}") from None
     job = Job(shape, system)
     layout = row.execution  # the section's own Execution (schema.LedgerRow.execution)
