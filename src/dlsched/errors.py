@@ -31,12 +31,13 @@ class ConfigError(ValueError):
         return ConfigError(self.reason, name)
 
 
-def check_choice(option: str, value: object, accepted: tuple) -> object:
-    """``value`` when it is one of ``accepted``; a ConfigError naming ``option`` (``--name``)
-    and the accepted values otherwise."""
+def check_choice(field: str, value: object, accepted: tuple) -> object:
+    """``value`` when it is one of ``accepted``; a ConfigError naming ``field``
+    (``ConfigError.field``: a field the domain names, ``schedule``, or an edge's own option,
+    ``--device``) and the accepted values otherwise."""
     if value not in accepted:
-        raise ConfigError(f"{option}: {value!r} is not accepted; accepted: "
-                          + ", ".join(map(str, accepted)))
+        raise ConfigError(f"{value!r} is not accepted; accepted: "
+                          + ", ".join(map(str, accepted)), field)
     return value
 
 

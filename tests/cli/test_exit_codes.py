@@ -118,6 +118,28 @@ HOSTILE = [
      "--tp/--pp: TP x PP = 8 x 2 = 16 does not divide the 8 GPUs of --gpus"),
     (("plan", "--model", "llama3-8b", "--gpus", "8", "--expert-tp", "2"), {},
      "--expert-tp: 2 on llama3-8b, a dense model"),
+    # the evaluator names its fields (expert_tp, cp, chunks, pp, fp8_recipe, precision,
+    # moe_a2a_overlap, execution); plan names its option, and an execution file's own key
+    (("plan", "--model", "mixtral-8x7b", "--gpus", "8", "--expert-tp", "3"), {},
+     "--expert-tp: 3 does not divide mixtral-8x7b's experts' FFN width 14336"),
+    (("plan", "--gpus", "8", "--model", "llama3-8b", "--tp", "1", "--pp", "1", "--dp", "4",
+      "--cp", "2", "--seq", "8191", "--microbatch-size", "1", "--global-batch", "64"), {},
+     "--cp: 2 needs the sequence (8191 tokens, --seq) to be a multiple of 2 x CP = 4"),
+    (("plan", "--gpus", "8", "--model", "llama3-8b", "--tp", "1", "--pp", "8", "--dp", "1",
+      "--microbatch-size", "1", "--global-batch", "64", "--schedule", "zb-v", "--chunks", "1"),
+     {}, "--chunks: the zb-v schedule runs 2 chunk(s) per rank (got 1); accepted: 2"),
+    (("plan", "--gpus", "8", "--model", "llama3-8b", "--tp", "8", "--pp", "1", "--dp", "1",
+      "--microbatch-size", "1", "--global-batch", "64", "--schedule", "zb-v", "--chunks", "2"),
+     {}, "--pp: the zb-v schedule needs 2 or more pipeline ranks (got 1)"),
+    (("plan", "--gpus", "8", "--model", "llama3-8b", "--precision", "fp8", "--fp8-recipe",
+      "mxfp8", "--gpu", "h100"), {},
+     "--fp8-recipe: mxfp8 needs Blackwell's block-scaled tensor cores (b200, gb200), not h100"),
+    (("plan", "--gpus", "8", "--model", "llama3-8b", "--precision", "fp8", "--fp8-recipe",
+      "delayed"), {}, "--precision: fp8 needs FP8 tensor cores (Hopper or later); a100 has"),
+    (("plan", "--gpus", "8", "--model", "mixtral-8x7b", "--ep", "1", "--moe-a2a-overlap"), {},
+     "--moe-a2a-overlap: needs expert parallelism (EP > 1)"),
+    (("plan", "--gpus", "8", "--execution", "{e}"), {"e.yaml": "tp: 0\n"},
+     "--execution: {e}: tp: must be >= 1 (got 0)"),
     # a file holding a list where a mapping is read: named as such with the fields, the
     # document not echoed whole (was "Input should be a valid dictionary or instance of
     # TopologySpec (got [...the whole file...])")

@@ -105,9 +105,9 @@ def test_a_searched_execution_keeps_what_is_fixed() -> None:
 
 
 @pytest.mark.parametrize(("fields", "field"), [
-    ({"tp": 0}, "--tp"), ({"schedule": "round-robin"}, "--schedule"),
-    ({"zero": 4}, "--zero"), ({"cp_algorithm": "tree"}, "--cp-algorithm"),
-    ({"global_batch": 63}, "--global-batch"), ({"chunks": 2}, "--chunks"),
+    ({"tp": 0}, "tp: "), ({"schedule": "round-robin"}, "schedule: "),
+    ({"zero": 4}, "zero: "), ({"cp_algorithm": "tree"}, "cp_algorithm: "),
+    ({"global_batch": 63}, "global_batch: "), ({"chunks": 2}, "chunks: "),
     ({"tp": "8"}, "execution.tp"), ({"tensor_parallel": 8}, "execution.tensor_parallel")])
 def test_bad_fields_are_refused_naming_the_field(fields: dict[str, object], field: str) -> None:
     """A ConfigError naming the field, not pydantic's wrapper."""

@@ -52,7 +52,7 @@ def test_the_file_holds_any_subset_of_the_layout_fields(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("data", "field"), [
     ({"tp": 2, "tensor_parallel": 4}, "tensor_parallel"),
     ({"tp": "two"}, "execution.tp"),
-    ({"schedule": "round-robin"}, "--schedule"),
+    ({"schedule": "round-robin"}, r": schedule: 'round-robin' is not accepted"),
     ([1, 2], "a mapping of layout fields")])
 def test_a_bad_file_is_refused_naming_the_file_and_the_field(tmp_path: Path, data: object,
                                                             field: str) -> None:
@@ -108,5 +108,5 @@ def test_the_file_is_flat_and_holds_run_settings_too(tmp_path: Path) -> None:
     assert scenario.searched_execution().run.grad_reduce == "fp16"
     given = PlanScenario(model="gpt-1.7b", gpus=16, execution=path, pipeline_p2p="overlapped")
     assert given.pipeline_p2p == "overlapped" and given.precision == "fp16"
-    with pytest.raises(ConfigError, match="--grad-reduce"):  # the file's settings are checked
+    with pytest.raises(ConfigError, match=r": grad_reduce: fp16 needs"):  # the file's settings
         load_execution(_write(tmp_path, {"precision": "bf16", "grad_reduce": "fp16"}, "b.yaml"))

@@ -161,12 +161,12 @@ def test_torchtitan_schedules_and_precision():
 
 
 def test_exports_refuse_bad_input():
-    with pytest.raises(ConfigError, match=r"^--precision: "):  # int8, or an FP32 export:
+    with pytest.raises(ConfigError, match=r"^precision: "):  # int8, or an FP32 export:
         megatron_args(GPT3, TABLE5.with_run(precision="int8"))  # no priced precision
-    with pytest.raises(ConfigError, match=r"^--precision: 'fp32' is not accepted; accepted: "
+    with pytest.raises(ConfigError, match=r"^precision: 'fp32' is not accepted; accepted: "
                                           r"bf16, fp16, autocast, fp8"):
         torchtitan_toml(LLAMA70, TITAN.with_run(precision="fp32"))
-    with pytest.raises(ConfigError, match=r"^--pp: "):
+    with pytest.raises(ConfigError, match=r"^pp: "):
         torchtitan_toml(LLAMA70, replace(TITAN, pp=3))
 
 

@@ -44,9 +44,9 @@ def test_the_gradient_buffer_halves() -> None:
 @pytest.mark.parametrize(("precision", "grad_reduce"), [("fp16", "bf16"), ("autocast", "bf16"),
                                                         ("bf16", "fp8"), ("bf16", "fp16"),
                                                         ("autocast", "fp16")])
-def test_a_format_the_training_cannot_reduce_in_names_the_option(precision: str,
-                                                                 grad_reduce: str) -> None:
-    with pytest.raises(ConfigError, match="--grad-reduce"):
+def test_a_format_the_training_cannot_reduce_in_names_the_field(precision: str,
+                                                                grad_reduce: str) -> None:
+    with pytest.raises(ConfigError, match=r"^grad_reduce: "):
         RunSettings(precision, grad_reduce=grad_reduce)
 
 

@@ -291,9 +291,9 @@ def test_vocabulary_padding_follows_megatron():
 
 
 @pytest.mark.parametrize("call,field", [
-    (lambda: memory_per_gpu(SMALL, small_layout(), "int8"), "--precision"),
+    (lambda: memory_per_gpu(SMALL, small_layout(), "int8"), "precision"),
     (lambda: memory_per_gpu(SMALL, small_layout(), "bf16", grad_bytes=3), "grad_bytes"),
-    (lambda: memory_per_gpu(SMALL, small_layout(pp=3, global_batch=8), "bf16"), "--pp"),
+    (lambda: memory_per_gpu(SMALL, small_layout(pp=3, global_batch=8), "bf16"), "pp"),
     (lambda: memory_per_gpu(SMALL, small_layout(), "bf16", stage=2), "stage")])
 def test_bad_input_names_the_field(call, field):
     with pytest.raises(ConfigError, match=f"^{field}: .*; accepted: "):

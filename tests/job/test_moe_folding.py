@@ -127,19 +127,20 @@ def test_folding_keeps_the_all_to_all_on_nvlink():
 
 
 @pytest.mark.parametrize(("kwargs", "field"), [
-    ({"tp": 4, "dp": 2, "ep": 8, "expert_tp": 2}, "--expert-tp"),
-    ({"tp": 2, "dp": 2, "ep": 1, "expert_tp": 0}, "--expert-tp")])
+    ({"tp": 4, "dp": 2, "ep": 8, "expert_tp": 2}, "expert_tp"),
+    ({"tp": 2, "dp": 2, "ep": 1, "expert_tp": 0}, "expert_tp")])
 def test_a_fold_that_does_not_fit_names_the_field(kwargs, field):
-    with pytest.raises(ConfigError, match=field):
+    with pytest.raises(ConfigError, match=f"^{field}: "):
         Execution(pp=1, microbatch_size=1, global_batch=8, sequence_parallel=True, **kwargs)
 
 
 def test_expert_tp_on_a_dense_model_or_an_uneven_width_is_refused():
     dense = Job(SPEC.replace(experts=0), node_cluster("dgx-h100", 8))
-    with pytest.raises(ConfigError, match="--expert-tp"):
+    with pytest.raises(ConfigError, match=r"^expert_tp: ") as refused:
         evaluate(dense, Execution(2, 1, 4, 1, 8, sequence_parallel=True, expert_tp=1))
+    assert refused.value.field == "expert_tp"
     odd = Job(SPEC.replace(expert_ffn_hidden=2050), node_cluster("dgx-h100", 8))
-    with pytest.raises(ConfigError, match="--expert-tp"):
+    with pytest.raises(ConfigError, match=r"^expert_tp: 4 does not divide"):
         evaluate(odd, Execution(1, 1, 8, 1, 8, ep=2, expert_tp=4))
 
 

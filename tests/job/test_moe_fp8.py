@@ -109,7 +109,7 @@ def test_fp8_moe_run_is_faster_than_bf16_and_slower_than_its_compute_halved() ->
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_torchao_recipes_refused_for_moe_experts(recipe: str) -> None:
-    with pytest.raises(ConfigError, match=r"^--fp8-recipe: MoE experts run FP8 as Transformer "
+    with pytest.raises(ConfigError, match=r"^fp8_recipe: MoE experts run FP8 as Transformer "
                                           r"Engine's grouped GEMMs.*accepted: delayed, current, "
                                           r"mxfp8"):
         _job("fp8", recipe)

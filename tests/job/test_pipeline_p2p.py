@@ -53,7 +53,7 @@ def test_auto_is_megatron_cores_choice() -> None:
     for schedule in ("1f1b", "gpipe", "zb-h1"):
         assert resolved_p2p("auto", schedule) == "blocking"
     assert resolved_p2p("overlapped", "1f1b") == "overlapped"
-    with pytest.raises(ConfigError, match="--pipeline-p2p"):
+    with pytest.raises(ConfigError, match=r"^pipeline_p2p: 'sometimes' is not accepted"):
         replace(BLOCKING, pipeline_p2p="sometimes")
 
 

@@ -67,21 +67,21 @@ def test_feasible_splits_keep_distinct_assignments() -> None:
     assert feasible_splits(9, 2, 2) == ()
 
 
-def test_impossible_splits_name_the_option_and_what_works() -> None:
-    with pytest.raises(ConfigError, match=r"^--pp: 126 layers do not split into PP x chunks "
+def test_impossible_splits_name_the_field_and_what_works() -> None:
+    with pytest.raises(ConfigError, match=r"^pp: 126 layers do not split into PP x chunks "
                                           r"= 64 .*; accepted: --pipeline-split "
                                           r"account-embedding-loss for these degrees"):
         stage_layers(126, 8, 8, "even")
-    with pytest.raises(ConfigError, match=r"^--pp: 126 layers \+ the embedding .*; accepted: "
+    with pytest.raises(ConfigError, match=r"^pp: 126 layers \+ the embedding .*; accepted: "
                                           r"--pipeline-split account-embedding-loss"):
         stage_layers(126, 8, 8, "account-embedding")
-    with pytest.raises(ConfigError, match=r"^--pipeline-split: 'uneven' is not accepted; "
+    with pytest.raises(ConfigError, match=r"^pipeline_split: 'uneven' is not accepted; "
                                           r"accepted: even, account-embedding"):
         replace(L405, pipeline_split="uneven")
-    with pytest.raises(ConfigError, match=r"^--pipeline-split: "):
+    with pytest.raises(ConfigError, match=r"^pipeline_split: "):
         Execution.searching(global_batch=64, pipeline_split="first-last")
     job = Job(bundled_specs()["llama3-405b"], load_cluster("dgx-h100", 512, None))
-    with pytest.raises(ConfigError, match=r"^--pp: 126 layers"):
+    with pytest.raises(ConfigError, match=r"^pp: 126 layers"):
         evaluate(job, replace(L405, pipeline_split="even"))
 
 

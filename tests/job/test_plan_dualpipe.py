@@ -62,10 +62,10 @@ def test_dualpipe_memory_two_stages_and_pp_plus_one_in_flight() -> None:
 
 @pytest.mark.parametrize(("options", "message"), [
     ({"pp": 4, "dp": 2, "microbatch_size": 1, "global_batch": 12, "schedule": "dualpipe"},
-     "--global-batch: 12 sequences .* 6 per replica; dualpipe on 4 ranks needs an even"),
+     "^global_batch: 12 sequences .* 6 per replica; dualpipe on 4 ranks needs an even"),
     ({"pp": 4, "dp": 2, "global_batch": 64, "schedule": "zb-v", "chunks": 4},
-     "--chunks: the zb-v schedule runs 2"),
-    ({"pp": 1, "dp": 8, "global_batch": 64, "schedule": "dualpipev"}, "--pp: the dualpipev"),
+     "^chunks: the zb-v schedule runs 2"),
+    ({"pp": 1, "dp": 8, "global_batch": 64, "schedule": "dualpipev"}, "^pp: the dualpipev"),
     ({"pp": 3, "global_batch": 64, "schedule": "dualpipe"}, "pp: DualPipe needs an even")])
 def test_refused_before_any_search(options: dict, message: str) -> None:
     """A schedule its degrees cannot run is refused with its cause (``job.refusals``), not

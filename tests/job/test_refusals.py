@@ -28,13 +28,13 @@ COMPLETE = {"chunks": 1, "microbatch_size": 1, "schedule": "1f1b", "recompute": 
     ({"ep": 16, "model": "mixtral-8x7b"}, "ep: 16 does not divide mixtral-8x7b's 8 experts"),
     ({"expert_tp": 2}, "expert_tp: 2 on llama3-70b, a dense model"),
     # 14336 = 2^11 x 7: 3 divides none of it (Mixtral 8x7B's released intermediate_size)
-    ({"expert_tp": 3, "model": "mixtral-8x7b"}, "--expert-tp: 3 does not divide "
+    ({"expert_tp": 3, "model": "mixtral-8x7b"}, "expert_tp: 3 does not divide "
                                                 "mixtral-8x7b's experts' FFN width 14336; "
                                                 "accepted: a divisor of it (1, 2, 4, 7, 8,"),
     # 2 x CP = 4 does not divide 8190 = 2 x 4095; CP 3 does (2 x 3 = 6 divides 8190)
-    ({"cp": 2, "seq": 8190}, "--cp: 2 needs the sequence (8190 tokens, --seq) to be a "
+    ({"cp": 2, "seq": 8190}, "cp: 2 needs the sequence (8190 tokens, --seq) to be a "
                              "multiple of 2 x CP = 4"),
-    ({"cp": 2, "seq": 8191}, "--cp: 2 needs the sequence (8191 tokens, --seq) to be a "
+    ({"cp": 2, "seq": 8191}, "cp: 2 needs the sequence (8191 tokens, --seq) to be a "
                              "multiple of 2 x CP = 4 (Megatron's load-balanced split); "
                              "accepted: a CP with 2 x CP dividing 8191 (1)"),
     ({"pp": 32, "chunks": 1}, "pp: PP x chunks = 32 x 1 splits none of llama3-70b's 80"),
@@ -70,7 +70,7 @@ def test_each_mistake_is_refused_with_its_own_cause(given, message, monkeypatch)
         PlanScenario(**(LLAMA | given)).run()
     text = str(refused.value)
     assert text.startswith(message.split(":")[0] + ":") and message in text, text
-    assert refused.value.field in (message.split(":")[0], None)  # None: --cp's, --expert-tp's
+    assert refused.value.field == message.split(":")[0]
     assert "accepted" in text and "\n" not in text
 
 

@@ -141,10 +141,10 @@ def test_ledger_rows_run_their_published_settings() -> None:
     assert job_and_layout(dgxc)[1].run == run
 
 
-@pytest.mark.parametrize(("fields", "field"), [({"grad_reduce": "fp8"}, "--grad-reduce"),
+@pytest.mark.parametrize(("fields", "field"), [({"grad_reduce": "fp8"}, "grad_reduce"),
                                                 ({"compile": "yes"}, "runsettings.compile"),
                                                 ({"ops": "jit"}, "ops"),
-                                                ({"precision": "fp4"}, "--precision")])
+                                                ({"precision": "fp4"}, "precision")])
 def test_bad_settings_are_refused_naming_the_field(fields: dict[str, object], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         RunSettings(**fields)  # type: ignore[arg-type]

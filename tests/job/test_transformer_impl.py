@@ -53,6 +53,6 @@ def test_layer_saving_by_hand() -> None:
 
 
 def test_unknown_impl_is_refused_naming_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"--transformer-impl: 'apex' is not accepted; "
+    with pytest.raises(ConfigError, match=r"^transformer_impl: 'apex' is not accepted; "
                                           r"accepted: local, transformer_engine"):
         RunSettings(transformer_impl="apex")

@@ -54,8 +54,10 @@ def scenario_from_options(schema: type[Scenario], options: Mapping[str, Any]) ->
     except ValidationError as error:
         item = error.errors()[0]
         message = " ".join(item["msg"].removeprefix("Value error, ").split())
-        if not item["loc"]:
-            raise ConfigError(message) from None
+        cause = item.get("ctx", {}).get("error")
+        if not item["loc"]:  # a whole-scenario check's: its own ConfigError keeps its field
+            raise (cause if isinstance(cause, ConfigError) and str(cause) == message
+                   else ConfigError(message)) from None
         field = str(item["loc"][0])
         raise ConfigError(f"--{field.replace('_', '-')}: {message.removeprefix(f'{field}: ')}"
                           ) from None

@@ -18,7 +18,8 @@ from dlsched.report.tables import fixed, in_percent
 FIELD_OPTIONS = {name: "--" + name.replace("_", "-") for name in PlanScenario.model_fields}
 """Each scenario field's option (``options_from``'s ``--field-name``): a refusal the domain
 names by field (``ConfigError.field``: ``load_spec``'s model, ``load_cluster``'s cluster, gpus
-and gpu, ``job.refusals``) says the option instead in the plan's one line."""
+and gpu, ``job.refusals``, the evaluator's ``Execution`` and ``RunSettings`` fields, the
+``execution`` file) says the option instead in the plan's one line."""
 
 COLUMNS = [*text("planner"), Column("collective_policy", "collectives", justify="left"),
            *text("layout"),

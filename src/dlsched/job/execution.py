@@ -122,13 +122,13 @@ class Execution:
         for name in _POSITIVE:
             value = getattr(self, name)
             if value is not None and value < 1:
-                raise ConfigError(f"--{name.replace('_', '-')}: must be >= 1 (got {value})")
+                raise ConfigError(f"must be >= 1 (got {value})", name)
         for name, accepted in (("schedule", SCHEDULES + UNIT_SCHEDULES), ("recompute", RECOMPUTE),
                                ("zero", ZERO_STAGES), ("cp_algorithm", CP_ALGORITHMS)):
             if name == "recompute" and modules_of(self.recompute):  # job.compute.module_recompute
                 check_recompute_modules(self.recompute)
             elif getattr(self, name) is not None:
-                check_choice(f"--{name.replace('_', '-')}", getattr(self, name), accepted)
+                check_choice(name, getattr(self, name), accepted)
         if self.pipeline_split is not None:
             check_split(self.pipeline_split)
         if not self.missing():
@@ -142,22 +142,23 @@ class Execution:
         if self.tp == 1 and self.sequence_parallel:
             object.__setattr__(self, "sequence_parallel", False)
         if self.global_batch % (self.microbatch_size * self.dp):
-            raise ConfigError(f"--global-batch: {self.global_batch} is not a multiple of "
-                              f"microbatch size x DP = {self.microbatch_size * self.dp}")
+            raise ConfigError(f"{self.global_batch} is not a multiple of microbatch size x DP = "
+                              f"{self.microbatch_size * self.dp}", "global_batch")
         if self.schedule in UNIT_SCHEDULES:  # two stages per rank (job.unit_walk)
             check_unit_schedule(self.schedule, self.pp, self.num_microbatches, self.chunks)
         elif (self.schedule == "interleaved") != (self.chunks > 1):
-            raise ConfigError("--chunks: more than one chunk per rank needs --schedule "
-                              f"interleaved, and interleaved needs chunks > 1 (got schedule "
-                              f"{self.schedule}, chunks {self.chunks})")
+            raise ConfigError("more than one chunk per rank needs --schedule interleaved, and "
+                              f"interleaved needs chunks > 1 (got schedule {self.schedule}, "
+                              f"chunks {self.chunks})", "chunks")
         if self.expert_tp is None and (self.cp * self.dp) % self.ep:
-            raise ConfigError(f"--ep: {self.ep} must divide CP x DP = {self.cp * self.dp} "
+            raise ConfigError(f"{self.ep} must divide CP x DP = {self.cp * self.dp} "
                               "(expert-parallel ranks are carved out of the context- and "
-                              "data-parallel ones)")
+                              "data-parallel ones)", "ep")
         if (self.tp * self.cp * self.dp) % (self.etp * self.ep):
-            raise ConfigError(f"--expert-tp: expert TP x EP = {self.etp * self.ep} must divide "
+            raise ConfigError(f"expert TP x EP = {self.etp * self.ep} must divide "
                               f"TP x CP x DP = {self.tp * self.cp * self.dp} (the MoE layers "
-                              "fold their groups into the ranks of one pipeline stage)")
+                              "fold their groups into the ranks of one pipeline stage)",
+                              "expert_tp")
 
     @classmethod
     def searching(cls, **fixed: Any) -> Execution:
@@ -311,17 +312,17 @@ def load_execution(path: str) -> Execution:
     from dlsched.config import FILE_SUFFIXES, load_document
 
     if not path.lower().endswith(FILE_SUFFIXES) or not Path(path).is_file():
-        raise ConfigError(f"--execution: no such execution file {path!r} (.yaml/.yml/.json)")
+        raise ConfigError(f"no such execution file {path!r} (.yaml/.yml/.json)", "execution")
     data = load_document(path)
     accepted = ", ".join(FLAT_FIELDS)
     if not isinstance(data, dict):
-        raise ConfigError(f"--execution: {path}: a mapping of layout fields and run settings; "
-                          f"accepted: {accepted}")
+        raise ConfigError(f"{path}: a mapping of layout fields and run settings; "
+                          f"accepted: {accepted}", "execution")
     unknown = sorted(set(map(str, data)) - set(FLAT_FIELDS))
     if unknown:
-        raise ConfigError(f"--execution: {path}: {unknown[0]}: not a layout field or run "
-                          f"setting; accepted: {accepted}")
+        raise ConfigError(f"{path}: {unknown[0]}: not a layout field or run setting; "
+                          f"accepted: {accepted}", "execution")
     try:
         return Execution.from_flat(data, searched=True)
     except ConfigError as error:
-        raise ConfigError(f"--execution: {path}: {error}") from None
+        raise ConfigError(f"{path}: {error}", "execution") from None

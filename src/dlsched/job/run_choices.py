@@ -62,16 +62,11 @@ RUN_CHOICES: dict[str, tuple[str, ...]] = {
     "cuda_graph": CUDA_GRAPHS,
 }
 """Each named run setting's accepted values (the boolean ones take True or False)."""
-OPTION_NAMES = {"sharding": "sharding"}
-"""The setting no ``dlsched plan`` option names: its errors name the field itself."""
-
-
 def check_setting(name: str, value: str) -> str:
     """``value`` when it is one of run setting ``name``'s accepted values (``RUN_CHOICES``); a
-    ConfigError naming its option (``--pipeline-p2p``; the field where no option exists) and
-    the accepted values otherwise."""
-    option = OPTION_NAMES.get(name, "--" + name.replace("_", "-"))
-    check_choice(option, value, RUN_CHOICES[name])
+    ConfigError naming the setting (``ConfigError.field``: ``pipeline_p2p``; ``dlsched plan``
+    says its option) and the accepted values otherwise."""
+    check_choice(name, value, RUN_CHOICES[name])
     return value
 
 
@@ -81,8 +76,8 @@ def check_grad_reduce(grad_reduce: str, precision: str) -> str:
     --grad-reduce-in-bf16; fp16 with fp16 training)."""
     check_setting("grad_reduce", grad_reduce)
     if grad_reduce != "fp32" and precision != grad_reduce:
-        raise ConfigError(f"--grad-reduce: {grad_reduce} needs --precision {grad_reduce} (got "
-                          f"{precision}); accepted: fp32")
+        raise ConfigError(f"{grad_reduce} needs --precision {grad_reduce} (got {precision}); "
+                          "accepted: fp32", "grad_reduce")
     return grad_reduce
 
 

@@ -83,19 +83,20 @@ class CPCost:
 
 
 def check_cp_sequence(seq: int, cp: int) -> None:
-    """ConfigError naming ``--cp`` unless CP ``cp`` splits a sequence of ``seq`` tokens into
+    """ConfigError naming the field ``cp`` unless CP ``cp`` splits a sequence of ``seq`` tokens into
     ``2 cp`` equal chunks (Megatron's load-balanced split)."""
     if cp > 1 and seq % (2 * cp):
         half = seq // 2 if seq % 2 == 0 else 1  # an odd sequence: CP 1 only
         accepted = [c for c in range(1, min(half, 64) + 1) if half % c == 0]
-        raise ConfigError(f"--cp: {cp} needs the sequence ({seq} tokens, --seq) to be a "
+        raise ConfigError(f"{cp} needs the sequence ({seq} tokens, --seq) to be a "
                           f"multiple of 2 x CP = {2 * cp} (Megatron's load-balanced split); "
                           f"accepted: a CP with 2 x CP dividing {seq} "
-                          f"({', '.join(map(str, accepted))}{', ...' if half > 64 else ''})")
+                          f"({', '.join(map(str, accepted))}{', ...' if half > 64 else ''})",
+                          "cp")
 
 
 def check_cp(spec: Model, layout: Execution) -> None:
-    """ConfigError naming ``--cp`` unless ``layout``'s CP can split ``spec``."""
+    """ConfigError naming the field ``cp`` unless ``layout``'s CP can split ``spec``."""
     cp = layout.cp
     if cp == 1:
         return
@@ -103,10 +104,10 @@ def check_cp(spec: Model, layout: Execution) -> None:
     if layout.cp_algorithm == "all-to-all":
         split = layout.tp * cp
         if spec.heads % split or spec.kv_heads % split:
-            raise ConfigError(f"--cp: the all-to-all (Ulysses) algorithm shards the "
+            raise ConfigError(f"the all-to-all (Ulysses) algorithm shards the "
                               f"{spec.heads} heads and {spec.kv_heads} KV heads over TP x CP = "
                               f"{split}, which must divide both; accepted: --cp-algorithm ring "
-                              "or a CP that does")
+                              "or a CP that does", "cp")
 
 
 def local_tokens(spec: Model, cp: int) -> int:

@@ -80,11 +80,12 @@ def check_kernel_options(precision: str, fp8_recipe: str | None, gpu: str, moe: 
     spec = calibrated(gpu, "bf16").gpu.spec
     recipe = check_fp8(precision, fp8_recipe, spec.name, spec.peak, moe)
     if fp8_all_gather and recipe != "tensorwise":
-        raise ConfigError(f"--fp8-all-gather: needs --precision fp8 --fp8-recipe tensorwise "
-                          f"(torchao's FSDP float8 all-gather; got {recipe or precision})")
+        raise ConfigError(f"needs --precision fp8 --fp8-recipe tensorwise "
+                          f"(torchao's FSDP float8 all-gather; got {recipe or precision})",
+                          "fp8_all_gather")
     if async_tp and not compiled:
-        raise ConfigError("--async-tp: needs --compile (the micro-pipeline TP pass is "
-                          "torch.compile's)")
+        raise ConfigError("needs --compile (the micro-pipeline TP pass is "
+                          "torch.compile's)", "async_tp")
 
 
 def ops_works(ops: Sequence[Op], microbatch_size: int, compute: CalibratedCompute,

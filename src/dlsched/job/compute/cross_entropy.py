@@ -64,8 +64,8 @@ def loss_op(kind: str, logits: int) -> Op:
     counts them: elements of 4 bytes (``upcast``) for ``native``, which works in FP32, and of
     the 16-bit training precision for ``te``."""
     if kind not in FUSED_TRAFFIC:
-        raise ConfigError(f"--cross-entropy: {kind!r} is not a fused loss; accepted: "
-                          + ", ".join(FUSED_TRAFFIC))
+        raise ConfigError(f"{kind!r} is not a fused loss; accepted: "
+                          + ", ".join(FUSED_TRAFFIC), "cross_entropy")
     forward, backward, kernels, backward_kernels = FUSED_TRAFFIC[kind]
     unit = FP32_BYTES if kind == "native" else HALF_BYTES
     op = elementwise(LOSS_LABEL, logits, forward / unit, kernels=kernels,

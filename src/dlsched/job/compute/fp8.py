@@ -201,23 +201,23 @@ def check_fp8(precision: str, recipe: str | None, gpu_name: str, peaks: dict[str
     when the recipe is missing, unknown, given without fp8, or not run by the GPU."""
     if precision != "fp8":
         if recipe is not None:
-            raise ConfigError(f"--fp8-recipe: {recipe} needs --precision fp8 (got {precision})")
+            raise ConfigError(f"{recipe} needs --precision fp8 (got {precision})", "fp8_recipe")
         return None
     if recipe is None:
-        raise ConfigError("--fp8-recipe: needed with --precision fp8; accepted: "
-                          + ", ".join(FP8_RECIPES))
-    check_choice("--fp8-recipe", recipe, FP8_RECIPES)
+        raise ConfigError("needed with --precision fp8; accepted: "
+                          + ", ".join(FP8_RECIPES), "fp8_recipe")
+    check_choice("fp8_recipe", recipe, FP8_RECIPES)
     if "fp8" not in peaks:
-        raise ConfigError(f"--precision: fp8 needs FP8 tensor cores (Hopper or later); "
-                          f"{gpu_name} has none; accepted: bf16, fp16")
+        raise ConfigError(f"fp8 needs FP8 tensor cores (Hopper or later); "
+                          f"{gpu_name} has none; accepted: bf16, fp16", "precision")
     if recipe == "mxfp8" and gpu_name not in MXFP8_GPUS:
-        raise ConfigError(f"--fp8-recipe: mxfp8 needs Blackwell's block-scaled tensor cores "
+        raise ConfigError(f"mxfp8 needs Blackwell's block-scaled tensor cores "
                           f"({', '.join(MXFP8_GPUS)}), not {gpu_name}; accepted: delayed, "
-                          "current, tensorwise, rowwise")
+                          "current, tensorwise, rowwise", "fp8_recipe")
     if moe and recipe not in TE_RECIPES:
-        raise ConfigError(f"--fp8-recipe: MoE experts run FP8 as Transformer Engine's grouped "
+        raise ConfigError(f"MoE experts run FP8 as Transformer Engine's grouped "
                           f"GEMMs (job.compute.moe_fp8); accepted: {', '.join(TE_RECIPES)} "
-                          f"(got {recipe})")
+                          f"(got {recipe})", "fp8_recipe")
     return recipe
 
 

@@ -56,14 +56,15 @@ NORMS = (".ln_1", ".ln_2")  # the zoo's input_layernorm and pre_mlp_layernorm op
 UP_PROJECTIONS = (".attn.q_up", ".attn.kv_up")  # job.compute.mla's up projections
 
 
-def modules_recompute(modules: Iterable[str]) -> str:
+def modules_recompute(modules: Iterable[str], field: str = "recompute_modules") -> str:
     """The layout's ``recompute`` value that recomputes ``modules`` (``modules:a,b``, in
-    ``MODULES`` order); ConfigError naming the field for an unknown or empty list."""
+    ``MODULES`` order); ConfigError naming ``field`` (the list's: Megatron-Core's
+    ``recompute_modules``, the ledger's) for an unknown or empty list."""
     names = tuple(modules)
     unknown = [name for name in names if name not in MODULES]
     if unknown or not names:
-        raise ConfigError(f"--recompute-modules: {', '.join(unknown) or 'none given'} is not "
-                          f"a module; accepted: {', '.join(MODULES)}")
+        raise ConfigError(f"{', '.join(unknown) or 'none given'} is not a module; accepted: "
+                          f"{', '.join(MODULES)}", field)
     return PREFIX + ",".join(name for name in MODULES if name in names)
 
 
@@ -75,9 +76,10 @@ def modules_of(recompute: str | None) -> frozenset[str]:
 
 
 def check_recompute_modules(recompute: str) -> None:
-    """ConfigError naming ``--recompute`` when ``recompute`` is ``modules:`` with a module not
-    in ``MODULES`` (or none)."""
-    modules_recompute(recompute.removeprefix(PREFIX).split(",") if recompute != PREFIX else ())
+    """ConfigError naming the field ``recompute`` when ``recompute`` is ``modules:`` with a
+    module not in ``MODULES`` (or none)."""
+    modules_recompute(recompute.removeprefix(PREFIX).split(",") if recompute != PREFIX else (),
+                      "recompute")
 
 
 def check_for_model(recompute: str, experts: int, shared_experts: int, mla: bool) -> None:
@@ -89,10 +91,10 @@ def check_for_model(recompute: str, experts: int, shared_experts: int, mla: bool
              "mla_up_proj": mla}
     missing = sorted(name for name in modules if not needs.get(name, True))
     if missing:
-        raise ConfigError(f"--recompute: modules {', '.join(missing)} name a part the model "
+        raise ConfigError(f"modules {', '.join(missing)} name a part the model "
                           f"has not (experts {experts}, shared experts {shared_experts}, "
                           f"MLA {mla}); accepted: "
-                          + ", ".join(m for m in MODULES if needs.get(m, True)))
+                          + ", ".join(m for m in MODULES if needs.get(m, True)), "recompute")
 
 
 def reruns_core(recompute: str) -> bool:

@@ -151,32 +151,32 @@ def check_moe_layout(spec: Model, layout: Execution) -> None:
     """ConfigError naming the field when ``layout`` cannot run ``spec``'s MoE layers."""
     if not spec.experts:
         if layout.ep > 1:
-            raise ConfigError(f"--ep: {spec.name} has no experts; accepted: 1")
+            raise ConfigError(f"{spec.name} has no experts; accepted: 1", "ep")
         if layout.expert_tp is not None:
-            raise ConfigError(f"--expert-tp: {spec.name} has no experts; accepted: the TP "
-                              f"degree ({layout.tp})")
+            raise ConfigError(f"{spec.name} has no experts; accepted: the TP "
+                              f"degree ({layout.tp})", "expert_tp")
         return
     if spec.experts % layout.ep:
-        raise ConfigError(f"--ep: {layout.ep} does not divide the {spec.experts} experts")
+        raise ConfigError(f"{layout.ep} does not divide the {spec.experts} experts", "ep")
     check_expert_tp(spec, layout.etp)
     if layout.tp > 1 and not layout.sequence_parallel:
-        raise ConfigError("--sequence-parallel: MoE layers with TP > 1 need sequence "
+        raise ConfigError("MoE layers with TP > 1 need sequence "
                           "parallelism (Megatron-Core's validate_args); accepted: "
-                          "--sequence-parallel")
+                          "--sequence-parallel", "sequence_parallel")
     if layout.zero == 3:
-        raise ConfigError("--zero: ZeRO-3 of MoE layers is not priced; accepted: 0, 1, 2")
+        raise ConfigError("ZeRO-3 of MoE layers is not priced; accepted: 0, 1, 2", "zero")
 
 
 def check_expert_tp(spec: Model, etp: int) -> None:
-    """ConfigError naming ``--expert-tp`` unless expert TP ``etp`` divides ``spec``'s experts'
-    FFN width (each expert-TP rank holds whole columns of every expert's FFN)."""
+    """ConfigError naming the field ``expert_tp`` unless expert TP ``etp`` divides ``spec``'s
+    experts' FFN width (each expert-TP rank holds whole columns of every expert's FFN)."""
     if spec.expert_ffn_hidden % etp:
         accepted = [d for d in range(1, min(spec.expert_ffn_hidden, 64) + 1)
                     if spec.expert_ffn_hidden % d == 0]
-        raise ConfigError(f"--expert-tp: {etp} does not divide {spec.name}'s experts' FFN "
+        raise ConfigError(f"{etp} does not divide {spec.name}'s experts' FFN "
                           f"width {spec.expert_ffn_hidden}; accepted: a divisor of it "
                           f"({', '.join(map(str, accepted))}"
-                          f"{', ...' if spec.expert_ffn_hidden > 64 else ''})")
+                          f"{', ...' if spec.expert_ffn_hidden > 64 else ''})", "expert_tp")
 
 
 def routed_ops(spec: Model, microbatch_size: int, tp: int, ep: int, cp: int = 1,
@@ -419,8 +419,9 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
         fallback = (nvlink_rate(ep_topology.node) if isinstance(ep_topology, NcclGroup)
                     and ep_topology.node is not None else 0.0)
         if not fallback and str(gpu) not in HYBRIDEP_RATES:  # by the GPU's name
-            raise ConfigError(f"--moe-dispatcher: hybridep has no measured rate on {gpu} and "
-                              "the EP group is not an NVIDIA node's; accepted: alltoall, deepep")
+            raise ConfigError(f"hybridep has no measured rate on {gpu} and "
+                              "the EP group is not an NVIDIA node's; accepted: alltoall, deepep",
+                              "moe_dispatcher")
         rates = hybridep_rates(gpu, ep // ep_split.nodes, fallback)
         a2a = hybridep_seconds(sent / spec.top_k, spec.experts, spec.top_k, ep_split, rates,
                                policy)

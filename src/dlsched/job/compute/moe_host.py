@@ -103,8 +103,8 @@ ROUTER_LABELS = frozenset({"router", "router-topk", "router-host", "dispatch-pre
 def check_cuda_graph(scope: str) -> str:
     """``scope`` when it is one of ``CUDA_GRAPHS``; ConfigError naming the field otherwise."""
     if scope not in CUDA_GRAPHS:
-        raise ConfigError(f"--cuda-graph: {scope!r} is not accepted; accepted: "
-                          + ", ".join(CUDA_GRAPHS))
+        raise ConfigError(f"{scope!r} is not accepted; accepted: "
+                          + ", ".join(CUDA_GRAPHS), "cuda_graph")
     return scope
 
 

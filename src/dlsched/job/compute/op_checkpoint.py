@@ -112,8 +112,9 @@ def check_op_checkpoint(spec: Model, layout: Execution) -> None:
         reasons.append("context parallelism (its attention is not an SDPA op of the policy's "
                        "save list)")
     if reasons:
-        raise ConfigError(f"--recompute: {MODE} (TorchTitan's per-op policy) is not defined "
-                          f"for {', '.join(reasons)}; accepted there: none, selective, full")
+        raise ConfigError(f"{MODE} (TorchTitan's per-op policy) is not defined "
+                          f"for {', '.join(reasons)}; accepted there: none, selective, full",
+                          "recompute")
 
 
 def recomputed_ops(spec: Model, ops: tuple[Op, ...], tokens: int,

@@ -206,16 +206,16 @@ def check_a2a_overlap(schedule: str, pp: int, ep: int, recompute: str) -> None:
     """ConfigError naming the setting when Megatron-Core refuses the EP overlap for the layout
     (``TransformerConfig.__post_init__``, module docstring)."""
     if ep == 1:
-        raise ConfigError("--moe-a2a-overlap: needs expert parallelism (EP > 1), as "
-                          "Megatron-Core's overlap_moe_expert_parallel_comm asserts")
+        raise ConfigError("needs expert parallelism (EP > 1), as Megatron-Core's "
+                          "overlap_moe_expert_parallel_comm asserts", "moe_a2a_overlap")
     if schedule not in ("1f1b", "interleaved") or (pp > 1 and schedule != "interleaved"):
-        raise ConfigError(f"--moe-a2a-overlap: runs on 1F1B without a pipeline or on interleaved "
+        raise ConfigError(f"runs on 1F1B without a pipeline or on interleaved "
                           f"1F1B (Megatron-Core asks virtual pipeline stages when PP > 1); got "
-                          f"schedule {schedule} with PP {pp}")
+                          f"schedule {schedule} with PP {pp}", "moe_a2a_overlap")
     if recompute == "full" or "moe" in modules_of(recompute):
-        raise ConfigError(f"--moe-a2a-overlap: Megatron-Core disables full recomputation and the "
+        raise ConfigError(f"Megatron-Core disables full recomputation and the "
                           f"moe module's with it (got recompute {recompute}); accepted: none, "
-                          "selective, modules without moe")
+                          "selective, modules without moe", "moe_a2a_overlap")
 
 
 def pair_table(pp: int, chunks: int, forward: Sequence[float], backward: Sequence[float],

@@ -166,12 +166,12 @@ def check_layout(job: Job, layout: Execution) -> None:
     check_for_model(layout.recompute, spec.experts, spec.shared_experts, bool(spec.kv_lora_rank))
     layout.stage_layers(spec.layers, spec.mtp_layers)  # ConfigError when they do not split
     if spec.heads % layout.tp:
-        raise ConfigError(f"--tp: {layout.tp} does not divide the {spec.heads} heads")
+        raise ConfigError(f"{layout.tp} does not divide the {spec.heads} heads", "tp")
     check_cp(spec, layout)
     if layout.schedule == "interleaved" and layout.num_microbatches % layout.pp:
-        raise ConfigError(f"--global-batch: interleaving needs microbatches per replica "
+        raise ConfigError(f"interleaving needs microbatches per replica "
                           f"({layout.num_microbatches}) to be a multiple of PP ({layout.pp}), "
-                          "as Megatron-LM requires")
+                          "as Megatron-LM requires", "global_batch")
 
 
 def dp_group(job: Job, layout: Execution) -> Topology | None:

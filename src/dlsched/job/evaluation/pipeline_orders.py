@@ -64,8 +64,8 @@ def rank_orders(schedule: str, pp: int, chunks: int,
         return zb_h1_orders(stages, pp, m)
     if schedule == "zb-v":  # 2 pp stages in a V (stage_ranks), as unit_walk.unit_layout's
         return zb_v_orders(m, tuple((k,) for k in range(pp)), pp)
-    raise ConfigError(f"--schedule: {schedule!r} is not accepted; accepted: 1f1b, "
-                      "interleaved, gpipe, zb-h1, zb-v")
+    raise ConfigError(f"{schedule!r} is not accepted; accepted: 1f1b, interleaved, gpipe, "
+                      "zb-h1, zb-v", "schedule")
 
 
 def stage_ranks(schedule: str, pp: int, stages: int) -> tuple[int, ...]:

@@ -59,7 +59,7 @@ ACCOUNTED = {"even": (0, 0), "account-embedding": (1, 0), "account-loss": (0, 1)
 
 def check_split(split: str) -> None:
     """ConfigError unless ``split`` is one of ``SPLITS``."""
-    check_choice("--pipeline-split", split, SPLITS)
+    check_choice("pipeline_split", split, SPLITS)
 
 
 def slots_per_stage(layers: int, pp: int, chunks: int, split: str, mtp: int = 0) -> int:
@@ -78,9 +78,9 @@ def slots_per_stage(layers: int, pp: int, chunks: int, split: str, mtp: int = 0)
         others = [s for s in feasible_splits(layers, pp, chunks, mtp=mtp) if s != split]
         accepted = (f"--pipeline-split {' or '.join(others)} for these degrees, or "
                     if others else "")
-        raise ConfigError(f"--pp: {layers} layers{counted} do not split into PP x chunks = "
+        raise ConfigError(f"{layers} layers{counted} do not split into PP x chunks = "
                           f"{stages} equal virtual stages (--pipeline-split {split}); accepted: "
-                          f"{accepted}pp x chunks dividing {slots}")
+                          f"{accepted}pp x chunks dividing {slots}", "pp")
     return slots // stages
 
 
@@ -95,9 +95,9 @@ def stage_layers(layers: int, pp: int, chunks: int, split: str,
     counts[0] -= embedding
     counts[-1] -= loss * (1 + mtp)
     if counts[-1] < 0:
-        raise ConfigError(f"--pp: the last of {pp * chunks} virtual stages of {per} layers "
+        raise ConfigError(f"the last of {pp * chunks} virtual stages of {per} layers "
                           f"cannot hold the loss and {mtp} MTP modules; accepted: fewer "
-                          "virtual stages")
+                          "virtual stages", "pp")
     spans, first = [], 0
     for count in counts:
         spans.append(range(first, first + count))

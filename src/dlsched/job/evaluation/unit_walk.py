@@ -111,12 +111,12 @@ def check_unit_schedule(schedule: str, pp: int, num_microbatches: int,
     ``chunks`` other than ``UNIT_CHUNKS``' when given): ZB-V needs two ranks or more, DualPipe
     and DualPipeV what ``dualpipe.check_dualpipe`` asks."""
     if chunks is not None and chunks != UNIT_CHUNKS[schedule]:
-        raise ConfigError(f"--chunks: the {schedule} schedule runs {UNIT_CHUNKS[schedule]} "
+        raise ConfigError(f"the {schedule} schedule runs {UNIT_CHUNKS[schedule]} "
                           f"chunk(s) per rank (got {chunks}); accepted: "
-                          f"{UNIT_CHUNKS[schedule]}")
+                          f"{UNIT_CHUNKS[schedule]}", "chunks")
     if pp < 2:
-        raise ConfigError(f"--pp: the {schedule} schedule needs 2 or more pipeline ranks "
-                          f"(got {pp})")
+        raise ConfigError(f"the {schedule} schedule needs 2 or more pipeline ranks "
+                          f"(got {pp})", "pp")
     if schedule != "zb-v":
         check_dualpipe(schedule, num_microbatches, pp)
 

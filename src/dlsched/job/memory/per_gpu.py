@@ -196,8 +196,8 @@ class MemoryBreakdown:
 def check_precision(precision: str, grad_bytes: int) -> None:
     """ConfigError unless ``precision`` and ``grad_bytes`` are accepted."""
     if precision not in MEMORY_PRECISIONS:
-        raise ConfigError(f"--precision: {precision!r} is not accepted; accepted: "
-                          + ", ".join(MEMORY_PRECISIONS))
+        raise ConfigError(f"{precision!r} is not accepted; accepted: "
+                          + ", ".join(MEMORY_PRECISIONS), "precision")
     if grad_bytes not in GRAD_BYTES:
         raise ConfigError(f"grad_bytes: {grad_bytes} is not accepted; accepted: 2, 4")
 
