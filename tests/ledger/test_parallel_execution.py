@@ -10,7 +10,8 @@ from dlsched.errors import ConfigError
 from dlsched.job.execution import Execution
 from dlsched.job.run_settings import RUN_DEFAULTS
 from dlsched.ledger import load_ledger
-from dlsched.ledger.predict import job_and_layout
+from dlsched.ledger.predict import job_and_layout, predict_row
+from dlsched.ledger.schema import by_row_key
 
 ROWS = {row.id: row for row in load_ledger()}
 
@@ -73,3 +74,29 @@ def test_torchtitan_405b_rows_run_torchtitans_default_pipeline() -> None:
     for row_id in ("torchtitan-2412-t6-405b-fsdp8-cp1", "torchtitan-2412-t6-405b-fsdp1-cp8"):
         assert (ROWS[row_id].execution.num_microbatches,
                 ROWS[row_id].execution.microbatch_size) == (8, 1)
+
+
+def test_the_evaluators_refusals_name_the_rows_keys() -> None:
+    """A refusal the evaluator names by field names the row's key in the row's reason
+    (``schema.ROW_KEYS``), not ``dlsched plan``'s option: a CP 2 row whose sequence were 8,191
+    tokens (2 x CP = 4 divides no odd length; ``job.context_parallel``, refused when priced)
+    says ``parallel.cp``; a Qwen3-30B-A3B row on 8 GPUs (TP 1, DP 8, EP 8) with expert TP 2
+    (expert TP x EP = 16 does not divide TP x CP x DP = 8; the Execution refuses it at load)
+    says ``parallel.expert_tp``."""
+    row = ROWS["megatron-bridge-2511-h100-llama3.1-405b-cp2"]
+    odd = row.model_copy(update={"model": row.model.replace(seq=8191)})
+    reasons = {p.reason for p in predict_row(odd)}
+    assert reasons == {"parallel.cp: 2 needs the sequence (8191 tokens, --seq) to be a multiple "
+                       "of 2 x CP = 4 (Megatron's load-balanced split); accepted: a CP with "
+                       "2 x CP dividing 8191 (1)"}
+    row = ROWS["mbridge-moe-2602-gb200-qwen3-30b-a3b-mxfp8"]
+    folded = row.model_copy(update={"parallel": row.parallel.model_copy(
+        update={"expert_tp": 2})})
+    with pytest.raises(ConfigError, match=r"^mbridge-moe-2602-gb200-qwen3-30b-a3b-mxfp8: "
+                                          r"parallel\.expert_tp: expert TP x EP = 16 must "
+                                          r"divide TP x CP x DP = 8 ") as refused:
+        job_and_layout(folded)
+    assert refused.value.field is None  # the whole line, the row's id first
+    assert by_row_key(ConfigError("x", "tp/pp")).field == "parallel.tp/parallel.pp"
+    assert by_row_key(ConfigError("x", "schedule")).field == "parallel.chunks"
+    assert by_row_key(ConfigError("x", "sharding")).field == "sharding"  # no key states it

@@ -46,7 +46,7 @@ from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.evaluation.evaluate import Job, JobResult, check_run, evaluate
 from dlsched.job.execution import Execution
 from dlsched.ledger.memory import memory_unmodelled, published_memory_gib
-from dlsched.ledger.schema import GPU_PRESETS, NO_PRESET, LedgerRow
+from dlsched.ledger.schema import GPU_PRESETS, NO_PRESET, LedgerRow, by_row_key
 
 # Rows a preset constant was fitted to: their errors are not held out (presets/gpus.yaml,
 # a100 ``efficiency.gemm.bf16``: bisected so that SC21's 39.1B row gives its 138 TFLOP/s).
@@ -125,13 +125,11 @@ def job_and_layout(row: LedgerRow) -> tuple[Job, Execution]:
     if missing:
         raise ConfigError(f"{row.id}: parallel: not published: {', '.join(missing)}")
     try:  # the section's own System (schema.Hardware.system), no copy of its fields here
-        system = hw.system()
-    except ConfigError as error:  # System names its field gpus: the row's key for it
-        named = error.renamed("hardware.gpus") if error.field == "gpus" else error
-        raise ConfigError(f"{row.id}: {named}") from None
-    job = Job(shape, system)
-    layout = row.execution  # the section's own Execution (schema.LedgerRow.execution)
-    check_run(job, layout.run)
+        job = Job(shape, hw.system())
+        layout = row.execution  # the section's own Execution (schema.LedgerRow.execution)
+        check_run(job, layout.run)
+    except ConfigError as error:  # by field (gpus, cp, ...): the row's key for it
+        raise ConfigError(f"{row.id}: {by_row_key(error)}") from None
     return job, layout
 
 
@@ -170,8 +168,8 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
                   if m.metric in MEMORY_METRICS else metric_value(m.metric, job, result)
                   for m in row.measured}
         reason, parts = None, breakdown(job, result)
-    except ConfigError as error:
-        reason, values, parts = str(error).removeprefix(f"{row.id}: "), {}, {}
+    except ConfigError as error:  # the evaluator's refusals by field: the row's key for it
+        reason, values, parts = str(by_row_key(error)).removeprefix(f"{row.id}: "), {}, {}
     held_out = row.id not in FITTED_ROWS  # the fits are compute constants: memory held out
     first_time = next((m.metric for m in row.measured if m.metric in TIME_METRICS), None)
     unmodelled = reason or memory_unmodelled(row)

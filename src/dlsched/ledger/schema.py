@@ -265,6 +265,30 @@ PARALLEL_ONLY: dict[str, str] = {
                          "(job.compute.module_recompute)",
 }
 
+# The row's key of each field the evaluator names in a refusal (``ConfigError.field``: an
+# ``Execution`` layout field, a ``RunSettings`` setting, the ``System``'s gpus), so
+# that a row's reason names what its file says (``by_row_key``): every field of ``parallel``
+# under its own name, and those the section states its own way (``_layout_fields``,
+# ``_run_settings``): the schedule by ``chunks``, ``compile`` as ``torch_compile``, each
+# overlap setting by ``overlap``. ``sharding`` (by the row's framework) has no key.
+ROW_KEYS: dict[str, str] = {
+    **{name: f"parallel.{name}" for name in Parallelism.model_fields},
+    "schedule": "parallel.chunks",
+    "compile": "parallel.torch_compile",
+    **{setting: "parallel.overlap" for setting, _ in OVERLAP_SETTINGS.values()},
+    "gpus": "hardware.gpus",
+}
+
+
+def by_row_key(error: ConfigError) -> ConfigError:
+    """``error`` naming the row's key of its field (``cp``: ``parallel.cp``), or of each of the
+    fields given together (``tp/pp``: ``parallel.tp/parallel.pp``; ``ROW_KEYS``); as it is
+    when it names none or a field no key states."""
+    fields = (error.field or "").split("/")
+    if not all(name in ROW_KEYS for name in fields):
+        return error
+    return error.renamed("/".join(dict.fromkeys(ROW_KEYS[name] for name in fields)))
+
 
 class Measurement(_Strict):
     """One published value in its published unit (``METRIC_UNITS``)."""

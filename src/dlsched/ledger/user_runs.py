@@ -29,7 +29,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.gpu import get_gpu
 from dlsched.job.evaluation.evaluate import evaluate
 from dlsched.ledger.predict import TIME_METRICS, job_and_layout, metric_value
-from dlsched.ledger.schema import METRIC_UNITS, LedgerRow
+from dlsched.ledger.schema import METRIC_UNITS, LedgerRow, by_row_key
 
 RATES = ("tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
 """Time-derived metrics that grow as the iteration gets faster."""
@@ -141,7 +141,7 @@ def score_runs(rows: Sequence[LedgerRow], gpu: str | None = None
         except ConfigError as error:
             records.append({"id": row.id, "metric": None, "unit": None, "published": None,
                             "predicted": None, "error": None,
-                            "reason": str(error).removeprefix(f"{row.id}: ")})
+                            "reason": str(by_row_key(error)).removeprefix(f"{row.id}: ")})
     priced = [r for r in records if r["error"] is not None]
     errors = [r["error"] for r in priced]
     worst = max(priced, key=lambda r: abs(r["error"]), default=None)
