@@ -45,7 +45,7 @@ from dlsched.hardware.gpu import get_gpu
 from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, evaluate
 from dlsched.job.execution import Execution
-from dlsched.job.memory.per_gpu import padded_vocab
+from dlsched.job.memory.parameters import padded_vocab
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
 from dlsched.report import Column

@@ -200,7 +200,7 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     walked, quiet = replica_timings(executed, replace(times, send=(0.0,) * len(times.send)))
     # the merged EP-overlap steps (pair_seconds, moe_a2a_overlap) have the fast walk only
     replica = walked if fast or executed.pair_seconds else event_pipeline(executed)
-    steps = _rank_dps(job, layout, times, costs.embed_b)
+    steps = _rank_dps(job, layout, times, parts.embed_b)
     ends = [replica.last_backward_end[r] + steps[r].total for r in range(layout.pp)]
     iteration = max(replica.end, *ends)
     critical = max(range(layout.pp), key=lambda r: ends[r])

@@ -145,8 +145,9 @@ def _moe_costs(job: Job, layout: Execution) -> MoELayerCosts | None:
 class ReplicaParts:
     """One replica's parts, each priced once: the stages' seconds (``times``), the block
     costs, ZeRO 3's exposed seconds per layer and microbatch (forward, backward), context
-    parallelism's communication per layer, one MoE layer's costs (None for a dense model) and
-    each virtual stage's gradient accumulation per microbatch."""
+    parallelism's communication per layer, one MoE layer's costs (None for a dense model),
+    each virtual stage's gradient accumulation per microbatch and the embedding's backward
+    per microbatch with its zeroed weight gradients (``embedding_fill_s``), seconds."""
 
     times: PipelineTimes
     costs: BlockCosts
@@ -154,6 +155,7 @@ class ReplicaParts:
     cp: CPCost
     moe: MoELayerCosts | None
     accumulation: tuple[float, ...]
+    embed_b: float
 
 
 def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
@@ -212,7 +214,7 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     times = PipelineTimes(layout.pp, layout.chunks, layout.num_microbatches, layout.schedule,
                           tuple(forward), tuple(backward), send, forward_comm=comm[0],
                           backward_comm=comm[1], pair_seconds=pairs)
-    return ReplicaParts(times, costs, (extra_f, extra_b), cp, moe, accumulation)
+    return ReplicaParts(times, costs, (extra_f, extra_b), cp, moe, accumulation, embed_b)
 
 
 def embedding_fill_s(job: Job, layout: Execution) -> float:
