@@ -10,6 +10,8 @@ own caller (never reaches the CLI). Any other exception is a bug in dlsched.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class ConfigError(ValueError):
     """Invalid user input: the message names the field, the value and what is accepted.
@@ -29,6 +31,15 @@ class ConfigError(ValueError):
         """This error naming ``name`` (an option: ``--gpu``) in place of its field, or before
         its whole message when it has none."""
         return ConfigError(self.reason, name)
+
+    def named_by(self, names: Mapping[str, str]) -> ConfigError:
+        """This error naming ``names``' spelling of its field (an edge's: ``{"gpus":
+        "--gpus"}``), or of each of the fields given together (``tp/pp``: ``--tp/--pp``); as
+        it is when it has no field or one ``names`` lacks."""
+        fields = (self.field or "").split("/")
+        if not all(name in names for name in fields):
+            return self
+        return self.renamed("/".join(dict.fromkeys(names[name] for name in fields)))
 
 
 def check_choice(field: str, value: object, accepted: tuple) -> object:

@@ -59,15 +59,6 @@ def _shown(row: dict[str, object]) -> dict[str, object]:
             "memory_90": _span(row["memory_gib_low"], row["memory_gib_high"], digits=1)}
 
 
-def _by_option(error: ConfigError) -> ConfigError:
-    """``error`` naming the option of its field (``gpus``: ``--gpus``), or of each of the
-    fields given together (``tp/pp``: ``--tp/--pp``); as it is when it names none."""
-    fields = (error.field or "").split("/")
-    if not all(field in FIELD_OPTIONS for field in fields):
-        return error
-    return error.renamed("/".join(FIELD_OPTIONS[field] for field in fields))
-
-
 def _columns(rows: list[dict[str, object]]) -> list[Column]:
     return [column for column in COLUMNS if column.key not in WHEN_USED
             or any(row.get(column.key) for row in rows)]
@@ -102,7 +93,7 @@ def plan(
         megatron = report.megatron_args() if megatron_args else None
         titan = report.torchtitan_toml() if torchtitan_toml is not None else None
     except ConfigError as error:  # a field's refusal (model, system, scenario, export)
-        raise _by_option(error) from None
+        raise error.named_by(FIELD_OPTIONS) from None
     rows = report.rows
     if not json_out:
         render_table([_shown(row) for row in rows], _columns(rows), f"{report.title} (seconds "

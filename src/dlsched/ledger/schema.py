@@ -282,12 +282,9 @@ ROW_KEYS: dict[str, str] = {
 
 def by_row_key(error: ConfigError) -> ConfigError:
     """``error`` naming the row's key of its field (``cp``: ``parallel.cp``), or of each of the
-    fields given together (``tp/pp``: ``parallel.tp/parallel.pp``; ``ROW_KEYS``); as it is
-    when it names none or a field no key states."""
-    fields = (error.field or "").split("/")
-    if not all(name in ROW_KEYS for name in fields):
-        return error
-    return error.renamed("/".join(dict.fromkeys(ROW_KEYS[name] for name in fields)))
+    fields given together (``ROW_KEYS``, ``ConfigError.named_by``); as it is when it names none
+    or a field no key states."""
+    return error.named_by(ROW_KEYS)
 
 
 class Measurement(_Strict):
