@@ -9,13 +9,13 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.job.execution import Execution
+from dlsched.job.memory.parameters import padded_vocab
 from dlsched.job.memory.per_gpu import (
     chunk_stash,
     in_flight_peak,
     layer_activations,
     memory_per_gpu,
     model_state_bytes,
-    padded_vocab,
     peak_memory,
     stage_units,
     state_bytes,

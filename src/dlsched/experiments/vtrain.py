@@ -59,7 +59,7 @@ VOCAB = 50257  # vTrainConfig's default vocabulary (src/config.py)
 # The runs' model pads it: Megatron-DeepSpeed rounds the vocabulary up to a multiple of
 # ``--make-vocab-size-divisible-by`` (default 128) x TP before building the embedding and the
 # head (``_vocab_size_with_padding``, megatron/tokenizer/tokenizer.py; the default in
-# megatron/arguments.py, at f4157bea), as Megatron-LM does (``job.memory.per_gpu.padded_vocab``):
+# megatron/arguments.py, at f4157bea), as Megatron-LM does (``job.memory.parameters.padded_vocab``):
 # 50,304 rows at TP 1, 50,432 at TP 2, 50,688 at TP 4, 51,200 at TP 8 (50,304, 25,216, 12,672
 # and 6,400 per rank).
 NODE = "dgx-a100"
