@@ -70,7 +70,7 @@ def test_fused_attention_is_refused_where_no_rate_is_given() -> None:
                   RunSettings("bf16", attention="fused"))
     with pytest.raises(ConfigError, match=r"efficiency\.fused_attention\.fp32"):
         get_gpu("h100").efficiency("fused_attention", "fp32")
-    with pytest.raises(ConfigError, match="^attention: 'cudnn' is not accepted") as error:
+    with pytest.raises(ConfigError, match=r"^attention: 'cudnn' is not accepted") as error:
         RunSettings("bf16", attention="cudnn")
     assert error.value.field == "attention"
 

@@ -68,9 +68,12 @@ def test_each_stage_pays_for_its_own_parameters() -> None:
     assert sum(params) == pytest.approx(by_hand, rel=1e-12)
 
 
-def test_a_mode_that_does_not_exist_names_the_option() -> None:
-    with pytest.raises(ConfigError, match="--grad-accumulation"):
+def test_a_mode_that_does_not_exist_names_the_field() -> None:
+    """RunSettings names its field (plan's edge says --grad-accumulation)."""
+    with pytest.raises(ConfigError, match=r"^grad_accumulation: 'sometimes' is not accepted; "
+                                          r"accepted: fused, separate") as error:
         replace(FUSED, grad_accumulation="sometimes")
+    assert error.value.field == "grad_accumulation"
 
 
 def test_the_export_turns_the_fusion_off() -> None:

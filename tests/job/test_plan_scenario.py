@@ -64,8 +64,8 @@ def test_fixed_holds_exactly_the_layout_fields_given() -> None:
 def test_an_unknown_field_or_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="tensor_parallel"):
         PlanScenario(tensor_parallel=8)
-    with pytest.raises(ConfigError, match="--collective-policy"):
-        PlanScenario(**GIVEN).run(("nccl",))
+    with pytest.raises(ConfigError, match=r"^collective_policy: 'nccl' is not accepted"):
+        PlanScenario(**GIVEN).run(("nccl",))  # the field (plan's edge: --collective-policy)
 
 
 def test_a_plan_sweep_with_a_bad_value_is_refused_before_it_runs(run_cli: Any,

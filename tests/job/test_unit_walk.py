@@ -127,7 +127,7 @@ def test_pair_hides_each_all_to_all_behind_the_other_compute() -> None:
 
 def test_refused_shapes() -> None:
     """One rank, an odd DualPipe pipeline or too few microbatches: a one-line ConfigError."""
-    with pytest.raises(ConfigError, match="--pp"):
+    with pytest.raises(ConfigError, match=r"^pp: the zb-v schedule needs 2 or more"):
         unit_layout("zb-v", 1, 4)
     with pytest.raises(ConfigError, match="pp"):
         unit_layout("dualpipe", 3, 12)
