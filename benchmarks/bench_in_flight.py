@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 
 from benchmarks.bench_plan import script_rows
-from benchmarks.common import host_facts, host_text, write_section
+from benchmarks.common import host_facts, host_text, in_turn, write_section
 
 # Per case: every rank of the layout priced once per repeat (1.5 GB of stash a chunk-
 # microbatch, 0.4 GB of logits more on the last chunk, 3 GB of gradients a chunk: equal layers
@@ -48,21 +48,10 @@ CASES = [[schedule, 16, m, chunks] for m in (128, 512)
 RUNS = 3  # fresh processes per checkout, taken in turn
 
 
-def _least(runs: list[list[list[object]]]) -> list[list[object]]:
-    """Each row with the least of its runs' times (the run least slowed by others)."""
-    return [[*same[0][:4], min(row[4] for row in same), min(row[5] for row in same)]
-            for same in zip(*runs, strict=True)]
-
-
 def main() -> None:
     before = sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None
     facts = host_facts()
-    mine, theirs = [], []
-    for _ in range(RUNS):
-        mine.append(script_rows(SCRIPT, None, CASES))
-        if before:
-            theirs.append(script_rows(SCRIPT, before, CASES))
-    rows, old = _least(mine), (_least(theirs) if before else None)
+    rows, old = in_turn(lambda source: script_rows(SCRIPT, source, CASES), before, RUNS, (4, 5))
     head = ("| schedule | PP | microbatches | chunks | "
             + ("accumulating_peak before (ms) | " if old else "")
             + "accumulating_peak (ms) | in_flight_peak (ms) |")

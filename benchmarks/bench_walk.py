@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from benchmarks.bench_plan import _walk_rows, script_rows
-from benchmarks.common import host_facts, host_text, write_section
+from benchmarks.common import host_facts, host_text, in_turn, write_section
 
 # The rows are bench_plan's plan-walk script (``bench_plan.WALK_SCRIPT``, one fresh process per
 # checkout): each row's layout evaluated once (its orders, tables and collective curves
@@ -73,28 +73,11 @@ def _first(source: str | None) -> list[list[object]]:
     return script_rows(FIRST_SCRIPT, source, FIRST_CASES)
 
 
-def _least(runs: list[list[list[object]]]) -> list[list[object]]:
-    """Each row with the least of its runs' medians (the run least slowed by others)."""
-    return [[*same[0][:3], min(row[3] for row in same), *same[0][4:]]
-            for same in zip(*runs, strict=True)]
-
-
 def main() -> None:
     before = sys.argv[sys.argv.index("--before") + 1] if "--before" in sys.argv else None
     facts_start = host_facts()
-    mine, theirs = [], []
-    for _ in range(RUNS):
-        mine.append(_timed(None))
-        if before:
-            theirs.append(_timed(before))
-    rows, old = _least(mine), (_least(theirs) if before else None)
-    first_mine, first_theirs = [], []
-    for _ in range(RUNS):
-        first_mine.append(_first(None))
-        if before:
-            first_theirs.append(_first(before))
-    first = _least(first_mine)
-    first_old = _least(first_theirs) if before else None
+    rows, old = in_turn(_timed, before, RUNS, (3,))  # the least of the runs' medians
+    first, first_old = in_turn(_first, before, RUNS, (3,))
     lines, moved = [], 0.0
     for k, (schedule, pp, m, ms, iteration, pp_s) in enumerate(rows):
         cells = [schedule, str(pp), str(m), *([f"{old[k][3]:.1f}"] if old else []),

@@ -95,6 +95,27 @@ def best_of(function: Callable[[], object], repeats: int = 3) -> float:
     return min(times)
 
 
+def least_of(runs: list[list[list[Any]]], columns: tuple[int, ...]) -> list[list[Any]]:
+    """Each row of the first run with, in ``columns``, the least of every run's value there
+    (the run least slowed by other work on the machine)."""
+    return [[min(row[i] for row in same) if i in columns else value
+             for i, value in enumerate(same[0])] for same in zip(*runs, strict=True)]
+
+
+def in_turn(timed: Callable[[str | None], list[list[Any]]], before: str | None, runs: int,
+            columns: tuple[int, ...]) -> tuple[list[list[Any]], list[list[Any]] | None]:
+    """``timed`` rows by this checkout (``None``) and, given ``before`` (another checkout's
+    ``src`` folder), by that code, ``runs`` times each taken in turn; each checkout's rows with
+    the least of its runs in ``columns`` (``least_of``), None for ``before``'s without it."""
+    mine: list[list[list[Any]]] = []
+    theirs: list[list[list[Any]]] = []
+    for _ in range(runs):
+        mine.append(timed(None))
+        if before:
+            theirs.append(timed(before))
+    return least_of(mine, columns), (least_of(theirs, columns) if before else None)
+
+
 def write_section(name: str, markdown: str) -> None:
     """Replace (or append) the section ``name`` of BENCHMARKS.md with ``markdown``."""
     start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
