@@ -21,37 +21,44 @@ from dlsched.job.memory.in_flight import (
 
 
 def walked_peak(layout: Execution, stage: int, chunk_bytes: list[tuple[float, float]],
-                chunk_grads: list[float]) -> tuple[float, float, tuple[int, ...], float]:
+                chunk_grads: list[float], chunk_kept: list[float] | None = None
+                ) -> tuple[float, float, tuple[int, ...], float, float]:
     """The reference: the rank's forwards and backwards walked one at a time in Megatron-LM's
     order (warm-up forwards, one forward and one backward in turn, the remaining backwards),
-    stash plus gradients summed after each step, the first step holding the largest kept."""
-    if layout.schedule in UNIT_SCHEDULES:
-        return (*in_flight_peak(layout, stage, chunk_bytes), float(sum(chunk_grads)))
+    stash plus kept outputs plus gradients summed after each step, the first step holding the
+    largest kept."""
     m, v = layout.num_microbatches, layout.chunks
+    kept = np.zeros(len(chunk_bytes)) if chunk_kept is None else np.asarray(chunk_kept, float)
+    if layout.schedule in UNIT_SCHEDULES:
+        return (*in_flight_peak(layout, stage, chunk_bytes), float(sum(chunk_grads)),
+                float(m * kept.sum()))
     order = megatron_interleaved_chunks(m, v, layout.pp) if v > 1 else np.zeros(m, dtype=int)
     warmup, total = warmup_forwards(layout, stage), order.size
     ops = [True] * warmup + [True, False] * (total - warmup) + [False] * warmup
     stash = np.array([a + b for a, b in chunk_bytes])
     grads = np.asarray(chunk_grads, dtype=float)
     counts, seen = np.zeros(v, dtype=int), np.zeros(v, dtype=bool)
-    best, at = 0.0, (counts.copy(), seen.copy())
+    run = np.zeros(v, dtype=int)  # forwards run per chunk
+    best, at = 0.0, (counts.copy(), seen.copy(), run.copy())
     forward = backward = 0
     for is_forward in ops:
         if is_forward:
             counts[order[forward]] += 1
+            run[order[forward]] += 1
             forward += 1
         else:
             chunk = v - 1 - order[backward]
             counts[chunk] -= 1
             seen[chunk] = True
             backward += 1
-        held = float(stash @ counts + grads @ seen)
+        held = float(np.concatenate([stash, kept]) @ np.concatenate([counts, run])
+                     + grads @ seen)
         if held > best:
-            best, at = held, (counts.copy(), seen.copy())
+            best, at = held, (counts.copy(), seen.copy(), run.copy())
     acts = np.array([part[0] for part in chunk_bytes])
     logits = np.array([part[1] for part in chunk_bytes])
     return (float(acts @ at[0]), float(logits @ at[0]), tuple(int(n) for n in at[0]),
-            float(grads @ at[1]))
+            float(grads @ at[1]), float(kept @ at[2]))
 
 
 # byte sizes: round numbers (exact sums, many ties between different steps), decimals that
@@ -76,8 +83,9 @@ def test_accumulating_peak_is_the_walk(schedule: str, pp: int, m: int, chunks: i
     held = 2 if schedule in UNIT_SCHEDULES else v  # those hold two stages a rank (unit_walk)
     sizes = data.draw(st.lists(st.tuples(BYTES, BYTES), min_size=held, max_size=held))
     grads = data.draw(st.lists(BYTES, min_size=held, max_size=held))
-    assert accumulating_peak(layout, stage, sizes, grads) == walked_peak(layout, stage, sizes,
-                                                                       grads)
+    kept = data.draw(st.none() | st.lists(BYTES, min_size=held, max_size=held))
+    assert accumulating_peak(layout, stage, sizes, grads, kept) == \
+        walked_peak(layout, stage, sizes, grads, kept)
 
 
 def test_equal_sums_keep_the_first_step() -> None:
@@ -88,5 +96,5 @@ def test_equal_sums_keep_the_first_step() -> None:
     more ever): the first of the two is the peak."""
     layout = Execution(1, 2, 1, 1, 4, 2, "interleaved")
     sizes, grads = [(1.0, 0.0), (1.0, 0.0)], [0.0, 2.0]
-    assert walked_peak(layout, 0, sizes, grads) == (5.0, 0.0, (4, 1), 2.0)
-    assert accumulating_peak(layout, 0, sizes, grads) == (5.0, 0.0, (4, 1), 2.0)
+    assert walked_peak(layout, 0, sizes, grads) == (5.0, 0.0, (4, 1), 2.0, 0.0)
+    assert accumulating_peak(layout, 0, sizes, grads) == (5.0, 0.0, (4, 1), 2.0, 0.0)

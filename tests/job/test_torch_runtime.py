@@ -117,9 +117,9 @@ def test_accumulating_peak_walks_one_f_one_b_by_hand() -> None:
     10 B; with 0.5 B of gradients the 8 forwards' stash stays the peak. Rank 7 alternates F B
     from the start: after its second forward 1 + 3 B."""
     layout = Execution(1, 8, 1, 1, 8)
-    assert accumulating_peak(layout, 0, [(1.0, 0.0)], [3.0]) == (7.0, 0.0, (7,), 3.0)
-    assert accumulating_peak(layout, 0, [(1.0, 0.0)], [0.5]) == (8.0, 0.0, (8,), 0.0)
-    assert accumulating_peak(layout, 7, [(0.75, 0.25)], [3.0]) == (0.75, 0.25, (1,), 3.0)
+    assert accumulating_peak(layout, 0, [(1.0, 0.0)], [3.0]) == (7.0, 0.0, (7,), 3.0, 0.0)
+    assert accumulating_peak(layout, 0, [(1.0, 0.0)], [0.5]) == (8.0, 0.0, (8,), 0.0, 0.0)
+    assert accumulating_peak(layout, 7, [(0.75, 0.25)], [3.0]) == (0.75, 0.25, (1,), 3.0, 0.0)
 
 
 def test_accumulating_peak_walks_interleaving_by_hand() -> None:
@@ -129,7 +129,7 @@ def test_accumulating_peak_walks_interleaving_by_hand() -> None:
     chunk-0 microbatch held, both chunks' gradients), the last 0 + 10."""
     layout = Execution(1, 2, 1, 1, 2, chunks=2, schedule="interleaved")
     assert accumulating_peak(layout, 0, [(1.0, 0.0), (1.0, 0.0)], [5.0, 5.0]) == \
-        (1.0, 0.0, (1, 0), 10.0)
+        (1.0, 0.0, (1, 0), 10.0, 0.0)
 
 
 @pytest.mark.parametrize("fields", [

@@ -11,12 +11,10 @@ not scored.
 
 ``memory_unmodelled`` says why a row's memory is not priced though its time is: Transformer
 Engine's FP8 recipes (TE's linears save FP8 copies of their inputs and keep FP8 weight
-transposes: not derived here), FSDP2 under ``torch.distributed.pipelining`` (the stage's own
-buffers: a receive buffer per microbatch for activations and for gradients, allocated once for
-the schedule's microbatches, and each stage output kept to its backward; Megatron frees its
-outputs after the send, and the memory model counts FSDP2's unsharded FP32 gradient
-accumulation there, ``job.memory.torch_runtime``, but not these), and what
-``job.memory.torch_runtime.check_runtime`` refuses.
+transposes: not derived here) and what ``job.memory.torch_runtime.check_runtime`` refuses.
+FSDP2 under ``torch.distributed.pipelining`` is priced: its unsharded FP32 gradient
+accumulation (``job.memory.torch_runtime``) and the stage's own buffers
+(``job.memory.pipeline_buffers``).
 """
 
 from __future__ import annotations
@@ -89,8 +87,15 @@ READOUTS: dict[str, Readout] = {
         "torchtitan's run_train.sh, which sets PYTORCH_CUDA_ALLOC_CONF="
         "'expandable_segments:True' at 6fc499f (since a5e57e4, 2024-10-22); the H200 rows by "
         "the torchrun command their file prints (no allocator setting); the Dec 2024 rows' "
-        "launch is not published (the default allocator assumed)",
-        ("torchtitan-2508-",), ("torchtitan-2508-",)),
+        "launch is not published (the default allocator assumed); torchao's float8 README "
+        "rows (issue 48): the H100 ones ran torchtitan 0.0.2 between 069bae2 and 54ef422 "
+        "(2025-02-27 to 03-12: loss eager, FSDP2 unsplit) through run_train.sh with "
+        "expandable segments; the MI300X ones torchtitan 2c8b594 (2025-08-08: loss compiled, "
+        "FSDP2 split) through the same run_train.sh, whose setting a ROCm build of that time "
+        "ignores ('expandable_segments not supported on this platform', "
+        "c10/hip/HIPAllocatorConfig.h; ROCm support came with pytorch/pytorch PR #169068, "
+        "2025-11): the default allocator",
+        ("torchtitan-2508-",), ("torchtitan-2508-b200-", "torchtitan-2503-h100-")),
 }
 
 
@@ -126,10 +131,6 @@ def memory_unmodelled(row: LedgerRow) -> str | None:
     if par.precision == "fp8" and par.fp8_recipe in TE_RECIPES:
         return ("memory: the memory model does not count Transformer Engine's FP8 saved "
                 "activations")
-    if par.pp > 1 and sharding_of(row) != "zero":
-        return ("memory: the memory model does not count torch.distributed.pipelining's "
-                "buffers (a receive buffer for every microbatch's activation and gradient, "
-                "each stage output kept to its backward)")
     runtime = Runtime(sharding_of(row), par.torch_compile, par.fp8_all_gather)
     why = check_runtime(runtime, par.precision, par.recompute or "none")
     return None if why is None else "memory: the memory model does not count " + why

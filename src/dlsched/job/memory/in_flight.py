@@ -6,9 +6,11 @@ order (``megatron/core/pipeline_parallel/schedules.py``), and the V and DualPipe
 
 ``accumulating_peak`` adds gradients that appear on a chunk's first backward and stay to the
 end of the iteration (FSDP2's unsharded accumulation under a pipeline schedule,
-``job.memory.torch_runtime``): it walks the rank's forwards and backwards in Megatron-LM's order
-(warm-up forwards, then one forward and one backward in turn, then the remaining backwards) and
-takes the largest of stash plus gradients after any step.
+``job.memory.torch_runtime``) and bytes each forward adds until the iteration ends (the last
+stage's outputs ``torch.distributed.pipelining`` keeps, ``job.memory.pipeline_buffers``): it
+walks the rank's forwards and backwards in Megatron-LM's order (warm-up forwards, then one
+forward and one backward in turn, then the remaining backwards) and takes the largest of stash
+plus gradients plus kept outputs after any step.
 """
 
 from __future__ import annotations
@@ -71,31 +73,39 @@ def megatron_interleaved_chunks(m: int, v: int, pp: int) -> np.ndarray:
 
 
 def accumulating_peak(layout: Execution, stage: int, chunk_bytes: list[tuple[float, float]],
-                      chunk_grads: list[float]) -> tuple[float, float, tuple[int, ...], float]:
+                      chunk_grads: list[float], chunk_kept: list[float] | None = None
+                      ) -> tuple[float, float, tuple[int, ...], float, float]:
     """Peak of rank ``stage``'s stash (``chunk_bytes`` per chunk-microbatch) plus the gradient
-    bytes ``chunk_grads`` of each chunk held from that chunk's first backward on (module
-    docstring): (activations, logits, chunk-microbatches per chunk, gradient bytes) at that
-    step. The V and DualPipe orders (``UNIT_SCHEDULES``) count every chunk's gradients at
-    their stash peak (an upper bound: their walk is ``job.unit_walk``'s)."""
-    if layout.schedule in UNIT_SCHEDULES:
-        return (*in_flight_peak(layout, stage, chunk_bytes), float(sum(chunk_grads)))
+    bytes ``chunk_grads`` of each chunk held from that chunk's first backward on plus the
+    bytes ``chunk_kept`` each forward of a chunk adds to the iteration's end (none when not
+    given; module docstring): (activations, logits, chunk-microbatches per chunk, gradient
+    bytes, kept bytes) at that step. The V and DualPipe orders (``UNIT_SCHEDULES``) count every
+    chunk's gradients and every microbatch's kept bytes at their stash peak (an upper bound:
+    their walk is ``job.unit_walk``'s)."""
     m, v = layout.num_microbatches, layout.chunks
+    kept = np.zeros(len(chunk_bytes)) if chunk_kept is None else np.asarray(chunk_kept, float)
+    if layout.schedule in UNIT_SCHEDULES:
+        return (*in_flight_peak(layout, stage, chunk_bytes), float(sum(chunk_grads)),
+                float(m * kept.sum()))
     order = megatron_interleaved_chunks(m, v, layout.pp) if v > 1 else np.zeros(m, dtype=int)
-    counts, seen = _walk_states(order, v, warmup_forwards(layout, stage))
+    counts, seen, forwards = _walk_states(order, v, warmup_forwards(layout, stage))
     stash = np.array([a + b for a, b in chunk_bytes])
     grads = np.asarray(chunk_grads, dtype=float)
-    held, gradients = _first_largest(counts, seen, stash, grads)
+    state, gradients = _first_largest(np.vstack([counts, forwards]), seen,
+                                      np.concatenate([stash, kept]), grads)
+    held, run = state[:v], state[v:]
     acts = np.array([part[0] for part in chunk_bytes])
     logits = np.array([part[1] for part in chunk_bytes])
     return (float(acts @ held), float(logits @ held), tuple(int(n) for n in held),
-            float(grads @ gradients))
+            float(grads @ gradients), float(kept @ run))
 
 
-def _walk_states(order: np.ndarray, v: int, warmup: int) -> tuple[np.ndarray, np.ndarray]:
-    """Chunk-microbatches held and chunks whose gradients exist (chunks x steps) after each
-    step of the rank's walk: ``warmup`` forwards, then a forward and a backward in turn, then
-    the remaining backwards; forward k runs chunk ``order[k]``, backward j chunk
-    ``v - 1 - order[j]``."""
+def _walk_states(order: np.ndarray, v: int, warmup: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Chunk-microbatches held, chunks whose gradients exist and forwards run per chunk (chunks
+    x steps) after each step of the rank's walk: ``warmup`` forwards, then a forward and a
+    backward in turn, then the remaining backwards; forward k runs chunk ``order[k]``, backward
+    j chunk ``v - 1 - order[j]``."""
     total = order.size
     forward = np.concatenate([np.ones(warmup, dtype=int), np.tile([1, 0], total - warmup),
                               np.zeros(warmup, dtype=int)])
@@ -103,7 +113,8 @@ def _walk_states(order: np.ndarray, v: int, warmup: int) -> tuple[np.ndarray, np
     backwards = np.arange(1, 2 * total + 1) - forwards
     run = np.zeros((v, total + 1), dtype=int)  # [c, k]: chunk c's among the first k forwards
     run[:, 1:] = np.cumsum(order[None, :] == np.arange(v)[:, None], axis=1)
-    return run[:, forwards] - run[::-1, backwards], run[::-1, backwards] > 0
+    return (run[:, forwards] - run[::-1, backwards], run[::-1, backwards] > 0,
+            run[:, forwards])
 
 
 def _first_largest(counts: np.ndarray, seen: np.ndarray, stash: np.ndarray,
@@ -128,7 +139,7 @@ def _first_largest(counts: np.ndarray, seen: np.ndarray, stash: np.ndarray,
     new[1:] = (states[1:] != states[:-1]).any(axis=1)  # not the state of the step before
     states = np.ascontiguousarray(states[new])
     keys = states.view(np.dtype((np.void, states.dtype.itemsize * states.shape[1]))).ravel()
-    best, at = 0.0, (np.zeros(v, dtype=int), np.zeros(v, dtype=bool))
+    best, at = 0.0, (np.zeros(v, dtype=int), np.zeros(grads.size, dtype=bool))
     for step in near[new][np.sort(np.unique(keys, return_index=True)[1])]:
         state = (counts[:, step].copy(), seen[:, step].copy())
         value = float(stash @ state[0] + grads @ state[1])

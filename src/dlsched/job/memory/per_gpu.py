@@ -114,6 +114,7 @@ from dlsched.job.memory.parameters import (
     padded_vocab,
     stage_parameters,
 )
+from dlsched.job.memory.pipeline_buffers import stage_buffers
 from dlsched.job.memory.recompute_modules import layer_saving
 from dlsched.job.memory.sharded_units import (
     gathered_weight_bytes,
@@ -174,13 +175,14 @@ class MemoryBreakdown:
     reserve: float
     in_flight: tuple[int, ...]
     gathered: float = 0.0  # FSDP2's weights unsharded through the step (job.memory.torch_runtime)
+    buffers: float = 0.0  # torch.distributed.pipelining's (job.memory.pipeline_buffers)
 
     def parts(self) -> dict[str, float]:
         """The parts by name (bytes)."""
         return {"weights": self.weights, "gradients": self.gradients,
                 "optimizer": self.optimizer, "activations": self.activations,
                 "logits": self.logits, "workspace": self.workspace, "reserve": self.reserve,
-                "gathered": self.gathered}
+                "gathered": self.gathered, "buffers": self.buffers}
 
     @property
     def total(self) -> float:
@@ -360,12 +362,18 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
     per_param = state_bytes(precision, layout.zero, shards, grad_bytes, master)
     unsharded = state_bytes(precision, 0, 1, grad_bytes, master)
     stash, accumulated = chunk_stash(spec, layout, precision, stage, attention, runtime), 0.0
-    if layout.fsdp2(runtime.sharding, pipelined=True):  # FP32 unsharded gradients held
-        whole = stage_parameters(spec, layout, experts=True)  # each chunk's, FP32 held
-        acts, logits, held, accumulated = accumulating_peak(
-            layout, stage, stash,
-            [rt.REDUCE_BYTES * whole[s] for s in held_stages(layout.schedule, layout.pp,
-                                                              layout.chunks, stage)])
+    chunks, buffers = held_stages(layout.schedule, layout.pp, layout.chunks, stage), 0.0
+    if layout.pp > 1 and runtime.sharding != "zero":  # torch.distributed.pipelining
+        pipe = stage_buffers(spec, layout, stage, activation_bytes(precision))
+        stash = [(acts - shared, logits) for (acts, logits), shared in zip(stash, pipe.shared,
+                                                                            strict=True)]
+        grads = [0.0] * len(chunks)
+        if layout.fsdp2(runtime.sharding, pipelined=True):  # FP32 unsharded gradients held
+            whole = stage_parameters(spec, layout, experts=True)  # each chunk's, FP32 held
+            grads = [rt.REDUCE_BYTES * whole[s] for s in chunks]
+        acts, logits, held, accumulated, kept = accumulating_peak(layout, stage, stash, grads,
+                                                                  list(pipe.kept))
+        buffers = pipe.fixed + kept
     else:
         acts, logits, held = in_flight_peak(layout, stage, stash)
     _, recompute = layer_activations(spec, layout, precision, attention, runtime)
@@ -394,7 +402,7 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
                            + accumulated,
                            params * per_param.optimizer + experts * expert_state.optimizer, acts,
                            logits, gathered + gradient + max(recompute + cp_buffers, loss),
-                           CONTEXT_BYTES, held, persistent)
+                           CONTEXT_BYTES, held, persistent, buffers)
 
 
 def _fsdp2(spec: Model, layout: Execution, stage: int, shards: int, units: list[float],
@@ -425,10 +433,12 @@ def peak_memory(spec: Model, layout: Execution, precision: str,
     """The breakdown of the stage that needs the most. Under an even split only the first and
     last ranks can: a middle rank holds the same layers as the first without the embedding,
     and no more microbatches in flight (every schedule's warm-up shrinks with the rank). An
-    accounted split takes a layer off the first (or last) rank: then the second rank, the
-    middle one with the most in flight, is a candidate too."""
-    stages = {0, layout.pp - 1} | ({1} if layout.pipeline_split != "even" and layout.pp > 2
-                                   else set())
+    accounted split takes a layer off the first (or last) rank, and torch.distributed.
+    pipelining gives a middle rank receive buffers of both kinds for every microbatch
+    (``job.memory.pipeline_buffers``): then the second rank, the middle one with the most in
+    flight, is a candidate too."""
+    middle = layout.pipeline_split != "even" or runtime.sharding != "zero"
+    stages = {0, layout.pp - 1} | ({1} if middle and layout.pp > 2 else set())
     return max((memory_per_gpu(spec, layout, precision, s, grad_bytes, attention, runtime)
                 for s in sorted(stages)),
                key=lambda breakdown: breakdown.total)

@@ -1,0 +1,80 @@
+"""The buffers ``torch.distributed.pipelining`` keeps on a pipeline rank (bytes), for
+``job.memory.per_gpu``: what a TorchTitan run with pipeline parallelism holds beyond the stash.
+
+Read in ``torch/distributed/pipelining/stage.py`` (``_PipelineStageBase``, ``PipelineStage``)
+and ``schedules.py``:
+
+* **Receive buffers, one per microbatch.** ``_prepare_forward_infra`` creates, for every
+  microbatch of the step, the stage's input receive buffers (``_create_act_recv_info``: a
+  ``torch.empty`` of the input's shape, ``_make_tensor_from_meta``), and
+  ``_prepare_backward_infra`` the gradient receive buffers of its outputs
+  (``_create_grad_recv_info``), again one per microbatch. They are allocated once, for the
+  schedule's microbatch count, and kept in ``args_recv_info`` / ``grad_recv_info`` from step to
+  step: ``m`` activation-sized buffers on every stage but the first, ``m`` more on every stage
+  but the last, whatever the number of microbatches in flight.
+* **The received input is the stage's input.** ``forward_one_chunk`` hands the receive buffer
+  itself to the stage's module (``_retrieve_recv_activations``), so the first layer's saved
+  input (its norm's input, counted in the stash of every in-flight microbatch) is that buffer:
+  counted once, here, and taken out of the stash (``shared``).
+* **The last stage's outputs, kept to the step's end.** ``forward_one_chunk`` appends the
+  last stage's output to ``output_chunks`` (for ``merge_output_chunks`` after the step) and
+  ``clear_runtime_states`` drops them only at the next step; ``backward_one_chunk`` detaches
+  them after the backward (pytorch/pytorch#138504, 2024-10), which frees the graph, not the
+  data. In TorchTitan that output is the logits: the output projection's ``param_dtype``
+  (bf16) output, vocabulary-sharded under TP (``loss_parallel``). So each forward of the last
+  stage adds one microbatch's 16-bit logits that stay to the step's end (``kept``; the walk,
+  ``in_flight.accumulating_peak``, times them). Since pytorch/pytorch#153383 (2025-05) only
+  the last stage appends to ``output_chunks``; before it every stage kept its outputs to the
+  step's end (the Dec 2024 torch of TorchTitan 9dec370's runs: one activation per microbatch
+  more on every other stage, not modelled here).
+
+Activation-sized means the tensor sent between stages: one microbatch of the stage's tokens
+(``s / cp``) at the hidden width in the activations' precision, split over TP when sequence
+parallelism shards it (TorchTitan's layers return the sequence-sharded local tensor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dlsched.job.communication.context_parallel import local_tokens
+from dlsched.job.evaluation.unit_walk import held_stages
+from dlsched.job.execution import Execution
+from dlsched.job.memory.parameters import padded_vocab
+from dlsched.job.model_spec import Model
+
+LOGIT_BYTES = 2  # the output projection's bf16 output (FSDP2's param_dtype), kept per forward
+
+
+@dataclass(frozen=True)
+class StageBuffers:
+    """A rank's pipelining buffers: ``fixed`` bytes allocated for the step's microbatches
+    (receive buffers of activations and of gradients), and per chunk the bytes each forward
+    adds until the step ends (``kept``) and the bytes per in-flight microbatch the stash
+    already counts as the chunk's received input (``shared``)."""
+
+    fixed: float
+    kept: tuple[float, ...]
+    shared: tuple[float, ...]
+
+
+def boundary_bytes(spec: Model, layout: Execution, activation_bytes: int) -> float:
+    """Bytes of one microbatch's activation sent between stages (module docstring)."""
+    split = layout.tp if layout.sequence_parallel else 1
+    return (activation_bytes * local_tokens(spec, layout.cp) * layout.microbatch_size
+            * spec.hidden / split)
+
+
+def stage_buffers(spec: Model, layout: Execution, stage: int,
+                  activation_bytes: int) -> StageBuffers:
+    """The pipelining buffers of pipeline rank ``stage`` (module docstring), each of its
+    chunks (virtual stages) its own."""
+    chunks = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
+    last = layout.virtual_stages - 1
+    m, act = layout.num_microbatches, boundary_bytes(spec, layout, activation_bytes)
+    logits = (LOGIT_BYTES * local_tokens(spec, layout.cp) * layout.microbatch_size
+              * padded_vocab(spec.vocab, layout.tp) / layout.tp)
+    fixed = sum(m * act * ((virtual != 0) + (virtual != last)) for virtual in chunks)
+    return StageBuffers(fixed,
+                        tuple(logits if virtual == last else 0.0 for virtual in chunks),
+                        tuple(act if virtual != 0 else 0.0 for virtual in chunks))
