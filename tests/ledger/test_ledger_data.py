@@ -29,7 +29,7 @@ A100_PEAK = 312e12  # FLOP/s, A100 dense FP16/BF16 (datasheet), the peak both pa
 
 def test_every_source_loads_with_its_published_row_count() -> None:
     counts = Counter(row.source for row in ROWS)
-    assert counts == {"sc21": 10, "korthikanti": 8, "megatron-h100": 9, "torchtitan": 35,
+    assert counts == {"sc21": 10, "korthikanti": 8, "megatron-h100": 9, "torchtitan": 41,
                       "megatron-bridge": 10, "dgxc": 15, "megatron-bridge-moe": 33}
     assert len(ROWS) >= 50
     assert [row.id for row in load_ledger("korthikanti")] == \
@@ -228,7 +228,8 @@ def test_megatron_h100_columns_agree(row: LedgerRow) -> None:
 
 
 def test_torchtitan_memory_fits_the_gpu_and_tps_falls_with_context() -> None:
-    capacity = {"h100-hbm2e-96gb": 96e9, "h200": 141e9, "b200": 180e9}  # bytes, NVIDIA datasheets
+    capacity = {"h100-hbm2e-96gb": 96e9, "h200": 141e9, "b200": 180e9,  # bytes, NVIDIA datasheets
+                "mi300x": 192e9}  # AMD Instinct MI300X data sheet
     rows = load_ledger("torchtitan")
     for row in rows:
         memory = next((m for m in row.measured if m.metric == "memory_gib_per_gpu"), None)

@@ -60,6 +60,8 @@ FITTED_ROWS: dict[str, str] = {
     "megatron-bridge-2511-b200-llama3.1-405b-cp2": "the b200 preset's 16-bit GEMM efficiency "
                                                    "(its FP8 one tied by a ratio) was "
                                                    "fitted to this row (presets/gpus.yaml)",
+    "torchtitan-2508-mi300x-8b-bf16": "the mi300x preset's tensor-core fractions were fitted "
+                                      "to this row (presets/gpus.yaml)",
 }
 TIME_METRICS = ("iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
 MEMORY_METRICS = ("memory_gib_per_gpu",)
