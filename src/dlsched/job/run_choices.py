@@ -39,6 +39,7 @@ FP8_RECIPES = ("delayed", "current", "mxfp8", "tensorwise", "rowwise")  # job.co
 GRAD_ACCUMULATION = ("fused", "separate")  # job.compute.grad_accumulation
 TRANSFORMER_IMPLS = ("local", "transformer_engine")  # job.compute.transformer_impl
 SHARDINGS = ("zero", "fsdp2", "fsdp2-split")  # job.memory.torch_runtime
+PIPELINE_OUTPUTS = ("none", "last", "all")  # job.memory.pipeline_buffers
 FSDP2_SHARDINGS = ("fsdp2", "fsdp2-split")
 """The ``SHARDINGS`` that run PyTorch's FSDP2 (``job.communication.fsdp2_costs``; ``zero`` is
 Megatron-FSDP's, the ZeRO paper's): ``Execution.fsdp2`` reads them."""
@@ -60,6 +61,7 @@ RUN_CHOICES: dict[str, tuple[str, ...]] = {
     "cross_entropy": CROSS_ENTROPY,
     "transformer_impl": TRANSFORMER_IMPLS,
     "cuda_graph": CUDA_GRAPHS,
+    "pipeline_outputs": PIPELINE_OUTPUTS,
 }
 """Each named run setting's accepted values (the boolean ones take True or False)."""
 def check_setting(name: str, value: str) -> str:
@@ -85,15 +87,19 @@ def check_grad_reduce(grad_reduce: str, precision: str) -> str:
 class Runtime:
     """How the job's framework runs it, as far as memory goes (``job.memory.torch_runtime``
     prices it): ``sharding`` of ZeRO 3 (``zero``: the ZeRO paper's, ``fsdp2``: PyTorch FSDP2
-    as TorchTitan applies it), whether blocks are compiled (``compile``) and whether FSDP
-    all-gathers FP8 weights (``fp8_all_gather``)."""
+    as TorchTitan applies it), whether blocks are compiled (``compile``), whether FSDP
+    all-gathers FP8 weights (``fp8_all_gather``) and which stages' outputs
+    ``torch.distributed.pipelining`` keeps to the step's end (``pipeline_outputs``,
+    ``job.memory.pipeline_buffers``)."""
 
     sharding: str = "zero"
     compile: bool = False
     fp8_all_gather: bool = False
+    pipeline_outputs: str = "none"
 
     def __post_init__(self) -> None:
         check_setting("sharding", self.sharding)
+        check_setting("pipeline_outputs", self.pipeline_outputs)
 
 
 ClassT = TypeVar("ClassT", bound=type)

@@ -54,6 +54,11 @@ module named with each prices it):
   ``cuda_graph_scope``): ``none``, ``moe`` (``moe_router``, ``moe_preprocess``), ``attn+moe``
   or ``full`` (a full iteration); the MoE layers' captured launches cost the host one graph
   launch (``job.compute.moe_host``).
+- ``pipeline_outputs``: which stages' outputs ``torch.distributed.pipelining`` keeps from each
+  forward to the step's end (``none``: TorchTitan since e5ef99a, 2025-10, steps with
+  ``return_outputs=False``; ``last``: PyTorch from pytorch#153383, 2025-05, with ``step``'s
+  default; ``all``: PyTorch before it), priced with the stages' receive buffers
+  (``job.memory.pipeline_buffers``) where ``sharding`` is PyTorch's and ``pp`` > 1.
 - ``master_weights``: the optimizer keeps FP32 master weights (Megatron-LM's mixed-precision
   optimizer, the default) or Adam updates the 16-bit weights in place (``False``: apex's
   FusedAdam handed the half model's parameters, as vTrain's simulator models its measured
@@ -120,6 +125,7 @@ class RunSettings:
     moe_a2a_overlap: bool = False
     cuda_graph: str = "none"
     master_weights: bool = True
+    pipeline_outputs: str = "none"
 
     def __post_init__(self) -> None:
         if self.ops not in OPS:
@@ -131,7 +137,7 @@ class RunSettings:
     @property
     def runtime(self) -> Runtime:
         """How PyTorch runs the job, for its memory (``job.memory.torch_runtime``)."""
-        return Runtime(self.sharding, self.compile, self.fp8_all_gather)
+        return Runtime(self.sharding, self.compile, self.fp8_all_gather, self.pipeline_outputs)
 
     @property
     def grad_bytes(self) -> int:

@@ -252,6 +252,7 @@ class Parallelism(_Strict):
     moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = "alltoall"
     cuda_graph: Literal["none", "moe", "attn+moe", "full"] = "none"
     master_weights: bool = True
+    pipeline_outputs: Literal["none", "last", "all"] = "none"
 
 
 # Parallelism's fields that are neither a layout field (``job.execution.LAYOUT_FIELDS``) nor a

@@ -364,7 +364,8 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
     stash, accumulated = chunk_stash(spec, layout, precision, stage, attention, runtime), 0.0
     chunks, buffers = held_stages(layout.schedule, layout.pp, layout.chunks, stage), 0.0
     if layout.pp > 1 and runtime.sharding != "zero":  # torch.distributed.pipelining
-        pipe = stage_buffers(spec, layout, stage, activation_bytes(precision))
+        pipe = stage_buffers(spec, layout, stage, activation_bytes(precision),
+                             runtime.pipeline_outputs)
         stash = [(acts - shared, logits) for (acts, logits), shared in zip(stash, pipe.shared,
                                                                             strict=True)]
         grads = [0.0] * len(chunks)

@@ -16,17 +16,20 @@ and ``schedules.py``:
   itself to the stage's module (``_retrieve_recv_activations``), so the first layer's saved
   input (its norm's input, counted in the stash of every in-flight microbatch) is that buffer:
   counted once, here, and taken out of the stash (``shared``).
-* **The last stage's outputs, kept to the step's end.** ``forward_one_chunk`` appends the
-  last stage's output to ``output_chunks`` (for ``merge_output_chunks`` after the step) and
-  ``clear_runtime_states`` drops them only at the next step; ``backward_one_chunk`` detaches
-  them after the backward (pytorch/pytorch#138504, 2024-10), which frees the graph, not the
-  data. In TorchTitan that output is the logits: the output projection's ``param_dtype``
-  (bf16) output, vocabulary-sharded under TP (``loss_parallel``). So each forward of the last
-  stage adds one microbatch's 16-bit logits that stay to the step's end (``kept``; the walk,
-  ``in_flight.accumulating_peak``, times them). Since pytorch/pytorch#153383 (2025-05) only
-  the last stage appends to ``output_chunks``; before it every stage kept its outputs to the
-  step's end (the Dec 2024 torch of TorchTitan 9dec370's runs: one activation per microbatch
-  more on every other stage, not modelled here).
+* **Outputs kept to the step's end** (``pipeline_outputs``, a run setting: which version
+  ran). ``forward_one_chunk`` appends a stage's output to ``output_chunks`` (for
+  ``merge_output_chunks`` after the step) and ``clear_runtime_states`` drops them only at the
+  next step; ``backward_one_chunk`` detaches the last stage's after its backward
+  (pytorch/pytorch#138504, 2024-10), which frees the graph, not the data. Until
+  pytorch/pytorch#153383 (2025-05) every stage appended its output (``all``: the Dec 2024
+  torch of TorchTitan 9dec370's runs), from it only the last stage (``last``), and since
+  ``step(..., return_outputs=False)`` (``forward_one_chunk``'s ``save_forward_output``), which
+  TorchTitan passes since e5ef99a ("Update PP to release memory earlier", 2025-10-22), none
+  (``none``, the default: today's TorchTitan). A stage's output is an activation-sized tensor
+  (below); the last stage's, in TorchTitan, the logits: the output projection's
+  ``param_dtype`` (bf16) output, vocabulary-sharded under TP (``loss_parallel``). Each
+  forward adds one microbatch's output that stays to the step's end (``kept``; the walk,
+  ``in_flight.accumulating_peak``, times them).
 
 Activation-sized means the tensor sent between stages: one microbatch of the stage's tokens
 (``s / cp``) at the hidden width in the activations' precision, split over TP when sequence
@@ -42,6 +45,9 @@ from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
 from dlsched.job.memory.parameters import padded_vocab
 from dlsched.job.model_spec import Model
+from dlsched.job.run_choices import PIPELINE_OUTPUTS, check_setting
+
+__all__ = ["PIPELINE_OUTPUTS", "StageBuffers", "boundary_bytes", "stage_buffers"]
 
 LOGIT_BYTES = 2  # the output projection's bf16 output (FSDP2's param_dtype), kept per forward
 
@@ -65,16 +71,20 @@ def boundary_bytes(spec: Model, layout: Execution, activation_bytes: int) -> flo
             * spec.hidden / split)
 
 
-def stage_buffers(spec: Model, layout: Execution, stage: int,
-                  activation_bytes: int) -> StageBuffers:
+def stage_buffers(spec: Model, layout: Execution, stage: int, activation_bytes: int,
+                  outputs: str = "none") -> StageBuffers:
     """The pipelining buffers of pipeline rank ``stage`` (module docstring), each of its
-    chunks (virtual stages) its own."""
+    chunks (virtual stages) its own; ``outputs``: the stages whose outputs are kept
+    (``PIPELINE_OUTPUTS``)."""
+    check_setting("pipeline_outputs", outputs)
     chunks = held_stages(layout.schedule, layout.pp, layout.chunks, stage)
     last = layout.virtual_stages - 1
     m, act = layout.num_microbatches, boundary_bytes(spec, layout, activation_bytes)
     logits = (LOGIT_BYTES * local_tokens(spec, layout.cp) * layout.microbatch_size
               * padded_vocab(spec.vocab, layout.tp) / layout.tp)
+    kept = {"none": lambda virtual: 0.0,
+            "last": lambda virtual: logits if virtual == last else 0.0,
+            "all": lambda virtual: logits if virtual == last else act}[outputs]
     fixed = sum(m * act * ((virtual != 0) + (virtual != last)) for virtual in chunks)
-    return StageBuffers(fixed,
-                        tuple(logits if virtual == last else 0.0 for virtual in chunks),
+    return StageBuffers(fixed, tuple(kept(virtual) for virtual in chunks),
                         tuple(act if virtual != 0 else 0.0 for virtual in chunks))
