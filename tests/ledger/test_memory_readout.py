@@ -106,7 +106,7 @@ def test_priced_memory_rows_are_held_out_and_within_eight_percent() -> None:
     """Every priced memory row is held out (no constant was fitted to memory); at least 10 are
     priced (eager and compiled, bf16 and float8, FSDP, FSDP + CP, FSDP + TP and FSDP + TP +
     PP; issue 48's bar), their mean |error| within 8%, each row within 8% but the two 405B
-    1F1B rows of FSDP + TP + PP (Table 5's and Table 6's CP 8: -13% with
+    1F1B rows of FSDP + TP + PP (Table 5's and Table 6's CP 8: -12% with
     torch.distributed.pipelining's buffers, job.memory.pipeline_buffers) and torchao's three
     H100 README rows (eager loss, expandable segments, local batch 1: -10.3 / -10.9 / -10.5%,
     docs/validation-torchtitan.md) within 15% (the B200 rows, launched with expandable
