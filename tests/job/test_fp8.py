@@ -16,6 +16,7 @@ from dlsched.job.compute.fp8 import (
     cast_bytes,
     cast_kernels,
     check_fp8,
+    fp8_gemm_seconds,
     fp8_linear_work,
     fp8_weight_bytes,
     input_casts,
@@ -69,6 +70,10 @@ def test_fc1_operands_by_hand_column_and_row_parallel() -> None:
     ("tensorwise", False, lambda x, w: 6 * x + 8 * w, lambda x, w, g: 6 * g),
     ("rowwise", True, lambda x, w: 6 * x + 10 * w, lambda x, w, g: 6 * g + 4 * (x + w)),
     ("rowwise", False, lambda x, w: 8 * x + 10 * w, lambda x, w, g: 8 * g + 4 * (x + w)),
+    # rowwise_with_gw_hp: X and G once along their rows (write 1; read 2 eager), the weight
+    # 3 (axiswise) + 2 (amax) + 3 (tensorwise cast-transpose); only dX rescaled (read 2 write 2)
+    ("rowwise_with_gw_hp", True, lambda x, w: 1 * x + 8 * w, lambda x, w, g: 1 * g + 4 * x),
+    ("rowwise_with_gw_hp", False, lambda x, w: 3 * x + 8 * w, lambda x, w, g: 3 * g + 4 * x),
 ])
 def test_cast_bytes_of_fc1_by_hand(recipe, compiled, forward, backward) -> None:
     op = _layer_ops()["h.0.mlp.c_fc"]
@@ -103,7 +108,36 @@ def test_fc1_fp8_work_by_hand_delayed() -> None:
     assert flops / rate > (TOKENS * (4096 + 28672) * 2 + 4096 * 28672) / gpu.memory_rate
 
 
-@pytest.mark.parametrize("recipe", ["delayed", "current", "tensorwise", "rowwise"])
+def test_rowwise_with_gw_hp_runs_its_weight_gradient_in_bf16_by_hand() -> None:
+    """FC1's backward on an H100 under rowwise_with_gw_hp (torchao 4fc4068d6's
+    Float8LinearConfig for it: grad_weight = input_t_hp @ grad_output_hp): the data gradient
+    (16384 x 4096, inner 28672) at the FP8 rate, the weight gradient (28672 x 4096, inner
+    16384) at the bf16 one, each 2 x 16384 x 28672 x 4096 FLOP at its shape's utilization;
+    casts compiled: g + 4x bytes (G once along its rows, dX rescaled) at the memory rate, 2
+    kernels (G's cast, dX's rescale) beyond the GEMMs'. Rowwise runs both GEMMs in FP8."""
+    op = _layer_ops()["h.0.mlp.c_fc"]
+    bf16 = gpu_compute("h100", "fp8")
+    fp8 = replace(bf16, precision="fp8", autocast=False)
+    gpu, sms = fp8.gpu, fp8.gpu.spec.sms
+    flops = 2 * TOKENS * 28672 * 4096
+    data = flops / (1978.9e12 * gpu.efficiency("gemm", "fp8")
+                    * gemm_utilization(TOKENS, 4096, 28672, 1, sms))
+    weight = flops / (989.4e12 * gpu.efficiency("gemm", "bf16")
+                      * gemm_utilization(28672, 4096, TOKENS, 1, sms))
+    x, g = TOKENS * 4096, TOKENS * 28672
+    work = fp8_linear_work(op, B, fp8, "rowwise_with_gw_hp", True, True)
+    assert work.gpu_s == pytest.approx(data + weight + (g + 4 * x) / gpu.memory_rate)
+    assert work.launches == op.launches_backward + 2
+    fp8_weight = flops / (1978.9e12 * gpu.efficiency("gemm", "fp8")
+                          * gemm_utilization(28672, 4096, TOKENS, 1, sms))
+    assert fp8_gemm_seconds(op, B, fp8, "rowwise", True) == pytest.approx(data + fp8_weight)
+    assert fp8_gemm_seconds(op, B, fp8, "rowwise_with_gw_hp", False) == \
+        fp8_gemm_seconds(op, B, fp8, "rowwise", False)
+    assert separate_linears(_layer_ops()["h.0.attn.c_attn"], "rowwise_with_gw_hp", True) == 3
+
+
+@pytest.mark.parametrize("recipe", ["delayed", "current", "tensorwise", "rowwise",
+                                    "rowwise_with_gw_hp"])
 def test_a_layer_in_fp8_is_the_bf16_layer_with_its_linears_replaced(recipe: str) -> None:
     """Everything but the four linears is priced as in bf16: the FP8 layer's forward and
     backward differ from the bf16 layer's by exactly the linears' difference (GPU-bound), the

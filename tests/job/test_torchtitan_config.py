@@ -40,6 +40,8 @@ def test_torchtitan_sections_by_recipe() -> None:
     assert run["quantize.linear.float8"]["recipe_name"] == "rowwise"
     assert run["quantize.linear.float8"]["filter_fqns"] == ["output"]
     assert run["compile"]["enable"] and run["parallelism"]["enable_async_tensor_parallel"]
+    gw_hp = titan_run_sections("rowwise_with_gw_hp", False, True, False, notes)
+    assert gw_hp["quantize.linear.float8"]["recipe_name"] == "rowwise_with_gw_hp"
     mx = titan_run_sections("mxfp8", False, False, False, notes)
     assert mx["model"]["converters"] == ["quantize.linear.mx"] and not notes
     titan_run_sections("delayed", False, False, False, notes)

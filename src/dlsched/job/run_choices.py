@@ -35,7 +35,8 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")  # job.communication.moe_dispat
 PIPELINE_P2P = ("auto", "blocking", "overlapped")  # job.communication.pipeline_p2p
 CROSS_ENTROPY = ("unfused", "native", "te")  # job.compute.cross_entropy
 OPS = ("fused", "eager")  # Job.ops: the zoo's fused kernels, or TorchTitan's eager modules
-FP8_RECIPES = ("delayed", "current", "mxfp8", "tensorwise", "rowwise")  # job.compute.fp8
+FP8_RECIPES = ("delayed", "current", "mxfp8", "tensorwise", "rowwise",  # job.compute.fp8
+               "rowwise_with_gw_hp")
 GRAD_ACCUMULATION = ("fused", "separate")  # job.compute.grad_accumulation
 TRANSFORMER_IMPLS = ("local", "transformer_engine")  # job.compute.transformer_impl
 SHARDINGS = ("zero", "fsdp2", "fsdp2-split")  # job.memory.torch_runtime

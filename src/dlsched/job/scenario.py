@@ -74,7 +74,8 @@ class PlanScenario(BaseModel):
         description=(
         "With --precision fp8: delayed | current | mxfp8 (Transformer Engine's delayed, "
         "per-tensor current and MXFP8 block scaling; mxfp8 on Blackwell) | tensorwise | "
-        "rowwise (torchao's float8, TorchTitan)."))] = RUN_DEFAULTS["fp8_recipe"]
+        "rowwise | rowwise_with_gw_hp (torchao's float8, TorchTitan; the last with the "
+        "weight gradient in bf16)."))] = RUN_DEFAULTS["fp8_recipe"]
     fp8_all_gather: Annotated[bool, Field(description=(
         "ZeRO 3 gathers the weights in FP8 (torchao's enable_fsdp_float8_all_gather; "
         "tensorwise)."))] = RUN_DEFAULTS["fp8_all_gather"]

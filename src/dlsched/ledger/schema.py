@@ -202,10 +202,11 @@ class Parallelism(_Strict):
     per parameter after each microbatch's backward: Megatron-LM before 2022, and with 16-bit
     main gradients after). ``fp8_recipe`` (with ``precision`` fp8): how the linear layers run
     in FP8 (``job.compute.fp8``: Transformer Engine's ``delayed``, ``current``, ``mxfp8``;
-    torchao's ``tensorwise``, ``rowwise``); ``fp8_all_gather``: FSDP gathers the weights in FP8
-    (torchao's ``enable_fsdp_float8_all_gather``). ``overlap`` ``ep_a2a``: the MoE layers'
-    expert-parallel All-to-Alls overlapped with another microbatch's compute (Megatron-Core's
-    ``--overlap-moe-expert-parallel-comm`` with ``--delay-wgrad-compute``). ``cross_entropy``:
+    torchao's ``tensorwise``, ``rowwise``, ``rowwise_with_gw_hp``); ``fp8_all_gather``: FSDP
+    gathers the weights in FP8 (torchao's ``enable_fsdp_float8_all_gather``). ``overlap``
+    ``ep_a2a``: the MoE layers' expert-parallel All-to-Alls overlapped with another
+    microbatch's compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm`` with
+    ``--delay-wgrad-compute``). ``cross_entropy``:
     how the head's loss runs (``job.compute.cross_entropy``): ``unfused`` (Megatron-LM's
     vocab-parallel cross-entropy, Megatron-Core's default), or Megatron-Core's
     ``cross_entropy_loss_fusion`` with ``cross_entropy_fusion_impl`` ``native`` (its
@@ -240,7 +241,8 @@ class Parallelism(_Strict):
     sequence_parallel: bool | None
     zero: Literal[0, 1, 2, 3, "fsdp"] | None
     precision: choice(RUN_CHOICES["precision"], "precision") | None
-    fp8_recipe: Literal["delayed", "current", "mxfp8", "tensorwise", "rowwise"] | None = None
+    fp8_recipe: Literal["delayed", "current", "mxfp8", "tensorwise", "rowwise",
+                        "rowwise_with_gw_hp"] | None = None
     fp8_all_gather: bool = False
     overlap: tuple[Overlap, ...] = ()
     torch_compile: bool = False

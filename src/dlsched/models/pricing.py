@@ -139,6 +139,15 @@ def fp8_gemm_bytes(op: Op, batch: float, share: float, tp: int, weights: float,
     ``_scaled_mm`` / Transformer Engine's ``cublasLt`` FP8 GEMMs take both operands in FP8
     and write bf16: torchao ``float8/float8_ops.py`` ``float8_mm``, ``out_dtype`` the
     linear's bf16; TE ``general_gemm``.) The sides of a TP linear as ``product_seconds``."""
+    x, y = _linear_elements(op, batch, share, tp)
+    if backward:
+        return 3 * x + 2 * y + 3 * weights
+    return x + 2 * y + weights
+
+
+def _linear_elements(op: Op, batch: float, share: float, tp: int) -> tuple[float, float]:
+    """Elements of a linear's input ``X`` and output ``Y`` on one GPU for ``batch`` samples
+    (the sides of a TP linear as ``product_seconds``)."""
     m, n, k, _ = op.shape
     x_elements = y_elements = share
     if op.split and tp > 1:
@@ -146,10 +155,32 @@ def fp8_gemm_bytes(op: Op, batch: float, share: float, tp: int, weights: float,
             x_elements, y_elements = 1.0, 1.0 / tp
         elif op.label.endswith(ROW_PARALLEL):
             x_elements, y_elements = 1.0 / tp, 1.0
-    x, y = m * k * x_elements * batch, m * n * y_elements * batch
-    if backward:
-        return 3 * x + 2 * y + 3 * weights
-    return x + 2 * y + weights
+    return m * k * x_elements * batch, m * n * y_elements * batch
+
+
+def mixed_backward_seconds(fp8: CalibratedCompute, bf16: CalibratedCompute, op: Op,
+                           batch: float) -> float:
+    """Seconds of a linear's two backward GEMMs on ``batch`` samples when only the data
+    gradient runs in FP8 (torchao's ``rowwise_with_gw_hp``, ``job.compute.fp8``): the data
+    gradient at ``fp8``'s rate, reading ``G`` and ``W`` in 1 byte and writing ``dX`` in 2; the
+    weight gradient at ``bf16``'s, reading ``X`` and ``G`` and writing ``dW``, 2 bytes each.
+    Each GEMM is its arithmetic at its own shape's utilization (``_gemm_shapes``: the data
+    gradient first) or its bytes at the memory rate, whichever is longer; the sides of a TP
+    linear as ``product_seconds``."""
+    tp = fp8.tensor_parallel
+    share = 1.0 / tp if op.split or fp8.sequence_parallel else 1.0
+    weights = op.weights / tp if op.split else op.weights
+    x, y = _linear_elements(op, batch, share, tp)
+    flops = op.flops * batch * share
+    data_shape, weight_shape = _gemm_shapes(fp8, op, batch * share, True)
+    sms = fp8.gpu.spec.sms
+    data = max(flops / (fp8.gpu.kind_rate("gemm", fp8.precision)
+                        * gemm_utilization(*data_shape, sms)),
+               (y + weights + 2 * x) / fp8.gpu.memory_rate)
+    weight = max(flops / (bf16.gpu.kind_rate("gemm", bf16.precision)
+                          * gemm_utilization(*weight_shape, sms)),
+                 2 * (x + y + weights) / bf16.gpu.memory_rate)
+    return data + weight
 
 
 def _input_elements(op: Op) -> float:

@@ -24,11 +24,16 @@ import numpy as np
 from dlsched.errors import ConfigError
 from dlsched.job.compute.compile_fusion import compiled_ops
 from dlsched.job.compute.eager_ops import torch_ops
-from dlsched.job.compute.fp8 import TE_RECIPES, check_fp8, fp8_linear_work, is_fp8_linear
+from dlsched.job.compute.fp8 import (
+    TE_RECIPES,
+    check_fp8,
+    fp8_gemm_seconds,
+    fp8_linear_work,
+    is_fp8_linear,
+)
 from dlsched.job.model_spec import Model
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.ops import Op
-from dlsched.models.pricing import product_seconds
 from dlsched.models.timeline import Work
 from dlsched.models.zoo import TransformerModel
 from dlsched.pipeline.chains.calibrated_chain import block_seconds
@@ -113,7 +118,7 @@ def gemm_seconds(op: Op, microbatch_size: int, compute: CalibratedCompute,
     any other op as ``ops_works`` prices it."""
     if options.fp8_recipe and is_fp8_linear(op):
         fp8 = replace(compute, precision="fp8", autocast=False)
-        return product_seconds(fp8, op, microbatch_size, backward)
+        return fp8_gemm_seconds(op, microbatch_size, fp8, options.fp8_recipe, backward)
     return ops_works((op,), microbatch_size, compute, options, backward)[0].gpu_s
 
 

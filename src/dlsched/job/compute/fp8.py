@@ -50,6 +50,24 @@ and the output gradient ``G`` (tokens x fan-out), at the shapes one GPU of the T
   (torchao PR #1325: the CUTLASS rowwise kernel without fast accumulation is too slow): one
   more pass reading and writing each backward GEMM's bf16 output (4 bytes per element of the
   data and weight gradients).
+* ``rowwise_with_gw_hp`` (torchao ``Float8LinearRecipeName.ROWWISE_WITH_GW_HP``,
+  ``float8/config.py`` at 4fc4068d6): the forward and the data-gradient GEMMs in FP8, the
+  weight-gradient GEMM in bf16 (``cast_config_input_for_grad_weight`` and
+  ``cast_config_grad_output_for_grad_weight`` with scaling disabled: ``input_t_hp @
+  grad_output_hp``). The input and the output gradient are each quantized once, along their
+  rows (axiswise dim 0: read 2, free when fused into the producer under compile, write 1):
+  1 byte compiled, 3 eager, one kernel, no transposed copy (the weight gradient takes them in
+  bf16). The weight twice: axiswise for the forward (read 2, write 1) and tensorwise for the
+  data gradient (an amax reading 2, a cast-transpose reading 2 and writing 1): 8 bytes, three
+  kernels. The data gradient's GEMM takes the output gradient's row scales with the weight's
+  one scale repeated along its columns (``float8_ops.preprocess_addmm``), so it runs as
+  rowwise's do, a cuBLAS tensorwise GEMM without fast accumulation and the rescale pass after
+  (4 bytes per element of the data gradient, fused as rowwise's: ``rescale_fused``); the
+  weight gradient needs none. Its backward GEMMs are priced apart
+  (``models.pricing.mixed_backward_seconds``: the data gradient at the FP8 rate, the weight
+  gradient at the 16-bit one). TorchTitan runs it as rowwise: no float8 TP
+  (parallelize.py at 2c8b594, ``float8_is_rowwise`` for both), the separate linears each
+  quantizing their shared input (``ROWWISE_RECIPES``).
 
 **Sequence parallelism under Transformer Engine** (``delayed``, ``current``, ``mxfp8`` with
 TP > 1 and SP). The operand that sequence parallelism all-gathers (a column-parallel layer's
@@ -143,18 +161,22 @@ gradients backward) stay 16-bit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError, check_choice
 from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import FP8_RECIPES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
-from dlsched.models.pricing import COLUMN_PARALLEL, product_seconds
+from dlsched.models.pricing import COLUMN_PARALLEL, mixed_backward_seconds, product_seconds
 from dlsched.models.timeline import Work
 
 TE_RECIPES = ("delayed", "current", "mxfp8")
-TORCHAO_RECIPES = ("tensorwise", "rowwise")
+TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+# torchao's recipes with row scales, which TorchTitan runs without float8 TP (parallelize.py at
+# 2c8b594: float8_is_rowwise), and the one whose weight gradient stays 16-bit.
+ROWWISE_RECIPES = ("rowwise", "rowwise_with_gw_hp")
+HP_WEIGHT_GRADIENT = ("rowwise_with_gw_hp",)
 FP8_LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 # TorchTitan's Llama: the QKV projection as wq, wk, wv; a gated FFN's input projection as w1,
 # w3 (torchtitan/models/llama3/model.py); ``separate_linears``.
@@ -181,7 +203,8 @@ def _tensor(recipe: str, compiled: bool) -> CastCost:
             "current": CastCost(BF16 + BF16 + 2 * FP8, 3),
             "mxfp8": CastCost(BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK), 1),
             "tensorwise": CastCost(amax + BF16 + 2 * FP8, 2 if compiled else 3),
-            "rowwise": CastCost(amax + FP8 + BF16 + (BF16 + FP8), 2)}[recipe]
+            "rowwise": CastCost(amax + FP8 + BF16 + (BF16 + FP8), 2),
+            "rowwise_with_gw_hp": CastCost(amax + FP8, 1)}[recipe]
 
 
 def _weight(recipe: str, shards: int) -> CastCost:
@@ -192,7 +215,8 @@ def _weight(recipe: str, shards: int) -> CastCost:
             "current": CastCost(BF16 + BF16 + 2 * FP8, 3),
             "mxfp8": CastCost(BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK), 1),
             "tensorwise": CastCost(BF16 + 2 * (BF16 + FP8), 4),
-            "rowwise": CastCost((BF16 + FP8) + 2 * BF16 + (BF16 + FP8), 3)}[recipe]
+            "rowwise": CastCost((BF16 + FP8) + 2 * BF16 + (BF16 + FP8), 3),
+            "rowwise_with_gw_hp": CastCost((BF16 + FP8) + BF16 + (BF16 + FP8), 3)}[recipe]
 
 
 def check_fp8(precision: str, recipe: str | None, gpu_name: str, peaks: dict[str, object],
@@ -213,7 +237,7 @@ def check_fp8(precision: str, recipe: str | None, gpu_name: str, peaks: dict[str
     if recipe == "mxfp8" and gpu_name not in MXFP8_GPUS:
         raise ConfigError(f"mxfp8 needs Blackwell's block-scaled tensor cores "
                           f"({', '.join(MXFP8_GPUS)}), not {gpu_name}; accepted: delayed, "
-                          "current, tensorwise, rowwise", "fp8_recipe")
+                          "current, tensorwise, rowwise, rowwise_with_gw_hp", "fp8_recipe")
     if moe and recipe not in TE_RECIPES:
         raise ConfigError(f"MoE experts run FP8 as Transformer Engine's grouped "
                           f"GEMMs (job.compute.moe_fp8); accepted: {', '.join(TE_RECIPES)} "
@@ -248,7 +272,7 @@ def separate_linears(op: Op, recipe: str, gated: bool) -> int:
     rescaled (module docstring, separate linears): rowwise runs TorchTitan's separate linears
     each on its own (``SPLIT_LINEARS``; the FFN's only when ``gated``), every other recipe
     once."""
-    if recipe != "rowwise":
+    if recipe not in ROWWISE_RECIPES:
         return 1
     label = next((name for name in SPLIT_LINEARS if op.label.endswith(name)), None)
     if label is None or (label == "mlp.c_fc" and not gated):
@@ -299,7 +323,7 @@ def producer_fused(recipe: str, gathered: bool) -> bool:
     Inductor calls, not a kernel it generates): the amax pass reads 2 bytes per element.
     Tensorwise casts these on the shard before the gather (float8 TP), in the norm's or the
     residual gradient's kernel."""
-    return not (recipe == "rowwise" and gathered)
+    return not (recipe in ROWWISE_RECIPES and gathered)
 
 
 def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compiled: bool,
@@ -315,9 +339,9 @@ def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compi
     cast = _activation(op, recipe, compiled, tp, sequence_parallel, backward).bytes_per_element
     if backward:
         moved = g * cast
-        if recipe == "rowwise":
+        if recipe in ROWWISE_RECIPES:  # the weight gradient's rescale: rowwise's only
             rescaled = 0 if rescale_fused(op, compiled, linears) else linears * x
-            moved += 2 * BF16 * (rescaled + w)
+            moved += 2 * BF16 * (rescaled + (w if recipe == "rowwise" else 0))
         return moved
     weight = w * _weight(recipe, weight_shards).bytes_per_element
     if recipe in TE_RECIPES:
@@ -349,10 +373,11 @@ def cast_kernels(recipe: str, backward: bool, compiled: bool, microbatches: int 
     tensor = (_tensor(recipe, compiled) if op is None else
               _activation(op, recipe, compiled, tp, sequence_parallel, backward)).kernels
     if backward:
-        if recipe != "rowwise":
+        if recipe not in ROWWISE_RECIPES:
             return tensor
         fused = op is not None and rescale_fused(op, compiled, linears)
-        return tensor + (1 if fused else linears + 1)
+        weight_rescale = 1 if recipe == "rowwise" else 0
+        return tensor + (0 if fused else linears) + weight_rescale
     weight = _weight(recipe, weight_shards).kernels
     return (input_casts(linears, compiled) * tensor
             + (weight / microbatches if recipe in TE_RECIPES else weight))
@@ -364,7 +389,7 @@ def fp8_linear_work(op: Op, batch: float, fp8: CalibratedCompute, recipe: str, b
     """GPU seconds and kernels of FP8 linear ``op`` (module docstring) on ``batch`` samples:
     its GEMMs on ``fp8`` (the GPU in fp8 at the layout's TP degree) and its casts at the
     memory rate (``gated``: the layer's FFN is gated, ``separate_linears``)."""
-    gemm = product_seconds(fp8, op, batch, backward)
+    gemm = fp8_gemm_seconds(op, batch, fp8, recipe, backward)
     linears = separate_linears(op, recipe, gated)
     tp, sp = fp8.tensor_parallel, fp8.sequence_parallel
     moved = cast_bytes(op, batch, tp, recipe, backward, compiled, microbatches, weight_shards,
@@ -372,6 +397,16 @@ def fp8_linear_work(op: Op, batch: float, fp8: CalibratedCompute, recipe: str, b
     launches = (op.launches_backward if backward else op.kernels) + cast_kernels(
         recipe, backward, compiled, microbatches, weight_shards, linears, op, tp, sp)
     return Work(gemm + moved / fp8.gpu.memory_rate, launches)
+
+
+def fp8_gemm_seconds(op: Op, batch: float, fp8: CalibratedCompute, recipe: str,
+                     backward: bool) -> float:
+    """Seconds of FP8 linear ``op``'s GEMMs alone (no casts) on ``batch`` samples, forward or
+    ``backward``: every GEMM at ``fp8``'s rate, but a ``HP_WEIGHT_GRADIENT`` recipe's backward,
+    whose weight gradient runs in bf16 (module docstring)."""
+    if backward and recipe in HP_WEIGHT_GRADIENT:
+        return mixed_backward_seconds(fp8, replace(fp8, precision="bf16"), op, batch)
+    return product_seconds(fp8, op, batch, backward)
 
 
 def fp8_weight_copies(recipe: str | None, spec: Model, tp: int, layers: int) -> float:

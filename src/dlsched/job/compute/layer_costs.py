@@ -71,6 +71,7 @@ from dlsched.job.compute.cross_entropy import with_cross_entropy
 from dlsched.job.compute.eager_ops import separate_linears, summed_gradient_bytes, torch_ops
 from dlsched.job.compute.fp8 import (
     AMAX_BYTES,
+    ROWWISE_RECIPES,
     TORCHAO_RECIPES,
     amax_reductions,
     tp_gather_fraction,
@@ -314,7 +315,7 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
                 gemms, lambda op, back: gemm_seconds(op, microbatch_size, compute, kernels,
                                                      back),
                 tp, message, tp_group, policy, compute.gpu.memory_rate, gathered,
-                gathers_fused=kernels.fp8_recipe != "rowwise", linears=linears)
+                gathers_fused=kernels.fp8_recipe not in ROWWISE_RECIPES, linears=linears)
         tp_forward, tp_backward = exposed(None)
         rerun = exposed(COMPILED_RERUN)[0] if kernels.compiled else None
     amax_forward, amax_backward = amax_reductions(kernels.fp8_recipe, tp, sp)
@@ -336,7 +337,8 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
     if sp and kernels.ops == "eager" and not tp_overlap:  # functional collectives' copies
         copy_f, copy_b = relayout_seconds(message, gathered, microbatch_size, recompute,
                                           compute.gpu.memory_rate, async_tp,
-                                          kernels.fp8_recipe != "rowwise", kernels.compiled)
+                                          kernels.fp8_recipe not in ROWWISE_RECIPES,
+                                          kernels.compiled)
         layer_f, layer_b = layer_f + copy_f, layer_b + copy_b
     split_f = split_b = 0.0  # TorchTitan's separate linears' GEMMs beyond the fused ones
     if torch_linears(spec, kernels):  # their input

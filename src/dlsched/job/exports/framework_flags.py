@@ -30,7 +30,7 @@ TorchTitan has none of the three: a plan priced with one is refused for its TOML
 
 **TorchTitan** (the TOML of ``torchtitan/config/job_config.py`` at 238fa99, the version
 ``job.exports.writers`` writes): float8 is the model converter ``quantize.linear.float8`` with its
-section ``[quantize.linear.float8]`` (``recipe_name`` tensorwise or rowwise,
+section ``[quantize.linear.float8]`` (``recipe_name`` tensorwise, rowwise or rowwise_with_gw_hp,
 ``enable_fsdp_float8_all_gather`` and ``precompute_float8_dynamic_scale_for_fsdp`` for the FSDP
 float8 all-gather, ``filter_fqns = ["output"]``: the LM head stays bf16), MXFP8 the converter
 ``quantize.linear.mx`` (``recipe_name = "mxfp8_cublas"``); torch.compile is ``[compile]
@@ -47,7 +47,9 @@ from dlsched.job.run_settings import RunSettings
 
 AMAX_HISTORY = 1024  # NeMo's MegatronMixedPrecision fp8_amax_history_len default
 MEGATRON_RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8",
-                    "tensorwise": "tensorwise", "rowwise": "tensorwise"}
+                    "tensorwise": "tensorwise", "rowwise": "tensorwise",
+                    "rowwise_with_gw_hp": "tensorwise"}
+TORCHAO = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # job.compute.fp8.TORCHAO_RECIPES
 
 
 def megatron_fp8_args(recipe: str | None, notes: list[str]) -> list[str]:
@@ -55,7 +57,7 @@ def megatron_fp8_args(recipe: str | None, notes: list[str]) -> list[str]:
     recipe is written as its nearest Megatron-LM one."""
     if recipe is None:
         return []
-    if recipe in ("tensorwise", "rowwise"):
+    if recipe in TORCHAO:
         notes.append(f"torchao's {recipe} float8 has no Megatron-LM recipe: Transformer "
                      "Engine's per-tensor current scaling (--fp8-recipe tensorwise) written; "
                      "plan with --fp8-recipe current to price it")
@@ -79,7 +81,7 @@ def titan_run_sections(recipe: str | None, fp8_all_gather: bool, compiled: bool,
             notes.append(f"Transformer Engine's {recipe} scaling has no TorchTitan recipe: "
                          "torchao's tensorwise written; plan with --fp8-recipe tensorwise to "
                          "price it")
-        name = "rowwise" if recipe == "rowwise" else "tensorwise"
+        name = recipe if recipe in TORCHAO else "tensorwise"
         out["model"]["converters"] = ["quantize.linear.float8"]
         out["quantize.linear.float8"] = {
             "recipe_name": name, "enable_fsdp_float8_all_gather": fp8_all_gather,

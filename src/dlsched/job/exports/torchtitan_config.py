@@ -140,9 +140,10 @@ def _precision(doc: dict[str, Any]) -> dict[str, Any]:
     table = _table(_table(_table(doc, "quantize"), "linear", "quantize."), "float8",
                    "quantize.linear.") or _table(doc, "float8")
     recipe = table.get("recipe_name") or "tensorwise"
-    if not isinstance(recipe, str) or recipe not in ("tensorwise", "rowwise"):
+    if not isinstance(recipe, str) or recipe not in ("tensorwise", "rowwise",
+                                                     "rowwise_with_gw_hp"):
         raise ConfigError(f"quantize.linear.float8.recipe_name: {recipe!r} is not priced; "
-                          "accepted: tensorwise, rowwise")
+                          "accepted: tensorwise, rowwise, rowwise_with_gw_hp")
     return {"precision": "fp8", "fp8_recipe": recipe,
             "fp8_all_gather": _bool(table, "enable_fsdp_float8_all_gather", "float8")}
 
