@@ -92,12 +92,14 @@ def test_the_mi300x_fit_scales_its_tensor_core_fractions_by_one_factor() -> None
     """The mi300x 16-bit GEMM fraction is the a100 fit transferred by Bekman's MAMF ratio
     (MI300X 668.4 of 1,300 TFLOP/s against the A100's 271.2 of 312) times the factor fitted on
     TorchTitan's MI300X bf16 row; the attention fraction is the H100's FlashAttention-2 0.3386
-    times the same factor, and the FP8 fraction is assumed equal to the 16-bit one."""
+    times the same factor, and the FP8 fraction the fitted 16-bit one times AMD's published
+    MAF ratio (MI300X FP8 1,273 of 2,614.9 TFLOP/s against BF16 708 of 1,307.4)."""
     spec = get_gpu("mi300x").spec
     transferred = A100_FIT * (668.4 / 1300) / A100_MAMF  # 0.4465
     assert spec.efficiency["gemm"].bf16 == pytest.approx(transferred * MI300X_FACTOR, abs=5e-5)
     assert spec.efficiency["attention"].bf16 == pytest.approx(0.3386 * MI300X_FACTOR, abs=5e-5)
-    assert spec.efficiency["gemm"].fp8 == spec.efficiency["gemm"].bf16
+    assert spec.efficiency["gemm"].fp8 == pytest.approx(
+        spec.efficiency["gemm"].bf16 * (1273 / 2614.9) / (708 / 1307.4), abs=5e-5)
     assert _provenance("mi300x", "efficiency.gemm.bf16") == "fitted"
     assert "torchtitan-2508-mi300x-8b-bf16" in spec.sources["efficiency.gemm.bf16"]
 
@@ -157,12 +159,12 @@ def test_the_b200_fit_reproduces_its_row_and_only_that_row_is_not_held_out() -> 
     assert blackwell & set(FITTED_ROWS) == {row_id}
 
 
-def test_mi300x_has_no_cudnn_attention_and_its_fp8_fraction_is_an_assumption() -> None:
-    """cuDNN does not run on AMD GPUs; no FP8 matmul measurement of MI300X is published."""
+def test_mi300x_has_no_cudnn_attention_and_its_fp8_fraction_is_transferred() -> None:
+    """cuDNN does not run on AMD GPUs; the FP8 fraction comes from AMD's published MAF ratio."""
     gpu = get_gpu("mi300x")
     with pytest.raises(ConfigError, match="fused_attention"):
         gpu.efficiency("fused_attention", "bf16")
-    assert _provenance("mi300x", "efficiency.gemm.fp8") == "assumed"
+    assert _provenance("mi300x", "efficiency.gemm.fp8") == "transferred"
 
 
 def test_a_provenance_must_name_a_constant_and_a_known_kind() -> None:

@@ -155,8 +155,9 @@ def test_the_h100_hbm2e_fit_reproduces_its_row_and_holds_the_others_out() -> Non
 def test_the_mi300x_fit_reproduces_its_row_and_holds_the_fp8_rows_out() -> None:
     """torchao's MI300X bf16 row comes out at its published 5,376.5 tokens/s (within the
     bisection's 0.1%) and is marked fitted; the FP8 rows of the same run are held out and,
-    at FP8 GEMMs assumed as efficient as the 16-bit ones (presets/gpus.yaml), priced faster
-    than measured (the README: tensorwise 'lower than expected', no performance debugging)."""
+    with FP8 GEMMs at the fitted 16-bit fraction x AMD's MAF ratio (presets/gpus.yaml),
+    priced faster than measured (the README: tensorwise 'lower than expected', no performance
+    debugging)."""
     fitted = "torchtitan-2508-mi300x-8b-bf16"
     assert fitted in FITTED_ROWS
     rows = [r for r in load_ledger() if r.hardware.gpu == "mi300x"]
