@@ -110,8 +110,7 @@ def product_seconds(compute: CalibratedCompute, op: Op, batch: float, backward: 
     ``ROW_PARALLEL``); no casts or layout conversions (``op_work`` adds those)."""
     precision = compute.precision
     tp = compute.tensor_parallel
-    share = 1.0 / tp if op.split or compute.sequence_parallel else 1.0
-    weights = op.weights / tp if op.split else op.weights
+    share, weights = _tp_share(compute, op)
     operand = OPERAND_BYTES[precision] if op.kind == "gemm" else ELEMENT_BYTES[precision]
     elements = op.elements * share
     if op.kind == "gemm" and op.split and tp > 1 and op.shape:
@@ -127,6 +126,14 @@ def product_seconds(compute: CalibratedCompute, op: Op, batch: float, backward: 
                  * (elements * batch * ELEMENT_BYTES[precision] + weights * operand))
     return max(_compute_seconds(compute, op, batch * share, backward),
                moved / compute.gpu.memory_rate)
+
+
+def _tp_share(compute: CalibratedCompute, op: Op) -> tuple[float, float]:
+    """The share of the op's samples one GPU of its TP group computes (1 / tp when the op is
+    split or sequence-parallel) and the weights it holds (split by TP when the op is)."""
+    tp = compute.tensor_parallel
+    share = 1.0 / tp if op.split or compute.sequence_parallel else 1.0
+    return share, op.weights / tp if op.split else op.weights
 
 
 def fp8_gemm_bytes(op: Op, batch: float, share: float, tp: int, weights: float,
@@ -168,8 +175,7 @@ def mixed_backward_seconds(fp8: CalibratedCompute, bf16: CalibratedCompute, op: 
     gradient first) or its bytes at the memory rate, whichever is longer; the sides of a TP
     linear as ``product_seconds``."""
     tp = fp8.tensor_parallel
-    share = 1.0 / tp if op.split or fp8.sequence_parallel else 1.0
-    weights = op.weights / tp if op.split else op.weights
+    share, weights = _tp_share(fp8, op)
     x, y = _linear_elements(op, batch, share, tp)
     flops = op.flops * batch * share
     data_shape, weight_shape = _gemm_shapes(fp8, op, batch * share, True)

@@ -172,7 +172,6 @@ from dlsched.models.pricing import COLUMN_PARALLEL, mixed_backward_seconds, prod
 from dlsched.models.timeline import Work
 
 TE_RECIPES = ("delayed", "current", "mxfp8")
-TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
 # torchao's recipes with row scales, which TorchTitan runs without float8 TP (parallelize.py at
 # 2c8b594: float8_is_rowwise), and the one whose weight gradient stays 16-bit.
 ROWWISE_RECIPES = ("rowwise", "rowwise_with_gw_hp")
@@ -339,9 +338,9 @@ def cast_bytes(op: Op, batch: float, tp: int, recipe: str, backward: bool, compi
     cast = _activation(op, recipe, compiled, tp, sequence_parallel, backward).bytes_per_element
     if backward:
         moved = g * cast
-        if recipe in ROWWISE_RECIPES:  # the weight gradient's rescale: rowwise's only
+        if recipe in ROWWISE_RECIPES:  # the weight gradient rescaled only when FP8 too
             rescaled = 0 if rescale_fused(op, compiled, linears) else linears * x
-            moved += 2 * BF16 * (rescaled + (w if recipe == "rowwise" else 0))
+            moved += 2 * BF16 * (rescaled + (0 if recipe in HP_WEIGHT_GRADIENT else w))
         return moved
     weight = w * _weight(recipe, weight_shards).bytes_per_element
     if recipe in TE_RECIPES:
@@ -376,7 +375,7 @@ def cast_kernels(recipe: str, backward: bool, compiled: bool, microbatches: int 
         if recipe not in ROWWISE_RECIPES:
             return tensor
         fused = op is not None and rescale_fused(op, compiled, linears)
-        weight_rescale = 1 if recipe == "rowwise" else 0
+        weight_rescale = 0 if recipe in HP_WEIGHT_GRADIENT else 1
         return tensor + (0 if fused else linears) + weight_rescale
     weight = _weight(recipe, weight_shards).kernels
     return (input_casts(linears, compiled) * tensor

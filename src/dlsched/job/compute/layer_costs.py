@@ -72,7 +72,6 @@ from dlsched.job.compute.eager_ops import separate_linears, summed_gradient_byte
 from dlsched.job.compute.fp8 import (
     AMAX_BYTES,
     ROWWISE_RECIPES,
-    TORCHAO_RECIPES,
     amax_reductions,
     tp_gather_fraction,
 )
@@ -95,7 +94,7 @@ from dlsched.job.compute.qkv_layout import (
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.compute.unfused_rope import with_unfused_rope
 from dlsched.job.model_spec import Model
-from dlsched.job.run_choices import check_setting
+from dlsched.job.run_choices import TORCHAO_RECIPES, check_setting
 from dlsched.models.compute import CalibratedCompute, calibrated
 from dlsched.models.layer import Layer
 from dlsched.models.zoo import TransformerModel, gpt_model

@@ -43,13 +43,13 @@ note.
 from __future__ import annotations
 
 from dlsched.errors import ConfigError
+from dlsched.job.run_choices import TORCHAO_RECIPES
 from dlsched.job.run_settings import RunSettings
 
 AMAX_HISTORY = 1024  # NeMo's MegatronMixedPrecision fp8_amax_history_len default
 MEGATRON_RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8",
                     "tensorwise": "tensorwise", "rowwise": "tensorwise",
                     "rowwise_with_gw_hp": "tensorwise"}
-TORCHAO = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # job.compute.fp8.TORCHAO_RECIPES
 
 
 def megatron_fp8_args(recipe: str | None, notes: list[str]) -> list[str]:
@@ -57,7 +57,7 @@ def megatron_fp8_args(recipe: str | None, notes: list[str]) -> list[str]:
     recipe is written as its nearest Megatron-LM one."""
     if recipe is None:
         return []
-    if recipe in TORCHAO:
+    if recipe in TORCHAO_RECIPES:
         notes.append(f"torchao's {recipe} float8 has no Megatron-LM recipe: Transformer "
                      "Engine's per-tensor current scaling (--fp8-recipe tensorwise) written; "
                      "plan with --fp8-recipe current to price it")
@@ -81,7 +81,7 @@ def titan_run_sections(recipe: str | None, fp8_all_gather: bool, compiled: bool,
             notes.append(f"Transformer Engine's {recipe} scaling has no TorchTitan recipe: "
                          "torchao's tensorwise written; plan with --fp8-recipe tensorwise to "
                          "price it")
-        name = recipe if recipe in TORCHAO else "tensorwise"
+        name = recipe if recipe in TORCHAO_RECIPES else "tensorwise"
         out["model"]["converters"] = ["quantize.linear.float8"]
         out["quantize.linear.float8"] = {
             "recipe_name": name, "enable_fsdp_float8_all_gather": fp8_all_gather,

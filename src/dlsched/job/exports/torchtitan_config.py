@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from dlsched.errors import ConfigError
+from dlsched.job.run_choices import TORCHAO_RECIPES
 
 FLAVORS = {"8B": "llama3-8b", "70B": "llama3-70b", "405B": "llama3-405b"}
 SCHEDULES = {"1F1B": "1f1b", "Interleaved1F1B": "interleaved", "GPipe": "gpipe"}
@@ -140,10 +141,9 @@ def _precision(doc: dict[str, Any]) -> dict[str, Any]:
     table = _table(_table(_table(doc, "quantize"), "linear", "quantize."), "float8",
                    "quantize.linear.") or _table(doc, "float8")
     recipe = table.get("recipe_name") or "tensorwise"
-    if not isinstance(recipe, str) or recipe not in ("tensorwise", "rowwise",
-                                                     "rowwise_with_gw_hp"):
+    if not isinstance(recipe, str) or recipe not in TORCHAO_RECIPES:
         raise ConfigError(f"quantize.linear.float8.recipe_name: {recipe!r} is not priced; "
-                          "accepted: tensorwise, rowwise, rowwise_with_gw_hp")
+                          "accepted: " + ", ".join(TORCHAO_RECIPES))
     return {"precision": "fp8", "fp8_recipe": recipe,
             "fp8_all_gather": _bool(table, "enable_fsdp_float8_all_gather", "float8")}
 

@@ -82,9 +82,8 @@ def stage_buffers(spec: Model, layout: Execution, stage: int, activation_bytes: 
     m, act = layout.num_microbatches, boundary_bytes(spec, layout, activation_bytes)
     logits = (LOGIT_BYTES * local_tokens(spec, layout.cp) * layout.microbatch_size
               * padded_vocab(spec.vocab, layout.tp) / layout.tp)
-    kept = {"none": lambda virtual: 0.0,
-            "last": lambda virtual: logits if virtual == last else 0.0,
-            "all": lambda virtual: logits if virtual == last else act}[outputs]
     fixed = sum(m * act * ((virtual != 0) + (virtual != last)) for virtual in chunks)
-    return StageBuffers(fixed, tuple(kept(virtual) for virtual in chunks),
+    kept = (0.0 if outputs == "none" else logits if virtual == last else
+            act if outputs == "all" else 0.0 for virtual in chunks)
+    return StageBuffers(fixed, tuple(kept),
                         tuple(act if virtual != 0 else 0.0 for virtual in chunks))
