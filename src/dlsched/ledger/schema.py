@@ -33,6 +33,7 @@ from dlsched.errors import ConfigError
 from dlsched.inputs import choice
 from dlsched.job.cluster import NODE_PRESETS, System, node_cluster
 from dlsched.job.compute.module_recompute import modules_recompute
+from dlsched.job.evaluation.pipeline_layout import PREFIX as LAYOUT_PREFIX
 from dlsched.job.execution import LAYOUT_FIELDS, Execution
 from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import RUN_CHOICES
@@ -192,7 +193,9 @@ class Parallelism(_Strict):
     Megatron-Core's default. ``pipeline_split``: how the layers fill the ``pp x chunks`` virtual
     stages (``job.pipeline_split``): ``even`` (Megatron-Core's default), or the embedding and/or
     the loss counted as a layer (``--account-for-embedding-in-pipeline-split``,
-    ``--account-for-loss-in-pipeline-split``), the first/last stage one layer fewer.
+    ``--account-for-loss-in-pipeline-split``), the first/last stage one layer fewer, or
+    ``layout``: Megatron-Core's ``--pipeline-model-parallel-layout`` string in
+    ``pipeline_layout`` (only with ``layout``; ``job.evaluation.pipeline_layout``).
     ``grad_reduce``: the gradients' format as reduced (``fp32``: Megatron-LM's default main
     gradients, FSDP2's float32 reduce; ``bf16``: Megatron-Core's ``grad_reduce_in_fp32=False``,
     ``--grad-reduce-in-bf16``; ``fp16``: fp16 training without
@@ -232,7 +235,8 @@ class Parallelism(_Strict):
     cp_algorithm: Literal["ring", "all-to-all", "all-gather"] | None = None
     expert_tp: int | None = Field(default=None, gt=0)
     pipeline_split: Literal["even", "account-embedding", "account-loss",
-                            "account-embedding-loss"] = "even"
+                            "account-embedding-loss", "layout"] = "even"
+    pipeline_layout: str | None = None
     chunks: int | None = Field(gt=0)
     microbatch_size: int | None = Field(gt=0)
     global_batch: int = Field(gt=0)
@@ -266,6 +270,8 @@ PARALLEL_ONLY: dict[str, str] = {
     "torch_compile": "compile",
     "recompute_modules": "with recompute ``modules``, the layout's ``modules:a,b`` "
                          "(job.compute.module_recompute)",
+    "pipeline_layout": "with pipeline_split ``layout``, the layout's ``layout:<string>`` "
+                       "(job.evaluation.pipeline_layout)",
 }
 
 # The row's key of each field the evaluator names in a refusal (``ConfigError.field``: an
@@ -349,6 +355,8 @@ class LedgerRow(_Strict):
             missing.append("cp_algorithm")
         if (self.parallel.recompute == "modules") != bool(self.parallel.recompute_modules):
             raise ValueError("recompute_modules goes with recompute: modules, and only with it")
+        if (self.parallel.pipeline_split == "layout") != bool(self.parallel.pipeline_layout):
+            raise ValueError("pipeline_layout goes with pipeline_split: layout, and only with it")
         if self.parallel.cp == 1 and self.parallel.cp_algorithm is not None:
             raise ValueError("cp_algorithm is for rows with cp > 1")
         if self.model.experts and self.model.router_balance is None:
@@ -431,12 +439,15 @@ def _layout_fields(par: Parallelism) -> dict[str, object]:
     schedule (not a field of the section) by its ``chunks``, interleaved 1F1B when more than
     one; ``zero`` ``fsdp`` as ZeRO 3; a ``cp_algorithm`` left empty (``cp`` 1) as ring;
     ``recompute`` ``modules`` with its ``recompute_modules`` as ``modules:a,b``
-    (``job.compute.module_recompute``). A field left unpublished (None) stays None."""
+    (``job.compute.module_recompute``), ``pipeline_split`` ``layout`` with its
+    ``pipeline_layout`` as ``layout:<string>``. A field left unpublished (None) stays None."""
     named = {name: getattr(par, name) for name in LAYOUT_FIELDS if name in Parallelism.model_fields}
     named.update(schedule=None if par.chunks is None else
                  "interleaved" if par.chunks > 1 else "1f1b",
                  recompute=(modules_recompute(par.recompute_modules)
                             if par.recompute == "modules" else par.recompute),
                  zero=3 if par.zero == "fsdp" else par.zero,
+                 pipeline_split=(f"{LAYOUT_PREFIX}{par.pipeline_layout}"
+                                 if par.pipeline_split == "layout" else par.pipeline_split),
                  cp_algorithm=par.cp_algorithm or "ring")
     return named

@@ -30,7 +30,9 @@ layer at all (the embedding alone: Megatron asserts only ``>= 0``). Megatron-Cor
 options are not expressed: ``--decoder-first/last-pipeline-num-layers`` fix whole ranks' layers
 (each a multiple of ``chunks``, the middle ranks sharing the rest equally: 126 layers over PP 8 x
 VP 8 has no such split), and ``--pipeline-model-parallel-layout`` lists every stage's modules by
-hand; the accounting options are the ones that follow from the model and the degrees alone.
+hand (``layout:<string>``, ``job.evaluation.pipeline_layout``: the placement read from the
+string, for runs that set one); the accounting options are the ones that follow from the model
+and the degrees alone.
 TorchTitan without split points (``generate_split_points``, torchtitan 9dec370) gives the first
 stage ``layers // stages`` layers, one of the ``layers % stages`` left over to each next stage,
 the last stage the rest: where ``(layers + 2) % stages == 0`` (Llama 3.1 405B's 126 over 8 or 16
@@ -50,6 +52,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from dlsched.errors import ConfigError, check_choice
+from dlsched.job.evaluation.pipeline_layout import layout_of, layout_spans, parse_layout
 
 SPLITS = ("even", "account-embedding", "account-loss", "account-embedding-loss")
 # (embedding, loss) counted as a layer in the split: Megatron-Core's two options
@@ -58,16 +61,23 @@ ACCOUNTED = {"even": (0, 0), "account-embedding": (1, 0), "account-loss": (0, 1)
 
 
 def check_split(split: str) -> None:
-    """ConfigError unless ``split`` is one of ``SPLITS``."""
-    check_choice("pipeline_split", split, SPLITS)
+    """ConfigError unless ``split`` is one of ``SPLITS`` or ``layout:`` with a Megatron-Core
+    layout string (``job.evaluation.pipeline_layout``)."""
+    if layout_of(split):
+        parse_layout(layout_of(split))
+    else:
+        check_choice("pipeline_split", split, (*SPLITS, "layout:<Megatron-Core layout>"))
 
 
 def slots_per_stage(layers: int, pp: int, chunks: int, split: str, mtp: int = 0) -> int:
     """Layers per virtual stage counting the accounted embedding and loss as one each (and
     with the loss the ``mtp`` MTP modules): Megatron-LM's
     ``--num-layers-per-virtual-pipeline-stage`` for the split (module docstring); ConfigError
-    when they do not divide."""
+    when they do not divide, or for a layout (its stages' own counts: ``stage_layers``)."""
     check_split(split)
+    if layout_of(split):
+        raise ConfigError("a layout lists each virtual stage's layers; accepted here: "
+                          + ", ".join(SPLITS), "pipeline_split")
     embedding, loss = ACCOUNTED[split]
     stages = pp * chunks
     slots = layers + embedding + loss * (1 + mtp)
@@ -89,6 +99,8 @@ def stage_layers(layers: int, pp: int, chunks: int, split: str,
                  mtp: int = 0) -> tuple[range, ...]:
     """The layer indices of each virtual stage, in stage order (module docstring; ``mtp``
     MTP modules beside the loss); ConfigError when the split is impossible."""
+    if layout_of(split):
+        return layout_spans(layout_of(split), layers, pp, chunks, mtp)
     per = slots_per_stage(layers, pp, chunks, split, mtp)
     embedding, loss = ACCOUNTED[split]
     counts = [per] * (pp * chunks)

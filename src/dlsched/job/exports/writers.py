@@ -60,6 +60,7 @@ from dlsched.errors import ConfigError
 from dlsched.job.communication.pipeline_p2p import resolved_p2p
 from dlsched.job.compute.module_recompute import MODULES, modules_of
 from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap
+from dlsched.job.evaluation.pipeline_layout import layout_of
 from dlsched.job.evaluation.pipeline_split import ACCOUNTED, slots_per_stage
 from dlsched.job.execution import Execution
 from dlsched.job.exports.framework_flags import (
@@ -117,8 +118,9 @@ def megatron_args(spec: Model, layout: Execution) -> str:
                           "has no Megatron-LM equivalent (--recompute-granularity selective "
                           "recomputes named modules); accepted for --megatron-args: none, "
                           "selective, full, modules:<Megatron-Core modules>", "recompute")
-    per_chunk = slots_per_stage(spec.layers, layout.pp, layout.chunks, layout.pipeline_split,
-                                spec.mtp_layers)
+    hand = layout_of(layout.pipeline_split)  # Megatron-LM derives VP from a layout's stages
+    per_chunk = 0 if hand else slots_per_stage(spec.layers, layout.pp, layout.chunks,
+                                               layout.pipeline_split, spec.mtp_layers)
     notes = [f"Megatron-LM pretrain_gpt.py arguments of the dlsched plan {layout.label()}",
              f"launch on tp x cp x pp x dp = {layout.gpus} GPUs: Megatron-LM derives the "
              f"data-parallel size {layout.dp} from the world size",
@@ -135,13 +137,14 @@ def megatron_args(spec: Model, layout: Execution) -> str:
              "--max-position-embeddings", str(spec.seq),
              "--tensor-model-parallel-size", str(layout.tp),
              "--pipeline-model-parallel-size", str(layout.pp)]
-    args += [f"--{flag}" for flag, on in zip(MEGATRON_ACCOUNTED,
-                                             ACCOUNTED[layout.pipeline_split], strict=True) if on]
+    args += (["--pipeline-model-parallel-layout", hand] if hand else
+             [f"--{flag}" for flag, on in zip(MEGATRON_ACCOUNTED,
+                                              ACCOUNTED[layout.pipeline_split], strict=True) if on])
     if layout.cp > 1:
         args += ["--context-parallel-size", str(layout.cp),
                  "--cp-comm-type", MEGATRON_CP[layout.cp_algorithm]]
     if layout.schedule == "interleaved":
-        args += ["--num-layers-per-virtual-pipeline-stage", str(per_chunk)]
+        args += [] if hand else ["--num-layers-per-virtual-pipeline-stage", str(per_chunk)]
         if layout.num_microbatches % layout.pp:
             notes.append(f"Megatron-LM's interleaved schedule needs microbatches per replica "
                          f"({layout.num_microbatches}) a multiple of pp ({layout.pp}); it "
@@ -433,7 +436,7 @@ def _titan_parallelism(spec: Model, layout: Execution,
         # TorchTitan counts the embedding and the output as first_/last_stage_less_layers layers
         # (torchtitan/distributed/pipeline_parallel.py generate_llm_fqn_per_model_part at 238fa99):
         # Megatron-Core's accounting with weights 0 or 1
-        embedding, loss = ACCOUNTED[layout.pipeline_split]
+        embedding, loss = ACCOUNTED.get(layout.pipeline_split, (0, 0))  # a layout: refused
         section.update(pipeline_parallel_schedule=TITAN_SCHEDULES[layout.schedule],
                        pipeline_parallel_microbatch_size=layout.microbatch_size,
                        pipeline_parallel_layers_per_stage=slots_per_stage(
