@@ -44,7 +44,6 @@ from dlsched.job.communication.dp_sync import DPStep, dp_step
 from dlsched.job.communication.fsdp2_costs import fsdp2_ends
 from dlsched.job.compute.block_pricing import check_kernel_options
 from dlsched.job.compute.eager_ops import check_ops
-from dlsched.job.compute.fp8 import fp8_weight_copies
 from dlsched.job.compute.layer_costs import BlockCosts, gpu_compute
 from dlsched.job.compute.module_recompute import (
     check_for_model,
@@ -212,9 +211,6 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     m = layout.num_microbatches
     memory = peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
                          run.runtime)
-    memory = replace(memory, weights=memory.weights + fp8_weight_copies(
-        run.fp8_recipe, job.spec, layout.tp, layout.rank_layers(job.spec.layers, memory.stage,
-                                                     job.spec.mtp_layers)))
     cp, moe = parts.cp, parts.moe
     sparse = stage_moe_layers(job.spec, layout, critical) * share
     moe_tp = sparse * (moe.tp_forward_s + moe.tp_backward_s) if moe else 0.0

@@ -22,6 +22,11 @@ al., "PyTorch FSDP", VLDB 2023), and stages 2 and 3 the unsharded gradient of on
 reduce-scatter; a unit is one transformer layer, the embedding or the head (none of this for
 ``dp`` = 1, where nothing is sharded).
 
+**FP8 weight copies** (``job.compute.fp8.fp8_weight_copies``): Transformer Engine's delayed and
+current scaling keep each linear's FP8 weight and its transpose (MXFP8 both with their scales)
+beside the 16-bit weights, counted in the weights of the stage's layers; torchao's casts are
+transient. Counted here, so the search's memory check and the plan's memory are one number.
+
 **Parameters of a stage**: ``job.memory.parameters``.
 
 **Activations** (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
@@ -91,6 +96,7 @@ from functools import lru_cache
 
 from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
+from dlsched.job.compute.fp8 import fp8_weight_copies
 from dlsched.job.compute.mla import attention_stash_delta, latent_stash
 from dlsched.job.compute.module_recompute import modules_of
 from dlsched.job.compute.mtp import mtp_layer_is_moe
@@ -397,8 +403,10 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
         per_param, persistent, gathered, gradient = _fsdp2(spec, layout, stage, shards,
                                                            units, runtime, precision)
     cp_buffers = buffer_bytes(spec, layout) * activation_bytes(precision) / 2
+    copies = fp8_weight_copies(layout.run.fp8_recipe, spec, layout.tp,
+                               layout.rank_layers(spec.layers, stage, spec.mtp_layers))
     return MemoryBreakdown(stage, params + experts,
-                           params * per_param.weights + experts * expert_state.weights,
+                           params * per_param.weights + experts * expert_state.weights + copies,
                            params * per_param.gradients + experts * expert_state.gradients
                            + accumulated,
                            params * per_param.optimizer + experts * expert_state.optimizer, acts,
