@@ -102,3 +102,13 @@ def test_exports() -> None:
     with pytest.raises(ConfigError, match="a layout lists each virtual stage"):
         slots_per_stage(61, 4, 4, DSV3, 1)
 
+
+
+def test_ledger_row_carries_the_layout() -> None:
+    """A ledger row's ``pipeline_split: layout`` with ``pipeline_layout`` reaches the
+    evaluator as ``layout:<string>``; the string without ``layout`` is refused."""
+    from dlsched.ledger import load_ledger
+    rows = [row for row in load_ledger() if row.parallel.pipeline_split == "layout"]
+    assert rows, "the DeepSeek-V3 rows run Megatron-Bridge's layout"
+    for row in rows:
+        assert row.execution.pipeline_split == f"layout:{row.parallel.pipeline_layout}"

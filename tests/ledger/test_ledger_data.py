@@ -30,7 +30,7 @@ A100_PEAK = 312e12  # FLOP/s, A100 dense FP16/BF16 (datasheet), the peak both pa
 def test_every_source_loads_with_its_published_row_count() -> None:
     counts = Counter(row.source for row in ROWS)
     assert counts == {"sc21": 10, "korthikanti": 8, "megatron-h100": 9, "torchtitan": 42,
-                      "megatron-bridge": 10, "dgxc": 15, "megatron-bridge-moe": 33}
+                      "megatron-bridge": 10, "dgxc": 15, "megatron-bridge-moe": 44}
     assert len(ROWS) >= 50
     assert [row.id for row in load_ledger("korthikanti")] == \
         [row.id for row in ROWS if row.source == "korthikanti"]
@@ -83,12 +83,15 @@ def test_batches_and_stages_divide(row: LedgerRow) -> None:
     par, model = row.parallel, row.model
     if par.microbatch_size is not None:
         assert par.global_batch % (par.microbatch_size * par.dp) == 0
-    if par.chunks is not None and row.source not in ("torchtitan", "megatron-bridge"):
+    if par.chunks is not None and row.supported and row.source not in ("torchtitan",
+                                                                        "megatron-bridge"):
         # Megatron-LM (2021-2022) requires equal layers per (virtual) stage, Megatron-Core as
-        # NeMo (dgxc) runs it the row's split (126 + 2 over 64 for its 405B); torchtitan
-        # splits at user-given points (its 405B: 126 layers over 8 stages), Megatron-Bridge's
-        # rows do not say how theirs split
-        stage_layers(model.layers, par.pp, par.chunks, par.pipeline_split)
+        # NeMo (dgxc) runs it the row's split (126 + 2 over 64 for its 405B) or layout
+        # (DeepSeek-V3's, with its MTP module); torchtitan splits at user-given points (its
+        # 405B: 126 layers over 8 stages), Megatron-Bridge's dense rows do not say how theirs
+        # split; a refused row may be refused for its split
+        stage_layers(model.layers, par.pp, par.chunks, row.execution.pipeline_split,
+                     model.mtp_layers)
     assert model.heads % par.tp == 0 and model.kv_heads % par.tp in (0, model.kv_heads)
 
 
