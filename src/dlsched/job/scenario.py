@@ -197,7 +197,7 @@ class PlanScenario(BaseModel):
         "How dlsched's plan overlaps gradient reduction with the last backward: "
         f"{', '.join(RUN_CHOICES['dp_policy'])}."))] = "usbyte"
     baselines: Annotated[bool, Field(description=(
-        "Search the baselines' spaces (megatron, megatron-sp, fsdp) too."))] = True
+        "Search the baselines' spaces (megatron, megatron-sp, megatron-core, fsdp) too."))] = True
     tokens: Annotated[Count | None, Field(description=(
         "Tokens to train on (15.6T, 2B, ...): adds the time to train (days, GPU-hours, "
         "interruptions, goodput, checkpoint interval, MWh, cost; dlsched.goodput)."))] = None

@@ -22,10 +22,16 @@ wins (its simulated time reported beside the fast one).
 Spaces (``SPACES``): ``megatron`` is Megatron-LM SC21's practice (TP within a node, 1F1B or
 interleaved 1F1B, full recomputation, no sequence parallelism, gradients all-reduced after the
 backward), ``megatron-sp`` Korthikanti et al. 2022's (selective recomputation and sequence
-parallelism added, the distributed optimizer = ZeRO 1), ``fsdp`` ZeRO 3 / FSDP data
-parallelism without a pipeline, and ``dlsched`` every layout with the data-parallel policy the
-job names (dlsched's own by default). Only ``dlsched`` splits the layers unevenly: Megatron-LM
-then required equal stages (the accounting options came with Megatron-Core).
+parallelism added, the distributed optimizer = ZeRO 1), ``megatron-core`` today's Megatron-Core
+practice as NVIDIA's Megatron-Bridge performance recipes run it (the gradients reduced in
+buckets beside the backward, ``overlap_grad_reduce``, with the distributed optimizer; sequence
+parallelism with TP; no, selective or full recomputation; 1F1B or interleaved 1F1B; the stages
+split evenly or with ``--account-for-embedding/loss-in-pipeline-split``),
+``fsdp`` ZeRO 3 / FSDP data parallelism without a pipeline, and ``dlsched`` every layout with the
+data-parallel policy the job names (dlsched's own by default). ``megatron`` and
+``megatron-sp`` split the layers evenly: Megatron-LM then required equal stages (the accounting
+options came with Megatron-Core). A baseline runs the job's other settings (precision, kernels,
+MoE dispatcher, the weights' gather overlapped or not) as the job names them.
 """
 
 from __future__ import annotations
@@ -68,7 +74,8 @@ SEARCHED_RECOMPUTE = ("none", "selective", "full")
 class Space:
     """What a planner's search may choose (None: anything); ``given_recompute`` and
     ``given_schedules``: modes and schedules it runs only when the user fixes them (ZB-V,
-    DualPipe and DualPipeV: ``job.unit_walk``)."""
+    DualPipe and DualPipeV: ``job.unit_walk``); ``dp_policy``: the gradient reduction the
+    planner's practice runs (None: the job's)."""
 
     name: str
     schedules: tuple[str, ...] = SCHEDULES
@@ -87,12 +94,14 @@ SPACES = {
                       dp_policy="none", splits=("even",)),
     "megatron-sp": Space("megatron-sp", ("1f1b", "interleaved"), ("selective", "full"),
                          (True,), (1,), dp_policy="none", splits=("even",)),
+    "megatron-core": Space("megatron-core", ("1f1b", "interleaved"), SEARCHED_RECOMPUTE, (True,),
+                           (1,), dp_policy="ddp"),
     "fsdp": Space("fsdp", ("1f1b",), SEARCHED_RECOMPUTE, (False, True), (3,), max_pp=1,
                   dp_policy="none", given_recompute=("selective-op",)),
     "dlsched": Space("dlsched", given_recompute=("selective-op",),
                      given_schedules=UNIT_SCHEDULES),
 }
-BASELINES = ("megatron", "megatron-sp", "fsdp")
+BASELINES = ("megatron", "megatron-sp", "megatron-core", "fsdp")
 
 
 @dataclass(frozen=True)
