@@ -95,7 +95,7 @@ def test_expert_all_to_all_overlap_rows_run_merged() -> None:
     (``moe_a2a_overlap``, ``job.evaluation.a2a_overlap``) and comes out faster than the same
     row with its All-to-Alls blocking."""
     ids = [row.id for row in ROWS.values() if "ep_a2a" in row.parallel.overlap]
-    assert len(ids) == 9  # with DeepSeek-V3 26.04.01 on B200 (DeepEP, PP 8 x VP 2)
+    assert len(ids) == 10  # with DeepSeek-V3 26.04.01 on B200 (DeepEP) and 26.08 on GB200
     for row_id in ids:
         assert ROWS[row_id].execution.run.moe_a2a_overlap
         [prediction] = predict_row(ROWS[row_id])
@@ -141,7 +141,7 @@ def test_every_bridge_moe_row_agrees_with_one_flop_count_per_token() -> None:
                  ("gpt-oss-120b", 4096, 0): 27.2e9, ("gpt-oss-120b", 8192, 0): 30.7e9,
                  ("deepseek-v3", 4096, 1): 260e9, ("deepseek-v3", 4096, 0): 249.4e9}
     rows = [row for row in ROWS.values() if row.source == "megatron-bridge-moe"]
-    assert len(rows) == 44
+    assert len(rows) == 45
     for row in rows:
         tflops = float(row.notes.split("published model TFLOP/s per GPU ")[1].split(";")[0])
         flop = tflops * 1e12 / row.value("tokens_per_s_per_gpu")
@@ -167,7 +167,7 @@ def test_the_ledgers_own_count_agrees_with_the_evaluators_on_todays_shapes(
 
 def test_validate_shows_the_moe_line_beside_a_source_with_moe_rows_only() -> None:
     """``validate("megatron-bridge-moe")`` reports its line, ``moe`` and ``all``; the moe
-    line's rows are every source's MoE rows (the source's 44 and Grok 1: 45); a dense source's
+    line's rows are every source's MoE rows (the source's 45 and Grok 1: 46); a dense source's
     report has no moe line."""
     from dlsched.ledger.report import validate
 
@@ -175,6 +175,6 @@ def test_validate_shows_the_moe_line_beside_a_source_with_moe_rows_only() -> Non
     lines = {(s["source"], s["family"]): s for s in report.sources}
     assert {name for name, _ in lines} == {"megatron-bridge-moe", "moe", "all"}
     moe_rows = sum(1 for row in ROWS.values() if row.model.experts)
-    assert lines["moe", "time"]["rows"] == moe_rows == 45
+    assert lines["moe", "time"]["rows"] == moe_rows == 46
     assert lines["moe", "time"]["priced"] >= lines["megatron-bridge-moe", "time"]["priced"]
     assert "moe" not in {s["source"] for s in validate("sc21").sources}
