@@ -110,3 +110,32 @@ def test_the_speedup_over_the_best_baseline_is_on_the_ranking_objective() -> Non
     assert point["speedup_basis"] == "prediction"
     assert point["speedup_vs_best_baseline"] == point["speedup_vs_best_baseline_expected"]
     assert point["speedup_vs_best_baseline"] >= 1 - 1e-12
+
+
+def test_a_given_layout_and_module_list_are_searched_as_given(run_cli: Any) -> None:
+    """``--pipeline-split layout:...`` and ``--recompute modules:...`` (Megatron-Core's
+    options) hold in the searched plan and in the Megatron-Core baseline, which are the only
+    spaces that run them: Qwen3 30B-A3B's 48 layers on 4 stages as 11, 13, 13, 11."""
+    code, out, err = run_cli("plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100",
+                             "--gpus", "32", "--pp", "4", "--ep", "8", "--global-batch", "256",
+                             "--pipeline-split", "layout:Et*11|t*13|t*13|t*11L",
+                             "--recompute", "modules:moe_act,layernorm", "--json")
+    assert code == 0, err
+    row, = json.loads(out)["rows"]
+    assert row["pipeline_split"] == "layout:Et*11|t*13|t*13|t*11L"
+    assert row["recompute"] == "modules:moe_act,layernorm"
+    assert row["best_baseline"] == "megatron-core"
+    assert row["best_baseline_layout"].endswith("modules:moe_act,layernorm zero1 "
+                                                "layout:Et*11|t*13|t*13|t*11L")
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("pipeline_split", "layout:Et*4|(t*4", r"pipeline_split: layout 'Et\*4\|\(t\*4': "),
+    ("pipeline_split", "uneven", r"pipeline_split: 'uneven' is not accepted; accepted: even"),
+    ("recompute", "modules:attention", r"recompute: attention is not a module; accepted: "),
+    ("recompute", "most", r"recompute: unknown recomputation 'most'; accepted: none"),
+])
+def test_a_bad_layout_or_module_list_is_refused_naming_the_field(field: str, value: str,
+                                                                 message: str) -> None:
+    with pytest.raises(ValueError, match=message):  # pydantic's, carrying the ConfigError's
+        PlanScenario(**{**GIVEN, field: value})

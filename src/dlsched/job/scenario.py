@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from dlsched.errors import ConfigError
 from dlsched.goodput.checkpoints import MODES as CHECKPOINT_MODES
 from dlsched.goodput.energy import DEFAULT_PUE
 from dlsched.goodput.failures import DEFAULT_MTBF_GPU_HOURS
 from dlsched.goodput.objective import OBJECTIVES
-from dlsched.inputs import STRICT, Several, choice
-from dlsched.job.evaluation.pipeline_split import SPLITS
+from dlsched.inputs import STRICT, Choices, Several, checked, choice
+from dlsched.job.compute.module_recompute import PREFIX, check_recompute_modules
+from dlsched.job.evaluation.pipeline_split import SPLITS, check_split
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES
 from dlsched.job.execution import (
     CP_ALGORITHMS,
@@ -42,6 +44,16 @@ MAX_COUNT = 10_000_000  # a degree, a batch or a sequence length: beyond any job
 
 def _names(names: tuple[str, ...]) -> str:
     return " | ".join(names)
+
+
+def _check_recompute(value: str) -> None:
+    """ConfigError naming ``recompute`` unless ``value`` is one of ``RECOMPUTE`` or a
+    Megatron-Core module list (``modules:...``, ``job.compute.module_recompute``)."""
+    if value.startswith(PREFIX):
+        check_recompute_modules(value)
+    elif value not in RECOMPUTE:
+        raise ConfigError(f"unknown recomputation {value!r}; accepted: "
+                          + ", ".join((*RECOMPUTE, "modules:<list>")), "recompute")
 
 
 class PlanScenario(BaseModel):
@@ -172,20 +184,26 @@ class PlanScenario(BaseModel):
     dp: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description="Data-parallel degree.")] = None
     chunks: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
         "Model chunks per pipeline rank (interleaved schedule)."))] = None
-    pipeline_split: Annotated[choice(SPLITS, "pipeline split") | None, Field(description=(
+    pipeline_split: Annotated[Annotated[checked(check_split), Choices(
+        (*SPLITS, "layout:<Megatron-Core layout>"))] | None, Field(description=(
         f"Layers over the PP x chunks virtual stages: {_names(SPLITS)} (Megatron-Core's "
         "--account-for-embedding/loss-in-pipeline-split: each counted as a layer, the "
-        "first/last stage one layer fewer); searched (given layouts: the first accepted) if "
-        "not given."))] = None
+        "first/last stage one layer fewer), or layout:<string>, every stage listed as "
+        "Megatron-Core's --pipeline-model-parallel-layout lists it (E embedding, t layer, m "
+        "MTP module, L loss, | between stages; e.g. DeepSeek-V3's 'layout:Et*4|(t*4|)*14tmL' "
+        "at PP 16); searched (given layouts: the first accepted) if not given."))] = None
     microbatch_size: Annotated[int | None, Field(ge=1, le=MAX_COUNT, description=(
         "Sequences per microbatch."))] = None
     schedule: Annotated[choice(SCHEDULES + UNIT_SCHEDULES, "schedule") | None, Field(
         description=(f"{_names(SCHEDULES + UNIT_SCHEDULES)} (the last three: ZB-V, DualPipe "
                      "and DualPipeV with its overlapped F & B pairs; priced when given, not "
                      "searched)."))] = None
-    recompute: Annotated[choice(RECOMPUTE, "recomputation") | None, Field(description=(
+    recompute: Annotated[Annotated[checked(_check_recompute), Choices(
+        (*RECOMPUTE, "modules:<list>"))] | None, Field(description=(
         "none | selective | full | selective-op (TorchTitan's per-op policy: every other "
-        "matmul kept; priced when given, not searched)."))] = None
+        "matmul kept) | modules:<list> (Megatron-Core's --recompute-modules, comma-separated: "
+        "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts); the last two "
+        "priced when given, not searched."))] = None
     sequence_parallel: Annotated[bool | None, Field(description=(
         "Megatron sequence parallelism (searched if not given)."))] = None
     zero: Annotated[int | None, Field(ge=0, le=3, description="ZeRO stage (3 = FSDP).")] = None

@@ -40,6 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
+from dlsched.job.compute.module_recompute import modules_of
 from dlsched.job.evaluation.evaluate import (
     Job,
     JobResult,
@@ -49,6 +50,7 @@ from dlsched.job.evaluation.evaluate import (
     evaluate,
     pipeline_times,
 )
+from dlsched.job.evaluation.pipeline_layout import layout_of
 from dlsched.job.evaluation.pipeline_split import SPLITS, feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_CHUNKS, UNIT_SCHEDULES, check_unit_schedule
 from dlsched.job.execution import SCHEDULES, SEARCHED_CP_ALGORITHMS, ZERO_STAGES, Execution
@@ -75,7 +77,9 @@ class Space:
     """What a planner's search may choose (None: anything); ``given_recompute`` and
     ``given_schedules``: modes and schedules it runs only when the user fixes them (ZB-V,
     DualPipe and DualPipeV: ``job.unit_walk``); ``dp_policy``: the gradient reduction the
-    planner's practice runs (None: the job's)."""
+    planner's practice runs (None: the job's); ``given_core_options``: it runs a Megatron-Core
+    pipeline layout (``layout:...``) or per-module recomputation (``modules:...``) the user
+    gives (Megatron-Core's options: not Megatron-LM 2021-22's nor FSDP's)."""
 
     name: str
     schedules: tuple[str, ...] = SCHEDULES
@@ -87,6 +91,7 @@ class Space:
     splits: tuple[str, ...] = SPLITS
     given_recompute: tuple[str, ...] = ()
     given_schedules: tuple[str, ...] = ()
+    given_core_options: bool = False
 
 
 SPACES = {
@@ -95,11 +100,11 @@ SPACES = {
     "megatron-sp": Space("megatron-sp", ("1f1b", "interleaved"), ("selective", "full"),
                          (True,), (1,), dp_policy="none", splits=("even",)),
     "megatron-core": Space("megatron-core", ("1f1b", "interleaved"), SEARCHED_RECOMPUTE, (True,),
-                           (1,), dp_policy="ddp"),
+                           (1,), dp_policy="ddp", given_core_options=True),
     "fsdp": Space("fsdp", ("1f1b",), SEARCHED_RECOMPUTE, (False, True), (3,), max_pp=1,
                   dp_policy="none", given_recompute=("selective-op",)),
     "dlsched": Space("dlsched", given_recompute=("selective-op",),
-                     given_schedules=UNIT_SCHEDULES),
+                     given_schedules=UNIT_SCHEDULES, given_core_options=True),
 }
 BASELINES = ("megatron", "megatron-sp", "megatron-core", "fsdp")
 
@@ -175,6 +180,11 @@ def _inner(choice: Execution, space: Space, degrees: tuple[int, int, int, int, i
     splits = tuple(s for s in space.splits if s == fixed.get("pipeline_split", s))
     modes = space.recompute + tuple(mode for mode in space.given_recompute
                                     if fixed.get("recompute") == mode)
+    if space.given_core_options:  # a layout or module list the user gives
+        if layout_of(str(fixed.get("pipeline_split", ""))):
+            splits = (str(fixed["pipeline_split"]),)
+        if modules_of(str(fixed.get("recompute", ""))):
+            modes = (str(fixed["recompute"]),)
     for mb in sizes:
         if choice.global_batch % (mb * dp) or choice.global_batch > MAX_MICROBATCHES * mb * dp:
             continue  # the pipeline simulator refining the shortlist takes MAX_MICROBATCHES

@@ -49,6 +49,7 @@ two layers, then the MTP module and the loss: 61 layers + 3 = 64 = 32 x 2 slots)
 
 from __future__ import annotations
 
+from contextlib import suppress
 from functools import lru_cache
 
 from dlsched.errors import ConfigError, check_choice
@@ -127,10 +128,15 @@ def rank_layers(layers: int, pp: int, chunks: int, split: str, rank: int,
 def feasible_splits(layers: int, pp: int, chunks: int,
                     among: tuple[str, ...] = SPLITS, mtp: int = 0) -> tuple[str, ...]:
     """The splits of ``among`` Megatron-Core accepts for ``layers`` over ``pp x chunks``
-    stages, in their order, each placing the layers differently (of two that place them alike,
-    e.g. the even and the accounted split at ``pp x chunks`` <= 2, the first is kept)."""
+    stages (a layout: where it lists that many), in their order, each placing the layers
+    differently (of two that place them alike, e.g. the even and the accounted split at ``pp x
+    chunks`` <= 2, the first is kept)."""
     found: dict[tuple[range, ...], str] = {}
     for split in among:
+        if layout_of(split):  # a layout fits the stages it lists, or none
+            with suppress(ConfigError):
+                found.setdefault(layout_spans(layout_of(split), layers, pp, chunks, mtp), split)
+            continue
         embedding, loss = ACCOUNTED[split]
         slots = layers + embedding + loss * (1 + mtp)
         if slots % (pp * chunks) == 0 and slots // (pp * chunks) >= loss * (1 + mtp):
