@@ -30,7 +30,7 @@ A100_PEAK = 312e12  # FLOP/s, A100 dense FP16/BF16 (datasheet), the peak both pa
 def test_every_source_loads_with_its_published_row_count() -> None:
     counts = Counter(row.source for row in ROWS)
     assert counts == {"sc21": 10, "korthikanti": 8, "megatron-h100": 9, "torchtitan": 42,
-                      "megatron-bridge": 10, "dgxc": 15, "megatron-bridge-moe": 45}
+                      "megatron-bridge": 10, "dgxc": 20, "megatron-bridge-moe": 45}
     assert len(ROWS) >= 50
     assert [row.id for row in load_ledger("korthikanti")] == \
         [row.id for row in ROWS if row.source == "korthikanti"]
@@ -323,7 +323,8 @@ DGXC_PUBLISHED = {
     "grok1-314b-bf16-512gpu": (526493, 8, 128)}
 
 
-@pytest.mark.parametrize("row", load_ledger("dgxc"), ids=lambda row: row.id)
+@pytest.mark.parametrize("row", [row for row in load_ledger("dgxc")
+                                 if row.model.name != "deepseek-v3"], ids=lambda row: row.id)
 def test_dgxc_rows_cite_their_table_and_agree_with_its_columns(row: LedgerRow) -> None:
     """Each row cites the README at its commit, the table, the GPU column and the row (the
     step time); sequence x GBS / step time gives the printed throughput (8192 x 128 / 12.27 s =
@@ -342,6 +343,44 @@ def test_dgxc_rows_cite_their_table_and_agree_with_its_columns(row: LedgerRow) -
     assert par.global_batch // (par.microbatch_size * par.dp) == ga
     assert (par.cp, par.cp_algorithm, par.precision) == (2, "ring", "bf16")
     assert row.supported and row.unpublished == () and row.hardware.inter_node_gbps_per_gpu == 400
+
+
+# deepseek_v3/pretraining/README.md (68eaf7e; 1f6d9f4 for 512 H100s): per row the printed
+# throughput (tokens/s over the job), DP and GA columns, and the stages' layer counts the
+# performance script sets (64 / PP - 1 first, 64 / PP - 2 last, the rest shared equally).
+DGXC_DEEPSEEK = {
+    "dgxc-2505-h100-deepseek-v3-bf16-1024gpu": (644781.55, 32, 256, [3] + [4] * 14 + [2]),
+    "dgxc-2505.04-h100-deepseek-v3-bf16-512gpu": (342755.90, 32, 128, [7] + [8] * 6 + [6]),
+    "dgxc-2505-gb200-deepseek-v3-bf16-128gpu": (122755.33, 16, 64, [15, 16, 16, 14]),
+    "dgxc-2505-gb200-deepseek-v3-bf16-256gpu": (245323.97, 32, 64, [15, 16, 16, 14]),
+    "dgxc-2505-gb200-deepseek-v3-bf16-512gpu": (489502.71, 64, 64, [15, 16, 16, 14])}
+
+
+@pytest.mark.parametrize("row_id", DGXC_DEEPSEEK)
+def test_dgxc_deepseek_rows_agree_with_their_tables_and_the_scripts_split(row_id: str) -> None:
+    """Each DeepSeek-V3 row: sequence 4096 x GBS / step time gives the printed throughput
+    (4096 x 1024 / 34.168 s = 122,755.33 tokens/s), TP 2 x PP x DP = GPUs with the printed DP,
+    GBS = 8 x GPUs (launch.sh) with the printed GA; the layout places 64 / PP - 1 layers
+    on the first stage and 64 / PP - 2 on the last (61 in all, the MTP module beside the loss);
+    the vocabulary is the tokenizer's padded to 1280 x TP 2 (51 x 2560 = 130,560); attention
+    is cuDNN's fused kernel on H100 but unfused on GB200 (Transformer Engine <= 2.4 refuses
+    head dims over 128 on sm100: MLA's keys are 192 wide)."""
+    row = BY_ID[row_id]
+    tokens_s, dp, ga, layers = DGXC_DEEPSEEK[row_id]
+    par, gpus = row.parallel, row.hardware.gpus
+    assert row.citation.startswith("NVIDIA/dgxc-benchmarking deepseek_v3/pretraining/README.md")
+    system = {"h100-sxm": "H100", "gb200": "GB200"}[row.hardware.gpu]
+    assert f"column {gpus}x {system} GPUs, row Training step time" in row.citation
+    assert row.model.seq * par.global_batch / row.value("iteration_s") == \
+        pytest.approx(tokens_s, abs=1)
+    assert (par.tp, par.dp, par.tp * par.pp * par.dp) == (2, dp, gpus)
+    assert par.global_batch == 8 * gpus and par.global_batch // (par.microbatch_size * dp) == ga
+    spans = row.execution.stage_layers(row.model.layers, row.model.mtp_layers)
+    assert [len(span) for span in spans] == layers and sum(layers) == 61
+    assert (layers[0], layers[-1]) == (64 // par.pp - 1, 64 // par.pp - 2)
+    assert row.model.vocab == 51 * 1280 * 2 and row.model.mtp_layers == 1
+    assert par.attention == ("unfused" if row.hardware.gpu == "gb200" else "fused")
+    assert row.supported and row.unpublished == ()
 
 
 def test_dgxc_grok1_is_an_expert_parallel_row_with_its_folding() -> None:

@@ -167,7 +167,8 @@ def test_the_ledgers_own_count_agrees_with_the_evaluators_on_todays_shapes(
 
 def test_validate_shows_the_moe_line_beside_a_source_with_moe_rows_only() -> None:
     """``validate("megatron-bridge-moe")`` reports its line, ``moe`` and ``all``; the moe
-    line's rows are every source's MoE rows (the source's 45 and Grok 1: 46); a dense source's
+    line's rows are every source's MoE rows (the source's 45, dgxc's Grok 1 and its five
+    DeepSeek-V3 rows: 51); a dense source's
     report has no moe line."""
     from dlsched.ledger.report import validate
 
@@ -175,6 +176,6 @@ def test_validate_shows_the_moe_line_beside_a_source_with_moe_rows_only() -> Non
     lines = {(s["source"], s["family"]): s for s in report.sources}
     assert {name for name, _ in lines} == {"megatron-bridge-moe", "moe", "all"}
     moe_rows = sum(1 for row in ROWS.values() if row.model.experts)
-    assert lines["moe", "time"]["rows"] == moe_rows == 46
+    assert lines["moe", "time"]["rows"] == moe_rows == 51
     assert lines["moe", "time"]["priced"] >= lines["megatron-bridge-moe", "time"]["priced"]
     assert "moe" not in {s["source"] for s in validate("sc21").sources}
