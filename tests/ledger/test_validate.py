@@ -81,6 +81,24 @@ def test_every_ledger_row_is_reported_with_the_fields_the_issue_names(report) ->
     json.dumps(report.rows)  # plain data
 
 
+def test_each_published_layout_is_checked_as_the_plan_search_checks_memory(report) -> None:
+    """Every priced record says whether the search's memory check admits the published layout:
+    admitted exactly when its memory per GPU fits the GPU less the runtime reserve and the
+    fragmentation margin (never when it exceeds the GPU); SC21's 1.7B row (TP 1 on 80 GB
+    A100s, ZeRO 0) is, holding at least Megatron's 18 B of model state a parameter."""
+    for record in report.rows:
+        if record["predicted"] is None:
+            assert record["memory_admitted"] is None
+            continue
+        memory, capacity = record["memory_per_gpu_gib"], record["gpu_memory_gib"]
+        assert memory > 0 and capacity > 0
+        if memory > capacity:
+            assert record["memory_admitted"] is False
+    small = next(r for r in report.rows if r["id"] == "sc21-t1-gpt-1.7b")
+    assert small["memory_admitted"] is True
+    assert 1.7e9 * 18 / 2**30 < small["memory_per_gpu_gib"] < small["gpu_memory_gib"] == 80
+
+
 def test_predicted_rates_follow_the_sources_own_formulas(report) -> None:
     """SC21's TFLOP/s is Eq. 3 over the predicted iteration; Korthikanti's MFU its model FLOP
     over the iteration and the A100's 312 TFLOP/s; the records' parts add up to the

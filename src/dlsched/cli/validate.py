@@ -97,6 +97,8 @@ def validate(
 
 
 def _print(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> None:
+    from dlsched.pipeline.chains.memory_model import FRAGMENTATION
+
     priced = [row for row in rows if row["predicted"] is not None]
     render_table(priced, ROW_COLUMNS, title="Predicted against published (each metric in its "
                  "published unit; error = predicted / published - 1)", console=console)
@@ -110,6 +112,15 @@ def _print(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> None:
                 reasons[row["reason"]].append(row["id"])
         for reason, ids in reasons.items():
             print(f"  {len(ids)}: {reason}: {', '.join(ids)}")
+    refused = {row["id"]: row for row in priced if row["memory_admitted"] is False}
+    admitted = len({row["id"] for row in priced}) - len(refused)
+    print(f"Published layouts dlsched plan's memory check admits: {admitted} of "
+          f"{admitted + len(refused)} priced rows (each ran; a refused one is a layout the "
+          "search would rule out: memory per GPU GiB > the GPU's, less its runtime reserve "
+          f"and a {FRAGMENTATION:.0%} fragmentation margin)")
+    for key, row in refused.items():
+        print(f"  refused: {key}: {row['memory_per_gpu_gib']:.1f} GiB of "
+              f"{row['gpu_memory_gib']:.1f}")
     render_table(sources, SOURCE_COLUMNS, title="Per source (scored rows: one time-derived "
                  "metric per row; errors in %)", console=console)
 

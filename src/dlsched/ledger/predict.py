@@ -34,6 +34,12 @@ dense peak), ``tokens_per_s_per_gpu`` (global batch x sequence / iteration / GPU
 ``scored`` marks the one time-derived metric of the row that the
 statistics count (the first the row publishes; MFU and HFU published beside an iteration time
 follow from it and would count the same error twice) and the memory metric (its own family).
+``admitted`` says whether ``dlsched plan``'s search would admit the published layout, by the
+memory check it asks of every layout (``job.memory.per_gpu.MemoryBreakdown.fits``: the
+evaluator's memory per GPU within the GPU's memory less the runtime reserve and a
+fragmentation margin); every published layout ran, so one refused is a layout the planner
+would wrongly rule out. ``memory_gib`` is that memory per GPU (GiB) and ``capacity_gib`` the
+GPU's.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.evaluation.evaluate import Job, JobResult, check_run, evaluate
 from dlsched.job.execution import Execution
+from dlsched.job.memory.per_gpu import peak_memory
 from dlsched.ledger.memory import memory_unmodelled, published_memory_gib
 from dlsched.ledger.schema import GPU_PRESETS, NO_PRESET, LedgerRow, by_row_key
 
@@ -84,6 +91,9 @@ class Prediction:
     scored: bool
     held_out: bool
     breakdown: dict[str, float] = field(default_factory=dict)
+    admitted: bool | None = None
+    memory_gib: float | None = None
+    capacity_gib: float | None = None
 
     @property
     def family(self) -> str:
@@ -170,8 +180,13 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
                   if m.metric in MEMORY_METRICS else metric_value(m.metric, job, result)
                   for m in row.measured}
         reason, parts = None, breakdown(job, result)
+        run = layout.run
+        memory = peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
+                             run.runtime)
+        fit = (memory.fits(job.cluster.memory), memory.total / 2**30, job.cluster.memory / 2**30)
     except ConfigError as error:  # the evaluator's refusals by field: the row's key for it
         reason, values, parts = str(by_row_key(error)).removeprefix(f"{row.id}: "), {}, {}
+        fit = (None, None, None)
     held_out = row.id not in FITTED_ROWS  # the fits are compute constants: memory held out
     first_time = next((m.metric for m in row.measured if m.metric in TIME_METRICS), None)
     unmodelled = reason or memory_unmodelled(row)
@@ -181,7 +196,7 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
     return [Prediction(row, m.metric, m.value, values.get(m.metric),
                        unmodelled if m.metric in MEMORY_METRICS else reason,
                        m.metric == first_time or m.metric in MEMORY_METRICS,
-                       held_out or m.metric in MEMORY_METRICS, parts)
+                       held_out or m.metric in MEMORY_METRICS, parts, *fit)
             for m in row.measured]
 
 

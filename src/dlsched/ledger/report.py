@@ -4,8 +4,10 @@
 errors of the others), and returns the records of the requested source: per published metric
 ``id``, ``source``, ``metric``, ``unit``, ``published``, ``predicted``, ``error``, ``low``,
 ``high`` (the 90% interval on the published value, ``dlsched.ledger.score``), ``covered``,
-``interval_method``, ``scored``, ``held_out``, ``supported`` and ``reason``, and the predicted
-iteration's parts (seconds); per source and family the ``SourceStats`` fields, and the same
+``interval_method``, ``scored``, ``held_out``, ``supported`` and ``reason``, the predicted
+iteration's parts (seconds), and whether the plan search's memory check admits the published
+layout (``memory_admitted``, with ``memory_per_gpu_gib`` and ``gpu_memory_gib``:
+``ledger.predict``); per source and family the ``SourceStats`` fields, and the same
 over every source's mixture-of-experts rows (``moe``) and over all rows (``all``).
 
 ``expected_errors()`` reads the recorded mean absolute error per source
@@ -53,7 +55,9 @@ def record(prediction: Prediction, interval: Interval | None) -> dict[str, Any]:
             "interval_calibration_rows": None if interval is None else interval.n,
             "scored": prediction.scored, "held_out": prediction.held_out,
             "supported": prediction.predicted is not None, "reason": prediction.reason,
-            **{f"predicted_{key}": prediction.breakdown.get(key) for key in BREAKDOWN_KEYS}}
+            **{f"predicted_{key}": prediction.breakdown.get(key) for key in BREAKDOWN_KEYS},
+            "memory_admitted": prediction.admitted, "memory_per_gpu_gib": prediction.memory_gib,
+            "gpu_memory_gib": prediction.capacity_gib}
 
 
 def validate(source: str | None = None) -> LedgerReport:
