@@ -27,6 +27,10 @@ current scaling keep each linear's FP8 weight and its transpose (MXFP8 both with
 beside the 16-bit weights, counted in the weights of the stage's layers; torchao's casts are
 transient. Counted here, so the search's memory check and the plan's memory are one number.
 
+**TE FP8 saved inputs** (``job.memory.te_fp8_stash``): under Transformer Engine's recipes a
+linear keeps its input quantized (1 byte, MXFP8 with its scales), not the 16-bit tensor the
+stash below counts; the difference comes off each layer's stash.
+
 **Parameters of a stage**: ``job.memory.parameters``.
 
 **Activations** (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
@@ -127,6 +131,7 @@ from dlsched.job.memory.sharded_units import (
     layer_parameters_per_gpu,
     layer_unit,
 )
+from dlsched.job.memory.te_fp8_stash import dense_discount, moe_discount
 from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import PRECISIONS
 from dlsched.pipeline.chains.memory_model import (
@@ -296,6 +301,7 @@ def layer_activations(spec: Model, layout: Execution, precision: str,
         none = _per_gpu(block.stash + scores, whole_none, t) + widths / t
     kept = _per_gpu(block.input, whole_input, t)
     copy = AUTOCAST_COPY_BYTES * layer_parameters_per_gpu(spec, t) if precision == "autocast" else 0
+    copy -= sum(dense_discount(spec, layout, p))  # TE FP8's saved inputs: job.memory.te_fp8_stash
     if layout.recompute == "full":
         return kept, none + copy - kept
     if layout.recompute == "selective":
@@ -333,7 +339,7 @@ def chunk_stash(spec: Model, layout: Execution, precision: str,
             span = layer_indices(spec, layout, stage, chunk)
             acts[0] += spec.moe_layers_in(span.start, span.stop) * (
                 moe_stash_delta(spec, layout, p) + layer_saving(spec, layout, p, moe=False)
-                - layer_saving(spec, layout, p, moe=True))
+                - layer_saving(spec, layout, p, moe=True) + _te_moe(spec, layout, p))
     if first is not None:
         embedding = embedding_memory(s, b, h, p, False, layout.sequence_parallel)
         ids = TOKEN_ID_BYTES * s * b  # every TP rank reads all the token ids, SP or not
@@ -348,10 +354,17 @@ def chunk_stash(spec: Model, layout: Execution, precision: str,
         chunks[last][1] += logits
         for module in range(spec.mtp_layers):  # job.compute.mtp: a layer, 2h input, head again
             moe = mtp_layer_is_moe(spec, module) and layout.recompute != "full"
-            chunks[last][0] += (layer + (moe_stash_delta(spec, layout, p) if moe else 0.0)
+            chunks[last][0] += (layer + (moe_stash_delta(spec, layout, p)
+                                         + _te_moe(spec, layout, p) if moe else 0.0)
                                 + p * s * b * 2 * h / t + _block_per_gpu(head, t) - logits)
             chunks[last][1] += logits
     return [(acts, logits) for acts, logits in chunks]
+
+
+def _te_moe(spec: Model, layout: Execution, p: int) -> float:
+    """An MoE layer's TE FP8 stash beyond a dense layer's: the dense FFN's discount back,
+    the experts' off (``job.memory.te_fp8_stash``)."""
+    return dense_discount(spec, layout, p)[1] - moe_discount(spec, layout, p)
 
 
 def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 0,

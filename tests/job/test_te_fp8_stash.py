@@ -1,0 +1,69 @@
+"""Transformer Engine's FP8 linears keep their inputs quantized (job.memory.te_fp8_stash): one
+layer's saved bytes by hand, dense and MoE, under each recipe and recomputation."""
+
+from __future__ import annotations
+
+import pytest
+
+from dlsched.job.execution import Execution
+from dlsched.job.memory.per_gpu import chunk_stash, layer_activations
+from dlsched.job.memory.te_fp8_stash import dense_discount, moe_discount, saved_bytes
+from dlsched.job.model_spec import Model
+from dlsched.job.run_settings import RunSettings
+
+# h = 64, 4 heads of 16, s = 32, FFN 4h = 256 (GeLU, 2 matrices), b = 1.
+SMALL = Model("small", layers=4, hidden=64, heads=4, seq=32, vocab=256)
+# 8 experts of width 32, top 2, every layer MoE, no shared expert; gated (3 matrices).
+MOE = Model("moe", layers=2, hidden=64, heads=4, seq=32, vocab=256, ffn_hidden=128,
+            gated_ffn=True, experts=8, top_k=2, expert_ffn_hidden=32)
+
+
+def layout(recipe: str | None, recompute: str = "none", tp: int = 2, sp: bool = True,
+           **fields) -> Execution:
+    run = RunSettings("fp8" if recipe else "bf16", fp8_recipe=recipe, attention="flash")
+    return Execution(tp=tp, pp=1, dp=1, microbatch_size=1, global_batch=1, recompute=recompute,
+                     sequence_parallel=sp, run=run, **fields)
+
+
+def test_saved_bytes_per_recipe():
+    assert saved_bytes("current") == saved_bytes("delayed") == 1.0
+    assert saved_bytes("mxfp8") == pytest.approx(33 / 32)  # 1 B + one E8M0 scale per 32
+    assert saved_bytes("tensorwise") is None and saved_bytes(None) is None  # torchao, bf16
+
+
+def test_dense_layer_by_hand():
+    """TP 2 with SP: QKV's and FC1's inputs (s h / t = 1,024 elements each) and FC2's (s f / t
+    = 4,096) at 1 byte instead of 2: 6,144 bytes less; delayed also keeps linear_proj's FP8
+    copy of the core's output (s a / t = 1,024 bytes)."""
+    assert dense_discount(SMALL, layout("current"), 2) == (1024.0, 1024.0 + 4096.0)
+    assert dense_discount(SMALL, layout("delayed"), 2) == (0.0, 5120.0)
+    attention, ffn = dense_discount(SMALL, layout("mxfp8"), 2)
+    assert attention + ffn == pytest.approx(6144 * (2 - 33 / 32))
+    # without SP the QKV and FC1 inputs are whole on every rank (s h = 2,048 each)
+    assert dense_discount(SMALL, layout("current", sp=False), 2) == (2048.0, 2048.0 + 4096.0)
+    bf16, fp8 = (layer_activations(SMALL, layout(r), "fp8" if r else "bf16")[0]
+                 for r in (None, "current"))
+    assert bf16 - fp8 == 6144.0
+
+
+def test_recomputed_inputs_get_no_discount():
+    assert dense_discount(SMALL, layout("current", "full"), 2) == (0.0, 0.0)
+    assert dense_discount(SMALL, layout("current", "modules:layernorm"), 2) == (0.0, 4096.0)
+    assert dense_discount(SMALL, layout("current", "modules:mlp"), 2) == (1024.0, 1024.0)
+    assert dense_discount(SMALL, layout("current", "selective"), 2) == (1024.0, 5120.0)
+    assert dense_discount(SMALL, layout("tensorwise"), 2) == (0.0, 0.0)  # torchao's own
+
+
+def test_moe_layer_by_hand():
+    """TP 1, EP 1: R = s k = 64 routed tokens; fc1's input R h = 4,096 and fc2's R f_e = 2,048
+    elements at 1 byte instead of 2; moe_act frees fc2's input (its discount goes), moe the
+    whole stash. The MoE layer's stash is the dense FFN's discount back plus this off."""
+    assert moe_discount(MOE, layout("current", tp=1, sp=False), 2) == 6144.0
+    assert moe_discount(MOE, layout("current", "modules:moe_act", tp=1, sp=False), 2) == 4096.0
+    assert moe_discount(MOE, layout("current", "modules:moe", tp=1, sp=False), 2) == 0.0
+    shared = MOE.replace(shared_experts=1)  # FC2 input s f_e = 1,024 less, FC1's copy 2,048 more
+    assert moe_discount(shared, layout("current", tp=1, sp=False), 2) == 6144.0 + 1024 - 2048
+    bf16 = chunk_stash(MOE, layout(None, tp=1, sp=False), "bf16", 0)[0][0]
+    fp8 = chunk_stash(MOE, layout("current", tp=1, sp=False), "fp8", 0)[0][0]
+    # per layer: attention's QKV input s h = 2,048 B less, the MoE FFN 6,144 B less
+    assert bf16 - fp8 == 2 * (2048.0 + 6144.0)
