@@ -53,6 +53,7 @@ from dlsched.job.communication.collective_costs import curve
 from dlsched.job.communication.context_parallel import core_shape, local_tokens
 from dlsched.job.communication.sp_relayout import relayout_seconds
 from dlsched.job.communication.tp_overlap import overlapped_tp
+from dlsched.job.compute.attention_dropout import with_attention_dropout
 from dlsched.job.compute.attention_sinks import with_sink_casts
 from dlsched.job.compute.bias_dropout import with_unfused_bias_dropout
 from dlsched.job.compute.block_pricing import (
@@ -161,9 +162,10 @@ def decoder_model(spec: Model, depth: int = 1, cp: int = 1,
             model = with_unfused_rope(model, *_attention_heads(spec, cp))
         if attention == "flash":  # PyTorch's SDPA (TE's flash backend: rank_decoder)
             model = with_kv_repeat(model, *_attention_heads(spec, cp))
-        return model
+        return with_attention_dropout(model, spec.attention_dropout)
     tokens = local_tokens(spec, cp)
-    return with_mla(model, spec, *(core or (tokens, tokens, spec.heads)), attention)
+    model = with_mla(model, spec, *(core or (tokens, tokens, spec.heads)), attention)
+    return with_attention_dropout(model, spec.attention_dropout)  # job.compute.attention_dropout
 
 
 def te_attention(attention: str, transformer_impl: str) -> bool:
