@@ -1,12 +1,15 @@
 """Transformer Engine's FP8 linears keep their inputs quantized (job.memory.te_fp8_stash): one
-layer's saved bytes by hand, dense and MoE, under each recipe and recomputation."""
+layer's saved bytes by hand, dense and MoE, under each recipe and recomputation; the FP8
+linear weights a rank holds and FP8 primary weights (job.memory.fp8_weights)."""
 
 from __future__ import annotations
 
 import pytest
 
+from dlsched.errors import ConfigError
 from dlsched.job.execution import Execution
-from dlsched.job.memory.per_gpu import chunk_stash, layer_activations
+from dlsched.job.memory.fp8_weights import fp8_linear_parameters, primary_saving
+from dlsched.job.memory.per_gpu import chunk_stash, layer_activations, memory_per_gpu
 from dlsched.job.memory.te_fp8_stash import dense_discount, moe_discount, saved_bytes
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
@@ -21,8 +24,9 @@ MOE = Model("moe", layers=2, hidden=64, heads=4, seq=32, vocab=256, ffn_hidden=1
 def layout(recipe: str | None, recompute: str = "none", tp: int = 2, sp: bool = True,
            **fields) -> Execution:
     run = RunSettings("fp8" if recipe else "bf16", fp8_recipe=recipe, attention="flash")
-    return Execution(tp=tp, pp=1, dp=1, microbatch_size=1, global_batch=1, recompute=recompute,
-                     sequence_parallel=sp, run=run, **fields)
+    base = dict(tp=tp, pp=1, dp=1, microbatch_size=1, global_batch=1, recompute=recompute,
+                sequence_parallel=sp, run=run)
+    return Execution(**{**base, **fields})
 
 
 def test_saved_bytes_per_recipe():
@@ -67,3 +71,27 @@ def test_moe_layer_by_hand():
     fp8 = chunk_stash(MOE, layout("current", tp=1, sp=False), "fp8", 0)[0][0]
     # per layer: attention's QKV input s h = 2,048 B less, the MoE FFN 6,144 B less
     assert bf16 - fp8 == 2 * (2048.0 + 6144.0)
+
+
+def test_fp8_linear_weights_by_hand():
+    """SMALL's attention linears 64 x 192 + 64 x 64 = 16,384 elements, its FFN 2 x 64 x 256 =
+    32,768: 4 layers over TP 2 hold 98,304 FP8-linear parameters; MOE's routed experts
+    8 x 3 x 64 x 32 = 49,152 per layer, over EP 2: 24,576 per GPU per layer."""
+    assert fp8_linear_parameters(SMALL, layout("current"), 0) == (98_304.0, 0.0)
+    moe = layout("current", tp=1, sp=False, dp=2, ep=2, global_batch=2)
+    attention = 64 * (64 + 2 * 64) + 64 * 64
+    assert fp8_linear_parameters(MOE, moe, 0) == (2.0 * attention, 2 * 24_576.0)
+
+
+def test_fp8_primary_weights_drop_the_16_bit_copy():
+    """With --fp8-param-gather the FP8 linears keep no 16-bit weight: 2 B x 98,304 less; the
+    FP8 copies (data and transpose, 2 x 98,304 B) stay."""
+    plain = layout("current")
+    primary = layout("current").with_run(fp8_param_gather=True)
+    assert primary_saving(plain, (2.0, 2.0), (98_304.0, 0.0)) == 0.0
+    weights = [memory_per_gpu(SMALL, lay, "fp8").weights for lay in (plain, primary)]
+    assert weights[0] - weights[1] == 2 * 98_304
+    bf16 = memory_per_gpu(SMALL, layout(None), "bf16").weights
+    assert weights[0] - bf16 == 2 * 98_304  # the cached FP8 weight and its transpose
+    with pytest.raises(ConfigError, match="fp8_param_gather"):
+        RunSettings("bf16", fp8_param_gather=True)

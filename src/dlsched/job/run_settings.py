@@ -64,6 +64,10 @@ module named with each prices it):
   FusedAdam handed the half model's parameters, as vTrain's simulator models its measured
   runs; ``job.communication.dp_sync`` prices its step, ``job.memory.per_gpu.state_bytes``
   drops the 4-byte master copy from the optimizer state).
+- ``fp8_param_gather``: Megatron-Core's FP8 primary weights (``--fp8-param-gather``; only with
+  Transformer Engine's ``fp8_recipe``): the FP8 linears' parameters are TE's quantized
+  tensors, no 16-bit copy (``job.memory.fp8_weights``; memory only: the distributed
+  optimizer's parameter all-gather is still priced at 16 bits).
 
 The checks here need the settings alone; those that relate them to the model or the GPU
 (eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are
@@ -91,6 +95,7 @@ from dlsched.job.run_choices import (
     config_errors,
 )
 
+TE_FP8_RECIPES = ("delayed", "current", "mxfp8")  # Transformer Engine's (job.compute.fp8)
 VALUE_CHECKED = tuple(name for name in RUN_CHOICES
                       if name not in ("ops", "fp8_recipe", "grad_reduce"))
 """The settings whose value alone decides whether it is accepted (``check_setting``): ``ops``
@@ -126,8 +131,13 @@ class RunSettings:
     cuda_graph: str = "none"
     master_weights: bool = True
     pipeline_outputs: str = "none"
+    fp8_param_gather: bool = False
 
     def __post_init__(self) -> None:
+        if self.fp8_param_gather and self.fp8_recipe not in TE_FP8_RECIPES:
+            raise ConfigError(f"needs a Transformer Engine fp8_recipe ("
+                              f"{', '.join(TE_FP8_RECIPES)}; got {self.fp8_recipe})",
+                              "fp8_param_gather")
         if self.ops not in OPS:
             raise ConfigError(f"ops: {self.ops!r} is not one of {', '.join(OPS)}")
         for name in VALUE_CHECKED:

@@ -206,7 +206,9 @@ class Parallelism(_Strict):
     main gradients after). ``fp8_recipe`` (with ``precision`` fp8): how the linear layers run
     in FP8 (``job.compute.fp8``: Transformer Engine's ``delayed``, ``current``, ``mxfp8``;
     torchao's ``tensorwise``, ``rowwise``, ``rowwise_with_gw_hp``); ``fp8_all_gather``: FSDP
-    gathers the weights in FP8 (torchao's ``enable_fsdp_float8_all_gather``). ``overlap``
+    gathers the weights in FP8 (torchao's ``enable_fsdp_float8_all_gather``);
+    ``fp8_param_gather``: Megatron-Core's FP8 primary weights (``--fp8-param-gather``,
+    ``job.memory.fp8_weights``). ``overlap``
     ``ep_a2a``: the MoE layers' expert-parallel All-to-Alls overlapped with another
     microbatch's compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm`` with
     ``--delay-wgrad-compute``). ``cross_entropy``:
@@ -248,6 +250,7 @@ class Parallelism(_Strict):
     fp8_recipe: Literal["delayed", "current", "mxfp8", "tensorwise", "rowwise",
                         "rowwise_with_gw_hp"] | None = None
     fp8_all_gather: bool = False
+    fp8_param_gather: bool = False
     overlap: tuple[Overlap, ...] = ()
     torch_compile: bool = False
     attention: Literal["unfused", "flash", "fused"] | None = "unfused"

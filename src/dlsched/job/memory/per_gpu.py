@@ -22,9 +22,11 @@ al., "PyTorch FSDP", VLDB 2023), and stages 2 and 3 the unsharded gradient of on
 reduce-scatter; a unit is one transformer layer, the embedding or the head (none of this for
 ``dp`` = 1, where nothing is sharded).
 
-**FP8 weight copies** (``job.compute.fp8.fp8_weight_copies``): Transformer Engine's delayed and
-current scaling keep each linear's FP8 weight and its transpose (MXFP8 both with their scales)
-beside the 16-bit weights, counted in the weights of the stage's layers; torchao's casts are
+**FP8 weight copies** (``job.compute.fp8.fp8_weight_bytes`` of ``job.memory.fp8_weights``'
+linears, routed experts included): Transformer Engine's delayed and current scaling keep each
+linear's FP8 weight and its transpose (MXFP8 both with their scales) beside the 16-bit
+weights, counted in the weights of the stage's layers; with FP8 primary weights
+(``fp8_param_gather``) there is no 16-bit copy of those linears; torchao's casts are
 transient. Counted here, so the search's memory check and the plan's memory are one number.
 
 **TE FP8 saved inputs** (``job.memory.te_fp8_stash``): under Transformer Engine's recipes a
@@ -100,7 +102,7 @@ from functools import lru_cache
 
 from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
-from dlsched.job.compute.fp8 import fp8_weight_copies
+from dlsched.job.compute.fp8 import fp8_weight_bytes
 from dlsched.job.compute.mla import attention_stash_delta, latent_stash
 from dlsched.job.compute.module_recompute import modules_of
 from dlsched.job.compute.mtp import mtp_layer_is_moe
@@ -108,6 +110,7 @@ from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
 from dlsched.job.memory import torch_runtime as rt
+from dlsched.job.memory.fp8_weights import fp8_linear_parameters, primary_saving
 from dlsched.job.memory.in_flight import accumulating_peak, in_flight_peak
 from dlsched.job.memory.moe import (
     experts_per_gpu,
@@ -416,8 +419,10 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
         per_param, persistent, gathered, gradient = _fsdp2(spec, layout, stage, shards,
                                                            units, runtime, precision)
     cp_buffers = buffer_bytes(spec, layout) * activation_bytes(precision) / 2
-    copies = fp8_weight_copies(layout.run.fp8_recipe, spec, layout.tp,
-                               layout.rank_layers(spec.layers, stage, spec.mtp_layers))
+    fp8_params = fp8_linear_parameters(spec, layout, stage)  # job.memory.fp8_weights
+    copies = (fp8_weight_bytes(layout.run.fp8_recipe, sum(fp8_params))
+              if layout.run.fp8_recipe else 0.0)
+    copies -= primary_saving(layout, (per_param.weights, expert_state.weights), fp8_params)
     return MemoryBreakdown(stage, params + experts,
                            params * per_param.weights + experts * expert_state.weights + copies,
                            params * per_param.gradients + experts * expert_state.gradients
