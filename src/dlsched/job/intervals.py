@@ -33,9 +33,8 @@ largest memory residual, and a note says so.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from dlsched.job.envelope import (
@@ -60,6 +59,29 @@ from a ledger row's published shape differs by far less (Llama 3 70B: 70.554B vs
 norm's and a bias's parameters), two models of the ledger by 2% or more (310B vs 316B)."""
 
 
+_SEEN: dict[int, Sequence[Residual]] = {}
+_MEMO: dict[tuple[int, str, object], Any] = {}
+MAX_TABLES = 16  # residual tables remembered at once (a search uses one or two)
+
+
+def _memo(table: Sequence[Residual], what: str, key: object, compute: Callable[[], Any]) -> Any:
+    """``compute()`` remembered per residual table (by identity: hashing a table of ~150
+    residuals costs more than most of what is remembered) and ``key``; the search asks the
+    same plan features of the same table for thousands of layouts."""
+    ident = id(table)
+    if _SEEN.get(ident) is not table:
+        if len(_SEEN) >= MAX_TABLES:
+            _SEEN.clear()
+            _MEMO.clear()
+        for stale in [k for k in _MEMO if k[0] == ident]:  # an earlier table's id, reused
+            del _MEMO[stale]
+        _SEEN[ident] = table
+    entry = (ident, what, key)
+    if entry not in _MEMO:
+        _MEMO[entry] = compute()
+    return _MEMO[entry]
+
+
 def conformal_quantile(scores: Sequence[float], level: float = LEVEL) -> float:
     """The ``ceil((n + 1) level)``-th smallest of ``scores`` (inf when that exceeds n): the
     split-conformal half-width that covers a new exchangeable score with probability >=
@@ -75,7 +97,11 @@ def distance(a: Features, b: Features) -> int:
 
 def nearest(plan: Features, residuals: Sequence[Residual]) -> list[Residual]:
     """The residuals of the runs nearest ``plan``: whole distance levels, nearest first, until
-    ``MIN_ROWS`` (all when fewer)."""
+    ``MIN_ROWS`` (all when fewer); remembered per table and categorical values."""
+    return _memo(residuals, "nearest", plan.values, lambda: _nearest(plan, residuals))
+
+
+def _nearest(plan: Features, residuals: Sequence[Residual]) -> list[Residual]:
     scored = [(distance(plan, r.features), r) for r in residuals]
     chosen: list[Residual] = []
     for level in sorted({d for d, _ in scored}):
@@ -90,19 +116,24 @@ def base_half_width(plan: Features, residuals: Sequence[Residual]) -> float:
     return conformal_quantile([abs(r.error) for r in nearest(plan, residuals)])
 
 
-@lru_cache(maxsize=8)
-def widening(residuals: tuple[Residual, ...]) -> float:
+def widening(residuals: Sequence[Residual]) -> float:
     """What each uncovered feature adds to ``q`` (module docstring): the 90% conformal
     quantile of the excesses ``max(0, |error| - q)`` of every residual whose feature value is
-    hidden from its calibration (values hidden only while ``MIN_ROWS`` others are left)."""
+    hidden from its calibration (values hidden only while ``MIN_ROWS`` others are left);
+    remembered per table."""
+    return _memo(residuals, "widening", None, lambda: _widening(residuals))
+
+
+def _widening(residuals: Sequence[Residual]) -> float:
     excess = []
     for index, name in enumerate(FEATURES):
         for value in {r.features.values[index] for r in residuals}:
             others = [r for r in residuals if r.features.get(name) != value]
             if len(others) < MIN_ROWS:
                 continue
-            excess.extend(max(0.0, abs(r.error) - base_half_width(r.features, others))
-                          for r in residuals if r.features.get(name) == value)
+            excess.extend(max(0.0, abs(r.error) - conformal_quantile(
+                [abs(x.error) for x in _nearest(r.features, others)]))  # not remembered:
+                for r in residuals if r.features.get(name) == value)  # each is used once
     return conformal_quantile(excess)
 
 
@@ -121,20 +152,30 @@ def uncovered(plan: Features, residuals: Sequence[Residual], mfu: float | None =
     found = []
     for name in FEATURES:
         value = plan.get(name)
-        sharing = [r.features for r in residuals if r.features.get(name) == value]
-        if not sharing:
+        ranges = _memo(residuals, "sharing", (name, value),
+                       lambda name=name, value=value: _sharing(name, value, residuals))
+        if ranges is None:
             found.append(f"{label(name, value)} (no priced run)")
             continue
-        low, high = _range([f.parameters for f in sharing])
+        (low, high), (first, last) = ranges
         if not low * (1 - SIZE_TOLERANCE) <= plan.parameters <= high * (1 + SIZE_TOLERANCE):
             found.append(f"{label(name, value)} at {_billions(plan.parameters)} parameters "
                          f"(priced runs: {_billions(low)}-{_billions(high)})")
-        first, last = _range([f.stages for f in sharing])
         if not first <= plan.stages <= last:
             found.append(f"{label(name, value)} at {plan.stages} pipeline stages (priced runs: "
                          f"{first:g}-{last:g})")
     above = _above_frontier(plan, residuals, mfu)
     return found if above is None else [*found, above]
+
+
+def _sharing(name: str, value: object, residuals: Sequence[Residual]
+             ) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The parameter and stage ranges of the residuals whose feature ``name`` is ``value``
+    (None: none is)."""
+    sharing = [r.features for r in residuals if r.features.get(name) == value]
+    if not sharing:
+        return None
+    return _range([f.parameters for f in sharing]), _range([f.stages for f in sharing])
 
 
 def _above_frontier(plan: Features, residuals: Sequence[Residual], mfu: float | None
@@ -149,8 +190,9 @@ def _above_frontier(plan: Features, residuals: Sequence[Residual], mfu: float | 
 def frontier(plan: Features, residuals: Sequence[Residual]) -> float | None:
     """The highest published MFU of a priced run on the plan's GPU (None: no such run)."""
     gpu = plan.get("gpu")
-    return max((r.mfu_published for r in residuals if r.features.get("gpu") == gpu
-                and r.mfu_published is not None), default=None)
+    return _memo(residuals, "frontier", gpu, lambda: max(
+        (r.mfu_published for r in residuals if r.features.get("gpu") == gpu
+         and r.mfu_published is not None), default=None))
 
 
 @dataclass(frozen=True)
@@ -174,15 +216,17 @@ def family_residuals(family: str, residuals: Sequence[Residual] | None = None
                      ) -> tuple[Residual, ...]:
     """The residuals of ``family`` (default: the bundled table's)."""
     chosen = bundled_residuals() if residuals is None else residuals
-    return tuple(r for r in chosen if r.family == family)
+    return _memo(chosen, "family", family,
+                 lambda: tuple(r for r in chosen if r.family == family))
 
 
-@lru_cache(maxsize=65536)
 def _envelope(plan: Features, table: tuple[Residual, ...]) -> tuple[float, tuple[str, ...], int]:
     """``plan``'s half-width without the MFU term, its uncovered features and the residuals
-    its base interval is built on (cached: the search asks it of every layout)."""
-    outside = tuple(uncovered(plan, table))
-    return _half_width(plan, table, outside), outside, len(nearest(plan, table))
+    its base interval is built on (remembered: the search asks it of every layout)."""
+    def compute() -> tuple[float, tuple[str, ...], int]:
+        outside = tuple(uncovered(plan, table))
+        return _half_width(plan, table, outside), outside, len(nearest(plan, table))
+    return _memo(table, "envelope", plan, compute)
 
 
 def _half_width(plan: Features, table: tuple[Residual, ...], outside: Sequence[str]) -> float:
