@@ -9,7 +9,9 @@ import pytest
 from dlsched.errors import ConfigError
 from dlsched.job.execution import Execution
 from dlsched.job.memory.fp8_weights import fp8_linear_parameters, primary_saving
+from dlsched.job.memory.moe import moe_stash_delta
 from dlsched.job.memory.per_gpu import chunk_stash, layer_activations, memory_per_gpu
+from dlsched.job.memory.recompute_modules import layer_saving
 from dlsched.job.memory.te_fp8_stash import dense_discount, moe_discount, saved_bytes
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
@@ -95,3 +97,16 @@ def test_fp8_primary_weights_drop_the_16_bit_copy():
     assert weights[0] - bf16 == 2 * 98_304  # the cached FP8 weight and its transpose
     with pytest.raises(ConfigError, match="fp8_param_gather"):
         RunSettings("bf16", fp8_param_gather=True)
+
+
+def test_probabilities_in_the_activation_keep_no_combined_outputs():
+    """Megatron-Core >= 0.13 weights the routing probabilities in the activation: the combine's
+    R h / e = 64 x 64 expert outputs (8,192 B) give way to R = 64 FP32 probabilities (256 B),
+    in the stash and in what recomputing the whole MoE layer frees."""
+    old, new = layout(None, tp=1, sp=False), layout(None, tp=1, sp=False).with_run(
+        moe_probs_in_activation=True)
+    assert moe_stash_delta(MOE, old, 2) - moe_stash_delta(MOE, new, 2) == 8192 - 256
+    whole_old, whole_new = (layout(None, "modules:moe", tp=1, sp=False), layout(
+        None, "modules:moe", tp=1, sp=False).with_run(moe_probs_in_activation=True))
+    assert (layer_saving(MOE, whole_old, 2, moe=True)
+            - layer_saving(MOE, whole_new, 2, moe=True)) == 8192 - 256

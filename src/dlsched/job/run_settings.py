@@ -68,6 +68,9 @@ module named with each prices it):
   Transformer Engine's ``fp8_recipe``): the FP8 linears' parameters are TE's quantized
   tensors, no 16-bit copy (``job.memory.fp8_weights``; memory only: the distributed
   optimizer's parameter all-gather is still priced at 16 bits).
+- ``moe_probs_in_activation``: Megatron-Core (core_v0.13 and later) multiplies the routing
+  probabilities in the experts' activation, so the combine keeps no expert outputs
+  (``job.memory.moe``; memory only).
 
 The checks here need the settings alone; those that relate them to the model or the GPU
 (eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are
@@ -132,6 +135,7 @@ class RunSettings:
     master_weights: bool = True
     pipeline_outputs: str = "none"
     fp8_param_gather: bool = False
+    moe_probs_in_activation: bool = False
 
     def __post_init__(self) -> None:
         if self.fp8_param_gather and self.fp8_recipe not in TE_FP8_RECIPES:

@@ -208,7 +208,9 @@ class Parallelism(_Strict):
     torchao's ``tensorwise``, ``rowwise``, ``rowwise_with_gw_hp``); ``fp8_all_gather``: FSDP
     gathers the weights in FP8 (torchao's ``enable_fsdp_float8_all_gather``);
     ``fp8_param_gather``: Megatron-Core's FP8 primary weights (``--fp8-param-gather``,
-    ``job.memory.fp8_weights``). ``overlap``
+    ``job.memory.fp8_weights``); ``moe_probs_in_activation``: Megatron-Core >= 0.13's MoE
+    layers weight the routing probabilities in the experts' activation
+    (``job.memory.moe``). ``overlap``
     ``ep_a2a``: the MoE layers' expert-parallel All-to-Alls overlapped with another
     microbatch's compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm`` with
     ``--delay-wgrad-compute``). ``cross_entropy``:
@@ -251,6 +253,7 @@ class Parallelism(_Strict):
                         "rowwise_with_gw_hp"] | None = None
     fp8_all_gather: bool = False
     fp8_param_gather: bool = False
+    moe_probs_in_activation: bool = False
     overlap: tuple[Overlap, ...] = ()
     torch_compile: bool = False
     attention: Literal["unfused", "flash", "fused"] | None = "unfused"

@@ -19,6 +19,16 @@ the dispatched tokens (the dispatch All-to-All's receive buffer, gathered over e
 combine All-to-All returns (``R h / e``: the unpermutation's router-weighted sum needs them for
 the scores' gradient); shared experts keep a dense FFN's stash of their width on the CP rank's
 ``s / cp`` tokens. 16-bit elements (``activation_bytes``).
+
+**Probabilities in the activation** (``moe_probs_in_activation``; Megatron-Core since
+NVIDIA/Megatron-LM 2659630 "Memory efficient token permutation", 2025-04-09, first in
+core_v0.13.0: every 25.11 to 26.08 container's Megatron-LM): ``TEGroupedMLP`` multiplies the
+routing probabilities into the activation (``weighted_bias_swiglu_impl``,
+``activation_func_with_probs``; ``WeightedSwiGLUFunction`` saves its input, fc1's output, and
+the FP32 probabilities, one per routed token: ``4 R`` bytes) and the token dispatchers'
+``unpermute`` runs without ``probs`` (a plain gather-sum: nothing but its index map saved),
+so the combined expert outputs (``R h / e``) are not kept. Before it (core_v0.12 and older)
+the unpermutation weighted them as above.
 """
 
 from __future__ import annotations
@@ -81,7 +91,17 @@ def moe_stash_delta(spec: Model, layout: Execution, p: int) -> float:
     local = b * s / t
     routed = local * e * spec.top_k * load_factor(spec)
     moe = (p * local * h + SCORE_BYTES * local * spec.experts + p * routed * h
-           + p * routed * (up + fe) / e + p * routed * h / e
+           + p * routed * (up + fe) / e + combine_stash(layout, p, routed, h)
            + p * b * s * spec.shared_experts * (up + fe) / t)
     dense = p * local * h + spec.ffn_matrices * p * b * s * spec.ffn_hidden / t
     return moe - dense
+
+
+def combine_stash(layout: Execution, p: int, routed: float, h: int) -> float:
+    """Bytes the probability weighting keeps per microbatch for ``routed`` tokens at the rank:
+    the combined expert outputs ``p R h / e`` (the unpermutation's weighted sum), or with
+    ``moe_probs_in_activation`` the activation's FP32 probabilities ``4 R`` (module
+    docstring)."""
+    if layout.run.moe_probs_in_activation:
+        return SCORE_BYTES * routed
+    return p * routed * h / layout.etp

@@ -15,8 +15,8 @@ degree, ``p`` bytes per element:
   head_dim + kv_heads (head_dim + v_head_dim)) / t`` (``job.compute.mla``'s widths);
 * ``mlp`` (dense layers): the FFN's hidden stash, ``matrices p s b f / t``;
 * ``moe`` (MoE layers): the layer's stash beyond its input (``job.memory.moe``'s terms but the
-  router's input): scores, dispatched tokens, fc1 and activation outputs, combined outputs,
-  shared experts;
+  router's input): scores, dispatched tokens, fc1 and activation outputs, combined outputs
+  (or the activation's probabilities: ``job.memory.moe.combine_stash``), shared experts;
 * ``moe_act``: the activation's output, fc2's input: ``p R f_e / e`` (``R`` the routed tokens
   at the rank, ``e`` the expert TP);
 * ``shared_experts``: the shared FFN's stash, ``p s b shared (up + f_e) / t``.
@@ -28,6 +28,7 @@ from dlsched.job.communication.context_parallel import local_tokens
 from dlsched.job.compute.module_recompute import modules_of
 from dlsched.job.compute.moe_costs import load_factor
 from dlsched.job.execution import Execution
+from dlsched.job.memory.moe import combine_stash
 from dlsched.job.model_spec import Model
 
 SCORE_BYTES = 4  # the router's scores in FP32 (job.memory.moe)
@@ -57,6 +58,7 @@ def layer_saving(spec: Model, layout: Execution, p: int, moe: bool) -> float:
     shared = p * b * s * spec.shared_experts * (up + fe) / t
     if "moe" in modules:
         return saved + (SCORE_BYTES * local * spec.experts + p * routed * h
-                        + p * routed * (up + fe) / e + p * routed * h / e + shared)
+                        + p * routed * (up + fe) / e + combine_stash(layout, p, routed, h)
+                        + shared)
     saved += p * routed * fe / e if "moe_act" in modules else 0.0
     return saved + (shared if "shared_experts" in modules else 0.0)
