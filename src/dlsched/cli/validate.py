@@ -97,7 +97,7 @@ def validate(
 
 
 def _print(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> None:
-    from dlsched.pipeline.chains.memory_model import FRAGMENTATION
+    from dlsched.ledger.report import FIT_MARGIN
 
     priced = [row for row in rows if row["predicted"] is not None]
     render_table(priced, ROW_COLUMNS, title="Predicted against published (each metric in its "
@@ -117,7 +117,7 @@ def _print(rows: list[dict[str, Any]], sources: list[dict[str, Any]]) -> None:
     print(f"Published layouts dlsched plan's memory check admits: {admitted} of "
           f"{admitted + len(refused)} priced rows (each ran; a refused one is a layout the "
           "search would rule out: memory per GPU GiB > the GPU's, less its runtime reserve "
-          f"and a {FRAGMENTATION:.0%} fragmentation margin)")
+          f"and a {FIT_MARGIN:.0%} fragmentation margin)")
     for key, row in refused.items():
         print(f"  refused: {key}: {row['memory_per_gpu_gib']:.1f} GiB of "
               f"{row['gpu_memory_gib']:.1f}")

@@ -29,6 +29,10 @@ from dlsched.ledger.by_gpu import gpu_summary
 from dlsched.ledger.predict import BREAKDOWN_KEYS, Prediction, predict_rows
 from dlsched.ledger.schema import METRIC_UNITS
 from dlsched.ledger.score import Interval, summarize
+from dlsched.pipeline.chains.memory_model import FRAGMENTATION
+
+FIT_MARGIN = FRAGMENTATION
+"""The fragmentation margin the plan search's memory check keeps (``memory_admitted``)."""
 
 
 @dataclass(frozen=True)
