@@ -54,7 +54,9 @@ Megatron-Bridge's GPT-OSS provider runs it (``job.compute.bias_dropout``); ``rop
 False: the rotary embedding eager, as Megatron-Bridge runs YaRN (``job.compute.unfused_rope``);
 ``attention_dropout`` the attention probabilities' dropout rate (Megatron-LM's and
 Megatron-Core's default 0.1; at 0 the unfused core launches no dropout kernel,
-``job.compute.attention_dropout``);
+``job.compute.attention_dropout``); ``hidden_dropout`` the rate of the dropouts after the
+attention, the FFN and the embedding (Megatron-Core's default 0.1; at 0 no mask is kept,
+``job.memory.dropout_masks``);
 ``moe_layer_offset`` shifts the MoE layers (Llama 4 Maverick: layers 1, 3, ...);
 ``router_groups`` / ``router_group_topk`` limit a token's experts to groups (DeepSeek-V3's
 ``n_group`` 8 / ``topk_group`` 4: node-limited routing, ``job.communication.moe_dispatch``).
@@ -147,6 +149,7 @@ class Model(DecoderShape):
     bias_dropout_fusion: bool = True
     rope_fusion: bool = True
     attention_dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
+    hidden_dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
     moe_layer_offset: int = Field(default=0, ge=0, le=10_000)
     router_groups: int = Field(default=0, ge=0, le=100_000)
     router_group_topk: int = Field(default=0, ge=0, le=100_000)

@@ -110,6 +110,7 @@ from dlsched.job.compute.op_checkpoint import stash_elements
 from dlsched.job.evaluation.unit_walk import held_stages
 from dlsched.job.execution import Execution
 from dlsched.job.memory import torch_runtime as rt
+from dlsched.job.memory.dropout_masks import absent_mask_bytes
 from dlsched.job.memory.fp8_weights import fp8_linear_parameters, primary_saving
 from dlsched.job.memory.in_flight import accumulating_peak, in_flight_peak
 from dlsched.job.memory.moe import (
@@ -305,6 +306,7 @@ def layer_activations(spec: Model, layout: Execution, precision: str,
     kept = _per_gpu(block.input, whole_input, t)
     copy = AUTOCAST_COPY_BYTES * layer_parameters_per_gpu(spec, t) if precision == "autocast" else 0
     copy -= sum(dense_discount(spec, layout, p))  # TE FP8's saved inputs: job.memory.te_fp8_stash
+    copy -= absent_mask_bytes(spec, layout)  # hidden dropout at 0: job.memory.dropout_masks
     if layout.recompute == "full":
         return kept, none + copy - kept
     if layout.recompute == "selective":
@@ -347,7 +349,8 @@ def chunk_stash(spec: Model, layout: Execution, precision: str,
         embedding = embedding_memory(s, b, h, p, False, layout.sequence_parallel)
         ids = TOKEN_ID_BYTES * s * b  # every TP rank reads all the token ids, SP or not
         whole = embedding.replicated[0] - ids if embedding.replicated[0] else 0.0
-        chunks[first][0] += ids + _per_gpu(embedding.stash - ids, whole, t)
+        chunks[first][0] += (ids + _per_gpu(embedding.stash - ids, whole, t)
+                             - absent_mask_bytes(spec, layout, masks=1))
     if last is not None:
         head = head_memory(s, b, h, padded_vocab(spec.vocab, t), p, layout.sequence_parallel)
         logits = LOSS_BYTES * s * b * padded_vocab(spec.vocab, t) / t
