@@ -1,7 +1,10 @@
 """Microbatches in flight on a pipeline rank and the stash they hold at its peak (bytes), for
 ``job.memory.per_gpu``: 1F1B's ``min(pp - s, m)`` (Narayanan et al., SC21, Sec. 2.2:
 Megatron's warm-up ``pp - s - 1`` forwards plus one), GPipe's ``m``, Megatron-LM's interleaved
-order (``megatron/core/pipeline_parallel/schedules.py``), and the V and DualPipe orders
+order (``megatron/core/pipeline_parallel/schedules.py``; with ``moe_a2a_overlap`` one more
+warm-up forward: ``get_pp_rank_microbatches``, "we schedule one extra micro-batch forward step
+before the 1f1b stages" under ``overlap_moe_expert_parallel_comm``, at NVIDIA/Megatron-LM
+92c8482, 8f1c2f8, 4415119 and 24bad8e), and the V and DualPipe orders
 (``job.unit_walk.held_in_flight``); ``per_gpu``'s module docstring derives them.
 
 ``accumulating_peak`` adds gradients that appear on a chunk's first backward and stay to the
@@ -26,8 +29,9 @@ def warmup_forwards(layout: Execution, stage: int) -> int:
     m = layout.num_microbatches
     if layout.schedule == "gpipe":
         return m * layout.chunks
-    if layout.schedule == "interleaved":
-        warmup = 2 * (layout.pp - stage - 1) + (layout.chunks - 1) * layout.pp
+    if layout.schedule == "interleaved":  # one more under the EP All-to-All overlap
+        warmup = (2 * (layout.pp - stage - 1) + (layout.chunks - 1) * layout.pp
+                  + layout.run.moe_a2a_overlap)
         return min(warmup, m * layout.chunks)
     return min(layout.pp - stage - 1, m)
 
