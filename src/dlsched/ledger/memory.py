@@ -9,9 +9,11 @@ version compiles that loss under ``torch.compile`` (``compiled``), and the evide
 row of a source not listed is refused with that reason: a number whose meaning is unknown is
 not scored.
 
-``memory_unmodelled`` says why a row's memory is not priced though its time is: Transformer
-Engine's FP8 recipes (TE's linears save FP8 copies of their inputs and keep FP8 weight
-transposes: not derived here) and what ``job.memory.torch_runtime.check_runtime`` refuses.
+``memory_unmodelled`` says why a row's memory is not priced though its time is: what
+``job.memory.torch_runtime.check_runtime`` refuses. Transformer Engine's FP8 recipes are
+priced (``job.memory.te_fp8_stash``: the linears' quantized saved inputs;
+``job.memory.fp8_weights``: their FP8 weight copies and Megatron-Core's FP8 primary weights);
+no source with a known readout publishes such a row yet.
 FSDP2 under ``torch.distributed.pipelining`` is priced: its unsharded FP32 gradient
 accumulation (``job.memory.torch_runtime``) and the stage's own buffers
 (``job.memory.pipeline_buffers``).
@@ -121,16 +123,10 @@ def published_memory_gib(row: LedgerRow, parts: Mapping[str, float]) -> float:
                           readout.fragmentation_of(row)) / 2**30
 
 
-TE_RECIPES = ("delayed", "current", "mxfp8")  # Transformer Engine's (job.compute.fp8)
-
-
 def memory_unmodelled(row: LedgerRow) -> str | None:
     """Why ``row``'s memory is not priced though its time is (None when it is; module
     docstring)."""
     par = row.parallel
-    if par.precision == "fp8" and par.fp8_recipe in TE_RECIPES:
-        return ("memory: the memory model does not count Transformer Engine's FP8 saved "
-                "activations")
     runtime = Runtime(sharding_of(row), par.torch_compile, par.fp8_all_gather)
     why = check_runtime(runtime, par.precision, par.recompute or "none")
     return None if why is None else "memory: the memory model does not count " + why
