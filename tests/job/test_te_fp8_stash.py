@@ -110,3 +110,14 @@ def test_probabilities_in_the_activation_keep_no_combined_outputs():
         None, "modules:moe", tp=1, sp=False).with_run(moe_probs_in_activation=True))
     assert (layer_saving(MOE, whole_old, 2, moe=True)
             - layer_saving(MOE, whole_new, 2, moe=True)) == 8192 - 256
+
+
+def test_mla_up_projection_recompute_frees_the_normed_latents():
+    """MLA (4 heads, head_dim 24, v_head_dim 16, q_lora 32, kv_lora 16), s = 32, TP 1: the up
+    projections' outputs 4 x 24 + 4 x (24 + 16) = 256 elements a token and the normed latents
+    they read, 32 + 16 = 48 (the checkpoint keeps the latents before the fused norm only):
+    2 x 32 x (256 + 48) = 19,456 B."""
+    mla = Model("mla", layers=2, hidden=64, heads=4, seq=32, vocab=256, head_dim=24,
+                v_head_dim=16, q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8)
+    lay = layout(None, "modules:mla_up_proj", tp=1, sp=False)
+    assert layer_saving(mla, lay, 2, moe=False) == 2 * 32 * (256 + 48)

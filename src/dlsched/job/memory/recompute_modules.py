@@ -12,7 +12,13 @@ degree, ``p`` bytes per element:
   each, over ``t`` with sequence parallelism (whole on every TP rank without it); an MoE
   layer's FFN input is the router's, per local token (``job.memory.moe``);
 * ``mla_up_proj``: the queries, keys and values the up projections make, ``p s b (heads
-  head_dim + kv_heads (head_dim + v_head_dim)) / t`` (``job.compute.mla``'s widths);
+  head_dim + kv_heads (head_dim + v_head_dim)) / t`` (``job.compute.mla``'s widths), and the
+  normed latents the up projections read, ``p s b (q_lora_rank + kv_lora_rank)`` (over ``t``
+  with SP): Megatron-Core's MLA spec fuses the latent norms into the up projections
+  (``column_parallel_layer_norm_linear`` with ``qk_layernorm``, ``q_layernorm`` /
+  ``kv_layernorm`` ``IdentityOp``, gpt_layer_specs.py at NVIDIA/Megatron-LM 8f1c2f8), so the
+  output-discarding checkpoint's input is the latents before the norm and the norm's output
+  is not kept (``CheckpointWithoutOutput`` runs its function without autograd);
 * ``mlp`` (dense layers): the FFN's hidden stash, ``matrices p s b f / t``;
 * ``moe`` (MoE layers): the layer's stash beyond its input (``job.memory.moe``'s terms but the
   router's input): scores, dispatched tokens, fc1 and activation outputs, combined outputs
@@ -47,7 +53,8 @@ def layer_saving(spec: Model, layout: Execution, p: int, moe: bool) -> float:
         saved += p * s * b * h / split + p * s * b * h / (t if moe else split)
     if "mla_up_proj" in modules and spec.kv_lora_rank:
         widths = spec.heads * spec.head_dim + spec.kv_heads * (spec.head_dim + spec.v_head_dim)
-        saved += p * s * b * widths / t
+        saved += p * s * b * widths / t  # and the normed latents the checkpoint discards:
+        saved += p * s * b * (spec.q_lora_rank + spec.kv_lora_rank) / split
     if not moe:
         return saved + (spec.ffn_matrices * p * s * b * spec.ffn_hidden / t
                         if "mlp" in modules else 0.0)
