@@ -42,9 +42,10 @@ def test_default_rate_keeps_the_op_and_zero_removes_exactly_it() -> None:
     op = next(op for layer in decoder_model(GPT, 2, 1, "ring", "unfused").layers
               for op in layer.ops if op.label == DROPOUT_LABEL)
     assert op.elements == pytest.approx(16 * 2048 * 2048 * 2.5)
-    mla = DSV3.model_copy(update={"attention_dropout": 0.0})
-    assert _labels(DSV3, "unfused").count(DROPOUT_LABEL) == 2
-    assert DROPOUT_LABEL not in _labels(mla, "unfused")
+    assert DSV3.attention_dropout == 0.0  # bundled as its config.json sets it
+    assert _labels(DSV3.model_copy(update={"attention_dropout": 0.1}),
+                   "unfused").count(DROPOUT_LABEL) == 2
+    assert DROPOUT_LABEL not in _labels(DSV3, "unfused")
 
 
 def test_fused_cores_have_no_op_to_remove_and_rates_above_zero_change_nothing() -> None:

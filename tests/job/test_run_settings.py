@@ -86,16 +86,19 @@ def test_the_run_settings_are_not_copied_field_by_field_in_src() -> None:
 
 def test_plan_options_are_the_run_settings() -> None:
     """Each of ``dlsched plan``'s run options accepts exactly the setting's values and offers
-    its default, but ``dp_policy`` (the plan prices its own overlap, ``usbyte``)."""
+    its default, but ``dp_policy`` (the plan prices its own overlap, ``usbyte``) and
+    ``moe_probs_in_activation`` (today's Megatron-Core's behaviour; the setting's default is
+    the older releases' that the ledger's earlier rows ran)."""
     options = {name: f for name, f in PlanScenario.model_fields.items() if name in RUN_FIELDS}
-    assert len(options) == 17  # ops, cross_entropy, transformer_impl, master_weights: rows'
+    assert len(options) == 19  # ops, cross_entropy, transformer_impl, master_weights: rows'
     # only (sharding became `plan --sharding` with FSDP2 under PP, 4b9ae51)
+    plan_own = {"dp_policy": "usbyte", "moe_probs_in_activation": True}
     for name, option in options.items():
         if name in RUN_CHOICES:
             assert _option_choices(option) == set(RUN_CHOICES[name]), name
-        expected = "usbyte" if name == "dp_policy" else RUN_DEFAULTS[name]
-        assert option.default == expected, name
+        assert option.default == plan_own.get(name, RUN_DEFAULTS[name]), name
     assert RUN_DEFAULTS["dp_policy"] == "none"
+    assert RUN_DEFAULTS["moe_probs_in_activation"] is False
 
 
 def test_a_scenario_hands_its_settings_by_name() -> None:
@@ -105,7 +108,7 @@ def test_a_scenario_hands_its_settings_by_name() -> None:
                             collective_policy="themis")
     run = run_settings_of(scenario, collective_policy="dlsched")
     assert run == RunSettings("fp16", "dlsched", "usbyte", grad_reduce="fp16",
-                              pipeline_p2p="blocking")
+                              pipeline_p2p="blocking", moe_probs_in_activation=True)
     assert (run.sharding, run.ops, run.grad_bytes) == ("zero", "fused", 2)
 
 

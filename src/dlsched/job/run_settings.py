@@ -163,7 +163,8 @@ RUN_FIELDS = tuple(f.name for f in fields(RunSettings))
 """The run settings, in ``RunSettings``' positional order."""
 RUN_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(RunSettings)}
 """Each run setting's default (what a front end offers unless it says why it differs:
-``dlsched plan``'s ``dp_policy`` is its own, ``usbyte``)."""
+``dlsched plan``'s ``dp_policy`` is its own, ``usbyte``, and its ``moe_probs_in_activation`` is
+today's Megatron-Core's, True; the ledger's rows state their releases')."""
 
 
 def run_settings_of(source: object, **given: Any) -> RunSettings:

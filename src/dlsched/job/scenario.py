@@ -91,6 +91,14 @@ class PlanScenario(BaseModel):
     fp8_all_gather: Annotated[bool, Field(description=(
         "ZeRO 3 gathers the weights in FP8 (torchao's enable_fsdp_float8_all_gather; "
         "tensorwise)."))] = RUN_DEFAULTS["fp8_all_gather"]
+    fp8_param_gather: Annotated[bool, Field(description=(
+        "With Transformer Engine's FP8 recipes: FP8 primary weights, no 16-bit copy of the "
+        "FP8 linears (Megatron-Core --fp8-param-gather; Megatron-Bridge's FP8 recipes)."))
+        ] = RUN_DEFAULTS["fp8_param_gather"]
+    moe_probs_in_activation: Annotated[bool, Field(description=(
+        "MoE: the routing probabilities applied in the experts' activation, the combine "
+        "keeping no expert outputs (Megatron-Core 0.13 and later: the default; "
+        "--no-moe-probs-in-activation for older releases)."))] = True
     compile: Annotated[bool, Field(description=(
         "torch.compile (TorchTitan's --compile): memory-bound ops fused by Inductor."))
         ] = RUN_DEFAULTS["compile"]
