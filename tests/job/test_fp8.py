@@ -205,8 +205,14 @@ def test_rowwise_is_slower_than_tensorwise_and_te_caches_weights() -> None:
 
 
 def test_fp8_weight_copies_by_recipe() -> None:
+    """TE's per-tensor FP8 weight and its transpose, 1 byte each; on Blackwell (FP8 GEMMs in
+    any layout) no transpose; MXFP8's two copies with a scale per 32 elements on any GPU;
+    torchao's casts transient."""
     assert fp8_weight_bytes("delayed", 1000) == 2000
+    assert fp8_weight_bytes("current", 1000, "h100") == 2000
+    assert fp8_weight_bytes("current", 1000, "b200") == 1000
     assert fp8_weight_bytes("mxfp8", 3200) == pytest.approx(2 * 3300)
+    assert fp8_weight_bytes("mxfp8", 3200, "gb200") == pytest.approx(2 * 3300)
     assert fp8_weight_bytes("tensorwise", 1000) == 0
 
 

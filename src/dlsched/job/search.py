@@ -241,7 +241,7 @@ def _fits(job: Job, layout: Execution, usable: float) -> bool:
     try:
         run = layout.run
         return peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
-                           run.runtime).fits(usable)
+                           run.runtime, job.cluster.gpu.name).fits(usable)
     except ConfigError:
         return False
 

@@ -182,7 +182,7 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
         reason, parts = None, breakdown(job, result)
         run = layout.run
         memory = peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
-                             run.runtime)
+                             run.runtime, job.cluster.gpu.name)
         fit = (memory.fits(job.cluster.memory), memory.total / 2**30, job.cluster.memory / 2**30)
     except ConfigError as error:  # the evaluator's refusals by field: the row's key for it
         reason, values, parts = str(by_row_key(error)).removeprefix(f"{row.id}: "), {}, {}

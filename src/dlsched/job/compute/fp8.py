@@ -164,7 +164,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError, check_choice
-from dlsched.job.model_spec import Model
 from dlsched.job.run_choices import FP8_RECIPES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
@@ -183,6 +182,13 @@ SPLIT_LINEARS = {"attn.c_attn": 3, "mlp.c_fc": 2}
 MX_BLOCK = 32  # OCP Microscaling: one E8M0 scale per 32 elements
 # Presets with Blackwell's block-scaled tensor cores (MXFP8 GEMMs).
 MXFP8_GPUS = ("b200", "gb200")
+NON_TN_FP8_GPUS = ("b200", "gb200")
+"""GPUs whose FP8 GEMMs take every operand layout (compute capability 10.x), so Transformer
+Engine's per-tensor FP8 tensors keep no transpose: TE's ``is_non_tn_fp8_gemm_supported`` (
+``transformer_engine/pytorch/utils.py``, since NVIDIA/TransformerEngine c7702309f, 2025-04)
+and ``Float8CurrentScalingQuantizer.inner_tensor_specs`` ("on non-TN-capable archs (Blackwell+)
+a single ``_data`` buffer backs both row- and column-wise usage and no separate transpose is
+materialized", d0067d0da). MXFP8's two copies carry differently blocked scales and stay."""
 BF16, FP8 = 2.0, 1.0  # bytes per element
 
 
@@ -408,21 +414,14 @@ def fp8_gemm_seconds(op: Op, batch: float, fp8: CalibratedCompute, recipe: str,
     return product_seconds(fp8, op, batch, backward)
 
 
-def fp8_weight_copies(recipe: str | None, spec: Model, tp: int, layers: int) -> float:
-    """Bytes per GPU of the FP8 weight copies (``fp8_weight_bytes``) of ``layers`` dense
-    transformer layers at TP degree ``tp`` (0 without FP8)."""
-    if recipe is None:
-        return 0.0
-    return fp8_weight_bytes(recipe, layers * spec.layer_matmul_elements() / tp)
-
-
-def fp8_weight_bytes(recipe: str, parameters: float) -> float:
+def fp8_weight_bytes(recipe: str, parameters: float, gpu: str = "") -> float:
     """Bytes per GPU of the FP8 weight copies kept besides the 16-bit weights of
     ``parameters`` FP8-linear parameters: TE keeps the cached FP8 weight and its transpose
-    (``delayed``, ``current``; ``mxfp8`` its rowwise and columnwise copies with their scales);
-    torchao keeps nothing past a layer's backward (its casts are transient, ``0``)."""
+    (``delayed``, ``current``; on ``NON_TN_FP8_GPUS`` no transpose; ``mxfp8`` its rowwise and
+    columnwise copies with their scales); torchao keeps nothing past a layer's backward (its
+    casts are transient, ``0``)."""
     if recipe in ("delayed", "current"):
-        return 2 * FP8 * parameters
+        return (1 if gpu in NON_TN_FP8_GPUS else 2) * FP8 * parameters
     if recipe == "mxfp8":
         return 2 * FP8 * (1 + 1 / MX_BLOCK) * parameters
     return 0.0

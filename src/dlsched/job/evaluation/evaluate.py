@@ -210,7 +210,7 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     per_rank = layout.rank_layers(job.spec.layers, critical, job.spec.mtp_layers) * share
     m = layout.num_microbatches
     memory = peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
-                         run.runtime)
+                         run.runtime, job.cluster.gpu.name)
     cp, moe = parts.cp, parts.moe
     sparse = stage_moe_layers(job.spec, layout, critical) * share
     moe_tp = sparse * (moe.tp_forward_s + moe.tp_backward_s) if moe else 0.0

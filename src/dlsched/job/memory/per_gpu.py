@@ -375,10 +375,11 @@ def _te_moe(spec: Model, layout: Execution, p: int) -> float:
 
 def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 0,
                    grad_bytes: int = 4, attention: str = "flash",
-                   runtime: rt.Runtime = rt.EAGER) -> MemoryBreakdown:
+                   runtime: rt.Runtime = rt.EAGER, gpu: str = "") -> MemoryBreakdown:
     """Bytes per GPU of pipeline rank ``stage`` (0 = first) by part, the attention core by
     the ``attention`` kernel, ZeRO 3 and compiled blocks as ``runtime`` runs them (module
-    docstring, ``job.memory.torch_runtime``)."""
+    docstring, ``job.memory.torch_runtime``), TE's FP8 weight copies as the GPU preset
+    ``gpu`` holds them (``job.compute.fp8.NON_TN_FP8_GPUS``: no transpose)."""
     check_precision(precision, grad_bytes)
     units = stage_units(spec, layout, stage)
     params = sum(units)
@@ -423,7 +424,7 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
                                                            units, runtime, precision)
     cp_buffers = buffer_bytes(spec, layout) * activation_bytes(precision) / 2
     fp8_params = fp8_linear_parameters(spec, layout, stage)  # job.memory.fp8_weights
-    copies = (fp8_weight_bytes(layout.run.fp8_recipe, sum(fp8_params))
+    copies = (fp8_weight_bytes(layout.run.fp8_recipe, sum(fp8_params), gpu)
               if layout.run.fp8_recipe else 0.0)
     copies -= primary_saving(layout, (per_param.weights, expert_state.weights), fp8_params)
     return MemoryBreakdown(stage, params + experts,
@@ -459,7 +460,7 @@ def _fsdp2(spec: Model, layout: Execution, stage: int, shards: int, units: list[
 @lru_cache(maxsize=65536)  # a plan's search and its baselines' ask again for the same layouts
 def peak_memory(spec: Model, layout: Execution, precision: str,
                 grad_bytes: int = 4, attention: str = "flash",
-                runtime: rt.Runtime = rt.EAGER) -> MemoryBreakdown:
+                runtime: rt.Runtime = rt.EAGER, gpu: str = "") -> MemoryBreakdown:
     """The breakdown of the stage that needs the most. Under an even split only the first and
     last ranks can: a middle rank holds the same layers as the first without the embedding,
     and no more microbatches in flight (every schedule's warm-up shrinks with the rank). An
@@ -469,7 +470,7 @@ def peak_memory(spec: Model, layout: Execution, precision: str,
     flight, is a candidate too."""
     middle = layout.pipeline_split != "even" or runtime.sharding != "zero"
     stages = {0, layout.pp - 1} | ({1} if middle and layout.pp > 2 else set())
-    return max((memory_per_gpu(spec, layout, precision, s, grad_bytes, attention, runtime)
+    return max((memory_per_gpu(spec, layout, precision, s, grad_bytes, attention, runtime, gpu)
                 for s in sorted(stages)),
                key=lambda breakdown: breakdown.total)
 
