@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from dlsched.errors import ConfigError
 from dlsched.job.cluster import load_cluster
@@ -23,7 +22,8 @@ def _labels(spec: Model, attention: str) -> list[str]:
 
 def test_torch_dropout_at_rate_zero_is_its_input() -> None:
     """What the module rests on: ``F.dropout(x, 0.0, training=True)`` returns ``x`` itself
-    (no mask, no autograd node), at 0.1 a new tensor."""
+    (no mask, no autograd node), at 0.1 a new tensor (torch: the runtime extra)."""
+    torch = pytest.importorskip("torch")
     x = torch.randn(4, 8, requires_grad=True) * 1.0
     assert torch.nn.functional.dropout(x, 0.0, True) is x
     assert torch.nn.functional.dropout(x, 0.1, True) is not x
