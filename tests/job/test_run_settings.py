@@ -90,7 +90,7 @@ def test_plan_options_are_the_run_settings() -> None:
     ``moe_probs_in_activation`` (today's Megatron-Core's behaviour; the setting's default is
     the older releases' that the ledger's earlier rows ran)."""
     options = {name: f for name, f in PlanScenario.model_fields.items() if name in RUN_FIELDS}
-    assert len(options) == 19  # ops, cross_entropy, transformer_impl, master_weights: rows'
+    assert len(options) == 20  # ops, cross_entropy, transformer_impl, master_weights: rows'
     # only (sharding became `plan --sharding` with FSDP2 under PP, 4b9ae51)
     plan_own = {"dp_policy": "usbyte", "moe_probs_in_activation": True}
     for name, option in options.items():

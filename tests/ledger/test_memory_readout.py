@@ -11,6 +11,7 @@ from dlsched.errors import ConfigError
 from dlsched.job.memory.allocator import (
     NCCL_BUFFSIZE,
     allocated_bytes,
+    fragmentation_margin,
     nccl_buffer_bytes,
     reported_bytes,
 )
@@ -128,11 +129,12 @@ def test_expandable_segments_where_the_launch_sets_them() -> None:
     allocated (both rows compile the loss: 16 + max(4, 5) = 21 of PARTS); the H200 rows'
     torchrun and the Dec 2024 rows keep GMLake's 0.15 (21 / 0.85)."""
     rows = {row.id: row for row in load_ledger("torchtitan")}
-    readout = READOUTS["torchtitan"]
     b200 = rows["torchtitan-2508-b200-8b-bf16"]
-    assert readout.fragmentation_of(b200) == 0.0
-    assert readout.fragmentation_of(rows["torchtitan-2506-h200-8b-4-nodes"]) == FRAGMENTATION
-    assert readout.fragmentation_of(rows["torchtitan-2412-t1-8b-fsdp"]) == FRAGMENTATION
+    expandable = {key for key, row in rows.items() if row.parallel.expandable_segments}
+    assert expandable == {f"torchtitan-2508-b200-8b-{r}" for r in ("bf16", "fp8-tensorwise",
+                                                                  "fp8-rowwise")} | {
+        f"torchtitan-2503-h100-8b-{r}" for r in ("bf16", "fp8-tensorwise", "fp8-rowwise")}
+    assert fragmentation_margin(True) == 0.0 and fragmentation_margin(False) == FRAGMENTATION
     assert published_memory_gib(b200, PARTS) * 2**30 == pytest.approx(21.0)
     h200 = rows["torchtitan-2506-h200-8b-4-nodes"]
     assert published_memory_gib(h200, PARTS) * 2**30 == pytest.approx(21.0 / 0.85)

@@ -71,6 +71,10 @@ module named with each prices it):
 - ``moe_probs_in_activation``: Megatron-Core (core_v0.13 and later) multiplies the routing
   probabilities in the experts' activation, so the combine keeps no expert outputs
   (``job.memory.moe``; memory only).
+- ``expandable_segments``: PyTorch's caching allocator runs with
+  ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` and loses no memory to fragmentation
+  (``job.memory.allocator.fragmentation_margin``): the plan's memory check keeps no
+  fragmentation margin, and a ledger row's reserved memory is its allocated memory.
 
 The checks here need the settings alone; those that relate them to the model or the GPU
 (eager ops on a non-Llama model, FP8 on a GPU without FP8 tensor cores) are
@@ -136,6 +140,7 @@ class RunSettings:
     pipeline_outputs: str = "none"
     fp8_param_gather: bool = False
     moe_probs_in_activation: bool = False
+    expandable_segments: bool = False
 
     def __post_init__(self) -> None:
         if self.fp8_param_gather and self.fp8_recipe not in TE_FP8_RECIPES:

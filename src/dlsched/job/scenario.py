@@ -99,6 +99,10 @@ class PlanScenario(BaseModel):
         "MoE: the routing probabilities applied in the experts' activation, the combine "
         "keeping no expert outputs (Megatron-Core 0.13 and later: the default; "
         "--no-moe-probs-in-activation for older releases)."))] = True
+    expandable_segments: Annotated[bool, Field(description=(
+        "The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (TorchTitan's "
+        "run_train.sh does): the memory check keeps no fragmentation margin."))
+        ] = RUN_DEFAULTS["expandable_segments"]
     compile: Annotated[bool, Field(description=(
         "torch.compile (TorchTitan's --compile): memory-bound ops fused by Inductor."))
         ] = RUN_DEFAULTS["compile"]

@@ -54,6 +54,7 @@ from dlsched.job.evaluation.pipeline_layout import layout_of
 from dlsched.job.evaluation.pipeline_split import SPLITS, feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_CHUNKS, UNIT_SCHEDULES, check_unit_schedule
 from dlsched.job.execution import SCHEDULES, SEARCHED_CP_ALGORITHMS, ZERO_STAGES, Execution
+from dlsched.job.memory.allocator import fragmentation_margin
 from dlsched.job.memory.per_gpu import peak_memory
 from dlsched.job.ranking import POINT, Ranking
 from dlsched.validation import MAX_MICROBATCHES
@@ -241,7 +242,8 @@ def _fits(job: Job, layout: Execution, usable: float) -> bool:
     try:
         run = layout.run
         return peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
-                           run.runtime, job.cluster.gpu.name).fits(usable)
+                           run.runtime, job.cluster.gpu.name).fits(
+                               usable, fragmentation_margin(run.expandable_segments))
     except ConfigError:
         return False
 

@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dlsched.errors import ConfigError
-from dlsched.job.memory.allocator import EXPANDABLE_FRAGMENTATION, reported_bytes
+from dlsched.job.memory.allocator import fragmentation_margin, reported_bytes
 from dlsched.job.memory.torch_runtime import Runtime, check_runtime
-from dlsched.pipeline.chains.memory_model import FRAGMENTATION
 
 if TYPE_CHECKING:  # annotations only: ledger.schema reads sharding_of (no import circle)
     from dlsched.ledger.schema import LedgerRow
@@ -48,16 +47,6 @@ class Readout:
     compiled_loss: tuple[str, ...]
     evidence: str
     split_wrap: tuple[str, ...] = ()
-    expandable_segments: tuple[str, ...] = ()
-
-    def fragmentation_of(self, row: LedgerRow) -> float:
-        """The share of reserved memory the allocator loses to fragmentation in ``row``'s run:
-        none when the run was launched with expandable segments (``expandable_segments``: the
-        id prefixes of the rows whose launch is published and sets them), else GMLake's
-        (``job.memory.allocator``)."""
-        if row.id.startswith(self.expandable_segments) and self.expandable_segments:
-            return EXPANDABLE_FRAGMENTATION
-        return FRAGMENTATION
 
     def loss_of(self, row: LedgerRow) -> str:
         """The loss implementation ``row`` ran: compiled where its version compiles it, else
@@ -97,7 +86,7 @@ READOUTS: dict[str, Readout] = {
         "ignores ('expandable_segments not supported on this platform', "
         "c10/hip/HIPAllocatorConfig.h; ROCm support came with pytorch/pytorch PR #169068, "
         "2025-11): the default allocator",
-        ("torchtitan-2508-",), ("torchtitan-2508-b200-", "torchtitan-2503-h100-")),
+        ("torchtitan-2508-",)),
 }
 
 
@@ -120,7 +109,7 @@ def published_memory_gib(row: LedgerRow, parts: Mapping[str, float]) -> float:
                           "(ledger.memory.READOUTS); accepted sources: " + ", ".join(READOUTS))
     readout = READOUTS[row.source]
     return reported_bytes(parts, readout.counter, readout.loss_of(row),
-                          readout.fragmentation_of(row)) / 2**30
+                          fragmentation_margin(row.parallel.expandable_segments)) / 2**30
 
 
 def memory_unmodelled(row: LedgerRow) -> str | None:

@@ -51,6 +51,7 @@ from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.evaluation.evaluate import Job, JobResult, check_run, evaluate
 from dlsched.job.execution import Execution
+from dlsched.job.memory.allocator import fragmentation_margin
 from dlsched.job.memory.per_gpu import peak_memory
 from dlsched.ledger.memory import memory_unmodelled, published_memory_gib
 from dlsched.ledger.schema import GPU_PRESETS, NO_PRESET, LedgerRow, by_row_key
@@ -183,7 +184,8 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
         run = layout.run
         memory = peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
                              run.runtime, job.cluster.gpu.name)
-        fit = (memory.fits(job.cluster.memory), memory.total / 2**30, job.cluster.memory / 2**30)
+        fit = (memory.fits(job.cluster.memory, fragmentation_margin(run.expandable_segments)),
+               memory.total / 2**30, job.cluster.memory / 2**30)
     except ConfigError as error:  # the evaluator's refusals by field: the row's key for it
         reason, values, parts = str(by_row_key(error)).removeprefix(f"{row.id}: "), {}, {}
         fit = (None, None, None)

@@ -210,7 +210,9 @@ class Parallelism(_Strict):
     ``fp8_param_gather``: Megatron-Core's FP8 primary weights (``--fp8-param-gather``,
     ``job.memory.fp8_weights``); ``moe_probs_in_activation``: Megatron-Core >= 0.13's MoE
     layers weight the routing probabilities in the experts' activation
-    (``job.memory.moe``). ``overlap``
+    (``job.memory.moe``); ``expandable_segments``: the run's launch set
+    ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (no fragmentation:
+    ``job.memory.allocator.fragmentation_margin``, ``ledger.memory``). ``overlap``
     ``ep_a2a``: the MoE layers' expert-parallel All-to-Alls overlapped with another
     microbatch's compute (Megatron-Core's ``--overlap-moe-expert-parallel-comm`` with
     ``--delay-wgrad-compute``). ``cross_entropy``:
@@ -254,6 +256,7 @@ class Parallelism(_Strict):
     fp8_all_gather: bool = False
     fp8_param_gather: bool = False
     moe_probs_in_activation: bool = False
+    expandable_segments: bool = False
     overlap: tuple[Overlap, ...] = ()
     torch_compile: bool = False
     attention: Literal["unfused", "flash", "fused"] | None = "unfused"

@@ -74,6 +74,7 @@ from dlsched.job.evaluation.unit_walk import (
     unit_walked,
 )
 from dlsched.job.execution import Execution
+from dlsched.job.memory.allocator import fragmentation_margin
 from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta, stage_moe_layers
 from dlsched.job.memory.parameters import (
     embedding_parameters_per_gpu,
@@ -231,7 +232,8 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
                        flops["hardware"] / (iteration * layout.gpus * peak),
                        memory.parts(), exposed, replica, _bound(times),
                        quiet_s=quiet.end, busiest_work_s=_busiest_work(times))
-    return replace(result, notes=_notes(job, result, memory.fits(job.cluster.memory)))
+    return replace(result, notes=_notes(job, result, memory.fits(
+        job.cluster.memory, fragmentation_margin(run.expandable_segments))))
 
 
 def _busiest_work(times: PipelineTimes) -> float:

@@ -66,6 +66,13 @@ READOUTS = ("allocated", "reserved", "device")
 # FP32 logit-sized buffers live at the peak of the loss's backward, by loss implementation.
 LOSS_BUFFERS = {"megatron": 1, "torch": 3, "parallel": 4, "compiled": 1}
 EXPANDABLE_FRAGMENTATION = 0.0  # expandable segments: reserved = allocated (module docstring)
+
+
+def fragmentation_margin(expandable_segments: bool) -> float:
+    """The share of a GPU's memory the caching allocator loses to fragmentation: none with
+    expandable segments (``EXPANDABLE_FRAGMENTATION``), else GMLake's ``FRAGMENTATION``."""
+    return EXPANDABLE_FRAGMENTATION if expandable_segments else FRAGMENTATION
+
 NCCL_BUFFSIZE = 4 * 2**20  # NCCL's default NCCL_BUFFSIZE (bytes), per channel, peer, direction
 RING_NEIGHBOURS = 2
 
