@@ -48,14 +48,14 @@ from dlsched.job.evaluation.evaluate import (
     check_layout,
     check_run,
     evaluate,
+    layout_memory,
+    memory_fits,
     pipeline_times,
 )
 from dlsched.job.evaluation.pipeline_layout import layout_of
 from dlsched.job.evaluation.pipeline_split import SPLITS, feasible_splits
 from dlsched.job.evaluation.unit_walk import UNIT_CHUNKS, UNIT_SCHEDULES, check_unit_schedule
 from dlsched.job.execution import SCHEDULES, SEARCHED_CP_ALGORITHMS, ZERO_STAGES, Execution
-from dlsched.job.memory.allocator import fragmentation_margin
-from dlsched.job.memory.per_gpu import peak_memory
 from dlsched.job.ranking import POINT, Ranking
 from dlsched.validation import MAX_MICROBATCHES
 
@@ -236,14 +236,11 @@ def _chunks(schedule: str, layers: int, m: int, pp: int,
             for split in feasible_splits(layers, pp, v, splits, mtp)]
 
 
-def _fits(job: Job, layout: Execution, usable: float) -> bool:
-    """Whether ``layout``'s busiest GPU fits in ``usable`` bytes (asked in bound order, so a
-    layout past the search's cut never needs the memory model)."""
+def _fits(job: Job, layout: Execution) -> bool:
+    """Whether ``layout``'s busiest GPU fits (``evaluate.memory_fits``; asked in bound order,
+    so a layout past the search's cut never needs the memory model)."""
     try:
-        run = layout.run
-        return peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
-                           run.runtime, job.cluster.gpu.name).fits(
-                               usable, fragmentation_margin(run.expandable_segments))
+        return memory_fits(job, layout, layout_memory(job, layout))
     except ConfigError:
         return False
 
@@ -257,7 +254,6 @@ def search(job: Job, choice: Execution, space: Space,
     if space.dp_policy is not None:
         choice = choice.with_run(dp_policy=space.dp_policy)
     check_run(job, choice.run)
-    usable = job.cluster.memory
     ranked = []
     candidates = 0
     for layout in layouts(job, choice, space):
@@ -275,7 +271,7 @@ def search(job: Job, choice: Execution, space: Space,
     for order, layout in ranked:
         if len(best) >= SHORTLIST and order >= ranking.key(job, best[SHORTLIST - 1]):
             break
-        if not _fits(job, layout, usable):
+        if not _fits(job, layout):
             continue
         best.append(evaluate(job, replace(layout, run=plain)))
         evaluated += 1
@@ -285,8 +281,8 @@ def search(job: Job, choice: Execution, space: Space,
         given = " ".join(f"--{name.replace('_', '-')} {value}"
                          for name, value in choice.fixed().items())
         raise ConfigError(f"{space.name}: no layout of {job.spec.name} runs on (or fits) "
-                          f"{job.cluster.num_gpus} GPUs of {usable / 2**30:.0f} GiB with "
-                          f"{given}; fix fewer options or add GPUs")
+                          f"{job.cluster.num_gpus} GPUs of {job.cluster.memory / 2**30:.0f} "
+                          f"GiB with {given}; fix fewer options or add GPUs")
     shortlist = sorted((evaluate(job, replace(r.layout, run=choice.run)) for r in best),
                        key=lambda r: (*ranking.key(job, r), r.layout.label()))
     refined = [(evaluate(job, r.layout, fast=False), r) for r in shortlist[:REFINE]]

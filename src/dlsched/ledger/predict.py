@@ -51,8 +51,6 @@ from dlsched.experiments.megatron import FITTED_ROW
 from dlsched.job.compute.fp8 import FP8_RECIPES
 from dlsched.job.evaluation.evaluate import Job, JobResult, check_run, evaluate
 from dlsched.job.execution import Execution
-from dlsched.job.memory.allocator import fragmentation_margin
-from dlsched.job.memory.per_gpu import peak_memory
 from dlsched.ledger.memory import memory_unmodelled, published_memory_gib
 from dlsched.ledger.schema import GPU_PRESETS, NO_PRESET, LedgerRow, by_row_key
 
@@ -181,11 +179,7 @@ def predict_row(row: LedgerRow) -> list[Prediction]:
                   if m.metric in MEMORY_METRICS else metric_value(m.metric, job, result)
                   for m in row.measured}
         reason, parts = None, breakdown(job, result)
-        run = layout.run
-        memory = peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
-                             run.runtime, job.cluster.gpu.name)
-        fit = (memory.fits(job.cluster.memory, fragmentation_margin(run.expandable_segments)),
-               memory.total / 2**30, job.cluster.memory / 2**30)
+        fit = (result.fits, result.memory_bytes / 2**30, job.cluster.memory / 2**30)
     except ConfigError as error:  # the evaluator's refusals by field: the row's key for it
         reason, values, parts = str(by_row_key(error)).removeprefix(f"{row.id}: "), {}, {}
         fit = (None, None, None)

@@ -81,7 +81,7 @@ from dlsched.job.memory.parameters import (
     head_parameters_per_gpu,
     stage_parameters,
 )
-from dlsched.job.memory.per_gpu import layer_parameters_per_gpu, peak_memory
+from dlsched.job.memory.per_gpu import MemoryBreakdown, layer_parameters_per_gpu, peak_memory
 from dlsched.job.memory.sharded_units import layer_unit
 from dlsched.job.model_spec import Model
 from dlsched.job.run_settings import RunSettings
@@ -134,6 +134,8 @@ class JobResult:
     """The replica's end with its transfers free (what ``pp_s`` is measured against)."""
     busiest_work_s: float = 0.0
     """The busiest pipeline rank's compute over the iteration's microbatches."""
+    fits: bool = True
+    """Whether the memory fits the GPU as the search checks it (``memory_fits``)."""
 
     @property
     def memory_bytes(self) -> float:
@@ -210,8 +212,7 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
     share = microbatch_share(layout.schedule)  # DualPipe: a microbatch passes half the layers
     per_rank = layout.rank_layers(job.spec.layers, critical, job.spec.mtp_layers) * share
     m = layout.num_microbatches
-    memory = peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
-                         run.runtime, job.cluster.gpu.name)
+    memory = layout_memory(job, layout)
     cp, moe = parts.cp, parts.moe
     sparse = stage_moe_layers(job.spec, layout, critical) * share
     moe_tp = sparse * (moe.tp_forward_s + moe.tp_backward_s) if moe else 0.0
@@ -231,9 +232,25 @@ def evaluate(job: Job, layout: Execution, fast: bool = True) -> JobResult:
                        flops["model"] / (iteration * layout.gpus * peak),
                        flops["hardware"] / (iteration * layout.gpus * peak),
                        memory.parts(), exposed, replica, _bound(times),
-                       quiet_s=quiet.end, busiest_work_s=_busiest_work(times))
-    return replace(result, notes=_notes(job, result, memory.fits(
-        job.cluster.memory, fragmentation_margin(run.expandable_segments))))
+                       quiet_s=quiet.end, busiest_work_s=_busiest_work(times),
+                       fits=memory_fits(job, layout, memory))
+    return replace(result, notes=_notes(job, result))
+
+
+def layout_memory(job: Job, layout: Execution) -> MemoryBreakdown:
+    """The memory of ``layout``'s busiest GPU (``peak_memory``) under its run settings, on
+    the cluster's GPU."""
+    run = layout.run
+    return peak_memory(job.spec, layout, run.precision, run.grad_bytes, run.attention,
+                       run.runtime, job.cluster.gpu.name)
+
+
+def memory_fits(job: Job, layout: Execution, memory: MemoryBreakdown) -> bool:
+    """Whether ``memory`` fits the cluster's GPU less its runtime reserve and the run's
+    fragmentation margin (``job.memory.allocator.fragmentation_margin``): the one check of
+    the search, the plan's note and ``dlsched validate``'s admission."""
+    return memory.fits(job.cluster.memory,
+                       fragmentation_margin(layout.run.expandable_segments))
 
 
 def _busiest_work(times: PipelineTimes) -> float:
@@ -379,14 +396,14 @@ def _bound(times: PipelineTimes) -> float:
     return max(work[r] + before[r] + after[r] for r in range(pp))
 
 
-def _notes(job: Job, result: JobResult, fits: bool) -> tuple[str, ...]:
+def _notes(job: Job, result: JobResult) -> tuple[str, ...]:
     notes = []
     gpu = gpu_compute(job.cluster.gpu, result.layout.run.precision).gpu
     best = getattr(gpu.spec, "best_published_utilization", None)
     if best is not None and result.mfu > best:
         notes.append(f"MFU {result.mfu:.1%} is above the best published for {gpu.spec.name} "
                      f"({best:.0%}): treat the prediction with care")
-    if not fits:
+    if not result.fits:
         notes.append(f"needs {format_bytes(result.memory_bytes)} per GPU: more than a "
                      f"{format_bytes(job.cluster.memory)} GPU leaves after its runtime "
                      "reserve and fragmentation")
