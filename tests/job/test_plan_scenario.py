@@ -133,7 +133,8 @@ def test_a_given_layout_and_module_list_are_searched_as_given(run_cli: Any) -> N
     ("pipeline_split", "layout:Et*4|(t*4", r"pipeline_split: layout 'Et\*4\|\(t\*4': "),
     ("pipeline_split", "uneven", r"pipeline_split: 'uneven' is not accepted; accepted: even"),
     ("recompute", "modules:attention", r"recompute: attention is not a module; accepted: "),
-    ("recompute", "most", r"recompute: unknown recomputation 'most'; accepted: none"),
+    ("recompute", "most", r"recompute: 'most' is not accepted; accepted: none, selective, "
+                          r"full, selective-op, modules:<list>"),
 ])
 def test_a_bad_layout_or_module_list_is_refused_naming_the_field(field: str, value: str,
                                                                  message: str) -> None:

@@ -95,6 +95,15 @@ _POSITIVE = ("tp", "pp", "dp", "microbatch_size", "global_batch", "chunks", "cp"
              "expert_tp")
 
 
+def check_recompute(value: str) -> None:
+    """ConfigError naming ``recompute`` unless ``value`` is one of ``RECOMPUTE`` or a
+    Megatron-Core module list (``modules:...``, ``job.compute.module_recompute``)."""
+    if modules_of(value):
+        check_recompute_modules(value)
+    else:
+        check_choice("recompute", value, (*RECOMPUTE, "modules:<list>"))
+
+
 @config_errors
 @dataclass(frozen=True, config=ConfigDict(extra="forbid", strict=True))
 class Execution:
@@ -123,11 +132,11 @@ class Execution:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(f"must be >= 1 (got {value})", name)
-        for name, accepted in (("schedule", SCHEDULES + UNIT_SCHEDULES), ("recompute", RECOMPUTE),
-                               ("zero", ZERO_STAGES), ("cp_algorithm", CP_ALGORITHMS)):
-            if name == "recompute" and modules_of(self.recompute):  # job.compute.module_recompute
-                check_recompute_modules(self.recompute)
-            elif getattr(self, name) is not None:
+        if self.recompute is not None:
+            check_recompute(self.recompute)
+        for name, accepted in (("schedule", SCHEDULES + UNIT_SCHEDULES), ("zero", ZERO_STAGES),
+                               ("cp_algorithm", CP_ALGORITHMS)):
+            if getattr(self, name) is not None:
                 check_choice(name, getattr(self, name), accepted)
         if self.pipeline_split is not None:
             check_split(self.pipeline_split)

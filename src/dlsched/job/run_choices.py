@@ -38,6 +38,7 @@ OPS = ("fused", "eager")  # Job.ops: the zoo's fused kernels, or TorchTitan's ea
 FP8_RECIPES = ("delayed", "current", "mxfp8", "tensorwise", "rowwise",  # job.compute.fp8
                "rowwise_with_gw_hp")
 TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao's float8
+TE_RECIPES = ("delayed", "current", "mxfp8")  # Transformer Engine's
 GRAD_ACCUMULATION = ("fused", "separate")  # job.compute.grad_accumulation
 TRANSFORMER_IMPLS = ("local", "transformer_engine")  # job.compute.transformer_impl
 SHARDINGS = ("zero", "fsdp2", "fsdp2-split")  # job.memory.torch_runtime

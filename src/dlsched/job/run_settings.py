@@ -96,13 +96,13 @@ from dlsched.job.run_choices import (
     GRAD_REDUCE_BYTES,
     OPS,
     RUN_CHOICES,
+    TE_RECIPES,
     Runtime,
     check_grad_reduce,
     check_setting,
     config_errors,
 )
 
-TE_FP8_RECIPES = ("delayed", "current", "mxfp8")  # Transformer Engine's (job.compute.fp8)
 VALUE_CHECKED = tuple(name for name in RUN_CHOICES
                       if name not in ("ops", "fp8_recipe", "grad_reduce"))
 """The settings whose value alone decides whether it is accepted (``check_setting``): ``ops``
@@ -143,9 +143,9 @@ class RunSettings:
     expandable_segments: bool = False
 
     def __post_init__(self) -> None:
-        if self.fp8_param_gather and self.fp8_recipe not in TE_FP8_RECIPES:
+        if self.fp8_param_gather and self.fp8_recipe not in TE_RECIPES:
             raise ConfigError(f"needs a Transformer Engine fp8_recipe ("
-                              f"{', '.join(TE_FP8_RECIPES)}; got {self.fp8_recipe})",
+                              f"{', '.join(TE_RECIPES)}; got {self.fp8_recipe})",
                               "fp8_param_gather")
         if self.ops not in OPS:
             raise ConfigError(f"ops: {self.ops!r} is not one of {', '.join(OPS)}")

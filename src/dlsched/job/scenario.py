@@ -14,13 +14,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from dlsched.errors import ConfigError
 from dlsched.goodput.checkpoints import MODES as CHECKPOINT_MODES
 from dlsched.goodput.energy import DEFAULT_PUE
 from dlsched.goodput.failures import DEFAULT_MTBF_GPU_HOURS
 from dlsched.goodput.objective import OBJECTIVES
 from dlsched.inputs import STRICT, Choices, Several, checked, choice
-from dlsched.job.compute.module_recompute import PREFIX, check_recompute_modules
 from dlsched.job.evaluation.pipeline_split import SPLITS, check_split
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES
 from dlsched.job.execution import (
@@ -29,6 +27,7 @@ from dlsched.job.execution import (
     RECOMPUTE,
     SCHEDULES,
     Execution,
+    check_recompute,
     execution_file_fields,
 )
 from dlsched.job.run_choices import RUN_CHOICES
@@ -44,16 +43,6 @@ MAX_COUNT = 10_000_000  # a degree, a batch or a sequence length: beyond any job
 
 def _names(names: tuple[str, ...]) -> str:
     return " | ".join(names)
-
-
-def _check_recompute(value: str) -> None:
-    """ConfigError naming ``recompute`` unless ``value`` is one of ``RECOMPUTE`` or a
-    Megatron-Core module list (``modules:...``, ``job.compute.module_recompute``)."""
-    if value.startswith(PREFIX):
-        check_recompute_modules(value)
-    elif value not in RECOMPUTE:
-        raise ConfigError(f"unknown recomputation {value!r}; accepted: "
-                          + ", ".join((*RECOMPUTE, "modules:<list>")), "recompute")
 
 
 class PlanScenario(BaseModel):
@@ -210,7 +199,7 @@ class PlanScenario(BaseModel):
         description=(f"{_names(SCHEDULES + UNIT_SCHEDULES)} (the last three: ZB-V, DualPipe "
                      "and DualPipeV with its overlapped F & B pairs; priced when given, not "
                      "searched)."))] = None
-    recompute: Annotated[Annotated[checked(_check_recompute), Choices(
+    recompute: Annotated[Annotated[checked(check_recompute), Choices(
         (*RECOMPUTE, "modules:<list>"))] | None, Field(description=(
         "none | selective | full | selective-op (TorchTitan's per-op policy: every other "
         "matmul kept) | modules:<list> (Megatron-Core's --recompute-modules, comma-separated: "

@@ -164,13 +164,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError, check_choice
-from dlsched.job.run_choices import FP8_RECIPES
+from dlsched.job.run_choices import FP8_RECIPES, TE_RECIPES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
 from dlsched.models.pricing import COLUMN_PARALLEL, mixed_backward_seconds, product_seconds
 from dlsched.models.timeline import Work
 
-TE_RECIPES = ("delayed", "current", "mxfp8")
 # torchao's recipes with row scales, which TorchTitan runs without float8 TP (parallelize.py at
 # 2c8b594: float8_is_rowwise), and the one whose weight gradient stays 16-bit.
 ROWWISE_RECIPES = ("rowwise", "rowwise_with_gw_hp")
