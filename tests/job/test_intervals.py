@@ -115,9 +115,23 @@ def test_mfu_above_every_run_of_the_gpu_is_named_and_bounds_the_upper_end() -> N
     below = time_bounds(feats(), 10.0, 0.4, HAND)
     above = time_bounds(feats(), 10.0, 0.8, HAND)
     assert below.outside == () and below.high == pytest.approx(10.0 / 0.99)
-    assert above.outside == ("MFU 80.0% above every priced a run (best 50.0%)",)
+    assert above.outside == ("MFU 80.0% above every priced a 16-bit run (best 50.0%)",)
     assert above.q == pytest.approx(0.2)
     assert above.high == pytest.approx(16.0)
+
+
+def test_the_mfu_frontier_is_the_plans_tensor_core_format() -> None:
+    """MFU counts against the 16-bit peak, so an FP8 run at 80% does not lift a bf16 plan's
+    frontier: the bf16 plan at 60% is still above the 16-bit runs' 50% (upper end at least
+    10 s x 60 / 50 = 12 s), and an FP8 plan at 70% is below the FP8 run's 80%; fp16 shares
+    bf16's frontier."""
+    table = (*HAND, res("f", 0.0, mfu=0.8, precision="fp8"))
+    bf16 = time_bounds(feats(), 10.0, 0.6, table)
+    assert bf16.outside == ("MFU 60.0% above every priced a 16-bit run (best 50.0%)",)
+    assert bf16.high >= 12.0 - 1e-9
+    assert intervals.frontier(feats(precision="fp16"), table) == pytest.approx(0.5)
+    assert intervals.frontier(feats(precision="fp8"), table) == pytest.approx(0.8)
+    assert time_bounds(feats(precision="fp8"), 10.0, 0.7, table).outside == ()
 
 
 def test_memory_is_unvalidated_below_nine_memory_rows_and_calibrated_from_nine() -> None:

@@ -15,13 +15,14 @@ whose error would be within ``q``; unbounded above when ``q >= 1``).
 (schedule zb-h1, a GPU no run used), a scale outside the range of the residuals that share one
 of the plan's values (``recomputation none`` priced only up to 406B parameters, ``microbatch
 1`` only up to 64 stages; sizes within ``SIZE_TOLERANCE``), and an MFU above that of every
-priced run of the GPU. Each adds ``widening`` to ``q``: the excess the ledger itself shows
-when a feature value is hidden, at the same 90% level (for every categorical feature value, the
-residuals of the runs that have it get their base ``q`` from the others alone; the 90%
-conformal quantile of ``max(0, |error| - q)`` over all of them; unbounded with fewer than
-``MIN_ROWS``), added once per feature (errors of independent unchecked effects add at worst).
-Above the GPU's best priced MFU the time's upper end is also at least the time at that MFU (no
-run of that GPU has been measured faster). MFU's interval is the time's, inverted.
+priced run of the GPU in the plan's tensor-core format (FP8, or 16-bit: ``frontier``). Each
+adds ``widening`` to ``q``: the excess the ledger itself shows when a feature value is hidden,
+at the same 90% level (for every categorical feature value, the residuals of the runs that
+have it get their base ``q`` from the others alone; the 90% conformal quantile of ``max(0,
+|error| - q)`` over all of them; unbounded with fewer than ``MIN_ROWS``), added once per
+feature (errors of independent unchecked effects add at worst). Above that best priced MFU
+the time's upper end is also at least the time at it (no such run has been measured faster).
+MFU's interval is the time's, inverted.
 
 **Memory** follows the same rule with the memory residuals. With fewer than ``MIN_ROWS`` of
 them no 90% interval can be calibrated, and it is unvalidated: ``q`` is the larger of
@@ -180,18 +181,30 @@ def _sharing(name: str, value: object, residuals: Sequence[Residual]
 
 def _above_frontier(plan: Features, residuals: Sequence[Residual], mfu: float | None
                     ) -> str | None:
-    """The note of an MFU above every priced run of the plan's GPU (None: not above)."""
+    """The note of an MFU above every priced run of the plan's GPU and tensor-core format
+    (None: not above)."""
     best = frontier(plan, residuals)
     if mfu is None or best is None or mfu <= best:
         return None
-    return f"MFU {mfu:.1%} above every priced {plan.get('gpu')} run (best {best:.1%})"
+    return (f"MFU {mfu:.1%} above every priced {plan.get('gpu')} "
+            f"{_format_class(plan.get('precision'))} run (best {best:.1%})")
+
+
+def _format_class(precision: object) -> str:
+    """``fp8`` or ``16-bit``: the tensor-core format whose runs bound a plan's MFU."""
+    return "fp8" if precision == "fp8" else "16-bit"
 
 
 def frontier(plan: Features, residuals: Sequence[Residual]) -> float | None:
-    """The highest published MFU of a priced run on the plan's GPU (None: no such run)."""
-    gpu = plan.get("gpu")
-    return _memo(residuals, "frontier", gpu, lambda: max(
+    """The highest published MFU of a priced run on the plan's GPU in the plan's tensor-core
+    format class (None: no such run). MFU counts the model's FLOPs against the GPU's 16-bit
+    peak whatever the run's format, so an FP8 run reaches 75-83% on H100 and GB200 where the
+    best 16-bit one reaches 62%: a 16-bit plan is bounded by 16-bit runs, an FP8 plan by FP8
+    ones (bf16 and fp16 share the 16-bit tensor cores' peak)."""
+    gpu, kind = plan.get("gpu"), _format_class(plan.get("precision"))
+    return _memo(residuals, "frontier", (gpu, kind), lambda: max(
         (r.mfu_published for r in residuals if r.features.get("gpu") == gpu
+         and _format_class(r.features.get("precision")) == kind
          and r.mfu_published is not None), default=None))
 
 
