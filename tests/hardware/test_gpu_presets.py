@@ -65,7 +65,7 @@ def test_datasheet_constants_are_cited_and_capacity_is_known(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", ["h100", "h100-hbm2e-96gb", "h800", "h200", "b200", "gb200",
-                                  "mi300x"])
+                                  "b300", "gb300", "mi300x"])
 def test_dense_peaks_follow_the_datasheets_ratios(name: str) -> None:
     """Dense FP8 is twice dense BF16 and TF32 half of it on every tensor-core GPU here."""
     peak = get_gpu(name).spec.peak
@@ -203,7 +203,11 @@ def test_node_links_as_the_datasheets_give_them() -> None:
     assert nodes["dgx-h800"].nvlink[0] == 400e9 / 2
     assert nodes["mi300x-8"].nvlink[0] == 7 * 128e9 / 2
     assert nodes["mi300x-8"].kind == "FullyConnected"
-    assert {node.nic.bandwidth for name, node in nodes.items() if name != "dgx-a100"} == {400e9 / 8}
+    blackwell_ultra = ("dgx-b300", "gb300-nvl72")  # one 800 Gb/s ConnectX-8 per GPU
+    assert {node.nic.bandwidth for name, node in nodes.items()
+            if name not in ("dgx-a100", *blackwell_ultra)} == {400e9 / 8}
+    assert {nodes[name].nic.bandwidth for name in blackwell_ultra} == {800e9 / 8}
+    assert nodes["dgx-b300"].nvlink[0] == nodes["gb300-nvl72"].nvlink[0] == 900e9
 
 
 def test_gb200_nvl72_is_one_72_gpu_dimension() -> None:
@@ -312,3 +316,52 @@ def test_an_unknown_gpu_carries_its_field_apart_from_its_reason() -> None:
     assert error.value.reason.startswith("unknown GPU 'nonsense'; accepted: ")
     renamed = str(error.value.renamed("--gpu"))
     assert renamed.startswith("--gpu: unknown GPU 'nonsense'") and "device" not in renamed
+
+
+# NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training results (3929da2), llama3.1 BF16,
+# causal, batch 2, 8,192 tokens, head dimension 128: forward + backward milliseconds.
+CUDNN_GB200_MS = 1.397 + 4.127
+CUDNN_GB300_MS = 1.185 + 3.832
+
+
+def test_blackwell_ultra_peaks_are_the_system_datasheets_totals() -> None:
+    """HGX B300: 36 PFLOP/s BF16 and 72 FP8 with sparsity over 8 GPUs (the HGX B200's);
+    GB300 NVL72: 360 and 720 over 72 (the GB200 NVL72's); 288 GB of HBM3e at 8 TB/s each."""
+    b300, gb300 = (get_gpu(n).spec for n in ("b300", "gb300"))
+    assert 8 * 2 * b300.peak["bf16"] == pytest.approx(36e15)
+    assert 8 * 2 * b300.peak["fp8"] == pytest.approx(72e15)
+    assert 72 * 2 * gb300.peak["bf16"] == pytest.approx(360e15)
+    assert 72 * 2 * gb300.peak["fp8"] == pytest.approx(720e15)
+    assert b300.memory == gb300.memory == 288e9
+    assert b300.memory_bandwidth == gb300.memory_bandwidth == 8e12
+    assert "fp4" not in b300.peak and "NVFP4" in b300.sources["peak"]
+
+
+@pytest.mark.parametrize(("ultra", "base"), [("b300", "b200"), ("gb300", "gb200")])
+def test_blackwell_ultra_fractions_are_transferred_not_fitted(ultra: str, base: str) -> None:
+    """Blackwell Ultra's GEMM fractions are its Blackwell sibling's at equal datasheet peaks
+    (ratio 1: the same BF16 / FP8 tensor-core rates); its cuDNN attention fraction is the
+    sibling's x the measured GB300 / GB200 rate of one kernel: 0.5267 x 5.524 / 5.017 = 0.5799;
+    every one is `transferred`, none fitted (every B300 / GB300 row held out)."""
+    new, old = get_gpu(ultra).spec, get_gpu(base).spec
+    assert new.peak == {**old.peak, "fp32": new.peak["fp32"]}
+    for key in ("bf16", "fp8"):
+        assert getattr(new.efficiency["gemm"], key) == getattr(old.efficiency["gemm"], key)
+        assert _provenance(ultra, f"efficiency.gemm.{key}") == "transferred"
+    fused = new.efficiency["fused_attention"].bf16
+    assert fused == pytest.approx(0.5267 * CUDNN_GB200_MS / CUDNN_GB300_MS, abs=5e-5)
+    assert fused > old.efficiency["fused_attention"].bf16
+    assert _provenance(ultra, "efficiency.fused_attention") == "transferred"
+    assert "fitted" not in new.provenance.values()
+    assert "not modelled" in new.sources["fused_attention_head_dim_64"]
+
+
+def test_gb300_nvl72_is_one_72_gpu_dimension_with_800_gbps_nics() -> None:
+    """144 GB300s: a 72-GPU NVLink ring and two racks over 800 Gb/s ConnectX-8 NICs; the
+    memory is the GB300 preset's."""
+    cluster = node_cluster("gb300-nvl72", 144)
+    inside, across = cluster.topology.dims
+    assert (inside.size, across.size) == (72, 2)
+    assert inside.algorithm is DimAlgorithm.RING and inside.bandwidth == 900e9
+    assert across.bandwidth == 800e9 / 8
+    assert cluster.memory == 288e9

@@ -46,8 +46,8 @@ def compute(
     batch_size: Annotated[float | None, typer.Option(
         help=f"Samples per step (1..{MAX_BATCH}).")] = None,
     device: Annotated[str, typer.Option(
-        help="GPU preset (v100, a100, h100, h100-hbm2e-96gb, h800, h200, b200, gb200, "
-             "mi300x) or GPU file.")] = "h100",
+        help="GPU preset (v100, a100, h100, h100-hbm2e-96gb, h800, h200, b200, gb200, b300, "
+             "gb300, mi300x) or GPU file.")] = "h100",
     precision: Annotated[str | None, typer.Option(
         help="fp32 (TF32 off), tf32, bf16 or fp16 (autocast), fp8 (h100/h200: Transformer "
         "Engine GEMMs, the rest bf16); default bf16 (fp16 on v100).")] = None,

@@ -227,8 +227,11 @@ def nccl_choice(node: NcclNode, op: str, num_bytes: float, ranks_per_node: int,
 # The GPU generation of each node preset's GPU, and the host CPU where it is not Intel's
 # (NVIDIA DGX A100 datasheet: 2x AMD EPYC 7742; GB200 NVL72: Grace, Arm).
 GPU_ARCH = {"a100": "ampere", "h100": "hopper", "h100-hbm2e-96gb": "hopper", "h200": "hopper",
-            "h800": "hopper", "b200": "blackwell", "gb200": "blackwell"}
-HOST_CPU = {"dgx-a100": "amd", "gb200-nvl72": "arm"}
+            "h800": "hopper", "b200": "blackwell", "gb200": "blackwell",
+            "b300": "blackwell", "gb300": "blackwell"}
+# GB300 NVL72: Grace, Arm, as GB200 NVL72 (Blackwell Ultra is NCCL's Blackwell: compute
+# capability 10.x).
+HOST_CPU = {"dgx-a100": "amd", "gb200-nvl72": "arm", "gb300-nvl72": "arm"}
 
 
 def nccl_node(preset: str, gpu: str, nvlink_bandwidth: float, nic_bandwidth: float,

@@ -25,7 +25,8 @@ backward (the autograd engine, in C++); both overlap the GPU's work (``models.ti
 ``peak`` is the datasheet's dense FLOP/s of a precision: ``fp32`` (CUDA cores), ``tf32``,
 ``bf16`` (also fp16's: the same tensor cores), ``fp8`` (Hopper; Transformer Engine's FP8
 GEMMs, the rest in bf16). Presets (``v100``, ``a100``, ``h100``, ``h100-hbm2e-96gb``,
-``h800``, ``h200``, ``b200``, ``gb200``, ``mi300x``) live in ``presets/gpus.yaml``, each with
+``h800``, ``h200``, ``b200``, ``gb200``, ``b300``, ``gb300``, ``mi300x``) live in
+``presets/gpus.yaml``, each with
 its ``memory`` (bytes) and the ``provenance`` of its constants (``PROVENANCES``); a user's own
 GPU is the same document in a YAML/JSON file (``dlsched compute calibrate`` and ``dlsched
 compute measure`` write one).
@@ -235,7 +236,8 @@ def _presets() -> dict[str, Any]:
 
 def preset_for(device_name: str) -> str | None:
     """The bundled preset of a CUDA device name (``NVIDIA H100 80GB HBM3`` -> h100), if any."""
-    for preset in ("h200", "h100", "h800", "gb200", "b200", "mi300x", "a100", "v100"):
+    for preset in ("h200", "h100", "h800", "gb300", "b300", "gb200", "b200", "mi300x", "a100",
+                   "v100"):
         if preset in device_name.lower():
             return preset
     return None

@@ -2,7 +2,8 @@
 compute preset, the intra-node dimension and the scale-out NIC, with the source of each figure.
 
 The presets live in ``presets/nodes.yaml`` (``dgx-a100``, ``dgx-h100``, ``grand-teton-h100``,
-``dgx-h200``, ``dgx-h800``, ``dgx-b200``, ``gb200-nvl72``, ``mi300x-8``). Bandwidths are one
+``dgx-h200``, ``dgx-h800``, ``dgx-b200``, ``gb200-nvl72``, ``dgx-b300``, ``gb300-nvl72``,
+``mi300x-8``). Bandwidths are one
 GPU's per direction (bytes/s), latencies one transfer step's (seconds). ``job.cluster`` turns a
 preset and a GPU count into a ``Topology``: the intra-node dimension of ``kind`` (``Switch``
 for NVSwitch and NVLink Switch domains, ``FullyConnected`` for AMD's Infinity Fabric mesh),

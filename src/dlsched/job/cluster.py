@@ -9,7 +9,8 @@ an inline GPU document), ``node`` (a node preset name or an inline node document
 presets/nodes.yaml writes one), ``gpus``, optionally ``domain``; or ``gpu`` and ``network`` (a
 topology preset, file or inline ``{name, dims}``) instead of a node. It comes from a node
 preset scaled to ``gpus`` GPUs (``hardware.nodes``: ``dgx-a100``,
-``dgx-h100``, ``dgx-b200``, ``gb200-nvl72``, ``mi300x-8``, ...: a dimension of the node's GPUs,
+``dgx-h100``, ``dgx-b200``, ``gb200-nvl72``, ``dgx-b300``, ``gb300-nvl72``, ``mi300x-8``,
+...: a dimension of the node's GPUs,
 an NVSwitch, a 72-GPU NVLink domain or AMD's fully connected Infinity Fabric, a ring over a
 domain that is not a power of two, then a non-blocking fabric of one NIC per GPU,
 modelled as a switch dimension over the nodes: halving-doubling when the nodes are a power of

@@ -56,8 +56,8 @@ class PlanScenario(BaseModel):
         ] = "gpt3-175b"
     cluster: Annotated[str, Field(description=(
         "Node preset scaled by --gpus (dgx-a100, dgx-h100, dgx-h200, dgx-h800, dgx-b200, "
-        "gb200-nvl72, mi300x-8, grand-teton-h100) or a multi-dimensional topology "
-        "preset or file (3D-FC_Ring_SW)."))] = "dgx-a100"
+        "gb200-nvl72, dgx-b300, gb300-nvl72, mi300x-8, grand-teton-h100) or a multi-dimensional "
+        "topology preset or file (3D-FC_Ring_SW)."))] = "dgx-a100"
     gpus: Annotated[int | None, Field(ge=1, le=MAX_GPUS, description=(
         "GPUs (with a node preset)."))] = None
     execution: Annotated[str | None, Field(description=(

@@ -42,7 +42,7 @@ from dlsched.job.run_settings import RunSettings, run_settings_of
 Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron-bridge",
                  "dgxc", "megatron-bridge-moe"]
 Gpu = Literal["a100-80gb", "h100-sxm", "h100-hbm2e-96gb", "h200", "h800", "b200", "gb200",
-              "mi300x"]
+              "b300", "gb300", "mi300x"]
 Metric = Literal["iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu",
                  "memory_gib_per_gpu"]
 Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp", "pp_p2p", "ep_a2a"]
@@ -88,6 +88,8 @@ GPU_PRESETS: dict[str, tuple[str, str]] = {
     "h800": ("dgx-h800", "h800"),
     "b200": ("dgx-b200", "b200"),
     "gb200": ("gb200-nvl72", "gb200"),
+    "b300": ("dgx-b300", "b300"),
+    "gb300": ("gb300-nvl72", "gb300"),
     "mi300x": ("mi300x-8", "mi300x"),
 }
 # Ledger GPUs with no preset of their own, and why another's does not describe them (none
