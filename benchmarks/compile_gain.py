@@ -17,8 +17,8 @@ in ``torchao/testing/training/roofline_utils.py`` at 36027d82d, earlier
 ``torchao/float8/roofline_utils.py``: Inductor's kernels, not eager ATen's) and the loss
 (compiled for every compiled job, as ``job.compute.compile_fusion`` does, or eager under
 compile as torchtitan 9dec370's ``train.py`` leaves it: "TODO: compiling loss function
-causes CUDA errors"), with the compiled rows' errors and the compile gains. An analysis, not a calibration: nothing here
-changes a preset, a ledger row or a prediction.
+causes CUDA errors"), with the compiled rows' errors and the compile gains. An analysis,
+not a calibration: nothing here changes a preset, a ledger row or a prediction.
 
 Run: ``python -m benchmarks.compile_gain`` (seconds).
 """
