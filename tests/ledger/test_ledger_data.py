@@ -30,7 +30,7 @@ A100_PEAK = 312e12  # FLOP/s, A100 dense FP16/BF16 (datasheet), the peak both pa
 def test_every_source_loads_with_its_published_row_count() -> None:
     counts = Counter(row.source for row in ROWS)
     assert counts == {"sc21": 10, "korthikanti": 8, "megatron-h100": 9, "torchtitan": 42,
-                      "megatron-bridge": 10, "dgxc": 20, "megatron-bridge-moe": 45}
+                      "megatron-bridge": 15, "dgxc": 20, "megatron-bridge-moe": 45}
     assert len(ROWS) >= 50
     assert [row.id for row in load_ledger("korthikanti")] == \
         [row.id for row in ROWS if row.source == "korthikanti"]
@@ -289,7 +289,10 @@ BRIDGE_GA = {"2602-h100-llama3.1-405b-cp2": 192, "2511-h100-llama3.1-405b-cp2": 
              "2509-h100-llama3.1-405b-cp2": 64, "2602-h100-llama3-70b": 128,
              "2511-h100-llama3-70b": 64, "2511-b200-llama3.1-405b-cp2": 32,
              "2511-b200-llama3.1-405b-cp2-mxfp8": 32, "2602-gb200-llama3-70b-mxfp8": 32,
-             "2602-gb200-llama3.1-405b": 384, "2602-gb200-llama3.1-405b-mxfp8": 384}
+             "2602-gb200-llama3.1-405b": 384, "2602-gb200-llama3.1-405b-mxfp8": 384,
+             "2602-gb300-llama3-70b-mxfp8": 16, "2602-gb300-llama3-70b-nvfp4": 16,
+             "2602-gb300-llama3.1-405b": 192, "2602-gb300-llama3.1-405b-mxfp8": 192,
+             "2602-gb300-llama3.1-405b-nvfp4": 192}
 
 
 @pytest.mark.parametrize("row", load_ledger("megatron-bridge"), ids=lambda row: row.id)
@@ -302,7 +305,7 @@ def test_megatron_bridge_columns_agree(row: LedgerRow) -> None:
     assert par.tp * par.pp * par.cp * par.dp == row.hardware.gpus
     assert par.global_batch // (par.microbatch_size * par.dp) == \
         BRIDGE_GA[row.id.removeprefix("megatron-bridge-")]
-    assert row.model.vocab == {8: 129024, 4: 128512, 2: 128256}[par.tp]
+    assert row.model.vocab == {8: 129024, 4: 128512, 2: 128256, 1: 128256}[par.tp]
     assert row.model.vocab % (128 * par.tp) == 0 and row.model.vocab - 128256 < 128 * par.tp
     assert par.precision is None or par.fp8_recipe in ("current", "mxfp8")
     assert row.supported or row.reason
