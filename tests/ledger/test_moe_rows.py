@@ -71,17 +71,20 @@ def test_gpt_oss_rows_are_priced_with_their_module_recomputation() -> None:
     """GPT-OSS's shape is stated (windows, sinks, biases; 116,829,156,672 parameters by both
     counts) and every row is priced with its scripts' per-module recomputation (the norms and
     the experts' activation rerun: ``job.compute.module_recompute``), which the backward
-    pays for: without it the same row comes out faster."""
+    pays for: without it the same row comes out faster. The Blackwell Ultra rows' scripts set
+    no recomputation (the GB300 / B300 presets at df0289c name no modules) and are priced so."""
     from dataclasses import replace
 
     from dlsched.job.evaluation.evaluate import evaluate
     from dlsched.ledger.predict import job_and_layout
     rows = [row for row in ROWS.values() if row.model.name == "gpt-oss-120b"]
-    assert len(rows) == 9
+    assert len(rows) == 11
     for row in rows:
         assert parameter_count(row.model) == row.model.parameters() \
             == 116_829_156_672
-        assert row.parallel.recompute_modules == ("layernorm", "moe_act")
+        ultra = row.hardware.gpu in ("b300", "gb300")
+        assert row.parallel.recompute_modules == (() if ultra else ("layernorm", "moe_act"))
+        assert (row.parallel.recompute == "none") == ultra
         [prediction] = predict_row(row)
         assert prediction.predicted is not None and prediction.reason is None
     job, layout = job_and_layout(rows[0])
@@ -142,7 +145,7 @@ def test_every_bridge_moe_row_agrees_with_one_flop_count_per_token() -> None:
                  ("gpt-oss-120b", 4096, 0): 27.2e9, ("gpt-oss-120b", 8192, 0): 30.7e9,
                  ("deepseek-v3", 4096, 1): 260e9, ("deepseek-v3", 4096, 0): 249.4e9}
     rows = [row for row in ROWS.values() if row.source == "megatron-bridge-moe"]
-    assert len(rows) == 64
+    assert len(rows) == 66
     for row in rows:
         tflops = float(row.notes.split("published model TFLOP/s per GPU ")[1].split(";")[0])
         flop = tflops * 1e12 / row.value("tokens_per_s_per_gpu")
@@ -177,6 +180,6 @@ def test_validate_shows_the_moe_line_beside_a_source_with_moe_rows_only() -> Non
     lines = {(s["source"], s["family"]): s for s in report.sources}
     assert {name for name, _ in lines} == {"megatron-bridge-moe", "moe", "all"}
     moe_rows = sum(1 for row in ROWS.values() if row.model.experts)
-    assert lines["moe", "time"]["rows"] == moe_rows == 70
+    assert lines["moe", "time"]["rows"] == moe_rows == 72
     assert lines["moe", "time"]["priced"] >= lines["megatron-bridge-moe", "time"]["priced"]
     assert "moe" not in {s["source"] for s in validate("sc21").sources}
