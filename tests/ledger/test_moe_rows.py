@@ -145,7 +145,7 @@ def test_every_bridge_moe_row_agrees_with_one_flop_count_per_token() -> None:
                  ("gpt-oss-120b", 4096, 0): 27.2e9, ("gpt-oss-120b", 8192, 0): 30.7e9,
                  ("deepseek-v3", 4096, 1): 260e9, ("deepseek-v3", 4096, 0): 249.4e9}
     rows = [row for row in ROWS.values() if row.source == "megatron-bridge-moe"]
-    assert len(rows) == 66
+    assert len(rows) == 70
     for row in rows:
         tflops = float(row.notes.split("published model TFLOP/s per GPU ")[1].split(";")[0])
         flop = tflops * 1e12 / row.value("tokens_per_s_per_gpu")
@@ -180,6 +180,6 @@ def test_validate_shows_the_moe_line_beside_a_source_with_moe_rows_only() -> Non
     lines = {(s["source"], s["family"]): s for s in report.sources}
     assert {name for name, _ in lines} == {"megatron-bridge-moe", "moe", "all"}
     moe_rows = sum(1 for row in ROWS.values() if row.model.experts)
-    assert lines["moe", "time"]["rows"] == moe_rows == 72
+    assert lines["moe", "time"]["rows"] == moe_rows == 76
     assert lines["moe", "time"]["priced"] >= lines["megatron-bridge-moe", "time"]["priced"]
     assert "moe" not in {s["source"] for s in validate("sc21").sources}
