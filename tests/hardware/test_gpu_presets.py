@@ -365,3 +365,20 @@ def test_gb300_nvl72_is_one_72_gpu_dimension_with_800_gbps_nics() -> None:
     assert inside.algorithm is DimAlgorithm.RING and inside.bandwidth == 900e9
     assert across.bandwidth == 800e9 / 8
     assert cluster.memory == 288e9
+
+
+def test_blackwell_ultra_runs_mxfp8_and_nccls_blackwell_tuning() -> None:
+    """Compute capability 10.3 is Transformer Engine's Blackwell ((10, 0) <= cc < (12, 0)):
+    MXFP8 is accepted on b300 / gb300 and refused on h100; NCCL's tuning is Blackwell's, the
+    GB300 NVL72 host Grace (Arm), the DGX B300's Intel."""
+    from dlsched.collectives.nccl import nccl_node
+    from dlsched.job.compute.fp8 import check_fp8
+
+    for name in ("b300", "gb300"):
+        assert check_fp8("fp8", "mxfp8", name, get_gpu(name).spec.peak) == "mxfp8"
+    with pytest.raises(ConfigError, match="mxfp8 needs"):
+        check_fp8("fp8", "mxfp8", "h100", get_gpu("h100").spec.peak)
+    rack = nccl_node("gb300-nvl72", "gb300", 900e9, 100e9, True)
+    node = nccl_node("dgx-b300", "b300", 900e9, 100e9, True)
+    assert rack is not None and node is not None
+    assert (rack.arch, rack.cpu, node.arch, node.cpu) == ("blackwell", "arm", "blackwell", "intel")

@@ -17,6 +17,10 @@ def test_cases_cover_every_precision_and_channels_last_for_convolutions():
                                               ("NVIDIA H200", "h200"),
                                               ("NVIDIA A100-SXM4-80GB", "a100"),
                                               ("Tesla V100-SXM2-32GB", "v100"),
+                                              ("NVIDIA B300 SXM6 AC", "b300"),
+                                              ("NVIDIA GB300", "gb300"),
+                                              ("NVIDIA B200", "b200"),
+                                              ("NVIDIA GB200", "gb200"),
                                               ("NVIDIA GeForce RTX 4090", None)])
 def test_preset_from_device_name(name, preset):
     """The calibrated preset follows the CUDA device name; unknown GPUs get none."""
