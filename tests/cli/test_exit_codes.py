@@ -133,7 +133,8 @@ HOSTILE = [
      {}, "--pp: the zb-v schedule needs 2 or more pipeline ranks (got 1)"),
     (("plan", "--gpus", "8", "--model", "llama3-8b", "--precision", "fp8", "--fp8-recipe",
       "mxfp8", "--gpu", "h100"), {},
-     "--fp8-recipe: mxfp8 needs Blackwell's block-scaled tensor cores (b200, gb200), not h100"),
+     "--fp8-recipe: mxfp8 needs Blackwell's block-scaled tensor cores "
+     "(b200, gb200, b300, gb300), not h100"),
     (("plan", "--gpus", "8", "--model", "llama3-8b", "--precision", "fp8", "--fp8-recipe",
       "delayed"), {}, "--precision: fp8 needs FP8 tensor cores (Hopper or later); a100 has"),
     (("plan", "--gpus", "8", "--model", "mixtral-8x7b", "--ep", "1", "--moe-a2a-overlap"), {},
