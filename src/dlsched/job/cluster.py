@@ -24,7 +24,9 @@ then data-parallel (the expert-parallel ranks of the MoE layers carved out of th
 next to TP), pipeline outermost: the TP group is ranks ``1`` apart, CP ``tp`` apart, DP
 ``tp x cp`` apart, PP ``tp x cp x dp`` apart. ``group_topology`` gives the sub-network a
 group of ranks spans: one dimension per network dimension the group crosses, with as many NPUs
-as the group has there.
+as the group has there. On a node preset a group some of whose copies straddle an NVLink
+domain unevenly (a DP group of 16 on two 72-GPU racks: ranks 64-79) is priced as its worst
+copy (``job.group_placement``) and the plan says so; a topology file refuses it.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from dlsched.config import config_error, load_document, own_error, validate_docu
 from dlsched.errors import ConfigError
 from dlsched.hardware.gpu import GpuSpec, get_gpu
 from dlsched.hardware.nodes import Node, node_presets
-from dlsched.hardware.topology import Dimension, Topology
+from dlsched.hardware.topology import DimAlgorithm, Dimension, Topology
 from dlsched.job.communication.nccl_costs import NcclGroup, NcclNode, nccl_node
+from dlsched.job.group_placement import placement
 
 GIB = 2**30
 
@@ -217,11 +220,37 @@ class System(BaseModel):
 
     def group_topology(self, stride: int, size: int) -> Topology | None:
         """The network a group of ``size`` ranks ``stride`` apart spans (ranks laid out
-        innermost dimension first; None for a group of one); ConfigError when the group is
-        not a product of whole sub-blocks of the dimensions (it would need links the topology
-        does not name)."""
+        innermost dimension first; None for a group of one). On a node preset's cluster: its
+        ranks per NVLink domain and the domains it crosses (``job.group_placement``: a group
+        some of whose copies straddle a domain boundary unevenly is priced as its worst
+        copy). On a topology: ConfigError when the group is not a product of whole
+        sub-blocks of the dimensions (it would need links the topology does not name)."""
         if size == 1:  # a group of one: no links (its collectives cost nothing)
             return None
+        name = f"{self.name}[{stride}x{size}]"
+        if self.node is None:
+            return Topology(name, self._aligned_dims(stride, size))
+        domain, *fabric = self.topology.dims
+        shape = placement(domain.size, self.num_gpus, stride, size)
+        dims = []
+        if shape.per_node > 1:
+            dims.append(_part(domain, shape.per_node))
+        if shape.nodes > 1:
+            dims.append(_part(fabric[0], shape.nodes))
+        if self.nccl is None:
+            return Topology(name, tuple(dims))
+        return NcclGroup(name, tuple(dims), self.nccl, shape.per_node, shape.nodes)
+
+    def straddles(self, stride: int, size: int) -> bool:
+        """Whether some copy of a group of ``size`` ranks ``stride`` apart straddles an
+        NVLink domain boundary unevenly (``job.group_placement``; False on a topology)."""
+        if size == 1 or self.node is None:
+            return False
+        return placement(self.topology.dims[0].size, self.num_gpus, stride, size).straddles
+
+    def _aligned_dims(self, stride: int, size: int) -> tuple[Dimension, ...]:
+        """A topology's dimensions a group of ``size`` ranks ``stride`` apart spans, one per
+        dimension it crosses (ConfigError when it is not aligned with them)."""
         dims, reach = [], 1
         for dim in self.topology.dims:
             low, high = reach, reach * dim.size
@@ -237,18 +266,17 @@ class System(BaseModel):
         if math.prod(d.size for d in dims) != size:
             raise ConfigError(f"layout: a group of {size} ranks {stride} apart does not align "
                               f"with the dimensions {self.topology.shape}")
-        name = f"{self.name}[{stride}x{size}]"
-        if self.nccl is None:
-            return Topology(name, tuple(dims))
-        return NcclGroup(name, tuple(dims), self.nccl, *self._per_node(stride, size))
+        return tuple(dims)
 
-    def _per_node(self, stride: int, size: int) -> tuple[int, int]:
-        """(ranks per node, nodes) of a group of ``size`` ranks ``stride`` apart on a node
-        preset's cluster (dimension 1 the node)."""
-        per_node = self.topology.dims[0].size
-        inside = max(1, min(size, per_node // stride)) if stride < per_node else 1
-        return inside, size // inside
 
+
+def _part(dim: Dimension, size: int) -> Dimension:
+    """``size`` NPUs of ``dim``: its links, and its algorithm unless that is a switch's
+    halving-doubling, which needs a power of two (then a ring, as ``System.topology``
+    prices a switch over a count that is not one)."""
+    halving = dim.algorithm is DimAlgorithm.HALVING_DOUBLING and size & (size - 1)
+    return Dimension(dim.kind, size, dim.bandwidth, dim.latency,
+                     algorithm="ring" if halving else dim.algorithm)
 
 
 # The old name of the type (the same class).

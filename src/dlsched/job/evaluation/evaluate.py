@@ -73,7 +73,7 @@ from dlsched.job.evaluation.unit_walk import (
     unit_bound,
     unit_walked,
 )
-from dlsched.job.execution import Execution
+from dlsched.job.execution import GROUPS, Execution
 from dlsched.job.memory.allocator import fragmentation_margin
 from dlsched.job.memory.moe import experts_per_gpu, moe_dense_delta, stage_moe_layers
 from dlsched.job.memory.parameters import (
@@ -407,4 +407,25 @@ def _notes(job: Job, result: JobResult) -> tuple[str, ...]:
         notes.append(f"needs {format_bytes(result.memory_bytes)} per GPU: more than a "
                      f"{format_bytes(job.cluster.memory)} GPU leaves after its runtime "
                      "reserve and fragmentation")
+    straddling = _straddling(job, result.layout)
+    if straddling:
+        notes.append(f"{result.layout.label()}: " + ", ".join(straddling) + " straddle the "
+                     f"{job.cluster.topology.dims[0].size}-GPU NVLink domains unevenly, each "
+                     "priced as its worst copy (ranks per domain x domains)")
     return tuple(notes)
+
+
+def _straddling(job: Job, layout: Execution) -> list[str]:
+    """Each communication group of ``layout`` some copy of which straddles an NVLink domain
+    boundary unevenly (``job.group_placement``), as ``DP (16 ranks: 8x2)``."""
+    labels = {"tp": "TP", "cp": "CP", "dp_cp": "DP" if layout.cp == 1 else "DP x CP",
+              "pp": "PP", "expert_tp": "expert TP", "ep": "EP", "expert_dp": "expert DP"}
+    found = []
+    for name, (expert, _) in GROUPS.items():
+        stride, size = layout.group_ranks(name)
+        if (expert and not job.spec.experts) or not job.cluster.straddles(stride, size):
+            continue
+        group = job.cluster.group_topology(stride, size)
+        shape = "x".join(str(d.size) for d in group.dims) if group is not None else "1"
+        found.append(f"{labels[name]} ({size} ranks: {shape})")
+    return found
