@@ -3,7 +3,10 @@ counts with suffixes (goodput.counts)."""
 
 from __future__ import annotations
 
+from importlib import resources
+
 import pytest
+import yaml
 
 from dlsched.errors import ConfigError
 from dlsched.goodput.checkpoints import Storage, checkpoint_plan, load_storage, shard_bytes
@@ -75,11 +78,43 @@ def test_energy_by_hand() -> None:
     assert out.cost == pytest.approx(16 * 1.5 * 2.0)
 
 
+def test_new_gpus_power_by_hand() -> None:
+    """Datasheet figures (goodput.energy): B300 1,100 W on a 14.5 kW DGX B300, host 14,500 x
+    8.4 / 10.2 - 8 x 1,100 = 3,141.2 W per 8 GPUs; GB200 1,200 W on a 120 kW NVL72 rack, host
+    120,000 x 8.4 / 10.2 - 72 x 1,200 = 12,423.5 W per 72 GPUs (690.2 W per 4-GPU tray); GB300
+    1,400 W with the GB200 rack's host (its ~120 kW rating leaves none); MI300X 750 W, H800 700 W
+    and the Grand Teton H100 500 W with the DGX H100's 2.8 kW host. Idle 12.8% of TDP."""
+    idle_fraction = 1 - 1e7 / (16384 * 700)
+    cases = {("b300", 8): (1100.0, 14500 * 8.4 / 10.2 - 8800),
+             ("gb200", 72): (1200.0, 120000 * 8.4 / 10.2 - 86400),
+             ("gb200", 4): (1200.0, (120000 * 8.4 / 10.2 - 86400) * 4 / 72),
+             ("gb300", 72): (1400.0, 120000 * 8.4 / 10.2 - 86400),
+             ("mi300x", 8): (750.0, 2800.0), ("h800", 8): (700.0, 2800.0),
+             ("h100-hbm2e-96gb", 8): (500.0, 2800.0)}
+    for (gpu, per_node), (tdp, host) in cases.items():
+        model = power_model(gpu, per_node)
+        assert model.busy_w == pytest.approx(tdp)
+        assert model.idle_w == pytest.approx(tdp * idle_fraction)
+        assert model.host_w == pytest.approx(host)
+    assert power_model("b300").host_w == pytest.approx(3141.18, abs=0.01)
+    assert power_model("gb200", 72).host_w == pytest.approx(12423.53, abs=0.01)
+
+
+def test_every_gpu_preset_has_power_figures() -> None:
+    """Every bundled GPU preset is priced, with a positive host draw (a preset added without
+    figures fails here, not in a user's plan)."""
+    names = yaml.safe_load(resources.files("dlsched.presets").joinpath("gpus.yaml").read_text())
+    for name in names:
+        assert power_model(name).host_w > 0, name
+
+
 def test_energy_refuses_bad_input() -> None:
     with pytest.raises(ConfigError, match=r"^pue: 0\.9 is not accepted"):
         run_energy(power_model("a100"), 8, 1, 1.0, 0.0, 1.0, pue=0.9)
-    with pytest.raises(ConfigError, match="gpu"):
+    with pytest.raises(ConfigError, match=r"^gpu: 'tpu' has no power figures; accepted: v100, "):
         power_model("tpu")
+    with pytest.raises(ConfigError, match="gpus per node: 0 is not accepted"):
+        power_model("h100", 0)
 
 
 @pytest.mark.parametrize(("text", "value"), [("15.6T", 15.6e12), ("500k", 5e5), ("2B", 2e9),
