@@ -9,7 +9,13 @@ import pytest
 import yaml
 
 from dlsched.errors import ConfigError
-from dlsched.goodput.checkpoints import Storage, checkpoint_plan, load_storage, shard_bytes
+from dlsched.goodput.checkpoints import (
+    PCIE_HOST_BANDWIDTH,
+    Storage,
+    checkpoint_plan,
+    load_storage,
+    shard_bytes,
+)
 from dlsched.goodput.counts import parse_count
 from dlsched.goodput.energy import power_model, run_energy
 
@@ -106,6 +112,18 @@ def test_every_gpu_preset_has_power_figures() -> None:
     names = yaml.safe_load(resources.files("dlsched.presets").joinpath("gpus.yaml").read_text())
     for name in names:
         assert power_model(name).host_w > 0, name
+        assert name in PCIE_HOST_BANDWIDTH, name
+
+
+def test_async_snapshot_over_c2c_by_hand() -> None:
+    """GB200: the snapshot copies over NVLink-C2C at 225 GB/s per GPU one way (900 GB/s both
+    ways per Grace, two GPUs each), not PCIe: 2 GB of weights over 4 replicas + 12 GB of
+    optimizer (ZeRO 1) = 12.5 GB per GPU, 55.6 ms; an H800 at PCIe Gen5's 64 GB/s 195.3 ms."""
+    tectonic = load_storage("tectonic")
+    gb200 = checkpoint_plan(2 * GB, 12 * GB, 1, 4, 8, 4, tectonic, "async", "gb200")
+    h800 = checkpoint_plan(2 * GB, 12 * GB, 1, 4, 8, 8, tectonic, "async", "h800")
+    assert gb200.blocking_s == pytest.approx(12.5 * GB / 225e9)
+    assert h800.blocking_s == pytest.approx(12.5 * GB / 64e9)
 
 
 def test_energy_refuses_bad_input() -> None:

@@ -49,10 +49,22 @@ STORAGE = {
 }
 DEFAULT_STORAGE = "tectonic"
 PCIE_HOST_BANDWIDTH = {
+    "v100": 16e9,  # PCIe Gen3 x16 one direction: 32 GB/s both ways (V100 SXM2 datasheet)
     "a100": 32e9,  # PCIe Gen4 x16 one direction: 64 GB/s both ways (A100 SXM datasheet)
     "h100": 64e9,  # PCIe Gen5 x16 one direction: 128 GB/s both ways (H100 SXM datasheet)
     "h200": 64e9,  # PCIe Gen5 x16 (H200 datasheet)
     "b200": 64e9,  # PCIe Gen5 x16 (DGX B200 datasheet)
+    "h800": 64e9,  # PCIe Gen5 x16: the H100 SXM5 board (NVLink cut, PCIe unchanged)
+    "h100-hbm2e-96gb": 64e9,  # PCIe Gen5 x16: an H100 SXM5 on Grand Teton's HGX baseboard
+    # PCIe Gen5 x16: the B300 links Gen6, but the DGX B300's Xeon 6776P hosts are Gen5
+    "b300": 64e9,
+    # NVLink-C2C, 900 GB/s both ways per Grace, shared by its two GPUs (NVIDIA GB200 NVL72
+    # specifications; each GB200 tray: 2 Grace, 4 GPUs): 225 GB/s per GPU one direction
+    "gb200": 225e9,
+    "gb300": 225e9,  # the same NVLink-C2C, 2 Grace per 4-GPU tray (GB300 NVL72 specifications)
+    # PCIe Gen5 x16 (AMD's MLPerf Inference v4.1 system description 8xMI300X_2xEPYC-9374F:
+    # accelerator_host_interconnect "PCIe Gen5 x16")
+    "mi300x": 64e9,
 }
 """Device-to-host copy bandwidth of the snapshot (bytes/s), the datasheets' PCIe link rate per
 direction; a bound the copy does not exceed."""
