@@ -13,6 +13,7 @@ import pytest
 
 from dlsched.errors import ConfigError
 from dlsched.goodput.failures import job_mtbf
+from dlsched.goodput.time_to_train import Settings, time_to_train
 from dlsched.job.model_spec import load_spec
 from dlsched.job.scenario import PlanScenario
 
@@ -88,3 +89,23 @@ def test_time_to_train_objective_can_choose_another_plan() -> None:
     assert chosen["ttt_days"] < fastest["ttt_days"]
     why = [note for note in report.notes if note.startswith("--objective time-to-train: chose")]
     assert len(why) == 1 and "iteration " in why[0] and "time to train " in why[0]
+
+
+def test_rack_energy_by_hand_and_per_gpu() -> None:
+    """One plan row priced on GB200 and GB300 NVL72 racks (goodput.time_to_train): the same
+    wall time (same row, same C2C snapshot link), GPU energy in proportion to TDP (idle a fixed
+    share of it) and the same host, 12,423.5 W per 72-GPU rack (120 kW x 8.4 / 10.2 - 72 x
+    1,200 W): E_gb300 - E_gb200 = (1,400 / 1,200 - 1) x (E_gb200 - PUE x 2 racks x host x
+    wall). Pricing the rack as eighteen 4-GPU trays gives the same energy (host per GPU)."""
+    row = {"gpus": 144, "tp": 1, "cp": 1, "pp": 1, "dp": 144, "zero": 1, "global_batch": 576,
+           "iteration_s": 2.0, "exposed_dp_s": 0.2, "memory_weights_gib": 15.0,
+           "memory_optimizer_gib": 0.7}
+    settings = Settings(tokens="100B")
+    gb200 = time_to_train(row, 8192, "gb200", 72, settings)
+    gb300 = time_to_train(row, 8192, "gb300", 72, settings)
+    trays = time_to_train(row, 8192, "gb200", 4, settings)
+    assert gb300["ttt_days"] == gb200["ttt_days"]
+    host_mwh = 1.1 * 2 * (120000 * 8.4 / 10.2 - 72 * 1200) * gb200["ttt_days"] * 86400 / 3.6e9
+    gpu_mwh = gb200["energy_mwh"] - host_mwh
+    assert gb300["energy_mwh"] - gb200["energy_mwh"] == pytest.approx(gpu_mwh * (1400 / 1200 - 1))
+    assert trays["energy_mwh"] == pytest.approx(gb200["energy_mwh"])
