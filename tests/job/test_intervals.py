@@ -253,3 +253,21 @@ def test_upper_search_is_exhaustively_right_and_plan_says_when_it_differs(monkey
     assert any(note.startswith("--objective upper chose") and best.layout.label() in note
                for note in report.notes)
     assert any(note.startswith("memory per GPU") for note in report.notes)
+
+
+def test_an_unpriced_value_is_never_surer_than_a_priced_one() -> None:
+    """Nine ZeRO 1 runs 30% off and a hundred ZeRO 0 runs 1% off: a ZeRO 1 plan's nearest runs
+    are the nine (q 0.3); a ZeRO 2 plan, which no run has, has all 109 at distance 1, whose
+    99th smallest |error| is 0.01. Its base is raised to the largest of the priced values'
+    (0.3), so ``--objective upper`` cannot prefer the unchecked stage."""
+    table = tuple([res(f"z1-{i}", 0.3, zero=1) for i in range(9)]
+                  + [res(f"z0-{i}", 0.01, zero=0) for i in range(100)])
+    checked, unchecked = feats(zero=1), feats(zero=2)
+    assert base_half_width(checked, table) == pytest.approx(0.3)
+    assert base_half_width(unchecked, table) == pytest.approx(0.01)
+    assert intervals.unchecked_base(unchecked, table) == pytest.approx(0.3)
+    assert intervals.unchecked_base(checked, table) == pytest.approx(0.3)  # priced: unchanged
+    low = time_bounds(checked, 10.0, None, table)
+    high = time_bounds(unchecked, 10.0, None, table)
+    assert high.outside == ("ZeRO stage 2 (no priced run)",)
+    assert high.q == pytest.approx(0.3 + widening(table)) and high.high >= low.high

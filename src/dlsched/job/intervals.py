@@ -12,17 +12,21 @@ interval on the measured value is ``[predicted / (1 + q), predicted / (1 - q)]``
 whose error would be within ``q``; unbounded above when ``q >= 1``).
 
 **Outside the envelope** (``uncovered``): a categorical value no residual of the family has
-(schedule zb-h1, a GPU no run used), a scale outside the range of the residuals that share one
-of the plan's values (``recomputation none`` priced only up to 406B parameters, ``microbatch
-1`` only up to 64 stages; sizes within ``SIZE_TOLERANCE``), and an MFU above that of every
-priced run of the GPU in the plan's tensor-core format (FP8, or 16-bit: ``frontier``). Each
-adds ``widening`` to ``q``: the excess the ledger itself shows when a feature value is hidden,
-at the same 90% level (for every categorical feature value, the residuals of the runs that
-have it get their base ``q`` from the others alone; the 90% conformal quantile of ``max(0,
-|error| - q)`` over all of them; unbounded with fewer than ``MIN_ROWS``), added once per
-feature (errors of independent unchecked effects add at worst). Above that best priced MFU
-the time's upper end is also at least the time at it (no such run has been measured faster).
-MFU's interval is the time's, inverted.
+(schedule zb-h1, a GPU no run used; its base ``q`` is also at least that of the plan with the
+value replaced by each value the residuals have, ``unchecked_base``: the nearest runs of a
+value nobody ran can be a calmer set than those of a value many ran, and an unchecked value
+must not look surer than a checked one, or ``--objective upper`` would prefer it), a scale
+outside the range of the residuals that share one of the plan's values (``recomputation
+none`` priced only up to 406B parameters, ``microbatch 1`` only up to 64 stages; sizes within
+``SIZE_TOLERANCE``), and an MFU above that of every priced run of the GPU in the plan's
+tensor-core format (FP8, or 16-bit: ``frontier``). Each adds ``widening`` to ``q``: the
+excess the ledger itself shows when a feature value is hidden, at the same 90% level (for
+every categorical feature value, the residuals of the runs that have it get their base ``q``
+from the others alone; the 90% conformal quantile of ``max(0, |error| - q)`` over all of
+them; unbounded with fewer than ``MIN_ROWS``), added once per feature (errors of independent
+unchecked effects add at worst). Above that best priced MFU the time's upper end is also at
+least the time at it (no such run has been measured faster). MFU's interval is the time's,
+inverted.
 
 **Memory** follows the same rule with the memory residuals. With fewer than ``MIN_ROWS`` of
 them no 90% interval can be calibrated, and it is unvalidated: ``q`` is the larger of
@@ -36,6 +40,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from itertools import product
 from typing import TYPE_CHECKING, Any
 
 from dlsched.job.envelope import (
@@ -243,9 +248,28 @@ def _envelope(plan: Features, table: tuple[Residual, ...]) -> tuple[float, tuple
 
 
 def _half_width(plan: Features, table: tuple[Residual, ...], outside: Sequence[str]) -> float:
-    """The base ``q`` plus the widening once per uncovered feature."""
-    base = base_half_width(plan, table)
+    """The base ``q`` (``unchecked_base`` where a categorical value is unpriced) plus the
+    widening once per uncovered feature."""
+    base = unchecked_base(plan, table)
     return base + len(outside) * widening(table) if outside else base
+
+
+def unchecked_base(plan: Features, residuals: Sequence[Residual]) -> float:
+    """``plan``'s base ``q``, at least that of the plan with its categorical values no
+    residual has replaced, together, by any values the residuals have (module docstring: an
+    unpriced value is as uncertain as the least certain priced one); remembered per table and
+    plan."""
+    return _memo(residuals, "unchecked", plan, lambda: _unchecked_base(plan, residuals))
+
+
+def _unchecked_base(plan: Features, residuals: Sequence[Residual]) -> float:
+    choices = []
+    for index, name in enumerate(FEATURES):
+        seen = _memo(residuals, "values", name, lambda index=index: sorted(
+            {r.features.values[index] for r in residuals}, key=repr))
+        choices.append((plan.values[index],) if plan.values[index] in seen else tuple(seen))
+    return max(base_half_width(replace(plan, values=values), residuals)
+               for values in product(*choices))
 
 
 def time_bounds(plan: Features, seconds: float, mfu: float | None,
