@@ -42,11 +42,12 @@ def test_a_straddling_group_is_priced_across_the_nics() -> None:
     racks = node_cluster("gb200-nvl72", 144)
     dp = racks.group_topology(1, 16)
     assert isinstance(dp, NcclGroup) and (dp.ranks_per_node, dp.nodes) == (8, 2)
-    assert [d.size for d in dp.dims] == [8, 2] and racks.straddles(1, 16)
+    assert [d.size for d in dp.dims] == [8, 2] and racks.placement(1, 16) == Placement(8, 2, True)
     pp = racks.group_topology(16, 9)
     assert [d.size for d in pp.dims] == [3, 3]  # type: ignore[union-attr]
     assert pp.dims[1].algorithm is DimAlgorithm.RING  # type: ignore[union-attr]
-    assert not racks.straddles(1, 8) and not racks.straddles(72, 2)
+    assert not racks.placement(1, 8).straddles and not racks.placement(72, 2).straddles  # type: ignore[union-attr]
+    assert racks.placement(1, 1) is None
     nodes = node_cluster("dgx-h100", 64)
     tp = nodes.group_topology(1, 8)
     assert isinstance(tp, NcclGroup) and (tp.ranks_per_node, tp.nodes) == (8, 1)

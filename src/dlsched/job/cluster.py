@@ -44,7 +44,7 @@ from dlsched.hardware.gpu import GpuSpec, get_gpu
 from dlsched.hardware.nodes import Node, node_presets
 from dlsched.hardware.topology import DimAlgorithm, Dimension, Topology
 from dlsched.job.communication.nccl_costs import NcclGroup, NcclNode, nccl_node
-from dlsched.job.group_placement import placement
+from dlsched.job.group_placement import Placement, placement
 
 GIB = 2**30
 
@@ -241,12 +241,13 @@ class System(BaseModel):
             return Topology(name, tuple(dims))
         return NcclGroup(name, tuple(dims), self.nccl, shape.per_node, shape.nodes)
 
-    def straddles(self, stride: int, size: int) -> bool:
-        """Whether some copy of a group of ``size`` ranks ``stride`` apart straddles an
-        NVLink domain boundary unevenly (``job.group_placement``; False on a topology)."""
+    def placement(self, stride: int, size: int) -> Placement | None:
+        """The shape a group of ``size`` ranks ``stride`` apart is priced on: ranks per NVLink
+        domain, domains, and whether some copy straddles a domain boundary unevenly
+        (``job.group_placement``; None on a topology or for a group of one)."""
         if size == 1 or self.node is None:
-            return False
-        return placement(self.topology.dims[0].size, self.num_gpus, stride, size).straddles
+            return None
+        return placement(self.topology.dims[0].size, self.num_gpus, stride, size)
 
     def _aligned_dims(self, stride: int, size: int) -> tuple[Dimension, ...]:
         """A topology's dimensions a group of ``size`` ranks ``stride`` apart spans, one per

@@ -423,9 +423,8 @@ def _straddling(job: Job, layout: Execution) -> list[str]:
     found = []
     for name, (expert, _) in GROUPS.items():
         stride, size = layout.group_ranks(name)
-        if (expert and not job.spec.experts) or not job.cluster.straddles(stride, size):
+        shape = job.cluster.placement(stride, size)
+        if shape is None or not shape.straddles or (expert and not job.spec.experts):
             continue
-        group = job.cluster.group_topology(stride, size)
-        shape = "x".join(str(d.size) for d in group.dims) if group is not None else "1"
-        found.append(f"{labels[name]} ({size} ranks: {shape})")
+        found.append(f"{labels[name]} ({size} ranks: {shape.per_node}x{shape.nodes})")
     return found
