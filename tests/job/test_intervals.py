@@ -134,6 +134,19 @@ def test_the_mfu_frontier_is_the_plans_tensor_core_format() -> None:
     assert time_bounds(feats(precision="fp8"), 10.0, 0.7, table).outside == ()
 
 
+def test_expert_parallel_runs_bound_expert_parallel_plans_only() -> None:
+    """An MoE run at 30% does not bound a dense plan (the dense runs' 50% does), and bounds an
+    expert-parallel plan, which no dense run does: at 40% it is named and its upper end is at
+    least 10 s x 40 / 30."""
+    table = (*HAND, res("moe", 0.0, mfu=0.3, ep=True))
+    assert intervals.frontier(feats(), table) == pytest.approx(0.5)
+    assert intervals.frontier(feats(ep=True), table) == pytest.approx(0.3)
+    moe = time_bounds(feats(ep=True), 10.0, 0.4, table)
+    assert "MFU 40.0% above every priced a 16-bit EP run (best 30.0%)" in moe.outside
+    assert moe.high >= 10.0 * 0.4 / 0.3 - 1e-9
+    assert time_bounds(feats(), 10.0, 0.4, table).outside == ()
+
+
 def test_memory_is_unvalidated_below_nine_memory_rows_and_calibrated_from_nine() -> None:
     """No memory run: the default 15%; two (1% and 30% off): the larger, 30%; nine (2% to
     18%): the 9th smallest (ceil(10 x 0.9) = 9), 18%."""
@@ -214,6 +227,22 @@ def test_upper_ranks_by_the_interval_and_the_note_names_both_plans() -> None:
     assert note is not None and slow.layout.label() in note and fast.layout.label() in note
     assert "+11.1% slower predicted" in note and "-10.2% on the upper end" in note
     assert difference_note(job, slow, slow, upper) is None
+
+
+def test_above_the_frontier_the_plans_own_interval_breaks_the_tie() -> None:
+    """Runs published at 1% MFU put both results above the frontier, whose floor (the job's
+    FLOPs at 1% MFU) is every layout's upper end; then the covered one ranks first (its own
+    end t / 0.8: q 0.01 + 0.19 for the MFU) over the ZeRO 3 one 10% faster that no run covers
+    (0.9 t / 0.61: two uncovered features), not the faster prediction."""
+    job, slow = _priced(PlanScenario(**SMALL, **GIVEN, zero=1))  # type: ignore[arg-type]
+    fast = replace(slow, layout=replace(slow.layout, zero=3), iteration_s=slow.iteration_s * 0.9,
+                   mfu=slow.mfu / 0.9)
+    upper = Ranking("upper", _around(features(job, slow.layout), mfu=0.01))
+    assert upper.high(job, slow) == pytest.approx(upper.high(job, fast))
+    assert upper.high(job, slow) == pytest.approx(slow.iteration_s * slow.mfu / 0.01)
+    assert upper.key(job, slow)[1] == pytest.approx(slow.iteration_s / 0.8)
+    assert upper.key(job, fast)[1] == pytest.approx(fast.iteration_s / 0.61)
+    assert min([slow, fast], key=lambda r: upper.key(job, r)) is slow
 
 
 def test_order_is_a_lower_bound_on_the_key() -> None:

@@ -16,17 +16,17 @@ whose error would be within ``q``; unbounded above when ``q >= 1``).
 value replaced by each value the residuals have, ``unchecked_base``: the nearest runs of a
 value nobody ran can be a calmer set than those of a value many ran, and an unchecked value
 must not look surer than a checked one, or ``--objective upper`` would prefer it), a scale
-outside the range of the residuals that share one of the plan's values (``recomputation
-none`` priced only up to 406B parameters, ``microbatch 1`` only up to 64 stages; sizes within
+outside the range of the residuals that share one of the plan's values (``recomputation none``
+priced only up to 406B parameters, ``microbatch 1`` only up to 64 stages; sizes within
 ``SIZE_TOLERANCE``), and an MFU above that of every priced run of the GPU in the plan's
-tensor-core format (FP8, or 16-bit: ``frontier``). Each adds ``widening`` to ``q``: the
-excess the ledger itself shows when a feature value is hidden, at the same 90% level (for
-every categorical feature value, the residuals of the runs that have it get their base ``q``
-from the others alone; the 90% conformal quantile of ``max(0, |error| - q)`` over all of
-them; unbounded with fewer than ``MIN_ROWS``), added once per feature (errors of independent
-unchecked effects add at worst). Above that best priced MFU the time's upper end is also at
-least the time at it (no such run has been measured faster). MFU's interval is the time's,
-inverted.
+tensor-core format (FP8, or 16-bit) with its expert parallelism (``frontier``). Each adds
+``widening`` to ``q``: the excess the ledger itself shows when a feature value is hidden, at
+the same 90% level (for every categorical feature value, the residuals of the runs that have it
+get their base ``q`` from the others alone; the 90% conformal quantile of ``max(0, |error| -
+q)`` over all of them; unbounded with fewer than ``MIN_ROWS``), added once per feature (errors
+of independent unchecked effects add at worst). Above that best priced MFU the time's upper end
+is also at least the time at it (no such run has been measured faster). MFU's interval is the
+time's, inverted.
 
 **Memory** follows the same rule with the memory residuals. With fewer than ``MIN_ROWS`` of
 them no 90% interval can be calibrated, and it is unvalidated: ``q`` is the larger of
@@ -186,13 +186,13 @@ def _sharing(name: str, value: object, residuals: Sequence[Residual]
 
 def _above_frontier(plan: Features, residuals: Sequence[Residual], mfu: float | None
                     ) -> str | None:
-    """The note of an MFU above every priced run of the plan's GPU and tensor-core format
-    (None: not above)."""
+    """The note of an MFU above every priced run of the plan's GPU, tensor-core format and
+    expert parallelism (None: not above)."""
     best = frontier(plan, residuals)
     if mfu is None or best is None or mfu <= best:
         return None
-    return (f"MFU {mfu:.1%} above every priced {plan.get('gpu')} "
-            f"{_format_class(plan.get('precision'))} run (best {best:.1%})")
+    kind = f"{_format_class(plan.get('precision'))}{' EP' if plan.get('ep') else ''}"
+    return f"MFU {mfu:.1%} above every priced {plan.get('gpu')} {kind} run (best {best:.1%})"
 
 
 def _format_class(precision: object) -> str:
@@ -201,16 +201,19 @@ def _format_class(precision: object) -> str:
 
 
 def frontier(plan: Features, residuals: Sequence[Residual]) -> float | None:
-    """The highest published MFU of a priced run on the plan's GPU in the plan's tensor-core
-    format class (None: no such run). MFU counts the model's FLOPs against the GPU's 16-bit
-    peak whatever the run's format, so an FP8 run reaches 75-83% on H100 and GB200 where the
-    best 16-bit one reaches 62%: a 16-bit plan is bounded by 16-bit runs, an FP8 plan by FP8
-    ones (bf16 and fp16 share the 16-bit tensor cores' peak)."""
-    gpu, kind = plan.get("gpu"), _format_class(plan.get("precision"))
-    return _memo(residuals, "frontier", (gpu, kind), lambda: max(
-        (r.mfu_published for r in residuals if r.features.get("gpu") == gpu
-         and _format_class(r.features.get("precision")) == kind
-         and r.mfu_published is not None), default=None))
+    """The highest published MFU of a priced run on the plan's GPU, in the plan's tensor-core
+    format class, with expert parallelism as the plan (None: no such run). MFU counts the
+    model's FLOPs against the GPU's 16-bit peak whatever the run's format, so an FP8 run
+    reaches 75-83% on H100 and GB200 where the best 16-bit one reaches 62%: a 16-bit plan is
+    bounded by 16-bit runs, an FP8 plan by FP8 ones (bf16 and fp16 share the 16-bit tensor
+    cores' peak). Expert-parallel runs spend time no dense run has (the All-to-Alls, the
+    router, small expert GEMMs) and publish lower MFU (GB200's 16-bit runs are all MoE, at
+    35%): they bound expert-parallel plans, dense runs dense ones."""
+    key = (plan.get("gpu"), _format_class(plan.get("precision")), plan.get("ep"))
+    return _memo(residuals, "frontier", key, lambda: max(
+        (r.mfu_published for r in residuals if r.mfu_published is not None
+         and (r.features.get("gpu"), _format_class(r.features.get("precision")),
+              r.features.get("ep")) == key), default=None))
 
 
 @dataclass(frozen=True)

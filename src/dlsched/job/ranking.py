@@ -4,8 +4,11 @@ a plan whose speed the ledger has not checked ranks as slow as it might be.
 
 ``Ranking.order`` is a lower bound on ``Ranking.key`` of every evaluation of a layout whose
 pipeline bound is known (the search prunes with it): for ``upper``, the bound times the
-layout's interval factor without the MFU frontier (which only widens the interval), then the
-bound (ties); keys compare the same way, (upper end, iteration). The search and every baseline
+layout's interval factor without the MFU frontier (which only widens the interval), twice,
+then the bound (ties); keys compare the same way, (upper end, upper end without the MFU
+frontier's floor, iteration): plans above the frontier share its floor, and among them the one
+whose own interval ends first ranks first (an unchecked value widens it), not the faster
+prediction. The search and every baseline
 rank with the same ``Ranking``; ``difference_note`` says when the point-best and the
 upper-best plans differ.
 """
@@ -45,8 +48,17 @@ class Ranking:
 
     def high(self, job: Job, result: JobResult) -> float:
         """The upper end of ``result``'s iteration-time interval (inf: unbounded)."""
-        return time_bounds(features(job, result.layout), result.iteration_s, result.mfu,
-                           self._time).high
+        return self._highs(job, result)[0]
+
+    def _highs(self, job: Job, result: JobResult) -> tuple[float, float]:
+        """The interval's upper end, and the same without the MFU frontier's floor (the
+        half-width's own end: what tells two plans apart that are both above the frontier,
+        whose floor, the model's FLOPs at the best priced MFU, is the same for every layout
+        of a job)."""
+        bounds = time_bounds(features(job, result.layout), result.iteration_s, result.mfu,
+                             self._time)
+        own = result.iteration_s / (1 - bounds.q) if bounds.q < 1 else math.inf
+        return bounds.high, own
 
     def order(self, job: Job, layout: Execution, bound: float) -> tuple[float, ...]:
         """A lower bound on ``key`` of any evaluation of ``layout`` whose iteration is at least
@@ -57,13 +69,15 @@ class Ranking:
         if plan not in self._factors:  # one interval per feature set, not per layout
             q = time_bounds(plan, 1.0, None, self._time).q
             self._factors[plan] = 1 / (1 - q) if q < 1 else math.inf
-        return (bound * self._factors[plan], bound)
+        lowest = bound * self._factors[plan]
+        return (lowest, lowest, bound)
 
     def key(self, job: Job, result: JobResult) -> tuple[float, ...]:
-        """What the search minimises: (iteration) or (upper end, iteration)."""
+        """What the search minimises: (iteration) or (upper end, upper end without the MFU
+        frontier's floor, iteration)."""
         if not self.upper:
             return (result.iteration_s,)
-        return (self.high(job, result), result.iteration_s)
+        return (*self._highs(job, result), result.iteration_s)
 
 
 POINT = Ranking("expected")
