@@ -228,9 +228,14 @@ class Bounds:
     outside: tuple[str, ...]
 
 
+def upper_end(value: float, q: float) -> float:
+    """The upper end of ``value``'s interval of half-width ``q``: ``value / (1 - q)`` (inf
+    when ``q >= 1``)."""
+    return value / (1 - q) if q < 1 else math.inf
+
+
 def _bounds(value: float, q: float, rows: int, outside: Sequence[str]) -> Bounds:
-    high = value / (1 - q) if q < 1 else math.inf
-    return Bounds(value / (1 + q), high, q, rows, tuple(outside))
+    return Bounds(value / (1 + q), upper_end(value, q), q, rows, tuple(outside))
 
 
 def family_residuals(family: str, residuals: Sequence[Residual] | None = None

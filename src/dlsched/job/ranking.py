@@ -8,9 +8,8 @@ layout's interval factor without the MFU frontier (which only widens the interva
 then the bound (ties); keys compare the same way, (upper end, upper end without the MFU
 frontier's floor, iteration): plans above the frontier share its floor, and among them the one
 whose own interval ends first ranks first (an unchecked value widens it), not the faster
-prediction. The search and every baseline
-rank with the same ``Ranking``; ``difference_note`` says when the point-best and the
-upper-best plans differ.
+prediction. The search and every baseline rank with the same ``Ranking``;
+``difference_note`` says when the point-best and the upper-best plans differ.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from dlsched.job.envelope import Features, Residual, features
-from dlsched.job.intervals import family_residuals, time_bounds
+from dlsched.job.intervals import family_residuals, time_bounds, upper_end
 
 if TYPE_CHECKING:
     from dlsched.job.evaluation.evaluate import Job, JobResult
@@ -57,8 +56,7 @@ class Ranking:
         of a job)."""
         bounds = time_bounds(features(job, result.layout), result.iteration_s, result.mfu,
                              self._time)
-        own = result.iteration_s / (1 - bounds.q) if bounds.q < 1 else math.inf
-        return bounds.high, own
+        return bounds.high, upper_end(result.iteration_s, bounds.q)
 
     def order(self, job: Job, layout: Execution, bound: float) -> tuple[float, ...]:
         """A lower bound on ``key`` of any evaluation of ``layout`` whose iteration is at least
@@ -67,8 +65,7 @@ class Ranking:
             return (bound,)
         plan = features(job, layout)
         if plan not in self._factors:  # one interval per feature set, not per layout
-            q = time_bounds(plan, 1.0, None, self._time).q
-            self._factors[plan] = 1 / (1 - q) if q < 1 else math.inf
+            self._factors[plan] = upper_end(1.0, time_bounds(plan, 1.0, None, self._time).q)
         lowest = bound * self._factors[plan]
         return (lowest, lowest, bound)
 
