@@ -230,8 +230,9 @@ class System(BaseModel):
         name = f"{self.name}[{stride}x{size}]"
         if self.node is None:
             return Topology(name, self._aligned_dims(stride, size))
+        shape = self.placement(stride, size)
+        assert shape is not None  # a node preset's group of two or more
         domain, *fabric = self.topology.dims
-        shape = placement(domain.size, self.num_gpus, stride, size)
         dims = []
         if shape.per_node > 1:
             dims.append(_part(domain, shape.per_node))
@@ -268,7 +269,6 @@ class System(BaseModel):
             raise ConfigError(f"layout: a group of {size} ranks {stride} apart does not align "
                               f"with the dimensions {self.topology.shape}")
         return tuple(dims)
-
 
 
 def _part(dim: Dimension, size: int) -> Dimension:

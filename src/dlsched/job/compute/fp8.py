@@ -182,13 +182,14 @@ MX_BLOCK = 32  # OCP Microscaling: one E8M0 scale per 32 elements
 # Presets with Blackwell's block-scaled tensor cores (MXFP8 GEMMs): Blackwell (compute
 # capability 10.0) and Blackwell Ultra (10.3, sm_103: b300, gb300).
 MXFP8_GPUS = ("b200", "gb200", "b300", "gb300")
-NON_TN_FP8_GPUS = ("b200", "gb200", "b300", "gb300")
-"""GPUs whose FP8 GEMMs take every operand layout (compute capability 10.x: TE's test is
-(10, 0) <= capability < (12, 0), so Blackwell Ultra's 10.3 too), so Transformer
-Engine's per-tensor FP8 tensors keep no transpose: TE's ``is_non_tn_fp8_gemm_supported`` (
-``transformer_engine/pytorch/utils.py``, since NVIDIA/TransformerEngine c7702309f, 2025-04)
-and ``Float8CurrentScalingQuantizer.inner_tensor_specs`` ("on non-TN-capable archs (Blackwell+)
-a single ``_data`` buffer backs both row- and column-wise usage and no separate transpose is
+NON_TN_FP8_GPUS = MXFP8_GPUS
+"""GPUs whose FP8 GEMMs take every operand layout (compute capability 10.x, the same presets as
+``MXFP8_GPUS``: TE's test is (10, 0) <= capability < (12, 0), so Blackwell Ultra's 10.3 too),
+so Transformer Engine's per-tensor FP8 tensors keep no transpose: TE's
+``is_non_tn_fp8_gemm_supported`` (``transformer_engine/pytorch/utils.py``, since
+NVIDIA/TransformerEngine c7702309f, 2025-04) and
+``Float8CurrentScalingQuantizer.inner_tensor_specs`` ("on non-TN-capable archs (Blackwell+) a
+single ``_data`` buffer backs both row- and column-wise usage and no separate transpose is
 materialized", d0067d0da). MXFP8's two copies carry differently blocked scales and stay."""
 BF16, FP8 = 2.0, 1.0  # bytes per element
 
