@@ -191,7 +191,7 @@ HOSTILE = [
     # an unknown subcommand: the ones there are (was "No such command 'x'." alone)
     (("reproduce", "nonsense"), {},
      "No such command 'nonsense'; accepted: themis, megatron, usbyte, pipeline, "
-     "themis-training, vtrain (see "),
+     "themis-training, vtrain, layouts (see "),
     # validate / calibrate runs: the option naming the runs file on every refusal, --gpu
     # named as such (was "device: unknown GPU")
     (("validate", "--ledger", "{r}"), {"r.yaml": "- id: a\n"},
