@@ -96,13 +96,14 @@ SOURCE = ("Aleph-Alpha/NeurIPS-WANT-submission-efficient-parallelization-layouts
           "Alpha's training code on DGX A100 nodes")
 HEADER = ("sweep", "trial_id", "gpus", "step_time_s", "outcome", "activation_checkpointing",
           "kernel", "micro_batch_size", "model_parallel_size", "pipe_parallel_size",
-          "sequence_parallel")
+          "sequence_parallel", "tflops_aleph_alpha")
 OUTCOMES = ("ok", "oom", "error", "kernel-unavailable")
 
 
 @dataclass(frozen=True)
 class Trial:
-    """One trial of the sweep (``step_time_s`` seconds, None when it did not run)."""
+    """One trial of the sweep (``step_time_s`` seconds and ``tflops_aleph_alpha``, the sheet's
+    FLOP/s per GPU in TFLOP/s by Aleph Alpha's count, None when it did not run)."""
 
     sweep: str
     trial_id: int
@@ -115,6 +116,7 @@ class Trial:
     tp: int
     pp: int
     sequence_parallel: bool
+    tflops_aleph_alpha: float | None = None
 
     @property
     def size(self) -> str:
@@ -148,6 +150,18 @@ class Trial:
                          run=run_settings(self.kernel))
 
 
+def tokens_per_step(trial: Trial) -> float:
+    """The tokens a step of ``trial`` processed by the sheet's own count: its Aleph Alpha
+    TFLOP/s x step time x GPUs over ``6 N + 12 l h s`` FLOP per token (N the parameters,
+    embeddings included; PaLM's model FLOP, Chowdhery et al. 2022, Appendix B), the evidence
+    for ``GLOBAL_BATCH``; ConfigError for a trial that did not run."""
+    if trial.tflops_aleph_alpha is None or trial.step_time_s is None:
+        raise ConfigError(f"trial {trial.trial_id}: did not run ({trial.outcome})")
+    layers, hidden, _, _ = SHAPES[trial.size]
+    per_token = 6 * trial.spec().parameters() + 12 * layers * hidden * trial.seq
+    return trial.tflops_aleph_alpha * 1e12 * trial.step_time_s * trial.gpus / per_token
+
+
 def run_settings(kernel: str) -> RunSettings:
     """The sweep's run settings with ``kernel``'s attention and ops (module docstring)."""
     attention, ops = KERNELS[kernel]
@@ -175,13 +189,15 @@ def parse_trials(text_: str) -> list[Trial]:
     trials = []
     for line, cells in enumerate(reader, start=2):
         try:
-            sweep, trial, gpus, step, outcome, ckpt, kernel, mb, tp, pp, sp = cells
+            sweep, trial, gpus, step, outcome, ckpt, kernel, mb, tp, pp, sp, tflops = cells
             if outcome not in OUTCOMES or ckpt not in RECOMPUTE or sp not in ("true", "false"):
                 raise ValueError("outcome, checkpointing or sequence_parallel not accepted")
-            if (outcome == "ok") != bool(step):
-                raise ValueError("a step time where the trial ran, none where it did not")
+            if not (outcome == "ok") == bool(step) == bool(tflops):
+                raise ValueError("a step time and TFLOP/s where the trial ran, none where it "
+                                 "did not")
             trials.append(Trial(sweep, int(trial), int(gpus), float(step) if step else None,
-                                outcome, ckpt, kernel, int(mb), int(tp), int(pp), sp == "true"))
+                                outcome, ckpt, kernel, int(mb), int(tp), int(pp), sp == "true",
+                                float(tflops) if tflops else None))
         except ValueError as failure:
             raise ConfigError(f"layout sweep data: line {line}: {cells!r} ({failure})") from None
     return trials
