@@ -13,20 +13,33 @@ setting: the layouts a user with that software would choose between (20 groups p
 
 Settings, each stated where it comes from; none fitted to these rows:
 
-* **Shapes** (``SHAPES``): LLaMA 13B, 33B ("30B") and 65B (Touvron et al., "LLaMA", 2023,
-  Table 2: width, heads, layers; the released configurations' FFN widths 13,824 / 17,920 /
-  22,016 and vocabulary 32,000), SwiGLU, RMSNorm, rotary positions, no biases, untied
-  embeddings, no dropout.
+* **Shapes** (``SHAPES``): LLaMA 13B, 33B ("30B") and 65B's width, heads and layers
+  (Touvron et al., "LLaMA", 2023, Table 2), SwiGLU, RMSNorm, rotary positions, no biases, no
+  dropout, untied embeddings (the sweep's configurations, ``weight_tying: false``); FFN widths
+  13,824, 17,888 and 22,016 (Aleph Alpha's ``mlp_factor`` x width: 2.7, 2.6875, 2.6875) and
+  Aleph Alpha's 128,000-token vocabulary (``VOCAB``), not LLaMA's 32,000: the sheets' own
+  Megatron TFLOP/s column, undone with the formula of the code that wrote it
+  (``scaling/transformer/utils/get_tflops.py`` ``get_tflops_megatron`` at Aleph-Alpha/scaling
+  737f855: ``6 B s N + 60 B s^2 h l`` FLOP a step), gives every trial's parameter count N,
+  which these shapes match to 0.1% (``sheet_parameters``; with 32,000 tokens they would be 7%
+  to 9% short).
 * **Global batch** (``GLOBAL_BATCH``): 4,194,304 tokens a step, 2,048 sequences of 2,048 or
-  512 of 8,192: inferred from the sheets' own TFLOP/s columns (the source file's
-  ``left_out``), not printed as such.
-* **The run** (``run_settings``): bf16, ZeRO-1, the gradients reduced after the last backward
-  (``dp_policy`` ``none``) and transfers between pipeline stages that block the rank (the
-  instruction schedule of DeepSpeed's 1F1B, which Aleph Alpha's code follows: its
-  ``PipelineScheduleTrain`` at Aleph-Alpha/scaling 737f855), activation checkpointing
-  ``every_layer`` as full recomputation. The layers of an uneven pipeline split spread as that
-  code's ``pipe_partition_uniform`` spreads them, the remainder one each to the first stages
-  (``pipeline_layout``).
+  512 of 8,192: not printed by the sheets; with it the parameter counts above come out the
+  same at both sequence lengths (half or twice the batch would make them 2x off).
+* **The run** (``run_settings``; Aleph-Alpha/scaling 737f855, the public code nearest the
+  2023 sweep): bf16 with ZeRO-1 (sharded FP32 master weights and Adam states); the bf16
+  gradients added up over the micro-batches by autograd (``grad_accumulation`` ``separate``)
+  and reduced in FP32 once, inside the optimizer step after the last backward (``dp_policy``
+  ``none``, ``grad_reduce`` ``fp32``: ``core/optimizer/allreduce.py`` casts each bucket to
+  FP32); transfers between pipeline stages that block the rank (``PipelineScheduleTrain``,
+  DeepSpeed's 1F1B instruction schedule, with blocking ``send`` / ``recv``); activation
+  checkpointing ``every_layer`` as full recomputation. The layers of an uneven pipeline split
+  spread as that code's ``pipe_partition_uniform`` spreads them, the remainder one each to the
+  first stages (``pipeline_layout``). Not expressed, each a cost the evaluator leaves out or
+  prices as Megatron runs it: the gradients all-reduced whole (ZeRO-1 here reduce-scatters)
+  before the bf16 parameter all-gather, a backward all-reduce per column-parallel linear where
+  Megatron has one per block (without SP), the head's logits gathered over TP and its FP32
+  cross-entropy run on every TP rank, gradient clipping's host syncs.
 * **Kernels** (``KERNELS``): ``flash_attention2`` and ``flash_attention2 + RMS kernel`` as the
   evaluator's FlashAttention-2 (``flash``), ``fused`` as Megatron's unfused attention with its
   fused softmax (``unfused``); the rest of each layer as eager PyTorch modules (``ops``
@@ -70,10 +83,10 @@ from dlsched.report.tables import fixed, in_percent
 NAME = "layouts"
 DATA = "layout_sweep.csv"
 NODE, GPU = "dgx-a100", "a100"
-VOCAB = 32000  # LLaMA's SentencePiece vocabulary (the released configurations)
+VOCAB = 128000  # Aleph Alpha's tokenizer, not LLaMA's 32,000 (module docstring)
 SHAPES = {  # layers, width, heads, FFN width (module docstring)
     "13b": (40, 5120, 40, 13824),
-    "30b": (60, 6656, 52, 17920),
+    "30b": (60, 6656, 52, 17888),
     "65b": (80, 8192, 64, 22016),
 }
 SEQ = {"2k": 2048, "8k": 8192}
@@ -96,14 +109,15 @@ SOURCE = ("Aleph-Alpha/NeurIPS-WANT-submission-efficient-parallelization-layouts
           "Alpha's training code on DGX A100 nodes")
 HEADER = ("sweep", "trial_id", "gpus", "step_time_s", "outcome", "activation_checkpointing",
           "kernel", "micro_batch_size", "model_parallel_size", "pipe_parallel_size",
-          "sequence_parallel", "tflops_aleph_alpha")
+          "sequence_parallel", "tflops_aleph_alpha", "tflops_megatron")
 OUTCOMES = ("ok", "oom", "error", "kernel-unavailable")
 
 
 @dataclass(frozen=True)
 class Trial:
-    """One trial of the sweep (``step_time_s`` seconds and ``tflops_aleph_alpha``, the sheet's
-    FLOP/s per GPU in TFLOP/s by Aleph Alpha's count, None when it did not run)."""
+    """One trial of the sweep (``step_time_s`` seconds; ``tflops_aleph_alpha`` and
+    ``tflops_megatron``, the sheet's FLOP/s per GPU in TFLOP/s by its two counts; None when it
+    did not run)."""
 
     sweep: str
     trial_id: int
@@ -117,6 +131,7 @@ class Trial:
     pp: int
     sequence_parallel: bool
     tflops_aleph_alpha: float | None = None
+    tflops_megatron: float | None = None
 
     @property
     def size(self) -> str:
@@ -150,22 +165,24 @@ class Trial:
                          run=run_settings(self.kernel))
 
 
-def tokens_per_step(trial: Trial) -> float:
-    """The tokens a step of ``trial`` processed by the sheet's own count: its Aleph Alpha
-    TFLOP/s x step time x GPUs over ``6 N + 12 l h s`` FLOP per token (N the parameters,
-    embeddings included; PaLM's model FLOP, Chowdhery et al. 2022, Appendix B), the evidence
-    for ``GLOBAL_BATCH``; ConfigError for a trial that did not run."""
-    if trial.tflops_aleph_alpha is None or trial.step_time_s is None:
+def sheet_parameters(trial: Trial) -> float:
+    """The parameter count the sheet's Megatron TFLOP/s of ``trial`` was computed with, undone
+    with the code's formula (``6 B s N + 60 B s^2 h l`` FLOP a step over step time x GPUs,
+    ``get_tflops_megatron``) at the sweep's ``GLOBAL_BATCH``: the evidence for ``VOCAB``,
+    ``SHAPES`` and ``GLOBAL_BATCH``; ConfigError for a trial that did not run."""
+    if trial.tflops_megatron is None or trial.step_time_s is None:
         raise ConfigError(f"trial {trial.trial_id}: did not run ({trial.outcome})")
     layers, hidden, _, _ = SHAPES[trial.size]
-    per_token = 6 * trial.spec().parameters() + 12 * layers * hidden * trial.seq
-    return trial.tflops_aleph_alpha * 1e12 * trial.step_time_s * trial.gpus / per_token
+    batch, seq = GLOBAL_BATCH[trial.seq], trial.seq
+    flop = trial.tflops_megatron * 1e12 * trial.step_time_s * trial.gpus
+    return (flop - 60 * batch * seq**2 * hidden * layers) / (6 * batch * seq)
 
 
 def run_settings(kernel: str) -> RunSettings:
     """The sweep's run settings with ``kernel``'s attention and ops (module docstring)."""
     attention, ops = KERNELS[kernel]
-    return RunSettings("bf16", "baseline", "none", attention, pipeline_p2p="blocking", ops=ops)
+    return RunSettings("bf16", "baseline", "none", attention, grad_reduce="fp32",
+                       grad_accumulation="separate", pipeline_p2p="blocking", ops=ops)
 
 
 def pipeline_layout(layers: int, pp: int) -> str:
@@ -189,15 +206,15 @@ def parse_trials(text_: str) -> list[Trial]:
     trials = []
     for line, cells in enumerate(reader, start=2):
         try:
-            sweep, trial, gpus, step, outcome, ckpt, kernel, mb, tp, pp, sp, tflops = cells
+            sweep, trial, gpus, step, outcome, ckpt, kernel, mb, tp, pp, sp, aa, meg = cells
             if outcome not in OUTCOMES or ckpt not in RECOMPUTE or sp not in ("true", "false"):
                 raise ValueError("outcome, checkpointing or sequence_parallel not accepted")
-            if not (outcome == "ok") == bool(step) == bool(tflops):
+            if not (outcome == "ok") == bool(step) == bool(aa) == bool(meg):
                 raise ValueError("a step time and TFLOP/s where the trial ran, none where it "
                                  "did not")
             trials.append(Trial(sweep, int(trial), int(gpus), float(step) if step else None,
                                 outcome, ckpt, kernel, int(mb), int(tp), int(pp), sp == "true",
-                                float(tflops) if tflops else None))
+                                float(aa) if aa else None, float(meg) if meg else None))
         except ValueError as failure:
             raise ConfigError(f"layout sweep data: line {line}: {cells!r} ({failure})") from None
     return trials
@@ -341,8 +358,10 @@ def sections(document_: dict[str, Any], options: Options | None = None) -> list[
                   + "".join(f"; {r['sweep']} TP {r['tp']} PP {r['pp']} mb {r['microbatch']}: "
                             f"{r['refused']}" for r in refused[:3])),
         Paragraph(f"source: {SOURCE}"),
-        Paragraph("settings (stated, not fitted): LLaMA shapes, vocabulary 32,000; 2,048 x "
-                  "2,048 or 512 x 8,192 tokens a step (inferred from the sheets' TFLOP/s); "
-                  "bf16, ZeRO-1, gradients reduced after the last backward, blocking pipeline "
-                  "transfers (1F1B), every_layer checkpointing as full recomputation; "
-                  "FlashAttention-2 or Megatron's fused softmax, the other ops eager")]
+        Paragraph("settings (stated, not fitted): LLaMA widths, heads and layers with Aleph "
+                  "Alpha's FFN widths and 128,000-token vocabulary, 2,048 x 2,048 or 512 x "
+                  "8,192 tokens a step (both read off the sheets' TFLOP/s); bf16, ZeRO-1, bf16 "
+                  "gradients accumulated by autograd and reduced in FP32 after the last "
+                  "backward, blocking pipeline transfers (1F1B), every_layer checkpointing as "
+                  "full recomputation; FlashAttention-2 or Megatron's fused softmax, the other "
+                  "ops eager")]
