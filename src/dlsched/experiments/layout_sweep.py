@@ -21,17 +21,19 @@ Settings, each stated where it comes from; none fitted to these rows:
   Megatron TFLOP/s column, undone with the formula of the code that wrote it
   (``scaling/transformer/utils/get_tflops.py`` ``get_tflops_megatron`` at Aleph-Alpha/scaling
   737f855: ``6 B s N + 60 B s^2 h l`` FLOP a step), gives every trial's parameter count N,
-  which these shapes match to 0.1% (``sheet_parameters``; with 32,000 tokens they would be 7%
-  to 9% short).
+  each sheet's least within 0.02% of these shapes' (``sheet_parameters``; with 32,000 tokens
+  they would be 7% to 9% short).
 * **Global batch** (``GLOBAL_BATCH``): 4,194,304 tokens a step, 2,048 sequences of 2,048 or
   512 of 8,192: not printed by the sheets; with it the parameter counts above come out the
   same at both sequence lengths (half or twice the batch would make them 2x off).
 * **The run** (``run_settings``; Aleph-Alpha/scaling 737f855, the public code nearest the
-  2023 sweep): bf16 with ZeRO-1 (sharded FP32 master weights and Adam states); the bf16
-  gradients added up over the micro-batches by autograd (``grad_accumulation`` ``separate``)
-  and reduced in FP32 once, inside the optimizer step after the last backward (``dp_policy``
-  ``none``, ``grad_reduce`` ``fp32``: ``core/optimizer/allreduce.py`` casts each bucket to
-  FP32); transfers between pipeline stages that block the rank (``PipelineScheduleTrain``,
+  2023 sweep): bf16 with ZeRO-1 (sharded FP32 master weights and Adam states); the gradients
+  kept in bf16 and added up over the micro-batches by autograd (``grad_reduce`` ``bf16``,
+  ``grad_accumulation`` ``separate``: the memory and the adds as the code has them) and reduced
+  once, inside the optimizer step after the last backward (``dp_policy`` ``none``); the code
+  casts each bucket to FP32 for that reduction (``core/optimizer/allreduce.py``), which no
+  ``grad_reduce`` value expresses beside bf16 gradients, so it is priced at 16 bits;
+  transfers between pipeline stages that block the rank (``PipelineScheduleTrain``,
   DeepSpeed's 1F1B instruction schedule, with blocking ``send`` / ``recv``); activation
   checkpointing ``every_layer`` as full recomputation. The layers of an uneven pipeline split
   spread as that code's ``pipe_partition_uniform`` spreads them, the remainder one each to the
@@ -181,7 +183,7 @@ def sheet_parameters(trial: Trial) -> float:
 def run_settings(kernel: str) -> RunSettings:
     """The sweep's run settings with ``kernel``'s attention and ops (module docstring)."""
     attention, ops = KERNELS[kernel]
-    return RunSettings("bf16", "baseline", "none", attention, grad_reduce="fp32",
+    return RunSettings("bf16", "baseline", "none", attention, grad_reduce="bf16",
                        grad_accumulation="separate", pipeline_p2p="blocking", ops=ops)
 
 
@@ -361,7 +363,7 @@ def sections(document_: dict[str, Any], options: Options | None = None) -> list[
         Paragraph("settings (stated, not fitted): LLaMA widths, heads and layers with Aleph "
                   "Alpha's FFN widths and 128,000-token vocabulary, 2,048 x 2,048 or 512 x "
                   "8,192 tokens a step (both read off the sheets' TFLOP/s); bf16, ZeRO-1, bf16 "
-                  "gradients accumulated by autograd and reduced in FP32 after the last "
-                  "backward, blocking pipeline transfers (1F1B), every_layer checkpointing as "
-                  "full recomputation; FlashAttention-2 or Megatron's fused softmax, the other "
-                  "ops eager")]
+                  "gradients accumulated by autograd and reduced after the last backward (at "
+                  "16 bits; the code's FP32 wire not expressed), blocking pipeline transfers "
+                  "(1F1B), every_layer checkpointing as full recomputation; FlashAttention-2 "
+                  "or Megatron's fused softmax, the other ops eager")]
