@@ -108,3 +108,19 @@ def test_the_whole_sweep_gives_the_recorded_numbers() -> None:
     assert document["memory_check"] == MEMORY
     assert document["refused_ran"] == [] and document["unpriced_ran"] == 128
     assert all(math.isfinite(r["predicted_s"]) for r in rows if r["refused"] is None)
+
+
+def test_the_command_prints_one_sheet_as_json_and_refuses_unknown_sheets(run_cli) -> None:
+    """``dlsched reproduce layouts --sweeps S --json``: the sheet's own totals (one group per
+    kernel and SP setting) and every row of that sheet; an unknown sheet names the accepted
+    ones."""
+    import json
+
+    code, out, _ = run_cli("reproduce", "layouts", "--sweeps", "65b-2k-128gpu", "--json",
+                           "--jobs", "1")
+    assert code == 0
+    document = json.loads(out)
+    assert {r["sweep"] for r in document["rows"]} == {"65b-2k-128gpu"}
+    assert document["summary"]["rows"] == 43 and document["summary"]["groups"] == 2
+    code, _, err = run_cli("reproduce", "layouts", "--sweeps", "65b")
+    assert code == 2 and "--sweeps: unknown ['65b']; accepted: 13b-2k-64gpu" in err
