@@ -140,3 +140,19 @@ def test_a_bad_layout_or_module_list_is_refused_naming_the_field(field: str, val
                                                                  message: str) -> None:
     with pytest.raises(ValueError, match=message):  # pydantic's, carrying the ConfigError's
         PlanScenario(**{**GIVEN, field: value})
+
+
+def test_a_gpu_alone_plans_on_its_own_node_preset(tmp_path) -> None:
+    """``--gpu h200`` without ``--cluster``: DGX H200 nodes (not H200s in DGX A100 nodes), and
+    the plan says so; a cluster given wins; no GPU, or a GPU file no preset carries:
+    dgx-a100."""
+    assert PlanScenario(gpu="h200").cluster == "dgx-h200"
+    assert PlanScenario(gpu="gb200").cluster == "gb200-nvl72"
+    assert PlanScenario(gpu="h100-hbm2e-96gb").cluster == "grand-teton-h100"
+    assert PlanScenario(gpu="h200", cluster="dgx-h100").cluster == "dgx-h100"
+    assert PlanScenario().cluster == "dgx-a100"
+    assert PlanScenario(gpu=str(tmp_path / "mine.yaml")).cluster == "dgx-a100"
+    report = PlanScenario(model="gpt-1.7b", gpu="h100", gpus=8, global_batch=16, tp=1, pp=1,
+                          microbatch_size=1, recompute="none", zero=0).run()
+    assert "cluster: dgx-h100, the node preset of --gpu h100 when no --cluster is given " \
+           "(--cluster)" in report.notes

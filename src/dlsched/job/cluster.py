@@ -50,9 +50,21 @@ GIB = 2**30
 
 # The node presets (presets/nodes.yaml, with their sources; each a ``hardware.nodes.Node``).
 NODE_PRESETS = node_presets()
+# The node preset of a plan that names neither a cluster nor a GPU with a node preset of its own
+# (``node_of_gpu``).
+DEFAULT_CLUSTER = "dgx-a100"
 # The GPU of a topology system that names none (the default of ``--gpu``; ``job.refusals``
 # prints it with the plan).
 TOPOLOGY_GPU = "a100"
+
+
+def node_of_gpu(gpu: str | None) -> str:
+    """The node preset a plan runs on when it names no cluster: the first node preset
+    (presets/nodes.yaml's order) built of ``gpu``, so that ``--gpu h200`` alone plans DGX H200
+    nodes rather than H200s in DGX A100 nodes; ``DEFAULT_CLUSTER`` when ``gpu`` is None, a GPU
+    file or a preset no node carries."""
+    return next((name for name, node in NODE_PRESETS.items() if gpu is not None
+                 and node.gpu == gpu), DEFAULT_CLUSTER)
 
 
 def _gpu_document(value: Any) -> Any:

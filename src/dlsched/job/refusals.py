@@ -32,7 +32,13 @@ import math
 from typing import TYPE_CHECKING
 
 from dlsched.errors import ConfigError
-from dlsched.job.cluster import NODE_PRESETS, is_system_file, load_cluster
+from dlsched.job.cluster import (
+    DEFAULT_CLUSTER,
+    NODE_PRESETS,
+    is_system_file,
+    load_cluster,
+    node_of_gpu,
+)
 from dlsched.job.communication.context_parallel import check_cp_sequence
 from dlsched.job.compute.moe_costs import check_expert_tp
 from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap
@@ -235,6 +241,10 @@ def default_notes(scenario: PlanScenario, cluster: System) -> list[str]:
     if scenario.attention == fields["attention"].default:
         notes.append(f"attention core: {scenario.attention}, the default kernel (--attention "
                      "flash|fused|unfused)")
+    if scenario.gpu is not None and scenario.cluster == node_of_gpu(scenario.gpu) != \
+            DEFAULT_CLUSTER:
+        notes.append(f"cluster: {scenario.cluster}, the node preset of --gpu {scenario.gpu} "
+                     "when no --cluster is given (--cluster)")
     if scenario.cluster not in NODE_PRESETS and scenario.gpu is None and \
             not is_system_file(scenario.cluster):  # a system file names its GPU
         notes.append(f"GPU: {cluster.gpu}, the default for a topology cluster, which names no "

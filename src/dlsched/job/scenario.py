@@ -54,10 +54,12 @@ class PlanScenario(BaseModel):
     model: Annotated[str, Field(description=(
         "A bundled transformer (gpt3-175b, gpt-39.1b, ...) or a spec file (.yaml/.json)."))
         ] = "gpt3-175b"
-    cluster: Annotated[str, Field(description=(
+    cluster: Annotated[str | None, Field(description=(
         "Node preset scaled by --gpus (dgx-a100, dgx-h100, dgx-h200, dgx-h800, dgx-b200, "
         "gb200-nvl72, dgx-b300, gb300-nvl72, mi300x-8, grand-teton-h100) or a multi-dimensional "
-        "topology preset or file (3D-FC_Ring_SW)."))] = "dgx-a100"
+        "topology preset or file (3D-FC_Ring_SW); default: the node preset of --gpu "
+        "(dgx-h200 for h200, ...), dgx-a100 without --gpu or for a GPU no preset carries."))
+        ] = None
     gpus: Annotated[int | None, Field(ge=1, le=MAX_GPUS, description=(
         "GPUs (with a node preset)."))] = None
     execution: Annotated[str | None, Field(description=(
@@ -243,6 +245,16 @@ class PlanScenario(BaseModel):
         "interval from the ledger's residuals, docs/plan.md) | expected (the predicted "
         "iteration) | time-to-train | energy | cost (the latter three re-rank the search's "
         "shortlist; need --tokens or --iterations)."))] = "upper"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _node_of_gpu(cls, data: Any) -> Any:
+        """No cluster given: the node preset of the GPU given (``job.cluster.node_of_gpu``)."""
+        if not isinstance(data, dict) or data.get("cluster") is not None:
+            return data
+        from dlsched.job.cluster import node_of_gpu
+
+        return {**data, "cluster": node_of_gpu(data.get("gpu"))}
 
     @model_validator(mode="before")
     @classmethod
