@@ -137,6 +137,9 @@ HOSTILE = [
      "(b200, gb200, b300, gb300), not h100"),
     (("plan", "--gpus", "8", "--model", "llama3-8b", "--precision", "fp8", "--fp8-recipe",
       "delayed"), {}, "--precision: fp8 needs FP8 tensor cores (Hopper or later); a100 has"),
+    # an unknown GPU before the node preset's GPU count (was "--gpus: needed with ...")
+    (("plan", "--gpu", "nonsense"), {},
+     "--gpu: unknown GPU 'nonsense'; accepted: h100, h200, a100"),
     (("plan", "--gpus", "8", "--model", "mixtral-8x7b", "--ep", "1", "--moe-a2a-overlap"), {},
      "--moe-a2a-overlap: needs expert parallelism (EP > 1)"),
     (("plan", "--gpus", "8", "--execution", "{e}"), {"e.yaml": "tp: 0\n"},

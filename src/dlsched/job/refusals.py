@@ -32,6 +32,7 @@ import math
 from typing import TYPE_CHECKING
 
 from dlsched.errors import ConfigError
+from dlsched.hardware.gpu import get_gpu
 from dlsched.job.cluster import (
     DEFAULT_CLUSTER,
     NODE_PRESETS,
@@ -58,7 +59,14 @@ DEGREES = ("tp", "cp", "pp", "dp")
 def check_plan(scenario: PlanScenario, spec: Model) -> None:
     """Refuse the scenario's first mistake (module docstring) with a one-line ConfigError of
     the field at fault (``ConfigError.field``: ``tp``, ``global_batch``; degrees given
-    together ``tp/pp``; ``dlsched plan`` names the options) saying what is accepted."""
+    together ``tp/pp``; ``dlsched plan`` names the options) saying what is accepted. An
+    unknown GPU first: without it the node preset's own checks would speak of a GPU count for
+    a GPU that does not exist."""
+    if scenario.gpu is not None:
+        try:
+            get_gpu(scenario.gpu)
+        except ConfigError as error:
+            raise error.renamed("gpu") from None
     check_gpus(scenario.cluster, scenario.gpus)
     gpus = int(scenario.gpus or 0) if scenario.cluster in NODE_PRESETS else load_cluster(
         scenario.cluster, scenario.gpus, scenario.gpu).num_gpus
