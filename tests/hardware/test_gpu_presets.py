@@ -334,17 +334,37 @@ def test_blackwell_ultra_peaks_are_the_system_datasheets_totals() -> None:
     assert 72 * 2 * gb300.peak["fp8"] == pytest.approx(720e15)
     assert b300.memory == gb300.memory == 288e9
     assert b300.memory_bandwidth == gb300.memory_bandwidth == 8e12
-    assert "fp4" not in b300.peak and "NVFP4" in b300.sources["peak"]
+    assert 8 * b300.peak["fp4"] == pytest.approx(108e15)  # HGX B300: FP4 108 PFLOP/s dense
+    assert 72 * gb300.peak["fp4"] == pytest.approx(1080e15)  # GB300 NVL72: 1,080 dense
+
+
+def test_fp4_peaks_are_the_datasheets_and_the_fractions_assumed() -> None:
+    """Dense FP4 per GPU: HGX B200 144 PFLOP/s with sparsity over 8 GPUs (9,000 TFLOP/s
+    dense), GB200 NVL72 1,440 over 72 (10,000), B300 13,500, GB300 15,000: 2x FP8 on
+    Blackwell, 3x on Blackwell Ultra; no FP4 peak before Blackwell. The FP4 GEMM fraction is
+    each GPU's FP8 one, ``assumed`` (no published NVFP4 matmul efficiency), none fitted."""
+    peaks = {name: get_gpu(name).spec.peak for name in ("b200", "gb200", "b300", "gb300")}
+    assert 8 * 2 * peaks["b200"]["fp4"] == pytest.approx(144e15)
+    assert 72 * 2 * peaks["gb200"]["fp4"] == pytest.approx(1440e15)
+    assert [peaks[n]["fp4"] / peaks[n]["fp8"] for n in peaks] == pytest.approx([2, 2, 3, 3])
+    for name in peaks:
+        spec = get_gpu(name).spec
+        assert spec.efficiency["gemm"].fp4 == spec.efficiency["gemm"].fp8
+        assert spec.provenance["efficiency.gemm.fp4"] == "assumed"
+    for name in ("h100", "h200", "a100", "mi300x"):
+        assert "fp4" not in get_gpu(name).spec.peak
+        assert "fp4" not in get_gpu(name).precisions()
 
 
 @pytest.mark.parametrize(("ultra", "base"), [("b300", "b200"), ("gb300", "gb200")])
 def test_blackwell_ultra_fractions_are_transferred_not_fitted(ultra: str, base: str) -> None:
     """Blackwell Ultra's GEMM fractions are its Blackwell sibling's at equal datasheet peaks
-    (ratio 1: the same BF16 / FP8 tensor-core rates); its cuDNN attention fraction is the
-    sibling's x the measured GB300 / GB200 rate of one kernel: 0.5267 x 5.524 / 5.017 = 0.5799;
-    every one is `transferred`, none fitted (every B300 / GB300 row held out)."""
+    (ratio 1: the same BF16 / FP8 tensor-core rates; FP4 1.5x the sibling's); its cuDNN
+    attention fraction is the sibling's x the measured GB300 / GB200 rate of one kernel: 0.5267
+    x 5.524 / 5.017 = 0.5799; every one is `transferred`, none fitted (every B300 / GB300 row
+    held out)."""
     new, old = get_gpu(ultra).spec, get_gpu(base).spec
-    assert new.peak == {**old.peak, "fp32": new.peak["fp32"]}
+    assert new.peak == {**old.peak, "fp32": new.peak["fp32"], "fp4": 1.5 * old.peak["fp4"]}
     for key in ("bf16", "fp8"):
         assert getattr(new.efficiency["gemm"], key) == getattr(old.efficiency["gemm"], key)
         assert _provenance(ultra, f"efficiency.gemm.{key}") == "transferred"

@@ -231,8 +231,9 @@ def test_refused_with_the_field(precision, recipe, gpu, peaks, field) -> None:
 
 def test_every_recipe_accepted_where_it_runs() -> None:
     for recipe in FP8_RECIPES:
-        gpu = "b200" if recipe == "mxfp8" else "h100"
-        assert check_fp8("fp8", recipe, gpu, {"fp8": 1}) == recipe
+        gpu = "b200" if recipe in ("mxfp8", "nvfp4") else "h100"
+        peaks = {"fp8": 1, "fp4": 1} if gpu == "b200" else {"fp8": 1}
+        assert check_fp8("fp8", recipe, gpu, peaks) == recipe
     assert check_fp8("bf16", None, "a100", {}) is None
 
 

@@ -300,14 +300,15 @@ def test_megatron_bridge_columns_agree(row: LedgerRow) -> None:
     """TP x PP x CP x DP = GPUs (1024 = 8 x 8 x 2 x 8) and GBS / (MBS x DP) = the published
     gradient accumulations (1536 / 8 = 192); the vocabulary is 128,256 padded to a multiple of
     128 x TP (the scripts' should_pad_vocab: 129,024 at TP 8, 128,512 at TP 4, 128,256 at TP 2);
-    an FP8 row names its recipe, a refused row its reason."""
+    an FP8 row names its recipe (NVFP4 rows nvfp4), a refused row its reason."""
     par = row.parallel
     assert par.tp * par.pp * par.cp * par.dp == row.hardware.gpus
     assert par.global_batch // (par.microbatch_size * par.dp) == \
         BRIDGE_GA[row.id.removeprefix("megatron-bridge-")]
     assert row.model.vocab == {8: 129024, 4: 128512, 2: 128256, 1: 128256}[par.tp]
     assert row.model.vocab % (128 * par.tp) == 0 and row.model.vocab - 128256 < 128 * par.tp
-    assert par.precision is None or par.fp8_recipe in ("current", "mxfp8")
+    assert par.precision is None or par.fp8_recipe in ("current", "mxfp8", "nvfp4")
+    assert (par.fp8_recipe == "nvfp4") == row.id.endswith("-nvfp4")
     assert row.supported or row.reason
 
 

@@ -24,10 +24,12 @@ backward (the autograd engine, in C++); both overlap the GPU's work (``models.ti
 
 ``peak`` is the datasheet's dense FLOP/s of a precision: ``fp32`` (CUDA cores), ``tf32``,
 ``bf16`` (also fp16's: the same tensor cores), ``fp8`` (Hopper; Transformer Engine's FP8
-GEMMs, the rest in bf16). Presets (``v100``, ``a100``, ``h100``, ``h100-hbm2e-96gb``,
-``h800``, ``h200``, ``b200``, ``gb200``, ``b300``, ``gb300``, ``mi300x``) live in
-``presets/gpus.yaml``, each with
-its ``memory`` (bytes) and the ``provenance`` of its constants (``PROVENANCES``); a user's own
+GEMMs, the rest in bf16), ``fp4`` (Blackwell's block-scaled FP4 tensor cores: NVFP4 GEMMs,
+which only the job planner's ``nvfp4`` recipe runs, ``job.compute.nvfp4``; the rest in bf16).
+``LOW_PRECISIONS`` (fp8, fp4) give a GEMM rate alone: their other kinds run at bf16's.
+Presets (``v100``, ``a100``, ``h100``, ``h100-hbm2e-96gb``, ``h800``, ``h200``, ``b200``,
+``gb200``, ``b300``, ``gb300``, ``mi300x``) live in ``presets/gpus.yaml``, each with its
+``memory`` (bytes) and the ``provenance`` of its constants (``PROVENANCES``); a user's own
 GPU is the same document in a YAML/JSON file (``dlsched compute calibrate`` and ``dlsched
 compute measure`` write one).
 """
@@ -45,18 +47,22 @@ from dlsched.config import bundled_presets, load_document, validate
 from dlsched.errors import ConfigError
 from dlsched.validation import Bandwidth, ByteSize, FlopRate, Fraction, Seconds
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 KINDS = ("gemm", "attention", "conv", "elementwise")
 # Kinds a GPU document may leave out, and the one precision key they take (cuDNN's fused
 # attention runs 16-bit inputs only).
 OPTIONAL_KINDS = {"fused_attention": "bf16"}
-# Bytes of an activation element: fp8 runs everything but its GEMMs in bf16.
-ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2}
-# Bytes of a GEMM operand element.
-OPERAND_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# Precisions that run only their GEMMs in that format (the other kinds at bf16's rate).
+LOW_PRECISIONS = ("fp8", "fp4")
+# Bytes of an activation element: fp8 and fp4 run everything but their GEMMs in bf16.
+ELEMENT_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp4": 2}
+# Bytes of a GEMM operand element; fp4: NVFP4's E2M1 half byte and one E4M3 scale byte per 16
+# elements (transformer_engine/common/recipe/__init__.py at v2.12, NVFP4BlockScaling).
+OPERAND_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5 + 1 / 16}
 # Where a precision reads its constants: fp16 shares bf16's tensor cores and peak.
-KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
-OPTIONAL = ("tf32", "bf16", "fp8")
+KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "bf16", "fp8": "fp8",
+       "fp4": "fp4"}
+OPTIONAL = ("tf32", "bf16", "fp8", "fp4")
 # How a constant's value was obtained (``GpuSpec.provenance``): from the vendor's datasheet,
 # measured on this GPU model (``compute measure`` / ``compute calibrate`` on its own steps),
 # fitted on one named ledger row of this GPU (the others held out), transferred from another
@@ -74,6 +80,7 @@ class KindEfficiency(BaseModel):
     tf32: Fraction | None = None
     bf16: Fraction | None = None
     fp8: Fraction | None = None
+    fp4: Fraction | None = None
 
 
 class GpuSpec(BaseModel):
@@ -123,11 +130,12 @@ class GpuSpec(BaseModel):
     def _complete(self) -> GpuSpec:
         unknown = sorted(set(self.peak) - {"fp32", *OPTIONAL})
         if unknown or "fp32" not in self.peak:
-            raise ValueError("peak: needs fp32 and optionally tf32, bf16, fp8 "
+            raise ValueError("peak: needs fp32 and optionally tf32, bf16, fp8, fp4 "
                              f"(got {sorted(self.peak)})")
-        if "fp8" in self.peak and "bf16" not in self.peak:
-            raise ValueError("peak.fp8: needs peak.bf16 too (fp8 runs its non-GEMM ops in "
-                             "bf16)")
+        for low in LOW_PRECISIONS:
+            if low in self.peak and "bf16" not in self.peak:
+                raise ValueError(f"peak.{low}: needs peak.bf16 too ({low} runs its non-GEMM "
+                                 "ops in bf16)")
         missing = [kind for kind in KINDS if kind not in self.efficiency]
         extra = sorted(set(self.efficiency) - set(KINDS) - set(OPTIONAL_KINDS))
         if missing or extra:
@@ -145,7 +153,7 @@ class GpuSpec(BaseModel):
             if table.fp32 is None:
                 raise ValueError(f"efficiency.{kind}.fp32: needed")
             for key in OPTIONAL:
-                needed = key in self.peak and (key != "fp8" or kind == "gemm")
+                needed = key in self.peak and (key not in LOW_PRECISIONS or kind == "gemm")
                 if needed and getattr(table, key) is None:
                     raise ValueError(f"efficiency.{kind}.{key}: needed as peak.{key} is given")
                 if key not in self.peak and getattr(table, key) is not None:
@@ -183,13 +191,13 @@ class Gpu:
         return float(self.spec.peak[KEY[self.check_precision(precision)]])
 
     def efficiency(self, kind: str, precision: str) -> float:
-        """Fraction of the peak that large ops of ``kind`` reach in ``precision`` (fp8: only
-        GEMMs run in FP8, the other kinds take bf16's)."""
+        """Fraction of the peak that large ops of ``kind`` reach in ``precision`` (fp8, fp4:
+        only GEMMs run in that format, the other kinds take bf16's)."""
         if kind not in (*KINDS, *OPTIONAL_KINDS):
             raise ConfigError(f"op kind: {kind!r} is not one of "
                               + ", ".join((*KINDS, *OPTIONAL_KINDS)))
         key = KEY[self.check_precision(precision)]
-        if key == "fp8" and kind != "gemm":
+        if key in LOW_PRECISIONS and kind != "gemm":
             key = "bf16"
         table = self.spec.efficiency.get(kind)
         value = None if table is None else getattr(table, key)
@@ -215,10 +223,10 @@ class Gpu:
 
     def kind_rate(self, kind: str, precision: str) -> float:
         """Achieved FLOP/s of a large op of ``kind`` in ``precision``: the peak (fp32's for
-        elementwise ops, bf16's for non-GEMM ops in fp8) x the kind's efficiency."""
+        elementwise ops, bf16's for non-GEMM ops in fp8 or fp4) x the kind's efficiency."""
         if kind == "elementwise":
             peak = self.peak_flops("fp32")
-        elif KEY[precision] == "fp8" and kind != "gemm":
+        elif KEY[precision] in LOW_PRECISIONS and kind != "gemm":
             peak = float(self.spec.peak["bf16"])
         else:
             peak = self.peak_flops(precision)

@@ -35,10 +35,13 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")  # job.communication.moe_dispat
 PIPELINE_P2P = ("auto", "blocking", "overlapped")  # job.communication.pipeline_p2p
 CROSS_ENTROPY = ("unfused", "native", "te")  # job.compute.cross_entropy
 OPS = ("fused", "eager")  # Job.ops: the zoo's fused kernels, or TorchTitan's eager modules
-FP8_RECIPES = ("delayed", "current", "mxfp8", "tensorwise", "rowwise",  # job.compute.fp8
-               "rowwise_with_gw_hp")
+FP8_RECIPES = ("delayed", "current", "mxfp8", "nvfp4", "tensorwise",  # job.compute.fp8
+               "rowwise", "rowwise_with_gw_hp")
+"""The low-precision linear recipes of ``--precision fp8`` (``job.compute.fp8``); ``nvfp4``,
+Transformer Engine's NVFP4BlockScaling, runs its GEMMs in FP4 (``job.compute.nvfp4``: TE enters
+it through the same ``fp8_autocast`` with the same bf16 model states)."""
 TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao's float8
-TE_RECIPES = ("delayed", "current", "mxfp8")  # Transformer Engine's
+TE_RECIPES = ("delayed", "current", "mxfp8", "nvfp4")  # Transformer Engine's
 GRAD_ACCUMULATION = ("fused", "separate")  # job.compute.grad_accumulation
 TRANSFORMER_IMPLS = ("local", "transformer_engine")  # job.compute.transformer_impl
 SHARDINGS = ("zero", "fsdp2", "fsdp2-split")  # job.memory.torch_runtime

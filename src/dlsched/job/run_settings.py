@@ -143,10 +143,15 @@ class RunSettings:
     expandable_segments: bool = False
 
     def __post_init__(self) -> None:
-        if self.fp8_param_gather and self.fp8_recipe not in TE_RECIPES:
-            raise ConfigError(f"needs a Transformer Engine fp8_recipe ("
-                              f"{', '.join(TE_RECIPES)}; got {self.fp8_recipe})",
-                              "fp8_param_gather")
+        fp8_gathered = tuple(recipe for recipe in TE_RECIPES if recipe != "nvfp4")
+        if self.fp8_param_gather and self.fp8_recipe not in fp8_gathered:
+            raise ConfigError(f"needs a Transformer Engine FP8 fp8_recipe ("
+                              f"{', '.join(fp8_gathered)}; got {self.fp8_recipe}: NVFP4 "
+                              "parameter gathers are not priced)", "fp8_param_gather")
+        if self.tp_comm_overlap and self.fp8_recipe == "nvfp4":
+            raise ConfigError("not priced with fp8_recipe nvfp4 (Megatron-Bridge turns it off "
+                              "for nvfp4, job.compute.nvfp4); accepted: false",
+                              "tp_comm_overlap")
         if self.ops not in OPS:
             raise ConfigError(f"ops: {self.ops!r} is not one of {', '.join(OPS)}")
         for name in VALUE_CHECKED:

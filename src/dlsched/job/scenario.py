@@ -75,8 +75,9 @@ class PlanScenario(BaseModel):
         "FP8 tensor cores)."))] = RUN_DEFAULTS["precision"]
     fp8_recipe: Annotated[choice(RUN_CHOICES["fp8_recipe"], "FP8 recipe") | None, Field(
         description=(
-        "With --precision fp8: delayed | current | mxfp8 (Transformer Engine's delayed, "
-        "per-tensor current and MXFP8 block scaling; mxfp8 on Blackwell) | tensorwise | "
+        "With --precision fp8: delayed | current | mxfp8 | nvfp4 (Transformer Engine's "
+        "delayed, per-tensor current, MXFP8 and NVFP4 block scaling; mxfp8 on Blackwell, "
+        "nvfp4 with its GEMMs in FP4 on Blackwell's FP4 tensor cores) | tensorwise | "
         "rowwise | rowwise_with_gw_hp (torchao's float8, TorchTitan; the last with the "
         "weight gradient in bf16)."))] = RUN_DEFAULTS["fp8_recipe"]
     fp8_all_gather: Annotated[bool, Field(description=(

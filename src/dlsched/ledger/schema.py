@@ -206,8 +206,9 @@ class Parallelism(_Strict):
     (Megatron-LM since 2022 with FP32 main gradients, Megatron-Core) or ``separate`` (an add
     per parameter after each microbatch's backward: Megatron-LM before 2022, and with 16-bit
     main gradients after). ``fp8_recipe`` (with ``precision`` fp8): how the linear layers run
-    in FP8 (``job.compute.fp8``: Transformer Engine's ``delayed``, ``current``, ``mxfp8``;
-    torchao's ``tensorwise``, ``rowwise``, ``rowwise_with_gw_hp``); ``fp8_all_gather``: FSDP
+    in FP8 (``job.compute.fp8``: Transformer Engine's ``delayed``, ``current``, ``mxfp8``, and
+    ``nvfp4``, its NVFP4 recipe, GEMMs in FP4: ``job.compute.nvfp4``; torchao's
+    ``tensorwise``, ``rowwise``, ``rowwise_with_gw_hp``); ``fp8_all_gather``: FSDP
     gathers the weights in FP8 (torchao's ``enable_fsdp_float8_all_gather``);
     ``fp8_param_gather``: Megatron-Core's FP8 primary weights (``--fp8-param-gather``,
     ``job.memory.fp8_weights``); ``moe_probs_in_activation``: Megatron-Core >= 0.13's MoE
@@ -253,8 +254,7 @@ class Parallelism(_Strict):
     sequence_parallel: bool | None
     zero: Literal[0, 1, 2, 3, "fsdp"] | None
     precision: choice(RUN_CHOICES["precision"], "precision") | None
-    fp8_recipe: Literal["delayed", "current", "mxfp8", "tensorwise", "rowwise",
-                        "rowwise_with_gw_hp"] | None = None
+    fp8_recipe: choice(RUN_CHOICES["fp8_recipe"], "fp8_recipe") | None = None
     fp8_all_gather: bool = False
     fp8_param_gather: bool = False
     moe_probs_in_activation: bool = False

@@ -34,7 +34,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from dlsched.hardware.gpu import ELEMENT_BYTES, KEY, OPERAND_BYTES
+from dlsched.errors import ConfigError
+from dlsched.hardware.gpu import ELEMENT_BYTES, KEY, LOW_PRECISIONS, OPERAND_BYTES
 from dlsched.models.kernels import attention_utilization, gemm_utilization
 from dlsched.models.ops import ATTENTION_KINDS, BACKWARD_FACTOR, Op
 from dlsched.models.timeline import Work
@@ -61,6 +62,10 @@ def op_work(compute: CalibratedCompute, op: Op, batch: float, backward: bool) ->
     """GPU seconds and kernels of ``op`` on ``batch`` samples (see the module docstring)."""
     gpu, precision = compute.gpu, compute.precision
     key = KEY[precision]
+    if key == "fp4":  # no generic FP4 op: NVFP4 linears are the job planner's recipe alone
+        raise ConfigError("fp4 prices Transformer Engine's NVFP4 linears in the job planner "
+                          "only (dlsched plan --precision fp8 --fp8-recipe nvfp4); accepted "
+                          "here: fp32, tf32, bf16, fp16, fp8", "precision")
     half = key in ("bf16", "fp8")
     tp = compute.tensor_parallel
     share = 1.0 / tp if op.split or compute.sequence_parallel else 1.0
@@ -119,8 +124,8 @@ def product_seconds(compute: CalibratedCompute, op: Op, batch: float, backward: 
             elements = tokens * (fan_in + fan_out / tp)
         elif op.label.endswith(ROW_PARALLEL):
             elements = tokens * (fan_in / tp + fan_out)
-    if precision == "fp8" and op.kind == "gemm" and op.shape:
-        moved = fp8_gemm_bytes(op, batch, share, tp, weights, backward)
+    if precision in LOW_PRECISIONS and op.kind == "gemm" and op.shape:
+        moved = fp8_gemm_bytes(op, batch, share, tp, weights, backward, operand)
     else:
         moved = ((BACKWARD_FACTOR if backward else 1.0)
                  * (elements * batch * ELEMENT_BYTES[precision] + weights * operand))
@@ -137,19 +142,20 @@ def _tp_share(compute: CalibratedCompute, op: Op) -> tuple[float, float]:
 
 
 def fp8_gemm_bytes(op: Op, batch: float, share: float, tp: int, weights: float,
-                   backward: bool) -> float:
+                   backward: bool, operand: float = 1.0) -> float:
     """Bytes an FP8 linear's GEMMs read and write on ``batch`` samples, forward or
-    ``backward``: FP8 operands (1 byte) in, 16-bit results (2 bytes) out. Forward: ``X`` (1)
-    and ``W`` (1) read, ``Y`` (2) written; backward: the data gradient reads ``G`` and ``W``
-    (1 each) and writes ``dX`` (2), the weight gradient reads ``X`` and ``G`` (1 each) and
-    writes ``dW`` (2): 3 bytes per input, 2 per output and 3 per weight element. (torchao's
-    ``_scaled_mm`` / Transformer Engine's ``cublasLt`` FP8 GEMMs take both operands in FP8
-    and write bf16: torchao ``float8/float8_ops.py`` ``float8_mm``, ``out_dtype`` the
-    linear's bf16; TE ``general_gemm``.) The sides of a TP linear as ``product_seconds``."""
+    ``backward``: FP8 operands (``operand``, 1 byte; NVFP4's 0.5 + 1/16 with its block
+    scales) in, 16-bit results (2 bytes) out. Forward: ``X`` and ``W`` read, ``Y`` (2)
+    written; backward: the data gradient reads ``G`` and ``W`` and writes ``dX`` (2), the
+    weight gradient reads ``X`` and ``G`` and writes ``dW`` (2): in FP8 3 bytes per input, 2
+    per output and 3 per weight element. (torchao's ``_scaled_mm`` / Transformer Engine's
+    ``cublasLt`` FP8 GEMMs take both operands in FP8 and write bf16: torchao
+    ``float8/float8_ops.py`` ``float8_mm``, ``out_dtype`` the linear's bf16; TE
+    ``general_gemm``.) The sides of a TP linear as ``product_seconds``."""
     x, y = _linear_elements(op, batch, share, tp)
     if backward:
-        return 3 * x + 2 * y + 3 * weights
-    return x + 2 * y + weights
+        return (operand + 2) * x + 2 * operand * y + (operand + 2) * weights
+    return operand * x + 2 * y + operand * weights
 
 
 def _linear_elements(op: Op, batch: float, share: float, tp: int) -> tuple[float, float]:

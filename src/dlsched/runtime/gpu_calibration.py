@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from dlsched.errors import ConfigError
-from dlsched.hardware.gpu import KEY, Gpu, get_gpu, preset_for
+from dlsched.hardware.gpu import KEY, LOW_PRECISIONS, Gpu, get_gpu, preset_for
 from dlsched.models.calibration import (
     check_cases,
     check_fit,
@@ -73,7 +73,7 @@ class KernelGrid:
 def kernel_grid(device: str, base: str | None, tiny: bool) -> KernelGrid:
     """The kernels to time on ``device`` (``DEVICES``) at the zoo's shapes (``tiny``: a few
     small ones of every class) in each precision the ``base`` preset has (default: the one of
-    the CUDA device's name; h100 on cpu), but fp16 (bf16's rate) and FP8 (Transformer
+    the CUDA device's name; h100 on cpu), but fp16 (bf16's rate), FP8 and FP4 (Transformer
     Engine, not torch), and on cpu fp32 and bf16 only."""
     if device not in DEVICES:
         raise ConfigError(f"--device: {device!r}; accepted: " + ", ".join(DEVICES))
@@ -84,7 +84,8 @@ def kernel_grid(device: str, base: str | None, tiny: bool) -> KernelGrid:
                           "preset (presets/gpus.yaml: v100, a100, h100, h800, h200, b200, "
                           "gb200, mi300x, ...) or a GPU file of this GPU's peaks")
     precisions = tuple(p for p in get_gpu(chosen).precisions() if p != "fp16"
-                       and KEY[p] != "fp8" and (device == "cuda" or p in ("fp32", "bf16")))
+                       and KEY[p] not in LOW_PRECISIONS
+                       and (device == "cuda" or p in ("fp32", "bf16")))
     return KernelGrid(device, name, chosen, grid(precisions, tiny))
 
 

@@ -33,6 +33,9 @@ and the output gradient ``G`` (tokens x fan-out), at the shapes one GPU of the T
 * ``mxfp8`` (TE ``MXFP8BlockScaling``, Blackwell only: ``tcgen05`` block-scaled MMA): a scale
   (E8M0, 1 byte) per 32 elements along the reduction axis, so each tensor is quantized rowwise
   and columnwise in one kernel: read 2, write 2 x (1 + 1/32) bytes; weight cached.
+* ``nvfp4`` (TE ``NVFP4BlockScaling``, Blackwell only): its GEMMs in FP4; its casts (7.125
+  bytes per activation element, 5.125 per weight element, the weight cached), gathers and
+  amax reductions are ``job.compute.nvfp4``'s.
 * ``tensorwise`` (torchao ``Float8Linear``, dynamic per-tensor scaling, TorchTitan's default):
   per tensor an amax reduction (read 2 bytes; under ``torch.compile`` fused into the kernel
   that produced the input or the gradient, free) and a cast writing the row- and column-major
@@ -164,6 +167,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError, check_choice
+from dlsched.job.compute import nvfp4
 from dlsched.job.run_choices import FP8_RECIPES, TE_RECIPES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
@@ -209,6 +213,7 @@ def _tensor(recipe: str, compiled: bool) -> CastCost:
     return {"delayed": CastCost(BF16 + 2 * FP8, 1),
             "current": CastCost(BF16 + BF16 + 2 * FP8, 3),
             "mxfp8": CastCost(BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK), 1),
+            "nvfp4": CastCost(nvfp4.ACTIVATION_CAST_BYTES, nvfp4.ACTIVATION_CAST_KERNELS),
             "tensorwise": CastCost(amax + BF16 + 2 * FP8, 2 if compiled else 3),
             "rowwise": CastCost(amax + FP8 + BF16 + (BF16 + FP8), 2),
             "rowwise_with_gw_hp": CastCost(amax + FP8, 1)}[recipe]
@@ -221,6 +226,7 @@ def _weight(recipe: str, shards: int) -> CastCost:
     return {"delayed": CastCost(BF16 + 2 * FP8, 1),
             "current": CastCost(BF16 + BF16 + 2 * FP8, 3),
             "mxfp8": CastCost(BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK), 1),
+            "nvfp4": CastCost(nvfp4.WEIGHT_CAST_BYTES, nvfp4.WEIGHT_CAST_KERNELS),
             "tensorwise": CastCost(BF16 + 2 * (BF16 + FP8), 4),
             "rowwise": CastCost((BF16 + FP8) + 2 * BF16 + (BF16 + FP8), 3),
             "rowwise_with_gw_hp": CastCost((BF16 + FP8) + BF16 + (BF16 + FP8), 3)}[recipe]
@@ -245,6 +251,14 @@ def check_fp8(precision: str, recipe: str | None, gpu_name: str, peaks: dict[str
         raise ConfigError(f"mxfp8 needs Blackwell's block-scaled tensor cores "
                           f"({', '.join(MXFP8_GPUS)}), not {gpu_name}; accepted: delayed, "
                           "current, tensorwise, rowwise, rowwise_with_gw_hp", "fp8_recipe")
+    if recipe == "nvfp4" and "fp4" not in peaks:
+        raise ConfigError(f"nvfp4 needs Blackwell's FP4 tensor cores (peak.fp4: "
+                          f"{', '.join(nvfp4.NVFP4_GPUS)}), not {gpu_name}; accepted: delayed, "
+                          "current, tensorwise, rowwise, rowwise_with_gw_hp", "fp8_recipe")
+    if moe and recipe == "nvfp4":
+        raise ConfigError("nvfp4 is not priced for MoE experts (no grouped NVFP4 GEMM in "
+                          "job.compute.moe_fp8); accepted: delayed, current, mxfp8",
+                          "fp8_recipe")
     if moe and recipe not in TE_RECIPES:
         raise ConfigError(f"MoE experts run FP8 as Transformer Engine's grouped "
                           f"GEMMs (job.compute.moe_fp8); accepted: {', '.join(TE_RECIPES)} "
@@ -270,7 +284,10 @@ def operand_elements(op: Op, batch: float, tp: int) -> tuple[float, float, float
 def tp_gather_fraction(recipe: str | None) -> float:
     """Bytes of a layer's sequence-parallel all-gathers (the column-parallel linears' inputs
     forward, the row-parallel linears' output gradients backward) against 16 bits under
-    ``recipe`` (module docstring): 1/2 for tensorwise, else 1."""
+    ``recipe`` (module docstring): 1/2 for tensorwise, NVFP4's 0.5625 / 2 for nvfp4
+    (``job.compute.nvfp4``: TE gathers the NVFP4 data and scales), else 1."""
+    if recipe == "nvfp4":
+        return nvfp4.GATHER_FRACTION
     return FP8 / BF16 if recipe == "tensorwise" else 1.0
 
 
@@ -292,9 +309,10 @@ AMAX_BYTES = 4.0  # one FP32 amax per tensor
 
 def amax_reductions(recipe: str | None, tp: int, sequence_parallel: bool) -> tuple[int, int]:
     """All-reduces of one amax over the TP group per layer, forward and backward (module
-    docstring): current scaling under SP reduces QKV's and FC1's inputs' and the projection's
-    and FC2's output gradients' amax; no other recipe or layout reduces one per layer."""
-    if recipe != "current" or tp == 1 or not sequence_parallel:
+    docstring): current scaling and NVFP4 under SP reduce QKV's and FC1's inputs' and the
+    projection's and FC2's output gradients' amax (``job.compute.nvfp4``); no other recipe or
+    layout reduces one per layer."""
+    if recipe not in ("current", "nvfp4") or tp == 1 or not sequence_parallel:
         return 0, 0
     return 2, 2
 
@@ -305,7 +323,9 @@ def _gathered(recipe: str, tp: int) -> CastCost:
     (per-tensor scaling on Hopper)."""
     return {"delayed": CastCost((BF16 + FP8) / tp + 2 * FP8, 2),
             "current": CastCost((BF16 + BF16 + FP8) / tp + 2 * FP8, 3),
-            "mxfp8": CastCost((BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK)) / tp, 1)}[recipe]
+            "mxfp8": CastCost((BF16 + 2 * FP8 * (1 + 1 / MX_BLOCK)) / tp, 1),
+            "nvfp4": CastCost(nvfp4.ACTIVATION_CAST_BYTES / tp,
+                              nvfp4.ACTIVATION_CAST_KERNELS)}[recipe]
 
 
 def _activation(op: Op, recipe: str, compiled: bool, tp: int, sequence_parallel: bool,
@@ -409,8 +429,11 @@ def fp8_linear_work(op: Op, batch: float, fp8: CalibratedCompute, recipe: str, b
 def fp8_gemm_seconds(op: Op, batch: float, fp8: CalibratedCompute, recipe: str,
                      backward: bool) -> float:
     """Seconds of FP8 linear ``op``'s GEMMs alone (no casts) on ``batch`` samples, forward or
-    ``backward``: every GEMM at ``fp8``'s rate, but a ``HP_WEIGHT_GRADIENT`` recipe's backward,
-    whose weight gradient runs in bf16 (module docstring)."""
+    ``backward``: every GEMM at ``fp8``'s rate (nvfp4's at the GPU's FP4 rate, operands
+    NVFP4), but a ``HP_WEIGHT_GRADIENT`` recipe's backward, whose weight gradient runs in bf16
+    (module docstring)."""
+    if recipe == "nvfp4":
+        return product_seconds(replace(fp8, precision="fp4"), op, batch, backward)
     if backward and recipe in HP_WEIGHT_GRADIENT:
         return mixed_backward_seconds(fp8, replace(fp8, precision="bf16"), op, batch)
     return product_seconds(fp8, op, batch, backward)
@@ -420,8 +443,11 @@ def fp8_weight_bytes(recipe: str, parameters: float, gpu: str = "") -> float:
     """Bytes per GPU of the FP8 weight copies kept besides the 16-bit weights of
     ``parameters`` FP8-linear parameters: TE keeps the cached FP8 weight and its transpose
     (``delayed``, ``current``; on ``NON_TN_FP8_GPUS`` no transpose; ``mxfp8`` its rowwise and
-    columnwise copies with their scales); torchao keeps nothing past a layer's backward (its
-    casts are transient, ``0``)."""
+    columnwise copies with their scales; ``nvfp4`` its two NVFP4 copies,
+    ``nvfp4.WEIGHT_COPY_BYTES``); torchao keeps nothing past a layer's backward (its casts
+    are transient, ``0``)."""
+    if recipe == "nvfp4":
+        return nvfp4.WEIGHT_COPY_BYTES * parameters
     if recipe in ("delayed", "current"):
         return (1 if gpu in NON_TN_FP8_GPUS else 2) * FP8 * parameters
     if recipe == "mxfp8":

@@ -8,8 +8,12 @@ per-tensor current scaling, ``Float8CurrentScaling``), ``mxfp8`` and ``blockwise
 scaling also takes ``--fp8-amax-history-len`` and ``--fp8-amax-compute-algo``: NeMo's FP8
 mixed-precision plugin uses a history of 1024 with ``max`` (``MegatronMixedPrecision``
 defaults ``fp8_amax_history_len=1024``, ``fp8_amax_compute_algo="max"``), written here; MXFP8
-runs E4M3 throughout (TE's ``MXFP8BlockScaling`` default format). torchao's recipes have no
-Megatron-LM spelling: their nearest (TE's current scaling) is written with a note.
+runs E4M3 throughout (TE's ``MXFP8BlockScaling`` default format). NVFP4 is not an
+``--fp8-recipe``: ``--fp4-format e2m1 --fp4-recipe nvfp4`` without ``--fp8-format``
+(``TransformerConfig.fp4`` / ``fp4_recipe``, megatron/core/transformer/transformer_config.py at
+8f1c2f8, Megatron-Bridge df0289c's submodule; ``arguments.py`` refuses both formats at once).
+torchao's recipes have no Megatron-LM spelling: their nearest (TE's current scaling) is
+written with a note.
 
 The MoE run settings (NVIDIA/Megatron-LM d98e8a6, 2026-08-22: ``TransformerConfig`` /
 ``ModelParallelConfig`` fields, generated as options, and ``megatron/training/arguments.py``):
@@ -37,7 +41,7 @@ float8 all-gather, ``filter_fqns = ["output"]``: the LM head stays bf16), MXFP8 
 enable`` over the model and the loss; asynchronous TP ``[parallelism]
 enable_async_tensor_parallel``. Transformer Engine's delayed and current scaling have no
 TorchTitan spelling: tensorwise (dynamic per-tensor scaling, the nearest) is written with a
-note.
+note; TE's NVFP4 has no converter written here (a note says so).
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ def megatron_fp8_args(recipe: str | None, notes: list[str]) -> list[str]:
     recipe is written as its nearest Megatron-LM one."""
     if recipe is None:
         return []
+    if recipe == "nvfp4":  # Megatron-Core's TransformerConfig fp4 / fp4_recipe (8f1c2f8)
+        return ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
     if recipe in TORCHAO_RECIPES:
         notes.append(f"torchao's {recipe} float8 has no Megatron-LM recipe: Transformer "
                      "Engine's per-tensor current scaling (--fp8-recipe tensorwise) written; "
@@ -76,6 +82,9 @@ def titan_run_sections(recipe: str | None, fp8_all_gather: bool, compiled: bool,
     if recipe == "mxfp8":
         out["model"]["converters"] = ["quantize.linear.mx"]
         out["quantize.linear.mx"] = {"recipe_name": "mxfp8_cublas", "filter_fqns": ["output"]}
+    elif recipe == "nvfp4":
+        notes.append("Transformer Engine's NVFP4 recipe has no TorchTitan converter here: no "
+                     "quantization written (the plan's prices are NVFP4's)")
     elif recipe is not None:
         if recipe in ("delayed", "current"):
             notes.append(f"Transformer Engine's {recipe} scaling has no TorchTitan recipe: "

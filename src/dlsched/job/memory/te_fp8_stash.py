@@ -1,6 +1,6 @@
 """What Transformer Engine's FP8 linears keep for the backward in place of the 16-bit inputs
 ``job.memory.per_gpu`` (Korthikanti et al.) and ``job.memory.moe`` count: bytes one layer keeps
-less per microbatch on one GPU under ``delayed``, ``current`` or ``mxfp8``
+less per microbatch on one GPU under ``delayed``, ``current``, ``mxfp8`` or ``nvfp4``
 (``job.compute.fp8.TE_RECIPES``; torchao's recipes keep their own saves, not priced here).
 
 **A linear saves its quantized input, not the 16-bit one** (Transformer Engine v2.9 / v2.12 /
@@ -14,7 +14,9 @@ under sequence parallelism the row-wise data (1 byte either way: "All-gather is 
 with FP8 column-wise data", the backward re-gathers and transposes it). Per element
 (``saved_bytes``): 1 byte for ``delayed`` and ``current`` (``Float8Tensor``'s uint8 data);
 ``1 + 1/32`` for ``mxfp8`` (``MXFP8Tensor``'s column-wise data and its E8M0 scale per 32
-elements; the scales' padding to 128 x 4 tiles not counted). ``LayerNormLinear`` keeps the
+elements; the scales' padding to 128 x 4 tiles not counted); ``0.5 + 1/16`` for ``nvfp4``
+(the column-wise NVFP4 copy, ``job.compute.nvfp4``: NVFP4 is gathered column-wise too, so no
+row-wise copy is kept under SP). ``LayerNormLinear`` keeps the
 norm's 16-bit input beside it (the layer input Korthikanti counts already). Which inputs
 (``p`` bytes each in the 16-bit stash):
 
@@ -57,6 +59,7 @@ from dlsched.job.compute.fp8 import MX_BLOCK, TE_RECIPES
 from dlsched.job.compute.mla import is_mla
 from dlsched.job.compute.module_recompute import modules_of
 from dlsched.job.compute.moe_costs import load_factor
+from dlsched.job.compute.nvfp4 import SAVED_BYTES
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import Model
 
@@ -68,6 +71,8 @@ def saved_bytes(recipe: str | None) -> float | None:
     docstring); None when the recipe is not Transformer Engine's (or no FP8)."""
     if recipe not in TE_RECIPES:
         return None
+    if recipe == "nvfp4":  # the columnwise NVFP4 copy alone (job.compute.nvfp4)
+        return SAVED_BYTES
     return FP8_BYTES * (1 + 1 / MX_BLOCK) if recipe == "mxfp8" else FP8_BYTES
 
 
