@@ -137,3 +137,25 @@ def test_refused_for_moe_tp_overlap_param_gather_and_generic_fp4() -> None:
 
 def test_megatron_spells_it_as_fp4_flags() -> None:
     assert megatron_fp8_args("nvfp4", []) == ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
+
+
+def test_nvfp4_runs_are_their_own_format_in_the_envelope() -> None:
+    """The ledger's two NVFP4 rows carry precision ``fp4`` (FP4 tensor cores), so their MFU
+    (131% and 140% of the 16-bit peak) bounds NVFP4 plans, not GB300 FP8 ones."""
+    from dlsched.job import intervals
+    from dlsched.job.envelope import Features, bundled_residuals
+
+    table = bundled_residuals()
+    nvfp4 = {r.id: r for r in table if r.id.endswith("-nvfp4")}
+    assert {r.features.get("precision") for r in nvfp4.values()} == {"fp4"}
+
+    def plan(precision: str) -> Features:
+        return Features(("gb300", precision, "interleaved", "none", 1, 1, True, False, False),
+                        70e9, 4)
+
+    fp8_best = max(r.mfu_published for r in table if r.features.get("gpu") == "gb300"
+                   and r.features.get("precision") == "fp8" and not r.features.get("ep"))
+    assert intervals.frontier(plan("fp8"), table) == pytest.approx(fp8_best)
+    assert fp8_best < 1.3
+    assert intervals.frontier(plan("fp4"), table) == pytest.approx(
+        max(r.mfu_published for r in nvfp4.values()))

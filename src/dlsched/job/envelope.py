@@ -70,10 +70,13 @@ def label(name: str, value: str | int | bool) -> str:
 
 
 def features(job: Job, layout: Execution) -> Features:
-    """The features of ``layout`` running ``job`` (module docstring)."""
+    """The features of ``layout`` running ``job`` (module docstring); its precision the GEMMs'
+    format: ``fp4`` for the ``nvfp4`` recipe (``job.compute.nvfp4``: FP4 tensor cores, not an
+    FP8 run's, so neither bounds or calibrates the other)."""
     schedule = layout.schedule if layout.pp > 1 else "none"
     gpu = job.cluster.gpu.name
-    return Features((gpu, layout.run.precision, schedule, layout.recompute, layout.zero,
+    precision = "fp4" if layout.run.fp8_recipe == "nvfp4" else layout.run.precision
+    return Features((gpu, precision, schedule, layout.recompute, layout.zero,
                      layout.microbatch_size, layout.tp > 1, layout.cp > 1, layout.ep > 1),
                     float(job.spec.parameters()), layout.pp)
 

@@ -196,8 +196,9 @@ def _above_frontier(plan: Features, residuals: Sequence[Residual], mfu: float | 
 
 
 def _format_class(precision: object) -> str:
-    """``fp8`` or ``16-bit``: the tensor-core format whose runs bound a plan's MFU."""
-    return "fp8" if precision == "fp8" else "16-bit"
+    """``fp8``, ``fp4`` (NVFP4, ``job.envelope.features``) or ``16-bit``: the tensor-core
+    format whose runs bound a plan's MFU."""
+    return precision if precision in ("fp8", "fp4") else "16-bit"
 
 
 def frontier(plan: Features, residuals: Sequence[Residual]) -> float | None:
