@@ -124,3 +124,15 @@ def test_the_command_prints_one_sheet_as_json_and_refuses_unknown_sheets(run_cli
     assert document["summary"]["rows"] == 43 and document["summary"]["groups"] == 2
     code, _, err = run_cli("reproduce", "layouts", "--sweeps", "65b")
     assert code == 2 and "--sweeps: unknown ['65b']; accepted: 13b-2k-64gpu" in err
+
+
+def test_the_plot_draws_every_priced_trial_and_refuses_another_suffix(run_cli, tmp_path):
+    """``--plot F.png`` writes a PNG of the sheet's 43 priced trials and says so; a path not
+    ending in .png is refused before any work."""
+    path = tmp_path / "sweep.png"
+    code, out, _ = run_cli("reproduce", "layouts", "--sweeps", "65b-2k-128gpu", "--plot",
+                           str(path), "--jobs", "1")
+    assert code == 0 and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote PNG plot (43 trials)" in out
+    code, _, err = run_cli("reproduce", "layouts", "--plot", str(tmp_path / "sweep.jpg"))
+    assert code == 2 and "--plot" in err and ".png" in err

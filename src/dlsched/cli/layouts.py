@@ -4,11 +4,13 @@ of memory (``dlsched.experiments.layout_sweep``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from dlsched.cli.options import parse_names
+from dlsched.cli.options import announce, parse_names
+from dlsched.cli.paths import check_files
 from dlsched.cli.scenario_runs import Reproduction, reproduction_command
 
 
@@ -18,6 +20,9 @@ def reproduce_layouts(
         help="Sheets, comma-separated (13b-2k-64gpu, 30b-2k-256gpu, 65b-2k-128gpu, ...: "
         "model, sequence length, GPUs, -sp for the sequence-parallelism sheets), or all.")]
     = "all",
+    plot: Annotated[Path | None, typer.Option(
+        help="PNG of predicted against measured step time and of each group's ranking "
+        "(each trial over its group's best, measured and predicted).")] = None,
     *,
     run: Reproduction,
 ) -> None:
@@ -31,7 +36,14 @@ def reproduce_layouts(
 
     chosen = layout_sweep.SWEEPS if sweeps == "all" else \
         tuple(parse_names(sweeps, layout_sweep.SWEEPS, "--sweeps"))
-    run.show(layout_sweep, layout_sweep.Options(chosen))
+    check_files({"--plot": (plot, (".png",)), "--csv": (run.csv, (".csv",))})
+    result = run.show(layout_sweep, layout_sweep.Options(chosen))
+    if plot is not None:
+        from dlsched.experiments.layout_plot import plot_layouts
+
+        drawn = plot_layouts(result.rows, layout_sweep.group_key, plot,
+                             "Hagemann et al.'s layout sweep priced by dlsched (a100 preset)")
+        announce(f"PNG plot ({drawn} trials)", plot, run.json_out)
 
 
 def register(app: typer.Typer, reproduce: typer.Typer) -> None:

@@ -153,13 +153,14 @@ class Reproduction:
             status.print(f"[bold red]scenario failed:[/] {escape(error)}", highlight=False)
         return reproduced(paper, options, rows, errors)
 
-    def show(self, paper: Paper, options: Any = None) -> None:
+    def show(self, paper: Paper, options: Any = None) -> Reproduced:
         """Run the paper (``run``) and print its sections, or with ``--json`` its document;
-        write the rows as CSV when asked."""
+        write the rows as CSV when asked; the result, for a command that draws it too."""
         result = self.run(paper, options)
         if not self.json_out:
             render_sections(result.sections(), console)
         Outputs(self.json_out, self.csv).document(result.document)
+        return result
 
 
 _SHARED = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
