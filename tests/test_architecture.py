@@ -318,7 +318,8 @@ ENTRY_MODULES: dict[str, frozenset[str]] = {
     "interop": frozenset({"astra_collective"}),
     "job": frozenset({"api", "scenario"}),
     "experiments": frozenset({"reproduction", "megatron", "pipeline", "themis",
-                              "themis_training", "usbyte", "vtrain", "layout_sweep"}),
+                              "themis_training", "usbyte", "vtrain", "layout_sweep",
+                              "layout_plot"}),
     "ledger": frozenset({"report", "plot", "calibrate", "user_runs"}),
 }
 """Besides the names of a domain package's ``__all__``, the modules of a domain a ``cli`` module
