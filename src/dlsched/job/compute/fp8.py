@@ -255,14 +255,11 @@ def check_fp8(precision: str, recipe: str | None, gpu_name: str, peaks: dict[str
         raise ConfigError(f"nvfp4 needs Blackwell's FP4 tensor cores (peak.fp4: "
                           f"{', '.join(nvfp4.NVFP4_GPUS)}), not {gpu_name}; accepted: delayed, "
                           "current, tensorwise, rowwise, rowwise_with_gw_hp", "fp8_recipe")
-    if moe and recipe == "nvfp4":
-        raise ConfigError("nvfp4 is not priced for MoE experts (no grouped NVFP4 GEMM in "
-                          "job.compute.moe_fp8); accepted: delayed, current, mxfp8",
-                          "fp8_recipe")
-    if moe and recipe not in TE_RECIPES:
+    moe_recipes = tuple(name for name in TE_RECIPES if name != "nvfp4")  # no grouped NVFP4
+    if moe and recipe not in moe_recipes:
         raise ConfigError(f"MoE experts run FP8 as Transformer Engine's grouped "
-                          f"GEMMs (job.compute.moe_fp8); accepted: {', '.join(TE_RECIPES)} "
-                          f"(got {recipe})", "fp8_recipe")
+                          f"GEMMs (job.compute.moe_fp8; NVFP4's are not priced); accepted: "
+                          f"{', '.join(moe_recipes)} (got {recipe})", "fp8_recipe")
     return recipe
 
 
