@@ -197,12 +197,14 @@ def _peak_buffer_bytes(rank: int, world_size: int, sizes: tuple[int, ...]) -> in
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs Linux's /proc")
 def test_a_calibrating_rank_holds_about_its_largest_size_not_the_sum() -> None:
     """32 sizes from 4 KiB to 16 MiB sum to 68 MiB; each rank's resident memory grows by
-    the largest (16 MiB) and at most 16 MiB more (gloo, the warm-up's matrices, the
-    allocator: 10-11 MiB measured), not by the sum (the old per-size buffers)."""
+    the largest (16 MiB) and what gloo, the warm-up's matrices and the allocator add (10-11
+    MiB measured, up to 19 MiB on a loaded two-core runner: 35.2 MiB in all once), not by the
+    sum (the old per-size buffers: 68 MiB and more). The bound sits between the two, 48 MiB,
+    so the old behaviour fails it and the allocator's noise does not."""
     sizes = tuple(round(4096 * 4096 ** (k / 31) / 4) * 4 for k in range(32))
     assert sizes[-1] == 16 * MiB and sum(sizes) > 67 * MiB
     for grown in spawn(_peak_buffer_bytes, 2, (sizes,)):
-        assert grown <= 32 * MiB
+        assert grown <= 48 * MiB < sum(sizes)
 
 
 def test_pipeline_profile_refuses_more_ranks_than_the_bound(
