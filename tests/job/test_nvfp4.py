@@ -12,6 +12,7 @@ from llama3_8b import L8
 from dlsched.config import bundled_presets
 from dlsched.errors import ConfigError
 from dlsched.job.compute.fp8 import (
+    MXFP8_GPUS,
     amax_reductions,
     cast_bytes,
     cast_kernels,
@@ -22,7 +23,6 @@ from dlsched.job.compute.fp8 import (
     tp_gather_fraction,
 )
 from dlsched.job.compute.layer_costs import decoder_model, gpu_compute
-from dlsched.job.compute.nvfp4 import NVFP4_GPUS
 from dlsched.job.exports.framework_flags import megatron_fp8_args
 from dlsched.job.memory.te_fp8_stash import saved_bytes
 from dlsched.job.run_settings import RunSettings
@@ -109,7 +109,7 @@ def test_nvfp4_gpus_are_the_presets_with_an_fp4_peak() -> None:
     from dlsched.hardware.gpu import get_gpu
 
     with_fp4 = tuple(n for n in bundled_presets("gpus.yaml") if "fp4" in get_gpu(n).spec.peak)
-    assert sorted(with_fp4) == sorted(NVFP4_GPUS)
+    assert sorted(with_fp4) == sorted(MXFP8_GPUS)
 
 
 @pytest.mark.parametrize(("arguments", "field", "message"), [

@@ -41,7 +41,8 @@ FP8_RECIPES = ("delayed", "current", "mxfp8", "nvfp4", "tensorwise",  # job.comp
 Transformer Engine's NVFP4BlockScaling, runs its GEMMs in FP4 (``job.compute.nvfp4``: TE enters
 it through the same ``fp8_autocast`` with the same bf16 model states)."""
 TORCHAO_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao's float8
-TE_RECIPES = ("delayed", "current", "mxfp8", "nvfp4")  # Transformer Engine's
+TE_FP8_RECIPES = ("delayed", "current", "mxfp8")  # Transformer Engine's FP8 ones
+TE_RECIPES = (*TE_FP8_RECIPES, "nvfp4")  # Transformer Engine's, NVFP4 with them
 GRAD_ACCUMULATION = ("fused", "separate")  # job.compute.grad_accumulation
 TRANSFORMER_IMPLS = ("local", "transformer_engine")  # job.compute.transformer_impl
 SHARDINGS = ("zero", "fsdp2", "fsdp2-split")  # job.memory.torch_runtime

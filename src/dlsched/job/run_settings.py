@@ -96,7 +96,7 @@ from dlsched.job.run_choices import (
     GRAD_REDUCE_BYTES,
     OPS,
     RUN_CHOICES,
-    TE_RECIPES,
+    TE_FP8_RECIPES,
     Runtime,
     check_grad_reduce,
     check_setting,
@@ -143,10 +143,9 @@ class RunSettings:
     expandable_segments: bool = False
 
     def __post_init__(self) -> None:
-        fp8_gathered = tuple(recipe for recipe in TE_RECIPES if recipe != "nvfp4")
-        if self.fp8_param_gather and self.fp8_recipe not in fp8_gathered:
+        if self.fp8_param_gather and self.fp8_recipe not in TE_FP8_RECIPES:
             raise ConfigError(f"needs a Transformer Engine FP8 fp8_recipe ("
-                              f"{', '.join(fp8_gathered)}; got {self.fp8_recipe}: NVFP4 "
+                              f"{', '.join(TE_FP8_RECIPES)}; got {self.fp8_recipe}: NVFP4 "
                               "parameter gathers are not priced)", "fp8_param_gather")
         if self.tp_comm_overlap and self.fp8_recipe == "nvfp4":
             raise ConfigError("not priced with fp8_recipe nvfp4 (Megatron-Bridge turns it off "

@@ -168,7 +168,7 @@ from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError, check_choice
 from dlsched.job.compute import nvfp4
-from dlsched.job.run_choices import FP8_RECIPES, TE_RECIPES
+from dlsched.job.run_choices import FP8_RECIPES, TE_FP8_RECIPES, TE_RECIPES
 from dlsched.models.compute import CalibratedCompute
 from dlsched.models.ops import Op
 from dlsched.models.pricing import COLUMN_PARALLEL, mixed_backward_seconds, product_seconds
@@ -183,9 +183,14 @@ FP8_LINEARS = ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")
 # w3 (torchtitan/models/llama3/model.py); ``separate_linears``.
 SPLIT_LINEARS = {"attn.c_attn": 3, "mlp.c_fc": 2}
 MX_BLOCK = 32  # OCP Microscaling: one E8M0 scale per 32 elements
-# Presets with Blackwell's block-scaled tensor cores (MXFP8 GEMMs): Blackwell (compute
-# capability 10.0) and Blackwell Ultra (10.3, sm_103: b300, gb300).
+# Presets with Blackwell's block-scaled tensor cores (MXFP8 and NVFP4 GEMMs): Blackwell
+# (compute capability 10.0) and Blackwell Ultra (10.3, sm_103: b300, gb300); TE's
+# check_nvfp4_support also needs 10.0 or higher (pytorch/quantization.py at v2.12), and these
+# are the presets with a peak.fp4.
 MXFP8_GPUS = ("b200", "gb200", "b300", "gb300")
+HOPPER_RECIPES = tuple(name for name in FP8_RECIPES if name not in ("mxfp8", "nvfp4"))
+"""The recipes FP8 tensor cores without block scaling run (what mxfp8 and nvfp4 fall back to
+off Blackwell)."""
 NON_TN_FP8_GPUS = MXFP8_GPUS
 """GPUs whose FP8 GEMMs take every operand layout (compute capability 10.x, the same presets as
 ``MXFP8_GPUS``: TE's test is (10, 0) <= capability < (12, 0), so Blackwell Ultra's 10.3 too),
@@ -249,17 +254,16 @@ def check_fp8(precision: str, recipe: str | None, gpu_name: str, peaks: dict[str
                           f"{gpu_name} has none; accepted: bf16, fp16", "precision")
     if recipe == "mxfp8" and gpu_name not in MXFP8_GPUS:
         raise ConfigError(f"mxfp8 needs Blackwell's block-scaled tensor cores "
-                          f"({', '.join(MXFP8_GPUS)}), not {gpu_name}; accepted: delayed, "
-                          "current, tensorwise, rowwise, rowwise_with_gw_hp", "fp8_recipe")
+                          f"({', '.join(MXFP8_GPUS)}), not {gpu_name}; accepted: "
+                          f"{', '.join(HOPPER_RECIPES)}", "fp8_recipe")
     if recipe == "nvfp4" and "fp4" not in peaks:
         raise ConfigError(f"nvfp4 needs Blackwell's FP4 tensor cores (peak.fp4: "
-                          f"{', '.join(nvfp4.NVFP4_GPUS)}), not {gpu_name}; accepted: delayed, "
-                          "current, tensorwise, rowwise, rowwise_with_gw_hp", "fp8_recipe")
-    moe_recipes = tuple(name for name in TE_RECIPES if name != "nvfp4")  # no grouped NVFP4
-    if moe and recipe not in moe_recipes:
+                          f"{', '.join(MXFP8_GPUS)}), not {gpu_name}; accepted: "
+                          f"{', '.join(HOPPER_RECIPES)}", "fp8_recipe")
+    if moe and recipe not in TE_FP8_RECIPES:  # no grouped NVFP4 GEMM priced
         raise ConfigError(f"MoE experts run FP8 as Transformer Engine's grouped "
                           f"GEMMs (job.compute.moe_fp8; NVFP4's are not priced); accepted: "
-                          f"{', '.join(moe_recipes)} (got {recipe})", "fp8_recipe")
+                          f"{', '.join(TE_FP8_RECIPES)} (got {recipe})", "fp8_recipe")
     return recipe
 
 

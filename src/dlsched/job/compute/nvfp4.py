@@ -83,10 +83,6 @@ WEIGHT_CAST_BYTES = BF16 + BF16 + 2 * NVFP4_BYTES  # amax + one quantize-transpo
 WEIGHT_CAST_KERNELS = 3  # amax, the amax copy, the quantize-transpose
 GATHER_FRACTION = NVFP4_BYTES / BF16
 """Bytes of a sequence-parallel all-gather of an NVFP4 operand against bf16's."""
-NVFP4_GPUS = ("b200", "gb200", "b300", "gb300")
-"""The presets whose GPUs run NVFP4 GEMMs (``peak.fp4``): TE's ``check_nvfp4_support`` needs
-compute capability 10.0 or higher (``pytorch/quantization.py`` at v2.12): Blackwell (10.0) and
-Blackwell Ultra (10.3)."""
 SAVED_BYTES = NVFP4_BYTES
 """Bytes per element of the input a linear keeps for its weight gradient: the columnwise copy
 alone (``linear.py``: "Discard row-wise data since it is not needed in backward pass")."""
