@@ -286,11 +286,9 @@ def memory_check(rows: list[dict[str, Any]]) -> dict[str, int]:
     """The plan's memory check against the outcomes of the priced trials: ``ran_admitted`` /
     ``ran_refused`` (trials that ran), ``oom_refused`` / ``oom_admitted`` (trials that ran out
     of memory)."""
-    priced = [r for r in rows if r["fits"] is not None]
-    count = {f"{o}_{a}": sum(1 for r in priced if r["outcome"] == outcome and r["fits"] is fit)
-             for o, outcome in (("ran", "ok"), ("oom", "oom"))
-             for a, fit in (("admitted", True), ("refused", False))}
-    return count
+    return {f"{o}_{a}": sum(1 for r in rows if r["outcome"] == outcome and r["fits"] is fit)
+            for o, outcome in (("ran", "ok"), ("oom", "oom"))
+            for a, fit in (("admitted", True), ("refused", False))}
 
 
 def measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
