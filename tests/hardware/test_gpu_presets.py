@@ -130,13 +130,16 @@ B200_MAMF = 1745.0 / 2250  # Bekman's MAMF table (b9e2972): B200 SXM BF16 1,745.
 
 @pytest.mark.parametrize(("name", "key", "mamf"), [  # MAMF / theory, TFLOP/s
     ("b200", "fp8", 3432.5 / 4500), ("gb200", "bf16", 1822.0 / 2500),
-    ("gb200", "fp8", 3615.6 / 5000)])
+    ("gb200", "fp8", 3615.6 / 5000), ("b300", "bf16", 1769.0 / 2250),
+    ("b300", "fp8", 3353.3 / 4500)])
 def test_blackwell_fractions_transferred_from_the_b200_fit_follow_the_published_ratio(
         name: str, key: str, mamf: float) -> None:
     """The b200's 16-bit fraction is fitted on one ledger row; the Blackwell fractions
     transferred from it are the fit x the GPU's MAMF efficiency / the B200's BF16 one:
     0.5102 x 0.7628 / 0.7756 = 0.5018 for the B200's FP8, x 0.7288 / 0.7756 = 0.4794 for the
-    GB200's BF16 (the same die at 1,200 W), x 0.7231 / 0.7756 = 0.4757 for its FP8."""
+    GB200's BF16 (the same die at 1,200 W), x 0.7231 / 0.7756 = 0.4757 for its FP8, and for
+    the B300 (Bekman's row of 2a1f0e9) x 0.7862 / 0.7756 = 0.5172 BF16, x 0.7452 / 0.7756 =
+    0.4902 FP8."""
     value = getattr(get_gpu(name).spec.efficiency["gemm"], key)
     assert _provenance("b200", "efficiency.gemm.bf16") == "fitted"
     assert _provenance(name, f"efficiency.gemm.{key}") == "transferred"
@@ -358,15 +361,17 @@ def test_fp4_peaks_are_the_datasheets_and_the_fractions_assumed() -> None:
 
 @pytest.mark.parametrize(("ultra", "base"), [("b300", "b200"), ("gb300", "gb200")])
 def test_blackwell_ultra_fractions_are_transferred_not_fitted(ultra: str, base: str) -> None:
-    """Blackwell Ultra's GEMM fractions are its Blackwell sibling's at equal datasheet peaks
-    (ratio 1: the same BF16 / FP8 tensor-core rates; FP4 1.5x the sibling's); its cuDNN
-    attention fraction is the sibling's x the measured GB300 / GB200 rate of one kernel: 0.5267
-    x 5.524 / 5.017 = 0.5799; every one is `transferred`, none fitted (every B300 / GB300 row
-    held out)."""
+    """Blackwell Ultra's datasheet peaks are its Blackwell sibling's (the same BF16 / FP8
+    tensor-core rates; FP4 1.5x the sibling's); its GEMM fractions are transferred, the
+    GB300's at ratio 1 from the GB200 (no GB300 matmul measurement), the B300's by its own
+    measured MAMF rate (the test above); its cuDNN attention fraction is the sibling's x the
+    measured GB300 / GB200 rate of one kernel: 0.5267 x 5.524 / 5.017 = 0.5799; none is fitted
+    (every B300 / GB300 row held out)."""
     new, old = get_gpu(ultra).spec, get_gpu(base).spec
     assert new.peak == {**old.peak, "fp32": new.peak["fp32"], "fp4": 1.5 * old.peak["fp4"]}
     for key in ("bf16", "fp8"):
-        assert getattr(new.efficiency["gemm"], key) == getattr(old.efficiency["gemm"], key)
+        if ultra == "gb300":
+            assert getattr(new.efficiency["gemm"], key) == getattr(old.efficiency["gemm"], key)
         assert _provenance(ultra, f"efficiency.gemm.{key}") == "transferred"
     fused = new.efficiency["fused_attention"].bf16
     assert fused == pytest.approx(0.5267 * CUDNN_GB200_MS / CUDNN_GB300_MS, abs=5e-5)
