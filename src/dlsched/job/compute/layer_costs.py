@@ -92,6 +92,7 @@ from dlsched.job.compute.qkv_layout import (
     with_qkv_copies,
     without_kv_repeat,
 )
+from dlsched.job.compute.te_unfused_mask import mask_seconds
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.compute.unfused_rope import with_unfused_rope
 from dlsched.job.model_spec import Model
@@ -332,6 +333,9 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
         tp_backward += (2 * curve(tp_group, "all-gather", policy).seconds(gathered) if sp
                         else curve(tp_group, "all-reduce", policy).seconds(message))
     layer_f, layer_b = float(forward[1]), float(backward[1])
+    # Transformer Engine's unfused core builds its causal mask each call (te_unfused_mask)
+    mask = mask_seconds(spec, cp, attention, transformer_impl, compute.gpu.memory_rate)
+    layer_f += mask
     # h.0's kernels (GPU seconds, launches), priced on first use, at most once a call
     work = cache(partial(layer_work, model, microbatch_size, compute, kernels, spec))
     layer_b += accumulation_launch_s(work()) if kernels.accumulation_launches else 0.0
@@ -367,12 +371,12 @@ def block_costs(spec: Model, microbatch_size: int, gpu: str, precision: str,
         if kernels.compiled:  # AOTAutograd's partitioner: not the FFN's output projection
             layer_b -= unneeded_rerun_s(model, microbatch_size, compute, kernels)
     elif recompute == "selective":
-        layer_b += core_f + core_copy_f
+        layer_b += core_f + core_copy_f + mask
     elif modules:
         again = recomputed(((item.name, op) for item in model.layers if item.block == "h.0"
                             for op in item.ops), modules)
         layer_b += rerun_seconds(again, microbatch_size, compute, kernels)
-        layer_b += core_f + core_copy_f if "core_attn" in modules else 0.0  # selective's core
+        layer_b += core_f + core_copy_f + mask if "core_attn" in modules else 0.0  # selective's
     elif recompute == "selective-op":
         ops = tuple(op for item in model.layers if item.block == "h.0" for op in item.ops)
         if kernels.ops == "eager":  # TorchTitan's modules (job.compute.eager_ops)

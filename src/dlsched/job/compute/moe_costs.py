@@ -109,6 +109,7 @@ from dlsched.job.compute.moe_host import (
     with_fused_maps,
 )
 from dlsched.job.compute.qkv_layout import CORE_COPY_LABELS
+from dlsched.job.compute.te_unfused_mask import mask_seconds
 from dlsched.job.compute.transformer_impl import with_transformer_impl
 from dlsched.job.execution import Execution
 from dlsched.job.model_spec import Model
@@ -395,6 +396,9 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
                 + sum(routed_seconds(layer, alone, kernels, backward, captured)
                       for layer, captured in zip(routed, graphed, strict=True)))
     forward, backward = seconds(False), seconds(True)
+    # Transformer Engine's unfused core builds its causal mask each call (te_unfused_mask)
+    mask = mask_seconds(spec, cp, attention, transformer_impl, compute.gpu.memory_rate)
+    forward += mask
     message = b * local_tokens(spec, cp) * spec.hidden * ACTIVATION_BYTES
     exchange = (curve(tp_group, "all-gather", policy).seconds(message)
                 + curve(tp_group, "reduce-scatter", policy).seconds(message)) if sp else \
@@ -439,8 +443,9 @@ def _layer_costs(spec: Model, b: int, tp: int, sp: bool, ep: int, recompute: str
     a2a_backward = a2a * (2 if full else 1)
     backward += forward if full else 0.0
     if recompute == "selective" or "core_attn" in modules_of(recompute):
-        backward += sum(compute.op_time(op, b) for layer in attention_layers for op in layer.ops
-                        if op.label in ATTENTION_CORE or op.label in CORE_COPY_LABELS)
+        backward += mask + sum(compute.op_time(op, b) for layer in attention_layers
+                               for op in layer.ops
+                               if op.label in ATTENTION_CORE or op.label in CORE_COPY_LABELS)
     modules = modules_of(recompute)  # Megatron-Core's --recompute-modules
     if modules:
         again = recomputed(((layer.name, op) for layer in (*attention_layers, residual)
