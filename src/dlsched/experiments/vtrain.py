@@ -41,6 +41,7 @@ from typing import Any
 
 from dlsched.errors import ConfigError
 from dlsched.experiments.layout_ranking import by, error, error_summary, groups, ranking_summary
+from dlsched.experiments.shape_cells import cell_errors, oracle_rows, split
 from dlsched.hardware.gpu import get_gpu
 from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, evaluate
@@ -232,7 +233,36 @@ def document(rows: list[dict[str, Any]], options: Options | None = None) -> dict
             "by_tp": by(held, "tp"), "by_pp": by(held, "pp"),
             "by_microbatch": by(held, "microbatch"),
             "fitted_rows": error_summary(fitted) if fitted else None,
-            "decomposition": decomposition(held), "rows": rows}
+            "decomposition": decomposition(held), "shape_cells": shape_cells(held),
+            "rows": rows}
+
+
+def kernel_shape(row: dict[str, Any]) -> tuple[int, int, int]:
+    """The cell of layouts whose layers run the same kernels (``experiments.shape_cells``):
+    hidden size, TP degree and microbatch size (the sequence is 1,024 tokens in every row)."""
+    return _hidden()[row["model"]], row["tp"], row["microbatch"]
+
+
+@cache
+def _hidden() -> dict[str, int]:
+    """Each model's hidden size, by name."""
+    return {r.model: r.hidden for r in load_rows()}
+
+
+def shape_cells(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """``rows``' error split by kernel shape (``experiments.shape_cells``, cells
+    ``kernel_shape``): ``cells`` (each hidden, TP, microbatch with its mean signed error),
+    ``between`` and ``within`` (fractions), and ``oracle``: the group ranking with each cell's
+    mean error divided out of its rows' predictions (fitted on these very rows: an upper
+    bound of what per-shape kernel rates alone could correct, not a prediction). None for no
+    rows."""
+    if not rows:
+        return None
+    means = cell_errors(rows, kernel_shape)
+    return {**split(rows, kernel_shape),
+            "cells": [{"hidden": h, "tp": t, "microbatch": m, "bias": means[(h, t, m)]}
+                      for h, t, m in sorted(means)],
+            "oracle": ranking_summary(groups(oracle_rows(rows, kernel_shape), group_key))}
 
 
 _signed = in_percent(1, signed=True)
@@ -273,9 +303,36 @@ def _decomposition_table(parts: list[dict[str, Any]]) -> list[Section]:
             ] if rows else []
 
 
+def _shape_cell_sections(cells: dict[str, Any] | None) -> list[Section]:
+    """``shape_cells`` as one table (hidden x TP rows, a column per microbatch) and what it
+    says (none without rows)."""
+    if cells is None:
+        return []
+    sizes = sorted({c["microbatch"] for c in cells["cells"]})
+    table: dict[tuple[int, int], dict[str, Any]] = {}
+    for c in cells["cells"]:
+        table.setdefault((c["hidden"], c["tp"]), {"hidden": c["hidden"], "tp": c["tp"]})[
+            f"mb{c['microbatch']}"] = c["bias"]
+    within, oracle = cells["within"], cells["oracle"]
+    return [
+        Table(list(table.values()),
+              [Column("hidden", "hidden"), Column("tp", "TP"),
+               *(Column(f"mb{m}", f"microbatch {m} (%)", _signed) for m in sizes)],
+              "mean error per kernel shape (hidden x TP x microbatch: the cell of layouts "
+              "whose layers run the same kernels; experiments.shape_cells)"),
+        Paragraph(f"{len(cells['cells'])} kernel-shape cells: their mean errors average "
+                  f"{cells['between']:.1%} over the rows; within a cell, once its mean is "
+                  f"divided out, {within['mean_abs_error']:.1%} (the composition: depth, PP, "
+                  "DP, schedule). With every cell's mean divided out (an oracle fitted on "
+                  "these rows, not a prediction): mean Kendall tau "
+                  f"{oracle['mean_kendall_tau']:.2f}, first-ranked within 3% in "
+                  f"{oracle['first_within_3pct']} of {oracle['groups']} groups")]
+
+
 def sections(document_: dict[str, Any], options: Options | None = None) -> list[Section]:
     """The per-model summary with the totals, the errors by TP, PP and microbatch, the
-    decomposition (when the chosen models determine it), the source and the settings."""
+    decomposition (when the chosen models determine it), the errors per kernel shape, the
+    source and the settings."""
     chosen = options or Options()
     total = {"model": "all", **document_["summary"]}
     fitted = document_["fitted_rows"]
@@ -292,6 +349,7 @@ def sections(document_: dict[str, Any], options: Options | None = None) -> list[
         *(Table(document_[f"by_{key}"], _by_columns(key, header), f"errors by {header}")
           for key, header in (("tp", "TP"), ("pp", "PP"), ("microbatch", "microbatch"))),
         *_decomposition_table(document_["decomposition"]),
+        *_shape_cell_sections(document_["shape_cells"]),
         Paragraph(f"source: {SOURCE}"),
         Paragraph(f"settings (assumed, not fitted): {PRECISION}, {ATTENTION} attention, "
                   f"{RECOMPUTE} recomputation, gradients reduced in {GRAD_REDUCE} after the "
