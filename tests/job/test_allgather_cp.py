@@ -1,5 +1,6 @@
 """PyTorch's all-gather context parallelism (``job.allgather_cp``): the exposed seconds at the
-bounds of the overlap, checked by hand, and the algorithm priced when given, never searched."""
+bounds of the overlap, checked by hand, eager and compiled (nothing overlapped), and the
+algorithm priced when given, never searched."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from dlsched.job.communication.allgather_cp import (
     rank_traffic,
 )
 from dlsched.job.communication.collective_costs import curve
+from dlsched.job.communication.context_parallel import cp_cost
+from dlsched.job.execution import Execution
+from dlsched.job.model_spec import bundled_specs
 
 GROUP = load_cluster("dgx-h100", 8, None).group_topology(1, 4)
 BLOCK = 64e6  # bytes of one GPU's K and V block
@@ -136,3 +140,41 @@ def test_plan_prices_all_gather_cp_when_given_and_never_searches_it() -> None:
     assert given["cp_algorithm"] == "all-gather" and given["exposed_cp_s"] > 0
     searched, = PlanScenario(**base).run().rows
     assert searched["cp_algorithm"] in ("ring", "all-to-all")
+
+
+def test_compiled_attention_hides_nothing() -> None:
+    """Traced by torch.compile every functional collective is waited as issued: however long
+    the attention, the forward is the whole all-gather of the 4 blocks and the backward the
+    all-gather again and all 4 dK/dV transfers."""
+    gather = curve(GROUP, "all-gather", "baseline").seconds(4 * BLOCK)
+    forward, backward = allgather_exposed(BLOCK, 4, GROUP, "baseline", 0.01, 100.0, 100.0,
+                                          compiled=True)
+    assert forward == pytest.approx(gather)
+    assert backward == pytest.approx(gather + 4 * 0.01)
+
+
+def test_cp_cost_follows_the_runs_compile_setting() -> None:
+    """Llama 3 70B at 32,768 tokens, TP 8 x CP 2 on two DGX H100 nodes (the CP pair crosses
+    the NIC, 50e9 B/s and 5 us each way), full recomputation. The exchanged K/V block:
+    2 x 16,384 tokens x 64 heads (repeat_kv of the 8 KV heads) / 8 x 128 x 2 B = 67,108,864 B;
+    a dK/dV transfer, FP32: 5e-6 + 2 x 67,108,864 / 50e9 = 2.689355 ms. Eager, behind a
+    second of attention: nothing of the all-gathers, only the last dK/dV transfer. Compiled:
+    the all-gather of the 2 blocks in the forward, again in the backward with both dK/dV
+    transfers, and the recomputed forward's all-gather once more."""
+    layout = Execution(8, 1, 1, 1, 8, recompute="full", cp=2, cp_algorithm="all-gather")
+    spec = bundled_specs()["llama3-70b"].replace(seq=32768)
+    group = load_cluster("dgx-h100", 16, None).group_topology(8, 2)
+    dkv = 5e-6 + 2 * 67_108_864 / 50e9
+    assert dkv == pytest.approx(2.689355e-3)
+    gather = curve(group, "all-gather", "baseline").seconds(2 * 67_108_864)
+    eager = cp_cost(spec, layout, group, "baseline", 1.0, 1.0)
+    assert eager.forward_s == 0.0
+    assert eager.backward_s == pytest.approx(dkv)
+    compiled = cp_cost(spec, layout.with_run(compile=True), group, "baseline", 1.0, 1.0)
+    assert compiled.forward_s == pytest.approx(gather)
+    assert compiled.backward_s == pytest.approx(gather + 2 * dkv + gather)
+    # the bytes, either way: the block to the other GPU; backward its block again, the 2
+    # FP32 dK/dV blocks and the recomputed forward's block (sent, hidden or not)
+    block = 67_108_864
+    for cost in (eager, compiled):
+        assert (cost.forward_bytes, cost.backward_bytes) == (block, block + 2 * 2 * block + block)

@@ -17,6 +17,27 @@ collective policy, the ring transfers on its slowest link (``context_parallel.se
 Recomputation reruns the forward's all-gather (as the other algorithms' communication).
 Memory: the gathered K/V of all ``cp`` blocks is held while a layer's attention runs.
 
+**Compiled, nothing overlaps** (``allgather_exposed(..., compiled=True)``). The overlap above is
+eager PyTorch's: the rotaters' functional collectives return an ``AsyncCollectiveTensor``
+waited at first use. TorchTitan compiles each ``TransformerBlock`` with ``fullgraph=True``
+(``torchtitan/parallelisms/parallelize_llama.py`` ``apply_compile`` at 9dec370, the commit of
+the 2024-12 benchmarks), so the CP dispatch (the patched ``F.scaled_dot_product_attention``,
+DTensor's ``_sdpa_handler``, ``_templated_ring_attention`` and its backward) is traced into the
+block's forward and backward graphs. Traced, a functional collective is waited where it is
+issued: ``_maybe_wrap_tensor`` in ``torch/distributed/_functional_collectives.py`` returns
+``wait_tensor(self)`` when ``_are_we_tracing()`` (the same in every version read, 2024-2026;
+the benchmark's own torch, 1963fc8 of 2024-12-23, was not among them), the rotaters'
+``_maybe_wait`` then finding nothing to wait for. Nothing in Inductor's default training
+pipeline moves the wait away from its collective: ``reorder_for_compute_comm_overlap``
+is off by default (``torch/_inductor/config.py``) and TorchTitan 9dec370 sets only
+``_micro_pipeline_tp`` (for async TP); the post-grad ``reorder_for_locality`` runs for
+inference graphs only (``post_grad_passes``: ``if is_inference and
+config.reorder_for_locality``); and the FlashAttention calls are Inductor fallback kernels
+issued in graph order, after the wait. So every collective of the compiled ring runs alone on
+the GPU's stream: the forward's all-gather whole, the backward's all-gather whole and each of
+its ``cp`` dK/dV transfers (``permute_tensor``, waited as issued; the last one too), and the
+recomputed forward's all-gather again.
+
 **What is exchanged** (``exchanged_block``). PyTorch's CP shards the tensors SDPA receives.
 TorchTitan's Llama repeats the K/V heads before SDPA (``repeat_kv``, n_rep = heads / KV heads:
 ``torchtitan/models/llama/model.py`` at 9dec370), so each GPU's K and V blocks are ``heads``
@@ -97,12 +118,16 @@ FA2_BACKWARD_CALL = HALF + HALF + FP32 + FP32 + HALF
 
 
 def allgather_exposed(block: float, cp: int, group: Topology, policy: str, dkv: float,
-                      core_forward: float, core_backward: float) -> tuple[float, float]:
+                      core_forward: float, core_backward: float,
+                      compiled: bool = False) -> tuple[float, float]:
     """Exposed seconds of all-gather CP's forward and backward for K/V blocks of ``block``
     bytes on a CP group of ``cp`` GPUs, ``dkv`` seconds per dK/dV block sent to the next GPU
     of the ring, the attention core taking ``core_forward`` / ``core_backward`` seconds
-    (module docstring)."""
+    (module docstring); ``compiled``: the attention traced by torch.compile, every collective
+    waited as issued (nothing hidden)."""
     gather = curve(group, "all-gather", policy).seconds(cp * block)
+    if compiled:
+        return gather, gather + cp * dkv
     forward = max(0.0, gather - core_forward / cp)
     backward = (max(0.0, gather - core_backward / cp)
                 + (cp - 1) * max(0.0, dkv - core_backward / cp) + dkv)

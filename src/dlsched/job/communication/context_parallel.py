@@ -197,15 +197,16 @@ def cp_cost(spec: Model, layout: Execution, group: Topology | None, policy: str,
         block = exchanged_block(kv_block_bytes(spec, layout), spec.heads, spec.kv_heads)
         forward, backward = allgather_exposed(block, cp, group, policy,
                                               send_seconds(ring_link(group), DKV_FP32 * block),
-                                              core_forward, core_backward)
+                                              core_forward, core_backward, layout.run.compile)
         sent_f, sent_b = allgather_bytes(block, cp)
     else:
         a2a = curve(group, "all-to-all", policy)
         qkv, out = qkv_bytes(spec, layout), output_bytes(spec, layout)
         forward = backward = a2a.seconds(qkv) + a2a.seconds(out)
         sent_f = sent_b = qkv + out
-    rerun = forward if reruns_core(layout.recompute) else 0.0
-    return CPCost(forward, backward + rerun, sent_f, sent_b + (sent_f if rerun else 0.0))
+    again = reruns_core(layout.recompute)  # the rerun sends its bytes, hidden or not
+    return CPCost(forward, backward + (forward if again else 0.0), sent_f,
+                  sent_b + (sent_f if again else 0.0))
 
 
 def buffer_bytes(spec: Model, layout: Execution) -> float:
