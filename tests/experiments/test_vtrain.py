@@ -40,7 +40,7 @@ DATA = resources.files("dlsched.experiments").joinpath("data")
 # heads per rank a multiple of 4, job.compute.megatron_softmax: TP 8 microbatch 1,
 # 0.1036 / -0.0851 -> 0.1004 / -0.0820)
 # (2026-12-07, tenth session: Megatron's unfused cross-entropy launches 18 kernels forward and
-# 8 backward, not 6 / 2, models.zoo.CROSS_ENTROPY_KERNELS, 3f2efe4: 0.1004 / -0.0820, tau
+# 8 backward, not 6 / 2, models.megatron_loss.CROSS_ENTROPY_KERNELS, 3f2efe4: 0.1004 / -0.0820, tau
 # 0.852, 113 / 118 -> 0.0951 / -0.0746, tau 0.851, 112 / 117)
 RECORDED = {"rows": 1440, "mean_abs_error": 0.0951, "bias": -0.0746, "groups": 144,
             "mean_kendall_tau": 0.851, "first_within_3pct": 112, "first_within_5pct": 117,

@@ -1,5 +1,5 @@
 """Megatron's vocab-parallel cross-entropy launches one kernel per eager tensor op
-(``models.zoo._megatron_cross_entropy``): 18 forward, 8 backward; where the head is
+(``models.megatron_loss.megatron_cross_entropy``): 18 forward, 8 backward; where the head is
 launch-bound (a small vocabulary shard per GPU) they set its price."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from dlsched.experiments.vtrain import VTrainRow, job
 from dlsched.job.communication.collective_costs import curve
 from dlsched.job.evaluation.replica import block_costs_of
 from dlsched.models.compute import calibrated
-from dlsched.models.zoo import CROSS_ENTROPY_KERNELS, gpt_model
+from dlsched.models.megatron_loss import CROSS_ENTROPY_KERNELS
+from dlsched.models.zoo import gpt_model
 
 KERNEL_OVERHEAD = 77.44e-6  # the a100 preset's forward and backward seconds per launch
 BACKWARD_OVERHEAD = 23.81e-6

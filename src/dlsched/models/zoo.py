@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dlsched.errors import ConfigError
 from dlsched.models.layer import Model
 from dlsched.models.layer_builder import LayerBuilder
+from dlsched.models.megatron_loss import megatron_cross_entropy
 from dlsched.models.ops import Op, attention_core, conv, elementwise, matmul, norm
 
 
@@ -189,9 +190,6 @@ GPT_VOCAB = 50257
 GPT_VOCABS = {"transformer-1t": 51200}
 # Trained with Megatron-LM's fused kernels rather than Hugging Face's modules.
 MEGATRON_STYLE = ("gpt3-175b", "transformer-1t")
-# Kernels of Megatron's vocab-parallel cross-entropy, forward and backward
-# (``_megatron_cross_entropy``: one per eager tensor op of ``_VocabParallelCrossEntropy``).
-CROSS_ENTROPY_KERNELS = (18, 8)
 ATTENTION_KERNELS = ("flash", "fused", "unfused")
 # GPT-2's gelu_new as Hugging Face writes it: pow, 3 multiplies, 2 additions, tanh, multiply
 # (8 kernels; element passes: 2 per unary kernel, 3 per binary one); its backward: 2 + 1 + 1
@@ -297,7 +295,7 @@ def gpt_model(name: str, hidden: int, depth: int, heads: int, seq: int, vocab: i
         out.linear(f"{block}.mlp.c_proj", ffn, hidden, seq, block, bias=shape.bias)
         out.attach(*_residual(sh, megatron))
     logits = 2 * hidden * vocab * seq if lm_head else 0
-    loss = (_megatron_cross_entropy(seq * vocab) if megatron
+    loss = (megatron_cross_entropy(seq * vocab) if megatron
             else elementwise("cross-entropy", seq * vocab, 3, kernels=4))
     head = (matmul("lm_head", hidden, vocab, seq, bias=False, cast_input=True),
             loss) if lm_head else ()
@@ -348,38 +346,6 @@ def megatron_attention(queries: int, keys: int, width: int, heads: int) -> tuple
             Op("gemm", flops, scores + k + q, label="context",
                shape=(queries, width, keys, heads)),
             elementwise("merge-heads", q))
-
-
-def _megatron_cross_entropy(logits: int) -> Op:
-    """Megatron-LM's vocab-parallel cross-entropy on ``logits`` elements per sample: its GPT
-    casts the logits to FP32 first (``vocab_parallel_cross_entropy(output.float(), labels)``
-    unless ``--fp16-lm-cross-entropy``; neither SC21's scripts nor Korthikanti et al.'s pass
-    it), then in FP32: the maximum (read), subtract it (read, write), exp (read, write), the
-    sum (read), divide by it (read, write); the backward scales the saved softmax in place
-    (read, write) and casts the gradient back to 16 bits. With the casts (read 2 bytes, write 4;
-    read 4, write 2) that is 13 FP32 passes per logit over forward and backward, here split
-    1:2 as every elementwise op's (``models.ops``): 13/3 in the forward.
-
-    Kernels (``CROSS_ENTROPY_KERNELS``), one per eager tensor op of
-    ``_VocabParallelCrossEntropy`` (NVIDIA/Megatron-LM ``megatron/mpu/cross_entropy.py`` at
-    aed2f75, SC21's and Korthikanti et al.'s code; the same ops in
-    ``megatron/core/tensor_parallel/cross_entropy.py`` at ee6737da and in
-    microsoft/Megatron-DeepSpeed's at f4157bea). Forward, 18: the cast, max, subtract, exp,
-    sum and divide over the logits, and twelve over the ``s`` targets and their logits: the
-    vocabulary-range mask (``target < start``, ``target >= end``, their ``|``), the targets'
-    ``clone()`` and offset, ``masked_target[target_mask] = 0`` (a ``masked_fill_``: one
-    boolean mask and a scalar), ``torch.arange``, the gather ``logits_2d[arange_1d,
-    masked_target_1d]`` and its ``clone()``, ``predicted_logits[target_mask] = 0.0``, and
-    ``torch.log(sum_exp_logits) - predicted_logits`` (two). Backward, 8: ``torch.arange``,
-    ``1.0 - target_mask.view(-1).float()`` (two), ``grad_2d[arange_1d, masked_target_1d] -=
-    ...`` (a gather, a subtraction and a scatter: three), the in-place scaling and the cast
-    back. The ops over the targets move a few bytes per token (left out of the traffic); what
-    they cost is their launches, which set the pace where the head is launch-bound (a small
-    vocabulary shard per GPU). The three TP all-reduces of the row maxima, target logits and
-    sums (``s`` FP32 values each) are collectives, not counted here."""
-    forward, backward = CROSS_ENTROPY_KERNELS
-    return elementwise("cross-entropy", logits, 13 / 3, kernels=forward,
-                       backward_kernels=backward, upcast=True)
 
 
 def _residual(sh: int, megatron: bool) -> tuple[Op, ...]:

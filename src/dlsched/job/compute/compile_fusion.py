@@ -19,7 +19,8 @@ already single kernels) that changes:
 * the loss: ``cross_entropy(logits.float())`` becomes a reduction that reads the 16-bit logits
   twice (maximum, then the sum of exponentials; the FP32 upcast is in registers) and a backward
   reading them once and writing the gradient: 8 bytes per logit over both passes (Megatron's
-  eager FP32 path: 52, ``models.zoo._megatron_cross_entropy``), two kernels forward, one back.
+  eager FP32 path: 52, ``models.megatron_loss.megatron_cross_entropy``), two kernels forward,
+  one back.
 
 Not modelled: the host's cheaper launches from a compiled graph (the GPU's kernel overhead
 stays the eager one; the plans priced here are GPU-bound), rotary embeddings (not among the

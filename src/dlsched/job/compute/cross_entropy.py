@@ -7,9 +7,9 @@ a few times. How many bytes per logit depends on the implementation, read in eac
 
 * ``unfused``: Megatron-LM's ``vocab_parallel_cross_entropy`` on ``output.float()``, one eager
   kernel per tensor op: 13 FP32 passes over forward and backward, the zoo's op
-  (``models.zoo._megatron_cross_entropy``: the cast, max, subtract, exp, sum, divide; the
+  (``models.megatron_loss.megatron_cross_entropy``: the cast, max, subtract, exp, sum, divide; the
   backward's in-place scaling and cast back), with the small ops over the targets that make
-  its kernels 18 forward and 8 backward (``models.zoo.CROSS_ENTROPY_KERNELS``).
+  its kernels 18 forward and 8 backward (``models.megatron_loss.CROSS_ENTROPY_KERNELS``).
   Megatron-LM's and Megatron-Core's default (``cross_entropy_loss_fusion`` False:
   ``megatron/core/model_parallel_config.py`` at ee6737da); what SC21's and Korthikanti et
   al.'s runs used.
