@@ -50,7 +50,8 @@ BASE = PRESETS["h100-hbm2e-96gb"]
 SCALED = (("gemm", "bf16"), ("gemm", "fp8"), ("attention", "bf16"), ("fused_attention", "bf16"))
 EAGER, COMPILED = "torchtitan-2412-t1-8b-fsdp", "torchtitan-2412-t1-8b-fsdp-compile"
 PAIRS = ((EAGER, COMPILED), ("torchtitan-2412-t3-8b-fsdp", "torchtitan-2412-t3-8b-fsdp-compile"))
-NINE_DEC = "torchtitan-2412-"  # rows of torchtitan 9dec370, whose train.py leaves the loss eager
+EAGER_LOSS = ("torchtitan-2412-", "torchtitan-2503-")
+"""Rows whose TorchTitan leaves the loss eager under compile (9dec370's train.py; 0.0.2)."""
 PEAK_BANDWIDTH = 2.4e12  # bytes/s, the 96 GB HBM2e H100 (TorchTitan's benchmark file)
 
 
@@ -84,12 +85,13 @@ def eager_loss(active: bool) -> Iterator[None]:
 
 def rate(row: LedgerRow, gpu: str | None, ops: str, loss_as_code: bool) -> float:
     """Predicted tokens/s per GPU of ``row`` on the GPU file ``gpu`` (None: its preset)
-    with ``ops``, the loss eager under compile on 9dec370's rows when ``loss_as_code``."""
+    with ``ops``, the loss eager under compile on the rows of ``EAGER_LOSS`` when
+    ``loss_as_code``."""
     job, layout = job_and_layout(row)
     if gpu is not None:
         job = replace(job, cluster=job.cluster.with_gpu(gpu))
     layout = replace(layout, run=replace(layout.run, ops=ops))
-    eager = loss_as_code and layout.run.compile and row.id.startswith(NINE_DEC)
+    eager = loss_as_code and layout.run.compile and row.id.startswith(EAGER_LOSS)
     with eager_loss(eager):
         return metric_value("tokens_per_s_per_gpu", job, evaluate(job, layout))
 

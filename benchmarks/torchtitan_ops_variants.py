@@ -28,24 +28,19 @@ from __future__ import annotations
 
 import statistics
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.compile_gain import BASE, gpu_file
+from benchmarks.compile_gain import BASE, gpu_file, rate
 from dlsched.job.compute import compile_fusion, layer_costs
 from dlsched.job.compute.block_pricing import block_ops, kernel_options, ops_works
 from dlsched.job.compute.eager_ops import summed_gradient_bytes, torch_ops
 from dlsched.job.compute.op_checkpoint import recomputed_ops
-from dlsched.job.evaluation.evaluate import evaluate
 from dlsched.ledger import load_ledger
-from dlsched.ledger.predict import job_and_layout, metric_value
+from dlsched.ledger.predict import job_and_layout
 from dlsched.ledger.schema import LedgerRow
 
 FITTED = "torchtitan-2412-t1-8b-fsdp"
 LAYER_ROWS = ("torchtitan-2412-t1-8b-fsdp", "torchtitan-2506-asynctp-70b-bf16-vanilla-tp")
-EAGER_LOSS = ("torchtitan-2412-", "torchtitan-2503-")  # TorchTitan left the loss uncompiled
 METRIC = "tokens_per_s_per_gpu"
 
 
@@ -73,33 +68,6 @@ def layer_bytes(row: LedgerRow, ops: str, compiled: bool) -> dict[str, float]:
     out["sums"] = (summed_gradient_bytes(spec.hidden, compiled)
                    if layer_costs.torch_linears(spec, options) else 0.0)
     return out
-
-
-@contextmanager
-def loss_uncompiled(active: bool) -> Iterator[None]:
-    """``compile_fusion.compiled_loss`` bypassed while ``active`` (block costs' cache
-    cleared on both sides)."""
-    original = compile_fusion.compiled_loss
-    if active:
-        compile_fusion.compiled_loss = lambda op: op
-    layer_costs.block_costs.cache_clear()
-    try:
-        yield
-    finally:
-        compile_fusion.compiled_loss = original
-        layer_costs.block_costs.cache_clear()
-
-
-def rate(row: LedgerRow, gpu: str | None, ops: str, eager_loss: bool) -> float:
-    """Predicted tokens/s per GPU of ``row`` with ``ops``, on the GPU file ``gpu`` (None: the
-    row's preset), the loss uncompiled on the rows of ``EAGER_LOSS`` when ``eager_loss``."""
-    job, layout = job_and_layout(row)
-    if gpu is not None:
-        job = replace(job, cluster=job.cluster.with_gpu(gpu))
-    layout = replace(layout, run=replace(layout.run, ops=ops))
-    uncompiled = eager_loss and layout.run.compile and row.id.startswith(EAGER_LOSS)
-    with loss_uncompiled(uncompiled):
-        return metric_value(METRIC, job, evaluate(job, layout))
 
 
 def variant(rows: list[LedgerRow], folder: Path, ops: str, memory: float,
