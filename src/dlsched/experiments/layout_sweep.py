@@ -63,14 +63,12 @@ one sheet.
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from dlsched.errors import ConfigError
+from dlsched.experiments.bundled_csv import bundled_text, parse_csv
 from dlsched.experiments.layout_ranking import by, error, error_summary, groups, ranking_summary
 from dlsched.job.cluster import load_cluster
 from dlsched.job.evaluation.evaluate import Job, evaluate
@@ -201,32 +199,25 @@ def pipeline_layout(layers: int, pp: int) -> str:
 
 def parse_trials(text_: str) -> list[Trial]:
     """The CSV's rows (its header must be ``HEADER``); ConfigError naming the line."""
-    reader = csv.reader(io.StringIO(text_))
-    header = tuple(next(reader, ()))
-    if header != HEADER:
-        raise ConfigError(f"layout sweep data: header {header!r}; accepted: {HEADER!r}")
-    trials = []
-    for line, cells in enumerate(reader, start=2):
-        try:
-            sweep, trial, gpus, step, outcome, ckpt, kernel, mb, tp, pp, sp, aa, meg = cells
-            if outcome not in OUTCOMES or ckpt not in RECOMPUTE or sp not in ("true", "false"):
-                raise ValueError("outcome, checkpointing or sequence_parallel not accepted")
-            if not (outcome == "ok") == bool(step) == bool(aa) == bool(meg):
-                raise ValueError("a step time and TFLOP/s where the trial ran, none where it "
-                                 "did not")
-            trials.append(Trial(sweep, int(trial), int(gpus), float(step) if step else None,
-                                outcome, ckpt, kernel, int(mb), int(tp), int(pp), sp == "true",
-                                float(aa) if aa else None, float(meg) if meg else None))
-        except ValueError as failure:
-            raise ConfigError(f"layout sweep data: line {line}: {cells!r} ({failure})") from None
-    return trials
+    return parse_csv(text_, HEADER, "layout sweep data", _trial)
+
+
+def _trial(cells: list[str]) -> Trial:
+    """One trial from its cells (ValueError for a cell the sheet cannot hold)."""
+    sweep, trial, gpus, step, outcome, ckpt, kernel, mb, tp, pp, sp, aa, meg = cells
+    if outcome not in OUTCOMES or ckpt not in RECOMPUTE or sp not in ("true", "false"):
+        raise ValueError("outcome, checkpointing or sequence_parallel not accepted")
+    if not (outcome == "ok") == bool(step) == bool(aa) == bool(meg):
+        raise ValueError("a step time and TFLOP/s where the trial ran, none where it did not")
+    return Trial(sweep, int(trial), int(gpus), float(step) if step else None, outcome, ckpt,
+                 kernel, int(mb), int(tp), int(pp), sp == "true", float(aa) if aa else None,
+                 float(meg) if meg else None)
 
 
 @cache
 def load_trials() -> tuple[Trial, ...]:
     """The bundled trials, in the CSV's order."""
-    text_ = resources.files("dlsched.experiments").joinpath("data", DATA).read_text("utf-8")
-    return tuple(parse_trials(text_))
+    return tuple(parse_trials(bundled_text(DATA)))
 
 
 SWEEPS = tuple(dict.fromkeys(t.sweep for t in load_trials()))

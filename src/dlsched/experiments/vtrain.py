@@ -32,14 +32,12 @@ where the time goes, measured and predicted (``decomposition``). A reproduction 
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from dlsched.errors import ConfigError
+from dlsched.experiments.bundled_csv import bundled_text, parse_csv
 from dlsched.experiments.layout_ranking import by, error, error_summary, groups, ranking_summary
 from dlsched.experiments.shape_cells import cell_errors, oracle_rows, split
 from dlsched.hardware.gpu import get_gpu
@@ -124,26 +122,19 @@ class VTrainRow:
 
 def parse_rows(text_: str) -> list[VTrainRow]:
     """The CSV's rows (its header must be ``HEADER``); ConfigError naming the line."""
-    reader = csv.reader(io.StringIO(text_.lstrip("\ufeff")))
-    header = tuple(next(reader, ()))
-    if header != HEADER:
-        raise ConfigError(f"vtrain data: header {header!r}; accepted: {HEADER!r}")
-    rows = []
-    for line, cells in enumerate(reader, start=2):
-        try:
-            *ints, ms = cells
-            values = [int(v) for v in ints]
-            rows.append(VTrainRow(*values, float(ms) / 1e3))  # type: ignore[arg-type]
-        except (ValueError, TypeError) as failure:
-            raise ConfigError(f"vtrain data: line {line}: {cells!r} ({failure})") from None
-    return rows
+    return parse_csv(text_.lstrip("\ufeff"), HEADER, "vtrain data", _row, (ValueError, TypeError))
+
+
+def _row(cells: list[str]) -> VTrainRow:
+    """One row from its cells: the integers, then the time in ms (stored in s)."""
+    *ints, ms = cells
+    return VTrainRow(*(int(v) for v in ints), float(ms) / 1e3)  # type: ignore[arg-type]
 
 
 @cache
 def load_rows() -> tuple[VTrainRow, ...]:
     """The bundled measurements, in the CSV's order."""
-    text_ = resources.files("dlsched.experiments").joinpath("data", DATA).read_text("utf-8")
-    return tuple(parse_rows(text_))
+    return tuple(parse_rows(bundled_text(DATA)))
 
 
 MODELS = tuple(sorted({row.model for row in load_rows()},
