@@ -35,19 +35,21 @@ def cell_errors(rows: Sequence[Row], cell: Callable[[Row], Hashable]) -> dict[Ha
     return {key: sum(errors) / len(errors) for key, errors in found.items()}
 
 
-def oracle_rows(rows: Sequence[Row], cell: Callable[[Row], Hashable]) -> list[Row]:
-    """``rows`` with each prediction divided by ``1 +`` its cell's mean error (module
-    docstring): every cell's mean error becomes 0, the errors within a cell keep their
-    spread."""
-    means = cell_errors(rows, cell)
+def oracle_rows(rows: Sequence[Row], cell: Callable[[Row], Hashable],
+                means: dict[Hashable, float] | None = None) -> list[Row]:
+    """``rows`` with each prediction divided by ``1 +`` its cell's mean error (``means``, by
+    default ``cell_errors(rows, cell)``; module docstring): every cell's mean error becomes 0,
+    the errors within a cell keep their spread."""
+    means = cell_errors(rows, cell) if means is None else means
     return [{**row, "predicted_s": row["predicted_s"] / (1 + means[cell(row)])} for row in rows]
 
 
-def split(rows: Sequence[Row], cell: Callable[[Row], Hashable]) -> dict[str, Any]:
+def split(rows: Sequence[Row], cell: Callable[[Row], Hashable],
+          corrected: Sequence[Row] | None = None) -> dict[str, Any]:
     """``cells`` (count), ``between`` (the mean absolute cell error, weighted by rows) and
-    ``within`` (``error_summary`` of the rows once their cell's mean error is divided out);
-    fractions."""
+    ``within`` (``error_summary`` of the rows once their cell's mean error is divided out:
+    ``corrected``, by default ``oracle_rows(rows, cell)``); fractions."""
     means = cell_errors(rows, cell)
     between = sum(abs(means[cell(row)]) for row in rows) / len(rows) if rows else None
-    return {"cells": len(means), "between": between,
-            "within": error_summary(oracle_rows(rows, cell))}
+    corrected = oracle_rows(rows, cell, means) if corrected is None else corrected
+    return {"cells": len(means), "between": between, "within": error_summary(corrected)}

@@ -231,13 +231,13 @@ def document(rows: list[dict[str, Any]], options: Options | None = None) -> dict
 def kernel_shape(row: dict[str, Any]) -> tuple[int, int, int]:
     """The cell of layouts whose layers run the same kernels (``experiments.shape_cells``):
     hidden size, TP degree and microbatch size (the sequence is 1,024 tokens in every row)."""
-    return _hidden()[row["model"]], row["tp"], row["microbatch"]
+    return _by_model()[row["model"]].hidden, row["tp"], row["microbatch"]
 
 
 @cache
-def _hidden() -> dict[str, int]:
-    """Each model's hidden size, by name."""
-    return {r.model: r.hidden for r in load_rows()}
+def _by_model() -> dict[str, VTrainRow]:
+    """A row of each model, by its name (``VTrainRow.model``): its hidden size and depth."""
+    return {r.model: r for r in load_rows()}
 
 
 def shape_cells(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -250,10 +250,11 @@ def shape_cells(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     if not rows:
         return None
     means = cell_errors(rows, kernel_shape)
-    return {**split(rows, kernel_shape),
+    corrected = oracle_rows(rows, kernel_shape, means)
+    return {**split(rows, kernel_shape, corrected),
             "cells": [{"hidden": h, "tp": t, "microbatch": m, "bias": means[(h, t, m)]}
                       for h, t, m in sorted(means)],
-            "oracle": ranking_summary(groups(oracle_rows(rows, kernel_shape), group_key))}
+            "oracle": ranking_summary(groups(corrected, group_key))}
 
 
 _signed = in_percent(1, signed=True)
@@ -379,7 +380,7 @@ def decomposition(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ``predicted`` (None where the rows do not determine the four, e.g. one depth only).
     ``rows``: ``price``'s dicts."""
     found: dict[tuple[int, int, int], list[dict[str, Any]]] = {}
-    by_model = {f"h{r.hidden}-l{r.layers}": r for r in load_rows()}
+    by_model = _by_model()
     for row in rows:
         if row["pp"] == 1:
             hidden = by_model[row["model"]].hidden
