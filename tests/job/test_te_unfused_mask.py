@@ -4,6 +4,9 @@ memory rate, and where the MoE and dense layers add it (forward; again in a reco
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 import dlsched.job.compute.layer_costs as layer_costs
@@ -52,12 +55,25 @@ def test_seconds_at_memory_rate() -> None:
     assert mask_seconds(MOE, 1, "fused", "transformer_engine", rate) == 0.0
 
 
-def _without_mask(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clear() -> None:
+    """Both modules' priced caches emptied."""
+    moe_costs._layer_costs.cache_clear()
+    block_costs.cache_clear()
+
+
+def _mask_added(monkeypatch: pytest.MonkeyPatch,
+                costs: Callable[[], Any]) -> tuple[float, float]:
+    """What the mask adds to ``costs()``' forward and backward seconds: priced as is, then
+    with ``mask_seconds`` zero in both modules (the caches emptied before each and after)."""
+    _clear()
+    with_mask = costs()
     zero = lambda *args: 0.0  # noqa: E731
     monkeypatch.setattr(moe_costs, "mask_seconds", zero)
     monkeypatch.setattr(layer_costs, "mask_seconds", zero)
-    moe_costs._layer_costs.cache_clear()
-    block_costs.cache_clear()
+    _clear()
+    without = costs()
+    _clear()
+    return with_mask.layer_f - without.layer_f, with_mask.layer_b - without.layer_b
 
 
 @pytest.mark.parametrize("recompute, again", [("none", 0), ("modules:core_attn", 1),
@@ -67,31 +83,22 @@ def test_moe_layer_adds_it(monkeypatch: pytest.MonkeyPatch, recompute: str,
     """Forward: one mask; backward: one more where the core is recomputed."""
     layout = Execution(2, 1, 4, 1, 64, ep=8, expert_tp=1, recompute=recompute,
                        sequence_parallel=True)  # DeepSeek-V3 on GB200: TP 2, ETP 1
-
-    def costs() -> moe_costs.MoELayerCosts:
-        return moe_layer_costs(MOE, layout, "gb200", "bf16", None, None, "baseline",
-                               attention="unfused", transformer_impl="transformer_engine")
-    moe_costs._layer_costs.cache_clear()
-    with_mask = costs()
-    _without_mask(monkeypatch)
-    without = costs()
+    forward, backward = _mask_added(
+        monkeypatch, lambda: moe_layer_costs(MOE, layout, "gb200", "bf16", None, None,
+                                             "baseline", attention="unfused",
+                                             transformer_impl="transformer_engine"))
     mask = 81 * 256 * 256 / gpu_compute("gb200", "bf16").gpu.memory_rate
-    assert with_mask.layer_f - without.layer_f == pytest.approx(mask)
-    assert with_mask.layer_b - without.layer_b == pytest.approx(again * mask)
-    moe_costs._layer_costs.cache_clear()
+    assert forward == pytest.approx(mask)
+    assert backward == pytest.approx(again * mask)
 
 
 @pytest.mark.parametrize("recompute, again", [("none", 0), ("selective", 1)])
 def test_dense_layer_adds_it(monkeypatch: pytest.MonkeyPatch, recompute: str,
                              again: int) -> None:
-    def costs() -> layer_costs.BlockCosts:
-        return block_costs(DENSE, 1, "gb200", "bf16", 2, True, recompute, None, "baseline",
-                           attention="unfused", transformer_impl="transformer_engine")
-    block_costs.cache_clear()
-    with_mask = costs()
-    _without_mask(monkeypatch)
-    without = costs()
+    forward, backward = _mask_added(
+        monkeypatch, lambda: block_costs(DENSE, 1, "gb200", "bf16", 2, True, recompute, None,
+                                         "baseline", attention="unfused",
+                                         transformer_impl="transformer_engine"))
     mask = 81 * 512 * 512 / gpu_compute("gb200", "bf16").gpu.memory_rate
-    assert with_mask.layer_f - without.layer_f == pytest.approx(mask)
-    assert with_mask.layer_b - without.layer_b == pytest.approx(again * mask)
-    block_costs.cache_clear()
+    assert forward == pytest.approx(mask)
+    assert backward == pytest.approx(again * mask)
