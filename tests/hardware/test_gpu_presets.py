@@ -104,7 +104,7 @@ def test_the_mi300x_fit_scales_its_tensor_core_fractions_by_one_factor() -> None
     assert "torchtitan-2508-mi300x-8b-bf16" in spec.sources["efficiency.gemm.bf16"]
 
 
-H100_FIT = 0.6604  # fitted on dgxc-2504-h100-llama3.1-8b-bf16-8gpu (presets/gpus.yaml)
+H100_FIT = 0.6476  # fitted on dgxc-2504-h100-llama3.1-8b-bf16-8gpu (presets/gpus.yaml)
 H100_MAMF = 794.5 / 989
 
 
@@ -116,15 +116,15 @@ def test_fractions_transferred_from_the_h100_fit_follow_the_published_ratio(
         name: str, key: str, mamf: float) -> None:
     """The h100's 16-bit fraction is fitted on one ledger row; the Hopper fractions
     transferred from it are the fit x the GPU's MAMF efficiency / the H100's BF16 one (H200
-    BF16 'the same' as H100's: ratio 1; H800: the same die): 0.6604 x 0.7087 / 0.8034 =
-    0.5826 for the H100's FP8, x 0.7344 / 0.8034 = 0.6037 for the H200's."""
+    BF16 'the same' as H100's: ratio 1; H800: the same die): 0.6476 x 0.7087 / 0.8034 =
+    0.5713 for the H100's FP8, x 0.7344 / 0.8034 = 0.5920 for the H200's."""
     value = getattr(get_gpu(name).spec.efficiency["gemm"], key)
     assert _provenance("h100", "efficiency.gemm.bf16") == "fitted"
     assert _provenance(name, f"efficiency.gemm.{key}") == "transferred"
     assert value == pytest.approx(H100_FIT * mamf / H100_MAMF, abs=5e-5)
 
 
-B200_FIT = 0.5102  # fitted on megatron-bridge-2511-b200-llama3.1-405b-cp2 (presets/gpus.yaml)
+B200_FIT = 0.5062  # fitted on megatron-bridge-2511-b200-llama3.1-405b-cp2 (presets/gpus.yaml)
 B200_MAMF = 1745.0 / 2250  # Bekman's MAMF table (b9e2972): B200 SXM BF16 1,745.0 of 2,250 TFLOP/s
 
 
@@ -136,10 +136,10 @@ def test_blackwell_fractions_transferred_from_the_b200_fit_follow_the_published_
         name: str, key: str, mamf: float) -> None:
     """The b200's 16-bit fraction is fitted on one ledger row; the Blackwell fractions
     transferred from it are the fit x the GPU's MAMF efficiency / the B200's BF16 one:
-    0.5102 x 0.7628 / 0.7756 = 0.5018 for the B200's FP8, x 0.7288 / 0.7756 = 0.4794 for the
-    GB200's BF16 (the same die at 1,200 W), x 0.7231 / 0.7756 = 0.4757 for its FP8, and for
-    the B300 (Bekman's row of 2a1f0e9) x 0.7862 / 0.7756 = 0.5172 BF16, x 0.7452 / 0.7756 =
-    0.4902 FP8."""
+    0.5062 x 0.7628 / 0.7756 = 0.4979 for the B200's FP8, x 0.7288 / 0.7756 = 0.4757 for the
+    GB200's BF16 (the same die at 1,200 W), x 0.7231 / 0.7756 = 0.4720 for its FP8, and for
+    the B300 (Bekman's row of 2a1f0e9) x 0.7862 / 0.7756 = 0.5132 BF16, x 0.7452 / 0.7756 =
+    0.4864 FP8."""
     value = getattr(get_gpu(name).spec.efficiency["gemm"], key)
     assert _provenance("b200", "efficiency.gemm.bf16") == "fitted"
     assert _provenance(name, f"efficiency.gemm.{key}") == "transferred"
@@ -149,7 +149,7 @@ def test_blackwell_fractions_transferred_from_the_b200_fit_follow_the_published_
 def test_the_b200_fit_reproduces_its_row_and_only_that_row_is_not_held_out() -> None:
     """The b200 fit is the efficiency at which its one row (661 tokens/s per GPU) is predicted
     exactly: at the four digits the preset keeps, within 0.05% (the row's elasticity is 0.69,
-    so a 5e-5 rounding of 0.5102 moves it at most 0.006%). No other B200 or GB200 row is
+    so a 5e-5 rounding of 0.5062 moves it at most 0.006%). No other B200 or GB200 row is
     named as fitted: every other one is held out."""
     from dlsched.ledger import load_ledger
     from dlsched.ledger.predict import FITTED_ROWS
@@ -321,12 +321,6 @@ def test_an_unknown_gpu_carries_its_field_apart_from_its_reason() -> None:
     assert renamed.startswith("--gpu: unknown GPU 'nonsense'") and "device" not in renamed
 
 
-# NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training results (3929da2), llama3.1 BF16,
-# causal, batch 2, 8,192 tokens, head dimension 128: forward + backward milliseconds.
-CUDNN_GB200_MS = 1.397 + 4.127
-CUDNN_GB300_MS = 1.185 + 3.832
-
-
 def test_blackwell_ultra_peaks_are_the_system_datasheets_totals() -> None:
     """HGX B300: 36 PFLOP/s BF16 and 72 FP8 with sparsity over 8 GPUs (the HGX B200's);
     GB300 NVL72: 360 and 720 over 72 (the GB200 NVL72's); 288 GB of HBM3e at 8 TB/s each."""
@@ -364,21 +358,18 @@ def test_blackwell_ultra_fractions_are_transferred_not_fitted(ultra: str, base: 
     """Blackwell Ultra's datasheet peaks are its Blackwell sibling's (the same BF16 / FP8
     tensor-core rates; FP4 1.5x the sibling's); its GEMM fractions are transferred, the
     GB300's at ratio 1 from the GB200 (no GB300 matmul measurement), the B300's by its own
-    measured MAMF rate (the test above); its cuDNN attention fraction is the sibling's x the
-    measured GB300 / GB200 rate of one kernel: 0.5267 x 5.524 / 5.017 = 0.5799; none is fitted
-    (every B300 / GB300 row held out)."""
+    measured MAMF rate (the test above); its cuDNN attention is measured on a GB300 (the B300's
+    transferred from it, tests/models/test_fused_attention.py) and faster than the sibling's on
+    long rows; none is fitted (every B300 / GB300 row held out)."""
     new, old = get_gpu(ultra).spec, get_gpu(base).spec
     assert new.peak == {**old.peak, "fp32": new.peak["fp32"], "fp4": 1.5 * old.peak["fp4"]}
     for key in ("bf16", "fp8"):
         if ultra == "gb300":
             assert getattr(new.efficiency["gemm"], key) == getattr(old.efficiency["gemm"], key)
         assert _provenance(ultra, f"efficiency.gemm.{key}") == "transferred"
-    fused = new.efficiency["fused_attention"].bf16
-    assert fused == pytest.approx(0.5267 * CUDNN_GB200_MS / CUDNN_GB300_MS, abs=5e-5)
-    assert fused > old.efficiency["fused_attention"].bf16
-    assert _provenance(ultra, "efficiency.fused_attention") == "transferred"
+    assert new.efficiency["fused_attention"].bf16 > old.efficiency["fused_attention"].bf16
+    assert _provenance(ultra, "efficiency.fused_attention") in ("measured", "transferred")
     assert "fitted" not in new.provenance.values()
-    assert "not modelled" in new.sources["fused_attention_head_dim_64"]
 
 
 def test_gb300_nvl72_is_one_72_gpu_dimension_with_800_gbps_nics() -> None:

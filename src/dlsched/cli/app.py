@@ -60,8 +60,8 @@ paragraph (``tests/cli/test_lazy_commands.py`` checks both against the commands)
 REPRODUCTIONS = {"themis": Entry(("collective",)), "megatron": Entry(("compute",)),
                  "usbyte": Entry(("dataparallel",)), "pipeline": Entry(("pipeline",)),
                  "themis-training": Entry(("training",)), "vtrain": Entry(("vtrain",)),
-                 "layouts": Entry(("layouts",))}
-"""``dlsched reproduce`` commands: their modules (``reproduce --help`` imports all seven)."""
+                 "layouts": Entry(("layouts",)), "attention": Entry(("attention",))}
+"""``dlsched reproduce`` commands: their modules (``reproduce --help`` imports all eight)."""
 
 
 class _Commands(LazyGroup):
@@ -97,7 +97,8 @@ def commands() -> typer.Typer:
     """The app with every domain's commands imported and registered (the CLI itself imports a
     domain when one of its commands runs)."""
     register(("collective", "compute", "dataparallel", "pipeline", "plan", "runtime",
-              "training", "sweep", "validate", "vtrain", "layouts", "calibration"), app,
+              "training", "sweep", "validate", "vtrain", "layouts", "attention",
+              "calibration"), app,
              reproduce)
     return app
 

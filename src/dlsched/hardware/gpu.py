@@ -12,9 +12,11 @@ gives the shape factors):
 * fused attention: efficiency.attention of the peak (FlashAttention-2, what PyTorch's SDPA
   runs), with its wave quantization; Transformer Engine's cuDNN fused attention (Megatron-Core's
   ``--attention-backend fused``, what ``auto`` picks on Hopper) at efficiency.fused_attention,
-  an optional kind of 16-bit entries only (a GPU without it refuses that kernel), measured at
-  head dimension 128; ``fused_attention_head_dim_64`` is that kernel's rate at head dimension
-  64 (and below) as a fraction of its rate at 128 (``Gpu.fused_attention_scale``);
+  an optional kind of 16-bit entries only (a GPU without it refuses that kernel): the
+  forward's rate on long rows of tiles at head dimension 128; ``fused_attention_kernel``
+  (``hardware.attention_kernel``) gives the rest of that kernel's time (per query tile, the
+  causal diagonal, the backward's rate, head dimension 64), priced by
+  ``models.fused_attention``;
 * everything else (norms, activations, dropout, additions, casts): bytes / memory rate, the
   rate being memory_bandwidth x memory_efficiency.
 
@@ -45,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dlsched.config import bundled_presets, load_document, validate
 from dlsched.errors import ConfigError
+from dlsched.hardware.attention_kernel import FusedAttentionKernel
 from dlsched.validation import Bandwidth, ByteSize, FlopRate, Fraction, Seconds
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -102,7 +105,7 @@ class GpuSpec(BaseModel):
     half_precisions: list[Literal["bf16", "fp16"]] = Field(default=["bf16", "fp16"],
                                                            min_length=1)
     best_published_utilization: Fraction | None = None
-    fused_attention_head_dim_64: Fraction | None = None
+    fused_attention_kernel: FusedAttentionKernel | None = None
     memory: ByteSize | None = None
     sources: dict[str, str] = Field(default_factory=dict)
     provenance: dict[str, Provenance] = Field(default_factory=dict)
@@ -136,6 +139,9 @@ class GpuSpec(BaseModel):
             if low in self.peak and "bf16" not in self.peak:
                 raise ValueError(f"peak.{low}: needs peak.bf16 too ({low} runs its non-GEMM "
                                  "ops in bf16)")
+        if self.fused_attention_kernel is not None and "fused_attention" not in self.efficiency:
+            raise ValueError("fused_attention_kernel: given without efficiency.fused_attention "
+                             "(the kernel's forward rate)")
         missing = [kind for kind in KINDS if kind not in self.efficiency]
         extra = sorted(set(self.efficiency) - set(KINDS) - set(OPTIONAL_KINDS))
         if missing or extra:
@@ -208,18 +214,6 @@ class Gpu:
                                   "precision and a GPU file that measures it (else use "
                                   "--attention flash)" if kind in OPTIONAL_KINDS else ""))
         return float(value)
-
-    def fused_attention_scale(self, head_dim: float) -> float:
-        """The cuDNN fused attention's rate at ``head_dim`` as a fraction of its rate at 128
-        (what ``efficiency.fused_attention`` measures): ``fused_attention_head_dim_64`` at 64
-        and below, 1 at 128 and above, linear in the head dimension between (not measured
-        there: assumed); 1 where the document gives no head-dimension-64 rate."""
-        low = self.spec.fused_attention_head_dim_64
-        if low is None or head_dim >= 128:
-            return 1.0
-        if head_dim <= 64:
-            return float(low)
-        return float(low) + (1.0 - float(low)) * (head_dim - 64) / 64
 
     def kind_rate(self, kind: str, precision: str) -> float:
         """Achieved FLOP/s of a large op of ``kind`` in ``precision``: the peak (fp32's for

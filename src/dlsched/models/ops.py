@@ -20,7 +20,11 @@ sample by its backward: eager PyTorch's decomposed ops, ``job.compute.eager_ops`
 * ``attention`` and ``fused_attention``: ``(queries, keys, heads, causal)``, one fused attention
   kernel (``attention``: PyTorch's scaled-dot-product attention, FlashAttention-2;
   ``fused_attention``: Transformer Engine's cuDNN fused attention): ``queries`` attending
-  ``keys`` (both the sequence, except under context parallelism) per head.
+  ``keys`` (both the sequence, except under context parallelism) per head. ``executed``:
+  the share of the layer's tiles the kernel computes, 1 for a full (or full causal) layer and
+  a sliding window's or chunk's ``job.attention_layers.window_ratio`` below it; ``flops``
+  stays the full layer's, so the head dimension (``flops / (4 queries keys heads)``) and the
+  kernel's work per query tile (``models.fused_attention``) are the layer's own.
 
 ``cast_input``: under autocast the product first casts its FP32 input to 16 bits (an input
 coming from a LayerNorm, which autocast runs in FP32). ``upcast``: an elementwise op that runs
@@ -63,6 +67,7 @@ class Op:
     backward_kernels: float | None = None
     input_grad: bool = True
     backward_elements: float | None = None
+    executed: float = 1.0
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -74,6 +79,10 @@ class Op:
                 self.kind != "elementwise" or not self.backward_elements >= 0):
             raise ValueError("op backward_elements: only for an elementwise op, >= 0 (got "
                              f"{self.backward_elements!r} on a {self.kind} op)")
+        if not 0 < self.executed <= 1 or (self.executed < 1
+                                           and self.kind not in ATTENTION_KINDS):
+            raise ValueError(f"op executed: a share in (0, 1], below 1 only for an attention "
+                             f"kernel (got {self.executed!r} on a {self.kind} op)")
         if self.shape and len(self.shape) != SHAPE_LENGTHS.get(self.kind, -1):
             raise ValueError(f"op shape: {self.shape!r} does not fit a {self.kind} op")
 

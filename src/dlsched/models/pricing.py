@@ -11,10 +11,11 @@
   launch of their own): reading and writing both once in the forward, twice in the
   backward (the gradients, and the input again for the weight gradient), at the memory rate
   of transposes (``transpose_efficiency`` of the bandwidth).
-* Fused attention (``attention``: SDPA / FlashAttention-2; ``fused_attention``: cuDNN's, at
-  its own rate, scaled by its head dimension: ``Gpu.fused_attention_scale``): FLOP (half of
-  them when causal: masked blocks are skipped) / (kind rate x its wave quantization); the
-  backward recomputes the scores, 2.5x the forward's FLOP (Dao, FlashAttention-2, 2023, §3.1).
+* Fused attention (``attention``: SDPA / FlashAttention-2; ``fused_attention``: cuDNN's, by
+  its tiles on a GPU that gives that kernel's constants: ``models.fused_attention``): FLOP
+  (half of them when causal: masked blocks are skipped; a window's ``Op.executed`` share of
+  them) / (kind rate x its wave quantization); the backward recomputes the scores, 2.5x the
+  forward's FLOP (Dao, FlashAttention-2, 2023, §3.1).
 * Elementwise ops: bytes / memory rate at the precision they run in (4 bytes under autocast
   for ops marked ``fp32``, always for ops marked ``upcast``).
 
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from dlsched.errors import ConfigError
 from dlsched.hardware.gpu import ELEMENT_BYTES, KEY, LOW_PRECISIONS, OPERAND_BYTES
+from dlsched.models.fused_attention import fused_attention_seconds
 from dlsched.models.kernels import attention_utilization, gemm_utilization
 from dlsched.models.ops import ATTENTION_KINDS, BACKWARD_FACTOR, Op
 from dlsched.models.timeline import Work
@@ -213,12 +215,13 @@ def _compute_seconds(compute: CalibratedCompute, op: Op, samples: float,
     rate = gpu.kind_rate(op.kind, precision)
     sms = gpu.spec.sms
     if op.kind in ATTENTION_KINDS:
-        queries, keys, heads, causal = op.shape or (1, 1, 1, 0)
+        kernel = gpu.spec.fused_attention_kernel
+        if op.kind == "fused_attention" and op.shape and kernel is not None:
+            return fused_attention_seconds(op, samples, rate, sms, kernel, backward)
+        queries, _, heads, causal = op.shape or (1, 1, 1, 0)
         problems = max(1, round(samples * heads))  # samples: this GPU's share of the batch
         util = attention_utilization(queries, problems, sms) if op.shape else 1.0
-        if op.kind == "fused_attention" and op.shape:  # 4 x queries x keys x heads x head dim
-            rate *= gpu.fused_attention_scale(op.flops / (4 * queries * keys * heads))
-        executed = flops * (0.5 if causal else 1.0)
+        executed = flops * op.executed * (0.5 if causal else 1.0)
         return executed * (ATTENTION_BACKWARD if backward else 1.0) / (rate * util)
     if op.kind == "conv" and KEY[precision] == "fp32" and _winograd(op):
         flops /= WINOGRAD_SAVING

@@ -4,15 +4,17 @@
 **Time.** A windowed layer is a full layer whose attention core executes fewer score tiles:
 the fused kernel (``flash`` or ``fused``) computes ``window_ratio`` of a full causal layer's
 tiles (``job.attention_layers.executed_pairs``: the tiles not wholly masked, at
-FlashAttention-2's 128 x 128 blocks), so its core op is the full layer's with its FLOP times
-that ratio, priced by the calibrated GPU model at the same shape and wave quantization
-(``models.pricing``; the kernel still reads Q, K, V and writes O once, so a short window can
-leave it memory-bound). cuDNN's kernel does skip the out-of-window tiles: its own published
+FlashAttention-2's 128 x 128 blocks), so its core op is the full layer's executing that share
+of its tiles (``Op.executed``), priced by the calibrated GPU model at the same shape and wave
+quantization (``models.pricing``; the kernel still reads Q, K, V and writes O once, so a short
+window can leave it memory-bound; cuDNN's kernel still pays its cost per query tile,
+``models.fused_attention``). cuDNN's kernel does skip the out-of-window tiles: its own published
 GB200 benchmark (NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training, gpt_oss at 50c8aeb:
 256 query heads of 64, 4,096 tokens, a 128 window) runs the forward in 0.210 ms, where every
 causal tile would be 566 GFLOP, above the GPU's peak in that time (docs/validation-moe.md). Its
-short rows of tiles run below the long-row rate (measured, not priced: same document). Every
-other op of the layer is unchanged. What a layer saves is the
+short rows of tiles run below the long-row rate: each query tile's fixed cost
+(``hardware.attention_kernel``) weighs on a row of two tiles. Every other op of the layer is
+unchanged. What a layer saves is the
 difference of the two cores' GPU seconds: forward, and backward (FlashAttention-2's backward
 recomputes the scores of the same tiles), plus the forward's saving again where
 recomputation reruns the core (``full``, ``selective``; ``selective-op`` keeps the fused
@@ -68,8 +70,7 @@ def layer_savings(spec: Model, microbatch_size: int, gpu: str, precision: str,
     compute = gpu_compute(gpu, precision, tp, sp)
     saved = {}
     for kind in kinds:
-        windowed = replace(op, flops=op.flops * window_ratio(kind, spec.seq,
-                                                             spec.attention_window))
+        windowed = replace(op, executed=window_ratio(kind, spec.seq, spec.attention_window))
         forward, backward = (compute.work(op, microbatch_size, back).gpu_s
                              - compute.work(windowed, microbatch_size, back).gpu_s
                              for back in (False, True))
