@@ -319,7 +319,7 @@ ENTRY_MODULES: dict[str, frozenset[str]] = {
     "job": frozenset({"api", "scenario"}),
     "experiments": frozenset({"reproduction", "megatron", "pipeline", "themis",
                               "themis_training", "usbyte", "vtrain", "layout_sweep",
-                              "layout_plot"}),
+                              "layout_plot", "attention_reproduction"}),
     "ledger": frozenset({"report", "plot", "calibrate", "user_runs"}),
 }
 """Besides the names of a domain package's ``__all__``, the modules of a domain a ``cli`` module

@@ -194,7 +194,7 @@ HOSTILE = [
     # an unknown subcommand: the ones there are (was "No such command 'x'." alone)
     (("reproduce", "nonsense"), {},
      "No such command 'nonsense'; accepted: themis, megatron, usbyte, pipeline, "
-     "themis-training, vtrain, layouts (see "),
+     "themis-training, vtrain, layouts, attention (see "),
     # validate / calibrate runs: the option naming the runs file on every refusal, --gpu
     # named as such (was "device: unknown GPU")
     (("validate", "--ledger", "{r}"), {"r.yaml": "- id: a\n"},
