@@ -23,9 +23,10 @@ with 32 x (3.785 + 1.092) tiles' time for its query tiles.
 Both layers come out within 2% of the hand numbers, and so does the 70B row's iteration built
 from them (the last rank's 20 layers and the head over 64 microbatches, the interleaved
 bubble (p - 1) / v of one microbatch's work, the exposed TP collectives, DP step and optimizer
-as the evaluator reports them): the 6.6% and 7.6% that the rows are predicted fast by (7.9%
-and 9.7% before the fused loss and Transformer Engine's norms) are not an accounting slip of
-the evaluator against this estimate (report of issue 48's helper).
+as the evaluator reports them): what the rows are predicted fast by (now 2.0% and 0.9%; 6.6%
+and 7.6% when this was written, 7.9% and 9.7% before the fused loss and Transformer Engine's
+norms) is not an accounting slip of the evaluator against this estimate (report of issue 48's
+helper).
 """
 
 from __future__ import annotations
