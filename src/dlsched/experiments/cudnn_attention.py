@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -98,8 +98,7 @@ def core_op(timing: Timing) -> Op:
                         timing.causal, keys=timing.keys,
                         kv_hidden=width * timing.kv_heads, kind="fused_attention")
     if timing.window:
-        return Op(**{**op.__dict__, "executed": window_ratio("S", timing.queries,
-                                                            timing.window)})
+        return replace(op, executed=window_ratio("S", timing.queries, timing.window))
     return op
 
 
