@@ -1,26 +1,27 @@
-"""cuDNN's fused attention against NVIDIA's own published timings of it: the fit behind the
-presets' ``fused_attention_kernel`` constants and the check on the shapes left out of it.
+"""cuDNN's fused attention against NVIDIA's own published timings of it: the timings, the
+evaluator's price of each, and the fit behind the presets' ``fused_attention_kernel``
+constants.
 
 The timings (``experiments/data/cudnn_sdpa_training.csv``, its ``.source.yaml``: NVIDIA/
 cudnn-frontend's ``sdpa_benchmark_training`` results, BF16, non-deterministic backward) cover
-an H200 (cuDNN 9.19), a GB200 and a GB300 (cuDNN 9.22) at sequence lengths of 2,048 to 75,600
-tokens, with and without the causal mask, at the attention shapes of Llama 3.1, GPT-OSS,
-DeepSeek-V3, Kimi K2.6, Qwen3.5, Wan 2.2 and LTX-2.
+an H200, a GB200 and a GB300 with cuDNN 9.19 (Llama 3.1's and GPT-OSS's shapes) and the GB200
+and GB300 again with cuDNN 9.22 (seven models' shapes), at 2,048 to 75,600 tokens, with and
+without the causal mask.
 
 **Fitted** per GPU (``fit_kernel``), by least squares on the logarithm of the time, with the
-pricing the evaluator runs (``models.fused_attention`` through ``CalibratedCompute.work``):
+pricing the evaluator runs (``models.fused_attention`` through ``CalibratedCompute.work``), on
+cuDNN 9.19's timings up to 16,384 tokens:
 
-* on Llama 3.1's shape (batch 2, 64 query and 8 KV heads of 128) at 2,048 to 16,384 tokens,
-  causal and unmasked: per pass the rate on long rows (the forward's is
-  ``efficiency.fused_attention``, the backward's its ``backward`` ratio), the cost per query
-  tile and the causal diagonal's extra;
-* then on GPT-OSS's (head dimension 64, a sliding window: 128 tokens on GB200 / GB300, 1,024 on
-  H200) at the same lengths: ``head_dim_64`` per pass.
+* Llama 3.1's shape (batch 2, 64 query and 8 KV heads of 128), causal and unmasked: per pass
+  the rate on long rows (the forward's is ``efficiency.fused_attention``, the backward's its
+  ``backward`` ratio), the cost per query tile and the causal diagonal's extra;
+* then GPT-OSS's (head dimension 64, a 1,024-token window): ``head_dim_64`` per pass.
 
-**Held out** (``check``): both shapes at 32,768 tokens, and every other model's shape:
+**Held out** (``experiments.attention_reproduction`` reports them): both shapes at 32,768
+tokens, and every cuDNN 9.22 timing: Llama 3.1 again, GPT-OSS with a 128-token window,
 DeepSeek-V3's and Kimi's multi-head latent attention (keys 192 wide, values 128), Qwen3.5's
-head dimension 256, and the video models' unmasked attention at lengths that are not multiples
-of 128 (Wan 2.2: 40 heads, up to 75,600 tokens; LTX-2: 32 heads).
+head dimension 256, and the video models' unmasked attention at lengths that are not
+multiples of 128 (Wan 2.2: 40 heads, up to 75,600 tokens; LTX-2: 32 heads).
 """
 
 from __future__ import annotations
@@ -173,35 +174,3 @@ def fit_kernel(gpu: str, timings: Sequence[Timing] | None = None) -> KernelFit:
     gpu_fit = _with(spec, float(forward[0]), kernel)
     rms = float(np.sqrt(np.mean(np.square(_log_errors(rows, gpu_fit)))))
     return KernelFit(gpu, float(forward[0]), kernel, rms)
-
-
-@dataclass(frozen=True)
-class ConfigCheck:
-    """A preset's errors (predicted / published - 1) on one GPU's timings of one shape."""
-
-    gpu: str
-    config: str
-    fitted: bool
-    count: int
-    mean_abs_error: float
-    bias: float
-    worst: float
-
-
-def check(gpu: str, timings: Sequence[Timing] | None = None,
-          spec: GpuSpec | None = None) -> list[ConfigCheck]:
-    """``gpu``'s preset (or ``spec``) against its timings, per shape: the fitted ones (at most
-    16,384 tokens of Llama 3.1 and GPT-OSS) and the held-out ones apart."""
-    rows = [t for t in (load_timings() if timings is None else timings) if t.gpu == gpu]
-    model = get_gpu(gpu) if spec is None else Gpu(spec)
-    out = []
-    for config in dict.fromkeys(t.config for t in rows):
-        for fitted in (True, False):
-            group = [t for t in rows if t.config == config and t.fitted == fitted]
-            if not group:
-                continue
-            errors = [predicted_seconds(t, model) / t.seconds - 1 for t in group]
-            out.append(ConfigCheck(gpu, config, fitted, len(group),
-                                   float(np.mean(np.abs(errors))), float(np.mean(errors)),
-                                   max(errors, key=abs)))
-    return out

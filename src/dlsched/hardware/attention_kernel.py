@@ -19,7 +19,8 @@ which walks that tile's row of 128 x 128 score tiles. Its time is not the FLOP a
   the head dimension between 64 and 128, 1 above).
 
 The bundled presets take them from NVIDIA's published cuDNN benchmark
-(``experiments.cudnn_attention`` fits them and checks them on the shapes left out).
+(``experiments.cudnn_attention`` fits them; ``dlsched reproduce attention`` checks them on the
+shapes left out).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ its row of 128 x 128 score tiles. In units of one full tile's time of the pass:
 
 The head dimension is the op's FLOP per query-key pair over 4 and its heads (a multi-head
 latent attention's core, 192-wide keys and 128-wide values, at the mean 160: its FLOP are
-exact). ``experiments.cudnn_attention`` checks this against NVIDIA's published benchmark of the
-kernel (fitted on one shape per GPU, the other shapes held out).
+exact). ``dlsched reproduce attention`` checks this against NVIDIA's published benchmark of
+the kernel (``experiments.cudnn_attention``: fitted on two shapes per GPU, the rest held out).
 """
 
 from __future__ import annotations
