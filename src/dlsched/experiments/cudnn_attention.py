@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -86,9 +87,10 @@ def _timing(cells: list[str]) -> Timing:
                   int(cells[13]))
 
 
-def load_timings() -> list[Timing]:
-    """The bundled timings, in the table's order."""
-    return parse_csv(bundled_text(TABLE), HEADER, TABLE, _timing)
+@cache
+def load_timings() -> tuple[Timing, ...]:
+    """The bundled timings, in the table's order (read once per process)."""
+    return tuple(parse_csv(bundled_text(TABLE), HEADER, TABLE, _timing))
 
 
 def core_op(timing: Timing) -> Op:

@@ -28,19 +28,17 @@ from __future__ import annotations
 import math
 
 from dlsched.hardware.attention_kernel import FusedAttentionKernel
-from dlsched.models.kernels import attention_utilization
-from dlsched.models.ops import Op
-
-TILE = 128  # cuDNN's query and key tile (elements)
-BACKWARD_FLOPS = 2.5  # the backward's FLOP over the forward's
+from dlsched.models.kernels import ATTENTION_BLOCK, attention_utilization
+from dlsched.models.ops import ATTENTION_BACKWARD, Op
 
 
 def fused_attention_tiles(queries: int, keys: int, causal: bool, executed: float,
                           kernel: FusedAttentionKernel, backward: bool) -> float:
     """Full-tile times of one (sample, head)'s kernel (module docstring)."""
-    pairs = queries * keys / 2 + TILE / 2 * queries if causal else queries * keys
+    block = ATTENTION_BLOCK
+    pairs = queries * keys / 2 + block / 2 * queries if causal else queries * keys
     per_tile = kernel.query_tile.of(backward) + (kernel.diagonal.of(backward) if causal else 0)
-    return executed * pairs / TILE**2 + math.ceil(queries / TILE) * per_tile
+    return executed * pairs / block**2 + math.ceil(queries / block) * per_tile
 
 
 def fused_attention_seconds(op: Op, samples: float, forward_rate: float, sms: int,
@@ -52,7 +50,7 @@ def fused_attention_seconds(op: Op, samples: float, forward_rate: float, sms: in
     head_dim = op.flops / (4 * queries * keys * heads)
     problems = max(1, round(samples * heads))
     tiles = fused_attention_tiles(queries, keys, bool(causal), op.executed, kernel, backward)
-    tile_flops = 4 * TILE**2 * head_dim * (BACKWARD_FLOPS if backward else 1.0)
+    tile_flops = 4 * ATTENTION_BLOCK**2 * head_dim * (ATTENTION_BACKWARD if backward else 1.0)
     rate = (forward_rate * (kernel.backward if backward else 1.0)
             * kernel.head_dim_scale(head_dim, backward)
             * attention_utilization(queries, problems, sms))

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 KINDS = ("gemm", "attention", "fused_attention", "conv", "elementwise")
 ATTENTION_KINDS = ("attention", "fused_attention")
 BACKWARD_FACTOR = 2.0
+ATTENTION_BACKWARD = 2.5  # a fused attention backward's FLOP over its forward's (attention_core)
 SHAPE_LENGTHS = {"gemm": 4, "conv": 5, "attention": 4, "fused_attention": 4}
 
 

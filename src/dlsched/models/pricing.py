@@ -39,7 +39,7 @@ from dlsched.errors import ConfigError
 from dlsched.hardware.gpu import ELEMENT_BYTES, KEY, LOW_PRECISIONS, OPERAND_BYTES
 from dlsched.models.fused_attention import fused_attention_seconds
 from dlsched.models.kernels import attention_utilization, gemm_utilization
-from dlsched.models.ops import ATTENTION_KINDS, BACKWARD_FACTOR, Op
+from dlsched.models.ops import ATTENTION_BACKWARD, ATTENTION_KINDS, BACKWARD_FACTOR, Op
 from dlsched.models.timeline import Work
 
 if TYPE_CHECKING:
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 CAST_BYTES = 6.0  # an autocast cast reads 4 bytes and writes 2 per element
 FP8_CAST_BYTES = 4.0  # a cast-transpose reads 2 bytes and writes 2 x 1 per element
-ATTENTION_BACKWARD = 2.5
 # Winograd F(2x2, 3x3): 16 multiplies per 2x2 output tile instead of 36 (Lavin & Gray, "Fast
 # Algorithms for Convolutional Neural Networks", CVPR 2016, Table 1: 2.25x fewer).
 WINOGRAD_SAVING = 2.25
