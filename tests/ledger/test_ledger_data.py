@@ -224,7 +224,7 @@ def test_megatron_h100_columns_agree(row: LedgerRow) -> None:
     """Per-GPU TFLOP/s x GPUs rounds to the published aggregate, and MFU (whole percent) is
     per-GPU TFLOP/s over H100 SXM's dense BF16 peak (989 TFLOP/s, datasheet 989.4: the 462B
     row's 459.9 TFLOP/s is 46.50% of 989 and 46.48% of 989.4, printed 47%)."""
-    tflops = row.value("tflops_per_gpu")
+    tflops = row.value("model_tflops_per_gpu")
     aggregate = H100_AGGREGATE_PFLOPS[row.id.removeprefix("megatron-h100-gpt-")]
     assert round(tflops * row.hardware.gpus / 1000, 1) == aggregate
     assert abs(tflops / 989.0 - row.value("mfu")) <= 0.005

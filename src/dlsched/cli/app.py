@@ -44,8 +44,9 @@ COMMANDS = {
                   "exposed communication, against the baselines."),
     "validate": Entry(("validate",), "Score dlsched against published training runs: each "
                       "ledger row predicted, its error\nand 90% interval, per source the "
-                      "mean error, bias, worst row and coverage, and per GPU\nthe same with "
-                      "how its preset's constants were obtained."),
+                      "mean error, bias, worst row and coverage, per GPU the\nsame with how "
+                      "its preset's constants were obtained, and each row that leaves settings"
+                      "\nunpublished against dlsched's best over them."),
     "pipeline": Entry(("pipeline",), "Synchronous pipeline planning (partition, mapping, "
                       "schedule)."),
     "train": Entry(("training",), "Simulate whole training iterations of a workload under "

@@ -41,6 +41,13 @@ SOURCE_COLUMNS = [Column("source", "source", justify="left"),
                   Column("worst_row", "worst row", justify="left"),
                   *percents(_signed, worst_error="worst"),
                   *percents(in_percent(0), coverage="covered")]
+BOUND_COLUMNS = [Column("id", "row", justify="left"),
+                 Column("unit", "unit", justify="left"),
+                 Column("published", "published", _value),
+                 Column("best", "dlsched's best", _value),
+                 *percents(_signed, headroom="headroom"),
+                 Column("setting", "best setting", justify="left"),
+                 Column("candidates", "settings priced")]
 GPU_COLUMNS = [Column("gpu", "GPU", justify="left"),
                Column("preset", "preset", justify="left"),
                Column("family", "metrics", justify="left"),
@@ -58,8 +65,8 @@ def validate(
              "megatron-bridge, dgxc, megatron-bridge-moe (the intervals still come from the "
              "whole ledger).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print {\"rows\": [...], "
-                                           "\"sources\": [...], \"gpus\": [...]} as "
-                                           "JSON.")] = False,
+                                           "\"sources\": [...], \"gpus\": [...], "
+                                           "\"bounds\": [...]} as JSON.")] = False,
     plot: Annotated[Path | None, typer.Option(help="PNG of predicted against published "
                                               "with the 90% intervals.")] = None,
     csv: CsvOption = None,
@@ -71,8 +78,9 @@ def validate(
         "calibrate runs` writes one); default: each run's own preset.")] = None,
 ) -> None:
     """Score dlsched against published training runs: each ledger row predicted, its error
-    and 90% interval, per source the mean error, bias, worst row and coverage, and per GPU
-    the same with how its preset's constants were obtained."""
+    and 90% interval, per source the mean error, bias, worst row and coverage, per GPU the
+    same with how its preset's constants were obtained, and each row that leaves settings
+    unpublished against dlsched's best over them."""
     from dlsched.errors import ConfigError
     from dlsched.ledger import SOURCES
     from dlsched.ledger.report import validate as run
@@ -88,7 +96,9 @@ def validate(
     if not json_out:
         _print(report.rows, report.sources)
         _print_gpus(report.gpus)
-    outputs.rows(report.rows, {"sources": report.sources, "gpus": report.gpus})
+        _print_bounds(report.bounds)
+    outputs.rows(report.rows, {"sources": report.sources, "gpus": report.gpus,
+                               "bounds": report.bounds})
     if plot is not None:
         from dlsched.ledger.plot import plot_validation
 
@@ -132,6 +142,20 @@ def _print_gpus(gpus: list[dict[str, Any]]) -> None:
     print("How each preset's constants were obtained (presets/gpus.yaml, provenance):")
     for preset, counts in presets.items():
         print(f"  {preset}: {counts}")
+
+
+def _print_bounds(bounds: list[dict[str, Any]]) -> None:
+    if not bounds:
+        return
+    render_table(bounds, BOUND_COLUMNS, title="Rows whose settings are unpublished, at "
+                 "dlsched's best over them (micro-batch size, recomputation, virtual pipeline "
+                 "size; admitted by plan's memory check): were dlsched exact, the published "
+                 "rate would not exceed it (headroom = best / published - 1, in %; < 0: "
+                 "dlsched too slow)", console=console)
+    beaten = [row["id"] for row in bounds if row["headroom"] is not None and
+              row["headroom"] < 0]
+    print(f"Published rate above dlsched's best: {len(beaten)} of {len(bounds)} rows"
+          + (f" ({', '.join(beaten)})" if beaten else ""))
 
 
 RUN_COLUMNS = [*ROW_COLUMNS[:6], Column("reason", "not priced because", justify="left")]

@@ -28,12 +28,14 @@ the row's reason.
 
 ``predict_row(row)`` returns one ``Prediction`` per published metric, in the metric's published
 unit (``schema.METRIC_UNITS``): ``iteration_s`` (s), ``tflops_per_gpu`` (the FLOP executed,
-recomputation included: SC21's Eq. 3 convention), ``mfu`` and ``hfu`` (fractions of the 16-bit
-dense peak), ``tokens_per_s_per_gpu`` (global batch x sequence / iteration / GPUs) and
-``memory_gib_per_gpu`` (GiB, the counter the source's figure reads: ``ledger.memory``).
-``scored`` marks the one time-derived metric of the row that the
-statistics count (the first the row publishes; MFU and HFU published beside an iteration time
-follow from it and would count the same error twice) and the memory metric (its own family).
+recomputation included: SC21's Eq. 3 convention), ``model_tflops_per_gpu`` (the model's FLOP,
+without recomputation: Megatron-LM's ``num_floating_point_operations``, MFU's numerator),
+``mfu`` and ``hfu`` (fractions of the 16-bit dense peak), ``tokens_per_s_per_gpu`` (global
+batch x sequence / iteration / GPUs) and ``memory_gib_per_gpu`` (GiB, the counter the
+source's figure reads: ``ledger.memory``). ``scored`` marks the one time-derived metric of the
+row that the statistics count (the first the row publishes; MFU and HFU published beside an
+iteration time follow from it and would count the same error twice) and the memory metric (its
+own family).
 ``admitted`` says whether ``dlsched plan``'s search would admit the published layout, by the
 memory check it asks of every layout (``job.memory.per_gpu.MemoryBreakdown.fits``: the
 evaluator's memory per GPU within the GPU's memory less the runtime reserve and a
@@ -69,7 +71,8 @@ FITTED_ROWS: dict[str, str] = {
     "torchtitan-2508-mi300x-8b-bf16": "the mi300x preset's tensor-core fractions were fitted "
                                       "to this row (presets/gpus.yaml)",
 }
-TIME_METRICS = ("iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
+TIME_METRICS = ("iteration_s", "tflops_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
+                "tokens_per_s_per_gpu")
 MEMORY_METRICS = ("memory_gib_per_gpu",)
 # The predicted iteration's parts (seconds) a record carries (``breakdown``).
 EXPOSED_KEYS = ("tp_s", "pp_s", "dp_s", "zero3_s", "optimizer_s", "grad_accumulation_s")
@@ -151,6 +154,8 @@ def metric_value(metric: str, job: Job, result: JobResult) -> float:
         return layout.global_batch * job.spec.seq / result.iteration_s / layout.gpus
     if metric == "memory_gib_per_gpu":
         return result.memory_bytes / 2**30
+    if metric == "model_tflops_per_gpu":  # the executed rate x model / executed FLOP
+        return result.tflops_per_gpu * result.mfu / result.hfu
     if metric not in TIME_METRICS:
         raise ConfigError(f"metric: {metric!r} is not predicted; accepted: "
                           + ", ".join(TIME_METRICS + MEMORY_METRICS))

@@ -8,7 +8,10 @@ errors of the others), and returns the records of the requested source: per publ
 iteration's parts (seconds), and whether the plan search's memory check admits the published
 layout (``memory_admitted``, with ``memory_per_gpu_gib`` and ``gpu_memory_gib``:
 ``ledger.predict``); per source and family the ``SourceStats`` fields, and the same
-over every source's mixture-of-experts rows (``moe``) and over all rows (``all``).
+over every source's mixture-of-experts rows (``moe``) and over all rows (``all``); and for each
+row that leaves its micro-batch size, recomputation or virtual pipeline size unpublished, the
+best rate over those settings against the published one (``bounds``: ``ledger.setting_search``,
+a one-sided check: were the evaluator exact, the published rate would not exceed it).
 
 ``expected_errors()`` reads the recorded mean absolute error per source
 (``ledger/data/expected.yaml``) that the CI test holds the ledger to.
@@ -29,6 +32,7 @@ from dlsched.ledger.by_gpu import gpu_summary
 from dlsched.ledger.predict import BREAKDOWN_KEYS, Prediction, predict_rows
 from dlsched.ledger.schema import METRIC_UNITS
 from dlsched.ledger.score import Interval, summarize
+from dlsched.ledger.setting_search import search_rows
 from dlsched.pipeline.chains.memory_model import FRAGMENTATION
 
 FIT_MARGIN = FRAGMENTATION
@@ -37,12 +41,14 @@ FIT_MARGIN = FRAGMENTATION
 
 @dataclass(frozen=True)
 class LedgerReport:
-    """The records of each published metric, the statistics per source (module docstring)
-    and per GPU with the provenance of its constants (``ledger.by_gpu``)."""
+    """The records of each published metric, the statistics per source (module docstring),
+    per GPU with the provenance of its constants (``ledger.by_gpu``) and the rows with
+    unpublished settings against the best of them (``bounds``)."""
 
     rows: list[dict[str, Any]]
     sources: list[dict[str, Any]]
     gpus: list[dict[str, Any]] = field(default_factory=list)
+    bounds: list[dict[str, Any]] = field(default_factory=list)
 
 
 def record(prediction: Prediction, interval: Interval | None) -> dict[str, Any]:
@@ -77,7 +83,8 @@ def validate(source: str | None = None) -> LedgerReport:
               if source in (None, p.row.source))
     shown = (source, "all", *(("moe",) if moe else ()))
     sources = [s.row() for s in stats if source is None or s.source in shown]
-    return LedgerReport(rows, sources, gpu_summary(rows))
+    bounds = [found.record() for found in search_rows(load_ledger(source))]
+    return LedgerReport(rows, sources, gpu_summary(rows), bounds)
 
 
 class ErrorRecord(BaseModel):

@@ -43,8 +43,8 @@ Source = Literal["sc21", "korthikanti", "megatron-h100", "torchtitan", "megatron
                  "dgxc", "megatron-bridge-moe"]
 Gpu = Literal["a100-80gb", "h100-sxm", "h100-hbm2e-96gb", "h200", "h800", "b200", "gb200",
               "b300", "gb300", "mi300x"]
-Metric = Literal["iteration_s", "tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu",
-                 "memory_gib_per_gpu"]
+Metric = Literal["iteration_s", "tflops_per_gpu", "model_tflops_per_gpu", "mfu", "hfu",
+                 "tokens_per_s_per_gpu", "memory_gib_per_gpu"]
 Overlap = Literal["dp_grad_reduce", "dp_param_gather", "tp_comm", "async_tp", "pp_p2p", "ep_a2a"]
 
 # Each overlap a row lists and the run setting (``job.run_settings``) it turns on (``ep_a2a``:
@@ -67,6 +67,7 @@ NOT_OVERLAPPED: dict[str, object] = {"pipeline_p2p": "blocking"}
 METRIC_UNITS: dict[str, tuple[str, str, float]] = {
     "iteration_s": ("s", "s", 1.0),
     "tflops_per_gpu": ("TFLOP/s per GPU", "FLOP/s per GPU", 1e12),
+    "model_tflops_per_gpu": ("model TFLOP/s per GPU", "FLOP/s per GPU", 1e12),
     "mfu": ("fraction of peak", "fraction of peak", 1.0),
     "hfu": ("fraction of peak", "fraction of peak", 1.0),
     "tokens_per_s_per_gpu": ("tokens/s per GPU", "tokens/s per GPU", 1.0),

@@ -31,7 +31,7 @@ from dlsched.job.evaluation.evaluate import evaluate
 from dlsched.ledger.predict import TIME_METRICS, job_and_layout, metric_value
 from dlsched.ledger.schema import METRIC_UNITS, LedgerRow, by_row_key
 
-RATES = ("tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
+RATES = ("tflops_per_gpu", "model_tflops_per_gpu", "mfu", "hfu", "tokens_per_s_per_gpu")
 """Time-derived metrics that grow as the iteration gets faster."""
 
 
