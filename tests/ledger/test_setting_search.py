@@ -123,3 +123,17 @@ def test_validate_prints_and_writes_the_bounds() -> None:
     table = CliRunner().invoke(app, ["validate", "--source", "megatron-h100"])
     assert table.exit_code == 0
     assert "Published rate above dlsched's best: 0 of 9 rows" in table.output
+
+
+def test_model_tflops_equals_the_executed_rate_without_recomputation() -> None:
+    """Without recomputation every FLOP executed is a model FLOP; with full recomputation the
+    executed rate counts the layers' forward again: more than the model rate."""
+    row = _row("megatron-h100-gpt-1.7b")
+    data = filled(row, 4, "none", 1).model_dump(exclude_unset=True)
+    data["measured"] = [{"metric": "tflops_per_gpu", "value": 1.0},
+                        {"metric": "model_tflops_per_gpu", "value": 1.0}]
+    plain = {p.metric: p.predicted for p in predict_row(LedgerRow.model_validate(data))}
+    assert plain["model_tflops_per_gpu"] == pytest.approx(plain["tflops_per_gpu"], rel=1e-12)
+    data["parallel"]["recompute"] = "full"
+    full = {p.metric: p.predicted for p in predict_row(LedgerRow.model_validate(data))}
+    assert full["tflops_per_gpu"] > 1.2 * full["model_tflops_per_gpu"]
