@@ -39,6 +39,7 @@ from dlsched.job.exports.writers import megatron_args, megatron_document, torcht
 from dlsched.job.intervals import envelope_notes, interval_columns
 from dlsched.job.model_spec import Model, load_spec
 from dlsched.job.ranking import Ranking, best_of, difference_note
+from dlsched.job.recompute_note import recompute_note
 from dlsched.job.refusals import check_plan, default_notes
 from dlsched.job.search import BASELINES, SPACES, search
 from dlsched.job.time_to_train_fields import choose_plan, settings_of, with_time_to_train
@@ -124,7 +125,8 @@ def plan(scenario: PlanScenario, policies: Sequence[str] | None = None) -> PlanR
                     job, choice, SPACES["dlsched"]).best, ranking)
             notes.extend([why] if why else [])
         plans.append((job, result))
-        notes.extend(note for note in result.notes if note not in notes)
+        notes.extend(note for note in (*result.notes, recompute_note(job, result))
+                     if note and note not in notes)
     rows = [with_time_to_train(row, spec.seq, cluster, settings) for row in rows]
     notes.extend(note for note in envelope_notes(rows) if note not in notes)
     notes.extend(default_notes(scenario, cluster))

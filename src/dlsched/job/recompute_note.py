@@ -1,0 +1,61 @@
+"""What a plan's recomputation costs when memory is why it recomputes: one note for ``plan``.
+
+The search keeps only layouts whose memory fits the GPU less its runtime reserve and a
+fragmentation margin (``job.evaluation.evaluate.memory_fits``). When the chosen plan recomputes
+(``full``, ``selective`` or Megatron-Core's ``modules:...``) and the same layout without
+recomputation would be faster but fails that check, ``recompute_note`` says so with both
+times and the memory: the recomputation is the price of the check, not of the layout. A
+framework that holds less than the check counts (Meta's Llama 3 405B run, its own framework,
+reached 41% MFU at a layout the check makes dlsched recompute fully, 33%:
+docs/time-to-train.md) can run faster than the plan, and Megatron-Core's partial
+recomputation (``--recompute-method block --recompute-num-layers N``: only the first N layers
+of each model chunk recomputed) lies between the two and is not in the search space.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from dlsched.errors import ConfigError
+from dlsched.job.evaluation.evaluate import evaluate
+from dlsched.job.memory.allocator import fragmentation_margin
+from dlsched.pipeline.chains.memory_model import usable_bytes
+from dlsched.units import format_bytes
+
+if TYPE_CHECKING:
+    from dlsched.job.evaluation.evaluate import Job, JobResult
+
+NOTED_GAIN = 0.03
+"""The least share of the iteration recomputation must cost for the note (3%: below it the
+recomputation is not worth a line)."""
+NOTED_MODES = ("full", "selective")
+"""Megatron's recomputation modes the note looks at (and ``modules:...``); TorchTitan's
+per-op policy (``selective-op``) is its own trade and is not compared."""
+
+
+def recompute_note(job: Job, result: JobResult) -> str | None:
+    """The note (module docstring) for ``result``, None when it does not recompute, or the
+    layout without recomputation is not faster by ``NOTED_GAIN``, fits the check anyway (the
+    search then weighed it) or cannot run."""
+    layout = result.layout
+    if layout.recompute not in NOTED_MODES and not layout.recompute.startswith("modules:"):
+        return None
+    try:
+        plain = evaluate(job, replace(layout, recompute="none"))
+    except ConfigError:
+        return None
+    gain = 1 - plain.iteration_s / result.iteration_s
+    if plain.fits or gain < NOTED_GAIN:
+        return None
+    margin = fragmentation_margin(layout.run.expandable_segments)
+    reserve = plain.memory.get("reserve", 0.0)
+    admitted = usable_bytes(job.cluster.memory, reserve, margin)
+    needed = plain.memory_bytes - reserve
+    return (f"{layout.label()}: recomputation ({layout.recompute}) is memory's price: "
+            f"without it the layout would take {plain.iteration_s:.3f} s ({gain:.1%} less, "
+            f"MFU {plain.mfu:.1%}) but keeps {format_bytes(needed)} per GPU where the check "
+            f"admits {format_bytes(admitted)} (a {format_bytes(job.cluster.memory)} GPU less "
+            f"its runtime reserve and a {margin:.0%} fragmentation margin); a framework that "
+            "frees more can run faster than this plan, and Megatron-Core's partial "
+            "recomputation (--recompute-method block) lies between the two, not searched")
