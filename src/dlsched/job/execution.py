@@ -13,7 +13,8 @@ pipeline rank (virtual stages of the interleaved schedule; 1 otherwise), ``micro
 sequences, ``global_batch`` sequences per iteration, the pipeline ``schedule``, activation
 ``recompute``ation (none, selective: the attention core, full: every layer from its input,
 selective-op: TorchTitan's per-op policy, every other matmul kept, ``job.op_checkpoint``;
-``modules:a,b``: Megatron-Core's ``--recompute-modules``, ``job.compute.module_recompute``),
+``modules:a,b``: Megatron-Core's ``--recompute-modules``, ``job.compute.module_recompute``;
+``block:N``: the first N layers of each model chunk in full, ``job.compute.block_recompute``),
 Megatron-LM's ``sequence_parallel`` (norms and dropout split over the TP group, all-reduces
 become reduce-scatter + all-gather) and the ``zero`` stage of Rajbhandari et al. (SC 2020): 1
 shards the optimizer state over DP, 2 the gradients too, 3 the weights too (FSDP's full
@@ -52,6 +53,7 @@ from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
 from dlsched.errors import ConfigError, check_choice
+from dlsched.job.compute.block_recompute import block_layers
 from dlsched.job.compute.module_recompute import check_recompute_modules, modules_of
 from dlsched.job.evaluation.pipeline_split import check_split, rank_layers, stage_layers
 from dlsched.job.evaluation.unit_walk import UNIT_SCHEDULES, check_unit_schedule, held_stages
@@ -96,12 +98,13 @@ _POSITIVE = ("tp", "pp", "dp", "microbatch_size", "global_batch", "chunks", "cp"
 
 
 def check_recompute(value: str) -> None:
-    """ConfigError naming ``recompute`` unless ``value`` is one of ``RECOMPUTE`` or a
-    Megatron-Core module list (``modules:...``, ``job.compute.module_recompute``)."""
+    """ConfigError naming ``recompute`` unless ``value`` is one of ``RECOMPUTE``, a
+    Megatron-Core module list (``modules:...``, ``job.compute.module_recompute``) or its block
+    recomputation of N layers per chunk (``block:N``, ``job.compute.block_recompute``)."""
     if modules_of(value):
         check_recompute_modules(value)
-    else:
-        check_choice("recompute", value, (*RECOMPUTE, "modules:<list>"))
+    elif block_layers(value) is None:
+        check_choice("recompute", value, (*RECOMPUTE, "modules:<list>", "block:<N>"))
 
 
 @config_errors

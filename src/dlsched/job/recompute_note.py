@@ -2,14 +2,12 @@
 
 The search keeps only layouts whose memory fits the GPU less its runtime reserve and a
 fragmentation margin (``job.evaluation.evaluate.memory_fits``). When the chosen plan recomputes
-(``full``, ``selective`` or Megatron-Core's ``modules:...``) and the same layout without
-recomputation would be faster but fails that check, ``recompute_note`` says so with both
-times and the memory: the recomputation is the price of the check, not of the layout. A
-framework that holds less than the check counts (Meta's Llama 3 405B run, its own framework,
-reached 41% MFU at a layout the check makes dlsched recompute fully, 33%:
-docs/time-to-train.md) can run faster than the plan, and Megatron-Core's partial
-recomputation (``--recompute-method block --recompute-num-layers N``: only the first N layers
-of each model chunk recomputed) lies between the two and is not in the search space.
+(``full``, ``selective``, Megatron-Core's ``modules:...`` or ``block:N``) and the same layout
+without recomputation would be faster but fails that check, ``recompute_note`` says so with
+both times and the memory: the recomputation is the price of the check, not of the layout. A
+framework that holds less than the check counts can run faster than the plan: Meta's Llama 3
+405B run, its own framework, reached 41% MFU at a layout where the check has dlsched recompute
+(docs/time-to-train.md).
 """
 
 from __future__ import annotations
@@ -29,9 +27,10 @@ if TYPE_CHECKING:
 NOTED_GAIN = 0.03
 """The least share of the iteration recomputation must cost for the note (3%: below it the
 recomputation is not worth a line)."""
-NOTED_MODES = ("full", "selective")
-"""Megatron's recomputation modes the note looks at (and ``modules:...``); TorchTitan's
-per-op policy (``selective-op``) is its own trade and is not compared."""
+SKIPPED_MODES = ("none", "selective-op")
+"""Recomputation settings the note does not look at: none, and TorchTitan's per-op policy,
+its own trade (every Megatron mode is compared: selective, full, ``modules:...``,
+``block:N``)."""
 
 
 def recompute_note(job: Job, result: JobResult) -> str | None:
@@ -39,7 +38,7 @@ def recompute_note(job: Job, result: JobResult) -> str | None:
     layout without recomputation is not faster by ``NOTED_GAIN``, fits the check anyway (the
     search then weighed it) or cannot run."""
     layout = result.layout
-    if layout.recompute not in NOTED_MODES and not layout.recompute.startswith("modules:"):
+    if layout.recompute in SKIPPED_MODES:
         return None
     try:
         plain = evaluate(job, replace(layout, recompute="none"))
@@ -57,5 +56,4 @@ def recompute_note(job: Job, result: JobResult) -> str | None:
             f"MFU {plain.mfu:.1%}) but keeps {format_bytes(needed)} per GPU where the check "
             f"admits {format_bytes(admitted)} (a {format_bytes(job.cluster.memory)} GPU less "
             f"its runtime reserve and a {margin:.0%} fragmentation margin); a framework that "
-            "frees more can run faster than this plan, and Megatron-Core's partial "
-            "recomputation (--recompute-method block) lies between the two, not searched")
+            "holds less can run faster than this plan")

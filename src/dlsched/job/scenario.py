@@ -203,11 +203,13 @@ class PlanScenario(BaseModel):
                      "and DualPipeV with its overlapped F & B pairs; priced when given, not "
                      "searched)."))] = None
     recompute: Annotated[Annotated[checked(check_recompute), Choices(
-        (*RECOMPUTE, "modules:<list>"))] | None, Field(description=(
+        (*RECOMPUTE, "modules:<list>", "block:<N>"))] | None, Field(description=(
         "none | selective | full | selective-op (TorchTitan's per-op policy: every other "
         "matmul kept) | modules:<list> (Megatron-Core's --recompute-modules, comma-separated: "
-        "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts); the last two "
-        "priced when given, not searched."))] = None
+        "core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts) | block:<N> "
+        "(Megatron-Core's --recompute-method block: the first N layers of each model chunk "
+        "in full); selective-op and modules priced when given, not searched; block searched "
+        "where no recomputation does not fit (its fewest N that fits)."))] = None
     sequence_parallel: Annotated[bool | None, Field(description=(
         "Megatron sequence parallelism (searched if not given)."))] = None
     zero: Annotated[int | None, Field(ge=0, le=3, description="ZeRO stage (3 = FSDP).")] = None

@@ -9,7 +9,9 @@ CP x DP with expert TP = TP, or TP x CP x DP with expert TP 1 (``expert_tp_degre
 microbatch sizes 1-8 that divide each replica's batch, the schedules, recomputation, sequence
 parallelism and ZeRO stage, and CP degrees with their algorithms for long sequences
 (``context_degrees``) — minus what the user fixed (``Execution``) or the space leaves out
-(TorchTitan's per-op recomputation is tried only when fixed: ``SEARCHED_RECOMPUTE``).
+(TorchTitan's per-op recomputation is tried only when fixed: ``SEARCHED_RECOMPUTE``; in the
+Megatron-Core spaces a layout without recomputation that does not fit is tried with block
+recomputation of the fewest layers per chunk that fit, ``job.compute.block_recompute``).
 The layouts are sorted by a lower bound on their pipeline (``evaluate._bound``: the busiest
 rank's compute and the forwards before and backwards after it) and, in that order, those that
 fit GPU memory (closed form, ``job.memory``: asked only of the layouts reached) evaluated fast,
@@ -40,6 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from dlsched.errors import ConfigError
+from dlsched.job.compute.block_recompute import block_layers, check_block
 from dlsched.job.compute.module_recompute import modules_of
 from dlsched.job.evaluation.evaluate import (
     Job,
@@ -184,8 +187,9 @@ def _inner(choice: Execution, space: Space, degrees: tuple[int, int, int, int, i
     if space.given_core_options:  # a layout or module list the user gives
         if layout_of(str(fixed.get("pipeline_split", ""))):
             splits = (str(fixed["pipeline_split"]),)
-        if modules_of(str(fixed.get("recompute", ""))):
-            modes = (str(fixed["recompute"]),)
+        given = str(fixed.get("recompute", ""))
+        if modules_of(given) or block_layers(given) is not None:
+            modes = (given,)
     for mb in sizes:
         if choice.global_batch % (mb * dp) or choice.global_batch > MAX_MICROBATCHES * mb * dp:
             continue  # the pipeline simulator refining the shortlist takes MAX_MICROBATCHES
@@ -236,6 +240,28 @@ def _chunks(schedule: str, layers: int, m: int, pp: int,
             for split in feasible_splits(layers, pp, v, splits, mtp)]
 
 
+def _fewest_block(job: Job, layout: Execution) -> Execution | None:
+    """``layout`` with Megatron-Core's block recomputation of the fewest layers per chunk that
+    fit (``job.compute.block_recompute``; memory falls as N grows), for a layout without
+    recomputation that does not fit; None when no N below a whole chunk (``full``, searched
+    on its own) fits or block recomputation is not priced for the job."""
+    try:
+        check_block(job.spec, replace(layout, recompute="block:1"))
+        spans = layout.stage_layers(job.spec.layers, job.spec.mtp_layers)
+    except ConfigError:
+        return None
+    low, high = 1, max(len(span) for span in spans) - 1
+    if high < low or not _fits(job, replace(layout, recompute=f"block:{high}")):
+        return None
+    while low < high:
+        middle = (low + high) // 2
+        if _fits(job, replace(layout, recompute=f"block:{middle}")):
+            high = middle
+        else:
+            low = middle + 1
+    return replace(layout, recompute=f"block:{low}")
+
+
 def _fits(job: Job, layout: Execution) -> bool:
     """Whether ``layout``'s busiest GPU fits (``evaluate.memory_fits``; asked in bound order,
     so a layout past the search's cut never needs the memory model)."""
@@ -266,13 +292,18 @@ def search(job: Job, choice: Execution, space: Space,
         ranked.append((ranking.order(job, layout, _bound(times)), layout))
     ranked.sort(key=lambda item: (item[0], item[1].label()))
     plain = replace(choice.run, dp_policy="none")
+    blocks = space.given_core_options and "recompute" not in choice.fixed()
     best: list[JobResult] = []
     evaluated = 0
     for order, layout in ranked:
         if len(best) >= SHORTLIST and order >= ranking.key(job, best[SHORTLIST - 1]):
             break
         if not _fits(job, layout):
-            continue
+            partial = (_fewest_block(job, layout) if blocks and layout.recompute == "none"
+                       else None)
+            if partial is None:
+                continue
+            layout = partial  # its bound is at least the layout's: the order still holds
         best.append(evaluate(job, replace(layout, run=plain)))
         evaluated += 1
         best.sort(key=lambda r: (*ranking.key(job, r), r.layout.label()))

@@ -182,8 +182,10 @@ class Parallelism(_Strict):
     (every other matmul's output saved with the attention's and the reduce-scatters', the rest
     recomputed), ``modules`` Megatron-Core's ``--recompute-modules`` list
     (``recompute_modules``: e.g. ``layernorm``, ``moe_act``, ``mla_up_proj``; only with
-    ``modules``). ``attention``: the run's attention core, as the source's code runs it, by
-    Megatron-Core's ``--attention-backend`` names: ``unfused`` (Megatron-LM's 2021 core: scores,
+    ``modules``), ``block`` its ``--recompute-method block`` (``recompute_num_layers``: the
+    first N layers of each model chunk; only with ``block``). ``attention``: the run's
+    attention core, as the source's code runs it, by Megatron-Core's ``--attention-backend``
+    names: ``unfused`` (Megatron-LM's 2021 core: scores,
     softmax, dropout, context as separate ops), ``flash`` (one fused kernel, FlashAttention-2:
     PyTorch SDPA's flash backend, the flash-attn package) or ``fused`` (Transformer Engine's
     cuDNN fused attention, which Transformer Engine prefers on Hopper when both are enabled).
@@ -250,8 +252,9 @@ class Parallelism(_Strict):
     chunks: int | None = Field(gt=0)
     microbatch_size: int | None = Field(gt=0)
     global_batch: int = Field(gt=0)
-    recompute: Literal["none", "selective", "selective-op", "full", "modules"] | None
+    recompute: Literal["none", "selective", "selective-op", "full", "modules", "block"] | None
     recompute_modules: tuple[str, ...] = ()
+    recompute_num_layers: int | None = Field(default=None, ge=1)
     sequence_parallel: bool | None
     zero: Literal[0, 1, 2, 3, "fsdp"] | None
     precision: choice(RUN_CHOICES["precision"], "precision") | None
@@ -282,6 +285,8 @@ PARALLEL_ONLY: dict[str, str] = {
     "torch_compile": "compile",
     "recompute_modules": "with recompute ``modules``, the layout's ``modules:a,b`` "
                          "(job.compute.module_recompute)",
+    "recompute_num_layers": "with recompute ``block``, the layout's ``block:N`` "
+                            "(job.compute.block_recompute)",
     "pipeline_layout": "with pipeline_split ``layout``, the layout's ``layout:<string>`` "
                        "(job.evaluation.pipeline_layout)",
 }
@@ -367,6 +372,9 @@ class LedgerRow(_Strict):
             missing.append("cp_algorithm")
         if (self.parallel.recompute == "modules") != bool(self.parallel.recompute_modules):
             raise ValueError("recompute_modules goes with recompute: modules, and only with it")
+        if (self.parallel.recompute == "block") != (self.parallel.recompute_num_layers
+                                                     is not None):
+            raise ValueError("recompute_num_layers goes with recompute: block, and only with it")
         if (self.parallel.pipeline_split == "layout") != bool(self.parallel.pipeline_layout):
             raise ValueError("pipeline_layout goes with pipeline_split: layout, and only with it")
         if self.parallel.cp == 1 and self.parallel.cp_algorithm is not None:
@@ -457,7 +465,9 @@ def _layout_fields(par: Parallelism) -> dict[str, object]:
     named.update(schedule=None if par.chunks is None else
                  "interleaved" if par.chunks > 1 else "1f1b",
                  recompute=(modules_recompute(par.recompute_modules)
-                            if par.recompute == "modules" else par.recompute),
+                            if par.recompute == "modules" else
+                            f"block:{par.recompute_num_layers}" if par.recompute == "block"
+                            else par.recompute),
                  zero=3 if par.zero == "fsdp" else par.zero,
                  pipeline_split=(f"{LAYOUT_PREFIX}{par.pipeline_layout}"
                                  if par.pipeline_split == "layout" else par.pipeline_split),

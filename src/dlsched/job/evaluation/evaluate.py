@@ -43,6 +43,7 @@ from dlsched.job.communication.context_parallel import check_cp
 from dlsched.job.communication.dp_sync import DPStep, dp_step
 from dlsched.job.communication.fsdp2_costs import fsdp2_ends
 from dlsched.job.compute.block_pricing import check_kernel_options
+from dlsched.job.compute.block_recompute import block_layers, check_block, recomputed_layers
 from dlsched.job.compute.eager_ops import check_ops
 from dlsched.job.compute.layer_costs import BlockCosts, gpu_compute
 from dlsched.job.compute.module_recompute import (
@@ -166,6 +167,7 @@ def check_layout(job: Job, layout: Execution) -> None:
     check_moe_layout(spec, layout)
     check_op_checkpoint(spec, layout)
     check_for_model(layout.recompute, spec.experts, spec.shared_experts, bool(spec.kv_lora_rank))
+    check_block(spec, layout)  # job.compute.block_recompute
     layout.stage_layers(spec.layers, spec.mtp_layers)  # ConfigError when they do not split
     if spec.heads % layout.tp:
         raise ConfigError(f"{layout.tp} does not divide the {spec.heads} heads", "tp")
@@ -370,6 +372,15 @@ def _flops(spec: Model, layout: Execution, attention: str = "flash") -> dict[str
     moe, core = spec.moe_layers, spec.attention_core_flops() * spec.layers
     forward = ((spec.layers - moe) * 2 * spec.layer_matmul_elements()
                + moe * 2 * spec.layer_matmul_elements(moe=True) + core)
+    if block_layers(layout.recompute) is not None:  # the first N layers of each chunk again
+        again = 0.0
+        for span in layout.stage_layers(spec.layers, spec.mtp_layers):
+            head, _ = recomputed_layers(layout.recompute, span)
+            sparse = spec.moe_layers_in(head.start, head.stop) if head else 0
+            again += (2 * (len(head) - sparse) * spec.layer_matmul_elements()
+                      + 2 * sparse * spec.layer_matmul_elements(moe=True)
+                      + len(head) * spec.attention_core_flops())
+        return {"model": model, "hardware": model + again * tokens}
     modules = modules_of(layout.recompute)  # Megatron-Core's --recompute-modules
     if modules:
         return {"model": model,

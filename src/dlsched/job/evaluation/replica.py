@@ -7,7 +7,7 @@ Every group's network is ``Execution.group``'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from dlsched.hardware import Topology
@@ -24,6 +24,7 @@ from dlsched.job.communication.moe_dispatch import node_split
 from dlsched.job.communication.pipeline_p2p import with_p2p
 from dlsched.job.compute.attention_window import layer_savings, stage_savings
 from dlsched.job.compute.block_pricing import kernel_options
+from dlsched.job.compute.block_recompute import block_layers, check_block, recomputed_layers
 from dlsched.job.compute.embedding_grads import embedding_fill_bytes, tied_sum_bytes
 from dlsched.job.compute.grad_accumulation import accumulation_bytes
 from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
@@ -158,33 +159,88 @@ class ReplicaParts:
     embed_b: float
 
 
-def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
-    """The replica's parts (``ReplicaParts``; the layers' times include context parallelism's
-    exposed communication; an MoE layer of a stage costs ``job.moe_costs``' seconds instead of
-    a dense layer's)."""
+@dataclass(frozen=True)
+class _LayerParts:
+    """What one layer costs per microbatch under one recomputation setting: the block costs,
+    ZeRO 3's exposed seconds (forward, backward), context parallelism's communication, an MoE
+    layer's costs (None for a dense model) and each windowed kind's savings."""
+
+    costs: BlockCosts
+    zero3: tuple[float, float]
+    cp: CPCost
+    moe: MoELayerCosts | None
+    saved: dict[str, tuple[float, float]]
+
+
+def _layer_parts(job: Job, layout: Execution) -> _LayerParts:
     costs = block_costs_of(job, layout)
-    extra_f, extra_b = _zero3_exposed(job, layout, costs)
-    cp = _cp(job, layout, costs)
-    spans = layout.stage_layers(job.spec.layers, job.spec.mtp_layers)
-    forward = [len(span) * (costs.layer_f + extra_f + cp.forward_s) for span in spans]
-    backward = [len(span) * (costs.layer_b + extra_b + cp.backward_s) for span in spans]
-    moe = _moe_costs(job, layout)
-    for stage, span in enumerate(spans) if moe else ():
-        count = job.spec.moe_layers_in(span.start, span.stop)
-        forward[stage] += count * (moe.layer_f - costs.layer_f - extra_f)
-        backward[stage] += count * (moe.layer_b - costs.layer_b - extra_b)
     run = layout.run
     saved = layer_savings(job.spec, layout.microbatch_size, job.cluster.gpu, run.precision,
                           layout.tp, layout.sequence_parallel, layout.recompute, layout.cp,
                           layout.cp_algorithm, run.attention)  # windowed layers' shorter cores
-    for stage, (saved_f, saved_b) in enumerate(stage_savings(job.spec, spans, saved)):
-        forward[stage] -= saved_f
-        backward[stage] -= saved_b
-    embed_b = costs.embed_b + embedding_fill_s(job, layout)
-    forward[0] += costs.embed_f
+    return _LayerParts(costs, _zero3_exposed(job, layout, costs), _cp(job, layout, costs),
+                       _moe_costs(job, layout), saved)
+
+
+def _span_seconds(job: Job, parts: _LayerParts, span: range) -> tuple[float, float]:
+    """Seconds the layers ``span`` take per microbatch (forward, backward): a dense layer's
+    costs with ZeRO 3's and CP's exposed parts, an MoE layer's instead for the MoE layers,
+    less the windowed layers' savings."""
+    if not span:
+        return 0.0, 0.0
+    costs, (extra_f, extra_b), cp, moe = parts.costs, parts.zero3, parts.cp, parts.moe
+    forward = len(span) * (costs.layer_f + extra_f + cp.forward_s)
+    backward = len(span) * (costs.layer_b + extra_b + cp.backward_s)
+    if moe:
+        count = job.spec.moe_layers_in(span.start, span.stop)
+        forward += count * (moe.layer_f - costs.layer_f - extra_f)
+        backward += count * (moe.layer_b - costs.layer_b - extra_b)
+    (saved_f, saved_b), = stage_savings(job.spec, (span,), parts.saved)
+    return forward - saved_f, backward - saved_b
+
+
+def _mixed(kept: object, rerun: object, share: float) -> object:
+    """A per-layer record (``BlockCosts``, ``CPCost``, ``MoELayerCosts``) whose numbers are
+    the mean over the layers, ``share`` of them recomputed: what the iteration's breakdown
+    multiplies by the layers (the stages' seconds are summed layer by layer instead)."""
+    if share == 0 or kept is None:
+        return kept
+    values = {name: (1 - share) * value + share * getattr(rerun, name)
+              for name, value in vars(kept).items()
+              if isinstance(value, float) and not isinstance(value, bool)}
+    return replace(kept, **values)
+
+
+def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
+    """The replica's parts (``ReplicaParts``; the layers' times include context parallelism's
+    exposed communication; an MoE layer of a stage costs ``job.moe_costs``' seconds instead of
+    a dense layer's); under ``block:N`` each chunk's first N layers priced as under full
+    recomputation and the rest without (``job.compute.block_recompute``)."""
+    check_block(job.spec, layout)
+    partial = block_layers(layout.recompute) is not None
+    base = _layer_parts(job, replace(layout, recompute="none") if partial else layout)
+    rerun = _layer_parts(job, replace(layout, recompute="full")) if partial else base
+    spans = layout.stage_layers(job.spec.layers, job.spec.mtp_layers)
+    split = [recomputed_layers(layout.recompute, span) if partial else (range(0), span)
+             for span in spans]
+    forward, backward = [], []
+    for again, kept in split:
+        (rf, rb), (kf, kb) = _span_seconds(job, rerun, again), _span_seconds(job, base, kept)
+        forward.append(rf + kf)
+        backward.append(rb + kb)
+    share = sum(len(again) for again, _ in split) / max(1, sum(len(span) for span in spans))
+    costs = _mixed(base.costs, rerun.costs, share) if partial else base.costs
+    extra_f, extra_b = (((1 - share) * base.zero3[0] + share * rerun.zero3[0],
+                         (1 - share) * base.zero3[1] + share * rerun.zero3[1])
+                        if partial else base.zero3)
+    cp = _mixed(base.cp, rerun.cp, share) if partial else base.cp
+    moe = _mixed(base.moe, rerun.moe, share) if partial else base.moe
+    ends = base.costs  # the embedding and the head: no layer of a chunk, not recomputed
+    embed_b = ends.embed_b + embedding_fill_s(job, layout)
+    forward[0] += ends.embed_f
     backward[0] += embed_b
-    forward[-1] += costs.head_f
-    backward[-1] += costs.head_b
+    forward[-1] += ends.head_f
+    backward[-1] += ends.head_b
     mtp_f, mtp_b, mtp_moe = mtp_seconds(job.spec, layout, costs, moe, job.cluster.gpu,
                                         layout.run.precision)  # job.compute.mtp, beside the head
     forward[-1] += mtp_f
@@ -194,10 +250,14 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
         backward[stage] += seconds
     send = (_send_s(job, layout),) * (layout.virtual_stages - 1)
     # the EP all-to-alls inside each stage: what an overlapped F & B pair hides (unit_walk)
-    sparse = [job.spec.moe_layers_in(span.start, span.stop) if moe else 0 for span in spans]
-    sparse[-1] += mtp_moe
-    comm = ((tuple(n * moe.a2a_forward_s for n in sparse),
-             tuple(n * moe.a2a_backward_s for n in sparse)) if moe else ((), ()))
+    sparse = [(job.spec.moe_layers_in(again.start, again.stop) if again else 0,
+               job.spec.moe_layers_in(kept.start, kept.stop) if kept else 0)
+              for again, kept in split] if moe else [(0, 0)] * len(spans)
+    sparse[-1] = (sparse[-1][0], sparse[-1][1] + mtp_moe)
+    comm = ((tuple(a * rerun.moe.a2a_forward_s + k * base.moe.a2a_forward_s
+                   for a, k in sparse),
+             tuple(a * rerun.moe.a2a_backward_s + k * base.moe.a2a_backward_s
+                   for a, k in sparse)) if moe and base.moe and rerun.moe else ((), ()))
     pairs = ()
     if layout.run.moe_a2a_overlap and moe:  # Megatron-Core's EP overlap (job.a2a_overlap)
         check_a2a_overlap(layout.schedule, layout.pp, layout.ep, layout.recompute)
@@ -206,8 +266,8 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
             [job.spec.is_moe_layer(i) for i in range(max(span.stop for span in spans))], spans,
             moe.nodes,
             (costs.layer_f + extra_f + cp.forward_s, costs.layer_b + extra_b + cp.backward_s)),
-            [((costs.embed_f * (s == 0), costs.head_f * (s == last)),
-              (costs.head_b * (s == last), embed_b * (s == 0))) for s in range(len(spans))],
+            [((ends.embed_f * (s == 0), ends.head_f * (s == last)),
+              (ends.head_b * (s == last), embed_b * (s == 0))) for s in range(len(spans))],
             comm_sms(layout.run.moe_dispatcher,
                      node_split(job.cluster, *layout.group_ranks("ep")).nodes)
             / gpu_compute(job.cluster.gpu, layout.run.precision).gpu.spec.sms)

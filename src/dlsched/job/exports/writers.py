@@ -58,6 +58,7 @@ import shlex
 
 from dlsched.errors import ConfigError
 from dlsched.job.communication.pipeline_p2p import resolved_p2p
+from dlsched.job.compute.block_recompute import block_layers
 from dlsched.job.compute.module_recompute import MODULES, modules_of
 from dlsched.job.evaluation.a2a_overlap import check_a2a_overlap
 from dlsched.job.evaluation.pipeline_layout import layout_of
@@ -164,6 +165,9 @@ def megatron_args(spec: Model, layout: Execution) -> str:
     elif modules_of(layout.recompute):  # job.compute.module_recompute
         args += ["--recompute-granularity", "selective", "--recompute-modules",
                  *(name for name in MODULES if name in modules_of(layout.recompute))]
+    elif block_layers(layout.recompute) is not None:  # job.compute.block_recompute
+        args += ["--recompute-granularity", "full", "--recompute-method", "block",
+                 "--recompute-num-layers", str(block_layers(layout.recompute))]
     if layout.zero == 1:
         args.append("--use-distributed-optimizer")
     elif layout.zero >= 2:
@@ -460,10 +464,10 @@ def _titan_checkpoint(layout: Execution, notes: list[str]) -> dict[str, object]:
     Megatron's ``selective`` as its nearest)."""
     if layout.recompute == "selective-op":
         return {"mode": "selective", "selective_ac_option": "op"}
-    if modules_of(layout.recompute):
-        raise ConfigError(f"{layout.recompute} (Megatron-Core's per-module recomputation) has "
-                          "no TorchTitan equivalent; accepted for --torchtitan-toml: none, "
-                          "selective, selective-op, full", "recompute")
+    if modules_of(layout.recompute) or block_layers(layout.recompute) is not None:
+        raise ConfigError(f"{layout.recompute} (Megatron-Core's per-module or block "
+                          "recomputation) has no TorchTitan equivalent; accepted for "
+                          "--torchtitan-toml: none, selective, selective-op, full", "recompute")
     if layout.recompute != "selective":
         return {"mode": layout.recompute}
     notes.append("selective recomputation: TorchTitan's per-op SAC ('op') saves the attention "

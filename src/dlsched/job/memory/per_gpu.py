@@ -97,11 +97,12 @@ the 16-bit logits transients (they do not run together). Reserve: the CUDA conte
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from dlsched.errors import ConfigError
 from dlsched.job.communication.context_parallel import buffer_bytes, local_tokens
+from dlsched.job.compute.block_recompute import block_layers, recomputed_layers
 from dlsched.job.compute.fp8 import fp8_weight_bytes
 from dlsched.job.compute.mla import attention_stash_delta, latent_stash
 from dlsched.job.compute.module_recompute import modules_of
@@ -334,14 +335,18 @@ def chunk_stash(spec: Model, layout: Execution, precision: str,
     """Per chunk of rank ``stage``: (activations, FP32 logits) one microbatch keeps (bytes)."""
     p = activation_bytes(precision)
     s, b, h, t = local_tokens(spec, layout.cp), layout.microbatch_size, spec.hidden, layout.tp
-    layer, _ = layer_activations(spec, layout, precision, attention, runtime)
+    partial = block_layers(layout.recompute) is not None  # job.compute.block_recompute
+    layer, _ = layer_activations(spec, replace(layout, recompute="none") if partial else layout,
+                                 precision, attention, runtime)
+    rerun = layer_activations(spec, replace(layout, recompute="full"), precision, attention,
+                              runtime)[0] if partial else layer
     first, last = _ends_held(layout, stage)
-    chunks = [[len(layer_indices(spec, layout, stage, chunk)) * layer, 0.0]
-              for chunk in range(len(held_stages(layout.schedule, layout.pp, layout.chunks,
-                                                 stage)))]
+    held = range(len(held_stages(layout.schedule, layout.pp, layout.chunks, stage)))
+    split = [recomputed_layers(layout.recompute, layer_indices(spec, layout, stage, chunk))
+             for chunk in held]
+    chunks = [[len(again) * rerun + len(kept) * layer, 0.0] for again, kept in split]
     if spec.experts and layout.recompute != "full":  # full recomputation keeps inputs only
-        for chunk, acts in enumerate(chunks):
-            span = layer_indices(spec, layout, stage, chunk)
+        for (_, span), acts in zip(split, chunks, strict=True):
             acts[0] += spec.moe_layers_in(span.start, span.stop) * (
                 moe_stash_delta(spec, layout, p) + layer_saving(spec, layout, p, moe=False)
                 - layer_saving(spec, layout, p, moe=True) + _te_moe(spec, layout, p))
@@ -403,8 +408,10 @@ def memory_per_gpu(spec: Model, layout: Execution, precision: str, stage: int = 
         buffers = pipe.fixed + kept
     else:
         acts, logits, held = in_flight_peak(layout, stage, stash)
-    _, recompute = layer_activations(spec, layout, precision, attention, runtime)
-    if spec.experts and layout.recompute == "full":
+    partial = block_layers(layout.recompute) is not None
+    _, recompute = layer_activations(spec, replace(layout, recompute="full") if partial
+                                     else layout, precision, attention, runtime)
+    if spec.experts and (layout.recompute == "full" or partial):
         recompute += max(0.0, moe_stash_delta(spec, layout, activation_bytes(precision)))
     experts = stage_moe_layers(spec, layout, stage) * experts_per_gpu(spec, layout)
     expert_state = state_bytes(precision, layout.zero, layout.expert_dp, grad_bytes, master)
