@@ -8,7 +8,7 @@ Every group's network is ``Execution.group``'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from dlsched.hardware import Topology
 from dlsched.job.communication.collective_costs import curve
@@ -45,6 +45,8 @@ from dlsched.job.memory.torch_runtime import PARAM_BYTES
 
 if TYPE_CHECKING:
     from dlsched.job.evaluation.evaluate import Job
+
+Record = TypeVar("Record", BlockCosts, CPCost, "MoELayerCosts | None")
 
 def block_costs_of(job: Job, layout: Execution) -> BlockCosts:
     """One block's costs (``job.layer_costs``) under the layout's run settings."""
@@ -199,7 +201,7 @@ def _span_seconds(job: Job, parts: _LayerParts, span: range) -> tuple[float, flo
     return forward - saved_f, backward - saved_b
 
 
-def _mixed(kept: object, rerun: object, share: float) -> object:
+def _mixed(kept: Record, rerun: Record, share: float) -> Record:
     """A per-layer record (``BlockCosts``, ``CPCost``, ``MoELayerCosts``) whose numbers are
     the mean over the layers, ``share`` of them recomputed: what the iteration's breakdown
     multiplies by the layers (the stages' seconds are summed layer by layer instead)."""
