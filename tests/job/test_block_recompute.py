@@ -145,3 +145,20 @@ def test_a_measured_run_states_it_as_megatron_does(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump([run]))
     with pytest.raises(ConfigError, match="recompute_num_layers"):
         load_runs(path)
+
+
+def test_interleaved_chunks_count_their_own_layers() -> None:
+    """Interleaved over 3 chunks of 3 layers: N counts per chunk (Megatron-Core's
+    TransformerBlock is one chunk), so block:1 recomputes a third of the layers and block:3 is
+    full recomputation; time and memory fall between none and full in that order."""
+    layout = replace(LAYOUT, chunks=3, schedule="interleaved")
+    runs = {mode: evaluate(JOB, replace(layout, recompute=mode))
+            for mode in ("none", "block:1", "block:2", "block:3", "full")}
+    times = [runs[m].iteration_s for m in ("none", "block:1", "block:2", "full")]
+    memory = [runs[m].memory_bytes for m in ("none", "block:1", "block:2", "full")]
+    assert times == sorted(times) and memory == sorted(memory, reverse=True)
+    assert runs["block:3"].iteration_s == pytest.approx(runs["full"].iteration_s, rel=1e-12)
+    flops = _flops(JOB.spec, replace(layout, recompute="block:1"))
+    per_layer = 2 * JOB.spec.layer_matmul_elements() + JOB.spec.attention_core_flops()
+    assert flops["hardware"] - flops["model"] == pytest.approx(
+        12 * per_layer * LAYOUT.global_batch * JOB.spec.seq, rel=1e-12)  # 4 ranks x 3 chunks
