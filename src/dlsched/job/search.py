@@ -127,7 +127,8 @@ class SearchResult:
     """The shortlist evaluated with the job's data-parallel policy, first by the ranking."""
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
+    """Every divisor of ``n``, ascending."""
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
@@ -136,12 +137,12 @@ def layouts(job: Job, choice: Execution, space: Space) -> Iterator[Execution]:
     spec, gpus = job.spec, job.cluster.num_gpus
     inner = job.cluster.topology.dims[0].size
     fixed = choice.fixed()
-    tps = [t for t in _divisors(min(inner, gpus)) if spec.heads % t == 0
+    tps = [t for t in divisors(min(inner, gpus)) if spec.heads % t == 0
            and spec.kv_heads % t == 0]  # whole heads and KV heads per TP rank
-    eps = [fixed["ep"]] if "ep" in fixed else _divisors(max(1, spec.experts))
+    eps = [fixed["ep"]] if "ep" in fixed else divisors(max(1, spec.experts))
     # a PP degree some split takes: dividing the layers, or them with the embedding/loss counted
     pps = sorted({d for extra in (0, 1, 2, 2 + spec.mtp_layers)
-                  for d in _divisors(spec.layers + extra)})
+                  for d in divisors(spec.layers + extra)})
     for tp in [fixed["tp"]] if "tp" in fixed else tps:
         for cp in [fixed["cp"]] if "cp" in fixed else context_degrees(job, tp):
             for pp in ([fixed["pp"]] if "pp" in fixed else pps):
@@ -170,7 +171,7 @@ def context_degrees(job: Job, tp: int) -> list[int]:
     sequence into ``2 cp`` equal chunks (Megatron's load-balanced split) and leave each GPU at
     least ``CP_MIN_TOKENS`` of it (1 always)."""
     seq, gpus = job.spec.seq, job.cluster.num_gpus
-    return [c for c in _divisors(gpus // tp)
+    return [c for c in divisors(gpus // tp)
             if c == 1 or (seq % (2 * c) == 0 and seq // c >= CP_MIN_TOKENS)]
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dlsched.job.search import SEARCHED_RECOMPUTE, divisors
 from dlsched.ledger.predict import TIME_METRICS, Prediction, predict_row
 from dlsched.ledger.schema import METRIC_UNITS, LedgerRow
 
@@ -48,8 +49,6 @@ SEARCHED = ("microbatch_size", "recompute", "chunks")
 """The settings ``search`` tries (module docstring)."""
 DEFAULTED = ("position_embedding", "inter_node_gbps_per_gpu")
 """Unpublished fields the evaluator prices by a stated default (module docstring)."""
-RECOMPUTE = ("none", "selective", "full")
-"""The recomputation candidates (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -111,23 +110,19 @@ def searchable(row: LedgerRow) -> bool:
             and unpublished <= set(SEARCHED) | set(DEFAULTED))
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def candidates(row: LedgerRow) -> list[tuple[int, str, int]]:
     """The (micro-batch size, recomputation, virtual pipeline size) settings to try for
     ``row`` (module docstring); a published one stays as published."""
     par, unpublished = row.parallel, set(row.unpublished)
     local = par.global_batch // par.dp
-    sizes = _divisors(local) if "microbatch_size" in unpublished else [par.microbatch_size]
-    modes = RECOMPUTE if "recompute" in unpublished else (par.recompute,)
+    sizes = divisors(local) if "microbatch_size" in unpublished else [par.microbatch_size]
+    modes = SEARCHED_RECOMPUTE if "recompute" in unpublished else (par.recompute,)
     settings = []
     for size in sizes:
         if "chunks" in unpublished:
             per_stage = row.model.layers // par.pp
             interleavable = (local // size) % par.pp == 0
-            chunks = [c for c in _divisors(per_stage) if c == 1 or interleavable]
+            chunks = [c for c in divisors(per_stage) if c == 1 or interleavable]
         else:
             chunks = [par.chunks]
         settings += [(size, mode, c) for mode in modes for c in chunks]

@@ -369,17 +369,18 @@ def _flops(spec: Model, layout: Execution, attention: str = "flash") -> dict[str
     Megatron-Core's per-module recomputation its modules' (``job.compute.module_recompute``)."""
     tokens = layout.global_batch * spec.seq
     model = spec.model_flops_per_token() * tokens
+    def forward_of(layers: int, sparse: int) -> float:  # per token: matmuls and cores
+        return (2 * (layers - sparse) * spec.layer_matmul_elements()
+                + 2 * sparse * spec.layer_matmul_elements(moe=True)
+                + layers * spec.attention_core_flops())
+
     moe, core = spec.moe_layers, spec.attention_core_flops() * spec.layers
-    forward = ((spec.layers - moe) * 2 * spec.layer_matmul_elements()
-               + moe * 2 * spec.layer_matmul_elements(moe=True) + core)
+    forward = forward_of(spec.layers, moe)
     if block_layers(layout.recompute) is not None:  # the first N layers of each chunk again
-        again = 0.0
-        for span in layout.stage_layers(spec.layers, spec.mtp_layers):
-            head, _ = recomputed_layers(layout.recompute, span)
-            sparse = spec.moe_layers_in(head.start, head.stop) if head else 0
-            again += (2 * (len(head) - sparse) * spec.layer_matmul_elements()
-                      + 2 * sparse * spec.layer_matmul_elements(moe=True)
-                      + len(head) * spec.attention_core_flops())
+        heads = [recomputed_layers(layout.recompute, span)[0]
+                 for span in layout.stage_layers(spec.layers, spec.mtp_layers)]
+        again = sum(forward_of(len(head), spec.moe_layers_in(head.start, head.stop))
+                    for head in heads if head)
         return {"model": model, "hardware": model + again * tokens}
     modules = modules_of(layout.recompute)  # Megatron-Core's --recompute-modules
     if modules:

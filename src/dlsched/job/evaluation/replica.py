@@ -24,7 +24,7 @@ from dlsched.job.communication.moe_dispatch import node_split
 from dlsched.job.communication.pipeline_p2p import with_p2p
 from dlsched.job.compute.attention_window import layer_savings, stage_savings
 from dlsched.job.compute.block_pricing import kernel_options
-from dlsched.job.compute.block_recompute import block_layers, check_block, recomputed_layers
+from dlsched.job.compute.block_recompute import block_layers, recomputed_layers
 from dlsched.job.compute.embedding_grads import embedding_fill_bytes, tied_sum_bytes
 from dlsched.job.compute.grad_accumulation import accumulation_bytes
 from dlsched.job.compute.layer_costs import BlockCosts, block_costs, gpu_compute
@@ -217,8 +217,8 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     """The replica's parts (``ReplicaParts``; the layers' times include context parallelism's
     exposed communication; an MoE layer of a stage costs ``job.moe_costs``' seconds instead of
     a dense layer's); under ``block:N`` each chunk's first N layers priced as under full
-    recomputation and the rest without (``job.compute.block_recompute``)."""
-    check_block(job.spec, layout)
+    recomputation and the rest without (``job.compute.block_recompute``; ``check_layout``
+    refuses where that is not priced)."""
     partial = block_layers(layout.recompute) is not None
     base = _layer_parts(job, replace(layout, recompute="none") if partial else layout)
     rerun = _layer_parts(job, replace(layout, recompute="full")) if partial else base
@@ -259,7 +259,7 @@ def replica_parts(job: Job, layout: Execution) -> ReplicaParts:
     comm = ((tuple(a * rerun.moe.a2a_forward_s + k * base.moe.a2a_forward_s
                    for a, k in sparse),
              tuple(a * rerun.moe.a2a_backward_s + k * base.moe.a2a_backward_s
-                   for a, k in sparse)) if moe and base.moe and rerun.moe else ((), ()))
+                   for a, k in sparse)) if base.moe and rerun.moe else ((), ()))
     pairs = ()
     if layout.run.moe_a2a_overlap and moe:  # Megatron-Core's EP overlap (job.a2a_overlap)
         check_a2a_overlap(layout.schedule, layout.pp, layout.ep, layout.recompute)
